@@ -1,0 +1,100 @@
+/* Chunked bump allocator over a backend. */
+#include "core/arena.h"
+
+#include <stdlib.h>
+
+struct gp_arena_chunk {
+  gp_arena_chunk *next;
+  char *base;
+  size_t cap, off;
+};
+
+#define ALIGN 64
+#define MIN_CHUNK ((size_t)1 << 20)
+
+void gp_arena_init(gp_arena *a, gp_backend *be, size_t limit) {
+  a->be = be;
+  a->chunks = NULL;
+  a->used = a->peak = a->grown = 0;
+  a->limit = limit;
+}
+
+static void free_chunks(gp_arena *a) {
+  while (a->chunks) {
+    gp_arena_chunk *c = a->chunks;
+    a->chunks = c->next;
+    a->be->free(a->be, c->base);
+    free(c);
+  }
+}
+
+void gp_arena_free(gp_arena *a) {
+  if (a && a->be) free_chunks(a);
+}
+
+static gp_status add_chunk(gp_arena *a, size_t cap) {
+  gp_arena_chunk *c = calloc(1, sizeof *c);
+  if (!c) return GP_ERR(GP_ERR_NOMEM, "out of host memory for an arena chunk");
+  gp_status s = a->be->alloc(a->be, cap, (void **)&c->base);
+  if (s != GP_OK) {
+    free(c);
+    return s;
+  }
+  c->cap = cap;
+  c->next = a->chunks;
+  a->chunks = c;
+  return GP_OK;
+}
+
+gp_status gp_arena_alloc(gp_arena *a, size_t bytes, void **out) {
+  size_t need = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+  if (need == 0) need = ALIGN;
+  if (a->limit && a->used + need > a->limit)
+    return GP_ERR(GP_ERR_NOMEM, "arena limit of %zu bytes exceeded (asked for %zu more)",
+                  a->limit, bytes);
+  gp_arena_chunk *c = a->chunks;
+  if (!c || c->off + need > c->cap) {
+    size_t cap = need > MIN_CHUNK ? need : MIN_CHUNK;
+    if (c) a->grown += need;
+    GP_TRY(add_chunk(a, cap));
+    c = a->chunks;
+  }
+  *out = c->base + c->off;
+  c->off += need;
+  a->used += need;
+  if (a->used > a->peak) a->peak = a->used;
+  return GP_OK;
+}
+
+gp_status gp_arena_tensor(gp_arena *a, gp_dtype dtype, const gp_shape *shape, gp_tensor *out) {
+  out->shape = *shape;
+  out->dtype = dtype;
+  out->device = a->be->device;
+  return gp_arena_alloc(a, (size_t)gp_shape_numel(shape) * gp_dtype_size(dtype), &out->data);
+}
+
+gp_arena_mark gp_arena_get_mark(const gp_arena *a) {
+  gp_arena_mark m = {a->chunks, a->chunks ? a->chunks->off : 0, a->used};
+  return m;
+}
+
+void gp_arena_reset_to(gp_arena *a, gp_arena_mark m) {
+  /* Chunks added after the mark stay allocated but empty until the next full reset. */
+  for (gp_arena_chunk *c = a->chunks; c && c != m.chunk; c = c->next) c->off = 0;
+  if (m.chunk) m.chunk->off = m.off;
+  a->used = m.used;
+}
+
+gp_status gp_arena_reset(gp_arena *a) {
+  if (a->chunks && a->chunks->next) {
+    /* It grew: replace all chunks by one that holds the peak. */
+    size_t cap = a->peak + ALIGN;
+    free_chunks(a);
+    a->used = 0;
+    a->grown = 0;
+    return add_chunk(a, cap);
+  }
+  if (a->chunks) a->chunks->off = 0;
+  a->used = 0;
+  return GP_OK;
+}

@@ -1,0 +1,37 @@
+/* Bump allocators over backend memory for activations and saved tensors. An arena grows
+ * by chunks during the first step, then is coalesced into one chunk at the first reset to
+ * the start, so later steps do not allocate. peak is the measured high-water mark. */
+#ifndef GP_ARENA_H
+#define GP_ARENA_H
+
+#include <stddef.h>
+
+#include "core/backend.h"
+#include "core/tensor.h"
+
+typedef struct gp_arena_chunk gp_arena_chunk;
+
+typedef struct gp_arena {
+  gp_backend *be;
+  gp_arena_chunk *chunks; /* newest first */
+  size_t used;            /* bytes handed out since init or the last full reset */
+  size_t peak;            /* high-water mark of used */
+  size_t limit;           /* 0 = none; past it, alloc fails with GP_ERR_NOMEM */
+  size_t grown;           /* bytes needed beyond the first chunk since the last full reset */
+} gp_arena;
+
+void gp_arena_init(gp_arena *a, gp_backend *be, size_t limit);
+void gp_arena_free(gp_arena *a);
+gp_status gp_arena_alloc(gp_arena *a, size_t bytes, void **out); /* 64-byte aligned */
+gp_status gp_arena_tensor(gp_arena *a, gp_dtype dtype, const gp_shape *shape, gp_tensor *out);
+/* Marks are positions to return to (stack discipline). */
+typedef struct gp_arena_mark {
+  gp_arena_chunk *chunk;
+  size_t off, used;
+} gp_arena_mark;
+gp_arena_mark gp_arena_get_mark(const gp_arena *a);
+void gp_arena_reset_to(gp_arena *a, gp_arena_mark m);
+/* Back to empty; if it had to grow, re-plans one chunk big enough for what was used. */
+gp_status gp_arena_reset(gp_arena *a);
+
+#endif

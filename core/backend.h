@@ -1,0 +1,165 @@
+/* The backend interface: memory, ordering and the operations layers are written against.
+ * One table per device kind; an instance per stage worker (it owns its scratch space).
+ * All float data is f32, activations NCHW (or [rows, cols]), pointers are device pointers.
+ * Conventions (as in llm.c): parameter gradients accumulate (+=), input gradients are
+ * written (=). Sizes are int64_t; an op refuses (GP_ERR_RUNTIME) what it cannot do. */
+#ifndef GP_BACKEND_H
+#define GP_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+typedef struct gp_backend gp_backend;
+
+typedef struct gp_conv2d_desc {
+  int64_t n, c, h, w;             /* input */
+  int64_t k, oh, ow;              /* output channels and spatial size */
+  int64_t kh, kw, sh, sw, ph, pw; /* kernel, stride, padding (top/left = bottom/right) */
+  int64_t dh, dw, groups;         /* dilation, groups (groups == c == k: depthwise) */
+} gp_conv2d_desc;
+
+typedef enum gp_pool { GP_POOL_MAX, GP_POOL_AVG } gp_pool;
+
+typedef struct gp_pool2d_desc {
+  int64_t n, c, h, w, oh, ow;
+  int64_t kh, kw, sh, sw, ph, pw;
+  /* avg only: 0 = padded cells are not counted in the divisor (count_include_pad=False) */
+  int count_pad;
+} gp_pool2d_desc;
+
+typedef enum gp_act { GP_ACT_RELU, GP_ACT_GELU, GP_ACT_TANH, GP_ACT_SIGMOID, GP_ACT_COUNT } gp_act;
+
+typedef struct gp_sgd_hp {
+  float lr, momentum, weight_decay;
+  int nesterov;
+} gp_sgd_hp;
+typedef struct gp_adamw_hp {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t t; /* 1-based step count, for bias correction */
+} gp_adamw_hp;
+typedef struct gp_rmsprop_hp {
+  float lr, alpha, eps, momentum, weight_decay;
+} gp_rmsprop_hp;
+
+struct gp_backend {
+  const char *name; /* "cpu", "cuda" */
+  int device;       /* -1 cpu, else CUDA ordinal */
+  int threads;      /* cpu: BLAS and op threads this instance may use */
+  void *impl;       /* backend-private state */
+
+  /* ---- memory and ordering ---- */
+  gp_status (*alloc)(gp_backend *be, size_t bytes, void **out); /* 64-byte aligned */
+  void (*free)(gp_backend *be, void *p);                        /* NULL ok */
+  gp_status (*zero)(gp_backend *be, void *dst, size_t bytes);
+  gp_status (*copy)(gp_backend *be, void *dst, const void *src, size_t bytes); /* same device */
+  gp_status (*to_host)(gp_backend *be, void *host, const void *src, size_t bytes);
+  gp_status (*from_host)(gp_backend *be, void *dst, const void *host, size_t bytes);
+  gp_status (*sync)(gp_backend *be);
+  /* Scratch space owned by the instance, valid until the next call; grows only (so after the
+   * first step it never allocates). Layers use it for im2col and the like. */
+  gp_status (*scratch)(gp_backend *be, size_t bytes, void **out);
+  void (*destroy)(gp_backend *be);
+
+  /* ---- dense algebra (row-major): C = alpha * op(A) op(B) + beta * C ---- */
+  gp_status (*gemm)(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                    float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                    float beta, float *c, int64_t ldc);
+
+  /* ---- convolution; w is [k, c/groups, kh, kw]; bias [k] or NULL ---- */
+  gp_status (*conv2d_forward)(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                              const float *w, const float *bias, float *y);
+  gp_status (*conv2d_backward_data)(gp_backend *be, const gp_conv2d_desc *d, const float *dy,
+                                    const float *w, float *dx); /* dx = */
+  gp_status (*conv2d_backward_filter)(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                      const float *dy, float *dw, float *dbias); /* +=, dbias NULL ok */
+
+  /* ---- pooling; argmax (max only) holds, per output, the index into the input plane ---- */
+  gp_status (*pool2d_forward)(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,
+                              const float *x, float *y, int32_t *argmax);
+  gp_status (*pool2d_backward)(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,
+                               const float *dy, const int32_t *argmax, float *dx); /* dx = */
+
+  /* ---- per-channel bias over [n, c, inner] ---- */
+  gp_status (*bias_add)(gp_backend *be, int64_t n, int64_t c, int64_t inner, const float *bias,
+                        float *y); /* y += bias */
+  gp_status (*bias_grad)(gp_backend *be, int64_t n, int64_t c, int64_t inner, const float *dy,
+                         float *dbias); /* dbias += */
+
+  /* ---- batch norm over [n, c, inner] (statistics per channel over n*inner) ---- */
+  gp_status (*batchnorm_forward_train)(gp_backend *be, int64_t n, int64_t c, int64_t inner,
+                                       float eps, const float *x, const float *gamma,
+                                       const float *beta, float *y, float *mean, float *invstd);
+  gp_status (*batchnorm_forward_eval)(gp_backend *be, int64_t n, int64_t c, int64_t inner,
+                                      float eps, const float *x, const float *gamma,
+                                      const float *beta, const float *run_mean,
+                                      const float *run_var, float *y);
+  gp_status (*batchnorm_backward)(gp_backend *be, int64_t n, int64_t c, int64_t inner,
+                                  const float *x, const float *dy, const float *gamma,
+                                  const float *mean, const float *invstd, float *dx,
+                                  float *dgamma, float *dbeta); /* dx =, dgamma/dbeta += */
+  /* acc[0..c) += mean, acc[c..2c) += unbiased variance (from invstd, eps and count) */
+  gp_status (*batchnorm_stats_accumulate)(gp_backend *be, int64_t c, int64_t count, float eps,
+                                          const float *mean, const float *invstd, float *acc);
+  /* run = (1 - momentum) run + momentum * acc / n_acc for mean and var; then acc = 0 */
+  gp_status (*batchnorm_stats_apply)(gp_backend *be, int64_t c, float momentum, int n_acc,
+                                     float *acc, float *run_mean, float *run_var);
+
+  /* ---- layer norm over the last dim of [rows, cols] ---- */
+  gp_status (*layernorm_forward)(gp_backend *be, int64_t rows, int64_t cols, float eps,
+                                 const float *x, const float *gamma, const float *beta,
+                                 float *y, float *mean, float *rstd);
+  gp_status (*layernorm_backward)(gp_backend *be, int64_t rows, int64_t cols, const float *x,
+                                  const float *dy, const float *gamma, const float *mean,
+                                  const float *rstd, float *dx, float *dgamma, float *dbeta);
+
+  /* ---- element-wise ---- */
+  gp_status (*act_forward)(gp_backend *be, gp_act act, int64_t n, const float *x, float *y);
+  gp_status (*act_backward)(gp_backend *be, gp_act act, int64_t n, const float *x,
+                            const float *y, const float *dy, float *dx); /* dx = */
+  /* Inverted dropout with a counter-based mask: element i is kept iff
+   * gp_counter_uniform(key, i) >= p (core/rng.h), so recompute and every backend agree. */
+  gp_status (*dropout_forward)(gp_backend *be, int64_t n, float p, uint64_t key, const float *x,
+                               float *y);
+  gp_status (*dropout_backward)(gp_backend *be, int64_t n, float p, uint64_t key,
+                                const float *dy, float *dx);
+  gp_status (*axpby)(gp_backend *be, int64_t n, float a, const float *x, float b,
+                     float *y); /* y = a x + b y (b == 0: y is not read) */
+  /* 2-D strided copy: rows x cols floats; dst[r*dst_ld + j] = src[r*src_ld + j] */
+  gp_status (*copy2d)(gp_backend *be, int64_t rows, int64_t cols, const float *src,
+                      int64_t src_ld, float *dst, int64_t dst_ld);
+
+  /* ---- loss ---- */
+  /* logits [n, k], labels int32 [n]. probs = softmax(logits) (kept for backward);
+   * loss[i] = cross-entropy of sample i against (1 - s) onehot + s / k. */
+  gp_status (*softmax_xent_forward)(gp_backend *be, int64_t n, int64_t k, float smoothing,
+                                    const float *logits, const int32_t *labels, float *probs,
+                                    float *loss);
+  /* dlogits = scale * (probs - target) */
+  gp_status (*softmax_xent_backward)(gp_backend *be, int64_t n, int64_t k, float smoothing,
+                                     float scale, const float *probs, const int32_t *labels,
+                                     float *dlogits);
+  /* host results: sum of x; count of rows whose argmax equals the label */
+  gp_status (*sum)(gp_backend *be, int64_t n, const float *x, double *host_out);
+  gp_status (*count_correct)(gp_backend *be, int64_t n, int64_t k, const float *logits,
+                             const int32_t *labels, int64_t *host_out);
+  gp_status (*sumsq)(gp_backend *be, int64_t n, const float *x, double *host_out);
+
+  /* ---- optimizer updates over flat buffers (w, grad, state) ---- */
+  gp_status (*sgd_update)(gp_backend *be, int64_t n, const gp_sgd_hp *hp, float *w,
+                          const float *g, float *buf);
+  gp_status (*adamw_update)(gp_backend *be, int64_t n, const gp_adamw_hp *hp, float *w,
+                            const float *g, float *m, float *v);
+  gp_status (*rmsprop_update)(gp_backend *be, int64_t n, const gp_rmsprop_hp *hp, float *w,
+                              const float *g, float *sq, float *buf);
+};
+
+/* Creates a CPU backend instance using `threads` threads (>= 1). */
+gp_status gp_cpu_backend_create(int threads, gp_backend **out);
+/* Frees an instance of any kind; NULL ok. */
+void gp_backend_destroy(gp_backend *be);
+/* Number of cores this process may use (sched_getaffinity). */
+int gp_cpu_cores(void);
+
+#endif

@@ -1,0 +1,59 @@
+/* CPU optimizer updates over flat buffers (PyTorch's update rules, decoupled decay for
+ * AdamW, L2 decay added to the gradient for SGD and RMSProp). */
+#include <math.h>
+
+#include "core/backend.h"
+
+gp_status gp_cpu_sgd_update(gp_backend *be, int64_t n, const gp_sgd_hp *hp, float *w,
+                            const float *g, float *buf);
+gp_status gp_cpu_adamw_update(gp_backend *be, int64_t n, const gp_adamw_hp *hp, float *w,
+                              const float *g, float *m, float *v);
+gp_status gp_cpu_rmsprop_update(gp_backend *be, int64_t n, const gp_rmsprop_hp *hp, float *w,
+                                const float *g, float *sq, float *buf);
+
+gp_status gp_cpu_sgd_update(gp_backend *be, int64_t n, const gp_sgd_hp *hp, float *w,
+                            const float *g, float *buf) {
+  (void)be;
+  const float lr = hp->lr, mu = hp->momentum, wd = hp->weight_decay;
+  for (int64_t i = 0; i < n; i++) {
+    float d = g[i] + wd * w[i];
+    if (mu != 0.0f) {
+      buf[i] = mu * buf[i] + d;
+      d = hp->nesterov ? d + mu * buf[i] : buf[i];
+    }
+    w[i] -= lr * d;
+  }
+  return GP_OK;
+}
+
+gp_status gp_cpu_adamw_update(gp_backend *be, int64_t n, const gp_adamw_hp *hp, float *w,
+                              const float *g, float *m, float *v) {
+  (void)be;
+  const float b1 = hp->beta1, b2 = hp->beta2;
+  const float c1 = 1.0f - (float)pow(b1, (double)hp->t);
+  const float c2 = 1.0f - (float)pow(b2, (double)hp->t);
+  const float step = hp->lr / c1, sc2 = sqrtf(c2), decay = 1.0f - hp->lr * hp->weight_decay;
+  for (int64_t i = 0; i < n; i++) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    w[i] = w[i] * decay - step * m[i] / (sqrtf(v[i]) / sc2 + hp->eps);
+  }
+  return GP_OK;
+}
+
+gp_status gp_cpu_rmsprop_update(gp_backend *be, int64_t n, const gp_rmsprop_hp *hp, float *w,
+                                const float *g, float *sq, float *buf) {
+  (void)be;
+  const float a = hp->alpha, mu = hp->momentum, wd = hp->weight_decay;
+  for (int64_t i = 0; i < n; i++) {
+    float d = g[i] + wd * w[i];
+    sq[i] = a * sq[i] + (1.0f - a) * d * d;
+    float u = d / (sqrtf(sq[i]) + hp->eps);
+    if (mu != 0.0f) {
+      buf[i] = mu * buf[i] + u;
+      u = buf[i];
+    }
+    w[i] -= hp->lr * u;
+  }
+  return GP_OK;
+}

@@ -1,0 +1,38 @@
+/* Helpers shared by all layers: RNG keys and deterministic initialization. */
+#include "core/layer.h"
+
+#include <math.h>
+
+#include "core/rng.h"
+
+uint64_t gp_layer_rng_key(const gp_layer *l, const gp_exec *e) {
+  uint64_t h = gp_hash_combine(e->seed, (uint64_t)e->step);
+  h = gp_hash_combine(h, (uint64_t)e->micro);
+  return gp_hash_str(h, l->path);
+}
+
+void gp_param_init_host(const gp_layer *l, int i, uint64_t seed, float *host) {
+  const gp_param_desc *p = &l->pdesc[i];
+  int64_t n = gp_shape_numel(&p->shape);
+  gp_rng r;
+  gp_rng_seed(&r, gp_hash_str(gp_hash_str(seed, l->path), p->name));
+  double fan = p->fan_in > 0 ? (double)p->fan_in : 1.0;
+  switch (p->init) {
+  case GP_INIT_ZEROS:
+    for (int64_t j = 0; j < n; j++) host[j] = 0.0f;
+    break;
+  case GP_INIT_ONES:
+    for (int64_t j = 0; j < n; j++) host[j] = 1.0f;
+    break;
+  case GP_INIT_UNIFORM_FAN_IN: {
+    float b = (float)(1.0 / sqrt(fan));
+    for (int64_t j = 0; j < n; j++) host[j] = (2.0f * gp_rng_uniform(&r) - 1.0f) * b;
+    break;
+  }
+  case GP_INIT_KAIMING_NORMAL: {
+    float sd = (float)sqrt(2.0 / fan);
+    for (int64_t j = 0; j < n; j++) host[j] = gp_rng_normal(&r) * sd;
+    break;
+  }
+  }
+}

@@ -1,0 +1,111 @@
+/* The one layer interface. A layer type is a table of functions registered by the name the
+ * YAML uses (layers/registry.c). Shapes here are per sample (no batch dimension); runtime
+ * tensors carry the batch as dimension 0. Gradient convention: parameter gradients +=,
+ * input gradients = (a NULL din[i].data means that input needs no gradient). */
+#ifndef GP_LAYER_H
+#define GP_LAYER_H
+
+#include <stdint.h>
+
+#include "core/arena.h"
+#include "core/backend.h"
+#include "core/spec/cfg.h"
+#include "core/tensor.h"
+
+#define GP_MAX_INPUTS 8
+#define GP_MAX_PARAMS 4
+
+typedef enum gp_init {
+  GP_INIT_ZEROS,
+  GP_INIT_ONES,
+  /* PyTorch's defaults for conv and linear: weight U(-b, b), b = 1/sqrt(fan_in)
+   * (kaiming_uniform with a = sqrt(5)); bias U(-b, b) with the same b. */
+  GP_INIT_UNIFORM_FAN_IN,
+  GP_INIT_KAIMING_NORMAL, /* N(0, 2/fan_in): He et al., for ReLU nets (init: he) */
+} gp_init;
+
+typedef struct gp_param_desc {
+  char name[24];  /* "weight", "bias", "running_mean", ... */
+  gp_shape shape; /* full parameter shape */
+  gp_init init;
+  int64_t fan_in;
+  int trainable; /* 0: a buffer (running statistics): saved and loaded, never optimized */
+} gp_param_desc;
+
+/* Per sample: FLOPs and bytes (f32). The executor multiplies by the batch. */
+typedef struct gp_cost {
+  double fwd_flops, bwd_flops;
+  int64_t params;      /* trainable elements */
+  int64_t saved_bytes; /* what forward keeps for backward beyond its input and output */
+  int64_t out_bytes;
+} gp_cost;
+
+typedef struct gp_layer gp_layer;
+
+/* What a forward or backward pass runs in. */
+typedef struct gp_exec {
+  gp_backend *be;
+  gp_arena *arena;  /* saved state lives here until the micro-batch's backward is done */
+  int training;     /* 0: evaluation (batchnorm uses running statistics, dropout is off) */
+  int recompute;    /* 1: a re-materializing forward: must not touch running statistics */
+  uint64_t seed;    /* run seed; dropout key = hash(seed, step, micro, layer path) */
+  int64_t step;
+  int micro;
+  int64_t loss_count; /* samples in the whole mini-batch: loss layers scale by 1/loss_count */
+  double loss_sum;    /* host accumulators that loss layers add to */
+  int64_t correct;
+  int64_t counted;
+} gp_exec;
+
+typedef struct gp_layer_type {
+  const char *name;
+  int min_inputs, max_inputs;
+  size_t conf_size; /* bytes of the type's settings struct at gp_layer.conf (zeroed) */
+  /* Reads settings through cfg (every key the type knows is asked for, so unknown keys are
+   * found). Errors come located from the cfg getters. */
+  gp_status (*configure)(gp_layer *l, gp_cfg *cfg);
+  /* From l->n_in, l->in_shape[] and l->in_dtype[], sets l->out_shape, and fills
+   * l->pdesc/l->n_params. Errors say what is wrong with both shapes (unlocated: the loader
+   * adds the layer's position). */
+  gp_status (*shape)(gp_layer *l);
+  void (*cost)(const gp_layer *l, gp_cost *c);
+  /* out is allocated by the caller (batch + out_shape). *saved may be set to state allocated
+   * from e->arena that backward needs. */
+  gp_status (*forward)(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+                       void **saved);
+  gp_status (*backward)(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+                        const gp_tensor *dout, gp_tensor *din, void *saved);
+  /* Optional: floats of non-persistent accumulator state at l->stats (batchnorm). */
+  int64_t (*stats_floats)(const gp_layer *l);
+  /* Optional: once per mini-batch after all backwards (apply deferred running stats). */
+  gp_status (*step_end)(gp_layer *l, gp_backend *be);
+} gp_layer_type;
+
+struct gp_layer {
+  const gp_layer_type *type;
+  char *path; /* "3.conv1": the prefix of its parameter names */
+  void *conf;
+  int n_in;
+  gp_shape in_shape[GP_MAX_INPUTS];
+  gp_dtype in_dtype[GP_MAX_INPUTS];
+  gp_shape out_shape;
+  gp_dtype out_dtype; /* GP_F32 unless shape() says otherwise */
+  int n_params;
+  gp_param_desc pdesc[GP_MAX_PARAMS];
+  float *param[GP_MAX_PARAMS]; /* device pointers into the stage's contiguous buffers */
+  float *grad[GP_MAX_PARAMS];  /* NULL for buffers */
+  float *stats;                /* stats_floats() floats, or NULL */
+};
+
+/* The registry (layers/registry.c). */
+const gp_layer_type *gp_layer_type_find(const char *name);
+/* All registered names, NULL-terminated, for suggestions. */
+const char *const *gp_layer_type_names(void);
+
+/* Dropout key for this layer in this pass. */
+uint64_t gp_layer_rng_key(const gp_layer *l, const gp_exec *e);
+
+/* Deterministic initial values of parameter i, from (seed, path + "." + name); host floats. */
+void gp_param_init_host(const gp_layer *l, int i, uint64_t seed, float *host);
+
+#endif

@@ -1,0 +1,441 @@
+/* gp_cfg: located key/value settings with "did you mean" for unknown keys. */
+#include "core/spec/cfg.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <yaml.h>
+
+typedef struct entry {
+  char *key;
+  int is_list, n;
+  char **items; /* scalar: items[0] */
+  int *line, *col; /* per item */
+  int kline, kcol; /* the value's position */
+  int asked;
+} entry;
+
+struct gp_cfg {
+  char *file;
+  int line, col;
+  entry *e;
+  int n, cap;
+  const char *asked[64]; /* keys asked for, present or not (for suggestions) */
+  int n_asked;
+};
+
+static char *dupstr(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+gp_cfg *gp_cfg_new(const char *file, int line, int col) {
+  gp_cfg *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->file = dupstr(file ? file : "<config>");
+  c->line = line;
+  c->col = col;
+  if (!c->file) {
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+void gp_cfg_free(gp_cfg *c) {
+  if (!c) return;
+  for (int i = 0; i < c->n; i++) {
+    entry *e = &c->e[i];
+    for (int j = 0; j < e->n; j++) free(e->items[j]);
+    free(e->items);
+    free(e->line);
+    free(e->col);
+    free(e->key);
+  }
+  free(c->e);
+  free(c->file);
+  free(c);
+}
+
+const char *gp_cfg_file(const gp_cfg *c) {
+  return c->file;
+}
+int gp_cfg_line(const gp_cfg *c) {
+  return c->line;
+}
+int gp_cfg_col(const gp_cfg *c) {
+  return c->col;
+}
+
+static entry *find(gp_cfg *c, const char *key) {
+  for (int i = 0; i < c->n; i++)
+    if (strcmp(c->e[i].key, key) == 0) return &c->e[i];
+  return NULL;
+}
+
+static void note_asked(gp_cfg *c, const char *key) {
+  for (int i = 0; i < c->n_asked; i++)
+    if (strcmp(c->asked[i], key) == 0) return;
+  if (c->n_asked < (int)(sizeof c->asked / sizeof c->asked[0])) c->asked[c->n_asked++] = key;
+}
+
+static entry *lookup(gp_cfg *c, const char *key) {
+  note_asked(c, key);
+  entry *e = find(c, key);
+  if (e) e->asked = 1;
+  return e;
+}
+
+static gp_status add(gp_cfg *c, const char *key, int n, const char *const *items, const int *il,
+                     const int *ic, int line, int col, int is_list) {
+  if (find(c, key))
+    return GP_ERR(GP_ERR_SPEC, "%s:%d:%d: duplicate key '%s'", c->file, line, col, key);
+  if (c->n == c->cap) {
+    int cap = c->cap ? c->cap * 2 : 8;
+    entry *ne = realloc(c->e, (size_t)cap * sizeof *ne);
+    if (!ne) return GP_ERR(GP_ERR_NOMEM, "out of memory reading settings");
+    c->e = ne;
+    c->cap = cap;
+  }
+  entry *e = &c->e[c->n];
+  memset(e, 0, sizeof *e);
+  e->key = dupstr(key);
+  e->items = calloc((size_t)(n ? n : 1), sizeof *e->items);
+  e->line = calloc((size_t)(n ? n : 1), sizeof *e->line);
+  e->col = calloc((size_t)(n ? n : 1), sizeof *e->col);
+  if (!e->key || !e->items || !e->line || !e->col) {
+    free(e->key);
+    free(e->items);
+    free(e->line);
+    free(e->col);
+    return GP_ERR(GP_ERR_NOMEM, "out of memory reading settings");
+  }
+  c->n++;
+  e->is_list = is_list;
+  e->kline = line;
+  e->kcol = col;
+  for (int i = 0; i < n; i++) {
+    e->items[i] = dupstr(items[i]);
+    if (!e->items[i]) return GP_ERR(GP_ERR_NOMEM, "out of memory reading settings");
+    e->n = i + 1;
+    e->line[i] = il ? il[i] : line;
+    e->col[i] = ic ? ic[i] : col;
+  }
+  return GP_OK;
+}
+
+gp_status gp_cfg_add_scalar(gp_cfg *c, const char *key, const char *text, int line, int col) {
+  return add(c, key, 1, &text, NULL, NULL, line, col, 0);
+}
+
+gp_status gp_cfg_add_list(gp_cfg *c, const char *key, int n, const char *const *items,
+                          const int *item_line, const int *item_col, int line, int col) {
+  return add(c, key, n, items, item_line, item_col, line, col, 1);
+}
+
+static gp_status verror(gp_cfg *c, int line, int col, const char *fmt, va_list ap) {
+  char m[768];
+  vsnprintf(m, sizeof m, fmt, ap);
+  return GP_ERR(GP_ERR_SPEC, "%s:%d:%d: %s", c->file, line, col, m);
+}
+
+static gp_status at_error(gp_cfg *c, int line, int col, const char *fmt, ...) GP_PRINTF(4, 5);
+static gp_status at_error(gp_cfg *c, int line, int col, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  gp_status s = verror(c, line, col, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+gp_status gp_cfg_error(gp_cfg *c, const char *key, const char *fmt, ...) {
+  entry *e = key ? find(c, key) : NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  gp_status s = verror(c, e ? e->kline : c->line, e ? e->kcol : c->col, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+int gp_cfg_has(gp_cfg *c, const char *key) {
+  return lookup(c, key) != NULL;
+}
+
+static int parse_int(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 0);
+  if (errno || end == s || *end) return 0;
+  *out = v;
+  return 1;
+}
+
+static int parse_float(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || !isfinite(v)) return 0;
+  *out = v;
+  return 1;
+}
+
+static gp_status scalar_of(gp_cfg *c, entry *e, const char *key) {
+  if (e->is_list)
+    return at_error(c, e->kline, e->kcol, "%s: expected a single value, got a list", key);
+  return GP_OK;
+}
+
+static gp_status int_item(gp_cfg *c, entry *e, int i, const char *key, int64_t min, int64_t max,
+                          int64_t *out) {
+  if (!parse_int(e->items[i], out))
+    return at_error(c, e->line[i], e->col[i], "%s: expected an integer, got '%s'", key,
+                    e->items[i]);
+  if (*out < min || *out > max)
+    return at_error(c, e->line[i], e->col[i], "%s: %lld is out of range [%lld, %lld]", key,
+                    (long long)*out, (long long)min, (long long)max);
+  return GP_OK;
+}
+
+gp_status gp_cfg_int(gp_cfg *c, const char *key, int64_t dflt, int64_t min, int64_t max,
+                     int64_t *out) {
+  entry *e = lookup(c, key);
+  if (!e) {
+    *out = dflt;
+    return GP_OK;
+  }
+  GP_TRY(scalar_of(c, e, key));
+  return int_item(c, e, 0, key, min, max, out);
+}
+
+gp_status gp_cfg_float(gp_cfg *c, const char *key, double dflt, double min, double max,
+                       double *out) {
+  entry *e = lookup(c, key);
+  if (!e) {
+    *out = dflt;
+    return GP_OK;
+  }
+  GP_TRY(scalar_of(c, e, key));
+  if (!parse_float(e->items[0], out))
+    return at_error(c, e->line[0], e->col[0], "%s: expected a number, got '%s'", key,
+                    e->items[0]);
+  if (*out < min || *out > max)
+    return at_error(c, e->line[0], e->col[0], "%s: %g is out of range [%g, %g]", key, *out, min,
+                    max);
+  return GP_OK;
+}
+
+gp_status gp_cfg_bool(gp_cfg *c, const char *key, int dflt, int *out) {
+  entry *e = lookup(c, key);
+  if (!e) {
+    *out = dflt;
+    return GP_OK;
+  }
+  GP_TRY(scalar_of(c, e, key));
+  const char *s = e->items[0];
+  if (!strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) *out = 1;
+  else if (!strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off")) *out = 0;
+  else return at_error(c, e->line[0], e->col[0], "%s: expected true or false, got '%s'", key, s);
+  return GP_OK;
+}
+
+gp_status gp_cfg_str(gp_cfg *c, const char *key, const char *dflt, const char **out) {
+  entry *e = lookup(c, key);
+  if (!e) {
+    *out = dflt;
+    return GP_OK;
+  }
+  GP_TRY(scalar_of(c, e, key));
+  *out = e->items[0];
+  return GP_OK;
+}
+
+gp_status gp_cfg_choice(gp_cfg *c, const char *key, const char *const *choices, int dflt,
+                        int *out) {
+  entry *e = lookup(c, key);
+  if (!e) {
+    *out = dflt;
+    return GP_OK;
+  }
+  GP_TRY(scalar_of(c, e, key));
+  int n = 0;
+  for (; choices[n]; n++)
+    if (strcmp(choices[n], e->items[0]) == 0) {
+      *out = n;
+      return GP_OK;
+    }
+  char list[256] = "";
+  for (int i = 0; i < n; i++) {
+    strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+    strncat(list, choices[i], sizeof list - strlen(list) - 1);
+  }
+  const char *near = gp_nearest(e->items[0], choices, n);
+  if (near)
+    return at_error(c, e->line[0], e->col[0], "%s: unknown value '%s'; did you mean '%s'?", key,
+                    e->items[0], near);
+  return at_error(c, e->line[0], e->col[0], "%s: unknown value '%s' (one of: %s)", key,
+                  e->items[0], list);
+}
+
+gp_status gp_cfg_ints(gp_cfg *c, const char *key, int n, const int64_t *dflt, int64_t min,
+                      int64_t max, int64_t *out) {
+  entry *e = lookup(c, key);
+  if (!e) {
+    if (!dflt) return gp_cfg_error(c, NULL, "missing required key '%s'", key);
+    for (int i = 0; i < n; i++) out[i] = dflt[i];
+    return GP_OK;
+  }
+  if (!e->is_list) {
+    GP_TRY(int_item(c, e, 0, key, min, max, &out[0]));
+    for (int i = 1; i < n; i++) out[i] = out[0];
+    return GP_OK;
+  }
+  if (e->n != n)
+    return at_error(c, e->kline, e->kcol, "%s: expected %d values, got %d", key, n, e->n);
+  for (int i = 0; i < n; i++) GP_TRY(int_item(c, e, i, key, min, max, &out[i]));
+  return GP_OK;
+}
+
+gp_status gp_cfg_floats(gp_cfg *c, const char *key, int max_n, double *out, int *n_out) {
+  entry *e = lookup(c, key);
+  *n_out = 0;
+  if (!e) return GP_OK;
+  if (e->n > max_n)
+    return at_error(c, e->kline, e->kcol, "%s: expected at most %d values, got %d", key, max_n,
+                    e->n);
+  for (int i = 0; i < e->n; i++)
+    if (!parse_float(e->items[i], &out[i]))
+      return at_error(c, e->line[i], e->col[i], "%s: expected a number, got '%s'", key,
+                      e->items[i]);
+  *n_out = e->n;
+  return GP_OK;
+}
+
+gp_status gp_cfg_require(gp_cfg *c, const char *key) {
+  if (!lookup(c, key)) return gp_cfg_error(c, NULL, "missing required key '%s'", key);
+  return GP_OK;
+}
+
+gp_status gp_cfg_check_unknown(gp_cfg *c, const char *what, const char *const *structural) {
+  for (int i = 0; i < c->n; i++) {
+    entry *e = &c->e[i];
+    if (e->asked) continue;
+    int skip = 0;
+    for (int j = 0; structural && structural[j]; j++)
+      if (strcmp(structural[j], e->key) == 0) skip = 1;
+    if (skip) continue;
+    const char *near = gp_nearest(e->key, c->asked, c->n_asked);
+    if (near)
+      return at_error(c, e->kline, e->kcol, "unknown key '%s' for %s; did you mean '%s'?",
+                      e->key, what, near);
+    return at_error(c, e->kline, e->kcol, "unknown key '%s' for %s", e->key, what);
+  }
+  return GP_OK;
+}
+
+static int lev(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 99;
+  int d[64][64];
+  for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+  for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+  for (size_t i = 1; i <= la; i++)
+    for (size_t j = 1; j <= lb; j++) {
+      int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+      d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+    }
+  return d[la][lb];
+}
+
+const char *gp_nearest(const char *word, const char *const *cands, int n) {
+  const char *best = NULL;
+  int bd = 1 << 30;
+  for (int i = 0; i < n; i++) {
+    int d = lev(word, cands[i]);
+    /* a prefix or containment also counts as near: "conv" -> "conv2d" */
+    if (strstr(cands[i], word) || strstr(word, cands[i])) d = d < 2 ? d : 2;
+    if (d < bd) {
+      bd = d;
+      best = cands[i];
+    }
+  }
+  size_t len = strlen(word);
+  int limit = len <= 3 ? 1 : len <= 6 ? 2 : 3;
+  return bd <= limit ? best : NULL;
+}
+
+/* ---- a one-mapping YAML text, for tests and --set style use ---- */
+
+static gp_status node_text(yaml_document_t *doc, yaml_node_t *n, const char **out) {
+  if (n->type != YAML_SCALAR_NODE) return GP_ERR(GP_ERR_SPEC, "expected a scalar");
+  *out = (const char *)n->data.scalar.value;
+  (void)doc;
+  return GP_OK;
+}
+
+gp_status gp_cfg_parse(const char *text, const char *file, gp_cfg **out) {
+  yaml_parser_t p;
+  yaml_document_t doc;
+  gp_status s = GP_OK;
+  *out = NULL;
+  if (!yaml_parser_initialize(&p)) return GP_ERR(GP_ERR_NOMEM, "out of memory (yaml)");
+  yaml_parser_set_input_string(&p, (const unsigned char *)text, strlen(text));
+  if (!yaml_parser_load(&p, &doc)) {
+    s = GP_ERR(GP_ERR_SPEC, "%s:%zu:%zu: %s", file, p.problem_mark.line + 1,
+               p.problem_mark.column + 1, p.problem ? p.problem : "YAML syntax error");
+    yaml_parser_delete(&p);
+    return s;
+  }
+  yaml_node_t *root = yaml_document_get_root_node(&doc);
+  if (!root || root->type != YAML_MAPPING_NODE) {
+    s = GP_ERR(GP_ERR_SPEC, "%s:1:1: expected a mapping", file);
+    goto done;
+  }
+  gp_cfg *c = gp_cfg_new(file, (int)root->start_mark.line + 1, (int)root->start_mark.column + 1);
+  if (!c) {
+    s = GP_ERR(GP_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (yaml_node_pair_t *pr = root->data.mapping.pairs.start;
+       s == GP_OK && pr < root->data.mapping.pairs.top; pr++) {
+    yaml_node_t *k = yaml_document_get_node(&doc, pr->key);
+    yaml_node_t *v = yaml_document_get_node(&doc, pr->value);
+    const char *key = "";
+    int l = (int)v->start_mark.line + 1, col = (int)v->start_mark.column + 1;
+    if ((s = node_text(&doc, k, &key)) != GP_OK) break;
+    if (v->type == YAML_SCALAR_NODE) {
+      s = gp_cfg_add_scalar(c, key, (const char *)v->data.scalar.value, l, col);
+    } else if (v->type == YAML_SEQUENCE_NODE) {
+      const char *items[64];
+      int il[64], ic[64], n = 0;
+      for (yaml_node_item_t *it = v->data.sequence.items.start;
+           it < v->data.sequence.items.top && n < 64; it++) {
+        yaml_node_t *in = yaml_document_get_node(&doc, *it);
+        if (in->type != YAML_SCALAR_NODE) {
+          s = GP_ERR(GP_ERR_SPEC, "%s:%d:%d: %s: expected a list of scalars", file, l, col, key);
+          break;
+        }
+        items[n] = (const char *)in->data.scalar.value;
+        il[n] = (int)in->start_mark.line + 1;
+        ic[n] = (int)in->start_mark.column + 1;
+        n++;
+      }
+      if (s == GP_OK) s = gp_cfg_add_list(c, key, n, items, il, ic, l, col);
+    } else {
+      s = GP_ERR(GP_ERR_SPEC, "%s:%d:%d: %s: expected a scalar or a list", file, l, col, key);
+    }
+  }
+  if (s == GP_OK) *out = c;
+  else gp_cfg_free(c);
+done:
+  yaml_document_delete(&doc);
+  yaml_parser_delete(&p);
+  return s;
+}

@@ -1,0 +1,124 @@
+/* A loaded model file: the layer graph with every shape inferred and checked, and the
+ * data, train and pipeline sections with defaults filled in. Built by gp_model_load
+ * (core/spec/), read by the trainer, partitioner and executor; it knows no YAML. */
+#ifndef GP_SPEC_H
+#define GP_SPEC_H
+
+#include <stdint.h>
+
+#include "core/layer.h"
+
+#define GP_MAX_MODEL_INPUTS 8
+#define GP_MAX_DEVICES 64
+#define GP_SPEC_NAME 64
+
+/* Limits of expansion: a model file beyond them is refused with an error. */
+#define GP_SPEC_MAX_NODES 100000     /* layers after block and repeat expansion */
+#define GP_SPEC_MAX_REPEAT 10000     /* one repeat: count */
+#define GP_SPEC_MAX_YAML_NODES 1000000 /* YAML nodes visited, aliases counted each time */
+#define GP_SPEC_MAX_ELEMENTS ((int64_t)1 << 40) /* elements of one tensor or parameter */
+
+typedef struct gp_model_input {
+  char name[GP_SPEC_NAME];
+  gp_shape shape; /* per sample */
+  gp_dtype dtype; /* GP_F32 for images, GP_I32 for labels and token ids */
+} gp_model_input;
+
+typedef struct gp_node {
+  gp_layer layer;
+  int n_in;
+  int in[GP_MAX_INPUTS]; /* tensor ids: 0..n_inputs-1 model inputs, n_inputs + i node i */
+  int unit;              /* top-level unit this node belongs to */
+  int line, col;         /* where it was written */
+} gp_node;
+
+typedef enum gp_dataset {
+  GP_DATA_NONE,
+  GP_DATA_FASHION_MNIST,
+  GP_DATA_MNIST,
+  GP_DATA_CIFAR10,
+  GP_DATA_CIFAR100,
+  GP_DATA_IMAGENET,
+  GP_DATA_TRANSLATION,
+  GP_DATA_SYNTHETIC,
+} gp_dataset;
+
+typedef struct gp_data_spec {
+  gp_dataset dataset;
+  char path[512];         /* directory of the files; "" = the dataset's default */
+  int n_norm;             /* 0 = no normalization */
+  float mean[4], std[4];  /* per channel, on the 0..1 scale */
+  int augment;            /* dataset-standard train augmentation */
+  int64_t train_limit;    /* 0 = all samples; else the first N (quick runs) */
+  int64_t test_limit;
+} gp_data_spec;
+
+typedef enum gp_optim_kind { GP_OPT_SGD, GP_OPT_ADAMW, GP_OPT_RMSPROP } gp_optim_kind;
+typedef enum gp_lr_kind { GP_LR_CONSTANT, GP_LR_STEP, GP_LR_COSINE } gp_lr_kind;
+
+typedef struct gp_train_spec {
+  gp_optim_kind optimizer;
+  double lr, momentum, weight_decay, beta1, beta2, eps, alpha;
+  int nesterov;
+  gp_lr_kind schedule;
+  int64_t warmup_steps;  /* linear warm-up from 0 to lr, before any schedule */
+  int64_t step_size;     /* step: every step_size steps lr *= gamma */
+  double gamma;
+  double min_lr;         /* cosine: floor */
+  double clip_grad_norm; /* 0 = off */
+  int64_t batch_size;
+  int64_t epochs;        /* used when steps == 0 */
+  int64_t steps;         /* 0 = epochs decide */
+  int64_t eval_every;    /* steps between evaluations; 0 = at the end of each epoch */
+  int64_t log_every;     /* steps between log lines */
+  uint64_t seed;
+} gp_train_spec;
+
+typedef enum gp_schedule_kind { GP_SCHED_GPIPE, GP_SCHED_1F1B } gp_schedule_kind;
+typedef enum gp_remat { GP_REMAT_ALWAYS, GP_REMAT_EXCEPT_LAST, GP_REMAT_NEVER } gp_remat;
+
+typedef struct gp_pipeline_spec {
+  int stages;         /* 1 = no pipelining */
+  int micro_batches;
+  gp_schedule_kind schedule;
+  gp_remat remat;
+  int n_devices;
+  char devices[GP_MAX_DEVICES][16]; /* "cpu", "cuda:0" */
+  int n_balance;                    /* 0 = automatic */
+  int balance[GP_MAX_DEVICES];      /* units per stage */
+} gp_pipeline_spec;
+
+typedef struct gp_model {
+  char name[GP_SPEC_NAME];
+  char *file;
+  int n_inputs;
+  gp_model_input inputs[GP_MAX_MODEL_INPUTS];
+  int label_input; /* index of the labels input, or -1 */
+  int n_nodes;
+  gp_node *nodes; /* topological (file) order; the loss is the last node */
+  int n_units;
+  int *unit_first;   /* n_units + 1 entries: unit u = nodes [unit_first[u], unit_first[u+1]) */
+  char **unit_names; /* "0", "stem", "cells.3" */
+  int output_node;   /* the node whose output feeds the loss (the logits) */
+  int64_t n_params;  /* trainable elements */
+  gp_data_spec data;
+  gp_train_spec train;
+  gp_pipeline_spec pipeline;
+} gp_model;
+
+/* One --set key.path=value override. */
+typedef struct gp_override {
+  const char *path; /* "train.optimizer.lr", "layers.3.out_channels" */
+  const char *value;
+} gp_override;
+
+/* Loads and checks a model file. Errors: GP_ERR_SPEC "file:line:col: what", GP_ERR_IO when
+ * the file cannot be read. */
+gp_status gp_model_load(const char *file, const gp_override *ov, int n_ov, gp_model **out);
+gp_status gp_model_load_string(const char *text, const char *file_name, const gp_override *ov,
+                               int n_ov, gp_model **out);
+void gp_model_free(gp_model *m);
+/* Tensor id of node i's output. */
+int gp_model_tensor_of_node(const gp_model *m, int node);
+
+#endif
