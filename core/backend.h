@@ -29,7 +29,15 @@ typedef struct gp_pool2d_desc {
   int count_pad;
 } gp_pool2d_desc;
 
-typedef enum gp_act { GP_ACT_RELU, GP_ACT_GELU, GP_ACT_TANH, GP_ACT_SIGMOID, GP_ACT_COUNT } gp_act;
+/* GELU is the exact erf form (PyTorch's default); GELU_TANH its tanh approximation. */
+typedef enum gp_act {
+  GP_ACT_RELU,
+  GP_ACT_GELU,
+  GP_ACT_TANH,
+  GP_ACT_SIGMOID,
+  GP_ACT_GELU_TANH,
+  GP_ACT_COUNT
+} gp_act;
 
 typedef struct gp_sgd_hp {
   float lr, momentum, weight_decay;

@@ -1,0 +1,124 @@
+/* Benchmark: training throughput of a model file on the CPU next to the sgemm rate of the
+ * same machine, measured in the same run, so the ratio is meaningful on a noisy machine.
+ *   bench-train-throughput MODEL.yaml [--threads 1] [--batch-size 128] [--steps 30]
+ * Model FLOPs per sample = sum over layers of forward + backward FLOPs from their cost(),
+ * where a layer that reads only model inputs computes no input gradient (half its backward
+ * for conv2d/linear), as the trainer does. */
+#include <cblas.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/progress.h"
+#include "core/spec/spec.h"
+#include "core/train/trainer.h"
+#include "data/loader.h"
+
+static double sgemm_gflops(int threads) {
+  const int n = 1024, reps = 6;
+  float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
+        *c = malloc(sizeof(float) * n * n);
+  for (int i = 0; i < n * n; i++) {
+    a[i] = (float)(i % 7) * 0.1f;
+    b[i] = (float)(i % 5) * 0.1f;
+    c[i] = 0;
+  }
+  openblas_set_num_threads(threads);
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    double t0 = gp_now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    double dt = gp_now() - t0;
+    if (r > 0 && dt < best) best = dt;
+  }
+  free(a);
+  free(b);
+  free(c);
+  return 2.0 * n * n * (double)n / best / 1e9;
+}
+
+static double model_flops_per_sample(const gp_model *m) {
+  double f = 0;
+  for (int i = 0; i < m->n_nodes; i++) {
+    const gp_node *n = &m->nodes[i];
+    gp_cost c = {0};
+    n->layer.type->cost(&n->layer, &c);
+    int from_inputs = 1;
+    for (int j = 0; j < n->n_in; j++) from_inputs &= n->in[j] < m->n_inputs;
+    double bwd = c.bwd_flops;
+    if (from_inputs && n->layer.n_params) bwd *= 0.5;
+    f += c.fwd_flops + bwd;
+  }
+  return f;
+}
+
+int main(int argc, char **argv) {
+  gp_flag flags[] = {
+      {"--threads", GP_FLAG_INT, "N", "CPU threads (default 1)", 1},
+      {"--batch-size", GP_FLAG_INT, "N", "batch (default 128)", 1},
+      {"--steps", GP_FLAG_INT, "N", "timed steps (default 30)", 1},
+      {NULL},
+  };
+  const char *pos[1];
+  int npos;
+  gp_model *m = NULL;
+  gp_backend *be = NULL;
+  gp_loader *l = NULL;
+  gp_trainer t;
+  int have_t = 0;
+  gp_status s = gp_args_parse(argc, argv, flags, pos, 1, &npos);
+  if (s == GP_OK && npos != 1) s = GP_ERR(GP_ERR_USAGE, "usage: bench-train-throughput MODEL.yaml");
+  int threads = flags[0].given ? (int)flags[0].i : 1;
+  int64_t steps = flags[2].given ? flags[2].i : 30, warm = 3;
+  if (s == GP_OK) s = gp_model_load(pos[0], NULL, 0, &m);
+  if (s == GP_OK && flags[1].given) m->train.batch_size = flags[1].i;
+  int64_t b = m ? m->train.batch_size : 0;
+  if (s == GP_OK) s = gp_cpu_backend_create(threads, &be);
+  if (s == GP_OK) {
+    const gp_model_input *xi = &m->inputs[m->label_input == 0 ? 1 : 0];
+    const gp_layer *o = &m->nodes[m->output_node].layer;
+    s = gp_loader_open_synthetic(&xi->shape, o->out_shape.d[o->out_shape.ndim - 1], b * 4,
+                                 GP_SPLIT_TRAIN, 1, &l);
+  }
+  if (s == GP_OK) s = gp_trainer_init(&t, m, be, 1);
+  have_t = s == GP_OK;
+  double gf = sgemm_gflops(threads);
+  float *x = NULL;
+  int32_t *y = NULL;
+  if (s == GP_OK) {
+    gp_shape sh = gp_loader_sample_shape(l);
+    x = malloc(sizeof(float) * (size_t)(b * gp_shape_numel(&sh)));
+    y = malloc(sizeof(int32_t) * (size_t)b);
+  }
+  double t0 = 0;
+  for (int64_t i = 0; s == GP_OK && i < warm + steps; i++) {
+    if (i == warm) t0 = gp_now();
+    int64_t got;
+    gp_metrics mt;
+    s = gp_loader_next(l, b, x, y, &got);
+    if (s == GP_OK) s = gp_trainer_step(&t, x, y, got, 0.01, &mt);
+  }
+  if (s == GP_OK) {
+    double dt = gp_now() - t0, sps = (double)(steps * b) / dt;
+    double fps = model_flops_per_sample(m);
+    double model_gf = sps * fps / 1e9;
+    printf("model %s  batch %" PRId64 "  threads %d\n", m->name, b, threads);
+    printf("sgemm 1024^3: %.1f GFLOP/s\n", gf);
+    printf("training: %.1f samples/s, %.2f MFLOP/sample, %.1f GFLOP/s\n", sps, fps / 1e6, model_gf);
+    printf("ratio model/sgemm: %.1f%%\n", 100.0 * model_gf / gf);
+  }
+  free(x);
+  free(y);
+  if (have_t) gp_trainer_free(&t);
+  gp_loader_free(l);
+  gp_backend_destroy(be);
+  gp_model_free(m);
+  gp_args_free(flags);
+  if (s != GP_OK) {
+    fprintf(stderr, "bench-train-throughput: %s\n", gp_error_message());
+    return gp_status_exit_code(s);
+  }
+  return 0;
+}

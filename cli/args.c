@@ -1,0 +1,91 @@
+/* Flag parsing shared by the gpipe programs. */
+#include "cli/args.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/spec/cfg.h"
+
+gp_flag *gp_args_get(gp_flag *flags, const char *name) {
+  for (gp_flag *f = flags; f->name; f++)
+    if (strcmp(f->name, name) == 0) return f;
+  return NULL;
+}
+
+static gp_status unknown(gp_flag *flags, const char *arg) {
+  const char *names[128];
+  int n = 0;
+  for (gp_flag *f = flags; f->name && n < 128; f++) names[n++] = f->name;
+  const char *near = gp_nearest(arg, names, n);
+  if (near) return GP_ERR(GP_ERR_USAGE, "unknown flag '%s'; did you mean '%s'?", arg, near);
+  return GP_ERR(GP_ERR_USAGE, "unknown flag '%s' (see --help)", arg);
+}
+
+gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **positional,
+                        int max_positional, int *n_positional) {
+  *n_positional = 0;
+  for (int a = 1; a < argc; a++) {
+    const char *arg = argv[a];
+    if (arg[0] != '-' || strcmp(arg, "-") == 0) {
+      if (*n_positional >= max_positional)
+        return GP_ERR(GP_ERR_USAGE, "unexpected argument '%s'", arg);
+      positional[(*n_positional)++] = arg;
+      continue;
+    }
+    char name[64];
+    const char *eq = strchr(arg, '='), *val = NULL;
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (len >= sizeof name) return unknown(flags, arg);
+    memcpy(name, arg, len);
+    name[len] = 0;
+    gp_flag *f = gp_args_get(flags, name);
+    if (!f) return unknown(flags, name);
+    if (f->kind == GP_FLAG_BOOL) {
+      if (eq) return GP_ERR(GP_ERR_USAGE, "%s takes no value", name);
+      f->given = 1;
+      continue;
+    }
+    if (eq) val = eq + 1;
+    else if (a + 1 < argc) val = argv[++a];
+    else return GP_ERR(GP_ERR_USAGE, "%s needs a value (%s)", name, f->metavar);
+    f->given = 1;
+    if (f->kind == GP_FLAG_INT) {
+      char *end;
+      errno = 0;
+      long long v = strtoll(val, &end, 10);
+      if (errno || end == val || *end || v < f->min)
+        return GP_ERR(GP_ERR_USAGE, "%s: expected an integer >= %lld, got '%s'", name,
+                      (long long)f->min, val);
+      f->i = v;
+    } else if (f->kind == GP_FLAG_STR) {
+      if (!*val) return GP_ERR(GP_ERR_USAGE, "%s: empty value", name);
+      f->s = val;
+    } else {
+      const char **l = realloc(f->list, (size_t)(f->n_list + 1) * sizeof *l);
+      if (!l) return GP_ERR(GP_ERR_NOMEM, "out of memory parsing flags");
+      f->list = l;
+      f->list[f->n_list++] = val;
+    }
+  }
+  return GP_OK;
+}
+
+void gp_args_free(gp_flag *flags) {
+  for (gp_flag *f = flags; f->name; f++) {
+    free(f->list);
+    f->list = NULL;
+    f->n_list = 0;
+  }
+}
+
+void gp_args_usage(const char *prog, const char *synopsis, const gp_flag *flags) {
+  printf("usage: %s %s\n\n", prog, synopsis);
+  for (const gp_flag *f = flags; f->name; f++) {
+    char left[64];
+    snprintf(left, sizeof left, "%s%s%s", f->name, f->metavar ? " " : "",
+             f->metavar ? f->metavar : "");
+    printf("  %-26s %s\n", left, f->help);
+  }
+}

@@ -1,0 +1,33 @@
+/* Command-line flags: a table of known flags, parsed with one clear error per mistake. */
+#ifndef GP_CLI_ARGS_H
+#define GP_CLI_ARGS_H
+
+#include <stdint.h>
+
+#include "core/status.h"
+
+typedef enum gp_flag_kind { GP_FLAG_BOOL, GP_FLAG_INT, GP_FLAG_STR, GP_FLAG_LIST } gp_flag_kind;
+
+typedef struct gp_flag {
+  const char *name; /* "--steps" */
+  gp_flag_kind kind;
+  const char *metavar; /* "N" */
+  const char *help;
+  int64_t min;           /* INT: smallest accepted value */
+  /* results */
+  int given;
+  int64_t i;
+  const char *s;
+  const char **list; /* LIST: every value, in order (repeatable flag) */
+  int n_list;
+} gp_flag;
+
+/* Parses argv against flags (terminated by a NULL name); non-flag words go to positional.
+ * "--name=value" and "--name value" both work. Errors are GP_ERR_USAGE. */
+gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **positional,
+                        int max_positional, int *n_positional);
+gp_flag *gp_args_get(gp_flag *flags, const char *name);
+void gp_args_free(gp_flag *flags);
+void gp_args_usage(const char *prog, const char *synopsis, const gp_flag *flags);
+
+#endif

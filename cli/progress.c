@@ -1,0 +1,92 @@
+/* Live progress line, plain log lines and JSONL events. */
+#include "cli/progress.h"
+
+#include <stdarg.h>
+#include <time.h>
+#include <unistd.h>
+
+double gp_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void gp_progress_init(gp_progress *p, int quiet, FILE *log) {
+  p->tty = isatty(2);
+  p->quiet = quiet;
+  p->log = log;
+  p->t0 = gp_now();
+  p->last_draw = 0;
+  p->line_open = 0;
+}
+
+static void clear_line(gp_progress *p) {
+  if (p->line_open) {
+    fprintf(stderr, "\r\033[K");
+    p->line_open = 0;
+  }
+}
+
+static void fmt_eta(double s, char *buf, size_t n) {
+  if (s < 0 || s > 1e7) s = 0;
+  int h = (int)(s / 3600), m = (int)(s / 60) % 60, sec = (int)s % 60;
+  if (h) snprintf(buf, n, "%dh%02dm", h, m);
+  else snprintf(buf, n, "%dm%02ds", m, sec);
+}
+
+void gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch, double loss,
+                      double acc, double lr, double samples_per_s, int print_line) {
+  double now = gp_now(), el = now - p->t0;
+  char eta[32];
+  double per_step = step > 0 ? el / (double)step : 0;
+  fmt_eta(per_step * (double)(total - step), eta, sizeof eta);
+  if (p->log && print_line) {
+    fprintf(p->log,
+            "{\"event\": \"train\", \"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, "
+            "\"accuracy\": %.6g, \"lr\": %.6g, \"samples_per_s\": %.1f, \"time_s\": %.3f}\n",
+            (long long)step, (long long)epoch, loss, acc, lr, samples_per_s, el);
+    fflush(p->log);
+  }
+  if (p->quiet) return;
+  if (p->tty) {
+    if (now - p->last_draw < 0.1 && step != total) return;
+    p->last_draw = now;
+    fprintf(stderr, "\r\033[Kstep %lld/%lld  epoch %lld  loss %.4f  acc %.3f  lr %.4g  %.0f samples/s  ETA %s",
+            (long long)step, (long long)total, (long long)epoch + 1, loss, acc, lr, samples_per_s,
+            eta);
+    p->line_open = 1;
+  } else if (print_line) {
+    fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f acc %.3f lr %.4g %.0f samples/s ETA %s\n",
+            (long long)step, (long long)total, (long long)epoch + 1, loss, acc, lr, samples_per_s,
+            eta);
+  }
+}
+
+void gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, double acc,
+                      int64_t samples, double seconds) {
+  if (p->log) {
+    fprintf(p->log,
+            "{\"event\": \"eval\", \"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, "
+            "\"accuracy\": %.6g, \"samples\": %lld, \"time_s\": %.3f}\n",
+            (long long)step, (long long)epoch, loss, acc, (long long)samples, gp_now() - p->t0);
+    fflush(p->log);
+  }
+  if (p->quiet) return;
+  clear_line(p);
+  fprintf(stderr, "eval  step %lld  epoch %lld  test loss %.4f  test accuracy %.4f  (%lld samples, %.1f s)\n",
+          (long long)step, (long long)epoch + 1, loss, acc, (long long)samples, seconds);
+}
+
+void gp_progress_note(gp_progress *p, const char *fmt, ...) {
+  if (p->quiet) return;
+  clear_line(p);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+void gp_progress_done(gp_progress *p) {
+  clear_line(p);
+}

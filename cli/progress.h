@@ -1,0 +1,29 @@
+/* What gpipe-train shows while it runs: a live line on a terminal, plain lines otherwise,
+ * and one JSON object per event in --log. */
+#ifndef GP_CLI_PROGRESS_H
+#define GP_CLI_PROGRESS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct gp_progress {
+  int tty;          /* stderr is a terminal: redraw one line */
+  int quiet;
+  FILE *log;        /* --log FILE.jsonl, or NULL */
+  double t0;        /* run start, seconds */
+  double last_draw;
+  int line_open;    /* a live line is on screen */
+} gp_progress;
+
+double gp_now(void); /* monotonic seconds */
+void gp_progress_init(gp_progress *p, int quiet, FILE *log);
+/* A training step's numbers; printed every `every` steps (and always to the live line). */
+void gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch, double loss,
+                      double acc, double lr, double samples_per_s, int print_line);
+void gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, double acc,
+                      int64_t samples, double seconds);
+/* A plain message line (clears a live line first). */
+void gp_progress_note(gp_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void gp_progress_done(gp_progress *p);
+
+#endif

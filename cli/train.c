@@ -1,0 +1,266 @@
+/* gpipe-train: trains and evaluates a model file. The only place (with the other programs)
+ * that prints for users and chooses exit codes: 0 ok, 2 bad model file or usage, 1 failure. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/args.h"
+#include "cli/progress.h"
+#include "core/spec/spec.h"
+#include "core/train/trainer.h"
+#include "data/loader.h"
+#include "gp_config.h"
+
+enum {
+  F_STEPS, F_EPOCHS, F_BATCH, F_SEED, F_SET, F_DATA, F_LOG, F_SAVE, F_LOAD, F_CKPT_DIR,
+  F_CKPT_EVERY, F_RESUME, F_THREADS, F_EVAL_EVERY, F_QUIET, F_HELP, F_VERSION, F_COUNT
+};
+
+static gp_flag flags[] = {
+    [F_STEPS] = {"--steps", GP_FLAG_INT, "N", "train N optimizer steps in all (overrides epochs)", 1},
+    [F_EPOCHS] = {"--epochs", GP_FLAG_INT, "N", "train N epochs", 1},
+    [F_BATCH] = {"--batch-size", GP_FLAG_INT, "N", "mini-batch size", 1},
+    [F_SEED] = {"--seed", GP_FLAG_INT, "N", "seed of weights, shuffling and dropout", 0},
+    [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE", "override a scalar of the model file (repeatable)", 0},
+    [F_DATA] = {"--data", GP_FLAG_STR, "synthetic", "random inputs and labels of the model's shapes", 0},
+    [F_LOG] = {"--log", GP_FLAG_STR, "FILE.jsonl", "one JSON object per logged step and evaluation", 0},
+    [F_SAVE] = {"--save", GP_FLAG_STR, "FILE.safetensors", "write the final weights", 0},
+    [F_LOAD] = {"--load", GP_FLAG_STR, "FILE.safetensors", "start from these weights", 0},
+    [F_CKPT_DIR] = {"--checkpoint-dir", GP_FLAG_STR, "DIR", "write checkpoints (each epoch and at the end)", 0},
+    [F_CKPT_EVERY] = {"--checkpoint-every", GP_FLAG_INT, "N", "also write a checkpoint every N steps", 1},
+    [F_RESUME] = {"--resume", GP_FLAG_BOOL, NULL, "continue from the checkpoint in --checkpoint-dir", 0},
+    [F_THREADS] = {"--threads", GP_FLAG_INT, "N", "CPU threads (default: all cores)", 1},
+    [F_EVAL_EVERY] = {"--eval-every", GP_FLAG_INT, "N", "evaluate every N steps (default: each epoch)", 0},
+    [F_QUIET] = {"--quiet", GP_FLAG_BOOL, NULL, "print only errors and the final result", 0},
+    [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
+    [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
+    {NULL},
+};
+_Static_assert(sizeof flags / sizeof flags[0] == F_COUNT + 1, "flag table");
+
+static int fail(gp_status s) {
+  fprintf(stderr, "gpipe-train: %s\n", gp_error_message());
+  return gp_status_exit_code(s);
+}
+
+typedef struct run {
+  gp_model *m;
+  gp_backend *be;
+  gp_loader *train, *test;
+  gp_trainer t;
+  int have_trainer;
+  FILE *log;
+  float *x;
+  int32_t *y;
+} run;
+
+static void run_free(run *r) {
+  if (r->have_trainer) gp_trainer_free(&r->t);
+  gp_loader_free(r->train);
+  gp_loader_free(r->test);
+  gp_backend_destroy(r->be);
+  gp_model_free(r->m);
+  if (r->log) fclose(r->log);
+  free(r->x);
+  free(r->y);
+}
+
+static gp_status test_batches(void *ctx, int64_t max, float *x, int32_t *y, int64_t *got) {
+  return gp_loader_next((gp_loader *)ctx, max, x, y, got);
+}
+
+/* Applies the flags that stand for model-file settings. */
+static gp_status apply_flags(gp_model *m) {
+  gp_train_spec *t = &m->train;
+  if (flags[F_STEPS].given) t->steps = flags[F_STEPS].i;
+  if (flags[F_EPOCHS].given) {
+    t->epochs = flags[F_EPOCHS].i;
+    if (!flags[F_STEPS].given) t->steps = 0;
+  }
+  if (flags[F_BATCH].given) t->batch_size = flags[F_BATCH].i;
+  if (flags[F_SEED].given) t->seed = (uint64_t)flags[F_SEED].i;
+  if (flags[F_EVAL_EVERY].given) t->eval_every = flags[F_EVAL_EVERY].i;
+  if (flags[F_DATA].given && strcmp(flags[F_DATA].s, "synthetic") != 0)
+    return GP_ERR(GP_ERR_USAGE, "--data: only 'synthetic' is accepted (the model file's data "
+                                "section names real data), got '%s'", flags[F_DATA].s);
+  if (flags[F_RESUME].given && !flags[F_CKPT_DIR].given)
+    return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
+  if (flags[F_RESUME].given && flags[F_LOAD].given)
+    return GP_ERR(GP_ERR_USAGE, "--resume and --load both set the weights; use one");
+  return GP_OK;
+}
+
+static gp_status open_data(run *r) {
+  gp_model *m = r->m;
+  const gp_model_input *xi = NULL;
+  for (int i = 0; i < m->n_inputs; i++)
+    if (i != m->label_input) xi = &m->inputs[i];
+  const gp_layer *out = &m->nodes[m->output_node].layer;
+  int64_t classes = out->out_shape.ndim ? out->out_shape.d[out->out_shape.ndim - 1] : 1;
+  int64_t b = m->train.batch_size;
+  uint64_t seed = m->train.seed;
+  if (flags[F_DATA].given || m->data.dataset == GP_DATA_SYNTHETIC) {
+    if (!xi) return GP_ERR(GP_ERR_SPEC, "%s: the model has no input to feed", m->file);
+    GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 16, GP_SPLIT_TRAIN, seed, &r->train));
+    return gp_loader_open_synthetic(&xi->shape, classes, b * 2, GP_SPLIT_TEST, seed, &r->test);
+  }
+  if (m->data.dataset == GP_DATA_NONE)
+    return GP_ERR(GP_ERR_SPEC, "%s: the model file has no data section (or use --data synthetic)",
+                  m->file);
+  GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, seed, &r->train));
+  GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TEST, seed, &r->test));
+  gp_shape ds = gp_loader_sample_shape(r->train);
+  char a[96], c[96];
+  if (!xi || !gp_shape_equal(&ds, &xi->shape))
+    return GP_ERR(GP_ERR_SPEC, "%s: the model's input is %s but the data gives %s", m->file,
+                  xi ? gp_shape_str(&xi->shape, a, sizeof a) : "missing",
+                  gp_shape_str(&ds, c, sizeof c));
+  if (gp_loader_classes(r->train) != classes)
+    return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " classes, the data has %" PRId64,
+                  m->file, classes, gp_loader_classes(r->train));
+  if (gp_loader_samples(r->train) < b)
+    return GP_ERR(GP_ERR_DATA, "the training set has %" PRId64 " samples, fewer than one batch of %" PRId64,
+                  gp_loader_samples(r->train), b);
+  return GP_OK;
+}
+
+static gp_status checkpoint(run *r, gp_progress *pg) {
+  gp_ckpt_pos pos;
+  gp_loader_tell(r->train, &pos.epoch, &pos.index);
+  GP_TRY(gp_trainer_save_checkpoint(&r->t, flags[F_CKPT_DIR].s, &pos));
+  gp_progress_note(pg, "checkpoint  step %" PRId64 "  %s/checkpoint.safetensors", r->t.step,
+                   flags[F_CKPT_DIR].s);
+  return GP_OK;
+}
+
+static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, gp_metrics *ev) {
+  double t0 = gp_now();
+  GP_TRY(gp_loader_seek(r->test, 0, 0));
+  GP_TRY(gp_trainer_evaluate(&r->t, test_batches, r->test, r->m->train.batch_size, 0, ev));
+  gp_progress_eval(pg, r->t.step, epoch, ev->loss, ev->accuracy, ev->samples, gp_now() - t0);
+  return GP_OK;
+}
+
+static gp_status train(run *r) {
+  gp_model *m = r->m;
+  const gp_train_spec *ts = &m->train;
+  int64_t b = ts->batch_size;
+  int64_t per_epoch = gp_loader_samples(r->train) / b;
+  int64_t total = ts->steps > 0 ? ts->steps : ts->epochs * per_epoch;
+  int threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : gp_cpu_cores();
+  GP_TRY(gp_cpu_backend_create(threads, &r->be));
+  GP_TRY(gp_trainer_init(&r->t, m, r->be, ts->seed));
+  r->have_trainer = 1;
+  if (flags[F_LOAD].given) GP_TRY(gp_trainer_load_weights(&r->t, flags[F_LOAD].s));
+  if (flags[F_RESUME].given) {
+    gp_ckpt_pos pos;
+    GP_TRY(gp_trainer_load_checkpoint(&r->t, flags[F_CKPT_DIR].s, &pos));
+    GP_TRY(gp_loader_seek(r->train, pos.epoch, pos.index));
+  }
+  if (flags[F_LOG].given && !(r->log = fopen(flags[F_LOG].s, r->t.step ? "a" : "w")))
+    return GP_ERR(GP_ERR_IO, "%s: cannot open the log for writing", flags[F_LOG].s);
+  gp_shape sample = gp_loader_sample_shape(r->train);
+  int64_t per = gp_shape_numel(&sample);
+  r->x = malloc((size_t)(b * per) * sizeof(float));
+  r->y = malloc((size_t)b * sizeof(int32_t));
+  if (!r->x || !r->y) return GP_ERR(GP_ERR_NOMEM, "out of host memory for a batch");
+
+  gp_progress pg;
+  gp_progress_init(&pg, flags[F_QUIET].given, r->log);
+  gp_progress_note(&pg, "model %s: %d units, %d layers, %.3fM parameters (%" PRId64 ")",
+                   m->name, m->n_units, m->n_nodes, (double)m->n_params / 1e6, m->n_params);
+  gp_progress_note(&pg, "training %" PRId64 " steps of batch %" PRId64 " (%" PRId64
+                   " per epoch), %d CPU thread%s%s",
+                   total, b, per_epoch, threads, threads == 1 ? "" : "s",
+                   r->t.step ? ", resumed" : "");
+  if (r->t.step > total)
+    return GP_ERR(GP_ERR_USAGE, "the checkpoint is at step %" PRId64 ", past --steps %" PRId64,
+                  r->t.step, total);
+  int64_t every = ts->log_every > 0 ? ts->log_every : 50;
+  double win_t = gp_now();
+  int64_t win_n = 0;
+  gp_metrics ev = {0}, tr = {0};
+  int evaluated_last = 0;
+  double rate = 0;
+  while (r->t.step < total) {
+    int64_t got, epoch, idx;
+    gp_loader_tell(r->train, &epoch, &idx);
+    GP_TRY(gp_loader_next(r->train, b, r->x, r->y, &got));
+    double lr = gp_lr_at(ts, r->t.step, total);
+    GP_TRY(gp_trainer_step(&r->t, r->x, r->y, got, lr, &tr));
+    win_n += got;
+    double now = gp_now();
+    if (now - win_t > 0.5) {
+      rate = (double)win_n / (now - win_t);
+      win_t = now;
+      win_n = 0;
+    }
+    int64_t s = r->t.step;
+    gp_progress_step(&pg, s, total, epoch, tr.loss, tr.accuracy, lr, rate,
+                     s % every == 0 || s == total);
+    evaluated_last = 0;
+    int epoch_end = per_epoch > 0 && s % per_epoch == 0;
+    if ((ts->eval_every > 0 && s % ts->eval_every == 0) || (ts->eval_every == 0 && epoch_end)) {
+      GP_TRY(evaluate(r, &pg, epoch, &ev));
+      evaluated_last = 1;
+    }
+    if (flags[F_CKPT_DIR].given &&
+        (epoch_end || (flags[F_CKPT_EVERY].given && s % flags[F_CKPT_EVERY].i == 0)) && s != total)
+      GP_TRY(checkpoint(r, &pg));
+  }
+  int64_t epoch, idx;
+  gp_loader_tell(r->train, &epoch, &idx);
+  if (!evaluated_last) GP_TRY(evaluate(r, &pg, epoch, &ev));
+  if (flags[F_CKPT_DIR].given) GP_TRY(checkpoint(r, &pg));
+  if (flags[F_SAVE].given) {
+    GP_TRY(gp_trainer_save_weights(&r->t, flags[F_SAVE].s));
+    gp_progress_note(&pg, "saved weights to %s", flags[F_SAVE].s);
+  }
+  gp_progress_done(&pg);
+  printf("final: step %" PRId64 "  test loss %.4f  test accuracy %.4f  (%.1f s)\n", r->t.step,
+         ev.loss, ev.accuracy, gp_now() - pg.t0);
+  return GP_OK;
+}
+
+int main(int argc, char **argv) {
+  const char *pos[1];
+  int npos;
+  run r = {0};
+  gp_status s = gp_args_parse(argc, argv, flags, pos, 1, &npos);
+  if (s != GP_OK) return fail(s);
+  if (flags[F_HELP].given) {
+    gp_args_usage("gpipe-train", "MODEL.yaml [flags]", flags);
+    return 0;
+  }
+  if (flags[F_VERSION].given) {
+    printf("gpipe-train %s\n", GP_VERSION);
+    return 0;
+  }
+  if (npos != 1) {
+    gp_args_free(flags);
+    fprintf(stderr, "gpipe-train: expected one model file (usage: gpipe-train MODEL.yaml [flags]; --help)\n");
+    return 2;
+  }
+  gp_override ov[256];
+  int nov = 0;
+  for (int i = 0; i < flags[F_SET].n_list && s == GP_OK; i++) {
+    const char *kv = flags[F_SET].list[i], *eq = strchr(kv, '=');
+    if (!eq || eq == kv || nov >= 256) {
+      s = GP_ERR(GP_ERR_USAGE, "--set %s: expected KEY.PATH=VALUE", kv);
+      break;
+    }
+    char *key = strndup(kv, (size_t)(eq - kv));
+    if (!key) s = GP_ERR(GP_ERR_NOMEM, "out of memory");
+    else ov[nov++] = (gp_override){key, eq + 1};
+  }
+  if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &r.m);
+  for (int i = 0; i < nov; i++) free((char *)ov[i].path);
+  if (s == GP_OK) s = apply_flags(r.m);
+  if (s == GP_OK) s = open_data(&r);
+  if (s == GP_OK) s = train(&r);
+  gp_args_free(flags);
+  run_free(&r);
+  return s == GP_OK ? 0 : fail(s);
+}

@@ -1,0 +1,171 @@
+/* The CPU backend: host memory, the operation table and GEMM through OpenBLAS. It is the
+ * reference every other backend is tested against, so correctness comes before speed. */
+#include <cblas.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cpu/cpu.h"
+
+#define ALIGN 64
+
+typedef struct cpu_impl {
+  void *scratch;
+  size_t scratch_bytes;
+} cpu_impl;
+
+static gp_status cpu_alloc(gp_backend *be, size_t bytes, void **out) {
+  (void)be;
+  /* aligned_alloc wants a multiple of the alignment; zero bytes still gets a valid pointer. */
+  size_t n = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+  if (n < bytes) return GP_ERR(GP_ERR_NOMEM, "allocation of %zu bytes is too large", bytes);
+  if (n == 0) n = ALIGN;
+  void *p = aligned_alloc(ALIGN, n);
+  if (!p) return GP_ERR(GP_ERR_NOMEM, "out of host memory allocating %zu bytes", bytes);
+  *out = p;
+  return GP_OK;
+}
+
+static void cpu_free(gp_backend *be, void *p) {
+  (void)be;
+  free(p);
+}
+
+static gp_status cpu_zero(gp_backend *be, void *dst, size_t bytes) {
+  (void)be;
+  if (bytes) memset(dst, 0, bytes);
+  return GP_OK;
+}
+
+static gp_status cpu_copy(gp_backend *be, void *dst, const void *src, size_t bytes) {
+  (void)be;
+  if (bytes && dst != src) memmove(dst, src, bytes);
+  return GP_OK;
+}
+
+static gp_status cpu_sync(gp_backend *be) {
+  (void)be;
+  return GP_OK;
+}
+
+gp_status gp_cpu_scratch(gp_backend *be, size_t bytes, void **out) {
+  cpu_impl *im = be->impl;
+  if (bytes > im->scratch_bytes || !im->scratch) {
+    void *p = NULL;
+    GP_TRY(cpu_alloc(be, bytes, &p));
+    free(im->scratch);
+    im->scratch = p;
+    im->scratch_bytes = bytes;
+  }
+  *out = im->scratch;
+  return GP_OK;
+}
+
+static void cpu_destroy(gp_backend *be) {
+  cpu_impl *im = be->impl;
+  if (im) free(im->scratch);
+  free(im);
+  free(be);
+}
+
+static int fits_int(int64_t v) {
+  return v >= 0 && v <= INT_MAX;
+}
+
+gp_status gp_cpu_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float beta, float *c, int64_t ldc) {
+  if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) ||
+      !fits_int(ldc))
+    return GP_ERR(GP_ERR_RUNTIME, "gemm %lld x %lld x %lld exceeds the 32-bit BLAS interface",
+                  (long long)m, (long long)n, (long long)k);
+  if (m == 0 || n == 0) return GP_OK;
+  if (k == 0) {
+    /* BLAS would scale C by beta; do the same without calling it with k = 0. */
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return GP_OK;
+  }
+  /* OpenBLAS's thread count is process-global, not per call or per instance: two CPU
+   * backends with different `threads` in one process overwrite each other's setting. We
+   * only re-set it when it differs, so the common case (all instances alike) costs nothing. */
+  if (openblas_get_num_threads() != be->threads) openblas_set_num_threads(be->threads);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda, b,
+              (int)ldb, beta, c, (int)ldc);
+  return GP_OK;
+}
+
+int gp_cpu_cores(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return 1;
+}
+
+gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
+  if (threads < 1) return GP_ERR(GP_ERR_USAGE, "a CPU backend needs at least 1 thread, got %d", threads);
+  gp_backend *be = calloc(1, sizeof *be);
+  cpu_impl *im = calloc(1, sizeof *im);
+  if (!be || !im) {
+    free(be);
+    free(im);
+    return GP_ERR(GP_ERR_NOMEM, "out of host memory creating a CPU backend");
+  }
+  be->name = "cpu";
+  be->device = -1;
+  be->threads = threads;
+  be->impl = im;
+
+  be->alloc = cpu_alloc;
+  be->free = cpu_free;
+  be->zero = cpu_zero;
+  be->copy = cpu_copy;
+  be->to_host = cpu_copy;
+  be->from_host = cpu_copy;
+  be->sync = cpu_sync;
+  be->scratch = gp_cpu_scratch;
+  be->destroy = cpu_destroy;
+
+  be->gemm = gp_cpu_gemm;
+  be->conv2d_forward = gp_cpu_conv2d_forward;
+  be->conv2d_backward_data = gp_cpu_conv2d_backward_data;
+  be->conv2d_backward_filter = gp_cpu_conv2d_backward_filter;
+  be->pool2d_forward = gp_cpu_pool2d_forward;
+  be->pool2d_backward = gp_cpu_pool2d_backward;
+  be->bias_add = gp_cpu_bias_add;
+  be->bias_grad = gp_cpu_bias_grad;
+  be->batchnorm_forward_train = gp_cpu_batchnorm_forward_train;
+  be->batchnorm_forward_eval = gp_cpu_batchnorm_forward_eval;
+  be->batchnorm_backward = gp_cpu_batchnorm_backward;
+  be->batchnorm_stats_accumulate = gp_cpu_batchnorm_stats_accumulate;
+  be->batchnorm_stats_apply = gp_cpu_batchnorm_stats_apply;
+  be->layernorm_forward = gp_cpu_layernorm_forward;
+  be->layernorm_backward = gp_cpu_layernorm_backward;
+  be->act_forward = gp_cpu_act_forward;
+  be->act_backward = gp_cpu_act_backward;
+  be->dropout_forward = gp_cpu_dropout_forward;
+  be->dropout_backward = gp_cpu_dropout_backward;
+  be->axpby = gp_cpu_axpby;
+  be->copy2d = gp_cpu_copy2d;
+  be->softmax_xent_forward = gp_cpu_softmax_xent_forward;
+  be->softmax_xent_backward = gp_cpu_softmax_xent_backward;
+  be->sum = gp_cpu_sum;
+  be->count_correct = gp_cpu_count_correct;
+  be->sumsq = gp_cpu_sumsq;
+
+  be->sgd_update = gp_cpu_sgd_update;
+  be->adamw_update = gp_cpu_adamw_update;
+  be->rmsprop_update = gp_cpu_rmsprop_update;
+
+  openblas_set_num_threads(threads); /* process-global, see gp_cpu_gemm */
+  *out = be;
+  return GP_OK;
+}
+
+void gp_backend_destroy(gp_backend *be) {
+  if (be && be->destroy) be->destroy(be);
+}

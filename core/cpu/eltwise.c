@@ -1,0 +1,138 @@
+/* CPU element-wise operations: activations, dropout, axpby, strided copies. Loops are kept
+ * free of calls and branches where the compiler can vectorize them. */
+#include <math.h>
+#include <string.h>
+
+#include "core/cpu/cpu.h"
+#include "core/rng.h"
+
+#define SQRT1_2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+#define GELU_TANH_C 0.79788456080286535588f /* sqrt(2 / pi) */
+#define GELU_TANH_A 0.044715f
+
+gp_status gp_cpu_act_forward(gp_backend *be, gp_act act, int64_t n, const float *restrict x,
+                             float *restrict y) {
+  (void)be;
+  switch (act) {
+  case GP_ACT_RELU:
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    return GP_OK;
+  case GP_ACT_GELU:
+    for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * SQRT1_2));
+    return GP_OK;
+  case GP_ACT_GELU_TANH:
+    for (int64_t i = 0; i < n; i++) {
+      float v = x[i];
+      y[i] = 0.5f * v * (1.0f + tanhf(GELU_TANH_C * (v + GELU_TANH_A * v * v * v)));
+    }
+    return GP_OK;
+  case GP_ACT_TANH:
+    for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+    return GP_OK;
+  case GP_ACT_SIGMOID:
+    /* Two forms so exp never overflows into inf/inf for large |x|. */
+    for (int64_t i = 0; i < n; i++) {
+      float v = x[i];
+      if (v >= 0.0f) {
+        y[i] = 1.0f / (1.0f + expf(-v));
+      } else {
+        float z = expf(v);
+        y[i] = z / (1.0f + z);
+      }
+    }
+    return GP_OK;
+  case GP_ACT_COUNT:
+    break;
+  }
+  return GP_ERR(GP_ERR_RUNTIME, "unknown activation %d", (int)act);
+}
+
+/* relu and both gelus read x; tanh and sigmoid read y (the forward output). */
+gp_status gp_cpu_act_backward(gp_backend *be, gp_act act, int64_t n, const float *restrict x,
+                              const float *restrict y, const float *restrict dy,
+                              float *restrict dx) {
+  (void)be;
+  switch (act) {
+  case GP_ACT_RELU:
+    for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+    return GP_OK;
+  case GP_ACT_GELU:
+    for (int64_t i = 0; i < n; i++) {
+      float v = x[i];
+      float cdf = 0.5f * (1.0f + erff(v * SQRT1_2));
+      float pdf = INV_SQRT_2PI * expf(-0.5f * v * v);
+      dx[i] = dy[i] * (cdf + v * pdf);
+    }
+    return GP_OK;
+  case GP_ACT_GELU_TANH:
+    for (int64_t i = 0; i < n; i++) {
+      float v = x[i];
+      float t = tanhf(GELU_TANH_C * (v + GELU_TANH_A * v * v * v));
+      float dt = (1.0f - t * t) * GELU_TANH_C * (1.0f + 3.0f * GELU_TANH_A * v * v);
+      dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+    }
+    return GP_OK;
+  case GP_ACT_TANH:
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+    return GP_OK;
+  case GP_ACT_SIGMOID:
+    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+    return GP_OK;
+  case GP_ACT_COUNT:
+    break;
+  }
+  return GP_ERR(GP_ERR_RUNTIME, "unknown activation %d", (int)act);
+}
+
+static gp_status check_p(float p) {
+  if (!(p >= 0.0f && p < 1.0f))
+    return GP_ERR(GP_ERR_RUNTIME, "dropout probability %g is outside [0, 1)", (double)p);
+  return GP_OK;
+}
+
+gp_status gp_cpu_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t key,
+                                 const float *restrict x, float *restrict y) {
+  (void)be;
+  GP_TRY(check_p(p));
+  const float scale = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; i++)
+    y[i] = gp_counter_uniform(key, (uint64_t)i) >= p ? x[i] * scale : 0.0f;
+  return GP_OK;
+}
+
+gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t key,
+                                  const float *restrict dy, float *restrict dx) {
+  (void)be;
+  GP_TRY(check_p(p));
+  const float scale = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; i++)
+    dx[i] = gp_counter_uniform(key, (uint64_t)i) >= p ? dy[i] * scale : 0.0f;
+  return GP_OK;
+}
+
+gp_status gp_cpu_axpby(gp_backend *be, int64_t n, float a, const float *x, float b, float *y) {
+  (void)be;
+  /* x and y may be the same buffer (y = (a + b) y), so no restrict here. */
+  if (b == 0.0f) {
+    for (int64_t i = 0; i < n; i++) y[i] = a * x[i];
+  } else if (b == 1.0f) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+  } else {
+    for (int64_t i = 0; i < n; i++) y[i] = a * x[i] + b * y[i];
+  }
+  return GP_OK;
+}
+
+gp_status gp_cpu_copy2d(gp_backend *be, int64_t rows, int64_t cols, const float *src,
+                        int64_t src_ld, float *dst, int64_t dst_ld) {
+  (void)be;
+  if (rows <= 0 || cols <= 0) return GP_OK;
+  if (src_ld == cols && dst_ld == cols) {
+    memmove(dst, src, (size_t)(rows * cols) * sizeof(float));
+    return GP_OK;
+  }
+  for (int64_t r = 0; r < rows; r++)
+    memmove(dst + r * dst_ld, src + r * src_ld, (size_t)cols * sizeof(float));
+  return GP_OK;
+}

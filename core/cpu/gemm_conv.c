@@ -1,0 +1,236 @@
+/* CPU convolution as im2col + one GEMM over a chunk of the batch (per group): the column
+ * matrix is [C/g * kh * kw, chunk * OH * OW], so the GEMM's n dimension is large even for
+ * small feature maps. The chunk is picked to keep the scratch around CHUNK_BYTES. */
+#include <string.h>
+
+#include "core/cpu/cpu.h"
+
+/* Scratch per conv call: big enough that each GEMM is efficient, small enough to stay
+ * mostly in the last-level cache for the following scatter. */
+#define CHUNK_BYTES ((int64_t)16 << 20)
+
+typedef struct conv_geom {
+  int64_t cg, kg;  /* channels per group in and out */
+  int64_t ckk;     /* rows of the column matrix: cg * kh * kw */
+  int64_t hw, ohw; /* input and output plane sizes */
+  int64_t chunk;   /* samples per GEMM */
+} conv_geom;
+
+static gp_status check_desc(const gp_conv2d_desc *d, conv_geom *g) {
+  if (d->n < 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->kh <= 0 ||
+      d->kw <= 0 || d->sh <= 0 || d->sw <= 0 || d->ph < 0 || d->pw < 0 || d->dh <= 0 ||
+      d->dw <= 0 || d->groups <= 0 || d->c % d->groups || d->k % d->groups)
+    return GP_ERR(GP_ERR_RUNTIME, "conv2d: invalid descriptor (c %lld, k %lld, groups %lld)",
+                  (long long)d->c, (long long)d->k, (long long)d->groups);
+  int64_t oh = (d->h + 2 * d->ph - d->dh * (d->kh - 1) - 1) / d->sh + 1;
+  int64_t ow = (d->w + 2 * d->pw - d->dw * (d->kw - 1) - 1) / d->sw + 1;
+  if (d->h + 2 * d->ph < d->dh * (d->kh - 1) + 1 || d->w + 2 * d->pw < d->dw * (d->kw - 1) + 1 ||
+      oh != d->oh || ow != d->ow)
+    return GP_ERR(GP_ERR_RUNTIME, "conv2d: output %lldx%lld does not match the input and kernel",
+                  (long long)d->oh, (long long)d->ow);
+  g->cg = d->c / d->groups;
+  g->kg = d->k / d->groups;
+  g->ckk = g->cg * d->kh * d->kw;
+  g->hw = d->h * d->w;
+  g->ohw = d->oh * d->ow;
+  int64_t per = (g->ckk + g->kg) * g->ohw * (int64_t)sizeof(float);
+  int64_t chunk = CHUNK_BYTES / (per > 0 ? per : 1);
+  if (chunk < 1) chunk = 1;
+  if (chunk > d->n) chunk = d->n;
+  g->chunk = chunk;
+  return GP_OK;
+}
+
+/* First and one-past-last output column ox whose input column ox * s + off is inside
+ * [0, w). */
+static void valid_range(int64_t s, int64_t off, int64_t w, int64_t ow, int64_t *lo, int64_t *hi) {
+  int64_t a = off >= 0 ? 0 : (-off + s - 1) / s;
+  int64_t b = off > w - 1 ? 0 : (w - 1 - off) / s + 1;
+  if (a > ow) a = ow;
+  if (b > ow) b = ow;
+  if (b < a) b = a;
+  *lo = a;
+  *hi = b;
+}
+
+/* Columns of samples [0, ns) of group g (x points at the first sample of the chunk) into
+ * col, whose row stride is ld = chunk * ohw. */
+static void im2col(const gp_conv2d_desc *d, const conv_geom *g, int64_t ns, int64_t grp,
+                   const float *restrict x, float *restrict col, int64_t ld) {
+  const int64_t ow = d->ow;
+  for (int64_t s = 0; s < ns; s++) {
+    const float *xs = x + (s * d->c + grp * g->cg) * g->hw;
+    for (int64_t ci = 0; ci < g->cg; ci++) {
+      const float *xp = xs + ci * g->hw;
+      for (int64_t a = 0; a < d->kh; a++)
+        for (int64_t b = 0; b < d->kw; b++) {
+          float *row = col + ((ci * d->kh + a) * d->kw + b) * ld + s * g->ohw;
+          int64_t xoff = b * d->dw - d->pw, lo, hi;
+          valid_range(d->sw, xoff, d->w, ow, &lo, &hi);
+          for (int64_t oy = 0; oy < d->oh; oy++) {
+            float *restrict dst = row + oy * ow;
+            int64_t iy = oy * d->sh - d->ph + a * d->dh;
+            if (iy < 0 || iy >= d->h) {
+              memset(dst, 0, (size_t)ow * sizeof(float));
+              continue;
+            }
+            const float *restrict src = xp + iy * d->w;
+            for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0.0f;
+            if (d->sw == 1) {
+              if (hi > lo) memcpy(dst + lo, src + lo + xoff, (size_t)(hi - lo) * sizeof(float));
+            } else {
+              const int64_t sw = d->sw;
+              for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * sw + xoff];
+            }
+            for (int64_t ox = hi; ox < ow; ox++) dst[ox] = 0.0f;
+          }
+        }
+    }
+  }
+}
+
+/* The adjoint of im2col: dx += col scattered back (dx of the chunk must be zeroed first). */
+static void col2im(const gp_conv2d_desc *d, const conv_geom *g, int64_t ns, int64_t grp,
+                   const float *restrict col, int64_t ld, float *restrict dx) {
+  const int64_t ow = d->ow;
+  for (int64_t s = 0; s < ns; s++) {
+    float *xs = dx + (s * d->c + grp * g->cg) * g->hw;
+    for (int64_t ci = 0; ci < g->cg; ci++) {
+      float *xp = xs + ci * g->hw;
+      for (int64_t a = 0; a < d->kh; a++)
+        for (int64_t b = 0; b < d->kw; b++) {
+          const float *row = col + ((ci * d->kh + a) * d->kw + b) * ld + s * g->ohw;
+          int64_t xoff = b * d->dw - d->pw, lo, hi;
+          valid_range(d->sw, xoff, d->w, ow, &lo, &hi);
+          for (int64_t oy = 0; oy < d->oh; oy++) {
+            int64_t iy = oy * d->sh - d->ph + a * d->dh;
+            if (iy < 0 || iy >= d->h) continue;
+            const float *restrict src = row + oy * ow;
+            float *restrict dst = xp + iy * d->w;
+            if (d->sw == 1) {
+              for (int64_t ox = lo; ox < hi; ox++) dst[ox + xoff] += src[ox];
+            } else {
+              const int64_t sw = d->sw;
+              for (int64_t ox = lo; ox < hi; ox++) dst[ox * sw + xoff] += src[ox];
+            }
+          }
+        }
+    }
+  }
+}
+
+/* [kg, ns * ohw] (row stride ld) <-> the group's planes of ns NCHW samples. */
+static void scatter_out(const gp_conv2d_desc *d, const conv_geom *g, int64_t ns, int64_t grp,
+                        const float *restrict buf, int64_t ld, const float *bias,
+                        float *restrict y) {
+  for (int64_t s = 0; s < ns; s++)
+    for (int64_t ko = 0; ko < g->kg; ko++) {
+      const float *restrict src = buf + ko * ld + s * g->ohw;
+      float *restrict dst = y + (s * d->k + grp * g->kg + ko) * g->ohw;
+      const float b = bias ? bias[grp * g->kg + ko] : 0.0f;
+      for (int64_t i = 0; i < g->ohw; i++) dst[i] = src[i] + b;
+    }
+}
+
+static void gather_dy(const gp_conv2d_desc *d, const conv_geom *g, int64_t ns, int64_t grp,
+                      const float *restrict dy, float *restrict buf, int64_t ld) {
+  for (int64_t s = 0; s < ns; s++)
+    for (int64_t ko = 0; ko < g->kg; ko++)
+      memcpy(buf + ko * ld + s * g->ohw, dy + (s * d->k + grp * g->kg + ko) * g->ohw,
+             (size_t)g->ohw * sizeof(float));
+}
+
+gp_status gp_cpu_conv2d_forward(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                const float *w, const float *bias, float *y) {
+  conv_geom g;
+  GP_TRY(check_desc(d, &g));
+  if (d->n == 0) return GP_OK;
+  const int64_t ld = g.chunk * g.ohw;
+  float *col, *buf;
+  GP_TRY(gp_cpu_scratch(be, (size_t)((g.ckk + g.kg) * ld) * sizeof(float), (void **)&col));
+  buf = col + g.ckk * ld;
+  for (int64_t s0 = 0; s0 < d->n; s0 += g.chunk) {
+    int64_t ns = d->n - s0 < g.chunk ? d->n - s0 : g.chunk;
+    const float *xs = x + s0 * d->c * g.hw;
+    float *ys = y + s0 * d->k * g.ohw;
+    for (int64_t grp = 0; grp < d->groups; grp++) {
+      im2col(d, &g, ns, grp, xs, col, ld);
+      /* With one sample the GEMM's rows are already the output planes: no scatter. */
+      if (ns == 1) {
+        float *yg = ys + grp * g.kg * g.ohw;
+        GP_TRY(gp_cpu_gemm(be, 0, 0, g.kg, g.ohw, g.ckk, 1.0f, w + grp * g.kg * g.ckk, g.ckk,
+                           col, ld, 0.0f, yg, g.ohw));
+        if (bias) GP_TRY(gp_cpu_bias_add(be, 1, g.kg, g.ohw, bias + grp * g.kg, yg));
+        continue;
+      }
+      GP_TRY(gp_cpu_gemm(be, 0, 0, g.kg, ns * g.ohw, g.ckk, 1.0f, w + grp * g.kg * g.ckk, g.ckk,
+                         col, ld, 0.0f, buf, ld));
+      scatter_out(d, &g, ns, grp, buf, ld, bias, ys);
+    }
+  }
+  return GP_OK;
+}
+
+gp_status gp_cpu_conv2d_backward_data(gp_backend *be, const gp_conv2d_desc *d, const float *dy,
+                                      const float *w, float *dx) {
+  conv_geom g;
+  GP_TRY(check_desc(d, &g));
+  if (d->n == 0) return GP_OK;
+  const int64_t ld = g.chunk * g.ohw;
+  float *col, *buf;
+  GP_TRY(gp_cpu_scratch(be, (size_t)((g.ckk + g.kg) * ld) * sizeof(float), (void **)&col));
+  buf = col + g.ckk * ld;
+  memset(dx, 0, (size_t)(d->n * d->c * g.hw) * sizeof(float));
+  for (int64_t s0 = 0; s0 < d->n; s0 += g.chunk) {
+    int64_t ns = d->n - s0 < g.chunk ? d->n - s0 : g.chunk;
+    const float *dys = dy + s0 * d->k * g.ohw;
+    float *dxs = dx + s0 * d->c * g.hw;
+    for (int64_t grp = 0; grp < d->groups; grp++) {
+      const float *dyg = buf;
+      int64_t ldy = ld;
+      if (ns == 1) {
+        dyg = dys + grp * g.kg * g.ohw; /* already [kg, ohw] */
+        ldy = g.ohw;
+      } else {
+        gather_dy(d, &g, ns, grp, dys, buf, ld);
+      }
+      /* dcol[ckk, ns * ohw] = W_g^T dY_g */
+      GP_TRY(gp_cpu_gemm(be, 1, 0, g.ckk, ns * g.ohw, g.kg, 1.0f, w + grp * g.kg * g.ckk, g.ckk,
+                         dyg, ldy, 0.0f, col, ld));
+      col2im(d, &g, ns, grp, col, ld, dxs);
+    }
+  }
+  return GP_OK;
+}
+
+gp_status gp_cpu_conv2d_backward_filter(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                        const float *dy, float *dw, float *dbias) {
+  conv_geom g;
+  GP_TRY(check_desc(d, &g));
+  if (d->n == 0) return GP_OK;
+  const int64_t ld = g.chunk * g.ohw;
+  float *col, *buf;
+  GP_TRY(gp_cpu_scratch(be, (size_t)((g.ckk + g.kg) * ld) * sizeof(float), (void **)&col));
+  buf = col + g.ckk * ld;
+  for (int64_t s0 = 0; s0 < d->n; s0 += g.chunk) {
+    int64_t ns = d->n - s0 < g.chunk ? d->n - s0 : g.chunk;
+    const float *xs = x + s0 * d->c * g.hw;
+    const float *dys = dy + s0 * d->k * g.ohw;
+    for (int64_t grp = 0; grp < d->groups; grp++) {
+      const float *dyg = buf;
+      int64_t ldy = ld;
+      if (ns == 1) {
+        dyg = dys + grp * g.kg * g.ohw;
+        ldy = g.ohw;
+      } else {
+        gather_dy(d, &g, ns, grp, dys, buf, ld);
+      }
+      im2col(d, &g, ns, grp, xs, col, ld);
+      /* dW_g[kg, ckk] += dY_g col^T */
+      GP_TRY(gp_cpu_gemm(be, 0, 1, g.kg, g.ckk, ns * g.ohw, 1.0f, dyg, ldy, col, ld, 1.0f,
+                         dw + grp * g.kg * g.ckk, g.ckk));
+    }
+  }
+  if (dbias) GP_TRY(gp_cpu_bias_grad(be, d->n, d->k, g.ohw, dy, dbias));
+  return GP_OK;
+}

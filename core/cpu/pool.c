@@ -1,0 +1,143 @@
+/* CPU 2-D max and average pooling over NCHW, one plane at a time. Padding never wins a max
+ * (it is -inf, as in PyTorch); for average it counts in the divisor only when count_pad. */
+#include <math.h>
+#include <string.h>
+
+#include "core/cpu/cpu.h"
+
+static gp_status check_desc(const gp_pool2d_desc *d) {
+  if (d->n < 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->kh <= 0 || d->kw <= 0 ||
+      d->sh <= 0 || d->sw <= 0 || d->ph < 0 || d->pw < 0 || d->oh <= 0 || d->ow <= 0 ||
+      (d->oh - 1) * d->sh - d->ph >= d->h || (d->ow - 1) * d->sw - d->pw >= d->w ||
+      d->h * d->w > INT32_MAX)
+    return GP_ERR(GP_ERR_RUNTIME, "pool2d: invalid descriptor (%lldx%lld -> %lldx%lld)",
+                  (long long)d->h, (long long)d->w, (long long)d->oh, (long long)d->ow);
+  return GP_OK;
+}
+
+static void max_plane(const gp_pool2d_desc *d, const float *restrict x, float *restrict y,
+                      int32_t *restrict am) {
+  for (int64_t oy = 0; oy < d->oh; oy++) {
+    int64_t y0 = oy * d->sh - d->ph, y1 = y0 + d->kh;
+    if (y0 < 0) y0 = 0;
+    if (y1 > d->h) y1 = d->h;
+    for (int64_t ox = 0; ox < d->ow; ox++) {
+      int64_t x0 = ox * d->sw - d->pw, x1 = x0 + d->kw;
+      if (x0 < 0) x0 = 0;
+      if (x1 > d->w) x1 = d->w;
+      float best = -INFINITY;
+      int64_t at = -1;
+      for (int64_t iy = y0; iy < y1; iy++)
+        for (int64_t ix = x0; ix < x1; ix++) {
+          float v = x[iy * d->w + ix];
+          /* NaN wins, so a diverged input stays visible downstream (PyTorch does the same). */
+          if (v > best || (at < 0) || isnan(v)) {
+            best = v;
+            at = iy * d->w + ix;
+            if (isnan(v)) goto done;
+          }
+        }
+    done:
+      y[oy * d->ow + ox] = at < 0 ? 0.0f : best;
+      if (am) am[oy * d->ow + ox] = (int32_t)at;
+    }
+  }
+}
+
+/* The common 2x2 stride-2 window without padding, unrolled. */
+static void max_plane_2x2(const gp_pool2d_desc *d, const float *restrict x, float *restrict y,
+                          int32_t *restrict am) {
+  const int64_t w = d->w;
+  for (int64_t oy = 0; oy < d->oh; oy++) {
+    const float *r0 = x + 2 * oy * w, *r1 = r0 + w;
+    for (int64_t ox = 0; ox < d->ow; ox++) {
+      int64_t i = 2 * ox;
+      float a = r0[i], b = r0[i + 1], c = r1[i], e = r1[i + 1];
+      int32_t ia = (int32_t)(2 * oy * w + i);
+      int32_t ib = ia + 1, ic = ia + (int32_t)w, ie = ic + 1;
+      float m1 = b > a ? b : a, m2 = e > c ? e : c;
+      int32_t j1 = b > a ? ib : ia, j2 = e > c ? ie : ic;
+      y[oy * d->ow + ox] = m2 > m1 ? m2 : m1;
+      am[oy * d->ow + ox] = m2 > m1 ? j2 : j1;
+    }
+  }
+}
+
+static void avg_plane(const gp_pool2d_desc *d, const float *restrict x, float *restrict y) {
+  const float full = 1.0f / (float)(d->kh * d->kw);
+  for (int64_t oy = 0; oy < d->oh; oy++) {
+    int64_t y0 = oy * d->sh - d->ph, y1 = y0 + d->kh;
+    if (y0 < 0) y0 = 0;
+    if (y1 > d->h) y1 = d->h;
+    for (int64_t ox = 0; ox < d->ow; ox++) {
+      int64_t x0 = ox * d->sw - d->pw, x1 = x0 + d->kw;
+      if (x0 < 0) x0 = 0;
+      if (x1 > d->w) x1 = d->w;
+      float s = 0.0f;
+      for (int64_t iy = y0; iy < y1; iy++)
+        for (int64_t ix = x0; ix < x1; ix++) s += x[iy * d->w + ix];
+      int64_t cnt = (y1 - y0) * (x1 - x0);
+      y[oy * d->ow + ox] = d->count_pad ? s * full : (cnt > 0 ? s / (float)cnt : 0.0f);
+    }
+  }
+}
+
+gp_status gp_cpu_pool2d_forward(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,
+                                const float *x, float *y, int32_t *argmax) {
+  (void)be;
+  GP_TRY(check_desc(d));
+  const int64_t planes = d->n * d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
+  if (kind == GP_POOL_MAX) {
+    if (!argmax) return GP_ERR(GP_ERR_RUNTIME, "max pooling needs an argmax buffer");
+    int fast = d->kh == 2 && d->kw == 2 && d->sh == 2 && d->sw == 2 && d->ph == 0 && d->pw == 0;
+    for (int64_t p = 0; p < planes; p++) {
+      if (fast) max_plane_2x2(d, x + p * hw, y + p * ohw, argmax + p * ohw);
+      else max_plane(d, x + p * hw, y + p * ohw, argmax + p * ohw);
+    }
+    return GP_OK;
+  }
+  if (kind != GP_POOL_AVG) return GP_ERR(GP_ERR_RUNTIME, "unknown pooling kind %d", (int)kind);
+  for (int64_t p = 0; p < planes; p++) avg_plane(d, x + p * hw, y + p * ohw);
+  return GP_OK;
+}
+
+gp_status gp_cpu_pool2d_backward(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,
+                                 const float *dy, const int32_t *argmax, float *dx) {
+  (void)be;
+  GP_TRY(check_desc(d));
+  const int64_t planes = d->n * d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
+  memset(dx, 0, (size_t)(planes * hw) * sizeof(float));
+  if (kind == GP_POOL_MAX) {
+    if (!argmax) return GP_ERR(GP_ERR_RUNTIME, "max pooling needs an argmax buffer");
+    for (int64_t p = 0; p < planes; p++) {
+      float *restrict dxp = dx + p * hw;
+      const float *restrict dyp = dy + p * ohw;
+      const int32_t *restrict ap = argmax + p * ohw;
+      for (int64_t i = 0; i < ohw; i++)
+        if (ap[i] >= 0) dxp[ap[i]] += dyp[i];
+    }
+    return GP_OK;
+  }
+  if (kind != GP_POOL_AVG) return GP_ERR(GP_ERR_RUNTIME, "unknown pooling kind %d", (int)kind);
+  const float full = 1.0f / (float)(d->kh * d->kw);
+  for (int64_t p = 0; p < planes; p++) {
+    float *restrict dxp = dx + p * hw;
+    const float *restrict dyp = dy + p * ohw;
+    for (int64_t oy = 0; oy < d->oh; oy++) {
+      int64_t y0 = oy * d->sh - d->ph, y1 = y0 + d->kh;
+      if (y0 < 0) y0 = 0;
+      if (y1 > d->h) y1 = d->h;
+      for (int64_t ox = 0; ox < d->ow; ox++) {
+        int64_t x0 = ox * d->sw - d->pw, x1 = x0 + d->kw;
+        if (x0 < 0) x0 = 0;
+        if (x1 > d->w) x1 = d->w;
+        int64_t cnt = (y1 - y0) * (x1 - x0);
+        if (cnt <= 0) continue;
+        float g = dyp[oy * d->ow + ox] * (d->count_pad ? full : 1.0f / (float)cnt);
+        for (int64_t iy = y0; iy < y1; iy++)
+          for (int64_t ix = x0; ix < x1; ix++) dxp[iy * d->w + ix] += g;
+      }
+    }
+  }
+  return GP_OK;
+}

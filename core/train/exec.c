@@ -1,0 +1,106 @@
+/* Forward and backward over a range of nodes, with gradient summation for tensors that
+ * several layers read (skip connections). */
+#include "core/train/exec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+gp_status gp_pass_init(gp_pass *p, const gp_model *m, int first, int end, int64_t batch) {
+  memset(p, 0, sizeof *p);
+  p->m = m;
+  p->first = first;
+  p->end = end;
+  p->batch = batch;
+  size_t nt = (size_t)(m->n_inputs + m->n_nodes);
+  p->val = calloc(nt, sizeof *p->val);
+  p->grad = calloc(nt, sizeof *p->grad);
+  p->saved = calloc((size_t)m->n_nodes, sizeof *p->saved);
+  if (!p->val || !p->grad || !p->saved) {
+    gp_pass_free(p);
+    return GP_ERR(GP_ERR_NOMEM, "out of host memory for a pass");
+  }
+  return GP_OK;
+}
+
+void gp_pass_free(gp_pass *p) {
+  if (!p) return;
+  free(p->val);
+  free(p->grad);
+  free(p->saved);
+  p->val = p->grad = NULL;
+  p->saved = NULL;
+}
+
+static gp_status node_error(const gp_model *m, int i, const char *what) {
+  const gp_node *n = &m->nodes[i];
+  return gp_error_prefix(GP_ERR_RUNTIME, "%s of layer '%s' (%s, %s:%d:%d): ", what,
+                         n->layer.path, n->layer.type->name, m->file ? m->file : "model",
+                         n->line, n->col);
+}
+
+gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
+  const gp_model *m = p->m;
+  gp_tensor in[GP_MAX_INPUTS];
+  for (int i = p->first; i < p->end; i++) {
+    const gp_node *n = &m->nodes[i];
+    gp_layer *l = (gp_layer *)&n->layer;
+    for (int j = 0; j < n->n_in; j++) {
+      in[j] = p->val[n->in[j]];
+      if (!in[j].data)
+        return GP_ERR(GP_ERR_RUNTIME, "layer '%s': input %d is not available in this stage",
+                      l->path, j + 1);
+    }
+    int t = m->n_inputs + i;
+    gp_shape s = gp_shape_batch(p->batch, &l->out_shape);
+    GP_TRY(gp_arena_tensor(e->arena, l->out_dtype, &s, &p->val[t]));
+    p->saved[i] = NULL;
+    gp_status st = l->type->forward(l, e, in, &p->val[t], &p->saved[i]);
+    if (st != GP_OK) return node_error(m, i, "forward");
+  }
+  return GP_OK;
+}
+
+gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
+  const gp_model *m = p->m;
+  gp_backend *be = e->be;
+  gp_tensor in[GP_MAX_INPUTS], din[GP_MAX_INPUTS];
+  int fresh[GP_MAX_INPUTS];
+  for (int i = p->end - 1; i >= p->first; i--) {
+    const gp_node *n = &m->nodes[i];
+    gp_layer *l = (gp_layer *)&n->layer;
+    int t = m->n_inputs + i;
+    int is_loss = (i == m->n_nodes - 1);
+    if (!is_loss && !p->grad[t].data) continue; /* nothing downstream needs it */
+    int any = 0;
+    for (int j = 0; j < n->n_in; j++) {
+      int src = n->in[j];
+      in[j] = p->val[src];
+      memset(&din[j], 0, sizeof din[j]);
+      fresh[j] = 0;
+      /* model inputs and integer tensors (labels, ids) take no gradient */
+      if (src < m->n_inputs || in[j].dtype != GP_F32) continue;
+      int repeated = 0;
+      for (int k = 0; k < j; k++) repeated |= (n->in[k] == src);
+      din[j].shape = in[j].shape;
+      din[j].dtype = GP_F32;
+      din[j].device = in[j].device;
+      if (!p->grad[src].data && !repeated) {
+        GP_TRY(gp_arena_tensor(e->arena, GP_F32, &in[j].shape, &p->grad[src]));
+        din[j] = p->grad[src];
+        fresh[j] = 1;
+      } else {
+        GP_TRY(gp_arena_tensor(e->arena, GP_F32, &in[j].shape, &din[j]));
+      }
+      any = 1;
+    }
+    if (!any && l->n_params == 0) continue;
+    gp_status st = l->type->backward(l, e, in, &p->val[t], &p->grad[t], din, p->saved[i]);
+    if (st != GP_OK) return node_error(m, i, "backward");
+    for (int j = 0; j < n->n_in; j++) {
+      if (!din[j].data || fresh[j]) continue;
+      GP_TRY(be->axpby(be, gp_shape_numel(&din[j].shape), 1.0f, GP_F32P(&din[j]), 1.0f,
+                       GP_F32P(&p->grad[n->in[j]])));
+    }
+  }
+  return GP_OK;
+}

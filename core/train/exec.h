@@ -1,0 +1,29 @@
+/* Runs forward and backward over a range of nodes for one (micro-)batch. This is what a
+ * stage worker interprets its actions with; with one stage it is the whole model. */
+#ifndef GP_EXEC_H
+#define GP_EXEC_H
+
+#include "core/spec/spec.h"
+
+/* The per-(micro-)batch state of a pass: every tensor id's value and gradient, and what
+ * each node saved for its backward. Memory comes from e->arena. */
+typedef struct gp_pass {
+  const gp_model *m;
+  int first, end;    /* nodes [first, end) */
+  int64_t batch;
+  gp_tensor *val;    /* n_inputs + n_nodes entries; data NULL if not present */
+  gp_tensor *grad;   /* same; data NULL until some consumer wrote it */
+  void **saved;      /* n_nodes entries */
+} gp_pass;
+
+gp_status gp_pass_init(gp_pass *p, const gp_model *m, int first, int end, int64_t batch);
+void gp_pass_free(gp_pass *p);
+/* Forward of nodes [first, end). Inputs of the range (model inputs, tensors of earlier
+ * nodes) must be set in p->val first. */
+gp_status gp_pass_forward(gp_pass *p, gp_exec *e);
+/* Backward in reverse order. Gradients of the range's outputs that later stages consumed
+ * must be set in p->grad first (the loss node needs none). Tensors read by several
+ * consumers get their gradients summed. */
+gp_status gp_pass_backward(gp_pass *p, gp_exec *e);
+
+#endif

@@ -1,0 +1,81 @@
+/* SGD (momentum, Nesterov, weight decay), AdamW and RMSProp over flat buffers; LR schedules. */
+#include "core/train/optimizer.h"
+
+#include <math.h>
+#include <string.h>
+
+gp_status gp_optimizer_init(gp_optimizer *o, const gp_train_spec *hp, gp_params *p) {
+  memset(o, 0, sizeof *o);
+  o->hp = *hp;
+  o->p = p;
+  switch (hp->optimizer) {
+  case GP_OPT_SGD:
+    o->n_slots = hp->momentum != 0.0 ? 1 : 0;
+    o->slot_name[0] = "momentum";
+    break;
+  case GP_OPT_ADAMW:
+    o->n_slots = 2;
+    o->slot_name[0] = "exp_avg";
+    o->slot_name[1] = "exp_avg_sq";
+    break;
+  case GP_OPT_RMSPROP:
+    o->n_slots = hp->momentum != 0.0 ? 2 : 1;
+    o->slot_name[0] = "square_avg";
+    o->slot_name[1] = "momentum";
+    break;
+  }
+  /* one contiguous buffer for all state, like the parameters and gradients */
+  size_t bytes = (size_t)p->n_train * sizeof(float) * (size_t)o->n_slots;
+  if (!bytes) return GP_OK;
+  GP_TRY(p->be->alloc(p->be, bytes, (void **)&o->slot[0]));
+  GP_TRY(p->be->zero(p->be, o->slot[0], bytes));
+  for (int i = 1; i < o->n_slots; i++) o->slot[i] = o->slot[0] + (size_t)i * (size_t)p->n_train;
+  return GP_OK;
+}
+
+void gp_optimizer_free(gp_optimizer *o) {
+  if (!o || !o->p) return;
+  o->p->be->free(o->p->be, o->slot[0]);
+  memset(o, 0, sizeof *o);
+}
+
+gp_status gp_optimizer_step(gp_optimizer *o, double lr) {
+  gp_params *p = o->p;
+  gp_backend *be = p->be;
+  o->t++;
+  if (!p->n_train) return GP_OK;
+  const gp_train_spec *h = &o->hp;
+  switch (h->optimizer) {
+  case GP_OPT_SGD: {
+    gp_sgd_hp hp = {(float)lr, (float)h->momentum, (float)h->weight_decay, h->nesterov};
+    return be->sgd_update(be, p->n_train, &hp, p->train, p->grad, o->slot[0]);
+  }
+  case GP_OPT_ADAMW: {
+    gp_adamw_hp hp = {(float)lr, (float)h->beta1, (float)h->beta2, (float)h->eps,
+                      (float)h->weight_decay, o->t};
+    return be->adamw_update(be, p->n_train, &hp, p->train, p->grad, o->slot[0], o->slot[1]);
+  }
+  case GP_OPT_RMSPROP: {
+    gp_rmsprop_hp hp = {(float)lr, (float)h->alpha, (float)h->eps, (float)h->momentum,
+                        (float)h->weight_decay};
+    return be->rmsprop_update(be, p->n_train, &hp, p->train, p->grad, o->slot[0], o->slot[1]);
+  }
+  }
+  return GP_ERR(GP_ERR_UNSUPPORTED, "unknown optimizer");
+}
+
+double gp_lr_at(const gp_train_spec *t, int64_t step, int64_t total) {
+  if (t->warmup_steps > 0 && step < t->warmup_steps)
+    return t->lr * (double)(step + 1) / (double)t->warmup_steps;
+  int64_t s = step - t->warmup_steps, span = total - t->warmup_steps;
+  switch (t->schedule) {
+  case GP_LR_CONSTANT:
+    return t->lr;
+  case GP_LR_STEP:
+    return t->lr * pow(t->gamma, (double)(t->step_size > 0 ? s / t->step_size : 0));
+  case GP_LR_COSINE:
+    if (span <= 0) return t->lr;
+    return t->min_lr + (t->lr - t->min_lr) * 0.5 * (1.0 + cos(M_PI * (double)s / (double)span));
+  }
+  return t->lr;
+}

@@ -1,0 +1,146 @@
+/* Contiguous parameter, gradient and statistics buffers for a range of nodes. */
+#include "core/train/params.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/io/safetensors.h"
+
+static void param_name(const gp_layer *l, int i, char *buf, size_t n) {
+  snprintf(buf, n, "%s.%s", l->path, l->pdesc[i].name);
+}
+
+gp_status gp_params_init(gp_params *p, gp_model *m, int first, int end, gp_backend *be,
+                         uint64_t seed) {
+  memset(p, 0, sizeof *p);
+  p->be = be;
+  p->first_node = first;
+  p->end_node = end;
+  for (int i = first; i < end; i++) {
+    gp_layer *l = &m->nodes[i].layer;
+    for (int j = 0; j < l->n_params; j++) {
+      int64_t n = gp_shape_numel(&l->pdesc[j].shape);
+      if (l->pdesc[j].trainable) p->n_train += n;
+      else p->n_buffers += n;
+    }
+    if (l->type->stats_floats) p->n_stats += l->type->stats_floats(l);
+  }
+  size_t f = sizeof(float);
+  if (p->n_train) {
+    GP_TRY(be->alloc(be, (size_t)p->n_train * f, (void **)&p->train));
+    GP_TRY(be->alloc(be, (size_t)p->n_train * f, (void **)&p->grad));
+    GP_TRY(be->zero(be, p->grad, (size_t)p->n_train * f));
+  }
+  if (p->n_buffers) GP_TRY(be->alloc(be, (size_t)p->n_buffers * f, (void **)&p->buffers));
+  if (p->n_stats) {
+    GP_TRY(be->alloc(be, (size_t)p->n_stats * f, (void **)&p->stats));
+    GP_TRY(be->zero(be, p->stats, (size_t)p->n_stats * f));
+  }
+  int64_t ot = 0, ob = 0, os = 0, biggest = 0;
+  for (int i = first; i < end; i++) {
+    gp_layer *l = &m->nodes[i].layer;
+    for (int j = 0; j < l->n_params; j++) {
+      int64_t n = gp_shape_numel(&l->pdesc[j].shape);
+      if (n > biggest) biggest = n;
+      if (l->pdesc[j].trainable) {
+        l->param[j] = p->train + ot;
+        l->grad[j] = p->grad + ot;
+        ot += n;
+      } else {
+        l->param[j] = p->buffers + ob;
+        l->grad[j] = NULL;
+        ob += n;
+      }
+    }
+    l->stats = NULL;
+    if (l->type->stats_floats) {
+      int64_t n = l->type->stats_floats(l);
+      if (n) l->stats = p->stats + os;
+      os += n;
+    }
+  }
+  float *host = malloc((size_t)(biggest ? biggest : 1) * f);
+  if (!host) return GP_ERR(GP_ERR_NOMEM, "out of host memory initializing parameters");
+  gp_status s = GP_OK;
+  for (int i = first; i < end && s == GP_OK; i++) {
+    gp_layer *l = &m->nodes[i].layer;
+    for (int j = 0; j < l->n_params && s == GP_OK; j++) {
+      gp_param_init_host(l, j, seed, host);
+      s = be->from_host(be, l->param[j], host,
+                        (size_t)gp_shape_numel(&l->pdesc[j].shape) * f);
+    }
+  }
+  free(host);
+  return s;
+}
+
+void gp_params_free(gp_params *p) {
+  if (!p || !p->be) return;
+  p->be->free(p->be, p->train);
+  p->be->free(p->be, p->grad);
+  p->be->free(p->be, p->buffers);
+  p->be->free(p->be, p->stats);
+  memset(p, 0, sizeof *p);
+}
+
+gp_status gp_params_zero_grad(gp_params *p) {
+  if (!p->n_train) return GP_OK;
+  return p->be->zero(p->be, p->grad, (size_t)p->n_train * sizeof(float));
+}
+
+gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, gp_st_writer *w,
+                                  float **stage) {
+  size_t total = (size_t)(p->n_train + p->n_buffers);
+  float *h = malloc((total ? total : 1) * sizeof(float));
+  *stage = h;
+  if (!h) return GP_ERR(GP_ERR_NOMEM, "out of host memory saving weights");
+  size_t off = 0;
+  char name[512];
+  for (int i = p->first_node; i < p->end_node; i++) {
+    const gp_layer *l = &m->nodes[i].layer;
+    for (int j = 0; j < l->n_params; j++) {
+      size_t n = (size_t)gp_shape_numel(&l->pdesc[j].shape);
+      GP_TRY(p->be->to_host(p->be, h + off, l->param[j], n * sizeof(float)));
+      param_name(l, j, name, sizeof name);
+      GP_TRY(gp_st_add(w, name, GP_F32, &l->pdesc[j].shape, h + off));
+      off += n;
+    }
+  }
+  return GP_OK;
+}
+
+gp_status gp_params_load_from(gp_params *p, const gp_model *m, const gp_st_file *f,
+                              const char *file_name, const char *ignore_prefix) {
+  char name[512], a[128], b[128];
+  for (int i = p->first_node; i < p->end_node; i++) {
+    const gp_layer *l = &m->nodes[i].layer;
+    for (int j = 0; j < l->n_params; j++) {
+      param_name(l, j, name, sizeof name);
+      const gp_st_entry *e = gp_st_find(f, name);
+      if (!e) return GP_ERR(GP_ERR_DATA, "%s: has no tensor '%s'", file_name, name);
+      if (e->dtype != GP_F32 || !gp_shape_equal(&e->shape, &l->pdesc[j].shape))
+        return GP_ERR(GP_ERR_DATA, "%s: tensor '%s' is %s %s, the model needs F32 %s",
+                      file_name, name, gp_dtype_name(e->dtype), gp_shape_str(&e->shape, a, 128),
+                      gp_shape_str(&l->pdesc[j].shape, b, 128));
+      GP_TRY(p->be->from_host(p->be, l->param[j], gp_st_data(f, e), e->end - e->begin));
+    }
+  }
+  size_t plen = ignore_prefix ? strlen(ignore_prefix) : 0;
+  for (int k = 0; k < gp_st_count(f); k++) {
+    const gp_st_entry *e = gp_st_entry_at(f, k);
+    if (plen && strncmp(e->name, ignore_prefix, plen) == 0) continue;
+    int found = 0;
+    for (int i = p->first_node; i < p->end_node && !found; i++) {
+      const gp_layer *l = &m->nodes[i].layer;
+      size_t pl = strlen(l->path);
+      if (strncmp(e->name, l->path, pl) != 0 || e->name[pl] != '.') continue;
+      for (int j = 0; j < l->n_params && !found; j++)
+        found = strcmp(e->name + pl + 1, l->pdesc[j].name) == 0;
+    }
+    if (!found)
+      return GP_ERR(GP_ERR_DATA, "%s: tensor '%s' is not a parameter of this model", file_name,
+                    e->name);
+  }
+  return GP_OK;
+}

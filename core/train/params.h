@@ -1,0 +1,37 @@
+/* The parameters of a range of nodes (a stage): one contiguous buffer for trainable
+ * parameters, one for buffers (running statistics), one for gradients and one for the
+ * layers' statistics accumulators, with each layer's pointers set into them. */
+#ifndef GP_PARAMS_H
+#define GP_PARAMS_H
+
+#include "core/spec/spec.h"
+
+typedef struct gp_params {
+  gp_backend *be;
+  float *train;   /* n_train floats: trainable parameters in node order */
+  float *grad;    /* n_train floats */
+  float *buffers; /* n_buffers floats */
+  float *stats;   /* n_stats floats */
+  int64_t n_train, n_buffers, n_stats;
+  int first_node, end_node;
+} gp_params;
+
+/* Lays out and allocates the parameters of nodes [first, end) of m, sets every layer's
+ * param/grad/stats pointers, and initializes values from seed. */
+gp_status gp_params_init(gp_params *p, gp_model *m, int first, int end, gp_backend *be,
+                         uint64_t seed);
+void gp_params_free(gp_params *p);
+gp_status gp_params_zero_grad(gp_params *p);
+
+/* Adds every parameter and buffer (named "<layer path>.<name>") to a safetensors writer,
+ * staging device data in host memory owned by *stage (free it after writing). */
+struct gp_st_writer;
+gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, struct gp_st_writer *w,
+                                  float **stage);
+/* Loads every parameter and buffer by name; missing, extra (other than those starting
+ * with one of ignore_prefix, may be NULL) or mis-shaped tensors are errors naming them. */
+struct gp_st_file;
+gp_status gp_params_load_from(gp_params *p, const gp_model *m, const struct gp_st_file *f,
+                              const char *file_name, const char *ignore_prefix);
+
+#endif

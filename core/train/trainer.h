@@ -1,0 +1,55 @@
+/* Synchronous training of a loaded model on one stage: a step over a mini-batch, evaluation,
+ * weights in safetensors, and exact checkpoints (weights, optimizer state, step, data
+ * position) written atomically. The pipeline executor drives the same parts per stage. */
+#ifndef GP_TRAINER_H
+#define GP_TRAINER_H
+
+#include "core/train/exec.h"
+#include "core/train/optimizer.h"
+#include "core/train/params.h"
+
+typedef struct gp_metrics {
+  double loss;     /* mean over samples */
+  double accuracy; /* fraction correct */
+  int64_t samples;
+} gp_metrics;
+
+typedef struct gp_trainer {
+  gp_model *m;
+  gp_backend *be;
+  gp_params params;
+  gp_optimizer opt;
+  gp_arena arena;
+  uint64_t seed;
+  int64_t step;      /* optimizer steps done */
+  int input_index;   /* the model's f32 input the loader's x feeds */
+  gp_tensor x_dev, y_dev; /* device staging of one batch (grown as needed) */
+  int64_t staged;    /* samples the staging holds room for */
+} gp_trainer;
+
+/* Weights are initialized from seed (the same for every K and M). */
+gp_status gp_trainer_init(gp_trainer *t, gp_model *m, gp_backend *be, uint64_t seed);
+void gp_trainer_free(gp_trainer *t);
+
+/* One optimizer step on a mini-batch of host data (x: batch x sample f32, y: int32). */
+gp_status gp_trainer_step(gp_trainer *t, const float *x, const int32_t *y, int64_t batch,
+                          double lr, gp_metrics *out);
+/* A source of evaluation batches (core does not know data/): fills up to max samples,
+ * *got = 0 at the end. */
+typedef gp_status (*gp_batch_fn)(void *ctx, int64_t max, float *x, int32_t *y, int64_t *got);
+/* Loss and accuracy over up to max_samples (0 = all) of the source, in batches. */
+gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_fn next, void *ctx, int64_t batch,
+                              int64_t max_samples, gp_metrics *out);
+
+gp_status gp_trainer_save_weights(gp_trainer *t, const char *path);
+gp_status gp_trainer_load_weights(gp_trainer *t, const char *path);
+
+typedef struct gp_ckpt_pos {
+  int64_t epoch, index; /* data position */
+} gp_ckpt_pos;
+/* DIR/checkpoint.safetensors: weights, optimizer state ("optim.<slot>"), and in its metadata
+ * the step, data position, seed and model name. */
+gp_status gp_trainer_save_checkpoint(gp_trainer *t, const char *dir, const gp_ckpt_pos *pos);
+gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos *pos);
+
+#endif

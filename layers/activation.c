@@ -1,0 +1,87 @@
+/* The activation layers relu, gelu, tanh and sigmoid: one element-wise backend op each,
+ * sharing everything else (they differ only in which gp_act they run). */
+#include "layers/layers.h"
+
+typedef struct act_conf {
+  gp_act act;
+} act_conf;
+
+static gp_status relu_configure(gp_layer *l, gp_cfg *cfg) {
+  (void)cfg;
+  ((act_conf *)l->conf)->act = GP_ACT_RELU;
+  return GP_OK;
+}
+
+static gp_status tanh_configure(gp_layer *l, gp_cfg *cfg) {
+  (void)cfg;
+  ((act_conf *)l->conf)->act = GP_ACT_TANH;
+  return GP_OK;
+}
+
+static gp_status sigmoid_configure(gp_layer *l, gp_cfg *cfg) {
+  (void)cfg;
+  ((act_conf *)l->conf)->act = GP_ACT_SIGMOID;
+  return GP_OK;
+}
+
+static gp_status gelu_configure(gp_layer *l, gp_cfg *cfg) {
+  static const char *const choices[] = {"none", "tanh", NULL};
+  int which;
+  GP_TRY(gp_cfg_choice(cfg, "approximate", choices, 0, &which));
+  ((act_conf *)l->conf)->act = which ? GP_ACT_GELU_TANH : GP_ACT_GELU;
+  return GP_OK;
+}
+
+static gp_status act_shape(gp_layer *l) {
+  l->n_params = 0;
+  GP_TRY(gp_layers_check_f32(l));
+  return gp_layers_set_out(l, &l->in_shape[0]);
+}
+
+/* Rough per-element costs, so the partitioner sees that gelu is not free. */
+static void act_cost(const gp_layer *l, gp_cost *c) {
+  const act_conf *k = l->conf;
+  double n = (double)gp_layers_numel(&l->out_shape);
+  double per = k->act == GP_ACT_RELU ? 1.0 : k->act == GP_ACT_SIGMOID ? 4.0 : 8.0;
+  c->fwd_flops = n * per;
+  c->bwd_flops = n * (per + 2.0);
+  c->params = 0;
+  c->saved_bytes = 0;
+  c->out_bytes = (int64_t)n * 4;
+}
+
+static gp_status act_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+                             void **saved) {
+  (void)saved;
+  const act_conf *k = l->conf;
+  int64_t n = gp_shape_numel(&in[0].shape);
+  return e->be->act_forward(e->be, k->act, n, GP_F32P(&in[0]), GP_F32P(out));
+}
+
+static gp_status act_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+                              const gp_tensor *dout, gp_tensor *din, void *saved) {
+  (void)saved;
+  const act_conf *k = l->conf;
+  if (!din[0].data) return GP_OK;
+  int64_t n = gp_shape_numel(&in[0].shape);
+  return e->be->act_backward(e->be, k->act, n, GP_F32P(&in[0]), GP_F32P(out), GP_F32P(dout),
+                             GP_F32P(&din[0]));
+}
+
+#define ACT_TYPE(var, nm, conf_fn)                                                             \
+  const gp_layer_type var = {                                                                  \
+      .name = nm,                                                                              \
+      .min_inputs = 1,                                                                         \
+      .max_inputs = 1,                                                                         \
+      .conf_size = sizeof(act_conf),                                                           \
+      .configure = conf_fn,                                                                    \
+      .shape = act_shape,                                                                      \
+      .cost = act_cost,                                                                        \
+      .forward = act_forward,                                                                  \
+      .backward = act_backward,                                                                \
+  }
+
+ACT_TYPE(gp_layer_relu, "relu", relu_configure);
+ACT_TYPE(gp_layer_gelu, "gelu", gelu_configure);
+ACT_TYPE(gp_layer_tanh, "tanh", tanh_configure);
+ACT_TYPE(gp_layer_sigmoid, "sigmoid", sigmoid_configure);

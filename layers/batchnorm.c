@@ -1,0 +1,123 @@
+/* batchnorm: per-channel batch normalization over [C, ...] (BatchNorm1d for [C] and
+ * [C, L], BatchNorm2d for [C, H, W]). Running statistics are updated once per mini-batch:
+ * each micro-batch's forward adds its mean and unbiased variance to l->stats, and step_end
+ * applies their average with the momentum. With one micro-batch this is exactly PyTorch;
+ * with several, the statistics are per micro-batch, as in GPipe. */
+#include "layers/layers.h"
+
+typedef struct batchnorm_conf {
+  double eps, momentum;
+  int n_acc; /* micro-batch statistics in l->stats since the last step_end */
+} batchnorm_conf;
+
+enum { P_WEIGHT, P_BIAS, P_MEAN, P_VAR };
+
+static gp_status batchnorm_configure(gp_layer *l, gp_cfg *cfg) {
+  batchnorm_conf *k = l->conf;
+  GP_TRY(gp_cfg_float(cfg, "eps", 1e-5, 0.0, 1.0, &k->eps));
+  GP_TRY(gp_cfg_float(cfg, "momentum", 0.1, 0.0, 1.0, &k->momentum));
+  if (!(k->eps > 0.0)) return gp_cfg_error(cfg, "eps", "eps: must be greater than 0");
+  return GP_OK;
+}
+
+static gp_status batchnorm_shape(gp_layer *l) {
+  const gp_shape *x = &l->in_shape[0];
+  char buf[GP_LAYER_SHAPE_STR];
+  l->n_params = 0;
+  GP_TRY(gp_layers_check_f32(l));
+  if (x->ndim < 1)
+    return GP_ERR(GP_ERR_SPEC, "batchnorm expects input [C, ...], got %s",
+                  gp_layers_shape_str(x, buf));
+  GP_TRY(gp_layers_set_out(l, x));
+  gp_shape cs = gp_shape_of(1, &x->d[0]);
+  GP_TRY(gp_layers_add_param(l, "weight", &cs, GP_INIT_ONES, 0, 1));
+  GP_TRY(gp_layers_add_param(l, "bias", &cs, GP_INIT_ZEROS, 0, 1));
+  GP_TRY(gp_layers_add_param(l, "running_mean", &cs, GP_INIT_ZEROS, 0, 0));
+  GP_TRY(gp_layers_add_param(l, "running_var", &cs, GP_INIT_ONES, 0, 0));
+  return GP_OK;
+}
+
+static void batchnorm_cost(const gp_layer *l, gp_cost *c) {
+  double n = (double)gp_layers_numel(&l->out_shape);
+  c->fwd_flops = 6.0 * n; /* mean, variance, scale and shift */
+  c->bwd_flops = 8.0 * n;
+  c->params = 2 * l->in_shape[0].d[0];
+  c->saved_bytes = 0; /* mean and invstd are per channel, not per sample */
+  c->out_bytes = (int64_t)n * 4;
+}
+
+static int64_t batchnorm_stats_floats(const gp_layer *l) {
+  return 2 * l->in_shape[0].d[0];
+}
+
+static void dims(const gp_layer *l, const gp_tensor *x, int64_t *n, int64_t *c, int64_t *inner) {
+  *n = x->shape.d[0];
+  *c = l->in_shape[0].d[0];
+  *inner = gp_layers_numel(&l->in_shape[0]) / *c;
+}
+
+static gp_status batchnorm_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+                                   void **saved) {
+  batchnorm_conf *k = l->conf;
+  gp_backend *be = e->be;
+  int64_t n, c, inner;
+  dims(l, &in[0], &n, &c, &inner);
+  if (!e->training)
+    return be->batchnorm_forward_eval(be, n, c, inner, (float)k->eps, GP_F32P(&in[0]),
+                                      l->param[P_WEIGHT], l->param[P_BIAS], l->param[P_MEAN],
+                                      l->param[P_VAR], GP_F32P(out));
+  float *st;
+  GP_TRY(gp_arena_alloc(e->arena, (size_t)(2 * c) * sizeof(float), (void **)&st));
+  GP_TRY(be->batchnorm_forward_train(be, n, c, inner, (float)k->eps, GP_F32P(&in[0]),
+                                     l->param[P_WEIGHT], l->param[P_BIAS], GP_F32P(out), st,
+                                     st + c));
+  *saved = st;
+  /* A re-materializing forward sees the same micro-batch again: count it only once. */
+  if (!e->recompute) {
+    if (!l->stats)
+      return GP_ERR(GP_ERR_RUNTIME, "batchnorm %s: no statistics buffer (stats_floats)",
+                    l->path);
+    GP_TRY(be->batchnorm_stats_accumulate(be, c, n * inner, (float)k->eps, st, st + c,
+                                          l->stats));
+    k->n_acc++;
+  }
+  return GP_OK;
+}
+
+static gp_status batchnorm_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                    const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                    void *saved) {
+  (void)out;
+  const float *st = saved;
+  int64_t n, c, inner;
+  if (!st)
+    return GP_ERR(GP_ERR_RUNTIME, "batchnorm %s: backward needs a training forward", l->path);
+  dims(l, &in[0], &n, &c, &inner);
+  return e->be->batchnorm_backward(e->be, n, c, inner, GP_F32P(&in[0]), GP_F32P(dout),
+                                   l->param[P_WEIGHT], st, st + c,
+                                   din[0].data ? GP_F32P(&din[0]) : NULL, l->grad[P_WEIGHT],
+                                   l->grad[P_BIAS]);
+}
+
+static gp_status batchnorm_step_end(gp_layer *l, gp_backend *be) {
+  batchnorm_conf *k = l->conf;
+  if (k->n_acc == 0 || !l->stats) return GP_OK;
+  int n_acc = k->n_acc;
+  k->n_acc = 0;
+  return be->batchnorm_stats_apply(be, l->in_shape[0].d[0], (float)k->momentum, n_acc, l->stats,
+                                   l->param[P_MEAN], l->param[P_VAR]);
+}
+
+const gp_layer_type gp_layer_batchnorm = {
+    .name = "batchnorm",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .conf_size = sizeof(batchnorm_conf),
+    .configure = batchnorm_configure,
+    .shape = batchnorm_shape,
+    .cost = batchnorm_cost,
+    .forward = batchnorm_forward,
+    .backward = batchnorm_backward,
+    .stats_floats = batchnorm_stats_floats,
+    .step_end = batchnorm_step_end,
+};

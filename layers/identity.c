@@ -1,0 +1,52 @@
+/* identity: passes its one input through (a named tap point, or a no-op shortcut). */
+#include "layers/layers.h"
+
+static gp_status identity_configure(gp_layer *l, gp_cfg *cfg) {
+  (void)l;
+  (void)cfg;
+  return GP_OK;
+}
+
+static gp_status identity_shape(gp_layer *l) {
+  l->n_params = 0;
+  GP_TRY(gp_layers_set_out(l, &l->in_shape[0]));
+  l->out_dtype = l->in_dtype[0]; /* a pure copy may carry labels or ids too */
+  return GP_OK;
+}
+
+static void identity_cost(const gp_layer *l, gp_cost *c) {
+  c->fwd_flops = c->bwd_flops = 0;
+  c->params = 0;
+  c->saved_bytes = 0;
+  c->out_bytes = gp_layers_numel(&l->out_shape) * (int64_t)gp_dtype_size(l->out_dtype);
+}
+
+static gp_status identity_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+                                  void **saved) {
+  (void)l;
+  (void)saved;
+  return gp_layers_copy(e->be, &in[0], out);
+}
+
+static gp_status identity_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                   const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                   void *saved) {
+  (void)l;
+  (void)in;
+  (void)out;
+  (void)saved;
+  if (!din[0].data) return GP_OK;
+  return gp_layers_copy(e->be, dout, &din[0]);
+}
+
+const gp_layer_type gp_layer_identity = {
+    .name = "identity",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .conf_size = 0,
+    .configure = identity_configure,
+    .shape = identity_shape,
+    .cost = identity_cost,
+    .forward = identity_forward,
+    .backward = identity_backward,
+};

@@ -1,0 +1,75 @@
+/* layernorm: normalization over the last dimension (PyTorch's LayerNorm(normalized_shape =
+ * last dim)), with an elementwise affine weight (ones) and bias (zeros). */
+#include "layers/layers.h"
+
+typedef struct layernorm_conf {
+  double eps;
+} layernorm_conf;
+
+static gp_status layernorm_configure(gp_layer *l, gp_cfg *cfg) {
+  layernorm_conf *k = l->conf;
+  GP_TRY(gp_cfg_float(cfg, "eps", 1e-5, 0.0, 1.0, &k->eps));
+  if (!(k->eps > 0.0)) return gp_cfg_error(cfg, "eps", "eps: must be greater than 0");
+  return GP_OK;
+}
+
+static gp_status layernorm_shape(gp_layer *l) {
+  const gp_shape *x = &l->in_shape[0];
+  char buf[GP_LAYER_SHAPE_STR];
+  l->n_params = 0;
+  GP_TRY(gp_layers_check_f32(l));
+  if (x->ndim < 1)
+    return GP_ERR(GP_ERR_SPEC, "layernorm expects input [..., features], got %s",
+                  gp_layers_shape_str(x, buf));
+  GP_TRY(gp_layers_set_out(l, x));
+  gp_shape fs = gp_shape_of(1, &x->d[x->ndim - 1]);
+  GP_TRY(gp_layers_add_param(l, "weight", &fs, GP_INIT_ONES, 0, 1));
+  GP_TRY(gp_layers_add_param(l, "bias", &fs, GP_INIT_ZEROS, 0, 1));
+  return GP_OK;
+}
+
+static void layernorm_cost(const gp_layer *l, gp_cost *c) {
+  const gp_shape *x = &l->in_shape[0];
+  double n = (double)gp_layers_numel(x);
+  c->fwd_flops = 7.0 * n;
+  c->bwd_flops = 12.0 * n;
+  c->params = 2 * x->d[x->ndim - 1];
+  c->saved_bytes = 2 * 4 * (int64_t)(n / (double)x->d[x->ndim - 1]); /* mean, rstd per row */
+  c->out_bytes = (int64_t)n * 4;
+}
+
+static gp_status layernorm_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+                                   void **saved) {
+  const layernorm_conf *k = l->conf;
+  int64_t rows = gp_layers_rows(&in[0]), cols = in[0].shape.d[in[0].shape.ndim - 1];
+  float *st;
+  GP_TRY(gp_arena_alloc(e->arena, (size_t)(2 * rows) * sizeof(float), (void **)&st));
+  GP_TRY(e->be->layernorm_forward(e->be, rows, cols, (float)k->eps, GP_F32P(&in[0]),
+                                  l->param[0], l->param[1], GP_F32P(out), st, st + rows));
+  *saved = st;
+  return GP_OK;
+}
+
+static gp_status layernorm_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                    const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                    void *saved) {
+  (void)out;
+  const float *st = saved;
+  int64_t rows = gp_layers_rows(&in[0]), cols = in[0].shape.d[in[0].shape.ndim - 1];
+  if (!st) return GP_ERR(GP_ERR_RUNTIME, "layernorm %s: backward without its forward", l->path);
+  return e->be->layernorm_backward(e->be, rows, cols, GP_F32P(&in[0]), GP_F32P(dout),
+                                   l->param[0], st, st + rows,
+                                   din[0].data ? GP_F32P(&din[0]) : NULL, l->grad[0], l->grad[1]);
+}
+
+const gp_layer_type gp_layer_layernorm = {
+    .name = "layernorm",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .conf_size = sizeof(layernorm_conf),
+    .configure = layernorm_configure,
+    .shape = layernorm_shape,
+    .cost = layernorm_cost,
+    .forward = layernorm_forward,
+    .backward = layernorm_backward,
+};

@@ -1,0 +1,52 @@
+/* Private to layers/: the layer type tables the registry lists, and small helpers every
+ * layer file shares (shape checks, parameter descriptions, message formatting). */
+#ifndef GP_LAYERS_H
+#define GP_LAYERS_H
+
+#include <stdint.h>
+
+#include "core/layer.h"
+
+extern const gp_layer_type gp_layer_identity;
+extern const gp_layer_type gp_layer_relu;
+extern const gp_layer_type gp_layer_gelu;
+extern const gp_layer_type gp_layer_tanh;
+extern const gp_layer_type gp_layer_sigmoid;
+extern const gp_layer_type gp_layer_flatten;
+extern const gp_layer_type gp_layer_linear;
+extern const gp_layer_type gp_layer_conv2d;
+extern const gp_layer_type gp_layer_batchnorm;
+extern const gp_layer_type gp_layer_layernorm;
+extern const gp_layer_type gp_layer_maxpool;
+extern const gp_layer_type gp_layer_avgpool;
+extern const gp_layer_type gp_layer_global_avgpool;
+extern const gp_layer_type gp_layer_dropout;
+extern const gp_layer_type gp_layer_add;
+extern const gp_layer_type gp_layer_concat;
+extern const gp_layer_type gp_layer_pad;
+extern const gp_layer_type gp_layer_softmax_cross_entropy;
+
+/* Largest value a size-like setting (channels, kernel, ...) may take: far beyond any real
+ * model, small enough that products of a few of them cannot overflow int64. */
+#define GP_LAYER_MAX_DIM ((int64_t)1 << 30)
+
+/* "[1, 28, 28]" into a caller buffer of at least GP_LAYER_SHAPE_STR bytes. */
+#define GP_LAYER_SHAPE_STR 160
+const char *gp_layers_shape_str(const gp_shape *s, char *buf);
+
+/* Every input must be f32 (or, for `dtype` = GP_I32 checks, that dtype); else an error
+ * naming the layer type and input index. */
+gp_status gp_layers_check_f32(const gp_layer *l);
+/* out_shape = s after checking its element count against GP_SPEC_MAX_ELEMENTS. */
+gp_status gp_layers_set_out(gp_layer *l, const gp_shape *s);
+/* Appends a parameter description, checking its element count. */
+gp_status gp_layers_add_param(gp_layer *l, const char *name, const gp_shape *s, gp_init init,
+                              int64_t fan_in, int trainable);
+/* Elements per sample of a shape checked at load (no overflow possible any more). */
+int64_t gp_layers_numel(const gp_shape *s);
+/* Rows of a runtime tensor: batch times all dims but the last (for [..., features] ops). */
+int64_t gp_layers_rows(const gp_tensor *t);
+/* Copies bytes of src into dst through the backend (identity-like layers). */
+gp_status gp_layers_copy(gp_backend *be, const gp_tensor *src, gp_tensor *dst);
+
+#endif

@@ -1,0 +1,100 @@
+/* linear: y = x W^T + b over the last dimension of any input, [..., in] -> [..., out], as
+ * one GEMM over all rows of the micro-batch. weight [out, in], bias [out] (PyTorch). */
+#include "layers/layers.h"
+
+typedef struct linear_conf {
+  int64_t out_features;
+  int bias, he;
+} linear_conf;
+
+static gp_status linear_configure(gp_layer *l, gp_cfg *cfg) {
+  static const char *const inits[] = {"default", "he", NULL};
+  linear_conf *k = l->conf;
+  GP_TRY(gp_cfg_require(cfg, "out_features"));
+  GP_TRY(gp_cfg_int(cfg, "out_features", 0, 1, GP_LAYER_MAX_DIM, &k->out_features));
+  GP_TRY(gp_cfg_bool(cfg, "bias", 1, &k->bias));
+  GP_TRY(gp_cfg_choice(cfg, "init", inits, 0, &k->he));
+  return GP_OK;
+}
+
+static gp_status linear_shape(gp_layer *l) {
+  const linear_conf *k = l->conf;
+  char buf[GP_LAYER_SHAPE_STR];
+  l->n_params = 0;
+  GP_TRY(gp_layers_check_f32(l));
+  const gp_shape *x = &l->in_shape[0];
+  if (x->ndim < 1)
+    return GP_ERR(GP_ERR_SPEC, "linear expects input [..., features], got %s",
+                  gp_layers_shape_str(x, buf));
+  int64_t in = x->d[x->ndim - 1];
+  gp_shape y = *x;
+  y.d[y.ndim - 1] = k->out_features;
+  GP_TRY(gp_layers_set_out(l, &y));
+  int64_t wd[2] = {k->out_features, in};
+  gp_shape ws = gp_shape_of(2, wd), bs = gp_shape_of(1, &k->out_features);
+  GP_TRY(gp_layers_add_param(l, "weight", &ws,
+                             k->he ? GP_INIT_KAIMING_NORMAL : GP_INIT_UNIFORM_FAN_IN, in, 1));
+  if (k->bias)
+    GP_TRY(gp_layers_add_param(l, "bias", &bs, k->he ? GP_INIT_ZEROS : GP_INIT_UNIFORM_FAN_IN,
+                               in, 1));
+  return GP_OK;
+}
+
+static void linear_cost(const gp_layer *l, gp_cost *c) {
+  const linear_conf *k = l->conf;
+  const gp_shape *x = &l->in_shape[0];
+  double in = (double)x->d[x->ndim - 1], out = (double)k->out_features;
+  double rows = (double)gp_layers_numel(x) / in;
+  double mm = 2.0 * rows * in * out;
+  c->fwd_flops = mm + (k->bias ? rows * out : 0.0);
+  c->bwd_flops = 2.0 * mm + (k->bias ? rows * out : 0.0); /* data and weight gradients */
+  c->params = (int64_t)(in * out) + (k->bias ? k->out_features : 0);
+  c->saved_bytes = 0;
+  c->out_bytes = gp_layers_numel(&l->out_shape) * 4;
+}
+
+static gp_status linear_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+                                void **saved) {
+  (void)saved;
+  const linear_conf *k = l->conf;
+  gp_backend *be = e->be;
+  int64_t rows = gp_layers_rows(&in[0]), nin = in[0].shape.d[in[0].shape.ndim - 1];
+  int64_t nout = k->out_features;
+  GP_TRY(be->gemm(be, 0, 1, rows, nout, nin, 1.0f, GP_F32P(&in[0]), nin, l->param[0], nin, 0.0f,
+                  GP_F32P(out), nout));
+  if (k->bias) GP_TRY(be->bias_add(be, rows, nout, 1, l->param[1], GP_F32P(out)));
+  return GP_OK;
+}
+
+static gp_status linear_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                 const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                 void *saved) {
+  (void)out;
+  (void)saved;
+  const linear_conf *k = l->conf;
+  gp_backend *be = e->be;
+  int64_t rows = gp_layers_rows(&in[0]), nin = in[0].shape.d[in[0].shape.ndim - 1];
+  int64_t nout = k->out_features;
+  const float *dy = GP_F32P(dout);
+  /* dW[out, in] += dY^T X */
+  GP_TRY(be->gemm(be, 1, 0, nout, nin, rows, 1.0f, dy, nout, GP_F32P(&in[0]), nin, 1.0f,
+                  l->grad[0], nin));
+  if (k->bias) GP_TRY(be->bias_grad(be, rows, nout, 1, dy, l->grad[1]));
+  /* dX = dY W, skipped for a first layer whose input needs no gradient. */
+  if (din[0].data)
+    GP_TRY(be->gemm(be, 0, 0, rows, nin, nout, 1.0f, dy, nout, l->param[0], nin, 0.0f,
+                    GP_F32P(&din[0]), nin));
+  return GP_OK;
+}
+
+const gp_layer_type gp_layer_linear = {
+    .name = "linear",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .conf_size = sizeof(linear_conf),
+    .configure = linear_configure,
+    .shape = linear_shape,
+    .cost = linear_cost,
+    .forward = linear_forward,
+    .backward = linear_backward,
+};

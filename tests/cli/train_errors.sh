@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Bad model files, flags and data files each give one clear line and the right exit code
+# (2: model file or usage, 1: data or runtime), never a signal or a hang.
+set -u
+train=$1; srcdir=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+passed=0; failed=0
+# expect CODE PATTERN -- ARGS...: runs gpipe-train, checks exit code and one-line stderr
+expect() {
+  local code=$1 pat=$2; shift 3
+  timeout 60 "$train" "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  local lines; lines=$(wc -l <"$tmp/err")
+  if [ "$rc" = "$code" ] && grep -qE -- "$pat" "$tmp/err" && [ "$lines" -le 1 ]; then
+    passed=$((passed+1))
+  else
+    failed=$((failed+1)); echo "FAIL: gpipe-train $* -> exit $rc (want $code), stderr:"; cat "$tmp/err"
+  fi
+}
+good=$srcdir/models/fashion-mlp.yaml
+base=$(cat "$good")
+printf 'name: x\nlayers: [\n' >"$tmp/syntax.yaml"
+expect 2 "syntax.yaml:[0-9]+:[0-9]+: " -- "$tmp/syntax.yaml"
+echo "${base/type: flatten/type: flaten}" >"$tmp/type.yaml"
+expect 2 "type.yaml:[0-9]+:[0-9]+: .*flaten.*did you mean 'flatten'" -- "$tmp/type.yaml"
+echo "${base/out_features: 256/out_featres: 256}" >"$tmp/key.yaml"
+expect 2 "key.yaml:[0-9]+:[0-9]+: .*out_featres.*out_features" -- "$tmp/key.yaml"
+echo "${base/out_features: 256/out_features: many}" >"$tmp/value.yaml"
+expect 2 "value.yaml:[0-9]+:[0-9]+: .*many" -- "$tmp/value.yaml"
+: >"$tmp/empty.yaml"
+expect 2 "empty.yaml" -- "$tmp/empty.yaml"
+expect 1 "nope.yaml" -- "$tmp/nope.yaml"
+expect 2 "unknown flag '--stepz'; did you mean '--steps'" -- "$good" --stepz 3
+expect 2 "--steps: expected an integer" -- "$good" --steps abc
+expect 2 "expected one model file" --
+expect 2 "--set" -- "$good" --set train.optimzer.lr=0.1
+expect 2 "--resume needs --checkpoint-dir" -- "$good" --resume
+# data files: missing, truncated, mismatched
+mkdir -p "$tmp/d1" "$tmp/d2"
+expect 1 "d1.*(train|t10k)" -- "$good" --set data.path="$tmp/d1" --steps 1
+if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  cp /usr/share/datasets/fashion-mnist/*.gz "$tmp/d2/"
+  head -c 200000 /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz >"$tmp/d2/train-images-idx3-ubyte.gz"
+  expect 1 "train-images-idx3-ubyte.gz" -- "$good" --set data.path="$tmp/d2" --steps 1
+  cp /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz "$tmp/d2/train-labels-idx1-ubyte.gz"
+  cp /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz "$tmp/d2/"
+  expect 1 "60000|10000" -- "$good" --set data.path="$tmp/d2" --steps 1
+fi
+# a NaN loss stops with the step named
+expect 1 "loss is (NaN|infinite) at step" -- "$good" --data synthetic --steps 5 --set train.optimizer.lr=1e30 --set train.optimizer.type=sgd --set train.schedule.warmup_steps=0
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

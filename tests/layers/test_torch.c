@@ -1,0 +1,256 @@
+/* Every layer against PyTorch: outputs, input and parameter gradients, running statistics
+ * and the mean loss, from the fixtures tests/layers/make_fixtures.py wrote. Every tensor in
+ * a fixture must be used by some check, so a renamed parameter cannot pass silently.
+ * Usage: test_layers_torch FIXTURE_DIR */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/io/safetensors.h"
+#include "tests/layers/harness.h"
+
+#define MAX_FILES 256
+
+/* Types that cannot be matched to PyTorch: dropout's mask comes from our counter-based RNG
+ * (tests/layers/test_dropout.c checks it statistically instead). */
+static const char *const all_types[] = {
+    "conv2d",  "linear",  "batchnorm", "layernorm", "relu",     "gelu",
+    "tanh",    "sigmoid", "maxpool",   "avgpool",   "global_avgpool", "flatten",
+    "add",     "concat",  "identity",  "pad",       "softmax_cross_entropy", NULL,
+};
+
+typedef struct fixture {
+  gp_st_file *f;
+  const char *file;
+  char *used; /* per entry: consumed by a check */
+} fixture;
+
+static const gp_st_entry *take(fixture *fx, const char *name) {
+  const gp_st_entry *e = gp_st_find(fx->f, name);
+  if (!e) return NULL;
+  for (int i = 0; i < gp_st_count(fx->f); i++)
+    if (gp_st_entry_at(fx->f, i) == e) fx->used[i] = 1;
+  return e;
+}
+
+/* Expected values of an F32 entry whose shape must equal `shape`; NULL after printing why. */
+static const float *expect(fixture *fx, const char *name, const gp_shape *shape) {
+  const gp_st_entry *e = take(fx, name);
+  char a[160], b[160];
+  if (!e) {
+    printf("  FAIL %s: no tensor '%s'\n", fx->file, name);
+    return NULL;
+  }
+  if (e->dtype != GP_F32 || !gp_shape_equal(&e->shape, shape)) {
+    printf("  FAIL %s: '%s' is %s %s in the fixture, the layer has F32 %s\n", fx->file, name,
+           gp_dtype_name(e->dtype), gp_shape_str(&e->shape, a, sizeof a),
+           gp_shape_str(shape, b, sizeof b));
+    return NULL;
+  }
+  return gp_st_data(fx->f, e);
+}
+
+static int check(fixture *fx, const char *name, const float *got, const gp_shape *shape,
+                 lt_tol_id tol, double *worst) {
+  const float *want = expect(fx, name, shape);
+  if (!want) return 0;
+  char what[256];
+  double err = 0;
+  snprintf(what, sizeof what, "%s: %s", fx->file, name);
+  int ok = lt_compare_f(what, got, want, gp_shape_numel(shape), tol, &err);
+  if (err > *worst) *worst = err;
+  return ok;
+}
+
+/* Returns failed checks, or -1 when the layer type is not registered. */
+static int run_fixture(gp_backend *be, fixture *fx, char *type_out, size_t type_n) {
+  gp_shape shapes[GP_MAX_INPUTS];
+  gp_dtype dtypes[GP_MAX_INPUTS];
+  lt_layer t;
+  memset(&t, 0, sizeof t);
+  int n_in = 0, fails = 0;
+  int64_t batch = -1;
+  double worst = 0;
+  const char *config = gp_st_meta(fx->f, "config");
+  const char *training = gp_st_meta(fx->f, "training");
+  const char *loss = gp_st_meta(fx->f, "loss");
+  type_out[0] = 0;
+  if (!config) {
+    printf("  FAIL %s: no 'config' in __metadata__\n", fx->file);
+    return 1;
+  }
+  const char *tp = strstr(config, "type:");
+  if (tp) snprintf(type_out, type_n, "%.*s", (int)strcspn(tp + 6, ",} "), tp + 6);
+  for (; n_in < GP_MAX_INPUTS; n_in++) {
+    char nm[8];
+    snprintf(nm, sizeof nm, "x%d", n_in);
+    const gp_st_entry *e = take(fx, nm);
+    if (!e) break;
+    if (e->shape.ndim < 1 || (batch >= 0 && e->shape.d[0] != batch)) {
+      printf("  FAIL %s: %s has no batch dimension matching x0\n", fx->file, nm);
+      return 1;
+    }
+    batch = e->shape.d[0];
+    shapes[n_in].ndim = e->shape.ndim - 1;
+    for (int d = 1; d < e->shape.ndim; d++) shapes[n_in].d[d - 1] = e->shape.d[d];
+    dtypes[n_in] = e->dtype;
+  }
+  gp_status s = lt_layer_build(&t, be, config, n_in, shapes, dtypes, batch);
+  if (s == GP_ERR_UNSUPPORTED) {
+    lt_layer_free(&t);
+    return -1;
+  }
+  if (s != GP_OK) {
+    printf("  FAIL %s: build %s: %s\n", fx->file, config, gp_error_message());
+    lt_layer_free(&t);
+    return 1;
+  }
+  for (int i = 0; i < n_in; i++) {
+    char nm[8];
+    snprintf(nm, sizeof nm, "x%d", i);
+    const gp_st_entry *e = gp_st_find(fx->f, nm);
+    memcpy(t.in[i].data, gp_st_data(fx->f, e), gp_tensor_bytes(&t.in[i]));
+  }
+  for (int i = 0; i < t.l.n_params; i++) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "param.%s", t.l.pdesc[i].name);
+    const float *v = expect(fx, nm, &t.l.pdesc[i].shape);
+    if (!v) {
+      fails++;
+      goto done;
+    }
+    memcpy(t.l.param[i], v, (size_t)lt_param_numel(&t, i) * sizeof(float));
+  }
+  t.e.training = !(training && strcmp(training, "false") == 0);
+  int is_loss = loss && strcmp(loss, "true") == 0;
+
+  if ((s = lt_forward(&t)) != GP_OK) goto fail_status;
+  fails += !check(fx, "y", GP_F32P(&t.out), &t.out.shape, LT_TOL_TORCH_FWD, &worst);
+  if (is_loss) {
+    gp_shape one = {1, {1}};
+    float got = (float)t.e.loss_sum;
+    fails += !check(fx, "loss", &got, &one, LT_TOL_TORCH_LOSS, &worst);
+    for (int64_t j = 0; j < gp_shape_numel(&t.dout.shape); j++) GP_F32P(&t.dout)[j] = 1.0f;
+  } else {
+    const float *dy = expect(fx, "dy", &t.dout.shape);
+    if (!dy) {
+      fails++;
+      goto done;
+    }
+    memcpy(t.dout.data, dy, gp_tensor_bytes(&t.dout));
+  }
+  if ((s = lt_backward(&t)) != GP_OK) goto fail_status;
+  for (int i = 0; i < n_in; i++) {
+    if (!t.din[i].data) continue;
+    char nm[8];
+    snprintf(nm, sizeof nm, "dx%d", i);
+    fails += !check(fx, nm, GP_F32P(&t.din[i]), &t.din[i].shape, LT_TOL_TORCH_GRAD, &worst);
+  }
+  for (int i = 0; i < t.l.n_params; i++) {
+    if (!t.l.grad[i]) continue;
+    char nm[64];
+    snprintf(nm, sizeof nm, "grad.%s", t.l.pdesc[i].name);
+    fails += !check(fx, nm, t.l.grad[i], &t.l.pdesc[i].shape, LT_TOL_TORCH_GRAD, &worst);
+  }
+  int has_after = 0;
+  for (int i = 0; i < t.l.n_params; i++) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "after.%s", t.l.pdesc[i].name);
+    has_after |= gp_st_find(fx->f, nm) != NULL;
+  }
+  if (has_after) {
+    if (t.l.type->step_end && (s = t.l.type->step_end(&t.l, be)) != GP_OK) goto fail_status;
+    for (int i = 0; i < t.l.n_params; i++) {
+      char nm[64];
+      snprintf(nm, sizeof nm, "after.%s", t.l.pdesc[i].name);
+      if (gp_st_find(fx->f, nm))
+        fails += !check(fx, nm, t.l.param[i], &t.l.pdesc[i].shape, LT_TOL_TORCH_STAT, &worst);
+    }
+  }
+  for (int i = 0; i < gp_st_count(fx->f); i++)
+    if (!fx->used[i]) {
+      printf("  FAIL %s: tensor '%s' was not checked (the layer has no such parameter or "
+             "input)\n", fx->file, gp_st_entry_at(fx->f, i)->name);
+      fails++;
+    }
+  printf("%s %s (max error %.2g)\n", fails ? "FAIL" : "ok  ", fx->file, worst);
+  goto done;
+
+fail_status:
+  printf("  FAIL %s: %s (%s)\n", fx->file, gp_error_message(), gp_error_origin());
+  fails++;
+done:
+  lt_layer_free(&t);
+  return fails;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    printf("usage: %s FIXTURE_DIR\n", argv[0]);
+    return 2;
+  }
+  DIR *d = opendir(argv[1]);
+  if (!d) {
+    printf("FAIL: cannot open fixture directory %s\n", argv[1]);
+    return 1;
+  }
+  char *files[MAX_FILES];
+  int n = 0;
+  for (struct dirent *de; (de = readdir(d)) && n < MAX_FILES;) {
+    size_t len = strlen(de->d_name);
+    if (len > 12 && strcmp(de->d_name + len - 12, ".safetensors") == 0)
+      files[n++] = strdup(de->d_name);
+  }
+  closedir(d);
+  qsort(files, (size_t)n, sizeof *files, cmp_str);
+
+  gp_backend *be;
+  if (gp_cpu_backend_create(1, &be) != GP_OK) {
+    printf("FAIL: cpu backend: %s\n", gp_error_message());
+    return 1;
+  }
+  int failed = 0, covered[32] = {0};
+  char missing[512] = "";
+  for (int i = 0; i < n; i++) {
+    char path[4096], type[64];
+    snprintf(path, sizeof path, "%s/%s", argv[1], files[i]);
+    fixture fx = {NULL, files[i], NULL};
+    if (gp_st_read(path, &fx.f) != GP_OK) {
+      printf("FAIL %s: %s\n", files[i], gp_error_message());
+      failed++;
+      continue;
+    }
+    fx.used = calloc((size_t)gp_st_count(fx.f) + 1, 1);
+    int f = run_fixture(be, &fx, type, sizeof type);
+    for (int k = 0; all_types[k]; k++)
+      if (strcmp(all_types[k], type) == 0) covered[k] = 1;
+    if (f < 0) {
+      printf("MISSING %s (layer type %s is not registered)\n", files[i], type);
+      char key[72];
+      snprintf(key, sizeof key, " %s,", type);
+      if (!strstr(missing, key)) strncat(missing, key, sizeof missing - strlen(missing) - 1);
+    } else if (f > 0) {
+      failed++;
+    }
+    free(fx.used);
+    gp_st_free(fx.f);
+  }
+  for (int k = 0; all_types[k]; k++)
+    if (!covered[k]) {
+      printf("FAIL: no fixture for layer type %s\n", all_types[k]);
+      failed++;
+    }
+  if (missing[0]) {
+    printf("FAIL: layer types not registered:%s\n", missing);
+    failed++;
+  }
+  for (int i = 0; i < n; i++) free(files[i]);
+  gp_backend_destroy(be);
+  printf("%d fixtures, %d failed\n", n, failed);
+  return failed ? 1 : 0;
+}
