@@ -186,8 +186,9 @@ static gp_status train(run *r) {
   double rate = 0;
   while (r->t.step < total) {
     int64_t got, epoch, idx;
-    gp_loader_tell(r->train, &epoch, &idx);
     GP_TRY(gp_loader_next(r->train, b, r->x, r->y, &got));
+    gp_loader_tell(r->train, &epoch, &idx); /* the epoch this batch came from */
+    if (idx == 0 && epoch > 0) epoch--;
     double lr = gp_lr_at(ts, r->t.step, total);
     GP_TRY(gp_trainer_step(&r->t, r->x, r->y, got, lr, &tr));
     win_n += got;

@@ -33,12 +33,7 @@ gp_status gp_cpu_bias_grad(gp_backend *be, int64_t n, int64_t c, int64_t inner,
   for (int64_t j = 0; j < c; j++) {
     /* double: a channel of a large batch sums many values of mixed sign. */
     double s = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-      const float *restrict p = dy + (i * c + j) * inner;
-      float part = 0.0f;
-      for (int64_t k = 0; k < inner; k++) part += p[k];
-      s += part;
-    }
+    for (int64_t i = 0; i < n; i++) s += gp_cpu_rowsum(dy + (i * c + j) * inner, inner);
     dbias[j] += (float)s;
   }
   return GP_OK;

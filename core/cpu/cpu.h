@@ -26,6 +26,8 @@ gp_status gp_cpu_pool2d_backward(gp_backend *be, gp_pool kind, const gp_pool2d_d
                                  const float *dy, const int32_t *argmax, float *dx);
 
 /* norm.c */
+/* Sum of n floats with 8 partial sums (vectorizable; order differs from a plain loop). */
+float gp_cpu_rowsum(const float *p, int64_t n);
 gp_status gp_cpu_bias_add(gp_backend *be, int64_t n, int64_t c, int64_t inner, const float *bias,
                           float *y);
 gp_status gp_cpu_bias_grad(gp_backend *be, int64_t n, int64_t c, int64_t inner, const float *dy,

@@ -55,7 +55,11 @@ gp_status gp_cpu_act_backward(gp_backend *be, gp_act act, int64_t n, const float
   (void)be;
   switch (act) {
   case GP_ACT_RELU:
-    for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+    /* dy is loaded unconditionally so the select vectorizes instead of branching. */
+    for (int64_t i = 0; i < n; i++) {
+      float g = dy[i];
+      dx[i] = x[i] > 0.0f ? g : 0.0f;
+    }
     return GP_OK;
   case GP_ACT_GELU:
     for (int64_t i = 0; i < n; i++) {

@@ -87,6 +87,7 @@ typedef struct gp_sp_ctx {
   const gp_sp_block *stack[GP_SP_MAX_DEPTH]; /* blocks being expanded, outermost first */
   int depth;
   gp_model *m;
+  int node_cap; /* capacity of m->nodes */
 } gp_sp_ctx;
 
 /* ---- errors (GP_ERR_SPEC "file:line:col: what") ---- */

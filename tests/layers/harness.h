@@ -27,16 +27,22 @@ typedef struct lt_layer {
 
 /* Stage 1 (pure): parse, find the type, configure, check unknown keys, shape. A type that
  * is not registered gives GP_ERR_UNSUPPORTED ("layer type 'x' is not registered"). When
- * configure fails and an unknown key is present, the unknown key is reported instead (a
- * misspelt required key is best explained by its spelling). */
+ * configure fails and an unknown key is near a key configure asked for, the unknown key is
+ * reported instead (a misspelt required key is best explained by its spelling). */
 gp_status lt_layer_configure(lt_layer *t, const char *yaml, int n_in, const gp_shape *in_shapes,
                              const gp_dtype *in_dtypes);
+/* The same with the type given (NULL: found by the mapping's type), for test-only types. */
+gp_status lt_layer_configure_as(lt_layer *t, const gp_layer_type *type, const char *yaml, int n_in,
+                                const gp_shape *in_shapes, const gp_dtype *in_dtypes);
 /* Stage 2: parameters (initialized by gp_param_init_host with seed 1), gradients (zero),
  * statistics (zero), inputs (zero), output, dout and din on be for a batch. */
 gp_status lt_layer_alloc(lt_layer *t, gp_backend *be, int64_t batch);
 /* Both stages. */
 gp_status lt_layer_build(lt_layer *t, gp_backend *be, const char *yaml, int n_in,
                          const gp_shape *in_shapes, const gp_dtype *in_dtypes, int64_t batch);
+gp_status lt_layer_build_as(lt_layer *t, const gp_layer_type *type, gp_backend *be,
+                            const char *yaml, int n_in, const gp_shape *in_shapes,
+                            const gp_dtype *in_dtypes, int64_t batch);
 void lt_layer_free(lt_layer *t);
 
 /* Resets the arena and loss accumulators, then runs forward into t->out. The mode comes
@@ -55,6 +61,8 @@ int64_t lt_param_numel(const lt_layer *t, int i);
 
 /* ---- comparisons ---- */
 
+/* 1: comparisons stop printing (the self-tests that expect them to fail). */
+void lt_set_quiet(int q);
 /* Compares n values; prints the worst offender as "what: max err E at i (got G, want W,
  * tolerance T)" when it fails. Returns 1 when all pass. *max_err (may be NULL) is set. */
 int lt_compare(const char *what, const float *got, const double *want, int64_t n, lt_tol_id tol,

@@ -9,6 +9,7 @@ not run this script (the fixtures are committed), it is here to regenerate or ex
 Each file holds:
   __metadata__: config   the layer's YAML flow mapping, as a model file would write it
                 training "true" / "false" (batchnorm: batch or running statistics)
+                backward "false": forward only (no dy, dx or grad tensors)
                 loss     "true" for the loss layer (the objective is the mean loss)
                 torch    the torch version that wrote it
   x0, x1, ...   inputs with the batch as dimension 0 (labels are I32)
@@ -51,32 +52,37 @@ def write_safetensors(path, tensors, meta):
             f.write(b)
 
 
-def run_case(out_dir, name, config, inputs, fn, params=None, training=True, after=None):
+def run_case(out_dir, name, config, inputs, fn, params=None, training=True, after=None,
+             backward=True):
     """inputs: list of tensors (float ones get gradients); fn(*inputs) -> y;
-    params: ordered {name: tensor} of the module (trainable ones have requires_grad)."""
+    params: ordered {name: tensor} of the module (trainable ones have requires_grad);
+    backward=False: forward only (evaluation mode is never differentiated in training)."""
     params = params or {}
     before = {k: v.detach().clone() for k, v in params.items()}
-    xs = [x.detach().clone().requires_grad_(x.dtype == torch.float32) for x in inputs]
+    xs = [x.detach().clone().requires_grad_(x.dtype == torch.float32 and backward)
+          for x in inputs]
     y = fn(*xs)
     dy = torch.randn_like(y)
-    (y * dy).sum().backward()
+    if backward:
+        (y * dy).sum().backward()
     t = {}
     for i, x in enumerate(xs):
         t[f"x{i}"] = x
     for k, v in before.items():
         t[f"param.{k}"] = v
     t["y"] = y
-    t["dy"] = dy
-    for i, x in enumerate(xs):
-        if x.grad is not None:
-            t[f"dx{i}"] = x.grad
-    for k, v in params.items():
-        if v.requires_grad:
-            t[f"grad.{k}"] = v.grad
+    if backward:
+        t["dy"] = dy
+        for i, x in enumerate(xs):
+            if x.grad is not None:
+                t[f"dx{i}"] = x.grad
+        for k, v in params.items():
+            if v.requires_grad:
+                t[f"grad.{k}"] = v.grad
     for k, v in (after or {}).items():
         t[f"after.{k}"] = v()
     meta = {"config": config, "training": "true" if training else "false",
-            "torch": torch.__version__}
+            "backward": "true" if backward else "false", "torch": torch.__version__}
     write_safetensors(os.path.join(out_dir, name + ".safetensors"), t, meta)
 
 
@@ -88,7 +94,8 @@ def loss_case(out_dir, name, config, n, k, smoothing):
     mean.backward()
     t = {"x0": logits, "x1": labels.to(torch.int32), "y": per, "loss": mean.reshape(1),
          "dx0": logits.grad}
-    meta = {"config": config, "training": "true", "loss": "true", "torch": torch.__version__}
+    meta = {"config": config, "training": "true", "backward": "true", "loss": "true",
+            "torch": torch.__version__}
     write_safetensors(os.path.join(out_dir, name + ".safetensors"), t, meta)
 
 
@@ -167,7 +174,7 @@ def main():
         after = {"running_mean": lambda: bn.running_mean, "running_var": lambda: bn.running_var}
         run_case(out_dir, "batchnorm_" + ("train" if training else "eval"),
                  "{type: batchnorm, eps: 1.0e-5, momentum: 0.1}", [x(4, 3, 4, 4) * 2 + 1], bn,
-                 params, training=training, after=after)
+                 params, training=training, after=after, backward=training)
 
     ln = torch.nn.LayerNorm(8, eps=1e-5)
     with torch.no_grad():

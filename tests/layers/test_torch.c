@@ -15,9 +15,24 @@
 /* Types that cannot be matched to PyTorch: dropout's mask comes from our counter-based RNG
  * (tests/layers/test_dropout.c checks it statistically instead). */
 static const char *const all_types[] = {
-    "conv2d",  "linear",  "batchnorm", "layernorm", "relu",     "gelu",
-    "tanh",    "sigmoid", "maxpool",   "avgpool",   "global_avgpool", "flatten",
-    "add",     "concat",  "identity",  "pad",       "softmax_cross_entropy", NULL,
+    "conv2d",
+    "linear",
+    "batchnorm",
+    "layernorm",
+    "relu",
+    "gelu",
+    "tanh",
+    "sigmoid",
+    "maxpool",
+    "avgpool",
+    "global_avgpool",
+    "flatten",
+    "add",
+    "concat",
+    "identity",
+    "pad",
+    "softmax_cross_entropy",
+    NULL,
 };
 
 typedef struct fixture {
@@ -64,7 +79,7 @@ static int check(fixture *fx, const char *name, const float *got, const gp_shape
 }
 
 /* Returns failed checks, or -1 when the layer type is not registered. */
-static int run_fixture(gp_backend *be, fixture *fx, char *type_out, size_t type_n) {
+static int run_fixture(gp_backend *be, fixture *fx, int perturb, char *type_out, size_t type_n) {
   gp_shape shapes[GP_MAX_INPUTS];
   gp_dtype dtypes[GP_MAX_INPUTS];
   lt_layer t;
@@ -93,7 +108,8 @@ static int run_fixture(gp_backend *be, fixture *fx, char *type_out, size_t type_
     }
     batch = e->shape.d[0];
     shapes[n_in].ndim = e->shape.ndim - 1;
-    for (int d = 1; d < e->shape.ndim; d++) shapes[n_in].d[d - 1] = e->shape.d[d];
+    for (int d = 1; d < e->shape.ndim; d++)
+      shapes[n_in].d[d - 1] = e->shape.d[d];
     dtypes[n_in] = e->dtype;
   }
   gp_status s = lt_layer_build(&t, be, config, n_in, shapes, dtypes, batch);
@@ -122,17 +138,21 @@ static int run_fixture(gp_backend *be, fixture *fx, char *type_out, size_t type_
     }
     memcpy(t.l.param[i], v, (size_t)lt_param_numel(&t, i) * sizeof(float));
   }
+  if (perturb && t.l.n_params) t.l.param[0][0] += 1e-2f; /* the self-test's deliberate bug */
   t.e.training = !(training && strcmp(training, "false") == 0);
   int is_loss = loss && strcmp(loss, "true") == 0;
+  const char *bw = gp_st_meta(fx->f, "backward");
+  int do_backward = !(bw && strcmp(bw, "false") == 0);
 
-  if ((s = lt_forward(&t)) != GP_OK) goto fail_status;
+  if (lt_forward(&t) != GP_OK) goto fail_status;
   fails += !check(fx, "y", GP_F32P(&t.out), &t.out.shape, LT_TOL_TORCH_FWD, &worst);
   if (is_loss) {
     gp_shape one = {1, {1}};
     float got = (float)t.e.loss_sum;
     fails += !check(fx, "loss", &got, &one, LT_TOL_TORCH_LOSS, &worst);
-    for (int64_t j = 0; j < gp_shape_numel(&t.dout.shape); j++) GP_F32P(&t.dout)[j] = 1.0f;
-  } else {
+    for (int64_t j = 0; j < gp_shape_numel(&t.dout.shape); j++)
+      GP_F32P(&t.dout)[j] = 1.0f;
+  } else if (do_backward) {
     const float *dy = expect(fx, "dy", &t.dout.shape);
     if (!dy) {
       fails++;
@@ -140,14 +160,14 @@ static int run_fixture(gp_backend *be, fixture *fx, char *type_out, size_t type_
     }
     memcpy(t.dout.data, dy, gp_tensor_bytes(&t.dout));
   }
-  if ((s = lt_backward(&t)) != GP_OK) goto fail_status;
-  for (int i = 0; i < n_in; i++) {
+  if (do_backward && lt_backward(&t) != GP_OK) goto fail_status;
+  for (int i = 0; i < n_in && do_backward; i++) {
     if (!t.din[i].data) continue;
     char nm[8];
     snprintf(nm, sizeof nm, "dx%d", i);
     fails += !check(fx, nm, GP_F32P(&t.din[i]), &t.din[i].shape, LT_TOL_TORCH_GRAD, &worst);
   }
-  for (int i = 0; i < t.l.n_params; i++) {
+  for (int i = 0; i < t.l.n_params && do_backward; i++) {
     if (!t.l.grad[i]) continue;
     char nm[64];
     snprintf(nm, sizeof nm, "grad.%s", t.l.pdesc[i].name);
@@ -160,7 +180,7 @@ static int run_fixture(gp_backend *be, fixture *fx, char *type_out, size_t type_
     has_after |= gp_st_find(fx->f, nm) != NULL;
   }
   if (has_after) {
-    if (t.l.type->step_end && (s = t.l.type->step_end(&t.l, be)) != GP_OK) goto fail_status;
+    if (t.l.type->step_end && t.l.type->step_end(&t.l, be) != GP_OK) goto fail_status;
     for (int i = 0; i < t.l.n_params; i++) {
       char nm[64];
       snprintf(nm, sizeof nm, "after.%s", t.l.pdesc[i].name);
@@ -171,10 +191,11 @@ static int run_fixture(gp_backend *be, fixture *fx, char *type_out, size_t type_
   for (int i = 0; i < gp_st_count(fx->f); i++)
     if (!fx->used[i]) {
       printf("  FAIL %s: tensor '%s' was not checked (the layer has no such parameter or "
-             "input)\n", fx->file, gp_st_entry_at(fx->f, i)->name);
+             "input)\n",
+             fx->file, gp_st_entry_at(fx->f, i)->name);
       fails++;
     }
-  printf("%s %s (max error %.2g)\n", fails ? "FAIL" : "ok  ", fx->file, worst);
+  if (!perturb) printf("%s %s (max error %.2g)\n", fails ? "FAIL" : "ok  ", fx->file, worst);
   goto done;
 
 fail_status:
@@ -214,7 +235,7 @@ int main(int argc, char **argv) {
     printf("FAIL: cpu backend: %s\n", gp_error_message());
     return 1;
   }
-  int failed = 0, covered[32] = {0};
+  int failed = 0, covered[32] = {0}, self_tested = 0;
   char missing[512] = "";
   for (int i = 0; i < n; i++) {
     char path[4096], type[64];
@@ -226,7 +247,7 @@ int main(int argc, char **argv) {
       continue;
     }
     fx.used = calloc((size_t)gp_st_count(fx.f) + 1, 1);
-    int f = run_fixture(be, &fx, type, sizeof type);
+    int f = run_fixture(be, &fx, 0, type, sizeof type);
     for (int k = 0; all_types[k]; k++)
       if (strcmp(all_types[k], type) == 0) covered[k] = 1;
     if (f < 0) {
@@ -237,8 +258,23 @@ int main(int argc, char **argv) {
     } else if (f > 0) {
       failed++;
     }
+    /* Self-test: the same fixture with one weight off by 1e-2 must fail. */
+    if (strcmp(files[i], "conv2d_3x3.safetensors") == 0 && f == 0) {
+      memset(fx.used, 0, (size_t)gp_st_count(fx.f));
+      lt_set_quiet(1);
+      int g = run_fixture(be, &fx, 1, type, sizeof type);
+      lt_set_quiet(0);
+      printf("%s self-test: a weight off by 1e-2 is caught (%d checks failed)\n",
+             g > 0 ? "ok  " : "FAIL", g);
+      failed += g <= 0;
+      self_tested = 1;
+    }
     free(fx.used);
     gp_st_free(fx.f);
+  }
+  if (!self_tested) {
+    printf("FAIL: the self-test did not run (conv2d_3x3.safetensors missing or failing)\n");
+    failed++;
   }
   for (int k = 0; all_types[k]; k++)
     if (!covered[k]) {
@@ -249,7 +285,8 @@ int main(int argc, char **argv) {
     printf("FAIL: layer types not registered:%s\n", missing);
     failed++;
   }
-  for (int i = 0; i < n; i++) free(files[i]);
+  for (int i = 0; i < n; i++)
+    free(files[i]);
   gp_backend_destroy(be);
   printf("%d fixtures, %d failed\n", n, failed);
   return failed ? 1 : 0;

@@ -1,0 +1,663 @@
+/* layers:, blocks: and loss: -> the node list. Blocks are instantiated with their parameters,
+ * `repeat` makes copies, `from:` names tensors in the entry's scope (the model inputs and
+ * top-level names, or a block's inputs and its entries' names), every layer is configured
+ * and its shape inferred here, so a loaded model is a checked graph. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/spec/internal.h"
+
+struct gp_sp_block {
+  const char *name;
+  int line, col;
+  const gp_ynode *params; /* mapping or NULL */
+  const gp_ynode *layers;
+  const char *inputs[GP_MAX_INPUTS];
+  int n_inputs;
+  const gp_ynode *output; /* scalar or NULL */
+};
+
+typedef struct def {
+  const char *name;
+  int tensor;
+} def;
+
+/* One list of entries being expanded: the top level or one block instance. */
+typedef struct scope {
+  def *defs; /* visible names in definition order; a lookup takes the latest */
+  int n_defs, cap;
+  const char **names; /* each entry's own name (or NULL) and its line, for "defined later" */
+  int *name_line;
+  int n_entries;
+  int prev;  /* tensor the next entry takes by default */
+  int index; /* expanded entries so far (path components of unnamed entries) */
+  const gp_sp_block *block; /* NULL at the top level */
+  const char *prefix;       /* path of the block instance, NULL at the top */
+  int unit;                 /* inside a block: the unit of the instance */
+} scope;
+
+static const char *const entry_keys[] = {"name", "from", "repeat", "type", NULL};
+static const char *const block_entry_keys[] = {"block", "name", "from", "repeat", NULL};
+
+static gp_status expand_scope(gp_sp_ctx *c, const gp_ynode *entries, const gp_sp_env *env,
+                              scope *sc);
+
+static gp_status define(scope *sc, const char *name, int tensor) {
+  if (sc->n_defs == sc->cap) {
+    int cap = sc->cap ? sc->cap * 2 : 16;
+    def *nd = realloc(sc->defs, (size_t)cap * sizeof *nd);
+    if (!nd) return gp_sp_nomem();
+    sc->defs = nd;
+    sc->cap = cap;
+  }
+  sc->defs[sc->n_defs].name = name;
+  sc->defs[sc->n_defs].tensor = tensor;
+  sc->n_defs++;
+  return GP_OK;
+}
+
+static const char *where_of(const scope *sc, char *buf, size_t n) {
+  if (sc->block) snprintf(buf, n, "block '%s' (its inputs and named layers)", sc->block->name);
+  else snprintf(buf, n, "the top level (model inputs and named layers)");
+  return buf;
+}
+
+/* Tensor named by ref for entry k of the scope (own: that entry's name). */
+static gp_status resolve(gp_sp_ctx *c, const scope *sc, const gp_ynode *ref, int k,
+                         const char *own, int *out) {
+  GP_TRY(gp_sp_want(c, ref, GP_Y_SCALAR, "from: each entry"));
+  const char *name = ref->s;
+  for (int i = sc->n_defs - 1; i >= 0; i--)
+    if (!strcmp(sc->defs[i].name, name)) {
+      *out = sc->defs[i].tensor;
+      return GP_OK;
+    }
+  if (own && !strcmp(own, name))
+    return gp_sp_err(c, ref->line, ref->col,
+                     "from: '%s' is this entry's own output; an entry cannot take its own output "
+                     "(a cycle)",
+                     name);
+  for (int i = k + 1; i < sc->n_entries; i++)
+    if (sc->names[i] && !strcmp(sc->names[i], name))
+      return gp_sp_err(c, ref->line, ref->col,
+                       "from: '%s' is defined later (line %d); an entry can only take outputs of "
+                       "entries before it",
+                       name, sc->name_line[i]);
+  char where[128];
+  const char **cands = malloc(((size_t)sc->n_defs + 1) * sizeof *cands);
+  if (!cands) return gp_sp_nomem();
+  for (int i = 0; i < sc->n_defs; i++) cands[i] = sc->defs[i].name;
+  const char *near = gp_nearest(name, cands, sc->n_defs);
+  gp_status s = near ? gp_sp_err(c, ref->line, ref->col,
+                                 "from: no tensor named '%s' in %s; did you mean '%s'?", name,
+                                 where_of(sc, where, sizeof where), near)
+                     : gp_sp_err(c, ref->line, ref->col, "from: no tensor named '%s' in %s", name,
+                                 where_of(sc, where, sizeof where));
+  free(cands);
+  return s;
+}
+
+static const gp_shape *tensor_shape(const gp_model *m, int t, gp_dtype *dt) {
+  if (t < m->n_inputs) {
+    *dt = m->inputs[t].dtype;
+    return &m->inputs[t].shape;
+  }
+  const gp_layer *l = &m->nodes[t - m->n_inputs].layer;
+  *dt = l->out_dtype;
+  return &l->out_shape;
+}
+
+/* An error a layer raised without a position gets the entry's. */
+static gp_status locate(gp_sp_ctx *c, gp_status s, const gp_ynode *e, const char *type) {
+  size_t n = strlen(c->file);
+  const char *msg = gp_error_message();
+  if (!strncmp(msg, c->file, n) && msg[n] == ':') return s;
+  return gp_error_prefix(s, "%s:%d:%d: %s: ", c->file, e->line, e->col, type);
+}
+
+static gp_status check_numel(gp_sp_ctx *c, const gp_shape *sh, const gp_ynode *e,
+                             const char *type, const char *what, int64_t *numel) {
+  if (gp_shape_numel_checked(sh, GP_SPEC_MAX_ELEMENTS, numel) == GP_OK) return GP_OK;
+  return gp_error_prefix(GP_ERR_SPEC, "%s:%d:%d: %s: %s ", c->file, e->line, e->col, type, what);
+}
+
+static gp_status new_node(gp_sp_ctx *c, const gp_ynode *e, gp_node **out) {
+  gp_model *m = c->m;
+  if (m->n_nodes >= GP_SPEC_MAX_NODES)
+    return gp_sp_err(c, e->line, e->col,
+                     "the model has more than %d layers after expanding blocks and repeats",
+                     GP_SPEC_MAX_NODES);
+  if (m->n_nodes == c->node_cap) {
+    int nc = c->node_cap ? c->node_cap * 2 : 64;
+    gp_node *nn = realloc(m->nodes, (size_t)nc * sizeof *nn);
+    if (!nn) return gp_sp_nomem();
+    m->nodes = nn;
+    c->node_cap = nc;
+  }
+  gp_node *nd = &m->nodes[m->n_nodes];
+  memset(nd, 0, sizeof *nd);
+  nd->line = e->line;
+  nd->col = e->col;
+  *out = nd;
+  return GP_OK;
+}
+
+static gp_status find_type(gp_sp_ctx *c, const gp_ynode *tn, const gp_layer_type **out) {
+  GP_TRY(gp_sp_want(c, tn, GP_Y_SCALAR, "type"));
+  if ((*out = gp_layer_type_find(tn->s))) return GP_OK;
+  const char *const *names = gp_layer_type_names();
+  int n = 0;
+  while (names && names[n]) n++;
+  const char *near = gp_nearest(tn->s, names, n);
+  if (near)
+    return gp_sp_err(c, tn->line, tn->col, "unknown layer type '%s'; did you mean '%s'?", tn->s,
+                     near);
+  return gp_sp_err(c, tn->line, tn->col, "unknown layer type '%s'", tn->s);
+}
+
+/* One layer from entry e (parameters already substituted); its output tensor in *out. */
+static gp_status make_layer(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *tn,
+                            const char *const *structural, const int *in, int n_in,
+                            const char *path, int unit, int *out) {
+  gp_model *m = c->m;
+  const gp_layer_type *t;
+  GP_TRY(find_type(c, tn, &t));
+  gp_node *nd = NULL;
+  GP_TRY(new_node(c, e, &nd));
+  gp_layer *l = &nd->layer;
+  l->type = t;
+  l->path = malloc(strlen(path) + 1);
+  l->conf = calloc(1, t->conf_size ? t->conf_size : 1);
+  if (!l->path || !l->conf) {
+    free(l->path);
+    free(l->conf);
+    return gp_sp_nomem();
+  }
+  strcpy(l->path, path);
+  nd->unit = unit;
+  m->n_nodes++; /* from here gp_model_free owns it */
+  gp_cfg *cfg;
+  GP_TRY(gp_sp_cfg_of(c, e, structural, &cfg));
+  gp_status s = t->configure ? t->configure(l, cfg) : GP_OK;
+  if (s != GP_OK) s = locate(c, s, e, t->name);
+  for (int i = 0; s == GP_OK && structural[i]; i++) gp_cfg_has(cfg, structural[i]);
+  if (s == GP_OK) s = gp_cfg_check_unknown(cfg, t->name, structural);
+  gp_cfg_free(cfg);
+  GP_TRY(s);
+  if (n_in < t->min_inputs || n_in > t->max_inputs) {
+    char want[48];
+    if (t->min_inputs == t->max_inputs)
+      snprintf(want, sizeof want, "%d input%s", t->min_inputs, t->min_inputs == 1 ? "" : "s");
+    else snprintf(want, sizeof want, "%d to %d inputs", t->min_inputs, t->max_inputs);
+    return gp_sp_err(c, e->line, e->col, "%s takes %s, got %d%s", t->name, want, n_in,
+                     n_in < t->min_inputs ? "; name them with from: [a, b]" : "");
+  }
+  nd->n_in = l->n_in = n_in;
+  for (int i = 0; i < n_in; i++) {
+    nd->in[i] = in[i];
+    l->in_shape[i] = *tensor_shape(m, in[i], &l->in_dtype[i]);
+  }
+  l->out_dtype = GP_F32;
+  if (t->shape && (s = t->shape(l)) != GP_OK) return locate(c, s, e, t->name);
+  int64_t numel;
+  GP_TRY(check_numel(c, &l->out_shape, e, t->name, "output", &numel));
+  if (l->n_params < 0 || l->n_params > GP_MAX_PARAMS)
+    return gp_sp_err(c, e->line, e->col, "%s: bad parameter count %d", t->name, l->n_params);
+  for (int i = 0; i < l->n_params; i++) {
+    GP_TRY(check_numel(c, &l->pdesc[i].shape, e, t->name, "parameter", &numel));
+    if (l->pdesc[i].trainable) m->n_params += numel;
+  }
+  *out = m->n_inputs + (m->n_nodes - 1);
+  return GP_OK;
+}
+
+static const gp_sp_block *find_block(gp_sp_ctx *c, const gp_ynode *bn) {
+  for (int i = 0; i < c->n_blocks; i++)
+    if (!strcmp(c->blocks[i].name, bn->s)) return &c->blocks[i];
+  return NULL;
+}
+
+static gp_status unknown_block(gp_sp_ctx *c, const gp_ynode *bn) {
+  const char **names = malloc(((size_t)c->n_blocks + 1) * sizeof *names);
+  if (!names) return gp_sp_nomem();
+  for (int i = 0; i < c->n_blocks; i++) names[i] = c->blocks[i].name;
+  const char *near = gp_nearest(bn->s, names, c->n_blocks);
+  gp_status s =
+      near ? gp_sp_err(c, bn->line, bn->col, "unknown block '%s'; did you mean '%s'?", bn->s, near)
+           : gp_sp_err(c, bn->line, bn->col, "unknown block '%s'%s", bn->s,
+                       c->n_blocks ? "" : " (the file has no blocks: section)");
+  free(names);
+  return s;
+}
+
+/* The parameters of one instance: the call's values, else the defaults (which may use the
+ * parameters before them). */
+static gp_status bind_params(gp_sp_ctx *c, const gp_sp_block *b, const gp_ynode *e,
+                             gp_sp_env *env) {
+  const gp_ynode *ps = b->params;
+  int n = ps ? ps->n : 0;
+  env->block = b->name;
+  env->names = gp_sp_alloc(&c->tmp, (size_t)(n ? n : 1) * sizeof *env->names);
+  env->vals = gp_sp_alloc(&c->tmp, (size_t)(n ? n : 1) * sizeof *env->vals);
+  if (!env->names || !env->vals) return gp_sp_nomem();
+  for (int i = 0; i < e->n; i++) {
+    const gp_ypair *p = &e->pairs[i];
+    int known = 0;
+    for (int j = 0; block_entry_keys[j] && !known; j++) known = !strcmp(block_entry_keys[j], p->key);
+    for (int j = 0; j < n && !known; j++) known = !strcmp(ps->pairs[j].key, p->key);
+    if (known) continue;
+    const char **cands = gp_sp_alloc(&c->tmp, (size_t)(n + 4) * sizeof *cands);
+    if (!cands) return gp_sp_nomem();
+    int nc = 0;
+    for (int j = 0; j < n; j++) cands[nc++] = ps->pairs[j].key;
+    for (int j = 0; block_entry_keys[j]; j++) cands[nc++] = block_entry_keys[j];
+    const char *near = gp_nearest(p->key, cands, nc);
+    if (near)
+      return gp_sp_err(c, p->line, p->col, "block '%s' has no parameter '%s'; did you mean '%s'?",
+                       b->name, p->key, near);
+    return gp_sp_err(c, p->line, p->col, "block '%s' has no parameter '%s'%s", b->name, p->key,
+                     n ? "" : " (it takes none)");
+  }
+  for (int i = 0; i < n; i++) {
+    const gp_ypair *def = &ps->pairs[i], *given = gp_sp_get(e, def->key);
+    const gp_ynode *v = given ? given->val : NULL;
+    if (!v) {
+      if (gp_sp_is_null(def->val))
+        return gp_sp_err(c, e->line, e->col,
+                         "block '%s' needs parameter '%s' (it has no default; line %d)", b->name,
+                         def->key, def->line);
+      GP_TRY(gp_sp_subst(c, def->val, env, &v));
+    } else if (gp_sp_is_null(v)) {
+      return gp_sp_err(c, v->line, v->col, "parameter '%s' of block '%s' cannot be null",
+                       def->key, b->name);
+    }
+    env->names[i] = def->key;
+    env->vals[i] = v;
+    env->n = i + 1;
+  }
+  return GP_OK;
+}
+
+/* One instance of a block; its output tensor in *out. */
+static gp_status make_block(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *bn, const int *in,
+                            int n_in, const char *path, int unit, int *out) {
+  GP_TRY(gp_sp_want(c, bn, GP_Y_SCALAR, "block"));
+  const gp_sp_block *b = find_block(c, bn);
+  if (!b) return unknown_block(c, bn);
+  for (int i = 0; i < c->depth; i++)
+    if (c->stack[i] == b) {
+      char chain[512] = "";
+      for (int j = i; j < c->depth; j++) {
+        strncat(chain, c->stack[j]->name, sizeof chain - strlen(chain) - 1);
+        strncat(chain, " -> ", sizeof chain - strlen(chain) - 1);
+      }
+      strncat(chain, b->name, sizeof chain - strlen(chain) - 1);
+      return gp_sp_err(c, bn->line, bn->col, "block '%s' uses itself (%s); blocks cannot recurse",
+                       b->name, chain);
+    }
+  if (c->depth >= GP_SP_MAX_DEPTH)
+    return gp_sp_err(c, bn->line, bn->col, "blocks nested more than %d deep", GP_SP_MAX_DEPTH);
+  if (n_in != b->n_inputs) {
+    char list[256] = "";
+    for (int i = 0; i < b->n_inputs; i++) {
+      strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+      strncat(list, b->inputs[i], sizeof list - strlen(list) - 1);
+    }
+    return gp_sp_err(c, e->line, e->col, "block '%s' takes %d input%s (%s), got %d%s", b->name,
+                     b->n_inputs, b->n_inputs == 1 ? "" : "s", list, n_in,
+                     n_in < b->n_inputs ? "; give them in order with from: [...]" : "");
+  }
+  gp_sp_env env = {0};
+  GP_TRY(bind_params(c, b, e, &env));
+  scope sc = {0};
+  sc.block = b;
+  sc.prefix = path;
+  sc.unit = unit;
+  sc.prev = in[0];
+  gp_status s = GP_OK;
+  for (int i = 0; i < n_in && s == GP_OK; i++) s = define(&sc, b->inputs[i], in[i]);
+  gp_sp_mark mark = gp_sp_get_mark(&c->tmp);
+  c->stack[c->depth++] = b;
+  if (s == GP_OK) s = expand_scope(c, b->layers, &env, &sc);
+  c->depth--;
+  *out = sc.prev;
+  if (s == GP_OK && b->output) s = resolve(c, &sc, b->output, sc.n_entries, NULL, out);
+  gp_sp_release(&c->tmp, mark); /* the scope's names */
+  free(sc.defs);
+  if (s == GP_ERR_SPEC)
+    s = gp_sp_err_append(s, " (in block '%s' used at line %d)", b->name, e->line);
+  return s;
+}
+
+static gp_status parse_repeat(gp_sp_ctx *c, const gp_ynode *e, int64_t *out) {
+  const gp_ypair *rp = gp_sp_get(e, "repeat");
+  *out = 1;
+  if (!rp) return GP_OK;
+  const gp_ynode *v = rp->val;
+  GP_TRY(gp_sp_want(c, v, GP_Y_SCALAR, "repeat"));
+  char *end;
+  long long n = strtoll(v->s, &end, 10);
+  if (end == v->s || *end || n < 1)
+    return gp_sp_err(c, v->line, v->col, "repeat: expected a positive integer, got '%s'", v->s);
+  if (n > GP_SPEC_MAX_REPEAT)
+    return gp_sp_err(c, v->line, v->col, "repeat: %s is more than the limit of %d", v->s,
+                     GP_SPEC_MAX_REPEAT);
+  *out = n;
+  return GP_OK;
+}
+
+static gp_status new_unit(gp_sp_ctx *c, const char *name, int64_t repeat, int64_t r) {
+  gp_model *m = c->m;
+  int u = m->n_units;
+  int *uf = realloc(m->unit_first, ((size_t)u + 2) * sizeof *uf);
+  if (uf) m->unit_first = uf;
+  char **un = realloc(m->unit_names, ((size_t)u + 1) * sizeof *un);
+  if (un) m->unit_names = un;
+  if (!uf || !un) return gp_sp_nomem();
+  char buf[GP_SPEC_NAME + 24];
+  if (name && repeat > 1) snprintf(buf, sizeof buf, "%s.%lld", name, (long long)r);
+  else if (name) snprintf(buf, sizeof buf, "%s", name);
+  else snprintf(buf, sizeof buf, "%d", u);
+  if (!(m->unit_names[u] = malloc(strlen(buf) + 1))) return gp_sp_nomem();
+  strcpy(m->unit_names[u], buf);
+  m->unit_first[u] = m->n_nodes;
+  m->n_units = u + 1;
+  return GP_OK;
+}
+
+/* Entry k of the scope, `repeat` times. */
+static gp_status expand_entry(gp_sp_ctx *c, const gp_ynode *raw, const gp_sp_env *env,
+                              scope *sc, int k) {
+  gp_model *m = c->m;
+  const gp_ynode *e;
+  GP_TRY(gp_sp_subst(c, raw, env, &e));
+  const gp_ypair *tp = gp_sp_get(e, "type"), *bp = gp_sp_get(e, "block");
+  if (!tp == !bp)
+    return gp_sp_err(c, e->line, e->col, "%s",
+                     tp ? "an entry has either type: (a layer) or block: (a block), not both"
+                        : "an entry needs type: (a layer) or block: (a block)");
+  int64_t repeat;
+  GP_TRY(parse_repeat(c, e, &repeat));
+  const char *name = sc->names[k];
+  int from[GP_MAX_INPUTS], n_from = 0;
+  const gp_ypair *fp = gp_sp_get(e, "from");
+  if (fp) {
+    const gp_ynode *f = fp->val;
+    int n = f->kind == GP_Y_SEQ ? f->n : 1;
+    if (f->kind == GP_Y_MAP || n < 1 || n > GP_MAX_INPUTS)
+      return gp_sp_err(c, f->line, f->col, "from: expected a tensor name or a list of 1 to %d",
+                       GP_MAX_INPUTS);
+    for (int i = 0; i < n; i++)
+      GP_TRY(resolve(c, sc, f->kind == GP_Y_SEQ ? f->items[i] : f, k, name, &from[i]));
+    n_from = n;
+  }
+  for (int64_t r = 0; r < repeat; r++) {
+    int in[GP_MAX_INPUTS], n_in = n_from ? n_from : 1;
+    /* copies after the first chain on the previous output and keep the other inputs */
+    for (int i = 0; i < n_in; i++) in[i] = n_from ? from[i] : sc->prev;
+    if (r > 0) in[0] = sc->prev;
+    char *path;
+    int unit = sc->unit;
+    if (!sc->block) {
+      GP_TRY(new_unit(c, name, repeat, r));
+      unit = m->n_units - 1;
+      path = m->unit_names[unit];
+    } else {
+      char comp[GP_SPEC_NAME + 24];
+      if (name && repeat > 1) snprintf(comp, sizeof comp, "%s.%lld", name, (long long)r);
+      else if (name) snprintf(comp, sizeof comp, "%s", name);
+      else snprintf(comp, sizeof comp, "%d", sc->index);
+      path = gp_sp_alloc(&c->tmp, strlen(sc->prefix) + strlen(comp) + 2);
+      if (!path) return gp_sp_nomem();
+      sprintf(path, "%s.%s", sc->prefix, comp);
+    }
+    sc->index++;
+    int before = m->n_nodes, o;
+    if (tp) GP_TRY(make_layer(c, e, tp->val, entry_keys, in, n_in, path, unit, &o));
+    else GP_TRY(make_block(c, e, bp->val, in, n_in, path, unit, &o));
+    sc->prev = o;
+    int64_t per = m->n_nodes - before;
+    if (r == 0 && repeat > 1 && m->n_nodes + per * (repeat - 1) > GP_SPEC_MAX_NODES) {
+      const gp_ynode *rv = gp_sp_get(e, "repeat")->val;
+      return gp_sp_err(c, rv->line, rv->col,
+                       "repeat: %lld copies of %lld layers make more than %d layers in all",
+                       (long long)repeat, (long long)per, GP_SPEC_MAX_NODES);
+    }
+  }
+  if (name) GP_TRY(define(sc, name, sc->prev));
+  return GP_OK;
+}
+
+/* The scope's names are allocated from c->tmp: the caller releases them when it is done with
+ * the scope (after resolving the block's output or the loss's inputs). */
+static gp_status expand_scope(gp_sp_ctx *c, const gp_ynode *entries, const gp_sp_env *env,
+                              scope *sc) {
+  gp_status s = GP_OK;
+  int n = entries->n;
+  sc->n_entries = n;
+  sc->names = gp_sp_alloc(&c->tmp, (size_t)(n ? n : 1) * sizeof *sc->names);
+  sc->name_line = gp_sp_alloc(&c->tmp, (size_t)(n ? n : 1) * sizeof *sc->name_line);
+  if (!sc->names || !sc->name_line) s = gp_sp_nomem();
+  /* every entry's name first, so a reference to a later one is told apart from a typo */
+  for (int k = 0; k < n && s == GP_OK; k++) {
+    const gp_ynode *e = entries->items[k], *nv;
+    if ((s = gp_sp_want(c, e, GP_Y_MAP, "a layers: entry")) != GP_OK) break;
+    const gp_ypair *np = gp_sp_get(e, "name");
+    if (!np) continue;
+    if ((s = gp_sp_subst(c, np->val, env, &nv)) != GP_OK) break;
+    if ((s = gp_sp_check_name(c, nv, "name")) != GP_OK) break;
+    sc->names[k] = nv->s;
+    sc->name_line[k] = nv->line;
+  }
+  for (int k = 0; k < n && s == GP_OK; k++) {
+    gp_sp_mark em = gp_sp_get_mark(&c->tmp);
+    s = expand_entry(c, entries->items[k], env, sc, k);
+    gp_sp_release(&c->tmp, em);
+  }
+  return s;
+}
+
+static gp_status parse_block(gp_sp_ctx *c, const gp_ypair *p, gp_sp_block *b) {
+  static const char *const keys[] = {"params", "inputs", "layers", "output", NULL};
+  gp_ynode key = {.kind = GP_Y_SCALAR, .line = p->line, .col = p->col, .plain = 1, .s = p->key};
+  GP_TRY(gp_sp_check_name(c, &key, "blocks"));
+  b->name = p->key;
+  b->line = p->line;
+  b->col = p->col;
+  const gp_ynode *v = p->val;
+  char what[GP_SPEC_NAME + 32];
+  snprintf(what, sizeof what, "block '%s'", p->key);
+  GP_TRY(gp_sp_want(c, v, GP_Y_MAP, what));
+  snprintf(what, sizeof what, "in block '%s'", p->key);
+  GP_TRY(gp_sp_check_keys(c, v, keys, what));
+  const gp_ypair *pp = gp_sp_get(v, "params"), *ip = gp_sp_get(v, "inputs"),
+                 *lp = gp_sp_get(v, "layers"), *op = gp_sp_get(v, "output");
+  if (pp && !gp_sp_is_null(pp->val)) {
+    GP_TRY(gp_sp_want(c, pp->val, GP_Y_MAP, "params"));
+    b->params = pp->val;
+    for (int i = 0; i < b->params->n; i++) {
+      const gp_ypair *q = &b->params->pairs[i];
+      const char *s = q->key;
+      int ok = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_';
+      for (; *s && ok; s++)
+        ok = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+             *s == '_';
+      if (!ok)
+        return gp_sp_err(c, q->line, q->col,
+                         "params: '%s' is not a valid parameter name (a letter or '_', then "
+                         "letters, digits or '_')",
+                         q->key);
+      for (int j = 0; block_entry_keys[j]; j++)
+        if (!strcmp(block_entry_keys[j], q->key))
+          return gp_sp_err(c, q->line, q->col,
+                           "params: '%s' is a key of every block entry; pick another name",
+                           q->key);
+    }
+  }
+  b->inputs[0] = "in";
+  b->n_inputs = 1;
+  if (ip) {
+    const gp_ynode *iv = ip->val;
+    int n = iv->kind == GP_Y_SEQ ? iv->n : 1;
+    if (iv->kind == GP_Y_MAP || n < 1 || n > GP_MAX_INPUTS)
+      return gp_sp_err(c, iv->line, iv->col, "inputs: expected a list of 1 to %d names",
+                       GP_MAX_INPUTS);
+    for (int i = 0; i < n; i++) {
+      const gp_ynode *in = iv->kind == GP_Y_SEQ ? iv->items[i] : iv;
+      GP_TRY(gp_sp_check_name(c, in, "inputs"));
+      for (int j = 0; j < i; j++)
+        if (!strcmp(b->inputs[j], in->s))
+          return gp_sp_err(c, in->line, in->col, "inputs: '%s' is listed twice", in->s);
+      b->inputs[i] = in->s;
+    }
+    b->n_inputs = n;
+  }
+  if (!lp)
+    return gp_sp_err(c, v->line, v->col, "block '%s': missing required key 'layers'", p->key);
+  GP_TRY(gp_sp_want(c, lp->val, GP_Y_SEQ, "layers"));
+  if (lp->val->n == 0)
+    return gp_sp_err(c, lp->val->line, lp->val->col, "block '%s' has no layers", p->key);
+  b->layers = lp->val;
+  if (op) {
+    GP_TRY(gp_sp_check_name(c, op->val, "output"));
+    b->output = op->val;
+  }
+  return GP_OK;
+}
+
+static gp_status parse_blocks(gp_sp_ctx *c, const gp_ynode *root) {
+  const gp_ypair *bp = gp_sp_get(root, "blocks");
+  if (!bp || gp_sp_is_null(bp->val)) return GP_OK;
+  GP_TRY(gp_sp_want(c, bp->val, GP_Y_MAP, "blocks"));
+  int n = bp->val->n;
+  c->blocks = gp_sp_alloc(&c->perm, (size_t)(n ? n : 1) * sizeof *c->blocks);
+  if (!c->blocks) return gp_sp_nomem();
+  for (int i = 0; i < n; i++) GP_TRY(parse_block(c, &bp->val->pairs[i], &c->blocks[i]));
+  c->n_blocks = n;
+  return GP_OK;
+}
+
+/* The loss: the last node, in the last unit, path "loss". */
+static gp_status make_loss(gp_sp_ctx *c, const gp_ynode *root, scope *top) {
+  static const char *const loss_keys[] = {"type", "from", NULL};
+  gp_model *m = c->m;
+  const gp_ypair *lp = gp_sp_get(root, "loss");
+  if (!lp)
+    return gp_sp_err(c, root->line, root->col,
+                     "missing required key 'loss' (e.g. loss: {type: softmax_cross_entropy})");
+  const gp_ynode *e = lp->val;
+  if (e->kind == GP_Y_SCALAR && !gp_sp_is_null(e)) {
+    gp_ynode *me = gp_sp_alloc(&c->perm, sizeof *me);
+    gp_ypair *pr = gp_sp_alloc(&c->perm, sizeof *pr);
+    if (!me || !pr) return gp_sp_nomem();
+    pr->key = "type";
+    pr->line = e->line;
+    pr->col = e->col;
+    pr->val = (gp_ynode *)e;
+    me->kind = GP_Y_MAP;
+    me->line = e->line;
+    me->col = e->col;
+    me->n = 1;
+    me->pairs = pr;
+    e = me;
+  }
+  GP_TRY(gp_sp_want(c, e, GP_Y_MAP, "loss"));
+  GP_TRY(gp_sp_subst(c, e, NULL, &e));
+  const gp_ypair *tp = gp_sp_get(e, "type"), *fp = gp_sp_get(e, "from");
+  if (!tp) return gp_sp_err(c, e->line, e->col, "loss: missing required key 'type'");
+  int in[GP_MAX_INPUTS], n_in = 0;
+  if (fp) {
+    const gp_ynode *f = fp->val;
+    int n = f->kind == GP_Y_SEQ ? f->n : 1;
+    if (f->kind == GP_Y_MAP || n < 1 || n > GP_MAX_INPUTS)
+      return gp_sp_err(c, f->line, f->col, "from: expected a tensor name or a list of 1 to %d",
+                       GP_MAX_INPUTS);
+    for (int i = 0; i < n; i++)
+      GP_TRY(resolve(c, top, f->kind == GP_Y_SEQ ? f->items[i] : f, top->n_entries, NULL, &in[i]));
+    n_in = n;
+  } else {
+    int label = -1;
+    for (int i = 0; i < m->n_inputs && label < 0; i++)
+      if (!strcmp(m->inputs[i].name, "label") || !strcmp(m->inputs[i].name, "labels")) label = i;
+    if (label < 0 && m->n_inputs >= 2) label = m->n_inputs - 1;
+    in[n_in++] = top->prev;
+    if (label >= 0) in[n_in++] = label;
+  }
+  if (in[0] < m->n_inputs)
+    return gp_sp_err(c, e->line, e->col,
+                     "loss: its first input must be a layer's output, not the model input '%s'",
+                     m->inputs[in[0]].name);
+  int o;
+  GP_TRY(make_layer(c, e, tp->val, loss_keys, in, n_in, "loss", m->n_units - 1, &o));
+  m->output_node = in[0] - m->n_inputs;
+  m->label_input = n_in >= 2 && in[1] < m->n_inputs ? in[1] : -1;
+  return GP_OK;
+}
+
+/* Paths become parameter names, so they (and the parameter names) must be unique. */
+static gp_status check_paths(gp_sp_ctx *c) {
+  gp_model *m = c->m;
+  gp_sp_map seen = {0};
+  gp_status s = GP_OK;
+  char **pn = NULL;
+  int npn = 0;
+  for (int i = 0; i < m->n_units && s == GP_OK; i++) {
+    int r = gp_sp_map_put(&seen, m->unit_names[i], m->unit_first[i], NULL);
+    if (r < 0) s = gp_sp_nomem();
+    else if (r > 0)
+      s = gp_sp_err(c, m->nodes[m->unit_first[i]].line, m->nodes[m->unit_first[i]].col,
+                    "unit name '%s' is used twice; names at the top level must be unique",
+                    m->unit_names[i]);
+  }
+  gp_sp_map_free(&seen);
+  if (s == GP_OK && !(pn = calloc((size_t)m->n_nodes * (GP_MAX_PARAMS + 1), sizeof *pn)))
+    s = gp_sp_nomem();
+  for (int i = 0; i < m->n_nodes && s == GP_OK; i++) {
+    const gp_layer *l = &m->nodes[i].layer;
+    for (int j = -1; j < l->n_params && s == GP_OK; j++) {
+      const char *key = l->path;
+      if (j >= 0) {
+        size_t len = strlen(l->path) + strlen(l->pdesc[j].name) + 2;
+        if (!(pn[npn] = malloc(len))) {
+          s = gp_sp_nomem();
+          break;
+        }
+        snprintf(pn[npn], len, "%s.%s", l->path, l->pdesc[j].name);
+        key = pn[npn++];
+      }
+      int first = 0, r = gp_sp_map_put(&seen, key, i, &first);
+      if (r < 0) s = gp_sp_nomem();
+      else if (r > 0)
+        s = gp_sp_err(c, m->nodes[i].line, m->nodes[i].col,
+                      "%s '%s' is used twice (first by the layer at line %d); layer names "
+                      "become parameter names, so they must be unique",
+                      j < 0 ? "layer path" : "parameter name", key, m->nodes[first].line);
+    }
+  }
+  gp_sp_map_free(&seen);
+  for (int i = 0; i < npn; i++) free(pn[i]);
+  free(pn);
+  return s;
+}
+
+gp_status gp_sp_expand(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
+  GP_TRY(parse_blocks(c, root));
+  const gp_ypair *lp = gp_sp_get(root, "layers");
+  if (!lp) return gp_sp_err(c, root->line, root->col, "missing required key 'layers'");
+  GP_TRY(gp_sp_want(c, lp->val, GP_Y_SEQ, "layers"));
+  if (lp->val->n == 0)
+    return gp_sp_err(c, lp->val->line, lp->val->col, "layers: the model has no layers");
+  scope top = {0};
+  top.prev = 0;
+  gp_status s = GP_OK;
+  for (int i = 0; i < m->n_inputs && s == GP_OK; i++) s = define(&top, m->inputs[i].name, i);
+  gp_sp_mark mark = gp_sp_get_mark(&c->tmp);
+  if (s == GP_OK) s = expand_scope(c, lp->val, NULL, &top);
+  if (s == GP_OK) s = make_loss(c, root, &top);
+  gp_sp_release(&c->tmp, mark);
+  free(top.defs);
+  if (s != GP_OK) return s;
+  m->unit_first[m->n_units] = m->n_nodes;
+  return check_paths(c);
+}

@@ -1,0 +1,133 @@
+/* gp_model_load: reads a model file, applies --set overrides to its tree, then builds and
+ * checks the graph (expand.c) and the sections (sections.c). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/spec/internal.h"
+
+static const char *const top_keys[] = {"name", "inputs", "blocks", "layers", "loss",
+                                       "data", "train",  "pipeline", NULL};
+
+static char *dup_str(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+/* "models/fashion-cnn.yaml" -> "fashion-cnn" */
+static void name_from_file(const char *file, char *out, size_t n) {
+  const char *base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  snprintf(out, n, "%s", base);
+  char *dot = strrchr(out, '.');
+  if (dot && dot != out && (!strcmp(dot, ".yaml") || !strcmp(dot, ".yml"))) *dot = 0;
+  if (!*out) snprintf(out, n, "model");
+}
+
+static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
+  GP_TRY(gp_sp_check_keys(c, root, top_keys, "at the top level"));
+  const gp_ypair *np = gp_sp_get(root, "name");
+  if (np) {
+    GP_TRY(gp_sp_want(c, np->val, GP_Y_SCALAR, "name"));
+    if (!*np->val->s || strlen(np->val->s) >= sizeof m->name)
+      return gp_sp_err(c, np->val->line, np->val->col, "name: expected 1 to %zu characters",
+                       sizeof m->name - 1);
+    snprintf(m->name, sizeof m->name, "%s", np->val->s);
+  } else {
+    name_from_file(c->file, m->name, sizeof m->name);
+  }
+  const gp_ypair *ip = gp_sp_get(root, "inputs");
+  if (!ip)
+    return gp_sp_err(c, root->line, root->col,
+                     "missing required key 'inputs' (e.g. inputs: {image: [1, 28, 28], label: "
+                     "{shape: [], dtype: i32}})");
+  GP_TRY(gp_sp_inputs(c, ip->val, m));
+  GP_TRY(gp_sp_expand(c, root, m));
+  return gp_sp_sections(c, root, m);
+}
+
+static gp_status load(const char *text, size_t len, const char *file, const gp_override *ov,
+                      int n_ov, gp_model **out) {
+  *out = NULL;
+  gp_model *m = calloc(1, sizeof *m);
+  if (!m || !(m->file = dup_str(file))) {
+    free(m);
+    return gp_sp_nomem();
+  }
+  m->label_input = -1;
+  m->output_node = -1;
+  gp_sp_ctx c = {0};
+  c.file = m->file;
+  c.m = m;
+  gp_ynode *root = NULL;
+  gp_status s = gp_sp_tree_load(&c, text, len, &root);
+  for (int i = 0; i < n_ov && s == GP_OK; i++) s = gp_sp_override(&c, &root, &ov[i]);
+  if (s == GP_OK) s = interpret(&c, root, m);
+  gp_sp_tree_free(&c);
+  gp_sp_arena_free(&c.tmp);
+  gp_sp_arena_free(&c.perm);
+  if (s != GP_OK) {
+    gp_model_free(m);
+    return s;
+  }
+  *out = m;
+  return GP_OK;
+}
+
+gp_status gp_model_load_string(const char *text, const char *file_name, const gp_override *ov,
+                               int n_ov, gp_model **out) {
+  return load(text, strlen(text), file_name ? file_name : "<string>", ov, n_ov, out);
+}
+
+gp_status gp_model_load(const char *file, const gp_override *ov, int n_ov, gp_model **out) {
+  *out = NULL;
+  FILE *f = fopen(file, "rb");
+  if (!f) return GP_ERR(GP_ERR_IO, "cannot open model file '%s': %s", file, strerror(errno));
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  gp_status s = GP_OK;
+  while (buf) {
+    if (len == cap) {
+      if (cap > GP_SP_MAX_FILE_BYTES) break; /* tree_load refuses it with its size */
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t got = fread(buf + len, 1, cap - len, f);
+    len += got;
+    if (got == 0) break;
+  }
+  if (!buf) s = gp_sp_nomem();
+  else if (ferror(f))
+    s = GP_ERR(GP_ERR_IO, "cannot read model file '%s': %s", file, strerror(errno));
+  fclose(f);
+  if (s == GP_OK) s = load(buf, len, file, ov, n_ov, out);
+  free(buf);
+  return s;
+}
+
+void gp_model_free(gp_model *m) {
+  if (!m) return;
+  for (int i = 0; i < m->n_nodes; i++) {
+    free(m->nodes[i].layer.path);
+    free(m->nodes[i].layer.conf);
+  }
+  free(m->nodes);
+  for (int i = 0; i < m->n_units; i++) free(m->unit_names[i]);
+  free(m->unit_names);
+  free(m->unit_first);
+  free(m->file);
+  free(m);
+}
+
+int gp_model_tensor_of_node(const gp_model *m, int node) {
+  return m->n_inputs + node;
+}

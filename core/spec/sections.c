@@ -1,0 +1,368 @@
+/* The model's inputs and the data, train and pipeline sections: read through gp_cfg (so bad
+ * values and unknown keys are located), defaults filled in, values checked. */
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/spec/internal.h"
+
+static gp_status read_shape(gp_sp_ctx *c, const gp_ynode *n, const char *what, gp_shape *out) {
+  GP_TRY(gp_sp_want(c, n, GP_Y_SEQ, what));
+  if (n->n > GP_MAX_DIMS)
+    return gp_sp_err(c, n->line, n->col, "%s: %d dimensions; at most %d are supported", what,
+                     n->n, GP_MAX_DIMS);
+  memset(out, 0, sizeof *out);
+  out->ndim = n->n;
+  for (int i = 0; i < n->n; i++) {
+    const gp_ynode *d = n->items[i];
+    GP_TRY(gp_sp_want(c, d, GP_Y_SCALAR, what));
+    char *end;
+    long long v = strtoll(d->s, &end, 10);
+    if (end == d->s || *end || v < 1)
+      return gp_sp_err(c, d->line, d->col, "%s: a dimension must be a positive integer, got '%s'",
+                       what, d->s);
+    out->d[i] = v;
+  }
+  int64_t numel;
+  if (gp_shape_numel_checked(out, GP_SPEC_MAX_ELEMENTS, &numel) != GP_OK)
+    return gp_error_prefix(GP_ERR_SPEC, "%s:%d:%d: %s: ", c->file, n->line, n->col, what);
+  return GP_OK;
+}
+
+static gp_status read_dtype(gp_sp_ctx *c, const gp_ynode *n, gp_dtype *out) {
+  static const char *const names[] = {"f32", "f16", "bf16", "i32", "i64", "u8"};
+  _Static_assert(sizeof names / sizeof names[0] == GP_DTYPE_COUNT, "dtype names");
+  GP_TRY(gp_sp_want(c, n, GP_Y_SCALAR, "dtype"));
+  for (int i = 0; i < GP_DTYPE_COUNT; i++)
+    if (!strcasecmp(n->s, names[i])) {
+      *out = (gp_dtype)i;
+      return GP_OK;
+    }
+  const char *near = gp_nearest(n->s, names, GP_DTYPE_COUNT);
+  return gp_sp_err(c, n->line, n->col, "dtype: unknown type '%s'%s%s%s (f32, i32, ...)", n->s,
+                   near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+}
+
+gp_status gp_sp_inputs(gp_sp_ctx *c, const gp_ynode *in, gp_model *m) {
+  GP_TRY(gp_sp_want(c, in, GP_Y_MAP, "inputs"));
+  if (in->n == 0 || in->n > GP_MAX_MODEL_INPUTS)
+    return gp_sp_err(c, in->line, in->col, "inputs: expected 1 to %d named inputs, got %d",
+                     GP_MAX_MODEL_INPUTS, in->n);
+  for (int i = 0; i < in->n; i++) {
+    const gp_ypair *p = &in->pairs[i];
+    gp_ynode key = {.kind = GP_Y_SCALAR, .line = p->line, .col = p->col, .plain = 1, .s = p->key};
+    GP_TRY(gp_sp_check_name(c, &key, "inputs"));
+    gp_model_input *mi = &m->inputs[i];
+    snprintf(mi->name, sizeof mi->name, "%s", p->key);
+    mi->dtype = GP_F32;
+    const gp_ynode *v = p->val, *shape = v;
+    if (v->kind == GP_Y_MAP) {
+      static const char *const keys[] = {"shape", "dtype", NULL};
+      GP_TRY(gp_sp_check_keys(c, v, keys, "for an input"));
+      const gp_ypair *s = gp_sp_get(v, "shape"), *t = gp_sp_get(v, "dtype");
+      if (!s)
+        return gp_sp_err(c, v->line, v->col, "input '%s': missing required key 'shape'", p->key);
+      shape = s->val;
+      if (t) GP_TRY(read_dtype(c, t->val, &mi->dtype));
+    } else if (v->kind != GP_Y_SEQ) {
+      return gp_sp_err(c, v->line, v->col,
+                       "input '%s': expected a shape like [1, 28, 28] or {shape: [], dtype: i32}, "
+                       "got %s",
+                       p->key, gp_sp_kind_name(v));
+    }
+    char what[GP_SPEC_NAME + 16];
+    snprintf(what, sizeof what, "input '%s'", p->key);
+    GP_TRY(read_shape(c, shape, what, &mi->shape));
+  }
+  m->n_inputs = in->n;
+  return GP_OK;
+}
+
+/* A section's own mapping, or NULL when it is absent. */
+static gp_status section(gp_sp_ctx *c, const gp_ynode *parent, const char *key, const char *what,
+                         const gp_ynode **out) {
+  const gp_ypair *p = gp_sp_get(parent, key);
+  *out = NULL;
+  if (!p || gp_sp_is_null(p->val)) return GP_OK;
+  GP_TRY(gp_sp_want(c, p->val, GP_Y_MAP, what));
+  *out = p->val;
+  return GP_OK;
+}
+
+static gp_status positive(gp_cfg *cfg, const char *key, double dflt, double *out) {
+  GP_TRY(gp_cfg_float(cfg, key, dflt, 0, DBL_MAX, out));
+  if (*out <= 0) return gp_cfg_error(cfg, key, "%s: must be greater than 0, got %g", key, *out);
+  return GP_OK;
+}
+
+/* [0, 1): momentum, betas, alpha */
+static gp_status fraction(gp_cfg *cfg, const char *key, double v) {
+  if (v < 0 || v >= 1) return gp_cfg_error(cfg, key, "%s: must be in [0, 1), got %g", key, v);
+  return GP_OK;
+}
+
+static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *d) {
+  static const char *const datasets[] = {"none",     "fashion-mnist", "mnist",
+                                         "cifar10",  "cifar100",      "imagenet",
+                                         "translation", "synthetic",  NULL};
+  static const char *const nested[] = {"normalize", NULL};
+  const gp_ynode *sec, *norm = NULL;
+  GP_TRY(section(c, root, "data", "data", &sec));
+  if (!sec) return GP_OK;
+  gp_cfg *cfg;
+  GP_TRY(gp_sp_cfg_of(c, sec, nested, &cfg));
+  int ds = 0;
+  const char *path = "";
+  gp_status s = gp_cfg_choice(cfg, "dataset", datasets, 0, &ds);
+  if (s == GP_OK) s = gp_cfg_str(cfg, "path", "", &path);
+  if (s == GP_OK && strlen(path) >= sizeof d->path)
+    s = gp_cfg_error(cfg, "path", "path: longer than %zu characters", sizeof d->path - 1);
+  if (s == GP_OK) s = gp_cfg_bool(cfg, "augment", 0, &d->augment);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "train_limit", 0, 0, INT64_MAX, &d->train_limit);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "test_limit", 0, 0, INT64_MAX, &d->test_limit);
+  if (s == GP_OK) {
+    gp_cfg_has(cfg, "normalize");
+    s = gp_cfg_check_unknown(cfg, "data", NULL);
+  }
+  gp_cfg_free(cfg);
+  GP_TRY(s);
+  d->dataset = (gp_dataset)ds;
+  snprintf(d->path, sizeof d->path, "%s", path);
+  GP_TRY(section(c, sec, "normalize", "normalize", &norm));
+  if (!norm) return GP_OK;
+  GP_TRY(gp_sp_cfg_of(c, norm, NULL, &cfg));
+  double mean[4], std[4];
+  int nm = 0, ns = 0;
+  s = gp_cfg_require(cfg, "mean");
+  if (s == GP_OK) s = gp_cfg_require(cfg, "std");
+  if (s == GP_OK) s = gp_cfg_floats(cfg, "mean", 4, mean, &nm);
+  if (s == GP_OK) s = gp_cfg_floats(cfg, "std", 4, std, &ns);
+  if (s == GP_OK && (nm != ns || nm < 1))
+    s = gp_cfg_error(cfg, "std",
+                     "normalize: mean and std need the same number of values (1 to 4, one per "
+                     "channel), got %d and %d",
+                     nm, ns);
+  for (int i = 0; s == GP_OK && i < ns; i++)
+    if (!(std[i] > 0))
+      s = gp_cfg_error(cfg, "std", "std: every value must be greater than 0, got %g", std[i]);
+  if (s == GP_OK) s = gp_cfg_check_unknown(cfg, "normalize", NULL);
+  gp_cfg_free(cfg);
+  GP_TRY(s);
+  d->n_norm = nm;
+  for (int i = 0; i < nm; i++) {
+    d->mean[i] = (float)mean[i];
+    d->std[i] = (float)std[i];
+  }
+  return GP_OK;
+}
+
+/* A sub-section that may be written as just its type ("optimizer: adamw"). */
+static gp_status typed(gp_sp_ctx *c, const gp_ynode *parent, const char *key, gp_cfg **out) {
+  const gp_ypair *p = gp_sp_get(parent, key);
+  *out = NULL;
+  if (!p || gp_sp_is_null(p->val)) return GP_OK;
+  if (p->val->kind == GP_Y_SCALAR) {
+    if (!(*out = gp_cfg_new(c->file, p->val->line, p->val->col))) return gp_sp_nomem();
+    gp_status s = gp_cfg_add_scalar(*out, "type", p->val->s, p->val->line, p->val->col);
+    if (s != GP_OK) gp_cfg_free(*out);
+    return s;
+  }
+  GP_TRY(gp_sp_want(c, p->val, GP_Y_MAP, key));
+  return gp_sp_cfg_of(c, p->val, NULL, out);
+}
+
+static gp_status optimizer(gp_cfg *cfg, gp_train_spec *t) {
+  static const char *const kinds[] = {"sgd", "adamw", "rmsprop", NULL};
+  int k = 0;
+  t->beta1 = 0.9;
+  t->beta2 = 0.999;
+  t->eps = 1e-8;
+  t->alpha = 0.99;
+  if (!cfg) {
+    t->optimizer = GP_OPT_SGD;
+    t->lr = 0.1;
+    return GP_OK;
+  }
+  GP_TRY(gp_cfg_choice(cfg, "type", kinds, 0, &k));
+  t->optimizer = (gp_optim_kind)k;
+  static const double lr0[] = {0.1, 1e-3, 0.01}, wd0[] = {0, 0.01, 0};
+  GP_TRY(positive(cfg, "lr", lr0[k], &t->lr));
+  GP_TRY(gp_cfg_float(cfg, "weight_decay", wd0[k], 0, DBL_MAX, &t->weight_decay));
+  if (k == GP_OPT_SGD || k == GP_OPT_RMSPROP) {
+    GP_TRY(gp_cfg_float(cfg, "momentum", 0, -DBL_MAX, DBL_MAX, &t->momentum));
+    GP_TRY(fraction(cfg, "momentum", t->momentum));
+  }
+  if (k == GP_OPT_SGD) {
+    GP_TRY(gp_cfg_bool(cfg, "nesterov", 0, &t->nesterov));
+    if (t->nesterov && t->momentum <= 0)
+      return gp_cfg_error(cfg, "nesterov", "nesterov: needs momentum greater than 0");
+  }
+  if (k == GP_OPT_ADAMW) {
+    double b[2];
+    int nb = 0;
+    GP_TRY(gp_cfg_floats(cfg, "betas", 2, b, &nb));
+    if (nb == 1) return gp_cfg_error(cfg, "betas", "betas: expected two values [b1, b2]");
+    if (nb == 2) {
+      GP_TRY(fraction(cfg, "betas", b[0]));
+      GP_TRY(fraction(cfg, "betas", b[1]));
+      t->beta1 = b[0];
+      t->beta2 = b[1];
+    }
+  }
+  if (k == GP_OPT_ADAMW || k == GP_OPT_RMSPROP) GP_TRY(positive(cfg, "eps", 1e-8, &t->eps));
+  if (k == GP_OPT_RMSPROP) {
+    GP_TRY(gp_cfg_float(cfg, "alpha", 0.99, -DBL_MAX, DBL_MAX, &t->alpha));
+    GP_TRY(fraction(cfg, "alpha", t->alpha));
+  }
+  return gp_cfg_check_unknown(cfg, kinds[k], NULL);
+}
+
+static gp_status lr_schedule(gp_cfg *cfg, gp_train_spec *t) {
+  static const char *const kinds[] = {"constant", "step", "cosine", NULL};
+  int k = 0;
+  t->schedule = GP_LR_CONSTANT;
+  t->gamma = 0.1;
+  if (!cfg) return GP_OK;
+  GP_TRY(gp_cfg_choice(cfg, "type", kinds, 0, &k));
+  t->schedule = (gp_lr_kind)k;
+  GP_TRY(gp_cfg_int(cfg, "warmup_steps", 0, 0, INT64_MAX, &t->warmup_steps));
+  if (k == GP_LR_STEP) {
+    GP_TRY(gp_cfg_require(cfg, "step_size"));
+    GP_TRY(gp_cfg_int(cfg, "step_size", 1, 1, INT64_MAX, &t->step_size));
+    GP_TRY(positive(cfg, "gamma", 0.1, &t->gamma));
+    if (t->gamma > 1) return gp_cfg_error(cfg, "gamma", "gamma: must be at most 1, got %g", t->gamma);
+  }
+  if (k == GP_LR_COSINE) {
+    GP_TRY(gp_cfg_float(cfg, "min_lr", 0, 0, DBL_MAX, &t->min_lr));
+    if (t->min_lr > t->lr)
+      return gp_cfg_error(cfg, "min_lr", "min_lr: %g is more than lr %g", t->min_lr, t->lr);
+  }
+  char what[32];
+  snprintf(what, sizeof what, "the %s schedule", kinds[k]);
+  return gp_cfg_check_unknown(cfg, what, NULL);
+}
+
+static gp_status train_section(gp_sp_ctx *c, const gp_ynode *root, gp_train_spec *t) {
+  static const char *const nested[] = {"optimizer", "schedule", NULL};
+  const gp_ynode *sec;
+  GP_TRY(section(c, root, "train", "train", &sec));
+  gp_ynode empty = {.kind = GP_Y_MAP, .line = 1, .col = 1};
+  if (!sec) sec = &empty;
+  gp_cfg *cfg = NULL, *opt = NULL, *sch = NULL;
+  int64_t seed = 0;
+  gp_status s = gp_sp_cfg_of(c, sec, nested, &cfg);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "batch_size", 32, 1, INT32_MAX, &t->batch_size);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "epochs", 1, 1, INT32_MAX, &t->epochs);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "steps", 0, 0, INT64_MAX / 4, &t->steps);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "seed", 0, 0, INT64_MAX, &seed);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "eval_every", 0, 0, INT64_MAX, &t->eval_every);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "log_every", 50, 1, INT64_MAX, &t->log_every);
+  if (s == GP_OK) s = gp_cfg_float(cfg, "clip_grad_norm", 0, 0, DBL_MAX, &t->clip_grad_norm);
+  if (s == GP_OK) {
+    gp_cfg_has(cfg, "optimizer");
+    gp_cfg_has(cfg, "schedule");
+    s = gp_cfg_check_unknown(cfg, "train", NULL);
+  }
+  t->seed = (uint64_t)seed;
+  if (s == GP_OK) s = typed(c, sec, "optimizer", &opt);
+  if (s == GP_OK) s = optimizer(opt, t);
+  if (s == GP_OK) s = typed(c, sec, "schedule", &sch);
+  if (s == GP_OK) s = lr_schedule(sch, t);
+  gp_cfg_free(cfg);
+  gp_cfg_free(opt);
+  gp_cfg_free(sch);
+  return s;
+}
+
+static gp_status devices(gp_sp_ctx *c, const gp_ynode *sec, int64_t stages, gp_pipeline_spec *p) {
+  const gp_ypair *dp = gp_sp_get(sec, "devices");
+  if (!dp) return GP_OK;
+  const gp_ynode *v = dp->val;
+  int n = v->kind == GP_Y_SEQ ? v->n : 1;
+  if (v->kind == GP_Y_MAP || n < 1 || n > GP_MAX_DEVICES)
+    return gp_sp_err(c, v->line, v->col, "devices: expected a list of 1 to %d devices",
+                     GP_MAX_DEVICES);
+  for (int i = 0; i < n; i++) {
+    const gp_ynode *d = v->kind == GP_Y_SEQ ? v->items[i] : v;
+    GP_TRY(gp_sp_want(c, d, GP_Y_SCALAR, "devices"));
+    const char *s = d->s;
+    int ok = !strcmp(s, "cpu") || !strcmp(s, "cuda");
+    if (!ok && !strncmp(s, "cuda:", 5) && s[5]) {
+      ok = strlen(s) <= 8;
+      for (const char *q = s + 5; *q && ok; q++) ok = *q >= '0' && *q <= '9';
+    }
+    if (!ok)
+      return gp_sp_err(c, d->line, d->col,
+                       "devices: unknown device '%s' (cpu, cuda or cuda:N)", s);
+    snprintf(p->devices[i], sizeof p->devices[i], "%s", s);
+  }
+  if (n != 1 && n != stages)
+    return gp_sp_err(c, v->line, v->col,
+                     "devices: %d devices for %lld stages; give one device (shared by all stages) "
+                     "or one per stage",
+                     n, (long long)stages);
+  p->n_devices = n;
+  return GP_OK;
+}
+
+static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
+  static const char *const scheds[] = {"gpipe", "1f1b", NULL};
+  static const char *const remats[] = {"always", "except_last", "never", NULL};
+  static const char *const nested[] = {"devices", NULL};
+  gp_pipeline_spec *p = &m->pipeline;
+  p->stages = 1;
+  p->micro_batches = 1;
+  p->schedule = GP_SCHED_GPIPE;
+  p->remat = GP_REMAT_EXCEPT_LAST;
+  p->n_devices = 1;
+  snprintf(p->devices[0], sizeof p->devices[0], "cpu");
+  const gp_ynode *sec;
+  GP_TRY(section(c, root, "pipeline", "pipeline", &sec));
+  if (!sec) return GP_OK;
+  gp_cfg *cfg;
+  GP_TRY(gp_sp_cfg_of(c, sec, nested, &cfg));
+  int64_t stages = 1, micro = 1, bal[GP_MAX_DEVICES];
+  int sched = 0, remat = 1;
+  gp_status s = gp_cfg_int(cfg, "stages", 1, 1, GP_MAX_DEVICES, &stages);
+  if (s == GP_OK && stages > m->n_units)
+    s = gp_cfg_error(cfg, "stages", "stages: %lld stages but the model has only %d units",
+                     (long long)stages, m->n_units);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "micro_batches", 1, 1, INT32_MAX, &micro);
+  if (s == GP_OK && micro > m->train.batch_size)
+    s = gp_cfg_error(cfg, "micro_batches",
+                     "micro_batches: %lld is more than batch_size %lld (a micro-batch has at "
+                     "least one sample)",
+                     (long long)micro, (long long)m->train.batch_size);
+  if (s == GP_OK) s = gp_cfg_choice(cfg, "schedule", scheds, 0, &sched);
+  if (s == GP_OK) s = gp_cfg_choice(cfg, "checkpoint", remats, 1, &remat);
+  if (s == GP_OK && gp_cfg_has(cfg, "balance")) {
+    s = gp_cfg_ints(cfg, "balance", (int)stages, NULL, 1, INT32_MAX, bal);
+    int64_t sum = 0;
+    for (int i = 0; s == GP_OK && i < stages; i++) sum += bal[i];
+    if (s == GP_OK && sum != m->n_units)
+      s = gp_cfg_error(cfg, "balance",
+                       "balance: the stages hold %lld units in all, but the model has %d units",
+                       (long long)sum, m->n_units);
+    p->n_balance = (int)stages;
+    for (int i = 0; s == GP_OK && i < stages; i++) p->balance[i] = (int)bal[i];
+  }
+  if (s == GP_OK) {
+    gp_cfg_has(cfg, "devices");
+    s = gp_cfg_check_unknown(cfg, "pipeline", NULL);
+  }
+  if (s == GP_OK) s = devices(c, sec, stages, p);
+  gp_cfg_free(cfg);
+  p->stages = (int)stages;
+  p->micro_batches = (int)micro;
+  p->schedule = (gp_schedule_kind)sched;
+  p->remat = (gp_remat)remat;
+  return s;
+}
+
+gp_status gp_sp_sections(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
+  GP_TRY(data_section(c, root, &m->data));
+  GP_TRY(train_section(c, root, &m->train));
+  return pipeline_section(c, root, m);
+}

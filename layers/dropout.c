@@ -1,0 +1,63 @@
+/* dropout: inverted dropout while training, identity in evaluation. The mask is a pure
+ * function of (seed, step, micro-batch, layer path), so nothing is stored for backward and
+ * a re-materializing forward reproduces it. */
+#include "layers/layers.h"
+
+typedef struct dropout_conf {
+  double p;
+} dropout_conf;
+
+static gp_status dropout_configure(gp_layer *l, gp_cfg *cfg) {
+  dropout_conf *k = l->conf;
+  GP_TRY(gp_cfg_float(cfg, "p", 0.5, 0.0, 1.0, &k->p));
+  if (k->p >= 1.0) return gp_cfg_error(cfg, "p", "p: must be below 1, got %g", k->p);
+  return GP_OK;
+}
+
+static gp_status dropout_shape(gp_layer *l) {
+  l->n_params = 0;
+  GP_TRY(gp_layers_check_f32(l));
+  return gp_layers_set_out(l, &l->in_shape[0]);
+}
+
+static void dropout_cost(const gp_layer *l, gp_cost *c) {
+  double n = (double)gp_layers_numel(&l->out_shape);
+  c->fwd_flops = 2.0 * n;
+  c->bwd_flops = 2.0 * n;
+  c->params = 0;
+  c->saved_bytes = 0;
+  c->out_bytes = (int64_t)n * 4;
+}
+
+static gp_status dropout_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+                                 void **saved) {
+  (void)saved;
+  const dropout_conf *k = l->conf;
+  if (!e->training || k->p == 0.0) return gp_layers_copy(e->be, &in[0], out);
+  return e->be->dropout_forward(e->be, gp_shape_numel(&in[0].shape), (float)k->p,
+                                gp_layer_rng_key(l, e), GP_F32P(&in[0]), GP_F32P(out));
+}
+
+static gp_status dropout_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                  const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                  void *saved) {
+  (void)out;
+  (void)saved;
+  const dropout_conf *k = l->conf;
+  if (!din[0].data) return GP_OK;
+  if (!e->training || k->p == 0.0) return gp_layers_copy(e->be, dout, &din[0]);
+  return e->be->dropout_backward(e->be, gp_shape_numel(&in[0].shape), (float)k->p,
+                                 gp_layer_rng_key(l, e), GP_F32P(dout), GP_F32P(&din[0]));
+}
+
+const gp_layer_type gp_layer_dropout = {
+    .name = "dropout",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .conf_size = sizeof(dropout_conf),
+    .configure = dropout_configure,
+    .shape = dropout_shape,
+    .cost = dropout_cost,
+    .forward = dropout_forward,
+    .backward = dropout_backward,
+};

@@ -1,0 +1,188 @@
+/* Bad layer configurations get clear errors: unknown keys are located and name the nearest
+ * known key, bad values carry file:line:col, and shape mismatches name both shapes. The
+ * checks are on the message text, since the message is what a user sees. */
+#include <stdio.h>
+#include <string.h>
+
+#include "tests/layers/harness.h"
+
+typedef struct err_case {
+  const char *name;
+  const char *yaml;
+  int n_in;
+  int labels_f32; /* loss: pass labels as F32 (wrong) */
+  gp_shape in[GP_MAX_INPUTS];
+  const char *needles[5]; /* all must appear in the message */
+  const char *forbid;     /* must not appear (NULL: nothing) */
+} err_case;
+
+/* One case per line reads better than one field per line. */
+/* clang-format off */
+#define S0 {0, {0}}
+#define S1(a) {1, {a}}
+#define S2(a, b) {2, {a, b}}
+#define S3(a, b, c) {3, {a, b, c}}
+static const err_case cases[] = {
+    /* ---- unknown keys ---- */
+    {"misspelt required key", "type: conv2d\nout_channels: 4\nkernal: 3\n", 1, 0, {S3(3, 8, 8)},
+     {"test.yaml:3:", "unknown key 'kernal'", "did you mean 'kernel'?"}, NULL},
+    {"misspelt optional key", "{type: conv2d, out_channels: 4, kernel: 3, stide: 2}", 1, 0,
+     {S3(3, 8, 8)}, {"test.yaml:1:", "unknown key 'stide'", "did you mean 'stride'?"}, NULL},
+    {"misspelt pool key", "{type: maxpool, kernel: 2, paddin: 1}", 1, 0, {S3(3, 8, 8)},
+     {"test.yaml:1:", "unknown key 'paddin'", "did you mean 'padding'?"}, NULL},
+    {"unknown key, nothing near", "{type: relu, zzzzzz: 1}", 1, 0, {S3(3, 8, 8)},
+     {"test.yaml:1:", "unknown key 'zzzzzz'"}, "did you mean"},
+    {"linear key typo", "{type: linear, out_feature: 4}", 1, 0, {S1(8)},
+     {"test.yaml:1:", "unknown key 'out_feature'", "did you mean 'out_features'?"}, NULL},
+    /* ---- bad values, located at the value ---- */
+    {"not an integer", "type: conv2d\nout_channels: four\nkernel: 3\n", 1, 0, {S3(3, 8, 8)},
+     {"test.yaml:2:15:", "out_channels", "'four'"}, NULL},
+    {"bad list item", "type: conv2d\nout_channels: 4\nkernel: [3, x]\n", 1, 0, {S3(3, 8, 8)},
+     {"test.yaml:3:13:", "kernel", "'x'"}, NULL},
+    {"zero channels", "type: conv2d\nout_channels: 0\nkernel: 3\n", 1, 0, {S3(3, 8, 8)},
+     {"test.yaml:2:15:", "out_channels"}, NULL},
+    {"kernel list too long", "type: conv2d\nout_channels: 2\nkernel: [3, 3, 3]\n", 1, 0,
+     {S3(3, 8, 8)}, {"test.yaml:3:", "kernel"}, NULL},
+    {"bad bool", "type: linear\nout_features: 4\nbias: maybe\n", 1, 0, {S1(8)},
+     {"test.yaml:3:7:", "bias", "'maybe'"}, NULL},
+    {"gelu choice", "type: gelu\napproximate: tahn\n", 1, 0, {S1(8)},
+     {"test.yaml:2:14:", "'tahn'", "did you mean 'tanh'?"}, NULL},
+    {"dropout p out of range", "type: dropout\np: 1.5\n", 1, 0, {S1(8)}, {"test.yaml:2:4:", "p"},
+     NULL},
+    {"negative padding", "type: maxpool\nkernel: 2\npadding: -1\n", 1, 0, {S3(3, 8, 8)},
+     {"test.yaml:3:10:", "padding"}, NULL},
+    {"groups do not divide out_channels", "type: conv2d\nout_channels: 6\nkernel: 3\ngroups: 4\n",
+     1, 0, {S3(8, 8, 8)}, {"test.yaml:", "groups", "6", "4"}, NULL},
+    {"negative pad", "type: pad\nchannels: [1, -2]\n", 1, 0, {S3(2, 3, 3)},
+     {"test.yaml:2:15:", "channels", "-2"}, NULL},
+    {"pad needs two values", "type: pad\nchannels: [1]\n", 1, 0, {S3(2, 3, 3)},
+     {"test.yaml:2:", "channels"}, NULL},
+    {"smoothing out of range", "type: softmax_cross_entropy\nlabel_smoothing: 2\n", 2, 0,
+     {S1(5), {0, {0}}}, {"test.yaml:2:18:", "label_smoothing"}, NULL},
+    /* ---- shapes: the message names both sides ---- */
+    {"add of two shapes", "{type: add}", 2, 0, {S3(4, 5, 5), S3(4, 6, 6)},
+     {"[4, 5, 5]", "[4, 6, 6]"}, NULL},
+    {"concat of two shapes", "{type: concat}", 2, 0, {S3(2, 4, 4), S3(3, 5, 5)},
+     {"[2, 4, 4]", "[3, 5, 5]"}, NULL},
+    {"conv kernel larger than input", "{type: conv2d, out_channels: 2, kernel: 7}", 1, 0,
+     {S3(3, 5, 5)}, {"[3, 5, 5]", "7"}, NULL},
+    {"conv groups do not divide channels", "{type: conv2d, out_channels: 8, kernel: 3, groups: 4}",
+     1, 0, {S3(6, 8, 8)}, {"[6, 8, 8]", "groups", "4"}, NULL},
+    {"conv on a vector", "{type: conv2d, out_channels: 2, kernel: 3}", 1, 0, {S1(10)}, {"[10]"},
+     NULL},
+    {"maxpool kernel larger than input", "{type: maxpool, kernel: 5}", 1, 0, {S3(2, 3, 3)},
+     {"[2, 3, 3]", "5"}, NULL},
+    {"avgpool kernel larger than input", "{type: avgpool, kernel: [1, 4]}", 1, 0, {S3(2, 3, 3)},
+     {"[2, 3, 3]", "4"}, NULL},
+    {"global_avgpool on a vector", "{type: global_avgpool}", 1, 0, {S1(5)}, {"[5]"}, NULL},
+    {"batchnorm on a scalar", "{type: batchnorm}", 1, 0, {{0, {0}}}, {"[]"}, NULL},
+    {"pad on a scalar", "{type: pad, channels: [1, 1]}", 1, 0, {{0, {0}}}, {"[]"}, NULL},
+    {"loss labels must be I32", "{type: softmax_cross_entropy}", 2, 1, {S1(5), {0, {0}}},
+     {"I32", "F32"}, NULL},
+    {"loss labels shape", "{type: softmax_cross_entropy}", 2, 0, {S1(5), S1(5)}, {"[5]"}, NULL},
+};
+/* clang-format on */
+
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+static char missing[512];
+
+static void note_missing(const char *yaml) {
+  const char *p = strstr(yaml, "type:");
+  char key[72];
+  p = p ? p + 5 : yaml;
+  while (*p == ' ')
+    p++;
+  snprintf(key, sizeof key, " %.*s,", (int)strcspn(p, ",}\n "), p);
+  if (!strstr(missing, key)) strncat(missing, key, sizeof missing - strlen(missing) - 1);
+}
+
+static int run_case(const err_case *c) {
+  lt_layer t;
+  gp_dtype dt[GP_MAX_INPUTS];
+  for (int i = 0; i < GP_MAX_INPUTS; i++)
+    dt[i] = GP_F32;
+  /* a loss case: labels are I32 unless the case is about that */
+  if (strstr(c->yaml, "softmax_cross_entropy") && !c->labels_f32) dt[1] = GP_I32;
+  gp_error_clear();
+  gp_status s = lt_layer_configure(&t, c->yaml, c->n_in, c->in, dt);
+  const char *msg = gp_error_message();
+  int fails = 0;
+  if (s == GP_ERR_UNSUPPORTED) {
+    printf("MISSING %s (%s)\n", c->name, msg);
+    note_missing(c->yaml);
+    lt_layer_free(&t);
+    return 0;
+  }
+  if (s != GP_ERR_SPEC) {
+    printf("  FAIL %s: expected a spec error, got %s: '%s'\n", c->name, gp_status_name(s), msg);
+    fails++;
+  } else {
+    for (int i = 0; i < 5 && c->needles[i]; i++)
+      if (!strstr(msg, c->needles[i])) {
+        printf("  FAIL %s: the message lacks \"%s\": '%s'\n", c->name, c->needles[i], msg);
+        fails++;
+      }
+    if (c->forbid && strstr(msg, c->forbid)) {
+      printf("  FAIL %s: the message should not say \"%s\": '%s'\n", c->name, c->forbid, msg);
+      fails++;
+    }
+  }
+  printf("%s %s: %s\n", fails ? "FAIL" : "ok  ", c->name, msg);
+  lt_layer_free(&t);
+  return fails;
+}
+
+/* The registry: every listed name finds its table, whose name matches; add takes 2..8. */
+static int check_registry(void) {
+  int fails = 0, n = 0;
+  const char *const *names = gp_layer_type_names();
+  for (; names[n]; n++) {
+    const gp_layer_type *ty = gp_layer_type_find(names[n]);
+    if (!ty || strcmp(ty->name, names[n]) != 0) {
+      printf("  FAIL registry: '%s' is listed but not found under that name\n", names[n]);
+      fails++;
+      continue;
+    }
+    if (!ty->configure || !ty->shape || !ty->cost || !ty->forward || !ty->backward ||
+        ty->min_inputs < 1 || ty->max_inputs < ty->min_inputs || ty->max_inputs > GP_MAX_INPUTS) {
+      printf("  FAIL registry: '%s' has a missing function or bad input counts\n", names[n]);
+      fails++;
+    }
+  }
+  if (gp_layer_type_find("conv") || gp_layer_type_find("") || gp_layer_type_find(NULL)) {
+    printf("  FAIL registry: found a type that does not exist\n");
+    fails++;
+  }
+  const char *near = gp_nearest("conv2", names, n);
+  if (gp_layer_type_find("conv2d") && (!near || strcmp(near, "conv2d") != 0)) {
+    printf("  FAIL registry: nearest name to 'conv2' is %s, not conv2d\n", near ? near : "none");
+    fails++;
+  }
+  const gp_layer_type *add = gp_layer_type_find("add");
+  if (add && (add->min_inputs != 2 || add->max_inputs != 8)) {
+    printf("  FAIL registry: add takes %d..%d inputs, not 2..8\n", add->min_inputs,
+           add->max_inputs);
+    fails++;
+  }
+  const gp_layer_type *cat = gp_layer_type_find("concat");
+  if (cat && cat->min_inputs > 2) {
+    printf("  FAIL registry: concat needs %d inputs\n", cat->min_inputs);
+    fails++;
+  }
+  printf("%s registry (%d types)\n", fails ? "FAIL" : "ok  ", n);
+  return fails;
+}
+
+int main(void) {
+  int failed = 0;
+  for (int k = 0; k < N_CASES; k++)
+    failed += run_case(&cases[k]) > 0;
+  failed += check_registry() > 0;
+  if (missing[0]) {
+    printf("FAIL: layer types not registered:%s\n", missing);
+    failed++;
+  }
+  printf("%d failed\n", failed);
+  return failed ? 1 : 0;
+}
