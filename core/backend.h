@@ -106,7 +106,7 @@ struct gp_backend {
   gp_status (*batchnorm_backward)(gp_backend *be, int64_t n, int64_t c, int64_t inner,
                                   const float *x, const float *dy, const float *gamma,
                                   const float *mean, const float *invstd, float *dx,
-                                  float *dgamma, float *dbeta); /* dx =, dgamma/dbeta += */
+                                  float *dgamma, float *dbeta); /* dx = (NULL: skip), d* += */
   /* acc[0..c) += mean, acc[c..2c) += unbiased variance (from invstd, eps and count) */
   gp_status (*batchnorm_stats_accumulate)(gp_backend *be, int64_t c, int64_t count, float eps,
                                           const float *mean, const float *invstd, float *acc);
@@ -120,7 +120,8 @@ struct gp_backend {
                                  float *y, float *mean, float *rstd);
   gp_status (*layernorm_backward)(gp_backend *be, int64_t rows, int64_t cols, const float *x,
                                   const float *dy, const float *gamma, const float *mean,
-                                  const float *rstd, float *dx, float *dgamma, float *dbeta);
+                                  const float *rstd, float *dx, float *dgamma,
+                                  float *dbeta); /* dx = (NULL: skip), dgamma/dbeta += */
 
   /* ---- element-wise ---- */
   gp_status (*act_forward)(gp_backend *be, gp_act act, int64_t n, const float *x, float *y);

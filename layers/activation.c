@@ -68,17 +68,17 @@ static gp_status act_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, cons
                              GP_F32P(&din[0]));
 }
 
-#define ACT_TYPE(var, nm, conf_fn)                                                             \
-  const gp_layer_type var = {                                                                  \
-      .name = nm,                                                                              \
-      .min_inputs = 1,                                                                         \
-      .max_inputs = 1,                                                                         \
-      .conf_size = sizeof(act_conf),                                                           \
-      .configure = conf_fn,                                                                    \
-      .shape = act_shape,                                                                      \
-      .cost = act_cost,                                                                        \
-      .forward = act_forward,                                                                  \
-      .backward = act_backward,                                                                \
+#define ACT_TYPE(var, nm, conf_fn)                                                                 \
+  const gp_layer_type var = {                                                                      \
+      .name = (nm),                                                                                \
+      .min_inputs = 1,                                                                             \
+      .max_inputs = 1,                                                                             \
+      .conf_size = sizeof(act_conf),                                                               \
+      .configure = (conf_fn),                                                                      \
+      .shape = act_shape,                                                                          \
+      .cost = act_cost,                                                                            \
+      .forward = act_forward,                                                                      \
+      .backward = act_backward,                                                                    \
   }
 
 ACT_TYPE(gp_layer_relu, "relu", relu_configure);

@@ -75,10 +75,8 @@ static gp_status batchnorm_forward(gp_layer *l, gp_exec *e, const gp_tensor *in,
   /* A re-materializing forward sees the same micro-batch again: count it only once. */
   if (!e->recompute) {
     if (!l->stats)
-      return GP_ERR(GP_ERR_RUNTIME, "batchnorm %s: no statistics buffer (stats_floats)",
-                    l->path);
-    GP_TRY(be->batchnorm_stats_accumulate(be, c, n * inner, (float)k->eps, st, st + c,
-                                          l->stats));
+      return GP_ERR(GP_ERR_RUNTIME, "batchnorm %s: no statistics buffer (stats_floats)", l->path);
+    GP_TRY(be->batchnorm_stats_accumulate(be, c, n * inner, (float)k->eps, st, st + c, l->stats));
     k->n_acc++;
   }
   return GP_OK;
@@ -93,10 +91,9 @@ static gp_status batchnorm_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
   if (!st)
     return GP_ERR(GP_ERR_RUNTIME, "batchnorm %s: backward needs a training forward", l->path);
   dims(l, &in[0], &n, &c, &inner);
-  return e->be->batchnorm_backward(e->be, n, c, inner, GP_F32P(&in[0]), GP_F32P(dout),
-                                   l->param[P_WEIGHT], st, st + c,
-                                   din[0].data ? GP_F32P(&din[0]) : NULL, l->grad[P_WEIGHT],
-                                   l->grad[P_BIAS]);
+  return e->be->batchnorm_backward(
+      e->be, n, c, inner, GP_F32P(&in[0]), GP_F32P(dout), l->param[P_WEIGHT], st, st + c,
+      din[0].data ? GP_F32P(&din[0]) : NULL, l->grad[P_WEIGHT], l->grad[P_BIAS]);
 }
 
 static gp_status batchnorm_step_end(gp_layer *l, gp_backend *be) {

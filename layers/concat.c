@@ -27,7 +27,8 @@ static gp_status concat_shape(gp_layer *l) {
   for (int i = 1; i < l->n_in; i++) {
     const gp_shape *b = &l->in_shape[i];
     int ok = b->ndim == a->ndim;
-    for (int j = 0; ok && j < a->ndim; j++) ok = j == k->ax || b->d[j] == a->d[j];
+    for (int j = 0; ok && j < a->ndim; j++)
+      ok = j == k->ax || b->d[j] == a->d[j];
     if (!ok)
       return GP_ERR(GP_ERR_SPEC, "concat along axis %d: input %d has shape %s, input 1 has %s",
                     k->ax, i + 1, gp_layers_shape_str(b, b1), gp_layers_shape_str(a, b2));
@@ -47,14 +48,16 @@ static void concat_cost(const gp_layer *l, gp_cost *c) {
  * the number of outer rows (batch times the dims before the axis). */
 static int64_t block(const gp_shape *s, int ax) {
   int64_t n = 1;
-  for (int j = ax; j < s->ndim; j++) n *= s->d[j];
+  for (int j = ax; j < s->ndim; j++)
+    n *= s->d[j];
   return n;
 }
 
 static int64_t outer(const gp_layer *l, int64_t batch) {
   const concat_conf *k = l->conf;
   int64_t n = batch;
-  for (int j = 0; j < k->ax; j++) n *= l->out_shape.d[j];
+  for (int j = 0; j < k->ax; j++)
+    n *= l->out_shape.d[j];
   return n;
 }
 
@@ -71,9 +74,8 @@ static gp_status concat_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp
   return GP_OK;
 }
 
-static gp_status concat_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
-                                 const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
-                                 void *saved) {
+static gp_status concat_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+                                 const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)in;
   (void)saved;
   const concat_conf *k = l->conf;

@@ -42,11 +42,14 @@ static gp_status conv2d_shape(gp_layer *l) {
                   gp_layers_shape_str(x, buf));
   int64_t c = x->d[0], h = x->d[1], w = x->d[2];
   if (c % k->groups)
-    return GP_ERR(GP_ERR_SPEC, "conv2d: input channels %lld (input %s) are not divisible by "
-                  "groups %lld", (long long)c, gp_layers_shape_str(x, buf), (long long)k->groups);
+    return GP_ERR(GP_ERR_SPEC,
+                  "conv2d: input channels %lld (input %s) are not divisible by "
+                  "groups %lld",
+                  (long long)c, gp_layers_shape_str(x, buf), (long long)k->groups);
   int64_t eh = k->dh * (k->kh - 1) + 1, ew = k->dw * (k->kw - 1) + 1;
   if (eh > h + 2 * k->ph || ew > w + 2 * k->pw)
-    return GP_ERR(GP_ERR_SPEC, "conv2d: kernel %lldx%lld (dilated %lldx%lld) is larger than "
+    return GP_ERR(GP_ERR_SPEC,
+                  "conv2d: kernel %lldx%lld (dilated %lldx%lld) is larger than "
                   "the padded input %lldx%lld (input %s, padding [%lld, %lld])",
                   (long long)k->kh, (long long)k->kw, (long long)eh, (long long)ew,
                   (long long)(h + 2 * k->ph), (long long)(w + 2 * k->pw),
@@ -108,9 +111,8 @@ static gp_status conv2d_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp
                                k->bias ? l->param[1] : NULL, GP_F32P(out));
 }
 
-static gp_status conv2d_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
-                                 const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
-                                 void *saved) {
+static gp_status conv2d_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+                                 const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)out;
   (void)saved;
   const conv2d_conf *k = l->conf;

@@ -12,7 +12,8 @@ static gp_status flatten_shape(gp_layer *l) {
   l->n_params = 0;
   GP_TRY(gp_layers_check_f32(l));
   int64_t n = 1;
-  for (int i = 0; i < l->in_shape[0].ndim; i++) n *= l->in_shape[0].d[i];
+  for (int i = 0; i < l->in_shape[0].ndim; i++)
+    n *= l->in_shape[0].d[i];
   gp_shape s = gp_shape_of(1, &n);
   return gp_layers_set_out(l, &s);
 }

@@ -34,8 +34,7 @@ extern const gp_layer_type gp_layer_softmax_cross_entropy;
 #define GP_LAYER_SHAPE_STR 160
 const char *gp_layers_shape_str(const gp_shape *s, char *buf);
 
-/* Every input must be f32 (or, for `dtype` = GP_I32 checks, that dtype); else an error
- * naming the layer type and input index. */
+/* Every input must be F32; else an error naming the layer type and the input. */
 gp_status gp_layers_check_f32(const gp_layer *l);
 /* out_shape = s after checking its element count against GP_SPEC_MAX_ELEMENTS. */
 gp_status gp_layers_set_out(gp_layer *l, const gp_shape *s);

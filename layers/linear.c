@@ -35,8 +35,8 @@ static gp_status linear_shape(gp_layer *l) {
   GP_TRY(gp_layers_add_param(l, "weight", &ws,
                              k->he ? GP_INIT_KAIMING_NORMAL : GP_INIT_UNIFORM_FAN_IN, in, 1));
   if (k->bias)
-    GP_TRY(gp_layers_add_param(l, "bias", &bs, k->he ? GP_INIT_ZEROS : GP_INIT_UNIFORM_FAN_IN,
-                               in, 1));
+    GP_TRY(
+        gp_layers_add_param(l, "bias", &bs, k->he ? GP_INIT_ZEROS : GP_INIT_UNIFORM_FAN_IN, in, 1));
   return GP_OK;
 }
 
@@ -66,9 +66,8 @@ static gp_status linear_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp
   return GP_OK;
 }
 
-static gp_status linear_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
-                                 const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
-                                 void *saved) {
+static gp_status linear_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+                                 const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)out;
   (void)saved;
   const linear_conf *k = l->conf;
@@ -77,8 +76,8 @@ static gp_status linear_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
   int64_t nout = k->out_features;
   const float *dy = GP_F32P(dout);
   /* dW[out, in] += dY^T X */
-  GP_TRY(be->gemm(be, 1, 0, nout, nin, rows, 1.0f, dy, nout, GP_F32P(&in[0]), nin, 1.0f,
-                  l->grad[0], nin));
+  GP_TRY(be->gemm(be, 1, 0, nout, nin, rows, 1.0f, dy, nout, GP_F32P(&in[0]), nin, 1.0f, l->grad[0],
+                  nin));
   if (k->bias) GP_TRY(be->bias_grad(be, rows, nout, 1, dy, l->grad[1]));
   /* dX = dY W, skipped for a first layer whose input needs no gradient. */
   if (din[0].data)

@@ -54,8 +54,7 @@ static gp_status pad_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, cons
   if (!din[0].data) return GP_OK;
   int64_t n = in[0].shape.d[0], xs = gp_layers_numel(&l->in_shape[0]);
   int64_t ys = gp_layers_numel(&l->out_shape), inner = xs / l->in_shape[0].d[0];
-  return e->be->copy2d(e->be, n, xs, GP_F32P(dout) + k->before * inner, ys, GP_F32P(&din[0]),
-                       xs);
+  return e->be->copy2d(e->be, n, xs, GP_F32P(dout) + k->before * inner, ys, GP_F32P(&din[0]), xs);
 }
 
 const gp_layer_type gp_layer_pad = {

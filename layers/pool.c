@@ -64,9 +64,11 @@ static gp_status pool_shape(gp_layer *l) {
   }
   int64_t h = x->d[1] + 2 * k->ph, w = x->d[2] + 2 * k->pw;
   if (k->kh > h || k->kw > w)
-    return GP_ERR(GP_ERR_SPEC, "%s: kernel %lldx%lld is larger than the padded input %lldx%lld "
-                  "(input %s)", name, (long long)k->kh, (long long)k->kw, (long long)h,
-                  (long long)w, gp_layers_shape_str(x, buf));
+    return GP_ERR(GP_ERR_SPEC,
+                  "%s: kernel %lldx%lld is larger than the padded input %lldx%lld "
+                  "(input %s)",
+                  name, (long long)k->kh, (long long)k->kw, (long long)h, (long long)w,
+                  gp_layers_shape_str(x, buf));
   int64_t od[3] = {x->d[0], (h - k->kh) / k->sh + 1, (w - k->kw) / k->sw + 1};
   gp_shape y = gp_shape_of(3, od);
   return gp_layers_set_out(l, &y);
@@ -75,8 +77,8 @@ static gp_status pool_shape(gp_layer *l) {
 static void pool_cost(const gp_layer *l, gp_cost *c) {
   const pool_conf *k = l->conf;
   double outs = (double)gp_layers_numel(&l->out_shape);
-  double win = k->global ? (double)(l->in_shape[0].d[1] * l->in_shape[0].d[2])
-                         : (double)(k->kh * k->kw);
+  double win =
+      k->global ? (double)(l->in_shape[0].d[1] * l->in_shape[0].d[2]) : (double)(k->kh * k->kw);
   c->fwd_flops = outs * win;
   c->bwd_flops = k->kind == GP_POOL_MAX ? outs : outs * win;
   c->params = 0;
@@ -129,17 +131,17 @@ static gp_status pool_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, con
   return e->be->pool2d_backward(e->be, k->kind, &d, GP_F32P(dout), saved, GP_F32P(&din[0]));
 }
 
-#define POOL_TYPE(var, nm, conf_fn)                                                            \
-  const gp_layer_type var = {                                                                  \
-      .name = nm,                                                                              \
-      .min_inputs = 1,                                                                         \
-      .max_inputs = 1,                                                                         \
-      .conf_size = sizeof(pool_conf),                                                          \
-      .configure = conf_fn,                                                                    \
-      .shape = pool_shape,                                                                     \
-      .cost = pool_cost,                                                                       \
-      .forward = pool_forward,                                                                 \
-      .backward = pool_backward,                                                               \
+#define POOL_TYPE(var, nm, conf_fn)                                                                \
+  const gp_layer_type var = {                                                                      \
+      .name = (nm),                                                                                \
+      .min_inputs = 1,                                                                             \
+      .max_inputs = 1,                                                                             \
+      .conf_size = sizeof(pool_conf),                                                              \
+      .configure = (conf_fn),                                                                      \
+      .shape = pool_shape,                                                                         \
+      .cost = pool_cost,                                                                           \
+      .forward = pool_forward,                                                                     \
+      .backward = pool_backward,                                                                   \
   }
 
 POOL_TYPE(gp_layer_maxpool, "maxpool", maxpool_configure);

@@ -5,24 +5,12 @@
 #include "layers/layers.h"
 
 static const gp_layer_type *const types[] = {
-    &gp_layer_identity,
-    &gp_layer_relu,
-    &gp_layer_gelu,
-    &gp_layer_tanh,
-    &gp_layer_sigmoid,
-    &gp_layer_flatten,
-    &gp_layer_linear,
-    &gp_layer_conv2d,
-    &gp_layer_batchnorm,
-    &gp_layer_layernorm,
-    &gp_layer_maxpool,
-    &gp_layer_avgpool,
-    &gp_layer_global_avgpool,
-    &gp_layer_dropout,
-    &gp_layer_add,
-    &gp_layer_concat,
-    &gp_layer_pad,
-    &gp_layer_softmax_cross_entropy,
+    &gp_layer_identity,       &gp_layer_relu,    &gp_layer_gelu,
+    &gp_layer_tanh,           &gp_layer_sigmoid, &gp_layer_flatten,
+    &gp_layer_linear,         &gp_layer_conv2d,  &gp_layer_batchnorm,
+    &gp_layer_layernorm,      &gp_layer_maxpool, &gp_layer_avgpool,
+    &gp_layer_global_avgpool, &gp_layer_dropout, &gp_layer_add,
+    &gp_layer_concat,         &gp_layer_pad,     &gp_layer_softmax_cross_entropy,
 };
 
 #define N_TYPES (sizeof types / sizeof types[0])

@@ -24,11 +24,15 @@ static gp_status xent_shape(gp_layer *l) {
     return GP_ERR(GP_ERR_SPEC, "softmax_cross_entropy takes 2 inputs (logits, labels), got %d",
                   l->n_in);
   if (z->ndim != 1 || y->ndim != 0)
-    return GP_ERR(GP_ERR_SPEC, "softmax_cross_entropy expects logits [K] and labels [], got %s "
-                  "and %s", gp_layers_shape_str(z, b1), gp_layers_shape_str(y, b2));
+    return GP_ERR(GP_ERR_SPEC,
+                  "softmax_cross_entropy expects logits [K] and labels [], got %s "
+                  "and %s",
+                  gp_layers_shape_str(z, b1), gp_layers_shape_str(y, b2));
   if (l->in_dtype[0] != GP_F32 || l->in_dtype[1] != GP_I32)
-    return GP_ERR(GP_ERR_SPEC, "softmax_cross_entropy expects F32 logits and I32 labels, got %s "
-                  "and %s", gp_dtype_name(l->in_dtype[0]), gp_dtype_name(l->in_dtype[1]));
+    return GP_ERR(GP_ERR_SPEC,
+                  "softmax_cross_entropy expects F32 logits and I32 labels, got %s "
+                  "and %s",
+                  gp_dtype_name(l->in_dtype[0]), gp_dtype_name(l->in_dtype[1]));
   gp_shape s = {0};
   l->out_shape = s;
   l->out_dtype = GP_F32;
@@ -57,8 +61,8 @@ static gp_status xent_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_t
   int64_t n = in[0].shape.d[0], nk = l->in_shape[0].d[0];
   float *probs;
   GP_TRY(gp_arena_alloc(e->arena, (size_t)(n * nk) * sizeof(float), (void **)&probs));
-  GP_TRY(be->softmax_xent_forward(be, n, nk, (float)k->smoothing, GP_F32P(&in[0]),
-                                  GP_I32P(&in[1]), probs, GP_F32P(out)));
+  GP_TRY(be->softmax_xent_forward(be, n, nk, (float)k->smoothing, GP_F32P(&in[0]), GP_I32P(&in[1]),
+                                  probs, GP_F32P(out)));
   *saved = probs;
   /* A re-materializing forward must not count the micro-batch twice. */
   if (e->recompute) return GP_OK;
@@ -72,9 +76,8 @@ static gp_status xent_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_t
   return GP_OK;
 }
 
-static gp_status xent_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
-                               const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
-                               void *saved) {
+static gp_status xent_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+                               const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)out;
   (void)dout; /* the loss is the end of the graph: its gradient is 1 / loss_count */
   const xent_conf *k = l->conf;

@@ -35,8 +35,10 @@ gp_status gp_layers_add_param(gp_layer *l, const char *name, const gp_shape *s, 
   if (l->n_params >= GP_MAX_PARAMS)
     return GP_ERR(GP_ERR_RUNTIME, "%s: too many parameters", l->type->name);
   if (gp_shape_numel_checked(s, GP_SPEC_MAX_ELEMENTS, &n) != GP_OK)
-    return GP_ERR(GP_ERR_SPEC, "%s: parameter '%s' of shape %s is empty or has more than 2^40 "
-                  "elements", l->type->name, name, gp_layers_shape_str(s, buf));
+    return GP_ERR(GP_ERR_SPEC,
+                  "%s: parameter '%s' of shape %s is empty or has more than 2^40 "
+                  "elements",
+                  l->type->name, name, gp_layers_shape_str(s, buf));
   gp_param_desc *p = &l->pdesc[l->n_params++];
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "%s", name);
@@ -53,7 +55,8 @@ int64_t gp_layers_numel(const gp_shape *s) {
 
 int64_t gp_layers_rows(const gp_tensor *t) {
   int64_t r = 1;
-  for (int i = 0; i + 1 < t->shape.ndim; i++) r *= t->shape.d[i];
+  for (int i = 0; i + 1 < t->shape.ndim; i++)
+    r *= t->shape.d[i];
   return r;
 }
 

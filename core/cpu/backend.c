@@ -84,7 +84,8 @@ gp_status gp_cpu_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, int64
   if (k == 0) {
     /* BLAS would scale C by beta; do the same without calling it with k = 0. */
     for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      for (int64_t j = 0; j < n; j++)
+        c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return GP_OK;
   }
   /* OpenBLAS's thread count is process-global, not per call or per instance: two CPU
@@ -107,7 +108,8 @@ int gp_cpu_cores(void) {
 }
 
 gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
-  if (threads < 1) return GP_ERR(GP_ERR_USAGE, "a CPU backend needs at least 1 thread, got %d", threads);
+  if (threads < 1)
+    return GP_ERR(GP_ERR_USAGE, "a CPU backend needs at least 1 thread, got %d", threads);
   gp_backend *be = calloc(1, sizeof *be);
   cpu_impl *im = calloc(1, sizeof *im);
   if (!be || !im) {

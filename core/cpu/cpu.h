@@ -34,8 +34,7 @@ gp_status gp_cpu_bias_grad(gp_backend *be, int64_t n, int64_t c, int64_t inner, 
                            float *dbias);
 gp_status gp_cpu_batchnorm_forward_train(gp_backend *be, int64_t n, int64_t c, int64_t inner,
                                          float eps, const float *x, const float *gamma,
-                                         const float *beta, float *y, float *mean,
-                                         float *invstd);
+                                         const float *beta, float *y, float *mean, float *invstd);
 gp_status gp_cpu_batchnorm_forward_eval(gp_backend *be, int64_t n, int64_t c, int64_t inner,
                                         float eps, const float *x, const float *gamma,
                                         const float *beta, const float *run_mean,
@@ -49,20 +48,20 @@ gp_status gp_cpu_batchnorm_stats_accumulate(gp_backend *be, int64_t c, int64_t c
 gp_status gp_cpu_batchnorm_stats_apply(gp_backend *be, int64_t c, float momentum, int n_acc,
                                        float *acc, float *run_mean, float *run_var);
 gp_status gp_cpu_layernorm_forward(gp_backend *be, int64_t rows, int64_t cols, float eps,
-                                   const float *x, const float *gamma, const float *beta,
-                                   float *y, float *mean, float *rstd);
+                                   const float *x, const float *gamma, const float *beta, float *y,
+                                   float *mean, float *rstd);
 gp_status gp_cpu_layernorm_backward(gp_backend *be, int64_t rows, int64_t cols, const float *x,
                                     const float *dy, const float *gamma, const float *mean,
                                     const float *rstd, float *dx, float *dgamma, float *dbeta);
 
 /* eltwise.c */
 gp_status gp_cpu_act_forward(gp_backend *be, gp_act act, int64_t n, const float *x, float *y);
-gp_status gp_cpu_act_backward(gp_backend *be, gp_act act, int64_t n, const float *x,
-                              const float *y, const float *dy, float *dx);
+gp_status gp_cpu_act_backward(gp_backend *be, gp_act act, int64_t n, const float *x, const float *y,
+                              const float *dy, float *dx);
 gp_status gp_cpu_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t key, const float *x,
                                  float *y);
-gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t key,
-                                  const float *dy, float *dx);
+gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t key, const float *dy,
+                                  float *dx);
 gp_status gp_cpu_axpby(gp_backend *be, int64_t n, float a, const float *x, float b, float *y);
 gp_status gp_cpu_copy2d(gp_backend *be, int64_t rows, int64_t cols, const float *src,
                         int64_t src_ld, float *dst, int64_t dst_ld);

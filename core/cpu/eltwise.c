@@ -16,10 +16,12 @@ gp_status gp_cpu_act_forward(gp_backend *be, gp_act act, int64_t n, const float 
   (void)be;
   switch (act) {
   case GP_ACT_RELU:
-    for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++)
+      y[i] = x[i] > 0.0f ? x[i] : 0.0f;
     return GP_OK;
   case GP_ACT_GELU:
-    for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * SQRT1_2));
+    for (int64_t i = 0; i < n; i++)
+      y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * SQRT1_2));
     return GP_OK;
   case GP_ACT_GELU_TANH:
     for (int64_t i = 0; i < n; i++) {
@@ -28,7 +30,8 @@ gp_status gp_cpu_act_forward(gp_backend *be, gp_act act, int64_t n, const float 
     }
     return GP_OK;
   case GP_ACT_TANH:
-    for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+    for (int64_t i = 0; i < n; i++)
+      y[i] = tanhf(x[i]);
     return GP_OK;
   case GP_ACT_SIGMOID:
     /* Two forms so exp never overflows into inf/inf for large |x|. */
@@ -78,10 +81,12 @@ gp_status gp_cpu_act_backward(gp_backend *be, gp_act act, int64_t n, const float
     }
     return GP_OK;
   case GP_ACT_TANH:
-    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+    for (int64_t i = 0; i < n; i++)
+      dx[i] = dy[i] * (1.0f - y[i] * y[i]);
     return GP_OK;
   case GP_ACT_SIGMOID:
-    for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+    for (int64_t i = 0; i < n; i++)
+      dx[i] = dy[i] * y[i] * (1.0f - y[i]);
     return GP_OK;
   case GP_ACT_COUNT:
     break;
@@ -119,11 +124,14 @@ gp_status gp_cpu_axpby(gp_backend *be, int64_t n, float a, const float *x, float
   (void)be;
   /* x and y may be the same buffer (y = (a + b) y), so no restrict here. */
   if (b == 0.0f) {
-    for (int64_t i = 0; i < n; i++) y[i] = a * x[i];
+    for (int64_t i = 0; i < n; i++)
+      y[i] = a * x[i];
   } else if (b == 1.0f) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+    for (int64_t i = 0; i < n; i++)
+      y[i] += a * x[i];
   } else {
-    for (int64_t i = 0; i < n; i++) y[i] = a * x[i] + b * y[i];
+    for (int64_t i = 0; i < n; i++)
+      y[i] = a * x[i] + b * y[i];
   }
   return GP_OK;
 }

@@ -3,6 +3,7 @@
  * as keeps the GEMM efficient, so the columns stay in cache between im2col and the GEMM:
  * one sample when its output plane is large enough (then the GEMM writes NCHW directly),
  * else enough samples for MIN_GEMM_N columns, scattered to NCHW afterwards. */
+#include <stdint.h>
 #include <string.h>
 
 #include "core/cpu/cpu.h"
@@ -21,10 +22,10 @@ typedef struct conv_geom {
   int64_t chunk;   /* samples per GEMM */
 } conv_geom;
 
-static gp_status check_desc(const gp_conv2d_desc *d, conv_geom *g) {
-  if (d->n < 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->kh <= 0 ||
-      d->kw <= 0 || d->sh <= 0 || d->sw <= 0 || d->ph < 0 || d->pw < 0 || d->dh <= 0 ||
-      d->dw <= 0 || d->groups <= 0 || d->c % d->groups || d->k % d->groups)
+static gp_status check_desc(const gp_backend *be, const gp_conv2d_desc *d, conv_geom *g) {
+  if (d->n < 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->kh <= 0 || d->kw <= 0 ||
+      d->sh <= 0 || d->sw <= 0 || d->ph < 0 || d->pw < 0 || d->dh <= 0 || d->dw <= 0 ||
+      d->groups <= 0 || d->c % d->groups || d->k % d->groups)
     return GP_ERR(GP_ERR_RUNTIME, "conv2d: invalid descriptor (c %lld, k %lld, groups %lld)",
                   (long long)d->c, (long long)d->k, (long long)d->groups);
   int64_t oh = (d->h + 2 * d->ph - d->dh * (d->kh - 1) - 1) / d->sh + 1;
@@ -38,8 +39,12 @@ static gp_status check_desc(const gp_conv2d_desc *d, conv_geom *g) {
   g->ckk = g->cg * d->kh * d->kw;
   g->hw = d->h * d->w;
   g->ohw = d->oh * d->ow;
+  if (g->ckk + g->kg > INT64_MAX / 16 / g->ohw)
+    return GP_ERR(GP_ERR_RUNTIME, "conv2d: the column matrix of one sample is too large");
   int64_t per = (g->ckk + g->kg) * g->ohw * (int64_t)sizeof(float);
-  int64_t chunk = (MIN_GEMM_N + g->ohw - 1) / g->ohw;
+  /* With several BLAS threads each needs its share of columns for the split to pay off. */
+  const int64_t min_n = MIN_GEMM_N * (be->threads > 1 ? be->threads : 1);
+  int64_t chunk = (min_n + g->ohw - 1) / g->ohw;
   if (chunk > CHUNK_BYTES / per) chunk = CHUNK_BYTES / per;
   if (chunk > d->n) chunk = d->n;
   if (chunk < 1) chunk = 1;
@@ -95,14 +100,16 @@ static void im2col_tap_block(const gp_conv2d_desc *d, int64_t a, int64_t b,
   if (lo > 0 || hi < ow)
     for (int64_t oy = oy0; oy < oy1; oy++) {
       float *restrict r = row + oy * ow;
-      for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
-      for (int64_t ox = hi; ox < ow; ox++) r[ox] = 0.0f;
+      for (int64_t ox = 0; ox < lo; ox++)
+        r[ox] = 0.0f;
+      for (int64_t ox = hi; ox < ow; ox++)
+        r[ox] = 0.0f;
     }
 }
 
 /* The adjoint; clears the outside columns of `row` (scratch) so the block add is exact. */
-static void col2im_tap_block(const gp_conv2d_desc *d, int64_t a, int64_t b,
-                             float *restrict row, float *restrict xp) {
+static void col2im_tap_block(const gp_conv2d_desc *d, int64_t a, int64_t b, float *restrict row,
+                             float *restrict xp) {
   const int64_t ow = d->ow, hw = d->h * d->w, xoff = b * d->dw - d->pw;
   int64_t oy0, oy1, lo, hi;
   int64_t st = block_rows(d, a, xoff, &oy0, &oy1);
@@ -110,15 +117,18 @@ static void col2im_tap_block(const gp_conv2d_desc *d, int64_t a, int64_t b,
   if (lo > 0 || hi < ow)
     for (int64_t oy = oy0; oy < oy1; oy++) {
       float *restrict r = row + oy * ow;
-      for (int64_t ox = 0; ox < lo; ox++) r[ox] = 0.0f;
-      for (int64_t ox = hi; ox < ow; ox++) r[ox] = 0.0f;
+      for (int64_t ox = 0; ox < lo; ox++)
+        r[ox] = 0.0f;
+      for (int64_t ox = hi; ox < ow; ox++)
+        r[ox] = 0.0f;
     }
   int64_t k0 = 0, k1 = (oy1 - oy0) * ow;
   if (st + k0 < 0) k0 = -st;
   if (st + k1 > hw) k1 = hw - st;
   const float *restrict src = row + oy0 * ow;
   float *restrict dst = xp + st;
-  for (int64_t k = k0; k < k1; k++) dst[k] += src[k];
+  for (int64_t k = k0; k < k1; k++)
+    dst[k] += src[k];
 }
 
 /* Columns of samples [0, ns) of group g (x points at the first sample of the chunk) into
@@ -148,14 +158,17 @@ static void im2col(const gp_conv2d_desc *d, const conv_geom *g, int64_t ns, int6
               continue;
             }
             const float *restrict src = xp + iy * d->w;
-            for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0.0f;
+            for (int64_t ox = 0; ox < lo; ox++)
+              dst[ox] = 0.0f;
             if (d->sw == 1) {
               if (hi > lo) memcpy(dst + lo, src + lo + xoff, (size_t)(hi - lo) * sizeof(float));
             } else {
               const int64_t sw = d->sw;
-              for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * sw + xoff];
+              for (int64_t ox = lo; ox < hi; ox++)
+                dst[ox] = src[ox * sw + xoff];
             }
-            for (int64_t ox = hi; ox < ow; ox++) dst[ox] = 0.0f;
+            for (int64_t ox = hi; ox < ow; ox++)
+              dst[ox] = 0.0f;
           }
         }
     }
@@ -187,10 +200,12 @@ static void col2im(const gp_conv2d_desc *d, const conv_geom *g, int64_t ns, int6
             const float *restrict src = row + oy * ow;
             float *restrict dst = xp + iy * d->w;
             if (d->sw == 1) {
-              for (int64_t ox = lo; ox < hi; ox++) dst[ox + xoff] += src[ox];
+              for (int64_t ox = lo; ox < hi; ox++)
+                dst[ox + xoff] += src[ox];
             } else {
               const int64_t sw = d->sw;
-              for (int64_t ox = lo; ox < hi; ox++) dst[ox * sw + xoff] += src[ox];
+              for (int64_t ox = lo; ox < hi; ox++)
+                dst[ox * sw + xoff] += src[ox];
             }
           }
         }
@@ -207,7 +222,8 @@ static void scatter_out(const gp_conv2d_desc *d, const conv_geom *g, int64_t ns,
       const float *restrict src = buf + ko * ld + s * g->ohw;
       float *restrict dst = y + (s * d->k + grp * g->kg + ko) * g->ohw;
       const float b = bias ? bias[grp * g->kg + ko] : 0.0f;
-      for (int64_t i = 0; i < g->ohw; i++) dst[i] = src[i] + b;
+      for (int64_t i = 0; i < g->ohw; i++)
+        dst[i] = src[i] + b;
     }
 }
 
@@ -221,8 +237,8 @@ static void gather_dy(const gp_conv2d_desc *d, const conv_geom *g, int64_t ns, i
 
 gp_status gp_cpu_conv2d_forward(gp_backend *be, const gp_conv2d_desc *d, const float *x,
                                 const float *w, const float *bias, float *y) {
-  conv_geom g;
-  GP_TRY(check_desc(d, &g));
+  conv_geom g = {0};
+  GP_TRY(check_desc(be, d, &g));
   if (d->n == 0) return GP_OK;
   const int64_t ld = g.chunk * g.ohw;
   float *col, *buf;
@@ -237,8 +253,8 @@ gp_status gp_cpu_conv2d_forward(gp_backend *be, const gp_conv2d_desc *d, const f
       /* With one sample the GEMM's rows are already the output planes: no scatter. */
       if (ns == 1) {
         float *yg = ys + grp * g.kg * g.ohw;
-        GP_TRY(gp_cpu_gemm(be, 0, 0, g.kg, g.ohw, g.ckk, 1.0f, w + grp * g.kg * g.ckk, g.ckk,
-                           col, ld, 0.0f, yg, g.ohw));
+        GP_TRY(gp_cpu_gemm(be, 0, 0, g.kg, g.ohw, g.ckk, 1.0f, w + grp * g.kg * g.ckk, g.ckk, col,
+                           ld, 0.0f, yg, g.ohw));
         if (bias) GP_TRY(gp_cpu_bias_add(be, 1, g.kg, g.ohw, bias + grp * g.kg, yg));
         continue;
       }
@@ -252,8 +268,8 @@ gp_status gp_cpu_conv2d_forward(gp_backend *be, const gp_conv2d_desc *d, const f
 
 gp_status gp_cpu_conv2d_backward_data(gp_backend *be, const gp_conv2d_desc *d, const float *dy,
                                       const float *w, float *dx) {
-  conv_geom g;
-  GP_TRY(check_desc(d, &g));
+  conv_geom g = {0};
+  GP_TRY(check_desc(be, d, &g));
   if (d->n == 0) return GP_OK;
   const int64_t ld = g.chunk * g.ohw;
   float *col, *buf;
@@ -284,8 +300,8 @@ gp_status gp_cpu_conv2d_backward_data(gp_backend *be, const gp_conv2d_desc *d, c
 
 gp_status gp_cpu_conv2d_backward_filter(gp_backend *be, const gp_conv2d_desc *d, const float *x,
                                         const float *dy, float *dw, float *dbias) {
-  conv_geom g;
-  GP_TRY(check_desc(d, &g));
+  conv_geom g = {0};
+  GP_TRY(check_desc(be, d, &g));
   if (d->n == 0) return GP_OK;
   const int64_t ld = g.chunk * g.ohw;
   float *col, *buf;

@@ -21,7 +21,8 @@ gp_status gp_cpu_softmax_xent_forward(gp_backend *be, int64_t n, int64_t k, floa
     const float *restrict z = logits + i * k;
     float *restrict p = probs + i * k;
     float mx = z[0];
-    for (int64_t j = 1; j < k; j++) mx = z[j] > mx ? z[j] : mx;
+    for (int64_t j = 1; j < k; j++)
+      mx = z[j] > mx ? z[j] : mx;
     double se = 0.0, sz = 0.0;
     for (int64_t j = 0; j < k; j++) {
       float e = expf(z[j] - mx);
@@ -30,7 +31,8 @@ gp_status gp_cpu_softmax_xent_forward(gp_backend *be, int64_t n, int64_t k, floa
       sz += z[j] - mx;
     }
     const float inv = (float)(1.0 / se);
-    for (int64_t j = 0; j < k; j++) p[j] *= inv;
+    for (int64_t j = 0; j < k; j++)
+      p[j] *= inv;
     /* log p_j = z_j - mx - log(se): exact even where p_j underflows to 0. */
     double lse = log(se);
     double nll = -((double)z[labels[i]] - mx - lse);
@@ -49,7 +51,8 @@ gp_status gp_cpu_softmax_xent_backward(gp_backend *be, int64_t n, int64_t k, flo
     GP_TRY(check_label(labels[i], k, i));
     const float *restrict p = probs + i * k;
     float *restrict d = dlogits + i * k;
-    for (int64_t j = 0; j < k; j++) d[j] = scale * (p[j] - off);
+    for (int64_t j = 0; j < k; j++)
+      d[j] = scale * (p[j] - off);
     d[labels[i]] -= scale * on;
   }
   return GP_OK;
@@ -58,7 +61,8 @@ gp_status gp_cpu_softmax_xent_backward(gp_backend *be, int64_t n, int64_t k, flo
 gp_status gp_cpu_sum(gp_backend *be, int64_t n, const float *x, double *host_out) {
   (void)be;
   double s = 0.0;
-  for (int64_t i = 0; i < n; i++) s += x[i];
+  for (int64_t i = 0; i < n; i++)
+    s += x[i];
   *host_out = s;
   return GP_OK;
 }
@@ -66,7 +70,8 @@ gp_status gp_cpu_sum(gp_backend *be, int64_t n, const float *x, double *host_out
 gp_status gp_cpu_sumsq(gp_backend *be, int64_t n, const float *x, double *host_out) {
   (void)be;
   double s = 0.0;
-  for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+  for (int64_t i = 0; i < n; i++)
+    s += (double)x[i] * x[i];
   *host_out = s;
   return GP_OK;
 }

@@ -1,6 +1,5 @@
-/* CPU batch norm over [n, c, inner] and layer norm over [rows, cols]. Batch norm works one
- * channel at a time: a channel of a micro-batch is usually small enough to stay in cache
- * across its passes (statistics, then output). */
+/* CPU batch norm over [n, c, inner] and layer norm over [rows, cols]: two passes each
+ * (statistics, then output), with vectorizable reductions. */
 #include <math.h>
 
 #include "core/cpu/cpu.h"
@@ -14,9 +13,11 @@ float gp_cpu_rowsum(const float *restrict p, int64_t n) {
   float a[LANES] = {0};
   int64_t k = 0;
   for (; k + LANES <= n; k += LANES)
-    for (int u = 0; u < LANES; u++) a[u] += p[k + u];
+    for (int u = 0; u < LANES; u++)
+      a[u] += p[k + u];
   float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-  for (; k < n; k++) s += p[k];
+  for (; k < n; k++)
+    s += p[k];
   return s;
 }
 
@@ -24,9 +25,11 @@ static float rowsqdev(const float *restrict p, int64_t n, float m) {
   float a[LANES] = {0};
   int64_t k = 0;
   for (; k + LANES <= n; k += LANES)
-    for (int u = 0; u < LANES; u++) a[u] += (p[k + u] - m) * (p[k + u] - m);
+    for (int u = 0; u < LANES; u++)
+      a[u] += (p[k + u] - m) * (p[k + u] - m);
   float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-  for (; k < n; k++) s += (p[k] - m) * (p[k] - m);
+  for (; k < n; k++)
+    s += (p[k] - m) * (p[k] - m);
   return s;
 }
 
@@ -52,8 +55,8 @@ static void rowmoments(const float *restrict p, int64_t n, float k, float *s1, f
 }
 
 /* sum(g) and sum(g * (x - m)) of one row. */
-static void rowsum2(const float *restrict g, const float *restrict x, int64_t n, float m,
-                    float *sg, float *sgx) {
+static void rowsum2(const float *restrict g, const float *restrict x, int64_t n, float m, float *sg,
+                    float *sgx) {
   float a[LANES] = {0}, b[LANES] = {0};
   int64_t k = 0;
   for (; k + LANES <= n; k += LANES)
@@ -73,52 +76,55 @@ static void rowsum2(const float *restrict g, const float *restrict x, int64_t n,
 
 /* Sums over one channel's n rows of `inner` floats (row stride c * inner): float within a
  * row, double across rows, so large batches do not lose the small terms. */
-/* Mean and biased variance of one channel in one pass. The data are shifted by one of
- * their own values (the first), which is within a few standard deviations of the mean, so
- * E[v^2] - E[v]^2 does not cancel catastrophically the way it does for unshifted data. */
-static void chan_moments(int64_t n, int64_t stride, int64_t inner, const float *x, float *mean,
-                         float *var) {
-  const float k = x[0];
-  double s1 = 0.0, s2 = 0.0;
-  for (int64_t i = 0; i < n; i++) {
-    float a, b;
-    rowmoments(x + i * stride, inner, k, &a, &b);
-    s1 += a;
-    s2 += b;
-  }
-  const double cnt = (double)(n * inner), m = s1 / cnt;
-  double v = s2 / cnt - m * m;
-  *mean = (float)(k + m);
-  *var = (float)(v > 0.0 ? v : 0.0);
+/* y = x * scale + shift over one row. */
+static void row_affine(int64_t inner, float scale, float shift, const float *restrict x,
+                       float *restrict y) {
+  for (int64_t k = 0; k < inner; k++)
+    y[k] = x[k] * scale + shift;
 }
 
-/* y = x * scale + shift over one channel. */
-static void chan_affine(int64_t n, int64_t stride, int64_t inner, float scale, float shift,
-                        const float *restrict x, float *restrict y) {
-  for (int64_t i = 0; i < n; i++) {
-    const float *restrict p = x + i * stride;
-    float *restrict q = y + i * stride;
-    for (int64_t k = 0; k < inner; k++) q[k] = p[k] * scale + shift;
-  }
+/* Per-channel double accumulators for the passes below, from the instance's scratch (so the
+ * step loop does not allocate). */
+static gp_status accumulators(gp_backend *be, int64_t c, double **out) {
+  GP_TRY(gp_cpu_scratch(be, (size_t)(4 * c) * sizeof(double), (void **)out));
+  for (int64_t j = 0; j < 4 * c; j++)
+    (*out)[j] = 0.0;
+  return GP_OK;
 }
 
+/* The passes run in memory order (sample by sample, channel by channel) so that every pass
+ * is one sequential stream, which the hardware prefetches well. The statistics are taken in
+ * one pass over data shifted by one of their own values per channel (its first), which is
+ * within a few standard deviations of the mean, so E[v^2] - E[v]^2 does not cancel the way
+ * it does for unshifted data. */
 gp_status gp_cpu_batchnorm_forward_train(gp_backend *be, int64_t n, int64_t c, int64_t inner,
                                          float eps, const float *x, const float *gamma,
-                                         const float *beta, float *y, float *mean,
-                                         float *invstd) {
-  (void)be;
-  const int64_t count = n * inner, stride = c * inner;
+                                         const float *beta, float *y, float *mean, float *invstd) {
+  const int64_t count = n * inner;
   if (count <= 0) return GP_ERR(GP_ERR_RUNTIME, "batch norm over an empty batch");
+  double *acc;
+  GP_TRY(accumulators(be, c, &acc));
+  double *s1 = acc, *s2 = acc + c, *scale = acc + 2 * c, *shift = acc + 3 * c;
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < c; j++) {
+      float a, b;
+      rowmoments(x + (i * c + j) * inner, inner, x[j * inner], &a, &b);
+      s1[j] += a;
+      s2[j] += b;
+    }
   for (int64_t j = 0; j < c; j++) {
-    const float *xc = x + j * inner;
-    float m, var;
-    chan_moments(n, stride, inner, xc, &m, &var);
-    float is = 1.0f / sqrtf(var + eps);
-    mean[j] = m;
+    const double m = s1[j] / (double)count, v = s2[j] / (double)count - m * m;
+    const float mf = (float)(x[j * inner] + m);
+    const float is = 1.0f / sqrtf((float)(v > 0.0 ? v : 0.0) + eps);
+    mean[j] = mf;
     invstd[j] = is;
-    float scale = gamma[j] * is;
-    chan_affine(n, stride, inner, scale, beta[j] - m * scale, xc, y + j * inner);
+    scale[j] = gamma[j] * is;
+    shift[j] = beta[j] - mf * (float)scale[j];
   }
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < c; j++)
+      row_affine(inner, (float)scale[j], (float)shift[j], x + (i * c + j) * inner,
+                 y + (i * c + j) * inner);
   return GP_OK;
 }
 
@@ -127,12 +133,12 @@ gp_status gp_cpu_batchnorm_forward_eval(gp_backend *be, int64_t n, int64_t c, in
                                         const float *beta, const float *run_mean,
                                         const float *run_var, float *y) {
   (void)be;
-  const int64_t stride = c * inner;
-  for (int64_t j = 0; j < c; j++) {
-    float scale = gamma[j] / sqrtf(run_var[j] + eps);
-    chan_affine(n, stride, inner, scale, beta[j] - run_mean[j] * scale, x + j * inner,
-                y + j * inner);
-  }
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < c; j++) {
+      float scale = gamma[j] / sqrtf(run_var[j] + eps);
+      row_affine(inner, scale, beta[j] - run_mean[j] * scale, x + (i * c + j) * inner,
+                 y + (i * c + j) * inner);
+    }
   return GP_OK;
 }
 
@@ -141,33 +147,37 @@ gp_status gp_cpu_batchnorm_backward(gp_backend *be, int64_t n, int64_t c, int64_
                                     const float *x, const float *dy, const float *gamma,
                                     const float *mean, const float *invstd, float *dx,
                                     float *dgamma, float *dbeta) {
-  (void)be;
-  const int64_t count = n * inner, stride = c * inner;
+  const int64_t count = n * inner;
   if (count <= 0) return GP_ERR(GP_ERR_RUNTIME, "batch norm over an empty batch");
-  for (int64_t j = 0; j < c; j++) {
-    const float m = mean[j], is = invstd[j];
-    double sdy = 0.0, sdyx = 0.0;
-    for (int64_t i = 0; i < n; i++) {
+  double *acc;
+  GP_TRY(accumulators(be, c, &acc));
+  double *sdy = acc, *sdyx = acc + c, *k1 = acc + 2 * c, *k2 = acc + 3 * c;
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < c; j++) {
       float a, b;
-      rowsum2(dy + i * stride + j * inner, x + i * stride + j * inner, inner, m, &a, &b);
-      sdy += a;
-      sdyx += b;
+      rowsum2(dy + (i * c + j) * inner, x + (i * c + j) * inner, inner, mean[j], &a, &b);
+      sdy[j] += a;
+      sdyx[j] += b;
     }
-    sdyx *= is; /* sum(dy * xhat) */
-    if (dgamma) dgamma[j] += (float)sdyx;
-    if (dbeta) dbeta[j] += (float)sdy;
-    if (!dx) continue;
-    /* dx = k1 * dy + k2 * (x - m) + k0 */
-    const float k1 = gamma[j] * is;
-    const float k2 = -(float)(gamma[j] * (double)is * is * sdyx / (double)count);
-    const float k0 = -(float)(gamma[j] * (double)is * sdy / (double)count) - k2 * m;
-    for (int64_t i = 0; i < n; i++) {
-      const float *restrict xp = x + i * stride + j * inner;
-      const float *restrict gp = dy + i * stride + j * inner;
-      float *restrict dp = dx + i * stride + j * inner;
-      for (int64_t k = 0; k < inner; k++) dp[k] = k1 * gp[k] + k2 * xp[k] + k0;
-    }
+  for (int64_t j = 0; j < c; j++) {
+    const double is = invstd[j], sx = sdyx[j] * is; /* sum(dy * xhat) */
+    if (dgamma) dgamma[j] += (float)sx;
+    if (dbeta) dbeta[j] += (float)sdy[j];
+    /* dx = k1 dy + k2 (x - m) + k0 = k1 dy + k2 x + (k0 - k2 m); the constant reuses sdy. */
+    k1[j] = gamma[j] * is;
+    k2[j] = -gamma[j] * is * is * sx / (double)count;
+    sdy[j] = -gamma[j] * is * sdy[j] / (double)count - k2[j] * mean[j];
   }
+  if (!dx) return GP_OK;
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < c; j++) {
+      const int64_t o = (i * c + j) * inner;
+      const float *restrict xp = x + o, *restrict gp = dy + o;
+      float *restrict dp = dx + o;
+      const float a = (float)k1[j], b = (float)k2[j], k0 = (float)sdy[j];
+      for (int64_t k = 0; k < inner; k++)
+        dp[k] = a * gp[k] + b * xp[k] + k0;
+    }
   return GP_OK;
 }
 
@@ -199,8 +209,8 @@ gp_status gp_cpu_batchnorm_stats_apply(gp_backend *be, int64_t c, float momentum
 }
 
 gp_status gp_cpu_layernorm_forward(gp_backend *be, int64_t rows, int64_t cols, float eps,
-                                   const float *x, const float *gamma, const float *beta,
-                                   float *y, float *mean, float *rstd) {
+                                   const float *x, const float *gamma, const float *beta, float *y,
+                                   float *mean, float *rstd) {
   (void)be;
   if (cols <= 0) return GP_ERR(GP_ERR_RUNTIME, "layer norm over an empty row");
   for (int64_t r = 0; r < rows; r++) {
@@ -209,7 +219,8 @@ gp_status gp_cpu_layernorm_forward(gp_backend *be, int64_t rows, int64_t cols, f
     const float m = gp_cpu_rowsum(xp, cols) / (float)cols;
     const float v = rowsqdev(xp, cols, m);
     const float rs = 1.0f / sqrtf(v / (float)cols + eps);
-    for (int64_t k = 0; k < cols; k++) yp[k] = (xp[k] - m) * rs * gamma[k] + beta[k];
+    for (int64_t k = 0; k < cols; k++)
+      yp[k] = (xp[k] - m) * rs * gamma[k] + beta[k];
     if (mean) mean[r] = m;
     if (rstd) rstd[r] = rs;
   }

@@ -6,8 +6,8 @@
 #include "core/cpu/cpu.h"
 
 static gp_status check_desc(const gp_pool2d_desc *d) {
-  if (d->n < 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->kh <= 0 || d->kw <= 0 ||
-      d->sh <= 0 || d->sw <= 0 || d->ph < 0 || d->pw < 0 || d->oh <= 0 || d->ow <= 0 ||
+  if (d->n < 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->kh <= 0 || d->kw <= 0 || d->sh <= 0 ||
+      d->sw <= 0 || d->ph < 0 || d->pw < 0 || d->oh <= 0 || d->ow <= 0 ||
       (d->oh - 1) * d->sh - d->ph >= d->h || (d->ow - 1) * d->sw - d->pw >= d->w ||
       d->h * d->w > INT32_MAX)
     return GP_ERR(GP_ERR_RUNTIME, "pool2d: invalid descriptor (%lldx%lld -> %lldx%lld)",
@@ -63,6 +63,29 @@ static void max_plane_2x2(const gp_pool2d_desc *d, const float *restrict x, floa
   }
 }
 
+static int is_2x2(const gp_pool2d_desc *d) {
+  return d->kh == 2 && d->kw == 2 && d->sh == 2 && d->sw == 2 && d->ph == 0 && d->pw == 0;
+}
+
+static void max_back_2x2(const gp_pool2d_desc *d, const float *restrict dy,
+                         const int32_t *restrict am, float *restrict dx) {
+  const int64_t w = d->w;
+  for (int64_t oy = 0; oy < d->oh; oy++) {
+    float *r0 = dx + 2 * oy * w, *r1 = r0 + w;
+    for (int64_t ox = 0; ox < d->ow; ox++) {
+      /* Selects on values already in registers compile to blends, not mispredicted jumps. */
+      const int64_t i = 2 * ox, r = am[oy * d->ow + ox] - (2 * oy * w + i);
+      const int down = r >= w, right = (down ? r - w : r) != 0;
+      const float g = dy[oy * d->ow + ox];
+      const float g0 = down ? 0.0f : g, g1 = down ? g : 0.0f;
+      r0[i] = right ? 0.0f : g0;
+      r0[i + 1] = right ? g0 : 0.0f;
+      r1[i] = right ? 0.0f : g1;
+      r1[i + 1] = right ? g1 : 0.0f;
+    }
+  }
+}
+
 static void avg_plane(const gp_pool2d_desc *d, const float *restrict x, float *restrict y) {
   const float full = 1.0f / (float)(d->kh * d->kw);
   for (int64_t oy = 0; oy < d->oh; oy++) {
@@ -75,7 +98,8 @@ static void avg_plane(const gp_pool2d_desc *d, const float *restrict x, float *r
       if (x1 > d->w) x1 = d->w;
       float s = 0.0f;
       for (int64_t iy = y0; iy < y1; iy++)
-        for (int64_t ix = x0; ix < x1; ix++) s += x[iy * d->w + ix];
+        for (int64_t ix = x0; ix < x1; ix++)
+          s += x[iy * d->w + ix];
       int64_t cnt = (y1 - y0) * (x1 - x0);
       y[oy * d->ow + ox] = d->count_pad ? s * full : (cnt > 0 ? s / (float)cnt : 0.0f);
     }
@@ -89,15 +113,18 @@ gp_status gp_cpu_pool2d_forward(gp_backend *be, gp_pool kind, const gp_pool2d_de
   const int64_t planes = d->n * d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
   if (kind == GP_POOL_MAX) {
     if (!argmax) return GP_ERR(GP_ERR_RUNTIME, "max pooling needs an argmax buffer");
-    int fast = d->kh == 2 && d->kw == 2 && d->sh == 2 && d->sw == 2 && d->ph == 0 && d->pw == 0;
+    int fast = is_2x2(d);
     for (int64_t p = 0; p < planes; p++) {
-      if (fast) max_plane_2x2(d, x + p * hw, y + p * ohw, argmax + p * ohw);
-      else max_plane(d, x + p * hw, y + p * ohw, argmax + p * ohw);
+      if (fast)
+        max_plane_2x2(d, x + p * hw, y + p * ohw, argmax + p * ohw);
+      else
+        max_plane(d, x + p * hw, y + p * ohw, argmax + p * ohw);
     }
     return GP_OK;
   }
   if (kind != GP_POOL_AVG) return GP_ERR(GP_ERR_RUNTIME, "unknown pooling kind %d", (int)kind);
-  for (int64_t p = 0; p < planes; p++) avg_plane(d, x + p * hw, y + p * ohw);
+  for (int64_t p = 0; p < planes; p++)
+    avg_plane(d, x + p * hw, y + p * ohw);
   return GP_OK;
 }
 
@@ -106,6 +133,12 @@ gp_status gp_cpu_pool2d_backward(gp_backend *be, gp_pool kind, const gp_pool2d_d
   (void)be;
   GP_TRY(check_desc(d));
   const int64_t planes = d->n * d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
+  if (kind == GP_POOL_MAX && argmax && is_2x2(d) && d->h == 2 * d->oh && d->w == 2 * d->ow) {
+    /* The windows tile the plane: every input cell is written once, no clearing pass. */
+    for (int64_t p = 0; p < planes; p++)
+      max_back_2x2(d, dy + p * ohw, argmax + p * ohw, dx + p * hw);
+    return GP_OK;
+  }
   memset(dx, 0, (size_t)(planes * hw) * sizeof(float));
   if (kind == GP_POOL_MAX) {
     if (!argmax) return GP_ERR(GP_ERR_RUNTIME, "max pooling needs an argmax buffer");
@@ -135,7 +168,8 @@ gp_status gp_cpu_pool2d_backward(gp_backend *be, gp_pool kind, const gp_pool2d_d
         if (cnt <= 0) continue;
         float g = dyp[oy * d->ow + ox] * (d->count_pad ? full : 1.0f / (float)cnt);
         for (int64_t iy = y0; iy < y1; iy++)
-          for (int64_t ix = x0; ix < x1; ix++) dxp[iy * d->w + ix] += g;
+          for (int64_t ix = x0; ix < x1; ix++)
+            dxp[iy * d->w + ix] += g;
       }
     }
   }

@@ -155,6 +155,17 @@ static gp_status at_error(gp_cfg *c, int line, int col, const char *fmt, ...) {
   return s;
 }
 
+/* A required key is absent: if a present key nobody asked for looks like it, the misspelling
+ * is the real error, so report that one, where it was written. */
+static gp_status missing(gp_cfg *c, const char *key) {
+  for (int i = 0; i < c->n; i++) {
+    entry *e = &c->e[i];
+    if (!e->asked && gp_nearest(e->key, &key, 1))
+      return at_error(c, e->kline, e->kcol, "unknown key '%s'; did you mean '%s'?", e->key, key);
+  }
+  return at_error(c, c->line, c->col, "missing required key '%s'", key);
+}
+
 gp_status gp_cfg_error(gp_cfg *c, const char *key, const char *fmt, ...) {
   entry *e = key ? find(c, key) : NULL;
   va_list ap;
@@ -287,7 +298,7 @@ gp_status gp_cfg_ints(gp_cfg *c, const char *key, int n, const int64_t *dflt, in
                       int64_t max, int64_t *out) {
   entry *e = lookup(c, key);
   if (!e) {
-    if (!dflt) return gp_cfg_error(c, NULL, "missing required key '%s'", key);
+    if (!dflt) return missing(c, key);
     for (int i = 0; i < n; i++) out[i] = dflt[i];
     return GP_OK;
   }
@@ -318,7 +329,7 @@ gp_status gp_cfg_floats(gp_cfg *c, const char *key, int max_n, double *out, int 
 }
 
 gp_status gp_cfg_require(gp_cfg *c, const char *key) {
-  if (!lookup(c, key)) return gp_cfg_error(c, NULL, "missing required key '%s'", key);
+  if (!lookup(c, key)) return missing(c, key);
   return GP_OK;
 }
 

@@ -64,9 +64,9 @@ static const char *where_of(const scope *sc, char *buf, size_t n) {
 }
 
 /* Tensor named by ref for entry k of the scope (own: that entry's name). */
-static gp_status resolve(gp_sp_ctx *c, const scope *sc, const gp_ynode *ref, int k,
-                         const char *own, int *out) {
-  GP_TRY(gp_sp_want(c, ref, GP_Y_SCALAR, "from: each entry"));
+static gp_status resolve(gp_sp_ctx *c, const scope *sc, const char *what, const gp_ynode *ref,
+                         int k, const char *own, int *out) {
+  GP_TRY(gp_sp_want(c, ref, GP_Y_SCALAR, what));
   const char *name = ref->s;
   for (int i = sc->n_defs - 1; i >= 0; i--)
     if (!strcmp(sc->defs[i].name, name)) {
@@ -75,25 +75,25 @@ static gp_status resolve(gp_sp_ctx *c, const scope *sc, const gp_ynode *ref, int
     }
   if (own && !strcmp(own, name))
     return gp_sp_err(c, ref->line, ref->col,
-                     "from: '%s' is this entry's own output; an entry cannot take its own output "
+                     "%s: '%s' is this entry's own output; an entry cannot take its own output "
                      "(a cycle)",
-                     name);
+                     what, name);
   for (int i = k + 1; i < sc->n_entries; i++)
     if (sc->names[i] && !strcmp(sc->names[i], name))
       return gp_sp_err(c, ref->line, ref->col,
-                       "from: '%s' is defined later (line %d); an entry can only take outputs of "
+                       "%s: '%s' is defined later (line %d); an entry can only take outputs of "
                        "entries before it",
-                       name, sc->name_line[i]);
+                       what, name, sc->name_line[i]);
   char where[128];
   const char **cands = malloc(((size_t)sc->n_defs + 1) * sizeof *cands);
   if (!cands) return gp_sp_nomem();
   for (int i = 0; i < sc->n_defs; i++) cands[i] = sc->defs[i].name;
   const char *near = gp_nearest(name, cands, sc->n_defs);
   gp_status s = near ? gp_sp_err(c, ref->line, ref->col,
-                                 "from: no tensor named '%s' in %s; did you mean '%s'?", name,
-                                 where_of(sc, where, sizeof where), near)
-                     : gp_sp_err(c, ref->line, ref->col, "from: no tensor named '%s' in %s", name,
-                                 where_of(sc, where, sizeof where));
+                                 "%s: no tensor named '%s' in %s; did you mean '%s'?", what,
+                                 name, where_of(sc, where, sizeof where), near)
+                     : gp_sp_err(c, ref->line, ref->col, "%s: no tensor named '%s' in %s", what,
+                                 name, where_of(sc, where, sizeof where));
   free(cands);
   return s;
 }
@@ -113,6 +113,9 @@ static gp_status locate(gp_sp_ctx *c, gp_status s, const gp_ynode *e, const char
   size_t n = strlen(c->file);
   const char *msg = gp_error_message();
   if (!strncmp(msg, c->file, n) && msg[n] == ':') return s;
+  size_t tn = strlen(type);
+  if (!strncmp(msg, type, tn) && (msg[tn] == ':' || msg[tn] == ' ')) /* it names itself */
+    return gp_error_prefix(s, "%s:%d:%d: ", c->file, e->line, e->col);
   return gp_error_prefix(s, "%s:%d:%d: %s: ", c->file, e->line, e->col, type);
 }
 
@@ -322,11 +325,16 @@ static gp_status make_block(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *bn,
   if (s == GP_OK) s = expand_scope(c, b->layers, &env, &sc);
   c->depth--;
   *out = sc.prev;
-  if (s == GP_OK && b->output) s = resolve(c, &sc, b->output, sc.n_entries, NULL, out);
+  if (s == GP_OK && b->output) s = resolve(c, &sc, "output", b->output, sc.n_entries, NULL, out);
   gp_sp_release(&c->tmp, mark); /* the scope's names */
   free(sc.defs);
-  if (s == GP_ERR_SPEC)
+  /* the chain of instances, innermost first; a deep chain is cut */
+  int shown = 0;
+  for (const char *p = gp_error_message(); (p = strstr(p, " (in block ")); p++) shown++;
+  if (s == GP_ERR_SPEC && shown < 4)
     s = gp_sp_err_append(s, " (in block '%s' used at line %d)", b->name, e->line);
+  else if (s == GP_ERR_SPEC && shown == 4 && !strstr(gp_error_message(), "(...)"))
+    s = gp_sp_err_append(s, " (...)");
   return s;
 }
 
@@ -389,7 +397,7 @@ static gp_status expand_entry(gp_sp_ctx *c, const gp_ynode *raw, const gp_sp_env
       return gp_sp_err(c, f->line, f->col, "from: expected a tensor name or a list of 1 to %d",
                        GP_MAX_INPUTS);
     for (int i = 0; i < n; i++)
-      GP_TRY(resolve(c, sc, f->kind == GP_Y_SEQ ? f->items[i] : f, k, name, &from[i]));
+      GP_TRY(resolve(c, sc, "from", f->kind == GP_Y_SEQ ? f->items[i] : f, k, name, &from[i]));
     n_from = n;
   }
   for (int64_t r = 0; r < repeat; r++) {
@@ -574,7 +582,7 @@ static gp_status make_loss(gp_sp_ctx *c, const gp_ynode *root, scope *top) {
       return gp_sp_err(c, f->line, f->col, "from: expected a tensor name or a list of 1 to %d",
                        GP_MAX_INPUTS);
     for (int i = 0; i < n; i++)
-      GP_TRY(resolve(c, top, f->kind == GP_Y_SEQ ? f->items[i] : f, top->n_entries, NULL, &in[i]));
+      GP_TRY(resolve(c, top, "from", f->kind == GP_Y_SEQ ? f->items[i] : f, top->n_entries, NULL, &in[i]));
     n_in = n;
   } else {
     int label = -1;

@@ -40,7 +40,10 @@ static gp_status fail(eval *e, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  return gp_sp_err(e->c, e->at->line, e->at->col, "in '%s': %s", e->text, msg);
+  /* a long expression is cut so the message stays one readable line */
+  int len = (int)strlen(e->text);
+  if (len <= 60) return gp_sp_err(e->c, e->at->line, e->at->col, "in '%s': %s", e->text, msg);
+  return gp_sp_err(e->c, e->at->line, e->at->col, "in '%.40s...': %s", e->text, msg);
 }
 
 static double as_f(num a) {
@@ -97,7 +100,8 @@ static gp_status atom(eval *e, num *out) {
     e->p++;
     GP_TRY(expr(e, out));
     skip_ws(e);
-    if (*e->p != ')') return fail(e, "expected ')' at '%s'", *e->p ? e->p : "the end");
+    if (*e->p != ')') return *e->p ? fail(e, "expected ')' at '%s'", e->p)
+                                   : fail(e, "expected ')' at the end");
     e->p++;
     e->depth--;
     return GP_OK;
@@ -148,7 +152,8 @@ static gp_status atom(eval *e, num *out) {
     if (!parse_num(buf, out)) return fail(e, "'%s' is not a number", buf);
     return GP_OK;
   }
-  return fail(e, "expected a number, a parameter or '(' at '%s'", *s ? s : "the end");
+  if (!*s) return fail(e, "expected a number, a parameter or '(' at the end");
+  return fail(e, "expected a number, a parameter or '(' at '%s'", s);
 }
 
 static gp_status apply(eval *e, char op, num a, num b, num *out) {

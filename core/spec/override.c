@@ -145,8 +145,8 @@ static gp_status set_at(const ovctx *o, const gp_ynode *node, int i, gp_ynode **
     return usage(o, "'%s' is a list: expected an index 0 to %d, got '%s'", where, node->n - 1,
                  o->comp[i]);
   if (ix >= node->n)
-    return usage(o, "'%s' has %d entries (0 to %d); there is no entry %ld", where, node->n,
-                 node->n - 1, ix);
+    return usage(o, "'%s' has %d entr%s (0 to %d); there is no entry %ld", where, node->n,
+                 node->n == 1 ? "y" : "ies", node->n - 1, ix);
   gp_ynode *val;
   if (i == o->n - 1) GP_TRY(leaf(o, node->items[ix], i, 0, 0, &val));
   else GP_TRY(set_at(o, node->items[ix], i + 1, &val));

@@ -1,5 +1,6 @@
 /* The model's inputs and the data, train and pipeline sections: read through gp_cfg (so bad
  * values and unknown keys are located), defaults filled in, values checked. */
+#include <errno.h>
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,10 @@ static gp_status read_shape(gp_sp_ctx *c, const gp_ynode *n, const char *what, g
     const gp_ynode *d = n->items[i];
     GP_TRY(gp_sp_want(c, d, GP_Y_SCALAR, what));
     char *end;
+    errno = 0;
     long long v = strtoll(d->s, &end, 10);
+    if (errno == ERANGE)
+      return gp_sp_err(c, d->line, d->col, "%s: dimension %s is too large", what, d->s);
     if (end == d->s || *end || v < 1)
       return gp_sp_err(c, d->line, d->col, "%s: a dimension must be a positive integer, got '%s'",
                        what, d->s);
@@ -41,8 +45,11 @@ static gp_status read_dtype(gp_sp_ctx *c, const gp_ynode *n, gp_dtype *out) {
       return GP_OK;
     }
   const char *near = gp_nearest(n->s, names, GP_DTYPE_COUNT);
-  return gp_sp_err(c, n->line, n->col, "dtype: unknown type '%s'%s%s%s (f32, i32, ...)", n->s,
-                   near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+  if (near)
+    return gp_sp_err(c, n->line, n->col, "dtype: unknown type '%s'; did you mean '%s'?", n->s,
+                     near);
+  return gp_sp_err(c, n->line, n->col,
+                   "dtype: unknown type '%s' (f32, f16, bf16, i32, i64 or u8)", n->s);
 }
 
 gp_status gp_sp_inputs(gp_sp_ctx *c, const gp_ynode *in, gp_model *m) {
@@ -126,10 +133,10 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *
     gp_cfg_has(cfg, "normalize");
     s = gp_cfg_check_unknown(cfg, "data", NULL);
   }
+  if (s == GP_OK) snprintf(d->path, sizeof d->path, "%s", path); /* path lives in cfg */
   gp_cfg_free(cfg);
   GP_TRY(s);
   d->dataset = (gp_dataset)ds;
-  snprintf(d->path, sizeof d->path, "%s", path);
   GP_TRY(section(c, sec, "normalize", "normalize", &norm));
   if (!norm) return GP_OK;
   GP_TRY(gp_sp_cfg_of(c, norm, NULL, &cfg));
@@ -327,8 +334,8 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   int sched = 0, remat = 1;
   gp_status s = gp_cfg_int(cfg, "stages", 1, 1, GP_MAX_DEVICES, &stages);
   if (s == GP_OK && stages > m->n_units)
-    s = gp_cfg_error(cfg, "stages", "stages: %lld stages but the model has only %d units",
-                     (long long)stages, m->n_units);
+    s = gp_cfg_error(cfg, "stages", "stages: %lld stages but the model has only %d unit%s",
+                     (long long)stages, m->n_units, m->n_units == 1 ? "" : "s");
   if (s == GP_OK) s = gp_cfg_int(cfg, "micro_batches", 1, 1, INT32_MAX, &micro);
   if (s == GP_OK && micro > m->train.batch_size)
     s = gp_cfg_error(cfg, "micro_batches",

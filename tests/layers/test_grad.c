@@ -271,7 +271,7 @@ static int check_init(const lt_layer *t, const char *name) {
     int64_t fan = lt_param_numel(t, w) / t->l.pdesc[w].shape.d[0];
     double b = 1.0 / sqrt((double)fan);
     lo = 0.5 * b; /* the largest of >= 4 uniform draws is below b/2 with chance <= 1/16 */
-    hi = b * (1 + 1e-6);
+    hi = b * (1 + lt_tol_get(LT_TOL_INIT_BOUND)->rtol);
     if (p->fan_in != fan || vmax > hi || (n >= 4 && vmax < lo)) {
       SAY("  FAIL %s: %s has fan_in %lld (want %lld) and max |value| %g (want <= %g)\n", name,
           p->name, (long long)p->fan_in, (long long)fan, vmax, b);
@@ -458,6 +458,92 @@ done:
   return fails;
 }
 
+/* GPipe's batch norm: running statistics move once per mini-batch by the mean of the
+ * micro-batch statistics (unbiased variance, as PyTorch); a recompute forward or an
+ * evaluation forward adds nothing, and a step with nothing accumulated changes nothing. */
+static int check_batchnorm_micro(gp_backend *be) {
+  enum { N = 3, C = 2, INNER = 4 };
+  const double momentum = 0.1;
+  gp_shape shp = {3, {C, 2, 2}};
+  lt_layer t;
+  int fails = 0;
+  gp_status s = lt_layer_build(&t, be, "{type: batchnorm, momentum: 0.1}", 1, &shp, NULL, N);
+  if (s != GP_OK) {
+    printf("FAIL batchnorm micro-batches: build: %s\n", gp_error_message());
+    lt_layer_free(&t);
+    return 1;
+  }
+  int im = lt_param_index(&t, "running_mean"), iv = lt_param_index(&t, "running_var");
+  if (im < 0 || iv < 0 || !t.l.type->step_end) {
+    printf("FAIL batchnorm micro-batches: no running_mean/running_var or no step_end\n");
+    lt_layer_free(&t);
+    return 1;
+  }
+  float *rm = t.l.param[im], *rv = t.l.param[iv], *x = GP_F32P(&t.in[0]);
+  float xs[2][N * C * INNER];
+  double want_m[C], want_v[C], rm0[C], rv0[C];
+  for (int c = 0; c < C; c++) {
+    rm[c] = 0.2f * (float)c - 0.1f;
+    rv[c] = 0.8f + 0.3f * (float)c;
+    rm0[c] = rm[c];
+    rv0[c] = rv[c];
+    want_m[c] = want_v[c] = 0;
+  }
+  for (int m = 0; m < 2; m++) {
+    lt_fill_uniform(300 + (uint64_t)m, xs[m], N * C * INNER, -1.0f + (float)m, 2.0f);
+    for (int c = 0; c < C; c++) {
+      double sum = 0, sq = 0;
+      for (int i = 0; i < N; i++)
+        for (int j = 0; j < INNER; j++)
+          sum += xs[m][(i * C + c) * INNER + j];
+      double mean = sum / (N * INNER);
+      for (int i = 0; i < N; i++)
+        for (int j = 0; j < INNER; j++) {
+          double d = xs[m][(i * C + c) * INNER + j] - mean;
+          sq += d * d;
+        }
+      want_m[c] += 0.5 * mean;
+      want_v[c] += 0.5 * sq / (N * INNER - 1);
+    }
+  }
+  for (int c = 0; c < C; c++) {
+    want_m[c] = (1 - momentum) * rm0[c] + momentum * want_m[c];
+    want_v[c] = (1 - momentum) * rv0[c] + momentum * want_v[c];
+  }
+  /* micro-batch 0, micro-batch 1, a recompute of 0, an evaluation forward of 1 */
+  const int order[4][3] = {{0, 1, 0}, {1, 1, 0}, {0, 1, 1}, {1, 0, 0}}; /* x, train, recompute */
+  for (int k = 0; k < 4 && s == GP_OK; k++) {
+    memcpy(x, xs[order[k][0]], sizeof xs[0]);
+    t.e.training = order[k][1];
+    t.e.recompute = order[k][2];
+    t.e.micro = order[k][0];
+    s = lt_forward(&t);
+  }
+  if (s == GP_OK) s = t.l.type->step_end(&t.l, be);
+  if (s != GP_OK) {
+    printf("FAIL batchnorm micro-batches: %s\n", gp_error_message());
+    lt_layer_free(&t);
+    return 1;
+  }
+  fails += !lt_compare("batchnorm running_mean after 2 micro-batches", rm, want_m, C,
+                       LT_TOL_TORCH_STAT, NULL);
+  fails += !lt_compare("batchnorm running_var after 2 micro-batches", rv, want_v, C,
+                       LT_TOL_TORCH_STAT, NULL);
+  /* nothing accumulated: the next step leaves the statistics alone */
+  float keep[2 * C];
+  memcpy(keep, rm, C * sizeof *rm);
+  memcpy(keep + C, rv, C * sizeof *rv);
+  if (t.l.type->step_end(&t.l, be) != GP_OK) fails++;
+  fails +=
+      !lt_compare_f("batchnorm running_mean after an empty step", rm, keep, C, LT_TOL_EXACT, NULL);
+  fails += !lt_compare_f("batchnorm running_var after an empty step", rv, keep + C, C, LT_TOL_EXACT,
+                         NULL);
+  printf("%s batchnorm micro-batches (mean of micro-batch statistics, once per step)\n",
+         fails ? "FAIL" : "ok  ");
+  lt_layer_free(&t);
+  return fails > 0;
+}
+
 /* The checks above on a layer with one deliberate bug at a time: bug none must pass, every
  * other bug must be caught. */
 static int self_test(gp_backend *be) {
@@ -508,6 +594,7 @@ int main(void) {
            case_fd_err);
     failed += f > 0;
   }
+  if (gp_layer_type_find("batchnorm")) failed += check_batchnorm_micro(be);
   failed += self_test(be);
   gp_backend_destroy(be);
   if (missing[0]) {

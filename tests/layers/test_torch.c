@@ -112,6 +112,10 @@ static int run_fixture(gp_backend *be, fixture *fx, int perturb, char *type_out,
       shapes[n_in].d[d - 1] = e->shape.d[d];
     dtypes[n_in] = e->dtype;
   }
+  if (n_in == 0) {
+    printf("  FAIL %s: no input tensor x0\n", fx->file);
+    return 1;
+  }
   gp_status s = lt_layer_build(&t, be, config, n_in, shapes, dtypes, batch);
   if (s == GP_ERR_UNSUPPORTED) {
     lt_layer_free(&t);
@@ -220,7 +224,7 @@ int main(int argc, char **argv) {
     printf("FAIL: cannot open fixture directory %s\n", argv[1]);
     return 1;
   }
-  char *files[MAX_FILES];
+  char *files[MAX_FILES] = {0};
   int n = 0;
   for (struct dirent *de; (de = readdir(d)) && n < MAX_FILES;) {
     size_t len = strlen(de->d_name);

@@ -39,6 +39,9 @@ static const lt_tol table[] = {
     [LT_TOL_SCALE] = {"scale", 0.0, 2.5e-7,
                       "inverted dropout may multiply by a rounded 1/(1-p) or divide by (1-p): "
                       "the two differ by up to 2 ulp (2^-23 = 1.2e-7 relative each)"},
+    [LT_TOL_INIT_BOUND] = {"init_bound", 0.0, 1e-6,
+                           "b is computed in double and the draws (2u - 1) b in float, so a "
+                           "draw may exceed the double b by an ulp"},
 };
 
 _Static_assert(sizeof table / sizeof table[0] == LT_TOL_COUNT, "one tolerance per id");
