@@ -193,10 +193,12 @@ static gp_status train(run *r) {
     GP_TRY(gp_trainer_step(&r->t, r->x, r->y, got, lr, &tr));
     win_n += got;
     double now = gp_now();
-    if (now - win_t > 0.5) {
-      rate = (double)win_n / (now - win_t);
-      win_t = now;
-      win_n = 0;
+    if (now - win_t > 0.5 || rate == 0) {
+      rate = (double)win_n / (now - win_t); /* the first steps: since the start */
+      if (now - win_t > 0.5) {
+        win_t = now;
+        win_n = 0;
+      }
     }
     int64_t s = r->t.step;
     gp_progress_step(&pg, s, total, epoch, tr.loss, tr.accuracy, lr, rate,

@@ -2,14 +2,7 @@
  * AdamW, L2 decay added to the gradient for SGD and RMSProp). */
 #include <math.h>
 
-#include "core/backend.h"
-
-gp_status gp_cpu_sgd_update(gp_backend *be, int64_t n, const gp_sgd_hp *hp, float *w,
-                            const float *g, float *buf);
-gp_status gp_cpu_adamw_update(gp_backend *be, int64_t n, const gp_adamw_hp *hp, float *w,
-                              const float *g, float *m, float *v);
-gp_status gp_cpu_rmsprop_update(gp_backend *be, int64_t n, const gp_rmsprop_hp *hp, float *w,
-                                const float *g, float *sq, float *buf);
+#include "core/cpu/cpu.h"
 
 gp_status gp_cpu_sgd_update(gp_backend *be, int64_t n, const gp_sgd_hp *hp, float *w,
                             const float *g, float *buf) {

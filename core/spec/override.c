@@ -57,7 +57,7 @@ static gp_status no_key(const ovctx *o, const gp_ynode *map, int i, const char *
   for (size_t j = 0; j < sizeof creatable / sizeof creatable[0]; j++)
     if (!strcmp(creatable[j].parent, where)) cands[n++] = creatable[j].key;
   const char *near = gp_nearest(o->comp[i], cands, n);
-  char in[300];
+  char in[320];
   if (*where) snprintf(in, sizeof in, "in '%s'", where);
   else snprintf(in, sizeof in, "at the top level");
   gp_status s = near ? usage(o, "no key '%s' %s; did you mean '%s'?", o->comp[i], in, near)
@@ -121,7 +121,7 @@ static gp_status set_in_map(const ovctx *o, const gp_ynode *map, int i, gp_ynode
   int np = map->n + (at < 0);
   if (!n || !(n->pairs = gp_sp_alloc(&o->c->perm, (size_t)np * sizeof *n->pairs)))
     return gp_sp_nomem();
-  memcpy(n->pairs, map->pairs, (size_t)map->n * sizeof *n->pairs);
+  if (map->n) memcpy(n->pairs, map->pairs, (size_t)map->n * sizeof *n->pairs);
   if (at >= 0) {
     n->pairs[at].val = val;
   } else {

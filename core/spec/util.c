@@ -119,20 +119,43 @@ gp_status gp_sp_nomem(void) {
   return GP_ERR(GP_ERR_NOMEM, "out of memory while loading the model file");
 }
 
-gp_status gp_sp_err_append(gp_status code, const char *fmt, ...) {
-  char old[1024], more[256];
-  snprintf(old, sizeof old, "%s", gp_error_message());
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(more, sizeof more, fmt, ap);
-  va_end(ap);
-  /* keep the origin of the first error: only the message grows */
+/* Replaces the current message, keeping the origin of the first error. */
+static gp_status replace_message(gp_status code, const char *msg) {
   char origin[128];
   snprintf(origin, sizeof origin, "%s", gp_error_origin());
   char *colon = strrchr(origin, ':');
   int line = colon ? atoi(colon + 1) : 0;
   if (colon) *colon = 0;
-  return gp_error_set(code, origin, line, "%s%s", old, more);
+  return gp_error_set(code, origin, line, "%s", msg);
+}
+
+gp_status gp_sp_err_append(gp_status code, const char *fmt, ...) {
+  char msg[1024], more[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(more, sizeof more, fmt, ap);
+  va_end(ap);
+  snprintf(msg, sizeof msg, "%s%s", gp_error_message(), more);
+  return replace_message(code, msg);
+}
+
+gp_status gp_sp_err_one_line(gp_status code) {
+  const char *m = gp_error_message();
+  char out[1024];
+  size_t k = 0;
+  int changed = 0;
+  for (; *m && k + 3 < sizeof out; m++) {
+    unsigned char ch = (unsigned char)*m;
+    if (ch >= 0x20 && ch != 0x7f) {
+      out[k++] = (char)ch;
+      continue;
+    }
+    changed = 1;
+    out[k++] = '\\';
+    out[k++] = ch == '\n' ? 'n' : ch == '\t' ? 't' : ch == '\r' ? 'r' : '?';
+  }
+  out[k] = 0;
+  return changed ? replace_message(code, out) : code;
 }
 
 const gp_ypair *gp_sp_get(const gp_ynode *map, const char *key) {

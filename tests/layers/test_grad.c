@@ -101,27 +101,13 @@ static const grad_case cases[] = {
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
 /* Every type the layers helper owes; a type with no case here is a defect of this test. */
+/* clang-format off */
 static const char *const all_types[] = {
-    "conv2d",
-    "linear",
-    "batchnorm",
-    "layernorm",
-    "relu",
-    "gelu",
-    "tanh",
-    "sigmoid",
-    "maxpool",
-    "avgpool",
-    "global_avgpool",
-    "flatten",
-    "dropout",
-    "add",
-    "concat",
-    "identity",
-    "pad",
-    "softmax_cross_entropy",
-    NULL,
+    "conv2d", "linear", "batchnorm", "layernorm", "relu", "gelu", "tanh", "sigmoid", "maxpool",
+    "avgpool", "global_avgpool", "flatten", "dropout", "add", "concat", "identity", "pad",
+    "softmax_cross_entropy", NULL,
 };
+/* clang-format on */
 
 static char missing[512];
 static int quiet; /* the self-tests expect failures and do not print them */

@@ -60,7 +60,7 @@ static void mutate_all(const char *seed, size_t n) {
     memcpy(b + e, seed + a, n - a);
     one(b, n + (e - a));
   }
-  for (int k = 0; k < 1500; k++) { /* two to five random edits */
+  for (int k = 0; k < 600; k++) { /* two to five random edits */
     size_t m = n;
     memcpy(b, seed, n);
     int edits = 2 + (int)(next() % 4);

@@ -52,6 +52,8 @@ static const bad cases[] = {
     {"missing loss", H LIN, GP_ERR_SPEC, {"t.yaml:1:1: ", "missing required key 'loss'"}},
     {"unknown layer type", H "layers:\n  - {type: conv, out_channels: 2}\n" LOSS, GP_ERR_SPEC,
      {"t.yaml:3:12: ", "unknown layer type 'conv'; did you mean 'conv2d'?"}},
+    {"a line break in a value", H "layers: [{type: \"re\\nlu\"}]\n" LOSS, GP_ERR_SPEC,
+     {"t.yaml:2:17: ", "unknown layer type 're\\nlu'"}},
     {"unknown layer type, no suggestion", H "layers: [{type: qqqqqqqq}]\n" LOSS, GP_ERR_SPEC,
      {"t.yaml:2:17: ", "unknown layer type 'qqqqqqqq'"}},
     {"unknown layer key", H "layers:\n  - {type: linear, out_features: 2, bais: false}\n" LOSS,
