@@ -64,7 +64,6 @@ int main(int argc, char **argv) {
   const char *pos[1];
   int npos;
   gp_model *m = NULL;
-  gp_backend *be = NULL;
   gp_loader *l = NULL;
   gp_trainer t;
   int have_t = 0;
@@ -75,14 +74,16 @@ int main(int argc, char **argv) {
   if (s == GP_OK) s = gp_model_load(pos[0], NULL, 0, &m);
   if (s == GP_OK && flags[1].given) m->train.batch_size = flags[1].i;
   int64_t b = m ? m->train.batch_size : 0;
-  if (s == GP_OK) s = gp_cpu_backend_create(threads, &be);
   if (s == GP_OK) {
     const gp_model_input *xi = &m->inputs[m->label_input == 0 ? 1 : 0];
     const gp_layer *o = &m->nodes[m->output_node].layer;
     s = gp_loader_open_synthetic(&xi->shape, o->out_shape.d[o->out_shape.ndim - 1], b * 4,
                                  GP_SPLIT_TRAIN, 1, &l);
   }
-  if (s == GP_OK) s = gp_trainer_init(&t, m, be, 1);
+  gp_plan plan;
+  gp_pipeline_opts po = {.cores = threads};
+  if (s == GP_OK) s = gp_plan_make(m, &m->pipeline, &plan);
+  if (s == GP_OK) s = gp_trainer_init(&t, m, &plan, &po, 1);
   have_t = s == GP_OK;
   double gf = sgemm_gflops(threads);
   float *x = NULL;
@@ -113,7 +114,6 @@ int main(int argc, char **argv) {
   free(y);
   if (have_t) gp_trainer_free(&t);
   gp_loader_free(l);
-  gp_backend_destroy(be);
   gp_model_free(m);
   gp_args_free(flags);
   if (s != GP_OK) {

@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/progress.h"
+#include "core/spec/cfg.h"
 #include "core/spec/spec.h"
 #include "core/train/trainer.h"
 #include "data/loader.h"
@@ -15,7 +16,8 @@
 
 enum {
   F_STEPS, F_EPOCHS, F_BATCH, F_SEED, F_SET, F_DATA, F_LOG, F_SAVE, F_LOAD, F_CKPT_DIR,
-  F_CKPT_EVERY, F_RESUME, F_THREADS, F_EVAL_EVERY, F_QUIET, F_HELP, F_VERSION, F_COUNT
+  F_CKPT_EVERY, F_RESUME, F_THREADS, F_EVAL_EVERY, F_STAGES, F_MICRO, F_SCHEDULE, F_REMAT,
+  F_BALANCE, F_DEVICES, F_PIN, F_WATCHDOG, F_QUIET, F_HELP, F_VERSION, F_COUNT
 };
 
 static gp_flag flags[] = {
@@ -33,6 +35,14 @@ static gp_flag flags[] = {
     [F_RESUME] = {"--resume", GP_FLAG_BOOL, NULL, "continue from the checkpoint in --checkpoint-dir", 0},
     [F_THREADS] = {"--threads", GP_FLAG_INT, "N", "CPU threads (default: all cores)", 1},
     [F_EVAL_EVERY] = {"--eval-every", GP_FLAG_INT, "N", "evaluate every N steps (default: each epoch)", 0},
+    [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "pipeline stages (default: the model file's)", 1},
+    [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches per mini-batch", 1},
+    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b", "pipeline schedule", 0},
+    [F_REMAT] = {"--checkpoint", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
+    [F_BALANCE] = {"--balance", GP_FLAG_STR, "a,b,...", "units per stage (default: even by FLOPs)", 0},
+    [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)", 0},
+    [F_PIN] = {"--pin", GP_FLAG_BOOL, NULL, "pin each stage's thread to its share of the cores", 0},
+    [F_WATCHDOG] = {"--watchdog", GP_FLAG_INT, "SECONDS", "report a stage that waits longer (default 300)", 1},
     [F_QUIET] = {"--quiet", GP_FLAG_BOOL, NULL, "print only errors and the final result", 0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
@@ -47,7 +57,6 @@ static int fail(gp_status s) {
 
 typedef struct run {
   gp_model *m;
-  gp_backend *be;
   gp_loader *train, *test;
   gp_trainer t;
   int have_trainer;
@@ -60,7 +69,6 @@ static void run_free(run *r) {
   if (r->have_trainer) gp_trainer_free(&r->t);
   gp_loader_free(r->train);
   gp_loader_free(r->test);
-  gp_backend_destroy(r->be);
   gp_model_free(r->m);
   if (r->log) fclose(r->log);
   free(r->x);
@@ -69,6 +77,68 @@ static void run_free(run *r) {
 
 static gp_status test_batches(void *ctx, int64_t max, float *x, int32_t *y, int64_t *got) {
   return gp_loader_next((gp_loader *)ctx, max, x, y, got);
+}
+
+/* "a,b,c" -> ints; GP_ERR_USAGE naming the flag otherwise. */
+static gp_status parse_list(const char *flag, const char *text, int max, int *out, int *n) {
+  *n = 0;
+  const char *p = text;
+  while (*p) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 1 || v > 1000000 || (*end && *end != ',') || *n >= max)
+      return GP_ERR(GP_ERR_USAGE, "%s: expected positive integers separated by commas, got '%s'",
+                    flag, text);
+    out[(*n)++] = (int)v;
+    p = *end ? end + 1 : end;
+  }
+  return GP_OK;
+}
+
+static gp_status apply_pipeline_flags(gp_pipeline_spec *ps) {
+  static const char *const schedules[] = {"gpipe", "1f1b", NULL};
+  static const char *const remats[] = {"always", "except_last", "never", NULL};
+  if (flags[F_STAGES].given) {
+    if (flags[F_STAGES].i > GP_MAX_DEVICES)
+      return GP_ERR(GP_ERR_USAGE, "--stages: at most %d", GP_MAX_DEVICES);
+    if (ps->stages != (int)flags[F_STAGES].i) ps->n_balance = 0;
+    ps->stages = (int)flags[F_STAGES].i;
+  }
+  if (flags[F_MICRO].given) {
+    if (flags[F_MICRO].i > 4096) return GP_ERR(GP_ERR_USAGE, "--micro-batches: at most 4096");
+    ps->micro_batches = (int)flags[F_MICRO].i;
+  }
+  const char *const *names[] = {schedules, remats};
+  int which[] = {F_SCHEDULE, F_REMAT}, *dst[] = {(int *)&ps->schedule, (int *)&ps->remat};
+  for (int i = 0; i < 2; i++) {
+    if (!flags[which[i]].given) continue;
+    int n = 0, found = -1;
+    for (; names[i][n]; n++)
+      if (strcmp(names[i][n], flags[which[i]].s) == 0) found = n;
+    if (found < 0) {
+      const char *near = gp_nearest(flags[which[i]].s, names[i], n);
+      return GP_ERR(GP_ERR_USAGE, "%s: unknown value '%s'%s%s%s", flags[which[i]].name,
+                    flags[which[i]].s, near ? "; did you mean '" : "", near ? near : "",
+                    near ? "'?" : "");
+    }
+    *dst[i] = found;
+  }
+  if (flags[F_BALANCE].given)
+    GP_TRY(parse_list("--balance", flags[F_BALANCE].s, GP_MAX_DEVICES, ps->balance, &ps->n_balance));
+  if (flags[F_DEVICES].given) {
+    ps->n_devices = 0;
+    const char *p = flags[F_DEVICES].s;
+    while (*p) {
+      size_t len = strcspn(p, ",");
+      if (len == 0 || len >= sizeof ps->devices[0] || ps->n_devices >= GP_MAX_DEVICES)
+        return GP_ERR(GP_ERR_USAGE, "--devices: expected names like cpu or cuda:0 separated by "
+                      "commas, got '%s'", flags[F_DEVICES].s);
+      memcpy(ps->devices[ps->n_devices], p, len);
+      ps->devices[ps->n_devices++][len] = 0;
+      p += len + (p[len] == ',');
+    }
+  }
+  return GP_OK;
 }
 
 /* Applies the flags that stand for model-file settings. */
@@ -85,6 +155,7 @@ static gp_status apply_flags(gp_model *m) {
   if (flags[F_DATA].given && strcmp(flags[F_DATA].s, "synthetic") != 0)
     return GP_ERR(GP_ERR_USAGE, "--data: only 'synthetic' is accepted (the model file's data "
                                 "section names real data), got '%s'", flags[F_DATA].s);
+  GP_TRY(apply_pipeline_flags(&m->pipeline));
   if (flags[F_RESUME].given && !flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
   if (flags[F_RESUME].given && flags[F_LOAD].given)
@@ -150,8 +221,11 @@ static gp_status train(run *r) {
   int64_t per_epoch = gp_loader_samples(r->train) / b;
   int64_t total = ts->steps > 0 ? ts->steps : ts->epochs * per_epoch;
   int threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : gp_cpu_cores();
-  GP_TRY(gp_cpu_backend_create(threads, &r->be));
-  GP_TRY(gp_trainer_init(&r->t, m, r->be, ts->seed));
+  gp_plan plan;
+  GP_TRY(gp_plan_make(m, &m->pipeline, &plan));
+  gp_pipeline_opts po = {.cores = threads, .pin = flags[F_PIN].given,
+                         .watchdog_s = flags[F_WATCHDOG].given ? (double)flags[F_WATCHDOG].i : 0};
+  GP_TRY(gp_trainer_init(&r->t, m, &plan, &po, ts->seed));
   r->have_trainer = 1;
   if (flags[F_LOAD].given) GP_TRY(gp_trainer_load_weights(&r->t, flags[F_LOAD].s));
   if (flags[F_RESUME].given) {
@@ -171,10 +245,18 @@ static gp_status train(run *r) {
   gp_progress_init(&pg, flags[F_QUIET].given, r->log);
   gp_progress_note(&pg, "model %s: %d units, %d layers, %.3fM parameters (%" PRId64 ")",
                    m->name, m->n_units, m->n_nodes, (double)m->n_params / 1e6, m->n_params);
+  char bal[256];
+  gp_plan_balance_str(&plan, bal, sizeof bal);
+  static const char *const sched_names[] = {"gpipe", "1f1b"};
+  static const char *const remat_names[] = {"always", "except_last", "never"};
   gp_progress_note(&pg, "training %" PRId64 " steps of batch %" PRId64 " (%" PRId64
                    " per epoch), %d CPU thread%s%s",
                    total, b, per_epoch, threads, threads == 1 ? "" : "s",
                    r->t.step ? ", resumed" : "");
+  if (plan.stages > 1 || plan.micro > 1)
+    gp_progress_note(&pg, "pipeline: %d stages (units %s), %d micro-batches, %s schedule, "
+                     "re-materialization %s", plan.stages, bal, plan.micro,
+                     sched_names[plan.schedule], remat_names[plan.remat]);
   if (r->t.step > total)
     return GP_ERR(GP_ERR_USAGE, "the checkpoint is at step %" PRId64 ", past --steps %" PRId64,
                   r->t.step, total);

@@ -17,6 +17,17 @@ void gp_arena_init(gp_arena *a, gp_backend *be, size_t limit) {
   a->chunks = NULL;
   a->used = a->peak = a->grown = 0;
   a->limit = limit;
+  a->meter = NULL;
+}
+
+static void meter_add(gp_arena *a, size_t n) {
+  if (!a->meter) return;
+  a->meter->live += n;
+  if (a->meter->live > a->meter->peak) a->meter->peak = a->meter->live;
+}
+
+static void meter_sub(gp_arena *a, size_t n) {
+  if (a->meter) a->meter->live -= n;
 }
 
 static void free_chunks(gp_arena *a) {
@@ -63,6 +74,7 @@ gp_status gp_arena_alloc(gp_arena *a, size_t bytes, void **out) {
   c->off += need;
   a->used += need;
   if (a->used > a->peak) a->peak = a->used;
+  meter_add(a, need);
   return GP_OK;
 }
 
@@ -82,10 +94,12 @@ void gp_arena_reset_to(gp_arena *a, gp_arena_mark m) {
   /* Chunks added after the mark stay allocated but empty until the next full reset. */
   for (gp_arena_chunk *c = a->chunks; c && c != m.chunk; c = c->next) c->off = 0;
   if (m.chunk) m.chunk->off = m.off;
+  meter_sub(a, a->used - m.used);
   a->used = m.used;
 }
 
 gp_status gp_arena_reset(gp_arena *a) {
+  meter_sub(a, a->used);
   if (a->chunks && a->chunks->next) {
     /* It grew: replace all chunks by one that holds the peak. */
     size_t cap = a->peak + ALIGN;

@@ -11,6 +11,12 @@
 
 typedef struct gp_arena_chunk gp_arena_chunk;
 
+/* Bytes in use across several arenas (a stage's), with the high-water mark: the measured
+ * activation memory. Updated by the arenas attached to it; not thread-safe (one stage). */
+typedef struct gp_mem_meter {
+  size_t live, peak;
+} gp_mem_meter;
+
 typedef struct gp_arena {
   gp_backend *be;
   gp_arena_chunk *chunks; /* newest first */
@@ -18,6 +24,7 @@ typedef struct gp_arena {
   size_t peak;            /* high-water mark of used */
   size_t limit;           /* 0 = none; past it, alloc fails with GP_ERR_NOMEM */
   size_t grown;           /* bytes needed beyond the first chunk since the last full reset */
+  gp_mem_meter *meter;    /* optional: also counts used bytes here */
 } gp_arena;
 
 void gp_arena_init(gp_arena *a, gp_backend *be, size_t limit);

@@ -128,11 +128,13 @@ struct gp_backend {
   gp_status (*act_backward)(gp_backend *be, gp_act act, int64_t n, const float *x,
                             const float *y, const float *dy, float *dx); /* dx = */
   /* Inverted dropout with a counter-based mask: element i is kept iff
-   * gp_counter_uniform(key, i) >= p (core/rng.h), so recompute and every backend agree. */
-  gp_status (*dropout_forward)(gp_backend *be, int64_t n, float p, uint64_t key, const float *x,
-                               float *y);
+   * gp_counter_uniform(key, offset + i) >= p (core/rng.h), so recompute and every backend
+   * agree, and a micro-batch (offset = its first element in the mini-batch) gets the same
+   * mask as the same samples in the whole mini-batch. */
+  gp_status (*dropout_forward)(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
+                               const float *x, float *y);
   gp_status (*dropout_backward)(gp_backend *be, int64_t n, float p, uint64_t key,
-                                const float *dy, float *dx);
+                                uint64_t offset, const float *dy, float *dx);
   gp_status (*axpby)(gp_backend *be, int64_t n, float a, const float *x, float b,
                      float *y); /* y = a x + b y (b == 0: y is not read) */
   /* 2-D strided copy: rows x cols floats; dst[r*dst_ld + j] = src[r*src_ld + j] */

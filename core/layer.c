@@ -7,7 +7,6 @@
 
 uint64_t gp_layer_rng_key(const gp_layer *l, const gp_exec *e) {
   uint64_t h = gp_hash_combine(e->seed, (uint64_t)e->step);
-  h = gp_hash_combine(h, (uint64_t)e->micro);
   return gp_hash_str(h, l->path);
 }
 

@@ -48,9 +48,11 @@ typedef struct gp_exec {
   gp_arena *arena;  /* saved state lives here until the micro-batch's backward is done */
   int training;     /* 0: evaluation (batchnorm uses running statistics, dropout is off) */
   int recompute;    /* 1: a re-materializing forward: must not touch running statistics */
-  uint64_t seed;    /* run seed; dropout key = hash(seed, step, micro, layer path) */
+  uint64_t seed;    /* run seed; dropout key = hash(seed, step, layer path), counter = the
+                       element's index in the mini-batch (so masks do not depend on M) */
   int64_t step;
-  int micro;
+  int micro;             /* which micro-batch (for messages; masks use sample_offset) */
+  int64_t sample_offset; /* first sample of this micro-batch in the mini-batch */
   int64_t loss_count; /* samples in the whole mini-batch: loss layers scale by 1/loss_count */
   double loss_sum;    /* host accumulators that loss layers add to */
   int64_t correct;
@@ -102,7 +104,7 @@ const gp_layer_type *gp_layer_type_find(const char *name);
 /* All registered names, NULL-terminated, for suggestions. */
 const char *const *gp_layer_type_names(void);
 
-/* Dropout key for this layer in this pass. */
+/* Dropout key for this layer in this step (the same for every micro-batch). */
 uint64_t gp_layer_rng_key(const gp_layer *l, const gp_exec *e);
 
 /* Deterministic initial values of parameter i, from (seed, path + "." + name); host floats. */

@@ -1,6 +1,7 @@
 /* dropout: inverted dropout while training, identity in evaluation. The mask is a pure
- * function of (seed, step, micro-batch, layer path), so nothing is stored for backward and
- * a re-materializing forward reproduces it. */
+ * function of (seed, step, layer path, element index in the mini-batch), so nothing is
+ * stored for backward, a re-materializing forward reproduces it, and the number of
+ * micro-batches does not change it. */
 #include "layers/layers.h"
 
 typedef struct dropout_conf {
@@ -29,13 +30,18 @@ static void dropout_cost(const gp_layer *l, gp_cost *c) {
   c->out_bytes = (int64_t)n * 4;
 }
 
+static uint64_t mask_offset(const gp_layer *l, const gp_exec *e) {
+  return (uint64_t)e->sample_offset * (uint64_t)gp_shape_numel(&l->in_shape[0]);
+}
+
 static gp_status dropout_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                  void **saved) {
   (void)saved;
   const dropout_conf *k = l->conf;
   if (!e->training || k->p == 0.0) return gp_layers_copy(e->be, &in[0], out);
   return e->be->dropout_forward(e->be, gp_shape_numel(&in[0].shape), (float)k->p,
-                                gp_layer_rng_key(l, e), GP_F32P(&in[0]), GP_F32P(out));
+                                gp_layer_rng_key(l, e), mask_offset(l, e), GP_F32P(&in[0]),
+                                GP_F32P(out));
 }
 
 static gp_status dropout_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
@@ -47,7 +53,8 @@ static gp_status dropout_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
   if (!din[0].data) return GP_OK;
   if (!e->training || k->p == 0.0) return gp_layers_copy(e->be, dout, &din[0]);
   return e->be->dropout_backward(e->be, gp_shape_numel(&in[0].shape), (float)k->p,
-                                 gp_layer_rng_key(l, e), GP_F32P(dout), GP_F32P(&din[0]));
+                                 gp_layer_rng_key(l, e), mask_offset(l, e), GP_F32P(dout),
+                                 GP_F32P(&din[0]));
 }
 
 const gp_layer_type gp_layer_dropout = {

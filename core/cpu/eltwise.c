@@ -100,23 +100,23 @@ static gp_status check_p(float p) {
   return GP_OK;
 }
 
-gp_status gp_cpu_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t key,
+gp_status gp_cpu_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
                                  const float *restrict x, float *restrict y) {
   (void)be;
   GP_TRY(check_p(p));
   const float scale = 1.0f / (1.0f - p);
   for (int64_t i = 0; i < n; i++)
-    y[i] = gp_counter_uniform(key, (uint64_t)i) >= p ? x[i] * scale : 0.0f;
+    y[i] = gp_counter_uniform(key, offset + (uint64_t)i) >= p ? x[i] * scale : 0.0f;
   return GP_OK;
 }
 
-gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t key,
+gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
                                   const float *restrict dy, float *restrict dx) {
   (void)be;
   GP_TRY(check_p(p));
   const float scale = 1.0f / (1.0f - p);
   for (int64_t i = 0; i < n; i++)
-    dx[i] = gp_counter_uniform(key, (uint64_t)i) >= p ? dy[i] * scale : 0.0f;
+    dx[i] = gp_counter_uniform(key, offset + (uint64_t)i) >= p ? dy[i] * scale : 0.0f;
   return GP_OK;
 }
 

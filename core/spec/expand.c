@@ -25,13 +25,14 @@ typedef struct def {
 
 /* One list of entries being expanded: the top level or one block instance. */
 typedef struct scope {
-  def *defs; /* visible names in definition order; a lookup takes the latest */
+  def *defs; /* visible names in definition order (for suggestions) */
   int n_defs, cap;
+  gp_sp_map latest;   /* name -> tensor of its latest definition */
   const char **names; /* each entry's own name (or NULL) and its line, for "defined later" */
   int *name_line;
   int n_entries;
-  int prev;  /* tensor the next entry takes by default */
-  int index; /* expanded entries so far (path components of unnamed entries) */
+  int prev;                 /* tensor the next entry takes by default */
+  int index;                /* expanded entries so far (path components of unnamed entries) */
   const gp_sp_block *block; /* NULL at the top level */
   const char *prefix;       /* path of the block instance, NULL at the top */
   int unit;                 /* inside a block: the unit of the instance */
@@ -54,12 +55,14 @@ static gp_status define(scope *sc, const char *name, int tensor) {
   sc->defs[sc->n_defs].name = name;
   sc->defs[sc->n_defs].tensor = tensor;
   sc->n_defs++;
-  return GP_OK;
+  return gp_sp_map_set(&sc->latest, name, tensor) < 0 ? gp_sp_nomem() : GP_OK;
 }
 
 static const char *where_of(const scope *sc, char *buf, size_t n) {
-  if (sc->block) snprintf(buf, n, "block '%s' (its inputs and named layers)", sc->block->name);
-  else snprintf(buf, n, "the top level (model inputs and named layers)");
+  if (sc->block)
+    snprintf(buf, n, "block '%s' (its inputs and named layers)", sc->block->name);
+  else
+    snprintf(buf, n, "the top level (model inputs and named layers)");
   return buf;
 }
 
@@ -68,11 +71,7 @@ static gp_status resolve(gp_sp_ctx *c, const scope *sc, const char *what, const 
                          int k, const char *own, int *out) {
   GP_TRY(gp_sp_want(c, ref, GP_Y_SCALAR, what));
   const char *name = ref->s;
-  for (int i = sc->n_defs - 1; i >= 0; i--)
-    if (!strcmp(sc->defs[i].name, name)) {
-      *out = sc->defs[i].tensor;
-      return GP_OK;
-    }
+  if (gp_sp_map_get(&sc->latest, name, out)) return GP_OK;
   if (own && !strcmp(own, name))
     return gp_sp_err(c, ref->line, ref->col,
                      "%s: '%s' is this entry's own output; an entry cannot take its own output "
@@ -87,13 +86,14 @@ static gp_status resolve(gp_sp_ctx *c, const scope *sc, const char *what, const 
   char where[128];
   const char **cands = malloc(((size_t)sc->n_defs + 1) * sizeof *cands);
   if (!cands) return gp_sp_nomem();
-  for (int i = 0; i < sc->n_defs; i++) cands[i] = sc->defs[i].name;
+  for (int i = 0; i < sc->n_defs; i++)
+    cands[i] = sc->defs[i].name;
   const char *near = gp_nearest(name, cands, sc->n_defs);
-  gp_status s = near ? gp_sp_err(c, ref->line, ref->col,
-                                 "%s: no tensor named '%s' in %s; did you mean '%s'?", what,
-                                 name, where_of(sc, where, sizeof where), near)
-                     : gp_sp_err(c, ref->line, ref->col, "%s: no tensor named '%s' in %s", what,
-                                 name, where_of(sc, where, sizeof where));
+  gp_status s =
+      near ? gp_sp_err(c, ref->line, ref->col, "%s: no tensor named '%s' in %s; did you mean '%s'?",
+                       what, name, where_of(sc, where, sizeof where), near)
+           : gp_sp_err(c, ref->line, ref->col, "%s: no tensor named '%s' in %s", what, name,
+                       where_of(sc, where, sizeof where));
   free(cands);
   return s;
 }
@@ -119,8 +119,8 @@ static gp_status locate(gp_sp_ctx *c, gp_status s, const gp_ynode *e, const char
   return gp_error_prefix(s, "%s:%d:%d: %s: ", c->file, e->line, e->col, type);
 }
 
-static gp_status check_numel(gp_sp_ctx *c, const gp_shape *sh, const gp_ynode *e,
-                             const char *type, const char *what, int64_t *numel) {
+static gp_status check_numel(gp_sp_ctx *c, const gp_shape *sh, const gp_ynode *e, const char *type,
+                             const char *what, int64_t *numel) {
   if (gp_shape_numel_checked(sh, GP_SPEC_MAX_ELEMENTS, numel) == GP_OK) return GP_OK;
   return gp_error_prefix(GP_ERR_SPEC, "%s:%d:%d: %s: %s ", c->file, e->line, e->col, type, what);
 }
@@ -151,7 +151,8 @@ static gp_status find_type(gp_sp_ctx *c, const gp_ynode *tn, const gp_layer_type
   if ((*out = gp_layer_type_find(tn->s))) return GP_OK;
   const char *const *names = gp_layer_type_names();
   int n = 0;
-  while (names && names[n]) n++;
+  while (names && names[n])
+    n++;
   const char *near = gp_nearest(tn->s, names, n);
   if (near)
     return gp_sp_err(c, tn->line, tn->col, "unknown layer type '%s'; did you mean '%s'?", tn->s,
@@ -184,7 +185,8 @@ static gp_status make_layer(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *tn,
   GP_TRY(gp_sp_cfg_of(c, e, structural, &cfg));
   gp_status s = t->configure ? t->configure(l, cfg) : GP_OK;
   if (s != GP_OK) s = locate(c, s, e, t->name);
-  for (int i = 0; s == GP_OK && structural[i]; i++) gp_cfg_has(cfg, structural[i]);
+  for (int i = 0; s == GP_OK && structural[i]; i++)
+    gp_cfg_has(cfg, structural[i]);
   if (s == GP_OK) s = gp_cfg_check_unknown(cfg, t->name, structural);
   gp_cfg_free(cfg);
   GP_TRY(s);
@@ -192,7 +194,8 @@ static gp_status make_layer(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *tn,
     char want[48];
     if (t->min_inputs == t->max_inputs)
       snprintf(want, sizeof want, "%d input%s", t->min_inputs, t->min_inputs == 1 ? "" : "s");
-    else snprintf(want, sizeof want, "%d to %d inputs", t->min_inputs, t->max_inputs);
+    else
+      snprintf(want, sizeof want, "%d to %d inputs", t->min_inputs, t->max_inputs);
     return gp_sp_err(c, e->line, e->col, "%s takes %s, got %d%s", t->name, want, n_in,
                      n_in < t->min_inputs ? "; name them with from: [a, b]" : "");
   }
@@ -216,15 +219,15 @@ static gp_status make_layer(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *tn,
 }
 
 static const gp_sp_block *find_block(gp_sp_ctx *c, const gp_ynode *bn) {
-  for (int i = 0; i < c->n_blocks; i++)
-    if (!strcmp(c->blocks[i].name, bn->s)) return &c->blocks[i];
-  return NULL;
+  int i;
+  return gp_sp_map_get(&c->block_ix, bn->s, &i) ? &c->blocks[i] : NULL;
 }
 
 static gp_status unknown_block(gp_sp_ctx *c, const gp_ynode *bn) {
   const char **names = malloc(((size_t)c->n_blocks + 1) * sizeof *names);
   if (!names) return gp_sp_nomem();
-  for (int i = 0; i < c->n_blocks; i++) names[i] = c->blocks[i].name;
+  for (int i = 0; i < c->n_blocks; i++)
+    names[i] = c->blocks[i].name;
   const char *near = gp_nearest(bn->s, names, c->n_blocks);
   gp_status s =
       near ? gp_sp_err(c, bn->line, bn->col, "unknown block '%s'; did you mean '%s'?", bn->s, near)
@@ -241,20 +244,27 @@ static gp_status bind_params(gp_sp_ctx *c, const gp_sp_block *b, const gp_ynode 
   const gp_ynode *ps = b->params;
   int n = ps ? ps->n : 0;
   env->block = b->name;
+  if (e->n > GP_SP_MAX_KEYS)
+    return gp_sp_err(c, e->line, e->col, "%d keys in one block entry; at most %d are read", e->n,
+                     GP_SP_MAX_KEYS);
   env->names = gp_sp_alloc(&c->tmp, (size_t)(n ? n : 1) * sizeof *env->names);
   env->vals = gp_sp_alloc(&c->tmp, (size_t)(n ? n : 1) * sizeof *env->vals);
   if (!env->names || !env->vals) return gp_sp_nomem();
   for (int i = 0; i < e->n; i++) {
     const gp_ypair *p = &e->pairs[i];
     int known = 0;
-    for (int j = 0; block_entry_keys[j] && !known; j++) known = !strcmp(block_entry_keys[j], p->key);
-    for (int j = 0; j < n && !known; j++) known = !strcmp(ps->pairs[j].key, p->key);
+    for (int j = 0; block_entry_keys[j] && !known; j++)
+      known = !strcmp(block_entry_keys[j], p->key);
+    for (int j = 0; j < n && !known; j++)
+      known = !strcmp(ps->pairs[j].key, p->key);
     if (known) continue;
     const char **cands = gp_sp_alloc(&c->tmp, (size_t)(n + 4) * sizeof *cands);
     if (!cands) return gp_sp_nomem();
     int nc = 0;
-    for (int j = 0; j < n; j++) cands[nc++] = ps->pairs[j].key;
-    for (int j = 0; block_entry_keys[j]; j++) cands[nc++] = block_entry_keys[j];
+    for (int j = 0; j < n; j++)
+      cands[nc++] = ps->pairs[j].key;
+    for (int j = 0; block_entry_keys[j]; j++)
+      cands[nc++] = block_entry_keys[j];
     const char *near = gp_nearest(p->key, cands, nc);
     if (near)
       return gp_sp_err(c, p->line, p->col, "block '%s' has no parameter '%s'; did you mean '%s'?",
@@ -272,8 +282,8 @@ static gp_status bind_params(gp_sp_ctx *c, const gp_sp_block *b, const gp_ynode 
                          def->key, def->line);
       GP_TRY(gp_sp_subst(c, def->val, env, &v));
     } else if (gp_sp_is_null(v)) {
-      return gp_sp_err(c, v->line, v->col, "parameter '%s' of block '%s' cannot be null",
-                       def->key, b->name);
+      return gp_sp_err(c, v->line, v->col, "parameter '%s' of block '%s' cannot be null", def->key,
+                       b->name);
     }
     env->names[i] = def->key;
     env->vals[i] = v;
@@ -319,7 +329,8 @@ static gp_status make_block(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *bn,
   sc.unit = unit;
   sc.prev = in[0];
   gp_status s = GP_OK;
-  for (int i = 0; i < n_in && s == GP_OK; i++) s = define(&sc, b->inputs[i], in[i]);
+  for (int i = 0; i < n_in && s == GP_OK; i++)
+    s = define(&sc, b->inputs[i], in[i]);
   gp_sp_mark mark = gp_sp_get_mark(&c->tmp);
   c->stack[c->depth++] = b;
   if (s == GP_OK) s = expand_scope(c, b->layers, &env, &sc);
@@ -328,9 +339,11 @@ static gp_status make_block(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *bn,
   if (s == GP_OK && b->output) s = resolve(c, &sc, "output", b->output, sc.n_entries, NULL, out);
   gp_sp_release(&c->tmp, mark); /* the scope's names */
   free(sc.defs);
+  gp_sp_map_free(&sc.latest);
   /* the chain of instances, innermost first; a deep chain is cut */
   int shown = 0;
-  for (const char *p = gp_error_message(); (p = strstr(p, " (in block ")); p++) shown++;
+  for (const char *p = gp_error_message(); (p = strstr(p, " (in block ")); p++)
+    shown++;
   if (s == GP_ERR_SPEC && shown < 4)
     s = gp_sp_err_append(s, " (in block '%s' used at line %d)", b->name, e->line);
   else if (s == GP_ERR_SPEC && shown == 4 && !strstr(gp_error_message(), "(...)"))
@@ -358,15 +371,22 @@ static gp_status parse_repeat(gp_sp_ctx *c, const gp_ynode *e, int64_t *out) {
 static gp_status new_unit(gp_sp_ctx *c, const char *name, int64_t repeat, int64_t r) {
   gp_model *m = c->m;
   int u = m->n_units;
-  int *uf = realloc(m->unit_first, ((size_t)u + 2) * sizeof *uf);
-  if (uf) m->unit_first = uf;
-  char **un = realloc(m->unit_names, ((size_t)u + 1) * sizeof *un);
-  if (un) m->unit_names = un;
-  if (!uf || !un) return gp_sp_nomem();
+  if (u == c->unit_cap) {
+    int cap = c->unit_cap ? c->unit_cap * 2 : 64;
+    int *uf = realloc(m->unit_first, ((size_t)cap + 1) * sizeof *uf);
+    if (uf) m->unit_first = uf;
+    char **un = realloc(m->unit_names, (size_t)cap * sizeof *un);
+    if (un) m->unit_names = un;
+    if (!uf || !un) return gp_sp_nomem();
+    c->unit_cap = cap;
+  }
   char buf[GP_SPEC_NAME + 24];
-  if (name && repeat > 1) snprintf(buf, sizeof buf, "%s.%lld", name, (long long)r);
-  else if (name) snprintf(buf, sizeof buf, "%s", name);
-  else snprintf(buf, sizeof buf, "%d", u);
+  if (name && repeat > 1)
+    snprintf(buf, sizeof buf, "%s.%lld", name, (long long)r);
+  else if (name)
+    snprintf(buf, sizeof buf, "%s", name);
+  else
+    snprintf(buf, sizeof buf, "%d", u);
   if (!(m->unit_names[u] = malloc(strlen(buf) + 1))) return gp_sp_nomem();
   strcpy(m->unit_names[u], buf);
   m->unit_first[u] = m->n_nodes;
@@ -375,8 +395,8 @@ static gp_status new_unit(gp_sp_ctx *c, const char *name, int64_t repeat, int64_
 }
 
 /* Entry k of the scope, `repeat` times. */
-static gp_status expand_entry(gp_sp_ctx *c, const gp_ynode *raw, const gp_sp_env *env,
-                              scope *sc, int k) {
+static gp_status expand_entry(gp_sp_ctx *c, const gp_ynode *raw, const gp_sp_env *env, scope *sc,
+                              int k) {
   gp_model *m = c->m;
   const gp_ynode *e;
   GP_TRY(gp_sp_subst(c, raw, env, &e));
@@ -403,7 +423,8 @@ static gp_status expand_entry(gp_sp_ctx *c, const gp_ynode *raw, const gp_sp_env
   for (int64_t r = 0; r < repeat; r++) {
     int in[GP_MAX_INPUTS], n_in = n_from ? n_from : 1;
     /* copies after the first chain on the previous output and keep the other inputs */
-    for (int i = 0; i < n_in; i++) in[i] = n_from ? from[i] : sc->prev;
+    for (int i = 0; i < n_in; i++)
+      in[i] = n_from ? from[i] : sc->prev;
     if (r > 0) in[0] = sc->prev;
     char *path;
     int unit = sc->unit;
@@ -413,17 +434,22 @@ static gp_status expand_entry(gp_sp_ctx *c, const gp_ynode *raw, const gp_sp_env
       path = m->unit_names[unit];
     } else {
       char comp[GP_SPEC_NAME + 24];
-      if (name && repeat > 1) snprintf(comp, sizeof comp, "%s.%lld", name, (long long)r);
-      else if (name) snprintf(comp, sizeof comp, "%s", name);
-      else snprintf(comp, sizeof comp, "%d", sc->index);
+      if (name && repeat > 1)
+        snprintf(comp, sizeof comp, "%s.%lld", name, (long long)r);
+      else if (name)
+        snprintf(comp, sizeof comp, "%s", name);
+      else
+        snprintf(comp, sizeof comp, "%d", sc->index);
       path = gp_sp_alloc(&c->tmp, strlen(sc->prefix) + strlen(comp) + 2);
       if (!path) return gp_sp_nomem();
       sprintf(path, "%s.%s", sc->prefix, comp);
     }
     sc->index++;
     int before = m->n_nodes, o;
-    if (tp) GP_TRY(make_layer(c, e, tp->val, entry_keys, in, n_in, path, unit, &o));
-    else GP_TRY(make_block(c, e, bp->val, in, n_in, path, unit, &o));
+    if (tp)
+      GP_TRY(make_layer(c, e, tp->val, entry_keys, in, n_in, path, unit, &o));
+    else
+      GP_TRY(make_block(c, e, bp->val, in, n_in, path, unit, &o));
     sc->prev = o;
     int64_t per = m->n_nodes - before;
     if (r == 0 && repeat > 1 && m->n_nodes + per * (repeat - 1) > GP_SPEC_MAX_NODES) {
@@ -484,6 +510,9 @@ static gp_status parse_block(gp_sp_ctx *c, const gp_ypair *p, gp_sp_block *b) {
   if (pp && !gp_sp_is_null(pp->val)) {
     GP_TRY(gp_sp_want(c, pp->val, GP_Y_MAP, "params"));
     b->params = pp->val;
+    if (b->params->n > GP_SP_MAX_KEYS)
+      return gp_sp_err(c, pp->val->line, pp->val->col, "params: more than %d parameters",
+                       GP_SP_MAX_KEYS);
     for (int i = 0; i < b->params->n; i++) {
       const gp_ypair *q = &b->params->pairs[i];
       const char *s = q->key;
@@ -499,8 +528,7 @@ static gp_status parse_block(gp_sp_ctx *c, const gp_ypair *p, gp_sp_block *b) {
       for (int j = 0; block_entry_keys[j]; j++)
         if (!strcmp(block_entry_keys[j], q->key))
           return gp_sp_err(c, q->line, q->col,
-                           "params: '%s' is a key of every block entry; pick another name",
-                           q->key);
+                           "params: '%s' is a key of every block entry; pick another name", q->key);
     }
   }
   b->inputs[0] = "in";
@@ -541,7 +569,10 @@ static gp_status parse_blocks(gp_sp_ctx *c, const gp_ynode *root) {
   int n = bp->val->n;
   c->blocks = gp_sp_alloc(&c->perm, (size_t)(n ? n : 1) * sizeof *c->blocks);
   if (!c->blocks) return gp_sp_nomem();
-  for (int i = 0; i < n; i++) GP_TRY(parse_block(c, &bp->val->pairs[i], &c->blocks[i]));
+  for (int i = 0; i < n; i++) {
+    GP_TRY(parse_block(c, &bp->val->pairs[i], &c->blocks[i]));
+    if (gp_sp_map_set(&c->block_ix, c->blocks[i].name, i) < 0) return gp_sp_nomem();
+  }
   c->n_blocks = n;
   return GP_OK;
 }
@@ -582,7 +613,8 @@ static gp_status make_loss(gp_sp_ctx *c, const gp_ynode *root, scope *top) {
       return gp_sp_err(c, f->line, f->col, "from: expected a tensor name or a list of 1 to %d",
                        GP_MAX_INPUTS);
     for (int i = 0; i < n; i++)
-      GP_TRY(resolve(c, top, "from", f->kind == GP_Y_SEQ ? f->items[i] : f, top->n_entries, NULL, &in[i]));
+      GP_TRY(resolve(c, top, "from", f->kind == GP_Y_SEQ ? f->items[i] : f, top->n_entries, NULL,
+                     &in[i]));
     n_in = n;
   } else {
     int label = -1;
@@ -612,7 +644,8 @@ static gp_status check_paths(gp_sp_ctx *c) {
   int npn = 0;
   for (int i = 0; i < m->n_units && s == GP_OK; i++) {
     int r = gp_sp_map_put(&seen, m->unit_names[i], m->unit_first[i], NULL);
-    if (r < 0) s = gp_sp_nomem();
+    if (r < 0)
+      s = gp_sp_nomem();
     else if (r > 0)
       s = gp_sp_err(c, m->nodes[m->unit_first[i]].line, m->nodes[m->unit_first[i]].col,
                     "unit name '%s' is used twice; names at the top level must be unique",
@@ -635,7 +668,8 @@ static gp_status check_paths(gp_sp_ctx *c) {
         key = pn[npn++];
       }
       int first = 0, r = gp_sp_map_put(&seen, key, i, &first);
-      if (r < 0) s = gp_sp_nomem();
+      if (r < 0)
+        s = gp_sp_nomem();
       else if (r > 0)
         s = gp_sp_err(c, m->nodes[i].line, m->nodes[i].col,
                       "%s '%s' is used twice (first by the layer at line %d); layer names "
@@ -644,7 +678,8 @@ static gp_status check_paths(gp_sp_ctx *c) {
     }
   }
   gp_sp_map_free(&seen);
-  for (int i = 0; i < npn; i++) free(pn[i]);
+  for (int i = 0; i < npn; i++)
+    free(pn[i]);
   free(pn);
   return s;
 }
@@ -659,12 +694,14 @@ gp_status gp_sp_expand(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
   scope top = {0};
   top.prev = 0;
   gp_status s = GP_OK;
-  for (int i = 0; i < m->n_inputs && s == GP_OK; i++) s = define(&top, m->inputs[i].name, i);
+  for (int i = 0; i < m->n_inputs && s == GP_OK; i++)
+    s = define(&top, m->inputs[i].name, i);
   gp_sp_mark mark = gp_sp_get_mark(&c->tmp);
   if (s == GP_OK) s = expand_scope(c, lp->val, NULL, &top);
   if (s == GP_OK) s = make_loss(c, root, &top);
   gp_sp_release(&c->tmp, mark);
   free(top.defs);
+  gp_sp_map_free(&top.latest);
   if (s != GP_OK) return s;
   m->unit_first[m->n_units] = m->n_nodes;
   return check_paths(c);

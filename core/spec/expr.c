@@ -51,7 +51,8 @@ static double as_f(num a) {
 }
 
 static void skip_ws(eval *e) {
-  while (*e->p == ' ' || *e->p == '\t') e->p++;
+  while (*e->p == ' ' || *e->p == '\t')
+    e->p++;
 }
 
 /* A number's text ("32", "0.5", "1e-3"): int if it reads fully as one, else float. */
@@ -84,9 +85,8 @@ static gp_status unknown_param(gp_sp_ctx *c, const gp_ynode *at, const gp_sp_env
                      "'$%s': parameters can only be used inside a block's layers", name);
   const char *near = gp_nearest(name, env->names, env->n);
   if (near)
-    return gp_sp_err(c, at->line, at->col,
-                     "block '%s' has no parameter '%s'; did you mean '%s'?", env->block, name,
-                     near);
+    return gp_sp_err(c, at->line, at->col, "block '%s' has no parameter '%s'; did you mean '%s'?",
+                     env->block, name, near);
   return gp_sp_err(c, at->line, at->col, "block '%s' has no parameter '%s'", env->block, name);
 }
 
@@ -100,8 +100,8 @@ static gp_status atom(eval *e, num *out) {
     e->p++;
     GP_TRY(expr(e, out));
     skip_ws(e);
-    if (*e->p != ')') return *e->p ? fail(e, "expected ')' at '%s'", e->p)
-                                   : fail(e, "expected ')' at the end");
+    if (*e->p != ')')
+      return *e->p ? fail(e, "expected ')' at '%s'", e->p) : fail(e, "expected ')' at the end");
     e->p++;
     e->depth--;
     return GP_OK;
@@ -112,14 +112,18 @@ static gp_status atom(eval *e, num *out) {
     GP_TRY(atom(e, out));
     e->depth--;
     if (*s == '+') return GP_OK;
-    if (out->is_float) out->f = -out->f;
-    else if (out->i == INT64_MIN) return fail(e, "integer overflow");
-    else out->i = -out->i;
+    if (out->is_float)
+      out->f = -out->f;
+    else if (out->i == INT64_MIN)
+      return fail(e, "integer overflow");
+    else
+      out->i = -out->i;
     return GP_OK;
   }
   if (isalpha((unsigned char)*s) || *s == '_') {
     const char *q = s;
-    while (isalnum((unsigned char)*q) || *q == '_') q++;
+    while (isalnum((unsigned char)*q) || *q == '_')
+      q++;
     e->p = q;
     char name[GP_SPEC_NAME];
     size_t len = (size_t)(q - s);
@@ -136,12 +140,14 @@ static gp_status atom(eval *e, num *out) {
   }
   if (isdigit((unsigned char)*s) || *s == '.') {
     const char *q = s;
-    while (isdigit((unsigned char)*q) || *q == '.') q++;
+    while (isdigit((unsigned char)*q) || *q == '.')
+      q++;
     if ((*q == 'e' || *q == 'E') &&
         (isdigit((unsigned char)q[1]) ||
          ((q[1] == '-' || q[1] == '+') && isdigit((unsigned char)q[2])))) {
       q += 2;
-      while (isdigit((unsigned char)*q)) q++;
+      while (isdigit((unsigned char)*q))
+        q++;
     }
     char buf[64];
     size_t len = (size_t)(q - s);
@@ -159,17 +165,28 @@ static gp_status atom(eval *e, num *out) {
 static gp_status apply(eval *e, char op, num a, num b, num *out) {
   int fl = a.is_float || b.is_float || op == '/';
   out->is_float = fl;
-  if ((op == '/' || op == 'f' || op == '%') && as_f(b) == 0.0)
-    return fail(e, "division by zero");
+  if ((op == '/' || op == 'f' || op == '%') && as_f(b) == 0.0) return fail(e, "division by zero");
   if (fl) {
     double x = as_f(a), y = as_f(b), r = 0;
     switch (op) {
-    case '+': r = x + y; break;
-    case '-': r = x - y; break;
-    case '*': r = x * y; break;
-    case '/': r = x / y; break;
-    case 'f': r = floor(x / y); break;
-    default: r = x - y * floor(x / y); break;
+    case '+':
+      r = x + y;
+      break;
+    case '-':
+      r = x - y;
+      break;
+    case '*':
+      r = x * y;
+      break;
+    case '/':
+      r = x / y;
+      break;
+    case 'f':
+      r = floor(x / y);
+      break;
+    default:
+      r = x - y * floor(x / y);
+      break;
     }
     if (!isfinite(r)) return fail(e, "the result is not a finite number");
     out->f = r;
@@ -178,9 +195,15 @@ static gp_status apply(eval *e, char op, num a, num b, num *out) {
   int64_t x = a.i, y = b.i, r = 0;
   int ovf = 0;
   switch (op) {
-  case '+': ovf = __builtin_add_overflow(x, y, &r); break;
-  case '-': ovf = __builtin_sub_overflow(x, y, &r); break;
-  case '*': ovf = __builtin_mul_overflow(x, y, &r); break;
+  case '+':
+    ovf = __builtin_add_overflow(x, y, &r);
+    break;
+  case '-':
+    ovf = __builtin_sub_overflow(x, y, &r);
+    break;
+  case '*':
+    ovf = __builtin_mul_overflow(x, y, &r);
+    break;
   default:
     if (x == INT64_MIN && y == -1) {
       ovf = 1;
@@ -277,8 +300,7 @@ static int is_param_ref(const char *s) {
   return 1;
 }
 
-gp_status gp_sp_subst(gp_sp_ctx *c, const gp_ynode *n, const gp_sp_env *env,
-                      const gp_ynode **out) {
+gp_status gp_sp_subst(gp_sp_ctx *c, const gp_ynode *n, const gp_sp_env *env, const gp_ynode **out) {
   GP_TRY(gp_sp_count_read(c, n));
   *out = n;
   if (n->kind == GP_Y_SCALAR) {
@@ -312,7 +334,8 @@ gp_status gp_sp_subst(gp_sp_ctx *c, const gp_ynode *n, const gp_sp_env *env,
   if (n->kind == GP_Y_SEQ) {
     r->items = gp_sp_alloc(&c->tmp, (size_t)n->n * sizeof *r->items);
     if (!r->items) return gp_sp_nomem();
-    for (int i = 0; i < n->n; i++) r->items[i] = (gp_ynode *)sub[i];
+    for (int i = 0; i < n->n; i++)
+      r->items[i] = (gp_ynode *)sub[i];
   } else {
     r->pairs = gp_sp_alloc(&c->tmp, (size_t)n->n * sizeof *r->pairs);
     if (!r->pairs) return gp_sp_nomem();

@@ -13,6 +13,8 @@
 #define GP_SP_MAX_DEPTH 64
 /* Nodes read while expanding blocks (substitution, settings), over all instances. */
 #define GP_SP_MAX_EXPAND_READS (4 * (int64_t)GP_SPEC_MAX_YAML_NODES)
+/* Keys of one layer entry, block call or section (lookups in them are linear). */
+#define GP_SP_MAX_KEYS 256
 /* A model file larger than this is refused before parsing. */
 #define GP_SP_MAX_FILE_BYTES ((size_t)16 << 20)
 
@@ -31,8 +33,8 @@ typedef struct gp_ypair {
 struct gp_ynode {
   gp_ykind kind;
   int line, col;
-  int plain;    /* scalar written without quotes (only then is `~` a null) */
-  int n;        /* items or pairs */
+  int plain;     /* scalar written without quotes (only then is `~` a null) */
+  int n;         /* items or pairs */
   const char *s; /* scalar text */
   gp_ynode **items;
   gp_ypair *pairs;
@@ -64,6 +66,8 @@ typedef struct gp_sp_map {
 } gp_sp_map;
 /* 1 if key was present (*val_out = its value, not replaced), 0 if inserted, -1 on no memory. */
 int gp_sp_map_put(gp_sp_map *m, const char *key, int val, int *val_out);
+int gp_sp_map_set(gp_sp_map *m, const char *key, int val); /* insert or replace; -1: no memory */
+int gp_sp_map_get(const gp_sp_map *m, const char *key, int *val); /* 1 if present */
 void gp_sp_map_free(gp_sp_map *m);
 
 /* Parameters of one block instance. */
@@ -84,10 +88,12 @@ typedef struct gp_sp_ctx {
   int64_t reads;    /* expansion reads against GP_SP_MAX_EXPAND_READS */
   gp_sp_block *blocks;
   int n_blocks;
+  gp_sp_map block_ix;                        /* name -> index in blocks */
   const gp_sp_block *stack[GP_SP_MAX_DEPTH]; /* blocks being expanded, outermost first */
   int depth;
   gp_model *m;
   int node_cap; /* capacity of m->nodes */
+  int unit_cap; /* capacity of m->unit_names (unit_first has one more) */
 } gp_sp_ctx;
 
 /* ---- errors (GP_ERR_SPEC "file:line:col: what") ---- */
@@ -112,8 +118,7 @@ gp_status gp_sp_check_keys(const gp_sp_ctx *c, const gp_ynode *map, const char *
 /* A map that must be a mapping: else "<what> must be a mapping, got a list". */
 gp_status gp_sp_want(const gp_sp_ctx *c, const gp_ynode *n, gp_ykind kind, const char *what);
 /* A gp_cfg of map's scalar and list-of-scalar values; keys in skip are left out. */
-gp_status gp_sp_cfg_of(gp_sp_ctx *c, const gp_ynode *map, const char *const *skip,
-                       gp_cfg **out);
+gp_status gp_sp_cfg_of(gp_sp_ctx *c, const gp_ynode *map, const char *const *skip, gp_cfg **out);
 /* Names: letters, digits, '_' and '-'; 1..63 characters. */
 gp_status gp_sp_check_name(const gp_sp_ctx *c, const gp_ynode *n, const char *what);
 
@@ -123,8 +128,7 @@ gp_status gp_sp_override(gp_sp_ctx *c, gp_ynode **root, const gp_override *ov);
 /* ---- block parameters (expr.c) ---- */
 /* n with `$p` and `${expr}` scalars replaced from env (NULL: no parameters in scope); *out
  * is n itself when nothing changed. */
-gp_status gp_sp_subst(gp_sp_ctx *c, const gp_ynode *n, const gp_sp_env *env,
-                      const gp_ynode **out);
+gp_status gp_sp_subst(gp_sp_ctx *c, const gp_ynode *n, const gp_sp_env *env, const gp_ynode **out);
 /* Counts one node read during expansion against GP_SP_MAX_EXPAND_READS. */
 gp_status gp_sp_count_read(gp_sp_ctx *c, const gp_ynode *at);
 

@@ -7,7 +7,7 @@
 
 #include "core/spec/internal.h"
 
-static const char *const top_keys[] = {"name", "inputs", "blocks", "layers", "loss",
+static const char *const top_keys[] = {"name", "inputs", "blocks",   "layers", "loss",
                                        "data", "train",  "pipeline", NULL};
 
 static char *dup_str(const char *s) {
@@ -64,9 +64,11 @@ static gp_status load(const char *text, size_t len, const char *file, const gp_o
   c.m = m;
   gp_ynode *root = NULL;
   gp_status s = gp_sp_tree_load(&c, text, len, &root);
-  for (int i = 0; i < n_ov && s == GP_OK; i++) s = gp_sp_override(&c, &root, &ov[i]);
+  for (int i = 0; i < n_ov && s == GP_OK; i++)
+    s = gp_sp_override(&c, &root, &ov[i]);
   if (s == GP_OK) s = interpret(&c, root, m);
   gp_sp_tree_free(&c);
+  gp_sp_map_free(&c.block_ix);
   gp_sp_arena_free(&c.tmp);
   gp_sp_arena_free(&c.perm);
   if (s != GP_OK) {
@@ -86,27 +88,26 @@ gp_status gp_model_load(const char *file, const gp_override *ov, int n_ov, gp_mo
   *out = NULL;
   FILE *f = fopen(file, "rb");
   if (!f) return GP_ERR(GP_ERR_IO, "cannot open model file '%s': %s", file, strerror(errno));
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
+  size_t cap = 0, len = 0;
+  char *buf = NULL;
   gp_status s = GP_OK;
-  while (buf) {
+  for (;;) {
     if (len == cap) {
       if (cap > GP_SP_MAX_FILE_BYTES) break; /* tree_load refuses it with its size */
-      char *nb = realloc(buf, cap * 2);
+      size_t nc = cap ? cap * 2 : (size_t)1 << 16;
+      char *nb = realloc(buf, nc);
       if (!nb) {
-        free(buf);
-        buf = NULL;
+        s = gp_sp_nomem();
         break;
       }
       buf = nb;
-      cap *= 2;
+      cap = nc;
     }
     size_t got = fread(buf + len, 1, cap - len, f);
     len += got;
     if (got == 0) break;
   }
-  if (!buf) s = gp_sp_nomem();
-  else if (ferror(f))
+  if (s == GP_OK && ferror(f))
     s = GP_ERR(GP_ERR_IO, "cannot read model file '%s': %s", file, strerror(errno));
   fclose(f);
   if (s == GP_OK) s = load(buf, len, file, ov, n_ov, out);
@@ -121,7 +122,8 @@ void gp_model_free(gp_model *m) {
     free(m->nodes[i].layer.conf);
   }
   free(m->nodes);
-  for (int i = 0; i < m->n_units; i++) free(m->unit_names[i]);
+  for (int i = 0; i < m->n_units; i++)
+    free(m->unit_names[i]);
   free(m->unit_names);
   free(m->unit_first);
   free(m->file);

@@ -13,8 +13,8 @@
 static const struct {
   const char *parent, *key;
 } creatable[] = {
-    {"", "data"},           {"", "train"},          {"", "pipeline"},
-    {"train", "optimizer"}, {"train", "schedule"},  {"data", "normalize"},
+    {"", "data"},           {"", "train"},         {"", "pipeline"},
+    {"train", "optimizer"}, {"train", "schedule"}, {"data", "normalize"},
 };
 
 typedef struct ovctx {
@@ -53,13 +53,16 @@ static gp_status no_key(const ovctx *o, const gp_ynode *map, int i, const char *
   const char **cands = malloc(((size_t)map->n + 8) * sizeof *cands);
   if (!cands) return gp_sp_nomem();
   int n = 0;
-  for (int j = 0; j < map->n; j++) cands[n++] = map->pairs[j].key;
+  for (int j = 0; j < map->n; j++)
+    cands[n++] = map->pairs[j].key;
   for (size_t j = 0; j < sizeof creatable / sizeof creatable[0]; j++)
     if (!strcmp(creatable[j].parent, where)) cands[n++] = creatable[j].key;
   const char *near = gp_nearest(o->comp[i], cands, n);
   char in[320];
-  if (*where) snprintf(in, sizeof in, "in '%s'", where);
-  else snprintf(in, sizeof in, "at the top level");
+  if (*where)
+    snprintf(in, sizeof in, "in '%s'", where);
+  else
+    snprintf(in, sizeof in, "at the top level");
   gp_status s = near ? usage(o, "no key '%s' %s; did you mean '%s'?", o->comp[i], in, near)
                      : usage(o, "no key '%s' %s", o->comp[i], in);
   free(cands);
@@ -103,8 +106,10 @@ static gp_status set_in_map(const ovctx *o, const gp_ynode *map, int i, gp_ynode
   int last = i == o->n - 1;
   gp_ynode *val = NULL;
   if (at >= 0) {
-    if (last) GP_TRY(leaf(o, map->pairs[at].val, i, 0, 0, &val));
-    else GP_TRY(set_at(o, map->pairs[at].val, i + 1, &val));
+    if (last)
+      GP_TRY(leaf(o, map->pairs[at].val, i, 0, 0, &val));
+    else
+      GP_TRY(set_at(o, map->pairs[at].val, i + 1, &val));
   } else if (last) {
     GP_TRY(leaf(o, NULL, i, map->line, map->col, &val));
   } else if (is_creatable(where, o->comp[i])) {
@@ -148,8 +153,10 @@ static gp_status set_at(const ovctx *o, const gp_ynode *node, int i, gp_ynode **
     return usage(o, "'%s' has %d entr%s (0 to %d); there is no entry %ld", where, node->n,
                  node->n == 1 ? "y" : "ies", node->n - 1, ix);
   gp_ynode *val;
-  if (i == o->n - 1) GP_TRY(leaf(o, node->items[ix], i, 0, 0, &val));
-  else GP_TRY(set_at(o, node->items[ix], i + 1, &val));
+  if (i == o->n - 1)
+    GP_TRY(leaf(o, node->items[ix], i, 0, 0, &val));
+  else
+    GP_TRY(set_at(o, node->items[ix], i + 1, &val));
   gp_ynode *n = new_node(o->c, node);
   if (!n || !(n->items = gp_sp_alloc(&o->c->perm, (size_t)node->n * sizeof *n->items)))
     return gp_sp_nomem();
@@ -161,12 +168,12 @@ static gp_status set_at(const ovctx *o, const gp_ynode *node, int i, gp_ynode **
 
 gp_status gp_sp_override(gp_sp_ctx *c, gp_ynode **root, const gp_override *ov) {
   ovctx o = {c, ov, NULL, 0};
-  if (!ov->path || !ov->value)
-    return GP_ERR(GP_ERR_USAGE, "--set: expected KEY.PATH=VALUE");
+  if (!ov->path || !ov->value) return GP_ERR(GP_ERR_USAGE, "--set: expected KEY.PATH=VALUE");
   char *path = gp_sp_strdup(&c->perm, ov->path);
   if (!path) return gp_sp_nomem();
   int n = 1;
-  for (const char *p = path; *p; p++) n += *p == '.';
+  for (const char *p = path; *p; p++)
+    n += *p == '.';
   if (n > GP_SP_MAX_DEPTH) return usage(&o, "the key path has more than %d parts", GP_SP_MAX_DEPTH);
   o.comp = gp_sp_alloc(&c->perm, (size_t)n * sizeof *o.comp);
   if (!o.comp) return gp_sp_nomem();

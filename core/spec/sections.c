@@ -12,8 +12,8 @@
 static gp_status read_shape(gp_sp_ctx *c, const gp_ynode *n, const char *what, gp_shape *out) {
   GP_TRY(gp_sp_want(c, n, GP_Y_SEQ, what));
   if (n->n > GP_MAX_DIMS)
-    return gp_sp_err(c, n->line, n->col, "%s: %d dimensions; at most %d are supported", what,
-                     n->n, GP_MAX_DIMS);
+    return gp_sp_err(c, n->line, n->col, "%s: %d dimensions; at most %d are supported", what, n->n,
+                     GP_MAX_DIMS);
   memset(out, 0, sizeof *out);
   out->ndim = n->n;
   for (int i = 0; i < n->n; i++) {
@@ -48,8 +48,8 @@ static gp_status read_dtype(gp_sp_ctx *c, const gp_ynode *n, gp_dtype *out) {
   if (near)
     return gp_sp_err(c, n->line, n->col, "dtype: unknown type '%s'; did you mean '%s'?", n->s,
                      near);
-  return gp_sp_err(c, n->line, n->col,
-                   "dtype: unknown type '%s' (f32, f16, bf16, i32, i64 or u8)", n->s);
+  return gp_sp_err(c, n->line, n->col, "dtype: unknown type '%s' (f32, f16, bf16, i32, i64 or u8)",
+                   n->s);
 }
 
 gp_status gp_sp_inputs(gp_sp_ctx *c, const gp_ynode *in, gp_model *m) {
@@ -111,9 +111,9 @@ static gp_status fraction(gp_cfg *cfg, const char *key, double v) {
 }
 
 static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *d) {
-  static const char *const datasets[] = {"none",     "fashion-mnist", "mnist",
-                                         "cifar10",  "cifar100",      "imagenet",
-                                         "translation", "synthetic",  NULL};
+  static const char *const datasets[] = {"none",        "fashion-mnist", "mnist",
+                                         "cifar10",     "cifar100",      "imagenet",
+                                         "translation", "synthetic",     NULL};
   static const char *const nested[] = {"normalize", NULL};
   const gp_ynode *sec, *norm = NULL;
   GP_TRY(section(c, root, "data", "data", &sec));
@@ -239,7 +239,8 @@ static gp_status lr_schedule(gp_cfg *cfg, gp_train_spec *t) {
     GP_TRY(gp_cfg_require(cfg, "step_size"));
     GP_TRY(gp_cfg_int(cfg, "step_size", 1, 1, INT64_MAX, &t->step_size));
     GP_TRY(positive(cfg, "gamma", 0.1, &t->gamma));
-    if (t->gamma > 1) return gp_cfg_error(cfg, "gamma", "gamma: must be at most 1, got %g", t->gamma);
+    if (t->gamma > 1)
+      return gp_cfg_error(cfg, "gamma", "gamma: must be at most 1, got %g", t->gamma);
   }
   if (k == GP_LR_COSINE) {
     GP_TRY(gp_cfg_float(cfg, "min_lr", 0, 0, DBL_MAX, &t->min_lr));
@@ -298,11 +299,11 @@ static gp_status devices(gp_sp_ctx *c, const gp_ynode *sec, int64_t stages, gp_p
     int ok = !strcmp(s, "cpu") || !strcmp(s, "cuda");
     if (!ok && !strncmp(s, "cuda:", 5) && s[5]) {
       ok = strlen(s) <= 8;
-      for (const char *q = s + 5; *q && ok; q++) ok = *q >= '0' && *q <= '9';
+      for (const char *q = s + 5; *q && ok; q++)
+        ok = *q >= '0' && *q <= '9';
     }
     if (!ok)
-      return gp_sp_err(c, d->line, d->col,
-                       "devices: unknown device '%s' (cpu, cuda or cuda:N)", s);
+      return gp_sp_err(c, d->line, d->col, "devices: unknown device '%s' (cpu, cuda or cuda:N)", s);
     snprintf(p->devices[i], sizeof p->devices[i], "%s", s);
   }
   if (n != 1 && n != stages)
@@ -347,13 +348,15 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   if (s == GP_OK && gp_cfg_has(cfg, "balance")) {
     s = gp_cfg_ints(cfg, "balance", (int)stages, NULL, 1, INT32_MAX, bal);
     int64_t sum = 0;
-    for (int i = 0; s == GP_OK && i < stages; i++) sum += bal[i];
+    for (int i = 0; s == GP_OK && i < stages; i++)
+      sum += bal[i];
     if (s == GP_OK && sum != m->n_units)
       s = gp_cfg_error(cfg, "balance",
                        "balance: the stages hold %lld units in all, but the model has %d units",
                        (long long)sum, m->n_units);
     p->n_balance = (int)stages;
-    for (int i = 0; s == GP_OK && i < stages; i++) p->balance[i] = (int)bal[i];
+    for (int i = 0; s == GP_OK && i < stages; i++)
+      p->balance[i] = (int)bal[i];
   }
   if (s == GP_OK) {
     gp_cfg_has(cfg, "devices");

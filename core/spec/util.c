@@ -61,43 +61,74 @@ void gp_sp_arena_free(gp_sp_arena *a) {
 
 static uint64_t hash_str(const char *s) {
   uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
   return h;
 }
 
-int gp_sp_map_put(gp_sp_map *m, const char *key, int val, int *val_out) {
-  if ((m->n + 1) * 2 > m->cap) {
-    size_t cap = m->cap ? m->cap * 2 : 64;
-    const char **nk = calloc(cap, sizeof *nk);
-    int *nv = calloc(cap, sizeof *nv);
-    if (!nk || !nv) {
-      free(nk);
-      free(nv);
-      return -1;
-    }
-    for (size_t i = 0; i < m->cap; i++) {
-      if (!m->key[i]) continue;
-      size_t j = hash_str(m->key[i]) & (cap - 1);
-      while (nk[j]) j = (j + 1) & (cap - 1);
-      nk[j] = m->key[i];
-      nv[j] = m->val[i];
-    }
-    free(m->key);
-    free(m->val);
-    m->key = nk;
-    m->val = nv;
-    m->cap = cap;
+/* Grows to keep the load under one half. */
+static int map_grow(gp_sp_map *m) {
+  if ((m->n + 1) * 2 <= m->cap) return 0;
+  size_t cap = m->cap ? m->cap * 2 : 64;
+  const char **nk = calloc(cap, sizeof *nk);
+  int *nv = calloc(cap, sizeof *nv);
+  if (!nk || !nv) {
+    free(nk);
+    free(nv);
+    return -1;
   }
+  for (size_t i = 0; i < m->cap; i++) {
+    if (!m->key[i]) continue;
+    size_t j = hash_str(m->key[i]) & (cap - 1);
+    while (nk[j])
+      j = (j + 1) & (cap - 1);
+    nk[j] = m->key[i];
+    nv[j] = m->val[i];
+  }
+  free(m->key);
+  free(m->val);
+  m->key = nk;
+  m->val = nv;
+  m->cap = cap;
+  return 0;
+}
+
+/* The slot holding key, or the empty slot where it would go (the map is never full). */
+static size_t map_slot(const gp_sp_map *m, const char *key) {
   size_t j = hash_str(key) & (m->cap - 1);
-  for (; m->key[j]; j = (j + 1) & (m->cap - 1))
-    if (strcmp(m->key[j], key) == 0) {
-      if (val_out) *val_out = m->val[j];
-      return 1;
-    }
+  while (m->key[j] && strcmp(m->key[j], key) != 0)
+    j = (j + 1) & (m->cap - 1);
+  return j;
+}
+
+int gp_sp_map_put(gp_sp_map *m, const char *key, int val, int *val_out) {
+  if (map_grow(m) < 0) return -1;
+  size_t j = map_slot(m, key);
+  if (m->key[j]) {
+    if (val_out) *val_out = m->val[j];
+    return 1;
+  }
   m->key[j] = key;
   m->val[j] = val;
   m->n++;
   return 0;
+}
+
+int gp_sp_map_set(gp_sp_map *m, const char *key, int val) {
+  if (map_grow(m) < 0) return -1;
+  size_t j = map_slot(m, key);
+  if (!m->key[j]) m->n++;
+  m->key[j] = key;
+  m->val[j] = val;
+  return 0;
+}
+
+int gp_sp_map_get(const gp_sp_map *m, const char *key, int *val) {
+  if (!m->cap) return 0;
+  size_t j = map_slot(m, key);
+  if (!m->key[j]) return 0;
+  *val = m->val[j];
+  return 1;
 }
 
 void gp_sp_map_free(gp_sp_map *m) {
@@ -168,8 +199,7 @@ const gp_ypair *gp_sp_get(const gp_ynode *map, const char *key) {
 int gp_sp_is_null(const gp_ynode *n) {
   if (n->kind != GP_Y_SCALAR || !n->plain) return 0;
   const char *s = n->s;
-  return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
-         !strcmp(s, "NULL");
+  return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
 }
 
 const char *gp_sp_kind_name(const gp_ynode *n) {
@@ -186,16 +216,18 @@ const char *gp_sp_kind_name(const gp_ynode *n) {
 gp_status gp_sp_check_keys(const gp_sp_ctx *c, const gp_ynode *map, const char *const *allowed,
                            const char *what) {
   int n = 0;
-  while (allowed[n]) n++;
+  while (allowed[n])
+    n++;
   for (int i = 0; i < map->n; i++) {
     const gp_ypair *p = &map->pairs[i];
     int ok = 0;
-    for (int j = 0; j < n && !ok; j++) ok = strcmp(allowed[j], p->key) == 0;
+    for (int j = 0; j < n && !ok; j++)
+      ok = strcmp(allowed[j], p->key) == 0;
     if (ok) continue;
     const char *near = gp_nearest(p->key, allowed, n);
     if (near)
-      return gp_sp_err(c, p->line, p->col, "unknown key '%s' %s; did you mean '%s'?", p->key,
-                       what, near);
+      return gp_sp_err(c, p->line, p->col, "unknown key '%s' %s; did you mean '%s'?", p->key, what,
+                       near);
     return gp_sp_err(c, p->line, p->col, "unknown key '%s' %s", p->key, what);
   }
   return GP_OK;
@@ -208,8 +240,10 @@ gp_status gp_sp_want(const gp_sp_ctx *c, const gp_ynode *n, gp_ykind kind, const
                    gp_sp_kind_name(n));
 }
 
-gp_status gp_sp_cfg_of(gp_sp_ctx *c, const gp_ynode *map, const char *const *skip,
-                       gp_cfg **out) {
+gp_status gp_sp_cfg_of(gp_sp_ctx *c, const gp_ynode *map, const char *const *skip, gp_cfg **out) {
+  if (map->n > GP_SP_MAX_KEYS)
+    return gp_sp_err(c, map->line, map->col, "%d settings in one mapping; at most %d are read",
+                     map->n, GP_SP_MAX_KEYS);
   gp_cfg *cfg = gp_cfg_new(c->file, map->line, map->col);
   if (!cfg) return gp_sp_nomem();
   gp_status s = GP_OK;
@@ -218,7 +252,8 @@ gp_status gp_sp_cfg_of(gp_sp_ctx *c, const gp_ynode *map, const char *const *ski
   for (int i = 0; i < map->n && s == GP_OK; i++) {
     const gp_ypair *p = &map->pairs[i];
     int skipped = 0;
-    for (int j = 0; skip && skip[j] && !skipped; j++) skipped = strcmp(skip[j], p->key) == 0;
+    for (int j = 0; skip && skip[j] && !skipped; j++)
+      skipped = strcmp(skip[j], p->key) == 0;
     if (skipped) continue;
     const gp_ynode *v = p->val;
     if ((s = gp_sp_count_read(c, v)) != GP_OK) break;

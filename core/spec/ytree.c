@@ -83,7 +83,8 @@ static gp_status convert_map(conv *v, const yaml_node_t *yn, int depth, gp_ynode
       keys[i] = NULL;
     } else {
       int first = 0, r = gp_sp_map_put(&explicit, keys[i], mark_line(k), &first);
-      if (r < 0) s = gp_sp_nomem();
+      if (r < 0)
+        s = gp_sp_nomem();
       else if (r > 0)
         s = gp_sp_err(v->c, mark_line(k), mark_col(k), "duplicate key '%s' (first at line %d)",
                       keys[i], first);
@@ -100,7 +101,8 @@ static gp_status convert_map(conv *v, const yaml_node_t *yn, int depth, gp_ynode
             s = gp_sp_err(v->c, src->items[j]->line, src->items[j]->col,
                           "the merge key '<<' takes mappings, got %s in its list",
                           gp_sp_kind_name(src->items[j]));
-          else total += src->items[j]->n;
+          else
+            total += src->items[j]->n;
         }
       } else {
         s = gp_sp_err(v->c, src->line, src->col,
@@ -131,8 +133,10 @@ static gp_status convert_map(conv *v, const yaml_node_t *yn, int depth, gp_ynode
       gp_ynode *m = src->kind == GP_Y_MAP ? src : src->items[j];
       for (int q = 0; q < m->n && s == GP_OK; q++) {
         int r = gp_sp_map_put(&explicit, m->pairs[q].key, 0, NULL);
-        if (r < 0) s = gp_sp_nomem();
-        else if (r == 0) res[n++] = m->pairs[q]; /* now also counts as present */
+        if (r < 0)
+          s = gp_sp_nomem();
+        else if (r == 0)
+          res[n++] = m->pairs[q]; /* now also counts as present */
       }
     }
   }
@@ -140,7 +144,8 @@ static gp_status convert_map(conv *v, const yaml_node_t *yn, int depth, gp_ynode
   node->pairs = res;
   node->n = n;
   int64_t size = 1;
-  for (int i = 0; s == GP_OK && i < n; i++) size = add_size(size, 1 + res[i].val->size);
+  for (int i = 0; s == GP_OK && i < n; i++)
+    size = add_size(size, 1 + res[i].val->size);
   node->size = size;
   gp_sp_map_free(&explicit);
   free(vals);
@@ -226,6 +231,40 @@ static gp_status syntax_error(gp_sp_ctx *c, yaml_parser_t *p, const char *text, 
   return gp_sp_err(c, line, col, "YAML syntax error: %s", what);
 }
 
+/* The document API builds every node before returning, so first the stream is walked with
+ * the event parser, in constant memory: a file of a million tiny nodes or one nested
+ * thousands deep is refused before libyaml builds (and we convert) it. */
+static gp_status prescan(gp_sp_ctx *c, const char *text, size_t len) {
+  yaml_parser_t p;
+  yaml_event_t ev;
+  if (!yaml_parser_initialize(&p)) return gp_sp_nomem();
+  yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+  int64_t nodes = 0;
+  int depth = 0;
+  gp_status s = GP_OK;
+  for (;;) {
+    if (!yaml_parser_parse(&p, &ev)) {
+      s = syntax_error(c, &p, text, len);
+      break;
+    }
+    yaml_event_type_t t = ev.type;
+    int line = (int)ev.start_mark.line + 1, col = (int)ev.start_mark.column + 1;
+    if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) depth++;
+    if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) depth--;
+    nodes += t == YAML_SCALAR_EVENT || t == YAML_ALIAS_EVENT || t == YAML_SEQUENCE_START_EVENT ||
+             t == YAML_MAPPING_START_EVENT;
+    yaml_event_delete(&ev);
+    if (depth > GP_SP_MAX_DEPTH)
+      s = gp_sp_err(c, line, col, "nested more than %d levels deep", GP_SP_MAX_DEPTH);
+    else if (nodes > GP_SPEC_MAX_YAML_NODES)
+      s = gp_sp_err(c, line, col, "the file has more than %d YAML nodes; refusing it",
+                    GP_SPEC_MAX_YAML_NODES);
+    if (s != GP_OK || t == YAML_STREAM_END_EVENT) break;
+  }
+  yaml_parser_delete(&p);
+  return s;
+}
+
 gp_status gp_sp_tree_load(gp_sp_ctx *c, const char *text, size_t len, gp_ynode **root) {
   if (len > GP_SP_MAX_FILE_BYTES)
     return gp_sp_err(c, 1, 1, "the file has %zu bytes; a model file has at most %zu", len,
@@ -235,6 +274,7 @@ gp_status gp_sp_tree_load(gp_sp_ctx *c, const char *text, size_t len, gp_ynode *
     offset_pos(text, len, (size_t)((const char *)memchr(text, 0, len) - text), &line, &col);
     return gp_sp_err(c, line, col, "a NUL byte in the file (is it a text file?)");
   }
+  GP_TRY(prescan(c, text, len));
   yaml_document_t *doc = calloc(2, sizeof *doc);
   if (!doc) return gp_sp_nomem();
   yaml_parser_t p;
@@ -253,8 +293,9 @@ gp_status gp_sp_tree_load(gp_sp_ctx *c, const char *text, size_t len, gp_ynode *
   c->yaml_doc = doc; /* freed by gp_sp_tree_free from here on */
   yaml_node_t *yroot = yaml_document_get_root_node(&doc[0]);
   if (!yroot) {
-    s = gp_sp_err(c, 1, 1, "the file is empty; a model file is a mapping with inputs:, layers: "
-                           "and loss:");
+    s = gp_sp_err(c, 1, 1,
+                  "the file is empty; a model file is a mapping with inputs:, layers: "
+                  "and loss:");
   } else if (!yaml_parser_load(&p, &doc[1])) {
     s = syntax_error(c, &p, text, len);
   } else {
@@ -272,8 +313,10 @@ gp_status gp_sp_tree_load(gp_sp_ctx *c, const char *text, size_t len, gp_ynode *
                      yroot->type == YAML_SEQUENCE_NODE ? "a list" : "a single value");
   size_t nn = (size_t)(doc[0].nodes.top - doc[0].nodes.start);
   conv v = {c, &doc[0], calloc(nn, sizeof(gp_ynode *)), calloc(nn, 1), 0};
-  if (!v.memo || !v.state) s = gp_sp_nomem();
-  else s = convert(&v, (int)(yroot - doc[0].nodes.start) + 1, 0, root);
+  if (!v.memo || !v.state)
+    s = gp_sp_nomem();
+  else
+    s = convert(&v, (int)(yroot - doc[0].nodes.start) + 1, 0, root);
   free(v.memo);
   free(v.state);
   return s;

@@ -111,7 +111,7 @@ gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, gp_st_writer 
 }
 
 gp_status gp_params_load_from(gp_params *p, const gp_model *m, const gp_st_file *f,
-                              const char *file_name, const char *ignore_prefix) {
+                              const char *file_name) {
   char name[512], a[128], b[128];
   for (int i = p->first_node; i < p->end_node; i++) {
     const gp_layer *l = &m->nodes[i].layer;
@@ -126,12 +126,17 @@ gp_status gp_params_load_from(gp_params *p, const gp_model *m, const gp_st_file 
       GP_TRY(p->be->from_host(p->be, l->param[j], gp_st_data(f, e), e->end - e->begin));
     }
   }
+  return GP_OK;
+}
+
+gp_status gp_params_check_names(const gp_model *m, const gp_st_file *f, const char *file_name,
+                                const char *ignore_prefix) {
   size_t plen = ignore_prefix ? strlen(ignore_prefix) : 0;
   for (int k = 0; k < gp_st_count(f); k++) {
     const gp_st_entry *e = gp_st_entry_at(f, k);
     if (plen && strncmp(e->name, ignore_prefix, plen) == 0) continue;
     int found = 0;
-    for (int i = p->first_node; i < p->end_node && !found; i++) {
+    for (int i = 0; i < m->n_nodes && !found; i++) {
       const gp_layer *l = &m->nodes[i].layer;
       size_t pl = strlen(l->path);
       if (strncmp(e->name, l->path, pl) != 0 || e->name[pl] != '.') continue;

@@ -28,10 +28,14 @@ gp_status gp_params_zero_grad(gp_params *p);
 struct gp_st_writer;
 gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, struct gp_st_writer *w,
                                   float **stage);
-/* Loads every parameter and buffer by name; missing, extra (other than those starting
- * with one of ignore_prefix, may be NULL) or mis-shaped tensors are errors naming them. */
+/* Loads every parameter and buffer of the range by name; missing or mis-shaped tensors are
+ * errors naming them. */
 struct gp_st_file;
 gp_status gp_params_load_from(gp_params *p, const gp_model *m, const struct gp_st_file *f,
-                              const char *file_name, const char *ignore_prefix);
+                              const char *file_name);
+/* A tensor of f that is no parameter of m (other than names starting with ignore_prefix, which
+ * may be NULL) is an error naming it. */
+gp_status gp_params_check_names(const gp_model *m, const struct gp_st_file *f,
+                                const char *file_name, const char *ignore_prefix);
 
 #endif

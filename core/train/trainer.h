@@ -1,12 +1,11 @@
-/* Synchronous training of a loaded model on one stage: a step over a mini-batch, evaluation,
- * weights in safetensors, and exact checkpoints (weights, optimizer state, step, data
- * position) written atomically. The pipeline executor drives the same parts per stage. */
+/* Synchronous training of a loaded model through the pipeline (K = 1 is a pipeline of one
+ * stage): a step over a mini-batch, evaluation, weights in safetensors, and exact
+ * checkpoints (weights, optimizer state, step, data position) written atomically. Weights and
+ * checkpoints are named by layer path, so they do not depend on K or M. */
 #ifndef GP_TRAINER_H
 #define GP_TRAINER_H
 
-#include "core/train/exec.h"
-#include "core/train/optimizer.h"
-#include "core/train/params.h"
+#include "core/train/pipeline.h"
 
 typedef struct gp_metrics {
   double loss;     /* mean over samples */
@@ -16,19 +15,15 @@ typedef struct gp_metrics {
 
 typedef struct gp_trainer {
   gp_model *m;
-  gp_backend *be;
-  gp_params params;
-  gp_optimizer opt;
-  gp_arena arena;
+  gp_plan plan;
+  gp_pipeline *pl;
   uint64_t seed;
-  int64_t step;      /* optimizer steps done */
-  int input_index;   /* the model's f32 input the loader's x feeds */
-  gp_tensor x_dev, y_dev; /* device staging of one batch (grown as needed) */
-  int64_t staged;    /* samples the staging holds room for */
+  int64_t step; /* optimizer steps done */
 } gp_trainer;
 
 /* Weights are initialized from seed (the same for every K and M). */
-gp_status gp_trainer_init(gp_trainer *t, gp_model *m, gp_backend *be, uint64_t seed);
+gp_status gp_trainer_init(gp_trainer *t, gp_model *m, const gp_plan *plan,
+                          const gp_pipeline_opts *o, uint64_t seed);
 void gp_trainer_free(gp_trainer *t);
 
 /* One optimizer step on a mini-batch of host data (x: batch x sample f32, y: int32). */

@@ -1,8 +1,10 @@
 /* Dropout cannot be compared with PyTorch (different RNG), so it is checked against its
- * contract instead: element i of the batch tensor is kept iff gp_counter_uniform(key, i)
- * >= p with key = gp_layer_rng_key, kept values are scaled by 1/(1-p), backward uses the
- * same mask, a recompute reproduces it, another step/micro-batch/layer changes it, the kept
- * fraction is near 1 - p, and evaluation mode (or p = 0) is the identity. */
+ * contract instead: element i of a micro-batch is kept iff gp_counter_uniform(key,
+ * sample_offset * per_sample + i) >= p with key = gp_layer_rng_key (seed, step, layer path),
+ * kept values are scaled by 1/(1-p), backward uses the same mask, a recompute reproduces
+ * it, a micro-batch gets the mask of the same samples in the whole mini-batch (so M does not
+ * change it), another step or layer changes it, the kept fraction is near 1 - p, and
+ * evaluation mode (or p = 0) is the identity. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #define N_FEAT 5000
 #define BATCH 4
 #define P 0.3
+#define OFFSET 6 /* the micro-batch's first sample in the mini-batch */
 
 static int failed;
 
@@ -42,6 +45,7 @@ static int build(lt_layer *t, gp_backend *be, double p) {
   lt_fill_uniform(8, GP_F32P(&t->dout), BATCH * N_FEAT, 0.5f, 1.5f);
   t->e.step = 7;
   t->e.micro = 2;
+  t->e.sample_offset = OFFSET;
   return 1;
 }
 
@@ -92,13 +96,13 @@ int main(void) {
   uint64_t key = gp_layer_rng_key(&t.l, &t.e);
   int64_t kept = 0, wrong_fwd = 0, wrong_bwd = 0;
   for (int64_t i = 0; i < n; i++) {
-    int k = gp_counter_uniform(key, (uint64_t)i) >= (float)P;
+    int k = gp_counter_uniform(key, (uint64_t)(OFFSET * N_FEAT + i)) >= (float)P;
     kept += k;
     wrong_fwd += (y[i] != 0.0f) != k;
     wrong_bwd += (dx[i] != 0.0f) != k;
   }
   printf("dropout p = %g: kept %lld of %lld (%.4f); %lld forward and %lld backward mask "
-         "elements differ from gp_counter_uniform(gp_layer_rng_key(...), i) >= p\n",
+         "elements differ from gp_counter_uniform(key, offset + i) >= p\n",
          P, (long long)kept, (long long)n, (double)kept / (double)n, (long long)wrong_fwd,
          (long long)wrong_bwd);
   if (wrong_fwd) fail("forward mask is not the contract's (core/backend.h dropout_forward)");
@@ -127,18 +131,39 @@ int main(void) {
   if (!lt_compare_f("dropout: recompute forward", y, want, n, LT_TOL_EXACT, NULL)) failed++;
   t.e.recompute = 0;
 
-  /* Another step, micro-batch or layer path gives another mask (two independent masks
-   * agree on p^2 + (1-p)^2 = 58% of elements). */
-  const char *what[3] = {"next step", "next micro-batch", "another layer path"};
-  for (int v = 0; v < 3; v++) {
+  /* The second half of the batch run alone as a micro-batch (its own micro index, offset
+   * two samples later) gets exactly the second half of the mask. */
+  {
+    lt_layer h;
+    gp_shape fs = {1, {N_FEAT}};
+    if (lt_layer_build(&h, be, "{type: dropout, p: 0.3}", 1, &fs, NULL, BATCH / 2) != GP_OK) {
+      printf("  FAIL dropout half batch: %s\n", gp_error_message());
+      failed++;
+    } else {
+      const int64_t half = (BATCH / 2) * N_FEAT;
+      memcpy(h.in[0].data, x + half, (size_t)half * sizeof(float));
+      h.e.step = 7;
+      h.e.micro = 5;
+      h.e.sample_offset = OFFSET + BATCH / 2;
+      if (run(&h, 0) &&
+          !lt_compare_f("dropout: a micro-batch of the last samples vs the same samples in the "
+                        "whole batch",
+                        GP_F32P(&h.out), y + half, half, LT_TOL_EXACT, NULL))
+        failed++;
+    }
+    lt_layer_free(&h);
+  }
+
+  /* Another step or layer path gives another mask (two independent masks agree on
+   * p^2 + (1-p)^2 = 58% of elements). */
+  const char *what[2] = {"next step", "another layer path"};
+  for (int v = 0; v < 2; v++) {
     char *path = t.l.path;
     if (v == 0) t.e.step++;
-    if (v == 1) t.e.micro++;
-    if (v == 2) t.l.path = "layer2";
+    if (v == 1) t.l.path = "layer2";
     int ok = run(&t, 0);
     t.l.path = path;
     t.e.step = 7;
-    t.e.micro = 2;
     if (!ok) goto out;
     free(m1);
     m1 = mask_of(y, n);

@@ -39,8 +39,9 @@ static void one(const char *d, size_t n) {
 static void mutate_all(const char *seed, size_t n) {
   char *b = malloc(n * 2 + 64);
   if (!b) abort();
-  for (size_t len = 0; len <= n; len++) one(seed, len); /* every truncation */
-  for (size_t i = 0; i < n; i++) {                        /* one replaced byte per position */
+  for (size_t len = 0; len <= n; len++)
+    one(seed, len);                /* every truncation */
+  for (size_t i = 0; i < n; i++) { /* one replaced byte per position */
     memcpy(b, seed, n);
     b[i] = repl[(i * 7 + 3) % (sizeof repl - 1)];
     one(b, n);

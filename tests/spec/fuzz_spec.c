@@ -48,7 +48,8 @@ static int located(const char *msg) {
   msg += strlen(p);
   for (int part = 0; part < 2; part++) {
     if (!isdigit((unsigned char)*msg)) return 0;
-    while (isdigit((unsigned char)*msg)) msg++;
+    while (isdigit((unsigned char)*msg))
+      msg++;
     if (*msg++ != ':') return 0;
   }
   return *msg == ' ' && msg[1];
@@ -68,7 +69,8 @@ static void run(const char *text, const gp_override *ov, int n_ov) {
   invariant(s == GP_ERR_SPEC || s == GP_ERR_USAGE || s == GP_ERR_NOMEM, "status kind", text);
   invariant(!strchr(gp_error_message(), '\n'), "one line", text);
   if (s == GP_ERR_SPEC) invariant(located(gp_error_message()), "FILE:LINE:COL: message", text);
-  if (s == GP_ERR_USAGE) invariant(!strncmp(gp_error_message(), "--set ", 6), "--set message", text);
+  if (s == GP_ERR_USAGE)
+    invariant(!strncmp(gp_error_message(), "--set ", 6), "--set message", text);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

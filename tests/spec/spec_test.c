@@ -39,8 +39,8 @@ int gp_t_load_fails(const char *what, const char *text, const gp_override *ov, i
   int ok = 1;
   if (getenv("GP_T_VERBOSE")) printf("%-40s %s\n", what, msg);
   if (s != code) {
-    gp_t_fail(__FILE__, __LINE__, what, "expected status '%s', got '%s' (%s)",
-              gp_status_name(code), gp_status_name(s), msg);
+    gp_t_fail(__FILE__, __LINE__, what, "expected status '%s', got '%s' (%s)", gp_status_name(code),
+              gp_status_name(s), msg);
     ok = 0;
   }
   if (s != GP_OK && m != NULL) {

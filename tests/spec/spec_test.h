@@ -7,13 +7,12 @@
 
 extern int gp_t_failures;
 
-#define CHECK(cond, ...)                                                                       \
-  do {                                                                                         \
-    if (!(cond)) gp_t_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                            \
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) gp_t_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                                \
   } while (0)
 
-void gp_t_fail(const char *file, int line, const char *cond, const char *fmt, ...)
-    GP_PRINTF(4, 5);
+void gp_t_fail(const char *file, int line, const char *cond, const char *fmt, ...) GP_PRINTF(4, 5);
 
 /* Loads text as "t.yaml"; on failure reports the message as a test failure and returns NULL. */
 gp_model *gp_t_load(const char *what, const char *text, const gp_override *ov, int n_ov);

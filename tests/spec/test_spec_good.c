@@ -7,11 +7,11 @@
 
 #include "tests/spec/spec_test.h"
 
-#define CHECK_OUT(m, path, want)                                                               \
-  do {                                                                                         \
-    char b_[128];                                                                              \
-    const char *got_ = gp_t_out((m), gp_t_node((m), (path)), b_, sizeof b_);                   \
-    CHECK(!strcmp(got_, (want)), "%s: output %s, expected %s", (path), got_, (want));          \
+#define CHECK_OUT(m, path, want)                                                                   \
+  do {                                                                                             \
+    char b_[128];                                                                                  \
+    const char *got_ = gp_t_out((m), gp_t_node((m), (path)), b_, sizeof b_);                       \
+    CHECK(!strcmp(got_, (want)), "%s: output %s, expected %s", (path), got_, (want));              \
   } while (0)
 
 /* Tensor id of the node at path. */
@@ -48,16 +48,24 @@ static void test_example(const char *file) {
   for (int u = 0; u <= 6 && u <= m->n_units; u++)
     CHECK(m->unit_first[u] == first[u], "unit_first[%d] = %d", u, m->unit_first[u]);
 
-  static const char *const paths[] = {"0.conv", "0.1",  "0.2",    "1",      "2.conv",
-                                      "2.1",    "2.2",  "3.conv", "3.1",    "3.2",
-                                      "4",      "logits", "loss"};
-  static const char *const types[] = {"conv2d", "batchnorm", "relu",    "maxpool", "conv2d",
-                                      "batchnorm", "relu",   "conv2d",  "batchnorm", "relu",
-                                      "flatten", "linear",   "softmax_cross_entropy"};
+  static const char *const paths[] = {"0.conv", "0.1", "0.2", "1", "2.conv", "2.1", "2.2",
+                                      "3.conv", "3.1", "3.2", "4", "logits", "loss"};
+  static const char *const types[] = {"conv2d",
+                                      "batchnorm",
+                                      "relu",
+                                      "maxpool",
+                                      "conv2d",
+                                      "batchnorm",
+                                      "relu",
+                                      "conv2d",
+                                      "batchnorm",
+                                      "relu",
+                                      "flatten",
+                                      "linear",
+                                      "softmax_cross_entropy"};
   CHECK(m->n_nodes == 13, "n_nodes %d", m->n_nodes);
   for (int i = 0; i < 13 && i < m->n_nodes; i++) {
-    CHECK(!strcmp(m->nodes[i].layer.path, paths[i]), "node %d path %s", i,
-          m->nodes[i].layer.path);
+    CHECK(!strcmp(m->nodes[i].layer.path, paths[i]), "node %d path %s", i, m->nodes[i].layer.path);
     CHECK(!strcmp(m->nodes[i].layer.type->name, types[i]), "node %d type %s", i,
           m->nodes[i].layer.type->name);
   }
@@ -162,12 +170,13 @@ static void test_defaults(void) {
     gp_model_free(m);
   }
   m = gp_t_load("adamw settings",
-                MIN_HEAD "layers: [{type: linear, out_features: 3}]\nloss: softmax_cross_entropy\n"
-                         "train: {optimizer: {type: adamw, lr: 3e-4, betas: [0.8, 0.95], eps: 1e-6, "
-                         "weight_decay: 0}}\n"
-                         "data: {dataset: cifar10, normalize: {mean: [0.5, 0.4, 0.3], std: [0.2, "
-                         "0.25, 0.3]}, augment: true, train_limit: 100}\n"
-                         "pipeline: {devices: cuda:0, schedule: 1f1b, checkpoint: never}\n",
+                MIN_HEAD
+                "layers: [{type: linear, out_features: 3}]\nloss: softmax_cross_entropy\n"
+                "train: {optimizer: {type: adamw, lr: 3e-4, betas: [0.8, 0.95], eps: 1e-6, "
+                "weight_decay: 0}}\n"
+                "data: {dataset: cifar10, normalize: {mean: [0.5, 0.4, 0.3], std: [0.2, "
+                "0.25, 0.3]}, augment: true, train_limit: 100}\n"
+                "pipeline: {devices: cuda:0, schedule: 1f1b, checkpoint: never}\n",
                 NULL, 0);
   if (m) {
     const gp_train_spec *a = &m->train;
@@ -190,10 +199,10 @@ static void test_expressions(void) {
   static const struct {
     const char *expr, *out;
   } cases[] = {
-      {"${(1 + 2) * 3}", "[9]"},   {"${-7 // 2 + 10}", "[6]"}, {"${7 % -3 + 5}", "[3]"},
-      {"${-7 % 3}", "[2]"},        {"${2.5 * 4}", "[10]"},     {"${10 / 4 * 2}", "[5]"},
-      {"${2 - 3 - 4 + 12}", "[7]"}, {"${ 2*3+1 }", "[7]"},     {"${8 // 3 * 3}", "[6]"},
-      {"${7.5 // 2}", "[3]"},      {"${--4}", "[4]"},          {"${1e1 - 2}", "[8]"},
+      {"${(1 + 2) * 3}", "[9]"},    {"${-7 // 2 + 10}", "[6]"}, {"${7 % -3 + 5}", "[3]"},
+      {"${-7 % 3}", "[2]"},         {"${2.5 * 4}", "[10]"},     {"${10 / 4 * 2}", "[5]"},
+      {"${2 - 3 - 4 + 12}", "[7]"}, {"${ 2*3+1 }", "[7]"},      {"${8 // 3 * 3}", "[6]"},
+      {"${7.5 // 2}", "[3]"},       {"${--4}", "[4]"},          {"${1e1 - 2}", "[8]"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char text[512];
@@ -291,7 +300,8 @@ static void test_residual(void) {
   CHECK(input_of(m, "stage.0.3", 1) == tensor(m, "stem"), "block 'in' is the instance input");
   CHECK(input_of(m, "stage.1.3", 0) == tensor(m, "stage.1.fc2"), "add takes fc2");
   CHECK(input_of(m, "stage.1.3", 1) == tensor(m, "stage.0.3"), "in = previous copy's output");
-  CHECK(input_of(m, "skip", 0) == tensor(m, "stage.2.3") && input_of(m, "skip", 1) == tensor(m, "stem"),
+  CHECK(input_of(m, "skip", 0) == tensor(m, "stage.2.3") &&
+            input_of(m, "skip", 1) == tensor(m, "stem"),
         "skip across units takes the last copy and the stem");
   /* a reused name: after the layer named x, "x" is that layer, not the model input */
   CHECK(input_of(m, "6", 0) == tensor(m, "x") && input_of(m, "6", 1) == tensor(m, "skip"),
@@ -303,26 +313,26 @@ static void test_residual(void) {
   gp_model_free(m);
 }
 
-static const char *const multi_yaml =
-    "inputs: {x: [8], label: {shape: [], dtype: i32}}\n"
-    "blocks:\n"
-    "  merge:\n"
-    "    inputs: [a, b]\n"
-    "    layers:\n"
-    "      - {type: add, from: [a, b], name: sum}\n"
-    "      - {type: linear, out_features: 8}\n"
-    "      - {type: relu, from: sum}\n"
-    "    output: '1'\n"
-    "layers:\n"
-    "  - {type: linear, out_features: 8, name: p}\n"
-    "  - {type: linear, out_features: 8, name: q, from: x}\n"
-    "  - {block: merge, from: [p, q], repeat: 2, name: m}\n"
-    "  - {type: linear, out_features: 3}\n"
-    "loss: {type: softmax_cross_entropy}\n";
+static const char *const multi_yaml = "inputs: {x: [8], label: {shape: [], dtype: i32}}\n"
+                                      "blocks:\n"
+                                      "  merge:\n"
+                                      "    inputs: [a, b]\n"
+                                      "    layers:\n"
+                                      "      - {type: add, from: [a, b], name: sum}\n"
+                                      "      - {type: linear, out_features: 8}\n"
+                                      "      - {type: relu, from: sum}\n"
+                                      "    output: '1'\n"
+                                      "layers:\n"
+                                      "  - {type: linear, out_features: 8, name: p}\n"
+                                      "  - {type: linear, out_features: 8, name: q, from: x}\n"
+                                      "  - {block: merge, from: [p, q], repeat: 2, name: m}\n"
+                                      "  - {type: linear, out_features: 3}\n"
+                                      "loss: {type: softmax_cross_entropy}\n";
 
 static void test_multi_input(void) {
   /* output: '1' is not a name (unnamed entries have no tensor name) */
-  static const char *const parts[] = {"t.yaml:9:13: ", "output: no tensor named '1'", "in block 'merge'"};
+  static const char *const parts[] = {"t.yaml:9:13: ", "output: no tensor named '1'",
+                                      "in block 'merge'"};
   gp_t_load_fails("block output must be a name", multi_yaml, NULL, 0, GP_ERR_SPEC, parts, 3);
   gp_override ov[] = {{"blocks.merge.output", "sum"}};
   gp_model *m = gp_t_load("multi-input block", multi_yaml, ov, 1);

@@ -20,21 +20,34 @@ typedef struct bad_set {
 } bad_set;
 
 static const bad_set cases[] = {
-    {"train.optimzer.lr", "0.1", GP_ERR_USAGE,
+    {"train.optimzer.lr",
+     "0.1",
+     GP_ERR_USAGE,
      {"--set train.optimzer.lr=0.1: no key 'optimzer' in 'train'; did you mean 'optimizer'?"}},
-    {"trian.lr", "0.1", GP_ERR_USAGE,
+    {"trian.lr",
+     "0.1",
+     GP_ERR_USAGE,
      {"--set trian.lr=0.1: no key 'trian' at the top level; did you mean 'train'?"}},
     {"pipline.stages", "2", GP_ERR_USAGE, {"no key 'pipline' at the top level", "'pipeline'?"}},
-    {"layers.9.out_features", "2", GP_ERR_USAGE,
+    {"layers.9.out_features",
+     "2",
+     GP_ERR_USAGE,
      {"--set layers.9.out_features=2: ", "'layers' has 1 entry (0 to 0); there is no entry 9"}},
-    {"layers.first.out_features", "2", GP_ERR_USAGE,
+    {"layers.first.out_features",
+     "2",
+     GP_ERR_USAGE,
      {"'layers' is a list: expected an index 0 to 0, got 'first'"}},
     {"layers.-1.out_features", "2", GP_ERR_USAGE, {"expected an index", "got '-1'"}},
-    {"train", "3", GP_ERR_USAGE,
+    {"train",
+     "3",
+     GP_ERR_USAGE,
      {"--set train=3: 'train' is a mapping; --set changes single values only"}},
     {"layers.0", "relu", GP_ERR_USAGE, {"'layers.0' is a mapping"}},
     {"layers", "relu", GP_ERR_USAGE, {"'layers' is a list", "entries by index"}},
-    {"train.batch_size.x", "1", GP_ERR_USAGE, {"'train.batch_size' is a single value; it has no 'x'"}},
+    {"train.batch_size.x",
+     "1",
+     GP_ERR_USAGE,
+     {"'train.batch_size' is a single value; it has no 'x'"}},
     {"train..lr", "1", GP_ERR_USAGE, {"--set train..lr=1: ", "no empty part"}},
     {"", "1", GP_ERR_USAGE, {"--set =1: ", "no empty part"}},
     {"data.normalize.mean.0", "0.5", GP_ERR_USAGE, {"no key 'mean' in 'data.normalize'"}},
@@ -49,7 +62,8 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     gp_override ov[2] = {{"train.batch_size", "4"}, {cases[i].path, cases[i].value}};
     int n = 0;
-    while (n < 3 && cases[i].msg[n]) n++;
+    while (n < 3 && cases[i].msg[n])
+      n++;
     char what[128];
     snprintf(what, sizeof what, "--set %s=%s", cases[i].path, cases[i].value);
     gp_t_load_fails(what, text, ov, 2, cases[i].code, cases[i].msg, n);

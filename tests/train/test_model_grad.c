@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "core/rng.h"
-#include "core/train/trainer.h"
+#include "core/train/exec.h"
+#include "core/train/params.h"
 
 static const char *model_text =
     "name: grad-check\n"
@@ -29,8 +30,14 @@ static const char *model_text =
 #define H 1e-2
 #define TOL 2e-3
 
-static double loss_of(gp_trainer *t, const float *x, const int32_t *y, int64_t batch,
-                      int backward) {
+typedef struct rig {
+  gp_model *m;
+  gp_backend *be;
+  gp_arena arena;
+  gp_params params;
+} rig;
+
+static double loss_of(rig *t, const float *x, const int32_t *y, int64_t batch, int backward) {
   gp_pass p;
   gp_model *m = t->m;
   gp_exec e = {.be = t->be, .arena = &t->arena, .training = 1, .seed = 1, .loss_count = batch};
@@ -49,12 +56,16 @@ static double loss_of(gp_trainer *t, const float *x, const int32_t *y, int64_t b
 int main(void) {
   gp_model *m;
   gp_backend *be;
-  gp_trainer t;
+  rig t;
   if (gp_model_load_string(model_text, "grad-check.yaml", NULL, 0, &m) != GP_OK ||
-      gp_cpu_backend_create(1, &be) != GP_OK || gp_trainer_init(&t, m, be, 3) != GP_OK) {
+      gp_cpu_backend_create(1, &be) != GP_OK ||
+      gp_params_init(&t.params, m, 0, m->n_nodes, be, 3) != GP_OK) {
     printf("FAIL: setup: %s\n", gp_error_message());
     return 1;
   }
+  t.m = m;
+  t.be = be;
+  gp_arena_init(&t.arena, be, 0);
   int64_t batch = 3, per = 2 * 5 * 5;
   float *x = malloc(sizeof(float) * (size_t)(batch * per));
   int32_t y[3] = {0, 3, 1};
@@ -82,7 +93,8 @@ int main(void) {
     }
   }
   printf("%lld parameter elements, worst relative error %.3g\n", (long long)n, worst);
-  gp_trainer_free(&t);
+  gp_params_free(&t.params);
+  gp_arena_free(&t.arena);
   gp_backend_destroy(be);
   gp_model_free(m);
   free(x);

@@ -1,0 +1,617 @@
+/* The pipeline executor: stage workers, their hand-offs, failure and the watchdog. */
+#include "core/train/pipeline.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/train/exec.h"
+
+#define MSG_MAX 1024
+
+/* A tensor this stage reads that another stage (or the input) produces. */
+typedef struct ext_in {
+  int t;        /* tensor id */
+  int producer; /* stage, or -1 for a model input */
+} ext_in;
+
+/* A tensor this stage produces that a later stage reads. */
+typedef struct ext_out {
+  int t;        /* tensor id */
+  int consumer; /* stage */
+  int k;        /* index in the consumer's ext_in */
+} ext_out;
+
+/* What stage s has received for micro-batch m. */
+typedef struct mailbox {
+  gp_tensor *val;  /* per ext_in: the value */
+  float **grad_to; /* per ext_in: where the producer wants the gradient (NULL: none) */
+  int ready;       /* values delivered */
+  int grads;       /* gradients delivered for this stage's ext_outs */
+} mailbox;
+
+typedef enum cmd_kind { CMD_NONE, CMD_TRAIN, CMD_EVAL, CMD_EXIT } cmd_kind;
+
+typedef struct stage {
+  gp_pipeline *pl;
+  int index, first, end;
+  gp_backend *be;
+  gp_params params;
+  gp_optimizer opt;
+  int have_opt;
+  gp_arena *slot_arena; /* M arenas: one per micro-batch slot */
+  gp_arena scratch;     /* forwards whose activations are dropped (re-materialization) */
+  gp_mem_meter meter;
+  gp_pass *pass; /* M passes */
+  int n_in, n_out, n_grads_expected, n_wait_in;
+  ext_in *in;
+  ext_out *out;
+  mailbox *box; /* M */
+  pthread_t thread;
+  int started;
+  int64_t sent_bytes;
+  gp_step_result acc;
+} stage;
+
+struct gp_pipeline {
+  gp_model *m;
+  gp_plan plan;
+  gp_schedule sched;
+  int k, micro;
+  stage *st;
+  uint64_t seed;
+  double watchdog_s;
+  int pin, cores, threads_per_stage;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* every state change; waiters re-check their condition */
+  /* the current command */
+  cmd_kind cmd;
+  uint64_t generation;
+  int done;
+  const float *x;
+  const int32_t *y;
+  int64_t batch, step;
+  double lr;
+  int64_t off[GP_SPEC_MAX_REPEAT]; /* micro-batch m: samples [off[m], off[m+1]) */
+  /* global-norm clipping barrier */
+  double sumsq;
+  int arrived;
+  uint64_t barrier_gen;
+  /* the first failure */
+  int failed;
+  gp_status fail_status;
+  char fail_msg[MSG_MAX];
+};
+
+static void deadline_in(double s, struct timespec *ts) {
+  clock_gettime(CLOCK_REALTIME, ts);
+  double whole = floor(s);
+  ts->tv_sec += (time_t)whole;
+  ts->tv_nsec += (long)((s - whole) * 1e9);
+  if (ts->tv_nsec >= 1000000000L) {
+    ts->tv_sec++;
+    ts->tv_nsec -= 1000000000L;
+  }
+}
+
+/* Records the first failure (with where it happened) and wakes everyone. Holds no lock. */
+static gp_status fail(gp_pipeline *pl, gp_status s, int stage_i, int micro) {
+  pthread_mutex_lock(&pl->mu);
+  if (!pl->failed) {
+    pl->failed = 1;
+    pl->fail_status = s;
+    if (micro >= 0)
+      snprintf(pl->fail_msg, sizeof pl->fail_msg, "stage %d, micro-batch %d: %s", stage_i, micro,
+               gp_error_message());
+    else snprintf(pl->fail_msg, sizeof pl->fail_msg, "stage %d: %s", stage_i, gp_error_message());
+  }
+  pthread_cond_broadcast(&pl->cv);
+  pthread_mutex_unlock(&pl->mu);
+  return s;
+}
+
+/* Waits, with the lock held, until *value >= want; fails on another stage's failure or the
+ * watchdog. what/from describe the wait for the watchdog's message. */
+static gp_status wait_for(gp_pipeline *pl, const int *value, int want, const char *what,
+                          int micro, int stage_i) {
+  struct timespec dl;
+  deadline_in(pl->watchdog_s, &dl);
+  while (*value < want && !pl->failed) {
+    int rc = pthread_cond_timedwait(&pl->cv, &pl->mu, &dl);
+    if (rc == ETIMEDOUT && *value < want && !pl->failed)
+      return GP_ERR(GP_ERR_RUNTIME,
+                    "watchdog: stage %d waited more than %.0f s for %s of micro-batch %d",
+                    stage_i, pl->watchdog_s, what, micro);
+  }
+  if (pl->failed) return GP_ERR(GP_ERR_RUNTIME, "stopped because another stage failed");
+  return GP_OK;
+}
+
+/* ---- setup ---- */
+
+static int producer_of(const gp_pipeline *pl, int t) {
+  int n = t - pl->m->n_inputs;
+  if (n < 0) return -1;
+  for (int s = 0; s < pl->k; s++)
+    if (n >= pl->st[s].first && n < pl->st[s].end) return s;
+  return -1;
+}
+
+static gp_status find_boundaries(gp_pipeline *pl) {
+  const gp_model *m = pl->m;
+  for (int s = 0; s < pl->k; s++) {
+    stage *st = &pl->st[s];
+    st->in = calloc((size_t)(m->n_inputs + m->n_nodes), sizeof *st->in);
+    if (!st->in) return GP_ERR(GP_ERR_NOMEM, "out of memory planning the pipeline");
+    for (int i = st->first; i < st->end; i++)
+      for (int j = 0; j < m->nodes[i].n_in; j++) {
+        int t = m->nodes[i].in[j], node = t - m->n_inputs, dup = 0;
+        if (node >= st->first && node < st->end) continue;
+        for (int q = 0; q < st->n_in; q++) dup |= st->in[q].t == t;
+        if (dup) continue;
+        st->in[st->n_in].t = t;
+        st->in[st->n_in].producer = producer_of(pl, t);
+        if (st->in[st->n_in].producer >= 0) st->n_wait_in++;
+        st->n_in++;
+      }
+  }
+  for (int s = 0; s < pl->k; s++) {
+    stage *st = &pl->st[s];
+    st->out = calloc((size_t)(pl->k * (st->end - st->first) + 1), sizeof *st->out);
+    if (!st->out) return GP_ERR(GP_ERR_NOMEM, "out of memory planning the pipeline");
+    for (int c = s + 1; c < pl->k; c++)
+      for (int q = 0; q < pl->st[c].n_in; q++)
+        if (pl->st[c].in[q].producer == s) {
+          ext_out *o = &st->out[st->n_out++];
+          o->t = pl->st[c].in[q].t;
+          o->consumer = c;
+          o->k = q;
+          if (m->nodes[o->t - m->n_inputs].layer.out_dtype == GP_F32) st->n_grads_expected++;
+        }
+  }
+  return GP_OK;
+}
+
+static gp_status stage_init(gp_pipeline *pl, stage *st) {
+  int M = pl->micro;
+  GP_TRY(gp_cpu_backend_create(pl->threads_per_stage, &st->be));
+  GP_TRY(gp_params_init(&st->params, pl->m, st->first, st->end, st->be, pl->seed));
+  GP_TRY(gp_optimizer_init(&st->opt, &pl->m->train, &st->params));
+  st->have_opt = 1;
+  st->slot_arena = calloc((size_t)M, sizeof *st->slot_arena);
+  st->pass = calloc((size_t)M, sizeof *st->pass);
+  st->box = calloc((size_t)M, sizeof *st->box);
+  if (!st->slot_arena || !st->pass || !st->box)
+    return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
+  gp_arena_init(&st->scratch, st->be, 0);
+  st->scratch.meter = &st->meter;
+  for (int m = 0; m < M; m++) {
+    gp_arena_init(&st->slot_arena[m], st->be, 0);
+    st->slot_arena[m].meter = &st->meter;
+    GP_TRY(gp_pass_init(&st->pass[m], pl->m, st->first, st->end, 0));
+    st->box[m].val = calloc((size_t)(st->n_in + 1), sizeof *st->box[m].val);
+    st->box[m].grad_to = calloc((size_t)(st->n_in + 1), sizeof *st->box[m].grad_to);
+    if (!st->box[m].val || !st->box[m].grad_to)
+      return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
+  }
+  return GP_OK;
+}
+
+/* ---- actions ---- */
+
+static gp_exec exec_for(stage *st, int micro, int training, int recompute, gp_arena *arena) {
+  gp_pipeline *pl = st->pl;
+  gp_exec e = {.be = st->be, .arena = arena, .training = training, .recompute = recompute,
+               .seed = pl->seed, .step = pl->step, .micro = micro,
+               .sample_offset = pl->off[micro], .loss_count = training ? pl->batch : 1};
+  return e;
+}
+
+static void pass_clear(gp_pass *p, int64_t batch) {
+  size_t nt = (size_t)(p->m->n_inputs + p->m->n_nodes);
+  memset(p->val, 0, nt * sizeof *p->val);
+  memset(p->grad, 0, nt * sizeof *p->grad);
+  memset(p->saved, 0, (size_t)p->m->n_nodes * sizeof *p->saved);
+  p->batch = batch;
+}
+
+/* Points the pass's inputs at micro-batch m: model inputs copied from the host batch into
+ * the slot's arena, other stages' tensors from the mailbox (waiting for them). */
+static gp_status gather_inputs(stage *st, int m, gp_pass *p, gp_arena *keep) {
+  gp_pipeline *pl = st->pl;
+  const gp_model *mo = pl->m;
+  int64_t n = pl->off[m + 1] - pl->off[m];
+  for (int q = 0; q < st->n_in; q++) {
+    int t = st->in[q].t;
+    if (st->in[q].producer >= 0) continue;
+    const gp_model_input *mi = &mo->inputs[t];
+    gp_shape sh = gp_shape_batch(n, &mi->shape);
+    size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
+    const char *src = t == mo->label_input ? (const char *)pl->y : (const char *)pl->x;
+    GP_TRY(gp_arena_tensor(keep, mi->dtype, &sh, &p->val[t]));
+    GP_TRY(st->be->from_host(st->be, p->val[t].data, src + (size_t)pl->off[m] * per,
+                             (size_t)n * per));
+  }
+  if (!st->n_wait_in) return GP_OK;
+  pthread_mutex_lock(&pl->mu);
+  gp_status s = wait_for(pl, &st->box[m].ready, st->n_wait_in, "the input", m, st->index);
+  pthread_mutex_unlock(&pl->mu);
+  GP_TRY(s);
+  for (int q = 0; q < st->n_in; q++)
+    if (st->in[q].producer >= 0) p->val[st->in[q].t] = st->box[m].val[q];
+  return GP_OK;
+}
+
+/* Hands this stage's outputs of micro-batch m to the stages that read them, with a gradient
+ * buffer for each (in the slot arena, alive until this stage's backward of m). */
+static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int copy,
+                              int want_grads) {
+  gp_pipeline *pl = st->pl;
+  for (int o = 0; o < st->n_out; o++) {
+    ext_out *eo = &st->out[o];
+    gp_tensor v = p->val[eo->t];
+    size_t bytes = gp_tensor_bytes(&v);
+    int first_use = 1;
+    for (int q = 0; q < o; q++) first_use &= st->out[q].t != eo->t;
+    if (copy && first_use) { /* the activations are about to be dropped: keep this one */
+      gp_tensor kept;
+      GP_TRY(gp_arena_tensor(keep, v.dtype, &v.shape, &kept));
+      GP_TRY(st->be->copy(st->be, kept.data, v.data, bytes));
+      p->val[eo->t] = v = kept;
+    } else if (copy) {
+      v = p->val[eo->t];
+    }
+    float *g = NULL;
+    if (want_grads && v.dtype == GP_F32)
+      GP_TRY(gp_arena_alloc(keep, bytes, (void **)&g));
+    pthread_mutex_lock(&pl->mu);
+    mailbox *b = &pl->st[eo->consumer].box[m];
+    b->val[eo->k] = v;
+    b->grad_to[eo->k] = g;
+    b->ready++;
+    st->sent_bytes += (int64_t)bytes;
+    pthread_cond_broadcast(&pl->cv);
+    pthread_mutex_unlock(&pl->mu);
+  }
+  return GP_OK;
+}
+
+static gp_status do_forward(stage *st, int m, int drop, int training) {
+  gp_pipeline *pl = st->pl;
+  int slot = training ? m % pl->sched.slots[st->index] : m;
+  gp_pass *p = &st->pass[slot];
+  gp_arena *keep = &st->slot_arena[slot];
+  pass_clear(p, pl->off[m + 1] - pl->off[m]);
+  GP_TRY(gather_inputs(st, m, p, keep));
+  gp_arena_mark mark = gp_arena_get_mark(&st->scratch);
+  gp_exec e = exec_for(st, m, training, 0, drop ? &st->scratch : keep);
+  GP_TRY(gp_pass_forward(p, &e));
+  st->acc.loss_sum += e.loss_sum;
+  st->acc.correct += e.correct;
+  st->acc.counted += e.counted;
+  GP_TRY(send_outputs(st, m, p, keep, drop, training));
+  if (drop) {
+    gp_arena_reset_to(&st->scratch, mark);
+    for (int i = st->first; i < st->end; i++) {
+      int t = pl->m->n_inputs + i;
+      int sent = 0;
+      for (int o = 0; o < st->n_out; o++) sent |= st->out[o].t == t;
+      if (!sent) memset(&p->val[t], 0, sizeof p->val[t]);
+    }
+  }
+  return GP_OK;
+}
+
+static gp_status do_backward(stage *st, int m, int recompute) {
+  gp_pipeline *pl = st->pl;
+  int slot = m % pl->sched.slots[st->index];
+  gp_pass *p = &st->pass[slot];
+  gp_arena *keep = &st->slot_arena[slot];
+  gp_backend *be = st->be;
+  if (recompute) {
+    gp_exec e = exec_for(st, m, 1, 1, keep);
+    GP_TRY(gp_pass_forward(p, &e));
+  }
+  pthread_mutex_lock(&pl->mu);
+  gp_status s = wait_for(pl, &st->box[m].grads, st->n_grads_expected, "the gradient", m,
+                         st->index);
+  pthread_mutex_unlock(&pl->mu);
+  GP_TRY(s);
+  /* sum the gradients that later stages wrote for this stage's outputs */
+  for (int o = 0; o < st->n_out; o++) {
+    ext_out *eo = &st->out[o];
+    float *g = pl->st[eo->consumer].box[m].grad_to[eo->k];
+    if (!g) continue;
+    gp_tensor *dst = &p->grad[eo->t];
+    if (!dst->data) {
+      *dst = p->val[eo->t];
+      dst->data = g;
+    } else {
+      GP_TRY(be->axpby(be, gp_shape_numel(&dst->shape), 1.0f, g, 1.0f, GP_F32P(dst)));
+    }
+  }
+  gp_exec e = exec_for(st, m, 1, recompute, keep);
+  GP_TRY(gp_pass_backward(p, &e));
+  /* write the gradients of this stage's inputs where their producers asked */
+  for (int q = 0; q < st->n_in; q++) {
+    float *to = st->box[m].grad_to[q];
+    ext_in *ei = &st->in[q];
+    if (ei->producer < 0 || !to) continue;
+    gp_tensor *g = &p->grad[ei->t];
+    size_t bytes = gp_tensor_bytes(&st->box[m].val[q]);
+    if (g->data) GP_TRY(be->copy(be, to, g->data, bytes));
+    else GP_TRY(be->zero(be, to, bytes));
+    pthread_mutex_lock(&pl->mu);
+    pl->st[ei->producer].box[m].grads++;
+    st->sent_bytes += (int64_t)bytes;
+    pthread_cond_broadcast(&pl->cv);
+    pthread_mutex_unlock(&pl->mu);
+  }
+  return gp_arena_reset(keep);
+}
+
+/* Deferred statistics, clipping by the global norm over all stages, the update. */
+static gp_status do_step(stage *st) {
+  gp_pipeline *pl = st->pl;
+  const gp_model *m = pl->m;
+  for (int i = st->first; i < st->end; i++) {
+    gp_layer *l = &m->nodes[i].layer;
+    if (l->type->step_end) GP_TRY(l->type->step_end(l, st->be));
+  }
+  double clip = m->train.clip_grad_norm, ss = 0;
+  if (clip > 0) {
+    if (st->params.n_train) GP_TRY(st->be->sumsq(st->be, st->params.n_train, st->params.grad, &ss));
+    pthread_mutex_lock(&pl->mu);
+    uint64_t gen = pl->barrier_gen;
+    pl->sumsq += ss;
+    if (++pl->arrived == pl->k) {
+      pl->arrived = 0;
+      pl->barrier_gen++;
+      pthread_cond_broadcast(&pl->cv);
+    }
+    struct timespec dl;
+    deadline_in(pl->watchdog_s, &dl);
+    while (pl->barrier_gen == gen && !pl->failed)
+      if (pthread_cond_timedwait(&pl->cv, &pl->mu, &dl) == ETIMEDOUT) break;
+    int ok = pl->barrier_gen != gen;
+    double norm = sqrt(pl->sumsq);
+    pthread_mutex_unlock(&pl->mu);
+    if (!ok)
+      return GP_ERR(GP_ERR_RUNTIME, "stage %d: the other stages did not reach the optimizer step",
+                    st->index);
+    if (norm > clip && st->params.n_train)
+      GP_TRY(st->be->axpby(st->be, st->params.n_train, 0.0f, st->params.grad,
+                           (float)(clip / norm), st->params.grad));
+  }
+  return gp_optimizer_step(&st->opt, pl->lr);
+}
+
+static gp_status run_command(stage *st, cmd_kind cmd) {
+  gp_pipeline *pl = st->pl;
+  memset(&st->acc, 0, sizeof st->acc);
+  for (int m = 0; m < pl->micro; m++) GP_TRY(gp_arena_reset(&st->slot_arena[m]));
+  if (cmd == CMD_EVAL) {
+    for (int m = 0; m < pl->micro && pl->off[m + 1] > pl->off[m]; m++)
+      GP_TRY(do_forward(st, m, 0, 0));
+    return GP_OK;
+  }
+  GP_TRY(gp_params_zero_grad(&st->params));
+  const gp_schedule *s = &pl->sched;
+  for (int a = 0; a < s->n_actions[st->index]; a++) {
+    const gp_action *ac = &s->actions[st->index][a];
+    gp_status r = GP_OK;
+    if (ac->kind == GP_A_FORWARD) r = do_forward(st, ac->micro, ac->recompute, 1);
+    else if (ac->kind == GP_A_BACKWARD) r = do_backward(st, ac->micro, ac->recompute);
+    else r = do_step(st);
+    if (r != GP_OK) return fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);
+  }
+  return GP_OK;
+}
+
+static void pin_thread(gp_pipeline *pl, int s) {
+  if (!pl->pin || pl->cores < 1) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int per = pl->cores / pl->k;
+  if (per < 1) CPU_SET(s % pl->cores, &set);
+  else
+    for (int c = 0; c < per; c++) CPU_SET(s * per + c, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+static void *worker(void *arg) {
+  stage *st = arg;
+  gp_pipeline *pl = st->pl;
+  pin_thread(pl, st->index);
+  uint64_t seen = 0;
+  for (;;) {
+    pthread_mutex_lock(&pl->mu);
+    while (pl->generation == seen) pthread_cond_wait(&pl->cv, &pl->mu);
+    seen = pl->generation;
+    cmd_kind cmd = pl->cmd;
+    pthread_mutex_unlock(&pl->mu);
+    if (cmd == CMD_EXIT) break;
+    gp_status s = run_command(st, cmd);
+    if (s != GP_OK) fail(pl, s, st->index, -1);
+    pthread_mutex_lock(&pl->mu);
+    pl->done++;
+    pthread_cond_broadcast(&pl->cv);
+    pthread_mutex_unlock(&pl->mu);
+  }
+  return NULL;
+}
+
+/* ---- the main thread's side ---- */
+
+static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
+  pthread_mutex_lock(&pl->mu);
+  for (int s = 0; s < pl->k; s++)
+    for (int m = 0; m < pl->micro; m++) {
+      pl->st[s].box[m].ready = 0;
+      pl->st[s].box[m].grads = 0;
+    }
+  pl->cmd = cmd;
+  pl->done = 0;
+  pl->failed = 0;
+  pl->arrived = 0;
+  pl->sumsq = 0;
+  pl->generation++;
+  pthread_cond_broadcast(&pl->cv);
+  while (pl->done < pl->k) pthread_cond_wait(&pl->cv, &pl->mu);
+  int failed = pl->failed;
+  pthread_mutex_unlock(&pl->mu);
+  if (failed) return GP_ERR(pl->fail_status, "%s", pl->fail_msg);
+  return GP_OK;
+}
+
+static gp_status split(gp_pipeline *pl, int64_t batch, int training) {
+  int M = pl->micro;
+  if (training && batch < M)
+    return GP_ERR(GP_ERR_USAGE, "a batch of %lld cannot be split into %d micro-batches",
+                  (long long)batch, M);
+  /* uneven when M does not divide the batch: the first batch % M micro-batches get one more */
+  for (int m = 0; m <= M; m++)
+    pl->off[m] = (batch / M) * m + (m < batch % M ? m : batch % M);
+  return GP_OK;
+}
+
+gp_status gp_pipeline_train_step(gp_pipeline *pl, const float *x, const int32_t *y,
+                                 int64_t batch, int64_t step, double lr, gp_step_result *out) {
+  GP_TRY(split(pl, batch, 1));
+  pl->x = x;
+  pl->y = y;
+  pl->batch = batch;
+  pl->step = step;
+  pl->lr = lr;
+  GP_TRY(issue(pl, CMD_TRAIN));
+  *out = pl->st[pl->k - 1].acc;
+  return GP_OK;
+}
+
+gp_status gp_pipeline_eval(gp_pipeline *pl, const float *x, const int32_t *y, int64_t batch,
+                           gp_step_result *out) {
+  GP_TRY(split(pl, batch, 0));
+  pl->x = x;
+  pl->y = y;
+  pl->batch = batch;
+  GP_TRY(issue(pl, CMD_EVAL));
+  const gp_step_result *r = &pl->st[pl->k - 1].acc;
+  out->loss_sum += r->loss_sum;
+  out->correct += r->correct;
+  out->counted += r->counted;
+  return GP_OK;
+}
+
+gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
+                             const gp_pipeline_opts *o, gp_pipeline **out) {
+  *out = NULL;
+  if (plan->micro > GP_SPEC_MAX_REPEAT - 1)
+    return GP_ERR(GP_ERR_USAGE, "at most %d micro-batches", GP_SPEC_MAX_REPEAT - 1);
+  gp_pipeline *pl = calloc(1, sizeof *pl);
+  if (!pl) return GP_ERR(GP_ERR_NOMEM, "out of memory for the pipeline");
+  pl->m = m;
+  pl->plan = *plan;
+  pl->k = plan->stages;
+  pl->micro = plan->micro;
+  pl->seed = seed;
+  pl->watchdog_s = o && o->watchdog_s > 0 ? o->watchdog_s : 300;
+  pl->pin = o ? o->pin : 0;
+  pl->cores = o && o->cores > 0 ? o->cores : gp_cpu_cores();
+  pl->threads_per_stage = pl->cores / pl->k > 1 ? pl->cores / pl->k : 1;
+  pthread_mutex_init(&pl->mu, NULL);
+  pthread_cond_init(&pl->cv, NULL);
+  gp_status s = gp_schedule_build(plan->schedule, plan->remat, pl->k, pl->micro, &pl->sched);
+  if (s == GP_OK) s = gp_schedule_validate(&pl->sched);
+  if (s == GP_OK && !(pl->st = calloc((size_t)pl->k, sizeof *pl->st)))
+    s = GP_ERR(GP_ERR_NOMEM, "out of memory for the pipeline");
+  for (int i = 0; s == GP_OK && i < pl->k; i++) {
+    pl->st[i].pl = pl;
+    pl->st[i].index = i;
+    pl->st[i].first = plan->st[i].first_node;
+    pl->st[i].end = plan->st[i].end_node;
+  }
+  if (s == GP_OK) s = find_boundaries(pl);
+  for (int i = 0; s == GP_OK && i < pl->k; i++) s = stage_init(pl, &pl->st[i]);
+  for (int i = 0; s == GP_OK && i < pl->k; i++) {
+    if (pthread_create(&pl->st[i].thread, NULL, worker, &pl->st[i]) != 0)
+      s = GP_ERR(GP_ERR_RUNTIME, "cannot start the worker thread of stage %d", i);
+    else pl->st[i].started = 1;
+  }
+  if (s != GP_OK) {
+    gp_pipeline_free(pl);
+    return s;
+  }
+  *out = pl;
+  return GP_OK;
+}
+
+void gp_pipeline_free(gp_pipeline *pl) {
+  if (!pl) return;
+  pthread_mutex_lock(&pl->mu);
+  pl->cmd = CMD_EXIT;
+  pl->generation++;
+  pthread_cond_broadcast(&pl->cv);
+  pthread_mutex_unlock(&pl->mu);
+  for (int i = 0; pl->st && i < pl->k; i++) {
+    stage *st = &pl->st[i];
+    if (st->started) pthread_join(st->thread, NULL);
+    for (int m = 0; m < pl->micro; m++) {
+      if (st->slot_arena) gp_arena_free(&st->slot_arena[m]);
+      if (st->pass) gp_pass_free(&st->pass[m]);
+      if (st->box) {
+        free(st->box[m].val);
+        free(st->box[m].grad_to);
+      }
+    }
+    if (st->be) gp_arena_free(&st->scratch);
+    if (st->have_opt) gp_optimizer_free(&st->opt);
+    gp_params_free(&st->params);
+    free(st->slot_arena);
+    free(st->pass);
+    free(st->box);
+    free(st->in);
+    free(st->out);
+    gp_backend_destroy(st->be);
+  }
+  free(pl->st);
+  gp_schedule_free(&pl->sched);
+  pthread_mutex_destroy(&pl->mu);
+  pthread_cond_destroy(&pl->cv);
+  free(pl);
+}
+
+int gp_pipeline_stages(const gp_pipeline *pl) {
+  return pl->k;
+}
+
+gp_params *gp_pipeline_params(gp_pipeline *pl, int stage_i) {
+  return &pl->st[stage_i].params;
+}
+
+gp_optimizer *gp_pipeline_optimizer(gp_pipeline *pl, int stage_i) {
+  return &pl->st[stage_i].opt;
+}
+
+gp_backend *gp_pipeline_backend(gp_pipeline *pl, int stage_i) {
+  return pl->st[stage_i].be;
+}
+
+void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) {
+  const stage *st = &pl->st[stage_i];
+  out->peak_act_bytes = st->meter.peak;
+  out->sent_bytes = st->sent_bytes;
+  out->first_unit = pl->plan.st[stage_i].first_unit;
+  out->end_unit = pl->plan.st[stage_i].end_unit;
+}
+
+void gp_pipeline_reset_stats(gp_pipeline *pl) {
+  for (int i = 0; i < pl->k; i++) {
+    pl->st[i].meter.peak = pl->st[i].meter.live;
+    pl->st[i].sent_bytes = 0;
+  }
+}

@@ -1,0 +1,56 @@
+/* The pipeline executor: one worker thread per stage, each with its own backend, parameters,
+ * optimizer and activation arenas, interpreting its schedule's action list. Activations go
+ * forward as pointers into the producer's per-micro-batch arena (alive until the producer's
+ * backward of that micro-batch, which comes after every consumer's); gradients come back
+ * written into buffers the producer allocated beside them. A tensor used by a stage further
+ * than the next (a skip tensor) goes straight to the stage that uses it. */
+#ifndef GP_PIPELINE_H
+#define GP_PIPELINE_H
+
+#include "core/train/optimizer.h"
+#include "core/train/params.h"
+#include "core/train/plan.h"
+#include "core/train/schedule.h"
+
+typedef struct gp_pipeline gp_pipeline;
+
+typedef struct gp_pipeline_opts {
+  int cores;         /* cores to share among the stages; BLAS threads per stage = max(1, cores/K) */
+  int pin;           /* pin each stage's worker to its share of the cores */
+  double watchdog_s; /* a stage waiting longer than this for another is an error; 0 = 300 s */
+} gp_pipeline_opts;
+
+/* Per-step results, summed over micro-batches (on the last stage). */
+typedef struct gp_step_result {
+  double loss_sum; /* sum over samples of loss / loss_count */
+  int64_t correct, counted;
+} gp_step_result;
+
+typedef struct gp_stage_stats {
+  size_t peak_act_bytes;  /* measured: arena bytes (activations, saved state, boundary
+                             gradients) held at most since the last reset */
+  int64_t sent_bytes;     /* activations and gradients handed to other stages */
+  int first_unit, end_unit;
+} gp_stage_stats;
+
+gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
+                             const gp_pipeline_opts *o, gp_pipeline **out);
+void gp_pipeline_free(gp_pipeline *pl);
+
+/* One synchronous training step on a host mini-batch (x: batch x sample f32, y int32): M
+ * micro-batches through the schedule, gradients summed, one optimizer step per stage with lr.
+ * The loss is normalized over the whole mini-batch, so uneven micro-batches are fine. */
+gp_status gp_pipeline_train_step(gp_pipeline *pl, const float *x, const int32_t *y,
+                                 int64_t batch, int64_t step, double lr, gp_step_result *out);
+/* Forward only (evaluation mode) of a host batch; adds to out. */
+gp_status gp_pipeline_eval(gp_pipeline *pl, const float *x, const int32_t *y, int64_t batch,
+                           gp_step_result *out);
+
+int gp_pipeline_stages(const gp_pipeline *pl);
+gp_params *gp_pipeline_params(gp_pipeline *pl, int stage);
+gp_optimizer *gp_pipeline_optimizer(gp_pipeline *pl, int stage);
+gp_backend *gp_pipeline_backend(gp_pipeline *pl, int stage);
+void gp_pipeline_stats(const gp_pipeline *pl, int stage, gp_stage_stats *out);
+void gp_pipeline_reset_stats(gp_pipeline *pl);
+
+#endif

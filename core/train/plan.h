@@ -1,0 +1,30 @@
+/* A plan: which units (and so nodes) each stage runs, on which device, with how many
+ * micro-batches, which schedule and which re-materialization. Until the partitioner lands,
+ * an automatic split is the exact min-max split of the units' estimated FLOPs. */
+#ifndef GP_PLAN_H
+#define GP_PLAN_H
+
+#include "core/spec/spec.h"
+
+typedef struct gp_stage_range {
+  int first_unit, end_unit; /* units [first, end) */
+  int first_node, end_node; /* nodes [first, end) */
+  char device[16];          /* "cpu" */
+} gp_stage_range;
+
+typedef struct gp_plan {
+  int stages, micro;
+  gp_schedule_kind schedule;
+  gp_remat remat;
+  gp_stage_range st[GP_MAX_DEVICES];
+} gp_plan;
+
+/* From the model's pipeline section (already overridden by flags). GP_ERR_USAGE for splits
+ * that cannot be: more stages than units, a balance that does not sum to the units. */
+gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out);
+/* Training FLOPs per sample of unit u (forward + backward, from the layers' cost()). */
+double gp_unit_flops(const gp_model *m, int u);
+/* "3,5,4": units per stage. */
+void gp_plan_balance_str(const gp_plan *p, char *buf, size_t n);
+
+#endif

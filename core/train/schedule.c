@@ -1,0 +1,398 @@
+/* Pipeline schedules as data: builds the per-stage action lists (GPipe fill-drain, 1F1B),
+ * proves them deadlock-free by a dependency simulation, and times them with an event model. */
+#include "core/train/schedule.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Beyond these a schedule is a typo, not a plan: 2^20 stages or micro-batches, and a list total
+ * that keeps the per-stage arrays well inside memory. */
+#define GP_SCHED_MAX_DIM (1 << 20)
+#define GP_SCHED_MAX_CELLS (1LL << 26)
+
+static const char *kind_name(gp_action_kind k) {
+  switch (k) {
+  case GP_A_FORWARD:
+    return "forward";
+  case GP_A_BACKWARD:
+    return "backward";
+  case GP_A_STEP:
+    return "step";
+  }
+  return "unknown";
+}
+
+/* Micro-batches forwarded and not yet backwarded, at most, walking the list in order. */
+static int list_peak_in_flight(const gp_action *a, int n) {
+  int cur = 0, peak = 0;
+  for (int i = 0; i < n; i++) {
+    if (a[i].kind == GP_A_FORWARD && ++cur > peak) peak = cur;
+    if (a[i].kind == GP_A_BACKWARD) cur--;
+  }
+  return peak;
+}
+
+static int wants_recompute(gp_remat remat, int m, int micro) {
+  return remat == GP_REMAT_ALWAYS || (remat == GP_REMAT_EXCEPT_LAST && m != micro - 1);
+}
+
+static void put(gp_action *list, int *n, gp_action_kind kind, int m, int rc) {
+  list[*n] = (gp_action){.kind = kind, .micro = m, .recompute = rc};
+  (*n)++;
+}
+
+static int fill_stage(gp_schedule_kind kind, gp_remat remat, int stages, int micro, int s,
+                      gp_action *list) {
+  int n = 0;
+  if (kind == GP_SCHED_GPIPE) {
+    for (int m = 0; m < micro; m++)
+      put(list, &n, GP_A_FORWARD, m, wants_recompute(remat, m, micro));
+    /* reverse order, as torchgpipe: the last forward's activations are the freshest */
+    for (int m = micro - 1; m >= 0; m--)
+      put(list, &n, GP_A_BACKWARD, m, wants_recompute(remat, m, micro));
+  } else {
+    /* PipeDream-flush: stage s forwards K - s - 1 micro-batches ahead, which is exactly what
+     * it takes for the first gradient to come back when it runs its next forward */
+    int warm = stages - s - 1 < micro ? stages - s - 1 : micro;
+    int nf = 0, nb = 0;
+    while (nf < warm) {
+      put(list, &n, GP_A_FORWARD, nf, wants_recompute(remat, nf, micro));
+      nf++;
+    }
+    while (nf < micro) {
+      put(list, &n, GP_A_FORWARD, nf, wants_recompute(remat, nf, micro));
+      nf++;
+      put(list, &n, GP_A_BACKWARD, nb, wants_recompute(remat, nb, micro));
+      nb++;
+    }
+    while (nb < micro) {
+      put(list, &n, GP_A_BACKWARD, nb, wants_recompute(remat, nb, micro));
+      nb++;
+    }
+  }
+  put(list, &n, GP_A_STEP, 0, 0);
+  return n;
+}
+
+gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, int micro,
+                            gp_schedule *out) {
+  if (!out) return GP_ERR(GP_ERR_USAGE, "schedule: no output given");
+  memset(out, 0, sizeof *out);
+  if (kind != GP_SCHED_GPIPE && kind != GP_SCHED_1F1B)
+    return GP_ERR(GP_ERR_USAGE, "schedule: unknown schedule kind %d", (int)kind);
+  if (remat != GP_REMAT_ALWAYS && remat != GP_REMAT_EXCEPT_LAST && remat != GP_REMAT_NEVER)
+    return GP_ERR(GP_ERR_USAGE, "schedule: unknown re-materialization mode %d", (int)remat);
+  if (stages < 1 || stages > GP_SCHED_MAX_DIM)
+    return GP_ERR(GP_ERR_USAGE, "schedule: stages must be in 1..%d, got %d", GP_SCHED_MAX_DIM,
+                  stages);
+  if (micro < 1 || micro > GP_SCHED_MAX_DIM)
+    return GP_ERR(GP_ERR_USAGE, "schedule: micro-batches must be in 1..%d, got %d",
+                  GP_SCHED_MAX_DIM, micro);
+  if ((long long)stages * micro > GP_SCHED_MAX_CELLS)
+    return GP_ERR(GP_ERR_USAGE, "schedule: %d stages x %d micro-batches is more than %lld", stages,
+                  micro, GP_SCHED_MAX_CELLS);
+  out->kind = kind;
+  out->remat = remat;
+  out->stages = stages;
+  out->micro = micro;
+  out->n_actions = calloc((size_t)stages, sizeof *out->n_actions);
+  out->actions = calloc((size_t)stages, sizeof *out->actions);
+  out->slots = calloc((size_t)stages, sizeof *out->slots);
+  if (!out->n_actions || !out->actions || !out->slots) goto nomem;
+  for (int s = 0; s < stages; s++) {
+    out->actions[s] = malloc(sizeof(gp_action) * (2 * (size_t)micro + 1));
+    if (!out->actions[s]) goto nomem;
+    out->n_actions[s] = fill_stage(kind, remat, stages, micro, s, out->actions[s]);
+    out->slots[s] = list_peak_in_flight(out->actions[s], out->n_actions[s]);
+  }
+  return GP_OK;
+nomem:
+  gp_schedule_free(out);
+  return GP_ERR(GP_ERR_NOMEM, "schedule: out of memory for %d stages x %d micro-batches", stages,
+                micro);
+}
+
+void gp_schedule_free(gp_schedule *s) {
+  if (!s) return;
+  if (s->actions)
+    for (int i = 0; i < s->stages; i++)
+      free(s->actions[i]);
+  free(s->actions);
+  free(s->n_actions);
+  free(s->slots);
+  memset(s, 0, sizeof *s);
+}
+
+/* ---- checking the lists ---------------------------------------------------------------- */
+
+/* One stage's list on its own: every forward and backward once, micro indices in range, each
+ * backward after its own forward with the same recompute flag, one step, last. seen: 2*micro. */
+static gp_status check_stage(const gp_schedule *sc, int s, int *seen) {
+  int M = sc->micro, n = sc->n_actions[s];
+  const gp_action *a = sc->actions[s];
+  if (n < 1 || !a) return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d has no actions", s);
+  memset(seen, 0xff, sizeof(int) * 2 * (size_t)M); /* -1: not seen; else the action index */
+  for (int i = 0; i < n; i++) {
+    if (a[i].kind == GP_A_STEP) {
+      if (i != n - 1)
+        return GP_ERR(GP_ERR_RUNTIME,
+                      "schedule: stage %d: step at action %d is not last (%d actions)", s, i, n);
+      continue;
+    }
+    if (a[i].kind != GP_A_FORWARD && a[i].kind != GP_A_BACKWARD)
+      return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: action %d has unknown kind %d", s, i,
+                    (int)a[i].kind);
+    int m = a[i].micro, bw = a[i].kind == GP_A_BACKWARD;
+    const char *what = kind_name(a[i].kind);
+    if (m < 0 || m >= M)
+      return GP_ERR(GP_ERR_RUNTIME,
+                    "schedule: stage %d: action %d %s(%d): micro-batch out of range 0..%d", s, i,
+                    what, m, M - 1);
+    if (seen[2 * m + bw] >= 0)
+      return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: %s(%d) appears twice (actions %d and %d)",
+                    s, what, m, seen[2 * m + bw], i);
+    seen[2 * m + bw] = i;
+    if (bw && seen[2 * m] < 0)
+      return GP_ERR(GP_ERR_RUNTIME,
+                    "schedule: stage %d: backward(%d) at action %d before its forward", s, m, i);
+    if (bw && !a[seen[2 * m]].recompute != !a[i].recompute)
+      return GP_ERR(GP_ERR_RUNTIME,
+                    "schedule: stage %d: forward(%d) and backward(%d) disagree on recompute", s, m,
+                    m);
+  }
+  if (a[n - 1].kind != GP_A_STEP)
+    return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: the last action is not the step", s);
+  for (int m = 0; m < M; m++)
+    for (int bw = 0; bw < 2; bw++)
+      if (seen[2 * m + bw] < 0)
+        return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: %s(%d) is missing", s,
+                      bw ? "backward" : "forward", m);
+  return GP_OK;
+}
+
+static gp_status check_shape(const gp_schedule *sc) {
+  if (!sc) return GP_ERR(GP_ERR_USAGE, "schedule: none given");
+  if (sc->stages < 1 || sc->stages > GP_SCHED_MAX_DIM || sc->micro < 1 ||
+      sc->micro > GP_SCHED_MAX_DIM || (long long)sc->stages * sc->micro > GP_SCHED_MAX_CELLS)
+    return GP_ERR(GP_ERR_RUNTIME, "schedule: bad shape: %d stages x %d micro-batches", sc->stages,
+                  sc->micro);
+  if (!sc->n_actions || !sc->actions)
+    return GP_ERR(GP_ERR_RUNTIME, "schedule: action lists missing");
+  int *seen = malloc(sizeof(int) * 2 * (size_t)sc->micro);
+  if (!seen) return GP_ERR(GP_ERR_NOMEM, "schedule: out of memory");
+  gp_status st = GP_OK;
+  for (int s = 0; s < sc->stages && st == GP_OK; s++)
+    st = check_stage(sc, s, seen);
+  free(seen);
+  return st;
+}
+
+/* The dependency simulation shared by validate (cost == NULL) and simulate: every stage runs
+ * its next action as soon as that action's inputs exist. Since each stage is sequential and
+ * the inputs are fixed by the dependencies, the order in which stages are visited changes
+ * nothing; times, when asked for, are the longest paths of the dependency graph. */
+typedef struct walk {
+  const gp_schedule *sc;
+  const gp_stage_cost *cost;
+  unsigned char *fdone, *bdone; /* [s * M + m] */
+  double *fend, *bend;          /* end times, [s * M + m] (timing only) */
+  double *free_at, *busy;       /* per stage (timing only) */
+  int *pos;                     /* per stage: index of the next action */
+} walk;
+
+/* Whether stage s's next action can run; if not, why (written to why). */
+static int ready(const walk *w, int s, char *why, size_t nwhy) {
+  const gp_schedule *sc = w->sc;
+  int M = sc->micro;
+  const gp_action *a = &sc->actions[s][w->pos[s]];
+  int m = a->micro;
+  if (a->kind == GP_A_FORWARD) {
+    if (s == 0 || w->fdone[(s - 1) * M + m]) return 1;
+    snprintf(why, nwhy, "forward(%d) on stage %d", m, s - 1);
+    return 0;
+  }
+  if (a->kind == GP_A_BACKWARD) {
+    if (!w->fdone[s * M + m]) {
+      snprintf(why, nwhy, "its own forward(%d)", m);
+      return 0;
+    }
+    if (s == sc->stages - 1 || w->bdone[(s + 1) * M + m]) return 1;
+    snprintf(why, nwhy, "backward(%d) on stage %d", m, s + 1);
+    return 0;
+  }
+  for (int k = 0; k < M; k++)
+    if (!w->bdone[s * M + k]) {
+      snprintf(why, nwhy, "its own backward(%d)", k);
+      return 0;
+    }
+  return 1;
+}
+
+/* Runs stage s's next action (already known to be ready). */
+static void run_one(walk *w, int s) {
+  const gp_schedule *sc = w->sc;
+  int M = sc->micro, K = sc->stages;
+  const gp_action *a = &sc->actions[s][w->pos[s]++];
+  int m = a->micro;
+  if (a->kind == GP_A_FORWARD) w->fdone[s * M + m] = 1;
+  if (a->kind == GP_A_BACKWARD) w->bdone[s * M + m] = 1;
+  if (!w->cost) return;
+  const gp_stage_cost *c = &w->cost[s];
+  double arrive = 0, dur = 0;
+  if (a->kind == GP_A_FORWARD) {
+    if (s > 0) arrive = w->fend[(s - 1) * M + m] + w->cost[s - 1].send;
+    dur = c->fwd;
+  } else if (a->kind == GP_A_BACKWARD) {
+    arrive = w->fend[s * M + m];
+    /* the gradient crosses the same boundary as the activation, so it costs the same send */
+    if (s < K - 1 && w->bend[(s + 1) * M + m] + c->send > arrive)
+      arrive = w->bend[(s + 1) * M + m] + c->send;
+    dur = c->bwd + (a->recompute ? c->fwd : 0);
+  }
+  double start = w->free_at[s] > arrive ? w->free_at[s] : arrive;
+  w->free_at[s] = start + dur;
+  w->busy[s] += dur;
+  if (a->kind == GP_A_FORWARD) w->fend[s * M + m] = start + dur;
+  if (a->kind == GP_A_BACKWARD) w->bend[s * M + m] = start + dur;
+}
+
+static gp_status deadlock(const walk *w) {
+  char msg[1024], why[96];
+  int len = snprintf(msg, sizeof msg, "schedule deadlocks:"), listed = 0, stuck = 0;
+  for (int s = 0; s < w->sc->stages; s++) {
+    if (w->pos[s] >= w->sc->n_actions[s]) continue;
+    stuck++;
+    if (listed == 8 || len >= (int)sizeof msg - 1) continue; /* the first few say enough */
+    const gp_action *a = &w->sc->actions[s][w->pos[s]];
+    ready(w, s, why, sizeof why);
+    char act[32];
+    if (a->kind == GP_A_STEP)
+      snprintf(act, sizeof act, "step");
+    else
+      snprintf(act, sizeof act, "%s(%d)", kind_name(a->kind), a->micro);
+    len += snprintf(msg + len, sizeof msg - (size_t)len, "%s stage %d at action %d %s waits for %s",
+                    listed ? ";" : "", s, w->pos[s], act, why);
+    listed++;
+  }
+  if (stuck > listed && len < (int)sizeof msg - 1)
+    snprintf(msg + len, sizeof msg - (size_t)len, "; and %d more stages", stuck - listed);
+  return GP_ERR(GP_ERR_RUNTIME, "%s", msg);
+}
+
+static gp_status walk_run(const gp_schedule *sc, const gp_stage_cost *cost, walk *w) {
+  size_t K = (size_t)sc->stages, cells = K * (size_t)sc->micro;
+  memset(w, 0, sizeof *w);
+  w->sc = sc;
+  w->cost = cost;
+  w->fdone = calloc(cells, 1);
+  w->bdone = calloc(cells, 1);
+  w->pos = calloc(K, sizeof *w->pos);
+  int ok = w->fdone && w->bdone && w->pos;
+  if (cost) {
+    w->fend = calloc(cells, sizeof *w->fend);
+    w->bend = calloc(cells, sizeof *w->bend);
+    w->free_at = calloc(K, sizeof *w->free_at);
+    w->busy = calloc(K, sizeof *w->busy);
+    ok = ok && w->fend && w->bend && w->free_at && w->busy;
+  }
+  if (!ok) return GP_ERR(GP_ERR_NOMEM, "schedule: out of memory for the dependency simulation");
+  char why[96];
+  for (int moved = 1, left = 1; left;) {
+    if (!moved) return deadlock(w);
+    moved = left = 0;
+    for (int s = 0; s < sc->stages; s++) {
+      while (w->pos[s] < sc->n_actions[s] && ready(w, s, why, sizeof why)) {
+        run_one(w, s);
+        moved = 1;
+      }
+      if (w->pos[s] < sc->n_actions[s]) left = 1;
+    }
+  }
+  return GP_OK;
+}
+
+static void walk_free(walk *w) {
+  free(w->fdone);
+  free(w->bdone);
+  free(w->fend);
+  free(w->bend);
+  free(w->free_at);
+  free(w->busy);
+  free(w->pos);
+}
+
+gp_status gp_schedule_validate(const gp_schedule *s) {
+  GP_TRY(check_shape(s));
+  walk w;
+  gp_status st = walk_run(s, NULL, &w);
+  walk_free(&w);
+  return st;
+}
+
+/* ---- timing and memory ----------------------------------------------------------------- */
+
+/* Activation bytes on one stage, walking its list: a stage runs one action at a time, so the
+ * list order is the time order and the peak needs no clock. held: micro entries. */
+static double stage_peak_bytes(const gp_action *a, int n, const gp_stage_cost *c, double *held) {
+  double cur = 0, peak = 0;
+  for (int i = 0; i < n; i++) {
+    int m = a[i].micro;
+    if (a[i].kind == GP_A_FORWARD) {
+      held[m] = a[i].recompute ? c->input_bytes : c->act_bytes;
+      cur += held[m];
+    } else if (a[i].kind == GP_A_BACKWARD) {
+      if (a[i].recompute) cur += c->act_bytes; /* the re-materialized activations */
+      if (cur > peak) peak = cur;
+      cur -= held[m] + (a[i].recompute ? c->act_bytes : 0);
+    }
+    if (cur > peak) peak = cur;
+  }
+  return peak;
+}
+
+gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost,
+                               gp_sim_result *out) {
+  if (!out) return GP_ERR(GP_ERR_USAGE, "schedule: no output given");
+  memset(out, 0, sizeof *out);
+  if (!cost) return GP_ERR(GP_ERR_USAGE, "schedule: no stage costs given");
+  GP_TRY(check_shape(s));
+  for (int k = 0; k < s->stages; k++) {
+    const gp_stage_cost *c = &cost[k];
+    double v[5] = {c->fwd, c->bwd, c->send, c->act_bytes, c->input_bytes};
+    for (int i = 0; i < 5; i++)
+      if (!isfinite(v[i]) || v[i] < 0)
+        return GP_ERR(GP_ERR_USAGE, "schedule: stage %d: costs must be finite and >= 0", k);
+  }
+  walk w;
+  gp_status st = walk_run(s, cost, &w);
+  double *held = st == GP_OK ? malloc(sizeof(double) * (size_t)s->micro) : NULL;
+  out->stage = st == GP_OK ? calloc((size_t)s->stages, sizeof *out->stage) : NULL;
+  if (st == GP_OK && (!held || !out->stage))
+    st = GP_ERR(GP_ERR_NOMEM, "schedule: out of memory for the simulation");
+  if (st == GP_OK) {
+    double total = 0;
+    for (int k = 0; k < s->stages; k++) {
+      gp_sim_stage *r = &out->stage[k];
+      r->busy = w.busy[k];
+      r->peak_in_flight = list_peak_in_flight(s->actions[k], s->n_actions[k]);
+      r->peak_bytes = stage_peak_bytes(s->actions[k], s->n_actions[k], &cost[k], held);
+      total += w.busy[k];
+      if (w.free_at[k] > out->makespan) out->makespan = w.free_at[k];
+    }
+    /* a pipeline that costs nothing has nothing idle either */
+    out->bubble = out->makespan > 0 ? 1.0 - total / (s->stages * out->makespan) : 0.0;
+  }
+  free(held);
+  walk_free(&w);
+  if (st != GP_OK) gp_sim_result_free(out);
+  return st;
+}
+
+void gp_sim_result_free(gp_sim_result *r) {
+  if (!r) return;
+  free(r->stage);
+  memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,71 @@
+/* Pipeline schedules as data. A pure function builds each stage's ordered action list;
+ * a validator proves that every action's inputs are produced before it (no deadlock); a
+ * simulator returns the makespan, bubble fraction and peak activation memory per stage for
+ * given per-stage costs. Stage workers only interpret the lists. */
+#ifndef GP_SCHEDULE_H
+#define GP_SCHEDULE_H
+
+#include "core/spec/spec.h"
+
+typedef enum gp_action_kind {
+  GP_A_FORWARD,  /* forward of micro-batch `micro` */
+  GP_A_BACKWARD, /* backward of `micro`, preceded by its recompute when `recompute` */
+  GP_A_STEP,     /* the optimizer step, once per mini-batch, last */
+} gp_action_kind;
+
+typedef struct gp_action {
+  gp_action_kind kind;
+  int micro;
+  int recompute; /* forward: activations are dropped (only the input is kept);
+                    backward: re-materialize the forward first */
+} gp_action;
+
+typedef struct gp_schedule {
+  gp_schedule_kind kind;
+  gp_remat remat;
+  int stages, micro;
+  int *n_actions;      /* per stage */
+  gp_action **actions; /* per stage, n_actions[s] entries */
+  int *slots;          /* per stage: micro-batches in flight at most (activation slots) */
+} gp_schedule;
+
+/* GPipe (fill-drain: all forwards, then backwards in reverse micro-batch order) or 1F1B
+ * (PipeDream-flush: at most K - s micro-batches in flight on stage s). remat: always = every
+ * micro-batch recomputes; except_last = all but the last micro-batch; never = none. */
+gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, int micro,
+                            gp_schedule *out);
+void gp_schedule_free(gp_schedule *s);
+
+/* Dependencies: forward(s, m) needs forward(s-1, m); backward(s, m) needs forward(s, m) and
+ * backward(s+1, m) (the last stage: its own forward); step(s) needs all of s's backwards.
+ * Every action of every stage must run exactly once. On a deadlock or a malformed list:
+ * GP_ERR_RUNTIME naming the stuck stages and what each waits for. */
+gp_status gp_schedule_validate(const gp_schedule *s);
+
+typedef struct gp_stage_cost {
+  double fwd, bwd;          /* seconds (or any unit) per micro-batch; recompute costs fwd again */
+  double send;              /* time to hand one micro-batch's boundary tensors to the next stage */
+  double act_bytes;         /* activation bytes of one micro-batch kept for backward */
+  double input_bytes;       /* bytes of the stage's input of one micro-batch (kept under remat) */
+} gp_stage_cost;
+
+typedef struct gp_sim_stage {
+  double busy;           /* time computing */
+  int peak_in_flight;    /* micro-batches forwarded and not yet backwarded, at most */
+  double peak_bytes;     /* activation bytes held at most */
+} gp_sim_stage;
+
+typedef struct gp_sim_result {
+  double makespan;
+  double bubble;         /* 1 - sum(busy) / (stages * makespan) */
+  gp_sim_stage *stage;   /* stages entries, owned: free with gp_sim_result_free */
+} gp_sim_result;
+
+/* Event simulation: each stage runs its actions in order, each starting when the stage is free
+ * and its inputs have arrived (a forward's input arrives send after the previous stage's
+ * forward ended; a backward's gradient likewise from the next stage). */
+gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost,
+                               gp_sim_result *out);
+void gp_sim_result_free(gp_sim_result *r);
+
+#endif

@@ -1,0 +1,216 @@
+/* The schedule simulator: the GPipe bubble (K-1)/(M+K-1) for equal costs, peak micro-batches in
+ * flight, activation memory under re-materialization, and timelines worked out by hand. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/train/schedule.h"
+
+/* Costs in these tests are small integers and halves: sums of them are exact in double, so
+ * times compare exactly; the bubble is a quotient, so it gets rounding room. */
+#define TOL_BUBBLE 1e-12
+
+static int failures, passes;
+
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (cond) {                                                                                    \
+      passes++;                                                                                    \
+    } else {                                                                                       \
+      failures++;                                                                                  \
+      printf("FAIL (line %d): ", __LINE__);                                                        \
+      printf(__VA_ARGS__);                                                                         \
+      printf("\n");                                                                                \
+    }                                                                                              \
+  } while (0)
+
+static const gp_schedule_kind KINDS[] = {GP_SCHED_GPIPE, GP_SCHED_1F1B};
+static const char *KIND_NAMES[] = {"gpipe", "1f1b"};
+
+static int imin(int a, int b) {
+  return a < b ? a : b;
+}
+
+/* Builds and simulates with the same cost on every stage (or the given per-stage costs). */
+static gp_sim_result run(gp_schedule_kind kind, gp_remat remat, int K, int M,
+                         const gp_stage_cost *per_stage, gp_stage_cost same) {
+  gp_schedule sc;
+  gp_sim_result r;
+  gp_stage_cost *c = malloc(sizeof *c * (size_t)K);
+  for (int s = 0; s < K; s++)
+    c[s] = per_stage ? per_stage[s] : same;
+  if (gp_schedule_build(kind, remat, K, M, &sc) != GP_OK ||
+      gp_schedule_simulate(&sc, c, &r) != GP_OK) {
+    printf("FAIL: K=%d M=%d: %s\n", K, M, gp_error_message());
+    exit(1);
+  }
+  gp_schedule_free(&sc);
+  free(c);
+  return r;
+}
+
+static void test_equal_costs(void) {
+  int bad = 0;
+  for (int k = 0; k < 2; k++)
+    for (int K = 1; K <= 8; K++)
+      for (int M = 1; M <= 32; M++) {
+        const char *kn = KIND_NAMES[k];
+        gp_stage_cost c = {.fwd = 1, .bwd = 2, .send = 0, .act_bytes = 1, .input_bytes = 1};
+        gp_sim_result r = run(KINDS[k], GP_REMAT_NEVER, K, M, NULL, c);
+        double want_bubble = (double)(K - 1) / (M + K - 1);
+        if ((r.makespan != (M + K - 1) * 3.0 || fabs(r.bubble - want_bubble) > TOL_BUBBLE) &&
+            bad++ < 8)
+          CHECK(0, "%s K=%d M=%d: makespan %g bubble %.15g, want %d and %.15g", kn, K, M,
+                r.makespan, r.bubble, (M + K - 1) * 3, want_bubble);
+        for (int s = 0; s < K; s++) {
+          int want = KINDS[k] == GP_SCHED_GPIPE ? M : imin(M, K - s);
+          if ((r.stage[s].busy != 3.0 * M || r.stage[s].peak_in_flight != want ||
+               (KINDS[k] == GP_SCHED_1F1B && r.stage[s].peak_in_flight > K - s)) &&
+              bad++ < 8)
+            CHECK(0, "%s K=%d M=%d stage %d: busy %g in flight %d, want %d and %d", kn, K, M, s,
+                  r.stage[s].busy, r.stage[s].peak_in_flight, 3 * M, want);
+        }
+        gp_sim_result_free(&r);
+        /* recompute makes every backward f + b = 3, so the same law holds with 4 per micro */
+        r = run(KINDS[k], GP_REMAT_ALWAYS, K, M, NULL, c);
+        double wb = (double)(K - 1) / (M + K - 1);
+        if ((r.makespan != (M + K - 1) * 4.0 || fabs(r.bubble - wb) > TOL_BUBBLE) && bad++ < 8)
+          CHECK(0, "%s remat K=%d M=%d: makespan %g bubble %g, want %d", kn, K, M, r.makespan,
+                r.bubble, (M + K - 1) * 4);
+        gp_sim_result_free(&r);
+        CHECK(r.stage == NULL, "gp_sim_result_free leaves the stages");
+      }
+  CHECK(!bad, "%d equal-cost results wrong", bad);
+}
+
+static void test_memory(void) {
+  gp_stage_cost c = {.fwd = 1, .bwd = 2, .send = 0, .act_bytes = 1000, .input_bytes = 10};
+  int bad = 0;
+  for (int K = 1; K <= 6; K++)
+    for (int M = 1; M <= 12; M++) {
+      gp_sim_result g[3], f[3]; /* by remat: always, except_last, never */
+      gp_remat modes[3] = {GP_REMAT_ALWAYS, GP_REMAT_EXCEPT_LAST, GP_REMAT_NEVER};
+      for (int i = 0; i < 3; i++) {
+        g[i] = run(GP_SCHED_GPIPE, modes[i], K, M, NULL, c);
+        f[i] = run(GP_SCHED_1F1B, modes[i], K, M, NULL, c);
+      }
+      for (int s = 0; s < K; s++) {
+        int inf = imin(M, K - s);
+        /* the forms: never keeps every in-flight micro-batch's activations; always keeps
+         * their inputs plus one re-materialized set during a backward */
+        double want[4] = {M * 1000.0, M * 10.0 + 1000, inf * 1000.0, inf * 10.0 + 1000};
+        double got[4] = {g[2].stage[s].peak_bytes, g[0].stage[s].peak_bytes,
+                         f[2].stage[s].peak_bytes, f[0].stage[s].peak_bytes};
+        for (int j = 0; j < 4; j++)
+          if (got[j] != want[j] && bad++ < 8)
+            CHECK(0, "K=%d M=%d stage %d case %d: peak bytes %g, want %g", K, M, s, j, got[j],
+                  want[j]);
+        /* except_last is left out on purpose: 1F1B backwards the kept last micro-batch last,
+         * so it can sit beside a re-materialized one (K=2 M=2 stage 0: 10 + 1000 + 1000 against
+         * GPipe's 1010, which backwards the kept one first) */
+        for (int i = 0; i < 3; i += 2)
+          if (g[i].stage[s].peak_bytes < f[i].stage[s].peak_bytes && bad++ < 8)
+            CHECK(0, "K=%d M=%d stage %d remat %d: gpipe %g < 1f1b %g", K, M, s, i,
+                  g[i].stage[s].peak_bytes, f[i].stage[s].peak_bytes);
+        /* recompute pays off once two micro-batches are in flight; with one it costs the
+         * input on top (and 1F1B's except_last can cost more than never: the kept last
+         * micro-batch sits beside a re-materialized one) */
+        if (M >= 2 &&
+            (g[0].stage[s].peak_bytes >= g[2].stage[s].peak_bytes ||
+             g[1].stage[s].peak_bytes >= g[2].stage[s].peak_bytes) &&
+            bad++ < 8)
+          CHECK(0, "K=%d M=%d stage %d: gpipe recompute does not save (%g %g vs %g)", K, M, s,
+                g[0].stage[s].peak_bytes, g[1].stage[s].peak_bytes, g[2].stage[s].peak_bytes);
+        if (inf >= 2 && f[0].stage[s].peak_bytes >= f[2].stage[s].peak_bytes && bad++ < 8)
+          CHECK(0, "K=%d M=%d stage %d: 1f1b recompute does not save", K, M, s);
+      }
+      if (K == 2 && M == 2 && f[1].stage[0].peak_bytes != 2010 && bad++ < 8)
+        CHECK(0, "1f1b except_last K=2 M=2 stage 0: peak %g, want 2010", f[1].stage[0].peak_bytes);
+      for (int i = 0; i < 3; i++) {
+        gp_sim_result_free(&g[i]);
+        gp_sim_result_free(&f[i]);
+      }
+    }
+  CHECK(!bad, "%d memory results wrong", bad);
+}
+
+/* Timelines by hand, f = 1, b = 2, send = 0.5 between stages.
+ * K=2 M=2 GPipe: stage 0 F0 0-1 F1 1-2; stage 1 F0 1.5-2.5 F1 2.5-3.5 B1 3.5-5.5 B0 5.5-7.5;
+ *   stage 0 B1 6-8 B0 8-10: makespan 10 (9 without sends), bubble 1 - 12/20.
+ * K=2 M=2 1F1B: stage 1 F0 1.5-2.5 B0 2.5-4.5 F1 4.5-5.5 B1 5.5-7.5; stage 0 B0 5-7,
+ *   B1 8-10: also 10.
+ * K=3 M=1 with sends 0.5, 0.25 and 7 (the last stage sends nothing): F 0-1, 1.5-2.5,
+ *   2.75-3.75; B 3.75-5.75, 6-8, 8.5-10.5: makespan 10.5. */
+static void test_sends(void) {
+  gp_stage_cost c = {.fwd = 1, .bwd = 2, .send = 0.5, .act_bytes = 1, .input_bytes = 1};
+  for (int k = 0; k < 2; k++) {
+    gp_sim_result r = run(KINDS[k], GP_REMAT_NEVER, 2, 2, NULL, c);
+    CHECK(r.makespan == 10 && fabs(r.bubble - 0.4) < TOL_BUBBLE,
+          "%s K=2 M=2 send 0.5: makespan %g bubble %g, want 10 and 0.4", KIND_NAMES[k], r.makespan,
+          r.bubble);
+    gp_sim_result_free(&r);
+  }
+  gp_stage_cost per[3] = {c, c, c};
+  per[1].send = 0.25;
+  per[2].send = 7;
+  gp_sim_result r = run(GP_SCHED_GPIPE, GP_REMAT_NEVER, 3, 1, per, c);
+  CHECK(r.makespan == 10.5, "K=3 M=1 sends 0.5/0.25/7: makespan %g, want 10.5", r.makespan);
+  gp_sim_result_free(&r);
+}
+
+/* Recompute timing and unequal stages by hand.
+ * K=1 M=2 GPipe except_last: F0 F1, B1 (kept, 2), B0 (recompute, 1 + 2): makespan 7.
+ * K=2 M=1 with stage 0 f=1 b=1 and stage 1 f=3 b=5: 1 + 3 + 5 + 1 = 10, busy 2 and 8. */
+static void test_by_hand(void) {
+  gp_stage_cost c = {.fwd = 1, .bwd = 2, .send = 0, .act_bytes = 1, .input_bytes = 1};
+  gp_sim_result r = run(GP_SCHED_GPIPE, GP_REMAT_EXCEPT_LAST, 1, 2, NULL, c);
+  CHECK(r.makespan == 7 && r.stage[0].busy == 7 && r.bubble == 0,
+        "K=1 M=2 except_last: makespan %g busy %g bubble %g, want 7 7 0", r.makespan,
+        r.stage[0].busy, r.bubble);
+  gp_sim_result_free(&r);
+  gp_stage_cost per[2] = {{1, 1, 0, 1, 1}, {3, 5, 0, 1, 1}};
+  r = run(GP_SCHED_1F1B, GP_REMAT_NEVER, 2, 1, per, c);
+  CHECK(r.makespan == 10 && r.stage[0].busy == 2 && r.stage[1].busy == 8 &&
+            fabs(r.bubble - 0.5) < TOL_BUBBLE,
+        "K=2 M=1 unequal: makespan %g busy %g %g bubble %g", r.makespan, r.stage[0].busy,
+        r.stage[1].busy, r.bubble);
+  gp_sim_result_free(&r);
+  gp_stage_cost zero = {0};
+  r = run(GP_SCHED_1F1B, GP_REMAT_NEVER, 3, 4, NULL, zero);
+  CHECK(r.makespan == 0 && r.bubble == 0, "zero costs: makespan %g bubble %g", r.makespan,
+        r.bubble);
+  gp_sim_result_free(&r);
+}
+
+static void test_bad_costs(void) {
+  gp_schedule sc;
+  if (gp_schedule_build(GP_SCHED_GPIPE, GP_REMAT_NEVER, 2, 2, &sc) != GP_OK) exit(1);
+  gp_stage_cost c[2] = {{1, 2, 0, 1, 1}, {1, 2, 0, 1, 1}};
+  double *fields[5] = {&c[1].fwd, &c[1].bwd, &c[1].send, &c[1].act_bytes, &c[1].input_bytes};
+  for (int i = 0; i < 5; i++) {
+    for (int bad = 0; bad < 2; bad++) {
+      double keep = *fields[i];
+      *fields[i] = bad ? NAN : -1;
+      gp_sim_result r;
+      gp_status st = gp_schedule_simulate(&sc, c, &r);
+      CHECK(st == GP_ERR_USAGE && r.stage == NULL, "cost field %d = %g accepted (%s)", i,
+            *fields[i], gp_status_name(st));
+      *fields[i] = keep;
+    }
+  }
+  gp_sim_result r;
+  CHECK(gp_schedule_simulate(&sc, NULL, &r) == GP_ERR_USAGE, "no costs accepted");
+  CHECK(gp_schedule_simulate(&sc, c, &r) == GP_OK, "good costs rejected: %s", gp_error_message());
+  gp_sim_result_free(&r);
+  gp_schedule_free(&sc);
+}
+
+int main(void) {
+  test_equal_costs();
+  test_memory();
+  test_sends();
+  test_by_hand();
+  test_bad_costs();
+  printf("%d passed, %d failed\n", passes, failures);
+  return failures ? 1 : 0;
+}
