@@ -156,6 +156,9 @@ static gp_status apply_flags(gp_model *m) {
     return GP_ERR(GP_ERR_USAGE, "--data: only 'synthetic' is accepted (the model file's data "
                                 "section names real data), got '%s'", flags[F_DATA].s);
   GP_TRY(apply_pipeline_flags(&m->pipeline));
+  if (t->batch_size < m->pipeline.micro_batches)
+    return GP_ERR(GP_ERR_USAGE, "a batch of %" PRId64 " cannot be split into %d micro-batches",
+                  t->batch_size, m->pipeline.micro_batches);
   if (flags[F_RESUME].given && !flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
   if (flags[F_RESUME].given && flags[F_LOAD].given)

@@ -43,6 +43,7 @@ static void refused(const char *what, const char *text, const char *const *parts
   gp_t_load_fails(what, text, NULL, 0, GP_ERR_SPEC, parts, n);
   double s = (double)(clock() - t0) / CLOCKS_PER_SEC;
   CHECK(s < MAX_CPU_S, "%s: took %.2f s of CPU to refuse", what, s);
+  if (getenv("GP_T_VERBOSE")) printf("%-40s %.3f s\n", what, s);
 }
 
 /* Ten levels of ten aliases each: 10^10 nodes if expanded. */

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# gpipe-train through the pipeline: K stages and M micro-batches (any schedule and
+# re-materialization) give the weights of K = 1, M = 1 up to summation order; bad pipeline
+# flags are one clear line and exit 2.
+set -u
+train=$1; srcdir=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+model=$srcdir/models/fashion-mlp.yaml
+common=(--quiet --data synthetic --steps 4 --batch-size 16 --threads 2)
+"$train" "$model" "${common[@]}" --save "$tmp/k1.safetensors" || fail "K=1"
+i=0
+for cfg in "2 4 gpipe never" "3 8 1f1b always" "4 2 gpipe except_last" "7 3 1f1b except_last"; do
+  set -- $cfg
+  "$train" "$model" "${common[@]}" --stages "$1" --micro-batches "$2" --schedule "$3" \
+    --checkpoint "$4" --save "$tmp/p$i.safetensors" || fail "K=$1 M=$2 $3 $4"
+  python3 - "$tmp/k1.safetensors" "$tmp/p$i.safetensors" <<'PY' || fail "K=$1 M=$2 $3 $4: weights differ"
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); d = b[8 + n:]
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                             d[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in h.items() if k != "__metadata__"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a.keys() == b.keys(), (sorted(a), sorted(b))
+for k in a:
+    ref = max(max(abs(x) for x in a[k]), 1e-30)
+    err = max(abs(x - y) for x, y in zip(a[k], b[k])) / ref
+    assert err <= 1e-5, (k, err)
+PY
+  i=$((i+1))
+done
+passed=5
+# bad pipeline flags: one line, exit 2
+check() {
+  local pat=$1; shift
+  "$train" "$model" --data synthetic --steps 1 "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  if [ $rc = 2 ] && grep -qE -- "$pat" "$tmp/err" && [ "$(wc -l <"$tmp/err")" = 1 ]; then
+    passed=$((passed+1))
+  else
+    fail "$* -> exit $rc: $(cat "$tmp/err")"
+  fi
+}
+check "cannot cut 7 units into 9 stages" --stages 9
+check "balance sums to 4 units, the model has 7" --stages 2 --balance 2,2
+check "unknown value 'gpipee'; did you mean 'gpipe'" --schedule gpipee
+check "batch of 4 cannot be split into 8 micro-batches" --batch-size 4 --micro-batches 8
+check "--balance: expected positive integers" --stages 2 --balance 3,x
+echo "$passed passed, 0 failed"
