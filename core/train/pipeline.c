@@ -291,6 +291,9 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   gp_arena_mark mark = gp_arena_get_mark(&st->scratch);
   gp_exec e = exec_for(st, m, training, 0, drop ? &st->scratch : keep);
   GP_TRY(gp_pass_forward(p, &e));
+  if (training && !isfinite(e.loss_sum))
+    return GP_ERR(GP_ERR_RUNTIME, "the loss is %s at step %lld (lower the learning rate?)",
+                  isnan(e.loss_sum) ? "NaN" : "infinite", (long long)pl->step + 1);
   st->acc.loss_sum += e.loss_sum;
   st->acc.correct += e.correct;
   st->acc.counted += e.counted;

@@ -5,17 +5,9 @@
 #include <string.h>
 
 #include "core/io/json.h"
+#include "tests/check.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                              \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, " [%s]\n", gp_error_message());                                              \
-    }                                                                                              \
-  } while (0)
+static int failures, passes;
 
 static gp_json *parse(const char *text) {
   gp_json *j = NULL;
@@ -138,9 +130,6 @@ int main(void) {
   gp_json *z = (gp_json *)1;
   CHECK(gp_json_parse("[1]\0", 4, "in.json", &z) == GP_ERR_DATA && z == NULL, "embedded NUL");
 
-  if (failures)
-    fprintf(stderr, "%d check(s) failed\n", failures);
-  else
-    printf("test_json: all checks passed\n");
+  printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

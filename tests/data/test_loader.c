@@ -9,17 +9,9 @@
 
 #include "data/loader.h"
 #include "idx_fixture.h"
+#include "tests/check.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                              \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fprintf(stderr, " [%s]\n", gp_error_message());                                              \
-    }                                                                                              \
-  } while (0)
+static int failures, passes;
 
 #define NTRAIN 50
 #define NTEST 23
@@ -429,9 +421,6 @@ int main(void) {
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
-  if (failures)
-    fprintf(stderr, "%d check(s) failed\n", failures);
-  else
-    printf("test_loader: all checks passed\n");
+  printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

@@ -5,20 +5,10 @@
 #include <string.h>
 
 #include "core/train/schedule.h"
+#include "tests/check.h"
 
 static int failures, passes;
 
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (cond) {                                                                                    \
-      passes++;                                                                                    \
-    } else {                                                                                       \
-      failures++;                                                                                  \
-      printf("FAIL (line %d): ", __LINE__);                                                        \
-      printf(__VA_ARGS__);                                                                         \
-      printf("\n");                                                                                \
-    }                                                                                              \
-  } while (0)
 
 static const gp_schedule_kind KINDS[] = {GP_SCHED_GPIPE, GP_SCHED_1F1B};
 static const char *KIND_NAMES[] = {"gpipe", "1f1b"};

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "core/train/schedule.h"
+#include "tests/check.h"
 
 /* Costs in these tests are small integers and halves: sums of them are exact in double, so
  * times compare exactly; the bubble is a quotient, so it gets rounding room. */
@@ -12,17 +13,6 @@
 
 static int failures, passes;
 
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (cond) {                                                                                    \
-      passes++;                                                                                    \
-    } else {                                                                                       \
-      failures++;                                                                                  \
-      printf("FAIL (line %d): ", __LINE__);                                                        \
-      printf(__VA_ARGS__);                                                                         \
-      printf("\n");                                                                                \
-    }                                                                                              \
-  } while (0)
 
 static const gp_schedule_kind KINDS[] = {GP_SCHED_GPIPE, GP_SCHED_1F1B};
 static const char *KIND_NAMES[] = {"gpipe", "1f1b"};
