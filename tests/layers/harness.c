@@ -71,17 +71,7 @@ gp_status lt_layer_configure_as(lt_layer *t, const gp_layer_type *type, const ch
   l->conf = calloc(1, type->conf_size ? type->conf_size : 1);
   if (!l->path || !l->conf) return GP_ERR(GP_ERR_NOMEM, "out of memory");
   memcpy(l->path, "layer", 6);
-  gp_status s = type->configure(l, t->cfg);
-  if (s != GP_OK) {
-    char first[1024];
-    snprintf(first, sizeof first, "%s", gp_error_message());
-    /* Only an unknown key with a near known key explains the failure better: configure
-     * stops at its first error, so later keys were never asked for and look unknown. */
-    if (gp_cfg_check_unknown(t->cfg, tname, structural) != GP_OK &&
-        strstr(gp_error_message(), "did you mean"))
-      return GP_ERR_SPEC;
-    return GP_ERR(s, "%s", first);
-  }
+  GP_TRY(type->configure(l, t->cfg));
   GP_TRY(gp_cfg_check_unknown(t->cfg, tname, structural));
   if (n_in < type->min_inputs || n_in > type->max_inputs)
     return GP_ERR(GP_ERR_SPEC, "%s takes %d..%d inputs, got %d", tname, type->min_inputs,

@@ -25,10 +25,9 @@ typedef struct lt_layer {
   lt_buf *bufs; /* every buffer with guard bytes, for lt_layer_guards */
 } lt_layer;
 
-/* Stage 1 (pure): parse, find the type, configure, check unknown keys, shape. A type that
- * is not registered gives GP_ERR_UNSUPPORTED ("layer type 'x' is not registered"). When
- * configure fails and an unknown key is near a key configure asked for, the unknown key is
- * reported instead (a misspelt required key is best explained by its spelling). */
+/* Stage 1 (pure): parse, find the type, configure, check unknown keys, shape, as the spec
+ * loader does. A type that is not registered gives GP_ERR_UNSUPPORTED ("layer type 'x' is
+ * not registered"). */
 gp_status lt_layer_configure(lt_layer *t, const char *yaml, int n_in, const gp_shape *in_shapes,
                              const gp_dtype *in_dtypes);
 /* The same with the type given (NULL: found by the mapping's type), for test-only types. */

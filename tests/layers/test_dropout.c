@@ -18,11 +18,18 @@
 #define P 0.3
 #define OFFSET 6 /* the micro-batch's first sample in the mini-batch */
 
-static int failed;
+static int passed, failed;
 
-static void fail(const char *what) {
-  printf("  FAIL %s\n", what);
-  failed++;
+static void tally(int ok) {
+  if (ok)
+    passed++;
+  else
+    failed++;
+}
+
+static void expect(int ok, const char *what) {
+  if (!ok) printf("  FAIL %s\n", what);
+  tally(ok);
 }
 
 /* Builds dropout with p on [BATCH, N_FEAT]; x in [0.5, 1.5] so a zero output is a drop. */
@@ -84,6 +91,7 @@ int main(void) {
   lt_layer t;
   if (!build(&t, be, P)) {
     gp_backend_destroy(be);
+    printf("0 passed, 1 failed\n");
     return 1;
   }
   float *want = malloc((size_t)n * sizeof *want);
@@ -105,30 +113,29 @@ int main(void) {
          "elements differ from gp_counter_uniform(key, offset + i) >= p\n",
          P, (long long)kept, (long long)n, (double)kept / (double)n, (long long)wrong_fwd,
          (long long)wrong_bwd);
-  if (wrong_fwd) fail("forward mask is not the contract's (core/backend.h dropout_forward)");
-  if (wrong_bwd) fail("backward mask is not the contract's (or not the forward's)");
+  expect(!wrong_fwd, "forward mask is not the contract's (core/backend.h dropout_forward)");
+  expect(!wrong_bwd, "backward mask is not the contract's (or not the forward's)");
   int64_t kept_y = 0;
   for (int64_t i = 0; i < n; i++)
     kept_y += y[i] != 0.0f;
   double sigma = sqrt(P * (1 - P) / (double)n);
   double z = fabs((double)kept_y / (double)n - (1 - P)) / sigma;
-  if (z > lt_tol_get(LT_TOL_DROPOUT)->atol) fail("kept fraction is not near 1 - p");
+  expect(z <= lt_tol_get(LT_TOL_DROPOUT)->atol, "kept fraction is not near 1 - p");
   for (int64_t i = 0; i < n; i++)
     want[i] = y[i] != 0.0f ? x[i] / (float)(1 - P) : 0.0f;
-  if (!lt_compare_f("dropout forward: kept values are x / (1 - p)", y, want, n, LT_TOL_SCALE, NULL))
-    failed++;
+  tally(
+      lt_compare_f("dropout forward: kept values are x / (1 - p)", y, want, n, LT_TOL_SCALE, NULL));
   for (int64_t i = 0; i < n; i++)
     want[i] = y[i] != 0.0f ? dy[i] / (float)(1 - P) : 0.0f;
-  if (!lt_compare_f("dropout backward: dx = dy / (1 - p) where kept, same mask", dx, want, n,
-                    LT_TOL_SCALE, NULL))
-    failed++;
+  tally(lt_compare_f("dropout backward: dx = dy / (1 - p) where kept, same mask", dx, want, n,
+                     LT_TOL_SCALE, NULL));
   m0 = mask_of(y, n);
 
   /* A recompute forward reproduces the mask bit for bit. */
   memcpy(want, y, (size_t)n * sizeof *want);
   t.e.recompute = 1;
   if (!run(&t, 0)) goto out;
-  if (!lt_compare_f("dropout: recompute forward", y, want, n, LT_TOL_EXACT, NULL)) failed++;
+  tally(lt_compare_f("dropout: recompute forward", y, want, n, LT_TOL_EXACT, NULL));
   t.e.recompute = 0;
 
   /* The second half of the batch run alone as a micro-batch (its own micro index, offset
@@ -145,11 +152,10 @@ int main(void) {
       h.e.step = 7;
       h.e.micro = 5;
       h.e.sample_offset = OFFSET + BATCH / 2;
-      if (run(&h, 0) &&
-          !lt_compare_f("dropout: a micro-batch of the last samples vs the same samples in the "
-                        "whole batch",
-                        GP_F32P(&h.out), y + half, half, LT_TOL_EXACT, NULL))
-        failed++;
+      if (run(&h, 0))
+        tally(lt_compare_f("dropout: a micro-batch of the last samples vs the same samples in the "
+                           "whole batch",
+                           GP_F32P(&h.out), y + half, half, LT_TOL_EXACT, NULL));
     }
     lt_layer_free(&h);
   }
@@ -169,18 +175,16 @@ int main(void) {
     m1 = mask_of(y, n);
     double a = agreement(m0, m1, n);
     printf("dropout: %s agrees with the first mask on %.3f of elements\n", what[v], a);
-    if (a > 0.9) {
-      char msg[96];
-      snprintf(msg, sizeof msg, "dropout: the %s reuses the mask", what[v]);
-      fail(msg);
-    }
+    char msg[96];
+    snprintf(msg, sizeof msg, "dropout: the %s reuses the mask", what[v]);
+    expect(a <= 0.9, msg);
   }
 
   /* Evaluation: the identity both ways. */
   t.e.training = 0;
   if (!run(&t, 1)) goto out;
-  if (!lt_compare_f("dropout eval: y = x", y, x, n, LT_TOL_EXACT, NULL)) failed++;
-  if (!lt_compare_f("dropout eval: dx = dy", dx, dy, n, LT_TOL_EXACT, NULL)) failed++;
+  tally(lt_compare_f("dropout eval: y = x", y, x, n, LT_TOL_EXACT, NULL));
+  tally(lt_compare_f("dropout eval: dx = dy", dx, dy, n, LT_TOL_EXACT, NULL));
   lt_layer_free(&t);
 
   /* p = 0 in training: the identity too. */
@@ -190,10 +194,9 @@ int main(void) {
   }
   if (!run(&t, 1)) goto out;
   x = GP_F32P(&t.in[0]);
-  if (!lt_compare_f("dropout p = 0: y = x", GP_F32P(&t.out), x, n, LT_TOL_EXACT, NULL)) failed++;
-  if (!lt_compare_f("dropout p = 0: dx = dy", GP_F32P(&t.din[0]), GP_F32P(&t.dout), n, LT_TOL_EXACT,
-                    NULL))
-    failed++;
+  tally(lt_compare_f("dropout p = 0: y = x", GP_F32P(&t.out), x, n, LT_TOL_EXACT, NULL));
+  tally(lt_compare_f("dropout p = 0: dx = dy", GP_F32P(&t.din[0]), GP_F32P(&t.dout), n,
+                     LT_TOL_EXACT, NULL));
 out:
   lt_layer_free(&t);
 done:
@@ -201,6 +204,6 @@ done:
   free(m0);
   free(m1);
   gp_backend_destroy(be);
-  printf("%d failed\n", failed);
+  printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -532,7 +532,7 @@ static int check_batchnorm_micro(gp_backend *be) {
 
 /* The checks above on a layer with one deliberate bug at a time: bug none must pass, every
  * other bug must be caught. */
-static int self_test(gp_backend *be) {
+static int self_test(gp_backend *be, int *passed) {
   int failed = 0;
   for (int b = 0; lt_selftest_bugs[b]; b++) {
     char yaml[80];
@@ -547,6 +547,7 @@ static int self_test(gp_backend *be) {
     printf("%s self-test: bug '%s' %s (%d checks failed)\n", ok ? "ok  " : "FAIL",
            lt_selftest_bugs[b], b == 0 ? "passes" : "is caught", f);
     failed += !ok;
+    *passed += ok;
   }
   return failed;
 }
@@ -557,7 +558,7 @@ int main(void) {
     printf("FAIL: cpu backend: %s\n", gp_error_message());
     return 1;
   }
-  int failed = 0;
+  int failed = 0, passed = 0;
   for (int i = 0; all_types[i]; i++) {
     int covered = 0;
     for (int k = 0; k < N_CASES; k++)
@@ -579,14 +580,19 @@ int main(void) {
     printf("%s %s (max finite-difference error %.2g)\n", f ? "FAIL" : "ok  ", cases[k].name,
            case_fd_err);
     failed += f > 0;
+    passed += f == 0;
   }
-  if (gp_layer_type_find("batchnorm")) failed += check_batchnorm_micro(be);
-  failed += self_test(be);
+  if (gp_layer_type_find("batchnorm")) {
+    int r = check_batchnorm_micro(be);
+    failed += r;
+    passed += !r;
+  }
+  failed += self_test(be, &passed);
   gp_backend_destroy(be);
   if (missing[0]) {
     printf("FAIL: layer types not registered:%s\n", missing);
     failed++;
   }
-  printf("%d failed\n", failed);
+  printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

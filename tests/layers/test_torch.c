@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
     printf("FAIL: cpu backend: %s\n", gp_error_message());
     return 1;
   }
-  int failed = 0, covered[32] = {0}, self_tested = 0;
+  int failed = 0, passed = 0, covered[32] = {0}, self_tested = 0;
   char missing[512] = "";
   for (int i = 0; i < n; i++) {
     char path[4096], type[64];
@@ -248,6 +248,8 @@ int main(int argc, char **argv) {
       if (!strstr(missing, key)) strncat(missing, key, sizeof missing - strlen(missing) - 1);
     } else if (f > 0) {
       failed++;
+    } else {
+      passed++;
     }
     /* Self-test: the same fixture with one weight off by 1e-2 must fail. */
     if (strcmp(files[i], "conv2d_3x3.safetensors") == 0 && f == 0) {
@@ -258,6 +260,7 @@ int main(int argc, char **argv) {
       printf("%s self-test: a weight off by 1e-2 is caught (%d checks failed)\n",
              g > 0 ? "ok  " : "FAIL", g);
       failed += g <= 0;
+      passed += g > 0;
       self_tested = 1;
     }
     free(fx.used);
@@ -279,6 +282,6 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n; i++)
     free(files[i]);
   gp_backend_destroy(be);
-  printf("%d fixtures, %d failed\n", n, failed);
+  printf("%d fixtures; %d passed, %d failed\n", n, passed, failed);
   return failed ? 1 : 0;
 }

@@ -283,6 +283,44 @@ static void failure(void) {
   gp_model_free(mo);
 }
 
+/* A stage that waits longer than the watchdog's limit is reported (here the limit is far
+ * below the time stage 0's forward takes), and every stage stops. */
+static void watchdog(void) {
+  static const char *slow =
+      "name: slow\n"
+      "inputs: {x: [12], label: {shape: [], dtype: i32}}\n"
+      "layers:\n"
+      "  - {type: linear, out_features: 2048}\n"
+      "  - {type: linear, out_features: 2048}\n"
+      "  - {type: linear, out_features: 5}\n"
+      "loss: {type: softmax_cross_entropy}\n";
+  gp_model *mo;
+  if (gp_model_load_string(slow, "slow.yaml", NULL, 0, &mo) != GP_OK) die("load");
+  mo->pipeline.stages = 2;
+  mo->pipeline.n_balance = 2;
+  mo->pipeline.balance[0] = 2;
+  mo->pipeline.balance[1] = 1;
+  gp_plan plan;
+  gp_trainer t;
+  gp_pipeline_opts po = {.cores = 1, .watchdog_s = 1e-5};
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
+  if (gp_trainer_init(&t, mo, &plan, &po, 1) != GP_OK) die("init");
+  float x[64 * 12];
+  int32_t y[64];
+  batch_data(mo, 64, 0, x, y);
+  gp_metrics mt;
+  gp_status s = gp_trainer_step(&t, x, y, 64, 0.1, &mt);
+  const char *msg = gp_error_message();
+  if (s == GP_OK || !strstr(msg, "watchdog: stage 1 waited")) {
+    printf("FAIL: the watchdog should report stage 1 waiting; got status %d: %s\n", (int)s, msg);
+    failed++;
+  } else {
+    passed++;
+  }
+  gp_trainer_free(&t);
+  gp_model_free(mo);
+}
+
 int main(void) {
   static const int b1[] = {8}, b2[] = {4, 4}, b3[] = {2, 2, 4}, b4[] = {2, 2, 2, 2};
   static const int *const skip_bal[] = {b1, b2, b3, b4};
@@ -291,6 +329,7 @@ int main(void) {
   grid("skip", skip, skip_bal);
   batchnorm_modes();
   failure();
+  watchdog();
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;
 }
