@@ -29,17 +29,25 @@ typedef struct config {
 
 static gp_status parse_config(const char *text, config *c) {
   char sched[16] = "", remat[16] = "";
-  if (sscanf(text, "%d,%d,%15[^,],%15s", &c->k, &c->m, sched, remat) != 4 || c->k < 1 ||
-      c->m < 1)
-    return GP_ERR(GP_ERR_USAGE, "--config: expected K,M,gpipe|1f1b,always|except_last|never, "
-                                "got '%s'", text);
-  if (!strcmp(sched, "gpipe")) c->sched = GP_SCHED_GPIPE;
-  else if (!strcmp(sched, "1f1b")) c->sched = GP_SCHED_1F1B;
-  else return GP_ERR(GP_ERR_USAGE, "--config %s: unknown schedule '%s'", text, sched);
-  if (!strcmp(remat, "always")) c->remat = GP_REMAT_ALWAYS;
-  else if (!strcmp(remat, "except_last")) c->remat = GP_REMAT_EXCEPT_LAST;
-  else if (!strcmp(remat, "never")) c->remat = GP_REMAT_NEVER;
-  else return GP_ERR(GP_ERR_USAGE, "--config %s: unknown re-materialization '%s'", text, remat);
+  if (sscanf(text, "%d,%d,%15[^,],%15s", &c->k, &c->m, sched, remat) != 4 || c->k < 1 || c->m < 1)
+    return GP_ERR(GP_ERR_USAGE,
+                  "--config: expected K,M,gpipe|1f1b,always|except_last|never, "
+                  "got '%s'",
+                  text);
+  if (!strcmp(sched, "gpipe"))
+    c->sched = GP_SCHED_GPIPE;
+  else if (!strcmp(sched, "1f1b"))
+    c->sched = GP_SCHED_1F1B;
+  else
+    return GP_ERR(GP_ERR_USAGE, "--config %s: unknown schedule '%s'", text, sched);
+  if (!strcmp(remat, "always"))
+    c->remat = GP_REMAT_ALWAYS;
+  else if (!strcmp(remat, "except_last"))
+    c->remat = GP_REMAT_EXCEPT_LAST;
+  else if (!strcmp(remat, "never"))
+    c->remat = GP_REMAT_NEVER;
+  else
+    return GP_ERR(GP_ERR_USAGE, "--config %s: unknown re-materialization '%s'", text, remat);
   c->text = text;
   return GP_OK;
 }
@@ -61,10 +69,12 @@ static gp_status measure(gp_model *m, config *c, int cores, int64_t b, int steps
   GP_TRY(gp_trainer_init(&t, m, &plan, &po, 1));
   gp_status s = GP_OK;
   gp_metrics mt;
-  for (int i = 0; i < 2 && s == GP_OK; i++) s = gp_trainer_step(&t, x, y, b, 0.001, &mt);
+  for (int i = 0; i < 2 && s == GP_OK; i++)
+    s = gp_trainer_step(&t, x, y, b, 0.001, &mt);
   gp_pipeline_reset_stats(t.pl);
   double t0 = gp_now();
-  for (int i = 0; i < steps && s == GP_OK; i++) s = gp_trainer_step(&t, x, y, b, 0.001, &mt);
+  for (int i = 0; i < steps && s == GP_OK; i++)
+    s = gp_trainer_step(&t, x, y, b, 0.001, &mt);
   *sps = (double)(steps * b) / (gp_now() - t0);
   for (int st = 0; st < c->k && s == GP_OK; st++) {
     gp_stage_stats ss;
@@ -93,7 +103,8 @@ int main(int argc, char **argv) {
   gp_status s = gp_args_parse(argc, argv, flags, pos, 1, &npos);
   if (s == GP_OK && (npos != 1 || flags[0].n_list == 0 || flags[0].n_list > MAX_CONFIGS))
     s = GP_ERR(GP_ERR_USAGE, "usage: bench-pipeline MODEL.yaml --config K,M,SCHED,REMAT ...");
-  for (int i = 0; s == GP_OK && i < flags[0].n_list; i++, nc++) s = parse_config(flags[0].list[i], &cs[i]);
+  for (int i = 0; s == GP_OK && i < flags[0].n_list; i++, nc++)
+    s = parse_config(flags[0].list[i], &cs[i]);
   int steps = flags[1].given ? (int)flags[1].i : 10, reps = flags[4].given ? (int)flags[4].i : 3;
   int cores = flags[3].given ? (int)flags[3].i : gp_cpu_cores();
   if (s == GP_OK) s = gp_model_load(pos[0], NULL, 0, &m);
@@ -108,8 +119,10 @@ int main(int argc, char **argv) {
     y = malloc(sizeof(int32_t) * (size_t)b);
     gp_rng r;
     gp_rng_seed(&r, 3);
-    for (int64_t i = 0; i < b * per; i++) x[i] = 2.0f * gp_rng_uniform(&r) - 1.0f;
-    for (int64_t i = 0; i < b; i++) y[i] = (int32_t)gp_rng_below(&r, (uint64_t)classes);
+    for (int64_t i = 0; i < b * per; i++)
+      x[i] = 2.0f * gp_rng_uniform(&r) - 1.0f;
+    for (int64_t i = 0; i < b; i++)
+      y[i] = (int32_t)gp_rng_below(&r, (uint64_t)classes);
   }
   for (int r = 0; s == GP_OK && r < reps; r++)
     for (int i = 0; s == GP_OK && i < nc; i++) {
@@ -120,12 +133,13 @@ int main(int argc, char **argv) {
   if (s == GP_OK) {
     printf("model %s, batch %" PRId64 ", %d cores, best of %d x %d steps\n", m->name, b, cores,
            reps, steps);
-    printf("%-26s %-10s %12s %9s  %s\n", "K,M,schedule,remat", "balance", "samples/s",
-           "vs first", "peak activation MiB per stage (measured)");
+    printf("%-26s %-10s %12s %9s  %s\n", "K,M,schedule,remat", "balance", "samples/s", "vs first",
+           "peak activation MiB per stage (measured)");
     for (int i = 0; i < nc; i++) {
       printf("%-26s %-10s %12.1f %8.2fx ", cs[i].text, cs[i].balance, cs[i].best_sps,
              cs[i].best_sps / cs[0].best_sps);
-      for (int st = 0; st < cs[i].k; st++) printf(" %.2f", (double)cs[i].peak[st] / 1048576.0);
+      for (int st = 0; st < cs[i].k; st++)
+        printf(" %.2f", (double)cs[i].peak[st] / 1048576.0);
       printf("\n");
     }
   }

@@ -46,7 +46,8 @@ static double model_flops_per_sample(const gp_model *m) {
     gp_cost c = {0};
     n->layer.type->cost(&n->layer, &c);
     int from_inputs = 1;
-    for (int j = 0; j < n->n_in; j++) from_inputs &= n->in[j] < m->n_inputs;
+    for (int j = 0; j < n->n_in; j++)
+      from_inputs &= n->in[j] < m->n_inputs;
     double bwd = c.bwd_flops;
     if (from_inputs && n->layer.n_params) bwd *= 0.5;
     f += c.fwd_flops + bwd;

@@ -17,7 +17,8 @@ gp_flag *gp_args_get(gp_flag *flags, const char *name) {
 static gp_status unknown(gp_flag *flags, const char *arg) {
   const char *names[128];
   int n = 0;
-  for (gp_flag *f = flags; f->name && n < 128; f++) names[n++] = f->name;
+  for (gp_flag *f = flags; f->name && n < 128; f++)
+    names[n++] = f->name;
   const char *near = gp_nearest(arg, names, n);
   if (near) return GP_ERR(GP_ERR_USAGE, "unknown flag '%s'; did you mean '%s'?", arg, near);
   return GP_ERR(GP_ERR_USAGE, "unknown flag '%s' (see --help)", arg);
@@ -47,9 +48,12 @@ gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **posi
       f->given = 1;
       continue;
     }
-    if (eq) val = eq + 1;
-    else if (a + 1 < argc) val = argv[++a];
-    else return GP_ERR(GP_ERR_USAGE, "%s needs a value (%s)", name, f->metavar);
+    if (eq)
+      val = eq + 1;
+    else if (a + 1 < argc)
+      val = argv[++a];
+    else
+      return GP_ERR(GP_ERR_USAGE, "%s needs a value (%s)", name, f->metavar);
     f->given = 1;
     if (f->kind == GP_FLAG_INT) {
       char *end;

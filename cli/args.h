@@ -13,7 +13,7 @@ typedef struct gp_flag {
   gp_flag_kind kind;
   const char *metavar; /* "N" */
   const char *help;
-  int64_t min;           /* INT: smallest accepted value */
+  int64_t min; /* INT: smallest accepted value */
   /* results */
   int given;
   int64_t i;

@@ -30,8 +30,10 @@ static void clear_line(gp_progress *p) {
 static void fmt_eta(double s, char *buf, size_t n) {
   if (s < 0 || s > 1e7) s = 0;
   int h = (int)(s / 3600), m = (int)(s / 60) % 60, sec = (int)s % 60;
-  if (h) snprintf(buf, n, "%dh%02dm", h, m);
-  else snprintf(buf, n, "%dm%02ds", m, sec);
+  if (h)
+    snprintf(buf, n, "%dh%02dm", h, m);
+  else
+    snprintf(buf, n, "%dm%02ds", m, sec);
 }
 
 void gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch, double loss,
@@ -51,9 +53,10 @@ void gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch
   if (p->tty) {
     if (now - p->last_draw < 0.1 && step != total) return;
     p->last_draw = now;
-    fprintf(stderr, "\r\033[Kstep %lld/%lld  epoch %lld  loss %.4f  acc %.3f  lr %.4g  %.0f samples/s  ETA %s",
-            (long long)step, (long long)total, (long long)epoch + 1, loss, acc, lr, samples_per_s,
-            eta);
+    fprintf(
+        stderr,
+        "\r\033[Kstep %lld/%lld  epoch %lld  loss %.4f  acc %.3f  lr %.4g  %.0f samples/s  ETA %s",
+        (long long)step, (long long)total, (long long)epoch + 1, loss, acc, lr, samples_per_s, eta);
     p->line_open = 1;
   } else if (print_line) {
     fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f acc %.3f lr %.4g %.0f samples/s ETA %s\n",
@@ -73,8 +76,10 @@ void gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, 
   }
   if (p->quiet) return;
   clear_line(p);
-  fprintf(stderr, "eval  step %lld  epoch %lld  test loss %.4f  test accuracy %.4f  (%lld samples, %.1f s)\n",
-          (long long)step, (long long)epoch + 1, loss, acc, (long long)samples, seconds);
+  fprintf(
+      stderr,
+      "eval  step %lld  epoch %lld  test loss %.4f  test accuracy %.4f  (%lld samples, %.1f s)\n",
+      (long long)step, (long long)epoch + 1, loss, acc, (long long)samples, seconds);
 }
 
 void gp_progress_note(gp_progress *p, const char *fmt, ...) {

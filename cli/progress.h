@@ -7,12 +7,12 @@
 #include <stdio.h>
 
 typedef struct gp_progress {
-  int tty;          /* stderr is a terminal: redraw one line */
+  int tty; /* stderr is a terminal: redraw one line */
   int quiet;
-  FILE *log;        /* --log FILE.jsonl, or NULL */
-  double t0;        /* run start, seconds */
+  FILE *log; /* --log FILE.jsonl, or NULL */
+  double t0; /* run start, seconds */
   double last_draw;
-  int line_open;    /* a live line is on screen */
+  int line_open; /* a live line is on screen */
 } gp_progress;
 
 double gp_now(void); /* monotonic seconds */

@@ -15,34 +15,68 @@
 #include "gp_config.h"
 
 enum {
-  F_STEPS, F_EPOCHS, F_BATCH, F_SEED, F_SET, F_DATA, F_LOG, F_SAVE, F_LOAD, F_CKPT_DIR,
-  F_CKPT_EVERY, F_RESUME, F_THREADS, F_EVAL_EVERY, F_STAGES, F_MICRO, F_SCHEDULE, F_REMAT,
-  F_BALANCE, F_DEVICES, F_PIN, F_WATCHDOG, F_QUIET, F_HELP, F_VERSION, F_COUNT
+  F_STEPS,
+  F_EPOCHS,
+  F_BATCH,
+  F_SEED,
+  F_SET,
+  F_DATA,
+  F_LOG,
+  F_SAVE,
+  F_LOAD,
+  F_CKPT_DIR,
+  F_CKPT_EVERY,
+  F_RESUME,
+  F_THREADS,
+  F_EVAL_EVERY,
+  F_STAGES,
+  F_MICRO,
+  F_SCHEDULE,
+  F_REMAT,
+  F_BALANCE,
+  F_DEVICES,
+  F_PIN,
+  F_WATCHDOG,
+  F_QUIET,
+  F_HELP,
+  F_VERSION,
+  F_COUNT
 };
 
 static gp_flag flags[] = {
-    [F_STEPS] = {"--steps", GP_FLAG_INT, "N", "train N optimizer steps in all (overrides epochs)", 1},
+    [F_STEPS] = {"--steps", GP_FLAG_INT, "N", "train N optimizer steps in all (overrides epochs)",
+                 1},
     [F_EPOCHS] = {"--epochs", GP_FLAG_INT, "N", "train N epochs", 1},
     [F_BATCH] = {"--batch-size", GP_FLAG_INT, "N", "mini-batch size", 1},
     [F_SEED] = {"--seed", GP_FLAG_INT, "N", "seed of weights, shuffling and dropout", 0},
-    [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE", "override a scalar of the model file (repeatable)", 0},
-    [F_DATA] = {"--data", GP_FLAG_STR, "synthetic", "random inputs and labels of the model's shapes", 0},
-    [F_LOG] = {"--log", GP_FLAG_STR, "FILE.jsonl", "one JSON object per logged step and evaluation", 0},
+    [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE",
+               "override a scalar of the model file (repeatable)", 0},
+    [F_DATA] = {"--data", GP_FLAG_STR, "synthetic",
+                "random inputs and labels of the model's shapes", 0},
+    [F_LOG] = {"--log", GP_FLAG_STR, "FILE.jsonl", "one JSON object per logged step and evaluation",
+               0},
     [F_SAVE] = {"--save", GP_FLAG_STR, "FILE.safetensors", "write the final weights", 0},
     [F_LOAD] = {"--load", GP_FLAG_STR, "FILE.safetensors", "start from these weights", 0},
-    [F_CKPT_DIR] = {"--checkpoint-dir", GP_FLAG_STR, "DIR", "write checkpoints (each epoch and at the end)", 0},
-    [F_CKPT_EVERY] = {"--checkpoint-every", GP_FLAG_INT, "N", "also write a checkpoint every N steps", 1},
-    [F_RESUME] = {"--resume", GP_FLAG_BOOL, NULL, "continue from the checkpoint in --checkpoint-dir", 0},
+    [F_CKPT_DIR] = {"--checkpoint-dir", GP_FLAG_STR, "DIR",
+                    "write checkpoints (each epoch and at the end)", 0},
+    [F_CKPT_EVERY] = {"--checkpoint-every", GP_FLAG_INT, "N",
+                      "also write a checkpoint every N steps", 1},
+    [F_RESUME] = {"--resume", GP_FLAG_BOOL, NULL,
+                  "continue from the checkpoint in --checkpoint-dir", 0},
     [F_THREADS] = {"--threads", GP_FLAG_INT, "N", "CPU threads (default: all cores)", 1},
-    [F_EVAL_EVERY] = {"--eval-every", GP_FLAG_INT, "N", "evaluate every N steps (default: each epoch)", 0},
+    [F_EVAL_EVERY] = {"--eval-every", GP_FLAG_INT, "N",
+                      "evaluate every N steps (default: each epoch)", 0},
     [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "pipeline stages (default: the model file's)", 1},
     [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches per mini-batch", 1},
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b", "pipeline schedule", 0},
     [F_REMAT] = {"--checkpoint", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
-    [F_BALANCE] = {"--balance", GP_FLAG_STR, "a,b,...", "units per stage (default: even by FLOPs)", 0},
-    [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)", 0},
+    [F_BALANCE] = {"--balance", GP_FLAG_STR, "a,b,...", "units per stage (default: even by FLOPs)",
+                   0},
+    [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)",
+                   0},
     [F_PIN] = {"--pin", GP_FLAG_BOOL, NULL, "pin each stage's thread to its share of the cores", 0},
-    [F_WATCHDOG] = {"--watchdog", GP_FLAG_INT, "SECONDS", "report a stage that waits longer (default 300)", 1},
+    [F_WATCHDOG] = {"--watchdog", GP_FLAG_INT, "SECONDS",
+                    "report a stage that waits longer (default 300)", 1},
     [F_QUIET] = {"--quiet", GP_FLAG_BOOL, NULL, "print only errors and the final result", 0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
@@ -124,15 +158,18 @@ static gp_status apply_pipeline_flags(gp_pipeline_spec *ps) {
     *dst[i] = found;
   }
   if (flags[F_BALANCE].given)
-    GP_TRY(parse_list("--balance", flags[F_BALANCE].s, GP_MAX_DEVICES, ps->balance, &ps->n_balance));
+    GP_TRY(
+        parse_list("--balance", flags[F_BALANCE].s, GP_MAX_DEVICES, ps->balance, &ps->n_balance));
   if (flags[F_DEVICES].given) {
     ps->n_devices = 0;
     const char *p = flags[F_DEVICES].s;
     while (*p) {
       size_t len = strcspn(p, ",");
       if (len == 0 || len >= sizeof ps->devices[0] || ps->n_devices >= GP_MAX_DEVICES)
-        return GP_ERR(GP_ERR_USAGE, "--devices: expected names like cpu or cuda:0 separated by "
-                      "commas, got '%s'", flags[F_DEVICES].s);
+        return GP_ERR(GP_ERR_USAGE,
+                      "--devices: expected names like cpu or cuda:0 separated by "
+                      "commas, got '%s'",
+                      flags[F_DEVICES].s);
       memcpy(ps->devices[ps->n_devices], p, len);
       ps->devices[ps->n_devices++][len] = 0;
       p += len + (p[len] == ',');
@@ -153,8 +190,10 @@ static gp_status apply_flags(gp_model *m) {
   if (flags[F_SEED].given) t->seed = (uint64_t)flags[F_SEED].i;
   if (flags[F_EVAL_EVERY].given) t->eval_every = flags[F_EVAL_EVERY].i;
   if (flags[F_DATA].given && strcmp(flags[F_DATA].s, "synthetic") != 0)
-    return GP_ERR(GP_ERR_USAGE, "--data: only 'synthetic' is accepted (the model file's data "
-                                "section names real data), got '%s'", flags[F_DATA].s);
+    return GP_ERR(GP_ERR_USAGE,
+                  "--data: only 'synthetic' is accepted (the model file's data "
+                  "section names real data), got '%s'",
+                  flags[F_DATA].s);
   GP_TRY(apply_pipeline_flags(&m->pipeline));
   if (t->batch_size < m->pipeline.micro_batches)
     return GP_ERR(GP_ERR_USAGE, "a batch of %" PRId64 " cannot be split into %d micro-batches",
@@ -195,7 +234,8 @@ static gp_status open_data(run *r) {
     return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " classes, the data has %" PRId64,
                   m->file, classes, gp_loader_classes(r->train));
   if (gp_loader_samples(r->train) < b)
-    return GP_ERR(GP_ERR_DATA, "the training set has %" PRId64 " samples, fewer than one batch of %" PRId64,
+    return GP_ERR(GP_ERR_DATA,
+                  "the training set has %" PRId64 " samples, fewer than one batch of %" PRId64,
                   gp_loader_samples(r->train), b);
   return GP_OK;
 }
@@ -226,7 +266,8 @@ static gp_status train(run *r) {
   int threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : gp_cpu_cores();
   gp_plan plan;
   GP_TRY(gp_plan_make(m, &m->pipeline, &plan));
-  gp_pipeline_opts po = {.cores = threads, .pin = flags[F_PIN].given,
+  gp_pipeline_opts po = {.cores = threads,
+                         .pin = flags[F_PIN].given,
                          .watchdog_s = flags[F_WATCHDOG].given ? (double)flags[F_WATCHDOG].i : 0};
   GP_TRY(gp_trainer_init(&r->t, m, &plan, &po, ts->seed));
   r->have_trainer = 1;
@@ -246,20 +287,22 @@ static gp_status train(run *r) {
 
   gp_progress pg;
   gp_progress_init(&pg, flags[F_QUIET].given, r->log);
-  gp_progress_note(&pg, "model %s: %d units, %d layers, %.3fM parameters (%" PRId64 ")",
-                   m->name, m->n_units, m->n_nodes, (double)m->n_params / 1e6, m->n_params);
+  gp_progress_note(&pg, "model %s: %d units, %d layers, %.3fM parameters (%" PRId64 ")", m->name,
+                   m->n_units, m->n_nodes, (double)m->n_params / 1e6, m->n_params);
   char bal[256];
   gp_plan_balance_str(&plan, bal, sizeof bal);
   static const char *const sched_names[] = {"gpipe", "1f1b"};
   static const char *const remat_names[] = {"always", "except_last", "never"};
-  gp_progress_note(&pg, "training %" PRId64 " steps of batch %" PRId64 " (%" PRId64
-                   " per epoch), %d CPU thread%s%s",
-                   total, b, per_epoch, threads, threads == 1 ? "" : "s",
-                   r->t.step ? ", resumed" : "");
+  gp_progress_note(
+      &pg,
+      "training %" PRId64 " steps of batch %" PRId64 " (%" PRId64 " per epoch), %d CPU thread%s%s",
+      total, b, per_epoch, threads, threads == 1 ? "" : "s", r->t.step ? ", resumed" : "");
   if (plan.stages > 1 || plan.micro > 1)
-    gp_progress_note(&pg, "pipeline: %d stages (units %s), %d micro-batches, %s schedule, "
-                     "re-materialization %s", plan.stages, bal, plan.micro,
-                     sched_names[plan.schedule], remat_names[plan.remat]);
+    gp_progress_note(&pg,
+                     "pipeline: %d stages (units %s), %d micro-batches, %s schedule, "
+                     "re-materialization %s",
+                     plan.stages, bal, plan.micro, sched_names[plan.schedule],
+                     remat_names[plan.remat]);
   if (r->t.step > total)
     return GP_ERR(GP_ERR_USAGE, "the checkpoint is at step %" PRId64 ", past --steps %" PRId64,
                   r->t.step, total);
@@ -328,7 +371,9 @@ int main(int argc, char **argv) {
   }
   if (npos != 1) {
     gp_args_free(flags);
-    fprintf(stderr, "gpipe-train: expected one model file (usage: gpipe-train MODEL.yaml [flags]; --help)\n");
+    fprintf(
+        stderr,
+        "gpipe-train: expected one model file (usage: gpipe-train MODEL.yaml [flags]; --help)\n");
     return 2;
   }
   gp_override ov[256];
@@ -340,11 +385,14 @@ int main(int argc, char **argv) {
       break;
     }
     char *key = strndup(kv, (size_t)(eq - kv));
-    if (!key) s = GP_ERR(GP_ERR_NOMEM, "out of memory");
-    else ov[nov++] = (gp_override){key, eq + 1};
+    if (!key)
+      s = GP_ERR(GP_ERR_NOMEM, "out of memory");
+    else
+      ov[nov++] = (gp_override){key, eq + 1};
   }
   if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &r.m);
-  for (int i = 0; i < nov; i++) free((char *)ov[i].path);
+  for (int i = 0; i < nov; i++)
+    free((char *)ov[i].path);
   if (s == GP_OK) s = apply_flags(r.m);
   if (s == GP_OK) s = open_data(&r);
   if (s == GP_OK) s = train(&r);

@@ -61,8 +61,8 @@ gp_status gp_arena_alloc(gp_arena *a, size_t bytes, void **out) {
   size_t need = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
   if (need == 0) need = ALIGN;
   if (a->limit && a->used + need > a->limit)
-    return GP_ERR(GP_ERR_NOMEM, "arena limit of %zu bytes exceeded (asked for %zu more)",
-                  a->limit, bytes);
+    return GP_ERR(GP_ERR_NOMEM, "arena limit of %zu bytes exceeded (asked for %zu more)", a->limit,
+                  bytes);
   gp_arena_chunk *c = a->chunks;
   if (!c || c->off + need > c->cap) {
     size_t cap = need > MIN_CHUNK ? need : MIN_CHUNK;
@@ -92,7 +92,8 @@ gp_arena_mark gp_arena_get_mark(const gp_arena *a) {
 
 void gp_arena_reset_to(gp_arena *a, gp_arena_mark m) {
   /* Chunks added after the mark stay allocated but empty until the next full reset. */
-  for (gp_arena_chunk *c = a->chunks; c && c != m.chunk; c = c->next) c->off = 0;
+  for (gp_arena_chunk *c = a->chunks; c && c != m.chunk; c = c->next)
+    c->off = 0;
   if (m.chunk) m.chunk->off = m.off;
   meter_sub(a, a->used - m.used);
   a->used = m.used;

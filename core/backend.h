@@ -81,11 +81,12 @@ struct gp_backend {
   gp_status (*conv2d_backward_data)(gp_backend *be, const gp_conv2d_desc *d, const float *dy,
                                     const float *w, float *dx); /* dx = */
   gp_status (*conv2d_backward_filter)(gp_backend *be, const gp_conv2d_desc *d, const float *x,
-                                      const float *dy, float *dw, float *dbias); /* +=, dbias NULL ok */
+                                      const float *dy, float *dw,
+                                      float *dbias); /* +=, dbias NULL ok */
 
   /* ---- pooling; argmax (max only) holds, per output, the index into the input plane ---- */
-  gp_status (*pool2d_forward)(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,
-                              const float *x, float *y, int32_t *argmax);
+  gp_status (*pool2d_forward)(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d, const float *x,
+                              float *y, int32_t *argmax);
   gp_status (*pool2d_backward)(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,
                                const float *dy, const int32_t *argmax, float *dx); /* dx = */
 
@@ -105,8 +106,8 @@ struct gp_backend {
                                       const float *run_var, float *y);
   gp_status (*batchnorm_backward)(gp_backend *be, int64_t n, int64_t c, int64_t inner,
                                   const float *x, const float *dy, const float *gamma,
-                                  const float *mean, const float *invstd, float *dx,
-                                  float *dgamma, float *dbeta); /* dx = (NULL: skip), d* += */
+                                  const float *mean, const float *invstd, float *dx, float *dgamma,
+                                  float *dbeta); /* dx = (NULL: skip), d* += */
   /* acc[0..c) += mean, acc[c..2c) += unbiased variance (from invstd, eps and count) */
   gp_status (*batchnorm_stats_accumulate)(gp_backend *be, int64_t c, int64_t count, float eps,
                                           const float *mean, const float *invstd, float *acc);
@@ -116,8 +117,8 @@ struct gp_backend {
 
   /* ---- layer norm over the last dim of [rows, cols] ---- */
   gp_status (*layernorm_forward)(gp_backend *be, int64_t rows, int64_t cols, float eps,
-                                 const float *x, const float *gamma, const float *beta,
-                                 float *y, float *mean, float *rstd);
+                                 const float *x, const float *gamma, const float *beta, float *y,
+                                 float *mean, float *rstd);
   gp_status (*layernorm_backward)(gp_backend *be, int64_t rows, int64_t cols, const float *x,
                                   const float *dy, const float *gamma, const float *mean,
                                   const float *rstd, float *dx, float *dgamma,
@@ -125,21 +126,21 @@ struct gp_backend {
 
   /* ---- element-wise ---- */
   gp_status (*act_forward)(gp_backend *be, gp_act act, int64_t n, const float *x, float *y);
-  gp_status (*act_backward)(gp_backend *be, gp_act act, int64_t n, const float *x,
-                            const float *y, const float *dy, float *dx); /* dx = */
+  gp_status (*act_backward)(gp_backend *be, gp_act act, int64_t n, const float *x, const float *y,
+                            const float *dy, float *dx); /* dx = */
   /* Inverted dropout with a counter-based mask: element i is kept iff
    * gp_counter_uniform(key, offset + i) >= p (core/rng.h), so recompute and every backend
    * agree, and a micro-batch (offset = its first element in the mini-batch) gets the same
    * mask as the same samples in the whole mini-batch. */
   gp_status (*dropout_forward)(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
                                const float *x, float *y);
-  gp_status (*dropout_backward)(gp_backend *be, int64_t n, float p, uint64_t key,
-                                uint64_t offset, const float *dy, float *dx);
+  gp_status (*dropout_backward)(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
+                                const float *dy, float *dx);
   gp_status (*axpby)(gp_backend *be, int64_t n, float a, const float *x, float b,
                      float *y); /* y = a x + b y (b == 0: y is not read) */
   /* 2-D strided copy: rows x cols floats; dst[r*dst_ld + j] = src[r*src_ld + j] */
-  gp_status (*copy2d)(gp_backend *be, int64_t rows, int64_t cols, const float *src,
-                      int64_t src_ld, float *dst, int64_t dst_ld);
+  gp_status (*copy2d)(gp_backend *be, int64_t rows, int64_t cols, const float *src, int64_t src_ld,
+                      float *dst, int64_t dst_ld);
 
   /* ---- loss ---- */
   /* logits [n, k], labels int32 [n]. probs = softmax(logits) (kept for backward);
@@ -158,8 +159,8 @@ struct gp_backend {
   gp_status (*sumsq)(gp_backend *be, int64_t n, const float *x, double *host_out);
 
   /* ---- optimizer updates over flat buffers (w, grad, state) ---- */
-  gp_status (*sgd_update)(gp_backend *be, int64_t n, const gp_sgd_hp *hp, float *w,
-                          const float *g, float *buf);
+  gp_status (*sgd_update)(gp_backend *be, int64_t n, const gp_sgd_hp *hp, float *w, const float *g,
+                          float *buf);
   gp_status (*adamw_update)(gp_backend *be, int64_t n, const gp_adamw_hp *hp, float *w,
                             const float *g, float *m, float *v);
   gp_status (*rmsprop_update)(gp_backend *be, int64_t n, const gp_rmsprop_hp *hp, float *w,

@@ -18,19 +18,23 @@ void gp_param_init_host(const gp_layer *l, int i, uint64_t seed, float *host) {
   double fan = p->fan_in > 0 ? (double)p->fan_in : 1.0;
   switch (p->init) {
   case GP_INIT_ZEROS:
-    for (int64_t j = 0; j < n; j++) host[j] = 0.0f;
+    for (int64_t j = 0; j < n; j++)
+      host[j] = 0.0f;
     break;
   case GP_INIT_ONES:
-    for (int64_t j = 0; j < n; j++) host[j] = 1.0f;
+    for (int64_t j = 0; j < n; j++)
+      host[j] = 1.0f;
     break;
   case GP_INIT_UNIFORM_FAN_IN: {
     float b = (float)(1.0 / sqrt(fan));
-    for (int64_t j = 0; j < n; j++) host[j] = (2.0f * gp_rng_uniform(&r) - 1.0f) * b;
+    for (int64_t j = 0; j < n; j++)
+      host[j] = (2.0f * gp_rng_uniform(&r) - 1.0f) * b;
     break;
   }
   case GP_INIT_KAIMING_NORMAL: {
     float sd = (float)sqrt(2.0 / fan);
-    for (int64_t j = 0; j < n; j++) host[j] = gp_rng_normal(&r) * sd;
+    for (int64_t j = 0; j < n; j++)
+      host[j] = gp_rng_normal(&r) * sd;
     break;
   }
   }

@@ -45,16 +45,16 @@ typedef struct gp_layer gp_layer;
 /* What a forward or backward pass runs in. */
 typedef struct gp_exec {
   gp_backend *be;
-  gp_arena *arena;  /* saved state lives here until the micro-batch's backward is done */
-  int training;     /* 0: evaluation (batchnorm uses running statistics, dropout is off) */
-  int recompute;    /* 1: a re-materializing forward: must not touch running statistics */
-  uint64_t seed;    /* run seed; dropout key = hash(seed, step, layer path), counter = the
-                       element's index in the mini-batch (so masks do not depend on M) */
+  gp_arena *arena; /* saved state lives here until the micro-batch's backward is done */
+  int training;    /* 0: evaluation (batchnorm uses running statistics, dropout is off) */
+  int recompute;   /* 1: a re-materializing forward: must not touch running statistics */
+  uint64_t seed;   /* run seed; dropout key = hash(seed, step, layer path), counter = the
+                      element's index in the mini-batch (so masks do not depend on M) */
   int64_t step;
   int micro;             /* which micro-batch (for messages; masks use sample_offset) */
   int64_t sample_offset; /* first sample of this micro-batch in the mini-batch */
-  int64_t loss_count; /* samples in the whole mini-batch: loss layers scale by 1/loss_count */
-  double loss_sum;    /* host accumulators that loss layers add to */
+  int64_t loss_count;    /* samples in the whole mini-batch: loss layers scale by 1/loss_count */
+  double loss_sum;       /* host accumulators that loss layers add to */
   int64_t correct;
   int64_t counted;
 } gp_exec;
@@ -73,8 +73,7 @@ typedef struct gp_layer_type {
   void (*cost)(const gp_layer *l, gp_cost *c);
   /* out is allocated by the caller (batch + out_shape). *saved may be set to state allocated
    * from e->arena that backward needs. */
-  gp_status (*forward)(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
-                       void **saved);
+  gp_status (*forward)(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out, void **saved);
   gp_status (*backward)(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                         const gp_tensor *dout, gp_tensor *din, void *saved);
   /* Optional: floats of non-persistent accumulator state at l->stats (batchnorm). */

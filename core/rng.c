@@ -20,7 +20,8 @@ uint64_t gp_hash_combine(uint64_t h, uint64_t v) {
 
 uint64_t gp_hash_str(uint64_t h, const char *s) {
   uint64_t f = 0xcbf29ce484222325ULL;
-  for (; *s; s++) f = (f ^ (unsigned char)*s) * 0x100000001b3ULL;
+  for (; *s; s++)
+    f = (f ^ (unsigned char)*s) * 0x100000001b3ULL;
   return gp_hash_combine(h, f);
 }
 
@@ -56,7 +57,8 @@ float gp_rng_normal(gp_rng *r) {
 
 uint64_t gp_rng_below(gp_rng *r, uint64_t n) {
   uint64_t lim = (uint64_t)-1 - ((uint64_t)-1 % n), x;
-  do x = gp_rng_next(r);
+  do
+    x = gp_rng_next(r);
   while (x >= lim);
   return x % n;
 }

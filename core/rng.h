@@ -11,13 +11,13 @@ typedef struct gp_rng {
 
 void gp_rng_seed(gp_rng *r, uint64_t seed);
 uint64_t gp_rng_next(gp_rng *r);
-float gp_rng_uniform(gp_rng *r);            /* [0, 1) */
-float gp_rng_normal(gp_rng *r);             /* N(0, 1), Box-Muller */
+float gp_rng_uniform(gp_rng *r);              /* [0, 1) */
+float gp_rng_normal(gp_rng *r);               /* N(0, 1), Box-Muller */
 uint64_t gp_rng_below(gp_rng *r, uint64_t n); /* uniform in [0, n), unbiased */
 
-uint64_t gp_hash64(uint64_t x);                          /* splitmix64 finalizer */
+uint64_t gp_hash64(uint64_t x); /* splitmix64 finalizer */
 uint64_t gp_hash_combine(uint64_t h, uint64_t v);
-uint64_t gp_hash_str(uint64_t h, const char *s);         /* FNV-style fold into h */
+uint64_t gp_hash_str(uint64_t h, const char *s); /* FNV-style fold into h */
 /* Stateless uniform in [0, 1) from (key, counter): the dropout mask function, reproducible
  * on every backend (24 random bits, so the value is exact in float). */
 float gp_counter_uniform(uint64_t key, uint64_t counter);

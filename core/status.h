@@ -35,10 +35,10 @@ const char *gp_status_name(gp_status s);
 int gp_status_exit_code(gp_status s);
 
 #define GP_ERR(code, ...) gp_error_set((code), __FILE__, __LINE__, __VA_ARGS__)
-#define GP_TRY(expr)                                                                            \
-  do {                                                                                         \
-    gp_status gp_try_s_ = (expr);                                                              \
-    if (gp_try_s_ != GP_OK) return gp_try_s_;                                                  \
+#define GP_TRY(expr)                                                                               \
+  do {                                                                                             \
+    gp_status gp_try_s_ = (expr);                                                                  \
+    if (gp_try_s_ != GP_OK) return gp_try_s_;                                                      \
   } while (0)
 
 #endif

@@ -30,7 +30,8 @@ int gp_dtype_parse(const char *name, gp_dtype *out) {
 gp_shape gp_shape_of(int ndim, const int64_t *dims) {
   gp_shape s = {0};
   s.ndim = ndim;
-  for (int i = 0; i < ndim && i < GP_MAX_DIMS; i++) s.d[i] = dims[i];
+  for (int i = 0; i < ndim && i < GP_MAX_DIMS; i++)
+    s.d[i] = dims[i];
   return s;
 }
 
@@ -38,13 +39,15 @@ gp_shape gp_shape_batch(int64_t n, const gp_shape *sample) {
   gp_shape s = {0};
   s.ndim = sample->ndim + 1;
   s.d[0] = n;
-  for (int i = 0; i < sample->ndim && i + 1 < GP_MAX_DIMS; i++) s.d[i + 1] = sample->d[i];
+  for (int i = 0; i < sample->ndim && i + 1 < GP_MAX_DIMS; i++)
+    s.d[i + 1] = sample->d[i];
   return s;
 }
 
 int64_t gp_shape_numel(const gp_shape *s) {
   int64_t n = 1;
-  for (int i = 0; i < s->ndim; i++) n *= s->d[i];
+  for (int i = 0; i < s->ndim; i++)
+    n *= s->d[i];
   return n;
 }
 

@@ -10,7 +10,7 @@
 typedef enum gp_dtype { GP_F32, GP_F16, GP_BF16, GP_I32, GP_I64, GP_U8, GP_DTYPE_COUNT } gp_dtype;
 
 size_t gp_dtype_size(gp_dtype t);
-const char *gp_dtype_name(gp_dtype t); /* safetensors names: "F32", "BF16", ... */
+const char *gp_dtype_name(gp_dtype t);               /* safetensors names: "F32", "BF16", ... */
 int gp_dtype_parse(const char *name, gp_dtype *out); /* 1 if known */
 
 #define GP_MAX_DIMS 8
@@ -22,7 +22,7 @@ typedef struct gp_shape {
 
 gp_shape gp_shape_of(int ndim, const int64_t *dims);
 gp_shape gp_shape_batch(int64_t n, const gp_shape *sample); /* [n, sample...] */
-int64_t gp_shape_numel(const gp_shape *s); /* assumes it was checked at load */
+int64_t gp_shape_numel(const gp_shape *s);                  /* assumes it was checked at load */
 /* Product of dims, refusing negative dims and products above limit (GP_ERR_SPEC). */
 gp_status gp_shape_numel_checked(const gp_shape *s, int64_t limit, int64_t *out);
 int gp_shape_equal(const gp_shape *a, const gp_shape *b);

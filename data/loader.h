@@ -16,14 +16,13 @@ typedef enum gp_split { GP_SPLIT_TRAIN, GP_SPLIT_TEST } gp_split;
 /* Opens a dataset split as the data section says (path "" = the dataset's default place,
  * e.g. /usr/share/datasets/fashion-mnist). Missing, truncated, corrupt or mismatched files
  * give GP_ERR_DATA naming the file. */
-gp_status gp_loader_open(const gp_data_spec *spec, gp_split split, uint64_t seed,
-                         gp_loader **out);
+gp_status gp_loader_open(const gp_data_spec *spec, gp_split split, uint64_t seed, gp_loader **out);
 /* Random inputs (uniform in [-1, 1), normalization ignored) and labels in [0, classes). */
 gp_status gp_loader_open_synthetic(const gp_shape *sample, int64_t classes, int64_t samples,
                                    gp_split split, uint64_t seed, gp_loader **out);
 void gp_loader_free(gp_loader *l);
 
-int64_t gp_loader_samples(const gp_loader *l);     /* samples in the split */
+int64_t gp_loader_samples(const gp_loader *l);       /* samples in the split */
 gp_shape gp_loader_sample_shape(const gp_loader *l); /* per sample, e.g. [1, 28, 28] */
 int64_t gp_loader_classes(const gp_loader *l);
 

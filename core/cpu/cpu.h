@@ -58,10 +58,10 @@ gp_status gp_cpu_layernorm_backward(gp_backend *be, int64_t rows, int64_t cols, 
 gp_status gp_cpu_act_forward(gp_backend *be, gp_act act, int64_t n, const float *x, float *y);
 gp_status gp_cpu_act_backward(gp_backend *be, gp_act act, int64_t n, const float *x, const float *y,
                               const float *dy, float *dx);
-gp_status gp_cpu_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset, const float *x,
-                                 float *y);
-gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset, const float *dy,
-                                  float *dx);
+gp_status gp_cpu_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
+                                 const float *x, float *y);
+gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
+                                  const float *dy, float *dx);
 gp_status gp_cpu_axpby(gp_backend *be, int64_t n, float a, const float *x, float b, float *y);
 gp_status gp_cpu_copy2d(gp_backend *be, int64_t rows, int64_t cols, const float *src,
                         int64_t src_ld, float *dst, int64_t dst_ld);

@@ -14,7 +14,7 @@
 typedef struct entry {
   char *key;
   int is_list, n;
-  char **items; /* scalar: items[0] */
+  char **items;    /* scalar: items[0] */
   int *line, *col; /* per item */
   int kline, kcol; /* the value's position */
   int asked;
@@ -53,7 +53,8 @@ void gp_cfg_free(gp_cfg *c) {
   if (!c) return;
   for (int i = 0; i < c->n; i++) {
     entry *e = &c->e[i];
-    for (int j = 0; j < e->n; j++) free(e->items[j]);
+    for (int j = 0; j < e->n; j++)
+      free(e->items[j]);
     free(e->items);
     free(e->line);
     free(e->col);
@@ -234,8 +235,7 @@ gp_status gp_cfg_float(gp_cfg *c, const char *key, double dflt, double min, doub
   }
   GP_TRY(scalar_of(c, e, key));
   if (!parse_float(e->items[0], out))
-    return at_error(c, e->line[0], e->col[0], "%s: expected a number, got '%s'", key,
-                    e->items[0]);
+    return at_error(c, e->line[0], e->col[0], "%s: expected a number, got '%s'", key, e->items[0]);
   if (*out < min || *out > max)
     return at_error(c, e->line[0], e->col[0], "%s: %g is out of range [%g, %g]", key, *out, min,
                     max);
@@ -250,9 +250,12 @@ gp_status gp_cfg_bool(gp_cfg *c, const char *key, int dflt, int *out) {
   }
   GP_TRY(scalar_of(c, e, key));
   const char *s = e->items[0];
-  if (!strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) *out = 1;
-  else if (!strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off")) *out = 0;
-  else return at_error(c, e->line[0], e->col[0], "%s: expected true or false, got '%s'", key, s);
+  if (!strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on"))
+    *out = 1;
+  else if (!strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off"))
+    *out = 0;
+  else
+    return at_error(c, e->line[0], e->col[0], "%s: expected true or false, got '%s'", key, s);
   return GP_OK;
 }
 
@@ -290,8 +293,8 @@ gp_status gp_cfg_choice(gp_cfg *c, const char *key, const char *const *choices, 
   if (near)
     return at_error(c, e->line[0], e->col[0], "%s: unknown value '%s'; did you mean '%s'?", key,
                     e->items[0], near);
-  return at_error(c, e->line[0], e->col[0], "%s: unknown value '%s' (one of: %s)", key,
-                  e->items[0], list);
+  return at_error(c, e->line[0], e->col[0], "%s: unknown value '%s' (one of: %s)", key, e->items[0],
+                  list);
 }
 
 gp_status gp_cfg_ints(gp_cfg *c, const char *key, int n, const int64_t *dflt, int64_t min,
@@ -299,17 +302,20 @@ gp_status gp_cfg_ints(gp_cfg *c, const char *key, int n, const int64_t *dflt, in
   entry *e = lookup(c, key);
   if (!e) {
     if (!dflt) return missing(c, key);
-    for (int i = 0; i < n; i++) out[i] = dflt[i];
+    for (int i = 0; i < n; i++)
+      out[i] = dflt[i];
     return GP_OK;
   }
   if (!e->is_list) {
     GP_TRY(int_item(c, e, 0, key, min, max, &out[0]));
-    for (int i = 1; i < n; i++) out[i] = out[0];
+    for (int i = 1; i < n; i++)
+      out[i] = out[0];
     return GP_OK;
   }
   if (e->n != n)
     return at_error(c, e->kline, e->kcol, "%s: expected %d values, got %d", key, n, e->n);
-  for (int i = 0; i < n; i++) GP_TRY(int_item(c, e, i, key, min, max, &out[i]));
+  for (int i = 0; i < n; i++)
+    GP_TRY(int_item(c, e, i, key, min, max, &out[i]));
   return GP_OK;
 }
 
@@ -343,8 +349,8 @@ gp_status gp_cfg_check_unknown(gp_cfg *c, const char *what, const char *const *s
     if (skip) continue;
     const char *near = gp_nearest(e->key, c->asked, c->n_asked);
     if (near)
-      return at_error(c, e->kline, e->kcol, "unknown key '%s' for %s; did you mean '%s'?",
-                      e->key, what, near);
+      return at_error(c, e->kline, e->kcol, "unknown key '%s' for %s; did you mean '%s'?", e->key,
+                      what, near);
     return at_error(c, e->kline, e->kcol, "unknown key '%s' for %s", e->key, what);
   }
   return GP_OK;
@@ -354,8 +360,10 @@ static int lev(const char *a, const char *b) {
   size_t la = strlen(a), lb = strlen(b);
   if (la > 63 || lb > 63) return 99;
   int d[64][64];
-  for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
-  for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+  for (size_t i = 0; i <= la; i++)
+    d[i][0] = (int)i;
+  for (size_t j = 0; j <= lb; j++)
+    d[0][j] = (int)j;
   for (size_t i = 1; i <= la; i++)
     for (size_t j = 1; j <= lb; j++) {
       int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
@@ -443,8 +451,10 @@ gp_status gp_cfg_parse(const char *text, const char *file, gp_cfg **out) {
       s = GP_ERR(GP_ERR_SPEC, "%s:%d:%d: %s: expected a scalar or a list", file, l, col, key);
     }
   }
-  if (s == GP_OK) *out = c;
-  else gp_cfg_free(c);
+  if (s == GP_OK)
+    *out = c;
+  else
+    gp_cfg_free(c);
 done:
   yaml_document_delete(&doc);
   yaml_parser_delete(&p);

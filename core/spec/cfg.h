@@ -37,8 +37,7 @@ gp_status gp_cfg_float(gp_cfg *c, const char *key, double dflt, double min, doub
 gp_status gp_cfg_bool(gp_cfg *c, const char *key, int dflt, int *out);
 gp_status gp_cfg_str(gp_cfg *c, const char *key, const char *dflt, const char **out);
 /* One of choices (NULL-terminated); *out is its index. A wrong value suggests the nearest. */
-gp_status gp_cfg_choice(gp_cfg *c, const char *key, const char *const *choices, int dflt,
-                        int *out);
+gp_status gp_cfg_choice(gp_cfg *c, const char *key, const char *const *choices, int dflt, int *out);
 /* An int or a list of exactly n ints: "kernel: 3" -> {3, 3}; "kernel: [1, 7]" -> {1, 7}.
  * dflt may be NULL when the key is required. */
 gp_status gp_cfg_ints(gp_cfg *c, const char *key, int n, const int64_t *dflt, int64_t min,

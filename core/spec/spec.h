@@ -13,9 +13,9 @@
 #define GP_SPEC_NAME 64
 
 /* Limits of expansion: a model file beyond them is refused with an error. */
-#define GP_SPEC_MAX_NODES 100000     /* layers after block and repeat expansion */
-#define GP_SPEC_MAX_REPEAT 10000     /* one repeat: count */
-#define GP_SPEC_MAX_YAML_NODES 1000000 /* YAML nodes visited, aliases counted each time */
+#define GP_SPEC_MAX_NODES 100000                /* layers after block and repeat expansion */
+#define GP_SPEC_MAX_REPEAT 10000                /* one repeat: count */
+#define GP_SPEC_MAX_YAML_NODES 1000000          /* YAML nodes visited, aliases counted each time */
 #define GP_SPEC_MAX_ELEMENTS ((int64_t)1 << 40) /* elements of one tensor or parameter */
 
 typedef struct gp_model_input {
@@ -45,11 +45,11 @@ typedef enum gp_dataset {
 
 typedef struct gp_data_spec {
   gp_dataset dataset;
-  char path[512];         /* directory of the files; "" = the dataset's default */
-  int n_norm;             /* 0 = no normalization */
-  float mean[4], std[4];  /* per channel, on the 0..1 scale */
-  int augment;            /* dataset-standard train augmentation */
-  int64_t train_limit;    /* 0 = all samples; else the first N (quick runs) */
+  char path[512];        /* directory of the files; "" = the dataset's default */
+  int n_norm;            /* 0 = no normalization */
+  float mean[4], std[4]; /* per channel, on the 0..1 scale */
+  int augment;           /* dataset-standard train augmentation */
+  int64_t train_limit;   /* 0 = all samples; else the first N (quick runs) */
   int64_t test_limit;
 } gp_data_spec;
 
@@ -61,16 +61,16 @@ typedef struct gp_train_spec {
   double lr, momentum, weight_decay, beta1, beta2, eps, alpha;
   int nesterov;
   gp_lr_kind schedule;
-  int64_t warmup_steps;  /* linear warm-up from 0 to lr, before any schedule */
-  int64_t step_size;     /* step: every step_size steps lr *= gamma */
+  int64_t warmup_steps; /* linear warm-up from 0 to lr, before any schedule */
+  int64_t step_size;    /* step: every step_size steps lr *= gamma */
   double gamma;
   double min_lr;         /* cosine: floor */
   double clip_grad_norm; /* 0 = off */
   int64_t batch_size;
-  int64_t epochs;        /* used when steps == 0 */
-  int64_t steps;         /* 0 = epochs decide */
-  int64_t eval_every;    /* steps between evaluations; 0 = at the end of each epoch */
-  int64_t log_every;     /* steps between log lines */
+  int64_t epochs;     /* used when steps == 0 */
+  int64_t steps;      /* 0 = epochs decide */
+  int64_t eval_every; /* steps between evaluations; 0 = at the end of each epoch */
+  int64_t log_every;  /* steps between log lines */
   uint64_t seed;
 } gp_train_spec;
 
@@ -78,7 +78,7 @@ typedef enum gp_schedule_kind { GP_SCHED_GPIPE, GP_SCHED_1F1B } gp_schedule_kind
 typedef enum gp_remat { GP_REMAT_ALWAYS, GP_REMAT_EXCEPT_LAST, GP_REMAT_NEVER } gp_remat;
 
 typedef struct gp_pipeline_spec {
-  int stages;         /* 1 = no pipelining */
+  int stages; /* 1 = no pipelining */
   int micro_batches;
   gp_schedule_kind schedule;
   gp_remat remat;

@@ -33,9 +33,8 @@ void gp_pass_free(gp_pass *p) {
 
 static gp_status node_error(const gp_model *m, int i, const char *what) {
   const gp_node *n = &m->nodes[i];
-  return gp_error_prefix(GP_ERR_RUNTIME, "%s of layer '%s' (%s, %s:%d:%d): ", what,
-                         n->layer.path, n->layer.type->name, m->file ? m->file : "model",
-                         n->line, n->col);
+  return gp_error_prefix(GP_ERR_RUNTIME, "%s of layer '%s' (%s, %s:%d:%d): ", what, n->layer.path,
+                         n->layer.type->name, m->file ? m->file : "model", n->line, n->col);
 }
 
 gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
@@ -80,7 +79,8 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
       /* model inputs and integer tensors (labels, ids) take no gradient */
       if (src < m->n_inputs || in[j].dtype != GP_F32) continue;
       int repeated = 0;
-      for (int k = 0; k < j; k++) repeated |= (n->in[k] == src);
+      for (int k = 0; k < j; k++)
+        repeated |= (n->in[k] == src);
       din[j].shape = in[j].shape;
       din[j].dtype = GP_F32;
       din[j].device = in[j].device;

@@ -9,11 +9,11 @@
  * each node saved for its backward. Memory comes from e->arena. */
 typedef struct gp_pass {
   const gp_model *m;
-  int first, end;    /* nodes [first, end) */
+  int first, end; /* nodes [first, end) */
   int64_t batch;
-  gp_tensor *val;    /* n_inputs + n_nodes entries; data NULL if not present */
-  gp_tensor *grad;   /* same; data NULL until some consumer wrote it */
-  void **saved;      /* n_nodes entries */
+  gp_tensor *val;  /* n_inputs + n_nodes entries; data NULL if not present */
+  gp_tensor *grad; /* same; data NULL until some consumer wrote it */
+  void **saved;    /* n_nodes entries */
 } gp_pass;
 
 gp_status gp_pass_init(gp_pass *p, const gp_model *m, int first, int end, int64_t batch);

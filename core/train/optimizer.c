@@ -29,7 +29,8 @@ gp_status gp_optimizer_init(gp_optimizer *o, const gp_train_spec *hp, gp_params 
   if (!bytes) return GP_OK;
   GP_TRY(p->be->alloc(p->be, bytes, (void **)&o->slot[0]));
   GP_TRY(p->be->zero(p->be, o->slot[0], bytes));
-  for (int i = 1; i < o->n_slots; i++) o->slot[i] = o->slot[0] + (size_t)i * (size_t)p->n_train;
+  for (int i = 1; i < o->n_slots; i++)
+    o->slot[i] = o->slot[0] + (size_t)i * (size_t)p->n_train;
   return GP_OK;
 }
 
@@ -51,8 +52,8 @@ gp_status gp_optimizer_step(gp_optimizer *o, double lr) {
     return be->sgd_update(be, p->n_train, &hp, p->train, p->grad, o->slot[0]);
   }
   case GP_OPT_ADAMW: {
-    gp_adamw_hp hp = {(float)lr, (float)h->beta1, (float)h->beta2, (float)h->eps,
-                      (float)h->weight_decay, o->t};
+    gp_adamw_hp hp = {(float)lr,     (float)h->beta1,        (float)h->beta2,
+                      (float)h->eps, (float)h->weight_decay, o->t};
     return be->adamw_update(be, p->n_train, &hp, p->train, p->grad, o->slot[0], o->slot[1]);
   }
   case GP_OPT_RMSPROP: {

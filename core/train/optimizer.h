@@ -10,10 +10,10 @@
 typedef struct gp_optimizer {
   gp_train_spec hp;
   gp_params *p;
-  int n_slots;                       /* state buffers, each p->n_train floats */
-  float *slot[GP_OPT_MAX_SLOTS];     /* sgd: momentum; adamw: m, v; rmsprop: square avg, momentum */
+  int n_slots;                   /* state buffers, each p->n_train floats */
+  float *slot[GP_OPT_MAX_SLOTS]; /* sgd: momentum; adamw: m, v; rmsprop: square avg, momentum */
   const char *slot_name[GP_OPT_MAX_SLOTS];
-  int64_t t;                         /* updates done */
+  int64_t t; /* updates done */
 } gp_optimizer;
 
 gp_status gp_optimizer_init(gp_optimizer *o, const gp_train_spec *hp, gp_params *p);

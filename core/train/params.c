@@ -21,8 +21,10 @@ gp_status gp_params_init(gp_params *p, gp_model *m, int first, int end, gp_backe
     gp_layer *l = &m->nodes[i].layer;
     for (int j = 0; j < l->n_params; j++) {
       int64_t n = gp_shape_numel(&l->pdesc[j].shape);
-      if (l->pdesc[j].trainable) p->n_train += n;
-      else p->n_buffers += n;
+      if (l->pdesc[j].trainable)
+        p->n_train += n;
+      else
+        p->n_buffers += n;
     }
     if (l->type->stats_floats) p->n_stats += l->type->stats_floats(l);
   }
@@ -67,8 +69,7 @@ gp_status gp_params_init(gp_params *p, gp_model *m, int first, int end, gp_backe
     gp_layer *l = &m->nodes[i].layer;
     for (int j = 0; j < l->n_params && s == GP_OK; j++) {
       gp_param_init_host(l, j, seed, host);
-      s = be->from_host(be, l->param[j], host,
-                        (size_t)gp_shape_numel(&l->pdesc[j].shape) * f);
+      s = be->from_host(be, l->param[j], host, (size_t)gp_shape_numel(&l->pdesc[j].shape) * f);
     }
   }
   free(host);
@@ -89,8 +90,7 @@ gp_status gp_params_zero_grad(gp_params *p) {
   return p->be->zero(p->be, p->grad, (size_t)p->n_train * sizeof(float));
 }
 
-gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, gp_st_writer *w,
-                                  float **stage) {
+gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, gp_st_writer *w, float **stage) {
   size_t total = (size_t)(p->n_train + p->n_buffers);
   float *h = malloc((total ? total : 1) * sizeof(float));
   *stage = h;
@@ -120,8 +120,8 @@ gp_status gp_params_load_from(gp_params *p, const gp_model *m, const gp_st_file 
       const gp_st_entry *e = gp_st_find(f, name);
       if (!e) return GP_ERR(GP_ERR_DATA, "%s: has no tensor '%s'", file_name, name);
       if (e->dtype != GP_F32 || !gp_shape_equal(&e->shape, &l->pdesc[j].shape))
-        return GP_ERR(GP_ERR_DATA, "%s: tensor '%s' is %s %s, the model needs F32 %s",
-                      file_name, name, gp_dtype_name(e->dtype), gp_shape_str(&e->shape, a, 128),
+        return GP_ERR(GP_ERR_DATA, "%s: tensor '%s' is %s %s, the model needs F32 %s", file_name,
+                      name, gp_dtype_name(e->dtype), gp_shape_str(&e->shape, a, 128),
                       gp_shape_str(&l->pdesc[j].shape, b, 128));
       GP_TRY(p->be->from_host(p->be, l->param[j], gp_st_data(f, e), e->end - e->begin));
     }

@@ -108,7 +108,8 @@ static gp_status fail(gp_pipeline *pl, gp_status s, int stage_i, int micro) {
     if (micro >= 0)
       snprintf(pl->fail_msg, sizeof pl->fail_msg, "stage %d, micro-batch %d: %s", stage_i, micro,
                gp_error_message());
-    else snprintf(pl->fail_msg, sizeof pl->fail_msg, "stage %d: %s", stage_i, gp_error_message());
+    else
+      snprintf(pl->fail_msg, sizeof pl->fail_msg, "stage %d: %s", stage_i, gp_error_message());
   }
   pthread_cond_broadcast(&pl->cv);
   pthread_mutex_unlock(&pl->mu);
@@ -117,16 +118,16 @@ static gp_status fail(gp_pipeline *pl, gp_status s, int stage_i, int micro) {
 
 /* Waits, with the lock held, until *value >= want; fails on another stage's failure or the
  * watchdog. what/from describe the wait for the watchdog's message. */
-static gp_status wait_for(gp_pipeline *pl, const int *value, int want, const char *what,
-                          int micro, int stage_i) {
+static gp_status wait_for(gp_pipeline *pl, const int *value, int want, const char *what, int micro,
+                          int stage_i) {
   struct timespec dl;
   deadline_in(pl->watchdog_s, &dl);
   while (*value < want && !pl->failed) {
     int rc = pthread_cond_timedwait(&pl->cv, &pl->mu, &dl);
     if (rc == ETIMEDOUT && *value < want && !pl->failed)
       return GP_ERR(GP_ERR_RUNTIME,
-                    "watchdog: stage %d waited more than %.0f s for %s of micro-batch %d",
-                    stage_i, pl->watchdog_s, what, micro);
+                    "watchdog: stage %d waited more than %.0f s for %s of micro-batch %d", stage_i,
+                    pl->watchdog_s, what, micro);
   }
   if (pl->failed) return GP_ERR(GP_ERR_RUNTIME, "stopped because another stage failed");
   return GP_OK;
@@ -152,7 +153,8 @@ static gp_status find_boundaries(gp_pipeline *pl) {
       for (int j = 0; j < m->nodes[i].n_in; j++) {
         int t = m->nodes[i].in[j], node = t - m->n_inputs, dup = 0;
         if (node >= st->first && node < st->end) continue;
-        for (int q = 0; q < st->n_in; q++) dup |= st->in[q].t == t;
+        for (int q = 0; q < st->n_in; q++)
+          dup |= st->in[q].t == t;
         if (dup) continue;
         st->in[st->n_in].t = t;
         st->in[st->n_in].producer = producer_of(pl, t);
@@ -206,9 +208,15 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
 
 static gp_exec exec_for(stage *st, int micro, int training, int recompute, gp_arena *arena) {
   gp_pipeline *pl = st->pl;
-  gp_exec e = {.be = st->be, .arena = arena, .training = training, .recompute = recompute,
-               .seed = pl->seed, .step = pl->step, .micro = micro,
-               .sample_offset = pl->off[micro], .loss_count = training ? pl->batch : 1};
+  gp_exec e = {.be = st->be,
+               .arena = arena,
+               .training = training,
+               .recompute = recompute,
+               .seed = pl->seed,
+               .step = pl->step,
+               .micro = micro,
+               .sample_offset = pl->off[micro],
+               .loss_count = training ? pl->batch : 1};
   return e;
 }
 
@@ -234,8 +242,8 @@ static gp_status gather_inputs(stage *st, int m, gp_pass *p, gp_arena *keep) {
     size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
     const char *src = t == mo->label_input ? (const char *)pl->y : (const char *)pl->x;
     GP_TRY(gp_arena_tensor(keep, mi->dtype, &sh, &p->val[t]));
-    GP_TRY(st->be->from_host(st->be, p->val[t].data, src + (size_t)pl->off[m] * per,
-                             (size_t)n * per));
+    GP_TRY(
+        st->be->from_host(st->be, p->val[t].data, src + (size_t)pl->off[m] * per, (size_t)n * per));
   }
   if (!st->n_wait_in) return GP_OK;
   pthread_mutex_lock(&pl->mu);
@@ -257,7 +265,8 @@ static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int 
     gp_tensor v = p->val[eo->t];
     size_t bytes = gp_tensor_bytes(&v);
     int first_use = 1;
-    for (int q = 0; q < o; q++) first_use &= st->out[q].t != eo->t;
+    for (int q = 0; q < o; q++)
+      first_use &= st->out[q].t != eo->t;
     if (copy && first_use) { /* the activations are about to be dropped: keep this one */
       gp_tensor kept;
       GP_TRY(gp_arena_tensor(keep, v.dtype, &v.shape, &kept));
@@ -267,8 +276,7 @@ static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int 
       v = p->val[eo->t];
     }
     float *g = NULL;
-    if (want_grads && v.dtype == GP_F32)
-      GP_TRY(gp_arena_alloc(keep, bytes, (void **)&g));
+    if (want_grads && v.dtype == GP_F32) GP_TRY(gp_arena_alloc(keep, bytes, (void **)&g));
     pthread_mutex_lock(&pl->mu);
     mailbox *b = &pl->st[eo->consumer].box[m];
     b->val[eo->k] = v;
@@ -303,7 +311,8 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
     for (int i = st->first; i < st->end; i++) {
       int t = pl->m->n_inputs + i;
       int sent = 0;
-      for (int o = 0; o < st->n_out; o++) sent |= st->out[o].t == t;
+      for (int o = 0; o < st->n_out; o++)
+        sent |= st->out[o].t == t;
       if (!sent) memset(&p->val[t], 0, sizeof p->val[t]);
     }
   }
@@ -321,8 +330,7 @@ static gp_status do_backward(stage *st, int m, int recompute) {
     GP_TRY(gp_pass_forward(p, &e));
   }
   pthread_mutex_lock(&pl->mu);
-  gp_status s = wait_for(pl, &st->box[m].grads, st->n_grads_expected, "the gradient", m,
-                         st->index);
+  gp_status s = wait_for(pl, &st->box[m].grads, st->n_grads_expected, "the gradient", m, st->index);
   pthread_mutex_unlock(&pl->mu);
   GP_TRY(s);
   /* sum the gradients that later stages wrote for this stage's outputs */
@@ -347,8 +355,10 @@ static gp_status do_backward(stage *st, int m, int recompute) {
     if (ei->producer < 0 || !to) continue;
     gp_tensor *g = &p->grad[ei->t];
     size_t bytes = gp_tensor_bytes(&st->box[m].val[q]);
-    if (g->data) GP_TRY(be->copy(be, to, g->data, bytes));
-    else GP_TRY(be->zero(be, to, bytes));
+    if (g->data)
+      GP_TRY(be->copy(be, to, g->data, bytes));
+    else
+      GP_TRY(be->zero(be, to, bytes));
     pthread_mutex_lock(&pl->mu);
     pl->st[ei->producer].box[m].grads++;
     st->sent_bytes += (int64_t)bytes;
@@ -388,8 +398,8 @@ static gp_status do_step(stage *st) {
       return GP_ERR(GP_ERR_RUNTIME, "stage %d: the other stages did not reach the optimizer step",
                     st->index);
     if (norm > clip && st->params.n_train)
-      GP_TRY(st->be->axpby(st->be, st->params.n_train, 0.0f, st->params.grad,
-                           (float)(clip / norm), st->params.grad));
+      GP_TRY(st->be->axpby(st->be, st->params.n_train, 0.0f, st->params.grad, (float)(clip / norm),
+                           st->params.grad));
   }
   return gp_optimizer_step(&st->opt, pl->lr);
 }
@@ -397,7 +407,8 @@ static gp_status do_step(stage *st) {
 static gp_status run_command(stage *st, cmd_kind cmd) {
   gp_pipeline *pl = st->pl;
   memset(&st->acc, 0, sizeof st->acc);
-  for (int m = 0; m < pl->micro; m++) GP_TRY(gp_arena_reset(&st->slot_arena[m]));
+  for (int m = 0; m < pl->micro; m++)
+    GP_TRY(gp_arena_reset(&st->slot_arena[m]));
   if (cmd == CMD_EVAL) {
     for (int m = 0; m < pl->micro && pl->off[m + 1] > pl->off[m]; m++)
       GP_TRY(do_forward(st, m, 0, 0));
@@ -408,9 +419,12 @@ static gp_status run_command(stage *st, cmd_kind cmd) {
   for (int a = 0; a < s->n_actions[st->index]; a++) {
     const gp_action *ac = &s->actions[st->index][a];
     gp_status r = GP_OK;
-    if (ac->kind == GP_A_FORWARD) r = do_forward(st, ac->micro, ac->recompute, 1);
-    else if (ac->kind == GP_A_BACKWARD) r = do_backward(st, ac->micro, ac->recompute);
-    else r = do_step(st);
+    if (ac->kind == GP_A_FORWARD)
+      r = do_forward(st, ac->micro, ac->recompute, 1);
+    else if (ac->kind == GP_A_BACKWARD)
+      r = do_backward(st, ac->micro, ac->recompute);
+    else
+      r = do_step(st);
     if (r != GP_OK) return fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);
   }
   return GP_OK;
@@ -421,9 +435,11 @@ static void pin_thread(gp_pipeline *pl, int s) {
   cpu_set_t set;
   CPU_ZERO(&set);
   int per = pl->cores / pl->k;
-  if (per < 1) CPU_SET(s % pl->cores, &set);
+  if (per < 1)
+    CPU_SET(s % pl->cores, &set);
   else
-    for (int c = 0; c < per; c++) CPU_SET(s * per + c, &set);
+    for (int c = 0; c < per; c++)
+      CPU_SET(s * per + c, &set);
   pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
@@ -434,7 +450,8 @@ static void *worker(void *arg) {
   uint64_t seen = 0;
   for (;;) {
     pthread_mutex_lock(&pl->mu);
-    while (pl->generation == seen) pthread_cond_wait(&pl->cv, &pl->mu);
+    while (pl->generation == seen)
+      pthread_cond_wait(&pl->cv, &pl->mu);
     seen = pl->generation;
     cmd_kind cmd = pl->cmd;
     pthread_mutex_unlock(&pl->mu);
@@ -465,7 +482,8 @@ static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
   pl->sumsq = 0;
   pl->generation++;
   pthread_cond_broadcast(&pl->cv);
-  while (pl->done < pl->k) pthread_cond_wait(&pl->cv, &pl->mu);
+  while (pl->done < pl->k)
+    pthread_cond_wait(&pl->cv, &pl->mu);
   int failed = pl->failed;
   pthread_mutex_unlock(&pl->mu);
   if (failed) return GP_ERR(pl->fail_status, "%s", pl->fail_msg);
@@ -483,8 +501,8 @@ static gp_status split(gp_pipeline *pl, int64_t batch, int training) {
   return GP_OK;
 }
 
-gp_status gp_pipeline_train_step(gp_pipeline *pl, const float *x, const int32_t *y,
-                                 int64_t batch, int64_t step, double lr, gp_step_result *out) {
+gp_status gp_pipeline_train_step(gp_pipeline *pl, const float *x, const int32_t *y, int64_t batch,
+                                 int64_t step, double lr, gp_step_result *out) {
   GP_TRY(split(pl, batch, 1));
   pl->x = x;
   pl->y = y;
@@ -539,11 +557,13 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
     pl->st[i].end = plan->st[i].end_node;
   }
   if (s == GP_OK) s = find_boundaries(pl);
-  for (int i = 0; s == GP_OK && i < pl->k; i++) s = stage_init(pl, &pl->st[i]);
+  for (int i = 0; s == GP_OK && i < pl->k; i++)
+    s = stage_init(pl, &pl->st[i]);
   for (int i = 0; s == GP_OK && i < pl->k; i++) {
     if (pthread_create(&pl->st[i].thread, NULL, worker, &pl->st[i]) != 0)
       s = GP_ERR(GP_ERR_RUNTIME, "cannot start the worker thread of stage %d", i);
-    else pl->st[i].started = 1;
+    else
+      pl->st[i].started = 1;
   }
   if (s != GP_OK) {
     gp_pipeline_free(pl);

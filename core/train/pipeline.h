@@ -27,9 +27,9 @@ typedef struct gp_step_result {
 } gp_step_result;
 
 typedef struct gp_stage_stats {
-  size_t peak_act_bytes;  /* measured: arena bytes (activations, saved state, boundary
-                             gradients) held at most since the last reset */
-  int64_t sent_bytes;     /* activations and gradients handed to other stages */
+  size_t peak_act_bytes; /* measured: arena bytes (activations, saved state, boundary
+                            gradients) held at most since the last reset */
+  int64_t sent_bytes;    /* activations and gradients handed to other stages */
   int first_unit, end_unit;
 } gp_stage_stats;
 
@@ -40,8 +40,8 @@ void gp_pipeline_free(gp_pipeline *pl);
 /* One synchronous training step on a host mini-batch (x: batch x sample f32, y int32): M
  * micro-batches through the schedule, gradients summed, one optimizer step per stage with lr.
  * The loss is normalized over the whole mini-batch, so uneven micro-batches are fine. */
-gp_status gp_pipeline_train_step(gp_pipeline *pl, const float *x, const int32_t *y,
-                                 int64_t batch, int64_t step, double lr, gp_step_result *out);
+gp_status gp_pipeline_train_step(gp_pipeline *pl, const float *x, const int32_t *y, int64_t batch,
+                                 int64_t step, double lr, gp_step_result *out);
 /* Forward only (evaluation mode) of a host batch; adds to out. */
 gp_status gp_pipeline_eval(gp_pipeline *pl, const float *x, const int32_t *y, int64_t batch,
                            gp_step_result *out);

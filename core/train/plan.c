@@ -24,7 +24,8 @@ static int cut(const double *w, int n, int k, double cap, int *first) {
     double sum = w[u++];
     int last = s == k - 1;
     /* greedy: as much as fits, leaving one unit for each stage still to come */
-    while (u < n && (last || (n - u > k - s - 1 && sum + w[u] <= cap))) sum += w[u++];
+    while (u < n && (last || (n - u > k - s - 1 && sum + w[u] <= cap)))
+      sum += w[u++];
     over += sum > cap;
   }
   return over;
@@ -41,8 +42,10 @@ static gp_status even_split(const gp_model *m, int k, int *first) {
   }
   for (int it = 0; it < 200 && hi - lo > 1e-9 * hi; it++) {
     double mid = 0.5 * (lo + hi);
-    if (cut(w, n, k, mid, first) == 0) hi = mid;
-    else lo = mid;
+    if (cut(w, n, k, mid, first) == 0)
+      hi = mid;
+    else
+      lo = mid;
   }
   cut(w, n, k, hi, first);
   free(w);
@@ -103,5 +106,6 @@ void gp_plan_balance_str(const gp_plan *p, char *buf, size_t n) {
   size_t k = 0;
   buf[0] = 0;
   for (int s = 0; s < p->stages && k < n; s++)
-    k += (size_t)snprintf(buf + k, n - k, s ? ",%d" : "%d", p->st[s].end_unit - p->st[s].first_unit);
+    k +=
+        (size_t)snprintf(buf + k, n - k, s ? ",%d" : "%d", p->st[s].end_unit - p->st[s].first_unit);
 }

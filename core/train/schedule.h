@@ -43,29 +43,28 @@ void gp_schedule_free(gp_schedule *s);
 gp_status gp_schedule_validate(const gp_schedule *s);
 
 typedef struct gp_stage_cost {
-  double fwd, bwd;          /* seconds (or any unit) per micro-batch; recompute costs fwd again */
-  double send;              /* time to hand one micro-batch's boundary tensors to the next stage */
-  double act_bytes;         /* activation bytes of one micro-batch kept for backward */
-  double input_bytes;       /* bytes of the stage's input of one micro-batch (kept under remat) */
+  double fwd, bwd;    /* seconds (or any unit) per micro-batch; recompute costs fwd again */
+  double send;        /* time to hand one micro-batch's boundary tensors to the next stage */
+  double act_bytes;   /* activation bytes of one micro-batch kept for backward */
+  double input_bytes; /* bytes of the stage's input of one micro-batch (kept under remat) */
 } gp_stage_cost;
 
 typedef struct gp_sim_stage {
-  double busy;           /* time computing */
-  int peak_in_flight;    /* micro-batches forwarded and not yet backwarded, at most */
-  double peak_bytes;     /* activation bytes held at most */
+  double busy;        /* time computing */
+  int peak_in_flight; /* micro-batches forwarded and not yet backwarded, at most */
+  double peak_bytes;  /* activation bytes held at most */
 } gp_sim_stage;
 
 typedef struct gp_sim_result {
   double makespan;
-  double bubble;         /* 1 - sum(busy) / (stages * makespan) */
-  gp_sim_stage *stage;   /* stages entries, owned: free with gp_sim_result_free */
+  double bubble;       /* 1 - sum(busy) / (stages * makespan) */
+  gp_sim_stage *stage; /* stages entries, owned: free with gp_sim_result_free */
 } gp_sim_result;
 
 /* Event simulation: each stage runs its actions in order, each starting when the stage is free
  * and its inputs have arrived (a forward's input arrives send after the previous stage's
  * forward ended; a backward's gradient likewise from the next stage). */
-gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost,
-                               gp_sim_result *out);
+gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost, gp_sim_result *out);
 void gp_sim_result_free(gp_sim_result *r);
 
 #endif

@@ -37,8 +37,8 @@ void gp_trainer_free(gp_trainer *t) {
   memset(t, 0, sizeof *t);
 }
 
-gp_status gp_trainer_step(gp_trainer *t, const float *x, const int32_t *y, int64_t batch,
-                          double lr, gp_metrics *out) {
+gp_status gp_trainer_step(gp_trainer *t, const float *x, const int32_t *y, int64_t batch, double lr,
+                          gp_metrics *out) {
   gp_step_result r;
   gp_status s = gp_pipeline_train_step(t->pl, x, y, batch, t->step, lr, &r);
   if (s == GP_OK && !isfinite(r.loss_sum))
@@ -89,7 +89,8 @@ static gp_status add_weights(gp_trainer *t, gp_st_writer *w, float **stage) {
 }
 
 static void free_staging(float **stage, int k) {
-  for (int s = 0; s < k; s++) free(stage[s]);
+  for (int s = 0; s < k; s++)
+    free(stage[s]);
 }
 
 static gp_status load_weights_from(gp_trainer *t, const gp_st_file *f, const char *path,
@@ -130,7 +131,8 @@ static void ckpt_path(const char *dir, char *buf, size_t n) {
  * of one stage holding the whole model: checkpoints do not depend on K. */
 static int64_t n_train_total(gp_trainer *t) {
   int64_t n = 0;
-  for (int s = 0; s < gp_pipeline_stages(t->pl); s++) n += gp_pipeline_params(t->pl, s)->n_train;
+  for (int s = 0; s < gp_pipeline_stages(t->pl); s++)
+    n += gp_pipeline_params(t->pl, s)->n_train;
   return n;
 }
 
@@ -167,8 +169,10 @@ gp_status gp_trainer_save_checkpoint(gp_trainer *t, const char *dir, const gp_ck
   struct {
     const char *k;
     int64_t v;
-  } meta[] = {{"gpipe.step", t->step},       {"gpipe.epoch", pos->epoch},
-              {"gpipe.index", pos->index},   {"gpipe.optimizer_t", o0->t},
+  } meta[] = {{"gpipe.step", t->step},
+              {"gpipe.epoch", pos->epoch},
+              {"gpipe.index", pos->index},
+              {"gpipe.optimizer_t", o0->t},
               {"gpipe.seed", (int64_t)t->seed}};
   for (size_t i = 0; s == GP_OK && i < sizeof meta / sizeof meta[0]; i++) {
     snprintf(v, sizeof v, "%" PRId64, meta[i].v);
@@ -205,8 +209,8 @@ gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos
   if (s == GP_OK) s = meta_int(f, path, "gpipe.optimizer_t", &opt_t);
   if (s == GP_OK) s = meta_int(f, path, "gpipe.seed", &seed);
   if (s == GP_OK && (uint64_t)seed != t->seed)
-    s = GP_ERR(GP_ERR_DATA, "%s: written with seed %" PRIu64 ", this run has seed %" PRIu64,
-               path, (uint64_t)seed, t->seed);
+    s = GP_ERR(GP_ERR_DATA, "%s: written with seed %" PRIu64 ", this run has seed %" PRIu64, path,
+               (uint64_t)seed, t->seed);
   if (s == GP_OK) s = load_weights_from(t, f, path, "optim.");
   int64_t n = n_train_total(t);
   gp_optimizer *o0 = gp_pipeline_optimizer(t->pl, 0);
@@ -214,8 +218,10 @@ gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos
     snprintf(name, sizeof name, "optim.%s", o0->slot_name[i]);
     const gp_st_entry *e = gp_st_find(f, name);
     if (!e || e->dtype != GP_F32 || e->shape.ndim != 1 || e->shape.d[0] != n) {
-      s = GP_ERR(GP_ERR_DATA, "%s: optimizer state '%s' is missing or of the wrong size "
-                 "(was it written with another optimizer?)", path, name);
+      s = GP_ERR(GP_ERR_DATA,
+                 "%s: optimizer state '%s' is missing or of the wrong size "
+                 "(was it written with another optimizer?)",
+                 path, name);
       break;
     }
     const float *src = gp_st_data(f, e);
@@ -232,6 +238,7 @@ gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos
   gp_st_free(f);
   if (s != GP_OK) return s;
   t->step = step;
-  for (int st = 0; st < gp_pipeline_stages(t->pl); st++) gp_pipeline_optimizer(t->pl, st)->t = opt_t;
+  for (int st = 0; st < gp_pipeline_stages(t->pl); st++)
+    gp_pipeline_optimizer(t->pl, st)->t = opt_t;
   return GP_OK;
 }

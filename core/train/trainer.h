@@ -27,8 +27,8 @@ gp_status gp_trainer_init(gp_trainer *t, gp_model *m, const gp_plan *plan,
 void gp_trainer_free(gp_trainer *t);
 
 /* One optimizer step on a mini-batch of host data (x: batch x sample f32, y: int32). */
-gp_status gp_trainer_step(gp_trainer *t, const float *x, const int32_t *y, int64_t batch,
-                          double lr, gp_metrics *out);
+gp_status gp_trainer_step(gp_trainer *t, const float *x, const int32_t *y, int64_t batch, double lr,
+                          gp_metrics *out);
 /* A source of evaluation batches (core does not know data/): fills up to max samples,
  * *got = 0 at the end. */
 typedef gp_status (*gp_batch_fn)(void *ctx, int64_t max, float *x, int32_t *y, int64_t *got);

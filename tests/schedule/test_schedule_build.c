@@ -9,7 +9,6 @@
 
 static int failures, passes;
 
-
 static const gp_schedule_kind KINDS[] = {GP_SCHED_GPIPE, GP_SCHED_1F1B};
 static const char *KIND_NAMES[] = {"gpipe", "1f1b"};
 static const gp_remat REMATS[] = {GP_REMAT_ALWAYS, GP_REMAT_EXCEPT_LAST, GP_REMAT_NEVER};

@@ -13,7 +13,6 @@
 
 static int failures, passes;
 
-
 static const gp_schedule_kind KINDS[] = {GP_SCHED_GPIPE, GP_SCHED_1F1B};
 static const char *KIND_NAMES[] = {"gpipe", "1f1b"};
 

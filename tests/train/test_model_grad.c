@@ -71,7 +71,8 @@ int main(void) {
   int32_t y[3] = {0, 3, 1};
   gp_rng r;
   gp_rng_seed(&r, 5);
-  for (int64_t i = 0; i < batch * per; i++) x[i] = 2.0f * gp_rng_uniform(&r) - 1.0f;
+  for (int64_t i = 0; i < batch * per; i++)
+    x[i] = 2.0f * gp_rng_uniform(&r) - 1.0f;
 
   gp_params_zero_grad(&t.params);
   loss_of(&t, x, y, batch, 1);
@@ -88,7 +89,8 @@ int main(void) {
     double err = fabs(fd - g) / fmax(1e-2, fabs(fd) + fabs(g));
     if (err > worst) worst = err;
     if (err > TOL) {
-      if (bad < 5) printf("parameter element %lld: analytic %.6g, numeric %.6g\n", (long long)i, g, fd);
+      if (bad < 5)
+        printf("parameter element %lld: analytic %.6g, numeric %.6g\n", (long long)i, g, fd);
       bad++;
     }
   }

@@ -100,13 +100,15 @@ int main(int argc, char **argv) {
   h.lr = 0.1, h.schedule = GP_LR_COSINE, h.warmup_steps = 10;
   const float *want = tensor(f, "lr.cosine_warmup", 50);
   double err = 0;
-  for (int s = 0; s < 50; s++) err = fmax(err, fabs(gp_lr_at(&h, s, 50) - want[s]));
+  for (int s = 0; s < 50; s++)
+    err = fmax(err, fabs(gp_lr_at(&h, s, 50) - want[s]));
   check(err < TOL_LR, "warm-up + cosine schedule", err);
   h = b;
   h.lr = 0.1, h.schedule = GP_LR_STEP, h.step_size = 7, h.gamma = 0.5;
   want = tensor(f, "lr.step", 50);
   err = 0;
-  for (int s = 0; s < 50; s++) err = fmax(err, fabs(gp_lr_at(&h, s, 50) - want[s]));
+  for (int s = 0; s < 50; s++)
+    err = fmax(err, fabs(gp_lr_at(&h, s, 50) - want[s]));
   check(err < TOL_LR, "step schedule", err);
   h = b;
   h.lr = 0.3, h.schedule = GP_LR_CONSTANT;
