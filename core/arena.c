@@ -85,20 +85,6 @@ gp_status gp_arena_tensor(gp_arena *a, gp_dtype dtype, const gp_shape *shape, gp
   return gp_arena_alloc(a, (size_t)gp_shape_numel(shape) * gp_dtype_size(dtype), &out->data);
 }
 
-gp_arena_mark gp_arena_get_mark(const gp_arena *a) {
-  gp_arena_mark m = {a->chunks, a->chunks ? a->chunks->off : 0, a->used};
-  return m;
-}
-
-void gp_arena_reset_to(gp_arena *a, gp_arena_mark m) {
-  /* Chunks added after the mark stay allocated but empty until the next full reset. */
-  for (gp_arena_chunk *c = a->chunks; c && c != m.chunk; c = c->next)
-    c->off = 0;
-  if (m.chunk) m.chunk->off = m.off;
-  meter_sub(a, a->used - m.used);
-  a->used = m.used;
-}
-
 gp_status gp_arena_reset(gp_arena *a) {
   meter_sub(a, a->used);
   if (a->chunks && a->chunks->next) {

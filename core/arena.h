@@ -31,13 +31,6 @@ void gp_arena_init(gp_arena *a, gp_backend *be, size_t limit);
 void gp_arena_free(gp_arena *a);
 gp_status gp_arena_alloc(gp_arena *a, size_t bytes, void **out); /* 64-byte aligned */
 gp_status gp_arena_tensor(gp_arena *a, gp_dtype dtype, const gp_shape *shape, gp_tensor *out);
-/* Marks are positions to return to (stack discipline). */
-typedef struct gp_arena_mark {
-  gp_arena_chunk *chunk;
-  size_t off, used;
-} gp_arena_mark;
-gp_arena_mark gp_arena_get_mark(const gp_arena *a);
-void gp_arena_reset_to(gp_arena *a, gp_arena_mark m);
 /* Back to empty; if it had to grow, re-plans one chunk big enough for what was used. */
 gp_status gp_arena_reset(gp_arena *a);
 

@@ -296,7 +296,6 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   gp_arena *keep = &st->slot_arena[slot];
   pass_clear(p, pl->off[m + 1] - pl->off[m]);
   GP_TRY(gather_inputs(st, m, p, keep));
-  gp_arena_mark mark = gp_arena_get_mark(&st->scratch);
   gp_exec e = exec_for(st, m, training, 0, drop ? &st->scratch : keep);
   GP_TRY(gp_pass_forward(p, &e));
   if (training && !isfinite(e.loss_sum))
@@ -307,7 +306,7 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   st->acc.counted += e.counted;
   GP_TRY(send_outputs(st, m, p, keep, drop, training));
   if (drop) {
-    gp_arena_reset_to(&st->scratch, mark);
+    GP_TRY(gp_arena_reset(&st->scratch)); /* only dropped forwards use it */
     for (int i = st->first; i < st->end; i++) {
       int t = pl->m->n_inputs + i;
       int sent = 0;
