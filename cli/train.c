@@ -37,6 +37,7 @@ enum {
   F_DEVICES,
   F_PIN,
   F_WATCHDOG,
+  F_TRACE,
   F_QUIET,
   F_HELP,
   F_VERSION,
@@ -77,6 +78,8 @@ static gp_flag flags[] = {
     [F_PIN] = {"--pin", GP_FLAG_BOOL, NULL, "pin each stage's thread to its share of the cores", 0},
     [F_WATCHDOG] = {"--watchdog", GP_FLAG_INT, "SECONDS",
                     "report a stage that waits longer (default 300)", 1},
+    [F_TRACE] = {"--trace", GP_FLAG_STR, "FILE.json",
+                 "write a Chrome trace of every stage's actions (chrome://tracing, Perfetto)", 0},
     [F_QUIET] = {"--quiet", GP_FLAG_BOOL, NULL, "print only errors and the final result", 0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
@@ -268,7 +271,8 @@ static gp_status train(run *r) {
   GP_TRY(gp_plan_make(m, &m->pipeline, &plan));
   gp_pipeline_opts po = {.cores = threads,
                          .pin = flags[F_PIN].given,
-                         .watchdog_s = flags[F_WATCHDOG].given ? (double)flags[F_WATCHDOG].i : 0};
+                         .watchdog_s = flags[F_WATCHDOG].given ? (double)flags[F_WATCHDOG].i : 0,
+                         .trace = flags[F_TRACE].given};
   GP_TRY(gp_trainer_init(&r->t, m, &plan, &po, ts->seed));
   r->have_trainer = 1;
   if (flags[F_LOAD].given) GP_TRY(gp_trainer_load_weights(&r->t, flags[F_LOAD].s));
@@ -345,6 +349,10 @@ static gp_status train(run *r) {
   gp_loader_tell(r->train, &epoch, &idx);
   if (!evaluated_last) GP_TRY(evaluate(r, &pg, epoch, &ev));
   if (flags[F_CKPT_DIR].given) GP_TRY(checkpoint(r, &pg));
+  if (flags[F_TRACE].given) {
+    GP_TRY(gp_pipeline_write_trace(r->t.pl, flags[F_TRACE].s));
+    gp_progress_note(&pg, "wrote the trace to %s", flags[F_TRACE].s);
+  }
   if (flags[F_SAVE].given) {
     GP_TRY(gp_trainer_save_weights(&r->t, flags[F_SAVE].s));
     gp_progress_note(&pg, "saved weights to %s", flags[F_SAVE].s);

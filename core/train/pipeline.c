@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/train/exec.h"
 
@@ -37,6 +38,14 @@ typedef struct mailbox {
 
 typedef enum cmd_kind { CMD_NONE, CMD_TRAIN, CMD_EVAL, CMD_EXIT } cmd_kind;
 
+/* One traced action: 'F', 'B', 'R' (a backward's recompute) or 'S' (optimizer step). */
+typedef struct trace_ev {
+  char kind;
+  int micro;
+  int64_t step;
+  double t0, t1;
+} trace_ev;
+
 typedef struct stage {
   gp_pipeline *pl;
   int index, first, end;
@@ -55,6 +64,10 @@ typedef struct stage {
   pthread_t thread;
   int started;
   int64_t sent_bytes;
+  double fwd_s, bwd_s;
+  int64_t steps;
+  trace_ev *ev;
+  int64_t n_ev, cap_ev;
   gp_step_result acc;
 } stage;
 
@@ -66,7 +79,8 @@ struct gp_pipeline {
   stage *st;
   uint64_t seed;
   double watchdog_s;
-  int pin, cores, threads_per_stage;
+  int pin, cores, threads_per_stage, trace;
+  double t_origin;
   pthread_mutex_t mu;
   pthread_cond_t cv; /* every state change; waiters re-check their condition */
   /* the current command */
@@ -87,6 +101,25 @@ struct gp_pipeline {
   gp_status fail_status;
   char fail_msg[MSG_MAX];
 };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Records an action (tracing only); the array only grows, so steady state does not allocate. */
+static void record(stage *st, char kind, int micro, double t0, double t1) {
+  if (!st->pl->trace) return;
+  if (st->n_ev == st->cap_ev) {
+    int64_t cap = st->cap_ev ? st->cap_ev * 2 : 1024;
+    trace_ev *ev = realloc(st->ev, (size_t)cap * sizeof *ev);
+    if (!ev) return; /* a trace with a gap beats a failed step */
+    st->ev = ev;
+    st->cap_ev = cap;
+  }
+  st->ev[st->n_ev++] = (trace_ev){kind, micro, st->pl->step, t0, t1};
+}
 
 static void deadline_in(double s, struct timespec *ts) {
   clock_gettime(CLOCK_REALTIME, ts);
@@ -297,7 +330,13 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   pass_clear(p, pl->off[m + 1] - pl->off[m]);
   GP_TRY(gather_inputs(st, m, p, keep));
   gp_exec e = exec_for(st, m, training, 0, drop ? &st->scratch : keep);
+  double t0 = now_s();
   GP_TRY(gp_pass_forward(p, &e));
+  double t1 = now_s();
+  if (training) {
+    st->fwd_s += t1 - t0;
+    record(st, 'F', m, t0, t1);
+  }
   if (training && !isfinite(e.loss_sum))
     return GP_ERR(GP_ERR_RUNTIME, "the loss is %s at step %lld (lower the learning rate?)",
                   isnan(e.loss_sum) ? "NaN" : "infinite", (long long)pl->step + 1);
@@ -326,7 +365,11 @@ static gp_status do_backward(stage *st, int m, int recompute) {
   gp_backend *be = st->be;
   if (recompute) {
     gp_exec e = exec_for(st, m, 1, 1, keep);
+    double t0 = now_s();
     GP_TRY(gp_pass_forward(p, &e));
+    double t1 = now_s();
+    st->bwd_s += t1 - t0;
+    record(st, 'R', m, t0, t1);
   }
   pthread_mutex_lock(&pl->mu);
   gp_status s = wait_for(pl, &st->box[m].grads, st->n_grads_expected, "the gradient", m, st->index);
@@ -346,7 +389,11 @@ static gp_status do_backward(stage *st, int m, int recompute) {
     }
   }
   gp_exec e = exec_for(st, m, 1, recompute, keep);
+  double t0 = now_s();
   GP_TRY(gp_pass_backward(p, &e));
+  double t1 = now_s();
+  st->bwd_s += t1 - t0;
+  record(st, 'B', m, t0, t1);
   /* write the gradients of this stage's inputs where their producers asked */
   for (int q = 0; q < st->n_in; q++) {
     float *to = st->box[m].grad_to[q];
@@ -422,8 +469,12 @@ static gp_status run_command(stage *st, cmd_kind cmd) {
       r = do_forward(st, ac->micro, ac->recompute, 1);
     else if (ac->kind == GP_A_BACKWARD)
       r = do_backward(st, ac->micro, ac->recompute);
-    else
+    else {
+      double t0 = now_s();
       r = do_step(st);
+      record(st, 'S', -1, t0, now_s());
+      st->steps++;
+    }
     if (r != GP_OK) return fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);
   }
   return GP_OK;
@@ -541,6 +592,8 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
   pl->seed = seed;
   pl->watchdog_s = o && o->watchdog_s > 0 ? o->watchdog_s : 300;
   pl->pin = o ? o->pin : 0;
+  pl->trace = o ? o->trace : 0;
+  pl->t_origin = now_s();
   pl->cores = o && o->cores > 0 ? o->cores : gp_cpu_cores();
   pl->threads_per_stage = pl->cores / pl->k > 1 ? pl->cores / pl->k : 1;
   pthread_mutex_init(&pl->mu, NULL);
@@ -598,6 +651,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
     free(st->box);
     free(st->in);
     free(st->out);
+    free(st->ev);
     gp_backend_destroy(st->be);
   }
   free(pl->st);
@@ -629,11 +683,58 @@ void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) 
   out->sent_bytes = st->sent_bytes;
   out->first_unit = pl->plan.st[stage_i].first_unit;
   out->end_unit = pl->plan.st[stage_i].end_unit;
+  out->fwd_s = st->fwd_s;
+  out->bwd_s = st->bwd_s;
+  out->steps = st->steps;
 }
 
 void gp_pipeline_reset_stats(gp_pipeline *pl) {
   for (int i = 0; i < pl->k; i++) {
     pl->st[i].meter.peak = pl->st[i].meter.live;
     pl->st[i].sent_bytes = 0;
+    pl->st[i].fwd_s = pl->st[i].bwd_s = 0;
+    pl->st[i].steps = 0;
   }
+}
+
+gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return GP_ERR(GP_ERR_IO, "%s: cannot write the trace: %s", path, strerror(errno));
+  fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+  const char *sep = "";
+  for (int s = 0; s < pl->k; s++) {
+    const stage *st = &pl->st[s];
+    fprintf(f,
+            "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+            "\"args\": {\"name\": \"stage %d (units %d..%d)\"}}",
+            sep, s, s, pl->plan.st[s].first_unit, pl->plan.st[s].end_unit - 1);
+    sep = ",\n";
+    for (int64_t i = 0; i < st->n_ev; i++) {
+      const trace_ev *e = &st->ev[i];
+      const char *cat = e->kind == 'F'   ? "forward"
+                        : e->kind == 'B' ? "backward"
+                        : e->kind == 'R' ? "recompute"
+                                         : "optimizer";
+      char name[32];
+      if (e->kind == 'S') snprintf(name, sizeof name, "step");
+      else snprintf(name, sizeof name, "%c%d", e->kind, e->micro);
+      fprintf(f,
+              "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
+              "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %lld, "
+              "\"micro_batch\": %d}}",
+              sep, name, cat, s, (e->t0 - pl->t_origin) * 1e6, (e->t1 - e->t0) * 1e6,
+              (long long)e->step + 1, e->micro);
+    }
+  }
+  fprintf(f, "\n]}\n");
+  int bad = ferror(f) | (fflush(f) != 0);
+  bad |= fsync(fileno(f)) != 0;
+  bad |= fclose(f) != 0;
+  if (bad || rename(tmp, path) != 0) {
+    remove(tmp);
+    return GP_ERR(GP_ERR_IO, "%s: writing the trace failed: %s", path, strerror(errno));
+  }
+  return GP_OK;
 }

@@ -18,6 +18,7 @@ typedef struct gp_pipeline_opts {
   int cores;         /* cores to share among the stages; BLAS threads per stage = max(1, cores/K) */
   int pin;           /* pin each stage's worker to its share of the cores */
   double watchdog_s; /* a stage waiting longer than this for another is an error; 0 = 300 s */
+  int trace;         /* record every action's start and end for gp_pipeline_write_trace */
 } gp_pipeline_opts;
 
 /* Per-step results, summed over micro-batches (on the last stage). */
@@ -31,6 +32,9 @@ typedef struct gp_stage_stats {
                             gradients) held at most since the last reset */
   int64_t sent_bytes;    /* activations and gradients handed to other stages */
   int first_unit, end_unit;
+  double fwd_s, bwd_s; /* measured time in forwards, and in backwards (recompute
+                          included), since the last reset; waiting is not counted */
+  int64_t steps;       /* training steps since the last reset */
 } gp_stage_stats;
 
 gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
@@ -52,5 +56,9 @@ gp_optimizer *gp_pipeline_optimizer(gp_pipeline *pl, int stage);
 gp_backend *gp_pipeline_backend(gp_pipeline *pl, int stage);
 void gp_pipeline_stats(const gp_pipeline *pl, int stage, gp_stage_stats *out);
 void gp_pipeline_reset_stats(gp_pipeline *pl);
+/* Chrome trace JSON (chrome://tracing, Perfetto): one row per stage, one slice per action
+ * ("F3", "B3", "R3" for a recompute, "step"), recorded since the pipeline was made with
+ * opts.trace. */
+gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path);
 
 #endif

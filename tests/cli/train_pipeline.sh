@@ -33,6 +33,21 @@ PY
   i=$((i+1))
 done
 passed=5
+# a Chrome trace: one named row per stage, F/B/R slices for every micro-batch of every step
+"$train" "$model" "${common[@]}" --stages 3 --micro-batches 4 --checkpoint always \
+  --trace "$tmp/trace.json" || fail "traced run"
+python3 - "$tmp/trace.json" <<'PY' || fail "the trace is not what it should be"
+import json, sys, collections
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+rows = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M"}
+assert sorted(rows) == [0, 1, 2], rows
+n = collections.Counter((e["tid"], e["name"][0]) for e in ev if e["ph"] == "X")
+for s in range(3):
+    assert n[(s, "F")] == 16 and n[(s, "B")] == 16 and n[(s, "s")] == 4, n
+    assert n[(s, "R")] == 16, n  # always: every micro-batch recomputed
+assert all(e["dur"] >= 0 for e in ev if e["ph"] == "X")
+PY
+passed=$((passed+1))
 # bad pipeline flags: one line, exit 2
 check() {
   local pat=$1; shift
