@@ -10,6 +10,7 @@
 #include "cli/progress.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
+#include "core/train/plan_io.h"
 #include "core/train/trainer.h"
 #include "data/loader.h"
 #include "gp_config.h"
@@ -38,6 +39,7 @@ enum {
   F_PIN,
   F_WATCHDOG,
   F_TRACE,
+  F_PARTITION,
   F_QUIET,
   F_HELP,
   F_VERSION,
@@ -80,6 +82,10 @@ static gp_flag flags[] = {
                     "report a stage that waits longer (default 300)", 1},
     [F_TRACE] = {"--trace", GP_FLAG_STR, "FILE.json",
                  "write a Chrome trace of every stage's actions (chrome://tracing, Perfetto)", 0},
+    [F_PARTITION] = {"--partition", GP_FLAG_STR, "PLAN.yaml",
+                     "the stages, balance, micro-batches, schedule, re-materialization and "
+                     "devices of a gpipe-partition -o plan",
+                     0},
     [F_QUIET] = {"--quiet", GP_FLAG_BOOL, NULL, "print only errors and the final result", 0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
@@ -181,6 +187,29 @@ static gp_status apply_pipeline_flags(gp_pipeline_spec *ps) {
   return GP_OK;
 }
 
+/* --partition: the plan replaces the model file's pipeline section; gp_plan_make then
+ * rebuilds the same plan from it (and checks the devices as for any other pipeline). */
+static gp_status apply_plan_file(gp_model *m) {
+  static const int clash[] = {F_STAGES, F_MICRO, F_SCHEDULE, F_REMAT, F_BALANCE, F_DEVICES};
+  for (size_t i = 0; i < sizeof clash / sizeof clash[0]; i++)
+    if (flags[clash[i]].given)
+      return GP_ERR(GP_ERR_USAGE, "--partition and %s both set the pipeline; use one",
+                    flags[clash[i]].name);
+  gp_plan plan;
+  GP_TRY(gp_plan_read(flags[F_PARTITION].s, m, &plan));
+  gp_pipeline_spec *ps = &m->pipeline;
+  ps->stages = plan.stages;
+  ps->micro_batches = plan.micro;
+  ps->schedule = plan.schedule;
+  ps->remat = plan.remat;
+  ps->n_balance = ps->n_devices = plan.stages;
+  for (int s = 0; s < plan.stages; s++) {
+    ps->balance[s] = plan.st[s].end_unit - plan.st[s].first_unit;
+    memcpy(ps->devices[s], plan.st[s].device, sizeof ps->devices[s]);
+  }
+  return GP_OK;
+}
+
 /* Applies the flags that stand for model-file settings. */
 static gp_status apply_flags(gp_model *m) {
   gp_train_spec *t = &m->train;
@@ -198,6 +227,7 @@ static gp_status apply_flags(gp_model *m) {
                   "section names real data), got '%s'",
                   flags[F_DATA].s);
   GP_TRY(apply_pipeline_flags(&m->pipeline));
+  if (flags[F_PARTITION].given) GP_TRY(apply_plan_file(m));
   if (t->batch_size < m->pipeline.micro_batches)
     return GP_ERR(GP_ERR_USAGE, "a batch of %" PRId64 " cannot be split into %d micro-batches",
                   t->batch_size, m->pipeline.micro_batches);

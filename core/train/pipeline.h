@@ -33,7 +33,8 @@ typedef struct gp_stage_stats {
   int64_t sent_bytes;    /* activations and gradients handed to other stages */
   int first_unit, end_unit;
   double fwd_s, bwd_s; /* measured time in forwards, and in backwards (recompute
-                          included), since the last reset; waiting is not counted */
+                          included), since the last reset; waiting is not counted (thread
+                          CPU time when the stage's BLAS is single-threaded, else wall) */
   int64_t steps;       /* training steps since the last reset */
 } gp_stage_stats;
 

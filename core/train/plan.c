@@ -1,5 +1,7 @@
-/* Stage plans: a given balance, or the exact min-max split of estimated FLOPs. */
+/* Stage plans: a given balance, or the partitioner's exact split of estimated costs. */
 #include "core/train/plan.h"
+
+#include "core/train/partition.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,40 +17,20 @@ double gp_unit_flops(const gp_model *m, int u) {
   return f;
 }
 
-/* Cuts w[0..n) into exactly k non-empty runs, each at most cap if it can; returns the
- * number of runs whose sum exceeded cap (0 = feasible), and the run starts in first[]. */
-static int cut(const double *w, int n, int k, double cap, int *first) {
-  int over = 0, u = 0;
-  for (int s = 0; s < k; s++) {
-    first[s] = u;
-    double sum = w[u++];
-    int last = s == k - 1;
-    /* greedy: as much as fits, leaving one unit for each stage still to come */
-    while (u < n && (last || (n - u > k - s - 1 && sum + w[u] <= cap)))
-      sum += w[u++];
-    over += sum > cap;
-  }
-  return over;
-}
-
-static gp_status even_split(const gp_model *m, int k, int *first) {
-  int n = m->n_units;
-  double *w = malloc(sizeof(double) * (size_t)n), lo = 0, hi = 0;
-  if (!w) return GP_ERR(GP_ERR_NOMEM, "out of memory planning stages");
-  for (int u = 0; u < n; u++) {
-    w[u] = gp_unit_flops(m, u) + 1.0; /* +1: a unit of no FLOPs still counts a little */
-    hi += w[u];
-    if (w[u] > lo) lo = w[u];
-  }
-  for (int it = 0; it < 200 && hi - lo > 1e-9 * hi; it++) {
-    double mid = 0.5 * (lo + hi);
-    if (cut(w, n, k, mid, first) == 0)
-      hi = mid;
-    else
-      lo = mid;
-  }
-  cut(w, n, k, hi, first);
-  free(w);
+/* The automatic split: the partitioner's exact solution on the layers' analytic costs for a
+ * micro-batch of the model's batch size / M, under the plan's schedule and re-materialization. */
+static gp_status auto_split(const gp_model *m, const gp_pipeline_spec *ps, int *first) {
+  int64_t micro = (m->train.batch_size + ps->micro_batches - 1) / ps->micro_batches;
+  gp_unit_costs c;
+  GP_TRY(gp_unit_costs_compute(m, micro > 0 ? micro : 1, GP_COST_FLOPS, 1, NULL, &c));
+  gp_partition_req req = {.stages = ps->stages, .micro = ps->micro_batches,
+                          .schedule = ps->schedule, .remat = ps->remat,
+                          .optim_slots = m->train.optimizer == GP_OPT_ADAMW ? 2 : 1};
+  gp_partition part;
+  gp_status s = gp_partition_solve(&c, &req, &part);
+  gp_unit_costs_free(&c);
+  GP_TRY(s);
+  for (int i = 0; i <= ps->stages; i++) first[i] = part.first[i];
   return GP_OK;
 }
 
@@ -81,7 +63,7 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
     if (u != m->n_units)
       return GP_ERR(GP_ERR_USAGE, "balance sums to %d units, the model has %d", u, m->n_units);
   } else {
-    GP_TRY(even_split(m, k, first));
+    GP_TRY(auto_split(m, ps, first));
   }
   first[k] = m->n_units;
   if (ps->n_devices != 1 && ps->n_devices != k)
@@ -94,7 +76,10 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
     r->first_node = m->unit_first[r->first_unit];
     r->end_node = m->unit_first[r->end_unit];
     const char *dev = ps->n_devices ? ps->devices[ps->n_devices == 1 ? 0 : s] : "cpu";
-    if (strcmp(dev, "cpu") != 0)
+    int cuda = strncmp(dev, "cuda:", 5) == 0 && dev[5] >= '0' && dev[5] <= '9';
+    if (strcmp(dev, "cpu") != 0 && !cuda)
+      return GP_ERR(GP_ERR_USAGE, "unknown device '%s' (cpu, or cuda:N)", dev);
+    if (cuda)
       return GP_ERR(GP_ERR_UNSUPPORTED,
                     "device '%s': only 'cpu' stages are supported by this build so far", dev);
     snprintf(r->device, sizeof r->device, "%s", dev);

@@ -1,6 +1,6 @@
 /* A plan: which units (and so nodes) each stage runs, on which device, with how many
- * micro-batches, which schedule and which re-materialization. Until the partitioner lands,
- * an automatic split is the exact min-max split of the units' estimated FLOPs. */
+ * micro-batches, which schedule and which re-materialization. An automatic split is the
+ * partitioner's (core/train/partition.h) on the layers' analytic costs. */
 #ifndef GP_PLAN_H
 #define GP_PLAN_H
 

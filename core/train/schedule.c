@@ -201,6 +201,7 @@ typedef struct walk {
   double *fend, *bend;          /* end times, [s * M + m] (timing only) */
   double *free_at, *busy;       /* per stage (timing only) */
   int *pos;                     /* per stage: index of the next action */
+  gp_sim_events *ev;            /* when asked for: every timed action (timing only) */
 } walk;
 
 /* Whether stage s's next action can run; if not, why (written to why). */
@@ -257,6 +258,9 @@ static void run_one(walk *w, int s) {
   w->busy[s] += dur;
   if (a->kind == GP_A_FORWARD) w->fend[s * M + m] = start + dur;
   if (a->kind == GP_A_BACKWARD) w->bend[s * M + m] = start + dur;
+  if (w->ev && a->kind != GP_A_STEP)
+    w->ev->event[s][w->ev->n[s]++] = (gp_sim_event){
+        .kind = a->kind, .micro = m, .recompute = a->recompute, .start = start, .end = start + dur};
 }
 
 static gp_status deadlock(const walk *w) {
@@ -282,11 +286,13 @@ static gp_status deadlock(const walk *w) {
   return GP_ERR(GP_ERR_RUNTIME, "%s", msg);
 }
 
-static gp_status walk_run(const gp_schedule *sc, const gp_stage_cost *cost, walk *w) {
+static gp_status walk_run(const gp_schedule *sc, const gp_stage_cost *cost, gp_sim_events *ev,
+                          walk *w) {
   size_t K = (size_t)sc->stages, cells = K * (size_t)sc->micro;
   memset(w, 0, sizeof *w);
   w->sc = sc;
   w->cost = cost;
+  w->ev = cost ? ev : NULL;
   w->fdone = calloc(cells, 1);
   w->bdone = calloc(cells, 1);
   w->pos = calloc(K, sizeof *w->pos);
@@ -327,7 +333,7 @@ static void walk_free(walk *w) {
 gp_status gp_schedule_validate(const gp_schedule *s) {
   GP_TRY(check_shape(s));
   walk w;
-  gp_status st = walk_run(s, NULL, &w);
+  gp_status st = walk_run(s, NULL, NULL, &w);
   walk_free(&w);
   return st;
 }
@@ -353,8 +359,9 @@ static double stage_peak_bytes(const gp_action *a, int n, const gp_stage_cost *c
   return peak;
 }
 
-gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost,
-                               gp_sim_result *out) {
+/* events, when not NULL, has its per-stage arrays allocated (n_actions entries) and zeroed n. */
+static gp_status simulate(const gp_schedule *s, const gp_stage_cost *cost, gp_sim_result *out,
+                          gp_sim_events *events) {
   if (!out) return GP_ERR(GP_ERR_USAGE, "schedule: no output given");
   memset(out, 0, sizeof *out);
   if (!cost) return GP_ERR(GP_ERR_USAGE, "schedule: no stage costs given");
@@ -367,7 +374,7 @@ gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost,
         return GP_ERR(GP_ERR_USAGE, "schedule: stage %d: costs must be finite and >= 0", k);
   }
   walk w;
-  gp_status st = walk_run(s, cost, &w);
+  gp_status st = walk_run(s, cost, events, &w);
   double *held = st == GP_OK ? malloc(sizeof(double) * (size_t)s->micro) : NULL;
   out->stage = st == GP_OK ? calloc((size_t)s->stages, sizeof *out->stage) : NULL;
   if (st == GP_OK && (!held || !out->stage))
@@ -389,6 +396,39 @@ gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost,
   walk_free(&w);
   if (st != GP_OK) gp_sim_result_free(out);
   return st;
+}
+
+gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost,
+                               gp_sim_result *out) {
+  return simulate(s, cost, out, NULL);
+}
+
+gp_status gp_schedule_simulate_events(const gp_schedule *s, const gp_stage_cost *cost,
+                                      gp_sim_result *out, gp_sim_events *events) {
+  if (!events) return GP_ERR(GP_ERR_USAGE, "schedule: no event output given");
+  memset(events, 0, sizeof *events);
+  if (out) memset(out, 0, sizeof *out);
+  GP_TRY(check_shape(s));
+  events->stages = s->stages;
+  events->n = calloc((size_t)s->stages, sizeof *events->n);
+  events->event = calloc((size_t)s->stages, sizeof *events->event);
+  int ok = events->n && events->event;
+  for (int k = 0; ok && k < s->stages; k++)
+    ok = (events->event[k] = malloc(sizeof(gp_sim_event) * (size_t)s->n_actions[k])) != NULL;
+  gp_status st = ok ? simulate(s, cost, out, events)
+                    : GP_ERR(GP_ERR_NOMEM, "schedule: out of memory for the timeline");
+  if (st != GP_OK) gp_sim_events_free(events);
+  return st;
+}
+
+void gp_sim_events_free(gp_sim_events *e) {
+  if (!e) return;
+  if (e->event)
+    for (int k = 0; k < e->stages; k++)
+      free(e->event[k]);
+  free(e->event);
+  free(e->n);
+  memset(e, 0, sizeof *e);
 }
 
 void gp_sim_result_free(gp_sim_result *r) {

@@ -67,4 +67,24 @@ typedef struct gp_sim_result {
 gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost, gp_sim_result *out);
 void gp_sim_result_free(gp_sim_result *r);
 
+/* One timed action of the simulation (the optimizer step is not timed). A backward with
+ * recompute re-runs the forward first: [start, start + fwd) is the recompute. */
+typedef struct gp_sim_event {
+  gp_action_kind kind; /* GP_A_FORWARD or GP_A_BACKWARD */
+  int micro;
+  int recompute;
+  double start, end;
+} gp_sim_event;
+
+typedef struct gp_sim_events {
+  int stages;
+  int *n;               /* per stage */
+  gp_sim_event **event; /* per stage, n[s] entries in time order */
+} gp_sim_events;
+
+/* gp_schedule_simulate that also returns every stage's timed actions, for timelines. */
+gp_status gp_schedule_simulate_events(const gp_schedule *s, const gp_stage_cost *cost,
+                                      gp_sim_result *out, gp_sim_events *events);
+void gp_sim_events_free(gp_sim_events *e);
+
 #endif

@@ -1,0 +1,643 @@
+/* gpipe-partition: previews how a model would be cut into pipeline stages (per-stage cost,
+ * memory, boundary traffic, predicted bubble and speed-up, a timeline) and writes the plan
+ * gpipe-train --partition reads. Exit codes: 0 ok, 2 bad model file, usage or impossible
+ * request, 1 a failure while running (measuring, writing). */
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "core/backend.h"
+#include "core/spec/cfg.h"
+#include "core/spec/spec.h"
+#include "core/train/partition.h"
+#include "core/train/plan.h"
+#include "core/train/plan_io.h"
+#include "core/train/schedule.h"
+#include "gp_config.h"
+
+enum {
+  F_STAGES,
+  F_MICRO,
+  F_BY,
+  F_MEMORY,
+  F_SCHEDULE,
+  F_REMAT,
+  F_DEVICES,
+  F_SPEEDS,
+  F_BATCH,
+  F_THREADS,
+  F_CACHE,
+  F_TIMELINE,
+  F_JSON,
+  F_OUT,
+  F_SET,
+  F_HELP,
+  F_VERSION,
+  F_COUNT
+};
+
+static gp_flag flags[] = {
+    [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "pipeline stages (default: the model file's)", 1},
+    [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches per mini-batch", 1},
+    [F_BY] = {"--by", GP_FLAG_STR, "flops|params|time",
+              "balance estimated FLOPs (default), parameters, or measured time", 0},
+    [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE[,SIZE...]",
+                  "per-device memory limit: 16GiB, 512MiB, 1.5GB, bytes", 0},
+    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b", "pipeline schedule", 0},
+    [F_REMAT] = {"--checkpoint", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
+    [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)",
+                   0},
+    [F_SPEEDS] = {"--speeds", GP_FLAG_STR, "1,1.5,...",
+                  "relative speed of each stage's device (or one for all)", 0},
+    [F_BATCH] = {"--batch-size", GP_FLAG_INT, "B", "mini-batch size (default: the model file's)",
+                 1},
+    [F_THREADS] = {"--threads", GP_FLAG_INT, "N",
+                   "CPU threads shared by the stages, for --by time (default: all cores)", 1},
+    [F_CACHE] = {"--cache-dir", GP_FLAG_STR, "DIR",
+                 "where --by time keeps measurements (default ~/.cache/gpipe)", 0},
+    [F_TIMELINE] = {"--timeline", GP_FLAG_BOOL, NULL, "draw the simulated schedule", 0},
+    [F_JSON] = {"--json", GP_FLAG_BOOL, NULL, "print JSON instead of the table", 0},
+    [F_OUT] = {"-o", GP_FLAG_STR, "PLAN.yaml", "write the plan (for gpipe-train --partition)", 0},
+    [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE",
+               "override a scalar of the model file (repeatable)", 0},
+    [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
+    [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
+    {NULL},
+};
+_Static_assert(sizeof flags / sizeof flags[0] == F_COUNT + 1, "flag table");
+
+static const char *const schedule_names[] = {"gpipe", "1f1b", NULL};
+static const char *const remat_names[] = {"always", "except_last", "never", NULL};
+static const char *const by_names[] = {"flops", "params", "time", NULL};
+static const char *const by_titles[] = {"estimated FLOPs", "parameters", "measured time"};
+
+/* Everything the request is made of, after flags and the model file's defaults. */
+typedef struct request {
+  int stages, micro, n_devices, threads;
+  int64_t batch, micro_batch;
+  gp_schedule_kind schedule;
+  gp_remat remat;
+  gp_cost_by by;
+  char devices[GP_MAX_DEVICES][16];
+  double speed[GP_MAX_DEVICES], mem_limit[GP_MAX_DEVICES];
+  int has_limit;
+  char cache_dir[4096];
+} request;
+
+/* ---- parsing ----------------------------------------------------------------------------- */
+
+static gp_status choice(int f, const char *const *names, int *out) {
+  if (!flags[f].given) return GP_OK;
+  int n = 0;
+  for (; names[n]; n++)
+    if (strcmp(names[n], flags[f].s) == 0) {
+      *out = n;
+      return GP_OK;
+    }
+  const char *near = gp_nearest(flags[f].s, names, n);
+  char all[128] = "";
+  for (int i = 0; i < n; i++)
+    snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? ", " : "", names[i]);
+  return GP_ERR(GP_ERR_USAGE, "%s: unknown value '%s'%s%s%s (expected one of %s)", flags[f].name,
+                flags[f].s, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "",
+                all);
+}
+
+/* "16GiB", "512MiB", "1.5GB", "64K", "1000000": bytes. Binary without an i too (K, M, G, T),
+ * as most tools read them; decimal only when spelled KB, MB, GB, TB. */
+static int parse_size(const char *s, double *out) {
+  static const struct {
+    const char *unit;
+    double mul;
+  } units[] = {{"", 1},
+               {"b", 1},
+               {"k", 1024.0},
+               {"kib", 1024.0},
+               {"kb", 1e3},
+               {"m", 1048576.0},
+               {"mib", 1048576.0},
+               {"mb", 1e6},
+               {"g", 1073741824.0},
+               {"gib", 1073741824.0},
+               {"gb", 1e9},
+               {"t", 1099511627776.0},
+               {"tib", 1099511627776.0},
+               {"tb", 1e12}};
+  char *end;
+  if (!isdigit((unsigned char)s[0]) && s[0] != '.') return 0;
+  double v = strtod(s, &end);
+  if (end == s || !isfinite(v) || v <= 0) return 0;
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (strcasecmp(end, units[i].unit) == 0) {
+      *out = v * units[i].mul;
+      return *out >= 1 && isfinite(*out);
+    }
+  return 0;
+}
+
+/* Splits a comma list into at most max fields of at most 63 characters. */
+static gp_status split(const char *flag, const char *text, char fields[][64], int max, int *n) {
+  *n = 0;
+  for (const char *p = text;;) {
+    size_t len = strcspn(p, ",");
+    if (len == 0 || len >= 64 || *n >= max)
+      return GP_ERR(GP_ERR_USAGE, "%s: expected at most %d values separated by commas, got '%s'",
+                    flag, max, text);
+    memcpy(fields[*n], p, len);
+    fields[(*n)++][len] = 0;
+    if (!p[len]) return GP_OK;
+    p += len + 1;
+  }
+}
+
+static gp_status parse_devices(request *q, const char *text) {
+  char f[GP_MAX_DEVICES][64];
+  int n;
+  GP_TRY(split("--devices", text, f, GP_MAX_DEVICES, &n));
+  for (int i = 0; i < n; i++) {
+    if (strcmp(f[i], "cpu") == 0) {
+      snprintf(q->devices[i], sizeof q->devices[i], "%s", f[i]);
+      continue;
+    }
+    if (strncmp(f[i], "cuda:", 5) == 0 && f[i][5] &&
+        strspn(f[i] + 5, "0123456789") == strlen(f[i] + 5))
+      return GP_ERR(GP_ERR_USAGE,
+                    "--devices: '%s': the CUDA backend is not built yet; only 'cpu' stages are "
+                    "supported so far",
+                    f[i]);
+    return GP_ERR(GP_ERR_USAGE, "--devices: unknown device '%s' (expected cpu or cuda:N)", f[i]);
+  }
+  q->n_devices = n;
+  return GP_OK;
+}
+
+/* One value for every stage, or one per stage. */
+static gp_status per_stage(const char *flag, const char *text, int k, int is_size, double *out) {
+  char f[GP_MAX_DEVICES][64];
+  int n;
+  GP_TRY(split(flag, text, f, GP_MAX_DEVICES, &n));
+  if (n != 1 && n != k)
+    return GP_ERR(GP_ERR_USAGE, "%s: %d values for %d stages (give one, or one per stage)", flag, n,
+                  k);
+  for (int i = 0; i < n; i++) {
+    char *end;
+    double v = 0;
+    int ok = is_size ? parse_size(f[i], &v) : (v = strtod(f[i], &end), end != f[i] && !*end);
+    if (!ok || !isfinite(v) || v <= 0)
+      return is_size ? GP_ERR(GP_ERR_USAGE,
+                              "%s: cannot read '%s' as a size (like 16GiB, 512MiB, 1.5GB or "
+                              "1000000 bytes)",
+                              flag, f[i])
+                     : GP_ERR(GP_ERR_USAGE, "%s: expected a positive number, got '%s'", flag, f[i]);
+    out[i] = v;
+  }
+  for (int i = n; i < k; i++)
+    out[i] = out[0];
+  return GP_OK;
+}
+
+static gp_status make_request(const gp_model *m, request *q) {
+  const gp_pipeline_spec *ps = &m->pipeline;
+  memset(q, 0, sizeof *q);
+  q->stages = flags[F_STAGES].given ? (int)flags[F_STAGES].i : ps->stages;
+  int kmax = m->n_units < GP_MAX_DEVICES ? m->n_units : GP_MAX_DEVICES;
+  if (q->stages < 1 || q->stages > kmax)
+    return GP_ERR(GP_ERR_USAGE, "--stages %d: model %s has %d units, so K must be 1..%d", q->stages,
+                  m->name, m->n_units, kmax);
+  q->micro = flags[F_MICRO].given ? (int)flags[F_MICRO].i : ps->micro_batches;
+  if (q->micro > 4096) return GP_ERR(GP_ERR_USAGE, "--micro-batches: at most 4096");
+  q->batch = flags[F_BATCH].given ? flags[F_BATCH].i : m->train.batch_size;
+  if (q->batch < q->micro)
+    return GP_ERR(GP_ERR_USAGE, "a batch of %" PRId64 " cannot be split into %d micro-batches",
+                  q->batch, q->micro);
+  /* uneven splits give the first batch % M micro-batches one more sample: size for those */
+  q->micro_batch = (q->batch + q->micro - 1) / q->micro;
+  int v = (int)ps->schedule;
+  GP_TRY(choice(F_SCHEDULE, schedule_names, &v));
+  q->schedule = (gp_schedule_kind)v;
+  v = (int)ps->remat;
+  GP_TRY(choice(F_REMAT, remat_names, &v));
+  q->remat = (gp_remat)v;
+  v = GP_COST_FLOPS;
+  GP_TRY(choice(F_BY, by_names, &v));
+  q->by = (gp_cost_by)v;
+  if (flags[F_DEVICES].given) {
+    GP_TRY(parse_devices(q, flags[F_DEVICES].s));
+  } else {
+    q->n_devices = ps->n_devices ? ps->n_devices : 1;
+    for (int i = 0; i < q->n_devices; i++)
+      snprintf(q->devices[i], sizeof q->devices[i], "%s", ps->n_devices ? ps->devices[i] : "cpu");
+    for (int i = 0; i < q->n_devices; i++)
+      if (strcmp(q->devices[i], "cpu") != 0)
+        return GP_ERR(GP_ERR_USAGE,
+                      "%s: device '%s': the CUDA backend is not built yet; only 'cpu' stages "
+                      "are supported so far (use --devices cpu)",
+                      m->file, q->devices[i]);
+  }
+  if (q->n_devices != 1 && q->n_devices != q->stages)
+    return GP_ERR(GP_ERR_USAGE, "%s%d devices for %d stages (give one, or one per stage)",
+                  flags[F_DEVICES].given ? "--devices: " : "the model file's pipeline section: ",
+                  q->n_devices, q->stages);
+  for (int s = q->n_devices; s < q->stages; s++)
+    memcpy(q->devices[s], q->devices[0], sizeof q->devices[0]);
+  q->n_devices = q->stages;
+  for (int s = 0; s < q->stages; s++)
+    q->speed[s] = 1;
+  if (flags[F_SPEEDS].given)
+    GP_TRY(per_stage("--speeds", flags[F_SPEEDS].s, q->stages, 0, q->speed));
+  if (flags[F_MEMORY].given) {
+    GP_TRY(per_stage("--memory-limit", flags[F_MEMORY].s, q->stages, 1, q->mem_limit));
+    q->has_limit = 1;
+  }
+  int cores = flags[F_THREADS].given ? (int)flags[F_THREADS].i : gp_cpu_cores();
+  /* in the pipeline each stage gets its share of the cores: measure units the same way */
+  q->threads = cores / q->stages > 1 ? cores / q->stages : 1;
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (flags[F_CACHE].given)
+    snprintf(q->cache_dir, sizeof q->cache_dir, "%s", flags[F_CACHE].s);
+  else if (xdg && *xdg)
+    snprintf(q->cache_dir, sizeof q->cache_dir, "%s/gpipe", xdg);
+  else if (home && *home)
+    snprintf(q->cache_dir, sizeof q->cache_dir, "%s/.cache/gpipe", home);
+  return GP_OK;
+}
+
+static double optim_slots(const gp_train_spec *t) {
+  switch (t->optimizer) {
+  case GP_OPT_SGD:
+    return t->momentum != 0.0 ? 1 : 0;
+  case GP_OPT_ADAMW:
+    return 2;
+  case GP_OPT_RMSPROP:
+    return t->momentum != 0.0 ? 2 : 1;
+  }
+  return 2;
+}
+
+/* ---- output ------------------------------------------------------------------------------ */
+
+static const char *fmt_bytes(double b, char *buf, size_t n) {
+  if (b < 1024)
+    snprintf(buf, n, "%.0f B", b);
+  else if (b < 1048576.0)
+    snprintf(buf, n, "%.1f KiB", b / 1024);
+  else if (b < 1073741824.0)
+    snprintf(buf, n, "%.1f MiB", b / 1048576.0);
+  else
+    snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
+  return buf;
+}
+
+typedef struct stage_sums {
+  int64_t params;
+  double flops, fwd, bwd; /* flops: analytic fwd + bwd; fwd, bwd: the balancing weight */
+} stage_sums;
+
+static stage_sums sums(const gp_unit_costs *c, const gp_partition *p, int s) {
+  stage_sums r = {0};
+  for (int u = p->first[s]; u < p->first[s + 1]; u++) {
+    r.params += c->params[u];
+    r.flops += c->fwd_flops[u] + c->bwd_flops[u];
+    r.fwd += c->fwd[u];
+    r.bwd += c->bwd[u];
+  }
+  return r;
+}
+
+static double total_time(const gp_partition *p) {
+  double t = 0;
+  for (int s = 0; s < p->stages; s++)
+    t += p->time[s];
+  return t;
+}
+
+static void print_table(const gp_model *m, const request *q, const gp_unit_costs *c,
+                        const gp_partition *p) {
+  printf("model %s: %d units, %.3fM parameters; %d stage%s, %d micro-batch%s of %" PRId64
+         " (batch %" PRId64 "); %s schedule, re-materialization %s; balanced by %s\n\n",
+         m->name, m->n_units, (double)m->n_params / 1e6, q->stages, q->stages == 1 ? "" : "s",
+         q->micro, q->micro == 1 ? "" : "es", q->micro_batch, q->batch, schedule_names[q->schedule],
+         remat_names[q->remat], by_titles[q->by]);
+  char names[GP_MAX_DEVICES][160];
+  int w = 5;
+  for (int s = 0; s < p->stages; s++) {
+    int a = p->first[s], b = p->first[s + 1] - 1;
+    if (a == b)
+      snprintf(names[s], sizeof names[s], "%d %s", a, m->unit_names[a]);
+    else
+      snprintf(names[s], sizeof names[s], "%d-%d %s .. %s", a, b, m->unit_names[a],
+               m->unit_names[b]);
+    if ((int)strlen(names[s]) > w) w = (int)strlen(names[s]);
+  }
+  double tt = total_time(p);
+  printf("stage  %-*s  count     params   GFLOPs  time %%  memory MiB  sends/micro-batch\n", w,
+         "units");
+  for (int s = 0; s < p->stages; s++) {
+    stage_sums r = sums(c, p, s);
+    char out[32] = "-";
+    if (s < p->stages - 1) fmt_bytes((double)c->cut_bytes[p->first[s + 1]], out, sizeof out);
+    printf("%5d  %-*s  %5d  %9" PRId64 "  %7.3f  %6.1f  %10.1f  %s\n", s, w, names[s],
+           p->first[s + 1] - p->first[s], r.params, r.flops / 1e9,
+           tt > 0 ? 100 * p->time[s] / tt : 0.0, p->memory[s] / 1048576.0, out);
+  }
+  printf("\nimbalance   %.3f (slowest stage / mean stage time)\n", p->imbalance);
+  printf("bubble      %.1f%% of the stages' time idle (predicted, %s, M = %d)\n", 100 * p->bubble,
+         schedule_names[q->schedule], q->micro);
+  printf("speed-up    %.2fx over naive %d-stage model parallelism (M = 1), %.2fx over 1 stage\n",
+         p->speedup_naive, q->stages, p->speedup_k1);
+  if (q->has_limit) {
+    char a[32], b[32];
+    double worst = 0;
+    int at = 0;
+    for (int s = 0; s < p->stages; s++)
+      if (p->memory[s] / q->mem_limit[s] > worst) worst = p->memory[s] / q->mem_limit[s], at = s;
+    printf("memory      every stage fits its limit; the fullest, stage %d, needs %s of %s\n", at,
+           fmt_bytes(p->memory[at], a, sizeof a), fmt_bytes(q->mem_limit[at], b, sizeof b));
+  }
+}
+
+static void json_str(const char *s) {
+  putchar('"');
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if (*c == '"' || *c == '\\')
+      printf("\\%c", *c);
+    else if (*c < 0x20)
+      printf("\\u%04x", *c);
+    else
+      putchar(*c);
+  }
+  putchar('"');
+}
+
+static void json_num(double v) {
+  if (isfinite(v))
+    printf("%.17g", v);
+  else
+    printf("null");
+}
+
+static void print_json(const gp_model *m, const request *q, const gp_unit_costs *c,
+                       const gp_partition *p, const gp_sim_events *ev) {
+  printf("{\"model\": ");
+  json_str(m->name);
+  printf(", \"stages\": %d, \"micro_batches\": %d, \"batch_size\": %" PRId64
+         ", \"micro_batch_size\": %" PRId64 ", \"schedule\": \"%s\", \"checkpoint\": \"%s\", "
+         "\"cost_basis\": \"%s\", \"params\": %" PRId64 ",\n \"devices\": [",
+         q->stages, q->micro, q->batch, q->micro_batch, schedule_names[q->schedule],
+         remat_names[q->remat], by_names[q->by], m->n_params);
+  for (int s = 0; s < q->stages; s++) {
+    printf(s ? ", " : "");
+    json_str(q->devices[s]);
+  }
+  printf("],\n \"units\": [");
+  for (int u = 0; u < c->n; u++) {
+    printf(u ? ",\n   {\"name\": " : "\n   {\"name\": ");
+    json_str(m->unit_names[u]);
+    printf(", \"flops_fwd\": ");
+    json_num(c->fwd_flops[u]);
+    printf(", \"flops_bwd\": ");
+    json_num(c->bwd_flops[u]);
+    printf(", \"params\": %" PRId64 ", \"activation_bytes\": %" PRId64
+           ", \"output_bytes\": %" PRId64 ", \"cut_bytes_before\": %" PRId64 ", \"weight_fwd\": ",
+           c->params[u], c->act_bytes[u], c->out_bytes[u], c->cut_bytes[u]);
+    json_num(c->fwd[u]);
+    printf(", \"weight_bwd\": ");
+    json_num(c->bwd[u]);
+    printf("}");
+  }
+  printf("],\n \"partition\": [");
+  double tt = total_time(p);
+  for (int s = 0; s < p->stages; s++) {
+    stage_sums r = sums(c, p, s);
+    printf("%s{\"stage\": %d, \"device\": ", s ? ",\n   " : "\n   ", s);
+    json_str(q->devices[s]);
+    printf(", \"first_unit\": %d, \"last_unit\": %d, \"units\": %d, \"params\": %" PRId64
+           ", \"flops\": ",
+           p->first[s], p->first[s + 1] - 1, p->first[s + 1] - p->first[s], r.params);
+    json_num(r.flops);
+    printf(", \"time\": ");
+    json_num(p->time[s]);
+    printf(", \"time_share\": ");
+    json_num(tt > 0 ? p->time[s] / tt : 0);
+    printf(", \"memory_bytes\": ");
+    json_num(p->memory[s]);
+    printf(", \"memory_limit_bytes\": ");
+    json_num(q->has_limit ? q->mem_limit[s] : NAN);
+    printf(", \"boundary_bytes\": %" PRId64 "}",
+           s < p->stages - 1 ? c->cut_bytes[p->first[s + 1]] : (int64_t)0);
+  }
+  printf("],\n \"imbalance\": ");
+  json_num(p->imbalance);
+  printf(", \"bubble\": ");
+  json_num(p->bubble);
+  printf(", \"predicted_speedup\": {\"naive\": ");
+  json_num(p->speedup_naive);
+  printf(", \"k1\": ");
+  json_num(p->speedup_k1);
+  printf("}");
+  if (ev) {
+    static const char kind[] = {'F', 'B'};
+    printf(",\n \"timeline\": [");
+    for (int s = 0; s < ev->stages; s++) {
+      printf(s ? ",\n   [" : "\n   [");
+      for (int i = 0; i < ev->n[s]; i++) {
+        const gp_sim_event *e = &ev->event[s][i];
+        printf("%s{\"kind\": \"%c\", \"micro\": %d, \"recompute\": %s, \"start\": ", i ? ", " : "",
+               kind[e->kind == GP_A_BACKWARD], e->micro, e->recompute ? "true" : "false");
+        json_num(e->start);
+        printf(", \"end\": ");
+        json_num(e->end);
+        printf("}");
+      }
+      printf("]");
+    }
+    printf("]");
+  }
+  printf("}\n");
+}
+
+/* ---- the timeline ------------------------------------------------------------------------ */
+
+#define TL_WIDTH 100
+
+/* The simulated schedule of this partition. Under --by params the weights are no time, so the
+ * timeline uses the analytic FLOPs there. */
+static gp_status simulate(const request *q, const gp_unit_costs *c, const gp_partition *p,
+                          gp_sim_events *ev, double *makespan) {
+  gp_stage_cost cost[GP_MAX_DEVICES];
+  for (int s = 0; s < p->stages; s++) {
+    double f = 0, b = 0;
+    for (int u = p->first[s]; u < p->first[s + 1]; u++) {
+      f += q->by == GP_COST_PARAMS ? c->fwd_flops[u] : c->fwd[u];
+      b += q->by == GP_COST_PARAMS ? c->bwd_flops[u] : c->bwd[u];
+    }
+    cost[s] = (gp_stage_cost){.fwd = f / q->speed[s], .bwd = b / q->speed[s]};
+  }
+  gp_schedule sc;
+  GP_TRY(gp_schedule_build(q->schedule, q->remat, p->stages, q->micro, &sc));
+  gp_sim_result res;
+  gp_status st = gp_schedule_simulate_events(&sc, cost, &res, ev);
+  if (st == GP_OK) *makespan = res.makespan;
+  gp_sim_result_free(&res);
+  gp_schedule_free(&sc);
+  return st;
+}
+
+/* One segment of a row: the letter, then the micro-batch number where it fits. */
+static void paint(char *row, double scale, double t0, double t1, char ch, int micro) {
+  int a = (int)lround(t0 * scale), b = (int)lround(t1 * scale);
+  if (a >= TL_WIDTH) a = TL_WIDTH - 1;
+  if (b <= a) b = a + 1; /* everything that ran shows, if only as one cell */
+  if (b > TL_WIDTH) b = TL_WIDTH;
+  memset(row + a, ch, (size_t)(b - a));
+  char num[16];
+  int len = snprintf(num, sizeof num, "%d", micro);
+  if (b - a >= len + 1) memcpy(row + a + 1, num, (size_t)len);
+}
+
+static void print_timeline(const request *q, const gp_sim_events *ev, double makespan) {
+  static const char *const unit[] = {"FLOP", "FLOP", "s"};
+  double scale = makespan > 0 ? TL_WIDTH / makespan : 0;
+  char col[32];
+  double per = makespan / TL_WIDTH;
+  if (q->by == GP_COST_TIME)
+    snprintf(col, sizeof col, "%.3g ms", per * 1e3);
+  else
+    snprintf(col, sizeof col, "%.3g G%s", per / 1e9, unit[q->by]);
+  printf("\ntimeline (%s, %d stage%s x %d micro-batch%s; one column = %s%s)\n",
+         schedule_names[q->schedule], q->stages, q->stages == 1 ? "" : "s", q->micro,
+         q->micro == 1 ? "" : "es", col,
+         q->by == GP_COST_FLOPS    ? " of work"
+         : q->by == GP_COST_PARAMS ? " of work (by FLOPs)"
+                                   : "");
+  for (int s = 0; s < ev->stages; s++) {
+    char row[TL_WIDTH + 1];
+    memset(row, '.', TL_WIDTH);
+    row[TL_WIDTH] = 0;
+    for (int i = 0; i < ev->n[s]; i++) {
+      const gp_sim_event *e = &ev->event[s][i];
+      if (e->kind == GP_A_FORWARD) {
+        paint(row, scale, e->start, e->end, 'F', e->micro);
+      } else {
+        /* a recompute re-runs the forward: its length is the forward's */
+        double split = e->start;
+        if (e->recompute)
+          for (int j = 0; j < ev->n[s]; j++)
+            if (ev->event[s][j].kind == GP_A_FORWARD && ev->event[s][j].micro == e->micro)
+              split = e->start + (ev->event[s][j].end - ev->event[s][j].start);
+        if (split > e->start) paint(row, scale, e->start, split, 'R', e->micro);
+        paint(row, scale, split, e->end, 'B', e->micro);
+      }
+    }
+    printf("%5d |%s|\n", s, row);
+  }
+  printf("legend: F forward, R recompute, B backward, each followed by its micro-batch where it "
+         "fits; . idle\n");
+}
+
+/* ---- main -------------------------------------------------------------------------------- */
+
+static int fail(gp_status s) {
+  fprintf(stderr, "gpipe-partition: %s\n", gp_error_message());
+  return gp_status_exit_code(s);
+}
+
+static gp_status run(const gp_model *m) {
+  request q;
+  GP_TRY(make_request(m, &q));
+  gp_unit_costs c = {0};
+  GP_TRY(gp_unit_costs_compute(m, q.micro_batch, q.by, q.threads,
+                               q.cache_dir[0] ? q.cache_dir : NULL, &c));
+  gp_partition_req r = {.stages = q.stages,
+                        .micro = q.micro,
+                        .schedule = q.schedule,
+                        .remat = q.remat,
+                        .speed = q.speed,
+                        .mem_limit = q.has_limit ? q.mem_limit : NULL,
+                        .bytes_per_s = 0, /* CPU stages hand over pointers */
+                        .optim_slots = optim_slots(&m->train)};
+  gp_partition p;
+  gp_sim_events ev = {0};
+  double makespan = 0;
+  gp_status st = gp_partition_solve(&c, &r, &p);
+  if (st == GP_OK && flags[F_TIMELINE].given) st = simulate(&q, &c, &p, &ev, &makespan);
+  if (st == GP_OK && flags[F_OUT].given) {
+    gp_pipeline_spec ps = {.stages = q.stages,
+                           .micro_batches = q.micro,
+                           .schedule = q.schedule,
+                           .remat = q.remat,
+                           .n_devices = q.stages,
+                           .n_balance = q.stages};
+    for (int s = 0; s < q.stages; s++) {
+      ps.balance[s] = p.first[s + 1] - p.first[s];
+      memcpy(ps.devices[s], q.devices[s], sizeof ps.devices[s]);
+    }
+    gp_plan plan;
+    st = gp_plan_make(m, &ps, &plan);
+    if (st == GP_OK) st = gp_plan_write(flags[F_OUT].s, m, &plan);
+  }
+  if (st == GP_OK && flags[F_JSON].given) {
+    print_json(m, &q, &c, &p, flags[F_TIMELINE].given ? &ev : NULL);
+  } else if (st == GP_OK) {
+    print_table(m, &q, &c, &p);
+    if (flags[F_TIMELINE].given) print_timeline(&q, &ev, makespan);
+    if (flags[F_OUT].given)
+      printf("\nplan written to %s (gpipe-train %s --partition %s)\n", flags[F_OUT].s, m->file,
+             flags[F_OUT].s);
+  }
+  gp_sim_events_free(&ev);
+  gp_unit_costs_free(&c);
+  return st;
+}
+
+int main(int argc, char **argv) {
+  const char *pos[1];
+  int npos;
+  gp_status s = gp_args_parse(argc, argv, flags, pos, 1, &npos);
+  if (s != GP_OK) {
+    gp_args_free(flags);
+    return fail(s);
+  }
+  if (flags[F_HELP].given) {
+    gp_args_usage("gpipe-partition", "MODEL.yaml [--stages K] [flags]", flags);
+    gp_args_free(flags);
+    return 0;
+  }
+  if (flags[F_VERSION].given) {
+    printf("gpipe-partition %s\n", GP_VERSION);
+    gp_args_free(flags);
+    return 0;
+  }
+  if (npos != 1) {
+    gp_args_free(flags);
+    fprintf(stderr, "gpipe-partition: expected one model file (usage: gpipe-partition MODEL.yaml "
+                    "--stages K [flags]; --help)\n");
+    return 2;
+  }
+  gp_override ov[256];
+  int nov = 0;
+  for (int i = 0; i < flags[F_SET].n_list && s == GP_OK; i++) {
+    const char *kv = flags[F_SET].list[i], *eq = strchr(kv, '=');
+    if (!eq || eq == kv || nov >= 256) {
+      s = GP_ERR(GP_ERR_USAGE, "--set %s: expected KEY.PATH=VALUE", kv);
+      break;
+    }
+    char *key = strndup(kv, (size_t)(eq - kv));
+    if (!key)
+      s = GP_ERR(GP_ERR_NOMEM, "out of memory");
+    else
+      ov[nov++] = (gp_override){key, eq + 1};
+  }
+  gp_model *m = NULL;
+  if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &m);
+  for (int i = 0; i < nov; i++)
+    free((char *)ov[i].path);
+  if (s == GP_OK) s = run(m);
+  gp_model_free(m);
+  gp_args_free(flags);
+  return s == GP_OK ? 0 : fail(s);
+}

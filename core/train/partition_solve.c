@@ -1,0 +1,392 @@
+/* The exact partitioner: dynamic programs over (stage, cut) that find the split of N units into
+ * K contiguous stages with the smallest slowest stage under per-device memory limits, then,
+ * among those, the one with the smallest spread; and the evaluation of a split (stage times,
+ * memory, simulated bubble and speed-ups). */
+#include "core/train/partition.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/train/schedule.h"
+
+/* Splits whose slowest stage is within this of the optimum count as optimal (summation order
+ * alone can move a sum by a few ulps). */
+#define TIE_REL 1e-12
+
+typedef struct ctx {
+  const gp_unit_costs *c;
+  const gp_partition_req *r;
+  int n;
+} ctx;
+
+static double speed_of(const gp_partition_req *r, int s) {
+  return r->speed ? r->speed[s] : 1.0;
+}
+
+static double limit_of(const gp_partition_req *r, int s) {
+  return r->mem_limit ? r->mem_limit[s] : 0.0;
+}
+
+/* Micro-batches whose activations a stage holds at once: all M under GPipe (fill-drain),
+ * K - s under 1F1B (stage s runs K - s - 1 forwards ahead). */
+static double in_flight(const gp_partition_req *r, int K, int s) {
+  if (r->schedule == GP_SCHED_1F1B) return r->micro < K - s ? r->micro : K - s;
+  return r->micro;
+}
+
+/* Sums over the units of a stage. Every caller accumulates them from the last unit down to the
+ * first, so the DP and the evaluation of the split it returns get bit-identical times. */
+typedef struct sums {
+  double f, b; /* balancing weight, forward and backward */
+  double p;    /* trainable parameters */
+  double act;  /* activation bytes kept for backward */
+  double big;  /* the largest single unit's activation bytes */
+} sums;
+
+static void sums_add(sums *z, const gp_unit_costs *c, int u) {
+  z->f += c->fwd[u];
+  z->b += c->bwd[u];
+  z->p += (double)c->params[u];
+  z->act += (double)c->act_bytes[u];
+  if ((double)c->act_bytes[u] > z->big) z->big = (double)c->act_bytes[u];
+}
+
+/* Forward, backward and the re-materializing forward. except_last recomputes all but one of
+ * the M micro-batches; it is counted as a full recompute (the difference is 1/M of it). */
+static double compute_time(const ctx *x, const sums *z, int s) {
+  double comp = z->f + z->b + (x->r->remat != GP_REMAT_NEVER ? z->f : 0.0);
+  return comp / speed_of(x->r, s);
+}
+
+/* Per micro-batch: compute, plus receiving the stage's inputs and sending its outputs. */
+static double stage_time(const ctx *x, const sums *z, int s, int a, int b) {
+  double t = compute_time(x, z, s);
+  if (x->r->bytes_per_s > 0) {
+    double bytes = (double)((a > 0 ? x->c->cut_bytes[a] : 0) + (b < x->n ? x->c->cut_bytes[b] : 0));
+    t += bytes / x->r->bytes_per_s;
+  }
+  return t;
+}
+
+/* The part of the memory estimate that can only grow as a stage takes more units: f32
+ * weights, gradients and optimizer state, the activations (all of them per micro-batch in
+ * flight without re-materialization; with it, only one micro-batch's, re-materialized in its
+ * backward), and a working set of the largest single unit's activations: a rough allowance
+ * for the scratch space (im2col and the like) that a layer needs beyond what it keeps. */
+static double mem_floor(const ctx *x, const sums *z, int K, int s) {
+  double w = 4.0 * z->p * (2.0 + x->r->optim_slots);
+  double act = x->r->remat == GP_REMAT_NEVER ? in_flight(x->r, K, s) * z->act : z->act;
+  return w + act + z->big;
+}
+
+/* With re-materialization each micro-batch in flight keeps its stage input. */
+static double stage_mem(const ctx *x, const sums *z, int K, int s, int a) {
+  double m = mem_floor(x, z, K, s);
+  if (x->r->remat != GP_REMAT_NEVER) m += in_flight(x->r, K, s) * (double)x->c->cut_bytes[a];
+  return m;
+}
+
+typedef enum dp_mode {
+  DP_MIN_MAX_TIME, /* the smallest slowest stage, under the memory limits */
+  DP_MAX_MIN_TIME, /* the largest fastest stage, every stage <= thr, under the memory limits */
+  DP_MIN_MAX_MEM,  /* the smallest largest stage memory, every stage <= thr (0: no limit) */
+} dp_mode;
+
+/* One DP over (stage s, end of stage b): best[b] is the objective over stages 0..s with stage s
+ * ending at b; stage s = [a, b) is found by growing it from b downwards, so the sums update in
+ * O(1) and the parts that only grow (compute time, memory floor) end the scan early. Returns 1
+ * and the starts in first[] when a split exists. O(K N^2) at worst. */
+static int dp(const ctx *x, int K, dp_mode mode, double thr, int *first, double *value) {
+  int n = x->n;
+  size_t w = (size_t)n + 1;
+  double *prev = malloc(sizeof(double) * w), *cur = malloc(sizeof(double) * w);
+  int *choice = malloc(sizeof(int) * w * (size_t)K);
+  int found = -1; /* -1: out of memory */
+  if (!prev || !cur || !choice) goto done;
+  int maximize = mode == DP_MAX_MIN_TIME;
+  double none = maximize ? -INFINITY : INFINITY;
+  for (size_t b = 0; b < w; b++)
+    prev[b] = none;
+  for (int s = 0; s < K; s++) {
+    for (size_t b = 0; b < w; b++)
+      cur[b] = none;
+    double lim = mode == DP_MIN_MAX_MEM ? thr : limit_of(x->r, s);
+    for (int b = s + 1; b <= n - (K - 1 - s); b++) {
+      sums z = {0};
+      double best = none;
+      int arg = -1;
+      for (int a = b - 1; a >= s; a--) {
+        sums_add(&z, x->c, a);
+        /* the memory DP may try more stages than the request has speeds for */
+        double floor_mem = mem_floor(x, &z, K, s);
+        double comp = mode == DP_MIN_MAX_MEM ? 0.0 : compute_time(x, &z, s);
+        if (lim > 0 && floor_mem > lim) break;
+        if (mode == DP_MIN_MAX_TIME && comp >= best) break;
+        if (mode == DP_MAX_MIN_TIME && comp > thr) break;
+        if (mode == DP_MIN_MAX_MEM && floor_mem >= best) break;
+        if (s == 0 ? a != 0 : prev[a] == none) continue;
+        double mem = stage_mem(x, &z, K, s, a);
+        if (lim > 0 && mem > lim) continue;
+        double v = mode == DP_MIN_MAX_MEM ? mem : stage_time(x, &z, s, a, b);
+        if (mode == DP_MAX_MIN_TIME && v > thr) continue;
+        double p = s == 0 ? (maximize ? INFINITY : -INFINITY) : prev[a];
+        double obj = maximize ? fmin(p, v) : fmax(p, v);
+        if (maximize ? obj > best : obj < best) best = obj, arg = a;
+      }
+      cur[b] = best;
+      choice[(size_t)s * w + (size_t)b] = arg;
+    }
+    double *t = prev;
+    prev = cur;
+    cur = t;
+  }
+  found = prev[n] != none;
+  if (found) {
+    *value = prev[n];
+    first[K] = n;
+    for (int s = K - 1; s >= 0; s--)
+      first[s] = choice[(size_t)s * w + (size_t)first[s + 1]];
+  }
+done:
+  free(prev);
+  free(cur);
+  free(choice);
+  return found;
+}
+
+/* ---- checking requests --------------------------------------------------------------- */
+
+static gp_status check_costs(const gp_unit_costs *c) {
+  if (!c || c->n < 1 || !c->fwd || !c->bwd || !c->params || !c->act_bytes || !c->cut_bytes)
+    return GP_ERR(GP_ERR_USAGE, "partition: no unit costs given");
+  for (int u = 0; u < c->n; u++) {
+    if (!isfinite(c->fwd[u]) || !isfinite(c->bwd[u]) || c->fwd[u] < 0 || c->bwd[u] < 0 ||
+        c->params[u] < 0 || c->act_bytes[u] < 0)
+      return GP_ERR(GP_ERR_USAGE, "partition: unit %d has a negative or non-finite cost", u);
+  }
+  for (int u = 0; u <= c->n; u++)
+    if (c->cut_bytes[u] < 0) return GP_ERR(GP_ERR_USAGE, "partition: cut %d has negative bytes", u);
+  return GP_OK;
+}
+
+static gp_status check_req(const gp_unit_costs *c, const gp_partition_req *r) {
+  GP_TRY(check_costs(c));
+  if (!r) return GP_ERR(GP_ERR_USAGE, "partition: no request given");
+  int top = c->n < GP_MAX_DEVICES ? c->n : GP_MAX_DEVICES;
+  if (r->stages < 1 || r->stages > top)
+    return GP_ERR(GP_ERR_USAGE, "cannot cut %d units into %d stages (1..%d)", c->n, r->stages, top);
+  if (r->micro < 1)
+    return GP_ERR(GP_ERR_USAGE, "micro-batches must be at least 1, got %d", r->micro);
+  if (r->schedule != GP_SCHED_GPIPE && r->schedule != GP_SCHED_1F1B)
+    return GP_ERR(GP_ERR_USAGE, "partition: unknown schedule %d", (int)r->schedule);
+  if (r->remat != GP_REMAT_ALWAYS && r->remat != GP_REMAT_EXCEPT_LAST && r->remat != GP_REMAT_NEVER)
+    return GP_ERR(GP_ERR_USAGE, "partition: unknown re-materialization mode %d", (int)r->remat);
+  if (!isfinite(r->bytes_per_s) || r->bytes_per_s < 0)
+    return GP_ERR(GP_ERR_USAGE, "partition: the transfer bandwidth must be >= 0, got %g",
+                  r->bytes_per_s);
+  if (!isfinite(r->optim_slots) || r->optim_slots < 0)
+    return GP_ERR(GP_ERR_USAGE, "partition: optimizer slots must be >= 0, got %g", r->optim_slots);
+  for (int s = 0; s < r->stages; s++) {
+    double sp = speed_of(r, s), lim = limit_of(r, s);
+    if (!isfinite(sp) || sp <= 0)
+      return GP_ERR(GP_ERR_USAGE, "partition: stage %d's speed must be > 0, got %g", s, sp);
+    if (!isfinite(lim) || lim < 0)
+      return GP_ERR(GP_ERR_USAGE, "partition: stage %d's memory limit must be >= 0, got %g", s,
+                    lim);
+  }
+  return GP_OK;
+}
+
+static gp_status check_first(const gp_unit_costs *c, int K, const int *first) {
+  if (!first) return GP_ERR(GP_ERR_USAGE, "partition: no split given");
+  if (first[0] != 0 || first[K] != c->n)
+    return GP_ERR(GP_ERR_USAGE, "partition: a split must start at unit 0 and end at unit %d", c->n);
+  for (int s = 0; s < K; s++)
+    if (first[s + 1] <= first[s])
+      return GP_ERR(GP_ERR_USAGE, "partition: stage %d of the split has no units", s);
+  return GP_OK;
+}
+
+/* ---- evaluating a split -------------------------------------------------------------- */
+
+static gp_status makespan(gp_schedule_kind kind, gp_remat remat, int K, int M,
+                          const gp_stage_cost *cost, double *out, double *bubble) {
+  gp_schedule sc;
+  gp_sim_result res;
+  GP_TRY(gp_schedule_build(kind, remat, K, M, &sc));
+  gp_status s = gp_schedule_simulate(&sc, cost, &res);
+  gp_schedule_free(&sc);
+  GP_TRY(s);
+  *out = res.makespan;
+  if (bubble) *bubble = res.bubble;
+  gp_sim_result_free(&res);
+  return GP_OK;
+}
+
+/* The predictions: the schedule simulated with this split's stage costs (the recompute is the
+ * simulator's: it adds fwd to each re-materializing backward), against the same split with the
+ * whole mini-batch as one micro-batch, and against the whole model on one device. */
+static gp_status predict(const ctx *x, const int *first, gp_partition *out) {
+  const gp_partition_req *r = x->r;
+  const gp_unit_costs *c = x->c;
+  int K = r->stages, M = r->micro;
+  gp_stage_cost cost[GP_MAX_DEVICES], naive[GP_MAX_DEVICES], one;
+  sums all = {0};
+  for (int s = K - 1; s >= 0; s--) {
+    sums z = {0};
+    for (int u = first[s + 1] - 1; u >= first[s]; u--) {
+      sums_add(&z, c, u);
+      sums_add(&all, c, u);
+    }
+    double sp = speed_of(r, s);
+    double send =
+        s < K - 1 && r->bytes_per_s > 0 ? (double)c->cut_bytes[first[s + 1]] / r->bytes_per_s : 0.0;
+    cost[s] = (gp_stage_cost){.fwd = z.f / sp,
+                              .bwd = z.b / sp,
+                              .send = send,
+                              .act_bytes = z.act,
+                              .input_bytes = (double)c->cut_bytes[first[s]]};
+    naive[s] = (gp_stage_cost){.fwd = M * cost[s].fwd,
+                               .bwd = M * cost[s].bwd,
+                               .send = M * cost[s].send,
+                               .act_bytes = M * cost[s].act_bytes,
+                               .input_bytes = M * cost[s].input_bytes};
+  }
+  double sp0 = speed_of(r, 0);
+  one = (gp_stage_cost){.fwd = all.f / sp0,
+                        .bwd = all.b / sp0,
+                        .act_bytes = all.act,
+                        .input_bytes = (double)c->cut_bytes[0]};
+  double mk, mk_naive, mk_one;
+  GP_TRY(makespan(r->schedule, r->remat, K, M, cost, &mk, &out->bubble));
+  GP_TRY(makespan(r->schedule, r->remat, K, 1, naive, &mk_naive, NULL));
+  GP_TRY(makespan(r->schedule, r->remat, 1, M, &one, &mk_one, NULL));
+  out->speedup_naive = mk > 0 ? mk_naive / mk : 1.0;
+  out->speedup_k1 = mk > 0 ? mk_one / mk : 1.0;
+  return GP_OK;
+}
+
+gp_status gp_partition_evaluate(const gp_unit_costs *c, const gp_partition_req *r, const int *first,
+                                gp_partition *out) {
+  if (!out) return GP_ERR(GP_ERR_USAGE, "partition: no output given");
+  memset(out, 0, sizeof *out);
+  GP_TRY(check_req(c, r));
+  int K = r->stages;
+  GP_TRY(check_first(c, K, first));
+  ctx x = {.c = c, .r = r, .n = c->n};
+  out->stages = K;
+  double lo = INFINITY, hi = 0, total = 0;
+  for (int s = 0; s < K; s++) {
+    int a = first[s], b = first[s + 1];
+    sums z = {0};
+    for (int u = b - 1; u >= a; u--)
+      sums_add(&z, c, u);
+    out->first[s] = a;
+    out->time[s] = stage_time(&x, &z, s, a, b);
+    out->memory[s] = stage_mem(&x, &z, K, s, a);
+    lo = fmin(lo, out->time[s]);
+    hi = fmax(hi, out->time[s]);
+    total += out->time[s];
+  }
+  out->first[K] = c->n;
+  out->max_time = hi;
+  out->spread = hi - lo;
+  out->imbalance = total > 0 ? hi / (total / K) : 1.0;
+  gp_status s = predict(&x, first, out);
+  if (s != GP_OK) memset(out, 0, sizeof *out);
+  return s;
+}
+
+/* ---- solving --------------------------------------------------------------------------- */
+
+/* "1.50 GiB": bytes in the largest unit that keeps the number >= 1; rounded up when asked, so
+ * that the printed limit, read back, still fits. */
+static void fmt_bytes(double v, int up, char *buf, size_t n) {
+  static const char *const unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  double scale = 1;
+  while (i < 4 && v >= scale * 1024)
+    scale *= 1024, i++;
+  if (i == 0) {
+    snprintf(buf, n, "%.0f bytes", up ? ceil(v) : v);
+    return;
+  }
+  double x = v / scale;
+  if (up) {
+    x = ceil(x * 100) / 100;
+    while (x * scale < v)
+      x += 0.01;
+  }
+  snprintf(buf, n, "%.2f %s", x, unit[i]);
+}
+
+/* Why no split fits: the limits, what this K would need, and which K would do. */
+static gp_status memory_error(const ctx *x) {
+  const gp_partition_req *r = x->r;
+  int K = r->stages, n = x->n, top = n < GP_MAX_DEVICES ? n : GP_MAX_DEVICES;
+  int *first = malloc(sizeof(int) * (GP_MAX_DEVICES + 1));
+  if (!first) return GP_ERR(GP_ERR_NOMEM, "partition: out of memory");
+  /* the tightest limit stands for every device when another K is tried */
+  double tight = INFINITY;
+  int uniform = 1;
+  for (int s = 0; s < K; s++) {
+    double l = limit_of(r, s);
+    if (l > 0) tight = fmin(tight, l);
+    if (l != limit_of(r, 0)) uniform = 0;
+  }
+  char lim[256] = "", need[64], tb[64];
+  fmt_bytes(tight, 0, tb, sizeof tb);
+  if (uniform) {
+    snprintf(lim, sizeof lim, "the limit of %s per device", tb);
+  } else {
+    size_t len = (size_t)snprintf(lim, sizeof lim, "the limits [");
+    for (int s = 0; s < K && len < sizeof lim; s++) {
+      char one[64];
+      if (limit_of(r, s) > 0)
+        fmt_bytes(limit_of(r, s), 0, one, sizeof one);
+      else
+        snprintf(one, sizeof one, "none");
+      len += (size_t)snprintf(lim + len, sizeof lim - len, "%s%s", s ? ", " : "", one);
+    }
+    if (len < sizeof lim) snprintf(lim + len, sizeof lim - len, "]");
+  }
+  double v = 0;
+  int ok = dp(x, K, DP_MIN_MAX_MEM, 0, first, &v);
+  fmt_bytes(v, 1, need, sizeof need);
+  int fits = 0;
+  /* under the limit, so the scans stop where a stage outgrows it: quick when it is tight */
+  for (int k = 1; k <= top && ok >= 0 && !fits; k++) {
+    double vk = 0;
+    ok = dp(x, k, DP_MIN_MAX_MEM, tight, first, &vk);
+    if (ok > 0) fits = k;
+  }
+  free(first);
+  if (ok < 0) return GP_ERR(GP_ERR_NOMEM, "partition: out of memory");
+  char tail[160];
+  if (fits)
+    snprintf(tail, sizeof tail, "%d stage%s fit %s per device", fits, fits > 1 ? "s" : "", tb);
+  else
+    snprintf(tail, sizeof tail, "no number of stages up to %d fits %s per device", top, tb);
+  return GP_ERR(GP_ERR_USAGE,
+                "no split of %d units into %d stages fits %s (estimated weights, gradients, "
+                "optimizer state and activations); %d stages need at least %s per device; %s",
+                n, K, lim, K, need, tail);
+}
+
+gp_status gp_partition_solve(const gp_unit_costs *c, const gp_partition_req *r, gp_partition *out) {
+  if (!out) return GP_ERR(GP_ERR_USAGE, "partition: no output given");
+  memset(out, 0, sizeof *out);
+  GP_TRY(check_req(c, r));
+  ctx x = {.c = c, .r = r, .n = c->n};
+  int K = r->stages, first[GP_MAX_DEVICES + 1];
+  double opt = 0, low = 0;
+  int ok = dp(&x, K, DP_MIN_MAX_TIME, 0, first, &opt);
+  if (ok < 0) return GP_ERR(GP_ERR_NOMEM, "partition: out of memory for %d units", c->n);
+  if (!ok) return memory_error(&x);
+  /* the optimal split found is itself a candidate, so this pass always succeeds */
+  int again = dp(&x, K, DP_MAX_MIN_TIME, opt + TIE_REL * fabs(opt), first, &low);
+  if (again < 0) return GP_ERR(GP_ERR_NOMEM, "partition: out of memory for %d units", c->n);
+  return gp_partition_evaluate(c, r, first, out);
+}

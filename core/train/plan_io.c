@@ -1,0 +1,438 @@
+/* Plan files: written atomically as a small YAML mapping, read back with libyaml's document
+ * API and checked against the model, every complaint located as path:line:col. */
+#include "core/train/plan_io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "core/spec/cfg.h"
+
+/* A plan lists every unit name; a model has at most GP_SPEC_MAX_NODES units of names well
+ * under 100 bytes, so anything larger is not a plan. */
+#define GP_PLAN_MAX_BYTES ((size_t)16 << 20)
+#define GP_PLAN_MAX_MICRO 4096
+
+static const char *const schedule_names[] = {"gpipe", "1f1b", NULL};
+static const char *const remat_names[] = {"always", "except_last", "never", NULL};
+
+/* ---- writing --------------------------------------------------------------------------- */
+
+typedef struct sbuf {
+  char *p;
+  size_t n, cap;
+  int oom;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) GP_PRINTF(2, 3);
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) {
+      b->oom = 1;
+      return;
+    }
+    if (b->p && b->n + (size_t)k < b->cap) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t cap = b->cap ? b->cap * 2 : 1024;
+    while (cap <= b->n + (size_t)k)
+      cap *= 2;
+    char *q = realloc(b->p, cap);
+    if (!q) {
+      b->oom = 1;
+      return;
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+}
+
+/* A YAML double-quoted scalar: names come from the model file and may hold anything. */
+static void sb_quoted(sbuf *b, const char *s) {
+  sb_printf(b, "\"");
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if (*c == '"' || *c == '\\')
+      sb_printf(b, "\\%c", *c);
+    else if (*c < 0x20 || *c == 0x7f)
+      sb_printf(b, "\\x%02x", *c);
+    else
+      sb_printf(b, "%c", *c);
+  }
+  sb_printf(b, "\"");
+}
+
+/* Plain when it cannot be mistaken for anything else in YAML, so the file reads naturally. */
+static void sb_name(sbuf *b, const char *s) {
+  int plain = (s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z');
+  for (const char *c = s; *c && plain; c++)
+    plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+            *c == '-' || *c == '_' || *c == '.';
+  static const char *const reserved[] = {"true", "false", "yes", "no", "on", "off", "null", NULL};
+  for (int i = 0; reserved[i] && plain; i++)
+    plain = strcasecmp(s, reserved[i]) != 0;
+  if (plain)
+    sb_printf(b, "%s", s);
+  else
+    sb_quoted(b, s);
+}
+
+static void format_plan(sbuf *b, const gp_model *m, const gp_plan *p) {
+  sb_printf(b,
+            "# gpipe plan for %s (written by gpipe-partition; gpipe-train --partition reads it)\n",
+            m->name);
+  sb_printf(b, "model: ");
+  sb_name(b, m->name);
+  sb_printf(b, "\nstages: %d\nmicro_batches: %d\nschedule: %s\ncheckpoint: %s\ndevices: [",
+            p->stages, p->micro, schedule_names[p->schedule], remat_names[p->remat]);
+  for (int s = 0; s < p->stages; s++) {
+    sb_printf(b, s ? ", " : "");
+    sb_name(b, p->st[s].device);
+  }
+  sb_printf(b, "]\nbalance: [");
+  for (int s = 0; s < p->stages; s++)
+    sb_printf(b, s ? ", %d" : "%d", p->st[s].end_unit - p->st[s].first_unit);
+  sb_printf(b, "]  # units per stage\n");
+  for (int s = 0; s < p->stages; s++)
+    sb_printf(b, "# stage %d: units %d..%d (%s .. %s)\n", s, p->st[s].first_unit,
+              p->st[s].end_unit - 1, m->unit_names[p->st[s].first_unit],
+              m->unit_names[p->st[s].end_unit - 1]);
+  sb_printf(b, "units: [");
+  /* wrapped at about 100 columns: a flow sequence may continue on indented lines */
+  size_t line_start = b->n - 8;
+  for (int u = 0; u < m->n_units; u++) {
+    if (u) sb_printf(b, ",");
+    if (u && b->n - line_start + strlen(m->unit_names[u]) > 95) {
+      sb_printf(b, "\n");
+      line_start = b->n;
+      sb_printf(b, "        ");
+    } else if (u) {
+      sb_printf(b, " ");
+    }
+    sb_quoted(b, m->unit_names[u]);
+  }
+  sb_printf(b, "]  # checked against the model\n");
+}
+
+static gp_status sync_dir(const char *path) {
+  char dir[PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash)
+    strcpy(dir, ".");
+  else if (slash == dir)
+    dir[1] = 0;
+  else
+    *slash = 0;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  gp_status st = GP_OK;
+  if (fd < 0 || fsync(fd) != 0)
+    st = GP_ERR(GP_ERR_IO, "%s: cannot sync directory %s: %s", path, dir, strerror(errno));
+  if (fd >= 0) close(fd);
+  return st;
+}
+
+gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p) {
+  if (!path || !m || !p) return GP_ERR(GP_ERR_USAGE, "plan: nothing to write");
+  if (p->stages < 1 || p->stages > GP_MAX_DEVICES || p->st[p->stages - 1].end_unit != m->n_units)
+    return GP_ERR(GP_ERR_USAGE, "%s: the plan does not cover model %s's %d units", path, m->name,
+                  m->n_units);
+  if (strlen(path) + 5 > PATH_MAX) return GP_ERR(GP_ERR_IO, "%s: path too long", path);
+  sbuf b = {0};
+  format_plan(&b, m, p);
+  if (b.oom) {
+    free(b.p);
+    return GP_ERR(GP_ERR_NOMEM, "%s: out of memory formatting the plan", path);
+  }
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  gp_status st = GP_OK;
+  FILE *fp = fopen(tmp, "wb");
+  if (!fp) {
+    st = GP_ERR(GP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+  } else {
+    if (fwrite(b.p, 1, b.n, fp) != b.n || fflush(fp) != 0 || fsync(fileno(fp)) != 0)
+      st = GP_ERR(GP_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    if (fclose(fp) != 0 && st == GP_OK)
+      st = GP_ERR(GP_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    if (st == GP_OK && rename(tmp, path) != 0)
+      st = GP_ERR(GP_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+    if (st != GP_OK)
+      remove(tmp);
+    else
+      st = sync_dir(path);
+  }
+  free(b.p);
+  return st;
+}
+
+/* ---- reading --------------------------------------------------------------------------- */
+
+typedef struct reader {
+  const char *path;
+  yaml_document_t doc;
+} reader;
+
+static gp_status at(const reader *r, const yaml_node_t *n, gp_status code, const char *fmt, ...)
+    GP_PRINTF(4, 5);
+static gp_status at(const reader *r, const yaml_node_t *n, gp_status code, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  int line = n ? (int)n->start_mark.line + 1 : 1, col = n ? (int)n->start_mark.column + 1 : 1;
+  return GP_ERR(code, "%s:%d:%d: %s", r->path, line, col, msg);
+}
+
+static const char *scalar(const yaml_node_t *n) {
+  return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static gp_status get_int(const reader *r, const yaml_node_t *n, const char *key, long lo, long hi,
+                         int *out) {
+  const char *s = scalar(n);
+  char *end = NULL;
+  errno = 0;
+  long v = s ? strtol(s, &end, 10) : 0;
+  if (!s || !*s || errno || *end)
+    return at(r, n, GP_ERR_SPEC, "%s: expected an integer, got %s%s%s", key, s ? "'" : "",
+              s ? s : "a list or mapping", s ? "'" : "");
+  if (v < lo || v > hi)
+    return at(r, n, GP_ERR_USAGE, "%s: expected %ld..%ld, got %ld", key, lo, hi, v);
+  *out = (int)v;
+  return GP_OK;
+}
+
+static gp_status get_choice(const reader *r, const yaml_node_t *n, const char *key,
+                            const char *const *names, int *out) {
+  const char *s = scalar(n);
+  if (!s) return at(r, n, GP_ERR_SPEC, "%s: expected a name, got a list or mapping", key);
+  int count = 0;
+  for (; names[count]; count++)
+    if (strcmp(names[count], s) == 0) {
+      *out = count;
+      return GP_OK;
+    }
+  const char *near = gp_nearest(s, names, count);
+  return at(r, n, GP_ERR_SPEC, "%s: unknown value '%s'%s%s%s", key, s,
+            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+}
+
+/* A sequence (or, where one_ok, a lone scalar standing for a list of one). */
+static gp_status get_list(const reader *r, yaml_node_t *n, const char *key, int one_ok,
+                          yaml_node_t **items, int max, int *count) {
+  *count = 0;
+  if (one_ok && n->type == YAML_SCALAR_NODE) {
+    items[(*count)++] = n;
+    return GP_OK;
+  }
+  if (n->type != YAML_SEQUENCE_NODE)
+    return at(r, n, GP_ERR_SPEC, "%s: expected a list [a, b, ...]", key);
+  for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+    yaml_node_t *in = yaml_document_get_node((yaml_document_t *)&r->doc, *it);
+    if (!in || in->type != YAML_SCALAR_NODE)
+      return at(r, in ? in : n, GP_ERR_SPEC, "%s: expected a list of scalars", key);
+    if (*count >= max) return at(r, in, GP_ERR_USAGE, "%s: more than %d entries", key, max);
+    items[(*count)++] = in;
+  }
+  return GP_OK;
+}
+
+/* "cpu" or "cuda:N": whether the build can run it is gp_plan_make's and the trainer's call. */
+static int device_name_ok(const char *s) {
+  if (strcmp(s, "cpu") == 0) return 1;
+  if (strncmp(s, "cuda:", 5) != 0 || !s[5] || strlen(s) >= 16) return 0;
+  for (const char *c = s + 5; *c; c++)
+    if (*c < '0' || *c > '9') return 0;
+  return 1;
+}
+
+enum { K_MODEL, K_STAGES, K_MICRO, K_SCHEDULE, K_CHECKPOINT, K_DEVICES, K_BALANCE, K_UNITS, K_N };
+static const char *const key_names[] = {"model",    "stages",     "micro_batches",
+                                        "schedule", "checkpoint", "devices",
+                                        "balance",  "units",      NULL};
+
+static gp_status check_units(const reader *r, yaml_node_t *v, const gp_model *m) {
+  int cap = m->n_units + 1, n = 0;
+  yaml_node_t **items = malloc(sizeof *items * (size_t)cap);
+  if (!items) return GP_ERR(GP_ERR_NOMEM, "%s: out of memory", r->path);
+  gp_status st = get_list(r, v, "units", 0, items, cap, &n);
+  if (st == GP_OK && n != m->n_units)
+    st = at(r, v, GP_ERR_USAGE, "units: the plan lists %d units, model %s has %d", n, m->name,
+            m->n_units);
+  for (int u = 0; u < n && st == GP_OK; u++)
+    if (strcmp(scalar(items[u]), m->unit_names[u]) != 0)
+      st = at(r, items[u], GP_ERR_USAGE, "units: unit %d is '%s' in the plan but '%s' in the model",
+              u, scalar(items[u]), m->unit_names[u]);
+  free(items);
+  return st;
+}
+
+static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m, gp_plan *out) {
+  const gp_pipeline_spec *ps = &m->pipeline;
+  yaml_node_t *root = yaml_document_get_root_node((yaml_document_t *)&r->doc);
+  static const int required[] = {K_MODEL, K_STAGES, K_BALANCE};
+  for (int i = 0; i < 3; i++)
+    if (!val[required[i]])
+      return at(r, root, GP_ERR_SPEC, "missing key '%s' (a plan needs model, stages and balance)",
+                key_names[required[i]]);
+  const char *name = scalar(val[K_MODEL]);
+  if (!name) return at(r, val[K_MODEL], GP_ERR_SPEC, "model: expected a name");
+  if (strcmp(name, m->name) != 0)
+    return at(r, val[K_MODEL], GP_ERR_USAGE, "the plan is for model '%s', not '%s'", name, m->name);
+  GP_TRY(get_int(r, val[K_STAGES], "stages", 1, GP_MAX_DEVICES, &out->stages));
+  int k = out->stages;
+  if (k > m->n_units)
+    return at(r, val[K_STAGES], GP_ERR_USAGE, "stages: %d stages, but model %s has only %d units",
+              k, m->name, m->n_units);
+  out->micro = ps->micro_batches;
+  if (val[K_MICRO])
+    GP_TRY(get_int(r, val[K_MICRO], "micro_batches", 1, GP_PLAN_MAX_MICRO, &out->micro));
+  int choice = (int)ps->schedule;
+  if (val[K_SCHEDULE]) GP_TRY(get_choice(r, val[K_SCHEDULE], "schedule", schedule_names, &choice));
+  out->schedule = (gp_schedule_kind)choice;
+  choice = (int)ps->remat;
+  if (val[K_CHECKPOINT])
+    GP_TRY(get_choice(r, val[K_CHECKPOINT], "checkpoint", remat_names, &choice));
+  out->remat = (gp_remat)choice;
+
+  yaml_node_t *items[GP_MAX_DEVICES];
+  int n = 0, first = 0;
+  GP_TRY(get_list(r, val[K_BALANCE], "balance", 0, items, GP_MAX_DEVICES, &n));
+  if (n != k) return at(r, val[K_BALANCE], GP_ERR_USAGE, "balance: %d entries for %d stages", n, k);
+  for (int s = 0; s < k; s++) {
+    int units;
+    GP_TRY(get_int(r, items[s], "balance", 1, m->n_units, &units));
+    out->st[s].first_unit = first;
+    first += units;
+    out->st[s].end_unit = first;
+  }
+  if (first != m->n_units)
+    return at(r, val[K_BALANCE], GP_ERR_USAGE, "balance: sums to %d units, model %s has %d", first,
+              m->name, m->n_units);
+
+  if (val[K_DEVICES]) {
+    GP_TRY(get_list(r, val[K_DEVICES], "devices", 1, items, GP_MAX_DEVICES, &n));
+    if (n != 1 && n != k)
+      return at(r, val[K_DEVICES], GP_ERR_USAGE,
+                "devices: %d devices for %d stages (give one, or one per stage)", n, k);
+    for (int s = 0; s < n; s++)
+      if (!device_name_ok(scalar(items[s])))
+        return at(r, items[s], GP_ERR_USAGE,
+                  "devices: unknown device '%s' (expected cpu or cuda:N)", scalar(items[s]));
+    for (int s = 0; s < k; s++)
+      snprintf(out->st[s].device, sizeof out->st[s].device, "%s", scalar(items[n == 1 ? 0 : s]));
+  } else {
+    if (ps->n_devices > 1 && ps->n_devices != k)
+      return at(r, val[K_STAGES], GP_ERR_USAGE,
+                "the model file names %d devices for %d stages; give devices: in the plan",
+                ps->n_devices, k);
+    for (int s = 0; s < k; s++)
+      snprintf(out->st[s].device, sizeof out->st[s].device, "%s",
+               ps->n_devices == 0 ? "cpu" : ps->devices[ps->n_devices == 1 ? 0 : s]);
+  }
+  if (val[K_UNITS]) GP_TRY(check_units(r, val[K_UNITS], m));
+  for (int s = 0; s < k; s++) {
+    out->st[s].first_node = m->unit_first[out->st[s].first_unit];
+    out->st[s].end_node = m->unit_first[out->st[s].end_unit];
+  }
+  return GP_OK;
+}
+
+static gp_status read_text(const char *path, char **text, size_t *len) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return GP_ERR(GP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  char *buf = malloc(GP_PLAN_MAX_BYTES + 1);
+  if (!buf) {
+    fclose(fp);
+    return GP_ERR(GP_ERR_NOMEM, "%s: out of memory", path);
+  }
+  size_t n = fread(buf, 1, GP_PLAN_MAX_BYTES + 1, fp);
+  int err = ferror(fp);
+  fclose(fp);
+  gp_status st = GP_OK;
+  if (err)
+    st = GP_ERR(GP_ERR_IO, "%s: cannot read", path);
+  else if (n > GP_PLAN_MAX_BYTES)
+    st = GP_ERR(GP_ERR_SPEC, "%s:1:1: more than %zu bytes; not a plan file", path,
+                GP_PLAN_MAX_BYTES);
+  else if (memchr(buf, 0, n))
+    st = GP_ERR(GP_ERR_SPEC, "%s:1:1: a NUL byte in the file (is it a text file?)", path);
+  if (st != GP_OK) {
+    free(buf);
+    return st;
+  }
+  buf[n] = 0;
+  *text = buf;
+  *len = n;
+  return GP_OK;
+}
+
+gp_status gp_plan_read(const char *path, const gp_model *m, gp_plan *out) {
+  if (!path || !m || !out) return GP_ERR(GP_ERR_USAGE, "plan: nothing to read");
+  memset(out, 0, sizeof *out);
+  char *text = NULL;
+  size_t len = 0;
+  GP_TRY(read_text(path, &text, &len));
+  reader r = {.path = path};
+  yaml_parser_t p;
+  if (!yaml_parser_initialize(&p)) {
+    free(text);
+    return GP_ERR(GP_ERR_NOMEM, "%s: out of memory (yaml)", path);
+  }
+  yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+  gp_status st = GP_OK;
+  if (!yaml_parser_load(&p, &r.doc)) {
+    st = p.error == YAML_MEMORY_ERROR
+             ? GP_ERR(GP_ERR_NOMEM, "%s: out of memory (yaml)", path)
+             : GP_ERR(GP_ERR_SPEC, "%s:%d:%d: YAML syntax error: %s", path,
+                      (int)p.problem_mark.line + 1, (int)p.problem_mark.column + 1,
+                      p.problem ? p.problem : "malformed YAML");
+    yaml_parser_delete(&p);
+    free(text);
+    return st;
+  }
+  yaml_node_t *root = yaml_document_get_root_node(&r.doc);
+  yaml_node_t *val[K_N] = {0};
+  if (!root || root->type != YAML_MAPPING_NODE) {
+    st = at(&r, root, GP_ERR_SPEC, "a plan is a mapping with model:, stages: and balance:");
+  } else {
+    for (yaml_node_pair_t *pr = root->data.mapping.pairs.start;
+         st == GP_OK && pr < root->data.mapping.pairs.top; pr++) {
+      yaml_node_t *kn = yaml_document_get_node(&r.doc, pr->key);
+      const char *key = scalar(kn);
+      int which = -1;
+      for (int i = 0; key && key_names[i]; i++)
+        if (strcmp(key, key_names[i]) == 0) which = i;
+      if (!key) {
+        st = at(&r, kn, GP_ERR_SPEC, "expected a key name");
+      } else if (which < 0) {
+        const char *near = gp_nearest(key, key_names, K_N);
+        st = at(&r, kn, GP_ERR_SPEC, "unknown key '%s'%s%s%s", key, near ? "; did you mean '" : "",
+                near ? near : "", near ? "'?" : "");
+      } else if (val[which]) {
+        st = at(&r, kn, GP_ERR_SPEC, "duplicate key '%s'", key);
+      } else {
+        val[which] = yaml_document_get_node(&r.doc, pr->value);
+      }
+    }
+    if (st == GP_OK) st = fill_plan(&r, val, m, out);
+  }
+  yaml_document_delete(&r.doc);
+  yaml_parser_delete(&p);
+  free(text);
+  if (st != GP_OK) memset(out, 0, sizeof *out);
+  return st;
+}

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# gpipe-partition end to end: the table, --json, --timeline and -o for real models; a written
+# plan drives gpipe-train --partition; edited plans that no longer fit the model and bad
+# requests are refused with one clear line and exit 2.
+set -u
+part=$1; train=$2; srcdir=$3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+passed=0; failed=0
+ok() { passed=$((passed+1)); }
+bad() { echo "FAIL: $*"; failed=$((failed+1)); }
+resnet=$srcdir/models/resnet56-cifar.yaml
+mlp=$srcdir/models/fashion-mlp.yaml
+
+# ---- the table: 4 stage rows whose unit ranges are contiguous, cover the 32 units, and agree
+# with the count column
+if "$part" "$resnet" --stages 4 --micro-batches 4 >"$tmp/table" 2>"$tmp/err"; then
+  python3 - "$tmp/table" <<'PY' && ok || bad "resnet56 table: $(cat "$tmp/table")"
+import re, sys
+rows = []
+for line in open(sys.argv[1]):
+    cells = re.split(r"\s{2,}", line.strip())
+    if len(cells) >= 7 and cells[0].isdigit() and re.match(r"^\d+(-\d+)? ", cells[1]):
+        rows.append(cells)
+assert len(rows) == 4, rows
+nxt = 0
+for i, c in enumerate(rows):
+    assert int(c[0]) == i, c
+    a, _, b = c[1].split(" ")[0].partition("-")
+    a, b = int(a), int(b or a)
+    assert a == nxt and b >= a, (c, nxt)
+    assert int(c[2]) == b - a + 1, c
+    nxt = b + 1
+assert nxt == 32, nxt
+assert sum(int(c[2]) for c in rows) == 32
+text = open(sys.argv[1]).read()
+for word in ("imbalance", "bubble", "speed-up", "resnet56-cifar", "32 units"):
+    assert word in text, word
+PY
+else
+  bad "resnet56 --stages 4 exited $?: $(cat "$tmp/err")"
+fi
+
+# ---- --json: valid, with the keys, consistent with itself
+if "$part" "$resnet" --stages 4 --micro-batches 8 --json >"$tmp/j" 2>"$tmp/err"; then
+  python3 - "$tmp/j" <<'PY' && ok || bad "resnet56 --json: $(head -c 600 "$tmp/j")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in ("model", "stages", "micro_batches", "units", "partition", "imbalance", "bubble",
+          "predicted_speedup"):
+    assert k in d, k
+assert d["model"] == "resnet56-cifar" and d["stages"] == 4 and d["micro_batches"] == 8
+assert len(d["units"]) == 32
+for u in d["units"]:
+    for k in ("name", "flops_fwd", "flops_bwd", "params", "activation_bytes", "output_bytes"):
+        assert k in u, (k, u)
+assert d["units"][0]["name"] == "stem" and d["units"][-1]["name"] == "fc"
+p = d["partition"]
+assert len(p) == 4
+nxt = 0
+for s in p:
+    for k in ("stage", "first_unit", "last_unit", "units", "params", "flops", "time_share",
+              "memory_bytes"):
+        assert k in s, (k, s)
+    assert s["first_unit"] == nxt and s["units"] == s["last_unit"] - s["first_unit"] + 1
+    assert s["params"] == sum(u["params"] for u in d["units"][s["first_unit"]:s["last_unit"] + 1])
+    assert s["memory_bytes"] > 0
+    nxt = s["last_unit"] + 1
+assert nxt == 32
+assert abs(sum(s["time_share"] for s in p) - 1) < 1e-9
+assert sum(s["params"] for s in p) == 853018
+assert 1 <= d["imbalance"] < 1.5 and 0 < d["bubble"] < 1
+sp = d["predicted_speedup"]
+assert sp["naive"] > 1 and sp["k1"] > 1, sp
+PY
+else
+  bad "resnet56 --json exited $?: $(cat "$tmp/err")"
+fi
+
+# ---- --timeline: one row per stage, 100 columns of F/B/R, digits and idle dots
+if "$part" "$resnet" --stages 4 --micro-batches 4 --timeline >"$tmp/tl" 2>"$tmp/err"; then
+  rows=$(grep -cE '^ *[0-9]+ \|[FBR0-9.]{100}\|$' "$tmp/tl")
+  if [ "$rows" = 4 ] && grep -q '^legend:' "$tmp/tl" && grep -qE '^ *3 \|.*R' "$tmp/tl" &&
+     [ "$(grep -E '^ *0 \|' "$tmp/tl" | grep -o F | wc -l)" -ge 4 ]; then ok
+  else bad "timeline: $rows rows: $(cat "$tmp/tl")"; fi
+else
+  bad "--timeline exited $?: $(cat "$tmp/err")"
+fi
+
+# ---- -o plan, then gpipe-train --partition uses it
+plan=$tmp/plan.yaml
+if "$part" "$mlp" --stages 3 --micro-batches 4 --schedule 1f1b --checkpoint always -o "$plan" \
+     >"$tmp/out" 2>"$tmp/err" && [ -s "$plan" ] && [ ! -e "$plan.tmp" ]; then
+  ok
+  bal=$(sed -n 's/^balance: \[\([0-9, ]*\)\].*/\1/p' "$plan" | tr -d ' ')
+  "$train" "$mlp" --data synthetic --steps 2 --partition "$plan" >"$tmp/tout" 2>&1
+  rc=$?
+  if [ $rc = 0 ] && [ -n "$bal" ] && grep -q "pipeline: 3 stages (units $bal), 4 micro-batches, 1f1b schedule, re-materialization always" "$tmp/tout"; then ok
+  else bad "train --partition (balance '$bal') exit $rc: $(cat "$tmp/tout")"; fi
+  # a balance edited by hand is what runs
+  sed 's/^balance: .*/balance: [1, 1, 5]/' "$plan" >"$tmp/p115.yaml"
+  "$train" "$mlp" --data synthetic --steps 2 --partition "$tmp/p115.yaml" >"$tmp/tout" 2>&1
+  if grep -q "pipeline: 3 stages (units 1,1,5)" "$tmp/tout"; then ok
+  else bad "edited balance not used: $(cat "$tmp/tout")"; fi
+else
+  bad "-o plan: $(cat "$tmp/err")"
+fi
+
+# ---- plans that do not fit the model: one line, exit 2, located
+refused() { # pattern, plan text, [extra flags]
+  local pat=$1; printf '%s\n' "$2" >"$tmp/edited.yaml"; shift 2
+  "$train" "$mlp" --data synthetic --steps 1 --partition "$tmp/edited.yaml" "$@" >"$tmp/o" 2>"$tmp/e"
+  local rc=$?
+  if [ $rc = 2 ] && [ "$(wc -l <"$tmp/e")" = 1 ] && grep -qE -- "$pat" "$tmp/e"; then ok
+  else bad "plan '$pat' -> exit $rc: $(cat "$tmp/e")"; fi
+}
+if [ -s "$plan" ]; then
+  refused "edited.yaml:[0-9]+:[0-9]+: units: the plan lists 6 units, model fashion-mlp has 7" \
+    "$(sed 's/, "logits"\]/]/' "$plan")"
+  refused "edited.yaml:[0-9]+:[0-9]+: balance: sums to 8 units, model fashion-mlp has 7" \
+    "$(sed 's/^balance: .*/balance: [2, 2, 4]/' "$plan")"
+  refused "edited.yaml:2:8: the plan is for model 'fashion-cnn', not 'fashion-mlp'" \
+    "$(sed 's/^model: .*/model: fashion-cnn/' "$plan")"
+  refused "edited.yaml:[0-9]+:[0-9]+: units: unit 6 is 'logitz' in the plan but 'logits' in the model" \
+    "$(sed 's/"logits"\]/"logitz"]/' "$plan")"
+  refused "edited.yaml:[0-9]+:1: unknown key 'stagse'; did you mean 'stages'" \
+    "$(sed 's/^stages:/stagse:/' "$plan")"
+  refused "edited.yaml:[0-9]+:[0-9]+: YAML syntax error" "$(sed 's/^balance: \[/balance: [[/' "$plan")"
+  refused "--partition and --stages both set the pipeline" "$(cat "$plan")" --stages 2
+fi
+
+# ---- bad requests: one line, exit 2
+refuse() { # pattern, flags...
+  local pat=$1; shift
+  "$part" "$resnet" "$@" >"$tmp/o" 2>"$tmp/e"; local rc=$?
+  if [ $rc = 2 ] && [ "$(wc -l <"$tmp/e")" = 1 ] && grep -qE -- "$pat" "$tmp/e" &&
+     [ ! -s "$tmp/o" ]; then ok
+  else bad "$* -> exit $rc: $(cat "$tmp/e")"; fi
+}
+refuse "--stages: expected an integer >= 1, got '0'" --stages 0
+refuse "--stages 99: model resnet56-cifar has 32 units, so K must be 1..32" --stages 99
+refuse "--devices: unknown device 'gpu0'" --stages 2 --devices gpu0
+refuse "cuda:0.*CUDA backend is not built yet" --stages 2 --devices cuda:0,cpu
+refuse "--memory-limit: cannot read '12XB' as a size" --stages 4 --memory-limit 12XB
+refuse "--by: unknown value 'speed'" --stages 4 --by speed
+refuse "--speeds: expected a positive number, got 'x'" --stages 2 --speeds 1,x
+refuse "cannot be split into 500 micro-batches" --stages 2 --micro-batches 500
+# an impossible limit names the smallest limit that fits at this K
+refuse "fits the limit of 1.00 MiB.*4 stages need at least [0-9.]+ [KMG]iB" \
+  --stages 4 --micro-batches 4 --memory-limit 1MiB
+need=$(sed -n 's/.*4 stages need at least \([0-9.]*\) MiB.*/\1/p' "$tmp/e")
+if [ -n "$need" ]; then
+  # ... and that limit (rounded up) does fit
+  lim=$(python3 -c "import math; print(math.ceil($need * 1.001 + 0.01))")
+  if "$part" "$resnet" --stages 4 --micro-batches 4 --memory-limit "${lim}MiB" >"$tmp/o" 2>"$tmp/e" &&
+     grep -q "every stage fits its limit" "$tmp/o"; then ok
+  else bad "the named limit ${lim}MiB does not fit: $(cat "$tmp/e")"; fi
+else
+  bad "no limit named"
+fi
+
+# ---- a faster last device takes more of the work
+"$part" "$resnet" --stages 2 --json >"$tmp/even" 2>"$tmp/err" || bad "--stages 2: $(cat "$tmp/err")"
+"$part" "$resnet" --stages 2 --speeds 1,3 --json >"$tmp/fast" 2>"$tmp/err" || bad "--speeds: $(cat "$tmp/err")"
+if python3 - "$tmp/even" "$tmp/fast" <<'PY'; then ok; else bad "--speeds 1,3 did not move units to stage 1"; fi
+import json, sys
+a, b = (json.load(open(p))["partition"] for p in sys.argv[1:3])
+assert b[1]["units"] > a[1]["units"], (a, b)
+PY
+
+# ---- --by time measures once, then reads the cache
+cache=$tmp/cache
+if "$part" "$mlp" --stages 2 --by time --threads 1 --cache-dir "$cache" >"$tmp/t1" 2>"$tmp/err" &&
+   [ -n "$(ls "$cache" 2>/dev/null)" ] &&
+   "$part" "$mlp" --stages 2 --by time --threads 1 --cache-dir "$cache" >"$tmp/t2" 2>>"$tmp/err" &&
+   grep -q "balanced by measured time" "$tmp/t1" &&
+   [ "$(grep -E '^ +[0-9]+ ' "$tmp/t1")" = "$(grep -E '^ +[0-9]+ ' "$tmp/t2")" ]; then ok
+else bad "--by time with a cache: $(cat "$tmp/err")"; fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
