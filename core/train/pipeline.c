@@ -43,7 +43,7 @@ typedef struct trace_ev {
   char kind;
   int micro;
   int64_t step;
-  double t0, t1;
+  double t0, t1, busy; /* wall start and end; compute time (see busy_s) */
 } trace_ev;
 
 typedef struct stage {
@@ -118,7 +118,7 @@ static double busy_s(const gp_pipeline *pl) {
 }
 
 /* Records an action (tracing only); the array only grows, so steady state does not allocate. */
-static void record(stage *st, char kind, int micro, double t0, double t1) {
+static void record(stage *st, char kind, int micro, double t0, double t1, double busy) {
   if (!st->pl->trace) return;
   if (st->n_ev == st->cap_ev) {
     int64_t cap = st->cap_ev ? st->cap_ev * 2 : 1024;
@@ -127,7 +127,7 @@ static void record(stage *st, char kind, int micro, double t0, double t1) {
     st->ev = ev;
     st->cap_ev = cap;
   }
-  st->ev[st->n_ev++] = (trace_ev){kind, micro, st->pl->step, t0, t1};
+  st->ev[st->n_ev++] = (trace_ev){kind, micro, st->pl->step, t0, t1, busy};
 }
 
 static void deadline_in(double s, struct timespec *ts) {
@@ -343,8 +343,9 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   GP_TRY(gp_pass_forward(p, &e));
   double t1 = now_s();
   if (training) {
-    st->fwd_s += busy_s(pl) - c0;
-    record(st, 'F', m, t0, t1);
+    double b = busy_s(pl) - c0;
+    st->fwd_s += b;
+    record(st, 'F', m, t0, t1, b);
   }
   if (training && !isfinite(e.loss_sum))
     return GP_ERR(GP_ERR_RUNTIME, "the loss is %s at step %lld (lower the learning rate?)",
@@ -377,8 +378,9 @@ static gp_status do_backward(stage *st, int m, int recompute) {
     double t0 = now_s(), c0 = busy_s(pl);
     GP_TRY(gp_pass_forward(p, &e));
     double t1 = now_s();
-    st->bwd_s += busy_s(pl) - c0;
-    record(st, 'R', m, t0, t1);
+    double b = busy_s(pl) - c0;
+    st->bwd_s += b;
+    record(st, 'R', m, t0, t1, b);
   }
   pthread_mutex_lock(&pl->mu);
   gp_status s = wait_for(pl, &st->box[m].grads, st->n_grads_expected, "the gradient", m, st->index);
@@ -401,8 +403,9 @@ static gp_status do_backward(stage *st, int m, int recompute) {
   double t0 = now_s(), c0 = busy_s(pl);
   GP_TRY(gp_pass_backward(p, &e));
   double t1 = now_s();
-  st->bwd_s += busy_s(pl) - c0;
-  record(st, 'B', m, t0, t1);
+  double b = busy_s(pl) - c0;
+  st->bwd_s += b;
+  record(st, 'B', m, t0, t1, b);
   /* write the gradients of this stage's inputs where their producers asked */
   for (int q = 0; q < st->n_in; q++) {
     float *to = st->box[m].grad_to[q];
@@ -479,9 +482,10 @@ static gp_status run_command(stage *st, cmd_kind cmd) {
     else if (ac->kind == GP_A_BACKWARD)
       r = do_backward(st, ac->micro, ac->recompute);
     else {
-      double t0 = now_s();
+      double t0 = now_s(), c0 = busy_s(pl);
       r = do_step(st);
-      record(st, 'S', -1, t0, now_s());
+      double t1 = now_s();
+      record(st, 'S', -1, t0, t1, busy_s(pl) - c0);
       st->steps++;
     }
     if (r != GP_OK) return fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);
@@ -727,14 +731,16 @@ gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
                         : e->kind == 'R' ? "recompute"
                                          : "optimizer";
       char name[32];
-      if (e->kind == 'S') snprintf(name, sizeof name, "step");
-      else snprintf(name, sizeof name, "%c%d", e->kind, e->micro);
+      if (e->kind == 'S')
+        snprintf(name, sizeof name, "step");
+      else
+        snprintf(name, sizeof name, "%c%d", e->kind, e->micro);
       fprintf(f,
               "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
               "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %lld, "
-              "\"micro_batch\": %d}}",
+              "\"micro_batch\": %d, \"compute_us\": %.3f}}",
               sep, name, cat, s, (e->t0 - pl->t_origin) * 1e6, (e->t1 - e->t0) * 1e6,
-              (long long)e->step + 1, e->micro);
+              (long long)e->step + 1, e->micro, e->busy * 1e6);
     }
   }
   fprintf(f, "\n]}\n");
