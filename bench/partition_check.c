@@ -48,8 +48,11 @@ int main(int argc, char **argv) {
     s = gp_unit_costs_compute(m, micro, by, threads, flags[5].given ? flags[5].s : NULL, &c);
   }
   gp_partition part;
-  gp_partition_req req = {.stages = k, .micro = mb, .schedule = GP_SCHED_GPIPE,
-                          .remat = GP_REMAT_NEVER, .optim_slots = 1};
+  gp_partition_req req = {.stages = k,
+                          .micro = mb,
+                          .schedule = GP_SCHED_GPIPE,
+                          .remat = GP_REMAT_NEVER,
+                          .optim_slots = 1};
   if (s == GP_OK) s = gp_partition_solve(&c, &req, &part);
   gp_plan plan;
   if (s == GP_OK) {
@@ -59,7 +62,8 @@ int main(int argc, char **argv) {
     ps.schedule = GP_SCHED_GPIPE;
     ps.remat = GP_REMAT_NEVER;
     ps.n_balance = k;
-    for (int i = 0; i < k; i++) ps.balance[i] = part.first[i + 1] - part.first[i];
+    for (int i = 0; i < k; i++)
+      ps.balance[i] = part.first[i + 1] - part.first[i];
     s = gp_plan_make(m, &ps, &plan);
   }
   gp_pipeline_opts po = {.cores = gp_cpu_cores(), .pin = 1};
@@ -72,20 +76,22 @@ int main(int argc, char **argv) {
     y = malloc(sizeof(int32_t) * (size_t)b);
     gp_rng r;
     gp_rng_seed(&r, 5);
-    for (int64_t i = 0; i < b * per; i++) x[i] = 2.0f * gp_rng_uniform(&r) - 1.0f;
+    for (int64_t i = 0; i < b * per; i++)
+      x[i] = 2.0f * gp_rng_uniform(&r) - 1.0f;
     for (int64_t i = 0; i < b; i++)
       y[i] = (int32_t)gp_rng_below(&r, (uint64_t)o->out_shape.d[o->out_shape.ndim - 1]);
   }
   gp_metrics mt;
-  for (int i = 0; s == GP_OK && i < 2; i++) s = gp_trainer_step(&t, x, y, b, 1e-4, &mt);
+  for (int i = 0; s == GP_OK && i < 2; i++)
+    s = gp_trainer_step(&t, x, y, b, 1e-4, &mt);
   if (s == GP_OK) gp_pipeline_reset_stats(t.pl);
-  for (int i = 0; s == GP_OK && i < steps; i++) s = gp_trainer_step(&t, x, y, b, 1e-4, &mt);
+  for (int i = 0; s == GP_OK && i < steps; i++)
+    s = gp_trainer_step(&t, x, y, b, 1e-4, &mt);
   if (s == GP_OK) {
     printf("model %s: %d units, K=%d, M=%d, micro-batch %" PRId64 ", costs by %s, %d steps\n",
            m->name, m->n_units, k, mb, micro, by == GP_COST_TIME ? "measured time" : "FLOPs",
            steps);
-    printf("%-6s %-10s %14s %14s %8s\n", "stage", "units", "predicted ms", "measured ms",
-           "error");
+    printf("%-6s %-10s %14s %14s %8s\n", "stage", "units", "predicted ms", "measured ms", "error");
     double worst = 0, scale = 1;
     if (by == GP_COST_FLOPS) { /* FLOPs are not seconds: scale by the total measured time */
       double pt = 0, mt_all = 0;
@@ -105,8 +111,7 @@ int main(int argc, char **argv) {
       worst = fmax(worst, fabs(err));
       char units[32];
       snprintf(units, sizeof units, "%d..%d", part.first[st], part.first[st + 1] - 1);
-      printf("%-6d %-10s %14.2f %14.2f %+7.1f%%\n", st, units, pred * 1e3, meas * 1e3,
-             100 * err);
+      printf("%-6d %-10s %14.2f %14.2f %+7.1f%%\n", st, units, pred * 1e3, meas * 1e3, 100 * err);
     }
     printf("worst stage error: %.1f%%\n", 100 * worst);
   }

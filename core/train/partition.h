@@ -11,14 +11,14 @@ typedef enum gp_cost_by { GP_COST_FLOPS, GP_COST_PARAMS, GP_COST_TIME } gp_cost_
 
 /* Costs of each unit for one micro-batch of `micro_batch` samples. */
 typedef struct gp_unit_costs {
-  int n;                 /* units */
+  int n; /* units */
   int64_t micro_batch;
   gp_cost_by by;
-  double *fwd, *bwd;     /* the balancing weight: FLOPs, params (bwd 0) or seconds */
+  double *fwd, *bwd;             /* the balancing weight: FLOPs, params (bwd 0) or seconds */
   double *fwd_flops, *bwd_flops; /* always the analytic FLOPs, for reports */
-  int64_t *params;       /* trainable elements */
-  int64_t *act_bytes;    /* bytes a forward keeps for backward: outputs + saved state */
-  int64_t *out_bytes;    /* bytes of the unit's own output */
+  int64_t *params;               /* trainable elements */
+  int64_t *act_bytes;            /* bytes a forward keeps for backward: outputs + saved state */
+  int64_t *out_bytes;            /* bytes of the unit's own output */
   /* n + 1 entries: bytes of every tensor made before unit c and read at or after it (the
    * labels and other model inputs read later included): what a cut before unit c sends per
    * micro-batch. cut_bytes[0] = the model inputs' bytes, cut_bytes[n] = 0. */
@@ -29,8 +29,8 @@ typedef struct gp_unit_costs {
  * the CPU backend with `threads` threads: warm-up, repetitions, median. Measurements are cached
  * in cache_dir (NULL: none) keyed by (layer type and settings, input shapes, dtype, device,
  * micro-batch), so a second run is instant. */
-gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_by by,
-                                int threads, const char *cache_dir, gp_unit_costs *out);
+gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_by by, int threads,
+                                const char *cache_dir, gp_unit_costs *out);
 void gp_unit_costs_free(gp_unit_costs *c);
 
 typedef struct gp_partition_req {
@@ -59,10 +59,9 @@ typedef struct gp_partition {
 /* Exact: the smallest max stage time; among those, the smallest spread. Impossible requests
  * are GP_ERR_USAGE with the reason: K < 1 or K > N, or a memory limit no split meets, naming
  * the smallest limit that would fit at this K and the smallest K that fits this limit. */
-gp_status gp_partition_solve(const gp_unit_costs *c, const gp_partition_req *r,
-                             gp_partition *out);
+gp_status gp_partition_solve(const gp_unit_costs *c, const gp_partition_req *r, gp_partition *out);
 /* Stage times, memory and predictions for a given split (first[] as in gp_partition). */
-gp_status gp_partition_evaluate(const gp_unit_costs *c, const gp_partition_req *r,
-                                const int *first, gp_partition *out);
+gp_status gp_partition_evaluate(const gp_unit_costs *c, const gp_partition_req *r, const int *first,
+                                gp_partition *out);
 
 #endif

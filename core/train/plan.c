@@ -23,14 +23,17 @@ static gp_status auto_split(const gp_model *m, const gp_pipeline_spec *ps, int *
   int64_t micro = (m->train.batch_size + ps->micro_batches - 1) / ps->micro_batches;
   gp_unit_costs c;
   GP_TRY(gp_unit_costs_compute(m, micro > 0 ? micro : 1, GP_COST_FLOPS, 1, NULL, &c));
-  gp_partition_req req = {.stages = ps->stages, .micro = ps->micro_batches,
-                          .schedule = ps->schedule, .remat = ps->remat,
+  gp_partition_req req = {.stages = ps->stages,
+                          .micro = ps->micro_batches,
+                          .schedule = ps->schedule,
+                          .remat = ps->remat,
                           .optim_slots = m->train.optimizer == GP_OPT_ADAMW ? 2 : 1};
   gp_partition part;
   gp_status s = gp_partition_solve(&c, &req, &part);
   gp_unit_costs_free(&c);
   GP_TRY(s);
-  for (int i = 0; i <= ps->stages; i++) first[i] = part.first[i];
+  for (int i = 0; i <= ps->stages; i++)
+    first[i] = part.first[i];
   return GP_OK;
 }
 
