@@ -64,7 +64,7 @@ typedef struct stage {
   pthread_t thread;
   int started;
   int64_t sent_bytes;
-  double fwd_s, bwd_s;
+  double fwd_s, bwd_s, wall_busy_s;
   int64_t steps;
   trace_ev *ev;
   int64_t n_ev, cap_ev;
@@ -81,6 +81,7 @@ struct gp_pipeline {
   double watchdog_s;
   int pin, cores, threads_per_stage, trace;
   double t_origin;
+  double span_s; /* wall time of the training steps since the last reset */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* every state change; waiters re-check their condition */
   /* the current command */
@@ -117,8 +118,10 @@ static double busy_s(const gp_pipeline *pl) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Records an action (tracing only); the array only grows, so steady state does not allocate. */
+/* Counts an action's wall time as busy and, when tracing, records it; the array only grows,
+ * so steady state does not allocate. */
 static void record(stage *st, char kind, int micro, double t0, double t1, double busy) {
+  st->wall_busy_s += t1 - t0;
   if (!st->pl->trace) return;
   if (st->n_ev == st->cap_ev) {
     int64_t cap = st->cap_ev ? st->cap_ev * 2 : 1024;
@@ -413,10 +416,12 @@ static gp_status do_backward(stage *st, int m, int recompute) {
     if (ei->producer < 0 || !to) continue;
     gp_tensor *g = &p->grad[ei->t];
     size_t bytes = gp_tensor_bytes(&st->box[m].val[q]);
+    double t0 = now_s(), c0 = busy_s(pl);
     if (g->data)
       GP_TRY(be->copy(be, to, g->data, bytes));
     else
       GP_TRY(be->zero(be, to, bytes));
+    record(st, 'T', m, t0, now_s(), busy_s(pl) - c0);
     pthread_mutex_lock(&pl->mu);
     pl->st[ei->producer].box[m].grads++;
     st->sent_bytes += (int64_t)bytes;
@@ -572,7 +577,9 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const float *x, const int32_t 
   pl->batch = batch;
   pl->step = step;
   pl->lr = lr;
+  double t0 = now_s();
   GP_TRY(issue(pl, CMD_TRAIN));
+  pl->span_s += now_s() - t0;
   *out = pl->st[pl->k - 1].acc;
   return GP_OK;
 }
@@ -696,16 +703,19 @@ void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) 
   out->sent_bytes = st->sent_bytes;
   out->first_unit = pl->plan.st[stage_i].first_unit;
   out->end_unit = pl->plan.st[stage_i].end_unit;
+  out->wall_busy_s = st->wall_busy_s;
+  out->span_s = pl->span_s;
   out->fwd_s = st->fwd_s;
   out->bwd_s = st->bwd_s;
   out->steps = st->steps;
 }
 
 void gp_pipeline_reset_stats(gp_pipeline *pl) {
+  pl->span_s = 0;
   for (int i = 0; i < pl->k; i++) {
     pl->st[i].meter.peak = pl->st[i].meter.live;
     pl->st[i].sent_bytes = 0;
-    pl->st[i].fwd_s = pl->st[i].bwd_s = 0;
+    pl->st[i].fwd_s = pl->st[i].bwd_s = pl->st[i].wall_busy_s = 0;
     pl->st[i].steps = 0;
   }
 }
@@ -729,6 +739,7 @@ gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
       const char *cat = e->kind == 'F'   ? "forward"
                         : e->kind == 'B' ? "backward"
                         : e->kind == 'R' ? "recompute"
+                        : e->kind == 'T' ? "transfer"
                                          : "optimizer";
       char name[32];
       if (e->kind == 'S')

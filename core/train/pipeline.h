@@ -36,6 +36,10 @@ typedef struct gp_stage_stats {
                           included), since the last reset; waiting is not counted (thread
                           CPU time when the stage's BLAS is single-threaded, else wall) */
   int64_t steps;       /* training steps since the last reset */
+  double wall_busy_s;  /* wall time inside actions (forward, backward, recompute, transfer,
+                          step) since the last reset */
+  double span_s;       /* wall time of the whole training steps since the last reset: the
+                          measured bubble of a stage is 1 - wall_busy_s / span_s */
 } gp_stage_stats;
 
 gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
@@ -58,7 +62,7 @@ gp_backend *gp_pipeline_backend(gp_pipeline *pl, int stage);
 void gp_pipeline_stats(const gp_pipeline *pl, int stage, gp_stage_stats *out);
 void gp_pipeline_reset_stats(gp_pipeline *pl);
 /* Chrome trace JSON (chrome://tracing, Perfetto): one row per stage, one slice per action
- * ("F3", "B3", "R3" for a recompute, "step") in wall time, with args.compute_us the action's
+ * ("F3", "B3", "R3" for a recompute, "T3" handing a gradient back, "step") in wall time, with args.compute_us the action's
  * compute time (the thread's CPU time when its BLAS is single-threaded: with more stages than
  * cores, wall slices include time-slicing), recorded since the pipeline was made with
  * opts.trace. */
