@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/spec/cfg.h"
+#include "core/spec/spec.h"
 
 gp_flag *gp_args_get(gp_flag *flags, const char *name) {
   for (gp_flag *f = flags; f->name; f++)
@@ -92,4 +93,22 @@ void gp_args_usage(const char *prog, const char *synopsis, const gp_flag *flags)
              f->metavar ? f->metavar : "");
     printf("  %-26s %s\n", left, f->help);
   }
+}
+
+gp_status gp_args_overrides(const gp_flag *set, gp_override *ov, int max, int *n) {
+  *n = 0;
+  for (int i = 0; i < set->n_list; i++) {
+    const char *kv = set->list[i], *eq = strchr(kv, '=');
+    if (!eq || eq == kv) return GP_ERR(GP_ERR_USAGE, "--set %s: expected KEY.PATH=VALUE", kv);
+    if (*n >= max) return GP_ERR(GP_ERR_USAGE, "--set: at most %d overrides", max);
+    char *key = strndup(kv, (size_t)(eq - kv));
+    if (!key) return GP_ERR(GP_ERR_NOMEM, "out of memory");
+    ov[(*n)++] = (gp_override){key, eq + 1};
+  }
+  return GP_OK;
+}
+
+void gp_args_overrides_free(gp_override *ov, int n) {
+  for (int i = 0; i < n; i++)
+    free((char *)ov[i].path);
 }

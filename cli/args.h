@@ -30,4 +30,10 @@ gp_flag *gp_args_get(gp_flag *flags, const char *name);
 void gp_args_free(gp_flag *flags);
 void gp_args_usage(const char *prog, const char *synopsis, const gp_flag *flags);
 
+/* The values of a repeatable --set KEY.PATH=VALUE flag as model-file overrides (at most max);
+ * keys are allocated: free them with gp_args_overrides_free. */
+struct gp_override;
+gp_status gp_args_overrides(const gp_flag *set, struct gp_override *ov, int max, int *n);
+void gp_args_overrides_free(struct gp_override *ov, int n);
+
 #endif

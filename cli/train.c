@@ -416,21 +416,9 @@ int main(int argc, char **argv) {
   }
   gp_override ov[256];
   int nov = 0;
-  for (int i = 0; i < flags[F_SET].n_list && s == GP_OK; i++) {
-    const char *kv = flags[F_SET].list[i], *eq = strchr(kv, '=');
-    if (!eq || eq == kv || nov >= 256) {
-      s = GP_ERR(GP_ERR_USAGE, "--set %s: expected KEY.PATH=VALUE", kv);
-      break;
-    }
-    char *key = strndup(kv, (size_t)(eq - kv));
-    if (!key)
-      s = GP_ERR(GP_ERR_NOMEM, "out of memory");
-    else
-      ov[nov++] = (gp_override){key, eq + 1};
-  }
+  if (s == GP_OK) s = gp_args_overrides(&flags[F_SET], ov, 256, &nov);
   if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &r.m);
-  for (int i = 0; i < nov; i++)
-    free((char *)ov[i].path);
+  gp_args_overrides_free(ov, nov);
   if (s == GP_OK) s = apply_flags(r.m);
   if (s == GP_OK) s = open_data(&r);
   if (s == GP_OK) s = train(&r);

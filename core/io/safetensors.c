@@ -3,6 +3,8 @@
  * gives an error naming it, never a crash or an oversized allocation. */
 #include "core/io/safetensors.h"
 
+#include "core/strbuf.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -397,59 +399,30 @@ gp_status gp_st_meta_set(gp_st_writer *w, const char *key, const char *value) {
   return GP_OK;
 }
 
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t nc = b->cap ? b->cap : 256;
-    while (nc < b->n + n + 1)
-      nc *= 2;
-    char *p = realloc(b->p, nc);
-    if (!p) {
-      b->oom = 1;
-      return;
-    }
-    b->p = p;
-    b->cap = nc;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
-
-static void sb_str(sbuf *b, const char *s) {
-  sb_put(b, s, strlen(s));
-}
-
-static void sb_fmt_u64(sbuf *b, uint64_t v) {
+static void sb_fmt_u64(gp_strbuf *b, uint64_t v) {
   char t[32];
   snprintf(t, sizeof t, "%llu", (unsigned long long)v);
-  sb_str(b, t);
+  gp_strbuf_str(b, t);
 }
 
 /* A JSON string literal; bytes >= 0x80 pass through (names are UTF-8). */
-static void sb_json_str(sbuf *b, const char *s) {
-  sb_put(b, "\"", 1);
+static void sb_json_str(gp_strbuf *b, const char *s) {
+  gp_strbuf_put(b, "\"", 1);
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
     char t[8];
     if (c == '"' || c == '\\') {
       t[0] = '\\';
       t[1] = (char)c;
-      sb_put(b, t, 2);
+      gp_strbuf_put(b, t, 2);
     } else if (c < 0x20) {
       snprintf(t, sizeof t, "\\u%04x", c);
-      sb_str(b, t);
+      gp_strbuf_str(b, t);
     } else {
-      sb_put(b, (const char *)&c, 1);
+      gp_strbuf_put(b, (const char *)&c, 1);
     }
   }
-  sb_put(b, "\"", 1);
+  gp_strbuf_put(b, "\"", 1);
 }
 
 static gp_status write_all(FILE *fp, const char *tmp, const void *p, uint64_t n) {
@@ -464,47 +437,47 @@ static gp_status write_all(FILE *fp, const char *tmp, const void *p, uint64_t n)
   return GP_OK;
 }
 
-static gp_status build_header(const gp_st_writer *w, sbuf *b) {
+static gp_status build_header(const gp_st_writer *w, gp_strbuf *b) {
   uint64_t off = 0;
-  sb_str(b, "{");
+  gp_strbuf_str(b, "{");
   if (w->n_meta) {
-    sb_str(b, "\"" ST_META_KEY "\":{");
+    gp_strbuf_str(b, "\"" ST_META_KEY "\":{");
     for (int i = 0; i < w->n_meta; i++) {
-      if (i) sb_str(b, ",");
+      if (i) gp_strbuf_str(b, ",");
       sb_json_str(b, w->meta_keys[i]);
-      sb_str(b, ":");
+      gp_strbuf_str(b, ":");
       sb_json_str(b, w->meta_values[i]);
     }
-    sb_str(b, "}");
+    gp_strbuf_str(b, "}");
   }
   for (int i = 0; i < w->n; i++) {
     const st_item *it = &w->items[i];
-    if (i || w->n_meta) sb_str(b, ",");
+    if (i || w->n_meta) gp_strbuf_str(b, ",");
     sb_json_str(b, it->name);
-    sb_str(b, ":{\"dtype\":\"");
-    sb_str(b, gp_dtype_name(it->dtype));
-    sb_str(b, "\",\"shape\":[");
+    gp_strbuf_str(b, ":{\"dtype\":\"");
+    gp_strbuf_str(b, gp_dtype_name(it->dtype));
+    gp_strbuf_str(b, "\",\"shape\":[");
     for (int d = 0; d < it->shape.ndim; d++) {
-      if (d) sb_str(b, ",");
+      if (d) gp_strbuf_str(b, ",");
       sb_fmt_u64(b, (uint64_t)it->shape.d[d]);
     }
-    sb_str(b, "],\"data_offsets\":[");
+    gp_strbuf_str(b, "],\"data_offsets\":[");
     sb_fmt_u64(b, off);
-    sb_str(b, ",");
+    gp_strbuf_str(b, ",");
     off += it->bytes;
     sb_fmt_u64(b, off);
-    sb_str(b, "]}");
+    gp_strbuf_str(b, "]}");
   }
-  sb_str(b, "}");
+  gp_strbuf_str(b, "}");
   /* Padding to a multiple of 8 keeps the data section 8-byte aligned in the file, so a
    * reader that maps the file can use the tensors in place. */
   while (b->n % 8)
-    sb_str(b, " ");
+    gp_strbuf_str(b, " ");
   if (b->oom) return GP_ERR(GP_ERR_NOMEM, "safetensors: out of memory for the header");
   return GP_OK;
 }
 
-static gp_status write_tmp(const gp_st_writer *w, const sbuf *h, const char *tmp) {
+static gp_status write_tmp(const gp_st_writer *w, const gp_strbuf *h, const char *tmp) {
   FILE *fp = fopen(tmp, "wb");
   if (!fp) return GP_ERR(GP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
   unsigned char lenb[8];
@@ -542,7 +515,7 @@ static gp_status sync_dir(const char *path) {
 }
 
 gp_status gp_st_write(gp_st_writer *w, const char *path) {
-  sbuf h = {0};
+  gp_strbuf h = {0};
   gp_status st = build_header(w, &h);
   size_t n = strlen(path);
   char *tmp = malloc(n + 5);
@@ -559,6 +532,6 @@ gp_status gp_st_write(gp_st_writer *w, const char *path) {
       st = sync_dir(path);
   }
   free(tmp);
-  free(h.p);
+  gp_strbuf_free(&h);
   return st;
 }

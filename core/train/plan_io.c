@@ -2,6 +2,8 @@
  * API and checked against the model, every complaint located as path:line:col. */
 #include "core/train/plan_io.h"
 
+#include "core/strbuf.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -24,57 +26,22 @@ static const char *const remat_names[] = {"always", "except_last", "never", NULL
 
 /* ---- writing --------------------------------------------------------------------------- */
 
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  int oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) GP_PRINTF(2, 3);
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-    va_end(ap);
-    if (k < 0) {
-      b->oom = 1;
-      return;
-    }
-    if (b->p && b->n + (size_t)k < b->cap) {
-      b->n += (size_t)k;
-      return;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 1024;
-    while (cap <= b->n + (size_t)k)
-      cap *= 2;
-    char *q = realloc(b->p, cap);
-    if (!q) {
-      b->oom = 1;
-      return;
-    }
-    b->p = q;
-    b->cap = cap;
-  }
-}
-
 /* A YAML double-quoted scalar: names come from the model file and may hold anything. */
-static void sb_quoted(sbuf *b, const char *s) {
-  sb_printf(b, "\"");
+static void sb_quoted(gp_strbuf *b, const char *s) {
+  gp_strbuf_printf(b, "\"");
   for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
     if (*c == '"' || *c == '\\')
-      sb_printf(b, "\\%c", *c);
+      gp_strbuf_printf(b, "\\%c", *c);
     else if (*c < 0x20 || *c == 0x7f)
-      sb_printf(b, "\\x%02x", *c);
+      gp_strbuf_printf(b, "\\x%02x", *c);
     else
-      sb_printf(b, "%c", *c);
+      gp_strbuf_printf(b, "%c", *c);
   }
-  sb_printf(b, "\"");
+  gp_strbuf_printf(b, "\"");
 }
 
 /* Plain when it cannot be mistaken for anything else in YAML, so the file reads naturally. */
-static void sb_name(sbuf *b, const char *s) {
+static void sb_name(gp_strbuf *b, const char *s) {
   int plain = (s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z');
   for (const char *c = s; *c && plain; c++)
     plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
@@ -83,46 +50,46 @@ static void sb_name(sbuf *b, const char *s) {
   for (int i = 0; reserved[i] && plain; i++)
     plain = strcasecmp(s, reserved[i]) != 0;
   if (plain)
-    sb_printf(b, "%s", s);
+    gp_strbuf_printf(b, "%s", s);
   else
     sb_quoted(b, s);
 }
 
-static void format_plan(sbuf *b, const gp_model *m, const gp_plan *p) {
-  sb_printf(b,
-            "# gpipe plan for %s (written by gpipe-partition; gpipe-train --partition reads it)\n",
-            m->name);
-  sb_printf(b, "model: ");
+static void format_plan(gp_strbuf *b, const gp_model *m, const gp_plan *p) {
+  gp_strbuf_printf(
+      b, "# gpipe plan for %s (written by gpipe-partition; gpipe-train --partition reads it)\n",
+      m->name);
+  gp_strbuf_printf(b, "model: ");
   sb_name(b, m->name);
-  sb_printf(b, "\nstages: %d\nmicro_batches: %d\nschedule: %s\ncheckpoint: %s\ndevices: [",
-            p->stages, p->micro, schedule_names[p->schedule], remat_names[p->remat]);
+  gp_strbuf_printf(b, "\nstages: %d\nmicro_batches: %d\nschedule: %s\ncheckpoint: %s\ndevices: [",
+                   p->stages, p->micro, schedule_names[p->schedule], remat_names[p->remat]);
   for (int s = 0; s < p->stages; s++) {
-    sb_printf(b, s ? ", " : "");
+    gp_strbuf_printf(b, s ? ", " : "");
     sb_name(b, p->st[s].device);
   }
-  sb_printf(b, "]\nbalance: [");
+  gp_strbuf_printf(b, "]\nbalance: [");
   for (int s = 0; s < p->stages; s++)
-    sb_printf(b, s ? ", %d" : "%d", p->st[s].end_unit - p->st[s].first_unit);
-  sb_printf(b, "]  # units per stage\n");
+    gp_strbuf_printf(b, s ? ", %d" : "%d", p->st[s].end_unit - p->st[s].first_unit);
+  gp_strbuf_printf(b, "]  # units per stage\n");
   for (int s = 0; s < p->stages; s++)
-    sb_printf(b, "# stage %d: units %d..%d (%s .. %s)\n", s, p->st[s].first_unit,
-              p->st[s].end_unit - 1, m->unit_names[p->st[s].first_unit],
-              m->unit_names[p->st[s].end_unit - 1]);
-  sb_printf(b, "units: [");
+    gp_strbuf_printf(b, "# stage %d: units %d..%d (%s .. %s)\n", s, p->st[s].first_unit,
+                     p->st[s].end_unit - 1, m->unit_names[p->st[s].first_unit],
+                     m->unit_names[p->st[s].end_unit - 1]);
+  gp_strbuf_printf(b, "units: [");
   /* wrapped at about 100 columns: a flow sequence may continue on indented lines */
   size_t line_start = b->n - 8;
   for (int u = 0; u < m->n_units; u++) {
-    if (u) sb_printf(b, ",");
+    if (u) gp_strbuf_printf(b, ",");
     if (u && b->n - line_start + strlen(m->unit_names[u]) > 95) {
-      sb_printf(b, "\n");
+      gp_strbuf_printf(b, "\n");
       line_start = b->n;
-      sb_printf(b, "        ");
+      gp_strbuf_printf(b, "        ");
     } else if (u) {
-      sb_printf(b, " ");
+      gp_strbuf_printf(b, " ");
     }
     sb_quoted(b, m->unit_names[u]);
   }
-  sb_printf(b, "]  # checked against the model\n");
+  gp_strbuf_printf(b, "]  # checked against the model\n");
 }
 
 static gp_status sync_dir(const char *path) {
@@ -149,10 +116,10 @@ gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p) {
     return GP_ERR(GP_ERR_USAGE, "%s: the plan does not cover model %s's %d units", path, m->name,
                   m->n_units);
   if (strlen(path) + 5 > PATH_MAX) return GP_ERR(GP_ERR_IO, "%s: path too long", path);
-  sbuf b = {0};
+  gp_strbuf b = {0};
   format_plan(&b, m, p);
   if (b.oom) {
-    free(b.p);
+    gp_strbuf_free(&b);
     return GP_ERR(GP_ERR_NOMEM, "%s: out of memory formatting the plan", path);
   }
   char tmp[PATH_MAX];
@@ -173,7 +140,7 @@ gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p) {
     else
       st = sync_dir(path);
   }
-  free(b.p);
+  gp_strbuf_free(&b);
   return st;
 }
 
