@@ -7,7 +7,6 @@
 
 typedef struct batchnorm_conf {
   double eps, momentum;
-  int n_acc; /* micro-batch statistics in l->stats since the last step_end */
 } batchnorm_conf;
 
 enum { P_WEIGHT, P_BIAS, P_MEAN, P_VAR };
@@ -77,7 +76,7 @@ static gp_status batchnorm_forward(gp_layer *l, gp_exec *e, const gp_tensor *in,
     if (!l->stats)
       return GP_ERR(GP_ERR_RUNTIME, "batchnorm %s: no statistics buffer (stats_floats)", l->path);
     GP_TRY(be->batchnorm_stats_accumulate(be, c, n * inner, (float)k->eps, st, st + c, l->stats));
-    k->n_acc++;
+    l->stats_count++;
   }
   return GP_OK;
 }
@@ -98,9 +97,9 @@ static gp_status batchnorm_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
 
 static gp_status batchnorm_step_end(gp_layer *l, gp_backend *be) {
   batchnorm_conf *k = l->conf;
-  if (k->n_acc == 0 || !l->stats) return GP_OK;
-  int n_acc = k->n_acc;
-  k->n_acc = 0;
+  if (l->stats_count == 0 || !l->stats) return GP_OK;
+  int n_acc = (int)l->stats_count;
+  l->stats_count = 0;
   return be->batchnorm_stats_apply(be, l->in_shape[0].d[0], (float)k->momentum, n_acc, l->stats,
                                    l->param[P_MEAN], l->param[P_VAR]);
 }
