@@ -160,7 +160,7 @@ static gp_status parse_devices(request *q, const char *text) {
   GP_TRY(split("--devices", text, f, GP_MAX_DEVICES, &n));
   for (int i = 0; i < n; i++) {
     if (strcmp(f[i], "cpu") == 0) {
-      snprintf(q->devices[i], sizeof q->devices[i], "%s", f[i]);
+      memcpy(q->devices[i], "cpu", 4);
       continue;
     }
     if (strncmp(f[i], "cuda:", 5) == 0 && f[i][5] &&

@@ -498,16 +498,23 @@ static gp_status run_command(stage *st, cmd_kind cmd) {
   return GP_OK;
 }
 
+/* Pins stage s to its share of the CPUs this process may use (the n-th allowed CPU, not CPU
+ * id n: a container's cpuset need not start at 0). */
 static void pin_thread(gp_pipeline *pl, int s) {
   if (!pl->pin || pl->cores < 1) return;
-  cpu_set_t set;
+  cpu_set_t allowed, set;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  int ids[CPU_SETSIZE], n = 0;
+  for (int c = 0; c < CPU_SETSIZE && n < pl->cores; c++)
+    if (CPU_ISSET(c, &allowed)) ids[n++] = c;
+  if (n == 0) return;
   CPU_ZERO(&set);
-  int per = pl->cores / pl->k;
+  int per = n / pl->k;
   if (per < 1)
-    CPU_SET(s % pl->cores, &set);
+    CPU_SET(ids[s % n], &set);
   else
     for (int c = 0; c < per; c++)
-      CPU_SET(s * per + c, &set);
+      CPU_SET(ids[s * per + c], &set);
   pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 

@@ -62,10 +62,10 @@ gp_backend *gp_pipeline_backend(gp_pipeline *pl, int stage);
 void gp_pipeline_stats(const gp_pipeline *pl, int stage, gp_stage_stats *out);
 void gp_pipeline_reset_stats(gp_pipeline *pl);
 /* Chrome trace JSON (chrome://tracing, Perfetto): one row per stage, one slice per action
- * ("F3", "B3", "R3" for a recompute, "T3" handing a gradient back, "step") in wall time, with args.compute_us the action's
- * compute time (the thread's CPU time when its BLAS is single-threaded: with more stages than
- * cores, wall slices include time-slicing), recorded since the pipeline was made with
- * opts.trace. */
+ * ("F3", "B3", "R3" for a recompute, "T3" handing a gradient back, "step") in wall time, with
+ * args.compute_us the action's compute time (the thread's CPU time when its BLAS is
+ * single-threaded: with more stages than cores, wall slices include time-slicing), recorded since
+ * the pipeline was made with opts.trace. */
 gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path);
 
 #endif

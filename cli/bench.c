@@ -1,0 +1,679 @@
+/* gpipe-bench: sweeps stages x micro-batches x schedule x re-materialization over one model
+ * and reports, per configuration, throughput, speed-up over naive model parallelism and over
+ * one stage, the measured and theoretical bubble, per-stage compute and peak memory, and the
+ * FLOP rate against this machine's sgemm. Exit codes: 0 ok, 2 usage or model file, 1 a
+ * failure while running (data, I/O). */
+#include <cblas.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/args.h"
+#include "cli/bench.h"
+#include "cli/progress.h"
+#include "core/backend.h"
+#include "core/spec/cfg.h"
+#include "core/train/partition.h"
+#include "core/train/plan_io.h"
+#include "core/train/trainer.h"
+#include "data/loader.h"
+#include "gp_config.h"
+
+enum {
+  F_STAGES,
+  F_MICRO,
+  F_BATCH,
+  F_SCHEDULE,
+  F_REMAT,
+  F_STEPS,
+  F_WARMUP,
+  F_DEVICES,
+  F_PARTITION,
+  F_DATA,
+  F_THREADS,
+  F_REPS,
+  F_CSV,
+  F_JSON,
+  F_PLOT,
+  F_TRACE,
+  F_SET,
+  F_QUIET,
+  F_HELP,
+  F_VERSION,
+  F_COUNT
+};
+
+static gp_flag flags[] = {
+    [F_STAGES] = {"--stages", GP_FLAG_STR, "K,K,...", "stage counts (default: the model file's)",
+                  0},
+    [F_MICRO] = {"--micro-batches", GP_FLAG_STR, "M,M,...",
+                 "micro-batch counts (default: the model file's)", 0},
+    [F_BATCH] = {"--batch-size", GP_FLAG_INT, "N", "mini-batch (default: the model file's)", 1},
+    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe,1f1b",
+                    "schedules (default: the model file's)", 0},
+    [F_REMAT] = {"--checkpoint", GP_FLAG_STR, "MODE,...",
+                 "re-materialization: always, except_last, never (default: the model file's)", 0},
+    [F_STEPS] = {"--steps", GP_FLAG_INT, "S", "timed steps per run (default 10)", 1},
+    [F_WARMUP] = {"--warmup", GP_FLAG_INT, "W", "untimed steps before them (default 2)", 0},
+    [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,...",
+                   "device of each stage (one for all, or at least the largest K)", 0},
+    [F_PARTITION] = {"--partition", GP_FLAG_STR, "PLAN.yaml",
+                     "stages, balance and devices of a gpipe-partition -o plan", 0},
+    [F_DATA] = {"--data", GP_FLAG_STR, "synthetic|real",
+                "random inputs of the model's shapes (default), or the model file's data", 0},
+    [F_THREADS] = {"--threads", GP_FLAG_INT, "C", "cores shared by the stages (default: all)", 1},
+    [F_REPS] = {"--reps", GP_FLAG_INT, "R",
+                "repetitions, alternating the runs; the best is kept (default 1)", 1},
+    [F_CSV] = {"--csv", GP_FLAG_STR, "FILE", "also write one CSV row per run", 0},
+    [F_JSON] = {"--json", GP_FLAG_BOOL, NULL, "print JSON instead of the table", 0},
+    [F_PLOT] = {"--plot", GP_FLAG_STR, "FILE.svg", "draw speed-up over one stage against K", 0},
+    [F_TRACE] = {"--trace", GP_FLAG_STR, "FILE.json", "Chrome trace of the last run", 0},
+    [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE",
+               "override a scalar of the model file (repeatable)", 0},
+    [F_QUIET] = {"--quiet", GP_FLAG_BOOL, NULL, "no progress or notes on stderr", 0},
+    [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
+    [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
+    {NULL},
+};
+_Static_assert(sizeof flags / sizeof flags[0] == F_COUNT + 1, "flag table");
+
+static const char *const schedule_names[] = {"gpipe", "1f1b", NULL};
+static const char *const remat_names[] = {"always", "except_last", "never", NULL};
+
+#define MAX_LIST 64
+#define MAX_RUNS 512
+
+const char *gp_bench_schedule_name(gp_schedule_kind s) {
+  return s == GP_SCHED_1F1B ? "1f1b" : "gpipe";
+}
+
+const char *gp_bench_remat_name(gp_remat r) {
+  return remat_names[r <= GP_REMAT_NEVER ? r : GP_REMAT_NEVER];
+}
+
+/* What to sweep, after the flags, the plan and the model file's defaults. */
+typedef struct sweep {
+  int ks[MAX_LIST], nk, ms[MAX_LIST], nm, scheds[2], ns, remats[3], nr;
+  int n_dev;
+  char devices[GP_MAX_DEVICES][16];
+  int bal_k; /* the K that `balance` is for (the plan's, or the model file's), else 0 */
+  int balance[GP_MAX_DEVICES];
+} sweep;
+
+typedef struct ctx {
+  gp_model *m;
+  gp_loader *data;
+  float *x;
+  int32_t *y;
+  sweep sw;
+  gp_bench b;
+  int tty, quiet, progress_open;
+} ctx;
+
+/* ---- flags --------------------------------------------------------------------------------- */
+
+static gp_status parse_ints(int f, int max_value, int *out, int *n) {
+  const char *text = flags[f].s, *p = text;
+  *n = 0;
+  for (;;) {
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (end == p || errno || v < 1 || (*end && *end != ','))
+      return GP_ERR(GP_ERR_USAGE, "%s: expected positive integers separated by commas, got '%s'",
+                    flags[f].name, text);
+    if (v > max_value)
+      return GP_ERR(GP_ERR_USAGE, "%s: %ld is too large (at most %d)", flags[f].name, v, max_value);
+    for (int i = 0; i < *n; i++)
+      if (out[i] == v)
+        return GP_ERR(GP_ERR_USAGE, "%s: %ld is listed twice in '%s'", flags[f].name, v, text);
+    if (*n >= MAX_LIST)
+      return GP_ERR(GP_ERR_USAGE, "%s: at most %d values", flags[f].name, MAX_LIST);
+    out[(*n)++] = (int)v;
+    if (!*end) return GP_OK;
+    p = end + 1;
+  }
+}
+
+static gp_status parse_names(int f, const char *const *names, int *out, int *n) {
+  const char *text = flags[f].s, *p = text;
+  int count = 0;
+  while (names[count])
+    count++;
+  *n = 0;
+  for (;;) {
+    char word[64];
+    size_t len = strcspn(p, ",");
+    if (len == 0 || len >= sizeof word)
+      return GP_ERR(GP_ERR_USAGE, "%s: expected names separated by commas, got '%s'", flags[f].name,
+                    text);
+    memcpy(word, p, len);
+    word[len] = 0;
+    int found = -1;
+    for (int i = 0; i < count; i++)
+      if (strcmp(word, names[i]) == 0) found = i;
+    if (found < 0) {
+      const char *near = gp_nearest(word, names, count);
+      char all[96] = "";
+      for (int i = 0; i < count; i++)
+        snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? ", " : "", names[i]);
+      return GP_ERR(GP_ERR_USAGE, "%s: unknown value '%s'%s%s%s (expected %s)", flags[f].name, word,
+                    near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", all);
+    }
+    for (int i = 0; i < *n; i++)
+      if (out[i] == found)
+        return GP_ERR(GP_ERR_USAGE, "%s: '%s' is listed twice", flags[f].name, word);
+    out[(*n)++] = found;
+    if (!p[len]) return GP_OK;
+    p += len + 1;
+  }
+}
+
+static gp_status parse_devices(sweep *w, const char *text) {
+  w->n_dev = 0;
+  for (const char *p = text;;) {
+    size_t len = strcspn(p, ",");
+    if (len == 0 || len >= sizeof w->devices[0] || w->n_dev >= GP_MAX_DEVICES)
+      return GP_ERR(GP_ERR_USAGE,
+                    "--devices: expected names like cpu or cuda:0 separated by commas, got '%s'",
+                    text);
+    memcpy(w->devices[w->n_dev], p, len);
+    w->devices[w->n_dev++][len] = 0;
+    if (!p[len]) return GP_OK;
+    p += len + 1;
+  }
+}
+
+/* An output file is checked before the sweep, so a typo does not cost the whole run; the
+ * check leaves no file behind. */
+static gp_status probe_writable(int f) {
+  const char *path = flags[f].s;
+  struct stat st;
+  int existed = stat(path, &st) == 0;
+  if (existed && S_ISDIR(st.st_mode))
+    return GP_ERR(GP_ERR_IO, "%s %s: is a directory", flags[f].name, path);
+  FILE *fp = fopen(path, "a");
+  if (!fp)
+    return GP_ERR(GP_ERR_IO, "%s %s: cannot write: %s", flags[f].name, path, strerror(errno));
+  fclose(fp);
+  if (!existed) remove(path);
+  return GP_OK;
+}
+
+/* The sweep's lists from the flags, a plan, and the model file's pipeline section. */
+static gp_status make_sweep(ctx *c) {
+  gp_model *m = c->m;
+  sweep *w = &c->sw;
+  const gp_pipeline_spec *ps = &m->pipeline;
+  int kmax = m->n_units < GP_MAX_DEVICES ? m->n_units : GP_MAX_DEVICES;
+  w->ks[0] = ps->stages;
+  w->nk = 1;
+  w->ms[0] = ps->micro_batches;
+  w->nm = 1;
+  w->scheds[0] = (int)ps->schedule;
+  w->ns = 1;
+  w->remats[0] = (int)ps->remat;
+  w->nr = 1;
+  w->n_dev = ps->n_devices;
+  memcpy(w->devices, ps->devices, sizeof w->devices);
+  w->bal_k = ps->n_balance ? ps->stages : 0;
+  memcpy(w->balance, ps->balance, sizeof w->balance);
+  if (flags[F_PARTITION].given) {
+    if (flags[F_STAGES].given || flags[F_DEVICES].given)
+      return GP_ERR(GP_ERR_USAGE, "--partition fixes the stages and devices; drop %s",
+                    flags[F_STAGES].given ? "--stages" : "--devices");
+    gp_plan plan;
+    GP_TRY(gp_plan_read(flags[F_PARTITION].s, m, &plan));
+    w->ks[0] = w->bal_k = w->n_dev = plan.stages;
+    w->ms[0] = plan.micro;
+    w->scheds[0] = (int)plan.schedule;
+    w->remats[0] = (int)plan.remat;
+    for (int s = 0; s < plan.stages; s++) {
+      w->balance[s] = plan.st[s].end_unit - plan.st[s].first_unit;
+      memcpy(w->devices[s], plan.st[s].device, sizeof w->devices[s]);
+    }
+  }
+  if (flags[F_STAGES].given) GP_TRY(parse_ints(F_STAGES, GP_MAX_DEVICES, w->ks, &w->nk));
+  if (flags[F_MICRO].given) GP_TRY(parse_ints(F_MICRO, 4096, w->ms, &w->nm));
+  if (flags[F_SCHEDULE].given) GP_TRY(parse_names(F_SCHEDULE, schedule_names, w->scheds, &w->ns));
+  if (flags[F_REMAT].given) GP_TRY(parse_names(F_REMAT, remat_names, w->remats, &w->nr));
+  if (flags[F_DEVICES].given) GP_TRY(parse_devices(w, flags[F_DEVICES].s));
+  int kbig = 1;
+  for (int i = 0; i < w->nk; i++) {
+    if (w->ks[i] > kmax)
+      return GP_ERR(GP_ERR_USAGE, "--stages %d: model %s has %d units, so K must be 1..%d",
+                    w->ks[i], m->name, m->n_units, kmax);
+    if (w->ks[i] > kbig) kbig = w->ks[i];
+  }
+  if (w->n_dev == 0) {
+    snprintf(w->devices[0], sizeof w->devices[0], "cpu");
+    w->n_dev = 1;
+  }
+  if (w->n_dev != 1 && w->n_dev < kbig)
+    return GP_ERR(GP_ERR_USAGE, "%s%d devices for up to %d stages (give one, or one per stage)",
+                  flags[F_DEVICES].given ? "--devices: " : "the model file's pipeline section: ",
+                  w->n_dev, kbig);
+  return GP_OK;
+}
+
+/* ---- the runs ------------------------------------------------------------------------------ */
+
+static int find_run(const gp_bench *b, int k, int mb, int sched, int remat) {
+  for (int i = 0; i < b->n_runs; i++) {
+    const gp_bench_run *r = &b->runs[i];
+    if (r->k == k && r->m == mb && (int)r->schedule == sched && (int)r->remat == remat) return i;
+  }
+  return -1;
+}
+
+static gp_status add_run(gp_bench *b, int k, int mb, int sched, int remat, int baseline) {
+  if (find_run(b, k, mb, sched, remat) >= 0) return GP_OK;
+  if (b->n_runs >= MAX_RUNS)
+    return GP_ERR(GP_ERR_USAGE, "the sweep has more than %d runs; shorten the lists", MAX_RUNS);
+  gp_bench_run *r = &b->runs[b->n_runs++];
+  memset(r, 0, sizeof *r);
+  r->k = k;
+  r->m = mb;
+  r->schedule = (gp_schedule_kind)sched;
+  r->remat = (gp_remat)remat;
+  r->baseline = baseline;
+  r->bubble_theory = (double)(k - 1) / (double)(mb + k - 1);
+  int per = b->threads / k > 1 ? b->threads / k : 1;
+  r->cores_used = k * per < b->threads ? k * per : b->threads;
+  return GP_OK;
+}
+
+static int in_list(const int *l, int n, int v) {
+  for (int i = 0; i < n; i++)
+    if (l[i] == v) return 1;
+  return 0;
+}
+
+/* The plan of run r: its K, M, schedule and re-materialization on the sweep's balance (when it
+ * has one for this K) and devices. */
+static gp_status run_plan(const ctx *c, const gp_bench_run *r, gp_plan *plan) {
+  const sweep *w = &c->sw;
+  gp_pipeline_spec ps = c->m->pipeline;
+  ps.stages = r->k;
+  ps.micro_batches = r->m;
+  ps.schedule = r->schedule;
+  ps.remat = r->remat;
+  ps.n_balance = 0;
+  if (w->bal_k == r->k) {
+    ps.n_balance = r->k;
+    memcpy(ps.balance, w->balance, sizeof ps.balance);
+  }
+  ps.n_devices = r->k;
+  for (int s = 0; s < r->k; s++)
+    memcpy(ps.devices[s], w->devices[w->n_dev == 1 ? 0 : s], sizeof ps.devices[s]);
+  return gp_plan_make(c->m, &ps, plan);
+}
+
+/* Every requested combination in the order of the lists, each K preceded by its naive
+ * reference (K, 1, gpipe, never) and the whole sweep by the one-stage reference when they
+ * were not asked for. */
+static gp_status make_runs(ctx *c) {
+  sweep *w = &c->sw;
+  gp_bench *b = &c->b;
+  b->runs = calloc(MAX_RUNS, sizeof *b->runs);
+  if (!b->runs) return GP_ERR(GP_ERR_NOMEM, "out of memory");
+  int wants_naive = in_list(w->ms, w->nm, 1) && in_list(w->scheds, w->ns, GP_SCHED_GPIPE) &&
+                    in_list(w->remats, w->nr, GP_REMAT_NEVER);
+  if (!in_list(w->ks, w->nk, 1)) GP_TRY(add_run(b, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, 1));
+  int asked = 0;
+  for (int ki = 0; ki < w->nk; ki++) {
+    int k = w->ks[ki];
+    if (!wants_naive) GP_TRY(add_run(b, k, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, 1));
+    for (int mi = 0; mi < w->nm; mi++) {
+      if (w->ms[mi] > b->batch) {
+        if (ki == 0 && b->n_skipped < 64)
+          snprintf(b->skipped[b->n_skipped++], sizeof b->skipped[0],
+                   "M=%d (a batch of %" PRId64 " cannot be split into %d)", w->ms[mi], b->batch,
+                   w->ms[mi]);
+        continue;
+      }
+      for (int si = 0; si < w->ns; si++)
+        for (int ri = 0; ri < w->nr; ri++, asked++) {
+          int j = find_run(b, k, w->ms[mi], w->scheds[si], w->remats[ri]);
+          if (j >= 0)
+            b->runs[j].baseline = 0; /* asked for after all (K = 1 as the naive reference) */
+          else
+            GP_TRY(add_run(b, k, w->ms[mi], w->scheds[si], w->remats[ri], 0));
+        }
+    }
+  }
+  if (!asked)
+    return GP_ERR(GP_ERR_USAGE,
+                  "nothing to run: every micro-batch count exceeds the batch of %" PRId64,
+                  b->batch);
+  for (int i = 0; i < b->n_runs; i++) {
+    gp_bench_run *r = &b->runs[i];
+    r->naive = find_run(b, r->k, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER);
+    r->one = find_run(b, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER);
+    gp_plan plan; /* every plan is checked now, so a bad device fails before the sweep */
+    gp_status s = run_plan(c, r, &plan);
+    if (s != GP_OK)
+      return gp_error_prefix(s, "K=%d M=%d %s %s: ", r->k, r->m,
+                             gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat));
+  }
+  return GP_OK;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* One repetition of one run: a fresh trainer, W warm-up steps, S timed steps. Fills *out with
+ * this repetition's numbers (the caller keeps the best). */
+static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run *out) {
+  gp_model *m = c->m;
+  gp_bench *b = &c->b;
+  gp_plan plan;
+  GP_TRY(run_plan(c, r, &plan));
+  *out = *r;
+  gp_plan_balance_str(&plan, out->balance, sizeof out->balance);
+  for (int s = 0; s < r->k; s++)
+    memcpy(out->devices[s], plan.st[s].device, sizeof out->devices[s]);
+  gp_pipeline_opts po = {.cores = b->threads, .pin = 1, .trace = trace};
+  gp_trainer t;
+  GP_TRY(gp_trainer_init(&t, m, &plan, &po, m->train.seed));
+  double dt[4096];
+  int steps = b->steps;
+  gp_metrics mt;
+  int64_t got;
+  gp_status s = gp_loader_seek(c->data, 0, 0);
+  for (int i = 0; s == GP_OK && i < b->warmup + steps; i++) {
+    if (i == b->warmup) gp_pipeline_reset_stats(t.pl);
+    s = gp_loader_next(c->data, b->batch, c->x, c->y, &got);
+    double t0 = gp_now();
+    if (s == GP_OK) s = gp_trainer_step(&t, c->x, c->y, got, m->train.lr, &mt);
+    if (i >= b->warmup) dt[i - b->warmup] = gp_now() - t0;
+  }
+  if (s == GP_OK && trace) s = gp_pipeline_write_trace(t.pl, flags[F_TRACE].s);
+  if (s == GP_OK) {
+    qsort(dt, (size_t)steps, sizeof dt[0], cmp_double);
+    double med = steps % 2 ? dt[steps / 2] : 0.5 * (dt[steps / 2 - 1] + dt[steps / 2]);
+    out->samples_per_s = med > 0 ? (double)b->batch / med : 0;
+    out->bubble_measured = 0;
+    for (int st = 0; st < r->k; st++) {
+      gp_stage_stats ss;
+      gp_pipeline_stats(t.pl, st, &ss);
+      double n = ss.steps > 0 ? (double)ss.steps : 1;
+      double bub = ss.span_s > 0 ? 1.0 - ss.wall_busy_s / ss.span_s : 0;
+      out->bubble_stage[st] = bub < 0 ? 0 : bub;
+      out->bubble_measured += out->bubble_stage[st] / r->k;
+      out->busy_ms[st] = 1e3 * (ss.fwd_s + ss.bwd_s) / n;
+      out->peak_bytes[st] = ss.peak_act_bytes;
+      out->sent_bytes[st] = (int64_t)((double)ss.sent_bytes / n);
+    }
+  }
+  gp_trainer_free(&t);
+  return s;
+}
+
+/* ---- progress ------------------------------------------------------------------------------ */
+
+static void progress(ctx *c, int done, int total, const gp_bench_run *r, int rep) {
+  if (c->quiet) return;
+  char what[160];
+  snprintf(what, sizeof what, "run %d/%d: K=%d M=%d %s %s%s", done + 1, total, r->k, r->m,
+           gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat),
+           r->baseline ? " (baseline)" : "");
+  if (c->b.reps > 1)
+    snprintf(what + strlen(what), sizeof what - strlen(what), ", repetition %d/%d", rep + 1,
+             c->b.reps);
+  if (c->tty) {
+    fprintf(stderr, "\r\033[Kgpipe-bench: %s", what);
+    c->progress_open = 1;
+  } else {
+    fprintf(stderr, "gpipe-bench: %s\n", what);
+  }
+  fflush(stderr);
+}
+
+static void progress_clear(ctx *c) {
+  if (c->progress_open) fprintf(stderr, "\r\033[K");
+  c->progress_open = 0;
+}
+
+/* ---- setup --------------------------------------------------------------------------------- */
+
+static double sgemm_gflops_one_core(void) {
+  const int n = 1024, reps = 5;
+  float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
+        *c = malloc(sizeof(float) * n * n);
+  if (!a || !b || !c) {
+    free(a);
+    free(b);
+    free(c);
+    return 0;
+  }
+  for (int i = 0; i < n * n; i++) {
+    a[i] = (float)(i % 7) * 0.1f;
+    b[i] = (float)(i % 5) * 0.1f;
+    c[i] = 0;
+  }
+  openblas_set_num_threads(1);
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) { /* the first is a warm-up (page faults, packing buffers) */
+    double t0 = gp_now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    double dt = gp_now() - t0;
+    if (r > 0 && dt < best) best = dt;
+  }
+  free(a);
+  free(b);
+  free(c);
+  return 2.0 * n * n * (double)n / best / 1e9;
+}
+
+static void cpu_model(char *out, size_t n) {
+  snprintf(out, n, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    char *colon = strchr(line, ':');
+    if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+    char *v = colon + 1;
+    while (*v == ' ' || *v == '\t')
+      v++;
+    v[strcspn(v, "\n")] = 0;
+    for (char *p = v; *p; p++) /* the name lands in JSON, CSV and SVG: keep it plain */
+      if (*p == '"' || *p == '\\' || *p == '<' || *p == '>' || *p == '&' || *p == ',' ||
+          (unsigned char)*p < 0x20)
+        *p = ' ';
+    snprintf(out, n, "%s", v);
+    break;
+  }
+  fclose(f);
+}
+
+static gp_status open_data(ctx *c) {
+  gp_model *m = c->m;
+  const gp_model_input *xi = NULL;
+  for (int i = 0; i < m->n_inputs; i++)
+    if (i != m->label_input) xi = &m->inputs[i];
+  if (!xi) return GP_ERR(GP_ERR_SPEC, "%s: the model has no input to feed", m->file);
+  const gp_layer *o = &m->nodes[m->output_node].layer;
+  int64_t classes = o->out_shape.ndim ? o->out_shape.d[o->out_shape.ndim - 1] : 1;
+  int64_t b = c->b.batch;
+  if (strcmp(c->b.data, "synthetic") == 0) {
+    GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 4, GP_SPLIT_TRAIN, m->train.seed,
+                                    &c->data));
+  } else {
+    if (m->data.dataset == GP_DATA_NONE || m->data.dataset == GP_DATA_SYNTHETIC)
+      return GP_ERR(GP_ERR_USAGE, "--data real: %s has no data section naming a dataset", m->file);
+    GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, &c->data));
+    gp_shape ds = gp_loader_sample_shape(c->data);
+    char a[96], d[96];
+    if (!gp_shape_equal(&ds, &xi->shape))
+      return GP_ERR(GP_ERR_SPEC, "%s: the model's input is %s but the data gives %s", m->file,
+                    gp_shape_str(&xi->shape, a, sizeof a), gp_shape_str(&ds, d, sizeof d));
+    if (gp_loader_classes(c->data) != classes)
+      return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " classes, the data has %" PRId64,
+                    m->file, classes, gp_loader_classes(c->data));
+    if (gp_loader_samples(c->data) < b)
+      return GP_ERR(GP_ERR_DATA,
+                    "the training set has %" PRId64 " samples, fewer than one batch of %" PRId64,
+                    gp_loader_samples(c->data), b);
+  }
+  int64_t per = gp_shape_numel(&xi->shape);
+  c->x = malloc((size_t)(b * per) * sizeof(float));
+  c->y = malloc((size_t)b * sizeof(int32_t));
+  if (!c->x || !c->y) return GP_ERR(GP_ERR_NOMEM, "out of host memory for a batch of %" PRId64, b);
+  return GP_OK;
+}
+
+static gp_status load_model(const char *file, gp_model **out) {
+  gp_override ov[256];
+  int nov = 0;
+  gp_status s = gp_args_overrides(&flags[F_SET], ov, 256, &nov);
+  if (s == GP_OK) s = gp_model_load(file, ov, nov, out);
+  gp_args_overrides_free(ov, nov);
+  return s;
+}
+
+static gp_status setup(ctx *c, const char *file) {
+  gp_bench *b = &c->b;
+  GP_TRY(load_model(file, &c->m));
+  gp_model *m = c->m;
+  b->model_file = file;
+  b->model = m->name;
+  b->units = m->n_units;
+  b->params = m->n_params;
+  b->batch = flags[F_BATCH].given ? flags[F_BATCH].i : m->train.batch_size;
+  m->train.batch_size = b->batch;
+  b->steps = flags[F_STEPS].given ? (int)flags[F_STEPS].i : 10;
+  b->warmup = flags[F_WARMUP].given ? (int)flags[F_WARMUP].i : 2;
+  b->reps = flags[F_REPS].given ? (int)flags[F_REPS].i : 1;
+  if (b->steps > 4096) return GP_ERR(GP_ERR_USAGE, "--steps: at most 4096");
+  b->cores = gp_cpu_cores();
+  b->threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : b->cores;
+  b->data = flags[F_DATA].given ? flags[F_DATA].s : "synthetic";
+  if (strcmp(b->data, "synthetic") != 0 && strcmp(b->data, "real") != 0) {
+    static const char *const kinds[] = {"synthetic", "real"};
+    const char *near = gp_nearest(b->data, kinds, 2);
+    return GP_ERR(GP_ERR_USAGE, "--data: unknown value '%s'%s%s%s (expected synthetic or real)",
+                  b->data, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+  }
+  GP_TRY(make_sweep(c));
+  GP_TRY(make_runs(c));
+  static const int outs[] = {F_CSV, F_PLOT, F_TRACE};
+  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+    if (flags[outs[i]].given) GP_TRY(probe_writable(outs[i]));
+  gp_unit_costs uc;
+  GP_TRY(gp_unit_costs_compute(m, 1, GP_COST_FLOPS, 1, NULL, &uc));
+  for (int u = 0; u < uc.n; u++)
+    b->flops_per_sample += uc.fwd_flops[u] + uc.bwd_flops[u];
+  gp_unit_costs_free(&uc);
+  GP_TRY(open_data(c));
+  cpu_model(b->cpu_model, sizeof b->cpu_model);
+  if (!c->quiet && c->tty) fprintf(stderr, "gpipe-bench: measuring sgemm on one core...");
+  b->sgemm_per_core = sgemm_gflops_one_core();
+  if (!c->quiet && c->tty) fprintf(stderr, "\r\033[K");
+  return GP_OK;
+}
+
+/* ---- the sweep ----------------------------------------------------------------------------- */
+
+static gp_status sweep_all(ctx *c) {
+  gp_bench *b = &c->b;
+  if (!c->quiet)
+    for (int i = 0; i < b->n_skipped; i++)
+      fprintf(stderr, "gpipe-bench: skipping %s\n", b->skipped[i]);
+  int total = b->n_runs * b->reps, done = 0;
+  for (int rep = 0; rep < b->reps; rep++)
+    for (int i = 0; i < b->n_runs; i++, done++) {
+      gp_bench_run *r = &b->runs[i], got;
+      progress(c, done, total, r, rep);
+      int trace = flags[F_TRACE].given && done == total - 1;
+      gp_status s = measure(c, r, trace, &got);
+      if (s != GP_OK) {
+        progress_clear(c);
+        return gp_error_prefix(s, "K=%d M=%d %s %s: ", r->k, r->m,
+                               gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat));
+      }
+      if (rep == 0 || got.samples_per_s > r->samples_per_s) *r = got;
+    }
+  progress_clear(c);
+  for (int i = 0; i < b->n_runs; i++) {
+    gp_bench_run *r = &b->runs[i];
+    double naive = b->runs[r->naive].samples_per_s, one = b->runs[r->one].samples_per_s;
+    r->speedup_naive = naive > 0 ? r->samples_per_s / naive : 0;
+    r->speedup_single = one > 0 ? r->samples_per_s / one : 0;
+    r->gflops = b->flops_per_sample * r->samples_per_s / 1e9;
+    double peak = b->sgemm_per_core * r->cores_used;
+    r->utilization = peak > 0 ? r->gflops / peak : 0;
+  }
+  return GP_OK;
+}
+
+static gp_status write_file(int f, gp_status (*write)(FILE *, const char *, const gp_bench *),
+                            const gp_bench *b) {
+  const char *path = flags[f].s;
+  FILE *fp = fopen(path, "w");
+  if (!fp)
+    return GP_ERR(GP_ERR_IO, "%s %s: cannot write: %s", flags[f].name, path, strerror(errno));
+  gp_status s = write(fp, path, b);
+  if (fclose(fp) != 0 && s == GP_OK)
+    s = GP_ERR(GP_ERR_IO, "%s %s: cannot write: %s", flags[f].name, path, strerror(errno));
+  return s;
+}
+
+static gp_status report(ctx *c) {
+  const gp_bench *b = &c->b;
+  if (flags[F_JSON].given)
+    GP_TRY(gp_bench_write_json(stdout, "stdout", b));
+  else
+    GP_TRY(gp_bench_write_table(stdout, b));
+  if (flags[F_CSV].given) GP_TRY(write_file(F_CSV, gp_bench_write_csv, b));
+  if (flags[F_PLOT].given) GP_TRY(write_file(F_PLOT, gp_bench_write_svg, b));
+  if (!c->quiet) {
+    if (flags[F_CSV].given) fprintf(stderr, "gpipe-bench: wrote %s\n", flags[F_CSV].s);
+    if (flags[F_PLOT].given) fprintf(stderr, "gpipe-bench: wrote %s\n", flags[F_PLOT].s);
+    if (flags[F_TRACE].given) fprintf(stderr, "gpipe-bench: wrote %s\n", flags[F_TRACE].s);
+  }
+  return GP_OK;
+}
+
+int main(int argc, char **argv) {
+  const char *pos[1];
+  int npos;
+  ctx c = {0};
+  gp_status s = gp_args_parse(argc, argv, flags, pos, 1, &npos);
+  if (s == GP_OK && flags[F_HELP].given) {
+    gp_args_usage("gpipe-bench", "MODEL.yaml [flags]", flags);
+    gp_args_free(flags);
+    return 0;
+  }
+  if (s == GP_OK && flags[F_VERSION].given) {
+    printf("gpipe-bench %s\n", GP_VERSION);
+    gp_args_free(flags);
+    return 0;
+  }
+  if (s == GP_OK && npos != 1)
+    s = GP_ERR(GP_ERR_USAGE,
+               "expected one model file (usage: gpipe-bench MODEL.yaml [flags]; --help)");
+  c.quiet = flags[F_QUIET].given;
+  c.tty = isatty(2);
+  if (s == GP_OK) s = setup(&c, pos[0]);
+  if (s == GP_OK) s = sweep_all(&c);
+  if (s == GP_OK) s = report(&c);
+  gp_loader_free(c.data);
+  gp_model_free(c.m);
+  free(c.x);
+  free(c.y);
+  free(c.b.runs);
+  gp_args_free(flags);
+  if (s != GP_OK) {
+    fprintf(stderr, "gpipe-bench: %s\n", gp_error_message());
+    return gp_status_exit_code(s);
+  }
+  return 0;
+}

@@ -1,0 +1,66 @@
+/* gpipe-bench's results, shared by the sweep (cli/bench.c) and its writers (cli/bench_out.c):
+ * the aligned table, CSV, JSON and the SVG speed-up plot. */
+#ifndef GP_CLI_BENCH_H
+#define GP_CLI_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/spec/spec.h"
+#include "core/status.h"
+
+/* One configuration of the sweep and what was measured for it (the best repetition's). */
+typedef struct gp_bench_run {
+  int k, m;
+  gp_schedule_kind schedule;
+  gp_remat remat;
+  int baseline;   /* added only as a reference for the speed-ups, not asked for */
+  int naive, one; /* indices of its references: (K, 1, gpipe, never) and (1, 1, gpipe, never) */
+  char balance[128];
+  char devices[GP_MAX_DEVICES][16];
+  int cores_used; /* min(C, K * max(1, C / K)) */
+  double samples_per_s;
+  double speedup_naive, speedup_single;
+  double bubble_measured, bubble_theory;
+  double bubble_stage[GP_MAX_DEVICES];
+  double busy_ms[GP_MAX_DEVICES]; /* compute (forward + backward) per step */
+  size_t peak_bytes[GP_MAX_DEVICES];
+  int64_t sent_bytes[GP_MAX_DEVICES]; /* per step */
+  double gflops, utilization;
+} gp_bench_run;
+
+typedef struct gp_bench {
+  /* machine */
+  char cpu_model[128];
+  int cores;   /* cores this process may run on */
+  int threads; /* C: cores given to the stages */
+  double sgemm_per_core;
+  /* model and settings */
+  const char *model_file;
+  const char *model;
+  int units;
+  int64_t params;
+  double flops_per_sample; /* forward + backward, analytic */
+  int64_t batch;
+  int steps, warmup, reps;
+  const char *data; /* "synthetic" or "real" */
+  /* runs, in the order they ran */
+  int n_runs;
+  gp_bench_run *runs;
+  /* configurations left out because M > batch, as text for the notes */
+  int n_skipped;
+  char skipped[64][64];
+} gp_bench;
+
+const char *gp_bench_schedule_name(gp_schedule_kind s);
+const char *gp_bench_remat_name(gp_remat r);
+
+/* Each returns GP_ERR_IO naming path when the stream fails. */
+gp_status gp_bench_write_table(FILE *f, const gp_bench *b);
+gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b);
+gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b);
+/* x = K, y = speed-up over one stage, one polyline per M with the ideal K*M/(M+K-1) dashed. */
+gp_status gp_bench_write_svg(FILE *f, const char *path, const gp_bench *b);
+
+#endif

@@ -1,0 +1,420 @@
+/* gpipe-bench's writers: the aligned table on stdout, one CSV row per run, JSON, and the
+ * speed-up plot as a self-contained SVG (no scripts, no external fonts or styles). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/bench.h"
+
+static gp_status stream_status(FILE *f, const char *path) {
+  if (fflush(f) != 0 || ferror(f)) return GP_ERR(GP_ERR_IO, "%s: writing failed", path);
+  return GP_OK;
+}
+
+/* "a/b/c" (table) or "a;b;c" (CSV) of one per-stage value. */
+static void join_ms(char *buf, size_t n, const double *v, int k, char sep, const char *fmt) {
+  size_t at = 0;
+  buf[0] = 0;
+  for (int s = 0; s < k && at < n; s++) {
+    if (s) buf[at++] = sep;
+    at += (size_t)snprintf(buf + at, n - at, fmt, v[s]);
+  }
+}
+
+static void join_mib(char *buf, size_t n, const size_t *v, int k, char sep) {
+  double d[GP_MAX_DEVICES];
+  for (int s = 0; s < k; s++)
+    d[s] = (double)v[s] / 1048576.0;
+  join_ms(buf, n, d, k, sep, "%.2f");
+}
+
+static double finite_or_0(double x) {
+  return isfinite(x) ? x : 0;
+}
+
+/* ---- table --------------------------------------------------------------------------------- */
+
+enum { NCOL = 15, CELL = 512 };
+
+static const char *const col_head[NCOL] = {"K",
+                                           "M",
+                                           "schedule",
+                                           "remat",
+                                           "balance",
+                                           "samples/s",
+                                           "vs naive",
+                                           "vs single",
+                                           "bubble",
+                                           "theory",
+                                           "GFLOP/s",
+                                           "util",
+                                           "busy ms per stage",
+                                           "peak MiB per stage",
+                                           ""};
+static const int col_left[NCOL] = {0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
+
+gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
+  int rows = b->n_runs + 1;
+  char(*cell)[NCOL][CELL] = calloc((size_t)rows, sizeof *cell);
+  if (!cell) return GP_ERR(GP_ERR_NOMEM, "out of memory for the table");
+  for (int c = 0; c < NCOL; c++)
+    snprintf(cell[0][c], CELL, "%s", col_head[c]);
+  for (int i = 0; i < b->n_runs; i++) {
+    const gp_bench_run *r = &b->runs[i];
+    char(*row)[CELL] = cell[i + 1];
+    snprintf(row[0], CELL, "%d", r->k);
+    snprintf(row[1], CELL, "%d", r->m);
+    snprintf(row[2], CELL, "%s", gp_bench_schedule_name(r->schedule));
+    snprintf(row[3], CELL, "%s", gp_bench_remat_name(r->remat));
+    snprintf(row[4], CELL, "%s", r->balance);
+    snprintf(row[5], CELL, "%.1f", r->samples_per_s);
+    snprintf(row[6], CELL, "%.2fx", r->speedup_naive);
+    snprintf(row[7], CELL, "%.2fx", r->speedup_single);
+    snprintf(row[8], CELL, "%.3f", r->bubble_measured);
+    snprintf(row[9], CELL, "%.3f", r->bubble_theory);
+    snprintf(row[10], CELL, "%.2f", r->gflops);
+    snprintf(row[11], CELL, "%.1f%%", 100.0 * r->utilization);
+    join_ms(row[12], CELL, r->busy_ms, r->k, '/', "%.2f");
+    join_mib(row[13], CELL, r->peak_bytes, r->k, '/');
+    snprintf(row[14], CELL, "%s", r->baseline ? "baseline" : "");
+  }
+  int w[NCOL] = {0};
+  for (int i = 0; i < rows; i++)
+    for (int c = 0; c < NCOL; c++) {
+      int len = (int)strlen(cell[i][c]);
+      if (len > w[c]) w[c] = len;
+    }
+  fprintf(f,
+          "machine: %s, %d cores (%d for the stages), sgemm %.1f GFLOP/s per core | model %s: "
+          "%d units, %.3fM parameters, %.3f MFLOP per sample | batch %" PRId64
+          ", %d timed steps (median) after %d warm-up, best of %d, %s data\n",
+          b->cpu_model, b->cores, b->threads, b->sgemm_per_core, b->model, b->units,
+          (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch, b->steps, b->warmup,
+          b->reps, b->data);
+  for (int i = 0; i < rows; i++) {
+    char line[NCOL * (CELL + 2)];
+    size_t at = 0;
+    for (int c = 0; c < NCOL; c++) {
+      if (w[c] == 0) continue;
+      at += (size_t)snprintf(line + at, sizeof line - at, c ? "  %*s" : "%*s",
+                             col_left[c] ? -w[c] : w[c], cell[i][c]);
+    }
+    while (at > 0 && line[at - 1] == ' ')
+      line[--at] = 0;
+    fprintf(f, "%s\n", line);
+  }
+  free(cell);
+  for (int i = 0; i < b->n_skipped; i++)
+    fprintf(f, "skipped: %s\n", b->skipped[i]);
+  int any_base = 0;
+  for (int i = 0; i < b->n_runs; i++)
+    any_base |= b->runs[i].baseline;
+  if (any_base)
+    fprintf(f, "baseline: run only as the reference of the speed-ups (K, M=1, gpipe, never; and "
+               "K=1)\n");
+  return stream_status(f, "stdout");
+}
+
+/* ---- CSV ----------------------------------------------------------------------------------- */
+
+gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
+  fprintf(f, "model,batch_size,stages,micro_batches,schedule,checkpoint,baseline,balance,"
+             "cores_used,samples_per_s,speedup_vs_naive,speedup_vs_single,bubble_measured,"
+             "bubble_theory,gflops,utilization,busy_ms,peak_bytes\n");
+  for (int i = 0; i < b->n_runs; i++) {
+    const gp_bench_run *r = &b->runs[i];
+    char bal[128], busy[1024], peak[1536];
+    snprintf(bal, sizeof bal, "%s", r->balance);
+    for (char *p = bal; *p; p++)
+      if (*p == ',') *p = ';';
+    join_ms(busy, sizeof busy, r->busy_ms, r->k, ';', "%.4f");
+    size_t at = 0;
+    peak[0] = 0;
+    for (int s = 0; s < r->k && at < sizeof peak; s++)
+      at += (size_t)snprintf(peak + at, sizeof peak - at, s ? ";%zu" : "%zu", r->peak_bytes[s]);
+    fprintf(f, "%s,%" PRId64 ",%d,%d,%s,%s,%d,%s,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%s\n",
+            b->model, b->batch, r->k, r->m, gp_bench_schedule_name(r->schedule),
+            gp_bench_remat_name(r->remat), r->baseline, bal, r->cores_used, r->samples_per_s,
+            r->speedup_naive, r->speedup_single, r->bubble_measured, r->bubble_theory, r->gflops,
+            r->utilization, busy, peak);
+  }
+  return stream_status(f, path);
+}
+
+/* ---- JSON ---------------------------------------------------------------------------------- */
+
+/* JSON has no NaN or infinity; every number goes through here. */
+static void jnum(FILE *f, double x) {
+  fprintf(f, "%.6g", finite_or_0(x));
+}
+
+static void jstr(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
+  fprintf(f, "{\"machine\": {\"cpu_model\": ");
+  jstr(f, b->cpu_model);
+  fprintf(f, ", \"cores\": %d, \"threads\": %d, \"sgemm_gflops_per_core\": ", b->cores, b->threads);
+  jnum(f, b->sgemm_per_core);
+  fprintf(f, "},\n \"model\": ");
+  jstr(f, b->model);
+  fprintf(f, ", \"model_file\": ");
+  jstr(f, b->model_file);
+  fprintf(f, ", \"units\": %d, \"params\": %" PRId64 ", \"flops_per_sample\": ", b->units,
+          b->params);
+  jnum(f, b->flops_per_sample);
+  fprintf(f,
+          ",\n \"batch_size\": %" PRId64 ", \"steps\": %d, \"warmup\": %d, \"reps\": %d, "
+          "\"data\": ",
+          b->batch, b->steps, b->warmup, b->reps);
+  jstr(f, b->data);
+  fprintf(f, ",\n \"skipped\": [");
+  for (int i = 0; i < b->n_skipped; i++) {
+    fprintf(f, i ? ", " : "");
+    jstr(f, b->skipped[i]);
+  }
+  fprintf(f, "],\n \"runs\": [");
+  for (int i = 0; i < b->n_runs; i++) {
+    const gp_bench_run *r = &b->runs[i];
+    fprintf(f,
+            "%s\n  {\"stages\": %d, \"micro_batches\": %d, \"schedule\": \"%s\", "
+            "\"checkpoint\": \"%s\", \"batch_size\": %" PRId64 ", \"baseline\": %s, ",
+            i ? "," : "", r->k, r->m, gp_bench_schedule_name(r->schedule),
+            gp_bench_remat_name(r->remat), b->batch, r->baseline ? "true" : "false");
+    fprintf(f, "\"balance\": ");
+    jstr(f, r->balance);
+    fprintf(f, ", \"devices\": [");
+    for (int s = 0; s < r->k; s++) {
+      fprintf(f, s ? ", " : "");
+      jstr(f, r->devices[s]);
+    }
+    fprintf(f, "], \"cores_used\": %d,\n   \"samples_per_s\": ", r->cores_used);
+    jnum(f, r->samples_per_s);
+    static const char *const keys[] = {"speedup_vs_naive", "speedup_vs_single",
+                                       "bubble_measured",  "bubble_theory",
+                                       "gflops",           "utilization"};
+    const double vals[] = {r->speedup_naive, r->speedup_single, r->bubble_measured,
+                           r->bubble_theory, r->gflops,         r->utilization};
+    for (int j = 0; j < 6; j++) {
+      fprintf(f, ", \"%s\": ", keys[j]);
+      jnum(f, vals[j]);
+    }
+    fprintf(f, ",\n   \"peak_bytes\": [");
+    for (int s = 0; s < r->k; s++)
+      fprintf(f, s ? ", %zu" : "%zu", r->peak_bytes[s]);
+    fprintf(f, "], \"busy_ms\": [");
+    for (int s = 0; s < r->k; s++) {
+      fprintf(f, s ? ", " : "");
+      jnum(f, r->busy_ms[s]);
+    }
+    fprintf(f, "], \"bubble_per_stage\": [");
+    for (int s = 0; s < r->k; s++) {
+      fprintf(f, s ? ", " : "");
+      jnum(f, r->bubble_stage[s]);
+    }
+    fprintf(f, "], \"sent_bytes_per_step\": [");
+    for (int s = 0; s < r->k; s++)
+      fprintf(f, s ? ", %" PRId64 : "%" PRId64, r->sent_bytes[s]);
+    fprintf(f, "]}");
+  }
+  fprintf(f, "\n ]}\n");
+  return stream_status(f, path);
+}
+
+/* ---- SVG ----------------------------------------------------------------------------------- */
+
+static void xml_text(FILE *f, const char *s) {
+  for (; *s; s++) {
+    if (*s == '&')
+      fputs("&amp;", f);
+    else if (*s == '<')
+      fputs("&lt;", f);
+    else if (*s == '>')
+      fputs("&gt;", f);
+    else if (*s == '"')
+      fputs("&quot;", f);
+    else if ((unsigned char)*s >= 0x20)
+      fputc(*s, f);
+  }
+}
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* Sorted distinct values of K (which = 0) or M (which = 1) over the runs. */
+static int distinct(const gp_bench *b, int which, int *out) {
+  int n = 0;
+  for (int i = 0; i < b->n_runs; i++) {
+    int v = which ? b->runs[i].m : b->runs[i].k, seen = 0;
+    for (int j = 0; j < n; j++)
+      seen |= out[j] == v;
+    if (!seen && n < 512) out[n++] = v;
+  }
+  qsort(out, (size_t)n, sizeof *out, cmp_int);
+  return n;
+}
+
+/* A tick step of 1, 2 or 5 times a power of ten giving at most about 8 ticks. */
+static double tick_step(double range) {
+  double raw = range / 8, p = pow(10, floor(log10(raw))), steps[] = {1, 2, 5, 10};
+  for (int i = 0; i < 4; i++)
+    if (steps[i] * p >= raw) return steps[i] * p;
+  return 10 * p;
+}
+
+static double ideal(int k, int m) {
+  return (double)k * m / (double)(m + k - 1);
+}
+
+enum { SVG_W = 720, SVG_H = 480, PL = 72, PR = 168, PT = 64, PB = 64 };
+
+gp_status gp_bench_write_svg(FILE *f, const char *path, const gp_bench *b) {
+  static const char *const colour[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                       "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+  int ks[512], ms[512];
+  int nk = distinct(b, 0, ks), nm = distinct(b, 1, ms);
+  /* best[i][j]: the fastest run at (ks[i], ms[j]) as speed-up over one stage, -1 if none */
+  double *best = malloc(sizeof(double) * (size_t)(nk * nm));
+  if (!best) return GP_ERR(GP_ERR_NOMEM, "out of memory for the plot");
+  int several = 0;
+  double ymax = 1;
+  for (int i = 0; i < nk; i++)
+    for (int j = 0; j < nm; j++) {
+      double *v = &best[i * nm + j];
+      int count = 0;
+      *v = -1;
+      for (int r = 0; r < b->n_runs; r++)
+        if (b->runs[r].k == ks[i] && b->runs[r].m == ms[j]) {
+          count++;
+          if (b->runs[r].speedup_single > *v) *v = finite_or_0(b->runs[r].speedup_single);
+        }
+      several |= count > 1;
+      if (*v > ymax) ymax = *v;
+      if (ideal(ks[i], ms[j]) > ymax) ymax = ideal(ks[i], ms[j]);
+    }
+  double ystep = tick_step(ymax * 1.05);
+  double ytop = ceil(ymax * 1.05 / ystep) * ystep;
+  int kmin = ks[0], kmax = ks[nk - 1] > ks[0] ? ks[nk - 1] : ks[0] + 1;
+  double pw = SVG_W - PL - PR, ph = SVG_H - PT - PB;
+#define X(k) (PL + ((double)(k)-kmin) / (double)(kmax - kmin) * pw)
+#define Y(v) (PT + ph - (v) / ytop * ph)
+  fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" height=\"480\" "
+             "viewBox=\"0 0 720 480\" font-family=\"Helvetica, Arial, sans-serif\" "
+             "font-size=\"13\">\n");
+  fprintf(f, "<rect width=\"720\" height=\"480\" fill=\"white\"/>\n");
+  fprintf(f,
+          "<text x=\"%d\" y=\"26\" text-anchor=\"middle\" font-size=\"16\" "
+          "font-weight=\"bold\">Pipeline speed-up: ",
+          PL + (int)pw / 2);
+  xml_text(f, b->model);
+  fprintf(f, ", batch %" PRId64 "</text>\n", b->batch);
+  fprintf(f,
+          "<text x=\"%d\" y=\"46\" text-anchor=\"middle\" font-size=\"12\" fill=\"#555\">"
+          "samples/s \xc3\xb7 samples/s of K=1, M=1, no re-materialization (%d cores, %s data)"
+          "</text>\n",
+          PL + (int)pw / 2, b->threads, b->data);
+  /* grid and y ticks */
+  for (double v = 0; v <= ytop + 1e-9; v += ystep) {
+    double y = Y(v);
+    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>\n", PL, y,
+            PL + pw, y);
+    fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", PL - 8, y + 4, v);
+  }
+  /* x ticks: every integer K when few, else the K of the sweep */
+  for (int k = kmin; k <= kmax; k++) {
+    int listed = 0;
+    for (int i = 0; i < nk; i++)
+      listed |= ks[i] == k;
+    if (!listed && kmax - kmin > 16) continue;
+    double x = X(k);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#f0f0f0\"/>\n", x, PT,
+            x, PT + ph);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n", x,
+            PT + ph, x, PT + ph + 5);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n", x, PT + ph + 20,
+            k);
+  }
+  fprintf(f,
+          "<path d=\"M%d %d V%.1f H%.1f\" fill=\"none\" stroke=\"#333\"/>\n"
+          "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">stages K</text>\n"
+          "<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.1f)\">"
+          "speed-up over one stage</text>\n",
+          PL, PT, PT + ph, PL + pw, PL + pw / 2, SVG_H - 16, PT + ph / 2, PT + ph / 2);
+  /* the ideal K*M/(M+K-1) dashed under the measured lines, then the measured */
+  for (int pass = 0; pass < 2; pass++)
+    for (int j = 0; j < nm; j++) {
+      const char *col = colour[j % 8];
+      if (pass == 0) {
+        fprintf(f,
+                "<polyline class=\"ideal\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
+                "stroke-dasharray=\"6 4\" opacity=\"0.7\" points=\"",
+                col);
+        for (int i = 0; i < nk; i++)
+          fprintf(f, "%s%.1f,%.1f", i ? " " : "", X(ks[i]), Y(ideal(ks[i], ms[j])));
+        fprintf(f, "\"/>\n");
+        continue;
+      }
+      fprintf(f,
+              "<polyline class=\"measured\" data-m=\"%d\" fill=\"none\" stroke=\"%s\" "
+              "stroke-width=\"2.5\" points=\"",
+              ms[j], col);
+      const char *sep = "";
+      for (int i = 0; i < nk; i++)
+        if (best[i * nm + j] >= 0) {
+          fprintf(f, "%s%.1f,%.1f", sep, X(ks[i]), Y(best[i * nm + j]));
+          sep = " ";
+        }
+      fprintf(f, "\"/>\n");
+      for (int i = 0; i < nk; i++)
+        if (best[i * nm + j] >= 0)
+          fprintf(f,
+                  "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\" stroke=\"white\">"
+                  "<title>K=%d M=%d: %.2fx</title></circle>\n",
+                  X(ks[i]), Y(best[i * nm + j]), col, ks[i], ms[j], best[i * nm + j]);
+    }
+  /* legend */
+  double lx = PL + pw + 24, ly = PT + 8;
+  for (int j = 0; j < nm; j++, ly += 22) {
+    const char *col = colour[j % 8];
+    fprintf(f,
+            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+            "stroke-width=\"2.5\"/>\n<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n"
+            "<text x=\"%.1f\" y=\"%.1f\">M = %d</text>\n",
+            lx, ly, lx + 28, ly, col, lx + 14, ly, col, lx + 36, ly + 4, ms[j]);
+  }
+  fprintf(f,
+          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#555\" "
+          "stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>\n"
+          "<text x=\"%.1f\" y=\"%.1f\">ideal</text>\n"
+          "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#555\">K\xc2\xb7M / (M+K\xe2\x88\x92"
+          "1)</text>\n",
+          lx, ly + 6, lx + 28, ly + 6, lx + 36, ly + 10, lx, ly + 28);
+  if (several) /* several schedules or re-materializations per (K, M) */
+    fprintf(f,
+            "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#555\">each point: the "
+            "fastest</text>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"#555\">"
+            "schedule and</text>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" "
+            "fill=\"#555\">re-materialization</text>\n",
+            lx, ly + 56, lx, ly + 70, lx, ly + 84);
+  fprintf(f, "</svg>\n");
+#undef X
+#undef Y
+  free(best);
+  return stream_status(f, path);
+}

@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# gpipe-bench end to end on a small model with tiny sweeps: the table lists every run and its
+# references, --json / --csv / --plot / --trace are well formed and agree with each other and
+# with the theory where the numbers are exact, --partition fixes the split, and bad flags get
+# one line and exit 2 (unwritable files exit 1 and leave nothing behind).
+set -u
+bench=$1; part=$2; srcdir=$3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+passed=0; failed=0
+ok() { passed=$((passed+1)); }
+bad() { echo "FAIL: $*"; failed=$((failed+1)); }
+mlp=$srcdir/models/fashion-mlp.yaml
+fast=(--batch-size 32 --steps 2 --warmup 1)
+
+# ---- the table: the asked runs plus the references (K, 1, gpipe, never) marked baseline,
+# and M=64 > batch skipped with a note; progress lines on a non-terminal stderr, one per run
+if "$bench" "$mlp" --stages 1,2 --micro-batches 2,64 --checkpoint always "${fast[@]}" \
+    >"$tmp/table" 2>"$tmp/err"; then
+  python3 - "$tmp/table" "$tmp/err" <<'PY' && ok || bad "table: $(cat "$tmp/table" "$tmp/err")"
+import re, sys
+text = open(sys.argv[1]).read()
+lines = text.splitlines()
+assert lines[0].startswith("machine:") and "GFLOP/s per core" in lines[0], lines[0]
+for word in ("cores", "fashion-mlp", "batch 32", "2 timed steps", "1 warm-up"):
+    assert word in lines[0], word
+head = re.split(r"\s{2,}", lines[1].strip())
+assert head[:4] == ["K", "M", "schedule", "remat"], head
+for col in ("samples/s", "vs naive", "vs single", "bubble", "theory", "GFLOP/s", "util",
+            "busy ms per stage", "peak MiB per stage"):
+    assert col in head, col
+rows = [re.split(r"\s{2,}", l.strip()) for l in lines[2:] if re.match(r"^\d+\s", l)]
+got = [(int(r[0]), int(r[1]), r[2], r[3], r[-1] == "baseline") for r in rows]
+assert got == [(1, 1, "gpipe", "never", True), (1, 2, "gpipe", "always", False),
+               (2, 1, "gpipe", "never", True), (2, 2, "gpipe", "always", False)], got
+for r in rows:
+    k = int(r[0])
+    busy, peak = r[head.index("busy ms per stage")], r[head.index("peak MiB per stage")]
+    assert len(busy.split("/")) == k and len(peak.split("/")) == k, r
+    assert float(r[head.index("samples/s")]) > 0, r
+assert any(l.startswith("skipped: M=64") for l in lines), text
+err = open(sys.argv[2]).read().splitlines()
+runs = [l for l in err if re.match(r"gpipe-bench: run \d+/4: K=\d M=\d", l)]
+assert len(runs) == 4 and runs[-1].startswith("gpipe-bench: run 4/4"), err
+assert any("skipping M=64" in l for l in err), err
+PY
+else
+  bad "table run exited $?: $(cat "$tmp/err")"
+fi
+
+# ---- one sweep, every output: --json on stdout, --csv, --plot, --trace; --quiet keeps
+# stderr empty
+if "$bench" "$mlp" --stages 1,2,3 --micro-batches 1,4 --schedule gpipe,1f1b --checkpoint never \
+    "${fast[@]}" --json --csv "$tmp/b.csv" --plot "$tmp/b.svg" --trace "$tmp/t.json" --quiet \
+    >"$tmp/j" 2>"$tmp/err"; then
+  [ -s "$tmp/err" ] && bad "--quiet printed: $(cat "$tmp/err")" || ok
+  python3 - "$tmp/j" <<'PY' && ok || bad "--json: $(head -c 800 "$tmp/j")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+mc = d["machine"]
+assert mc["cores"] >= 1 and mc["sgemm_gflops_per_core"] > 0 and mc["cpu_model"], mc
+assert d["model"] == "fashion-mlp" and d["batch_size"] == 32 and d["steps"] == 2
+assert d["warmup"] == 1 and d["flops_per_sample"] > 0
+runs = d["runs"]
+# 3 K x 2 M x 2 schedules; (K, 1, gpipe, never) is asked for, so no extra baselines
+assert len(runs) == 12 and not any(r["baseline"] for r in runs), [r["baseline"] for r in runs]
+keys = ("stages", "micro_batches", "schedule", "checkpoint", "batch_size", "samples_per_s",
+        "speedup_vs_naive", "speedup_vs_single", "bubble_measured", "bubble_theory",
+        "peak_bytes", "busy_ms", "gflops", "utilization")
+ref = {}
+for r in runs:
+    for k in keys:
+        assert k in r, (k, r)
+    if r["micro_batches"] == 1 and r["schedule"] == "gpipe":
+        ref[r["stages"]] = r
+for r in runs:
+    K, M = r["stages"], r["micro_batches"]
+    assert r["batch_size"] == 32 and r["checkpoint"] == "never"
+    assert abs(r["bubble_theory"] - (K - 1) / (M + K - 1)) < 1e-6, r
+    assert 0 <= r["bubble_measured"] < 1, r
+    assert len(r["peak_bytes"]) == K and len(r["busy_ms"]) == K, r
+    assert all(p > 0 for p in r["peak_bytes"]) and all(b > 0 for b in r["busy_ms"]), r
+    assert r["samples_per_s"] > 0 and r["gflops"] > 0 and 0 < r["utilization"] < 1.5, r
+    assert abs(r["gflops"] - d["flops_per_sample"] * r["samples_per_s"] / 1e9) \
+        < 1e-3 * r["gflops"], r
+    naive, one = ref[K]["samples_per_s"], ref[1]["samples_per_s"]
+    assert abs(r["speedup_vs_naive"] - r["samples_per_s"] / naive) < 1e-3 * r["speedup_vs_naive"]
+    assert abs(r["speedup_vs_single"] - r["samples_per_s"] / one) < 1e-3 * r["speedup_vs_single"]
+for K, r in ref.items():
+    assert r["speedup_vs_naive"] == 1, r
+assert ref[1]["speedup_vs_single"] == 1 and ref[1]["bubble_theory"] == 0
+# with no pipelining at K = 1, the stage is busy nearly all the time; at K = 3, M = 1 the two
+# idle stages of every step make the bubble large
+assert ref[1]["bubble_measured"] < 0.5 and ref[3]["bubble_measured"] > 0.3, ref
+PY
+  python3 - "$tmp/b.csv" "$tmp/j" <<'PY' && ok || bad "--csv: $(cat "$tmp/b.csv")"
+import csv, json, sys
+rows = list(csv.reader(open(sys.argv[1])))
+runs = json.load(open(sys.argv[2]))["runs"]
+head = rows[0]
+for k in ("stages", "micro_batches", "schedule", "checkpoint", "samples_per_s",
+          "speedup_vs_naive", "bubble_measured", "bubble_theory", "peak_bytes", "busy_ms"):
+    assert k in head, k
+assert len(rows) == 1 + len(runs), len(rows)
+for row, r in zip(rows[1:], runs):
+    assert len(row) == len(head), row
+    c = dict(zip(head, row))
+    assert int(c["stages"]) == r["stages"] and int(c["micro_batches"]) == r["micro_batches"]
+    assert c["schedule"] == r["schedule"] and c["checkpoint"] == r["checkpoint"]
+    assert [int(p) for p in c["peak_bytes"].split(";")] == r["peak_bytes"], (c, r)
+    assert abs(float(c["bubble_theory"]) - r["bubble_theory"]) < 1e-4
+PY
+  python3 - "$tmp/b.svg" "$tmp/j" <<'PY' && ok || bad "--plot: $(head -c 800 "$tmp/b.svg")"
+import json, sys
+import xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == ns + "svg" and root.get("width") == "720" and root.get("height") == "480"
+assert not list(root.iter(ns + "script"))  # self-contained: no scripts
+runs = json.load(open(sys.argv[2]))["runs"]
+ms = sorted({r["micro_batches"] for r in runs})
+ks = sorted({r["stages"] for r in runs})
+lines = list(root.iter(ns + "polyline"))
+measured = [p for p in lines if p.get("class") == "measured"]
+ideal = [p for p in lines if p.get("class") == "ideal"]
+assert sorted(int(p.get("data-m")) for p in measured) == ms, measured
+assert len(ideal) == len(ms) and all(p.get("stroke-dasharray") for p in ideal), ideal
+assert not any(p.get("stroke-dasharray") for p in measured)
+for p in measured:
+    assert len(p.get("points").split()) == len(ks), p.get("points")
+colours = [p.get("stroke") for p in measured]
+assert len(set(colours)) == len(ms) and sorted(colours) == sorted(p.get("stroke") for p in ideal)
+text = " ".join("".join(t.itertext()) for t in root.iter(ns + "text"))
+for word in ("stages K", "speed-up over one stage", "fashion-mlp", "batch 32", "M = 4", "ideal"):
+    assert word in text, word
+PY
+  python3 - "$tmp/t.json" <<'PY' && ok || bad "--trace: $(head -c 600 "$tmp/t.json")"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+slices = [e for e in ev if e["ph"] == "X"]
+# the last run is K = 3, M = 4, 1f1b: every stage forwards and backwards every micro-batch
+for s in range(3):
+    names = {e["name"] for e in slices if e["tid"] == s}
+    assert {"F0", "F3", "B0", "B3"} <= names, (s, sorted(names))
+assert {e["tid"] for e in slices} == {0, 1, 2}
+PY
+else
+  bad "full sweep exited $?: $(cat "$tmp/err")"
+fi
+
+# ---- --partition: the plan's split for every M swept, its references still run
+"$part" "$mlp" --stages 3 --micro-batches 4 -o "$tmp/plan.yaml" >/dev/null 2>&1 ||
+  bad "gpipe-partition -o failed"
+if "$bench" "$mlp" --partition "$tmp/plan.yaml" --micro-batches 2 "${fast[@]}" --json \
+    --quiet >"$tmp/pj" 2>"$tmp/err"; then
+  python3 - "$tmp/pj" <<'PY' && ok || bad "--partition: $(head -c 800 "$tmp/pj")"
+import json, sys
+runs = json.load(open(sys.argv[1]))["runs"]
+got = [(r["stages"], r["micro_batches"], r["baseline"]) for r in runs]
+assert got == [(1, 1, True), (3, 1, True), (3, 2, False)], got
+assert runs[2]["balance"] == "2,3,2" and runs[2]["checkpoint"] == "except_last", runs[2]
+PY
+else
+  bad "--partition exited $?: $(cat "$tmp/err")"
+fi
+
+# ---- bad input: one line on stderr, nothing on stdout, exit 2 (usage, model) or 1 (files)
+expect() { # code, what, args...
+  local code=$1 what=$2; shift 2
+  "$bench" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -ne "$code" ]; then bad "$what: exit $rc, expected $code: $(cat "$tmp/err")"
+  elif [ "$(wc -l <"$tmp/err")" -ne 1 ] || [ -s "$tmp/out" ]; then
+    bad "$what: expected one line on stderr only: $(cat "$tmp/out" "$tmp/err")"
+  else ok; fi
+}
+expect 2 "not a number in --stages" "$mlp" --stages 1,x
+expect 2 "empty item in --micro-batches" "$mlp" --micro-batches 1,,4
+expect 2 "zero stages" "$mlp" --stages 0
+expect 2 "duplicate K" "$mlp" --stages 2,2
+expect 2 "K > units" "$mlp" --stages 1,8
+expect 2 "unknown schedule" "$mlp" --schedule gpipe,1f1c
+grep -q "did you mean '1f1b'" "$tmp/err" && ok || bad "no did-you-mean: $(cat "$tmp/err")"
+expect 2 "unknown checkpoint" "$mlp" --checkpoint alwys
+grep -q "did you mean 'always'" "$tmp/err" && ok || bad "no did-you-mean: $(cat "$tmp/err")"
+expect 2 "unknown data" "$mlp" --data fake
+expect 2 "unknown flag" "$mlp" --stage 2
+expect 2 "every M above the batch" "$mlp" --micro-batches 64 --batch-size 32
+expect 2 "--partition with --stages" "$mlp" --partition "$tmp/plan.yaml" --stages 2
+expect 2 "no model" --stages 2
+expect 2 "bad model override" "$mlp" --set nope.x=1
+expect 1 "unwritable --csv" "$mlp" "${fast[@]}" --csv "$tmp/no/such/dir.csv"
+expect 1 "--plot is a directory" "$mlp" "${fast[@]}" --plot "$tmp"
+expect 1 "unwritable --trace" "$mlp" "${fast[@]}" --trace /proc/no-such-trace.json
+# a run that fails after the output files were checked leaves none of them behind
+expect 1 "missing data" "$mlp" "${fast[@]}" --data real --set data.path="$tmp/none" \
+  --csv "$tmp/left.csv" --plot "$tmp/left.svg"
+[ -e "$tmp/left.csv" ] || [ -e "$tmp/left.svg" ] && bad "files left behind" || ok
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
