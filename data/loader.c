@@ -1,5 +1,6 @@
-/* Data loaders: MNIST-style IDX data sets held in memory as bytes and converted per batch,
- * and a synthetic source computed per sample from the seed. A train split visits a fresh
+/* Data loaders: MNIST-style IDX and CIFAR data sets held in memory as bytes and converted
+ * per batch (CIFAR train samples pad-cropped and flipped on the way), and a synthetic
+ * source computed per sample from the seed. A train split visits a fresh
  * permutation of the samples each epoch, derived only from (seed, epoch), so a position
  * (epoch, index) is all a checkpoint needs to resume the exact same batches. */
 #include "data/loader.h"
@@ -10,10 +11,13 @@
 #include <unistd.h>
 
 #include "core/rng.h"
+#include "data/augment.h"
+#include "data/cifar.h"
 #include "data/idx.h"
 
 #define MNIST_SIDE 28
 #define MNIST_CLASSES 10
+#define CIFAR_PAD 4
 /* Synthetic samples are generated, never stored; this only bounds one sample's size. */
 #define SYNTH_MAX_NUMEL ((int64_t)1 << 28)
 
@@ -32,6 +36,8 @@ struct gp_loader {
   int64_t epoch, index;
   int64_t *perm; /* train: the permutation of perm_epoch */
   int64_t perm_epoch;
+  int augment; /* pad-crop-flip each train sample (CIFAR) */
+  uint8_t aug[GP_CIFAR_PIXELS];
 };
 
 static const char *dataset_name(gp_dataset d) {
@@ -107,6 +113,23 @@ static void data_file(char *out, size_t n, const char *dir, const char *base) {
   snprintf(out, n, "%s/%s.gz", dir, base);
 }
 
+static gp_status open_cifar(const gp_data_spec *spec, gp_loader *l) {
+  int classes = spec->dataset == GP_DATA_CIFAR10 ? 10 : 100;
+  int64_t limit = l->split == GP_SPLIT_TRAIN ? spec->train_limit : spec->test_limit;
+  if (limit < 0)
+    return GP_ERR(GP_ERR_SPEC, "data %s_limit %lld must be >= 0",
+                  l->split == GP_SPLIT_TRAIN ? "train" : "test", (long long)limit);
+  l->classes = classes;
+  l->channels = 3;
+  l->sample = gp_shape_of(3, (int64_t[]){3, GP_CIFAR_SIDE, GP_CIFAR_SIDE});
+  l->numel = GP_CIFAR_PIXELS;
+  l->plane = GP_CIFAR_SIDE * GP_CIFAR_SIDE;
+  l->augment = spec->augment && l->split == GP_SPLIT_TRAIN;
+  GP_TRY(set_normalization(l, spec));
+  return gp_cifar_read(spec->path, classes, l->split == GP_SPLIT_TRAIN, limit, &l->pixels,
+                       &l->labels, &l->n);
+}
+
 static gp_status open_mnist(const gp_data_spec *spec, gp_loader *l) {
   const char *dir = spec->path[0]                    ? spec->path
                     : spec->dataset == GP_DATA_MNIST ? "/usr/share/datasets/mnist"
@@ -162,9 +185,9 @@ gp_status gp_loader_open(const gp_data_spec *spec, gp_split split, uint64_t seed
   switch (spec->dataset) {
   case GP_DATA_FASHION_MNIST:
   case GP_DATA_MNIST:
-    break;
   case GP_DATA_CIFAR10:
   case GP_DATA_CIFAR100:
+    break;
   case GP_DATA_IMAGENET:
   case GP_DATA_TRANSLATION:
     return GP_ERR(GP_ERR_UNSUPPORTED, "dataset %s is not supported yet",
@@ -176,7 +199,9 @@ gp_status gp_loader_open(const gp_data_spec *spec, gp_split split, uint64_t seed
   }
   gp_loader *l = loader_new(split, seed);
   if (!l) return GP_ERR(GP_ERR_NOMEM, "out of memory opening a data loader");
-  gp_status st = open_mnist(spec, l);
+  gp_status st = spec->dataset == GP_DATA_CIFAR10 || spec->dataset == GP_DATA_CIFAR100
+                     ? open_cifar(spec, l)
+                     : open_mnist(spec, l);
   if (st != GP_OK) {
     gp_loader_free(l);
     return st;
@@ -245,7 +270,7 @@ static gp_status ensure_perm(gp_loader *l) {
   return GP_OK;
 }
 
-static void fill_sample(const gp_loader *l, int64_t s, float *x, int32_t *y) {
+static void fill_sample(gp_loader *l, int64_t s, float *x, int32_t *y) {
   if (!l->pixels) {
     gp_rng r;
     gp_rng_seed(&r, gp_hash_combine(l->synth_key, (uint64_t)s));
@@ -255,6 +280,11 @@ static void fill_sample(const gp_loader *l, int64_t s, float *x, int32_t *y) {
     return;
   }
   const uint8_t *src = l->pixels + s * l->numel;
+  if (l->augment) {
+    gp_crop c = gp_augment_draw(l->seed, l->epoch, s, CIFAR_PAD);
+    gp_augment_crop(src, l->aug, l->channels, GP_CIFAR_SIDE, GP_CIFAR_SIDE, CIFAR_PAD, c);
+    src = l->aug;
+  }
   for (int c = 0; c < l->channels; c++) {
     const float *lut = l->lut[c];
     const uint8_t *p = src + c * l->plane;
