@@ -4,40 +4,17 @@
  * Model FLOPs per sample = sum over layers of forward + backward FLOPs from their cost(),
  * where a layer that reads only model inputs computes no input gradient (half its backward
  * for conv2d/linear), as the trainer does. */
-#include <cblas.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
+#include "cli/machine.h"
 #include "cli/progress.h"
 #include "core/spec/spec.h"
 #include "core/train/trainer.h"
 #include "data/loader.h"
-
-static double sgemm_gflops(int threads) {
-  const int n = 1024, reps = 6;
-  float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
-        *c = malloc(sizeof(float) * n * n);
-  for (int i = 0; i < n * n; i++) {
-    a[i] = (float)(i % 7) * 0.1f;
-    b[i] = (float)(i % 5) * 0.1f;
-    c[i] = 0;
-  }
-  openblas_set_num_threads(threads);
-  double best = 1e30;
-  for (int r = 0; r < reps; r++) {
-    double t0 = gp_now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    double dt = gp_now() - t0;
-    if (r > 0 && dt < best) best = dt;
-  }
-  free(a);
-  free(b);
-  free(c);
-  return 2.0 * n * n * (double)n / best / 1e9;
-}
 
 static double model_flops_per_sample(const gp_model *m) {
   double f = 0;
@@ -86,7 +63,7 @@ int main(int argc, char **argv) {
   if (s == GP_OK) s = gp_plan_make(m, &m->pipeline, &plan);
   if (s == GP_OK) s = gp_trainer_init(&t, m, &plan, &po, 1);
   have_t = s == GP_OK;
-  double gf = sgemm_gflops(threads);
+  double gf = gp_sgemm_gflops(threads);
   float *x = NULL;
   int32_t *y = NULL;
   if (s == GP_OK) {

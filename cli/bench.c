@@ -3,7 +3,6 @@
  * one stage, the measured and theoretical bubble, per-stage compute and peak memory, and the
  * FLOP rate against this machine's sgemm. Exit codes: 0 ok, 2 usage or model file, 1 a
  * failure while running (data, I/O). */
-#include <cblas.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/args.h"
+#include "cli/machine.h"
 #include "cli/bench.h"
 #include "cli/progress.h"
 #include "core/backend.h"
@@ -81,9 +81,6 @@ static gp_flag flags[] = {
 };
 _Static_assert(sizeof flags / sizeof flags[0] == F_COUNT + 1, "flag table");
 
-static const char *const schedule_names[] = {"gpipe", "1f1b", NULL};
-static const char *const remat_names[] = {"always", "except_last", "never", NULL};
-
 #define MAX_LIST 64
 #define MAX_RUNS 512
 
@@ -92,7 +89,7 @@ const char *gp_bench_schedule_name(gp_schedule_kind s) {
 }
 
 const char *gp_bench_remat_name(gp_remat r) {
-  return remat_names[r <= GP_REMAT_NEVER ? r : GP_REMAT_NEVER];
+  return gp_remat_names()[r <= GP_REMAT_NEVER ? r : GP_REMAT_NEVER];
 }
 
 /* What to sweep, after the flags, the plan and the model file's defaults. */
@@ -239,8 +236,9 @@ static gp_status make_sweep(ctx *c) {
   }
   if (flags[F_STAGES].given) GP_TRY(parse_ints(F_STAGES, GP_MAX_DEVICES, w->ks, &w->nk));
   if (flags[F_MICRO].given) GP_TRY(parse_ints(F_MICRO, 4096, w->ms, &w->nm));
-  if (flags[F_SCHEDULE].given) GP_TRY(parse_names(F_SCHEDULE, schedule_names, w->scheds, &w->ns));
-  if (flags[F_REMAT].given) GP_TRY(parse_names(F_REMAT, remat_names, w->remats, &w->nr));
+  if (flags[F_SCHEDULE].given)
+    GP_TRY(parse_names(F_SCHEDULE, gp_schedule_names(), w->scheds, &w->ns));
+  if (flags[F_REMAT].given) GP_TRY(parse_names(F_REMAT, gp_remat_names(), w->remats, &w->nr));
   if (flags[F_DEVICES].given) GP_TRY(parse_devices(w, flags[F_DEVICES].s));
   int kbig = 1;
   for (int i = 0; i < w->nk; i++) {
@@ -443,35 +441,6 @@ static void progress_clear(ctx *c) {
 
 /* ---- setup --------------------------------------------------------------------------------- */
 
-static double sgemm_gflops_one_core(void) {
-  const int n = 1024, reps = 5;
-  float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
-        *c = malloc(sizeof(float) * n * n);
-  if (!a || !b || !c) {
-    free(a);
-    free(b);
-    free(c);
-    return 0;
-  }
-  for (int i = 0; i < n * n; i++) {
-    a[i] = (float)(i % 7) * 0.1f;
-    b[i] = (float)(i % 5) * 0.1f;
-    c[i] = 0;
-  }
-  openblas_set_num_threads(1);
-  double best = 1e30;
-  for (int r = 0; r < reps; r++) { /* the first is a warm-up (page faults, packing buffers) */
-    double t0 = gp_now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    double dt = gp_now() - t0;
-    if (r > 0 && dt < best) best = dt;
-  }
-  free(a);
-  free(b);
-  free(c);
-  return 2.0 * n * n * (double)n / best / 1e9;
-}
-
 static void cpu_model(char *out, size_t n) {
   snprintf(out, n, "unknown");
   FILE *f = fopen("/proc/cpuinfo", "r");
@@ -575,7 +544,7 @@ static gp_status setup(ctx *c, const char *file) {
   GP_TRY(open_data(c));
   cpu_model(b->cpu_model, sizeof b->cpu_model);
   if (!c->quiet && c->tty) fprintf(stderr, "gpipe-bench: measuring sgemm on one core...");
-  b->sgemm_per_core = sgemm_gflops_one_core();
+  b->sgemm_per_core = gp_sgemm_gflops(1);
   if (!c->quiet && c->tty) fprintf(stderr, "\r\033[K");
   return GP_OK;
 }

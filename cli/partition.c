@@ -70,8 +70,6 @@ static gp_flag flags[] = {
 };
 _Static_assert(sizeof flags / sizeof flags[0] == F_COUNT + 1, "flag table");
 
-static const char *const schedule_names[] = {"gpipe", "1f1b", NULL};
-static const char *const remat_names[] = {"always", "except_last", "never", NULL};
 static const char *const by_names[] = {"flops", "params", "time", NULL};
 static const char *const by_titles[] = {"estimated FLOPs", "parameters", "measured time"};
 
@@ -217,10 +215,10 @@ static gp_status make_request(const gp_model *m, request *q) {
   /* uneven splits give the first batch % M micro-batches one more sample: size for those */
   q->micro_batch = (q->batch + q->micro - 1) / q->micro;
   int v = (int)ps->schedule;
-  GP_TRY(choice(F_SCHEDULE, schedule_names, &v));
+  GP_TRY(choice(F_SCHEDULE, gp_schedule_names(), &v));
   q->schedule = (gp_schedule_kind)v;
   v = (int)ps->remat;
-  GP_TRY(choice(F_REMAT, remat_names, &v));
+  GP_TRY(choice(F_REMAT, gp_remat_names(), &v));
   q->remat = (gp_remat)v;
   v = GP_COST_FLOPS;
   GP_TRY(choice(F_BY, by_names, &v));
@@ -320,8 +318,8 @@ static void print_table(const gp_model *m, const request *q, const gp_unit_costs
   printf("model %s: %d units, %.3fM parameters; %d stage%s, %d micro-batch%s of %" PRId64
          " (batch %" PRId64 "); %s schedule, re-materialization %s; balanced by %s\n\n",
          m->name, m->n_units, (double)m->n_params / 1e6, q->stages, q->stages == 1 ? "" : "s",
-         q->micro, q->micro == 1 ? "" : "es", q->micro_batch, q->batch, schedule_names[q->schedule],
-         remat_names[q->remat], by_titles[q->by]);
+         q->micro, q->micro == 1 ? "" : "es", q->micro_batch, q->batch,
+         gp_schedule_names()[q->schedule], gp_remat_names()[q->remat], by_titles[q->by]);
   char names[GP_MAX_DEVICES][160];
   int w = 5;
   for (int s = 0; s < p->stages; s++) {
@@ -346,7 +344,7 @@ static void print_table(const gp_model *m, const request *q, const gp_unit_costs
   }
   printf("\nimbalance   %.3f (slowest stage / mean stage time)\n", p->imbalance);
   printf("bubble      %.1f%% of the stages' time idle (predicted, %s, M = %d)\n", 100 * p->bubble,
-         schedule_names[q->schedule], q->micro);
+         gp_schedule_names()[q->schedule], q->micro);
   printf("speed-up    %.2fx over naive %d-stage model parallelism (M = 1), %.2fx over 1 stage\n",
          p->speedup_naive, q->stages, p->speedup_k1);
   if (q->has_limit) {
@@ -387,8 +385,8 @@ static void print_json(const gp_model *m, const request *q, const gp_unit_costs 
   printf(", \"stages\": %d, \"micro_batches\": %d, \"batch_size\": %" PRId64
          ", \"micro_batch_size\": %" PRId64 ", \"schedule\": \"%s\", \"checkpoint\": \"%s\", "
          "\"cost_basis\": \"%s\", \"params\": %" PRId64 ",\n \"devices\": [",
-         q->stages, q->micro, q->batch, q->micro_batch, schedule_names[q->schedule],
-         remat_names[q->remat], by_names[q->by], m->n_params);
+         q->stages, q->micro, q->batch, q->micro_batch, gp_schedule_names()[q->schedule],
+         gp_remat_names()[q->remat], by_names[q->by], m->n_params);
   for (int s = 0; s < q->stages; s++) {
     printf(s ? ", " : "");
     json_str(q->devices[s]);
@@ -509,7 +507,7 @@ static void print_timeline(const request *q, const gp_sim_events *ev, double mak
   else
     snprintf(col, sizeof col, "%.3g G%s", per / 1e9, unit[q->by]);
   printf("\ntimeline (%s, %d stage%s x %d micro-batch%s; one column = %s%s)\n",
-         schedule_names[q->schedule], q->stages, q->stages == 1 ? "" : "s", q->micro,
+         gp_schedule_names()[q->schedule], q->stages, q->stages == 1 ? "" : "s", q->micro,
          q->micro == 1 ? "" : "es", col,
          q->by == GP_COST_FLOPS    ? " of work"
          : q->by == GP_COST_PARAMS ? " of work (by FLOPs)"

@@ -139,8 +139,7 @@ static gp_status parse_list(const char *flag, const char *text, int max, int *ou
 }
 
 static gp_status apply_pipeline_flags(gp_pipeline_spec *ps) {
-  static const char *const schedules[] = {"gpipe", "1f1b", NULL};
-  static const char *const remats[] = {"always", "except_last", "never", NULL};
+  const char *const *schedules = gp_schedule_names(), *const *remats = gp_remat_names();
   if (flags[F_STAGES].given) {
     if (flags[F_STAGES].i > GP_MAX_DEVICES)
       return GP_ERR(GP_ERR_USAGE, "--stages: at most %d", GP_MAX_DEVICES);
@@ -325,8 +324,6 @@ static gp_status train(run *r) {
                    m->n_units, m->n_nodes, (double)m->n_params / 1e6, m->n_params);
   char bal[256];
   gp_plan_balance_str(&plan, bal, sizeof bal);
-  static const char *const sched_names[] = {"gpipe", "1f1b"};
-  static const char *const remat_names[] = {"always", "except_last", "never"};
   gp_progress_note(
       &pg,
       "training %" PRId64 " steps of batch %" PRId64 " (%" PRId64 " per epoch), %d CPU thread%s%s",
@@ -335,8 +332,8 @@ static gp_status train(run *r) {
     gp_progress_note(&pg,
                      "pipeline: %d stages (units %s), %d micro-batches, %s schedule, "
                      "re-materialization %s",
-                     plan.stages, bal, plan.micro, sched_names[plan.schedule],
-                     remat_names[plan.remat]);
+                     plan.stages, bal, plan.micro, gp_schedule_names()[plan.schedule],
+                     gp_remat_names()[plan.remat]);
   if (r->t.step > total)
     return GP_ERR(GP_ERR_USAGE, "the checkpoint is at step %" PRId64 ", past --steps %" PRId64,
                   r->t.step, total);

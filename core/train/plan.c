@@ -97,3 +97,15 @@ void gp_plan_balance_str(const gp_plan *p, char *buf, size_t n) {
     k +=
         (size_t)snprintf(buf + k, n - k, s ? ",%d" : "%d", p->st[s].end_unit - p->st[s].first_unit);
 }
+
+const char *const *gp_schedule_names(void) {
+  static const char *const names[] = {"gpipe", "1f1b", NULL};
+  _Static_assert(GP_SCHED_1F1B == 1, "schedule names");
+  return names;
+}
+
+const char *const *gp_remat_names(void) {
+  static const char *const names[] = {"always", "except_last", "never", NULL};
+  _Static_assert(GP_REMAT_NEVER == 2, "re-materialization names");
+  return names;
+}

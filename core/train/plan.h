@@ -24,6 +24,9 @@ typedef struct gp_plan {
 gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out);
 /* Training FLOPs per sample of unit u (forward + backward, from the layers' cost()). */
 double gp_unit_flops(const gp_model *m, int u);
+/* NULL-terminated names as files and flags spell them, indexed by the enums. */
+const char *const *gp_schedule_names(void); /* "gpipe", "1f1b" */
+const char *const *gp_remat_names(void);    /* "always", "except_last", "never" */
 /* "3,5,4": units per stage. */
 void gp_plan_balance_str(const gp_plan *p, char *buf, size_t n);
 

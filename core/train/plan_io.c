@@ -1,6 +1,7 @@
 /* Plan files: written atomically as a small YAML mapping, read back with libyaml's document
  * API and checked against the model, every complaint located as path:line:col. */
 #include "core/train/plan_io.h"
+#include "core/train/plan.h"
 
 #include "core/strbuf.h"
 
@@ -20,9 +21,6 @@
  * under 100 bytes, so anything larger is not a plan. */
 #define GP_PLAN_MAX_BYTES ((size_t)16 << 20)
 #define GP_PLAN_MAX_MICRO 4096
-
-static const char *const schedule_names[] = {"gpipe", "1f1b", NULL};
-static const char *const remat_names[] = {"always", "except_last", "never", NULL};
 
 /* ---- writing --------------------------------------------------------------------------- */
 
@@ -62,7 +60,8 @@ static void format_plan(gp_strbuf *b, const gp_model *m, const gp_plan *p) {
   gp_strbuf_printf(b, "model: ");
   sb_name(b, m->name);
   gp_strbuf_printf(b, "\nstages: %d\nmicro_batches: %d\nschedule: %s\ncheckpoint: %s\ndevices: [",
-                   p->stages, p->micro, schedule_names[p->schedule], remat_names[p->remat]);
+                   p->stages, p->micro, gp_schedule_names()[p->schedule],
+                   gp_remat_names()[p->remat]);
   for (int s = 0; s < p->stages; s++) {
     gp_strbuf_printf(b, s ? ", " : "");
     sb_name(b, p->st[s].device);
@@ -268,11 +267,12 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
   if (val[K_MICRO])
     GP_TRY(get_int(r, val[K_MICRO], "micro_batches", 1, GP_PLAN_MAX_MICRO, &out->micro));
   int choice = (int)ps->schedule;
-  if (val[K_SCHEDULE]) GP_TRY(get_choice(r, val[K_SCHEDULE], "schedule", schedule_names, &choice));
+  if (val[K_SCHEDULE])
+    GP_TRY(get_choice(r, val[K_SCHEDULE], "schedule", gp_schedule_names(), &choice));
   out->schedule = (gp_schedule_kind)choice;
   choice = (int)ps->remat;
   if (val[K_CHECKPOINT])
-    GP_TRY(get_choice(r, val[K_CHECKPOINT], "checkpoint", remat_names, &choice));
+    GP_TRY(get_choice(r, val[K_CHECKPOINT], "checkpoint", gp_remat_names(), &choice));
   out->remat = (gp_remat)choice;
 
   yaml_node_t *items[GP_MAX_DEVICES];

@@ -1,0 +1,36 @@
+/* The machine's sgemm rate, measured in the run that reports against it. */
+#include "cli/machine.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "cli/progress.h"
+
+double gp_sgemm_gflops(int threads) {
+  const int n = 1024, reps = 5;
+  float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
+        *c = malloc(sizeof(float) * n * n);
+  if (!a || !b || !c) {
+    free(a);
+    free(b);
+    free(c);
+    return 0;
+  }
+  for (int i = 0; i < n * n; i++) {
+    a[i] = (float)(i % 7) * 0.1f;
+    b[i] = (float)(i % 5) * 0.1f;
+    c[i] = 0;
+  }
+  openblas_set_num_threads(threads);
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) { /* the first is a warm-up (page faults, packing buffers) */
+    double t0 = gp_now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    double dt = gp_now() - t0;
+    if (r > 0 && dt < best) best = dt;
+  }
+  free(a);
+  free(b);
+  free(c);
+  return 2.0 * n * n * (double)n / best / 1e9;
+}

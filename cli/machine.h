@@ -1,0 +1,9 @@
+/* What a benchmark reports about the machine: the sgemm rate it is compared with. */
+#ifndef GP_CLI_MACHINE_H
+#define GP_CLI_MACHINE_H
+
+/* Best-of-several cblas_sgemm 1024^3 GFLOP/s with `threads` OpenBLAS threads (the first run is a
+ * warm-up); 0 if the buffers cannot be had. Leaves OpenBLAS at `threads` threads. */
+double gp_sgemm_gflops(int threads);
+
+#endif
