@@ -25,24 +25,6 @@ static void flatten_cost(const gp_layer *l, gp_cost *c) {
   c->out_bytes = gp_layers_numel(&l->out_shape) * 4;
 }
 
-static gp_status flatten_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
-                                 void **saved) {
-  (void)l;
-  (void)saved;
-  return gp_layers_copy(e->be, &in[0], out);
-}
-
-static gp_status flatten_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
-                                  const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
-                                  void *saved) {
-  (void)l;
-  (void)in;
-  (void)out;
-  (void)saved;
-  if (!din[0].data) return GP_OK;
-  return gp_layers_copy(e->be, dout, &din[0]);
-}
-
 const gp_layer_type gp_layer_flatten = {
     .name = "flatten",
     .min_inputs = 1,
@@ -51,6 +33,6 @@ const gp_layer_type gp_layer_flatten = {
     .configure = flatten_configure,
     .shape = flatten_shape,
     .cost = flatten_cost,
-    .forward = flatten_forward,
-    .backward = flatten_backward,
+    .forward = gp_layers_copy_forward,
+    .backward = gp_layers_copy_backward,
 };

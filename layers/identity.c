@@ -21,24 +21,6 @@ static void identity_cost(const gp_layer *l, gp_cost *c) {
   c->out_bytes = gp_layers_numel(&l->out_shape) * (int64_t)gp_dtype_size(l->out_dtype);
 }
 
-static gp_status identity_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
-                                  void **saved) {
-  (void)l;
-  (void)saved;
-  return gp_layers_copy(e->be, &in[0], out);
-}
-
-static gp_status identity_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
-                                   const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
-                                   void *saved) {
-  (void)l;
-  (void)in;
-  (void)out;
-  (void)saved;
-  if (!din[0].data) return GP_OK;
-  return gp_layers_copy(e->be, dout, &din[0]);
-}
-
 const gp_layer_type gp_layer_identity = {
     .name = "identity",
     .min_inputs = 1,
@@ -47,6 +29,6 @@ const gp_layer_type gp_layer_identity = {
     .configure = identity_configure,
     .shape = identity_shape,
     .cost = identity_cost,
-    .forward = identity_forward,
-    .backward = identity_backward,
+    .forward = gp_layers_copy_forward,
+    .backward = gp_layers_copy_backward,
 };
