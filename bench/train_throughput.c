@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
     const gp_model_input *xi = &m->inputs[m->label_input == 0 ? 1 : 0];
     const gp_layer *o = &m->nodes[m->output_node].layer;
     s = gp_loader_open_synthetic(&xi->shape, o->out_shape.d[o->out_shape.ndim - 1], b * 4,
-                                 GP_SPLIT_TRAIN, 1, &l);
+                                 GP_SPLIT_TRAIN, 1, NULL, &l);
   }
   gp_plan plan;
   gp_pipeline_opts po = {.cores = threads};

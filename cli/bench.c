@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/args.h"
+#include "cli/bench_data.h"
 #include "cli/machine.h"
 #include "cli/bench.h"
 #include "cli/progress.h"
@@ -41,6 +42,8 @@ enum {
   F_PLOT,
   F_TRACE,
   F_SET,
+  F_DATA_ONLY,
+  F_WORKERS,
   F_QUIET,
   F_HELP,
   F_VERSION,
@@ -74,6 +77,10 @@ static gp_flag flags[] = {
     [F_TRACE] = {"--trace", GP_FLAG_STR, "FILE.json", "Chrome trace of the last run", 0},
     [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE",
                "override a scalar of the model file (repeatable)", 0},
+    [F_DATA_ONLY] = {"--data-only", GP_FLAG_BOOL, NULL,
+                     "time the data loader alone (the model's training split)", 0},
+    [F_WORKERS] = {"--workers", GP_FLAG_STR, "N,N,...",
+                   "--data-only: decode thread counts (default: the data section's)", 0},
     [F_QUIET] = {"--quiet", GP_FLAG_BOOL, NULL, "no progress or notes on stderr", 0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
@@ -113,16 +120,16 @@ typedef struct ctx {
 
 /* ---- flags --------------------------------------------------------------------------------- */
 
-static gp_status parse_ints(int f, int max_value, int *out, int *n) {
+static gp_status parse_ints(int f, int min_value, int max_value, int *out, int *n) {
   const char *text = flags[f].s, *p = text;
   *n = 0;
   for (;;) {
     char *end;
     errno = 0;
     long v = strtol(p, &end, 10);
-    if (end == p || errno || v < 1 || (*end && *end != ','))
-      return GP_ERR(GP_ERR_USAGE, "%s: expected positive integers separated by commas, got '%s'",
-                    flags[f].name, text);
+    if (end == p || errno || v < min_value || (*end && *end != ','))
+      return GP_ERR(GP_ERR_USAGE, "%s: expected integers >= %d separated by commas, got '%s'",
+                    flags[f].name, min_value, text);
     if (v > max_value)
       return GP_ERR(GP_ERR_USAGE, "%s: %ld is too large (at most %d)", flags[f].name, v, max_value);
     for (int i = 0; i < *n; i++)
@@ -234,8 +241,8 @@ static gp_status make_sweep(ctx *c) {
       memcpy(w->devices[s], plan.st[s].device, sizeof w->devices[s]);
     }
   }
-  if (flags[F_STAGES].given) GP_TRY(parse_ints(F_STAGES, GP_MAX_DEVICES, w->ks, &w->nk));
-  if (flags[F_MICRO].given) GP_TRY(parse_ints(F_MICRO, 4096, w->ms, &w->nm));
+  if (flags[F_STAGES].given) GP_TRY(parse_ints(F_STAGES, 1, GP_MAX_DEVICES, w->ks, &w->nk));
+  if (flags[F_MICRO].given) GP_TRY(parse_ints(F_MICRO, 1, 4096, w->ms, &w->nm));
   if (flags[F_SCHEDULE].given)
     GP_TRY(parse_names(F_SCHEDULE, gp_schedule_names(), w->scheds, &w->ns));
   if (flags[F_REMAT].given) GP_TRY(parse_names(F_REMAT, gp_remat_names(), w->remats, &w->nr));
@@ -441,28 +448,6 @@ static void progress_clear(ctx *c) {
 
 /* ---- setup --------------------------------------------------------------------------------- */
 
-static void cpu_model(char *out, size_t n) {
-  snprintf(out, n, "unknown");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
-  char line[512];
-  while (fgets(line, sizeof line, f)) {
-    char *colon = strchr(line, ':');
-    if (strncmp(line, "model name", 10) != 0 || !colon) continue;
-    char *v = colon + 1;
-    while (*v == ' ' || *v == '\t')
-      v++;
-    v[strcspn(v, "\n")] = 0;
-    for (char *p = v; *p; p++) /* the name lands in JSON, CSV and SVG: keep it plain */
-      if (*p == '"' || *p == '\\' || *p == '<' || *p == '>' || *p == '&' || *p == ',' ||
-          (unsigned char)*p < 0x20)
-        *p = ' ';
-    snprintf(out, n, "%s", v);
-    break;
-  }
-  fclose(f);
-}
-
 static gp_status open_data(ctx *c) {
   gp_model *m = c->m;
   const gp_model_input *xi = NULL;
@@ -473,12 +458,12 @@ static gp_status open_data(ctx *c) {
   int64_t classes = o->out_shape.ndim ? o->out_shape.d[o->out_shape.ndim - 1] : 1;
   int64_t b = c->b.batch;
   if (strcmp(c->b.data, "synthetic") == 0) {
-    GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 4, GP_SPLIT_TRAIN, m->train.seed,
+    GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 4, GP_SPLIT_TRAIN, m->train.seed, NULL,
                                     &c->data));
   } else {
     if (m->data.dataset == GP_DATA_NONE || m->data.dataset == GP_DATA_SYNTHETIC)
       return GP_ERR(GP_ERR_USAGE, "--data real: %s has no data section naming a dataset", m->file);
-    GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, &c->data));
+    GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, NULL, &c->data));
     gp_shape ds = gp_loader_sample_shape(c->data);
     char a[96], d[96];
     if (!gp_shape_equal(&ds, &xi->shape))
@@ -542,7 +527,7 @@ static gp_status setup(ctx *c, const char *file) {
     b->flops_per_sample += uc.fwd_flops[u] + uc.bwd_flops[u];
   gp_unit_costs_free(&uc);
   GP_TRY(open_data(c));
-  cpu_model(b->cpu_model, sizeof b->cpu_model);
+  gp_cpu_model(b->cpu_model, sizeof b->cpu_model);
   if (!c->quiet && c->tty) fprintf(stderr, "gpipe-bench: measuring sgemm on one core...");
   b->sgemm_per_core = gp_sgemm_gflops(1);
   if (!c->quiet && c->tty) fprintf(stderr, "\r\033[K");
@@ -611,6 +596,17 @@ static gp_status report(ctx *c) {
   return GP_OK;
 }
 
+static gp_status data_only(ctx *c, const char *file) {
+  GP_TRY(load_model(file, &c->m));
+  int64_t batch = flags[F_BATCH].given ? flags[F_BATCH].i : c->m->train.batch_size;
+  int steps = flags[F_STEPS].given ? (int)flags[F_STEPS].i : 20;
+  int warmup = flags[F_WARMUP].given ? (int)flags[F_WARMUP].i : 2;
+  int workers[MAX_LIST], n = 1;
+  workers[0] = c->m->data.workers;
+  if (flags[F_WORKERS].given) GP_TRY(parse_ints(F_WORKERS, 0, 256, workers, &n));
+  return gp_bench_data_only(c->m, batch, workers, n, steps, warmup, flags[F_JSON].given, c->quiet);
+}
+
 int main(int argc, char **argv) {
   const char *pos[1];
   int npos;
@@ -631,9 +627,13 @@ int main(int argc, char **argv) {
                "expected one model file (usage: gpipe-bench MODEL.yaml [flags]; --help)");
   c.quiet = flags[F_QUIET].given;
   c.tty = isatty(2);
-  if (s == GP_OK) s = setup(&c, pos[0]);
-  if (s == GP_OK) s = sweep_all(&c);
-  if (s == GP_OK) s = report(&c);
+  if (s == GP_OK && flags[F_DATA_ONLY].given) {
+    s = data_only(&c, pos[0]);
+  } else {
+    if (s == GP_OK) s = setup(&c, pos[0]);
+    if (s == GP_OK) s = sweep_all(&c);
+    if (s == GP_OK) s = report(&c);
+  }
   gp_loader_free(c.data);
   gp_model_free(c.m);
   free(c.x);

@@ -2,7 +2,9 @@
 #include "cli/machine.h"
 
 #include <cblas.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/progress.h"
 
@@ -33,4 +35,26 @@ double gp_sgemm_gflops(int threads) {
   free(b);
   free(c);
   return 2.0 * n * n * (double)n / best / 1e9;
+}
+
+void gp_cpu_model(char *out, size_t n) {
+  snprintf(out, n, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    char *colon = strchr(line, ':');
+    if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+    char *v = colon + 1;
+    while (*v == ' ' || *v == '\t')
+      v++;
+    v[strcspn(v, "\n")] = 0;
+    for (char *p = v; *p; p++) /* the name lands in JSON, CSV and SVG: keep it plain */
+      if (*p == '"' || *p == '\\' || *p == '<' || *p == '>' || *p == '&' || *p == ',' ||
+          (unsigned char)*p < 0x20)
+        *p = ' ';
+    snprintf(out, n, "%s", v);
+    break;
+  }
+  fclose(f);
 }

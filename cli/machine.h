@@ -2,8 +2,14 @@
 #ifndef GP_CLI_MACHINE_H
 #define GP_CLI_MACHINE_H
 
+#include <stddef.h>
+
 /* Best-of-several cblas_sgemm 1024^3 GFLOP/s with `threads` OpenBLAS threads (the first run is a
  * warm-up); 0 if the buffers cannot be had. Leaves OpenBLAS at `threads` threads. */
 double gp_sgemm_gflops(int threads);
+
+/* The CPU's model name from /proc/cpuinfo ("unknown" without one), with characters that
+ * would need quoting in CSV, JSON or SVG replaced by spaces. */
+void gp_cpu_model(char *out, size_t n);
 
 #endif

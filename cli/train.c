@@ -248,14 +248,16 @@ static gp_status open_data(run *r) {
   uint64_t seed = m->train.seed;
   if (flags[F_DATA].given || m->data.dataset == GP_DATA_SYNTHETIC) {
     if (!xi) return GP_ERR(GP_ERR_SPEC, "%s: the model has no input to feed", m->file);
-    GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 16, GP_SPLIT_TRAIN, seed, &r->train));
-    return gp_loader_open_synthetic(&xi->shape, classes, b * 2, GP_SPLIT_TEST, seed, &r->test);
+    GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 16, GP_SPLIT_TRAIN, seed, NULL,
+                                    &r->train));
+    return gp_loader_open_synthetic(&xi->shape, classes, b * 2, GP_SPLIT_TEST, seed, NULL,
+                                    &r->test);
   }
   if (m->data.dataset == GP_DATA_NONE)
     return GP_ERR(GP_ERR_SPEC, "%s: the model file has no data section (or use --data synthetic)",
                   m->file);
-  GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, seed, &r->train));
-  GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TEST, seed, &r->test));
+  GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, seed, NULL, &r->train));
+  GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TEST, seed, NULL, &r->test));
   gp_shape ds = gp_loader_sample_shape(r->train);
   char a[96], c[96];
   if (!xi || !gp_shape_equal(&ds, &xi->shape))
@@ -265,7 +267,7 @@ static gp_status open_data(run *r) {
   if (gp_loader_classes(r->train) != classes)
     return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " classes, the data has %" PRId64,
                   m->file, classes, gp_loader_classes(r->train));
-  if (gp_loader_samples(r->train) < b)
+  if (gp_loader_samples(r->train) >= 0 && gp_loader_samples(r->train) < b)
     return GP_ERR(GP_ERR_DATA,
                   "the training set has %" PRId64 " samples, fewer than one batch of %" PRId64,
                   gp_loader_samples(r->train), b);
@@ -289,11 +291,33 @@ static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, gp_metrics *ev
   return GP_OK;
 }
 
+/* Where the data time went: the trainer's wait for batches, and skipped bad samples. */
+static void report_data(run *r, double wall) {
+  gp_loader_stats st;
+  gp_loader_stats_get(r->train, &st);
+  printf("data: %d decode thread%s, waited %.2f s for %" PRId64 " batches (%.1f%% of %.1f s)\n",
+         st.workers, st.workers == 1 ? "" : "s", st.wait_s, st.batches,
+         wall > 0 ? 100.0 * st.wait_s / wall : 0.0, wall);
+  if (st.skipped > 0)
+    fprintf(stderr, "gpipe-train: warning: skipped %" PRId64 " bad training sample%s (first: %s)\n",
+            st.skipped, st.skipped == 1 ? "" : "s", st.first_skip);
+  gp_loader_stats_get(r->test, &st);
+  if (st.skipped > 0)
+    fprintf(stderr, "gpipe-train: warning: skipped %" PRId64 " bad test sample%s (first: %s)\n",
+            st.skipped, st.skipped == 1 ? "" : "s", st.first_skip);
+}
+
 static gp_status train(run *r) {
   gp_model *m = r->m;
   const gp_train_spec *ts = &m->train;
   int64_t b = ts->batch_size;
-  int64_t per_epoch = gp_loader_samples(r->train) / b;
+  int64_t n_train = gp_loader_samples(r->train); /* < 0: a stream of unknown size */
+  int64_t per_epoch = n_train < 0 ? -1 : n_train / b;
+  if (per_epoch < 0 && ts->steps <= 0)
+    return GP_ERR(GP_ERR_SPEC,
+                  "%s: the training shards are streamed and their size is unknown: set "
+                  "train.steps, or data.train_samples to count in epochs",
+                  m->file);
   int64_t total = ts->steps > 0 ? ts->steps : ts->epochs * per_epoch;
   int threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : gp_cpu_cores();
   gp_plan plan;
@@ -385,6 +409,7 @@ static gp_status train(run *r) {
     gp_progress_note(&pg, "saved weights to %s", flags[F_SAVE].s);
   }
   gp_progress_done(&pg);
+  report_data(r, gp_now() - pg.t0);
   printf("final: step %" PRId64 "  test loss %.4f  test accuracy %.4f  (%.1f s)\n", r->t.step,
          ev.loss, ev.accuracy, gp_now() - pg.t0);
   return GP_OK;

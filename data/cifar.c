@@ -18,7 +18,8 @@ typedef struct layout {
   int classes;
   const char *archive; /* "cifar-10-binary.tar.gz" */
   const char *folder;  /* the folder in it */
-  int label_bytes;     /* 1 or 2; the label used is the last one */
+  int label_bytes;     /* 1 or 2 (CIFAR-100: coarse, fine) */
+  int label_at;        /* which of them is the sample's label */
   int n_files;
   const char *files[MAX_FILES];
 } layout;
@@ -75,7 +76,7 @@ static gp_status decode(const layout *lay, read_fn rd, void *src, const char *wh
       if (!p || !l) return GP_ERR(GP_ERR_NOMEM, "%s: out of memory", what);
     }
     memcpy(out->pixels + out->n * GP_CIFAR_PIXELS, buf + lay->label_bytes, GP_CIFAR_PIXELS);
-    out->labels[out->n] = buf[lay->label_bytes - 1];
+    out->labels[out->n] = buf[lay->label_at];
     out->n++;
   }
 }
@@ -146,22 +147,27 @@ static int locate(const layout *lay, const char *path, const char *first, char *
   return is_file(p) ? 2 : 0;
 }
 
-gp_status gp_cifar_read(const char *path, int classes, int train, int64_t limit, uint8_t **pixels,
-                        uint8_t **labels, int64_t *n) {
+gp_status gp_cifar_read(const char *path, int classes, int coarse, int train, int64_t limit,
+                        uint8_t **pixels, uint8_t **labels, int64_t *n) {
   static const layout c10 = {10,
                              "cifar-10-binary.tar.gz",
                              "cifar-10-batches-bin",
                              1,
+                             0,
                              5,
                              {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
                               "data_batch_4.bin", "data_batch_5.bin"}};
-  static const layout c100 = {100,          "cifar-100-binary.tar.gz", "cifar-100-binary", 2, 1,
+  static const layout c100 = {100,          "cifar-100-binary.tar.gz", "cifar-100-binary", 2, 1, 1,
                               {"train.bin"}};
   *pixels = *labels = NULL;
   *n = 0;
   if (classes != 10 && classes != 100)
     return GP_ERR(GP_ERR_USAGE, "CIFAR has 10 or 100 classes, not %d", classes);
-  const layout *lay = classes == 10 ? &c10 : &c100;
+  if (coarse && classes != 100)
+    return GP_ERR(GP_ERR_SPEC, "data.coarse_labels: only CIFAR-100 has coarse labels");
+  layout chosen = classes == 10 ? c10 : c100;
+  if (coarse) chosen.label_at = 0;
+  const layout *lay = &chosen;
   const char *test_file[1] = {classes == 10 ? "test_batch.bin" : "test.bin"};
   const char **want = train ? (const char **)lay->files : test_file;
   int n_want = train ? lay->n_files : 1;

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential pkg-config meson ninja-build libyaml-dev zlib1g-dev libopenblas-dev
+          libjpeg62-turbo-dev
           dataset-fashion-mnist python3)
 missing=()
 for p in "${packages[@]}"; do

@@ -110,6 +110,15 @@ static gp_status fraction(gp_cfg *cfg, const char *key, double v) {
   return GP_OK;
 }
 
+/* A string setting copied into a fixed buffer (the cfg owns the parsed text). */
+static gp_status str_key(gp_cfg *cfg, const char *key, char *out, size_t n) {
+  const char *v = "";
+  GP_TRY(gp_cfg_str(cfg, key, "", &v));
+  if (strlen(v) >= n) return gp_cfg_error(cfg, key, "%s: longer than %zu characters", key, n - 1);
+  snprintf(out, n, "%s", v);
+  return GP_OK;
+}
+
 static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *d) {
   static const char *const datasets[] = {"none",        "fashion-mnist", "mnist",
                                          "cifar10",     "cifar100",      "imagenet",
@@ -117,6 +126,10 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *
   static const char *const nested[] = {"normalize", NULL};
   const gp_ynode *sec, *norm = NULL;
   GP_TRY(section(c, root, "data", "data", &sec));
+  d->workers = -1;
+  d->shuffle_buffer = 2048;
+  d->image_size = 224;
+  d->resize = 256;
   if (!sec) return GP_OK;
   gp_cfg *cfg;
   GP_TRY(gp_sp_cfg_of(c, sec, nested, &cfg));
@@ -129,6 +142,28 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *
   if (s == GP_OK) s = gp_cfg_bool(cfg, "augment", 0, &d->augment);
   if (s == GP_OK) s = gp_cfg_int(cfg, "train_limit", 0, 0, INT64_MAX, &d->train_limit);
   if (s == GP_OK) s = gp_cfg_int(cfg, "test_limit", 0, 0, INT64_MAX, &d->test_limit);
+  int64_t v = 0;
+  if (s == GP_OK) s = gp_cfg_bool(cfg, "coarse_labels", 0, &d->coarse_labels);
+  if (s == GP_OK && d->coarse_labels && ds != GP_DATA_CIFAR100)
+    s = gp_cfg_error(cfg, "coarse_labels", "coarse_labels: only cifar100 has coarse labels");
+  if (s == GP_OK) s = gp_cfg_int(cfg, "workers", -1, 0, 256, &v);
+  d->workers = (int)v;
+  if (s == GP_OK) s = gp_cfg_int(cfg, "prefetch", 0, 1, 1024, &v);
+  d->prefetch = (int)v;
+  if (s == GP_OK) s = gp_cfg_int(cfg, "shuffle_buffer", 2048, 1, 1 << 24, &d->shuffle_buffer);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "max_skips", 0, 0, INT64_MAX, &d->max_skips);
+  if (s == GP_OK) s = str_key(cfg, "train_shards", d->train_shards, sizeof d->train_shards);
+  if (s == GP_OK) s = str_key(cfg, "test_shards", d->test_shards, sizeof d->test_shards);
+  if (s == GP_OK) s = str_key(cfg, "classes", d->classes_file, sizeof d->classes_file);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "num_classes", 0, 1, INT32_MAX, &d->num_classes);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "train_samples", 0, 0, INT64_MAX, &d->train_samples);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "image_size", 224, 8, 4096, &v);
+  d->image_size = (int)v;
+  if (s == GP_OK) s = gp_cfg_int(cfg, "resize", 256, 8, 8192, &v);
+  d->resize = (int)v;
+  if (s == GP_OK && d->resize < d->image_size)
+    s = gp_cfg_error(cfg, "resize", "resize: %d is smaller than image_size %d", d->resize,
+                     d->image_size);
   if (s == GP_OK) {
     gp_cfg_has(cfg, "normalize");
     s = gp_cfg_check_unknown(cfg, "data", NULL);

@@ -51,6 +51,18 @@ typedef struct gp_data_spec {
   int augment;           /* dataset-standard train augmentation */
   int64_t train_limit;   /* 0 = all samples; else the first N (quick runs) */
   int64_t test_limit;
+  int coarse_labels; /* CIFAR-100: the 20 superclasses instead of the 100 classes */
+  /* Loading (data/loader.h): decode threads (-1 = automatic, 0 = on the caller's thread),
+   * batches prepared ahead, a shuffle buffer for streamed shards (records), bad samples
+   * tolerated (0 = the first one is an error). */
+  int workers, prefetch;
+  int64_t shuffle_buffer, max_skips;
+  /* ImageNet: shard lists (brace patterns, lists, @file, a directory) relative to path,
+   * classes.txt, the number of classes, samples per epoch of a streamed train split (0 =
+   * unknown), and the eval geometry: resize shorter side then centre crop image_size. */
+  char train_shards[512], test_shards[512], classes_file[512];
+  int64_t num_classes, train_samples;
+  int image_size, resize;
 } gp_data_spec;
 
 typedef enum gp_optim_kind { GP_OPT_SGD, GP_OPT_ADAMW, GP_OPT_RMSPROP } gp_optim_kind;

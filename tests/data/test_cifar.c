@@ -258,7 +258,7 @@ static void test_archive_errors(const uint8_t *tar, size_t n) {
   c[0] = 'X'; /* the directory member, member 0 at offset 0 */
   write_file(p, c, n);
   gp_data_spec s = spec10(dir);
-  expect_err(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, &l), "bad tar header checksum",
+  expect_err(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l), "bad tar header checksum",
              "member 0 at offset 0", "bad checksum");
   /* The intact archive as a plain .tar reads the same as the .tar.gz. */
   snprintf(dir, sizeof dir, "%s/plain", root);
@@ -266,7 +266,7 @@ static void test_archive_errors(const uint8_t *tar, size_t n) {
   snprintf(p, sizeof p, "%s/cifar-10-binary.tar", dir);
   write_file(p, tar, n);
   s = spec10(dir);
-  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l) == GP_OK, "open plain tar");
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l) == GP_OK, "open plain tar");
   if (l) CHECK(check_split(l, 100, N_PER, 10), "plain tar test samples");
   gp_loader_free(l);
   l = NULL;
@@ -276,7 +276,7 @@ static void test_archive_errors(const uint8_t *tar, size_t n) {
   snprintf(p, sizeof p, "%s/cifar-10-binary.tar", dir);
   write_file(p, tar, n - 1024 - 3000);
   s = spec10(dir);
-  expect_err(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l), "test_batch.bin", "truncated",
+  expect_err(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l), "test_batch.bin", "truncated",
              "truncated member");
   CHECK(strstr(gp_error_message(), "cifar-10-binary.tar"), "names the archive");
   /* Truncated gzip: the tail of the compressed file cut off. */
@@ -288,10 +288,10 @@ static void test_archive_errors(const uint8_t *tar, size_t n) {
   stat(p, &sb);
   CHECK(truncate(p, sb.st_size - 12) == 0, "truncate");
   s = spec10(dir);
-  expect_err(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l), "cifar-10-binary.tar.gz", NULL,
+  expect_err(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l), "cifar-10-binary.tar.gz", NULL,
              "gzip trailer cut off");
   CHECK(truncate(p, sb.st_size / 2) == 0, "truncate");
-  expect_err(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l), "cifar-10-binary.tar.gz", NULL,
+  expect_err(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l), "cifar-10-binary.tar.gz", NULL,
              "gzip cut in half");
   free(c);
 }
@@ -314,11 +314,11 @@ static void test_bin_dir(void) {
   gp_data_spec s = spec10(dir);
   s.train_limit = 10;
   gp_loader *l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 3, &l) == GP_OK, "open bin dir");
+  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 3, NULL, &l) == GP_OK, "open bin dir");
   CHECK(l && gp_loader_samples(l) == 10, "train_limit 10");
   gp_loader_free(l);
   l = NULL;
-  expect_err(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l), "test_batch.bin", "not a multiple",
+  expect_err(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l), "test_batch.bin", "not a multiple",
              "record size");
   /* A label out of range in record 2 of batch 3. */
   d.n = 0;
@@ -327,7 +327,7 @@ static void test_bin_dir(void) {
   snprintf(p, sizeof p, "%s/data_batch_3.bin", dir);
   write_file(p, d.p, d.n);
   s.train_limit = 0;
-  expect_err(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, &l), "data_batch_3.bin", "record 2",
+  expect_err(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l), "data_batch_3.bin", "record 2",
              "label out of range");
   CHECK(strstr(gp_error_message(), "label 10"), "label value in message");
   /* CIFAR-100: coarse and fine labels, the fine one used; in the archive's folder. */
@@ -350,7 +350,7 @@ static void test_bin_dir(void) {
   }
   s = spec10(dir);
   s.dataset = GP_DATA_CIFAR100;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l) == GP_OK, "open cifar100");
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l) == GP_OK, "open cifar100");
   if (l) {
     CHECK(gp_loader_classes(l) == 100, "100 classes");
     CHECK(check_split(l, 90, 9, 100), "cifar100 test samples");
@@ -358,10 +358,10 @@ static void test_bin_dir(void) {
   }
   /* Nothing there, and no path. */
   s = spec10(root);
-  expect_err(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, &l), "data.path", "cifar-10-binary.tar.gz",
+  expect_err(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l), "data.path", "cifar-10-binary.tar.gz",
              "nothing found");
   s.path[0] = 0;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, &l) == GP_ERR_SPEC &&
+  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l) == GP_ERR_SPEC &&
             strstr(gp_error_message(), "data.path"),
         "empty path");
   free(d.p);
@@ -370,7 +370,7 @@ static void test_bin_dir(void) {
 static void test_loader_tgz(const char *dir) {
   gp_data_spec s = spec10(dir);
   gp_loader *l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l) == GP_OK, "open test split");
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l) == GP_OK, "open test split");
   if (l) {
     gp_shape sh = gp_loader_sample_shape(l);
     CHECK(sh.ndim == 3 && sh.d[0] == 3 && sh.d[1] == 32 && sh.d[2] == 32, "shape");
@@ -382,11 +382,11 @@ static void test_loader_tgz(const char *dir) {
    * checking the set of sample ids seen in one shuffled epoch. */
   s.test_limit = 3;
   l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l) == GP_OK && gp_loader_samples(l) == 3,
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l) == GP_OK && gp_loader_samples(l) == 3,
         "test_limit");
   gp_loader_free(l);
   l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 5, &l) == GP_OK, "open train split");
+  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 5, NULL, &l) == GP_OK, "open train split");
   if (!l) return;
   CHECK(gp_loader_samples(l) == 5 * N_PER, "train count");
   int64_t n = 5 * N_PER;
@@ -455,8 +455,8 @@ static void test_augment(const char *dir) {
     s.std[c] = 0.25f;
   }
   gp_loader *a = NULL, *b = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 4, &a) == GP_OK, "open a");
-  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 4, &b) == GP_OK, "open b");
+  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 4, NULL, &a) == GP_OK, "open a");
+  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 4, NULL, &b) == GP_OK, "open b");
   if (!a || !b) return;
   size_t sz = GP_CIFAR_PIXELS * 8;
   float *xa = malloc(sizeof(float) * sz), *xb = malloc(sizeof(float) * sz);
@@ -502,11 +502,11 @@ static int python_interop(const char *python) {
   }
   gp_data_spec s = spec10(dir);
   gp_loader *l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l) == GP_OK, "open python archive");
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l) == GP_OK, "open python archive");
   if (l) CHECK(check_split(l, 100, N_PER, 10), "python archive test samples");
   gp_loader_free(l);
   l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, &l) == GP_OK && gp_loader_samples(l) == 5 * N_PER,
+  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l) == GP_OK && gp_loader_samples(l) == 5 * N_PER,
         "python archive train split");
   gp_loader_free(l);
   printf("%d passed, %d failed\n", passes, failures);

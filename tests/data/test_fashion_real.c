@@ -22,8 +22,8 @@ int main(int argc, char **argv) {
   s.dataset = GP_DATA_FASHION_MNIST;
   snprintf(s.path, sizeof s.path, "%s", dir);
   gp_loader *train = NULL, *test = NULL;
-  if (gp_loader_open(&s, GP_SPLIT_TRAIN, 1, &train) != GP_OK ||
-      gp_loader_open(&s, GP_SPLIT_TEST, 1, &test) != GP_OK) {
+  if (gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &train) != GP_OK ||
+      gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &test) != GP_OK) {
     fprintf(stderr, "FAIL: %s\n", gp_error_message());
     gp_loader_free(train);
     return 1;

@@ -57,7 +57,7 @@ static int sample_id(const float *x) {
 static void test_decode(const char *dir) {
   gp_data_spec s = spec_for(dir, 1);
   gp_loader *l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l) == GP_OK, "open test split");
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l) == GP_OK, "open test split");
   if (!l) return;
   gp_shape sh = gp_loader_sample_shape(l);
   CHECK(sh.ndim == 3 && sh.d[0] == 1 && sh.d[1] == 28 && sh.d[2] == 28, "sample shape");
@@ -91,7 +91,7 @@ static void test_decode(const char *dir) {
 
   /* Without normalization: pixel / 255. */
   s = spec_for(dir, 0);
-  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l) == GP_OK, "open unnormalized");
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l) == GP_OK, "open unnormalized");
   if (l) {
     CHECK(gp_loader_next(l, 3, x, y, &got) == GP_OK && got == 3, "next");
     bad = 0;
@@ -132,7 +132,7 @@ static int is_perm(const int *ids, int n) {
 static gp_loader *open_train(const char *dir, uint64_t seed) {
   gp_data_spec s = spec_for(dir, 0);
   gp_loader *l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, seed, &l) == GP_OK, "open train");
+  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, seed, NULL, &l) == GP_OK, "open train");
   return l;
 }
 
@@ -225,7 +225,7 @@ static void test_limits(const char *dir) {
   s.train_limit = 20;
   s.test_limit = 5;
   gp_loader *l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, &l) == GP_OK && gp_loader_samples(l) == 20,
+  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l) == GP_OK && gp_loader_samples(l) == 20,
         "train limit");
   if (l) {
     int ids[40];
@@ -237,12 +237,12 @@ static void test_limits(const char *dir) {
   }
   gp_loader_free(l);
   l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l) == GP_OK && gp_loader_samples(l) == 5,
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l) == GP_OK && gp_loader_samples(l) == 5,
         "test limit");
   gp_loader_free(l);
   s.test_limit = 1000; /* more than there are: all */
   l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &l) == GP_OK && gp_loader_samples(l) == NTEST,
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l) == GP_OK && gp_loader_samples(l) == NTEST,
         "limit above the count");
   gp_loader_free(l);
 }
@@ -252,7 +252,7 @@ static void expect_open_error(const gp_data_spec *s, gp_split split, gp_status c
                               const char *file, const char *want) {
   gp_loader *l = (gp_loader *)1;
   gp_error_clear();
-  gp_status st = gp_loader_open(s, split, 1, &l);
+  gp_status st = gp_loader_open(s, split, 1, NULL, &l);
   CHECK(st == code, "%s: status %s, want %s", file, gp_status_name(st), gp_status_name(code));
   CHECK(l == NULL, "%s: loader set on error", file);
   if (file) CHECK(strstr(gp_error_message(), file) != NULL, "message does not name %s", file);
@@ -337,17 +337,17 @@ static void test_bad_files(void) {
   s = spec_for(d, 1);
   s.dataset = GP_DATA_MNIST; /* same file names, another default place */
   gp_loader *l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, &l) == GP_OK, "mnist with a path");
+  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l) == GP_OK, "mnist with a path");
   gp_loader_free(l);
 }
 
 static void test_synthetic(void) {
   gp_shape sh = gp_shape_of(3, (int64_t[]){3, 4, 5});
   gp_loader *a = NULL, *b = NULL, *c = NULL, *t = NULL;
-  CHECK(gp_loader_open_synthetic(&sh, 7, 40, GP_SPLIT_TRAIN, 5, &a) == GP_OK, "synthetic");
-  CHECK(gp_loader_open_synthetic(&sh, 7, 40, GP_SPLIT_TRAIN, 5, &b) == GP_OK, "synthetic");
-  CHECK(gp_loader_open_synthetic(&sh, 7, 40, GP_SPLIT_TRAIN, 6, &c) == GP_OK, "synthetic");
-  CHECK(gp_loader_open_synthetic(&sh, 7, 33, GP_SPLIT_TEST, 5, &t) == GP_OK, "synthetic");
+  CHECK(gp_loader_open_synthetic(&sh, 7, 40, GP_SPLIT_TRAIN, 5, NULL, &a) == GP_OK, "synthetic");
+  CHECK(gp_loader_open_synthetic(&sh, 7, 40, GP_SPLIT_TRAIN, 5, NULL, &b) == GP_OK, "synthetic");
+  CHECK(gp_loader_open_synthetic(&sh, 7, 40, GP_SPLIT_TRAIN, 6, NULL, &c) == GP_OK, "synthetic");
+  CHECK(gp_loader_open_synthetic(&sh, 7, 33, GP_SPLIT_TEST, 5, NULL, &t) == GP_OK, "synthetic");
   if (!a || !b || !c || !t) return;
   CHECK(gp_loader_samples(a) == 40 && gp_loader_classes(a) == 7, "synthetic counts");
   gp_shape got_sh = gp_loader_sample_shape(a);
@@ -397,10 +397,101 @@ static void test_synthetic(void) {
 
   gp_loader *l = NULL;
   gp_shape bad = gp_shape_of(2, (int64_t[]){0, 4});
-  CHECK(gp_loader_open_synthetic(&bad, 7, 10, GP_SPLIT_TRAIN, 1, &l) != GP_OK, "bad shape");
-  CHECK(gp_loader_open_synthetic(&sh, 0, 10, GP_SPLIT_TRAIN, 1, &l) != GP_OK, "0 classes");
-  CHECK(gp_loader_open_synthetic(&sh, 7, -1, GP_SPLIT_TRAIN, 1, &l) != GP_OK, "-1 samples");
+  CHECK(gp_loader_open_synthetic(&bad, 7, 10, GP_SPLIT_TRAIN, 1, NULL, &l) != GP_OK, "bad shape");
+  CHECK(gp_loader_open_synthetic(&sh, 0, 10, GP_SPLIT_TRAIN, 1, NULL, &l) != GP_OK, "0 classes");
+  CHECK(gp_loader_open_synthetic(&sh, 7, -1, GP_SPLIT_TRAIN, 1, NULL, &l) != GP_OK, "-1 samples");
   CHECK(l == NULL, "no loader on error");
+}
+
+/* Reads `steps` batches of b (train) or a whole pass and a bit (test) into one buffer. */
+static void read_run(gp_loader *l, int64_t b, int steps, float *x, int32_t *y, int64_t *gots) {
+  memset(x, 0, (size_t)steps * b * PIX * sizeof *x);
+  memset(y, 0, (size_t)steps * b * sizeof *y);
+  for (int k = 0; k < steps; k++)
+    gp_loader_next(l, b, x + (size_t)k * b * PIX, y + (size_t)k * b, &gots[k]);
+}
+
+/* Decode threads and the prefetch depth never change the batches, in either split, across
+ * epoch boundaries, passes and seeks; replicas split every epoch into disjoint parts. */
+static void test_threads(const char *dir) {
+  enum { B = 7, STEPS = 20 };
+  static float xr[STEPS * B * PIX], xt[STEPS * B * PIX];
+  int32_t yr[STEPS * B], yt[STEPS * B];
+  int64_t gr[STEPS], gt[STEPS];
+  const int workers[] = {1, 2, 3, 4}, prefetch[] = {1, 2, 5, 3};
+  for (int split = 0; split < 2; split++) {
+    gp_data_spec s = spec_for(dir, 1);
+    gp_loader_opts o0 = {.workers = 0, .replicas = 1};
+    gp_loader *ref = NULL;
+    CHECK(gp_loader_open(&s, split ? GP_SPLIT_TEST : GP_SPLIT_TRAIN, 9, &o0, &ref) == GP_OK,
+          "open inline");
+    if (!ref) return;
+    read_run(ref, B, STEPS, xr, yr, gr);
+    for (int w = 0; w < 4; w++) {
+      gp_loader_opts o = {.workers = workers[w], .prefetch = prefetch[w], .replicas = 1};
+      gp_loader *l = NULL;
+      CHECK(gp_loader_open(&s, split ? GP_SPLIT_TEST : GP_SPLIT_TRAIN, 9, &o, &l) == GP_OK,
+            "open threaded");
+      if (!l) continue;
+      read_run(l, B, STEPS, xt, yt, gt);
+      CHECK(memcmp(gr, gt, sizeof gr) == 0 && memcmp(xr, xt, sizeof xr) == 0 &&
+                memcmp(yr, yt, sizeof yr) == 0,
+            "%s split, %d workers, prefetch %d: the same batches as inline",
+            split ? "test" : "train", workers[w], prefetch[w]);
+      gp_loader_stats st;
+      gp_loader_stats_get(l, &st);
+      CHECK(st.workers == workers[w] && st.batches == STEPS && st.wait_s >= 0, "stats");
+      /* resume mid-epoch on a threaded loader: the rest is the same */
+      CHECK(gp_loader_seek(l, 1, 2 * B) == GP_OK, "seek");
+      CHECK(gp_loader_seek(ref, 1, 2 * B) == GP_OK, "seek");
+      read_run(ref, B, 5, xr, yr, gr);
+      read_run(l, B, 5, xt, yt, gt);
+      CHECK(memcmp(xr, xt, 5 * B * PIX * sizeof(float)) == 0 && memcmp(gr, gt, 5 * sizeof *gr) == 0,
+            "seek with %d workers", workers[w]);
+      gp_loader_free(l);
+      gp_loader_free(ref);
+      ref = NULL;
+      CHECK(gp_loader_open(&s, split ? GP_SPLIT_TEST : GP_SPLIT_TRAIN, 9, &o0, &ref) == GP_OK,
+            "reopen inline");
+      if (!ref) return;
+      read_run(ref, B, STEPS, xr, yr, gr);
+    }
+    gp_loader_free(ref);
+  }
+  /* Replicas: in every epoch, the R replicas see disjoint samples covering R * (n / R). */
+  enum { R = 3 };
+  gp_data_spec s = spec_for(dir, 0);
+  int seen[NTRAIN];
+  for (int epoch = 0; epoch < 2; epoch++) {
+    memset(seen, 0, sizeof seen);
+    int per = 0;
+    for (int r = 0; r < R; r++) {
+      gp_loader_opts o = {.workers = r % 2 ? 2 : 0, .replicas = R, .replica = r};
+      gp_loader *l = NULL;
+      CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 4, &o, &l) == GP_OK, "open replica");
+      if (!l) return;
+      per = (int)gp_loader_samples(l);
+      int64_t got;
+      float x[NTRAIN / R * PIX];
+      int32_t y[NTRAIN / R];
+      gp_loader_seek(l, epoch, 0);
+      gp_loader_next(l, per, x, y, &got);
+      for (int k = 0; k < got; k++)
+        seen[sample_id(x + k * PIX)]++;
+      gp_loader_free(l);
+    }
+    int once = 0, twice = 0;
+    for (int k = 0; k < NTRAIN; k++) {
+      once += seen[k] == 1;
+      twice += seen[k] > 1;
+    }
+    CHECK(per == NTRAIN / R && once == R * per && twice == 0,
+          "epoch %d: %d replicas x %d samples, disjoint (%d seen once, %d more often)", epoch, R,
+          per, once, twice);
+  }
+  gp_loader_opts bad = {.workers = 0, .replicas = 2, .replica = 2};
+  gp_loader *l = NULL;
+  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 4, &bad, &l) == GP_ERR_USAGE && !l, "replica 2 of 2");
 }
 
 int main(void) {
@@ -415,6 +506,7 @@ int main(void) {
   test_decode(dir);
   test_shuffle(dir);
   test_resume(dir);
+  test_threads(dir);
   test_limits(dir);
   test_bad_files();
   test_synthetic();

@@ -1,0 +1,98 @@
+/* gpipe-bench --data-only: the loader alone, as the trainer drives it. For each count of
+ * decode threads: W untimed batches, then S timed batches of the model's training split
+ * (its augmentation included); samples/s and samples/s per decode thread. */
+#include "cli/bench_data.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "cli/machine.h"
+#include "cli/progress.h"
+#include "core/backend.h"
+#include "data/loader.h"
+
+typedef struct data_run {
+  int workers;
+  double samples_per_s, per_thread, ms_per_batch;
+} data_run;
+
+static gp_status one_run(const gp_model *m, int64_t batch, int workers, int steps, int warmup,
+                         float *x, int32_t *y, data_run *out) {
+  gp_loader_opts o = gp_loader_opts_of(&m->data);
+  o.workers = workers;
+  gp_loader *l = NULL;
+  GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, &o, &l));
+  gp_status s = GP_OK;
+  double t0 = 0;
+  int64_t got, n = 0;
+  for (int i = 0; s == GP_OK && i < warmup + steps; i++) {
+    if (i == warmup) t0 = gp_now();
+    s = gp_loader_next(l, batch, x, y, &got);
+    if (i >= warmup) n += got;
+  }
+  double dt = gp_now() - t0;
+  gp_loader_stats st;
+  gp_loader_stats_get(l, &st);
+  gp_loader_free(l);
+  GP_TRY(s);
+  out->workers = st.workers;
+  out->samples_per_s = dt > 0 ? (double)n / dt : 0;
+  out->per_thread = out->samples_per_s / (st.workers > 0 ? st.workers : 1);
+  out->ms_per_batch = steps > 0 ? 1e3 * dt / steps : 0;
+  return GP_OK;
+}
+
+gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *workers, int n_workers,
+                             int steps, int warmup, int json, int quiet) {
+  if (m->data.dataset == GP_DATA_NONE || m->data.dataset == GP_DATA_SYNTHETIC)
+    return GP_ERR(GP_ERR_USAGE, "--data-only: %s has no data section naming a dataset", m->file);
+  gp_loader *probe = NULL;
+  GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, NULL, &probe));
+  gp_shape sh = gp_loader_sample_shape(probe);
+  int64_t n = gp_loader_samples(probe);
+  gp_loader_free(probe);
+  if (n >= 0 && n < batch)
+    return GP_ERR(GP_ERR_DATA,
+                  "--data-only: the training set has %" PRId64 " samples, fewer than one batch of "
+                  "%" PRId64,
+                  n, batch);
+  int64_t per = gp_shape_numel(&sh);
+  float *x = malloc((size_t)(batch * per) * sizeof *x);
+  int32_t *y = malloc((size_t)batch * sizeof *y);
+  data_run *runs = calloc((size_t)n_workers, sizeof *runs);
+  gp_status s = x && y && runs ? GP_OK : GP_ERR(GP_ERR_NOMEM, "out of memory for a batch");
+  for (int i = 0; s == GP_OK && i < n_workers; i++) {
+    if (!quiet) fprintf(stderr, "gpipe-bench: data only, %d decode threads...\n", workers[i]);
+    s = one_run(m, batch, workers[i], steps, warmup, x, y, &runs[i]);
+  }
+  char cpu[128], shape[96];
+  gp_cpu_model(cpu, sizeof cpu);
+  gp_shape_str(&sh, shape, sizeof shape);
+  if (s == GP_OK && json) {
+    printf("{\"machine\": {\"cpu\": \"%s\", \"cores\": %d},\n \"data\": {\"model\": \"%s\", "
+           "\"sample\": \"%s\", \"batch_size\": %" PRId64 ", \"augment\": %s, \"steps\": %d, "
+           "\"warmup\": %d},\n \"runs\": [",
+           cpu, gp_cpu_cores(), m->file, shape, batch, m->data.augment ? "true" : "false", steps,
+           warmup);
+    for (int i = 0; i < n_workers; i++)
+      printf("%s\n  {\"workers\": %d, \"samples_per_s\": %.1f, \"per_thread\": %.1f, "
+             "\"ms_per_batch\": %.3f}",
+             i ? "," : "", runs[i].workers, runs[i].samples_per_s, runs[i].per_thread,
+             runs[i].ms_per_batch);
+    printf("]}\n");
+  } else if (s == GP_OK) {
+    printf("data only: %s, samples %s, batch %" PRId64 ", augmentation %s, %d timed batches "
+           "after %d; %s, %d cores\n",
+           m->file, shape, batch, m->data.augment ? "on" : "off", steps, warmup, cpu,
+           gp_cpu_cores());
+    printf("%8s  %12s  %12s  %10s\n", "threads", "samples/s", "per thread", "ms/batch");
+    for (int i = 0; i < n_workers; i++)
+      printf("%8d  %12.1f  %12.1f  %10.3f\n", runs[i].workers, runs[i].samples_per_s,
+             runs[i].per_thread, runs[i].ms_per_batch);
+    printf("(0 threads: decoded on the calling thread)\n");
+  }
+  free(x);
+  free(y);
+  free(runs);
+  return s;
+}
