@@ -39,6 +39,17 @@ typedef enum gp_act {
   GP_ACT_COUNT
 } gp_act;
 
+/* The softmax of attention scores [batch, heads, tq, tk] over the last dim, with masked keys
+ * left out: key j of query i is masked when causal and j > i, or when the key-padding mask of
+ * its sample (keep_f32 or keep_i32, [batch, tk], at most one set) is 0 there (1 = attend; any
+ * other value is GP_ERR_DATA). Masked entries are 0; a row with every key masked is all 0. */
+typedef struct gp_attn_softmax_desc {
+  int64_t batch, heads, tq, tk;
+  int causal;
+  const float *keep_f32;
+  const int32_t *keep_i32;
+} gp_attn_softmax_desc;
+
 typedef struct gp_sgd_hp {
   float lr, momentum, weight_decay;
   int nesterov;
@@ -141,6 +152,23 @@ struct gp_backend {
   /* 2-D strided copy: rows x cols floats; dst[r*dst_ld + j] = src[r*src_ld + j] */
   gp_status (*copy2d)(gp_backend *be, int64_t rows, int64_t cols, const float *src, int64_t src_ld,
                       float *dst, int64_t dst_ld);
+
+  /* ---- sequences: embeddings and attention ---- */
+  /* y[i, :] = scale * table[ids[i], :] for i < n (table [vocab, dim]); an id outside
+   * [0, vocab) is GP_ERR_DATA naming it. */
+  gp_status (*embedding_forward)(gp_backend *be, int64_t n, int64_t dim, int64_t vocab,
+                                 const int32_t *ids, const float *table, float scale, float *y);
+  /* dtable[ids[i], :] += scale * dy[i, :], rows summed in the order of i (deterministic); the
+   * row `skip` (a padding index; -1: none) gets nothing. */
+  gp_status (*embedding_backward)(gp_backend *be, int64_t n, int64_t dim, int64_t vocab,
+                                  const int32_t *ids, const float *dy, float scale, int64_t skip,
+                                  float *dtable);
+  /* probs = masked softmax of scores (see gp_attn_softmax_desc); probs may be scores. */
+  gp_status (*attn_softmax_forward)(gp_backend *be, const gp_attn_softmax_desc *d,
+                                    const float *scores, float *probs);
+  /* dx = y * (dy - sum_j y_j dy_j) per row of [rows, cols], y a softmax output; dx may be dy. */
+  gp_status (*softmax_backward)(gp_backend *be, int64_t rows, int64_t cols, const float *y,
+                                const float *dy, float *dx);
 
   /* ---- loss ---- */
   /* logits [n, k], labels int32 [n]. probs = softmax(logits) (kept for backward);

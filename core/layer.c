@@ -37,5 +37,30 @@ void gp_param_init_host(const gp_layer *l, int i, uint64_t seed, float *host) {
       host[j] = gp_rng_normal(&r) * sd;
     break;
   }
+  case GP_INIT_NORMAL:
+    for (int64_t j = 0; j < n; j++)
+      host[j] = gp_rng_normal(&r);
+    break;
+  case GP_INIT_XAVIER_UNIFORM: {
+    float a = (float)sqrt(6.0 / (fan + (double)n / fan));
+    for (int64_t j = 0; j < n; j++)
+      host[j] = (2.0f * gp_rng_uniform(&r) - 1.0f) * a;
+    break;
+  }
+  case GP_INIT_SINUSOIDAL: {
+    int64_t dim = p->shape.ndim > 0 ? p->shape.d[p->shape.ndim - 1] : 1;
+    for (int64_t j = 0; j < n; j++) {
+      int64_t pos = j / dim, c = j % dim;
+      /* in double, then rounded once: the table does not depend on float evaluation order */
+      double angle = (double)pos * exp(-log(10000.0) * (double)(c - c % 2) / (double)dim);
+      host[j] = (float)(c % 2 ? cos(angle) : sin(angle));
+    }
+    break;
+  }
+  }
+  if (p->has_zero_row && p->shape.ndim > 0 && p->zero_row >= 0 && p->zero_row < p->shape.d[0]) {
+    int64_t row = n / p->shape.d[0];
+    for (int64_t j = 0; j < row; j++)
+      host[p->zero_row * row + j] = 0.0f;
   }
 }

@@ -22,6 +22,13 @@ typedef enum gp_init {
    * (kaiming_uniform with a = sqrt(5)); bias U(-b, b) with the same b. */
   GP_INIT_UNIFORM_FAN_IN,
   GP_INIT_KAIMING_NORMAL, /* N(0, 2/fan_in): He et al., for ReLU nets (init: he) */
+  GP_INIT_NORMAL,         /* N(0, 1): PyTorch's nn.Embedding */
+  /* U(-a, a), a = sqrt(6 / (fan_in + fan_out)), fan_out = elements / fan_in (Glorot; PyTorch's
+   * MultiheadAttention in_proj_weight) */
+  GP_INIT_XAVIER_UNIFORM,
+  /* [max_len, dim] sinusoidal positions (Vaswani et al.): element (pos, j) is
+   * sin(pos / 10000^(2i/dim)) for even j = 2i and cos(pos / 10000^(2i/dim)) for odd j = 2i+1 */
+  GP_INIT_SINUSOIDAL,
 } gp_init;
 
 typedef struct gp_param_desc {
@@ -30,6 +37,10 @@ typedef struct gp_param_desc {
   gp_init init;
   int64_t fan_in;
   int trainable; /* 0: a buffer (running statistics): saved and loaded, never optimized */
+  /* 1: row zero_row of the first dimension starts at 0 whatever the init (an embedding's
+   * padding_idx, as PyTorch) */
+  int has_zero_row;
+  int64_t zero_row;
 } gp_param_desc;
 
 /* Per sample: FLOPs and bytes (f32). The executor multiplies by the batch. */

@@ -25,6 +25,11 @@ extern const gp_layer_type gp_layer_add;
 extern const gp_layer_type gp_layer_concat;
 extern const gp_layer_type gp_layer_pad;
 extern const gp_layer_type gp_layer_softmax_cross_entropy;
+extern const gp_layer_type gp_layer_pad2d;
+extern const gp_layer_type gp_layer_slice;
+extern const gp_layer_type gp_layer_embedding;
+extern const gp_layer_type gp_layer_positional;
+extern const gp_layer_type gp_layer_attention;
 
 /* Largest value a size-like setting (channels, kernel, ...) may take: far beyond any real
  * model, small enough that products of a few of them cannot overflow int64. */

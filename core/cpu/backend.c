@@ -153,6 +153,10 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->dropout_backward = gp_cpu_dropout_backward;
   be->axpby = gp_cpu_axpby;
   be->copy2d = gp_cpu_copy2d;
+  be->embedding_forward = gp_cpu_embedding_forward;
+  be->embedding_backward = gp_cpu_embedding_backward;
+  be->attn_softmax_forward = gp_cpu_attn_softmax_forward;
+  be->softmax_backward = gp_cpu_softmax_backward;
   be->softmax_xent_forward = gp_cpu_softmax_xent_forward;
   be->softmax_xent_backward = gp_cpu_softmax_xent_backward;
   be->sum = gp_cpu_sum;

@@ -1,5 +1,5 @@
 /* Private to the CPU backend: the operation functions that core/cpu/backend.c puts in the
- * table, one group per file (gemm_conv.c, pool.c, norm.c, eltwise.c, loss.c, optim.c). */
+ * table, one group per file (gemm_conv.c, pool.c, norm.c, eltwise.c, seq.c, loss.c, optim.c). */
 #ifndef GP_CPU_H
 #define GP_CPU_H
 
@@ -77,6 +77,17 @@ gp_status gp_cpu_sum(gp_backend *be, int64_t n, const float *x, double *host_out
 gp_status gp_cpu_count_correct(gp_backend *be, int64_t n, int64_t k, const float *logits,
                                const int32_t *labels, int64_t *host_out);
 gp_status gp_cpu_sumsq(gp_backend *be, int64_t n, const float *x, double *host_out);
+
+/* seq.c */
+gp_status gp_cpu_embedding_forward(gp_backend *be, int64_t n, int64_t dim, int64_t vocab,
+                                   const int32_t *ids, const float *table, float scale, float *y);
+gp_status gp_cpu_embedding_backward(gp_backend *be, int64_t n, int64_t dim, int64_t vocab,
+                                    const int32_t *ids, const float *dy, float scale, int64_t skip,
+                                    float *dtable);
+gp_status gp_cpu_attn_softmax_forward(gp_backend *be, const gp_attn_softmax_desc *d,
+                                      const float *scores, float *probs);
+gp_status gp_cpu_softmax_backward(gp_backend *be, int64_t rows, int64_t cols, const float *y,
+                                  const float *dy, float *dx);
 
 /* optim.c */
 gp_status gp_cpu_sgd_update(gp_backend *be, int64_t n, const gp_sgd_hp *hp, float *w,

@@ -31,9 +31,10 @@ void gp_pass_free(gp_pass *p) {
   p->saved = NULL;
 }
 
-static gp_status node_error(const gp_model *m, int i, const char *what) {
+/* Keeps the layer's status (a bad token id stays GP_ERR_DATA) and says where it happened. */
+static gp_status node_error(const gp_model *m, int i, const char *what, gp_status st) {
   const gp_node *n = &m->nodes[i];
-  return gp_error_prefix(GP_ERR_RUNTIME, "%s of layer '%s' (%s, %s:%d:%d): ", what, n->layer.path,
+  return gp_error_prefix(st, "%s of layer '%s' (%s, %s:%d:%d): ", what, n->layer.path,
                          n->layer.type->name, m->file ? m->file : "model", n->line, n->col);
 }
 
@@ -54,7 +55,7 @@ gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
     GP_TRY(gp_arena_tensor(e->arena, l->out_dtype, &s, &p->val[t]));
     p->saved[i] = NULL;
     gp_status st = l->type->forward(l, e, in, &p->val[t], &p->saved[i]);
-    if (st != GP_OK) return node_error(m, i, "forward");
+    if (st != GP_OK) return node_error(m, i, "forward", st);
   }
   return GP_OK;
 }
@@ -95,7 +96,7 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
     }
     if (!any && l->n_params == 0) continue;
     gp_status st = l->type->backward(l, e, in, &p->val[t], &p->grad[t], din, p->saved[i]);
-    if (st != GP_OK) return node_error(m, i, "backward");
+    if (st != GP_OK) return node_error(m, i, "backward", st);
     for (int j = 0; j < n->n_in; j++) {
       if (!din[j].data || fresh[j]) continue;
       GP_TRY(be->axpby(be, gp_shape_numel(&din[j].shape), 1.0f, GP_F32P(&din[j]), 1.0f,

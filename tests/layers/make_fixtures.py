@@ -12,10 +12,11 @@ Each file holds:
                 backward "false": forward only (no dy, dx or grad tensors)
                 loss     "true" for the loss layer (the objective is the mean loss)
                 torch    the torch version that wrote it
-  x0, x1, ...   inputs with the batch as dimension 0 (labels are I32)
+  x0, x1, ...   inputs with the batch as dimension 0 (labels, token ids, I32 masks are I32)
   param.<name>  parameter and buffer values before the step (PyTorch names)
   y             output; dy the upstream gradient (not for the loss)
-  dx0, ...      input gradients; grad.<name> parameter gradients
+  dx0, ...      input gradients (zeros for an F32 input the output does not depend on
+                smoothly, a mask); grad.<name> parameter gradients
   after.<name>  buffers after the step (batchnorm running statistics)
   loss          [1]: the mini-batch mean loss (loss layer only)
 
@@ -23,6 +24,7 @@ safetensors is written by hand (8-byte little-endian header length, JSON, raw da
 that the script needs nothing beyond torch.
 """
 import json
+import math
 import os
 import struct
 import sys
@@ -76,6 +78,8 @@ def run_case(out_dir, name, config, inputs, fn, params=None, training=True, afte
         for i, x in enumerate(xs):
             if x.grad is not None:
                 t[f"dx{i}"] = x.grad
+            elif x.requires_grad:  # a float input the output does not depend on (a mask)
+                t[f"dx{i}"] = torch.zeros_like(x)
         for k, v in params.items():
             if v.requires_grad:
                 t[f"grad.{k}"] = v.grad
@@ -107,6 +111,71 @@ def conv_case(out_dir, name, config, c, h, w, k, kernel, stride=1, padding=0, di
     if bias:
         params["bias"] = conv.bias
     run_case(out_dir, name, config, [torch.randn(n, c, h, w)], conv, params)
+
+
+def sinusoid_table(max_len, dim):
+    """Vaswani et al.'s table as the PyTorch tutorial's PositionalEncoding computes it (float32),
+    extended to odd dims: feature 2i is sin(pos * w_i), feature 2i+1 cos(pos * w_i),
+    w_i = exp(-2i ln(10000) / dim)."""
+    position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    pe = torch.zeros(max_len, dim)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term[: dim // 2])
+    return pe
+
+
+def embedding_case(out_dir, name, config, vocab, dim, ids, padding_idx=None, scale=False):
+    emb = torch.nn.Embedding(vocab, dim, padding_idx=padding_idx)
+    k = math.sqrt(dim) if scale else 1.0
+    run_case(out_dir, name, config, [ids.to(torch.int32)],
+             lambda i: emb(i.long()) * k, {"weight": emb.weight})
+
+
+def attention_case(out_dir, name, config, n, tq, dim, heads, bias=True, tk=None, mask=None,
+                   causal=False, no_keys=False):
+    """nn.MultiheadAttention(batch_first=True) in training mode with dropout 0. tk: cross-
+    attention over a second input of tk positions. mask: None, "i32" or "f32": a key-padding
+    input, 1 = token, 0 = pad (PyTorch's boolean key_padding_mask is its negation); key 0 is
+    always a token unless no_keys: then the last sample's key 0 is padding too, and also every
+    key when not causal, so some queries have no key at all (PyTorch's training path then
+    gives a zero context, the output out_proj.bias, and no gradient; its inference fast path
+    would give NaN)."""
+    mha = torch.nn.MultiheadAttention(dim, heads, bias=bias, batch_first=True)
+    params = {"in_proj_weight": mha.in_proj_weight}
+    if bias:
+        with torch.no_grad():  # PyTorch starts the biases at 0: make them matter
+            mha.in_proj_bias.copy_(torch.randn(3 * dim) * 0.5)
+            mha.out_proj.bias.copy_(torch.randn(dim) * 0.5)
+        params["in_proj_bias"] = mha.in_proj_bias
+    params["out_proj.weight"] = mha.out_proj.weight
+    if bias:
+        params["out_proj.bias"] = mha.out_proj.bias
+    mha.train()
+    cross = tk is not None
+    tk = tk if cross else tq
+    inputs = [torch.randn(n, tq, dim)]
+    if cross:
+        inputs.append(torch.randn(n, tk, dim))
+    if mask:
+        keep = (torch.rand(n, tk) > 0.35).to(torch.int32)
+        keep[:, 0] = 1
+        keep[0, :] = 1  # one sample without padding
+        if no_keys:
+            keep[-1, 0] = 0
+            if not causal:
+                keep[-1, :] = 0
+        inputs.append(keep if mask == "i32" else keep.to(torch.float32))
+    attn_mask = torch.triu(torch.ones(tq, tk, dtype=torch.bool), 1) if causal else None
+
+    def fn(*xs):
+        q = xs[0]
+        kv = xs[1] if cross else q
+        kpm = (xs[-1] == 0) if mask else None
+        y, _ = mha(q, kv, kv, key_padding_mask=kpm, attn_mask=attn_mask, need_weights=False)
+        return y
+
+    run_case(out_dir, name, config, inputs, fn, params)
 
 
 def main():
@@ -207,6 +276,56 @@ def main():
     loss_case(out_dir, "softmax_cross_entropy", "{type: softmax_cross_entropy}", 6, 5, 0.0)
     loss_case(out_dir, "softmax_cross_entropy_smooth",
               "{type: softmax_cross_entropy, label_smoothing: 0.1}", 6, 5, 0.1)
+
+    # ---- Transformer layers (appended: the cases above keep their random draws) ----
+    embedding_case(out_dir, "embedding", "{type: embedding, num_embeddings: 11, dim: 6}", 11, 6,
+                   torch.randint(0, 11, (3, 5)))
+    ids = torch.randint(0, 10, (2, 7))
+    ids[0, 1] = ids[1, 3] = ids[1, 4] = 2  # the padding row, several times
+    ids[0, 2] = ids[0, 5] = ids[1, 0] = 7  # a row used more than once
+    embedding_case(out_dir, "embedding_pad_scale",
+                   "{type: embedding, num_embeddings: 10, dim: 12, padding_idx: 2, scale: true}",
+                   10, 12, ids, padding_idx=2, scale=True)
+    ids = torch.randint(0, 9, (2, 3, 4))
+    ids[1, 2, 0] = 8
+    embedding_case(out_dir, "embedding_negpad_3d",
+                   "{type: embedding, num_embeddings: 9, dim: 5, padding_idx: -1}", 9, 5, ids,
+                   padding_idx=-1)
+
+    for dim, max_len, tlen in ((12, 9, 5), (7, 6, 6)):
+        pe = sinusoid_table(max_len, dim)
+        run_case(out_dir, f"positional_sinusoidal_{dim}",
+                 f"{{type: positional, max_len: {max_len}}}", [x(2, tlen, dim)],
+                 lambda a, pe=pe, t=tlen: a + pe[:t], {"pe": pe})
+    w = torch.nn.Parameter(torch.randn(8, 12))
+    run_case(out_dir, "positional_learned", "{type: positional, kind: learned, max_len: 8}",
+             [x(3, 5, 12)], lambda a: a + w[:5], {"weight": w})
+
+    attention_case(out_dir, "attention_self_h1", "{type: attention, heads: 1}", 2, 4, 8, 1)
+    attention_case(out_dir, "attention_self_h3", "{type: attention, heads: 3, dim: 12}", 2, 5, 12,
+                   3)
+    attention_case(out_dir, "attention_self_nobias_h2", "{type: attention, heads: 2, bias: false}",
+                   2, 5, 12, 2, bias=False)
+    attention_case(out_dir, "attention_causal_h4", "{type: attention, heads: 4, causal: true}", 2,
+                   5, 12, 4, causal=True)
+    attention_case(out_dir, "attention_self_mask_i32_h3", "{type: attention, heads: 3}", 3, 5, 12,
+                   3, mask="i32")
+    attention_case(out_dir, "attention_causal_mask_f32_h6",
+                   "{type: attention, heads: 6, causal: true}", 3, 5, 12, 6, mask="f32",
+                   causal=True)
+    attention_case(out_dir, "attention_cross_h3", "{type: attention, heads: 3}", 2, 5, 12, 3,
+                   tk=7)
+    attention_case(out_dir, "attention_cross_mask_i32_nobias_h2",
+                   "{type: attention, heads: 2, bias: false}", 3, 4, 12, 2, bias=False, tk=6,
+                   mask="i32")
+    attention_case(out_dir, "attention_cross_causal_mask_f32_h3",
+                   "{type: attention, heads: 3, causal: true}", 2, 5, 12, 3, tk=6, mask="f32",
+                   causal=True)
+    attention_case(out_dir, "attention_no_keys_i32_h2", "{type: attention, heads: 2}", 3, 4, 8, 2,
+                   mask="i32", no_keys=True)
+    attention_case(out_dir, "attention_causal_no_keys_f32_h2",
+                   "{type: attention, heads: 2, causal: true}", 3, 4, 8, 2, mask="f32",
+                   causal=True, no_keys=True)
 
 
 if __name__ == "__main__":

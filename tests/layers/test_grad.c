@@ -24,6 +24,11 @@ typedef struct grad_case {
   int labels_k; /* > 0: the last input is int32 labels in [0, labels_k), objective = loss */
   int eval;     /* 1: evaluation mode (training = 0) */
   lt_tol_id tol;
+  /* Per input (NULL: all 'f'): 'f' f32 data; 'i' I32 ids in [0, ids_k); 'm' I32 key-padding
+   * mask (1 token, 0 pad; key 0 always a token); 'z' the same with sample 0 all padding;
+   * 'g' an F32 0/1 mask, which gets no finite differences: its gradient must be exactly 0. */
+  const char *kinds;
+  int ids_k;
 } grad_case;
 
 /* One case per line reads better than one field per line. */
@@ -95,6 +100,37 @@ static const grad_case cases[] = {
      0, LT_TOL_FD_SMOOTH},
     {"softmax_cross_entropy smoothing", "{type: softmax_cross_entropy, label_smoothing: 0.1}", 2,
      {S1(5), S0}, 4, FILL_UNIFORM, 5, 0, LT_TOL_FD_SMOOTH},
+    /* Transformer layers */
+    {"embedding", "{type: embedding, num_embeddings: 7, dim: 4}", 1, {S1(5)}, 2, FILL_UNIFORM, 0,
+     0, LT_TOL_FD_LINEAR, "i", 7},
+    /* ids never hit the padding row 6 here: a lookup of it would change the output while its
+     * gradient is 0 by definition (test_transformer.c checks that row) */
+    {"embedding pad scale 2d", "{type: embedding, num_embeddings: 7, dim: 3, padding_idx: 6, scale: true}",
+     1, {S2(2, 3)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR, "i", 6},
+    {"positional sinusoidal", "{type: positional, max_len: 7}", 1, {S2(5, 6)}, 2, FILL_UNIFORM, 0,
+     0, LT_TOL_FD_LINEAR},
+    {"positional learned", "{type: positional, kind: learned, max_len: 6}", 1, {S2(5, 3)}, 3,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"attention self h3", "{type: attention, heads: 3}", 1, {S2(5, 12)}, 2, FILL_UNIFORM, 0, 0,
+     LT_TOL_FD_SMOOTH},
+    {"attention self no bias h2", "{type: attention, heads: 2, bias: false}", 1, {S2(4, 6)}, 2,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH},
+    {"attention causal h1", "{type: attention, heads: 1, causal: true}", 1, {S2(5, 4)}, 2,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH},
+    {"attention i32 mask h2", "{type: attention, heads: 2}", 2, {S2(5, 6), S1(5)}, 3,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fm"},
+    {"attention causal f32 mask h3", "{type: attention, heads: 3, causal: true}", 2,
+     {S2(5, 6), S1(5)}, 3, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fg"},
+    {"attention fully masked sample", "{type: attention, heads: 2}", 2, {S2(4, 6), S1(4)}, 2,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fz"},
+    {"attention cross h3", "{type: attention, heads: 3}", 2, {S2(4, 6), S2(5, 6)}, 2,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH},
+    {"attention cross mask no bias", "{type: attention, heads: 2, bias: false, causal: true}", 3,
+     {S2(4, 6), S2(5, 6), S1(5)}, 3, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "ffm"},
+    {"attention dropout", "{type: attention, heads: 2, dropout: 0.3}", 2, {S2(5, 4), S1(5)}, 2,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fm"},
+    {"attention dropout eval", "{type: attention, heads: 2, dropout: 0.3}", 1, {S2(5, 4)}, 2,
+     FILL_UNIFORM, 0, 1, LT_TOL_FD_SMOOTH},
 };
 /* clang-format on */
 
@@ -105,7 +141,7 @@ static const grad_case cases[] = {
 static const char *const all_types[] = {
     "conv2d", "linear", "batchnorm", "layernorm", "relu", "gelu", "tanh", "sigmoid", "maxpool",
     "avgpool", "global_avgpool", "flatten", "dropout", "add", "concat", "identity", "pad",
-    "softmax_cross_entropy", NULL,
+    "softmax_cross_entropy", "embedding", "positional", "attention", NULL,
 };
 /* clang-format on */
 
@@ -168,9 +204,36 @@ static float *dup_floats(const float *p, int64_t n) {
   return d;
 }
 
+static char kind_of(const grad_case *c, int i) {
+  return c->kinds ? c->kinds[i] : 'f';
+}
+
+/* Key-padding masks over tk keys: sample b pads its last b % 3 keys and, when b % 3 == 2,
+ * key 1 too; key 0 is a token unless `all_pad_first` (sample 0 then pads every key). */
+static int mask_keep(int64_t b, int64_t j, int64_t tk, int all_pad_first) {
+  if (all_pad_first && b == 0) return 0;
+  return j == 0 || (j < tk - b % 3 && !(b % 3 == 2 && j == 1));
+}
+
 static void fill_inputs(lt_layer *t, const grad_case *c, uint64_t seed) {
   for (int i = 0; i < t->l.n_in; i++) {
-    int64_t n = gp_shape_numel(&t->in[i].shape);
+    int64_t n = gp_shape_numel(&t->in[i].shape), per = n / t->batch;
+    char kind = kind_of(c, i);
+    if (kind == 'i') {
+      for (int64_t j = 0; j < n; j++)
+        GP_I32P(&t->in[i])[j] = (int32_t)((j * 5 + 3) % c->ids_k); /* repeats ids */
+      continue;
+    }
+    if (kind == 'm' || kind == 'z' || kind == 'g') {
+      for (int64_t j = 0; j < n; j++) {
+        int keep = mask_keep(j / per, j % per, per, kind == 'z');
+        if (kind == 'g')
+          GP_F32P(&t->in[i])[j] = (float)keep;
+        else
+          GP_I32P(&t->in[i])[j] = keep;
+      }
+      continue;
+    }
     if (t->in[i].dtype == GP_I32) {
       int32_t *lab = GP_I32P(&t->in[i]);
       for (int64_t j = 0; j < n; j++)
@@ -297,6 +360,8 @@ static int run_case(gp_backend *be, const grad_case *c, const gp_layer_type *typ
   lt_layer t;
   gp_dtype dt[4] = {GP_F32, GP_F32, GP_F32, GP_F32};
   if (c->labels_k) dt[c->n_in - 1] = GP_I32;
+  for (int i = 0; i < c->n_in; i++)
+    if (strchr("imz", kind_of(c, i))) dt[i] = GP_I32;
   int is_loss = c->labels_k > 0;
   gp_status s = lt_layer_build_as(&t, type, be, c->yaml, c->n_in, c->in, dt, c->batch);
   if (s == GP_ERR_UNSUPPORTED) {
@@ -401,6 +466,13 @@ static int run_case(gp_backend *be, const grad_case *c, const gp_layer_type *typ
   for (int i = 0; i < t.l.n_in; i++) {
     if (!din1[i]) continue;
     int64_t n = gp_shape_numel(&t.in[i].shape);
+    if (kind_of(c, i) == 'g') { /* a mask: constant almost everywhere */
+      double *zero = calloc((size_t)n, sizeof *zero);
+      snprintf(what, sizeof what, "%s: dx%d of a mask (must be 0)", c->name, i);
+      fails += !lt_compare(what, din1[i], zero, n, LT_TOL_EXACT, NULL);
+      free(zero);
+      continue;
+    }
     double *fd = malloc((size_t)n * sizeof *fd);
     for (int64_t j = 0; j < n && s == GP_OK; j++)
       s = fd_at(&t, &GP_F32P(&t.in[i])[j], is_loss, &fd[j]);

@@ -18,7 +18,7 @@
 static const char *const all_types[] = {
     "conv2d", "linear", "batchnorm", "layernorm", "relu", "gelu", "tanh", "sigmoid", "maxpool",
     "avgpool", "global_avgpool", "flatten", "add", "concat", "identity", "pad",
-    "softmax_cross_entropy", NULL,
+    "softmax_cross_entropy", "embedding", "positional", "attention", NULL,
 };
 /* clang-format on */
 

@@ -16,6 +16,8 @@ typedef enum lt_tol_id {
   LT_TOL_DROPOUT,    /* dropout kept fraction vs 1-p, in binomial standard deviations */
   LT_TOL_SCALE,      /* x / (1 - p) computed as a division or as a product with 1/(1-p) */
   LT_TOL_INIT_BOUND, /* initial weights inside PyTorch's U(-b, b), b = 1/sqrt(fan_in) */
+  LT_TOL_TABLE,      /* a table computed in double and rounded, against another formula */
+  LT_TOL_MICRO,      /* a mini-batch in micro-batches against the whole (summation order) */
   LT_TOL_COUNT
 } lt_tol_id;
 

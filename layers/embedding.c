@@ -1,0 +1,104 @@
+/* embedding: int32 token ids of any shape [...] -> f32 [..., dim], a row of the weight
+ * [num_embeddings, dim] per id (PyTorch's nn.Embedding), optionally scaled by sqrt(dim) as in
+ * Vaswani et al. The row of padding_idx starts at zero and gets no gradient. An id outside
+ * [0, num_embeddings) is a data error from forward, never a read out of bounds. */
+#include <math.h>
+
+#include "layers/layers.h"
+
+typedef struct embedding_conf {
+  int64_t vocab, dim;
+  int64_t padding_idx; /* -1: none (after resolving a negative index as PyTorch does) */
+  int scale;
+} embedding_conf;
+
+static gp_status embedding_configure(gp_layer *l, gp_cfg *cfg) {
+  embedding_conf *k = l->conf;
+  GP_TRY(gp_cfg_require(cfg, "num_embeddings"));
+  GP_TRY(gp_cfg_int(cfg, "num_embeddings", 0, 1, INT32_MAX, &k->vocab));
+  GP_TRY(gp_cfg_require(cfg, "dim"));
+  GP_TRY(gp_cfg_int(cfg, "dim", 0, 1, GP_LAYER_MAX_DIM, &k->dim));
+  k->padding_idx = -1;
+  if (gp_cfg_has(cfg, "padding_idx")) {
+    int64_t p;
+    GP_TRY(gp_cfg_int(cfg, "padding_idx", 0, INT32_MIN, INT32_MAX, &p));
+    if (p < -k->vocab || p >= k->vocab)
+      return gp_cfg_error(cfg, "padding_idx",
+                          "padding_idx: must be in [-%lld, %lld) (num_embeddings %lld), got %lld",
+                          (long long)k->vocab, (long long)k->vocab, (long long)k->vocab,
+                          (long long)p);
+    k->padding_idx = p < 0 ? p + k->vocab : p;
+  }
+  GP_TRY(gp_cfg_bool(cfg, "scale", 0, &k->scale));
+  return GP_OK;
+}
+
+static gp_status embedding_shape(gp_layer *l) {
+  const embedding_conf *k = l->conf;
+  const gp_shape *x = &l->in_shape[0];
+  char buf[GP_LAYER_SHAPE_STR];
+  l->n_params = 0;
+  if (l->in_dtype[0] != GP_I32)
+    return GP_ERR(GP_ERR_SPEC, "embedding expects I32 token ids, got %s %s",
+                  gp_dtype_name(l->in_dtype[0]), gp_layers_shape_str(x, buf));
+  if (x->ndim >= GP_MAX_DIMS)
+    return GP_ERR(GP_ERR_SPEC, "embedding: ids %s leave no room for the embedding dimension",
+                  gp_layers_shape_str(x, buf));
+  gp_shape y = *x;
+  y.d[y.ndim++] = k->dim;
+  GP_TRY(gp_layers_set_out(l, &y));
+  int64_t wd[2] = {k->vocab, k->dim};
+  gp_shape ws = gp_shape_of(2, wd);
+  GP_TRY(gp_layers_add_param(l, "weight", &ws, GP_INIT_NORMAL, k->dim, 1));
+  if (k->padding_idx >= 0) {
+    l->pdesc[0].has_zero_row = 1;
+    l->pdesc[0].zero_row = k->padding_idx;
+  }
+  return GP_OK;
+}
+
+static void embedding_cost(const gp_layer *l, gp_cost *c) {
+  const embedding_conf *k = l->conf;
+  double n = (double)gp_layers_numel(&l->out_shape);
+  c->fwd_flops = k->scale ? n : 0.0; /* a gather: memory, not arithmetic */
+  c->bwd_flops = n;                  /* the scatter-add */
+  c->params = k->vocab * k->dim;
+  c->saved_bytes = 0;
+  c->out_bytes = (int64_t)n * 4;
+}
+
+static float scale_of(const embedding_conf *k) {
+  return k->scale ? (float)sqrt((double)k->dim) : 1.0f;
+}
+
+static gp_status embedding_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+                                   void **saved) {
+  (void)saved;
+  const embedding_conf *k = l->conf;
+  return e->be->embedding_forward(e->be, gp_shape_numel(&in[0].shape), k->dim, k->vocab,
+                                  GP_I32P(&in[0]), l->param[0], scale_of(k), GP_F32P(out));
+}
+
+static gp_status embedding_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                    const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                    void *saved) {
+  (void)out;
+  (void)din; /* ids take no gradient */
+  (void)saved;
+  const embedding_conf *k = l->conf;
+  return e->be->embedding_backward(e->be, gp_shape_numel(&in[0].shape), k->dim, k->vocab,
+                                   GP_I32P(&in[0]), GP_F32P(dout), scale_of(k), k->padding_idx,
+                                   l->grad[0]);
+}
+
+const gp_layer_type gp_layer_embedding = {
+    .name = "embedding",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .conf_size = sizeof(embedding_conf),
+    .configure = embedding_configure,
+    .shape = embedding_shape,
+    .cost = embedding_cost,
+    .forward = embedding_forward,
+    .backward = embedding_backward,
+};

@@ -1,0 +1,84 @@
+/* positional: y = x + P[:T] over [T, dim] inputs, P [max_len, dim] broadcast over the batch.
+ * kind: sinusoidal (default) is Vaswani et al.'s fixed table, interleaved: even features
+ * sin(pos / 10000^(2i/dim)), odd features cos of the same angle (as the PyTorch tutorial's
+ * PositionalEncoding), kept as the buffer "pe" so weights files carry it like PyTorch's
+ * register_buffer; kind: learned is a trainable "weight" (N(0, 1), nn.Embedding's init). */
+#include "layers/layers.h"
+
+typedef struct positional_conf {
+  int64_t max_len;
+  int learned;
+} positional_conf;
+
+static gp_status positional_configure(gp_layer *l, gp_cfg *cfg) {
+  static const char *const kinds[] = {"sinusoidal", "learned", NULL};
+  positional_conf *k = l->conf;
+  GP_TRY(gp_cfg_require(cfg, "max_len"));
+  GP_TRY(gp_cfg_int(cfg, "max_len", 0, 1, GP_LAYER_MAX_DIM, &k->max_len));
+  GP_TRY(gp_cfg_choice(cfg, "kind", kinds, 0, &k->learned));
+  return GP_OK;
+}
+
+static gp_status positional_shape(gp_layer *l) {
+  const positional_conf *k = l->conf;
+  const gp_shape *x = &l->in_shape[0];
+  char buf[GP_LAYER_SHAPE_STR];
+  l->n_params = 0;
+  GP_TRY(gp_layers_check_f32(l));
+  if (x->ndim != 2)
+    return GP_ERR(GP_ERR_SPEC, "positional expects input [T, dim], got %s",
+                  gp_layers_shape_str(x, buf));
+  if (x->d[0] > k->max_len)
+    return GP_ERR(GP_ERR_SPEC,
+                  "positional: the input %s has T = %lld positions, more than max_len %lld",
+                  gp_layers_shape_str(x, buf), (long long)x->d[0], (long long)k->max_len);
+  GP_TRY(gp_layers_set_out(l, x));
+  int64_t pd[2] = {k->max_len, x->d[1]};
+  gp_shape ps = gp_shape_of(2, pd);
+  if (k->learned) return gp_layers_add_param(l, "weight", &ps, GP_INIT_NORMAL, 0, 1);
+  return gp_layers_add_param(l, "pe", &ps, GP_INIT_SINUSOIDAL, 0, 0);
+}
+
+static void positional_cost(const gp_layer *l, gp_cost *c) {
+  const positional_conf *k = l->conf;
+  double n = (double)gp_layers_numel(&l->out_shape);
+  c->fwd_flops = n;
+  c->bwd_flops = k->learned ? n : 0.0;
+  c->params = k->learned ? k->max_len * l->in_shape[0].d[1] : 0;
+  c->saved_bytes = 0;
+  c->out_bytes = (int64_t)n * 4;
+}
+
+static gp_status positional_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+                                    void **saved) {
+  (void)saved;
+  gp_backend *be = e->be;
+  int64_t per = gp_shape_numel(&l->in_shape[0]); /* T * dim: the first T rows of P */
+  GP_TRY(gp_layers_copy(be, &in[0], out));
+  return be->bias_add(be, in[0].shape.d[0], per, 1, l->param[0], GP_F32P(out));
+}
+
+static gp_status positional_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                     const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                     void *saved) {
+  (void)out;
+  (void)saved;
+  gp_backend *be = e->be;
+  if (l->grad[0])
+    GP_TRY(be->bias_grad(be, in[0].shape.d[0], gp_shape_numel(&l->in_shape[0]), 1, GP_F32P(dout),
+                         l->grad[0]));
+  if (din[0].data) GP_TRY(gp_layers_copy(be, dout, &din[0]));
+  return GP_OK;
+}
+
+const gp_layer_type gp_layer_positional = {
+    .name = "positional",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .conf_size = sizeof(positional_conf),
+    .configure = positional_configure,
+    .shape = positional_shape,
+    .cost = positional_cost,
+    .forward = positional_forward,
+    .backward = positional_backward,
+};
