@@ -44,6 +44,8 @@ static gp_status one_run(const gp_model *m, int64_t batch, int workers, int step
 
 gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *workers, int n_workers,
                              int steps, int warmup, int json, int quiet) {
+  /* ImageNet's training split is always cropped and flipped; CIFAR's when augment is set. */
+  int augment = m->data.augment || m->data.dataset == GP_DATA_IMAGENET;
   if (m->data.dataset == GP_DATA_NONE || m->data.dataset == GP_DATA_SYNTHETIC)
     return GP_ERR(GP_ERR_USAGE, "--data-only: %s has no data section naming a dataset", m->file);
   gp_loader *probe = NULL;
@@ -72,8 +74,7 @@ gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *worker
     printf("{\"machine\": {\"cpu\": \"%s\", \"cores\": %d},\n \"data\": {\"model\": \"%s\", "
            "\"sample\": \"%s\", \"batch_size\": %" PRId64 ", \"augment\": %s, \"steps\": %d, "
            "\"warmup\": %d},\n \"runs\": [",
-           cpu, gp_cpu_cores(), m->file, shape, batch, m->data.augment ? "true" : "false", steps,
-           warmup);
+           cpu, gp_cpu_cores(), m->file, shape, batch, augment ? "true" : "false", steps, warmup);
     for (int i = 0; i < n_workers; i++)
       printf("%s\n  {\"workers\": %d, \"samples_per_s\": %.1f, \"per_thread\": %.1f, "
              "\"ms_per_batch\": %.3f}",
@@ -83,8 +84,7 @@ gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *worker
   } else if (s == GP_OK) {
     printf("data only: %s, samples %s, batch %" PRId64 ", augmentation %s, %d timed batches "
            "after %d; %s, %d cores\n",
-           m->file, shape, batch, m->data.augment ? "on" : "off", steps, warmup, cpu,
-           gp_cpu_cores());
+           m->file, shape, batch, augment ? "on" : "off", steps, warmup, cpu, gp_cpu_cores());
     printf("%8s  %12s  %12s  %10s\n", "threads", "samples/s", "per thread", "ms/batch");
     for (int i = 0; i < n_workers; i++)
       printf("%8d  %12.1f  %12.1f  %10.3f\n", runs[i].workers, runs[i].samples_per_s,

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential pkg-config meson ninja-build libyaml-dev zlib1g-dev libopenblas-dev
           libjpeg62-turbo-dev
+          sword-text-kjv sword-text-sparv libsword-utils sentencepiece
           dataset-fashion-mnist python3)
 missing=()
 for p in "${packages[@]}"; do

@@ -129,7 +129,6 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *
   d->workers = -1;
   d->shuffle_buffer = 2048;
   d->image_size = 224;
-  d->resize = 256;
   if (!sec) return GP_OK;
   gp_cfg *cfg;
   GP_TRY(gp_sp_cfg_of(c, sec, nested, &cfg));
@@ -159,11 +158,6 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *
   if (s == GP_OK) s = gp_cfg_int(cfg, "train_samples", 0, 0, INT64_MAX, &d->train_samples);
   if (s == GP_OK) s = gp_cfg_int(cfg, "image_size", 224, 8, 4096, &v);
   d->image_size = (int)v;
-  if (s == GP_OK) s = gp_cfg_int(cfg, "resize", 256, 8, 8192, &v);
-  d->resize = (int)v;
-  if (s == GP_OK && d->resize < d->image_size)
-    s = gp_cfg_error(cfg, "resize", "resize: %d is smaller than image_size %d", d->resize,
-                     d->image_size);
   if (s == GP_OK) {
     gp_cfg_has(cfg, "normalize");
     s = gp_cfg_check_unknown(cfg, "data", NULL);

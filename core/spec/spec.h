@@ -59,10 +59,11 @@ typedef struct gp_data_spec {
   int64_t shuffle_buffer, max_skips;
   /* ImageNet: shard lists (brace patterns, lists, @file, a directory) relative to path,
    * classes.txt, the number of classes, samples per epoch of a streamed train split (0 =
-   * unknown), and the eval geometry: resize shorter side then centre crop image_size. */
+   * unknown), and the side of the square crops (evaluation resizes the shorter side to
+   * image_size * 256 / 224 first). */
   char train_shards[512], test_shards[512], classes_file[512];
   int64_t num_classes, train_samples;
-  int image_size, resize;
+  int image_size;
 } gp_data_spec;
 
 typedef enum gp_optim_kind { GP_OPT_SGD, GP_OPT_ADAMW, GP_OPT_RMSPROP } gp_optim_kind;

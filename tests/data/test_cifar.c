@@ -8,12 +8,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "data/augment.h"
 #include "data/cifar.h"
 #include "data/loader.h"
 #include "data/tar.h"
+#include "tar_fixture.h"
 #include "tests/check.h"
 
 static int failures, passes;
@@ -24,74 +24,6 @@ static char root[256];
 
 static uint8_t pixel(int64_t i, int k) {
   return (uint8_t)(i * 7 + k * 13 + (k >> 10) * 5);
-}
-
-/* A growing byte buffer: the archive being written. */
-typedef struct buf {
-  uint8_t *p;
-  size_t n, cap;
-} buf;
-
-static void put(buf *b, const void *d, size_t n) {
-  if (b->n + n > b->cap) {
-    b->cap = (b->n + n) * 2;
-    b->p = realloc(b->p, b->cap);
-  }
-  memcpy(b->p + b->n, d, n);
-  b->n += n;
-}
-
-static void pad512(buf *b) {
-  static const uint8_t z[512];
-  put(b, z, (512 - b->n % 512) % 512);
-}
-
-/* A header; name longer than 100 goes to prefix when split_at > 0. base256 writes the size
- * the GNU way. */
-static void header(buf *b, const char *name, uint64_t size, char type, int split_at, int base256) {
-  uint8_t h[512] = {0};
-  if (split_at > 0) {
-    memcpy(h + 345, name, (size_t)split_at);
-    snprintf((char *)h, 100, "%s", name + split_at + 1);
-  } else {
-    snprintf((char *)h, 100, "%s", name);
-  }
-  memcpy(h + 100, "0000644", 8);
-  memcpy(h + 108, "0000000", 8);
-  memcpy(h + 116, "0000000", 8);
-  if (base256) {
-    h[124] = 0x80;
-    for (int i = 0; i < 8; i++)
-      h[135 - i] = (uint8_t)(size >> (8 * i));
-  } else {
-    snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
-  }
-  memcpy(h + 136, "14000000000", 12);
-  h[156] = (uint8_t)type;
-  memcpy(h + 257, "ustar", 6);
-  memcpy(h + 263, "00", 2);
-  unsigned sum = 0;
-  memset(h + 148, ' ', 8);
-  for (int i = 0; i < 512; i++)
-    sum += h[i];
-  snprintf((char *)h + 148, 8, "%06o", sum);
-  put(b, h, 512);
-}
-
-static void member(buf *b, const char *name, const void *data, size_t n) {
-  header(b, name, n, '0', 0, 0);
-  put(b, data, n);
-  pad512(b);
-}
-
-static void pax_record(buf *rec, const char *key, const char *val) {
-  char line[600];
-  int body = (int)(strlen(key) + strlen(val) + 3); /* " k=v\n" less the length digits */
-  int len = body + 1;
-  while ((int)snprintf(NULL, 0, "%d", len) + body != len)
-    len++;
-  snprintf(line, sizeof line, "%d %s=%s\n", len, key, val);
-  put(rec, line, strlen(line));
 }
 
 /* One CIFAR-10 batch: N_PER records from global index first. */
@@ -160,22 +92,6 @@ static void cifar10_tar(buf *t) {
   free(d.p);
   free(g.p);
   free(x.p);
-}
-
-static void write_file(const char *path, const void *d, size_t n) {
-  FILE *f = fopen(path, "wb");
-  fwrite(d, 1, n, f);
-  fclose(f);
-}
-
-/* gzip in two members, split at half. */
-static void write_gz2(const char *path, const uint8_t *d, size_t n) {
-  gzFile g = gzopen(path, "wb");
-  gzwrite(g, d, (unsigned)(n / 2));
-  gzclose(g);
-  g = gzopen(path, "ab");
-  gzwrite(g, d + n / 2, (unsigned)(n - n / 2));
-  gzclose(g);
 }
 
 static gp_data_spec spec10(const char *dir) {
@@ -356,6 +272,23 @@ static void test_bin_dir(void) {
     CHECK(check_split(l, 90, 9, 100), "cifar100 test samples");
     gp_loader_free(l);
   }
+  s.coarse_labels = 1; /* the 20 superclasses: the first label byte */
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l) == GP_OK, "open cifar100 coarse");
+  if (l) {
+    float *x = malloc(sizeof(float) * GP_CIFAR_PIXELS * 9);
+    int32_t y[9];
+    int64_t got = 0;
+    int ok = gp_loader_classes(l) == 20 && gp_loader_next(l, 9, x, y, &got) == GP_OK && got == 9;
+    for (int i = 0; ok && i < 9; i++)
+      ok = y[i] == i % 20 && x[i * GP_CIFAR_PIXELS + 5] == (float)pixel(i + 90, 5) / 255.0f;
+    CHECK(ok, "cifar100 coarse labels");
+    free(x);
+    gp_loader_free(l);
+  }
+  s.dataset = GP_DATA_CIFAR10;
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l) == GP_ERR_SPEC &&
+            strstr(gp_error_message(), "coarse"),
+        "coarse labels on CIFAR-10 refused");
   /* Nothing there, and no path. */
   s = spec10(root);
   expect_err(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l), "data.path", "cifar-10-binary.tar.gz",
@@ -506,7 +439,8 @@ static int python_interop(const char *python) {
   if (l) CHECK(check_split(l, 100, N_PER, 10), "python archive test samples");
   gp_loader_free(l);
   l = NULL;
-  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l) == GP_OK && gp_loader_samples(l) == 5 * N_PER,
+  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l) == GP_OK &&
+            gp_loader_samples(l) == 5 * N_PER,
         "python archive train split");
   gp_loader_free(l);
   printf("%d passed, %d failed\n", passes, failures);

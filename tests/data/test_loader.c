@@ -326,8 +326,8 @@ static void test_bad_files(void) {
   s.dataset = GP_DATA_CIFAR10;
   /* CIFAR is supported (tests/data/test_cifar.c); an MNIST directory holds none of it. */
   expect_open_error(&s, GP_SPLIT_TRAIN, GP_ERR_DATA, d, "data.path");
-  s.dataset = GP_DATA_IMAGENET;
-  expect_open_error(&s, GP_SPLIT_TEST, GP_ERR_UNSUPPORTED, NULL, "imagenet");
+  s.dataset = GP_DATA_IMAGENET; /* neither shards nor an ImageFolder val/ tree there */
+  expect_open_error(&s, GP_SPLIT_TEST, GP_ERR_DATA, d, "val/");
   s = spec_for(d, 1);
   s.n_norm = 3;
   expect_open_error(&s, GP_SPLIT_TRAIN, GP_ERR_SPEC, NULL, "channel");
