@@ -1,10 +1,15 @@
-/* softmax_cross_entropy: the loss layer. Inputs: logits [K] (f32) and labels [] (i32).
- * Output: the per-sample loss. It also adds the mini-batch mean loss, the correct
- * predictions and the sample count to the exec's host accumulators. */
+/* softmax_cross_entropy: the loss layer. Inputs: logits [..., K] (f32) and labels of the
+ * leading shape [...] (i32): one class per sample ([K] and []) or per token ([T, K] and [T]).
+ * Output: the loss per target (0 where the label is ignore_index). It adds the loss summed
+ * over targets / loss_count, the correct predictions and the targets counted to the exec's
+ * host accumulators; ignored targets add no loss, no gradient and no count. */
+#include <stdlib.h>
+
 #include "layers/layers.h"
 
 typedef struct xent_conf {
   double smoothing;
+  int64_t ignore_index;
 } xent_conf;
 
 static gp_status xent_configure(gp_layer *l, gp_cfg *cfg) {
@@ -13,6 +18,9 @@ static gp_status xent_configure(gp_layer *l, gp_cfg *cfg) {
   if (k->smoothing >= 1.0)
     return gp_cfg_error(cfg, "label_smoothing", "label_smoothing: must be below 1, got %g",
                         k->smoothing);
+  /* Negative, so that the pipeline, which counts a mini-batch's targets from the host labels
+   * before any stage runs, counts exactly the labels this layer does not ignore. */
+  GP_TRY(gp_cfg_int(cfg, "ignore_index", -100, INT32_MIN, -1, &k->ignore_index));
   return GP_OK;
 }
 
@@ -23,56 +31,137 @@ static gp_status xent_shape(gp_layer *l) {
   if (l->n_in != 2)
     return GP_ERR(GP_ERR_SPEC, "softmax_cross_entropy takes 2 inputs (logits, labels), got %d",
                   l->n_in);
-  if (z->ndim != 1 || y->ndim != 0)
+  int lead_ok = z->ndim >= 1 && y->ndim == z->ndim - 1;
+  for (int i = 0; lead_ok && i < y->ndim; i++)
+    lead_ok = y->d[i] == z->d[i];
+  if (!lead_ok)
     return GP_ERR(GP_ERR_SPEC,
-                  "softmax_cross_entropy expects logits [K] and labels [], got %s "
-                  "and %s",
+                  "softmax_cross_entropy expects logits [..., K] and labels of their leading "
+                  "shape [...] (e.g. [K] and [], or [T, K] and [T]), got %s and %s",
                   gp_layers_shape_str(z, b1), gp_layers_shape_str(y, b2));
   if (l->in_dtype[0] != GP_F32 || l->in_dtype[1] != GP_I32)
     return GP_ERR(GP_ERR_SPEC,
                   "softmax_cross_entropy expects F32 logits and I32 labels, got %s "
                   "and %s",
                   gp_dtype_name(l->in_dtype[0]), gp_dtype_name(l->in_dtype[1]));
-  gp_shape s = {0};
-  l->out_shape = s;
+  l->out_shape = *y;
   l->out_dtype = GP_F32;
   return GP_OK;
 }
 
 static void xent_cost(const gp_layer *l, gp_cost *c) {
-  double k = (double)l->in_shape[0].d[0];
-  c->fwd_flops = 6.0 * k;
-  c->bwd_flops = 2.0 * k;
+  double k = (double)l->in_shape[0].d[l->in_shape[0].ndim - 1];
+  double rows = (double)gp_shape_numel(&l->in_shape[1]);
+  c->fwd_flops = 6.0 * k * rows;
+  c->bwd_flops = 2.0 * k * rows;
   c->params = 0;
-  c->saved_bytes = (int64_t)k * 4; /* probabilities */
-  c->out_bytes = 4;
+  c->saved_bytes = (int64_t)(k * rows) * 4 + (int64_t)rows * 4; /* probabilities, labels */
+  c->out_bytes = (int64_t)rows * 4;
 }
 
-/* The mini-batch size the loss is averaged over; a pass that did not set it (a plain
- * evaluation) averages over its own samples. */
+/* The targets the loss is averaged over: the whole mini-batch's (set by the pipeline); a
+ * pass that did not set it (a plain evaluation) averages over its own targets. */
 static int64_t loss_count(const gp_exec *e, int64_t n) {
-  return e->loss_count > 0 ? e->loss_count : n;
+  return e->loss_count > 0 ? e->loss_count : (n > 0 ? n : 1);
 }
 
+/* The rows whose label is not ignored, as runs [start, end) over the micro-batch's rows, and
+ * their labels back to back. Reads the labels to the host: which rows count decides which
+ * rows the backend reduces. Returns the number of kept rows in *kept. */
+typedef struct rows {
+  int32_t *y;      /* all labels (host) */
+  int32_t *kept_y; /* kept labels, in order (host) */
+  int64_t *run;    /* 2 per run */
+  int64_t n_run, kept;
+} rows;
+
+static void rows_free(rows *r) {
+  free(r->y);
+  free(r->kept_y);
+  free(r->run);
+}
+
+static gp_status rows_find(gp_backend *be, const gp_tensor *labels, int64_t n, int32_t ignore,
+                           rows *r) {
+  r->y = malloc((size_t)n * sizeof *r->y + 1);
+  r->kept_y = malloc((size_t)n * sizeof *r->kept_y + 1);
+  r->run = malloc((size_t)(n + 1) * 2 * sizeof *r->run);
+  r->n_run = r->kept = 0;
+  if (!r->y || !r->kept_y || !r->run) return GP_ERR(GP_ERR_NOMEM, "out of host memory for labels");
+  GP_TRY(be->to_host(be, r->y, labels->data, (size_t)n * sizeof *r->y));
+  for (int64_t i = 0; i < n; i++) {
+    if (r->y[i] == ignore) continue;
+    if (r->n_run && r->run[2 * r->n_run - 1] == i)
+      r->run[2 * r->n_run - 1] = i + 1;
+    else {
+      r->run[2 * r->n_run] = i;
+      r->run[2 * r->n_run + 1] = i + 1;
+      r->n_run++;
+    }
+    r->kept_y[r->kept++] = r->y[i];
+  }
+  return GP_OK;
+}
+
+/* Copies rows between the full layout (all n rows of width w) and the packed one (kept rows
+ * only): to_packed 1 gathers, 0 scatters. */
+static gp_status move_rows(gp_backend *be, const rows *r, int64_t w, float *full, float *packed,
+                           int to_packed) {
+  int64_t at = 0;
+  for (int64_t i = 0; i < r->n_run; i++) {
+    int64_t a = r->run[2 * i], len = r->run[2 * i + 1] - a;
+    size_t bytes = (size_t)(len * w) * sizeof(float);
+    if (to_packed)
+      GP_TRY(be->copy(be, packed + at * w, full + a * w, bytes));
+    else
+      GP_TRY(be->copy(be, full + a * w, packed + at * w, bytes));
+    at += len;
+  }
+  return GP_OK;
+}
+
+/* Saved for backward: [probabilities of the kept rows | their labels], in the arena. */
 static gp_status xent_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                               void **saved) {
   const xent_conf *k = l->conf;
   gp_backend *be = e->be;
-  int64_t n = in[0].shape.d[0], nk = l->in_shape[0].d[0];
-  float *probs;
-  GP_TRY(gp_arena_alloc(e->arena, (size_t)(n * nk) * sizeof(float), (void **)&probs));
-  GP_TRY(be->softmax_xent_forward(be, n, nk, (float)k->smoothing, GP_F32P(&in[0]), GP_I32P(&in[1]),
-                                  probs, GP_F32P(out)));
+  int64_t n = gp_shape_numel(&in[1].shape), nk = in[0].shape.d[in[0].shape.ndim - 1];
+  rows r = {0};
+  gp_status s = rows_find(be, &in[1], n, (int32_t)k->ignore_index, &r);
+  int64_t kept = r.kept;
+  float *probs = NULL, *z = GP_F32P(&in[0]), *loss = GP_F32P(out);
+  int32_t *y = GP_I32P(&in[1]);
+  if (s == GP_OK)
+    s = gp_arena_alloc(e->arena, (size_t)(kept * nk + kept) * sizeof(float) + 4, (void **)&probs);
+  if (s == GP_OK && kept < n) { /* pack the kept rows: logits, labels, losses */
+    void *buf;
+    s = gp_arena_alloc(e->arena, (size_t)(kept * nk + kept) * sizeof(float) + 4, &buf);
+    if (s == GP_OK) {
+      z = buf;
+      loss = z + kept * nk;
+      y = (int32_t *)(probs + kept * nk);
+      s = move_rows(be, &r, nk, GP_F32P(&in[0]), z, 1);
+    }
+    if (s == GP_OK && kept) s = be->from_host(be, y, r.kept_y, (size_t)kept * sizeof *y);
+    if (s == GP_OK) s = be->zero(be, out->data, (size_t)n * sizeof(float));
+  } else if (s == GP_OK && kept) {
+    s = be->copy(be, probs + kept * nk, y, (size_t)kept * sizeof *y);
+  }
+  if (s == GP_OK && kept)
+    s = be->softmax_xent_forward(be, kept, nk, (float)k->smoothing, z, y, probs, loss);
+  if (s == GP_OK && kept < n) s = move_rows(be, &r, 1, GP_F32P(out), loss, 0);
+  rows_free(&r);
+  GP_TRY(s);
   *saved = probs;
   /* A re-materializing forward must not count the micro-batch twice. */
-  if (e->recompute) return GP_OK;
+  if (e->recompute || kept == 0) return GP_OK;
   double sum;
   int64_t correct;
-  GP_TRY(be->sum(be, n, GP_F32P(out), &sum));
-  GP_TRY(be->count_correct(be, n, nk, GP_F32P(&in[0]), GP_I32P(&in[1]), &correct));
-  e->loss_sum += sum / (double)loss_count(e, n);
+  GP_TRY(be->sum(be, kept, loss, &sum));
+  GP_TRY(be->count_correct(be, kept, nk, z, y, &correct));
+  e->loss_sum += sum / (double)loss_count(e, kept);
   e->correct += correct;
-  e->counted += n;
+  e->counted += kept;
   return GP_OK;
 }
 
@@ -81,14 +170,27 @@ static gp_status xent_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, con
   (void)out;
   (void)dout; /* the loss is the end of the graph: its gradient is 1 / loss_count */
   const xent_conf *k = l->conf;
-  int64_t n = in[0].shape.d[0], nk = l->in_shape[0].d[0];
+  gp_backend *be = e->be;
+  int64_t n = gp_shape_numel(&in[1].shape), nk = in[0].shape.d[in[0].shape.ndim - 1];
   if (!din[0].data) return GP_OK;
   if (!saved)
     return GP_ERR(GP_ERR_RUNTIME, "softmax_cross_entropy %s: backward without its forward",
                   l->path);
-  return e->be->softmax_xent_backward(e->be, n, nk, (float)k->smoothing,
-                                      (float)(1.0 / (double)loss_count(e, n)), saved,
-                                      GP_I32P(&in[1]), GP_F32P(&din[0]));
+  rows r = {0};
+  gp_status s = rows_find(be, &in[1], n, (int32_t)k->ignore_index, &r);
+  int64_t kept = r.kept;
+  float *probs = saved, *d = GP_F32P(&din[0]);
+  const int32_t *y = (const int32_t *)(probs + kept * nk);
+  float scale = (float)(1.0 / (double)loss_count(e, kept));
+  if (s == GP_OK && kept < n) {
+    s = gp_arena_alloc(e->arena, (size_t)(kept * nk) * sizeof(float) + 4, (void **)&d);
+    if (s == GP_OK) s = be->zero(be, din[0].data, (size_t)(n * nk) * sizeof(float));
+  }
+  if (s == GP_OK && kept)
+    s = be->softmax_xent_backward(be, kept, nk, (float)k->smoothing, scale, probs, y, d);
+  if (s == GP_OK && kept < n) s = move_rows(be, &r, nk, GP_F32P(&din[0]), d, 0);
+  rows_free(&r);
+  return s;
 }
 
 const gp_layer_type gp_layer_softmax_cross_entropy = {

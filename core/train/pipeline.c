@@ -88,9 +88,9 @@ struct gp_pipeline {
   cmd_kind cmd;
   uint64_t generation;
   int done;
-  const float *x;
-  const int32_t *y;
+  gp_batch in;
   int64_t batch, step;
+  int64_t targets; /* the mini-batch's targets: the loss's normalizer */
   double lr;
   int64_t off[GP_SPEC_MAX_REPEAT]; /* micro-batch m: samples [off[m], off[m+1]) */
   /* global-norm clipping barrier */
@@ -261,7 +261,7 @@ static gp_exec exec_for(stage *st, int micro, int training, int recompute, gp_ar
                .step = pl->step,
                .micro = micro,
                .sample_offset = pl->off[micro],
-               .loss_count = training ? pl->batch : 1};
+               .loss_count = training ? pl->targets : 1};
   return e;
 }
 
@@ -285,7 +285,8 @@ static gp_status gather_inputs(stage *st, int m, gp_pass *p, gp_arena *keep) {
     const gp_model_input *mi = &mo->inputs[t];
     gp_shape sh = gp_shape_batch(n, &mi->shape);
     size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
-    const char *src = t == mo->label_input ? (const char *)pl->y : (const char *)pl->x;
+    const char *src = pl->in.in[t];
+    if (!src) return GP_ERR(GP_ERR_USAGE, "the batch has no data for input '%s'", mi->name);
     GP_TRY(gp_arena_tensor(keep, mi->dtype, &sh, &p->val[t]));
     GP_TRY(
         st->be->from_host(st->be, p->val[t].data, src + (size_t)pl->off[m] * per, (size_t)n * per));
@@ -576,12 +577,23 @@ static gp_status split(gp_pipeline *pl, int64_t batch, int training) {
   return GP_OK;
 }
 
-gp_status gp_pipeline_train_step(gp_pipeline *pl, const float *x, const int32_t *y, int64_t batch,
-                                 int64_t step, double lr, gp_step_result *out) {
-  GP_TRY(split(pl, batch, 1));
-  pl->x = x;
-  pl->y = y;
-  pl->batch = batch;
+int64_t gp_batch_targets(const gp_model *m, const gp_batch *b) {
+  if (m->label_input < 0 || !b->in[m->label_input]) return b->n;
+  const int32_t *y = b->in[m->label_input];
+  int64_t n = b->n * gp_shape_numel(&m->inputs[m->label_input].shape), c = 0;
+  for (int64_t i = 0; i < n; i++)
+    c += y[i] >= 0;
+  return c;
+}
+
+gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
+                                 gp_step_result *out) {
+  GP_TRY(split(pl, b->n, 1));
+  pl->in = *b;
+  pl->batch = b->n;
+  /* no target at all: a zero loss and zero gradients, not a division by zero */
+  pl->targets = gp_batch_targets(pl->m, b);
+  if (pl->targets == 0) pl->targets = 1;
   pl->step = step;
   pl->lr = lr;
   double t0 = now_s();
@@ -591,12 +603,10 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const float *x, const int32_t 
   return GP_OK;
 }
 
-gp_status gp_pipeline_eval(gp_pipeline *pl, const float *x, const int32_t *y, int64_t batch,
-                           gp_step_result *out) {
-  GP_TRY(split(pl, batch, 0));
-  pl->x = x;
-  pl->y = y;
-  pl->batch = batch;
+gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *out) {
+  GP_TRY(split(pl, b->n, 0));
+  pl->in = *b;
+  pl->batch = b->n;
   GP_TRY(issue(pl, CMD_EVAL));
   const gp_step_result *r = &pl->st[pl->k - 1].acc;
   out->loss_sum += r->loss_sum;

@@ -23,9 +23,20 @@ typedef struct gp_pipeline_opts {
 
 /* Per-step results, summed over micro-batches (on the last stage). */
 typedef struct gp_step_result {
-  double loss_sum; /* sum over samples of loss / loss_count */
-  int64_t correct, counted;
+  double loss_sum;          /* sum over targets of loss / loss_count */
+  int64_t correct, counted; /* targets (samples, or tokens that are not ignored) */
 } gp_step_result;
+
+/* A host mini-batch: one buffer per model input, in the model's input order (labels
+ * included), each n x that input's per-sample shape in its dtype (f32, i32). Micro-batches
+ * are slices along dimension 0. Labels are the loss's targets: a negative label is an
+ * ignored target (padding), which the loss layer must agree with (softmax_cross_entropy's
+ * ignore_index is negative); the loss is the mean over the targets of the whole
+ * mini-batch. */
+typedef struct gp_batch {
+  const void *in[GP_MAX_MODEL_INPUTS];
+  int64_t n;
+} gp_batch;
 
 typedef struct gp_stage_stats {
   size_t peak_act_bytes; /* measured: arena bytes (activations, saved state, boundary
@@ -46,14 +57,17 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
                              const gp_pipeline_opts *o, gp_pipeline **out);
 void gp_pipeline_free(gp_pipeline *pl);
 
-/* One synchronous training step on a host mini-batch (x: batch x sample f32, y int32): M
- * micro-batches through the schedule, gradients summed, one optimizer step per stage with lr.
- * The loss is normalized over the whole mini-batch, so uneven micro-batches are fine. */
-gp_status gp_pipeline_train_step(gp_pipeline *pl, const float *x, const int32_t *y, int64_t batch,
-                                 int64_t step, double lr, gp_step_result *out);
+/* One synchronous training step on a host mini-batch: M micro-batches through the
+ * schedule, gradients summed, one optimizer step per stage with lr. The loss is normalized
+ * over the targets of the whole mini-batch, so uneven micro-batches (and padding that falls
+ * unevenly) are fine. */
+gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
+                                 gp_step_result *out);
 /* Forward only (evaluation mode) of a host batch; adds to out. */
-gp_status gp_pipeline_eval(gp_pipeline *pl, const float *x, const int32_t *y, int64_t batch,
-                           gp_step_result *out);
+gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *out);
+/* The targets of a host batch the loss is averaged over: labels that are not negative
+ * (n when the model has no labels). */
+int64_t gp_batch_targets(const gp_model *m, const gp_batch *b);
 
 int gp_pipeline_stages(const gp_pipeline *pl);
 gp_params *gp_pipeline_params(gp_pipeline *pl, int stage);

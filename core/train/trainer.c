@@ -17,17 +17,12 @@ gp_status gp_trainer_init(gp_trainer *t, gp_model *m, const gp_plan *plan,
   t->m = m;
   t->plan = *plan;
   t->seed = seed;
-  int n_x = 0;
-  for (int i = 0; i < m->n_inputs; i++) {
-    if (i == m->label_input) continue;
-    if (m->inputs[i].dtype != GP_F32 || ++n_x > 1)
-      return GP_ERR(GP_ERR_UNSUPPORTED,
-                    "%s: models with inputs other than one f32 input and labels are not "
-                    "supported by this trainer yet",
-                    m->file);
-  }
-  if (n_x != 1 || m->label_input < 0)
-    return GP_ERR(GP_ERR_SPEC, "%s: the model needs one f32 input and one label input", m->file);
+  for (int i = 0; i < m->n_inputs; i++)
+    if (m->inputs[i].dtype != GP_F32 && m->inputs[i].dtype != GP_I32)
+      return GP_ERR(GP_ERR_UNSUPPORTED, "%s: input '%s' is %s; inputs must be f32 or i32", m->file,
+                    m->inputs[i].name, gp_dtype_name(m->inputs[i].dtype));
+  if (m->label_input < 0 || m->inputs[m->label_input].dtype != GP_I32)
+    return GP_ERR(GP_ERR_SPEC, "%s: the model needs an i32 label input to be trained", m->file);
   return gp_pipeline_create(m, plan, seed, o, &t->pl);
 }
 
@@ -37,10 +32,9 @@ void gp_trainer_free(gp_trainer *t) {
   memset(t, 0, sizeof *t);
 }
 
-gp_status gp_trainer_step(gp_trainer *t, const float *x, const int32_t *y, int64_t batch, double lr,
-                          gp_metrics *out) {
+gp_status gp_trainer_step_batch(gp_trainer *t, const gp_batch *b, double lr, gp_metrics *out) {
   gp_step_result r;
-  gp_status s = gp_pipeline_train_step(t->pl, x, y, batch, t->step, lr, &r);
+  gp_status s = gp_pipeline_train_step(t->pl, b, t->step, lr, &r);
   if (s == GP_OK && !isfinite(r.loss_sum))
     s = GP_ERR(GP_ERR_RUNTIME, "the loss is %s at step %" PRId64 " (lower the learning rate?)",
                isnan(r.loss_sum) ? "NaN" : "infinite", t->step + 1);
@@ -49,36 +43,106 @@ gp_status gp_trainer_step(gp_trainer *t, const float *x, const int32_t *y, int64
   if (out) {
     out->loss = r.loss_sum;
     out->accuracy = r.counted ? (double)r.correct / (double)r.counted : 0.0;
-    out->samples = batch;
+    out->samples = b->n;
+    out->targets = r.counted;
   }
   return GP_OK;
 }
 
-gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_fn next, void *ctx, int64_t batch,
-                              int64_t max_samples, gp_metrics *out) {
-  gp_model *m = t->m;
+/* The (x, y) form: x feeds the one input that is not the labels. */
+static gp_status xy_batch(const gp_model *m, const float *x, const int32_t *y, int64_t n,
+                          gp_batch *b) {
+  memset(b, 0, sizeof *b);
+  b->n = n;
   int xi = m->label_input == 0 ? 1 : 0;
-  int64_t per = gp_shape_numel(&m->inputs[xi].shape);
-  float *x = malloc((size_t)(batch * per) * sizeof(float));
-  int32_t *y = malloc((size_t)batch * sizeof(int32_t));
-  gp_status s = (x && y) ? GP_OK : GP_ERR(GP_ERR_NOMEM, "out of host memory for evaluation");
+  if (m->n_inputs != 2 || m->inputs[xi].dtype != GP_F32)
+    return GP_ERR(GP_ERR_USAGE,
+                  "%s: (x, y) batches are for models of one f32 input and labels; give this "
+                  "model one buffer per input (gp_batch)",
+                  m->file);
+  b->in[xi] = x;
+  b->in[m->label_input] = y;
+  return GP_OK;
+}
+
+gp_status gp_trainer_step(gp_trainer *t, const float *x, const int32_t *y, int64_t batch, double lr,
+                          gp_metrics *out) {
+  gp_batch b;
+  GP_TRY(xy_batch(t->m, x, y, batch, &b));
+  return gp_trainer_step_batch(t, &b, lr, out);
+}
+
+gp_status gp_batch_buffers_alloc(const gp_model *m, int64_t cap, gp_batch_buffers *out) {
+  memset(out, 0, sizeof *out);
+  out->cap = cap;
+  for (int i = 0; i < m->n_inputs; i++) {
+    size_t per = (size_t)gp_shape_numel(&m->inputs[i].shape) * gp_dtype_size(m->inputs[i].dtype);
+    out->in[i] = malloc((size_t)cap * per + 1);
+    if (!out->in[i]) {
+      gp_batch_buffers_free(out);
+      return GP_ERR(GP_ERR_NOMEM, "out of host memory for batches of %lld samples", (long long)cap);
+    }
+  }
+  return GP_OK;
+}
+
+void gp_batch_buffers_free(gp_batch_buffers *b) {
+  if (!b) return;
+  for (int i = 0; i < GP_MAX_MODEL_INPUTS; i++)
+    free(b->in[i]);
+  memset(b, 0, sizeof *b);
+}
+
+gp_batch gp_batch_of(const gp_batch_buffers *b, int64_t n) {
+  gp_batch r = {.n = n};
+  for (int i = 0; i < GP_MAX_MODEL_INPUTS; i++)
+    r.in[i] = b->in[i];
+  return r;
+}
+
+gp_status gp_trainer_evaluate_inputs(gp_trainer *t, gp_inputs_fn next, void *ctx, int64_t batch,
+                                     int64_t max_samples, gp_metrics *out) {
+  gp_batch_buffers bufs;
+  GP_TRY(gp_batch_buffers_alloc(t->m, batch, &bufs));
+  gp_status s = GP_OK;
   gp_step_result r = {0};
   int64_t total = 0;
   while (s == GP_OK && (max_samples == 0 || total < max_samples)) {
     int64_t want = batch, got = 0;
     if (max_samples && max_samples - total < want) want = max_samples - total;
-    s = next(ctx, want, x, y, &got);
+    s = next(ctx, want, bufs.in, &got);
     if (s != GP_OK || got == 0) break;
-    s = gp_pipeline_eval(t->pl, x, y, got, &r);
+    gp_batch b = gp_batch_of(&bufs, got);
+    s = gp_pipeline_eval(t->pl, &b, &r);
     total += got;
   }
-  free(x);
-  free(y);
+  gp_batch_buffers_free(&bufs);
   if (s != GP_OK) return s;
-  out->samples = r.counted;
+  out->samples = total;
+  out->targets = r.counted;
   out->loss = r.counted ? r.loss_sum / (double)r.counted : 0.0;
   out->accuracy = r.counted ? (double)r.correct / (double)r.counted : 0.0;
   return GP_OK;
+}
+
+typedef struct xy_src {
+  const gp_model *m;
+  gp_batch_fn next;
+  void *ctx;
+} xy_src;
+
+static gp_status xy_next(void *ctx, int64_t max, void *const *in, int64_t *got) {
+  xy_src *c = ctx;
+  int y = c->m->label_input, x = y == 0 ? 1 : 0;
+  return c->next(c->ctx, max, in[x], in[y], got);
+}
+
+gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_fn next, void *ctx, int64_t batch,
+                              int64_t max_samples, gp_metrics *out) {
+  gp_batch b;
+  GP_TRY(xy_batch(t->m, NULL, NULL, 0, &b)); /* refuses models that are not (x, y) */
+  xy_src c = {t->m, next, ctx};
+  return gp_trainer_evaluate_inputs(t, xy_next, &c, batch, max_samples, out);
 }
 
 /* Stages' parameters into one writer; host staging per stage in stage[] (free after). */

@@ -8,9 +8,10 @@
 #include "core/train/pipeline.h"
 
 typedef struct gp_metrics {
-  double loss;     /* mean over samples */
-  double accuracy; /* fraction correct */
+  double loss;     /* mean over targets (samples, or tokens that are not ignored) */
+  double accuracy; /* fraction of the targets predicted correctly */
   int64_t samples;
+  int64_t targets;
 } gp_metrics;
 
 typedef struct gp_trainer {
@@ -26,13 +27,30 @@ gp_status gp_trainer_init(gp_trainer *t, gp_model *m, const gp_plan *plan,
                           const gp_pipeline_opts *o, uint64_t seed);
 void gp_trainer_free(gp_trainer *t);
 
-/* One optimizer step on a mini-batch of host data (x: batch x sample f32, y: int32). */
+/* One optimizer step on a host mini-batch (one buffer per model input, see gp_batch). */
+gp_status gp_trainer_step_batch(gp_trainer *t, const gp_batch *b, double lr, gp_metrics *out);
+/* The same for a model of one f32 input and labels (x: batch x sample f32, y: int32). */
 gp_status gp_trainer_step(gp_trainer *t, const float *x, const int32_t *y, int64_t batch, double lr,
                           gp_metrics *out);
-/* A source of evaluation batches (core does not know data/): fills up to max samples,
- * *got = 0 at the end. */
-typedef gp_status (*gp_batch_fn)(void *ctx, int64_t max, float *x, int32_t *y, int64_t *got);
+
+/* Host buffers for mini-batches of up to cap samples of every model input, in the model's
+ * input order; gp_batch_buffers_free accepts a zeroed struct. */
+typedef struct gp_batch_buffers {
+  void *in[GP_MAX_MODEL_INPUTS];
+  int64_t cap;
+} gp_batch_buffers;
+gp_status gp_batch_buffers_alloc(const gp_model *m, int64_t cap, gp_batch_buffers *out);
+void gp_batch_buffers_free(gp_batch_buffers *b);
+gp_batch gp_batch_of(const gp_batch_buffers *b, int64_t n);
+
+/* A source of evaluation batches (core does not know data/): fills up to max samples into
+ * the buffers (one per model input), *got = 0 at the end. */
+typedef gp_status (*gp_inputs_fn)(void *ctx, int64_t max, void *const *in, int64_t *got);
 /* Loss and accuracy over up to max_samples (0 = all) of the source, in batches. */
+gp_status gp_trainer_evaluate_inputs(gp_trainer *t, gp_inputs_fn next, void *ctx, int64_t batch,
+                                     int64_t max_samples, gp_metrics *out);
+/* The same for a model of one f32 input and labels. */
+typedef gp_status (*gp_batch_fn)(void *ctx, int64_t max, float *x, int32_t *y, int64_t *got);
 gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_fn next, void *ctx, int64_t batch,
                               int64_t max_samples, gp_metrics *out);
 

@@ -1,0 +1,293 @@
+/* Training token models through the pipeline: batches of several inputs (i32 ids, masks,
+ * per-token labels with ignored padding). (1) softmax_cross_entropy with ignore_index and
+ * label smoothing against an independent double-precision computation of PyTorch's
+ * F.cross_entropy(ignore_index=-100, label_smoothing=s), loss and weight gradient, for one
+ * and for three micro-batches; (2) models/transformer-nmt.yaml and models/transformer-lm.yaml
+ * at a tiny size give the same losses and weights for K = 1..4 stages and M = 1..4
+ * micro-batches as K = 1, M = 1. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "core/train/trainer.h"
+
+/* Summation order over micro-batches and stages only: a few float roundings per step. */
+#define TOL_REL 2e-5
+/* The reference is double, the layer float: a few roundings in a softmax over 5 classes. */
+#define TOL_LOSS 1e-5
+#define TOL_GRAD 1e-5
+
+static int passed, failed;
+
+static void die(const char *what) {
+  printf("FAIL: %s: %s\n", what, gp_error_message());
+  exit(1);
+}
+
+static void check(int ok, const char *fmt, double a, double b) {
+  if (ok) {
+    passed++;
+    return;
+  }
+  failed++;
+  printf("FAIL: ");
+  printf(fmt, a, b);
+  printf("\n");
+}
+
+/* ---- (1) the loss against its definition ---- */
+
+#define B 4
+#define T 3
+#define D 4
+#define V 5
+#define SMOOTH 0.2
+
+static const char *xent_model = "name: xent\n"
+                                "inputs: {x: [3, 4], label: {shape: [3], dtype: i32}}\n"
+                                "layers:\n"
+                                "  - {type: linear, out_features: 5}\n"
+                                "loss: {type: softmax_cross_entropy, label_smoothing: 0.2}\n"
+                                "train: {optimizer: {type: sgd, lr: 1.0}}\n";
+
+/* PyTorch's mean cross-entropy with ignore_index and label smoothing: over the N targets
+ * that are not ignored, ((1 - s) * nll + s * mean_j(-log p_j)) / N; dz = (p - q) / N with
+ * q = (1 - s) onehot + s / V, and 0 for ignored rows. */
+static double reference(const float *w, const float *bias, const float *x, const int32_t *y,
+                        double *dw, int64_t *n_out, int64_t *correct) {
+  int64_t n = 0;
+  for (int i = 0; i < B * T; i++)
+    n += y[i] != -100;
+  double loss = 0;
+  memset(dw, 0, sizeof(double) * V * D);
+  *correct = 0;
+  for (int i = 0; i < B * T; i++) {
+    if (y[i] == -100) continue;
+    double z[V], mx = -1e300, se = 0;
+    int best = 0;
+    for (int v = 0; v < V; v++) {
+      z[v] = bias[v];
+      for (int d = 0; d < D; d++)
+        z[v] += (double)w[v * D + d] * x[i * D + d];
+      mx = fmax(mx, z[v]);
+      if (z[v] > z[best]) best = v;
+    }
+    *correct += best == y[i];
+    for (int v = 0; v < V; v++)
+      se += exp(z[v] - mx);
+    double lse = mx + log(se), smooth = 0;
+    for (int v = 0; v < V; v++)
+      smooth += (lse - z[v]) / V;
+    loss += ((1 - SMOOTH) * (lse - z[y[i]]) + SMOOTH * smooth) / (double)n;
+    for (int v = 0; v < V; v++) {
+      double q = SMOOTH / V + (v == y[i] ? 1 - SMOOTH : 0);
+      double dz = (exp(z[v] - lse) - q) / (double)n;
+      for (int d = 0; d < D; d++)
+        dw[v * D + d] += dz * x[i * D + d];
+    }
+  }
+  *n_out = n;
+  return loss;
+}
+
+static void xent_check(int micro) {
+  gp_model *mo;
+  if (gp_model_load_string(xent_model, "xent.yaml", NULL, 0, &mo) != GP_OK) die("load xent");
+  mo->pipeline.micro_batches = micro;
+  gp_plan plan;
+  gp_trainer t;
+  gp_pipeline_opts po = {.cores = 1};
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
+  if (gp_trainer_init(&t, mo, &plan, &po, 7) != GP_OK) die("init");
+  gp_params *p = gp_pipeline_params(t.pl, 0);
+  if (p->n_train != V * D + V) die("the linear layer's parameter layout");
+  float w0[V * D + V], x[B * T * D];
+  int32_t y[B * T];
+  memcpy(w0, p->train, sizeof w0);
+  gp_rng r;
+  gp_rng_seed(&r, 99);
+  for (int i = 0; i < B * T * D; i++)
+    x[i] = 4.0f * gp_rng_uniform(&r) - 2.0f;
+  for (int i = 0; i < B * T; i++)
+    y[i] = (int32_t)gp_rng_below(&r, V);
+  /* padding: a tail in samples 1 and 3, all of sample 2 (a micro-batch with no target) */
+  y[1 * T + 2] = y[2 * T + 0] = y[2 * T + 1] = y[2 * T + 2] = y[3 * T + 1] = y[3 * T + 2] = -100;
+  double dw[V * D];
+  int64_t n, correct;
+  double want = reference(w0, w0 + V * D, x, y, dw, &n, &correct);
+  gp_metrics mt;
+  if (gp_trainer_step(&t, x, y, B, 1.0, &mt) != GP_OK) die("xent step");
+  char what[160];
+  snprintf(what, sizeof what, "M=%d: loss %%.9g, want %%.9g (mean over non-ignored tokens)", micro);
+  check(fabs(mt.loss - want) <= TOL_LOSS * fabs(want), what, mt.loss, want);
+  snprintf(what, sizeof what, "M=%d: %%g targets counted, want %%g", micro);
+  check(mt.targets == n, what, (double)mt.targets, (double)n);
+  snprintf(what, sizeof what, "M=%d: accuracy %%g, want %%g (per token)", micro);
+  check(fabs(mt.accuracy - (double)correct / (double)n) < 1e-12, what, mt.accuracy,
+        (double)correct / (double)n);
+  double err = 0, ref = 0;
+  for (int i = 0; i < V * D; i++) { /* sgd, lr 1: w1 = w0 - grad */
+    err = fmax(err, fabs((double)(w0[i] - p->train[i]) - dw[i]));
+    ref = fmax(ref, fabs(dw[i]));
+  }
+  snprintf(what, sizeof what, "M=%d: weight gradient max error %%.3g (max %%.3g)", micro);
+  check(err <= TOL_GRAD * ref, what, err, ref);
+  gp_trainer_free(&t);
+  gp_model_free(mo);
+}
+
+/* ---- (2) pipeline equivalence of the Transformer model files ---- */
+
+#define STEPS 3
+#define BATCH 8
+#define LEN 6
+#define VOCAB 13
+
+typedef struct run_out {
+  double loss[STEPS];
+  float *w;
+  int64_t n_w;
+} run_out;
+
+/* Ids in [1, VOCAB) then pad 0, masks 1 then 0, labels in [0, VOCAB) then -100, with a
+ * random real length in [1, LEN] per sample and sequence. */
+static void token_batch(const gp_model *mo, int step, gp_batch_buffers *bufs) {
+  gp_rng r;
+  gp_rng_seed(&r, 500 + (uint64_t)step);
+  int64_t len[BATCH];
+  for (int b = 0; b < BATCH; b++)
+    len[b] = 1 + (int64_t)gp_rng_below(&r, LEN);
+  for (int i = 0; i < mo->n_inputs; i++) {
+    int32_t *v = bufs->in[i];
+    const char *name = mo->inputs[i].name;
+    for (int b = 0; b < BATCH; b++) {
+      /* the source's length differs from the target's */
+      int64_t L = strstr(name, "src") ? LEN + 1 - len[b] : len[b];
+      for (int j = 0; j < LEN; j++) {
+        int real = j < L;
+        int32_t *e = &v[b * LEN + j];
+        if (strstr(name, "mask"))
+          *e = real;
+        else if (i == mo->label_input)
+          *e = real ? (int32_t)gp_rng_below(&r, VOCAB) : -100;
+        else
+          *e = real ? 1 + (int32_t)gp_rng_below(&r, VOCAB - 1) : 0;
+      }
+    }
+  }
+}
+
+static void train(const char *file, const gp_override *ov, int nov, int k, int m,
+                  gp_schedule_kind sched, gp_remat remat, run_out *o) {
+  gp_model *mo;
+  if (gp_model_load(file, ov, nov, &mo) != GP_OK) die("load");
+  mo->pipeline.stages = k;
+  mo->pipeline.micro_batches = m;
+  mo->pipeline.schedule = sched;
+  mo->pipeline.remat = remat;
+  mo->pipeline.n_balance = 0;
+  gp_plan plan;
+  gp_trainer t;
+  gp_pipeline_opts po = {.cores = 1};
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
+  if (gp_trainer_init(&t, mo, &plan, &po, 42) != GP_OK) die("init");
+  gp_batch_buffers bufs;
+  if (gp_batch_buffers_alloc(mo, BATCH, &bufs) != GP_OK) die("buffers");
+  for (int s = 0; s < STEPS; s++) {
+    gp_metrics mt;
+    token_batch(mo, s, &bufs);
+    gp_batch b = gp_batch_of(&bufs, BATCH);
+    if (gp_trainer_step_batch(&t, &b, 1e-2, &mt) != GP_OK) die("step");
+    o->loss[s] = mt.loss;
+  }
+  o->n_w = 0;
+  for (int s = 0; s < k; s++)
+    o->n_w += gp_pipeline_params(t.pl, s)->n_train;
+  o->w = malloc(sizeof(float) * (size_t)(o->n_w + 1));
+  int64_t ow = 0;
+  for (int s = 0; s < k; s++) {
+    gp_params *p = gp_pipeline_params(t.pl, s);
+    memcpy(o->w + ow, p->train, sizeof(float) * (size_t)p->n_train);
+    ow += p->n_train;
+  }
+  gp_batch_buffers_free(&bufs);
+  gp_trainer_free(&t);
+  gp_model_free(mo);
+}
+
+static void grid(const char *name, const char *file, const gp_override *ov, int nov) {
+  run_out want;
+  train(file, ov, nov, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, &want);
+  int i = 0;
+  for (int k = 1; k <= 4; k++)
+    for (int m = 1; m <= 4; m++, i++) {
+      if (k == 1 && m == 1) continue;
+      run_out got;
+      train(file, ov, nov, k, m, (gp_schedule_kind)(i % 2), (gp_remat)(i % 3), &got);
+      double dl = 0, dw = 0, ref = 1e-30;
+      for (int s = 0; s < STEPS; s++)
+        dl = fmax(dl, fabs(got.loss[s] - want.loss[s]) / fabs(want.loss[s]));
+      for (int64_t j = 0; j < want.n_w && got.n_w == want.n_w; j++) {
+        dw = fmax(dw, fabs((double)got.w[j] - want.w[j]));
+        ref = fmax(ref, fabs((double)want.w[j]));
+      }
+      if (got.n_w == want.n_w && dl <= TOL_REL && dw / ref <= TOL_REL) {
+        passed++;
+      } else {
+        failed++;
+        printf("FAIL: %s K=%d M=%d: loss rel diff %.3g, weight rel diff %.3g\n", name, k, m, dl,
+               dw / ref);
+      }
+      free(got.w);
+    }
+  free(want.w);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    printf("usage: test_token_models transformer-nmt.yaml transformer-lm.yaml\n");
+    return 2;
+  }
+  xent_check(1);
+  xent_check(3);
+  /* AdamW's eps is raised from the files' 1e-9: the attention's key bias has a gradient that
+   * is zero but for rounding (softmax ignores a constant per row), and with eps 1e-9 Adam
+   * turns that rounding noise, which M changes, into steps of lr's size. */
+  static const gp_override nmt[] = {
+      {"inputs.src.shape.0", "6"},
+      {"inputs.src_mask.shape.0", "6"},
+      {"inputs.tgt_in.shape.0", "6"},
+      {"inputs.label.shape.0", "6"},
+      {"blocks.embed.params.vocab", "13"},
+      {"blocks.embed.params.d", "8"},
+      {"blocks.embed.params.max_len", "8"},
+      {"blocks.embed.params.p", "0"},
+      {"blocks.enc.params.d", "8"},
+      {"blocks.enc.params.heads", "2"},
+      {"blocks.enc.params.ff", "12"},
+      {"blocks.enc.params.p", "0"},
+      {"blocks.dec.params.d", "8"},
+      {"blocks.dec.params.heads", "2"},
+      {"blocks.dec.params.ff", "12"},
+      {"blocks.dec.params.p", "0"},
+      {"layers.1.repeat", "2"},
+      {"layers.3.repeat", "2"},
+      {"layers.4.out_features", "13"},
+      {"train.optimizer.eps", "1e-4"},
+  };
+  static const gp_override lm[] = {
+      {"inputs.tokens.shape.0", "6"},    {"inputs.label.shape.0", "6"},
+      {"layers.0.num_embeddings", "13"}, {"layers.0.dim", "8"},
+      {"layers.1.max_len", "8"},         {"layers.2.p", "0"},
+      {"blocks.layer.params.d", "8"},    {"blocks.layer.params.heads", "2"},
+      {"blocks.layer.params.ff", "12"},  {"blocks.layer.params.p", "0"},
+      {"layers.3.repeat", "3"},          {"layers.5.out_features", "13"},
+      {"train.optimizer.eps", "1e-4"},
+  };
+  grid("transformer-nmt", argv[1], nmt, (int)(sizeof nmt / sizeof nmt[0]));
+  grid("transformer-lm", argv[2], lm, (int)(sizeof lm / sizeof lm[0]));
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed != 0;
+}
