@@ -256,10 +256,12 @@ static gp_status optimizer(gp_cfg *cfg, gp_train_spec *t) {
 }
 
 static gp_status lr_schedule(gp_cfg *cfg, gp_train_spec *t) {
-  static const char *const kinds[] = {"constant", "step", "cosine", NULL};
+  static const char *const kinds[] = {"constant", "step", "cosine", "inverse_sqrt", NULL};
   int k = 0;
   t->schedule = GP_LR_CONSTANT;
   t->gamma = 0.1;
+  t->warmup_init_lr = 0;
+  t->d_model = 0;
   if (!cfg) return GP_OK;
   GP_TRY(gp_cfg_choice(cfg, "type", kinds, 0, &k));
   t->schedule = (gp_lr_kind)k;
@@ -275,6 +277,23 @@ static gp_status lr_schedule(gp_cfg *cfg, gp_train_spec *t) {
     GP_TRY(gp_cfg_float(cfg, "min_lr", 0, 0, DBL_MAX, &t->min_lr));
     if (t->min_lr > t->lr)
       return gp_cfg_error(cfg, "min_lr", "min_lr: %g is more than lr %g", t->min_lr, t->lr);
+  }
+  if (k == GP_LR_INVERSE_SQRT) {
+    /* the warm-up is part of this schedule: its length sets the decay's scale */
+    GP_TRY(gp_cfg_require(cfg, "warmup_steps"));
+    if (t->warmup_steps < 1)
+      return gp_cfg_error(cfg, "warmup_steps", "warmup_steps: inverse_sqrt needs at least 1");
+    GP_TRY(gp_cfg_int(cfg, "d_model", 0, 1, INT32_MAX, &t->d_model));
+    if (t->d_model > 0 && gp_cfg_has(cfg, "warmup_init_lr"))
+      return gp_cfg_error(cfg, "warmup_init_lr",
+                          "warmup_init_lr: not with d_model (that form starts from 0)");
+    GP_TRY(gp_cfg_float(cfg, "warmup_init_lr", 0, -DBL_MAX, DBL_MAX, &t->warmup_init_lr));
+    if (t->warmup_init_lr < 0)
+      return gp_cfg_error(cfg, "warmup_init_lr", "warmup_init_lr: must be at least 0, got %g",
+                          t->warmup_init_lr);
+    if (t->warmup_init_lr > t->lr)
+      return gp_cfg_error(cfg, "warmup_init_lr", "warmup_init_lr: %g is more than lr %g",
+                          t->warmup_init_lr, t->lr);
   }
   char what[32];
   snprintf(what, sizeof what, "the %s schedule", kinds[k]);

@@ -67,17 +67,19 @@ typedef struct gp_data_spec {
 } gp_data_spec;
 
 typedef enum gp_optim_kind { GP_OPT_SGD, GP_OPT_ADAMW, GP_OPT_RMSPROP } gp_optim_kind;
-typedef enum gp_lr_kind { GP_LR_CONSTANT, GP_LR_STEP, GP_LR_COSINE } gp_lr_kind;
+typedef enum gp_lr_kind { GP_LR_CONSTANT, GP_LR_STEP, GP_LR_COSINE, GP_LR_INVERSE_SQRT } gp_lr_kind;
 
 typedef struct gp_train_spec {
   gp_optim_kind optimizer;
   double lr, momentum, weight_decay, beta1, beta2, eps, alpha;
   int nesterov;
   gp_lr_kind schedule;
-  int64_t warmup_steps; /* linear warm-up from 0 to lr, before any schedule */
+  int64_t warmup_steps; /* linear warm-up from 0 to lr first (inverse_sqrt: its own) */
   int64_t step_size;    /* step: every step_size steps lr *= gamma */
   double gamma;
   double min_lr;         /* cosine: floor */
+  double warmup_init_lr; /* inverse_sqrt: where the warm-up starts (fairseq's --warmup-init-lr) */
+  int64_t d_model;       /* inverse_sqrt: > 0 = Vaswani's form, lr * d_model^-0.5 * ... */
   double clip_grad_norm; /* 0 = off */
   int64_t batch_size;
   int64_t epochs;     /* used when steps == 0 */

@@ -65,7 +65,19 @@ gp_status gp_optimizer_step(gp_optimizer *o, double lr) {
   return GP_ERR(GP_ERR_UNSUPPORTED, "unknown optimizer");
 }
 
+/* Update n = step + 1 of W = warmup_steps, as fairseq's inverse_sqrt computes its rate
+ * after n updates (lr_step, decay_factor and n ** -0.5 written as it writes them), or
+ * Vaswani et al.'s d_model^-0.5 * min(n^-0.5, n * W^-1.5) scaled by lr. */
+static double inverse_sqrt(const gp_train_spec *t, int64_t step) {
+  double n = (double)step + 1.0, w = (double)(t->warmup_steps > 0 ? t->warmup_steps : 1);
+  if (t->d_model > 0)
+    return t->lr * pow((double)t->d_model, -0.5) * fmin(pow(n, -0.5), n * pow(w, -1.5));
+  if (n < w) return t->warmup_init_lr + n * ((t->lr - t->warmup_init_lr) / w);
+  return t->lr * pow(w, 0.5) * pow(n, -0.5);
+}
+
 double gp_lr_at(const gp_train_spec *t, int64_t step, int64_t total) {
+  if (t->schedule == GP_LR_INVERSE_SQRT) return inverse_sqrt(t, step); /* its own warm-up */
   if (t->warmup_steps > 0 && step < t->warmup_steps)
     return t->lr * (double)(step + 1) / (double)t->warmup_steps;
   int64_t s = step - t->warmup_steps, span = total - t->warmup_steps;
@@ -77,6 +89,8 @@ double gp_lr_at(const gp_train_spec *t, int64_t step, int64_t total) {
   case GP_LR_COSINE:
     if (span <= 0) return t->lr;
     return t->min_lr + (t->lr - t->min_lr) * 0.5 * (1.0 + cos(M_PI * (double)s / (double)span));
+  case GP_LR_INVERSE_SQRT:
+    break;
   }
   return t->lr;
 }

@@ -66,6 +66,130 @@ static void run_case(gp_st_file *f, gp_backend *be, const char *name, gp_train_s
   free(p.grad);
 }
 
+/* inverse_sqrt against values computed in Python as fairseq's InverseSquareRootSchedule
+ * computes them after u = step + 1 updates, and as Vaswani et al. write the rate at step n:
+ *   def fairseq(lr, W, init, u):
+ *       lr_step = (lr - init) / W; decay = lr * W ** 0.5
+ *       return init + u * lr_step if u < W else decay * u ** -0.5
+ *   def vaswani(f, d, W, n): return f * d ** -0.5 * min(n ** -0.5, n * W ** -1.5)
+ *   [repr(fairseq(5e-4, 10, 0.0, s + 1)) for s in steps], ... */
+#define TOL_LR_FORMULA 1e-15 /* relative: the same double operations, or a few roundings apart */
+static void inverse_sqrt_cases(gp_train_spec b) {
+  static const int64_t steps[] = {0, 1, 4, 8, 9, 10, 11, 25, 49, 999, 99999};
+  static const double fairseq0[] = {5e-05,
+                                    0.0001,
+                                    0.00025,
+                                    0.00045000000000000004,
+                                    0.0005,
+                                    0.0004767312946227962,
+                                    0.0004564354645876384,
+                                    0.00031008683647302116,
+                                    0.00022360679774997898,
+                                    4.9999999999999996e-05,
+                                    5e-06};
+  static const double fairseq_init[] = {0.00010009,
+                                        0.00020008,
+                                        0.0005000499999999999,
+                                        0.0009000099999999999,
+                                        0.001,
+                                        0.0009534625892455924,
+                                        0.0009128709291752768,
+                                        0.0006201736729460423,
+                                        0.00044721359549995795,
+                                        9.999999999999999e-05,
+                                        1e-05};
+  static const int64_t vsteps[] = {0, 1, 99, 3998, 3999, 4000, 9999, 99999};
+  static const double vaswani[] = {
+      3.493856214843422e-07, 6.987712429686844e-07, 3.493856214843422e-05, 0.0013971931003158842,
+      0.0013975424859373686, 0.001397367825874706,  0.0008838834764831845, 0.00027950849718747374};
+  gp_train_spec h = b;
+  h.lr = 5e-4, h.schedule = GP_LR_INVERSE_SQRT, h.warmup_steps = 10;
+  double err = 0;
+  for (int i = 0; i < 11; i++) {
+    err = fmax(err, fabs(gp_lr_at(&h, steps[i], 0) - fairseq0[i]) / fairseq0[i]);
+    /* the same as lr * min(n / W, sqrt(W / n)), n = step + 1 */
+    double n = (double)steps[i] + 1, w = 10, want = 5e-4 * fmin(n / w, sqrt(w / n));
+    err = fmax(err, fabs(gp_lr_at(&h, steps[i], 0) - want) / want);
+  }
+  check(err < TOL_LR_FORMULA, "inverse_sqrt (fairseq, from 0)", err);
+  h.lr = 1e-3, h.warmup_init_lr = 1e-7;
+  err = 0;
+  for (int i = 0; i < 11; i++)
+    err = fmax(err, fabs(gp_lr_at(&h, steps[i], 0) - fairseq_init[i]) / fairseq_init[i]);
+  check(err < TOL_LR_FORMULA, "inverse_sqrt (fairseq, warmup_init_lr)", err);
+  h = b;
+  h.lr = 2.0, h.schedule = GP_LR_INVERSE_SQRT, h.warmup_steps = 4000, h.d_model = 512;
+  err = 0;
+  for (int i = 0; i < 8; i++)
+    err = fmax(err, fabs(gp_lr_at(&h, vsteps[i], 0) - vaswani[i]) / vaswani[i]);
+  check(err < TOL_LR_FORMULA, "inverse_sqrt (Vaswani, d_model)", err);
+}
+
+/* train.schedule: inverse_sqrt in a model file: good values and located errors. */
+#define SPEC_HEAD                                                                                  \
+  "inputs: {x: [4], label: {shape: [], dtype: i32}}\n"                                             \
+  "layers: [{type: linear, out_features: 3}]\nloss: {type: softmax_cross_entropy}\n"
+static gp_model *spec_load(const char *train, gp_status *s) {
+  char text[1024];
+  snprintf(text, sizeof text, "%s%s\n", SPEC_HEAD, train);
+  gp_model *m = NULL;
+  gp_error_clear();
+  *s = gp_model_load_string(text, "t.yaml", NULL, 0, &m);
+  return m;
+}
+static void spec_fails(const char *train, const char *want) {
+  gp_status s;
+  gp_model *m = spec_load(train, &s);
+  int ok = s == GP_ERR_SPEC && !m && strstr(gp_error_message(), want);
+  if (!ok)
+    printf("  %s\n    got %s: '%s'\n    want '%s'\n", train, gp_status_name(s), gp_error_message(),
+           want);
+  check(ok, "inverse_sqrt spec error", 0);
+  gp_model_free(m);
+}
+static void inverse_sqrt_spec(void) {
+  gp_status s;
+  gp_model *m = spec_load("train: {optimizer: {type: adamw, lr: 5e-4}, "
+                          "schedule: {type: inverse_sqrt, warmup_steps: 4000}}",
+                          &s);
+  check(m && m->train.schedule == GP_LR_INVERSE_SQRT && m->train.warmup_steps == 4000 &&
+            m->train.d_model == 0 && m->train.warmup_init_lr == 0 && m->train.lr == 5e-4,
+        "inverse_sqrt spec", 0);
+  gp_model_free(m);
+  m = spec_load("train: {optimizer: {type: adamw, lr: 1e-3}, schedule: {type: inverse_sqrt, "
+                "warmup_steps: 10, warmup_init_lr: 1e-7}}",
+                &s);
+  check(m && m->train.warmup_init_lr == 1e-7 && m->train.d_model == 0, "warmup_init_lr spec", 0);
+  gp_model_free(m);
+  m = spec_load("train: {optimizer: {type: adamw, lr: 2}, schedule: {type: inverse_sqrt, "
+                "warmup_steps: 4000, d_model: 512}}",
+                &s);
+  check(m && m->train.d_model == 512 && m->train.lr == 2, "d_model spec", 0);
+  gp_model_free(m);
+  /* columns count from 1 on line 4, the train line */
+  spec_fails("train: {schedule: inverse_sqrt}", "t.yaml:4:19: missing required key 'warmup_steps'");
+  spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: 0}}",
+             "t.yaml:4:54: warmup_steps: inverse_sqrt needs at least 1");
+  spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: -3}}",
+             "t.yaml:4:54: warmup_steps: -3 is out of range");
+  spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: 10, d_model: 0}}",
+             "t.yaml:4:67: d_model: 0 is out of range");
+  spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: 10, d_model: abc}}",
+             "t.yaml:4:67: d_model: expected an integer, got 'abc'");
+  spec_fails("train: {optimizer: {type: adamw, lr: 5e-4}, schedule: {type: inverse_sqrt, "
+             "warmup_steps: 10, warmup_init_lr: 1e-3}}",
+             "t.yaml:4:110: warmup_init_lr: 0.001 is more than lr 0.0005");
+  spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: 10, warmup_init_lr: -1}}",
+             "t.yaml:4:74: warmup_init_lr: must be at least 0, got -1");
+  spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: 10, d_model: 512, "
+             "warmup_init_lr: 0}}",
+             "t.yaml:4:88: warmup_init_lr: not with d_model");
+  spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: 10, min_lr: 0}}",
+             "t.yaml:4:66: unknown key 'min_lr' for the inverse_sqrt schedule");
+  spec_fails("train: {schedule: {type: inverse_sqr, warmup_steps: 10}}",
+             "t.yaml:4:26: type: unknown value 'inverse_sqr'; did you mean 'inverse_sqrt'?");
+}
+
 int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "tests/fixtures/optim.safetensors";
   gp_st_file *f;
@@ -113,6 +237,9 @@ int main(int argc, char **argv) {
   h = b;
   h.lr = 0.3, h.schedule = GP_LR_CONSTANT;
   check(gp_lr_at(&h, 17, 50) == 0.3, "constant schedule", 0);
+
+  inverse_sqrt_cases(b);
+  inverse_sqrt_spec();
 
   gp_st_free(f);
   gp_backend_destroy(be);
