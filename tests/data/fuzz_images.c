@@ -1,6 +1,7 @@
 /* Fuzz target for the ImageNet data path (libFuzzer's entry point): the first byte picks —
  * JPEG decode (full size and DCT-scaled), gp_imagenet_sample (train and eval), a WebDataset
- * shard, a raw tar walk, a raw gzip stream — and the rest is the input. Any bytes must be read
+ * shard, a raw tar walk, a raw gzip stream, a CIFAR-10 archive or .bin file — and the rest
+ * is the input. Any bytes must be read
  * or refused with a message, never crash, hang or leak. Also built into
  * test_fuzz_images_corpus, which runs it over deterministic mutations of valid seeds. */
 #include <stdint.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "data/cifar.h"
 #include "data/gzstream.h"
 #include "data/imgaug.h"
 #include "data/jpeg.h"
@@ -86,6 +88,15 @@ static gp_status with_file(const uint8_t *d, size_t n, int kind) {
         s = size % 2 ? gp_tar_read(t, buf, sizeof buf, &got) : (got = 0, GP_OK);
     }
     gp_tar_close(t);
+  } else if (kind == 5) {
+    /* the file as cifar-10-binary.tar(.gz), or as an extracted data_batch_1.bin */
+    uint8_t *px = NULL, *lb = NULL;
+    int64_t n = 0;
+    s = gp_cifar_read(path, 10, 0, 1, 64, &px, &lb, &n);
+    for (int64_t i = 0; s == GP_OK && i < n; i++)
+      if (lb[i] >= 10) abort();
+    free(px);
+    free(lb);
   } else {
     gp_gzstream *g = NULL;
     s = gp_gzstream_open(path, &g);
@@ -102,7 +113,7 @@ static gp_status with_file(const uint8_t *d, size_t n, int kind) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1 || size > (1u << 20)) return 0;
   gp_error_clear();
-  int kind = data[0] % 5;
+  int kind = data[0] % 6;
   if (kind == 0)
     jpeg(data + 1, size - 1);
   else if (kind == 1)

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "core/rng.h"
+#include "data/cifar.h"
 #include "data/jpeg.h"
 #include "data/wds.h"
 #include "tests/data/jpeg_fixture.h"
@@ -122,6 +123,27 @@ static buf shard(uint8_t kind) {
   return t;
 }
 
+/* A cifar-10-binary archive: the five train batches, two records each. */
+static buf cifar(void) {
+  buf t = {0}, tar = {0};
+  uint8_t kind = 5, rec[2 * 3073];
+  put(&t, &kind, 1);
+  for (int k = 1; k <= 5; k++) {
+    char name[64];
+    for (int i = 0; i < (int)sizeof rec; i++)
+      rec[i] = (uint8_t)(i * 7 + k);
+    rec[0] = (uint8_t)k;
+    rec[3073] = (uint8_t)(9 - k);
+    snprintf(name, sizeof name, "cifar-10-batches-bin/data_batch_%d.bin", k);
+    member(&tar, name, rec, sizeof rec, '0');
+  }
+  uint8_t z[1024] = {0};
+  put(&tar, z, sizeof z);
+  put(&t, tar.p, tar.n);
+  free(tar.p);
+  return t;
+}
+
 /* The seeds must be valid, or the mutations explore only the first refusal. */
 static int seed_ok(const buf *s) {
   if (s->p[0] <= 1) {
@@ -129,6 +151,20 @@ static int seed_ok(const buf *s) {
     gp_status st = gp_jpeg_decode(s->p + 1, s->n - 1, 0, "seed", &img);
     gp_image_free(&img);
     return st == GP_OK;
+  }
+  if (s->p[0] == 5) {
+    const char *path = "/tmp/gp-fuzz-img-seed-cifar.tar";
+    FILE *f = fopen(path, "wb");
+    if (!f) return 0;
+    fwrite(s->p + 1, 1, s->n - 1, f);
+    fclose(f);
+    uint8_t *px = NULL, *lb = NULL;
+    int64_t n = 0;
+    gp_status st = gp_cifar_read(path, 10, 0, 1, 0, &px, &lb, &n);
+    free(px);
+    free(lb);
+    remove(path);
+    return st == GP_OK && n == 10;
   }
   if (s->p[0] != 2) return 1;
   const char *path = "/tmp/gp-fuzz-img-seed.tar";
@@ -163,7 +199,7 @@ static int write_seeds(const char *dir, const buf *seeds, size_t n) {
 }
 
 int main(int argc, char **argv) {
-  buf sh = shard(2), sh3 = shard(3);
+  buf sh = shard(2), sh3 = shard(3), cf = cifar();
   buf seeds[] = {
       seed_jpeg(0, 24, 16, 3, 0),
       seed_jpeg(0, 20, 20, 3, JFIX_PROGRESSIVE),
@@ -176,6 +212,8 @@ int main(int argc, char **argv) {
       gzip_of(2, sh.p + 1, sh.n - 1, 2),
       sh3,
       gzip_of(4, (const uint8_t *)"gzip stream in two members, some text to compress", 50, 2),
+      cf,
+      gzip_of(5, cf.p + 1, cf.n - 1, 2),
   };
   if (argc > 1) {
     int rc = write_seeds(argv[1], seeds, sizeof seeds / sizeof seeds[0]);
