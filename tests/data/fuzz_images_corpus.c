@@ -15,47 +15,12 @@
 #include "data/jpeg.h"
 #include "data/wds.h"
 #include "tests/data/jpeg_fixture.h"
+#include "tests/data/tar_fixture.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-typedef struct buf {
-  uint8_t *p;
-  size_t n, cap;
-} buf;
-
-static void put(buf *b, const void *d, size_t n) {
-  if (b->n + n > b->cap) {
-    b->cap = (b->n + n) * 2 + 64;
-    b->p = realloc(b->p, b->cap);
-  }
-  memcpy(b->p + b->n, d, n);
-  b->n += n;
-}
-
-static void pad512(buf *b) {
-  static const uint8_t z[512];
-  put(b, z, (512 - b->n % 512) % 512);
-}
-
-static void header(buf *b, const char *name, size_t size, char type) {
-  uint8_t h[512] = {0};
-  snprintf((char *)h, 100, "%s", name);
-  memcpy(h + 100, "0000644", 8);
-  snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
-  memcpy(h + 136, "14000000000", 12);
-  h[156] = (uint8_t)type;
-  memcpy(h + 257, "ustar", 6);
-  memcpy(h + 263, "00", 2);
-  unsigned sum = 0;
-  memset(h + 148, ' ', 8);
-  for (int i = 0; i < 512; i++)
-    sum += h[i];
-  snprintf((char *)h + 148, 8, "%06o", sum);
-  put(b, h, 512);
-}
-
-static void member(buf *b, const char *name, const void *d, size_t n, char type) {
-  header(b, name, n, type);
+static void typed_member(buf *b, const char *name, const void *d, size_t n, char type) {
+  header(b, name, n, type, 0, 0);
   put(b, d, n);
   pad512(b);
 }
@@ -101,20 +66,20 @@ static buf shard(uint8_t kind) {
   buf t = {0}, img = seed_jpeg(0, 12, 10, 3, 0);
   put(&t, &kind, 1);
   buf tar = {0};
-  header(&tar, "train/", 0, '5');
+  header(&tar, "train/", 0, '5', 0, 0);
   const char *pax = "26 path=train/n0144_1.jpg\n";
-  member(&tar, "././@PaxHeader", pax, strlen(pax), 'x');
-  member(&tar, "x", img.p + 1, img.n - 1, '0');
-  member(&tar, "train/n0144_1.cls", "3", 1, '0');
-  member(&tar, "train/n0144_1.txt", "ignored", 7, '0');
+  typed_member(&tar, "././@PaxHeader", pax, strlen(pax), 'x');
+  typed_member(&tar, "x", img.p + 1, img.n - 1, '0');
+  typed_member(&tar, "train/n0144_1.cls", "3", 1, '0');
+  typed_member(&tar, "train/n0144_1.txt", "ignored", 7, '0');
   const char *ln = "train/a-long-folder-name-for-a-gnu-long-name-header-to-be-needed-here-"
                    "and-more/n0144_2.jpeg";
-  member(&tar, "././@LongLink", ln, strlen(ln) + 1, 'L');
-  member(&tar, "y", img.p + 1, img.n - 1, '0');
+  typed_member(&tar, "././@LongLink", ln, strlen(ln) + 1, 'L');
+  typed_member(&tar, "y", img.p + 1, img.n - 1, '0');
   const char *lc = "train/a-long-folder-name-for-a-gnu-long-name-header-to-be-needed-here-"
                    "and-more/n0144_2.cls";
-  member(&tar, "././@LongLink", lc, strlen(lc) + 1, 'L');
-  member(&tar, "z", " 12\n", 4, '0');
+  typed_member(&tar, "././@LongLink", lc, strlen(lc) + 1, 'L');
+  typed_member(&tar, "z", " 12\n", 4, '0');
   uint8_t z[1024] = {0};
   put(&tar, z, sizeof z);
   put(&t, tar.p, tar.n);
@@ -135,7 +100,7 @@ static buf cifar(void) {
     rec[0] = (uint8_t)k;
     rec[3073] = (uint8_t)(9 - k);
     snprintf(name, sizeof name, "cifar-10-batches-bin/data_batch_%d.bin", k);
-    member(&tar, name, rec, sizeof rec, '0');
+    typed_member(&tar, name, rec, sizeof rec, '0');
   }
   uint8_t z[1024] = {0};
   put(&tar, z, sizeof z);

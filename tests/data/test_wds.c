@@ -14,80 +14,34 @@
 
 #include "data/imagefolder.h"
 #include "data/wds.h"
+#include "tar_fixture.h"
 #include "tests/check.h"
 
 static int failures, passes;
 static char root[256];
 
-typedef struct buf {
-  uint8_t *p;
-  size_t n, cap;
-} buf;
-
-static void put(buf *b, const void *d, size_t n) {
-  if (b->n + n > b->cap) {
-    b->cap = (b->n + n) * 2;
-    b->p = realloc(b->p, b->cap);
-  }
-  memcpy(b->p + b->n, d, n);
-  b->n += n;
-}
-
-static void pad512(buf *b) {
-  static const uint8_t z[512];
-  put(b, z, (512 - b->n % 512) % 512);
-}
-
-static void header(buf *b, const char *name, uint64_t size, char type) {
-  uint8_t h[512] = {0};
-  snprintf((char *)h, 100, "%s", name);
-  memcpy(h + 100, "0000644", 8);
-  memcpy(h + 108, "0000000", 8);
-  memcpy(h + 116, "0000000", 8);
-  snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
-  memcpy(h + 136, "14000000000", 12);
-  h[156] = (uint8_t)type;
-  memcpy(h + 257, "ustar", 6);
-  memcpy(h + 263, "00", 2);
-  unsigned sum = 0;
-  memset(h + 148, ' ', 8);
-  for (int i = 0; i < 512; i++)
-    sum += h[i];
-  snprintf((char *)h + 148, 8, "%06o", sum);
-  put(b, h, 512);
-}
-
-static void pax_record(buf *rec, const char *key, const char *val) {
-  char line[600];
-  int body = (int)(strlen(key) + strlen(val) + 3), len = body + 1;
-  while ((int)snprintf(NULL, 0, "%d", len) + body != len)
-    len++;
-  snprintf(line, sizeof line, "%d %s=%s\n", len, key, val);
-  put(rec, line, strlen(line));
-}
-
 /* A member as Python's tarfile (PAX format, float mtime) writes it: an 'x' header first. */
-static void member(buf *b, const char *name, const void *d, size_t n, int pax) {
+static void pax_member(buf *b, const char *name, const void *d, size_t n, int pax) {
   if (pax) {
     buf x = {0};
     pax_record(&x, "mtime", "1700000000.123456");
     pax_record(&x, "path", name);
-    header(b, "././@PaxHeader", x.n, 'x');
+    header(b, "././@PaxHeader", x.n, 'x', 0, 0);
     put(b, x.p, x.n);
     pad512(b);
     free(x.p);
   }
-  header(b, name, n, '0');
+  header(b, name, n, '0', 0, 0);
   put(b, d, n);
   pad512(b);
 }
 
 /* A member whose name needs a GNU 'L' header. */
 static void gnu_member(buf *b, const char *name, const void *d, size_t n) {
-  header(b, "././@LongLink", strlen(name) + 1, 'L');
+  header(b, "././@LongLink", strlen(name) + 1, 'L', 0, 0);
   put(b, name, strlen(name) + 1);
   pad512(b);
-  header(b, "truncated", n, '0');
+  header(b, "truncated", n, '0', 0, 0);
   put(b, d, n);
   pad512(b);
 }
@@ -115,7 +69,7 @@ static void key_of(int i, char *k, size_t n) {
 
 /* NS samples with every member kind; labels 7 * i + 1. */
 static void good_shard(buf *t) {
-  header(t, "train/", 0, '5');
+  header(t, "train/", 0, '5', 0, 0);
   uint8_t d[2000];
   for (int i = 0; i < NS; i++) {
     char key[300], name[320], cls[32];
@@ -125,38 +79,23 @@ static void good_shard(buf *t) {
     if (i == 3)
       gnu_member(t, name, d, n);
     else
-      member(t, name, d, n, i % 2 == 0);
+      pax_member(t, name, d, n, i % 2 == 0);
     snprintf(name, sizeof name, "%s.json", key);
-    if (i == 1) member(t, name, "{}", 2, 0); /* ignored extension */
+    if (i == 1) pax_member(t, name, "{}", 2, 0); /* ignored extension */
     snprintf(name, sizeof name, "%s.cls", key);
     snprintf(cls, sizeof cls, i == 1 ? "  %d\n" : "%d", 7 * i + 1);
     if (i == 3)
       gnu_member(t, name, cls, strlen(cls));
     else
-      member(t, name, cls, strlen(cls), i % 2 == 0);
-    if (i == 2) member(t, "README", "x", 1, 0); /* no extension: belongs to no sample */
+      pax_member(t, name, cls, strlen(cls), i % 2 == 0);
+    if (i == 2) pax_member(t, "README", "x", 1, 0); /* no extension: belongs to no sample */
   }
   uint8_t z[1024] = {0};
   put(t, z, sizeof z);
 }
 
-static void write_file(const char *path, const void *d, size_t n) {
-  FILE *f = fopen(path, "wb");
-  fwrite(d, 1, n, f);
-  fclose(f);
-}
-
 static void write_str(const char *path, const char *s) {
   write_file(path, s, strlen(s));
-}
-
-static void write_gz2(const char *path, const uint8_t *d, size_t n) {
-  gzFile g = gzopen(path, "wb");
-  gzwrite(g, d, (unsigned)(n / 2));
-  gzclose(g);
-  g = gzopen(path, "ab");
-  gzwrite(g, d + n / 2, (unsigned)(n - n / 2));
-  gzclose(g);
 }
 
 static void read_good(const char *path) {
@@ -216,30 +155,30 @@ static void bad_shard(const char *name, void (*make)(buf *), const char *a, cons
 }
 
 static void no_cls(buf *t) {
-  member(t, "a/k1.jpg", "xx", 2, 1);
-  member(t, "a/k1.cls", "1", 1, 1);
-  member(t, "a/k2.jpg", "yy", 2, 1);
-  member(t, "a/k3.jpg", "zz", 2, 1);
-  member(t, "a/k3.cls", "3", 1, 1);
+  pax_member(t, "a/k1.jpg", "xx", 2, 1);
+  pax_member(t, "a/k1.cls", "1", 1, 1);
+  pax_member(t, "a/k2.jpg", "yy", 2, 1);
+  pax_member(t, "a/k3.jpg", "zz", 2, 1);
+  pax_member(t, "a/k3.cls", "3", 1, 1);
 }
 static void no_jpg(buf *t) {
-  member(t, "a/k1.cls", "1", 1, 0);
+  pax_member(t, "a/k1.cls", "1", 1, 0);
 }
 static void bad_cls(buf *t) {
-  member(t, "a/k1.jpg", "xx", 2, 0);
-  member(t, "a/k1.cls", "12x", 3, 0);
+  pax_member(t, "a/k1.jpg", "xx", 2, 0);
+  pax_member(t, "a/k1.cls", "12x", 3, 0);
 }
 static void neg_cls(buf *t) {
-  member(t, "a/k1.jpg", "xx", 2, 0);
-  member(t, "a/k1.cls", "-1", 2, 0);
+  pax_member(t, "a/k1.jpg", "xx", 2, 0);
+  pax_member(t, "a/k1.cls", "-1", 2, 0);
 }
 static void two_jpg(buf *t) {
-  member(t, "a/k1.jpg", "xx", 2, 0);
-  member(t, "a/k1.jpeg", "xx", 2, 0);
-  member(t, "a/k1.cls", "1", 1, 0);
+  pax_member(t, "a/k1.jpg", "xx", 2, 0);
+  pax_member(t, "a/k1.jpeg", "xx", 2, 0);
+  pax_member(t, "a/k1.cls", "1", 1, 0);
 }
 static void huge(buf *t) {
-  header(t, "a/k1.jpg", (uint64_t)100 << 20, '0'); /* the data is not even there */
+  header(t, "a/k1.jpg", (uint64_t)100 << 20, '0', 0, 0); /* the data is not even there */
 }
 
 static void test_shards(void) {
