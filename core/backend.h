@@ -42,12 +42,16 @@ typedef enum gp_act {
 /* The softmax of attention scores [batch, heads, tq, tk] over the last dim, with masked keys
  * left out: key j of query i is masked when causal and j > i, or when the key-padding mask of
  * its sample (keep_f32 or keep_i32, [batch, tk], at most one set) is 0 there (1 = attend; any
- * other value is GP_ERR_DATA). Masked entries are 0; a row with every key masked is all 0. */
+ * other value is GP_ERR_DATA), or, with segment ids (seg_q [batch, tq] and seg_k [batch, tk],
+ * both set or neither; 0 = padding, 1, 2, ... = which packed sentence; negative is
+ * GP_ERR_DATA), when seg_k[j] is 0 or differs from seg_q[i]. Every condition given applies.
+ * Masked entries are 0; a row with every key masked is all 0. */
 typedef struct gp_attn_softmax_desc {
   int64_t batch, heads, tq, tk;
   int causal;
   const float *keep_f32;
   const int32_t *keep_i32;
+  const int32_t *seg_q, *seg_k;
 } gp_attn_softmax_desc;
 
 typedef struct gp_sgd_hp {

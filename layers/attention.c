@@ -3,13 +3,18 @@
  * names (in_proj_weight [3 dim, dim], in_proj_bias, out_proj.weight, out_proj.bias).
  *
  * Inputs, told apart by rank: queries [Tq, dim]; optionally keys/values [Tk, dim]
- * (cross-attention; without it, self-attention over the queries); optionally a key-padding
- * mask [Tk], F32 or I32, 1 = a real token, 0 = padding (the inverse of PyTorch's boolean
- * key_padding_mask, where True means "ignore"). causal: true masks key j > i for query i (as
- * PyTorch's attn_mask = triu(ones(Tq, Tk), 1)). A query whose keys are all masked attends to
- * nothing: its context is 0, so its output is out_proj.bias, and no NaN appears. Dropout on the
- * attention probabilities uses the dropout layer's counter-based masks (a recompute reproduces
- * them; M does not change them).
+ * (cross-attention; without it, self-attention over the queries); then, with mask: padding
+ * (the default), optionally a key-padding mask [Tk], F32 or I32, 1 = a real token, 0 = padding
+ * (the inverse of PyTorch's boolean key_padding_mask, where True means "ignore"). With
+ * mask: segments the rows are packed (several sentences per row, as Lingvo's packed inputs
+ * and T5): after the F32 inputs come I32 segment ids (0 = padding, 1, 2, ... = which sentence
+ * of the row), [x, seg] for self-attention or [q, mem, q_seg, k_seg] for cross-attention, and
+ * query i attends key j only when k_seg[j] is not 0 and equals q_seg[i], so each sentence sees
+ * only itself. causal: true masks key j > i for query i (as PyTorch's
+ * attn_mask = triu(ones(Tq, Tk), 1)). A query whose keys are all masked (a padding query of a
+ * packed row, seg 0, among them) attends to nothing: its context is 0, so its output is
+ * out_proj.bias, and no NaN appears. Dropout on the attention probabilities uses the dropout
+ * layer's counter-based masks (a recompute reproduces them; M does not change them).
  *
  * Per (sample, head) the products are GEMMs on strided views of the projections, so nothing
  * is transposed or copied: head h of Q is columns [h dh, (h+1) dh) of the [T, 3 dim] block. */
@@ -20,13 +25,15 @@
 typedef struct attention_conf {
   int64_t heads, dim; /* dim 0: the input's */
   int bias, causal;
+  int segments; /* mask: segments (1) or padding (0) */
   double dropout;
 } attention_conf;
 
 /* What the input shapes make of the layer. */
 typedef struct geo {
-  int cross; /* keys and values from input 2 */
-  int mask;  /* index of the mask input, or -1 */
+  int cross;        /* keys and values from input 2 */
+  int mask;         /* index of the key-padding mask input, or -1 */
+  int seg_q, seg_k; /* indices of the segment id inputs (mask: segments), or -1 */
   int64_t tq, tk, d, h, dh;
 } geo;
 
@@ -40,6 +47,7 @@ typedef struct attn_saved {
 } attn_saved;
 
 static gp_status attention_configure(gp_layer *l, gp_cfg *cfg) {
+  static const char *const masks[] = {"padding", "segments", NULL};
   attention_conf *k = l->conf;
   GP_TRY(gp_cfg_require(cfg, "heads"));
   GP_TRY(gp_cfg_int(cfg, "heads", 0, 1, GP_LAYER_MAX_DIM, &k->heads));
@@ -49,6 +57,7 @@ static gp_status attention_configure(gp_layer *l, gp_cfg *cfg) {
                         (long long)k->dim, (long long)k->heads);
   GP_TRY(gp_cfg_bool(cfg, "bias", 1, &k->bias));
   GP_TRY(gp_cfg_bool(cfg, "causal", 0, &k->causal));
+  GP_TRY(gp_cfg_choice(cfg, "mask", masks, 0, &k->segments));
   GP_TRY(gp_cfg_float(cfg, "dropout", 0.0, 0.0, 1.0, &k->dropout));
   if (k->dropout >= 1.0)
     return gp_cfg_error(cfg, "dropout", "dropout: must be below 1, got %g", k->dropout);
@@ -58,12 +67,57 @@ static gp_status attention_configure(gp_layer *l, gp_cfg *cfg) {
 static void geometry(const gp_layer *l, geo *g) {
   const attention_conf *k = l->conf;
   g->cross = l->n_in >= 2 && l->in_shape[1].ndim == 2;
-  g->mask = l->n_in == 3 ? 2 : (l->n_in == 2 && !g->cross ? 1 : -1);
+  g->mask = g->seg_q = g->seg_k = -1;
+  if (k->segments && l->n_in >= 2) { /* [x, seg] or [q, mem, q_seg, k_seg] */
+    g->seg_q = g->cross ? 2 : 1;
+    g->seg_k = g->cross ? 3 : 1;
+  } else if (!k->segments) {
+    g->mask = l->n_in == 3 ? 2 : (l->n_in == 2 && !g->cross ? 1 : -1);
+  }
   g->tq = l->in_shape[0].d[0];
   g->tk = l->in_shape[g->cross ? 1 : 0].d[0];
   g->d = l->in_shape[0].d[1];
   g->h = k->heads;
   g->dh = g->d / g->h;
+}
+
+/* mask: segments: [x, seg] or [q, mem, q_seg, k_seg], each seg I32 with one id per query or
+ * per key (the keys/values input itself is checked with the padding form's). */
+static gp_status check_segment_inputs(const gp_layer *l, const geo *g) {
+  char b1[GP_LAYER_SHAPE_STR];
+  if (l->n_in != 2 && l->n_in != 4)
+    return GP_ERR(GP_ERR_SPEC,
+                  "attention with mask: segments takes from: [x, seg] (self-attention) or "
+                  "[q, mem, q_seg, k_seg] (cross-attention), got %d input%s",
+                  l->n_in, l->n_in == 1 ? "" : "s");
+  if (l->n_in == 2 && g->cross)
+    return GP_ERR(GP_ERR_SPEC,
+                  "attention with mask: segments and 2 inputs is self-attention [x, seg]: input 2 "
+                  "must be the segment ids I32 [%lld], got %s %s; cross-attention takes "
+                  "[q, mem, q_seg, k_seg]",
+                  (long long)g->tq, gp_dtype_name(l->in_dtype[1]),
+                  gp_layers_shape_str(&l->in_shape[1], b1));
+  if (l->n_in == 4 && !g->cross)
+    return GP_ERR(GP_ERR_SPEC,
+                  "attention with mask: segments and 4 inputs is cross-attention "
+                  "[q, mem, q_seg, k_seg]: input 2 must be keys/values [Tk, dim], got %s %s",
+                  gp_dtype_name(l->in_dtype[1]), gp_layers_shape_str(&l->in_shape[1], b1));
+  const int ix[2] = {g->seg_q, g->seg_k};
+  const int64_t len[2] = {g->tq, g->tk};
+  for (int s = 0; s < (g->cross ? 2 : 1); s++) {
+    const gp_shape *m = &l->in_shape[ix[s]];
+    if (m->ndim != 1 || m->d[0] != len[s] || l->in_dtype[ix[s]] != GP_I32)
+      return GP_ERR(GP_ERR_SPEC,
+                    "attention: with mask: segments, input %d must be the segment ids of the %s, "
+                    "I32 [%lld] (0 = padding, 1, 2, ... = sentence), got %s %s",
+                    ix[s] + 1,
+                    !g->cross ? "tokens"
+                    : s == 0  ? "queries"
+                              : "keys",
+                    (long long)len[s], gp_dtype_name(l->in_dtype[ix[s]]),
+                    gp_layers_shape_str(m, b1));
+  }
+  return GP_OK;
 }
 
 static gp_status attention_shape(gp_layer *l) {
@@ -76,6 +130,11 @@ static gp_status attention_shape(gp_layer *l) {
                   gp_dtype_name(l->in_dtype[0]), gp_layers_shape_str(x, b1));
   geo g;
   geometry(l, &g);
+  if (k->segments) GP_TRY(check_segment_inputs(l, &g));
+  if (!k->segments && l->n_in == 4)
+    return GP_ERR(GP_ERR_SPEC,
+                  "attention with 4 inputs takes queries, keys/values and the segment ids of "
+                  "both (from: [q, mem, q_seg, k_seg]) and needs mask: segments");
   if (l->n_in == 3 && !g.cross)
     return GP_ERR(GP_ERR_SPEC,
                   "attention with 3 inputs takes queries [Tq, dim], keys/values [Tk, dim] and a "
@@ -196,12 +255,16 @@ static gp_status attention_forward(gp_layer *l, gp_exec *e, const gp_tensor *in,
       GP_TRY(be->gemm(be, 0, 1, tq, tk, dh, scale, s->q + b * tq * s->ldq + h * dh, s->ldq,
                       s->k + b * tk * s->ldk + h * dh, s->ldk, 0.0f, s->p + (b * H + h) * tq * tk,
                       tk));
-  gp_attn_softmax_desc sd = {nb, H, tq, tk, k->causal, NULL, NULL};
+  gp_attn_softmax_desc sd = {nb, H, tq, tk, k->causal, NULL, NULL, NULL, NULL};
   if (g.mask >= 0) {
     if (in[g.mask].dtype == GP_I32)
       sd.keep_i32 = GP_I32P(&in[g.mask]);
     else
       sd.keep_f32 = GP_F32P(&in[g.mask]);
+  }
+  if (g.seg_q >= 0) {
+    sd.seg_q = GP_I32P(&in[g.seg_q]);
+    sd.seg_k = GP_I32P(&in[g.seg_k]);
   }
   GP_TRY(be->attn_softmax_forward(be, &sd, s->p, s->p));
   const float *pd = s->p;
@@ -316,16 +379,18 @@ static gp_status attention_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
     GP_TRY(be->axpby(be, 3 * d, 1.0f, gbias, 1.0f, l->grad[b_in]));
     GP_TRY(be->axpby(be, d, 1.0f, gbias + 3 * d, 1.0f, l->grad[b_out]));
   }
-  /* A mask is piecewise constant: its gradient is 0. */
-  if (g.mask >= 0 && din[g.mask].data)
-    GP_TRY(be->zero(be, din[g.mask].data, gp_tensor_bytes(&din[g.mask])));
+  /* A mask or segment ids are piecewise constant: their gradient is 0. */
+  const int consts[3] = {g.mask, g.seg_q, g.seg_k};
+  for (int c = 0; c < 3; c++)
+    if (consts[c] >= 0 && din[consts[c]].data)
+      GP_TRY(be->zero(be, din[consts[c]].data, gp_tensor_bytes(&din[consts[c]])));
   return GP_OK;
 }
 
 const gp_layer_type gp_layer_attention = {
     .name = "attention",
     .min_inputs = 1,
-    .max_inputs = 3,
+    .max_inputs = 4,
     .conf_size = sizeof(attention_conf),
     .configure = attention_configure,
     .shape = attention_shape,

@@ -1,4 +1,6 @@
-/* positional: y = x + P[:T] over [T, dim] inputs, P [max_len, dim] broadcast over the batch.
+/* positional: y = x + P[:T] over [T, dim] inputs, P [max_len, dim] broadcast over the batch;
+ * with a second input pos, I32 [T] (packed rows: each token's position in its own sentence),
+ * y[t] = x[t] + P[pos[t]], and a position outside [0, max_len) is a data error from forward.
  * kind: sinusoidal (default) is Vaswani et al.'s fixed table, interleaved: even features
  * sin(pos / 10000^(2i/dim)), odd features cos of the same angle (as the PyTorch tutorial's
  * PositionalEncoding), kept as the buffer "pe" so weights files carry it like PyTorch's
@@ -24,11 +26,21 @@ static gp_status positional_shape(gp_layer *l) {
   const gp_shape *x = &l->in_shape[0];
   char buf[GP_LAYER_SHAPE_STR];
   l->n_params = 0;
-  GP_TRY(gp_layers_check_f32(l));
-  if (x->ndim != 2)
-    return GP_ERR(GP_ERR_SPEC, "positional expects input [T, dim], got %s",
-                  gp_layers_shape_str(x, buf));
-  if (x->d[0] > k->max_len)
+  if (x->ndim != 2 || l->in_dtype[0] != GP_F32)
+    return GP_ERR(GP_ERR_SPEC, "positional expects F32 input [T, dim], got %s %s",
+                  gp_dtype_name(l->in_dtype[0]), gp_layers_shape_str(x, buf));
+  const gp_shape *p = &l->in_shape[1];
+  if (l->n_in == 2 && (p->ndim != 1 || p->d[0] != x->d[0] || l->in_dtype[1] != GP_I32)) {
+    char b2[GP_LAYER_SHAPE_STR];
+    return GP_ERR(GP_ERR_SPEC,
+                  "positional: input 2 must be the positions I32 [%lld], one per token of the "
+                  "input %s, got %s %s",
+                  (long long)x->d[0], gp_layers_shape_str(x, buf), gp_dtype_name(l->in_dtype[1]),
+                  gp_layers_shape_str(p, b2));
+  }
+  /* With explicit positions a packed row may be longer than max_len: its positions are
+   * checked when it runs. */
+  if (l->n_in == 1 && x->d[0] > k->max_len)
     return GP_ERR(GP_ERR_SPEC,
                   "positional: the input %s has T = %lld positions, more than max_len %lld",
                   gp_layers_shape_str(x, buf), (long long)x->d[0], (long long)k->max_len);
@@ -49,11 +61,40 @@ static void positional_cost(const gp_layer *l, gp_cost *c) {
   c->out_bytes = (int64_t)n * 4;
 }
 
+/* Every position in [0, max_len), read to the host in pieces (no allocation in the step):
+ * the error names the value and where it is, before anything is written. */
+static gp_status check_positions(const gp_layer *l, gp_backend *be, const gp_tensor *pos) {
+  const positional_conf *k = l->conf;
+  const int64_t n = gp_shape_numel(&pos->shape), t = pos->shape.d[1];
+  int32_t buf[512];
+  for (int64_t at = 0; at < n; at += 512) {
+    int64_t m = n - at < 512 ? n - at : 512;
+    GP_TRY(be->to_host(be, buf, GP_I32P(pos) + at, (size_t)m * sizeof *buf));
+    for (int64_t i = 0; i < m; i++)
+      if (buf[i] < 0 || buf[i] >= k->max_len)
+        return GP_ERR(GP_ERR_DATA,
+                      "position %d at index %lld (sample %lld, token %lld) is outside [0, %lld) "
+                      "(max_len)",
+                      (int)buf[i], (long long)(at + i), (long long)((at + i) / t),
+                      (long long)((at + i) % t), (long long)k->max_len);
+  }
+  return GP_OK;
+}
+
 static gp_status positional_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                     void **saved) {
   (void)saved;
+  const positional_conf *k = l->conf;
   gp_backend *be = e->be;
   int64_t per = gp_shape_numel(&l->in_shape[0]); /* T * dim: the first T rows of P */
+  if (l->n_in == 2) {
+    /* out = P[pos] (a lookup), then out += x: the same sum x + P[p] as without positions */
+    int64_t n = gp_shape_numel(&in[1].shape), dim = l->in_shape[0].d[1];
+    GP_TRY(check_positions(l, be, &in[1]));
+    GP_TRY(be->embedding_forward(be, n, dim, k->max_len, GP_I32P(&in[1]), l->param[0], 1.0f,
+                                 GP_F32P(out)));
+    return be->axpby(be, n * dim, 1.0f, GP_F32P(&in[0]), 1.0f, GP_F32P(out));
+  }
   GP_TRY(gp_layers_copy(be, &in[0], out));
   return be->bias_add(be, in[0].shape.d[0], per, 1, l->param[0], GP_F32P(out));
 }
@@ -63,18 +104,24 @@ static gp_status positional_backward(gp_layer *l, gp_exec *e, const gp_tensor *i
                                      void *saved) {
   (void)out;
   (void)saved;
+  const positional_conf *k = l->conf;
   gp_backend *be = e->be;
-  if (l->grad[0])
+  if (l->grad[0] && l->n_in == 2) /* row p sums its tokens in their order: deterministic */
+    GP_TRY(be->embedding_backward(be, gp_shape_numel(&in[1].shape), l->in_shape[0].d[1], k->max_len,
+                                  GP_I32P(&in[1]), GP_F32P(dout), 1.0f, -1, l->grad[0]));
+  else if (l->grad[0])
     GP_TRY(be->bias_grad(be, in[0].shape.d[0], gp_shape_numel(&l->in_shape[0]), 1, GP_F32P(dout),
                          l->grad[0]));
   if (din[0].data) GP_TRY(gp_layers_copy(be, dout, &din[0]));
+  if (l->n_in == 2 && din[1].data) /* positions take no gradient */
+    GP_TRY(be->zero(be, din[1].data, gp_tensor_bytes(&din[1])));
   return GP_OK;
 }
 
 const gp_layer_type gp_layer_positional = {
     .name = "positional",
     .min_inputs = 1,
-    .max_inputs = 1,
+    .max_inputs = 2,
     .conf_size = sizeof(positional_conf),
     .configure = positional_configure,
     .shape = positional_shape,

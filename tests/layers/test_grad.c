@@ -26,7 +26,8 @@ typedef struct grad_case {
   lt_tol_id tol;
   /* Per input (NULL: all 'f'): 'f' f32 data; 'i' I32 ids in [0, ids_k); 'm' I32 key-padding
    * mask (1 token, 0 pad; key 0 always a token); 'z' the same with sample 0 all padding;
-   * 'g' an F32 0/1 mask, which gets no finite differences: its gradient must be exactly 0. */
+   * 'g' an F32 0/1 mask, which gets no finite differences: its gradient must be exactly 0;
+   * 's' I32 segment ids of a packed row (two sentences, odd samples end with a pad). */
   const char *kinds;
   int ids_k;
 } grad_case;
@@ -131,6 +132,18 @@ static const grad_case cases[] = {
      FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fm"},
     {"attention dropout eval", "{type: attention, heads: 2, dropout: 0.3}", 1, {S2(5, 4)}, 2,
      FILL_UNIFORM, 0, 1, LT_TOL_FD_SMOOTH},
+    /* packed rows (tests/layers/test_packed.c checks them against one sentence per row) */
+    {"attention segments h2", "{type: attention, heads: 2, mask: segments}", 2, {S2(5, 6), S1(5)},
+     2, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fs"},
+    {"attention segments causal h3", "{type: attention, heads: 3, causal: true, mask: segments}", 2,
+     {S2(5, 6), S1(5)}, 3, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fs"},
+    {"attention cross segments h2", "{type: attention, heads: 2, mask: segments}", 4,
+     {S2(4, 6), S2(5, 6), S1(4), S1(5)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "ffss"},
+    {"positional sinusoidal positions", "{type: positional, max_len: 7}", 2, {S2(5, 6), S1(5)}, 2,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR, "fi", 7},
+    /* T = 5 > max_len: allowed with positions; rows of the weight sum several tokens */
+    {"positional learned positions", "{type: positional, kind: learned, max_len: 4}", 2,
+     {S2(5, 3), S1(5)}, 3, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR, "fi", 4},
 };
 /* clang-format on */
 
@@ -222,6 +235,13 @@ static void fill_inputs(lt_layer *t, const grad_case *c, uint64_t seed) {
     if (kind == 'i') {
       for (int64_t j = 0; j < n; j++)
         GP_I32P(&t->in[i])[j] = (int32_t)((j * 5 + 3) % c->ids_k); /* repeats ids */
+      continue;
+    }
+    if (kind == 's') { /* sentence 1 on the first half, 2 on the rest, odd samples pad last */
+      for (int64_t j = 0; j < n; j++) {
+        int64_t b = j / per, k = j % per;
+        GP_I32P(&t->in[i])[j] = k >= per - b % 2 ? 0 : k < (per + 1) / 2 ? 1 : 2;
+      }
       continue;
     }
     if (kind == 'm' || kind == 'z' || kind == 'g') {
@@ -361,7 +381,7 @@ static int run_case(gp_backend *be, const grad_case *c, const gp_layer_type *typ
   gp_dtype dt[4] = {GP_F32, GP_F32, GP_F32, GP_F32};
   if (c->labels_k) dt[c->n_in - 1] = GP_I32;
   for (int i = 0; i < c->n_in; i++)
-    if (strchr("imz", kind_of(c, i))) dt[i] = GP_I32;
+    if (strchr("imzs", kind_of(c, i))) dt[i] = GP_I32;
   int is_loss = c->labels_k > 0;
   gp_status s = lt_layer_build_as(&t, type, be, c->yaml, c->n_in, c->in, dt, c->batch);
   if (s == GP_ERR_UNSUPPORTED) {
