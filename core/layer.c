@@ -37,6 +37,12 @@ void gp_param_init_host(const gp_layer *l, int i, uint64_t seed, float *host) {
       host[j] = gp_rng_normal(&r) * sd;
     break;
   }
+  case GP_INIT_NORMAL_FAN_IN: {
+    float sd = (float)sqrt(1.0 / fan);
+    for (int64_t j = 0; j < n; j++)
+      host[j] = gp_rng_normal(&r) * sd;
+    break;
+  }
   case GP_INIT_NORMAL:
     for (int64_t j = 0; j < n; j++)
       host[j] = gp_rng_normal(&r);

@@ -29,6 +29,9 @@ typedef enum gp_init {
   /* [max_len, dim] sinusoidal positions (Vaswani et al.): element (pos, j) is
    * sin(pos / 10000^(2i/dim)) for even j = 2i and cos(pos / 10000^(2i/dim)) for odd j = 2i+1 */
   GP_INIT_SINUSOIDAL,
+  /* N(0, 1/fan_in): an embedding scaled by sqrt(dim) starts at unit size (fairseq's and
+   * tensor2tensor's Transformer embeddings, std dim^-0.5) */
+  GP_INIT_NORMAL_FAN_IN,
 } gp_init;
 
 typedef struct gp_param_desc {

@@ -49,7 +49,10 @@ static gp_status embedding_shape(gp_layer *l) {
   GP_TRY(gp_layers_set_out(l, &y));
   int64_t wd[2] = {k->vocab, k->dim};
   gp_shape ws = gp_shape_of(2, wd);
-  GP_TRY(gp_layers_add_param(l, "weight", &ws, GP_INIT_NORMAL, k->dim, 1));
+  /* scaled by sqrt(dim): N(0, 1/dim), so that the scaled vectors are of unit size like the
+   * positions added to them (fairseq); else PyTorch's N(0, 1) */
+  GP_TRY(gp_layers_add_param(l, "weight", &ws, k->scale ? GP_INIT_NORMAL_FAN_IN : GP_INIT_NORMAL,
+                             k->dim, 1));
   if (k->padding_idx >= 0) {
     l->pdesc[0].has_zero_row = 1;
     l->pdesc[0].zero_row = k->padding_idx;
