@@ -16,6 +16,7 @@
 #include "cli/machine.h"
 #include "cli/bench.h"
 #include "cli/progress.h"
+#include "cli/seqdata.h"
 #include "core/backend.h"
 #include "core/spec/cfg.h"
 #include "core/train/partition.h"
@@ -111,6 +112,7 @@ typedef struct sweep {
 typedef struct ctx {
   gp_model *m;
   gp_loader *data;
+  gp_seqdata *sq; /* sequence models: rows of token ids instead of (x, y) */
   float *x;
   int32_t *y;
   sweep sw;
@@ -391,12 +393,19 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
   int steps = b->steps;
   gp_metrics mt;
   int64_t got;
-  gp_status s = gp_loader_seek(c->data, 0, 0);
+  gp_status s = c->sq ? gp_seqdata_seek(c->sq, 0, 0) : gp_loader_seek(c->data, 0, 0);
   for (int i = 0; s == GP_OK && i < b->warmup + steps; i++) {
     if (i == b->warmup) gp_pipeline_reset_stats(t.pl);
-    s = gp_loader_next(c->data, b->batch, c->x, c->y, &got);
+    gp_batch sb;
+    if (c->sq)
+      s = gp_seqdata_next(c->sq, &sb);
+    else
+      s = gp_loader_next(c->data, b->batch, c->x, c->y, &got);
     double t0 = gp_now();
-    if (s == GP_OK) s = gp_trainer_step(&t, c->x, c->y, got, m->train.lr, &mt);
+    if (s == GP_OK && c->sq)
+      s = gp_trainer_step_batch(&t, &sb, m->train.lr, &mt);
+    else if (s == GP_OK)
+      s = gp_trainer_step(&t, c->x, c->y, got, m->train.lr, &mt);
     if (i >= b->warmup) dt[i - b->warmup] = gp_now() - t0;
   }
   if (s == GP_OK && trace) s = gp_pipeline_write_trace(t.pl, flags[F_TRACE].s);
@@ -450,6 +459,9 @@ static void progress_clear(ctx *c) {
 
 static gp_status open_data(ctx *c) {
   gp_model *m = c->m;
+  if (gp_seq_is_sequence_model(m))
+    return gp_seqdata_open(m, strcmp(c->b.data, "synthetic") == 0, m->train.seed, c->b.batch,
+                           &c->sq);
   const gp_model_input *xi = NULL;
   for (int i = 0; i < m->n_inputs; i++)
     if (i != m->label_input) xi = &m->inputs[i];
@@ -635,6 +647,7 @@ int main(int argc, char **argv) {
     if (s == GP_OK) s = report(&c);
   }
   gp_loader_free(c.data);
+  gp_seqdata_free(c.sq);
   gp_model_free(c.m);
   free(c.x);
   free(c.y);

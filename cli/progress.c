@@ -82,6 +82,27 @@ void gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, 
       (long long)step, (long long)epoch + 1, loss, acc, (long long)samples, seconds);
 }
 
+void gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, const char *split,
+                          double loss, double acc, double ppl, int64_t tokens, double bleu,
+                          int64_t sentences, double seconds) {
+  if (p->log) {
+    fprintf(p->log,
+            "{\"event\": \"eval\", \"split\": \"%s\", \"step\": %lld, \"epoch\": %lld, "
+            "\"loss\": %.6g, \"accuracy\": %.6g, \"perplexity\": %.6g, \"tokens\": %lld",
+            split, (long long)step, (long long)epoch, loss, acc, ppl, (long long)tokens);
+    if (bleu >= 0)
+      fprintf(p->log, ", \"bleu\": %.4f, \"sentences\": %lld", bleu, (long long)sentences);
+    fprintf(p->log, ", \"time_s\": %.3f}\n", gp_now() - p->t0);
+    fflush(p->log);
+  }
+  if (p->quiet) return;
+  clear_line(p);
+  fprintf(stderr, "eval  step %lld  epoch %lld  %s loss %.4f  perplexity %.2f  token accuracy %.4f",
+          (long long)step, (long long)epoch + 1, split, loss, ppl, acc);
+  if (bleu >= 0) fprintf(stderr, "  BLEU %.2f", bleu);
+  fprintf(stderr, "  (%lld tokens, %.1f s)\n", (long long)tokens, seconds);
+}
+
 void gp_progress_note(gp_progress *p, const char *fmt, ...) {
   if (p->quiet) return;
   clear_line(p);

@@ -22,6 +22,11 @@ void gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch
                       double acc, double lr, double samples_per_s, int print_line);
 void gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, double acc,
                       int64_t samples, double seconds);
+/* A sequence model's evaluation on a split: loss, next-token accuracy, perplexity over
+ * tokens, and BLEU over sentences (bleu < 0: none decoded). */
+void gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, const char *split,
+                          double loss, double acc, double ppl, int64_t tokens, double bleu,
+                          int64_t sentences, double seconds);
 /* A plain message line (clears a live line first). */
 void gp_progress_note(gp_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void gp_progress_done(gp_progress *p);

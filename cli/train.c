@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/progress.h"
+#include "cli/seqdata.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
 #include "core/train/plan_io.h"
@@ -41,6 +42,7 @@ enum {
   F_TRACE,
   F_PARTITION,
   F_QUIET,
+  F_TRANSLATIONS,
   F_HELP,
   F_VERSION,
   F_COUNT
@@ -87,6 +89,8 @@ static gp_flag flags[] = {
                      "devices of a gpipe-partition -o plan",
                      0},
     [F_QUIET] = {"--quiet", GP_FLAG_BOOL, NULL, "print only errors and the final result", 0},
+    [F_TRANSLATIONS] = {"--translations", GP_FLAG_STR, "FILE.txt",
+                        "translation models: write the test split's greedy translations", 0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
     {NULL},
@@ -101,6 +105,7 @@ static int fail(gp_status s) {
 typedef struct run {
   gp_model *m;
   gp_loader *train, *test;
+  gp_seqdata *sq; /* sequence models: instead of the loaders */
   gp_trainer t;
   int have_trainer;
   FILE *log;
@@ -112,6 +117,7 @@ static void run_free(run *r) {
   if (r->have_trainer) gp_trainer_free(&r->t);
   gp_loader_free(r->train);
   gp_loader_free(r->test);
+  gp_seqdata_free(r->sq);
   gp_model_free(r->m);
   if (r->log) fclose(r->log);
   free(r->x);
@@ -246,6 +252,9 @@ static gp_status open_data(run *r) {
   int64_t classes = out->out_shape.ndim ? out->out_shape.d[out->out_shape.ndim - 1] : 1;
   int64_t b = m->train.batch_size;
   uint64_t seed = m->train.seed;
+  if (gp_seq_is_sequence_model(m)) return gp_seqdata_open(m, flags[F_DATA].given, seed, b, &r->sq);
+  if (flags[F_TRANSLATIONS].given)
+    return GP_ERR(GP_ERR_USAGE, "--translations: %s is not a translation model", m->file);
   if (flags[F_DATA].given || m->data.dataset == GP_DATA_SYNTHETIC) {
     if (!xi) return GP_ERR(GP_ERR_SPEC, "%s: the model has no input to feed", m->file);
     GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 16, GP_SPLIT_TRAIN, seed, NULL,
@@ -274,16 +283,49 @@ static gp_status open_data(run *r) {
   return GP_OK;
 }
 
+/* The training data's position: (epoch, next batch). */
+static void data_tell(const run *r, int64_t *epoch, int64_t *index) {
+  if (r->sq)
+    gp_seqdata_tell(r->sq, epoch, index);
+  else
+    gp_loader_tell(r->train, epoch, index);
+}
+
 static gp_status checkpoint(run *r, gp_progress *pg) {
   gp_ckpt_pos pos;
-  gp_loader_tell(r->train, &pos.epoch, &pos.index);
+  data_tell(r, &pos.epoch, &pos.index);
   GP_TRY(gp_trainer_save_checkpoint(&r->t, flags[F_CKPT_DIR].s, &pos));
   gp_progress_note(pg, "checkpoint  step %" PRId64 "  %s/checkpoint.safetensors", r->t.step,
                    flags[F_CKPT_DIR].s);
   return GP_OK;
 }
 
+/* A sequence model's evaluation: the eval split (final 0) or the test split (final 1). */
+static gp_status evaluate_seq(run *r, gp_progress *pg, int64_t epoch, int final, gp_metrics *ev) {
+  double t0 = gp_now();
+  gp_seq_eval se;
+  GP_TRY(gp_seqdata_evaluate(r->sq, &r->t, final,
+                             final && flags[F_TRANSLATIONS].given ? flags[F_TRANSLATIONS].s : NULL,
+                             &se));
+  ev->loss = se.loss;
+  ev->accuracy = se.accuracy;
+  ev->targets = ev->samples = se.tokens;
+  gp_progress_eval_seq(pg, r->t.step, epoch, se.split, se.loss, se.accuracy, se.perplexity,
+                       se.tokens, se.bleu, se.sentences, gp_now() - t0);
+  if (se.bleu >= 0)
+    gp_progress_note(pg, "  %s: %s (%lld sentences, greedy, %.1f s)", se.split, se.bleu_line,
+                     (long long)se.sentences, se.decode_s);
+  if (final) {
+    printf("final: step %" PRId64 "  %s loss %.4f  perplexity %.2f  token accuracy %.4f", r->t.step,
+           se.split, se.loss, se.perplexity, se.accuracy);
+    if (se.bleu >= 0) printf("  BLEU %.2f (%lld sentences)", se.bleu, (long long)se.sentences);
+    printf("  (%.1f s)\n", gp_now() - pg->t0);
+  }
+  return GP_OK;
+}
+
 static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, gp_metrics *ev) {
+  if (r->sq) return evaluate_seq(r, pg, epoch, 0, ev);
   double t0 = gp_now();
   GP_TRY(gp_loader_seek(r->test, 0, 0));
   GP_TRY(gp_trainer_evaluate(&r->t, test_batches, r->test, r->m->train.batch_size, 0, ev));
@@ -293,6 +335,7 @@ static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, gp_metrics *ev
 
 /* Where the data time went: the trainer's wait for batches, and skipped bad samples. */
 static void report_data(run *r, double wall) {
+  if (r->sq) return;
   gp_loader_stats st;
   gp_loader_stats_get(r->train, &st);
   printf("data: %d decode thread%s, waited %.2f s for %" PRId64 " batches (%.1f%% of %.1f s)\n",
@@ -311,7 +354,8 @@ static gp_status train(run *r) {
   gp_model *m = r->m;
   const gp_train_spec *ts = &m->train;
   int64_t b = ts->batch_size;
-  int64_t n_train = gp_loader_samples(r->train); /* < 0: a stream of unknown size */
+  int64_t n_train = r->sq ? gp_seqdata_batches(r->sq) * b
+                          : gp_loader_samples(r->train); /* < 0: a stream of unknown size */
   int64_t per_epoch = n_train < 0 ? -1 : n_train / b;
   if (per_epoch < 0 && ts->steps <= 0)
     return GP_ERR(GP_ERR_SPEC,
@@ -332,20 +376,30 @@ static gp_status train(run *r) {
   if (flags[F_RESUME].given) {
     gp_ckpt_pos pos;
     GP_TRY(gp_trainer_load_checkpoint(&r->t, flags[F_CKPT_DIR].s, &pos));
-    GP_TRY(gp_loader_seek(r->train, pos.epoch, pos.index));
+    if (r->sq)
+      GP_TRY(gp_seqdata_seek(r->sq, pos.epoch, pos.index));
+    else
+      GP_TRY(gp_loader_seek(r->train, pos.epoch, pos.index));
   }
   if (flags[F_LOG].given && !(r->log = fopen(flags[F_LOG].s, r->t.step ? "a" : "w")))
     return GP_ERR(GP_ERR_IO, "%s: cannot open the log for writing", flags[F_LOG].s);
-  gp_shape sample = gp_loader_sample_shape(r->train);
-  int64_t per = gp_shape_numel(&sample);
-  r->x = malloc((size_t)(b * per) * sizeof(float));
-  r->y = malloc((size_t)b * sizeof(int32_t));
-  if (!r->x || !r->y) return GP_ERR(GP_ERR_NOMEM, "out of host memory for a batch");
+  if (!r->sq) {
+    gp_shape sample = gp_loader_sample_shape(r->train);
+    int64_t per = gp_shape_numel(&sample);
+    r->x = malloc((size_t)(b * per) * sizeof(float));
+    r->y = malloc((size_t)b * sizeof(int32_t));
+    if (!r->x || !r->y) return GP_ERR(GP_ERR_NOMEM, "out of host memory for a batch");
+  }
 
   gp_progress pg;
   gp_progress_init(&pg, flags[F_QUIET].given, r->log);
   gp_progress_note(&pg, "model %s: %d units, %d layers, %.3fM parameters (%" PRId64 ")", m->name,
                    m->n_units, m->n_nodes, (double)m->n_params / 1e6, m->n_params);
+  if (r->sq) {
+    char desc[512];
+    gp_seqdata_describe(r->sq, desc, sizeof desc);
+    gp_progress_note(&pg, "data %s", desc);
+  }
   char bal[256];
   gp_plan_balance_str(&plan, bal, sizeof bal);
   gp_progress_note(
@@ -369,11 +423,20 @@ static gp_status train(run *r) {
   double rate = 0;
   while (r->t.step < total) {
     int64_t got, epoch, idx;
-    GP_TRY(gp_loader_next(r->train, b, r->x, r->y, &got));
-    gp_loader_tell(r->train, &epoch, &idx); /* the epoch this batch came from */
+    gp_batch sb;
+    if (r->sq) {
+      GP_TRY(gp_seqdata_next(r->sq, &sb));
+      got = sb.n;
+    } else {
+      GP_TRY(gp_loader_next(r->train, b, r->x, r->y, &got));
+    }
+    data_tell(r, &epoch, &idx); /* the epoch this batch came from */
     if (idx == 0 && epoch > 0) epoch--;
     double lr = gp_lr_at(ts, r->t.step, total);
-    GP_TRY(gp_trainer_step(&r->t, r->x, r->y, got, lr, &tr));
+    if (r->sq)
+      GP_TRY(gp_trainer_step_batch(&r->t, &sb, lr, &tr));
+    else
+      GP_TRY(gp_trainer_step(&r->t, r->x, r->y, got, lr, &tr));
     win_n += got;
     double now = gp_now();
     if (now - win_t > 0.5 || rate == 0) {
@@ -397,8 +460,8 @@ static gp_status train(run *r) {
       GP_TRY(checkpoint(r, &pg));
   }
   int64_t epoch, idx;
-  gp_loader_tell(r->train, &epoch, &idx);
-  if (!evaluated_last) GP_TRY(evaluate(r, &pg, epoch, &ev));
+  data_tell(r, &epoch, &idx);
+  if (!evaluated_last && !r->sq) GP_TRY(evaluate(r, &pg, epoch, &ev));
   if (flags[F_CKPT_DIR].given) GP_TRY(checkpoint(r, &pg));
   if (flags[F_TRACE].given) {
     GP_TRY(gp_pipeline_write_trace(r->t.pl, flags[F_TRACE].s));
@@ -410,6 +473,7 @@ static gp_status train(run *r) {
   }
   gp_progress_done(&pg);
   report_data(r, gp_now() - pg.t0);
+  if (r->sq) return evaluate_seq(r, &pg, epoch, 1, &ev);
   printf("final: step %" PRId64 "  test loss %.4f  test accuracy %.4f  (%.1f s)\n", r->t.step,
          ev.loss, ev.accuracy, gp_now() - pg.t0);
   return GP_OK;

@@ -136,5 +136,8 @@ gp_status gp_sp_count_read(gp_sp_ctx *c, const gp_ynode *at);
 gp_status gp_sp_inputs(gp_sp_ctx *c, const gp_ynode *inputs, gp_model *m);
 gp_status gp_sp_expand(gp_sp_ctx *c, const gp_ynode *root, gp_model *m);
 gp_status gp_sp_sections(gp_sp_ctx *c, const gp_ynode *root, gp_model *m);
+/* The tied: section (tied.c), after the graph: fills m->tied and counts each group once in
+ * m->n_params. */
+gp_status gp_sp_tied(gp_sp_ctx *c, const gp_ynode *root, gp_model *m);
 
 #endif

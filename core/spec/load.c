@@ -8,7 +8,7 @@
 #include "core/spec/internal.h"
 
 static const char *const top_keys[] = {"name", "inputs", "blocks",   "layers", "loss",
-                                       "data", "train",  "pipeline", NULL};
+                                       "data", "train",  "pipeline", "tied",   NULL};
 
 static char *dup_str(const char *s) {
   size_t n = strlen(s) + 1;
@@ -46,6 +46,7 @@ static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
                      "{shape: [], dtype: i32}})");
   GP_TRY(gp_sp_inputs(c, ip->val, m));
   GP_TRY(gp_sp_expand(c, root, m));
+  GP_TRY(gp_sp_tied(c, root, m));
   return gp_sp_sections(c, root, m);
 }
 
@@ -122,6 +123,9 @@ void gp_model_free(gp_model *m) {
     free(m->nodes[i].layer.conf);
   }
   free(m->nodes);
+  for (int i = 0; i < m->n_tied; i++)
+    free(m->tied[i].members);
+  free(m->tied);
   for (int i = 0; i < m->n_units; i++)
     free(m->unit_names[i]);
   free(m->unit_names);

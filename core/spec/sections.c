@@ -119,10 +119,44 @@ static gp_status str_key(gp_cfg *cfg, const char *key, char *out, size_t n) {
   return GP_OK;
 }
 
+/* The keys of translation and text data. */
+static gp_status text_keys(gp_cfg *cfg, int ds, gp_data_spec *d) {
+  static const char *const splits[] = {"valid", "test", NULL};
+  int text = ds == GP_DATA_TRANSLATION || ds == GP_DATA_TEXT, split = 0;
+  const char *keys[] = {"source", "target", "vocab_file"};
+  char *dst[] = {d->source, d->target, d->vocab_file};
+  size_t cap[] = {sizeof d->source, sizeof d->target, sizeof d->vocab_file};
+  for (int i = 0; i < 3; i++) {
+    if (gp_cfg_has(cfg, keys[i]) && !text)
+      return gp_cfg_error(cfg, keys[i], "%s: only translation and text data have it", keys[i]);
+    GP_TRY(str_key(cfg, keys[i], dst[i], cap[i]));
+  }
+  if (!d->vocab_file[0]) snprintf(d->vocab_file, sizeof d->vocab_file, "spm.vocab");
+  if (text && !d->target[0])
+    return gp_cfg_error(cfg, "dataset",
+                        "data: %s data needs target: LANG (the file suffix, as es in "
+                        "train.es.ids)",
+                        ds == GP_DATA_TEXT ? "text" : "translation");
+  if (ds == GP_DATA_TRANSLATION && !d->source[0])
+    return gp_cfg_error(cfg, "dataset",
+                        "data: translation data needs source: LANG (as en in train.en.ids)");
+  if (ds == GP_DATA_TEXT && d->source[0])
+    return gp_cfg_error(cfg, "source", "source: text data has only a target language");
+  GP_TRY(gp_cfg_int(cfg, "pad_id", 0, 0, INT32_MAX, &d->pad_id));
+  GP_TRY(gp_cfg_int(cfg, "bos_id", 2, 0, INT32_MAX, &d->bos_id));
+  GP_TRY(gp_cfg_int(cfg, "eos_id", 3, 0, INT32_MAX, &d->eos_id));
+  GP_TRY(gp_cfg_int(cfg, "bleu_samples", 0, -1, INT64_MAX, &d->bleu_samples));
+  GP_TRY(gp_cfg_float(cfg, "decode_len_a", 1.5, 0.0, 1e6, &d->decode_len_a));
+  GP_TRY(gp_cfg_float(cfg, "decode_len_b", 10.0, 0.0, 1e9, &d->decode_len_b));
+  GP_TRY(gp_cfg_choice(cfg, "eval_split", splits, 0, &split));
+  snprintf(d->eval_split, sizeof d->eval_split, "%s", splits[split]);
+  return GP_OK;
+}
+
 static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *d) {
-  static const char *const datasets[] = {"none",        "fashion-mnist", "mnist",
-                                         "cifar10",     "cifar100",      "imagenet",
-                                         "translation", "synthetic",     NULL};
+  static const char *const datasets[] = {
+      "none",     "fashion-mnist", "mnist",     "cifar10", "cifar100",
+      "imagenet", "translation",   "synthetic", "text",    NULL};
   static const char *const nested[] = {"normalize", NULL};
   const gp_ynode *sec, *norm = NULL;
   GP_TRY(section(c, root, "data", "data", &sec));
@@ -158,6 +192,7 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *
   if (s == GP_OK) s = gp_cfg_int(cfg, "train_samples", 0, 0, INT64_MAX, &d->train_samples);
   if (s == GP_OK) s = gp_cfg_int(cfg, "image_size", 224, 8, 4096, &v);
   d->image_size = (int)v;
+  if (s == GP_OK) s = text_keys(cfg, ds, d);
   if (s == GP_OK) {
     gp_cfg_has(cfg, "normalize");
     s = gp_cfg_check_unknown(cfg, "data", NULL);

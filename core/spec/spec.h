@@ -41,6 +41,7 @@ typedef enum gp_dataset {
   GP_DATA_IMAGENET,
   GP_DATA_TRANSLATION,
   GP_DATA_SYNTHETIC,
+  GP_DATA_TEXT, /* one language's sentences, for a language model */
 } gp_dataset;
 
 typedef struct gp_data_spec {
@@ -64,6 +65,14 @@ typedef struct gp_data_spec {
   char train_shards[512], test_shards[512], classes_file[512];
   int64_t num_classes, train_samples;
   int image_size;
+  /* Translation and text: path/{train,valid,test}.LANG.ids (spm_encode ids) with the
+   * SentencePiece vocabulary vocab_file (relative to path); source and target languages
+   * (text: target only); the special ids; the split evaluated during training (the test
+   * split is evaluated at the end); sentences greedily decoded for BLEU at each evaluation
+   * (0 = all; -1 = none) and the longest output as source length * a + b. */
+  char source[16], target[16], vocab_file[512], eval_split[16];
+  int64_t pad_id, bos_id, eos_id, bleu_samples;
+  double decode_len_a, decode_len_b;
 } gp_data_spec;
 
 typedef enum gp_optim_kind { GP_OPT_SGD, GP_OPT_ADAMW, GP_OPT_RMSPROP } gp_optim_kind;
@@ -103,6 +112,22 @@ typedef struct gp_pipeline_spec {
   int balance[GP_MAX_DEVICES];      /* units per stage */
 } gp_pipeline_spec;
 
+/* One parameter of the graph: node index and index into its layer's pdesc. */
+typedef struct gp_param_ref {
+  int node, param;
+} gp_param_ref;
+
+/* An enabled group of the tied: section: one logical parameter held as a copy by every member
+ * (on whatever stage holds the member's node). Every copy starts from member 0's initial
+ * value, and before each optimizer step every copy's gradient is replaced by the sum of all
+ * members' gradients, summed in member order, so the copies stay identical. */
+typedef struct gp_tied_group {
+  char name[GP_SPEC_NAME];
+  int n;                 /* members, >= 2 */
+  gp_param_ref *members; /* in the order the file lists them */
+  int64_t numel;         /* elements of each copy */
+} gp_tied_group;
+
 typedef struct gp_model {
   char name[GP_SPEC_NAME];
   char *file;
@@ -115,7 +140,9 @@ typedef struct gp_model {
   int *unit_first;   /* n_units + 1 entries: unit u = nodes [unit_first[u], unit_first[u+1]) */
   char **unit_names; /* "0", "stem", "cells.3" */
   int output_node;   /* the node whose output feeds the loss (the logits) */
-  int64_t n_params;  /* trainable elements */
+  int64_t n_params;  /* trainable elements; a tied group counts once */
+  int n_tied;        /* enabled tied groups (disabled ones are checked, then dropped) */
+  gp_tied_group *tied;
   gp_data_spec data;
   gp_train_spec train;
   gp_pipeline_spec pipeline;
@@ -135,5 +162,8 @@ gp_status gp_model_load_string(const char *text, const char *file_name, const gp
 void gp_model_free(gp_model *m);
 /* Tensor id of node i's output. */
 int gp_model_tensor_of_node(const gp_model *m, int node);
+/* The enabled tied group that parameter `param` of node `node` belongs to, or -1; *member
+ * (may be NULL) is its index among the group's members. */
+int gp_model_tied_group(const gp_model *m, int node, int param, int *member);
 
 #endif

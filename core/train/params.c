@@ -68,7 +68,13 @@ gp_status gp_params_init(gp_params *p, gp_model *m, int first, int end, gp_backe
   for (int i = first; i < end && s == GP_OK; i++) {
     gp_layer *l = &m->nodes[i].layer;
     for (int j = 0; j < l->n_params && s == GP_OK; j++) {
-      gp_param_init_host(l, j, seed, host);
+      /* a tied copy starts as the group's first member, on every stage */
+      int g = gp_model_tied_group(m, i, j, NULL);
+      const gp_param_ref *r0 = g >= 0 ? &m->tied[g].members[0] : NULL;
+      if (r0)
+        gp_param_init_host(&m->nodes[r0->node].layer, r0->param, seed, host);
+      else
+        gp_param_init_host(l, j, seed, host);
       s = be->from_host(be, l->param[j], host, (size_t)gp_shape_numel(&l->pdesc[j].shape) * f);
     }
   }
@@ -110,6 +116,21 @@ gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, gp_st_writer 
   return GP_OK;
 }
 
+/* A tied parameter missing from a file is read from another member of its group that is there
+ * (files written with one name per shared tensor, as safetensors.torch.save_model does). */
+static const gp_st_entry *tied_stand_in(const gp_model *m, int node, int param,
+                                        const gp_st_file *f) {
+  char name[512];
+  int g = gp_model_tied_group(m, node, param, NULL);
+  for (int i = 0; g >= 0 && i < m->tied[g].n; i++) {
+    const gp_param_ref *r = &m->tied[g].members[i];
+    param_name(&m->nodes[r->node].layer, r->param, name, sizeof name);
+    const gp_st_entry *e = gp_st_find(f, name);
+    if (e) return e;
+  }
+  return NULL;
+}
+
 gp_status gp_params_load_from(gp_params *p, const gp_model *m, const gp_st_file *f,
                               const char *file_name) {
   char name[512], a[128], b[128];
@@ -118,12 +139,39 @@ gp_status gp_params_load_from(gp_params *p, const gp_model *m, const gp_st_file 
     for (int j = 0; j < l->n_params; j++) {
       param_name(l, j, name, sizeof name);
       const gp_st_entry *e = gp_st_find(f, name);
+      if (!e) e = tied_stand_in(m, i, j, f);
       if (!e) return GP_ERR(GP_ERR_DATA, "%s: has no tensor '%s'", file_name, name);
       if (e->dtype != GP_F32 || !gp_shape_equal(&e->shape, &l->pdesc[j].shape))
         return GP_ERR(GP_ERR_DATA, "%s: tensor '%s' is %s %s, the model needs F32 %s", file_name,
-                      name, gp_dtype_name(e->dtype), gp_shape_str(&e->shape, a, 128),
+                      e->name, gp_dtype_name(e->dtype), gp_shape_str(&e->shape, a, 128),
                       gp_shape_str(&l->pdesc[j].shape, b, 128));
       GP_TRY(p->be->from_host(p->be, l->param[j], gp_st_data(f, e), e->end - e->begin));
+    }
+  }
+  return GP_OK;
+}
+
+/* The members of a tied group that a file holds must be equal: they are one parameter. */
+static gp_status check_tied(const gp_model *m, const gp_st_file *f, const char *file_name) {
+  char name[512], first[512];
+  for (int g = 0; g < m->n_tied; g++) {
+    const gp_st_entry *e0 = NULL;
+    for (int i = 0; i < m->tied[g].n; i++) {
+      const gp_param_ref *r = &m->tied[g].members[i];
+      param_name(&m->nodes[r->node].layer, r->param, name, sizeof name);
+      const gp_st_entry *e = gp_st_find(f, name);
+      if (!e) continue; /* gp_params_load_from reads another member for it */
+      if (!e0) {
+        e0 = e;
+        snprintf(first, sizeof first, "%s", name);
+        continue;
+      }
+      if (e->dtype != e0->dtype || !gp_shape_equal(&e->shape, &e0->shape) ||
+          e->end - e->begin != e0->end - e0->begin ||
+          memcmp(gp_st_data(f, e), gp_st_data(f, e0), e->end - e->begin) != 0)
+        return GP_ERR(GP_ERR_DATA,
+                      "%s: tensors '%s' and '%s' are tied (group '%s') but differ in the file",
+                      file_name, first, name, m->tied[g].name);
     }
   }
   return GP_OK;
@@ -147,5 +195,5 @@ gp_status gp_params_check_names(const gp_model *m, const gp_st_file *f, const ch
       return GP_ERR(GP_ERR_DATA, "%s: tensor '%s' is not a parameter of this model", file_name,
                     e->name);
   }
-  return GP_OK;
+  return check_tied(m, f, file_name);
 }

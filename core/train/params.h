@@ -17,7 +17,8 @@ typedef struct gp_params {
 } gp_params;
 
 /* Lays out and allocates the parameters of nodes [first, end) of m, sets every layer's
- * param/grad/stats pointers, and initializes values from seed. */
+ * param/grad/stats pointers, and initializes values from seed (a tied copy as its group's
+ * first member). */
 gp_status gp_params_init(gp_params *p, gp_model *m, int first, int end, gp_backend *be,
                          uint64_t seed);
 void gp_params_free(gp_params *p);
@@ -29,12 +30,13 @@ struct gp_st_writer;
 gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, struct gp_st_writer *w,
                                   float **stage);
 /* Loads every parameter and buffer of the range by name; missing or mis-shaped tensors are
- * errors naming them. */
+ * errors naming them. A tied parameter missing from f is read from another member of its
+ * group that f holds. */
 struct gp_st_file;
 gp_status gp_params_load_from(gp_params *p, const gp_model *m, const struct gp_st_file *f,
                               const char *file_name);
 /* A tensor of f that is no parameter of m (other than names starting with ignore_prefix, which
- * may be NULL) is an error naming it. */
+ * may be NULL) is an error naming it; so are members of a tied group that differ in f. */
 gp_status gp_params_check_names(const gp_model *m, const struct gp_st_file *f,
                                 const char *file_name, const char *ignore_prefix);
 

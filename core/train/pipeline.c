@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/train/exec.h"
+#include "core/train/tied.h"
 
 #define MSG_MAX 1024
 
@@ -93,7 +94,10 @@ struct gp_pipeline {
   int64_t targets; /* the mini-batch's targets: the loss's normalizer */
   double lr;
   int64_t off[GP_SPEC_MAX_REPEAT]; /* micro-batch m: samples [off[m], off[m+1]) */
-  /* global-norm clipping barrier */
+  gp_prediction *pred;             /* gp_pipeline_predict: what the last stage fills */
+  /* tied parameters: their copies and gradient sums */
+  gp_tied tied;
+  /* the optimizer step's barrier (tied gradients, global-norm clipping) */
   double sumsq;
   int arrived;
   uint64_t barrier_gen;
@@ -432,7 +436,33 @@ static gp_status do_backward(stage *st, int m, int recompute) {
   return gp_arena_reset(keep);
 }
 
-/* Deferred statistics, clipping by the global norm over all stages, the update. */
+/* The optimizer step's barrier: returns when all K stages have arrived, add summed into
+ * pl->sumsq on the way (*total, if wanted, is the sum of every stage's add). */
+static gp_status step_barrier(stage *st, double add, double *total) {
+  gp_pipeline *pl = st->pl;
+  pthread_mutex_lock(&pl->mu);
+  uint64_t gen = pl->barrier_gen;
+  pl->sumsq += add;
+  if (++pl->arrived == pl->k) {
+    pl->arrived = 0;
+    pl->barrier_gen++;
+    pthread_cond_broadcast(&pl->cv);
+  }
+  struct timespec dl;
+  deadline_in(pl->watchdog_s, &dl);
+  while (pl->barrier_gen == gen && !pl->failed)
+    if (pthread_cond_timedwait(&pl->cv, &pl->mu, &dl) == ETIMEDOUT) break;
+  int ok = pl->barrier_gen != gen;
+  if (total) *total = pl->sumsq;
+  pthread_mutex_unlock(&pl->mu);
+  if (!ok)
+    return GP_ERR(GP_ERR_RUNTIME, "stage %d: the other stages did not reach the optimizer step",
+                  st->index);
+  return GP_OK;
+}
+
+/* Deferred statistics, tied gradients summed over their copies, clipping by the global norm
+ * over all stages, the update. */
 static gp_status do_step(stage *st) {
   gp_pipeline *pl = st->pl;
   const gp_model *m = pl->m;
@@ -440,32 +470,62 @@ static gp_status do_step(stage *st) {
     gp_layer *l = &m->nodes[i].layer;
     if (l->type->step_end) GP_TRY(l->type->step_end(l, st->be));
   }
+  /* tied copies: sums written after every gradient is final, read after every sum is (the
+   * syncs order a device's queued work before other stages read its memory) */
+  if (pl->tied.n_groups) {
+    GP_TRY(st->be->sync(st->be));
+    GP_TRY(step_barrier(st, 0, NULL));
+    GP_TRY(gp_tied_sum(&pl->tied, st->index, st->be));
+    GP_TRY(st->be->sync(st->be));
+    GP_TRY(step_barrier(st, 0, NULL));
+    GP_TRY(gp_tied_scatter(&pl->tied, st->index, st->be));
+  }
   double clip = m->train.clip_grad_norm, ss = 0;
   if (clip > 0) {
-    if (st->params.n_train) GP_TRY(st->be->sumsq(st->be, st->params.n_train, st->params.grad, &ss));
-    pthread_mutex_lock(&pl->mu);
-    uint64_t gen = pl->barrier_gen;
-    pl->sumsq += ss;
-    if (++pl->arrived == pl->k) {
-      pl->arrived = 0;
-      pl->barrier_gen++;
-      pthread_cond_broadcast(&pl->cv);
-    }
-    struct timespec dl;
-    deadline_in(pl->watchdog_s, &dl);
-    while (pl->barrier_gen == gen && !pl->failed)
-      if (pthread_cond_timedwait(&pl->cv, &pl->mu, &dl) == ETIMEDOUT) break;
-    int ok = pl->barrier_gen != gen;
-    double norm = sqrt(pl->sumsq);
-    pthread_mutex_unlock(&pl->mu);
-    if (!ok)
-      return GP_ERR(GP_ERR_RUNTIME, "stage %d: the other stages did not reach the optimizer step",
-                    st->index);
+    if (pl->tied.n_groups) /* a tied group counts once in the norm */
+      GP_TRY(gp_tied_grad_sumsq(&pl->tied, st->index, &st->params, st->be, &ss));
+    else if (st->params.n_train)
+      GP_TRY(st->be->sumsq(st->be, st->params.n_train, st->params.grad, &ss));
+    double sumsq;
+    GP_TRY(step_barrier(st, ss, &sumsq));
+    double norm = sqrt(sumsq);
     if (norm > clip && st->params.n_train)
       GP_TRY(st->be->axpby(st->be, st->params.n_train, 0.0f, st->params.grad, (float)(clip / norm),
                            st->params.grad));
   }
   return gp_optimizer_step(&st->opt, pl->lr);
+}
+
+/* The last stage after an evaluation forward of micro-batch m: the argmax of the logits at
+ * every position, and the unsmoothed log-likelihood of the labels that count. */
+static gp_status predict_micro(stage *st, int m) {
+  gp_pipeline *pl = st->pl;
+  const gp_model *mo = pl->m;
+  gp_prediction *pr = pl->pred;
+  const gp_tensor *lg = &st->pass[m].val[mo->n_inputs + mo->output_node];
+  int64_t rows = pl->off[m + 1] - pl->off[m], n = gp_shape_numel(&lg->shape);
+  int64_t v = lg->shape.d[lg->shape.ndim - 1], pos = n / v, per = pos / rows;
+  float *h = malloc((size_t)n * sizeof *h);
+  if (!h) return GP_ERR(GP_ERR_NOMEM, "out of host memory for the predictions");
+  gp_status s = st->be->to_host(st->be, h, lg->data, (size_t)n * sizeof *h);
+  const int32_t *lab = NULL;
+  if (mo->label_input >= 0 && gp_shape_numel(&mo->inputs[mo->label_input].shape) == per)
+    lab = (const int32_t *)pl->in.in[mo->label_input] + pl->off[m] * per;
+  for (int64_t i = 0; s == GP_OK && i < pos; i++) {
+    const float *x = h + i * v;
+    int64_t best = 0;
+    for (int64_t j = 1; j < v; j++)
+      if (x[j] > x[best]) best = j;
+    if (pr->argmax) pr->argmax[pl->off[m] * per + i] = (int32_t)best;
+    if (!lab || lab[i] < 0 || lab[i] >= v) continue;
+    double z = 0;
+    for (int64_t j = 0; j < v; j++)
+      z += exp((double)x[j] - x[best]);
+    pr->nll_sum += log(z) + x[best] - x[lab[i]];
+    pr->nll_count++;
+  }
+  free(h);
+  return s;
 }
 
 static gp_status run_command(stage *st, cmd_kind cmd) {
@@ -474,8 +534,10 @@ static gp_status run_command(stage *st, cmd_kind cmd) {
   for (int m = 0; m < pl->micro; m++)
     GP_TRY(gp_arena_reset(&st->slot_arena[m]));
   if (cmd == CMD_EVAL) {
-    for (int m = 0; m < pl->micro && pl->off[m + 1] > pl->off[m]; m++)
+    for (int m = 0; m < pl->micro && pl->off[m + 1] > pl->off[m]; m++) {
       GP_TRY(do_forward(st, m, 0, 0));
+      if (pl->pred && st->index == pl->k - 1) GP_TRY(predict_micro(st, m));
+    }
     return GP_OK;
   }
   GP_TRY(gp_params_zero_grad(&st->params));
@@ -615,6 +677,14 @@ gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *o
   return GP_OK;
 }
 
+gp_status gp_pipeline_predict(gp_pipeline *pl, const gp_batch *b, gp_prediction *pred,
+                              gp_step_result *out) {
+  pl->pred = pred;
+  gp_status s = gp_pipeline_eval(pl, b, out);
+  pl->pred = NULL;
+  return s;
+}
+
 gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
                              const gp_pipeline_opts *o, gp_pipeline **out) {
   *out = NULL;
@@ -648,6 +718,15 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
   if (s == GP_OK) s = find_boundaries(pl);
   for (int i = 0; s == GP_OK && i < pl->k; i++)
     s = stage_init(pl, &pl->st[i]);
+  if (s == GP_OK) {
+    gp_params *ps[GP_MAX_DEVICES];
+    gp_backend *bes[GP_MAX_DEVICES];
+    for (int i = 0; i < pl->k; i++) {
+      ps[i] = &pl->st[i].params;
+      bes[i] = pl->st[i].be;
+    }
+    s = gp_tied_init(&pl->tied, m, pl->k, ps, bes);
+  }
   for (int i = 0; s == GP_OK && i < pl->k; i++) {
     if (pthread_create(&pl->st[i].thread, NULL, worker, &pl->st[i]) != 0)
       s = GP_ERR(GP_ERR_RUNTIME, "cannot start the worker thread of stage %d", i);
@@ -669,6 +748,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
   pl->generation++;
   pthread_cond_broadcast(&pl->cv);
   pthread_mutex_unlock(&pl->mu);
+  gp_tied_free(&pl->tied); /* idle workers do not touch it; the backends must still be alive */
   for (int i = 0; pl->st && i < pl->k; i++) {
     stage *st = &pl->st[i];
     if (st->started) pthread_join(st->thread, NULL);

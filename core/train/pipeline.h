@@ -65,6 +65,18 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
                                  gp_step_result *out);
 /* Forward only (evaluation mode) of a host batch; adds to out. */
 gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *out);
+/* What gp_pipeline_predict reports beyond the loss: the argmax of the model's output (the
+ * logits before the loss) at every position, b->n x positions (NULL: not wanted), and the
+ * plain negative log-likelihood (natural log, no label smoothing) summed over the labels
+ * that count, with their number; the sums add up over calls. */
+typedef struct gp_prediction {
+  int32_t *argmax;
+  double nll_sum;
+  int64_t nll_count;
+} gp_prediction;
+/* gp_pipeline_eval that also fills pred (for decoding and perplexity). */
+gp_status gp_pipeline_predict(gp_pipeline *pl, const gp_batch *b, gp_prediction *pred,
+                              gp_step_result *out);
 /* The targets of a host batch the loss is averaged over: labels that are not negative
  * (n when the model has no labels). */
 int64_t gp_batch_targets(const gp_model *m, const gp_batch *b);

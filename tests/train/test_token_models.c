@@ -12,6 +12,7 @@
 
 #include "core/rng.h"
 #include "core/train/trainer.h"
+#include "tests/train/token_fixture.h"
 
 /* Summation order over micro-batches and stages only: a few float roundings per step. */
 #define TOL_REL 2e-5
@@ -151,34 +152,6 @@ typedef struct run_out {
   int64_t n_w;
 } run_out;
 
-/* Ids in [1, VOCAB) then pad 0, masks 1 then 0, labels in [0, VOCAB) then -100, with a
- * random real length in [1, LEN] per sample and sequence. */
-static void token_batch(const gp_model *mo, int step, gp_batch_buffers *bufs) {
-  gp_rng r;
-  gp_rng_seed(&r, 500 + (uint64_t)step);
-  int64_t len[BATCH];
-  for (int b = 0; b < BATCH; b++)
-    len[b] = 1 + (int64_t)gp_rng_below(&r, LEN);
-  for (int i = 0; i < mo->n_inputs; i++) {
-    int32_t *v = bufs->in[i];
-    const char *name = mo->inputs[i].name;
-    for (int b = 0; b < BATCH; b++) {
-      /* the source's length differs from the target's */
-      int64_t L = strstr(name, "src") ? LEN + 1 - len[b] : len[b];
-      for (int j = 0; j < LEN; j++) {
-        int real = j < L;
-        int32_t *e = &v[b * LEN + j];
-        if (strstr(name, "mask"))
-          *e = real;
-        else if (i == mo->label_input)
-          *e = real ? (int32_t)gp_rng_below(&r, VOCAB) : -100;
-        else
-          *e = real ? 1 + (int32_t)gp_rng_below(&r, VOCAB - 1) : 0;
-      }
-    }
-  }
-}
-
 static void train(const char *file, const gp_override *ov, int nov, int k, int m,
                   gp_schedule_kind sched, gp_remat remat, run_out *o) {
   gp_model *mo;
@@ -197,7 +170,7 @@ static void train(const char *file, const gp_override *ov, int nov, int k, int m
   if (gp_batch_buffers_alloc(mo, BATCH, &bufs) != GP_OK) die("buffers");
   for (int s = 0; s < STEPS; s++) {
     gp_metrics mt;
-    token_batch(mo, s, &bufs);
+    token_fixture_batch(mo, s, BATCH, LEN, VOCAB, &bufs);
     gp_batch b = gp_batch_of(&bufs, BATCH);
     if (gp_trainer_step_batch(&t, &b, 1e-2, &mt) != GP_OK) die("step");
     o->loss[s] = mt.loss;
@@ -256,29 +229,22 @@ int main(int argc, char **argv) {
    * is zero but for rounding (softmax ignores a constant per row), and with eps 1e-9 Adam
    * turns that rounding noise, which M changes, into steps of lr's size. */
   static const gp_override nmt[] = {
-      {"inputs.src.shape.0", "6"},
-      {"inputs.src_mask.shape.0", "6"},
-      {"inputs.tgt_in.shape.0", "6"},
-      {"inputs.label.shape.0", "6"},
-      {"blocks.embed.params.vocab", "13"},
-      {"blocks.embed.params.d", "8"},
-      {"blocks.embed.params.max_len", "8"},
-      {"blocks.embed.params.p", "0"},
-      {"blocks.enc.params.d", "8"},
-      {"blocks.enc.params.heads", "2"},
-      {"blocks.enc.params.ff", "12"},
-      {"blocks.enc.params.p", "0"},
-      {"blocks.dec.params.d", "8"},
-      {"blocks.dec.params.heads", "2"},
-      {"blocks.dec.params.ff", "12"},
-      {"blocks.dec.params.p", "0"},
-      {"layers.1.repeat", "2"},
-      {"layers.3.repeat", "2"},
-      {"layers.4.out_features", "13"},
+      {"inputs.src.shape.0", "6"},      {"inputs.src_seg.shape.0", "6"},
+      {"inputs.src_pos.shape.0", "6"},  {"inputs.tgt_seg.shape.0", "6"},
+      {"inputs.tgt_pos.shape.0", "6"},  {"inputs.tgt_in.shape.0", "6"},
+      {"inputs.label.shape.0", "6"},    {"blocks.embed.params.vocab", "13"},
+      {"blocks.embed.params.d", "8"},   {"blocks.embed.params.max_len", "8"},
+      {"blocks.embed.params.p", "0"},   {"blocks.enc.params.d", "8"},
+      {"blocks.enc.params.heads", "2"}, {"blocks.enc.params.ff", "12"},
+      {"blocks.enc.params.p", "0"},     {"blocks.dec.params.d", "8"},
+      {"blocks.dec.params.heads", "2"}, {"blocks.dec.params.ff", "12"},
+      {"blocks.dec.params.p", "0"},     {"layers.1.repeat", "2"},
+      {"layers.3.repeat", "2"},         {"layers.4.out_features", "13"},
       {"train.optimizer.eps", "1e-4"},
   };
   static const gp_override lm[] = {
       {"inputs.tokens.shape.0", "6"},    {"inputs.label.shape.0", "6"},
+      {"inputs.seg.shape.0", "6"},       {"inputs.pos.shape.0", "6"},
       {"layers.0.num_embeddings", "13"}, {"layers.0.dim", "8"},
       {"layers.1.max_len", "8"},         {"layers.2.p", "0"},
       {"blocks.layer.params.d", "8"},    {"blocks.layer.params.heads", "2"},

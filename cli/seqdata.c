@@ -1,0 +1,448 @@
+/* Sequence-model data for gpipe-train: corpora, packed training rows, evaluation with
+ * perplexity and greedy decoding scored by BLEU. */
+#include "cli/seqdata.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/eval/bleu.h"
+#include "core/eval/perplexity.h"
+#include "core/eval/spm_detok.h"
+#include "core/rng.h"
+
+#include <time.h>
+
+static double gp_seq_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+enum { TRAIN, EVAL, TEST, SPLITS };
+
+typedef struct lines {
+  char **line;
+  int64_t n;
+} lines;
+
+struct gp_seqdata {
+  const gp_model *m;
+  gp_seq_layout L;
+  int synthetic;
+  const char *split[SPLITS];
+  gp_token_corpus corp[SPLITS];
+  gp_seqfeed *feed[SPLITS]; /* packed rows (train), loss passes (eval, test) */
+  gp_batch_buffers buf;
+  int64_t batch;
+  int32_t pad, bos, eos, vocab;
+  lines pieces;       /* the vocabulary's pieces (not synthetic) */
+  lines refs[SPLITS]; /* reference text of eval and test (translation, not synthetic) */
+  int32_t *argmax;    /* batch x T */
+  int32_t *hyp;       /* batch x T: the decoded ids */
+  int64_t *hyp_len, *max_len, *pair;
+};
+
+static void lines_free(lines *l) {
+  for (int64_t i = 0; i < l->n; i++)
+    free(l->line[i]);
+  free(l->line);
+  memset(l, 0, sizeof *l);
+}
+
+/* Every line of a text file, without its newline. */
+static gp_status lines_read(const char *path, lines *out) {
+  memset(out, 0, sizeof *out);
+  FILE *f = fopen(path, "rb");
+  if (!f) return GP_ERR(GP_ERR_DATA, "%s: cannot open", path);
+  char *buf = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  int64_t cap_n = 0;
+  gp_status s = GP_OK;
+  while (s == GP_OK && (len = getline(&buf, &cap, f)) >= 0) {
+    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+      buf[--len] = 0;
+    if (out->n == cap_n) {
+      cap_n = cap_n ? 2 * cap_n : 1024;
+      char **nl = realloc(out->line, (size_t)cap_n * sizeof *nl);
+      if (!nl) {
+        s = GP_ERR(GP_ERR_NOMEM, "out of memory reading %s", path);
+        break;
+      }
+      out->line = nl;
+    }
+    if (!(out->line[out->n] = strdup(buf)))
+      s = GP_ERR(GP_ERR_NOMEM, "out of memory reading %s", path);
+    else
+      out->n++;
+  }
+  free(buf);
+  fclose(f);
+  if (s != GP_OK) lines_free(out);
+  return s;
+}
+
+/* Random pairs of the model's lengths: ids in [4, V) (0..3 are the special ids), lengths
+ * (EOS included) uniform in [2, S] and [2, T]. */
+static gp_status synthetic_corpus(const gp_seq_layout *L, int32_t vocab, int64_t pairs,
+                                  uint64_t seed, int32_t eos, gp_token_corpus *c) {
+  memset(c, 0, sizeof *c);
+  int64_t S = L->S ? L->S : 2, T = L->T;
+  c->pairs = c->lines = pairs;
+  c->src = malloc((size_t)(pairs * S) * sizeof *c->src);
+  c->tgt = malloc((size_t)(pairs * T) * sizeof *c->tgt);
+  c->src_off = malloc((size_t)(pairs + 1) * sizeof *c->src_off);
+  c->tgt_off = malloc((size_t)(pairs + 1) * sizeof *c->tgt_off);
+  c->line = malloc((size_t)pairs * sizeof *c->line);
+  if (!c->src || !c->tgt || !c->src_off || !c->tgt_off || !c->line) {
+    gp_token_corpus_free(c);
+    return GP_ERR(GP_ERR_NOMEM, "out of memory for synthetic pairs");
+  }
+  gp_rng r;
+  gp_rng_seed(&r, gp_hash_combine(seed, 0x5157e71cULL));
+  int32_t lo = vocab > 4 ? 4 : 0;
+  c->src_off[0] = c->tgt_off[0] = 0;
+  for (int64_t p = 0; p < pairs; p++) {
+    int64_t *off[2] = {c->src_off, c->tgt_off};
+    int32_t *ids[2] = {c->src, c->tgt};
+    int64_t lim[2] = {L->S, T};
+    for (int side = 0; side < 2; side++) {
+      int64_t n = lim[side] ? 2 + (int64_t)gp_rng_below(&r, (uint64_t)(lim[side] - 1)) : 0;
+      if (lim[side] == 1) n = 1;
+      int32_t *d = ids[side] + off[side][p];
+      for (int64_t j = 0; j + 1 < n; j++)
+        d[j] = lo + (int32_t)gp_rng_below(&r, (uint64_t)(vocab - lo));
+      if (n) d[n - 1] = eos;
+      off[side][p + 1] = off[side][p] + n;
+    }
+    c->line[p] = p + 1;
+  }
+  c->src_tokens = c->src_off[pairs];
+  c->tgt_tokens = c->tgt_off[pairs];
+  return GP_OK;
+}
+
+/* The vocabulary size the model predicts: its output's last dimension. */
+static int32_t model_vocab(const gp_model *m) {
+  const gp_layer *out = &m->nodes[m->output_node].layer;
+  return (int32_t)out->out_shape.d[out->out_shape.ndim - 1];
+}
+
+static gp_status read_corpora(gp_seqdata *d) {
+  const gp_data_spec *ds = &d->m->data;
+  char path[1100], src[1100];
+  snprintf(path, sizeof path, "%s/%s", ds->path, ds->vocab_file);
+  GP_TRY(lines_read(path, &d->pieces));
+  if (d->pieces.n > model_vocab(d->m))
+    return GP_ERR(GP_ERR_DATA, "%s: %lld pieces, more than the model's output of %d", path,
+                  (long long)d->pieces.n, model_vocab(d->m));
+  for (int64_t i = 0; i < d->pieces.n; i++) /* "piece<TAB>score": keep the piece */
+    d->pieces.line[i][strcspn(d->pieces.line[i], "\t")] = 0;
+  d->vocab = (int32_t)d->pieces.n;
+  gp_tokens_opts o;
+  gp_tokens_opts_default(&o);
+  o.vocab = d->vocab;
+  o.pad_id = d->pad;
+  o.bos_id = d->bos;
+  o.eos_id = d->eos;
+  o.max_tokens = INT32_MAX;
+  GP_TRY(gp_tokens_opts_check(&o));
+  int lm = d->L.S == 0;
+  for (int i = 0; i < SPLITS; i++) {
+    snprintf(path, sizeof path, "%s/%s.%s.ids", ds->path, d->split[i], ds->target);
+    snprintf(src, sizeof src, "%s/%s.%s.ids", ds->path, d->split[i], ds->source);
+    /* a language model reads its one file as both sides and uses the target */
+    GP_TRY(gp_token_corpus_read(lm ? path : src, path, &o, &d->corp[i]));
+    if (i != TRAIN && !lm) {
+      snprintf(path, sizeof path, "%s/%s.%s", ds->path, d->split[i], ds->target);
+      GP_TRY(lines_read(path, &d->refs[i]));
+      if (d->refs[i].n != d->corp[i].lines)
+        return GP_ERR(GP_ERR_DATA, "%s: %lld lines, but %s has %lld", path, (long long)d->refs[i].n,
+                      src, (long long)d->corp[i].lines);
+    }
+  }
+  return GP_OK;
+}
+
+gp_status gp_seqdata_open(const gp_model *m, int synthetic, uint64_t seed, int64_t batch,
+                          gp_seqdata **out) {
+  *out = NULL;
+  gp_seqdata *d = calloc(1, sizeof *d);
+  if (!d) return GP_ERR(GP_ERR_NOMEM, "out of memory");
+  d->m = m;
+  d->synthetic = synthetic;
+  d->batch = batch;
+  const gp_data_spec *ds = &m->data;
+  int real = !synthetic && ds->dataset != GP_DATA_SYNTHETIC;
+  d->pad = real ? (int32_t)ds->pad_id : 0;
+  d->bos = real ? (int32_t)ds->bos_id : 2;
+  d->eos = real ? (int32_t)ds->eos_id : 3;
+  d->split[TRAIN] = "train";
+  d->split[EVAL] = real ? ds->eval_split : "valid";
+  d->split[TEST] = "test";
+  gp_status s = gp_seq_layout_of(m, &d->L);
+  int lm = d->L.S == 0;
+  if (s == GP_OK && real && ds->dataset != (lm ? GP_DATA_TEXT : GP_DATA_TRANSLATION))
+    s = GP_ERR(GP_ERR_SPEC, "%s: a %s model reads data with dataset: %s (or --data synthetic)",
+               m->file, lm ? "language" : "translation", lm ? "text" : "translation");
+  if (s == GP_OK && real) {
+    s = read_corpora(d);
+  } else if (s == GP_OK) {
+    d->vocab = model_vocab(m);
+    if (d->vocab < 4) d->pad = d->bos = d->eos = 0;
+    int64_t rows[SPLITS] = {16 * batch, 2 * batch, 2 * batch};
+    for (int i = 0; s == GP_OK && i < SPLITS; i++)
+      s = synthetic_corpus(&d->L, d->vocab, rows[i], seed + (uint64_t)i, d->eos, &d->corp[i]);
+  }
+  for (int i = 0; s == GP_OK && i < SPLITS; i++) {
+    gp_seqfeed_opts fo = {
+        .rows = batch, .train = i == TRAIN, .seed = seed, .pad_id = d->pad, .bos_id = d->bos};
+    s = gp_seqfeed_open(&d->corp[i], &d->L, &fo, &d->feed[i]);
+    if (s != GP_OK && i != TRAIN) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", gp_error_message());
+      s = GP_ERR(s, "the %s split: %s", d->split[i], msg);
+    }
+  }
+  if (s == GP_OK) s = gp_batch_buffers_alloc(m, batch, &d->buf);
+  size_t bt = (size_t)(batch * d->L.T);
+  if (s == GP_OK) {
+    d->argmax = malloc(bt * sizeof *d->argmax);
+    d->hyp = malloc(bt * sizeof *d->hyp);
+    d->hyp_len = malloc((size_t)batch * sizeof *d->hyp_len);
+    d->max_len = malloc((size_t)batch * sizeof *d->max_len);
+    d->pair = malloc((size_t)batch * sizeof *d->pair);
+    if (!d->argmax || !d->hyp || !d->hyp_len || !d->max_len || !d->pair)
+      s = GP_ERR(GP_ERR_NOMEM, "out of memory for decoding");
+  }
+  if (s != GP_OK) {
+    gp_seqdata_free(d);
+    return s;
+  }
+  *out = d;
+  return GP_OK;
+}
+
+void gp_seqdata_free(gp_seqdata *d) {
+  if (!d) return;
+  for (int i = 0; i < SPLITS; i++) {
+    gp_seqfeed_free(d->feed[i]);
+    gp_token_corpus_free(&d->corp[i]);
+    lines_free(&d->refs[i]);
+  }
+  lines_free(&d->pieces);
+  gp_batch_buffers_free(&d->buf);
+  free(d->argmax);
+  free(d->hyp);
+  free(d->hyp_len);
+  free(d->max_len);
+  free(d->pair);
+  free(d);
+}
+
+int64_t gp_seqdata_batches(const gp_seqdata *d) {
+  return gp_seqfeed_batches(d->feed[TRAIN]);
+}
+
+gp_status gp_seqdata_next(gp_seqdata *d, gp_batch *b) {
+  int64_t rows;
+  GP_TRY(gp_seqfeed_next(d->feed[TRAIN], d->buf.in, &rows));
+  *b = gp_batch_of(&d->buf, rows);
+  return GP_OK;
+}
+
+void gp_seqdata_tell(const gp_seqdata *d, int64_t *epoch, int64_t *index) {
+  gp_seqfeed_tell(d->feed[TRAIN], epoch, index);
+}
+
+gp_status gp_seqdata_seek(gp_seqdata *d, int64_t epoch, int64_t index) {
+  return gp_seqfeed_seek(d->feed[TRAIN], epoch, index);
+}
+
+void gp_seqdata_describe(const gp_seqdata *d, char *buf, size_t n) {
+  gp_seqfeed_stats st;
+  gp_seqfeed_stats_get(d->feed[TRAIN], &st);
+  int64_t rows;
+  double sf, tf;
+  gp_seqfeed_fill(d->feed[TRAIN], &rows, &sf, &tf);
+  char fill[64] = "";
+  if (d->L.S) snprintf(fill, sizeof fill, "source %.1f%%, ", 100 * sf);
+  char len[48];
+  if (d->L.S)
+    snprintf(len, sizeof len, "%lld/%lld", (long long)d->L.S, (long long)d->L.T);
+  else
+    snprintf(len, sizeof len, "%lld", (long long)d->L.T);
+  snprintf(buf, n,
+           "%s: %lld training %s in %lld %s rows of %s tokens (%lld too long, left out), %lld "
+           "rows a batch; real tokens fill %starget %.1f%%",
+           d->synthetic || d->m->data.dataset == GP_DATA_SYNTHETIC ? "synthetic" : d->m->data.path,
+           (long long)gp_seqfeed_pairs(d->feed[TRAIN]), d->L.S ? "pairs" : "sentences",
+           (long long)rows, d->L.packed ? "packed" : "padded", len, (long long)st.too_long,
+           (long long)d->batch, fill, 100 * tf);
+}
+
+/* Loss, accuracy and perplexity of one split over packed rows. */
+static gp_status score_split(gp_seqdata *d, gp_trainer *t, int which, gp_seq_eval *out) {
+  gp_seqfeed *f = d->feed[which];
+  GP_TRY(gp_seqfeed_seek(f, 0, 0));
+  gp_step_result res = {0};
+  gp_prediction pr = {0};
+  for (;;) {
+    int64_t rows;
+    GP_TRY(gp_seqfeed_next(f, d->buf.in, &rows));
+    if (rows == 0) break;
+    gp_batch b = gp_batch_of(&d->buf, rows);
+    GP_TRY(gp_pipeline_predict(t->pl, &b, &pr, &res));
+  }
+  out->loss = res.counted ? res.loss_sum / (double)res.counted : 0;
+  out->accuracy = res.counted ? (double)res.correct / (double)res.counted : 0;
+  out->perplexity = gp_perplexity(pr.nll_sum, pr.nll_count);
+  out->tokens = pr.nll_count;
+  return GP_OK;
+}
+
+/* ids -> text: pieces joined by spaces, then decoded as spm_decode does. */
+static gp_status detok(const gp_seqdata *d, const int32_t *ids, int64_t n, char **out) {
+  size_t len = 1;
+  for (int64_t i = 0; i < n; i++)
+    len += (ids[i] >= 0 && ids[i] < d->vocab ? strlen(d->pieces.line[ids[i]]) : 8) + 1;
+  char *p = malloc(len), *q = malloc(len);
+  if (!p || !q) {
+    free(p);
+    free(q);
+    return GP_ERR(GP_ERR_NOMEM, "out of memory decoding");
+  }
+  size_t k = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const char *piece = ids[i] == 1 ? "\xe2\x81\x87" /* <unk>: spm's U+2047 */
+                        : ids[i] >= 0 && ids[i] < d->vocab ? d->pieces.line[ids[i]]
+                                                           : "";
+    if (ids[i] == d->pad || ids[i] == d->bos) continue;
+    if (k) p[k++] = ' ';
+    size_t pl = strlen(piece);
+    memcpy(p + k, piece, pl);
+    k += pl;
+  }
+  p[k] = 0;
+  gp_status s = gp_spm_decode_pieces(p, q, len);
+  free(p);
+  if (s != GP_OK) {
+    free(q);
+    return s;
+  }
+  *out = q;
+  return GP_OK;
+}
+
+/* Greedy decoding of a batch of n rows that f (one pair a row of corpus c) just filled
+ * into d->buf: the target side is reset to BOS, then each step runs the model over the rows
+ * and appends the argmax at the next position, until every row has written EOS or reached
+ * its length limit (source length * decode_len_a + decode_len_b, at most T). Without a cache
+ * the whole model runs at every step; positions after the current one cannot change its
+ * output (causal self-attention), so they stay padding. */
+static gp_status decode_batch(gp_seqdata *d, gp_trainer *t, const gp_seqfeed *f,
+                              const gp_token_corpus *c, int64_t n) {
+  const gp_seq_layout *L = &d->L;
+  const gp_data_spec *ds = &d->m->data;
+  int64_t T = L->T, longest = 0;
+  int32_t *in[GP_SEQ_ROLES] = {0};
+  for (int r = GP_SEQ_TGT_IN; r <= GP_SEQ_LABEL; r++)
+    if (L->input[r] >= 0) in[r] = d->buf.in[L->input[r]];
+  for (int64_t r = 0; r < n; r++) {
+    const int64_t *pairs;
+    int64_t k;
+    gp_seqfeed_row_pairs(f, r, &pairs, &k);
+    d->pair[r] = pairs[0];
+    int64_t src_words = c->src_off[pairs[0] + 1] - c->src_off[pairs[0]] - 1;
+    int64_t lim = (int64_t)(ds->decode_len_a * (double)src_words + ds->decode_len_b);
+    d->max_len[r] = lim < 1 ? 1 : lim > T ? T : lim;
+    if (d->max_len[r] > longest) longest = d->max_len[r];
+    for (int64_t j = 0; j < T; j++) {
+      int64_t i = r * T + j;
+      in[GP_SEQ_TGT_IN][i] = j ? d->pad : d->bos;
+      in[GP_SEQ_LABEL][i] = GP_SEQ_IGNORE;
+      if (in[GP_SEQ_TGT_MASK]) in[GP_SEQ_TGT_MASK][i] = 1;
+      if (in[GP_SEQ_TGT_SEG]) in[GP_SEQ_TGT_SEG][i] = 1;
+      if (in[GP_SEQ_TGT_POS]) in[GP_SEQ_TGT_POS][i] = (int32_t)j;
+    }
+    d->hyp_len[r] = 0;
+  }
+  for (int64_t step = 0; step < longest; step++) {
+    gp_prediction pr = {.argmax = d->argmax};
+    gp_step_result res = {0};
+    gp_batch b = gp_batch_of(&d->buf, n);
+    GP_TRY(gp_pipeline_predict(t->pl, &b, &pr, &res));
+    int live = 0;
+    for (int64_t r = 0; r < n; r++) {
+      if (d->max_len[r] < 0) continue; /* done */
+      int32_t tok = d->argmax[r * T + step];
+      if (tok == d->eos) {
+        d->max_len[r] = -1;
+        continue;
+      }
+      d->hyp[r * T + d->hyp_len[r]++] = tok;
+      if (step + 1 >= d->max_len[r]) {
+        d->max_len[r] = -1;
+        continue;
+      }
+      in[GP_SEQ_TGT_IN][r * T + step + 1] = tok;
+      live++;
+    }
+    if (!live) break;
+  }
+  return GP_OK;
+}
+
+gp_status gp_seqdata_evaluate(gp_seqdata *d, gp_trainer *t, int final, const char *hyp_out,
+                              gp_seq_eval *out) {
+  int which = final ? TEST : EVAL;
+  memset(out, 0, sizeof *out);
+  out->split = d->split[which];
+  out->bleu = -1;
+  GP_TRY(score_split(d, t, which, out));
+  int64_t lim = final ? 0 : d->m->data.bleu_samples;
+  if (d->L.S == 0 || d->synthetic || d->m->data.dataset == GP_DATA_SYNTHETIC || lim < 0)
+    return GP_OK;
+  double t0 = gp_seq_now();
+  gp_seqfeed_opts fo = {.rows = d->batch,
+                        .one_per_row = 1,
+                        .truncate = 1,
+                        .limit = lim,
+                        .pad_id = d->pad,
+                        .bos_id = d->bos};
+  gp_seqfeed *f;
+  const gp_token_corpus *c = &d->corp[which];
+  GP_TRY(gp_seqfeed_open(c, &d->L, &fo, &f));
+  FILE *hf = NULL;
+  gp_status s = GP_OK;
+  if (hyp_out && !(hf = fopen(hyp_out, "w")))
+    s = GP_ERR(GP_ERR_IO, "%s: cannot open for writing", hyp_out);
+  gp_bleu_stats st = {0};
+  while (s == GP_OK) {
+    int64_t n;
+    s = gp_seqfeed_next(f, d->buf.in, &n);
+    if (s != GP_OK || n == 0) break;
+    s = decode_batch(d, t, f, c, n);
+    for (int64_t r = 0; s == GP_OK && r < n; r++) {
+      char *text = NULL;
+      s = detok(d, d->hyp + r * d->L.T, d->hyp_len[r], &text);
+      if (s != GP_OK) break;
+      const char *ref = d->refs[which].line[c->line[d->pair[r]] - 1];
+      s = gp_bleu_add_sentence(&st, text, &ref, 1);
+      if (hf) fprintf(hf, "%s\n", text);
+      free(text);
+      out->sentences++;
+    }
+  }
+  if (hf && fclose(hf) != 0 && s == GP_OK) s = GP_ERR(GP_ERR_IO, "%s: write failed", hyp_out);
+  gp_seqfeed_free(f);
+  GP_TRY(s);
+  gp_bleu b;
+  gp_bleu_compute(&st, &b);
+  out->bleu = b.score;
+  gp_bleu_format(&b, out->bleu_line, sizeof out->bleu_line);
+  out->decode_s = gp_seq_now() - t0;
+  return GP_OK;
+}

@@ -1,0 +1,46 @@
+/* gpipe-train's data for sequence models (translation and language models): the corpora of
+ * a translation or text data section (or synthetic pairs), packed rows for training
+ * (data/seqfeed.h), and evaluation with loss, perplexity and, for translation, greedy
+ * decoding scored by corpus BLEU against the reference text. */
+#ifndef GP_CLI_SEQDATA_H
+#define GP_CLI_SEQDATA_H
+
+#include "core/train/trainer.h"
+#include "data/seqfeed.h"
+
+typedef struct gp_seqdata gp_seqdata;
+
+/* Reads path/{train,<eval_split>,test}.LANG.ids of m's data section (synthetic: random
+ * pairs of the model's lengths and vocabulary, 16 batches for training and 2 for each
+ * evaluation split). Errors name the file. */
+gp_status gp_seqdata_open(const gp_model *m, int synthetic, uint64_t seed, int64_t batch,
+                          gp_seqdata **out);
+void gp_seqdata_free(gp_seqdata *d);
+
+int64_t gp_seqdata_batches(const gp_seqdata *d); /* training batches an epoch */
+/* The next training batch (batch rows). */
+gp_status gp_seqdata_next(gp_seqdata *d, gp_batch *b);
+void gp_seqdata_tell(const gp_seqdata *d, int64_t *epoch, int64_t *index);
+gp_status gp_seqdata_seek(gp_seqdata *d, int64_t epoch, int64_t index);
+/* One line on the data: pairs, rows a batch, padding. */
+void gp_seqdata_describe(const gp_seqdata *d, char *buf, size_t n);
+
+typedef struct gp_seq_eval {
+  const char *split;   /* "valid" or "test" */
+  double loss;         /* the model's loss (label smoothing included), mean over tokens */
+  double accuracy;     /* next-token accuracy */
+  double perplexity;   /* exp of the plain negative log-likelihood per target token */
+  int64_t tokens;      /* target tokens scored */
+  double bleu;         /* corpus BLEU of greedy translations; < 0 when none were decoded */
+  int64_t sentences;   /* sentences decoded */
+  char bleu_line[160]; /* sacreBLEU's verbose line */
+  double decode_s;     /* time spent decoding */
+} gp_seq_eval;
+
+/* Evaluates the eval split (final 0) or the test split (final 1): loss and perplexity over
+ * every pair, and BLEU over data.bleu_samples sentences (every one when final). When
+ * hyp_out is set, writes one detokenized translation a line there. */
+gp_status gp_seqdata_evaluate(gp_seqdata *d, gp_trainer *t, int final, const char *hyp_out,
+                              gp_seq_eval *out);
+
+#endif

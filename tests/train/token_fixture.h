@@ -1,0 +1,15 @@
+/* Random token batches for the Transformer model files' tests, filled by input name. */
+#ifndef GP_TEST_TOKEN_FIXTURE_H
+#define GP_TEST_TOKEN_FIXTURE_H
+
+#include "core/train/trainer.h"
+
+/* batch rows of len tokens for every input of mo, from (step): per row a random real length
+ * in [1, len] (the source side's differs from the target side's); ids in [1, vocab) then pad
+ * 0; labels in [0, vocab) then -100; masks 1 then 0; segments: packed rows of two sentences
+ * (1 on the first half of the real tokens, 2 on the rest, 0 on padding); positions counted
+ * within each sentence, 0 on padding. */
+void token_fixture_batch(const gp_model *mo, int step, int64_t batch, int64_t len, int32_t vocab,
+                         gp_batch_buffers *bufs);
+
+#endif
