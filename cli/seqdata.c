@@ -409,16 +409,15 @@ gp_status gp_seqdata_evaluate(gp_seqdata *d, gp_trainer *t, int final, const cha
   gp_seqfeed_opts fo = {.rows = d->batch,
                         .one_per_row = 1,
                         .truncate = 1,
+                        .by_source_length = 1,
                         .limit = lim,
                         .pad_id = d->pad,
                         .bos_id = d->bos};
   gp_seqfeed *f;
   const gp_token_corpus *c = &d->corp[which];
   GP_TRY(gp_seqfeed_open(c, &d->L, &fo, &f));
-  FILE *hf = NULL;
-  gp_status s = GP_OK;
-  if (hyp_out && !(hf = fopen(hyp_out, "w")))
-    s = GP_ERR(GP_ERR_IO, "%s: cannot open for writing", hyp_out);
+  char **text = calloc((size_t)c->pairs, sizeof *text); /* per pair, for corpus order */
+  gp_status s = text ? GP_OK : GP_ERR(GP_ERR_NOMEM, "out of memory decoding");
   gp_bleu_stats st = {0};
   while (s == GP_OK) {
     int64_t n;
@@ -426,18 +425,24 @@ gp_status gp_seqdata_evaluate(gp_seqdata *d, gp_trainer *t, int final, const cha
     if (s != GP_OK || n == 0) break;
     s = decode_batch(d, t, f, c, n);
     for (int64_t r = 0; s == GP_OK && r < n; r++) {
-      char *text = NULL;
-      s = detok(d, d->hyp + r * d->L.T, d->hyp_len[r], &text);
+      int64_t p = d->pair[r];
+      s = detok(d, d->hyp + r * d->L.T, d->hyp_len[r], &text[p]);
       if (s != GP_OK) break;
-      const char *ref = d->refs[which].line[c->line[d->pair[r]] - 1];
-      s = gp_bleu_add_sentence(&st, text, &ref, 1);
-      if (hf) fprintf(hf, "%s\n", text);
-      free(text);
+      const char *ref = d->refs[which].line[c->line[p] - 1];
+      s = gp_bleu_add_sentence(&st, text[p], &ref, 1);
       out->sentences++;
     }
   }
-  if (hf && fclose(hf) != 0 && s == GP_OK) s = GP_ERR(GP_ERR_IO, "%s: write failed", hyp_out);
   gp_seqfeed_free(f);
+  FILE *hf = NULL;
+  if (s == GP_OK && hyp_out && !(hf = fopen(hyp_out, "w")))
+    s = GP_ERR(GP_ERR_IO, "%s: cannot open for writing", hyp_out);
+  for (int64_t p = 0; hf && p < c->pairs; p++)
+    if (text[p]) fprintf(hf, "%s\n", text[p]);
+  if (hf && fclose(hf) != 0 && s == GP_OK) s = GP_ERR(GP_ERR_IO, "%s: write failed", hyp_out);
+  for (int64_t p = 0; text && p < c->pairs; p++)
+    free(text[p]);
+  free(text);
   GP_TRY(s);
   gp_bleu b;
   gp_bleu_compute(&st, &b);

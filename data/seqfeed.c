@@ -143,6 +143,7 @@ static void plan_epoch(gp_seqfeed *f, int64_t epoch) {
     }
   int packed = f->L.packed && !f->o.one_per_row;
   int64_t rows = 0, np = 0;
+  if (!packed && !f->o.train && f->o.by_source_length) sort_desc(f->order, f->tmp, n, f->key);
   if (!packed) {
     for (int64_t i = 0; i < n; i++) {
       f->row_off[rows++] = np;
@@ -219,9 +220,9 @@ gp_status gp_seqfeed_open(const gp_token_corpus *c, const gp_seq_layout *L,
   f->c = c;
   f->L = *L;
   f->o = *o;
-  if (o->truncate && !o->one_per_row) {
+  if ((o->truncate || o->by_source_length) && !o->one_per_row) {
     free(f);
-    return GP_ERR(GP_ERR_USAGE, "sequence feed: truncate needs one_per_row");
+    return GP_ERR(GP_ERR_USAGE, "sequence feed: truncate and by_source_length need one_per_row");
   }
   int64_t n = o->limit > 0 && o->limit < c->pairs ? o->limit : c->pairs;
   size_t cap = (size_t)n + 1;
@@ -248,7 +249,7 @@ gp_status gp_seqfeed_open(const gp_token_corpus *c, const gp_seq_layout *L,
     }
     /* packing order: the fuller side first (as a fraction of its row), cross-multiplied */
     int64_t a = L->S ? ls * L->T : 0, b = lt * (L->S ? L->S : 1);
-    f->key[p] = a > b ? a : b;
+    f->key[p] = o->by_source_length ? ls : a > b ? a : b;
     f->keep[f->n_keep++] = p;
   }
   if (f->n_keep == 0) {

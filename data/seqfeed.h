@@ -56,9 +56,11 @@ typedef struct gp_seqfeed_opts {
   int one_per_row; /* 1: one pair a row even for a packed model (decoding) */
   uint64_t seed;   /* train: the order of each epoch comes from (seed, epoch) */
   int32_t pad_id, bos_id;
-  int64_t limit; /* 0: every pair; else only the first limit pairs of the corpus */
-  int truncate;  /* 1: a pair too long for a row is cut to fit (its source keeps EOS last)
-                    instead of left out (one_per_row only: for decoding a whole split) */
+  int64_t limit;        /* 0: every pair; else only the first limit pairs of the corpus */
+  int truncate;         /* 1: a pair too long for a row is cut to fit (its source keeps EOS last)
+                           instead of left out (one_per_row only: for decoding a whole split) */
+  int by_source_length; /* eval, one pair a row: rows ordered by source length, longest
+                           first, so a batch's sentences are of similar lengths */
 } gp_seqfeed_opts;
 
 typedef struct gp_seqfeed gp_seqfeed;

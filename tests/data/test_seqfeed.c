@@ -3,6 +3,7 @@
  * pair exactly once an epoch (train: but for the dropped remainder rows), positions from 0,
  * tgt_in = BOS + target, label = target + EOS, padding as documented; the packing fills the
  * rows; epochs are reproducible from (seed, epoch) and seek gives the same batches. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,7 +284,32 @@ static void packing(const char *path) {
   }
   CHECK(!bad && next == 100, "one pair a row, truncated: %d bad, %lld rows", bad, (long long)next);
   gp_seqfeed_free(f);
+  /* ordered by source length (in the row) for decoding: non-increasing, every pair once */
+  o.by_source_length = 1;
+  o.limit = 0;
+  gp_seqfeed_open(&c, &L, &o, &f);
+  memset(seen, 0, (size_t)c.pairs * sizeof *seen);
+  int64_t prev = INT64_MAX, rows_seen = 0;
+  bad = 0;
+  for (;;) {
+    gp_seqfeed_next(f, (void *const *)b.in, &n);
+    if (!n) break;
+    for (int64_t r = 0; r < n; r++, rows_seen++) {
+      const int64_t *pp;
+      int64_t np;
+      gp_seqfeed_row_pairs(f, r, &pp, &np);
+      int64_t ls = c.src_off[pp[0] + 1] - c.src_off[pp[0]];
+      if (ls > L.S) ls = L.S; /* cut to the row */
+      bad += np != 1 || ls > prev || seen[pp[0]]++;
+      prev = ls;
+    }
+  }
+  CHECK(!bad && rows_seen == c.pairs, "by source length: %d bad, %lld rows", bad,
+        (long long)rows_seen);
+  gp_seqfeed_free(f);
   o.one_per_row = 0;
+  CHECK(gp_seqfeed_open(&c, &L, &o, &f) == GP_ERR_USAGE, "by_source_length needs one_per_row");
+  o.by_source_length = 0;
   CHECK(gp_seqfeed_open(&c, &L, &o, &f) == GP_ERR_USAGE, "truncate needs one_per_row");
   o.truncate = 0;
   o.train = 1;

@@ -471,40 +471,12 @@ static int copies_identical(gp_trainer *t, int *stages_used) {
 
 static void train_nmt(const char *file, const gp_override *ov, int nov, int k, int m,
                       gp_schedule_kind sched, gp_remat remat, run_out *o) {
-  gp_model *mo;
-  if (gp_model_load(file, ov, nov, &mo) != GP_OK) die("load nmt");
-  mo->pipeline.stages = k;
-  mo->pipeline.micro_batches = m;
-  mo->pipeline.schedule = sched;
-  mo->pipeline.remat = remat;
-  mo->pipeline.n_balance = 0;
-  gp_plan plan;
   gp_trainer t;
-  gp_pipeline_opts po = {.cores = 1};
-  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
-  if (gp_trainer_init(&t, mo, &plan, &po, 42) != GP_OK) die("init");
-  gp_batch_buffers bufs;
-  if (gp_batch_buffers_alloc(mo, BATCH, &bufs) != GP_OK) die("buffers");
-  for (int s = 0; s < STEPS; s++) {
-    gp_metrics mt;
-    token_fixture_batch(mo, s, BATCH, LEN, VOC, &bufs);
-    gp_batch b = gp_batch_of(&bufs, BATCH);
-    if (gp_trainer_step_batch(&t, &b, 1e-2, &mt) != GP_OK) die("step");
-    o->loss[s] = mt.loss;
-  }
+  token_fixture_train(file, ov, nov, k, m, sched, remat, STEPS, BATCH, LEN, VOC, 1e-2, o->loss, &t);
   CHECK(copies_identical(&t, &o->stages_used),
         "K=%d M=%d: the tied copies are bit-identical (weights and optimizer state)", k, m);
-  o->n_w = 0;
-  for (int s = 0; s < k; s++)
-    o->n_w += gp_pipeline_params(t.pl, s)->n_train;
-  o->w = malloc(sizeof(float) * (size_t)(o->n_w + 1));
-  int64_t ow = 0;
-  for (int s = 0; s < k; s++) {
-    gp_params *p = gp_pipeline_params(t.pl, s);
-    memcpy(o->w + ow, p->train, sizeof(float) * (size_t)p->n_train);
-    ow += p->n_train;
-  }
-  gp_batch_buffers_free(&bufs);
+  o->w = token_fixture_weights(&t, &o->n_w);
+  gp_model *mo = t.m;
   gp_trainer_free(&t);
   gp_model_free(mo);
 }

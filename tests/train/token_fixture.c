@@ -1,5 +1,7 @@
 #include "tests/train/token_fixture.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/rng.h"
@@ -32,4 +34,51 @@ void token_fixture_batch(const gp_model *mo, int step, int64_t batch, int64_t le
       }
     }
   }
+}
+
+static void die(const char *what) {
+  printf("FAIL: %s: %s\n", what, gp_error_message());
+  exit(1);
+}
+
+void token_fixture_train(const char *file, const gp_override *ov, int nov, int k, int m,
+                         gp_schedule_kind sched, gp_remat remat, int steps, int64_t batch,
+                         int64_t len, int32_t vocab, double lr, double *loss, gp_trainer *t) {
+  gp_model *mo;
+  if (gp_model_load(file, ov, nov, &mo) != GP_OK) die("load");
+  mo->pipeline.stages = k;
+  mo->pipeline.micro_batches = m;
+  mo->pipeline.schedule = sched;
+  mo->pipeline.remat = remat;
+  mo->pipeline.n_balance = 0;
+  gp_plan plan;
+  gp_pipeline_opts po = {.cores = 1};
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
+  if (gp_trainer_init(t, mo, &plan, &po, 42) != GP_OK) die("init");
+  gp_batch_buffers bufs;
+  if (gp_batch_buffers_alloc(mo, batch, &bufs) != GP_OK) die("buffers");
+  for (int s = 0; s < steps; s++) {
+    gp_metrics mt;
+    token_fixture_batch(mo, s, batch, len, vocab, &bufs);
+    gp_batch b = gp_batch_of(&bufs, batch);
+    if (gp_trainer_step_batch(t, &b, lr, &mt) != GP_OK) die("step");
+    loss[s] = mt.loss;
+  }
+  gp_batch_buffers_free(&bufs);
+}
+
+float *token_fixture_weights(gp_trainer *t, int64_t *n) {
+  int k = gp_pipeline_stages(t->pl);
+  *n = 0;
+  for (int s = 0; s < k; s++)
+    *n += gp_pipeline_params(t->pl, s)->n_train;
+  float *w = malloc(sizeof(float) * (size_t)(*n + 1));
+  if (!w) die("out of memory");
+  int64_t ow = 0;
+  for (int s = 0; s < k; s++) {
+    gp_params *p = gp_pipeline_params(t->pl, s);
+    memcpy(w + ow, p->train, sizeof(float) * (size_t)p->n_train);
+    ow += p->n_train;
+  }
+  return w;
 }

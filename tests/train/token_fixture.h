@@ -12,4 +12,13 @@
 void token_fixture_batch(const gp_model *mo, int step, int64_t batch, int64_t len, int32_t vocab,
                          gp_batch_buffers *bufs);
 
+/* Trains file (with overrides) as K stages x M micro-batches for steps of fixture batches at
+ * learning rate lr, weights from seed 42; loss[s] gets each step's loss and *t the trainer
+ * (free it with gp_trainer_free, then gp_model_free(t->m)). Exits on an error. */
+void token_fixture_train(const char *file, const gp_override *ov, int nov, int k, int m,
+                         gp_schedule_kind sched, gp_remat remat, int steps, int64_t batch,
+                         int64_t len, int32_t vocab, double lr, double *loss, gp_trainer *t);
+/* Every stage's trainable parameters back to back (malloc'd; *n floats). */
+float *token_fixture_weights(gp_trainer *t, int64_t *n);
+
 #endif
