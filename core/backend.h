@@ -11,6 +11,10 @@
 
 #include "core/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct gp_backend gp_backend;
 
 typedef struct gp_conv2d_desc {
@@ -205,5 +209,9 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out);
 void gp_backend_destroy(gp_backend *be);
 /* Number of cores this process may use (sched_getaffinity). */
 int gp_cpu_cores(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -3,6 +3,10 @@
 #ifndef GP_STATUS_H
 #define GP_STATUS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum gp_status {
   GP_OK = 0,
   GP_ERR_USAGE,       /* a bad flag or argument (exit 2) */
@@ -40,5 +44,9 @@ int gp_status_exit_code(gp_status s);
     gp_status gp_try_s_ = (expr);                                                                  \
     if (gp_try_s_ != GP_OK) return gp_try_s_;                                                      \
   } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

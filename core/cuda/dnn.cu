@@ -1,0 +1,455 @@
+// The dnn family of the CUDA backend: its state (workspace, check flags, the convolution
+// cache), the install/release hooks of backend.cu, and 2-D convolution on cuDNN.
+//
+// Convolution: per shape (the whole gp_conv2d_desc) and direction, cuDNN's FindEx times the
+// algorithms once and the fastest deterministic one that does plain FP32 arithmetic (no
+// TF32 tensor cores) is cached with its descriptors in a small open-addressing table.
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cuda/dnn_internal.h"
+
+#include "core/cuda/dnn.h"
+
+// The largest workspace an algorithm search offers cuDNN: algorithms that want more are
+// left out (the workspace only grows, so a greedy FFT plan would hold its memory for good).
+#define CONV_WS_CAP ((size_t)256 << 20)
+
+enum { DIR_FWD, DIR_DATA, DIR_FILTER, DIR_COUNT };
+static const char *const dir_name[DIR_COUNT] = {"forward", "backward data", "backward filter"};
+
+typedef struct conv_entry {
+  gp_conv2d_desc key;
+  cudnnTensorDescriptor_t x, y, bias;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t conv;
+  int found[DIR_COUNT];
+  int algo[DIR_COUNT];
+  size_t ws[DIR_COUNT];
+} conv_entry;
+
+struct gp_dnn_conv_cache {
+  conv_entry **slot; // open addressing, linear probing; cap a power of two, at most half full
+  size_t cap, used;
+};
+
+/* ---- state shared by the family ---- */
+
+unsigned gp_dnn_blocks(gp_backend *be, int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  int64_t cap = (int64_t)gp_dnn_of(be)->sms * 32;
+  if (b > cap) b = cap;
+  if (b < 1) b = 1;
+  return (unsigned)b;
+}
+
+int gp_dnn_row_threads(int64_t cols) {
+  if (cols >= 2048) return 512;
+  if (cols >= 256) return 256;
+  int64_t t = (cols + 31) / 32 * 32;
+  return (int)(t < 32 ? 32 : t);
+}
+
+gp_status gp_dnn_work(gp_backend *be, size_t bytes, void **out) {
+  gp_dnn_state *st = gp_dnn_of(be);
+  if (bytes > st->work_bytes || !st->work) {
+    // Earlier kernels may still read the old buffer.
+    GP_CUDA_TRY(cudaStreamSynchronize(gp_cuda_of(be)->stream));
+    if (st->work) GP_CUDA_TRY(cudaFree(st->work));
+    st->work = NULL;
+    st->work_bytes = 0;
+    size_t n = bytes > 256 ? bytes : 256;
+    GP_CUDA_TRY(cudaMalloc(&st->work, n));
+    st->work_bytes = n;
+  }
+  *out = st->work;
+  return GP_OK;
+}
+
+gp_status gp_dnn_flags_reset(gp_backend *be, int count) {
+  GP_CUDA_TRY(cudaMemsetAsync(gp_dnn_of(be)->flags_dev, 0xff,
+                              (size_t)count * sizeof(unsigned long long), gp_cuda_of(be)->stream));
+  return GP_OK;
+}
+
+gp_status gp_dnn_flags_read(gp_backend *be, int count) {
+  gp_dnn_state *st = gp_dnn_of(be);
+  cudaStream_t s = gp_cuda_of(be)->stream;
+  GP_CUDA_TRY(cudaMemcpyAsync(st->flags_host, st->flags_dev,
+                              (size_t)count * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                              s));
+  GP_CUDA_TRY(cudaStreamSynchronize(s));
+  return GP_OK;
+}
+
+gp_status gp_dnn_fetch(gp_backend *be, void *host, const void *dev, size_t bytes) {
+  cudaStream_t s = gp_cuda_of(be)->stream;
+  GP_CUDA_TRY(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, s));
+  GP_CUDA_TRY(cudaStreamSynchronize(s));
+  return GP_OK;
+}
+
+/* ---- the convolution cache ---- */
+
+static void entry_free(conv_entry *e) {
+  if (!e) return;
+  if (e->x) cudnnDestroyTensorDescriptor(e->x);
+  if (e->y) cudnnDestroyTensorDescriptor(e->y);
+  if (e->bias) cudnnDestroyTensorDescriptor(e->bias);
+  if (e->w) cudnnDestroyFilterDescriptor(e->w);
+  if (e->conv) cudnnDestroyConvolutionDescriptor(e->conv);
+  free(e);
+}
+
+void gp_dnn_conv_release(gp_dnn_state *st) {
+  gp_dnn_conv_cache *c = st->conv;
+  if (!c) return;
+  for (size_t i = 0; i < c->cap; i++)
+    entry_free(c->slot[i]);
+  free(c->slot);
+  free(c);
+  st->conv = NULL;
+}
+
+static uint64_t desc_hash(const gp_conv2d_desc *d) {
+  const unsigned char *p = (const unsigned char *)d;
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < sizeof *d; i++)
+    h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h ^ (h >> 29);
+}
+
+static gp_status cache_grow(gp_dnn_conv_cache *c) {
+  size_t cap = c->cap ? 2 * c->cap : 16;
+  conv_entry **slot = (conv_entry **)calloc(cap, sizeof *slot);
+  if (!slot) return GP_ERR(GP_ERR_NOMEM, "conv2d: out of host memory for the algorithm cache");
+  for (size_t i = 0; i < c->cap; i++) {
+    conv_entry *e = c->slot[i];
+    if (!e) continue;
+    size_t j = desc_hash(&e->key) & (cap - 1);
+    while (slot[j])
+      j = (j + 1) & (cap - 1);
+    slot[j] = e;
+  }
+  free(c->slot);
+  c->slot = slot;
+  c->cap = cap;
+  return GP_OK;
+}
+
+static int fits_int(int64_t v) {
+  return v >= 0 && v <= INT_MAX;
+}
+
+// The CPU backend's checks (core/cpu/gemm_conv.c), same messages, plus cuDNN's int limits.
+static gp_status check_desc(const gp_conv2d_desc *d) {
+  if (d->n < 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->kh <= 0 || d->kw <= 0 ||
+      d->sh <= 0 || d->sw <= 0 || d->ph < 0 || d->pw < 0 || d->dh <= 0 || d->dw <= 0 ||
+      d->groups <= 0 || d->c % d->groups || d->k % d->groups)
+    return GP_ERR(GP_ERR_RUNTIME, "conv2d: invalid descriptor (c %lld, k %lld, groups %lld)",
+                  (long long)d->c, (long long)d->k, (long long)d->groups);
+  int64_t oh = (d->h + 2 * d->ph - d->dh * (d->kh - 1) - 1) / d->sh + 1;
+  int64_t ow = (d->w + 2 * d->pw - d->dw * (d->kw - 1) - 1) / d->sw + 1;
+  if (d->h + 2 * d->ph < d->dh * (d->kh - 1) + 1 || d->w + 2 * d->pw < d->dw * (d->kw - 1) + 1 ||
+      oh != d->oh || ow != d->ow)
+    return GP_ERR(GP_ERR_RUNTIME, "conv2d: output %lldx%lld does not match the input and kernel",
+                  (long long)d->oh, (long long)d->ow);
+  const int64_t v[] = {d->n,  d->c,  d->h,  d->w,  d->k,  d->oh, d->ow, d->kh,
+                       d->kw, d->sh, d->sw, d->ph, d->pw, d->dh, d->dw, d->groups};
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+    if (!fits_int(v[i])) return GP_ERR(GP_ERR_RUNTIME, "conv2d: a size exceeds cuDNN's int range");
+  // cuDNN's legacy tensors hold at most 2^31 - 1 elements.
+  if (d->n * d->c > INT_MAX / (d->h * d->w) || d->n * d->k > INT_MAX / (d->oh * d->ow) ||
+      d->k * (d->c / d->groups) > INT_MAX / (d->kh * d->kw))
+    return GP_ERR(GP_ERR_RUNTIME,
+                  "conv2d: a tensor of %lldx%lldx%lldx%lld -> %lldx%lldx%lldx%lld has more than "
+                  "2^31 elements, more than cuDNN takes (use smaller micro-batches)",
+                  (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w,
+                  (long long)d->n, (long long)d->k, (long long)d->oh, (long long)d->ow);
+  return GP_OK;
+}
+
+static gp_status entry_make(const gp_conv2d_desc *d, conv_entry **out) {
+  conv_entry *e = (conv_entry *)calloc(1, sizeof *e);
+  if (!e) return GP_ERR(GP_ERR_NOMEM, "conv2d: out of host memory for the algorithm cache");
+  e->key = *d;
+  gp_status s = GP_OK;
+#define ENTRY_TRY(call)                                                                            \
+  do {                                                                                             \
+    s = gp_cudnn_check((call), #call, __FILE__, __LINE__);                                         \
+    if (s != GP_OK) goto error;                                                                    \
+  } while (0)
+  ENTRY_TRY(cudnnCreateTensorDescriptor(&e->x));
+  ENTRY_TRY(cudnnCreateTensorDescriptor(&e->y));
+  ENTRY_TRY(cudnnCreateTensorDescriptor(&e->bias));
+  ENTRY_TRY(cudnnCreateFilterDescriptor(&e->w));
+  ENTRY_TRY(cudnnCreateConvolutionDescriptor(&e->conv));
+  ENTRY_TRY(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)d->n,
+                                       (int)d->c, (int)d->h, (int)d->w));
+  ENTRY_TRY(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)d->n,
+                                       (int)d->k, (int)d->oh, (int)d->ow));
+  ENTRY_TRY(
+      cudnnSetTensor4dDescriptor(e->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, (int)d->k, 1, 1));
+  ENTRY_TRY(cudnnSetFilter4dDescriptor(e->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)d->k,
+                                       (int)(d->c / d->groups), (int)d->kh, (int)d->kw));
+  ENTRY_TRY(cudnnSetConvolution2dDescriptor(e->conv, (int)d->ph, (int)d->pw, (int)d->sh, (int)d->sw,
+                                            (int)d->dh, (int)d->dw, CUDNN_CROSS_CORRELATION,
+                                            CUDNN_DATA_FLOAT));
+  ENTRY_TRY(cudnnSetConvolutionGroupCount(e->conv, (int)d->groups));
+  // FMA_MATH, not DEFAULT_MATH: on Ampere and later DEFAULT_MATH lets FP32 convolutions run
+  // on TF32 tensor cores (10-bit mantissa), far from the CPU reference.
+  ENTRY_TRY(cudnnSetConvolutionMathType(e->conv, CUDNN_FMA_MATH));
+  {
+    int on, oc, ohh, oww;
+    ENTRY_TRY(cudnnGetConvolution2dForwardOutputDim(e->conv, e->x, e->w, &on, &oc, &ohh, &oww));
+    if (on != d->n || oc != d->k || ohh != d->oh || oww != d->ow) {
+      s = GP_ERR(GP_ERR_RUNTIME,
+                 "conv2d: cuDNN computes output %dx%dx%dx%d, expected %lldx%lldx%lldx%lld", on, oc,
+                 ohh, oww, (long long)d->n, (long long)d->k, (long long)d->oh, (long long)d->ow);
+      goto error;
+    }
+  }
+#undef ENTRY_TRY
+  *out = e;
+  return GP_OK;
+error:
+  entry_free(e);
+  return s;
+}
+
+// The cached entry of shape d, made (descriptors, no algorithm yet) when new.
+static gp_status entry_get(gp_backend *be, const gp_conv2d_desc *d, conv_entry **out) {
+  gp_dnn_state *st = gp_dnn_of(be);
+  if (!st->conv) {
+    st->conv = (gp_dnn_conv_cache *)calloc(1, sizeof *st->conv);
+    if (!st->conv) return GP_ERR(GP_ERR_NOMEM, "conv2d: out of host memory for the cache");
+  }
+  gp_dnn_conv_cache *c = st->conv;
+  if (c->cap) {
+    size_t j = desc_hash(d) & (c->cap - 1);
+    for (; c->slot[j]; j = (j + 1) & (c->cap - 1))
+      if (memcmp(&c->slot[j]->key, d, sizeof *d) == 0) {
+        *out = c->slot[j];
+        return GP_OK;
+      }
+  }
+  if (2 * (c->used + 1) > c->cap) GP_TRY(cache_grow(c));
+  conv_entry *e = NULL;
+  GP_TRY(entry_make(d, &e));
+  size_t j = desc_hash(d) & (c->cap - 1);
+  while (c->slot[j])
+    j = (j + 1) & (c->cap - 1);
+  c->slot[j] = e;
+  c->used++;
+  *out = e;
+  return GP_OK;
+}
+
+// The workspace a search may offer: the most any algorithm of the direction asks for, capped
+// by CONV_WS_CAP and a quarter of the free device memory.
+static gp_status search_ws_limit(gp_backend *be, const conv_entry *e, int dir, size_t *out) {
+  cudnnHandle_t h = gp_cuda_of(be)->dnn;
+  size_t most = 0;
+  const int n = dir == DIR_FWD    ? (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+                : dir == DIR_DATA ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                  : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+  for (int a = 0; a < n; a++) {
+    size_t sz = 0;
+    cudnnStatus_t r;
+    if (dir == DIR_FWD)
+      r = cudnnGetConvolutionForwardWorkspaceSize(h, e->x, e->w, e->conv, e->y,
+                                                  (cudnnConvolutionFwdAlgo_t)a, &sz);
+    else if (dir == DIR_DATA)
+      r = cudnnGetConvolutionBackwardDataWorkspaceSize(h, e->w, e->y, e->conv, e->x,
+                                                       (cudnnConvolutionBwdDataAlgo_t)a, &sz);
+    else
+      r = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, e->x, e->y, e->conv, e->w,
+                                                         (cudnnConvolutionBwdFilterAlgo_t)a, &sz);
+    if (r == CUDNN_STATUS_SUCCESS && sz > most) most = sz; // unsupported algorithms: skipped
+  }
+  size_t free_b = 0, total_b = 0;
+  GP_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+  size_t cap = CONV_WS_CAP < free_b / 4 ? CONV_WS_CAP : free_b / 4;
+  *out = most < cap ? most : cap;
+  return GP_OK;
+}
+
+// The first (fastest: FindEx sorts by time) result that ran, is deterministic, does FP32 FMA
+// arithmetic and fits the workspace; -1 when none does.
+template <typename Perf> static int pick(const Perf *p, int n, size_t ws) {
+  for (int i = 0; i < n; i++)
+    if (p[i].status == CUDNN_STATUS_SUCCESS && p[i].determinism == CUDNN_DETERMINISTIC &&
+        p[i].mathType != CUDNN_TENSOR_OP_MATH &&
+        p[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION && p[i].memory <= ws)
+      return i;
+  return -1;
+}
+
+// Times the algorithms of one direction on the caller's buffers and caches the choice. The
+// output buffer of backward filter is a stand-in: FindEx overwrites it, and dw accumulates.
+static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const float *x, const float *w,
+                             const float *y, float *out) {
+  gp_cuda_impl *im = gp_cuda_of(be);
+  const gp_conv2d_desc *d = &e->key;
+  size_t ws = 0;
+  GP_TRY(search_ws_limit(be, e, dir, &ws));
+  size_t ws_al = (ws + 255) & ~(size_t)255;
+  size_t dw_bytes =
+      dir == DIR_FILTER ? (size_t)(d->k * (d->c / d->groups) * d->kh * d->kw) * sizeof(float) : 0;
+  void *buf = NULL;
+  GP_TRY(gp_dnn_work(be, ws_al + dw_bytes, &buf));
+  void *wsp = ws ? buf : NULL;
+  // FindEx runs and times the algorithms itself: the inputs must be ready before it starts.
+  GP_CUDA_TRY(cudaStreamSynchronize(im->stream));
+  int got = 0, at = -1, algo = 0;
+  size_t mem = 0;
+  if (dir == DIR_FWD) {
+    cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    GP_CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(im->dnn, e->x, x, e->w, w, e->conv, e->y,
+                                                        out, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
+                                                        p, wsp, ws));
+    at = pick(p, got, ws);
+    if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory;
+  } else if (dir == DIR_DATA) {
+    cudnnConvolutionBwdDataAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    GP_CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithmEx(
+        im->dnn, e->w, w, e->y, y, e->conv, e->x, out, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got,
+        p, wsp, ws));
+    at = pick(p, got, ws);
+    if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory;
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    void *stand_in = (char *)buf + ws_al;
+    GP_CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+        im->dnn, e->x, x, e->y, y, e->conv, e->w, stand_in, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+        &got, p, wsp, ws));
+    at = pick(p, got, ws);
+    if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory;
+  }
+  if (at < 0)
+    return GP_ERR(GP_ERR_RUNTIME,
+                  "conv2d %s: cuDNN has no deterministic FP32 algorithm for %lldx%lldx%lldx%lld, "
+                  "kernel %lldx%lld, %lld groups (%d tried)",
+                  dir_name[dir], (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w,
+                  (long long)d->kh, (long long)d->kw, (long long)d->groups, got);
+  e->algo[dir] = algo;
+  e->ws[dir] = mem;
+  e->found[dir] = 1;
+  gp_dnn_of(be)->conv_searches++;
+  return GP_OK;
+}
+
+// The entry of d with the algorithm of dir chosen, and its workspace.
+static gp_status conv_prepare(gp_backend *be, const gp_conv2d_desc *d, int dir, const float *x,
+                              const float *w, const float *y, float *out, conv_entry **ep,
+                              void **ws) {
+  conv_entry *e = NULL;
+  GP_TRY(entry_get(be, d, &e));
+  if (e->found[dir])
+    gp_dnn_of(be)->conv_hits++;
+  else
+    GP_TRY(conv_search(be, e, dir, x, w, y, out));
+  *ws = NULL;
+  if (e->ws[dir]) GP_TRY(gp_dnn_work(be, e->ws[dir], ws));
+  *ep = e;
+  return GP_OK;
+}
+
+static gp_status conv_forward(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                              const float *w, const float *bias, float *y) {
+  GP_TRY(gp_cuda_use(be));
+  GP_TRY(check_desc(d));
+  if (d->n == 0) return GP_OK;
+  conv_entry *e;
+  void *ws;
+  GP_TRY(conv_prepare(be, d, DIR_FWD, x, w, NULL, y, &e, &ws));
+  const float one = 1.0f, zero = 0.0f;
+  cudnnHandle_t h = gp_cuda_of(be)->dnn;
+  GP_CUDNN_TRY(cudnnConvolutionForward(h, &one, e->x, x, e->w, w, e->conv,
+                                       (cudnnConvolutionFwdAlgo_t)e->algo[DIR_FWD], ws,
+                                       e->ws[DIR_FWD], &zero, e->y, y));
+  if (bias) GP_CUDNN_TRY(cudnnAddTensor(h, &one, e->bias, bias, &one, e->y, y));
+  return GP_OK;
+}
+
+static gp_status conv_backward_data(gp_backend *be, const gp_conv2d_desc *d, const float *dy,
+                                    const float *w, float *dx) {
+  GP_TRY(gp_cuda_use(be));
+  GP_TRY(check_desc(d));
+  if (d->n == 0) return GP_OK;
+  conv_entry *e;
+  void *ws;
+  GP_TRY(conv_prepare(be, d, DIR_DATA, NULL, w, dy, dx, &e, &ws));
+  const float one = 1.0f, zero = 0.0f;
+  GP_CUDNN_TRY(cudnnConvolutionBackwardData(gp_cuda_of(be)->dnn, &one, e->w, w, e->y, dy, e->conv,
+                                            (cudnnConvolutionBwdDataAlgo_t)e->algo[DIR_DATA], ws,
+                                            e->ws[DIR_DATA], &zero, e->x, dx));
+  return GP_OK;
+}
+
+static gp_status conv_backward_filter(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                      const float *dy, float *dw, float *dbias) {
+  GP_TRY(gp_cuda_use(be));
+  GP_TRY(check_desc(d));
+  if (d->n == 0) return GP_OK;
+  conv_entry *e;
+  void *ws;
+  GP_TRY(conv_prepare(be, d, DIR_FILTER, x, NULL, dy, NULL, &e, &ws));
+  // beta = 1: parameter gradients accumulate over micro-batches.
+  const float one = 1.0f;
+  GP_CUDNN_TRY(cudnnConvolutionBackwardFilter(gp_cuda_of(be)->dnn, &one, e->x, x, e->y, dy, e->conv,
+                                              (cudnnConvolutionBwdFilterAlgo_t)e->algo[DIR_FILTER],
+                                              ws, e->ws[DIR_FILTER], &one, e->w, dw));
+  if (dbias) GP_TRY(gp_dnn_channel_sum(be, d->n, d->k, d->oh * d->ow, dy, dbias));
+  return GP_OK;
+}
+
+void gp_dnn_install_conv(gp_backend *be) {
+  be->conv2d_forward = conv_forward;
+  be->conv2d_backward_data = conv_backward_data;
+  be->conv2d_backward_filter = conv_backward_filter;
+}
+
+/* ---- install and release ---- */
+
+gp_status gp_cuda_dnn_install(gp_backend *be) {
+  gp_cuda_impl *im = gp_cuda_of(be);
+  if (im->dnn_state) return GP_OK;
+  GP_TRY(gp_cuda_use(be));
+  gp_dnn_state *st = (gp_dnn_state *)calloc(1, sizeof *st);
+  if (!st) return GP_ERR(GP_ERR_NOMEM, "out of host memory for the CUDA dnn state");
+  im->dnn_state = st; // from here gp_cuda_dnn_release frees whatever is set
+  GP_CUDA_TRY(cudaDeviceGetAttribute(&st->sms, cudaDevAttrMultiProcessorCount, im->device));
+  if (st->sms < 1) st->sms = 1;
+  GP_CUDA_TRY(cudaMalloc(&st->flags_dev, GP_DNN_FLAGS * sizeof(unsigned long long)));
+  GP_CUDA_TRY(cudaMallocHost(&st->flags_host, GP_DNN_FLAGS * sizeof(unsigned long long)));
+  gp_dnn_install_conv(be);
+  gp_dnn_install_pool(be);
+  gp_dnn_install_norm(be);
+  gp_dnn_install_seq(be);
+  return GP_OK;
+}
+
+void gp_cuda_dnn_release(gp_backend *be) {
+  if (!be || !be->impl) return;
+  gp_cuda_impl *im = gp_cuda_of(be);
+  gp_dnn_state *st = (gp_dnn_state *)im->dnn_state;
+  if (!st) return;
+  if (gp_cuda_use(be) == GP_OK && im->stream) cudaStreamSynchronize(im->stream);
+  gp_dnn_conv_release(st);
+  if (st->work) cudaFree(st->work);
+  if (st->flags_dev) cudaFree(st->flags_dev);
+  if (st->flags_host) cudaFreeHost(st->flags_host);
+  free(st);
+  im->dnn_state = NULL;
+}
+
+extern "C" gp_status gp_cuda_conv_cache_stats(gp_backend *be, int64_t *searches, int64_t *hits) {
+  if (!be || !be->name || strcmp(be->name, "cuda") != 0 || !be->impl || !gp_cuda_of(be)->dnn_state)
+    return GP_ERR(GP_ERR_USAGE, "gp_cuda_conv_cache_stats: not a CUDA backend instance");
+  gp_dnn_state *st = gp_dnn_of(be);
+  *searches = st->conv_searches;
+  *hits = st->conv_hits;
+  return GP_OK;
+}

@@ -1,0 +1,51 @@
+/* Shared by the CUDA backend's translation units (compiled by nvcc as C++17): the instance
+ * state behind gp_backend.impl, error checking, and how the op table is filled. */
+#ifndef GP_CUDA_INTERNAL_H
+#define GP_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+extern "C" {
+#include "core/backend.h"
+#include "core/status.h"
+}
+
+typedef struct gp_cuda_impl {
+  int device;
+  cudaStream_t stream; /* every op of this instance runs on it, in order */
+  cublasHandle_t blas; /* bound to stream */
+  cudnnHandle_t dnn;   /* bound to stream */
+  void *scratch;       /* gp_backend.scratch: device memory, grown on demand */
+  size_t scratch_bytes;
+  void *dnn_state; /* owned by dnn.cu (descriptor and algorithm caches), freed by its release */
+} gp_cuda_impl;
+
+static inline gp_cuda_impl *gp_cuda_of(gp_backend *be) { return (gp_cuda_impl *)be->impl; }
+
+/* GP_ERR_RUNTIME "WHAT: <CUDA/cuBLAS/cuDNN message> (FILE:LINE)" unless the call succeeded. */
+gp_status gp_cuda_check(cudaError_t e, const char *what, const char *file, int line);
+gp_status gp_cublas_check(cublasStatus_t e, const char *what, const char *file, int line);
+gp_status gp_cudnn_check(cudnnStatus_t e, const char *what, const char *file, int line);
+#define GP_CUDA_TRY(call) GP_TRY(gp_cuda_check((call), #call, __FILE__, __LINE__))
+#define GP_CUBLAS_TRY(call) GP_TRY(gp_cublas_check((call), #call, __FILE__, __LINE__))
+#define GP_CUDNN_TRY(call) GP_TRY(gp_cudnn_check((call), #call, __FILE__, __LINE__))
+/* After a kernel launch: the launch error, if any. */
+#define GP_CUDA_LAUNCHED(name) GP_TRY(gp_cuda_check(cudaGetLastError(), name, __FILE__, __LINE__))
+
+/* Device scratch of at least bytes (valid until the next call on this instance). */
+gp_status gp_cuda_scratch(gp_backend *be, size_t bytes, void **out);
+
+/* backend.cu fills memory, ordering, GEMM, element-wise, reduction and optimizer ops, then
+ * calls gp_cuda_dnn_install for the rest (dnn.cu: conv2d, pool2d, batchnorm, layernorm,
+ * embedding, attention softmax, softmax backward, softmax cross-entropy), and
+ * gp_cuda_dnn_release from destroy. */
+gp_status gp_cuda_dnn_install(gp_backend *be);
+void gp_cuda_dnn_release(gp_backend *be);
+
+/* Makes the instance's device current for the calling thread (a worker may run on another
+ * thread than the one that created the instance); every entry point calls it first. */
+gp_status gp_cuda_use(gp_backend *be);
+
+#endif
