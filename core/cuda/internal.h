@@ -22,7 +22,9 @@ typedef struct gp_cuda_impl {
   void *dnn_state; /* owned by dnn.cu (descriptor and algorithm caches), freed by its release */
 } gp_cuda_impl;
 
-static inline gp_cuda_impl *gp_cuda_of(gp_backend *be) { return (gp_cuda_impl *)be->impl; }
+static inline gp_cuda_impl *gp_cuda_of(gp_backend *be) {
+  return (gp_cuda_impl *)be->impl;
+}
 
 /* GP_ERR_RUNTIME "WHAT: <CUDA/cuBLAS/cuDNN message> (FILE:LINE)" unless the call succeeded. */
 gp_status gp_cuda_check(cudaError_t e, const char *what, const char *file, int line);
