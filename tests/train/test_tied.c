@@ -482,22 +482,10 @@ static void train_nmt(const char *file, const gp_override *ov, int nov, int k, i
 }
 
 static void grid(const char *file) {
-  /* test_token_models' tiny size (AdamW's eps raised for the same reason), embeddings tied */
-  static const gp_override ov[] = {
-      {"inputs.src.shape.0", "6"},      {"inputs.src_seg.shape.0", "6"},
-      {"inputs.src_pos.shape.0", "6"},  {"inputs.tgt_seg.shape.0", "6"},
-      {"inputs.tgt_pos.shape.0", "6"},  {"inputs.tgt_in.shape.0", "6"},
-      {"inputs.label.shape.0", "6"},    {"blocks.embed.params.vocab", "13"},
-      {"blocks.embed.params.d", "8"},   {"blocks.embed.params.max_len", "8"},
-      {"blocks.embed.params.p", "0"},   {"blocks.enc.params.d", "8"},
-      {"blocks.enc.params.heads", "2"}, {"blocks.enc.params.ff", "12"},
-      {"blocks.enc.params.p", "0"},     {"blocks.dec.params.d", "8"},
-      {"blocks.dec.params.heads", "2"}, {"blocks.dec.params.ff", "12"},
-      {"blocks.dec.params.p", "0"},     {"layers.1.repeat", "2"},
-      {"layers.3.repeat", "2"},         {"layers.4.out_features", "13"},
-      {"train.optimizer.eps", "1e-4"},  {"tied.embeddings.enabled", "true"},
-  };
-  int nov = (int)(sizeof ov / sizeof ov[0]);
+  /* test_token_models' tiny size, embeddings tied */
+  gp_override *ov = token_fixture_tiny_nmt;
+  ov[TOKEN_TINY_NMT_N] = (gp_override){"tied.embeddings.enabled", "true"};
+  int nov = TOKEN_TINY_NMT_N + 1;
   run_out want, untied;
   train_nmt(file, ov, nov, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, &want);
   train_nmt(file, ov, nov - 1, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, &untied);

@@ -198,23 +198,6 @@ int main(int argc, char **argv) {
   }
   xent_check(1);
   xent_check(3);
-  /* AdamW's eps is raised from the files' 1e-9: the attention's key bias has a gradient that
-   * is zero but for rounding (softmax ignores a constant per row), and with eps 1e-9 Adam
-   * turns that rounding noise, which M changes, into steps of lr's size. */
-  static const gp_override nmt[] = {
-      {"inputs.src.shape.0", "6"},      {"inputs.src_seg.shape.0", "6"},
-      {"inputs.src_pos.shape.0", "6"},  {"inputs.tgt_seg.shape.0", "6"},
-      {"inputs.tgt_pos.shape.0", "6"},  {"inputs.tgt_in.shape.0", "6"},
-      {"inputs.label.shape.0", "6"},    {"blocks.embed.params.vocab", "13"},
-      {"blocks.embed.params.d", "8"},   {"blocks.embed.params.max_len", "8"},
-      {"blocks.embed.params.p", "0"},   {"blocks.enc.params.d", "8"},
-      {"blocks.enc.params.heads", "2"}, {"blocks.enc.params.ff", "12"},
-      {"blocks.enc.params.p", "0"},     {"blocks.dec.params.d", "8"},
-      {"blocks.dec.params.heads", "2"}, {"blocks.dec.params.ff", "12"},
-      {"blocks.dec.params.p", "0"},     {"layers.1.repeat", "2"},
-      {"layers.3.repeat", "2"},         {"layers.4.out_features", "13"},
-      {"train.optimizer.eps", "1e-4"},
-  };
   static const gp_override lm[] = {
       {"inputs.tokens.shape.0", "6"},    {"inputs.label.shape.0", "6"},
       {"inputs.seg.shape.0", "6"},       {"inputs.pos.shape.0", "6"},
@@ -223,9 +206,9 @@ int main(int argc, char **argv) {
       {"blocks.layer.params.d", "8"},    {"blocks.layer.params.heads", "2"},
       {"blocks.layer.params.ff", "12"},  {"blocks.layer.params.p", "0"},
       {"layers.3.repeat", "3"},          {"layers.5.out_features", "13"},
-      {"train.optimizer.eps", "1e-4"},
+      {"train.optimizer.eps", "1e-4"}, /* as token_fixture_tiny_nmt's */
   };
-  grid("transformer-nmt", argv[1], nmt, (int)(sizeof nmt / sizeof nmt[0]));
+  grid("transformer-nmt", argv[1], token_fixture_tiny_nmt, TOKEN_TINY_NMT_N);
   grid("transformer-lm", argv[2], lm, (int)(sizeof lm / sizeof lm[0]));
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;

@@ -36,6 +36,21 @@ void token_fixture_batch(const gp_model *mo, int step, int64_t batch, int64_t le
   }
 }
 
+gp_override token_fixture_tiny_nmt[TOKEN_TINY_NMT_N + 1] = {
+    {"inputs.src.shape.0", "6"},      {"inputs.src_seg.shape.0", "6"},
+    {"inputs.src_pos.shape.0", "6"},  {"inputs.tgt_seg.shape.0", "6"},
+    {"inputs.tgt_pos.shape.0", "6"},  {"inputs.tgt_in.shape.0", "6"},
+    {"inputs.label.shape.0", "6"},    {"blocks.embed.params.vocab", "13"},
+    {"blocks.embed.params.d", "8"},   {"blocks.embed.params.max_len", "8"},
+    {"blocks.embed.params.p", "0"},   {"blocks.enc.params.d", "8"},
+    {"blocks.enc.params.heads", "2"}, {"blocks.enc.params.ff", "12"},
+    {"blocks.enc.params.p", "0"},     {"blocks.dec.params.d", "8"},
+    {"blocks.dec.params.heads", "2"}, {"blocks.dec.params.ff", "12"},
+    {"blocks.dec.params.p", "0"},     {"layers.1.repeat", "2"},
+    {"layers.3.repeat", "2"},         {"layers.4.out_features", "13"},
+    {"train.optimizer.eps", "1e-4"},
+};
+
 static void die(const char *what) {
   printf("FAIL: %s: %s\n", what, gp_error_message());
   exit(1);
