@@ -257,3 +257,20 @@ void lt_fill_distinct(uint64_t seed, float *x, int64_t n, float gap) {
     x[j] = v;
   }
 }
+
+int lt_build_or_report(lt_layer *t, gp_backend *be, const char *yaml, int n_in,
+                       const gp_shape *in_shapes, const gp_dtype *in_dtypes, int64_t batch) {
+  gp_status st = lt_layer_build(t, be, yaml, n_in, in_shapes, in_dtypes, batch);
+  if (st == GP_OK) return 1;
+  printf("  FAIL build %s: %s\n", yaml, gp_error_message());
+  lt_layer_free(t);
+  return 0;
+}
+
+void lt_tally(int ok, const char *what, int *passed, int *failed) {
+  printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+  if (ok)
+    ++*passed;
+  else
+    ++*failed;
+}

@@ -58,6 +58,13 @@ gp_status lt_layer_guards(lt_layer *t);
 int lt_param_index(const lt_layer *t, const char *name);
 int64_t lt_param_numel(const lt_layer *t, int i);
 
+/* lt_layer_build that prints "  FAIL build YAML: message" and frees t when it fails;
+ * returns 1 when built. */
+int lt_build_or_report(lt_layer *t, gp_backend *be, const char *yaml, int n_in,
+                       const gp_shape *in_shapes, const gp_dtype *in_dtypes, int64_t batch);
+/* Prints "ok   WHAT" or "FAIL WHAT" and counts it in *passed or *failed. */
+void lt_tally(int ok, const char *what, int *passed, int *failed);
+
 /* ---- comparisons ---- */
 
 /* 1: comparisons stop printing (the self-tests that expect them to fail). */

@@ -20,22 +20,7 @@ enum { D = 6, H = 2, MAXS = 8 };
 static int passed, failed;
 
 static void tally(int ok, const char *what) {
-  printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-  if (ok)
-    passed++;
-  else
-    failed++;
-}
-
-static int build(lt_layer *t, gp_backend *be, const char *yaml, int n_in, const gp_shape *s,
-                 const gp_dtype *dt, int64_t batch) {
-  gp_status st = lt_layer_build(t, be, yaml, n_in, s, dt, batch);
-  if (st != GP_OK) {
-    printf("  FAIL build %s: %s\n", yaml, gp_error_message());
-    lt_layer_free(t);
-    return 0;
-  }
-  return 1;
+  lt_tally(ok, what, &passed, &failed);
 }
 
 /* Expects status s == code with every needle (NULL-terminated) in the message. */
@@ -173,7 +158,7 @@ static int lone_unpadded(gp_backend *be, const lt_layer *p, const packing *pk, i
     const sent *q = &pk->q[i], *k = &pk->k[i];
     gp_shape s[2] = {{2, {q->len, D}}, {2, {k->len, D}}};
     lt_layer t;
-    if (!build(&t, be, yaml, cross ? 2 : 1, s, NULL, 1)) return 0;
+    if (!lt_build_or_report(&t, be, yaml, cross ? 2 : 1, s, NULL, 1)) return 0;
     copy_params(&t, p);
     rows_copy(GP_F32P(&t.in[0]), row_at(&p->in[0], q, pk->tq, D), q->len, D);
     if (cross) rows_copy(GP_F32P(&t.in[1]), row_at(&p->in[1], k, pk->tk, D), k->len, D);
@@ -207,7 +192,7 @@ static int lone_padded(gp_backend *be, const lt_layer *p, const packing *pk, int
     dt[1] = GP_I32;
   }
   lt_layer t;
-  if (!build(&t, be, yaml, cross ? 4 : 2, s, dt, pk->n)) return 0;
+  if (!lt_build_or_report(&t, be, yaml, cross ? 4 : 2, s, dt, pk->n)) return 0;
   copy_params(&t, p);
   lt_fill_uniform(91, GP_F32P(&t.in[0]), gp_shape_numel(&t.in[0].shape), -3.0f, 3.0f);
   if (cross) lt_fill_uniform(92, GP_F32P(&t.in[1]), gp_shape_numel(&t.in[1].shape), -3.0f, 3.0f);
@@ -254,7 +239,7 @@ static void attention_packed(gp_backend *be, const packing *pk, int cross, const
     dt[1] = GP_I32;
   }
   lt_layer p;
-  if (!build(&p, be, yaml, cross ? 4 : 2, s, dt, pk->rows)) {
+  if (!lt_build_or_report(&p, be, yaml, cross ? 4 : 2, s, dt, pk->rows)) {
     tally(0, what);
     return;
   }
@@ -331,7 +316,7 @@ static void positional_packed(gp_backend *be, int learned) {
   gp_shape s[2] = {{2, {T, PD}}, {1, {T}}};
   gp_dtype dt[2] = {GP_F32, GP_I32};
   lt_layer p;
-  if (!build(&p, be, yaml, 2, s, dt, 2)) {
+  if (!lt_build_or_report(&p, be, yaml, 2, s, dt, 2)) {
     tally(0, what);
     return;
   }
@@ -361,7 +346,7 @@ static void positional_packed(gp_backend *be, int learned) {
   for (int k = 0; ok && k < 4; k++) {
     gp_shape ls = {2, {ss[k].len, PD}};
     lt_layer t;
-    if (!build(&t, be, yaml, 1, &ls, NULL, 1)) {
+    if (!lt_build_or_report(&t, be, yaml, 1, &ls, NULL, 1)) {
       ok = 0;
       break;
     }
@@ -409,7 +394,7 @@ static void positional_errors(gp_backend *be) {
   gp_shape s[2] = {{2, {9, 4}}, {1, {9}}};
   gp_dtype dt[2] = {GP_F32, GP_I32};
   lt_layer t;
-  if (!build(&t, be, "{type: positional, max_len: 8}", 2, s, dt, 2)) {
+  if (!lt_build_or_report(&t, be, "{type: positional, max_len: 8}", 2, s, dt, 2)) {
     tally(0, "positional: positions out of range");
     return;
   }
@@ -551,7 +536,7 @@ static void attention_errors(gp_backend *be) {
   const gp_shape cs[4] = {x, m, sq, sk};
   const gp_dtype cd[4] = {GP_F32, GP_F32, GP_I32, GP_I32};
   lt_layer t;
-  if (!build(&t, be, "{type: attention, heads: 2, mask: segments}", 4, cs, cd, 2)) {
+  if (!lt_build_or_report(&t, be, "{type: attention, heads: 2, mask: segments}", 4, cs, cd, 2)) {
     tally(0, "attention: negative segment ids");
     return;
   }

@@ -19,22 +19,7 @@
 static int passed, failed;
 
 static void tally(int ok, const char *what) {
-  printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-  if (ok)
-    passed++;
-  else
-    failed++;
-}
-
-static int build(lt_layer *t, gp_backend *be, const char *yaml, int n_in, const gp_shape *s,
-                 const gp_dtype *dt, int64_t batch) {
-  gp_status st = lt_layer_build(t, be, yaml, n_in, s, dt, batch);
-  if (st != GP_OK) {
-    printf("  FAIL build %s: %s\n", yaml, gp_error_message());
-    lt_layer_free(t);
-    return 0;
-  }
-  return 1;
+  lt_tally(ok, what, &passed, &failed);
 }
 
 static int all_finite(const float *x, int64_t n) {
@@ -57,7 +42,7 @@ static void embedding_errors(gp_backend *be) {
   lt_layer t;
   gp_shape s = {1, {5}};
   gp_dtype dt = GP_I32;
-  if (!build(&t, be, "{type: embedding, num_embeddings: 11, dim: 4}", 1, &s, &dt, 2)) {
+  if (!lt_build_or_report(&t, be, "{type: embedding, num_embeddings: 11, dim: 4}", 1, &s, &dt, 2)) {
     tally(0, "embedding: ids out of range");
     return;
   }
@@ -87,8 +72,9 @@ static void embedding_padding(gp_backend *be) {
   lt_layer t;
   gp_shape s = {1, {T}};
   gp_dtype dt = GP_I32;
-  if (!build(&t, be, "{type: embedding, num_embeddings: 6, dim: 5, padding_idx: 2, scale: true}", 1,
-             &s, &dt, B)) {
+  if (!lt_build_or_report(
+          &t, be, "{type: embedding, num_embeddings: 6, dim: 5, padding_idx: 2, scale: true}", 1,
+          &s, &dt, B)) {
     tally(0, "embedding: padding row");
     return;
   }
@@ -131,8 +117,8 @@ static void embedding_padding(gp_backend *be) {
             "the same bits every time");
   lt_layer_free(&t);
 
-  if (!build(&t, be, "{type: embedding, num_embeddings: 6, dim: 5, padding_idx: -1}", 1, &s, &dt,
-             1)) {
+  if (!lt_build_or_report(&t, be, "{type: embedding, num_embeddings: 6, dim: 5, padding_idx: -1}",
+                          1, &s, &dt, 1)) {
     tally(0, "embedding: padding_idx -1");
     return;
   }
@@ -171,7 +157,7 @@ static void positional_table(gp_backend *be, const char *fixtures) {
   for (int c = 0; c < 2; c++) {
     lt_layer t;
     gp_shape s = {2, {cases[c].t, cases[c].dim}};
-    if (!build(&t, be, cases[c].yaml, 1, &s, NULL, 1)) {
+    if (!lt_build_or_report(&t, be, cases[c].yaml, 1, &s, NULL, 1)) {
       tally(0, "positional: sinusoidal table");
       continue;
     }
@@ -234,7 +220,7 @@ static void attention_fully_masked(gp_backend *be) {
     lt_layer t;
     gp_shape s[2] = {{2, {T, D}}, {1, {T}}};
     gp_dtype dt[2] = {GP_F32, GP_I32};
-    if (!build(&t, be, cases[c].yaml, 2, s, dt, B)) {
+    if (!lt_build_or_report(&t, be, cases[c].yaml, 2, s, dt, B)) {
       tally(0, cases[c].what);
       continue;
     }
@@ -270,7 +256,7 @@ static void attention_fully_masked(gp_backend *be) {
   /* Scores of thousands: the softmax subtracts the row maximum. */
   lt_layer t;
   gp_shape s = {2, {T, D}};
-  if (!build(&t, be, "{type: attention, heads: 1}", 1, &s, NULL, 1)) {
+  if (!lt_build_or_report(&t, be, "{type: attention, heads: 1}", 1, &s, NULL, 1)) {
     tally(0, "attention: huge scores");
     return;
   }
@@ -291,7 +277,7 @@ static void attention_bad_mask(gp_backend *be) {
     lt_layer t;
     gp_shape s[2] = {{2, {T, D}}, {1, {T}}};
     gp_dtype dt[2] = {GP_F32, k == 0 ? GP_I32 : GP_F32};
-    if (!build(&t, be, "{type: attention, heads: 2}", 2, s, dt, 2)) {
+    if (!lt_build_or_report(&t, be, "{type: attention, heads: 2}", 2, s, dt, 2)) {
       ok = 0;
       continue;
     }
@@ -317,16 +303,17 @@ static void attention_dropout(gp_backend *be) {
   const int64_t per = T * D;
   gp_shape s = {2, {T, D}};
   lt_layer full, micro, plain;
-  if (!build(&full, be, "{type: attention, heads: 2, dropout: 0.5}", 1, &s, NULL, B)) {
+  if (!lt_build_or_report(&full, be, "{type: attention, heads: 2, dropout: 0.5}", 1, &s, NULL, B)) {
     tally(0, "attention dropout");
     return;
   }
-  if (!build(&micro, be, "{type: attention, heads: 2, dropout: 0.5}", 1, &s, NULL, 2)) {
+  if (!lt_build_or_report(&micro, be, "{type: attention, heads: 2, dropout: 0.5}", 1, &s, NULL,
+                          2)) {
     lt_layer_free(&full);
     tally(0, "attention dropout");
     return;
   }
-  if (!build(&plain, be, "{type: attention, heads: 2}", 1, &s, NULL, B)) {
+  if (!lt_build_or_report(&plain, be, "{type: attention, heads: 2}", 1, &s, NULL, B)) {
     lt_layer_free(&full);
     lt_layer_free(&micro);
     tally(0, "attention dropout");
