@@ -21,6 +21,7 @@
 
 #include "core/rng.h"
 #include "core/train/trainer.h"
+#include "tests/train/stage_params.h"
 #include "tests/check.h"
 #include "tests/models/amoeba_set.h"
 
@@ -86,34 +87,12 @@ static void train(const cfg *c, run_out *o) {
     if (gp_trainer_step(&t, x, y, BATCH, LR, &mt) != GP_OK) die("step");
     o->loss[s] = mt.loss;
   }
-  o->n_w = o->n_buf = 0;
-  for (int s = 0; s < c->k; s++) {
-    o->n_w += gp_pipeline_params(t.pl, s)->n_train;
-    o->n_buf += gp_pipeline_params(t.pl, s)->n_buffers;
-  }
-  o->w = malloc(sizeof(float) * (size_t)(o->n_w + 1));
-  o->buf = malloc(sizeof(float) * (size_t)(o->n_buf + 1));
-  int64_t ow = 0, ob = 0;
-  for (int s = 0; s < c->k; s++) {
-    gp_params *p = gp_pipeline_params(t.pl, s);
-    if (p->n_train) memcpy(o->w + ow, p->train, sizeof(float) * (size_t)p->n_train);
-    if (p->n_buffers) memcpy(o->buf + ob, p->buffers, sizeof(float) * (size_t)p->n_buffers);
-    ow += p->n_train;
-    ob += p->n_buffers;
-  }
+  o->w = stage_params_gather(&t, 0, &o->n_w);
+  o->buf = stage_params_gather(&t, 1, &o->n_buf);
   free(x);
   free(y);
   gp_trainer_free(&t);
   gp_model_free(mo);
-}
-
-static double rel_diff(const float *a, const float *b, int64_t n) {
-  double d = 0, ref = 1e-30;
-  for (int64_t i = 0; i < n; i++) {
-    d = fmax(d, fabs((double)a[i] - b[i]));
-    ref = fmax(ref, fabs((double)b[i]));
-  }
-  return d / ref;
 }
 
 static double loss_diff(const run_out *a, const run_out *b, int steps) {
@@ -128,8 +107,8 @@ static void compare(const cfg *c, const run_out *got, const run_out *want, const
   static const char *sn[] = {"gpipe", "1f1b"}, *rn[] = {"always", "except_last", "never"};
   int same = got->n_w == want->n_w && got->n_buf == want->n_buf;
   double dl = loss_diff(got, want, c->steps),
-         dw = same ? rel_diff(got->w, want->w, want->n_w) : INFINITY;
-  double db = same ? rel_diff(got->buf, want->buf, want->n_buf) : INFINITY;
+         dw = same ? stage_params_rel_diff(got->w, want->w, want->n_w) : INFINITY;
+  double db = same ? stage_params_rel_diff(got->buf, want->buf, want->n_buf) : INFINITY;
   int buf_ok = exact_buffers
                    ? same && memcmp(got->buf, want->buf, sizeof(float) * (size_t)want->n_buf) == 0
                    : db <= TOL_REL;

@@ -12,6 +12,7 @@
 
 #include "core/rng.h"
 #include "core/train/trainer.h"
+#include "tests/train/stage_params.h"
 
 /* Summation order over micro-batches only: a few float roundings per step. */
 #define TOL_REL 1e-5
@@ -133,40 +134,18 @@ static void train(const char *text, const cfg *c, run_out *o) {
     if (gp_trainer_step(&t, x, y, c->batch, mo->train.lr, &mt) != GP_OK) die("step");
     o->loss[s] = mt.loss;
   }
-  o->n_w = o->n_buf = 0;
-  for (int s = 0; s < c->k; s++) {
-    o->n_w += gp_pipeline_params(t.pl, s)->n_train;
-    o->n_buf += gp_pipeline_params(t.pl, s)->n_buffers;
-  }
-  o->w = malloc(sizeof(float) * (size_t)(o->n_w + 1));
-  o->buf = malloc(sizeof(float) * (size_t)(o->n_buf + 1));
-  int64_t ow = 0, ob = 0;
-  for (int s = 0; s < c->k; s++) {
-    gp_params *p = gp_pipeline_params(t.pl, s);
-    if (p->n_train) memcpy(o->w + ow, p->train, sizeof(float) * (size_t)p->n_train);
-    if (p->n_buffers) memcpy(o->buf + ob, p->buffers, sizeof(float) * (size_t)p->n_buffers);
-    ow += p->n_train;
-    ob += p->n_buffers;
-  }
+  o->w = stage_params_gather(&t, 0, &o->n_w);
+  o->buf = stage_params_gather(&t, 1, &o->n_buf);
   free(x);
   free(y);
   gp_trainer_free(&t);
   gp_model_free(mo);
 }
 
-static double rel_diff(const float *a, const float *b, int64_t n) {
-  double d = 0, ref = 1e-30;
-  for (int64_t i = 0; i < n; i++) {
-    d = fmax(d, fabs((double)a[i] - b[i]));
-    ref = fmax(ref, fabs((double)b[i]));
-  }
-  return d / ref;
-}
-
 static void compare(const char *model, const cfg *c, const run_out *got, const run_out *want,
                     int exact_buffers) {
   static const char *sn[] = {"gpipe", "1f1b"}, *rn[] = {"always", "except_last", "never"};
-  double dl = 0, dw = rel_diff(got->w, want->w, want->n_w);
+  double dl = 0, dw = stage_params_rel_diff(got->w, want->w, want->n_w);
   for (int s = 0; s < STEPS; s++)
     dl = fmax(dl, fabs(got->loss[s] - want->loss[s]) / fabs(want->loss[s]));
   int ok = got->n_w == want->n_w && dl <= TOL_REL && dw <= TOL_REL;
@@ -241,7 +220,7 @@ static void batchnorm_modes(void) {
     }
     cfg c = {k, 4, GP_SCHED_1F1B, GP_REMAT_NEVER, NULL, 8};
     compare("batchnorm 1f1b vs gpipe", &c, &want[1], &want[0], 0);
-    double d = rel_diff(want[1].buf, want[0].buf, want[0].n_buf);
+    double d = stage_params_rel_diff(want[1].buf, want[0].buf, want[0].n_buf);
     if (d > TOL_REL) {
       printf("FAIL: batchnorm K=%d running statistics, 1f1b vs gpipe: %.3g\n", k, d);
       failed++;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "tests/train/stage_params.h"
 
 void token_fixture_batch(const gp_model *mo, int step, int64_t batch, int64_t len, int32_t vocab,
                          gp_batch_buffers *bufs) {
@@ -83,17 +84,5 @@ void token_fixture_train(const char *file, const gp_override *ov, int nov, int k
 }
 
 float *token_fixture_weights(gp_trainer *t, int64_t *n) {
-  int k = gp_pipeline_stages(t->pl);
-  *n = 0;
-  for (int s = 0; s < k; s++)
-    *n += gp_pipeline_params(t->pl, s)->n_train;
-  float *w = malloc(sizeof(float) * (size_t)(*n + 1));
-  if (!w) die("out of memory");
-  int64_t ow = 0;
-  for (int s = 0; s < k; s++) {
-    gp_params *p = gp_pipeline_params(t->pl, s);
-    memcpy(w + ow, p->train, sizeof(float) * (size_t)p->n_train);
-    ow += p->n_train;
-  }
-  return w;
+  return stage_params_gather(t, 0, n);
 }
