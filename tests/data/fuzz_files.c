@@ -13,6 +13,7 @@
 #include "core/spec/spec.h"
 #include "core/train/plan_io.h"
 #include "data/idx.h"
+#include "tests/data/fuzz_tmp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -31,16 +32,7 @@ static void refused(gp_status s) {
 
 static gp_status with_file(const uint8_t *d, size_t n, int kind) {
   char path[64];
-  snprintf(path, sizeof path, "/tmp/gp-fuzz-%d-XXXXXX", (int)getpid());
-  int fd = mkstemp(path);
-  if (fd < 0) return GP_OK;
-  size_t off = 0;
-  while (off < n) {
-    ssize_t w = write(fd, d + off, n - off);
-    if (w <= 0) break;
-    off += (size_t)w;
-  }
-  close(fd);
+  if (fuzz_tmp_write("files", d, n, path, sizeof path) != 0) return GP_OK;
   gp_status s = GP_OK;
   if (kind == 1) {
     gp_st_file *f = NULL;

@@ -15,6 +15,7 @@
 #include "data/jpeg.h"
 #include "data/tar.h"
 #include "data/wds.h"
+#include "tests/data/fuzz_tmp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -56,16 +57,7 @@ static void sample(const uint8_t *d, size_t n) {
 
 static gp_status with_file(const uint8_t *d, size_t n, int kind) {
   char path[64];
-  snprintf(path, sizeof path, "/tmp/gp-fuzz-img-%d-XXXXXX", (int)getpid());
-  int fd = mkstemp(path);
-  if (fd < 0) return GP_OK;
-  size_t off = 0;
-  while (off < n) {
-    ssize_t w = write(fd, d + off, n - off);
-    if (w <= 0) break;
-    off += (size_t)w;
-  }
-  close(fd);
+  if (fuzz_tmp_write("img", d, n, path, sizeof path) != 0) return GP_OK;
   gp_status s = GP_OK;
   if (kind == 2) {
     gp_wds *w = NULL;
