@@ -7,18 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/progress.h"
 #include "core/eval/bleu.h"
 #include "core/eval/perplexity.h"
 #include "core/eval/spm_detok.h"
 #include "core/rng.h"
-
-#include <time.h>
-
-static double gp_seq_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 enum { TRAIN, EVAL, TEST, SPLITS };
 
@@ -405,7 +398,7 @@ gp_status gp_seqdata_evaluate(gp_seqdata *d, gp_trainer *t, int final, const cha
   int64_t lim = final ? 0 : d->m->data.bleu_samples;
   if (d->L.S == 0 || d->synthetic || d->m->data.dataset == GP_DATA_SYNTHETIC || lim < 0)
     return GP_OK;
-  double t0 = gp_seq_now();
+  double t0 = gp_now();
   gp_seqfeed_opts fo = {.rows = d->batch,
                         .one_per_row = 1,
                         .truncate = 1,
@@ -448,6 +441,6 @@ gp_status gp_seqdata_evaluate(gp_seqdata *d, gp_trainer *t, int final, const cha
   gp_bleu_compute(&st, &b);
   out->bleu = b.score;
   gp_bleu_format(&b, out->bleu_line, sizeof out->bleu_line);
-  out->decode_s = gp_seq_now() - t0;
+  out->decode_s = gp_now() - t0;
   return GP_OK;
 }

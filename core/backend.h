@@ -203,6 +203,12 @@ struct gp_backend {
                               const float *g, float *sq, float *buf);
 };
 
+/* GP_ERR_RUNTIME naming what is wrong with a descriptor (sizes, groups, an output size that
+ * does not follow from input, kernel, stride, padding and dilation); every backend checks
+ * with these before running an op. */
+gp_status gp_conv2d_desc_check(const gp_conv2d_desc *d);
+gp_status gp_pool2d_desc_check(const gp_pool2d_desc *d);
+
 /* Creates a CPU backend instance using `threads` threads (>= 1). */
 gp_status gp_cpu_backend_create(int threads, gp_backend **out);
 /* Frees an instance of any kind; NULL ok. */

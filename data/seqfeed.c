@@ -321,9 +321,6 @@ static void fill_row(gp_seqfeed *f, void *const *in, int64_t slot, int64_t row) 
     us += ls;
     ut += lt;
   }
-  f->st.rows++;
-  f->st.src_real += us;
-  f->st.tgt_real += ut;
 }
 
 gp_status gp_seqfeed_next(gp_seqfeed *f, void *const *in, int64_t *rows) {

@@ -85,8 +85,7 @@ void gp_seqfeed_tell(const gp_seqfeed *f, int64_t *epoch, int64_t *index);
 gp_status gp_seqfeed_seek(gp_seqfeed *f, int64_t epoch, int64_t index);
 
 typedef struct gp_seqfeed_stats {
-  int64_t too_long;                 /* pairs left out (or cut): a side does not fit a row */
-  int64_t rows, src_real, tgt_real; /* rows filled and real tokens in them, since the open */
+  int64_t too_long; /* pairs left out (or cut): a side does not fit a row */
 } gp_seqfeed_stats;
 void gp_seqfeed_stats_get(const gp_seqfeed *f, gp_seqfeed_stats *out);
 /* Rows of the current epoch's plan, and the fraction of their source and target slots that

@@ -23,17 +23,7 @@ typedef struct conv_geom {
 } conv_geom;
 
 static gp_status check_desc(const gp_backend *be, const gp_conv2d_desc *d, conv_geom *g) {
-  if (d->n < 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->kh <= 0 || d->kw <= 0 ||
-      d->sh <= 0 || d->sw <= 0 || d->ph < 0 || d->pw < 0 || d->dh <= 0 || d->dw <= 0 ||
-      d->groups <= 0 || d->c % d->groups || d->k % d->groups)
-    return GP_ERR(GP_ERR_RUNTIME, "conv2d: invalid descriptor (c %lld, k %lld, groups %lld)",
-                  (long long)d->c, (long long)d->k, (long long)d->groups);
-  int64_t oh = (d->h + 2 * d->ph - d->dh * (d->kh - 1) - 1) / d->sh + 1;
-  int64_t ow = (d->w + 2 * d->pw - d->dw * (d->kw - 1) - 1) / d->sw + 1;
-  if (d->h + 2 * d->ph < d->dh * (d->kh - 1) + 1 || d->w + 2 * d->pw < d->dw * (d->kw - 1) + 1 ||
-      oh != d->oh || ow != d->ow)
-    return GP_ERR(GP_ERR_RUNTIME, "conv2d: output %lldx%lld does not match the input and kernel",
-                  (long long)d->oh, (long long)d->ow);
+  GP_TRY(gp_conv2d_desc_check(d));
   g->cg = d->c / d->groups;
   g->kg = d->k / d->groups;
   g->ckk = g->cg * d->kh * d->kw;

@@ -5,16 +5,6 @@
 
 #include "core/cpu/cpu.h"
 
-static gp_status check_desc(const gp_pool2d_desc *d) {
-  if (d->n < 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->kh <= 0 || d->kw <= 0 || d->sh <= 0 ||
-      d->sw <= 0 || d->ph < 0 || d->pw < 0 || d->oh <= 0 || d->ow <= 0 ||
-      (d->oh - 1) * d->sh - d->ph >= d->h || (d->ow - 1) * d->sw - d->pw >= d->w ||
-      d->h * d->w > INT32_MAX)
-    return GP_ERR(GP_ERR_RUNTIME, "pool2d: invalid descriptor (%lldx%lld -> %lldx%lld)",
-                  (long long)d->h, (long long)d->w, (long long)d->oh, (long long)d->ow);
-  return GP_OK;
-}
-
 static void max_plane(const gp_pool2d_desc *d, const float *restrict x, float *restrict y,
                       int32_t *restrict am) {
   for (int64_t oy = 0; oy < d->oh; oy++) {
@@ -109,7 +99,7 @@ static void avg_plane(const gp_pool2d_desc *d, const float *restrict x, float *r
 gp_status gp_cpu_pool2d_forward(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,
                                 const float *x, float *y, int32_t *argmax) {
   (void)be;
-  GP_TRY(check_desc(d));
+  GP_TRY(gp_pool2d_desc_check(d));
   const int64_t planes = d->n * d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
   if (kind == GP_POOL_MAX) {
     if (!argmax) return GP_ERR(GP_ERR_RUNTIME, "max pooling needs an argmax buffer");
@@ -131,7 +121,7 @@ gp_status gp_cpu_pool2d_forward(gp_backend *be, gp_pool kind, const gp_pool2d_de
 gp_status gp_cpu_pool2d_backward(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,
                                  const float *dy, const int32_t *argmax, float *dx) {
   (void)be;
-  GP_TRY(check_desc(d));
+  GP_TRY(gp_pool2d_desc_check(d));
   const int64_t planes = d->n * d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
   if (kind == GP_POOL_MAX && argmax && is_2x2(d) && d->h == 2 * d->oh && d->w == 2 * d->ow) {
     /* The windows tile the plane: every input cell is written once, no clearing pass. */

@@ -142,19 +142,9 @@ static int fits_int(int64_t v) {
   return v >= 0 && v <= INT_MAX;
 }
 
-// The CPU backend's checks (core/cpu/gemm_conv.c), same messages, plus cuDNN's int limits.
+// The shared descriptor checks (core/backend_desc.c), plus cuDNN's int limits.
 static gp_status check_desc(const gp_conv2d_desc *d) {
-  if (d->n < 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->kh <= 0 || d->kw <= 0 ||
-      d->sh <= 0 || d->sw <= 0 || d->ph < 0 || d->pw < 0 || d->dh <= 0 || d->dw <= 0 ||
-      d->groups <= 0 || d->c % d->groups || d->k % d->groups)
-    return GP_ERR(GP_ERR_RUNTIME, "conv2d: invalid descriptor (c %lld, k %lld, groups %lld)",
-                  (long long)d->c, (long long)d->k, (long long)d->groups);
-  int64_t oh = (d->h + 2 * d->ph - d->dh * (d->kh - 1) - 1) / d->sh + 1;
-  int64_t ow = (d->w + 2 * d->pw - d->dw * (d->kw - 1) - 1) / d->sw + 1;
-  if (d->h + 2 * d->ph < d->dh * (d->kh - 1) + 1 || d->w + 2 * d->pw < d->dw * (d->kw - 1) + 1 ||
-      oh != d->oh || ow != d->ow)
-    return GP_ERR(GP_ERR_RUNTIME, "conv2d: output %lldx%lld does not match the input and kernel",
-                  (long long)d->oh, (long long)d->ow);
+  GP_TRY(gp_conv2d_desc_check(d));
   const int64_t v[] = {d->n,  d->c,  d->h,  d->w,  d->k,  d->oh, d->ow, d->kh,
                        d->kw, d->sh, d->sw, d->ph, d->pw, d->dh, d->dw, d->groups};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)

@@ -7,17 +7,6 @@
 
 #include "core/cuda/dnn_internal.h"
 
-// The CPU's check (same message).
-static gp_status check_desc(const gp_pool2d_desc *d) {
-  if (d->n < 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->kh <= 0 || d->kw <= 0 || d->sh <= 0 ||
-      d->sw <= 0 || d->ph < 0 || d->pw < 0 || d->oh <= 0 || d->ow <= 0 ||
-      (d->oh - 1) * d->sh - d->ph >= d->h || (d->ow - 1) * d->sw - d->pw >= d->w ||
-      d->h * d->w > INT32_MAX)
-    return GP_ERR(GP_ERR_RUNTIME, "pool2d: invalid descriptor (%lldx%lld -> %lldx%lld)",
-                  (long long)d->h, (long long)d->w, (long long)d->oh, (long long)d->ow);
-  return GP_OK;
-}
-
 // The CPU's unrolled 2x2 stride-2 path (used there whenever the window is 2x2/2 unpadded);
 // it differs from the general loop on NaN, so it is reproduced as is. Only where the windows
 // lie inside the plane: beyond that the CPU path reads out of bounds.
@@ -161,7 +150,7 @@ __global__ void avg_bwd_kernel(pool_geo g, const float *__restrict__ dy, float *
 static gp_status pool_forward(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d, const float *x,
                               float *y, int32_t *argmax) {
   GP_TRY(gp_cuda_use(be));
-  GP_TRY(check_desc(d));
+  GP_TRY(gp_pool2d_desc_check(d));
   if (kind == GP_POOL_MAX && !argmax)
     return GP_ERR(GP_ERR_RUNTIME, "max pooling needs an argmax buffer");
   if (kind != GP_POOL_MAX && kind != GP_POOL_AVG)
@@ -184,7 +173,7 @@ static gp_status pool_forward(gp_backend *be, gp_pool kind, const gp_pool2d_desc
 static gp_status pool_backward(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,
                                const float *dy, const int32_t *argmax, float *dx) {
   GP_TRY(gp_cuda_use(be));
-  GP_TRY(check_desc(d));
+  GP_TRY(gp_pool2d_desc_check(d));
   if (kind == GP_POOL_MAX && !argmax)
     return GP_ERR(GP_ERR_RUNTIME, "max pooling needs an argmax buffer");
   if (kind != GP_POOL_MAX && kind != GP_POOL_AVG)
