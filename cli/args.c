@@ -1,10 +1,13 @@
 /* Flag parsing shared by the gpipe programs. */
 #include "cli/args.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
@@ -111,4 +114,48 @@ gp_status gp_args_overrides(const gp_flag *set, gp_override *ov, int max, int *n
 void gp_args_overrides_free(gp_override *ov, int n) {
   for (int i = 0; i < n; i++)
     free((char *)ov[i].path);
+}
+
+gp_status gp_args_size(const char *flag, const char *text, size_t *out) {
+  static const struct {
+    const char *unit;
+    double mul;
+  } units[] = {{"", 1},
+               {"b", 1},
+               {"k", 1024.0},
+               {"kib", 1024.0},
+               {"kb", 1e3},
+               {"m", 1048576.0},
+               {"mib", 1048576.0},
+               {"mb", 1e6},
+               {"g", 1073741824.0},
+               {"gib", 1073741824.0},
+               {"gb", 1e9},
+               {"t", 1099511627776.0},
+               {"tib", 1099511627776.0},
+               {"tb", 1e12}};
+  char *end;
+  double v = strtod(text, &end);
+  if ((isdigit((unsigned char)text[0]) || text[0] == '.') && end != text && isfinite(v) && v > 0)
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+      if (strcasecmp(end, units[i].unit) == 0) {
+        double b = v * units[i].mul;
+        if (b >= 1 && b < 0x1p63) {
+          *out = (size_t)b;
+          return GP_OK;
+        }
+      }
+  return GP_ERR(GP_ERR_USAGE,
+                "%s: cannot read '%s' as a size (like 512MiB, 2GiB, 1.5GB or a number of bytes)",
+                flag, text);
+}
+
+gp_status gp_args_precision(const char *flag, const char *text, gp_precision *out) {
+  static const char *const names[] = {[GP_PREC_FP32] = "fp32", [GP_PREC_BF16] = "bf16"};
+  for (int i = 0; i < 2; i++)
+    if (strcmp(text, names[i]) == 0) {
+      *out = (gp_precision)i;
+      return GP_OK;
+    }
+  return GP_ERR(GP_ERR_USAGE, "%s: unknown value '%s' (fp32 or bf16)", flag, text);
 }

@@ -2,8 +2,10 @@
 #ifndef GP_CLI_ARGS_H
 #define GP_CLI_ARGS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include "core/backend.h"
 #include "core/status.h"
 
 typedef enum gp_flag_kind { GP_FLAG_BOOL, GP_FLAG_INT, GP_FLAG_STR, GP_FLAG_LIST } gp_flag_kind;
@@ -29,6 +31,15 @@ gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **posi
 gp_flag *gp_args_get(gp_flag *flags, const char *name);
 void gp_args_free(gp_flag *flags);
 void gp_args_usage(const char *prog, const char *synopsis, const gp_flag *flags);
+
+/* A size in bytes: "512MiB", "2GiB", "1.5GB", "64K", "1000000". K, M, G, T with or without
+ * "iB" are binary; KB, MB, GB, TB decimal (case does not matter). At least 1 byte; anything
+ * else is GP_ERR_USAGE naming the flag. */
+gp_status gp_args_size(const char *flag, const char *text, size_t *out);
+
+/* --precision: "fp32" or "bf16" (the arithmetic of GEMMs and convolutions, core/backend.h);
+ * anything else is GP_ERR_USAGE naming the flag. */
+gp_status gp_args_precision(const char *flag, const char *text, gp_precision *out);
 
 /* The values of a repeatable --set KEY.PATH=VALUE flag as model-file overrides (at most max);
  * keys are allocated: free them with gp_args_overrides_free. */

@@ -37,6 +37,8 @@ enum {
   F_PARTITION,
   F_DATA,
   F_THREADS,
+  F_MEMORY,
+  F_PRECISION,
   F_REPS,
   F_CSV,
   F_JSON,
@@ -70,6 +72,11 @@ static gp_flag flags[] = {
     [F_DATA] = {"--data", GP_FLAG_STR, "synthetic|real",
                 "random inputs of the model's shapes (default), or the model file's data", 0},
     [F_THREADS] = {"--threads", GP_FLAG_INT, "C", "cores shared by the stages (default: all)", 1},
+    [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE",
+                  "memory of each stage's device (512MiB, 2GiB, 1.5GB, bytes): more is an error",
+                  0},
+    [F_PRECISION] = {"--precision", GP_FLAG_STR, "fp32|bf16",
+                     "arithmetic of GEMMs and convolutions (default fp32)", 0},
     [F_REPS] = {"--reps", GP_FLAG_INT, "R",
                 "repetitions, alternating the runs; the best is kept (default 1)", 1},
     [F_CSV] = {"--csv", GP_FLAG_STR, "FILE", "also write one CSV row per run", 0},
@@ -118,6 +125,8 @@ typedef struct ctx {
   sweep sw;
   gp_bench b;
   int tty, quiet, progress_open;
+  size_t mem_limit;       /* --memory-limit: per stage, 0 = none */
+  gp_precision precision; /* --precision */
 } ctx;
 
 /* ---- flags --------------------------------------------------------------------------------- */
@@ -386,7 +395,11 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
   gp_plan_balance_str(&plan, out->balance, sizeof out->balance);
   for (int s = 0; s < r->k; s++)
     memcpy(out->devices[s], plan.st[s].device, sizeof out->devices[s]);
-  gp_pipeline_opts po = {.cores = b->threads, .pin = 1, .trace = trace};
+  gp_pipeline_opts po = {.cores = b->threads,
+                         .pin = 1,
+                         .trace = trace,
+                         .mem_limit = c->mem_limit,
+                         .precision = c->precision};
   gp_trainer t;
   GP_TRY(gp_trainer_init(&t, m, &plan, &po, m->train.seed));
   double dt[4096];
@@ -406,6 +419,8 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
       s = gp_trainer_step_batch(&t, &sb, m->train.lr, &mt);
     else if (s == GP_OK)
       s = gp_trainer_step(&t, c->x, c->y, got, m->train.lr, &mt);
+    /* a step's time ends when its work has run, not when it is queued (GPUs) */
+    if (s == GP_OK) s = gp_pipeline_sync(t.pl);
     if (i >= b->warmup) dt[i - b->warmup] = gp_now() - t0;
   }
   if (s == GP_OK && trace) s = gp_pipeline_write_trace(t.pl, flags[F_TRACE].s);
@@ -521,6 +536,11 @@ static gp_status setup(ctx *c, const char *file) {
   if (b->steps > 4096) return GP_ERR(GP_ERR_USAGE, "--steps: at most 4096");
   b->cores = gp_cpu_cores();
   b->threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : b->cores;
+  if (flags[F_MEMORY].given)
+    GP_TRY(gp_args_size("--memory-limit", flags[F_MEMORY].s, &c->mem_limit));
+  if (flags[F_PRECISION].given)
+    GP_TRY(gp_args_precision("--precision", flags[F_PRECISION].s, &c->precision));
+  b->precision = c->precision == GP_PREC_BF16 ? "bf16" : "fp32";
   b->data = flags[F_DATA].given ? flags[F_DATA].s : "synthetic";
   if (strcmp(b->data, "synthetic") != 0 && strcmp(b->data, "real") != 0) {
     static const char *const kinds[] = {"synthetic", "real"};

@@ -44,7 +44,8 @@ typedef struct gp_bench {
   double flops_per_sample; /* forward + backward, analytic */
   int64_t batch;
   int steps, warmup, reps;
-  const char *data; /* "synthetic" or "real" */
+  const char *data;      /* "synthetic" or "real" */
+  const char *precision; /* of GEMMs and convolutions: "fp32" or "bf16" */
   /* runs, in the order they ran */
   int n_runs;
   gp_bench_run *runs;

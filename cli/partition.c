@@ -157,17 +157,8 @@ static gp_status parse_devices(request *q, const char *text) {
   int n;
   GP_TRY(split("--devices", text, f, GP_MAX_DEVICES, &n));
   for (int i = 0; i < n; i++) {
-    if (strcmp(f[i], "cpu") == 0) {
-      memcpy(q->devices[i], "cpu", 4);
-      continue;
-    }
-    if (strncmp(f[i], "cuda:", 5) == 0 && f[i][5] &&
-        strspn(f[i] + 5, "0123456789") == strlen(f[i] + 5))
-      return GP_ERR(GP_ERR_USAGE,
-                    "--devices: '%s': the CUDA backend is not built yet; only 'cpu' stages are "
-                    "supported so far",
-                    f[i]);
-    return GP_ERR(GP_ERR_USAGE, "--devices: unknown device '%s' (expected cpu or cuda:N)", f[i]);
+    if (gp_device_check(f[i]) != GP_OK) return gp_error_prefix(GP_ERR_USAGE, "--devices: ");
+    snprintf(q->devices[i], sizeof q->devices[i], "%s", f[i]);
   }
   q->n_devices = n;
   return GP_OK;
@@ -229,12 +220,6 @@ static gp_status make_request(const gp_model *m, request *q) {
     q->n_devices = ps->n_devices ? ps->n_devices : 1;
     for (int i = 0; i < q->n_devices; i++)
       snprintf(q->devices[i], sizeof q->devices[i], "%s", ps->n_devices ? ps->devices[i] : "cpu");
-    for (int i = 0; i < q->n_devices; i++)
-      if (strcmp(q->devices[i], "cpu") != 0)
-        return GP_ERR(GP_ERR_USAGE,
-                      "%s: device '%s': the CUDA backend is not built yet; only 'cpu' stages "
-                      "are supported so far (use --devices cpu)",
-                      m->file, q->devices[i]);
   }
   if (q->n_devices != 1 && q->n_devices != q->stages)
     return GP_ERR(GP_ERR_USAGE, "%s%d devices for %d stages (give one, or one per stage)",
@@ -243,6 +228,7 @@ static gp_status make_request(const gp_model *m, request *q) {
   for (int s = q->n_devices; s < q->stages; s++)
     memcpy(q->devices[s], q->devices[0], sizeof q->devices[0]);
   q->n_devices = q->stages;
+  GP_TRY(gp_devices_check(q->n_devices, q->devices[0], sizeof q->devices[0]));
   for (int s = 0; s < q->stages; s++)
     q->speed[s] = 1;
   if (flags[F_SPEEDS].given)

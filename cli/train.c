@@ -39,6 +39,8 @@ enum {
   F_DEVICES,
   F_PIN,
   F_WATCHDOG,
+  F_PRECISION,
+  F_MEMORY,
   F_TRACE,
   F_PARTITION,
   F_QUIET,
@@ -82,6 +84,13 @@ static gp_flag flags[] = {
     [F_PIN] = {"--pin", GP_FLAG_BOOL, NULL, "pin each stage's thread to its share of the cores", 0},
     [F_WATCHDOG] = {"--watchdog", GP_FLAG_INT, "SECONDS",
                     "report a stage that waits longer (default 300)", 1},
+    [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE",
+                  "memory of each stage's device (512MiB, 2GiB, 1.5GB, bytes): more is an error",
+                  0},
+    [F_PRECISION] = {"--precision", GP_FLAG_STR, "fp32|bf16",
+                     "arithmetic of GEMMs and convolutions (bf16: bfloat16 operands, f32 "
+                     "accumulation; default fp32)",
+                     0},
     [F_TRACE] = {"--trace", GP_FLAG_STR, "FILE.json",
                  "write a Chrome trace of every stage's actions (chrome://tracing, Perfetto)", 0},
     [F_PARTITION] = {"--partition", GP_FLAG_STR, "PLAN.yaml",
@@ -111,6 +120,8 @@ typedef struct run {
   FILE *log;
   float *x;
   int32_t *y;
+  gp_precision precision; /* --precision */
+  size_t mem_limit;       /* --memory-limit: per stage, 0 = none */
 } run;
 
 static void run_free(run *r) {
@@ -350,6 +361,26 @@ static void report_data(run *r, double wall) {
             st.skipped, st.skipped == 1 ? "" : "s", st.first_skip);
 }
 
+/* Each stage's measured peak of backend memory (parameters, gradients, optimizer state,
+ * activations, scratch): what --memory-limit holds each stage to. */
+static void report_memory(run *r) {
+  const double mib = 1048576.0;
+  int k = gp_pipeline_stages(r->t.pl);
+  size_t sum = 0;
+  char per[GP_MAX_DEVICES * 16] = "";
+  for (int s = 0; s < k; s++) {
+    gp_stage_stats ss;
+    gp_pipeline_stats(r->t.pl, s, &ss);
+    sum += ss.mem_peak;
+    size_t n = strlen(per);
+    snprintf(per + n, sizeof per - n, "%s%.2f", s ? ", " : "", (double)ss.mem_peak / mib);
+  }
+  printf("memory: peak %.2f MiB (%zu bytes)", (double)sum / mib, sum);
+  if (k > 1) printf(", the sum of %d stages: %s MiB", k, per);
+  if (r->mem_limit) printf("; limit %.2f MiB per stage", (double)r->mem_limit / mib);
+  printf("\n");
+}
+
 static gp_status train(run *r) {
   gp_model *m = r->m;
   const gp_train_spec *ts = &m->train;
@@ -369,7 +400,9 @@ static gp_status train(run *r) {
   gp_pipeline_opts po = {.cores = threads,
                          .pin = flags[F_PIN].given,
                          .watchdog_s = flags[F_WATCHDOG].given ? (double)flags[F_WATCHDOG].i : 0,
-                         .trace = flags[F_TRACE].given};
+                         .trace = flags[F_TRACE].given,
+                         .precision = r->precision,
+                         .mem_limit = r->mem_limit};
   GP_TRY(gp_trainer_init(&r->t, m, &plan, &po, ts->seed));
   r->have_trainer = 1;
   if (flags[F_LOAD].given) GP_TRY(gp_trainer_load_weights(&r->t, flags[F_LOAD].s));
@@ -402,10 +435,11 @@ static gp_status train(run *r) {
   }
   char bal[256];
   gp_plan_balance_str(&plan, bal, sizeof bal);
-  gp_progress_note(
-      &pg,
-      "training %" PRId64 " steps of batch %" PRId64 " (%" PRId64 " per epoch), %d CPU thread%s%s",
-      total, b, per_epoch, threads, threads == 1 ? "" : "s", r->t.step ? ", resumed" : "");
+  gp_progress_note(&pg,
+                   "training %" PRId64 " steps of batch %" PRId64 " (%" PRId64
+                   " per epoch), %d CPU thread%s, precision %s%s",
+                   total, b, per_epoch, threads, threads == 1 ? "" : "s",
+                   r->precision == GP_PREC_BF16 ? "bf16" : "fp32", r->t.step ? ", resumed" : "");
   if (plan.stages > 1 || plan.micro > 1)
     gp_progress_note(&pg,
                      "pipeline: %d stages (units %s), %d micro-batches, %s schedule, "
@@ -473,6 +507,7 @@ static gp_status train(run *r) {
   }
   gp_progress_done(&pg);
   report_data(r, gp_now() - pg.t0);
+  report_memory(r);
   if (r->sq) return evaluate_seq(r, &pg, epoch, 1, &ev);
   printf("final: step %" PRId64 "  test loss %.4f  test accuracy %.4f  (%.1f s)\n", r->t.step,
          ev.loss, ev.accuracy, gp_now() - pg.t0);
@@ -506,6 +541,10 @@ int main(int argc, char **argv) {
   if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &r.m);
   gp_args_overrides_free(ov, nov);
   if (s == GP_OK) s = apply_flags(r.m);
+  if (s == GP_OK && flags[F_PRECISION].given)
+    s = gp_args_precision("--precision", flags[F_PRECISION].s, &r.precision);
+  if (s == GP_OK && flags[F_MEMORY].given)
+    s = gp_args_size("--memory-limit", flags[F_MEMORY].s, &r.mem_limit);
   if (s == GP_OK) s = open_data(&r);
   if (s == GP_OK) s = train(&r);
   gp_args_free(flags);

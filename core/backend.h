@@ -16,6 +16,22 @@ extern "C" {
 #endif
 
 typedef struct gp_backend gp_backend;
+typedef struct gp_event gp_event; /* a point in an instance's queued work (backend-private) */
+
+/* The arithmetic of GEMMs and convolutions. BF16: their operands are rounded to bfloat16
+ * (to nearest, ties to even; a NaN stays NaN, overflow gives Inf) and the (exact) products
+ * accumulate in f32. A GEMM's C = alpha AB + beta C stays f32. A convolution's result is
+ * rounded to bfloat16 (cuDNN writes bf16 results from bf16 inputs), then the bias is added
+ * (forward) or it is added to dw (filter) in f32; dbias sums the f32 dy. Everything else
+ * (inputs and outputs in memory, master weights, norms, losses, optimizer state) stays f32.
+ * The CPU backend emulates this exactly (core/cpu/bf16.c); docs/cuda.md has the CUDA side. */
+typedef enum gp_precision { GP_PREC_FP32, GP_PREC_BF16 } gp_precision;
+
+/* An instance's queues: its ops run in order on COMPUTE; copy_peer may also use IN (copies
+ * of other instances' tensors into this one's memory: activations) and OUT (copies from this
+ * instance's memory to others': gradients), which overlap compute. Order between queues and
+ * instances goes through events. On the CPU every op has finished when it returns. */
+typedef enum gp_queue { GP_Q_COMPUTE, GP_Q_IN, GP_Q_OUT } gp_queue;
 
 typedef struct gp_conv2d_desc {
   int64_t n, c, h, w;             /* input */
@@ -71,10 +87,15 @@ typedef struct gp_rmsprop_hp {
 } gp_rmsprop_hp;
 
 struct gp_backend {
-  const char *name; /* "cpu", "cuda" */
-  int device;       /* -1 cpu, else CUDA ordinal */
-  int threads;      /* cpu: BLAS and op threads this instance may use */
-  void *impl;       /* backend-private state */
+  const char *name;       /* "cpu", "cuda" */
+  int device;             /* -1 cpu, else CUDA ordinal */
+  int threads;            /* cpu: BLAS and op threads this instance may use */
+  gp_precision precision; /* GEMMs and convolutions; set by the creator, FP32 by default */
+  /* Memory: bytes this instance's alloc has handed out and not freed (scratch included,
+   * host_alloc not), their high-water mark, and a cap (0: none; past it alloc fails with
+   * GP_ERR_NOMEM, as a device of that size would). */
+  size_t mem_used, mem_peak, mem_limit;
+  void *impl; /* backend-private state */
 
   /* ---- memory and ordering ---- */
   gp_status (*alloc)(gp_backend *be, size_t bytes, void **out); /* 64-byte aligned */
@@ -88,6 +109,27 @@ struct gp_backend {
    * first step it never allocates). Layers use it for im2col and the like. */
   gp_status (*scratch)(gp_backend *be, size_t bytes, void **out);
   void (*destroy)(gp_backend *be);
+
+  /* ---- ordering between instances (pipeline stages) ---- */
+  gp_status (*event_create)(gp_backend *be, gp_event **out);
+  void (*event_destroy)(gp_backend *be, gp_event *ev); /* NULL ok */
+  /* ev marks the work queued on q so far (a later record replaces the mark). */
+  gp_status (*event_record)(gp_backend *be, gp_queue q, gp_event *ev);
+  /* Work queued on q after this waits for ev's mark (ev of any instance of this kind, any
+   * device); the host does not wait. */
+  gp_status (*event_wait)(gp_backend *be, gp_queue q, gp_event *ev);
+  /* The host waits for ev's mark. */
+  gp_status (*event_sync)(gp_backend *be, gp_event *ev);
+  /* bytes from src (memory of device src_dev) to dst (device dst_dev), both of this kind,
+   * queued on q of this instance; peer-to-peer where the devices allow, else staged. */
+  gp_status (*copy_peer)(gp_backend *be, gp_queue q, void *dst, int dst_dev, const void *src,
+                         int src_dev, size_t bytes);
+  /* Page-locked host memory, for from_host_async. */
+  gp_status (*host_alloc)(gp_backend *be, size_t bytes, void **out);
+  void (*host_free)(gp_backend *be, void *p); /* NULL ok */
+  /* from_host queued on COMPUTE without the host waiting: host (from host_alloc) must stay
+   * unchanged until the queue has passed this point (an event recorded after it). */
+  gp_status (*from_host_async)(gp_backend *be, void *dst, const void *host, size_t bytes);
 
   /* ---- dense algebra (row-major): C = alpha * op(A) op(B) + beta * C ---- */
   gp_status (*gemm)(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,

@@ -57,6 +57,8 @@ typedef struct gp_cost {
 typedef struct gp_layer gp_layer;
 
 /* What a forward or backward pass runs in. */
+#define GP_EXEC_MAX_HOST 8 /* = GP_MAX_MODEL_INPUTS */
+
 typedef struct gp_exec {
   gp_backend *be;
   gp_arena *arena; /* saved state lives here until the micro-batch's backward is done */
@@ -71,7 +73,21 @@ typedef struct gp_exec {
   double loss_sum;       /* host accumulators that loss layers add to */
   int64_t correct;
   int64_t counted;
+  /* Host copies of the model inputs of this pass, by their device pointers (see
+   * gp_exec_host_copy); n_host 0: none known. */
+  int n_host;
+  const void *host_dev[GP_EXEC_MAX_HOST];
+  const void *host_src[GP_EXEC_MAX_HOST];
 } gp_exec;
+
+/* The host copy of a tensor the pass got from a model input (labels, positions), or NULL:
+ * a layer that needs such values on the host reads them here instead of copying them back
+ * from the device, which on a GPU would wait for its queue. */
+static inline const void *gp_exec_host_copy(const gp_exec *e, const void *dev) {
+  for (int i = 0; i < e->n_host; i++)
+    if (e->host_dev[i] == dev) return e->host_src[i];
+  return NULL;
+}
 
 typedef struct gp_layer_type {
   const char *name;

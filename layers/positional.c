@@ -5,6 +5,8 @@
  * sin(pos / 10000^(2i/dim)), odd features cos of the same angle (as the PyTorch tutorial's
  * PositionalEncoding), kept as the buffer "pe" so weights files carry it like PyTorch's
  * register_buffer; kind: learned is a trainable "weight" (N(0, 1), nn.Embedding's init). */
+#include <string.h>
+
 #include "layers/layers.h"
 
 typedef struct positional_conf {
@@ -63,13 +65,17 @@ static void positional_cost(const gp_layer *l, gp_cost *c) {
 
 /* Every position in [0, max_len), read to the host in pieces (no allocation in the step):
  * the error names the value and where it is, before anything is written. */
-static gp_status check_positions(const gp_layer *l, gp_backend *be, const gp_tensor *pos) {
+static gp_status check_positions(const gp_layer *l, const gp_exec *e, const gp_tensor *pos) {
   const positional_conf *k = l->conf;
   const int64_t n = gp_shape_numel(&pos->shape), t = pos->shape.d[1];
+  const int32_t *host = gp_exec_host_copy(e, pos->data);
   int32_t buf[512];
   for (int64_t at = 0; at < n; at += 512) {
     int64_t m = n - at < 512 ? n - at : 512;
-    GP_TRY(be->to_host(be, buf, GP_I32P(pos) + at, (size_t)m * sizeof *buf));
+    if (host)
+      memcpy(buf, host + at, (size_t)m * sizeof *buf);
+    else
+      GP_TRY(e->be->to_host(e->be, buf, GP_I32P(pos) + at, (size_t)m * sizeof *buf));
     for (int64_t i = 0; i < m; i++)
       if (buf[i] < 0 || buf[i] >= k->max_len)
         return GP_ERR(GP_ERR_DATA,
@@ -90,7 +96,7 @@ static gp_status positional_forward(gp_layer *l, gp_exec *e, const gp_tensor *in
   if (l->n_in == 2) {
     /* out = P[pos] (a lookup), then out += x: the same sum x + P[p] as without positions */
     int64_t n = gp_shape_numel(&in[1].shape), dim = l->in_shape[0].d[1];
-    GP_TRY(check_positions(l, be, &in[1]));
+    GP_TRY(check_positions(l, e, &in[1]));
     GP_TRY(be->embedding_forward(be, n, dim, k->max_len, GP_I32P(&in[1]), l->param[0], 1.0f,
                                  GP_F32P(out)));
     return be->axpby(be, n * dim, 1.0f, GP_F32P(&in[0]), 1.0f, GP_F32P(out));

@@ -4,6 +4,7 @@
  * over targets / loss_count, the correct predictions and the targets counted to the exec's
  * host accumulators; ignored targets add no loss, no gradient and no count. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "layers/layers.h"
 
@@ -81,14 +82,18 @@ static void rows_free(rows *r) {
   free(r->run);
 }
 
-static gp_status rows_find(gp_backend *be, const gp_tensor *labels, int64_t n, int32_t ignore,
+static gp_status rows_find(const gp_exec *e, const gp_tensor *labels, int64_t n, int32_t ignore,
                            rows *r) {
   r->y = malloc((size_t)n * sizeof *r->y + 1);
   r->kept_y = malloc((size_t)n * sizeof *r->kept_y + 1);
   r->run = malloc((size_t)(n + 1) * 2 * sizeof *r->run);
   r->n_run = r->kept = 0;
   if (!r->y || !r->kept_y || !r->run) return GP_ERR(GP_ERR_NOMEM, "out of host memory for labels");
-  GP_TRY(be->to_host(be, r->y, labels->data, (size_t)n * sizeof *r->y));
+  const void *host = gp_exec_host_copy(e, labels->data);
+  if (host)
+    memcpy(r->y, host, (size_t)n * sizeof *r->y);
+  else
+    GP_TRY(e->be->to_host(e->be, r->y, labels->data, (size_t)n * sizeof *r->y));
   for (int64_t i = 0; i < n; i++) {
     if (r->y[i] == ignore) continue;
     if (r->n_run && r->run[2 * r->n_run - 1] == i)
@@ -127,7 +132,7 @@ static gp_status xent_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_t
   gp_backend *be = e->be;
   int64_t n = gp_shape_numel(&in[1].shape), nk = in[0].shape.d[in[0].shape.ndim - 1];
   rows r = {0};
-  gp_status s = rows_find(be, &in[1], n, (int32_t)k->ignore_index, &r);
+  gp_status s = rows_find(e, &in[1], n, (int32_t)k->ignore_index, &r);
   int64_t kept = r.kept;
   float *probs = NULL, *z = GP_F32P(&in[0]), *loss = GP_F32P(out);
   int32_t *y = GP_I32P(&in[1]);
@@ -177,7 +182,7 @@ static gp_status xent_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, con
     return GP_ERR(GP_ERR_RUNTIME, "softmax_cross_entropy %s: backward without its forward",
                   l->path);
   rows r = {0};
-  gp_status s = rows_find(be, &in[1], n, (int32_t)k->ignore_index, &r);
+  gp_status s = rows_find(e, &in[1], n, (int32_t)k->ignore_index, &r);
   int64_t kept = r.kept;
   float *probs = saved, *d = GP_F32P(&din[0]);
   const int32_t *y = (const int32_t *)(probs + kept * nk);

@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,13 +11,9 @@
 
 #define ALIGN 64
 
-typedef struct cpu_impl {
-  void *scratch;
-  size_t scratch_bytes;
-} cpu_impl;
-
-static gp_status cpu_alloc(gp_backend *be, size_t bytes, void **out) {
-  (void)be;
+/* Host memory, 64-byte aligned. Each block starts one alignment unit early with its size,
+ * so free can keep the instance's count (gp_backend.mem_used) without a table. */
+static gp_status host_block(size_t bytes, void **out) {
   /* aligned_alloc wants a multiple of the alignment; zero bytes still gets a valid pointer. */
   size_t n = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
   if (n < bytes) return GP_ERR(GP_ERR_NOMEM, "allocation of %zu bytes is too large", bytes);
@@ -27,7 +24,37 @@ static gp_status cpu_alloc(gp_backend *be, size_t bytes, void **out) {
   return GP_OK;
 }
 
+static gp_status cpu_alloc(gp_backend *be, size_t bytes, void **out) {
+  if (bytes > SIZE_MAX - ALIGN)
+    return GP_ERR(GP_ERR_NOMEM, "allocation of %zu bytes is too large", bytes);
+  if (be->mem_limit && be->mem_used + bytes > be->mem_limit)
+    return GP_ERR(GP_ERR_NOMEM,
+                  "allocating %zu bytes would pass the memory limit of %zu bytes (%zu in use)",
+                  bytes, be->mem_limit, be->mem_used);
+  char *p = NULL;
+  GP_TRY(host_block(bytes + ALIGN, (void **)&p));
+  memcpy(p, &bytes, sizeof bytes);
+  be->mem_used += bytes;
+  if (be->mem_used > be->mem_peak) be->mem_peak = be->mem_used;
+  *out = p + ALIGN;
+  return GP_OK;
+}
+
 static void cpu_free(gp_backend *be, void *p) {
+  if (!p) return;
+  char *block = (char *)p - ALIGN;
+  size_t bytes;
+  memcpy(&bytes, block, sizeof bytes);
+  be->mem_used -= bytes;
+  free(block);
+}
+
+static gp_status cpu_host_alloc(gp_backend *be, size_t bytes, void **out) {
+  (void)be;
+  return host_block(bytes, out);
+}
+
+static void cpu_host_free(gp_backend *be, void *p) {
   (void)be;
   free(p);
 }
@@ -49,12 +76,45 @@ static gp_status cpu_sync(gp_backend *be) {
   return GP_OK;
 }
 
+/* Ordering: every op has finished when it returns, so an event marks nothing and waiting on
+ * one is immediate; copies between instances are plain copies in one address space. */
+struct gp_event {
+  int unused;
+};
+
+static gp_status cpu_event_create(gp_backend *be, gp_event **out) {
+  (void)be;
+  *out = calloc(1, sizeof **out);
+  return *out ? GP_OK : GP_ERR(GP_ERR_NOMEM, "out of host memory for an event");
+}
+
+static void cpu_event_destroy(gp_backend *be, gp_event *ev) {
+  (void)be;
+  free(ev);
+}
+
+static gp_status cpu_event_record(gp_backend *be, gp_queue q, gp_event *ev) {
+  (void)be, (void)q, (void)ev;
+  return GP_OK;
+}
+
+static gp_status cpu_event_sync(gp_backend *be, gp_event *ev) {
+  (void)be, (void)ev;
+  return GP_OK;
+}
+
+static gp_status cpu_copy_peer(gp_backend *be, gp_queue q, void *dst, int dst_dev, const void *src,
+                               int src_dev, size_t bytes) {
+  (void)q, (void)dst_dev, (void)src_dev;
+  return cpu_copy(be, dst, src, bytes);
+}
+
 gp_status gp_cpu_scratch(gp_backend *be, size_t bytes, void **out) {
-  cpu_impl *im = be->impl;
+  gp_cpu_impl *im = be->impl;
   if (bytes > im->scratch_bytes || !im->scratch) {
     void *p = NULL;
     GP_TRY(cpu_alloc(be, bytes, &p));
-    free(im->scratch);
+    cpu_free(be, im->scratch);
     im->scratch = p;
     im->scratch_bytes = bytes;
   }
@@ -63,8 +123,9 @@ gp_status gp_cpu_scratch(gp_backend *be, size_t bytes, void **out) {
 }
 
 static void cpu_destroy(gp_backend *be) {
-  cpu_impl *im = be->impl;
-  if (im) free(im->scratch);
+  gp_cpu_impl *im = be->impl;
+  gp_cpu_bf16_release(be);
+  if (im) cpu_free(be, im->scratch);
   free(im);
   free(be);
 }
@@ -76,6 +137,8 @@ static int fits_int(int64_t v) {
 gp_status gp_cpu_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float beta, float *c, int64_t ldc) {
+  if (be->precision == GP_PREC_BF16) /* then on copies of a and b rounded to bf16 (bf16.c) */
+    GP_TRY(gp_cpu_bf16_operands(be, trans_a, trans_b, m, n, k, &a, &lda, &b, &ldb));
   if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) ||
       !fits_int(ldc))
     return GP_ERR(GP_ERR_RUNTIME, "gemm %lld x %lld x %lld exceeds the 32-bit BLAS interface",
@@ -111,7 +174,7 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   if (threads < 1)
     return GP_ERR(GP_ERR_USAGE, "a CPU backend needs at least 1 thread, got %d", threads);
   gp_backend *be = calloc(1, sizeof *be);
-  cpu_impl *im = calloc(1, sizeof *im);
+  gp_cpu_impl *im = calloc(1, sizeof *im);
   if (!be || !im) {
     free(be);
     free(im);
@@ -131,6 +194,15 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->sync = cpu_sync;
   be->scratch = gp_cpu_scratch;
   be->destroy = cpu_destroy;
+  be->event_create = cpu_event_create;
+  be->event_destroy = cpu_event_destroy;
+  be->event_record = cpu_event_record;
+  be->event_wait = cpu_event_record;
+  be->event_sync = cpu_event_sync;
+  be->copy_peer = cpu_copy_peer;
+  be->host_alloc = cpu_host_alloc;
+  be->host_free = cpu_host_free;
+  be->from_host_async = cpu_copy;
 
   be->gemm = gp_cpu_gemm;
   be->conv2d_forward = gp_cpu_conv2d_forward;

@@ -1,11 +1,22 @@
 /* Private to the CPU backend: the operation functions that core/cpu/backend.c puts in the
- * table, one group per file (gemm_conv.c, pool.c, norm.c, eltwise.c, seq.c, loss.c, optim.c). */
+ * table, one group per file (gemm_conv.c, pool.c, norm.c, eltwise.c, seq.c, loss.c, optim.c; bf16.c
+ * for GP_PREC_BF16). */
 #ifndef GP_CPU_H
 #define GP_CPU_H
 
 #include "core/backend.h"
 
 /* backend.c */
+/* The state behind a CPU instance's impl. */
+typedef struct gp_cpu_bf16 gp_cpu_bf16;
+typedef struct gp_cpu_impl {
+  void *scratch;
+  size_t scratch_bytes;
+  gp_cpu_bf16 *bf16; /* bf16.c's operand buffers, NULL until the first bf16 op */
+} gp_cpu_impl;
+/* Frees the bf16 buffers (from destroy). */
+void gp_cpu_bf16_release(gp_backend *be);
+
 gp_status gp_cpu_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float beta, float *c, int64_t ldc);
@@ -18,6 +29,40 @@ gp_status gp_cpu_conv2d_backward_data(gp_backend *be, const gp_conv2d_desc *d, c
                                       const float *w, float *dx);
 gp_status gp_cpu_conv2d_backward_filter(gp_backend *be, const gp_conv2d_desc *d, const float *x,
                                         const float *dy, float *dw, float *dbias);
+/* The same with the result left in f32 (bf16.c rounds it in bf16 mode; their GEMMs follow
+ * be->precision all the same). */
+gp_status gp_cpu_conv2d_forward_unrounded(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                          const float *w, const float *bias, float *y);
+gp_status gp_cpu_conv2d_backward_data_unrounded(gp_backend *be, const gp_conv2d_desc *d,
+                                                const float *dy, const float *w, float *dx);
+gp_status gp_cpu_conv2d_backward_filter_unrounded(gp_backend *be, const gp_conv2d_desc *d,
+                                                  const float *x, const float *dy, float *dw,
+                                                  float *dbias);
+
+/* bf16.c: bfloat16 (GP_PREC_BF16). Rounding f32 to bf16 is to nearest, ties to even; a NaN
+ * stays a NaN (quieted), overflow gives Inf, subnormals round like any other value. */
+uint16_t gp_bf16_from_f32(float f);
+float gp_bf16_to_f32(uint16_t h);
+float gp_bf16_round(float f); /* gp_bf16_to_f32(gp_bf16_from_f32(f)) */
+void gp_bf16_round_array(int64_t n, const float *x, float *y); /* y may be x */
+/* Called first by gp_cpu_gemm in bf16 mode: replaces *a and *b (with their leading
+ * dimensions) by packed copies rounded to bf16, kept in buffers of the instance (not its
+ * scratch, which may hold the operands). Leaves them alone when the GEMM reads nothing or will
+ * refuse. The buffers are freed with the instance: the first call puts a destroy of this file
+ * in front of be->destroy. */
+gp_status gp_cpu_bf16_operands(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n,
+                               int64_t k, const float **a, int64_t *lda, const float **b,
+                               int64_t *ldb);
+/* The convolutions in bf16 mode: operands rounded (by the GEMMs), f32 accumulation, the
+ * result rounded to bf16, then the bias added (forward) or the result added to dw (filter) in
+ * f32; dbias is summed from the f32 dy as in fp32 mode. */
+gp_status gp_cpu_bf16_conv2d_forward(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                     const float *w, const float *bias, float *y);
+gp_status gp_cpu_bf16_conv2d_backward_data(gp_backend *be, const gp_conv2d_desc *d, const float *dy,
+                                           const float *w, float *dx);
+gp_status gp_cpu_bf16_conv2d_backward_filter(gp_backend *be, const gp_conv2d_desc *d,
+                                             const float *x, const float *dy, float *dw,
+                                             float *dbias);
 
 /* pool.c */
 gp_status gp_cpu_pool2d_forward(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,

@@ -225,8 +225,8 @@ static void gather_dy(const gp_conv2d_desc *d, const conv_geom *g, int64_t ns, i
              (size_t)g->ohw * sizeof(float));
 }
 
-gp_status gp_cpu_conv2d_forward(gp_backend *be, const gp_conv2d_desc *d, const float *x,
-                                const float *w, const float *bias, float *y) {
+gp_status gp_cpu_conv2d_forward_unrounded(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                          const float *w, const float *bias, float *y) {
   conv_geom g = {0};
   GP_TRY(check_desc(be, d, &g));
   if (d->n == 0) return GP_OK;
@@ -256,8 +256,8 @@ gp_status gp_cpu_conv2d_forward(gp_backend *be, const gp_conv2d_desc *d, const f
   return GP_OK;
 }
 
-gp_status gp_cpu_conv2d_backward_data(gp_backend *be, const gp_conv2d_desc *d, const float *dy,
-                                      const float *w, float *dx) {
+gp_status gp_cpu_conv2d_backward_data_unrounded(gp_backend *be, const gp_conv2d_desc *d,
+                                                const float *dy, const float *w, float *dx) {
   conv_geom g = {0};
   GP_TRY(check_desc(be, d, &g));
   if (d->n == 0) return GP_OK;
@@ -288,8 +288,9 @@ gp_status gp_cpu_conv2d_backward_data(gp_backend *be, const gp_conv2d_desc *d, c
   return GP_OK;
 }
 
-gp_status gp_cpu_conv2d_backward_filter(gp_backend *be, const gp_conv2d_desc *d, const float *x,
-                                        const float *dy, float *dw, float *dbias) {
+gp_status gp_cpu_conv2d_backward_filter_unrounded(gp_backend *be, const gp_conv2d_desc *d,
+                                                  const float *x, const float *dy, float *dw,
+                                                  float *dbias) {
   conv_geom g = {0};
   GP_TRY(check_desc(be, d, &g));
   if (d->n == 0) return GP_OK;
@@ -318,4 +319,24 @@ gp_status gp_cpu_conv2d_backward_filter(gp_backend *be, const gp_conv2d_desc *d,
   }
   if (dbias) GP_TRY(gp_cpu_bias_grad(be, d->n, d->k, g.ohw, dy, dbias));
   return GP_OK;
+}
+
+/* The table's entries: in bf16 mode the result is rounded too (bf16.c). */
+gp_status gp_cpu_conv2d_forward(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                const float *w, const float *bias, float *y) {
+  if (be->precision == GP_PREC_BF16) return gp_cpu_bf16_conv2d_forward(be, d, x, w, bias, y);
+  return gp_cpu_conv2d_forward_unrounded(be, d, x, w, bias, y);
+}
+
+gp_status gp_cpu_conv2d_backward_data(gp_backend *be, const gp_conv2d_desc *d, const float *dy,
+                                      const float *w, float *dx) {
+  if (be->precision == GP_PREC_BF16) return gp_cpu_bf16_conv2d_backward_data(be, d, dy, w, dx);
+  return gp_cpu_conv2d_backward_data_unrounded(be, d, dy, w, dx);
+}
+
+gp_status gp_cpu_conv2d_backward_filter(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                        const float *dy, float *dw, float *dbias) {
+  if (be->precision == GP_PREC_BF16)
+    return gp_cpu_bf16_conv2d_backward_filter(be, d, x, dy, dw, dbias);
+  return gp_cpu_conv2d_backward_filter_unrounded(be, d, x, dy, dw, dbias);
 }

@@ -6,9 +6,15 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "core/cuda/bf16.h"
 #include "core/cuda/ops.h"
 
 namespace {
+
+struct mem_entry {
+  void *p; // NULL: empty slot
+  size_t bytes;
+};
 
 // gp_backend.impl points here; the public part comes first so gp_cuda_of (a cast to
 // gp_cuda_impl *) sees it.
@@ -19,6 +25,10 @@ struct cuda_state {
   size_t ws_bytes;
   void *host_result; // pinned, 64 bytes
   int dnn_installed; // gp_cuda_dnn_install was called: release from destroy
+  // The size of every live device allocation (cudaFree does not tell it), so free can keep
+  // gp_backend.mem_used: open addressing by pointer, linear probing, at most half full.
+  mem_entry *mem;
+  size_t mem_cap, mem_count;
 };
 static_assert(offsetof(cuda_state, pub) == 0, "gp_cuda_of casts impl to gp_cuda_impl");
 
@@ -28,6 +38,61 @@ cuda_state *state_of(gp_backend *be) {
 
 // cudaMalloc has no zero-size allocation; the interface promises a valid pointer.
 const size_t MIN_ALLOC = 256;
+
+size_t mem_home(const void *p, size_t cap) {
+  uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull; // Fibonacci hashing
+  return (size_t)(h >> 32) & (cap - 1);
+}
+
+// Records p; false only when the table cannot grow (out of host memory).
+bool mem_put(cuda_state *st, void *p, size_t bytes) {
+  if ((st->mem_count + 1) * 2 > st->mem_cap) {
+    size_t cap = st->mem_cap ? st->mem_cap * 2 : 64;
+    mem_entry *t = (mem_entry *)calloc(cap, sizeof *t);
+    if (!t) return false;
+    for (size_t i = 0; i < st->mem_cap; i++)
+      if (st->mem[i].p) {
+        size_t j = mem_home(st->mem[i].p, cap);
+        while (t[j].p)
+          j = (j + 1) & (cap - 1);
+        t[j] = st->mem[i];
+      }
+    free(st->mem);
+    st->mem = t;
+    st->mem_cap = cap;
+  }
+  size_t i = mem_home(p, st->mem_cap);
+  while (st->mem[i].p)
+    i = (i + 1) & (st->mem_cap - 1);
+  st->mem[i].p = p;
+  st->mem[i].bytes = bytes;
+  st->mem_count++;
+  return true;
+}
+
+// Forgets p and returns its size (0 for a pointer this instance did not allocate).
+size_t mem_take(cuda_state *st, void *p) {
+  if (!st->mem_cap) return 0;
+  const size_t mask = st->mem_cap - 1;
+  size_t i = mem_home(p, st->mem_cap);
+  while (st->mem[i].p && st->mem[i].p != p)
+    i = (i + 1) & mask;
+  if (!st->mem[i].p) return 0;
+  size_t bytes = st->mem[i].bytes;
+  st->mem[i].p = NULL;
+  st->mem_count--;
+  // Backward-shift deletion: move later entries of the run whose home is not in (i, j] into
+  // the hole, so lookups never stop early at it.
+  for (size_t j = (i + 1) & mask; st->mem[j].p; j = (j + 1) & mask) {
+    size_t k = mem_home(st->mem[j].p, st->mem_cap);
+    if (((j - k) & mask) >= ((j - i) & mask)) {
+      st->mem[i] = st->mem[j];
+      st->mem[j].p = NULL;
+      i = j;
+    }
+  }
+  return bytes;
+}
 
 } // namespace
 
@@ -68,23 +133,44 @@ unsigned gp_cuda_blocks(gp_backend *be, int64_t n) {
 
 /* ---- memory and ordering ---- */
 
-// cudaMalloc, with running out of memory reported as GP_ERR_NOMEM like the CPU backend.
-static gp_status device_malloc(gp_backend *be, size_t bytes, void **out) {
+// cudaMalloc, with running out of memory reported as GP_ERR_NOMEM like the CPU backend, and
+// counted in be->mem_used / mem_peak against be->mem_limit as the CPU backend counts.
+gp_status gp_cuda_dev_alloc(gp_backend *be, size_t bytes, void **out) {
+  const size_t n = bytes < MIN_ALLOC ? MIN_ALLOC : bytes;
+  if (be->mem_limit && (n > be->mem_limit || be->mem_used > be->mem_limit - n))
+    return GP_ERR(GP_ERR_NOMEM,
+                  "allocating %zu bytes on CUDA device %d would pass the memory limit of %zu "
+                  "bytes (%zu in use)",
+                  bytes, be->device, be->mem_limit, be->mem_used);
   void *p = NULL;
-  cudaError_t e = cudaMalloc(&p, bytes < MIN_ALLOC ? MIN_ALLOC : bytes);
+  cudaError_t e = cudaMalloc(&p, n);
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError(); // not sticky: clear it so the next launch check is clean
-    return GP_ERR(GP_ERR_NOMEM, "out of memory on CUDA device %d allocating %zu bytes: %s",
-                  be->device, bytes, cudaGetErrorString(e));
+    return GP_ERR(GP_ERR_NOMEM,
+                  "out of memory on CUDA device %d allocating %zu bytes (%zu in use by this "
+                  "instance): %s",
+                  be->device, bytes, be->mem_used, cudaGetErrorString(e));
   }
   GP_TRY(gp_cuda_check(e, "cudaMalloc", __FILE__, __LINE__));
+  if (!mem_put(state_of(be), p, n)) {
+    (void)cudaFree(p);
+    return GP_ERR(GP_ERR_NOMEM, "out of host memory for the CUDA allocation table");
+  }
+  be->mem_used += n;
+  if (be->mem_used > be->mem_peak) be->mem_peak = be->mem_used;
   *out = p;
   return GP_OK;
 }
 
+cudaError_t gp_cuda_dev_free(gp_backend *be, void *p) {
+  if (!p) return cudaSuccess;
+  be->mem_used -= mem_take(state_of(be), p);
+  return cudaFree(p);
+}
+
 static gp_status cuda_alloc(gp_backend *be, size_t bytes, void **out) {
   GP_TRY(gp_cuda_use(be));
-  return device_malloc(be, bytes, out); // cudaMalloc aligns to at least 256 bytes
+  return gp_cuda_dev_alloc(be, bytes, out); // cudaMalloc aligns to at least 256 bytes
 }
 
 static void cuda_free(gp_backend *be, void *p) {
@@ -92,7 +178,7 @@ static void cuda_free(gp_backend *be, void *p) {
   // The interface has no status here; a failure (a sticky error from an earlier kernel) is
   // reported again by the next call that returns one.
   (void)cudaSetDevice(be->device);
-  (void)cudaFree(p);
+  (void)gp_cuda_dev_free(be, p);
 }
 
 static gp_status cuda_zero(gp_backend *be, void *dst, size_t bytes) {
@@ -114,13 +200,13 @@ static gp_status cuda_copy(gp_backend *be, void *dst, const void *src, size_t by
   // Overlapping ranges (memmove semantics, as on the CPU): cudaMemcpy does not allow them, so
   // go through a temporary. Rare; cudaFree waits for the copies.
   void *tmp = NULL;
-  GP_TRY(device_malloc(be, bytes, &tmp));
+  GP_TRY(gp_cuda_dev_alloc(be, bytes, &tmp));
   gp_status r = gp_cuda_check(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, st),
                               "cudaMemcpyAsync (to a temporary)", __FILE__, __LINE__);
   if (r == GP_OK)
     r = gp_cuda_check(cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDeviceToDevice, st),
                       "cudaMemcpyAsync (from a temporary)", __FILE__, __LINE__);
-  cudaError_t e = cudaFree(tmp);
+  cudaError_t e = gp_cuda_dev_free(be, tmp);
   if (r == GP_OK) r = gp_cuda_check(e, "cudaFree", __FILE__, __LINE__);
   return r;
 }
@@ -157,10 +243,10 @@ static gp_status grow(gp_backend *be, void **buf, size_t *have, size_t bytes) {
     void *old = *buf;
     *buf = NULL;
     *have = 0;
-    GP_CUDA_TRY(cudaFree(old));
+    GP_CUDA_TRY(gp_cuda_dev_free(be, old));
   }
   void *p = NULL;
-  GP_TRY(device_malloc(be, bytes, &p));
+  GP_TRY(gp_cuda_dev_alloc(be, bytes, &p));
   *buf = p;
   *have = bytes < MIN_ALLOC ? MIN_ALLOC : bytes;
   return GP_OK;
@@ -192,13 +278,15 @@ static void cuda_destroy(gp_backend *be) {
     // No status to return: tear down as much as possible, in the reverse order of creation.
     (void)cudaSetDevice(st->pub.device);
     if (st->pub.stream) (void)cudaStreamSynchronize(st->pub.stream);
+    gp_cuda_order_release(be);
     if (st->dnn_installed) gp_cuda_dnn_release(be);
     if (st->pub.dnn) (void)cudnnDestroy(st->pub.dnn);
     if (st->pub.blas) (void)cublasDestroy(st->pub.blas);
-    if (st->pub.scratch) (void)cudaFree(st->pub.scratch);
-    if (st->ws) (void)cudaFree(st->ws);
+    if (st->pub.scratch) (void)gp_cuda_dev_free(be, st->pub.scratch);
+    if (st->ws) (void)gp_cuda_dev_free(be, st->ws);
     if (st->host_result) (void)cudaFreeHost(st->host_result);
     if (st->pub.stream) (void)cudaStreamDestroy(st->pub.stream);
+    free(st->mem);
     free(st);
   }
   free(be);
@@ -230,6 +318,8 @@ static gp_status cuda_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, 
                   "(%lld, %lld, %lld columns)",
                   (long long)lda, (long long)ldb, (long long)ldc, (long long)a_cols,
                   (long long)b_cols, (long long)n);
+  if (be->precision == GP_PREC_BF16) // bf16 operands, f32 accumulation and output (bf16.cu)
+    return gp_cuda_bf16_gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   GP_CUBLAS_TRY(cublasSgemm(gp_cuda_of(be)->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                             trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, b,
                             (int)ldb, a, (int)lda, &beta, c, (int)ldc));
@@ -258,6 +348,7 @@ static gp_status cuda_init(gp_backend *be) {
   GP_CUDNN_TRY(cudnnCreate(&dnn));
   st->pub.dnn = dnn;
   GP_CUDNN_TRY(cudnnSetStream(dnn, stream));
+  GP_TRY(gp_cuda_order_install(be));
   void *host = NULL;
   GP_CUDA_TRY(cudaMallocHost(&host, 64));
   st->host_result = host;

@@ -4,10 +4,15 @@
 // Convolution: per shape (the whole gp_conv2d_desc) and direction, cuDNN's FindEx times the
 // algorithms once and the fastest deterministic one that does plain FP32 arithmetic (no
 // TF32 tensor cores) is cached with its descriptors in a small open-addressing table.
+// In bf16 mode (be->precision) the operands are converted to bf16 (bf16.cu) and cuDNN runs
+// with bf16 tensors and f32 compute: its results come back as bf16 and are widened to f32
+// (then the bias is added, or the filter gradient accumulated, in f32). The cache keys on the
+// precision too.
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cuda/bf16.h"
 #include "core/cuda/dnn_internal.h"
 
 #include "core/cuda/dnn.h"
@@ -19,14 +24,22 @@
 enum { DIR_FWD, DIR_DATA, DIR_FILTER, DIR_COUNT };
 static const char *const dir_name[DIR_COUNT] = {"forward", "backward data", "backward filter"};
 
+// What an entry is for: the shape and the precision (int64_t, so the struct has no padding
+// and memcmp and the hash see only these bytes).
+typedef struct conv_key {
+  gp_conv2d_desc d;
+  int64_t precision; // gp_precision
+} conv_key;
+
 typedef struct conv_entry {
-  gp_conv2d_desc key;
+  conv_key key;
   cudnnTensorDescriptor_t x, y, bias;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t conv;
   int found[DIR_COUNT];
   int algo[DIR_COUNT];
   size_t ws[DIR_COUNT];
+  cudnnMathType_t math[DIR_COUNT]; // bf16: the math type the chosen algorithm was timed with
 } conv_entry;
 
 struct gp_dnn_conv_cache {
@@ -56,11 +69,11 @@ gp_status gp_dnn_work(gp_backend *be, size_t bytes, void **out) {
   if (bytes > st->work_bytes || !st->work) {
     // Earlier kernels may still read the old buffer.
     GP_CUDA_TRY(cudaStreamSynchronize(gp_cuda_of(be)->stream));
-    if (st->work) GP_CUDA_TRY(cudaFree(st->work));
+    if (st->work) GP_CUDA_TRY(gp_cuda_dev_free(be, st->work));
     st->work = NULL;
     st->work_bytes = 0;
     size_t n = bytes > 256 ? bytes : 256;
-    GP_CUDA_TRY(cudaMalloc(&st->work, n));
+    GP_TRY(gp_cuda_dev_alloc(be, n, &st->work));
     st->work_bytes = n;
   }
   *out = st->work;
@@ -112,7 +125,7 @@ void gp_dnn_conv_release(gp_dnn_state *st) {
   st->conv = NULL;
 }
 
-static uint64_t desc_hash(const gp_conv2d_desc *d) {
+static uint64_t desc_hash(const conv_key *d) {
   const unsigned char *p = (const unsigned char *)d;
   uint64_t h = 0xcbf29ce484222325ULL;
   for (size_t i = 0; i < sizeof *d; i++)
@@ -160,10 +173,15 @@ static gp_status check_desc(const gp_conv2d_desc *d) {
   return GP_OK;
 }
 
-static gp_status entry_make(const gp_conv2d_desc *d, conv_entry **out) {
+static gp_status entry_make(const conv_key *key, conv_entry **out) {
   conv_entry *e = (conv_entry *)calloc(1, sizeof *e);
   if (!e) return GP_ERR(GP_ERR_NOMEM, "conv2d: out of host memory for the algorithm cache");
-  e->key = *d;
+  e->key = *key;
+  const gp_conv2d_desc *d = &key->d;
+  // bf16: bf16 tensors with f32 compute (cuDNN's pseudo-bf16 configuration, as PyTorch runs
+  // bf16 convolutions); the output tensor is bf16 too, there is no f32 output with bf16 inputs.
+  const int bf16 = key->precision == GP_PREC_BF16;
+  const cudnnDataType_t dt = bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
   gp_status s = GP_OK;
 #define ENTRY_TRY(call)                                                                            \
   do {                                                                                             \
@@ -175,21 +193,22 @@ static gp_status entry_make(const gp_conv2d_desc *d, conv_entry **out) {
   ENTRY_TRY(cudnnCreateTensorDescriptor(&e->bias));
   ENTRY_TRY(cudnnCreateFilterDescriptor(&e->w));
   ENTRY_TRY(cudnnCreateConvolutionDescriptor(&e->conv));
-  ENTRY_TRY(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)d->n,
-                                       (int)d->c, (int)d->h, (int)d->w));
-  ENTRY_TRY(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)d->n,
-                                       (int)d->k, (int)d->oh, (int)d->ow));
+  ENTRY_TRY(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, dt, (int)d->n, (int)d->c, (int)d->h,
+                                       (int)d->w));
+  ENTRY_TRY(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, dt, (int)d->n, (int)d->k,
+                                       (int)d->oh, (int)d->ow));
   ENTRY_TRY(
       cudnnSetTensor4dDescriptor(e->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, (int)d->k, 1, 1));
-  ENTRY_TRY(cudnnSetFilter4dDescriptor(e->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, (int)d->k,
+  ENTRY_TRY(cudnnSetFilter4dDescriptor(e->w, dt, CUDNN_TENSOR_NCHW, (int)d->k,
                                        (int)(d->c / d->groups), (int)d->kh, (int)d->kw));
   ENTRY_TRY(cudnnSetConvolution2dDescriptor(e->conv, (int)d->ph, (int)d->pw, (int)d->sh, (int)d->sw,
                                             (int)d->dh, (int)d->dw, CUDNN_CROSS_CORRELATION,
                                             CUDNN_DATA_FLOAT));
   ENTRY_TRY(cudnnSetConvolutionGroupCount(e->conv, (int)d->groups));
   // FMA_MATH, not DEFAULT_MATH: on Ampere and later DEFAULT_MATH lets FP32 convolutions run
-  // on TF32 tensor cores (10-bit mantissa), far from the CPU reference.
-  ENTRY_TRY(cudnnSetConvolutionMathType(e->conv, CUDNN_FMA_MATH));
+  // on TF32 tensor cores (10-bit mantissa), far from the CPU reference. bf16 operands are
+  // what tensor cores take (exact products, f32 accumulation): TENSOR_OP_MATH.
+  ENTRY_TRY(cudnnSetConvolutionMathType(e->conv, bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   {
     int on, oc, ohh, oww;
     ENTRY_TRY(cudnnGetConvolution2dForwardOutputDim(e->conv, e->x, e->w, &on, &oc, &ohh, &oww));
@@ -209,7 +228,12 @@ error:
 }
 
 // The cached entry of shape d, made (descriptors, no algorithm yet) when new.
-static gp_status entry_get(gp_backend *be, const gp_conv2d_desc *d, conv_entry **out) {
+static gp_status entry_get(gp_backend *be, const gp_conv2d_desc *desc, conv_entry **out) {
+  conv_key key;
+  memset(&key, 0, sizeof key);
+  key.d = *desc;
+  key.precision = be->precision;
+  const conv_key *d = &key;
   gp_dnn_state *st = gp_dnn_of(be);
   if (!st->conv) {
     st->conv = (gp_dnn_conv_cache *)calloc(1, sizeof *st->conv);
@@ -237,7 +261,7 @@ static gp_status entry_get(gp_backend *be, const gp_conv2d_desc *d, conv_entry *
 }
 
 // The workspace a search may offer: the most any algorithm of the direction asks for, capped
-// by CONV_WS_CAP and a quarter of the free device memory.
+// by CONV_WS_CAP and a quarter of the free device memory (of what mem_limit leaves, if set).
 static gp_status search_ws_limit(gp_backend *be, const conv_entry *e, int dir, size_t *out) {
   cudnnHandle_t h = gp_cuda_of(be)->dnn;
   size_t most = 0;
@@ -261,16 +285,41 @@ static gp_status search_ws_limit(gp_backend *be, const conv_entry *e, int dir, s
   size_t free_b = 0, total_b = 0;
   GP_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
   size_t cap = CONV_WS_CAP < free_b / 4 ? CONV_WS_CAP : free_b / 4;
+  if (be->mem_limit) { // a capped instance is a device of mem_limit bytes: a quarter of its rest
+    size_t left = be->mem_limit > be->mem_used ? be->mem_limit - be->mem_used : 0;
+    if (left / 4 < cap) cap = left / 4;
+  }
   *out = most < cap ? most : cap;
   return GP_OK;
 }
 
+// FFT and Winograd transform the operands before multiplying; bf16 mode wants the products of
+// the bf16 operands themselves (what the CPU emulation computes, up to summation order).
+static bool transforms(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+static bool transforms(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+static bool transforms(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 // The first (fastest: FindEx sorts by time) result that ran, is deterministic, does FP32 FMA
-// arithmetic and fits the workspace; -1 when none does.
-template <typename Perf> static int pick(const Perf *p, int n, size_t ws) {
+// arithmetic and fits the workspace; -1 when none does. bf16: tensor cores are fine (bf16
+// products are exact, sums f32), converting to a narrower type or transforming is not.
+template <typename Perf> static int pick(const Perf *p, int n, size_t ws, int bf16) {
   for (int i = 0; i < n; i++)
     if (p[i].status == CUDNN_STATUS_SUCCESS && p[i].determinism == CUDNN_DETERMINISTIC &&
-        p[i].mathType != CUDNN_TENSOR_OP_MATH &&
+        (bf16 ? !transforms(p[i].algo) : p[i].mathType != CUDNN_TENSOR_OP_MATH) &&
         p[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION && p[i].memory <= ws)
       return i;
   return -1;
@@ -278,10 +327,13 @@ template <typename Perf> static int pick(const Perf *p, int n, size_t ws) {
 
 // Times the algorithms of one direction on the caller's buffers and caches the choice. The
 // output buffer of backward filter is a stand-in: FindEx overwrites it, and dw accumulates.
-static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const float *x, const float *w,
-                             const float *y, float *out) {
+static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const void *x, const void *w,
+                             const void *y, void *out) {
   gp_cuda_impl *im = gp_cuda_of(be);
-  const gp_conv2d_desc *d = &e->key;
+  const gp_conv2d_desc *d = &e->key.d;
+  const int bf16 = e->key.precision == GP_PREC_BF16;
+  // (an earlier direction's run may have left its algorithm's math type on the descriptor)
+  if (bf16) GP_CUDNN_TRY(cudnnSetConvolutionMathType(e->conv, CUDNN_TENSOR_OP_MATH));
   size_t ws = 0;
   GP_TRY(search_ws_limit(be, e, dir, &ws));
   size_t ws_al = (ws + 255) & ~(size_t)255;
@@ -294,46 +346,48 @@ static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const float
   GP_CUDA_TRY(cudaStreamSynchronize(im->stream));
   int got = 0, at = -1, algo = 0;
   size_t mem = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   if (dir == DIR_FWD) {
     cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     GP_CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(im->dnn, e->x, x, e->w, w, e->conv, e->y,
                                                         out, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
                                                         p, wsp, ws));
-    at = pick(p, got, ws);
-    if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory;
+    at = pick(p, got, ws, bf16);
+    if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory, math = p[at].mathType;
   } else if (dir == DIR_DATA) {
     cudnnConvolutionBwdDataAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     GP_CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithmEx(
         im->dnn, e->w, w, e->y, y, e->conv, e->x, out, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got,
         p, wsp, ws));
-    at = pick(p, got, ws);
-    if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory;
+    at = pick(p, got, ws, bf16);
+    if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory, math = p[at].mathType;
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     void *stand_in = (char *)buf + ws_al;
     GP_CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithmEx(
         im->dnn, e->x, x, e->y, y, e->conv, e->w, stand_in, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
         &got, p, wsp, ws));
-    at = pick(p, got, ws);
-    if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory;
+    at = pick(p, got, ws, bf16);
+    if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory, math = p[at].mathType;
   }
   if (at < 0)
     return GP_ERR(GP_ERR_RUNTIME,
-                  "conv2d %s: cuDNN has no deterministic FP32 algorithm for %lldx%lldx%lldx%lld, "
+                  "conv2d %s: cuDNN has no deterministic %s algorithm for %lldx%lldx%lldx%lld, "
                   "kernel %lldx%lld, %lld groups (%d tried)",
-                  dir_name[dir], (long long)d->n, (long long)d->c, (long long)d->h, (long long)d->w,
-                  (long long)d->kh, (long long)d->kw, (long long)d->groups, got);
+                  dir_name[dir], bf16 ? "BF16" : "FP32", (long long)d->n, (long long)d->c,
+                  (long long)d->h, (long long)d->w, (long long)d->kh, (long long)d->kw,
+                  (long long)d->groups, got);
   e->algo[dir] = algo;
   e->ws[dir] = mem;
+  e->math[dir] = math;
   e->found[dir] = 1;
   gp_dnn_of(be)->conv_searches++;
   return GP_OK;
 }
 
 // The entry of d with the algorithm of dir chosen, and its workspace.
-static gp_status conv_prepare(gp_backend *be, const gp_conv2d_desc *d, int dir, const float *x,
-                              const float *w, const float *y, float *out, conv_entry **ep,
-                              void **ws) {
+static gp_status conv_prepare(gp_backend *be, const gp_conv2d_desc *d, int dir, const void *x,
+                              const void *w, const void *y, void *out, conv_entry **ep, void **ws) {
   conv_entry *e = NULL;
   GP_TRY(entry_get(be, d, &e));
   if (e->found[dir])
@@ -346,11 +400,68 @@ static gp_status conv_prepare(gp_backend *be, const gp_conv2d_desc *d, int dir, 
   return GP_OK;
 }
 
+// bf16 mode: the operands as bf16 copies, cuDNN writes a bf16 result, widened to f32 (and the
+// bias added, or the result added to dw) in f32 by bf16.cu. The math type of the chosen
+// algorithm is set before each run: the descriptor is shared by the three directions, and
+// FindEx reports for each algorithm the math type it was timed with.
+static gp_status conv_forward_bf16(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                   const float *w, const float *bias, float *y) {
+  const int64_t nx = d->n * d->c * d->h * d->w, nw = d->k * (d->c / d->groups) * d->kh * d->kw;
+  const int64_t ny = d->n * d->k * d->oh * d->ow;
+  void *xb, *wb, *yb, *ws;
+  GP_TRY(gp_cuda_bf16_operands(be, x, nx, w, nw, ny, &xb, &wb, &yb));
+  conv_entry *e;
+  GP_TRY(conv_prepare(be, d, DIR_FWD, xb, wb, NULL, yb, &e, &ws));
+  const float one = 1.0f, zero = 0.0f;
+  GP_CUDNN_TRY(cudnnSetConvolutionMathType(e->conv, e->math[DIR_FWD]));
+  GP_CUDNN_TRY(cudnnConvolutionForward(gp_cuda_of(be)->dnn, &one, e->x, xb, e->w, wb, e->conv,
+                                       (cudnnConvolutionFwdAlgo_t)e->algo[DIR_FWD], ws,
+                                       e->ws[DIR_FWD], &zero, e->y, yb));
+  return gp_cuda_bf16_widen(be, ny, d->k, d->oh * d->ow, yb, bias, 0, y);
+}
+
+static gp_status conv_backward_data_bf16(gp_backend *be, const gp_conv2d_desc *d, const float *dy,
+                                         const float *w, float *dx) {
+  const int64_t nx = d->n * d->c * d->h * d->w, nw = d->k * (d->c / d->groups) * d->kh * d->kw;
+  const int64_t ny = d->n * d->k * d->oh * d->ow;
+  void *dyb, *wb, *dxb, *ws;
+  GP_TRY(gp_cuda_bf16_operands(be, dy, ny, w, nw, nx, &dyb, &wb, &dxb));
+  conv_entry *e;
+  GP_TRY(conv_prepare(be, d, DIR_DATA, NULL, wb, dyb, dxb, &e, &ws));
+  const float one = 1.0f, zero = 0.0f;
+  GP_CUDNN_TRY(cudnnSetConvolutionMathType(e->conv, e->math[DIR_DATA]));
+  GP_CUDNN_TRY(cudnnConvolutionBackwardData(gp_cuda_of(be)->dnn, &one, e->w, wb, e->y, dyb, e->conv,
+                                            (cudnnConvolutionBwdDataAlgo_t)e->algo[DIR_DATA], ws,
+                                            e->ws[DIR_DATA], &zero, e->x, dxb));
+  return gp_cuda_bf16_widen(be, nx, 1, 1, dxb, NULL, 0, dx);
+}
+
+static gp_status conv_backward_filter_bf16(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                           const float *dy, float *dw, float *dbias) {
+  const int64_t nx = d->n * d->c * d->h * d->w, nw = d->k * (d->c / d->groups) * d->kh * d->kw;
+  const int64_t ny = d->n * d->k * d->oh * d->ow;
+  void *xb, *dyb, *dwb, *ws;
+  GP_TRY(gp_cuda_bf16_operands(be, x, nx, dy, ny, nw, &xb, &dyb, &dwb));
+  conv_entry *e;
+  GP_TRY(conv_prepare(be, d, DIR_FILTER, xb, NULL, dyb, NULL, &e, &ws));
+  // beta = 0 into the bf16 result; the accumulation over micro-batches is the f32 add after.
+  const float one = 1.0f, zero = 0.0f;
+  GP_CUDNN_TRY(cudnnSetConvolutionMathType(e->conv, e->math[DIR_FILTER]));
+  GP_CUDNN_TRY(cudnnConvolutionBackwardFilter(gp_cuda_of(be)->dnn, &one, e->x, xb, e->y, dyb,
+                                              e->conv,
+                                              (cudnnConvolutionBwdFilterAlgo_t)e->algo[DIR_FILTER],
+                                              ws, e->ws[DIR_FILTER], &zero, e->w, dwb));
+  GP_TRY(gp_cuda_bf16_widen(be, nw, 1, 1, dwb, NULL, 1, dw));
+  if (dbias) GP_TRY(gp_dnn_channel_sum(be, d->n, d->k, d->oh * d->ow, dy, dbias));
+  return GP_OK;
+}
+
 static gp_status conv_forward(gp_backend *be, const gp_conv2d_desc *d, const float *x,
                               const float *w, const float *bias, float *y) {
   GP_TRY(gp_cuda_use(be));
   GP_TRY(check_desc(d));
   if (d->n == 0) return GP_OK;
+  if (be->precision == GP_PREC_BF16) return conv_forward_bf16(be, d, x, w, bias, y);
   conv_entry *e;
   void *ws;
   GP_TRY(conv_prepare(be, d, DIR_FWD, x, w, NULL, y, &e, &ws));
@@ -368,6 +479,7 @@ static gp_status conv_backward_data(gp_backend *be, const gp_conv2d_desc *d, con
   GP_TRY(gp_cuda_use(be));
   GP_TRY(check_desc(d));
   if (d->n == 0) return GP_OK;
+  if (be->precision == GP_PREC_BF16) return conv_backward_data_bf16(be, d, dy, w, dx);
   conv_entry *e;
   void *ws;
   GP_TRY(conv_prepare(be, d, DIR_DATA, NULL, w, dy, dx, &e, &ws));
@@ -383,6 +495,7 @@ static gp_status conv_backward_filter(gp_backend *be, const gp_conv2d_desc *d, c
   GP_TRY(gp_cuda_use(be));
   GP_TRY(check_desc(d));
   if (d->n == 0) return GP_OK;
+  if (be->precision == GP_PREC_BF16) return conv_backward_filter_bf16(be, d, x, dy, dw, dbias);
   conv_entry *e;
   void *ws;
   GP_TRY(conv_prepare(be, d, DIR_FILTER, x, NULL, dy, NULL, &e, &ws));
@@ -412,7 +525,7 @@ gp_status gp_cuda_dnn_install(gp_backend *be) {
   im->dnn_state = st; // from here gp_cuda_dnn_release frees whatever is set
   GP_CUDA_TRY(cudaDeviceGetAttribute(&st->sms, cudaDevAttrMultiProcessorCount, im->device));
   if (st->sms < 1) st->sms = 1;
-  GP_CUDA_TRY(cudaMalloc(&st->flags_dev, GP_DNN_FLAGS * sizeof(unsigned long long)));
+  GP_TRY(gp_cuda_dev_alloc(be, GP_DNN_FLAGS * sizeof(unsigned long long), (void **)&st->flags_dev));
   GP_CUDA_TRY(cudaMallocHost(&st->flags_host, GP_DNN_FLAGS * sizeof(unsigned long long)));
   gp_dnn_install_conv(be);
   gp_dnn_install_pool(be);
@@ -428,8 +541,8 @@ void gp_cuda_dnn_release(gp_backend *be) {
   if (!st) return;
   if (gp_cuda_use(be) == GP_OK && im->stream) cudaStreamSynchronize(im->stream);
   gp_dnn_conv_release(st);
-  if (st->work) cudaFree(st->work);
-  if (st->flags_dev) cudaFree(st->flags_dev);
+  if (st->work) gp_cuda_dev_free(be, st->work);
+  if (st->flags_dev) gp_cuda_dev_free(be, st->flags_dev);
   if (st->flags_host) cudaFreeHost(st->flags_host);
   free(st);
   im->dnn_state = NULL;

@@ -14,10 +14,11 @@ extern "C" {
 
 typedef struct gp_cuda_impl {
   int device;
-  cudaStream_t stream; /* every op of this instance runs on it, in order */
-  cublasHandle_t blas; /* bound to stream */
-  cudnnHandle_t dnn;   /* bound to stream */
-  void *scratch;       /* gp_backend.scratch: device memory, grown on demand */
+  cudaStream_t stream;  /* every op of this instance runs on it, in order */
+  cudaStream_t in, out; /* copy queues GP_Q_IN, GP_Q_OUT (order.cu) */
+  cublasHandle_t blas;  /* bound to stream */
+  cudnnHandle_t dnn;    /* bound to stream */
+  void *scratch;        /* gp_backend.scratch: device memory, grown on demand */
   size_t scratch_bytes;
   void *dnn_state; /* owned by dnn.cu (descriptor and algorithm caches), freed by its release */
 } gp_cuda_impl;
@@ -36,6 +37,12 @@ gp_status gp_cudnn_check(cudnnStatus_t e, const char *what, const char *file, in
 /* After a kernel launch: the launch error, if any. */
 #define GP_CUDA_LAUNCHED(name) GP_TRY(gp_cuda_check(cudaGetLastError(), name, __FILE__, __LINE__))
 
+/* Device memory of the instance (cudaMalloc; 0 bytes still gives a pointer): counted in
+ * gp_backend.mem_used / mem_peak and refused with GP_ERR_NOMEM past mem_limit. Every device
+ * allocation of the backend goes through these two, so the count is the instance's. */
+gp_status gp_cuda_dev_alloc(gp_backend *be, size_t bytes, void **out);
+cudaError_t gp_cuda_dev_free(gp_backend *be, void *p); /* NULL ok */
+
 /* Device scratch of at least bytes (valid until the next call on this instance). */
 gp_status gp_cuda_scratch(gp_backend *be, size_t bytes, void **out);
 
@@ -45,6 +52,11 @@ gp_status gp_cuda_scratch(gp_backend *be, size_t bytes, void **out);
  * gp_cuda_dnn_release from destroy. */
 gp_status gp_cuda_dnn_install(gp_backend *be);
 void gp_cuda_dnn_release(gp_backend *be);
+
+/* order.cu: creates the copy streams and fills the ordering ops (events, copy_peer, pinned
+ * host memory, from_host_async); release syncs and destroys the copy streams. */
+gp_status gp_cuda_order_install(gp_backend *be);
+void gp_cuda_order_release(gp_backend *be);
 
 /* Makes the instance's device current for the calling thread (a worker may run on another
  * thread than the one that created the instance); every entry point calls it first. */

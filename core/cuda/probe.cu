@@ -6,3 +6,11 @@ extern "C" int gp_cuda_probe_count(void) {
   if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
   return n;
 }
+
+extern "C" int gp_cuda_probe_mem(int device, size_t *free_b, size_t *total_b) {
+  int cur = 0;
+  if (cudaGetDevice(&cur) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) return -1;
+  cudaError_t e = cudaMemGetInfo(free_b, total_b);
+  (void)cudaSetDevice(cur);
+  return e == cudaSuccess ? 0 : -1;
+}

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cuda/cuda.h"
 #include "core/train/exec.h"
 #include "core/train/tied.h"
 
@@ -27,6 +28,7 @@ typedef struct ext_out {
   int t;        /* tensor id */
   int consumer; /* stage */
   int k;        /* index in the consumer's ext_in */
+  float *grad;  /* send_outputs: the gradient buffer being handed over */
 } ext_out;
 
 /* What stage s has received for micro-batch m. */
@@ -47,10 +49,24 @@ typedef struct trace_ev {
   double t0, t1, busy; /* wall start and end; compute time (see busy_s) */
 } trace_ev;
 
+/* A stage's host staging of its model inputs for asynchronous copies to its device: the
+ * whole mini-batch, page-locked, reused once the last command's copies have passed. */
+typedef struct staging {
+  char *host;
+  size_t bytes, cap;
+  size_t at[GP_MAX_MODEL_INPUTS]; /* offset of each model input */
+  gp_event *done;                 /* after the last copy out of it */
+} staging;
+
 typedef struct stage {
   gp_pipeline *pl;
   int index, first, end;
+  int place; /* memory space: stages with equal places share memory (plain hand-offs) */
   gp_backend *be;
+  /* per micro-batch: outputs ready (compute); gradients written for the producers (compute);
+   * the copies of inputs (queue IN) and of gradients (queue OUT) done */
+  gp_event **ev_fwd, **ev_grads, **ev_pull, **ev_push;
+  staging stg;
   gp_params params;
   gp_optimizer opt;
   int have_opt;
@@ -80,7 +96,9 @@ struct gp_pipeline {
   stage *st;
   uint64_t seed;
   double watchdog_s;
-  int pin, cores, threads_per_stage, trace;
+  int pin, cores, threads_per_stage, trace, copy_all;
+  gp_precision precision;
+  size_t mem_limit;
   double t_origin;
   double span_s; /* wall time of the training steps since the last reset */
   pthread_mutex_t mu;
@@ -228,9 +246,45 @@ static gp_status find_boundaries(gp_pipeline *pl) {
   return GP_OK;
 }
 
+/* The stage's backend on its plan device ("cpu" or "cuda:N"), with the pipeline's precision
+ * and memory cap, and where its memory is: stages on one device share it, unless the tests
+ * ask for copies everywhere. */
+static gp_status stage_backend(gp_pipeline *pl, stage *st) {
+  const char *dev = pl->plan.st[st->index].device;
+  gp_status s;
+  if (strncmp(dev, "cuda:", 5) == 0)
+    s = gp_cuda_backend_create(atoi(dev + 5), &st->be);
+  else
+    s = gp_cpu_backend_create(pl->threads_per_stage, &st->be);
+  GP_TRY(s);
+  st->be->precision = pl->precision;
+  st->be->mem_limit = pl->mem_limit;
+  st->place = pl->copy_all ? st->index : st->be->device;
+  return GP_OK;
+}
+
+static gp_status events_make(gp_backend *be, int n, gp_event ***out) {
+  if (!(*out = calloc((size_t)n, sizeof **out)))
+    return GP_ERR(GP_ERR_NOMEM, "out of memory for events");
+  for (int i = 0; i < n; i++)
+    GP_TRY(be->event_create(be, &(*out)[i]));
+  return GP_OK;
+}
+
+static void events_free(gp_backend *be, int n, gp_event **ev) {
+  for (int i = 0; ev && i < n; i++)
+    be->event_destroy(be, ev[i]);
+  free(ev);
+}
+
 static gp_status stage_init(gp_pipeline *pl, stage *st) {
   int M = pl->micro;
-  GP_TRY(gp_cpu_backend_create(pl->threads_per_stage, &st->be));
+  GP_TRY(stage_backend(pl, st));
+  GP_TRY(events_make(st->be, M, &st->ev_fwd));
+  GP_TRY(events_make(st->be, M, &st->ev_grads));
+  GP_TRY(events_make(st->be, M, &st->ev_pull));
+  GP_TRY(events_make(st->be, M, &st->ev_push));
+  GP_TRY(st->be->event_create(st->be, &st->stg.done));
   GP_TRY(gp_params_init(&st->params, pl->m, st->first, st->end, st->be, pl->seed));
   GP_TRY(gp_optimizer_init(&st->opt, &pl->m->train, &st->params));
   st->have_opt = 1;
@@ -255,7 +309,12 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
 
 /* ---- actions ---- */
 
-static gp_exec exec_for(stage *st, int micro, int training, int recompute, gp_arena *arena) {
+_Static_assert(GP_EXEC_MAX_HOST == GP_MAX_MODEL_INPUTS, "gp_exec's host copies");
+
+/* The exec of an action on micro-batch `micro` with pass p, whose model inputs' host copies
+ * (the caller's batch) it lists. */
+static gp_exec exec_for(stage *st, const gp_pass *p, int micro, int training, int recompute,
+                        gp_arena *arena) {
   gp_pipeline *pl = st->pl;
   gp_exec e = {.be = st->be,
                .arena = arena,
@@ -266,6 +325,14 @@ static gp_exec exec_for(stage *st, int micro, int training, int recompute, gp_ar
                .micro = micro,
                .sample_offset = pl->off[micro],
                .loss_count = training ? pl->targets : 1};
+  for (int q = 0; q < st->n_in; q++) {
+    int t = st->in[q].t;
+    if (st->in[q].producer >= 0 || !p->val[t].data) continue;
+    const gp_model_input *mi = &pl->m->inputs[t];
+    size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
+    e.host_dev[e.n_host] = p->val[t].data;
+    e.host_src[e.n_host++] = (const char *)pl->in.in[t] + (size_t)pl->off[micro] * per;
+  }
   return e;
 }
 
@@ -277,12 +344,54 @@ static void pass_clear(gp_pass *p, int64_t batch) {
   p->batch = batch;
 }
 
+/* A GPU stage, at the start of a command: its model inputs of the whole mini-batch into its
+ * page-locked staging, once the last command's copies out of it have passed, so the
+ * per-micro-batch copies to the device need not block the host. */
+static gp_status staging_fill(stage *st) {
+  gp_pipeline *pl = st->pl;
+  const gp_model *mo = pl->m;
+  gp_backend *be = st->be;
+  size_t need = 0;
+  for (int q = 0; q < st->n_in; q++) {
+    int t = st->in[q].t;
+    if (st->in[q].producer >= 0) continue;
+    const gp_model_input *mi = &mo->inputs[t];
+    if (!pl->in.in[t])
+      return GP_ERR(GP_ERR_USAGE, "the batch has no data for input '%s'", mi->name);
+    size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
+    st->stg.at[t] = need;
+    need += ((size_t)pl->batch * per + 63) & ~(size_t)63;
+  }
+  if (!need) return GP_OK;
+  GP_TRY(be->event_sync(be, st->stg.done));
+  if (need > st->stg.cap) {
+    be->host_free(be, st->stg.host);
+    st->stg.host = NULL;
+    st->stg.cap = 0;
+    GP_TRY(be->host_alloc(be, need, (void **)&st->stg.host));
+    st->stg.cap = need;
+  }
+  for (int q = 0; q < st->n_in; q++) {
+    int t = st->in[q].t;
+    if (st->in[q].producer >= 0) continue;
+    const gp_model_input *mi = &mo->inputs[t];
+    size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
+    memcpy(st->stg.host + st->stg.at[t], pl->in.in[t], (size_t)pl->batch * per);
+  }
+  return GP_OK;
+}
+
 /* Points the pass's inputs at micro-batch m: model inputs copied from the host batch into
- * the slot's arena, other stages' tensors from the mailbox (waiting for them). */
+ * the slot's arena (a GPU stage: from its staging, without waiting), other stages' tensors
+ * from the mailbox, waiting for them: a producer's tensor is used in place where it shares
+ * the memory (the compute queue waits for the producer's), else copied into the slot's arena
+ * on queue IN (which waits for the producer; the compute queue waits for the copy). */
 static gp_status gather_inputs(stage *st, int m, gp_pass *p, gp_arena *keep) {
   gp_pipeline *pl = st->pl;
   const gp_model *mo = pl->m;
+  gp_backend *be = st->be;
   int64_t n = pl->off[m + 1] - pl->off[m];
+  int staged = 0;
   for (int q = 0; q < st->n_in; q++) {
     int t = st->in[q].t;
     if (st->in[q].producer >= 0) continue;
@@ -292,24 +401,52 @@ static gp_status gather_inputs(stage *st, int m, gp_pass *p, gp_arena *keep) {
     const char *src = pl->in.in[t];
     if (!src) return GP_ERR(GP_ERR_USAGE, "the batch has no data for input '%s'", mi->name);
     GP_TRY(gp_arena_tensor(keep, mi->dtype, &sh, &p->val[t]));
-    GP_TRY(
-        st->be->from_host(st->be, p->val[t].data, src + (size_t)pl->off[m] * per, (size_t)n * per));
+    size_t at = (size_t)pl->off[m] * per, bytes = (size_t)n * per;
+    if (be->device < 0) {
+      GP_TRY(be->from_host(be, p->val[t].data, src + at, bytes));
+    } else {
+      GP_TRY(be->from_host_async(be, p->val[t].data, st->stg.host + st->stg.at[t] + at, bytes));
+      staged = 1;
+    }
   }
+  if (staged) GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->stg.done));
   if (!st->n_wait_in) return GP_OK;
   pthread_mutex_lock(&pl->mu);
   gp_status s = wait_for(pl, &st->box[m].ready, st->n_wait_in, "the input", m, st->index);
   pthread_mutex_unlock(&pl->mu);
   GP_TRY(s);
-  for (int q = 0; q < st->n_in; q++)
-    if (st->in[q].producer >= 0) p->val[st->in[q].t] = st->box[m].val[q];
+  int pulled = 0;
+  for (int q = 0; q < st->n_in; q++) {
+    if (st->in[q].producer < 0) continue;
+    const stage *ps = &pl->st[st->in[q].producer];
+    gp_tensor v = st->box[m].val[q];
+    if (ps->place == st->place) {
+      GP_TRY(be->event_wait(be, GP_Q_COMPUTE, ps->ev_fwd[m]));
+      p->val[st->in[q].t] = v;
+      continue;
+    }
+    gp_tensor mine;
+    GP_TRY(gp_arena_tensor(keep, v.dtype, &v.shape, &mine));
+    GP_TRY(be->event_wait(be, GP_Q_IN, ps->ev_fwd[m]));
+    GP_TRY(be->copy_peer(be, GP_Q_IN, mine.data, be->device, v.data, ps->be->device,
+                         gp_tensor_bytes(&v)));
+    p->val[st->in[q].t] = mine;
+    pulled = 1;
+  }
+  if (pulled) {
+    GP_TRY(be->event_record(be, GP_Q_IN, st->ev_pull[m]));
+    GP_TRY(be->event_wait(be, GP_Q_COMPUTE, st->ev_pull[m]));
+  }
   return GP_OK;
 }
 
 /* Hands this stage's outputs of micro-batch m to the stages that read them, with a gradient
- * buffer for each (in the slot arena, alive until this stage's backward of m). */
+ * buffer for each (in the slot arena, alive until this stage's backward of m). The compute
+ * queue's mark ev_fwd[m] is recorded before any is posted: what consumers wait for. */
 static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int copy,
                               int want_grads) {
   gp_pipeline *pl = st->pl;
+  if (!st->n_out) return GP_OK;
   for (int o = 0; o < st->n_out; o++) {
     ext_out *eo = &st->out[o];
     gp_tensor v = p->val[eo->t];
@@ -321,23 +458,27 @@ static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int 
       gp_tensor kept;
       GP_TRY(gp_arena_tensor(keep, v.dtype, &v.shape, &kept));
       GP_TRY(st->be->copy(st->be, kept.data, v.data, bytes));
-      p->val[eo->t] = v = kept;
-    } else if (copy) {
-      v = p->val[eo->t];
+      p->val[eo->t] = kept;
     }
-    float *g = NULL;
-    if (want_grads && v.dtype == GP_F32) GP_TRY(gp_arena_alloc(keep, bytes, (void **)&g));
-    pthread_mutex_lock(&pl->mu);
-    mailbox *b = &pl->st[eo->consumer].box[m];
-    b->val[eo->k] = v;
-    b->grad_to[eo->k] = g;
-    b->ready++;
-    st->sent_bytes += (int64_t)bytes;
-    pthread_cond_broadcast(&pl->cv);
-    pthread_mutex_unlock(&pl->mu);
+    eo->grad = NULL;
+    if (want_grads && v.dtype == GP_F32) GP_TRY(gp_arena_alloc(keep, bytes, (void **)&eo->grad));
   }
+  GP_TRY(st->be->event_record(st->be, GP_Q_COMPUTE, st->ev_fwd[m]));
+  pthread_mutex_lock(&pl->mu);
+  for (int o = 0; o < st->n_out; o++) {
+    ext_out *eo = &st->out[o];
+    mailbox *b = &pl->st[eo->consumer].box[m];
+    b->val[eo->k] = p->val[eo->t];
+    b->grad_to[eo->k] = eo->grad;
+    b->ready++;
+    st->sent_bytes += (int64_t)gp_tensor_bytes(&p->val[eo->t]);
+  }
+  pthread_cond_broadcast(&pl->cv);
+  pthread_mutex_unlock(&pl->mu);
   return GP_OK;
 }
+
+static gp_status predict_micro(stage *st, int m);
 
 static gp_status do_forward(stage *st, int m, int drop, int training) {
   gp_pipeline *pl = st->pl;
@@ -346,7 +487,7 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   gp_arena *keep = &st->slot_arena[slot];
   pass_clear(p, pl->off[m + 1] - pl->off[m]);
   GP_TRY(gather_inputs(st, m, p, keep));
-  gp_exec e = exec_for(st, m, training, 0, drop ? &st->scratch : keep);
+  gp_exec e = exec_for(st, p, m, training, 0, drop ? &st->scratch : keep);
   double t0 = now_s(), c0 = busy_s(pl);
   GP_TRY(gp_pass_forward(p, &e));
   double t1 = now_s();
@@ -362,6 +503,7 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   st->acc.correct += e.correct;
   st->acc.counted += e.counted;
   GP_TRY(send_outputs(st, m, p, keep, drop, training));
+  if (!training && pl->pred && st->index == pl->k - 1) GP_TRY(predict_micro(st, m));
   if (drop) {
     GP_TRY(gp_arena_reset(&st->scratch)); /* only dropped forwards use it */
     for (int i = st->first; i < st->end; i++) {
@@ -375,14 +517,74 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   return GP_OK;
 }
 
+/* Writes the gradients of this stage's inputs of micro-batch m where their producers asked:
+ * on the compute queue where the producer shares the memory, else by copies on queue OUT
+ * (after the backward; the compute queue then waits for them, so the slot's memory is not
+ * reused under a copy). ev_grads[m] marks the end of every write, before any is posted. */
+static gp_status send_grads(stage *st, int m, gp_pass *p, gp_arena *keep) {
+  gp_pipeline *pl = st->pl;
+  gp_backend *be = st->be;
+  double t0 = now_s(), c0 = busy_s(pl);
+  int pushed = 0, any = 0;
+  for (int q = 0; q < st->n_in; q++) {
+    float *to = st->box[m].grad_to[q];
+    ext_in *ei = &st->in[q];
+    if (ei->producer < 0 || !to) continue;
+    const stage *ps = &pl->st[ei->producer];
+    gp_tensor *g = &p->grad[ei->t];
+    size_t bytes = gp_tensor_bytes(&st->box[m].val[q]);
+    any = 1;
+    if (ps->place == st->place) {
+      if (g->data)
+        GP_TRY(be->copy(be, to, g->data, bytes));
+      else
+        GP_TRY(be->zero(be, to, bytes));
+      continue;
+    }
+    const void *src = g->data;
+    if (!src) { /* no gradient reached it: send zeros */
+      void *z;
+      GP_TRY(gp_arena_alloc(keep, bytes, &z));
+      GP_TRY(be->zero(be, z, bytes));
+      src = z;
+    }
+    if (!pushed) {
+      GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->ev_grads[m]));
+      GP_TRY(be->event_wait(be, GP_Q_OUT, st->ev_grads[m]));
+      pushed = 1;
+    }
+    GP_TRY(be->copy_peer(be, GP_Q_OUT, to, ps->be->device, src, be->device, bytes));
+  }
+  if (!any) return GP_OK;
+  if (pushed) {
+    GP_TRY(be->event_record(be, GP_Q_OUT, st->ev_push[m]));
+    GP_TRY(be->event_wait(be, GP_Q_COMPUTE, st->ev_push[m]));
+  }
+  GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->ev_grads[m]));
+  record(st, 'T', m, t0, now_s(), busy_s(pl) - c0);
+  pthread_mutex_lock(&pl->mu);
+  for (int q = 0; q < st->n_in; q++) {
+    if (st->in[q].producer < 0 || !st->box[m].grad_to[q]) continue;
+    pl->st[st->in[q].producer].box[m].grads++;
+    st->sent_bytes += (int64_t)gp_tensor_bytes(&st->box[m].val[q]);
+  }
+  pthread_cond_broadcast(&pl->cv);
+  pthread_mutex_unlock(&pl->mu);
+  return GP_OK;
+}
+
 static gp_status do_backward(stage *st, int m, int recompute) {
   gp_pipeline *pl = st->pl;
   int slot = m % pl->sched.slots[st->index];
   gp_pass *p = &st->pass[slot];
   gp_arena *keep = &st->slot_arena[slot];
+  /* The backward's temporaries and re-materialized activations go to the stage's scratch
+   * arena, shared by the micro-batches: arenas keep their peak, so a slot that held them
+   * would hold a whole micro-batch's activations for good, M times over. */
+  gp_arena *work = &st->scratch;
   gp_backend *be = st->be;
   if (recompute) {
-    gp_exec e = exec_for(st, m, 1, 1, keep);
+    gp_exec e = exec_for(st, p, m, 1, 1, work);
     double t0 = now_s(), c0 = busy_s(pl);
     GP_TRY(gp_pass_forward(p, &e));
     double t1 = now_s();
@@ -394,11 +596,13 @@ static gp_status do_backward(stage *st, int m, int recompute) {
   gp_status s = wait_for(pl, &st->box[m].grads, st->n_grads_expected, "the gradient", m, st->index);
   pthread_mutex_unlock(&pl->mu);
   GP_TRY(s);
-  /* sum the gradients that later stages wrote for this stage's outputs */
+  /* sum the gradients that later stages wrote for this stage's outputs, once their writes
+   * have passed */
   for (int o = 0; o < st->n_out; o++) {
     ext_out *eo = &st->out[o];
     float *g = pl->st[eo->consumer].box[m].grad_to[eo->k];
     if (!g) continue;
+    GP_TRY(be->event_wait(be, GP_Q_COMPUTE, pl->st[eo->consumer].ev_grads[m]));
     gp_tensor *dst = &p->grad[eo->t];
     if (!dst->data) {
       *dst = p->val[eo->t];
@@ -407,32 +611,15 @@ static gp_status do_backward(stage *st, int m, int recompute) {
       GP_TRY(be->axpby(be, gp_shape_numel(&dst->shape), 1.0f, g, 1.0f, GP_F32P(dst)));
     }
   }
-  gp_exec e = exec_for(st, m, 1, recompute, keep);
+  gp_exec e = exec_for(st, p, m, 1, recompute, work);
   double t0 = now_s(), c0 = busy_s(pl);
   GP_TRY(gp_pass_backward(p, &e));
   double t1 = now_s();
   double b = busy_s(pl) - c0;
   st->bwd_s += b;
   record(st, 'B', m, t0, t1, b);
-  /* write the gradients of this stage's inputs where their producers asked */
-  for (int q = 0; q < st->n_in; q++) {
-    float *to = st->box[m].grad_to[q];
-    ext_in *ei = &st->in[q];
-    if (ei->producer < 0 || !to) continue;
-    gp_tensor *g = &p->grad[ei->t];
-    size_t bytes = gp_tensor_bytes(&st->box[m].val[q]);
-    double t0 = now_s(), c0 = busy_s(pl);
-    if (g->data)
-      GP_TRY(be->copy(be, to, g->data, bytes));
-    else
-      GP_TRY(be->zero(be, to, bytes));
-    record(st, 'T', m, t0, now_s(), busy_s(pl) - c0);
-    pthread_mutex_lock(&pl->mu);
-    pl->st[ei->producer].box[m].grads++;
-    st->sent_bytes += (int64_t)bytes;
-    pthread_cond_broadcast(&pl->cv);
-    pthread_mutex_unlock(&pl->mu);
-  }
+  GP_TRY(send_grads(st, m, p, keep));
+  GP_TRY(gp_arena_reset(work));
   return gp_arena_reset(keep);
 }
 
@@ -533,11 +720,12 @@ static gp_status run_command(stage *st, cmd_kind cmd) {
   memset(&st->acc, 0, sizeof st->acc);
   for (int m = 0; m < pl->micro; m++)
     GP_TRY(gp_arena_reset(&st->slot_arena[m]));
+  if (st->be->device >= 0) GP_TRY(staging_fill(st));
   if (cmd == CMD_EVAL) {
-    for (int m = 0; m < pl->micro && pl->off[m + 1] > pl->off[m]; m++) {
-      GP_TRY(do_forward(st, m, 0, 0));
-      if (pl->pred && st->index == pl->k - 1) GP_TRY(predict_micro(st, m));
-    }
+    /* No backward follows: the activations go to scratch and each slot keeps only the
+     * tensors it sends, so evaluating needs no more memory than training. */
+    for (int m = 0; m < pl->micro && pl->off[m + 1] > pl->off[m]; m++)
+      GP_TRY(do_forward(st, m, 1, 0));
     return GP_OK;
   }
   GP_TRY(gp_params_zero_grad(&st->params));
@@ -700,6 +888,9 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
   pl->watchdog_s = o && o->watchdog_s > 0 ? o->watchdog_s : 300;
   pl->pin = o ? o->pin : 0;
   pl->trace = o ? o->trace : 0;
+  pl->copy_all = o ? o->copy_all : 0;
+  pl->precision = o ? o->precision : GP_PREC_FP32;
+  pl->mem_limit = o ? o->mem_limit : 0;
   pl->t_origin = now_s();
   pl->cores = o && o->cores > 0 ? o->cores : gp_cpu_cores();
   pl->threads_per_stage = pl->cores / pl->k > 1 ? pl->cores / pl->k : 1;
@@ -717,15 +908,18 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
   }
   if (s == GP_OK) s = find_boundaries(pl);
   for (int i = 0; s == GP_OK && i < pl->k; i++)
-    s = stage_init(pl, &pl->st[i]);
+    if ((s = stage_init(pl, &pl->st[i])) != GP_OK)
+      s = gp_error_prefix(s, "stage %d (%s): ", i, plan->st[i].device);
   if (s == GP_OK) {
     gp_params *ps[GP_MAX_DEVICES];
     gp_backend *bes[GP_MAX_DEVICES];
+    int places[GP_MAX_DEVICES];
     for (int i = 0; i < pl->k; i++) {
       ps[i] = &pl->st[i].params;
       bes[i] = pl->st[i].be;
+      places[i] = pl->st[i].place;
     }
-    s = gp_tied_init(&pl->tied, m, pl->k, ps, bes);
+    s = gp_tied_init(&pl->tied, m, pl->k, ps, bes, places);
   }
   for (int i = 0; s == GP_OK && i < pl->k; i++) {
     if (pthread_create(&pl->st[i].thread, NULL, worker, &pl->st[i]) != 0)
@@ -760,7 +954,16 @@ void gp_pipeline_free(gp_pipeline *pl) {
         free(st->box[m].grad_to);
       }
     }
-    if (st->be) gp_arena_free(&st->scratch);
+    if (st->be) {
+      (void)st->be->sync(st->be); /* nothing queued may still use what is freed below */
+      gp_arena_free(&st->scratch);
+      events_free(st->be, pl->micro, st->ev_fwd);
+      events_free(st->be, pl->micro, st->ev_grads);
+      events_free(st->be, pl->micro, st->ev_pull);
+      events_free(st->be, pl->micro, st->ev_push);
+      st->be->event_destroy(st->be, st->stg.done);
+      st->be->host_free(st->be, st->stg.host);
+    }
     if (st->have_opt) gp_optimizer_free(&st->opt);
     gp_params_free(&st->params);
     free(st->slot_arena);
@@ -776,6 +979,12 @@ void gp_pipeline_free(gp_pipeline *pl) {
   pthread_mutex_destroy(&pl->mu);
   pthread_cond_destroy(&pl->cv);
   free(pl);
+}
+
+gp_status gp_pipeline_sync(gp_pipeline *pl) {
+  for (int i = 0; i < pl->k; i++)
+    GP_TRY(pl->st[i].be->sync(pl->st[i].be));
+  return GP_OK;
 }
 
 int gp_pipeline_stages(const gp_pipeline *pl) {
@@ -797,6 +1006,7 @@ gp_backend *gp_pipeline_backend(gp_pipeline *pl, int stage_i) {
 void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) {
   const stage *st = &pl->st[stage_i];
   out->peak_act_bytes = st->meter.peak;
+  out->mem_peak = st->be->mem_peak;
   out->sent_bytes = st->sent_bytes;
   out->first_unit = pl->plan.st[stage_i].first_unit;
   out->end_unit = pl->plan.st[stage_i].end_unit;
@@ -811,6 +1021,7 @@ void gp_pipeline_reset_stats(gp_pipeline *pl) {
   pl->span_s = 0;
   for (int i = 0; i < pl->k; i++) {
     pl->st[i].meter.peak = pl->st[i].meter.live;
+    pl->st[i].be->mem_peak = pl->st[i].be->mem_used;
     pl->st[i].sent_bytes = 0;
     pl->st[i].fwd_s = pl->st[i].bwd_s = pl->st[i].wall_busy_s = 0;
     pl->st[i].steps = 0;

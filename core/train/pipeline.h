@@ -19,6 +19,10 @@ typedef struct gp_pipeline_opts {
   int pin;           /* pin each stage's worker to its share of the cores */
   double watchdog_s; /* a stage waiting longer than this for another is an error; 0 = 300 s */
   int trace;         /* record every action's start and end for gp_pipeline_write_trace */
+  gp_precision precision; /* of every stage's GEMMs and convolutions */
+  size_t mem_limit;       /* per stage instance (gp_backend.mem_limit); 0 = none */
+  int copy_all; /* tests: hand tensors between stages by copies, as if each stage had its own
+                   device, even where they share memory */
 } gp_pipeline_opts;
 
 /* Per-step results, summed over micro-batches (on the last stage). */
@@ -39,6 +43,8 @@ typedef struct gp_batch {
 } gp_batch;
 
 typedef struct gp_stage_stats {
+  size_t mem_peak;       /* measured: the stage's backend memory high-water mark (parameters,
+                            optimizer state, activations, scratch); see gp_backend.mem_peak */
   size_t peak_act_bytes; /* measured: arena bytes (activations, saved state, boundary
                             gradients) held at most since the last reset */
   int64_t sent_bytes;    /* activations and gradients handed to other stages */
@@ -80,6 +86,10 @@ gp_status gp_pipeline_predict(gp_pipeline *pl, const gp_batch *b, gp_prediction 
 /* The targets of a host batch the loss is averaged over: labels that are not negative
  * (n when the model has no labels). */
 int64_t gp_batch_targets(const gp_model *m, const gp_batch *b);
+
+/* Waits until every stage's device has finished the work queued so far (a step returns once
+ * its work is queued: on GPUs the next step's launches may run ahead of the devices). */
+gp_status gp_pipeline_sync(gp_pipeline *pl);
 
 int gp_pipeline_stages(const gp_pipeline *pl);
 gp_params *gp_pipeline_params(gp_pipeline *pl, int stage);

@@ -79,15 +79,34 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
     r->first_node = m->unit_first[r->first_unit];
     r->end_node = m->unit_first[r->end_unit];
     const char *dev = ps->n_devices ? ps->devices[ps->n_devices == 1 ? 0 : s] : "cpu";
-    int cuda = strncmp(dev, "cuda:", 5) == 0 && dev[5] >= '0' && dev[5] <= '9';
-    if (strcmp(dev, "cpu") != 0 && !cuda)
-      return GP_ERR(GP_ERR_USAGE, "unknown device '%s' (cpu, or cuda:N)", dev);
-    if (cuda)
-      return GP_ERR(GP_ERR_UNSUPPORTED,
-                    "device '%s': only 'cpu' stages are supported by this build so far", dev);
     snprintf(r->device, sizeof r->device, "%s", dev);
   }
+  return gp_devices_check(k, out->st[0].device, sizeof out->st[0]);
+}
+
+gp_status gp_devices_check(int n, const char *first, size_t stride) {
+  int n_cuda = 0;
+  for (int s = 0; s < n; s++) {
+    const char *dev = first + (size_t)s * stride;
+    GP_TRY(gp_device_check(dev));
+    n_cuda += strncmp(dev, "cuda:", 5) == 0;
+  }
+  if (n_cuda && n_cuda != n)
+    return GP_ERR(GP_ERR_USAGE,
+                  "devices: %d of the %d stages are on CUDA devices and the others on the CPU; "
+                  "put every stage on the CPU, or every stage on a CUDA device",
+                  n_cuda, n);
   return GP_OK;
+}
+
+gp_status gp_device_check(const char *dev) {
+  if (strcmp(dev, "cpu") == 0) return GP_OK;
+  if (strncmp(dev, "cuda:", 5) == 0 && dev[5] >= '0' && dev[5] <= '9') {
+    char *end;
+    long n = strtol(dev + 5, &end, 10);
+    if (*end == 0 && n < 1000) return GP_OK;
+  }
+  return GP_ERR(GP_ERR_USAGE, "unknown device '%s' (cpu, or cuda:N)", dev);
 }
 
 void gp_plan_balance_str(const gp_plan *p, char *buf, size_t n) {

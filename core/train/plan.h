@@ -9,7 +9,7 @@
 typedef struct gp_stage_range {
   int first_unit, end_unit; /* units [first, end) */
   int first_node, end_node; /* nodes [first, end) */
-  char device[16];          /* "cpu" */
+  char device[16];          /* "cpu" or "cuda:N" */
 } gp_stage_range;
 
 typedef struct gp_plan {
@@ -22,6 +22,12 @@ typedef struct gp_plan {
 /* From the model's pipeline section (already overridden by flags). GP_ERR_USAGE for splits
  * that cannot be: more stages than units, a balance that does not sum to the units. */
 gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out);
+/* GP_ERR_USAGE unless dev names a device: "cpu" or "cuda:N". Whether the device exists is
+ * checked when a pipeline is made on it. */
+gp_status gp_device_check(const char *dev);
+/* gp_device_check on n names (the first at first, the next stride bytes on), and that they
+ * do not mix the CPU with CUDA devices. */
+gp_status gp_devices_check(int n, const char *first, size_t stride);
 /* Training FLOPs per sample of unit u (forward + backward, from the layers' cost()). */
 double gp_unit_flops(const gp_model *m, int u);
 /* NULL-terminated names as files and flags spell them, indexed by the enums. */

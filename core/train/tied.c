@@ -7,7 +7,7 @@
 #include <string.h>
 
 gp_status gp_tied_init(gp_tied *t, const gp_model *m, int k, gp_params *const *params,
-                       gp_backend *const *be) {
+                       gp_backend *const *be, const int *place) {
   memset(t, 0, sizeof *t);
   if (m->n_tied == 0) return GP_OK;
   t->k = k;
@@ -40,6 +40,8 @@ gp_status gp_tied_init(gp_tied *t, const gp_model *m, int k, gp_params *const *p
         return GP_ERR(GP_ERR_RUNTIME, "tied group '%s': member %d is on no stage", tg->name, j);
       gp_tied_copy *c = &g->copy[j];
       c->stage = s;
+      c->place = place[s];
+      c->device = be[s]->device;
       c->g = m->nodes[r->node].layer.grad[r->param];
       c->off = c->g - params[s]->grad;
       if (j == 0) continue;
@@ -54,7 +56,11 @@ gp_status gp_tied_init(gp_tied *t, const gp_model *m, int k, gp_params *const *p
       ts->skip_end[at] = c->off + g->numel;
     }
     g->owner_be = be[g->copy[0].stage];
-    GP_TRY(g->owner_be->alloc(g->owner_be, (size_t)g->numel * sizeof(float), (void **)&g->sum));
+    size_t bytes = (size_t)g->numel * sizeof(float);
+    GP_TRY(g->owner_be->alloc(g->owner_be, bytes, (void **)&g->sum));
+    for (int j = 1; j < g->n && !g->tmp; j++)
+      if (g->copy[j].place != g->copy[0].place)
+        GP_TRY(g->owner_be->alloc(g->owner_be, bytes, (void **)&g->tmp));
   }
   return GP_OK;
 }
@@ -62,7 +68,10 @@ gp_status gp_tied_init(gp_tied *t, const gp_model *m, int k, gp_params *const *p
 void gp_tied_free(gp_tied *t) {
   if (!t) return;
   for (int i = 0; t->g && i < t->n_groups; i++) {
-    if (t->g[i].owner_be) t->g[i].owner_be->free(t->g[i].owner_be, t->g[i].sum);
+    if (t->g[i].owner_be) {
+      t->g[i].owner_be->free(t->g[i].owner_be, t->g[i].sum);
+      t->g[i].owner_be->free(t->g[i].owner_be, t->g[i].tmp);
+    }
     free(t->g[i].copy);
   }
   for (int s = 0; t->st && s < t->k; s++) {
@@ -79,10 +88,16 @@ gp_status gp_tied_sum(gp_tied *t, int s, gp_backend *be) {
     gp_tied_rt *g = &t->g[i];
     if (g->copy[0].stage != s) continue;
     size_t bytes = (size_t)g->numel * sizeof(float);
-    /* A CUDA version reads the other stages' copies by peer copies (or stages them here). */
     GP_TRY(be->copy(be, g->sum, g->copy[0].g, bytes));
-    for (int j = 1; j < g->n; j++)
-      GP_TRY(be->axpby(be, g->numel, 1.0f, g->copy[j].g, 1.0f, g->sum));
+    for (int j = 1; j < g->n; j++) {
+      const gp_tied_copy *c = &g->copy[j];
+      const float *x = c->g;
+      if (c->place != g->copy[0].place) { /* another device's memory: copy it here first */
+        GP_TRY(be->copy_peer(be, GP_Q_COMPUTE, g->tmp, be->device, c->g, c->device, bytes));
+        x = g->tmp;
+      }
+      GP_TRY(be->axpby(be, g->numel, 1.0f, x, 1.0f, g->sum));
+    }
   }
   return GP_OK;
 }
@@ -90,9 +105,15 @@ gp_status gp_tied_sum(gp_tied *t, int s, gp_backend *be) {
 gp_status gp_tied_scatter(gp_tied *t, int s, gp_backend *be) {
   for (int i = 0; i < t->n_groups; i++) {
     gp_tied_rt *g = &t->g[i];
-    for (int j = 0; j < g->n; j++)
-      if (g->copy[j].stage == s)
-        GP_TRY(be->copy(be, g->copy[j].g, g->sum, (size_t)g->numel * sizeof(float)));
+    size_t bytes = (size_t)g->numel * sizeof(float);
+    for (int j = 0; j < g->n; j++) {
+      const gp_tied_copy *c = &g->copy[j];
+      if (c->stage != s) continue;
+      if (c->place == g->copy[0].place)
+        GP_TRY(be->copy(be, c->g, g->sum, bytes));
+      else
+        GP_TRY(be->copy_peer(be, GP_Q_COMPUTE, c->g, be->device, g->sum, g->copy[0].device, bytes));
+    }
   }
   return GP_OK;
 }

@@ -10,6 +10,8 @@
 
 typedef struct gp_tied_copy {
   int stage;
+  int place;   /* its stage's memory space (see gp_tied_init) */
+  int device;  /* its stage's backend device */
   float *g;    /* the copy's gradient in its stage's buffer */
   int64_t off; /* its offset in the stage's train/grad buffers */
 } gp_tied_copy;
@@ -20,6 +22,7 @@ typedef struct gp_tied_rt {
   gp_tied_copy *copy;   /* member order; copy 0's stage owns the sum */
   gp_backend *owner_be; /* the backend of copy 0's stage */
   float *sum;           /* numel floats on the owner's device */
+  float *tmp;           /* numel floats on the owner's device, when a copy is elsewhere */
 } gp_tied_rt;
 
 /* Ranges of a stage's gradient buffer left out of the clipping norm: the copies that are not
@@ -38,9 +41,11 @@ typedef struct gp_tied {
 
 /* Locates the copies of m's enabled tied groups among the k stages' parameters (params[s]
  * covers nodes [first_node, end_node)) and allocates the sums with the owners' backends.
+ * place[s] says where stage s's memory is: stages with equal places read each other's
+ * buffers directly; others go through copy_peer.
  * A model without tied groups gives n_groups = 0 and nothing to do. */
 gp_status gp_tied_init(gp_tied *t, const gp_model *m, int k, gp_params *const *params,
-                       gp_backend *const *be);
+                       gp_backend *const *be, const int *place);
 void gp_tied_free(gp_tied *t);
 
 /* Stage s, once every stage's gradients are final: for each group whose first copy s holds,

@@ -139,7 +139,9 @@ refuse() { # pattern, flags...
 refuse "--stages: expected an integer >= 1, got '0'" --stages 0
 refuse "--stages 99: model resnet56-cifar has 32 units, so K must be 1..32" --stages 99
 refuse "--devices: unknown device 'gpu0'" --stages 2 --devices gpu0
-refuse "cuda:0.*CUDA backend is not built yet" --stages 2 --devices cuda:0,cpu
+refuse "devices: 1 of the 2 stages are on CUDA devices and the others on the CPU" \
+  --stages 2 --devices cuda:0,cpu
+refuse "--devices: unknown device 'cuda:x'" --stages 2 --devices cuda:x
 refuse "--memory-limit: cannot read '12XB' as a size" --stages 4 --memory-limit 12XB
 refuse "--by: unknown value 'speed'" --stages 4 --by speed
 refuse "--speeds: expected a positive number, got 'x'" --stages 2 --speeds 1,x

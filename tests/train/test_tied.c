@@ -514,6 +514,20 @@ static void grid(const char *file) {
     }
   CHECK(spread >= 3, "K=4 puts the three copies on %d stages; the test wants 3", spread);
   free(want.w);
+  /* stages without shared memory: the tied sums and their copies go by copy_peer, with the
+   * same arithmetic, so bit-identical to stages sharing memory */
+  for (int m = 1; m <= 2; m++) {
+    run_out same, apart;
+    train_nmt(file, ov, nov, 4, m, GP_SCHED_1F1B, GP_REMAT_ALWAYS, &same);
+    token_fixture_copy_all = 1;
+    train_nmt(file, ov, nov, 4, m, GP_SCHED_1F1B, GP_REMAT_ALWAYS, &apart);
+    token_fixture_copy_all = 0;
+    CHECK(same.n_w == apart.n_w && !memcmp(same.loss, apart.loss, sizeof same.loss) &&
+              !memcmp(same.w, apart.w, sizeof(float) * (size_t)same.n_w),
+          "tied K=4 M=%d: stages apart (copies) train bit-identically to stages sharing memory", m);
+    free(same.w);
+    free(apart.w);
+  }
 }
 
 int main(int argc, char **argv) {

@@ -57,6 +57,8 @@ static void die(const char *what) {
   exit(1);
 }
 
+int token_fixture_copy_all;
+
 void token_fixture_train(const char *file, const gp_override *ov, int nov, int k, int m,
                          gp_schedule_kind sched, gp_remat remat, int steps, int64_t batch,
                          int64_t len, int32_t vocab, double lr, double *loss, gp_trainer *t) {
@@ -68,7 +70,7 @@ void token_fixture_train(const char *file, const gp_override *ov, int nov, int k
   mo->pipeline.remat = remat;
   mo->pipeline.n_balance = 0;
   gp_plan plan;
-  gp_pipeline_opts po = {.cores = 1};
+  gp_pipeline_opts po = {.cores = 1, .copy_all = token_fixture_copy_all};
   if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
   if (gp_trainer_init(t, mo, &plan, &po, 42) != GP_OK) die("init");
   gp_batch_buffers bufs;
