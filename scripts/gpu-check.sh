@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine what cannot run without one, from the pack scripts/gpu-pack.sh made
+# (carried as .gpu/), in phases, each logged; writes OUT/summary.txt and OUT/logs.tgz.
+# Usage: scripts/gpu-check.sh OUT PHASE...   phases: info suite memcheck torch capacity scaling
+#   info      nvidia-smi, the libraries the programs resolve
+#   suite     every tests/cuda binary (meson suite `cuda`)
+#   memcheck  compute-sanitizer memcheck on a short 2-stage training run
+#   torch     scripts/compare-torch.sh: samples/s and MFU against PyTorch eager
+#   capacity  scripts/capacity.sh: the largest model with and without GPipe on one GPU
+#   scaling   issue 5's CPU check: gpipe-bench of balanced-cnn over K = 1, 2, 4, 8
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: scripts/gpu-check.sh OUT PHASE...}
+shift
+mkdir -p "$out"
+root=/tmp/gpipe-gpu
+logs=$root/logs
+mkdir -p "$root" "$logs"
+if [ ! -x "$root/bin/gpipe-train" ]; then
+  tar -C "$root" -xzf .gpu/pack.tar.gz || { echo "no .gpu/pack.tar.gz (scripts/gpu-pack.sh)"; exit 1; }
+fi
+bin=$root/bin
+# CUDA's libraries: the toolkit's, and the pip wheels' (cuDNN, cuBLAS) where the image has them
+nv=$(python3 -c 'import nvidia, os; print(os.pathsep.join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p) if os.path.isdir(os.path.join(p, d, "lib"))))' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$root/lib:${nv}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$bin:$PATH"
+summary=$out/summary.txt
+say() { echo "$*" | tee -a "$summary"; }
+
+phase_info() {
+  nvidia-smi >"$logs/info.log" 2>&1
+  { echo; nproc; ldd "$bin/gpipe-train"; } >>"$logs/info.log" 2>&1
+  say "info: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+  grep -q "=> not found" "$logs/info.log" && say "info: MISSING LIBRARIES: $(grep "=> not found" "$logs/info.log" | tr -s " \t" " ")"
+}
+
+phase_suite() {
+  for t in "$bin"/test_cuda_*; do
+    name=$(basename "$t")
+    timeout 300 "$t" >"$logs/$name.log" 2>&1
+    rc=$?
+    say "suite: $name rc=$rc: $(grep -E 'passed|skip' "$logs/$name.log" | tail -1)"
+    [ $rc = 0 ] || grep -m 15 FAIL "$logs/$name.log" | tee -a "$summary"
+  done
+}
+
+phase_memcheck() {
+  timeout 500 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 \
+    "$bin/gpipe-train" models/fashion-cnn.yaml --data synthetic --steps 2 --stages 2 \
+    --micro-batches 2 --devices cuda:0,cuda:0 --set train.batch_size=16 >"$logs/memcheck.log" 2>&1
+  say "memcheck: rc=$? $(grep -E 'ERROR SUMMARY|LEAK SUMMARY' "$logs/memcheck.log" | tr '\n' ' ')"
+}
+
+phase_torch() {
+  timeout 570 scripts/compare-torch.sh "$logs/torch" --bin "$bin" --device cuda:0 --reps 2 \
+    >"$logs/torch.log" 2>&1
+  say "torch: rc=$?"
+  sed -n '/^|/p' "$logs/torch/results.md" 2>/dev/null | tee -a "$summary"
+}
+
+phase_capacity() {
+  timeout 570 scripts/capacity.sh --out "$logs/capacity" --bin "$bin" --device cuda:0 \
+    --budget 540 >"$logs/capacity.log" 2>&1
+  say "capacity: rc=$?"
+  sed -n '/^|/p' "$logs/capacity/results.md" 2>/dev/null | tee -a "$summary"
+}
+
+phase_scaling() {
+  timeout 540 "$bin/gpipe-bench" bench/models/balanced-cnn.yaml --stages 1,2,4,8 \
+    --micro-batches 32 --checkpoint never >"$logs/scaling.log" 2>&1
+  say "scaling: rc=$?"
+  tee -a "$summary" <"$logs/scaling.log" | tail -0
+}
+
+for p in "$@"; do
+  case "$p" in
+  info | suite | memcheck | torch | capacity | scaling) "phase_$p" ;;
+  *) echo "unknown phase '$p'"; exit 2 ;;
+  esac
+done
+tar -C "$root" -czf "$out/logs.tgz" logs
