@@ -116,7 +116,7 @@ void gp_args_overrides_free(gp_override *ov, int n) {
     free((char *)ov[i].path);
 }
 
-gp_status gp_args_size(const char *flag, const char *text, size_t *out) {
+int gp_args_bytes(const char *s, double *out) {
   static const struct {
     const char *unit;
     double mul;
@@ -135,16 +135,23 @@ gp_status gp_args_size(const char *flag, const char *text, size_t *out) {
                {"tib", 1099511627776.0},
                {"tb", 1e12}};
   char *end;
-  double v = strtod(text, &end);
-  if ((isdigit((unsigned char)text[0]) || text[0] == '.') && end != text && isfinite(v) && v > 0)
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-      if (strcasecmp(end, units[i].unit) == 0) {
-        double b = v * units[i].mul;
-        if (b >= 1 && b < 0x1p63) {
-          *out = (size_t)b;
-          return GP_OK;
-        }
-      }
+  if (!isdigit((unsigned char)s[0]) && s[0] != '.') return 0;
+  double v = strtod(s, &end);
+  if (end == s || !isfinite(v) || v <= 0) return 0;
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (strcasecmp(end, units[i].unit) == 0) {
+      *out = v * units[i].mul;
+      return *out >= 1 && isfinite(*out);
+    }
+  return 0;
+}
+
+gp_status gp_args_size(const char *flag, const char *text, size_t *out) {
+  double b;
+  if (gp_args_bytes(text, &b) && b < 0x1p63) {
+    *out = (size_t)b;
+    return GP_OK;
+  }
   return GP_ERR(GP_ERR_USAGE,
                 "%s: cannot read '%s' as a size (like 512MiB, 2GiB, 1.5GB or a number of bytes)",
                 flag, text);

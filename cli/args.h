@@ -36,6 +36,8 @@ void gp_args_usage(const char *prog, const char *synopsis, const gp_flag *flags)
  * "iB" are binary; KB, MB, GB, TB decimal (case does not matter). At least 1 byte; anything
  * else is GP_ERR_USAGE naming the flag. */
 gp_status gp_args_size(const char *flag, const char *text, size_t *out);
+/* The same reading as a double (gpipe-partition's per-stage lists); 0 when it is not one. */
+int gp_args_bytes(const char *s, double *out);
 
 /* --precision: "fp32" or "bf16" (the arithmetic of GEMMs and convolutions, core/backend.h);
  * anything else is GP_ERR_USAGE naming the flag. */

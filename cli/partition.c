@@ -105,38 +105,6 @@ static gp_status choice(int f, const char *const *names, int *out) {
                 all);
 }
 
-/* "16GiB", "512MiB", "1.5GB", "64K", "1000000": bytes. Binary without an i too (K, M, G, T),
- * as most tools read them; decimal only when spelled KB, MB, GB, TB. */
-static int parse_size(const char *s, double *out) {
-  static const struct {
-    const char *unit;
-    double mul;
-  } units[] = {{"", 1},
-               {"b", 1},
-               {"k", 1024.0},
-               {"kib", 1024.0},
-               {"kb", 1e3},
-               {"m", 1048576.0},
-               {"mib", 1048576.0},
-               {"mb", 1e6},
-               {"g", 1073741824.0},
-               {"gib", 1073741824.0},
-               {"gb", 1e9},
-               {"t", 1099511627776.0},
-               {"tib", 1099511627776.0},
-               {"tb", 1e12}};
-  char *end;
-  if (!isdigit((unsigned char)s[0]) && s[0] != '.') return 0;
-  double v = strtod(s, &end);
-  if (end == s || !isfinite(v) || v <= 0) return 0;
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-    if (strcasecmp(end, units[i].unit) == 0) {
-      *out = v * units[i].mul;
-      return *out >= 1 && isfinite(*out);
-    }
-  return 0;
-}
-
 /* Splits a comma list into at most max fields of at most 63 characters. */
 static gp_status split(const char *flag, const char *text, char fields[][64], int max, int *n) {
   *n = 0;
@@ -175,7 +143,7 @@ static gp_status per_stage(const char *flag, const char *text, int k, int is_siz
   for (int i = 0; i < n; i++) {
     char *end;
     double v = 0;
-    int ok = is_size ? parse_size(f[i], &v) : (v = strtod(f[i], &end), end != f[i] && !*end);
+    int ok = is_size ? gp_args_bytes(f[i], &v) : (v = strtod(f[i], &end), end != f[i] && !*end);
     if (!ok || !isfinite(v) || v <= 0)
       return is_size ? GP_ERR(GP_ERR_USAGE,
                               "%s: cannot read '%s' as a size (like 16GiB, 512MiB, 1.5GB or "
