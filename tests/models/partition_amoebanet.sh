@@ -2,7 +2,8 @@
 # gpipe-partition previews AmoebaNet-D(72, 512), 1.84B parameters, over 8 stages without
 # allocating them: it succeeds, reports 8 contiguous stages covering the 78 units and the
 # specification's parameter count, writes a plan, and stays small and quick (peak RSS and wall
-# time of the process are bounded far above what it needs: measured about 11 MiB, 0.02 s).
+# time of the process are bounded far above what it needs: measured about 11 MiB, 0.02 s,
+# without CUDA; a CUDA build adds the libraries' mapped pages).
 set -u
 part=$1; srcdir=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -47,9 +48,10 @@ PY
 else
   bad "(72, 512) --stages 8 exited $rc: $(head -c 400 "$tmp/table")"
 fi
-# 1.84B f32 weights alone are 6.9 GiB: 256 MiB means none were allocated; 20 s is generous
+# 1.84B f32 weights alone are 6.9 GiB: 1 GiB means none were allocated (a CUDA build maps
+# cuBLAS and cuDNN at start, about 220 MiB resident, 370 MiB under ASan); 20 s is generous
 # for sanitizer builds
-[ "${rss:-999999999}" -lt 262144 ] && ok || bad "peak RSS $rss KiB"
+[ "${rss:-999999999}" -lt 1048576 ] && ok || bad "peak RSS $rss KiB"
 python3 -c "import sys; sys.exit(not float('${wall:-99}') < 20)" && ok || bad "took $wall s"
 
 # ---- --json: the parameter count of the specification, split over the 8 stages; a plan
