@@ -16,9 +16,9 @@ mkdir -p "$out"
 root=/tmp/gpipe-gpu
 logs=$root/logs
 mkdir -p "$root" "$logs"
-if [ ! -x "$root/bin/gpipe-train" ]; then
-  tar -C "$root" -xzf .gpu/pack.tar.gz || { echo "no .gpu/pack.tar.gz (scripts/gpu-pack.sh)"; exit 1; }
-fi
+# always the pack carried with this call: a machine kept warm between calls still has the last one
+rm -rf "$root/bin" "$root/lib"
+tar -C "$root" -xzf .gpu/pack.tar.gz || { echo "no .gpu/pack.tar.gz (scripts/gpu-pack.sh)"; exit 1; }
 bin=$root/bin
 # CUDA's libraries: the toolkit's, and the pip wheels' (cuDNN, cuBLAS) where the image has them
 nv=$(python3 -c 'import nvidia, os; print(os.pathsep.join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p) if os.path.isdir(os.path.join(p, d, "lib"))))' 2>/dev/null || true)

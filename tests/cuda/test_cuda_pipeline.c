@@ -138,6 +138,7 @@ static void compare(const char *what, const cfg *c, const run_out *got, const ru
     dw = stage_params_rel_diff(got->w, want->w, want->n_w);
     db = stage_params_rel_diff(got->buf, want->buf, want->n_buf);
   }
+  printf("%s: K=%d M=%d: loss %.3g, weights %.3g, statistics %.3g\n", what, c->k, c->m, dl, dw, db);
   CHECK(dl <= tol && dw <= tol && db <= tol,
         "%s: K=%d M=%d %s remat %s on %s%s: loss %.3g, weights %.3g, statistics %.3g (tol %g)",
         what, c->k, c->m, sn[c->sched], rn[c->remat], c->dev, c->copy_all ? " (copies)" : "", dl,

@@ -21,7 +21,13 @@ float *stage_params_gather(gp_trainer *t, int buffers, int64_t *n) {
   for (int s = 0; s < k; s++) {
     gp_params *p = gp_pipeline_params(t->pl, s);
     int64_t c = buffers ? p->n_buffers : p->n_train;
-    if (c) memcpy(out + o, buffers ? p->buffers : p->train, sizeof(float) * (size_t)c);
+    /* the stage's own memory may be a device's: copy through its backend */
+    gp_backend *be = gp_pipeline_backend(t->pl, s);
+    if (c && (be->sync(be) != GP_OK || be->to_host(be, out + o, buffers ? p->buffers : p->train,
+                                                   sizeof(float) * (size_t)c) != GP_OK)) {
+      printf("FAIL: copying stage %d's parameters to the host: %s\n", s, gp_error_message());
+      exit(1);
+    }
     o += c;
   }
   return out;
