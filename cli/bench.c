@@ -39,6 +39,7 @@ enum {
   F_THREADS,
   F_MEMORY,
   F_PRECISION,
+  F_NONDET,
   F_REPS,
   F_CSV,
   F_JSON,
@@ -77,6 +78,10 @@ static gp_flag flags[] = {
                   0},
     [F_PRECISION] = {"--precision", GP_FLAG_STR, "fp32|bf16",
                      "arithmetic of GEMMs and convolutions (default fp32)", 0},
+    [F_NONDET] = {"--nondeterministic", GP_FLAG_BOOL, NULL,
+                  "let cuDNN pick algorithms that sum in a varying order (atomics) where faster; "
+                  "results then differ between runs in the last bits",
+                  0},
     [F_REPS] = {"--reps", GP_FLAG_INT, "R",
                 "repetitions, alternating the runs; the best is kept (default 1)", 1},
     [F_CSV] = {"--csv", GP_FLAG_STR, "FILE", "also write one CSV row per run", 0},
@@ -399,7 +404,8 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
                          .pin = 1,
                          .trace = trace,
                          .mem_limit = c->mem_limit,
-                         .precision = c->precision};
+                         .precision = c->precision,
+                         .nondeterministic = flags[F_NONDET].given};
   gp_trainer t;
   GP_TRY(gp_trainer_init(&t, m, &plan, &po, m->train.seed));
   double dt[4096];
@@ -541,6 +547,7 @@ static gp_status setup(ctx *c, const char *file) {
   if (flags[F_PRECISION].given)
     GP_TRY(gp_args_precision("--precision", flags[F_PRECISION].s, &c->precision));
   b->precision = c->precision == GP_PREC_BF16 ? "bf16" : "fp32";
+  b->nondeterministic = flags[F_NONDET].given;
   b->data = flags[F_DATA].given ? flags[F_DATA].s : "synthetic";
   if (strcmp(b->data, "synthetic") != 0 && strcmp(b->data, "real") != 0) {
     static const char *const kinds[] = {"synthetic", "real"};

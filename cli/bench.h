@@ -46,6 +46,7 @@ typedef struct gp_bench {
   int steps, warmup, reps;
   const char *data;      /* "synthetic" or "real" */
   const char *precision; /* of GEMMs and convolutions: "fp32" or "bf16" */
+  int nondeterministic;  /* --nondeterministic */
   /* runs, in the order they ran */
   int n_runs;
   gp_bench_run *runs;

@@ -89,10 +89,10 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
   fprintf(f,
           "machine: %s, %d cores (%d for the stages), sgemm %.1f GFLOP/s per core | model %s: "
           "%d units, %.3fM parameters, %.3f MFLOP per sample | batch %" PRId64
-          ", %d timed steps (median) after %d warm-up, best of %d, %s data, %s\n",
+          ", %d timed steps (median) after %d warm-up, best of %d, %s data, %s%s\n",
           b->cpu_model, b->cores, b->threads, b->sgemm_per_core, b->model, b->units,
           (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch, b->steps, b->warmup,
-          b->reps, b->data, b->precision);
+          b->reps, b->data, b->precision, b->nondeterministic ? ", nondeterministic" : "");
   for (int i = 0; i < rows; i++) {
     char line[NCOL * (CELL + 2)];
     size_t at = 0;
@@ -183,6 +183,7 @@ gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
   jstr(f, b->data);
   fprintf(f, ", \"precision\": ");
   jstr(f, b->precision);
+  fprintf(f, ", \"nondeterministic\": %s", b->nondeterministic ? "true" : "false");
   fprintf(f, ",\n \"skipped\": [");
   for (int i = 0; i < b->n_skipped; i++) {
     fprintf(f, i ? ", " : "");

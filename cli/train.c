@@ -40,6 +40,7 @@ enum {
   F_PIN,
   F_WATCHDOG,
   F_PRECISION,
+  F_NONDET,
   F_MEMORY,
   F_TRACE,
   F_PARTITION,
@@ -91,6 +92,10 @@ static gp_flag flags[] = {
                      "arithmetic of GEMMs and convolutions (bf16: bfloat16 operands, f32 "
                      "accumulation; default fp32)",
                      0},
+    [F_NONDET] = {"--nondeterministic", GP_FLAG_BOOL, NULL,
+                  "let cuDNN pick algorithms that sum in a varying order (atomics) where faster; "
+                  "results then differ between runs in the last bits",
+                  0},
     [F_TRACE] = {"--trace", GP_FLAG_STR, "FILE.json",
                  "write a Chrome trace of every stage's actions (chrome://tracing, Perfetto)", 0},
     [F_PARTITION] = {"--partition", GP_FLAG_STR, "PLAN.yaml",
@@ -402,6 +407,7 @@ static gp_status train(run *r) {
                          .watchdog_s = flags[F_WATCHDOG].given ? (double)flags[F_WATCHDOG].i : 0,
                          .trace = flags[F_TRACE].given,
                          .precision = r->precision,
+                         .nondeterministic = flags[F_NONDET].given,
                          .mem_limit = r->mem_limit};
   GP_TRY(gp_trainer_init(&r->t, m, &plan, &po, ts->seed));
   r->have_trainer = 1;

@@ -91,6 +91,8 @@ struct gp_backend {
   int device;             /* -1 cpu, else CUDA ordinal */
   int threads;            /* cpu: BLAS and op threads this instance may use */
   gp_precision precision; /* GEMMs and convolutions; set by the creator, FP32 by default */
+  int nondeterministic;   /* may use algorithms whose summation order varies from run to run
+                             (cuDNN's atomics-based ones) where faster; 0 by default */
   /* Memory: bytes this instance's alloc has handed out and not freed (scratch included,
    * host_alloc not), their high-water mark, and a cap (0: none; past it alloc fails with
    * GP_ERR_NOMEM, as a device of that size would). */

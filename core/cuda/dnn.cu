@@ -3,12 +3,15 @@
 //
 // Convolution: per shape (the whole gp_conv2d_desc) and direction, cuDNN's FindEx times the
 // algorithms once and the fastest deterministic one that does plain FP32 arithmetic (no
-// TF32 tensor cores) is cached with its descriptors in a small open-addressing table.
+// TF32 tensor cores) is cached with its descriptors in a small open-addressing table, and
+// remembered for the process (every stage on a device runs a shape the same way).
 // In bf16 mode (be->precision) the operands are converted to bf16 (bf16.cu) and cuDNN runs
 // with bf16 tensors and f32 compute: its results come back as bf16 and are widened to f32
 // (then the bias is added, or the filter gradient accumulated, in f32). The cache keys on the
 // precision too.
 #include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,11 +27,22 @@
 enum { DIR_FWD, DIR_DATA, DIR_FILTER, DIR_COUNT };
 static const char *const dir_name[DIR_COUNT] = {"forward", "backward data", "backward filter"};
 
+// fp32 convolutions' math type: the default, under which cuDNN offers its fastest FP32-FMA
+// algorithms (under FMA_MATH several are missing: ResNet-56's backward filter ran 4x slower).
+// The default would allow TF32 tensor cores on Ampere and later; NVIDIA_TF32_OVERRIDE=0, set
+// before the first handle (gp_cuda_no_tf32), rules that out. GP_CUDNN_FP32_MATH=fma restores
+// FMA_MATH, for comparison.
+static cudnnMathType_t fp32_math(void) {
+  const char *m = getenv("GP_CUDNN_FP32_MATH");
+  return m && strcmp(m, "fma") == 0 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+}
+
 // What an entry is for: the shape and the precision (int64_t, so the struct has no padding
 // and memcmp and the hash see only these bytes).
 typedef struct conv_key {
   gp_conv2d_desc d;
-  int64_t precision; // gp_precision
+  int64_t precision;        // gp_precision
+  int64_t nondeterministic; // gp_backend.nondeterministic: which algorithms may be chosen
 } conv_key;
 
 typedef struct conv_entry {
@@ -205,10 +219,9 @@ static gp_status entry_make(const conv_key *key, conv_entry **out) {
                                             (int)d->dh, (int)d->dw, CUDNN_CROSS_CORRELATION,
                                             CUDNN_DATA_FLOAT));
   ENTRY_TRY(cudnnSetConvolutionGroupCount(e->conv, (int)d->groups));
-  // FMA_MATH, not DEFAULT_MATH: on Ampere and later DEFAULT_MATH lets FP32 convolutions run
-  // on TF32 tensor cores (10-bit mantissa), far from the CPU reference. bf16 operands are
-  // what tensor cores take (exact products, f32 accumulation): TENSOR_OP_MATH.
-  ENTRY_TRY(cudnnSetConvolutionMathType(e->conv, bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  // fp32: fp32_math(), with TF32 off. bf16 operands are what tensor cores take (exact
+  // products, f32 accumulation): TENSOR_OP_MATH.
+  ENTRY_TRY(cudnnSetConvolutionMathType(e->conv, bf16 ? CUDNN_TENSOR_OP_MATH : fp32_math()));
   {
     int on, oc, ohh, oww;
     ENTRY_TRY(cudnnGetConvolution2dForwardOutputDim(e->conv, e->x, e->w, &on, &oc, &ohh, &oww));
@@ -233,6 +246,7 @@ static gp_status entry_get(gp_backend *be, const gp_conv2d_desc *desc, conv_entr
   memset(&key, 0, sizeof key);
   key.d = *desc;
   key.precision = be->precision;
+  key.nondeterministic = be->nondeterministic != 0;
   const conv_key *d = &key;
   gp_dnn_state *st = gp_dnn_of(be);
   if (!st->conv) {
@@ -313,16 +327,81 @@ static bool transforms(cudnnConvolutionBwdFilterAlgo_t a) {
          a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
 }
 
-// The first (fastest: FindEx sorts by time) result that ran, is deterministic, does FP32 FMA
+// The first (fastest: FindEx sorts by time) result that ran, is deterministic (unless the
+// instance allows others: any), does FP32 FMA
 // arithmetic and fits the workspace; -1 when none does. bf16: tensor cores are fine (bf16
 // products are exact, sums f32), converting to a narrower type or transforming is not.
-template <typename Perf> static int pick(const Perf *p, int n, size_t ws, int bf16) {
+template <typename Perf> static int pick(const Perf *p, int n, size_t ws, int bf16, int any) {
   for (int i = 0; i < n; i++)
-    if (p[i].status == CUDNN_STATUS_SUCCESS && p[i].determinism == CUDNN_DETERMINISTIC &&
+    if (p[i].status == CUDNN_STATUS_SUCCESS && (any || p[i].determinism == CUDNN_DETERMINISTIC) &&
         (bf16 ? !transforms(p[i].algo) : p[i].mathType != CUDNN_TENSOR_OP_MATH) &&
         p[i].mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION && p[i].memory <= ws)
       return i;
   return -1;
+}
+
+// The choice per (device, shape, precision, direction) for the whole process: every stage on a
+// GPU, and every later pipeline in the process, runs a shape with the algorithm the first
+// search chose. FindEx's timings vary from run to run, and two stages (or two pipelines of other
+// K and M) that picked different algorithms would sum in different orders; with the memo, where
+// the stages sit changes nothing. A small append-only list under a mutex: searches are rare.
+typedef struct conv_choice {
+  int device, dir;
+  conv_key key;
+  int algo;
+  size_t ws;
+  cudnnMathType_t math;
+} conv_choice;
+static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
+static conv_choice *memo;
+static size_t memo_n, memo_cap;
+
+static int memo_get(int device, const conv_key *k, int dir, conv_choice *out) {
+  int hit = 0;
+  pthread_mutex_lock(&memo_mu);
+  for (size_t i = 0; i < memo_n && !hit; i++)
+    if (memo[i].device == device && memo[i].dir == dir && memcmp(&memo[i].key, k, sizeof *k) == 0)
+      *out = memo[i], hit = 1;
+  pthread_mutex_unlock(&memo_mu);
+  return hit;
+}
+
+static void memo_put(const conv_choice *c) { // best effort: without room, nothing is shared
+  pthread_mutex_lock(&memo_mu);
+  if (memo_n == memo_cap) {
+    size_t cap = memo_cap ? 2 * memo_cap : 64;
+    conv_choice *m = (conv_choice *)realloc(memo, cap * sizeof *m);
+    if (m) memo = m, memo_cap = cap;
+  }
+  if (memo_n < memo_cap) memo[memo_n++] = *c;
+  pthread_mutex_unlock(&memo_mu);
+}
+
+// GP_CUDNN_LOG=1: every search's candidates on stderr (algorithm, time, workspace, whether
+// deterministic, math type), the chosen one marked.
+static int search_log(void) {
+  static int on = -1;
+  if (on < 0) on = getenv("GP_CUDNN_LOG") && strcmp(getenv("GP_CUDNN_LOG"), "0") != 0;
+  return on;
+}
+
+template <typename Perf>
+static void log_search(const conv_entry *e, int dir, const Perf *p, int n, int at, size_t ws) {
+  if (!search_log()) return;
+  const gp_conv2d_desc *d = &e->key.d;
+  fprintf(stderr,
+          "cudnn search: %s %s n%lld c%lld %lldx%lld -> k%lld %lldx%lld kernel %lldx%lld stride "
+          "%lld groups %lld (workspace cap %zu)\n",
+          dir_name[dir], e->key.precision == GP_PREC_BF16 ? "bf16" : "fp32", (long long)d->n,
+          (long long)d->c, (long long)d->h, (long long)d->w, (long long)d->k, (long long)d->oh,
+          (long long)d->ow, (long long)d->kh, (long long)d->kw, (long long)d->sh,
+          (long long)d->groups, ws);
+  for (int i = 0; i < n; i++)
+    fprintf(stderr, "  %s algo %d: %s %.4f ms, %zu bytes, %s, math %d\n", i == at ? "*" : " ",
+            (int)p[i].algo, p[i].status == CUDNN_STATUS_SUCCESS ? "ok" : "failed", p[i].time,
+            p[i].memory,
+            p[i].determinism == CUDNN_DETERMINISTIC ? "deterministic" : "not deterministic",
+            (int)p[i].mathType);
 }
 
 // Times the algorithms of one direction on the caller's buffers and caches the choice. The
@@ -336,6 +415,15 @@ static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const void 
   if (bf16) GP_CUDNN_TRY(cudnnSetConvolutionMathType(e->conv, CUDNN_TENSOR_OP_MATH));
   size_t ws = 0;
   GP_TRY(search_ws_limit(be, e, dir, &ws));
+  conv_choice c;
+  if (memo_get(im->device, &e->key, dir, &c) && c.ws <= ws) { // within this instance's limit
+    e->algo[dir] = c.algo;
+    e->ws[dir] = c.ws;
+    e->math[dir] = c.math;
+    e->found[dir] = 1;
+    gp_dnn_of(be)->conv_searches++; // a choice made for this instance, as a search would
+    return GP_OK;
+  }
   size_t ws_al = (ws + 255) & ~(size_t)255;
   size_t dw_bytes =
       dir == DIR_FILTER ? (size_t)(d->k * (d->c / d->groups) * d->kh * d->kw) * sizeof(float) : 0;
@@ -352,14 +440,16 @@ static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const void 
     GP_CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(im->dnn, e->x, x, e->w, w, e->conv, e->y,
                                                         out, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got,
                                                         p, wsp, ws));
-    at = pick(p, got, ws, bf16);
+    at = pick(p, got, ws, bf16, (int)e->key.nondeterministic);
+    log_search(e, dir, p, got, at, ws);
     if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory, math = p[at].mathType;
   } else if (dir == DIR_DATA) {
     cudnnConvolutionBwdDataAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     GP_CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithmEx(
         im->dnn, e->w, w, e->y, y, e->conv, e->x, out, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got,
         p, wsp, ws));
-    at = pick(p, got, ws, bf16);
+    at = pick(p, got, ws, bf16, (int)e->key.nondeterministic);
+    log_search(e, dir, p, got, at, ws);
     if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory, math = p[at].mathType;
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
@@ -367,12 +457,13 @@ static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const void 
     GP_CUDNN_TRY(cudnnFindConvolutionBackwardFilterAlgorithmEx(
         im->dnn, e->x, x, e->y, y, e->conv, e->w, stand_in, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
         &got, p, wsp, ws));
-    at = pick(p, got, ws, bf16);
+    at = pick(p, got, ws, bf16, (int)e->key.nondeterministic);
+    log_search(e, dir, p, got, at, ws);
     if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory, math = p[at].mathType;
   }
   if (at < 0)
     return GP_ERR(GP_ERR_RUNTIME,
-                  "conv2d %s: cuDNN has no deterministic %s algorithm for %lldx%lldx%lldx%lld, "
+                  "conv2d %s: cuDNN has no usable %s algorithm for %lldx%lldx%lldx%lld, "
                   "kernel %lldx%lld, %lld groups (%d tried)",
                   dir_name[dir], bf16 ? "BF16" : "FP32", (long long)d->n, (long long)d->c,
                   (long long)d->h, (long long)d->w, (long long)d->kh, (long long)d->kw,
@@ -382,6 +473,8 @@ static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const void 
   e->math[dir] = math;
   e->found[dir] = 1;
   gp_dnn_of(be)->conv_searches++;
+  c.device = im->device, c.dir = dir, c.key = e->key, c.algo = algo, c.ws = mem, c.math = math;
+  memo_put(&c);
   return GP_OK;
 }
 

@@ -20,7 +20,8 @@ typedef struct gp_dnn_state {
   unsigned long long *flags_dev;    /* [GP_DNN_FLAGS] first bad positions, ULLONG_MAX = none */
   unsigned long long *flags_host;   /* pinned copy */
   gp_dnn_conv_cache *conv;          /* cuDNN descriptors and algorithms per convolution shape */
-  int64_t conv_searches, conv_hits; /* algorithm searches run, and lookups that found one */
+  int64_t conv_searches, conv_hits; /* algorithm choices made (searched, or another instance's
+                                     * search of the shape taken over), and lookups that hit */
 } gp_dnn_state;
 
 static inline gp_dnn_state *gp_dnn_of(gp_backend *be) {

@@ -98,6 +98,7 @@ struct gp_pipeline {
   double watchdog_s;
   int pin, cores, threads_per_stage, trace, copy_all;
   gp_precision precision;
+  int nondeterministic;
   size_t mem_limit;
   double t_origin;
   double span_s; /* wall time of the training steps since the last reset */
@@ -258,6 +259,7 @@ static gp_status stage_backend(gp_pipeline *pl, stage *st) {
     s = gp_cpu_backend_create(pl->threads_per_stage, &st->be);
   GP_TRY(s);
   st->be->precision = pl->precision;
+  st->be->nondeterministic = pl->nondeterministic;
   st->be->mem_limit = pl->mem_limit;
   st->place = pl->copy_all ? st->index : st->be->device;
   return GP_OK;
@@ -890,6 +892,7 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
   pl->trace = o ? o->trace : 0;
   pl->copy_all = o ? o->copy_all : 0;
   pl->precision = o ? o->precision : GP_PREC_FP32;
+  pl->nondeterministic = o ? o->nondeterministic : 0;
   pl->mem_limit = o ? o->mem_limit : 0;
   pl->t_origin = now_s();
   pl->cores = o && o->cores > 0 ? o->cores : gp_cpu_cores();

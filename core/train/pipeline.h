@@ -21,6 +21,7 @@ typedef struct gp_pipeline_opts {
   int trace;         /* record every action's start and end for gp_pipeline_write_trace */
   gp_precision precision; /* of every stage's GEMMs and convolutions */
   size_t mem_limit;       /* per stage instance (gp_backend.mem_limit); 0 = none */
+  int nondeterministic;   /* gp_backend.nondeterministic of every stage */
   int copy_all; /* tests: hand tensors between stages by copies, as if each stage had its own
                    device, even where they share memory */
 } gp_pipeline_opts;

@@ -754,11 +754,72 @@ static void test_xent(cc_ctx *c) {
   free(hz);
 }
 
+/* fp32 means fp32: no direction of a convolution may round its operands to TF32 (10 mantissa
+ * bits), which Ampere and later do under cuDNN's default math unless told not to. Operands
+ * 1 + 2^-12 need 12 bits: in fp32 each product is 1 + 2^-11 (the 2^-24 rounds away to even),
+ * in TF32 exactly 1, so an interior output of a 3x3 over 16 channels is 144.0703125 against
+ * 144. A ResNet-56 shape, where the fastest algorithms of the default math are found. */
+static void test_conv_no_tf32(cc_ctx *c) {
+  const gp_conv2d_desc d = conv_desc(128, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1);
+  const int64_t nx = d.n * d.c * d.h * d.w, ny = d.n * d.k * d.oh * d.ow, nw = d.k * d.c * 9;
+  const int64_t big = nx > ny ? nx : ny;
+  float *h = malloc(sizeof(float) * (size_t)big), *out = malloc(sizeof(float) * (size_t)big);
+  if (!h || !out) {
+    CHECK(0, "out of host memory");
+    free(h), free(out);
+    return;
+  }
+  for (int64_t i = 0; i < big; i++)
+    h[i] = 1.0f + 0x1p-12f;
+  cc_pair x, w, y, dy, dx, dw;
+  mk(c, &x, (size_t)nx * 4, h);
+  mk(c, &w, (size_t)nw * 4, h);
+  mk(c, &y, (size_t)ny * 4, NULL);
+  mk(c, &dy, (size_t)ny * 4, h);
+  mk(c, &dx, (size_t)nx * 4, NULL);
+  memset(out, 0, sizeof(float) * (size_t)nw);
+  mk(c, &dw, (size_t)nw * 4, out);
+  const float want = 144.0703125f;
+  const int64_t mid = (5 * d.h + 7) + d.h * d.w; /* an interior pixel of channel 1 */
+  struct {
+    const char *what;
+    gp_status st;
+    cc_pair *p;
+    int64_t n, at;
+    float want;
+  } r[3];
+  gp_backend *g = c->gpu;
+  r[0].st = g->conv2d_forward(g, &d, GPUF(x), GPUF(w), NULL, GPUF(y));
+  r[0].what = "forward", r[0].p = &y, r[0].n = ny, r[0].at = mid, r[0].want = want;
+  r[1].st = g->conv2d_backward_data(g, &d, GPUF(dy), GPUF(w), GPUF(dx));
+  r[1].what = "backward data", r[1].p = &dx, r[1].n = nx, r[1].at = mid, r[1].want = want;
+  /* the filter gradient sums over 128 x 32 x 32 positions, less the padded border: within
+   * fp32 summation error of (1 + 2^-11) x its count, far from the count itself */
+  r[2].st = g->conv2d_backward_filter(g, &d, GPUF(x), GPUF(dy), GPUF(dw), NULL);
+  r[2].what = "backward filter", r[2].p = &dw, r[2].n = nw, r[2].at = 4; /* the centre tap */
+  r[2].want = (float)(128.0 * 32 * 32 * (1.0 + 0x1p-11));
+  for (int i = 0; i < 3; i++) {
+    CHECK(r[i].st == GP_OK, "no-TF32 %s: %s", r[i].what, gp_error_message());
+    CHECK(cc_buf_download(&r[i].p->gpu, out, (size_t)r[i].n * 4) == GP_OK, "download");
+    double got = out[r[i].at], rel = fabs(got - r[i].want) / r[i].want;
+    /* TF32 is off by 2^-11 (4.9e-4) relatively; fp32 summation by far less */
+    CHECK(rel < 1e-4, "no-TF32 %s: %.7g, want %.7g (TF32 gives %.7g)", r[i].what, got,
+          (double)r[i].want, r[i].want / (1.0 + 0x1p-11));
+  }
+  cc_pair *all[] = {&x, &w, &y, &dy, &dx, &dw};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    cc_pair_free(all[i]);
+  free(h), free(out);
+}
+
 int main(void) {
   cc_ctx c;
   int r = cc_open(&c);
   if (r != 0) return r;
   test_conv(&c);
+#if GP_HAVE_CUDA
+  test_conv_no_tf32(&c);
+#endif
   test_pool(&c);
   test_bn(&c);
   test_ln(&c);
