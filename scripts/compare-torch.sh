@@ -7,7 +7,7 @@
 #   scripts/compare-torch.sh OUT_DIR [--device cuda:0|cpu] [--build DIR | --bin DIR] [--reps R]
 #       [--steps S] [--warmup W] [--models a,b] [--precisions fp32,bf16] [--batch MODEL=N ...]
 #       [--threads C] [--peak-tflops FP32,BF16] [--timeout SEC] [--python PY]
-#       [--torch-arg ARG ...] [--keep-raw]
+#       [--torch-arg ARG ...] [--gpipe-arg ARG ...] [--keep-raw]
 #
 # OUT_DIR gets results.md (the table), results.json, env.txt (machine, versions), log.txt
 # and raw.tar.gz (every run's output). docs/torch-compare.md explains all of it.
@@ -41,6 +41,7 @@ python=${PYTHON:-python3}
 keep_raw=0
 declare -A batch_of=()
 torch_args=()
+gpipe_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
   --device) device=$2; shift ;;
@@ -57,6 +58,7 @@ while [ $# -gt 0 ]; do
   --timeout) run_timeout=$2; shift ;;
   --python) python=$2; shift ;;
   --torch-arg) torch_args+=("$2"); shift ;;
+  --gpipe-arg) gpipe_args+=("$2"); shift ;;
   --keep-raw) keep_raw=1 ;;
   -h | --help) usage 0 ;;
   *) echo "compare-torch: unknown flag '$1' (--help)" >&2; exit 2 ;;
@@ -137,6 +139,7 @@ fi
   echo "gpipe-bench: $("$bench" --version)"
   echo "torch: $("$python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())')"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores, threads $threads"
+  echo "extra arguments: gpipe-bench ${gpipe_args[*]:-(none)}; torch_compare.py ${torch_args[*]:-(none)}"
   echo "steps: $steps timed after $warmup (torch: $windows windows of $window_steps), reps $reps"
   if [ "$device" != cpu ]; then
     nvidia-smi 2>&1 || true
@@ -172,6 +175,7 @@ run_gpipe() { # model precision rep
   local args=("models/$m.yaml" --stages 1 --micro-batches 1 --schedule gpipe --checkpoint never
     --devices "$device" --steps "$steps" --warmup "$warmup" --threads "$threads" --json --quiet)
   [ -n "$b" ] && args+=(--batch-size "$b")
+  args+=("${gpipe_args[@]}")
   if [ $has_precision = 1 ]; then
     args+=(--precision "$p")
   elif [ "$p" != fp32 ]; then

@@ -607,6 +607,8 @@ def measure(args):
     # gpipe's bf16 accumulates GEMM products in f32; so must cuBLAS here.
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     torch.backends.cudnn.benchmark = True
+    # gpipe runs only deterministic cuDNN algorithms; torch's default may pick others
+    torch.backends.cudnn.deterministic = args.deterministic
     torch.manual_seed(seed)
 
     net = build_torch(model, inplace=not args.no_inplace).to(dev)
@@ -720,6 +722,7 @@ def measure(args):
         "cudnn": torch.backends.cudnn.version() if dev.type == "cuda" else None,
         "tf32": torch.backends.cudnn.allow_tf32 or torch.backends.cuda.matmul.allow_tf32,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
         "loss_after_warmup": first_loss,
     }
     line = json.dumps(out)
@@ -918,6 +921,8 @@ def main(argv):
                     "PyTorch's choice, foreach on CUDA)")
     ap.add_argument("--channels-last", action="store_true", help="NHWC memory format")
     ap.add_argument("--no-inplace", action="store_true", help="no in-place ReLU or residual add")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="only deterministic cuDNN algorithms, as gpipe (default: torch's choice)")
     ap.add_argument("--expect-params", type=int, help="fail unless the count is this (gpipe's)")
     ap.add_argument("--count-only", action="store_true", help="build, print the count, exit")
     ap.add_argument("--json-out", help="also append the JSON line to this file")
