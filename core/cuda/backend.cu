@@ -331,7 +331,6 @@ static gp_status cuda_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, 
 static gp_status cuda_init(gp_backend *be) {
   cuda_state *st = state_of(be);
   const int dev = be->device;
-  gp_cuda_no_tf32();
   GP_CUDA_TRY(cudaSetDevice(dev));
   GP_CUDA_TRY(cudaDeviceGetAttribute(&st->sms, cudaDevAttrMultiProcessorCount, dev));
   if (st->sms < 1) st->sms = 1;
@@ -342,8 +341,8 @@ static gp_status cuda_init(gp_backend *be) {
   GP_CUBLAS_TRY(cublasCreate(&blas));
   st->pub.blas = blas;
   GP_CUBLAS_TRY(cublasSetStream(blas, stream));
-  // fp32 means fp32: no TF32 tensor-core rounding of the inputs (CUBLAS_DEFAULT_MATH does
-  // not use TF32, and NVIDIA_TF32_OVERRIDE=0 is set besides).
+  // fp32 means fp32: no TF32 tensor-core rounding of the inputs (CUBLAS_DEFAULT_MATH never
+  // uses TF32 unless NVIDIA_TF32_OVERRIDE says so).
   GP_CUBLAS_TRY(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH));
   cudnnHandle_t dnn = NULL;
   GP_CUDNN_TRY(cudnnCreate(&dnn));

@@ -27,16 +27,6 @@
 enum { DIR_FWD, DIR_DATA, DIR_FILTER, DIR_COUNT };
 static const char *const dir_name[DIR_COUNT] = {"forward", "backward data", "backward filter"};
 
-// fp32 convolutions' math type: the default, under which cuDNN offers its fastest FP32-FMA
-// algorithms (under FMA_MATH several are missing: ResNet-56's backward filter ran 4x slower).
-// The default would allow TF32 tensor cores on Ampere and later; NVIDIA_TF32_OVERRIDE=0, set
-// before the first handle (gp_cuda_no_tf32), rules that out. GP_CUDNN_FP32_MATH=fma restores
-// FMA_MATH, for comparison.
-static cudnnMathType_t fp32_math(void) {
-  const char *m = getenv("GP_CUDNN_FP32_MATH");
-  return m && strcmp(m, "fma") == 0 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
-}
-
 // What an entry is for: the shape and the precision (int64_t, so the struct has no padding
 // and memcmp and the hash see only these bytes).
 typedef struct conv_key {
@@ -219,9 +209,11 @@ static gp_status entry_make(const conv_key *key, conv_entry **out) {
                                             (int)d->dh, (int)d->dw, CUDNN_CROSS_CORRELATION,
                                             CUDNN_DATA_FLOAT));
   ENTRY_TRY(cudnnSetConvolutionGroupCount(e->conv, (int)d->groups));
-  // fp32: fp32_math(), with TF32 off. bf16 operands are what tensor cores take (exact
-  // products, f32 accumulation): TENSOR_OP_MATH.
-  ENTRY_TRY(cudnnSetConvolutionMathType(e->conv, bf16 ? CUDNN_TENSOR_OP_MATH : fp32_math()));
+  // FMA_MATH, not DEFAULT_MATH: on Ampere and later DEFAULT_MATH lets FP32 convolutions run
+  // on TF32 tensor cores (10-bit mantissa): on an H100 it made ResNet-56's backward filter
+  // round to TF32 (test_cuda_dnn's no-TF32 check). bf16 operands are what tensor cores take
+  // (exact products, f32 accumulation): TENSOR_OP_MATH.
+  ENTRY_TRY(cudnnSetConvolutionMathType(e->conv, bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   {
     int on, oc, ohh, oww;
     ENTRY_TRY(cudnnGetConvolution2dForwardOutputDim(e->conv, e->x, e->w, &on, &oc, &ohh, &oww));
@@ -328,9 +320,9 @@ static bool transforms(cudnnConvolutionBwdFilterAlgo_t a) {
 }
 
 // The first (fastest: FindEx sorts by time) result that ran, is deterministic (unless the
-// instance allows others: any), does FP32 FMA
-// arithmetic and fits the workspace; -1 when none does. bf16: tensor cores are fine (bf16
-// products are exact, sums f32), converting to a narrower type or transforming is not.
+// instance allows others: any), does FP32 FMA arithmetic and fits the workspace; -1 when none
+// does. bf16: tensor cores are fine (bf16 products are exact, sums f32), converting to a
+// narrower type or transforming is not.
 template <typename Perf> static int pick(const Perf *p, int n, size_t ws, int bf16, int any) {
   for (int i = 0; i < n; i++)
     if (p[i].status == CUDNN_STATUS_SUCCESS && (any || p[i].determinism == CUDNN_DETERMINISTIC) &&

@@ -27,9 +27,6 @@ static inline gp_cuda_impl *gp_cuda_of(gp_backend *be) {
   return (gp_cuda_impl *)be->impl;
 }
 
-/* Sets NVIDIA_TF32_OVERRIDE=0 once, before the first handle (core/cuda/probe.cu says why). */
-extern "C" void gp_cuda_no_tf32(void);
-
 /* GP_ERR_RUNTIME "WHAT: <CUDA/cuBLAS/cuDNN message> (FILE:LINE)" unless the call succeeded. */
 gp_status gp_cuda_check(cudaError_t e, const char *what, const char *file, int line);
 gp_status gp_cublas_check(cublasStatus_t e, const char *what, const char *file, int line);

@@ -755,10 +755,11 @@ static void test_xent(cc_ctx *c) {
 }
 
 /* fp32 means fp32: no direction of a convolution may round its operands to TF32 (10 mantissa
- * bits), which Ampere and later do under cuDNN's default math unless told not to. Operands
- * 1 + 2^-12 need 12 bits: in fp32 each product is 1 + 2^-11 (the 2^-24 rounds away to even),
- * in TF32 exactly 1, so an interior output of a 3x3 over 16 channels is 144.0703125 against
- * 144. A ResNet-56 shape, where the fastest algorithms of the default math are found. */
+ * bits), which Ampere and later do under cuDNN's default math type (the backend asks for FMA
+ * math). Operands 1 + 2^-12 need 12 bits: in fp32 each product is 1 + 2^-11 (the 2^-24 rounds
+ * away to even), in TF32 exactly 1, so an interior output of a 3x3 over 16 channels is
+ * 144.0703125 against 144. A ResNet-56 shape: under the default math its backward filter
+ * did round, on an H100. */
 static void test_conv_no_tf32(cc_ctx *c) {
   const gp_conv2d_desc d = conv_desc(128, 16, 32, 32, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1);
   const int64_t nx = d.n * d.c * d.h * d.w, ny = d.n * d.k * d.oh * d.ow, nw = d.k * d.c * 9;
