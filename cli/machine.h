@@ -5,7 +5,8 @@
 #include <stddef.h>
 
 /* Best-of-several cblas_sgemm 1024^3 GFLOP/s with `threads` OpenBLAS threads (the first run is a
- * warm-up); 0 if the buffers cannot be had. Leaves OpenBLAS at `threads` threads. */
+ * warm-up); 0 if the buffers cannot be had. Leaves OpenBLAS single-threaded, as the CPU
+ * backend runs it. */
 double gp_sgemm_gflops(int threads);
 
 /* The CPU's model name from /proc/cpuinfo ("unknown" without one), with characters that

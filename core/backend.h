@@ -89,7 +89,7 @@ typedef struct gp_rmsprop_hp {
 struct gp_backend {
   const char *name;       /* "cpu", "cuda" */
   int device;             /* -1 cpu, else CUDA ordinal */
-  int threads;            /* cpu: BLAS and op threads this instance may use */
+  int threads;            /* cpu: threads this instance splits its ops over (its own) */
   gp_precision precision; /* GEMMs and convolutions; set by the creator, FP32 by default */
   int nondeterministic;   /* may use algorithms whose summation order varies from run to run
                              (cuDNN's atomics-based ones) where faster; 0 by default */

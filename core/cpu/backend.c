@@ -24,18 +24,24 @@ static gp_status host_block(size_t bytes, void **out) {
   return GP_OK;
 }
 
+/* The count is updated atomically: workers of a parallel call (team.c) may grow their own
+ * buffers at once. */
 static gp_status cpu_alloc(gp_backend *be, size_t bytes, void **out) {
   if (bytes > SIZE_MAX - ALIGN)
     return GP_ERR(GP_ERR_NOMEM, "allocation of %zu bytes is too large", bytes);
-  if (be->mem_limit && be->mem_used + bytes > be->mem_limit)
+  size_t used = __atomic_load_n(&be->mem_used, __ATOMIC_RELAXED);
+  if (be->mem_limit && used + bytes > be->mem_limit)
     return GP_ERR(GP_ERR_NOMEM,
                   "allocating %zu bytes would pass the memory limit of %zu bytes (%zu in use)",
-                  bytes, be->mem_limit, be->mem_used);
+                  bytes, be->mem_limit, used);
   char *p = NULL;
   GP_TRY(host_block(bytes + ALIGN, (void **)&p));
   memcpy(p, &bytes, sizeof bytes);
-  be->mem_used += bytes;
-  if (be->mem_used > be->mem_peak) be->mem_peak = be->mem_used;
+  used = __atomic_add_fetch(&be->mem_used, bytes, __ATOMIC_RELAXED);
+  size_t peak = __atomic_load_n(&be->mem_peak, __ATOMIC_RELAXED);
+  while (used > peak && !__atomic_compare_exchange_n(&be->mem_peak, &peak, used, 1,
+                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
   *out = p + ALIGN;
   return GP_OK;
 }
@@ -45,7 +51,7 @@ static void cpu_free(gp_backend *be, void *p) {
   char *block = (char *)p - ALIGN;
   size_t bytes;
   memcpy(&bytes, block, sizeof bytes);
-  be->mem_used -= bytes;
+  __atomic_sub_fetch(&be->mem_used, bytes, __ATOMIC_RELAXED);
   free(block);
 }
 
@@ -124,6 +130,7 @@ gp_status gp_cpu_scratch(gp_backend *be, size_t bytes, void **out) {
 
 static void cpu_destroy(gp_backend *be) {
   gp_cpu_impl *im = be->impl;
+  gp_cpu_team_release(be);
   gp_cpu_bf16_release(be);
   if (im) cpu_free(be, im->scratch);
   free(im);
@@ -134,31 +141,113 @@ static int fits_int(int64_t v) {
   return v >= 0 && v <= INT_MAX;
 }
 
-gp_status gp_cpu_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
-                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
-                      float beta, float *c, int64_t ldc) {
-  if (be->precision == GP_PREC_BF16) /* then on copies of a and b rounded to bf16 (bf16.c) */
-    GP_TRY(gp_cpu_bf16_operands(be, trans_a, trans_b, m, n, k, &a, &lda, &b, &ldb));
+/* C = alpha op(A) op(B) + beta C on the calling thread, after the checks and the k = 0 case;
+ * returns 0 when there is nothing left for BLAS to do. */
+static int gemm_prelude(gp_status *st, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                        float beta, float *c, int64_t ldc) {
+  *st = GP_OK;
   if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) ||
-      !fits_int(ldc))
-    return GP_ERR(GP_ERR_RUNTIME, "gemm %lld x %lld x %lld exceeds the 32-bit BLAS interface",
-                  (long long)m, (long long)n, (long long)k);
-  if (m == 0 || n == 0) return GP_OK;
+      !fits_int(ldc)) {
+    *st = GP_ERR(GP_ERR_RUNTIME, "gemm %lld x %lld x %lld exceeds the 32-bit BLAS interface",
+                 (long long)m, (long long)n, (long long)k);
+    return 0;
+  }
+  if (m == 0 || n == 0) return 0;
   if (k == 0) {
     /* BLAS would scale C by beta; do the same without calling it with k = 0. */
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++)
         c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-    return GP_OK;
+    return 0;
   }
-  /* OpenBLAS's thread count is process-global, not per call or per instance: two CPU
-   * backends with different `threads` in one process overwrite each other's setting. We
-   * only re-set it when it differs, so the common case (all instances alike) costs nothing. */
-  if (openblas_get_num_threads() != be->threads) openblas_set_num_threads(be->threads);
+  return 1;
+}
+
+static void sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                  int64_t ldc) {
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda, b,
               (int)ldb, beta, c, (int)ldc);
+}
+
+gp_status gp_cpu_gemm_serial(gp_backend *be, int worker, int trans_a, int trans_b, int64_t m,
+                             int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                             const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (be->precision == GP_PREC_BF16) /* then on copies of a and b rounded to bf16 (bf16.c) */
+    GP_TRY(gp_cpu_bf16_operands(be, worker, trans_a, trans_b, m, n, k, &a, &lda, &b, &ldb));
+  gp_status st;
+  if (gemm_prelude(&st, m, n, k, lda, ldb, beta, c, ldc))
+    sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  return st;
+}
+
+/* Below this many multiply-adds per worker a GEMM stays on one thread. */
+#define SPLIT_MACS ((int64_t)1 << 19)
+/* Split points fall on multiples of this many rows or columns (the BLAS kernels' blocks). */
+#define SPLIT_UNIT 16
+
+typedef struct gemm_split {
+  int trans_a, trans_b, by_rows;
+  int64_t m, n, k, lda, ldb, ldc, units, parts;
+  float alpha, beta;
+  const float *a, *b;
+  float *c;
+} gemm_split;
+
+/* Part p of `parts`: the rows (or columns) of units [units * p / parts, units * (p+1) / parts). */
+static gp_status gemm_task(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const gemm_split *g = ctx;
+  int64_t dim = g->by_rows ? g->m : g->n;
+  int64_t r0 = g->units * lo / g->parts * SPLIT_UNIT, r1 = g->units * hi / g->parts * SPLIT_UNIT;
+  if (r1 > dim) r1 = dim;
+  if (r1 <= r0) return GP_OK;
+  if (g->by_rows)
+    sgemm(g->trans_a, g->trans_b, r1 - r0, g->n, g->k, g->alpha,
+          g->a + (g->trans_a ? r0 : r0 * g->lda), g->lda, g->b, g->ldb, g->beta, g->c + r0 * g->ldc,
+          g->ldc);
+  else
+    sgemm(g->trans_a, g->trans_b, g->m, r1 - r0, g->k, g->alpha, g->a, g->lda,
+          g->b + (g->trans_b ? r0 * g->ldb : r0), g->ldb, g->beta, g->c + r0, g->ldc);
   return GP_OK;
+}
+
+gp_status gp_cpu_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float beta, float *c, int64_t ldc) {
+  if (be->precision == GP_PREC_BF16)
+    GP_TRY(gp_cpu_bf16_operands(be, gp_cpu_worker_index(), trans_a, trans_b, m, n, k, &a, &lda, &b,
+                                &ldb));
+  gp_status st;
+  if (!gemm_prelude(&st, m, n, k, lda, ldb, beta, c, ldc)) return st;
+  /* Split the longer of m and n over as many workers as get SPLIT_MACS each; a split along k
+   * would make the sums depend on the thread count. */
+  gemm_split g = {.trans_a = trans_a,
+                  .trans_b = trans_b,
+                  .by_rows = m >= n,
+                  .m = m,
+                  .n = n,
+                  .k = k,
+                  .lda = lda,
+                  .ldb = ldb,
+                  .ldc = ldc,
+                  .alpha = alpha,
+                  .beta = beta,
+                  .a = a,
+                  .b = b,
+                  .c = c};
+  g.units = ((g.by_rows ? m : n) + SPLIT_UNIT - 1) / SPLIT_UNIT;
+  double macs = (double)m * (double)n * (double)k;
+  int64_t by_work =
+      macs / SPLIT_MACS < (double)INT32_MAX ? (int64_t)(macs / SPLIT_MACS) : INT32_MAX;
+  g.parts = g.units < by_work ? g.units : by_work;
+  if (gp_cpu_workers(be, g.parts) < 2) {
+    sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return GP_OK;
+  }
+  if (g.parts > be->threads) g.parts = be->threads;
+  return gp_cpu_parallel(be, g.parts, gemm_task, &g);
 }
 
 int gp_cpu_cores(void) {
@@ -239,7 +328,9 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->adamw_update = gp_cpu_adamw_update;
   be->rmsprop_update = gp_cpu_rmsprop_update;
 
-  openblas_set_num_threads(threads); /* process-global, see gp_cpu_gemm */
+  /* OpenBLAS's own threads are process-global and queue the calls of concurrent instances
+   * behind one another; each instance splits its work over its own threads instead (team.c). */
+  openblas_set_num_threads(1);
   *out = be;
   return GP_OK;
 }

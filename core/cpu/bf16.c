@@ -11,12 +11,13 @@
  * (whose GEMMs use A and B meanwhile). */
 enum { SLOT_A, SLOT_B, SLOT_CONV, SLOT_COUNT };
 
-/* An instance's buffers (gp_cpu_impl.bf16), allocated with its alloc (counted in mem_used,
- * grown only), freed by gp_cpu_bf16_release from its destroy. Not be->scratch: layers pass
- * GEMM operands that live there. */
+/* An instance's buffers (gp_cpu_impl.bf16), SLOT_COUNT per worker, allocated with its alloc
+ * (counted in mem_used, grown only), freed by gp_cpu_bf16_release from its destroy. Not
+ * be->scratch: layers pass GEMM operands that live there. */
 struct gp_cpu_bf16 {
-  float *buf[SLOT_COUNT];
-  size_t bytes[SLOT_COUNT];
+  int n; /* slots: SLOT_COUNT * be->threads */
+  float **buf;
+  size_t *bytes;
 };
 
 static uint32_t f32_bits(float f) {
@@ -60,25 +61,47 @@ void gp_bf16_round_array(int64_t n, const float *x, float *y) {
 }
 
 /* The buffers of be, made on first use. */
-static gp_status bufs_of(gp_backend *be, gp_cpu_bf16 **out) {
-  gp_cpu_impl *im = be->impl;
-  if (!im->bf16 && !(im->bf16 = calloc(1, sizeof *im->bf16)))
-    return GP_ERR(GP_ERR_NOMEM, "out of host memory for the bf16 operand buffers");
-  *out = im->bf16;
-  return GP_OK;
-}
-
 void gp_cpu_bf16_release(gp_backend *be) {
   gp_cpu_impl *im = be->impl;
   if (!im || !im->bf16) return;
-  for (int i = 0; i < SLOT_COUNT; i++)
+  for (int i = 0; i < im->bf16->n; i++)
     be->free(be, im->bf16->buf[i]);
+  free(im->bf16->buf);
+  free(im->bf16->bytes);
   free(im->bf16);
   im->bf16 = NULL;
 }
 
-/* Slot i of be's buffers e with room for n floats (grown only). */
-static gp_status slot(gp_backend *be, gp_cpu_bf16 *e, int i, int64_t n, float **out) {
+/* The buffers of be, made on first use outside a parallel call (gp_cpu_bf16_prepare). */
+static gp_status bufs_of(gp_backend *be, gp_cpu_bf16 **out) {
+  gp_cpu_impl *im = be->impl;
+  if (!im->bf16) {
+    gp_cpu_bf16 *e = calloc(1, sizeof *e);
+    int n = SLOT_COUNT * be->threads;
+    if (e) {
+      e->n = n;
+      e->buf = calloc((size_t)n, sizeof *e->buf);
+      e->bytes = calloc((size_t)n, sizeof *e->bytes);
+    }
+    if (!e || !e->buf || !e->bytes) {
+      if (e) free(e->buf), free(e->bytes);
+      free(e);
+      return GP_ERR(GP_ERR_NOMEM, "out of host memory for the bf16 operand buffers");
+    }
+    im->bf16 = e;
+  }
+  *out = im->bf16;
+  return GP_OK;
+}
+
+gp_status gp_cpu_bf16_prepare(gp_backend *be) {
+  gp_cpu_bf16 *e;
+  return bufs_of(be, &e);
+}
+
+/* Slot i of worker w in be's buffers e with room for n floats (grown only). */
+static gp_status slot(gp_backend *be, gp_cpu_bf16 *e, int w, int i, int64_t n, float **out) {
+  i += SLOT_COUNT * w;
   size_t bytes = (size_t)n * sizeof(float);
   if (!e->buf[i] || bytes > e->bytes[i]) {
     void *p = NULL;
@@ -105,8 +128,8 @@ static int fits_int(int64_t v) {
   return v >= 0 && v <= INT32_MAX;
 }
 
-gp_status gp_cpu_bf16_operands(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n,
-                               int64_t k, const float **a, int64_t *lda, const float **b,
+gp_status gp_cpu_bf16_operands(gp_backend *be, int worker, int trans_a, int trans_b, int64_t m,
+                               int64_t n, int64_t k, const float **a, int64_t *lda, const float **b,
                                int64_t *ldb) {
   /* Nothing is read, or the GEMM refuses (sizes) or BLAS reports (leading dimensions): leave
    * the operands as they are for it. */
@@ -118,8 +141,8 @@ gp_status gp_cpu_bf16_operands(gp_backend *be, int trans_a, int trans_b, int64_t
   gp_cpu_bf16 *e = NULL;
   float *ra, *rb;
   GP_TRY(bufs_of(be, &e));
-  GP_TRY(slot(be, e, SLOT_A, a_rows * a_cols, &ra));
-  GP_TRY(slot(be, e, SLOT_B, b_rows * b_cols, &rb));
+  GP_TRY(slot(be, e, worker, SLOT_A, a_rows * a_cols, &ra));
+  GP_TRY(slot(be, e, worker, SLOT_B, b_rows * b_cols, &rb));
   round_2d(a_rows, a_cols, *a, *lda, ra);
   round_2d(b_rows, b_cols, *b, *ldb, rb);
   *a = ra;
@@ -158,7 +181,7 @@ gp_status gp_cpu_bf16_conv2d_backward_filter(gp_backend *be, const gp_conv2d_des
   gp_cpu_bf16 *e = NULL;
   float *part;
   GP_TRY(bufs_of(be, &e));
-  GP_TRY(slot(be, e, SLOT_CONV, nw, &part));
+  GP_TRY(slot(be, e, 0, SLOT_CONV, nw, &part));
   memset(part, 0, (size_t)nw * sizeof(float));
   GP_TRY(gp_cpu_conv2d_backward_filter_unrounded(be, d, x, dy, part, NULL));
   for (int64_t i = 0; i < nw; i++)

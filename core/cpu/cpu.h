@@ -9,18 +9,45 @@
 /* backend.c */
 /* The state behind a CPU instance's impl. */
 typedef struct gp_cpu_bf16 gp_cpu_bf16;
+typedef struct gp_cpu_team gp_cpu_team;
 typedef struct gp_cpu_impl {
   void *scratch;
   size_t scratch_bytes;
   gp_cpu_bf16 *bf16; /* bf16.c's operand buffers, NULL until the first bf16 op */
+  gp_cpu_team *team; /* team.c's helper threads, NULL until the first parallel call */
 } gp_cpu_impl;
 /* Frees the bf16 buffers (from destroy). */
 void gp_cpu_bf16_release(gp_backend *be);
 
+/* The table's GEMM: split over the instance's threads (along m or n, never k, so the result
+ * does not depend on the thread count) when it is large enough. */
 gp_status gp_cpu_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float beta, float *c, int64_t ldc);
+/* The same on the calling thread alone, for worker `worker` of a parallel call (its bf16
+ * operand buffers). */
+gp_status gp_cpu_gemm_serial(gp_backend *be, int worker, int trans_a, int trans_b, int64_t m,
+                             int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                             const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 gp_status gp_cpu_scratch(gp_backend *be, size_t bytes, void **out);
+
+/* team.c: the instance's threads. gp_cpu_parallel runs fn over [0, n) split into contiguous
+ * runs [begin, end), one per worker (the caller is worker 0), fixed by n and be->threads
+ * alone; it returns when all are done, with the error of the lowest failing worker. Called
+ * from inside fn it runs inline on the same worker. */
+typedef gp_status (*gp_cpu_task)(void *ctx, int64_t begin, int64_t end, int worker);
+gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx);
+/* The same over [0, n) in at most be->threads parts of at least `grain` items each (for
+ * element-wise loops, whose items are too small to be tasks one by one). */
+gp_status gp_cpu_parallel_for(gp_backend *be, int64_t n, int64_t grain, gp_cpu_task fn, void *ctx);
+/* Items per part of an element-wise loop over floats: below 2 of them it runs on the caller. */
+#define GP_CPU_GRAIN ((int64_t)1 << 15)
+/* Workers a call over n items would use (1 inside a task). */
+int gp_cpu_workers(const gp_backend *be, int64_t n);
+/* The calling thread's worker index inside a task, 0 outside. */
+int gp_cpu_worker_index(void);
+/* Stops and joins the helpers (from destroy). */
+void gp_cpu_team_release(gp_backend *be);
 
 /* gemm_conv.c */
 gp_status gp_cpu_conv2d_forward(gp_backend *be, const gp_conv2d_desc *d, const float *x,
@@ -48,11 +75,13 @@ void gp_bf16_round_array(int64_t n, const float *x, float *y); /* y may be x */
 /* Called first by gp_cpu_gemm in bf16 mode: replaces *a and *b (with their leading
  * dimensions) by packed copies rounded to bf16, kept in buffers of the instance (not its
  * scratch, which may hold the operands). Leaves them alone when the GEMM reads nothing or will
- * refuse. The buffers are freed with the instance: the first call puts a destroy of this file
- * in front of be->destroy. */
-gp_status gp_cpu_bf16_operands(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n,
-                               int64_t k, const float **a, int64_t *lda, const float **b,
+ * refuse. Worker w of a parallel call uses its own buffers. They are freed with the
+ * instance (gp_cpu_bf16_release). */
+gp_status gp_cpu_bf16_operands(gp_backend *be, int worker, int trans_a, int trans_b, int64_t m,
+                               int64_t n, int64_t k, const float **a, int64_t *lda, const float **b,
                                int64_t *ldb);
+/* Makes the buffers' table (gp_cpu_parallel calls it before starting bf16 workers). */
+gp_status gp_cpu_bf16_prepare(gp_backend *be);
 /* The convolutions in bf16 mode: operands rounded (by the GEMMs), f32 accumulation, the
  * result rounded to bf16, then the bias added (forward) or the result added to dw (filter) in
  * f32; dbias is summed from the f32 dy as in fp32 mode. */

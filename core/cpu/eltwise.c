@@ -11,9 +11,7 @@
 #define GELU_TANH_C 0.79788456080286535588f /* sqrt(2 / pi) */
 #define GELU_TANH_A 0.044715f
 
-gp_status gp_cpu_act_forward(gp_backend *be, gp_act act, int64_t n, const float *restrict x,
-                             float *restrict y) {
-  (void)be;
+static gp_status act_forward(gp_act act, int64_t n, const float *restrict x, float *restrict y) {
   switch (act) {
   case GP_ACT_RELU:
     for (int64_t i = 0; i < n; i++)
@@ -52,10 +50,9 @@ gp_status gp_cpu_act_forward(gp_backend *be, gp_act act, int64_t n, const float 
 }
 
 /* relu and both gelus read x; tanh and sigmoid read y (the forward output). */
-gp_status gp_cpu_act_backward(gp_backend *be, gp_act act, int64_t n, const float *restrict x,
+static gp_status act_backward(gp_act act, int64_t n, const float *restrict x,
                               const float *restrict y, const float *restrict dy,
                               float *restrict dx) {
-  (void)be;
   switch (act) {
   case GP_ACT_RELU:
     /* dy is loaded unconditionally so the select vectorizes instead of branching. */
@@ -94,34 +91,80 @@ gp_status gp_cpu_act_backward(gp_backend *be, gp_act act, int64_t n, const float
   return GP_ERR(GP_ERR_RUNTIME, "unknown activation %d", (int)act);
 }
 
+/* The table's entries split the loops over the instance's threads (team.c): each part is
+ * the same loop over a slice, so the results do not depend on the split. */
+typedef struct ew_args {
+  gp_act act;
+  float p, a, b;
+  uint64_t key, offset;
+  const float *x, *y, *dy;
+  float *out;
+} ew_args;
+
+static gp_status act_forward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const ew_args *e = ctx;
+  return act_forward(e->act, hi - lo, e->x + lo, e->out + lo);
+}
+
+gp_status gp_cpu_act_forward(gp_backend *be, gp_act act, int64_t n, const float *x, float *y) {
+  ew_args e = {.act = act, .x = x, .out = y};
+  if (n <= 0) return act_forward(act, 0, x, y); /* still reports an unknown activation */
+  return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN, act_forward_part, &e);
+}
+
+static gp_status act_backward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const ew_args *e = ctx;
+  return act_backward(e->act, hi - lo, e->x ? e->x + lo : NULL, e->y ? e->y + lo : NULL, e->dy + lo,
+                      e->out + lo);
+}
+
+gp_status gp_cpu_act_backward(gp_backend *be, gp_act act, int64_t n, const float *x, const float *y,
+                              const float *dy, float *dx) {
+  ew_args e = {.act = act, .x = x, .y = y, .dy = dy, .out = dx};
+  if (n <= 0) return act_backward(act, 0, x, y, dy, dx);
+  return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN, act_backward_part, &e);
+}
+
 static gp_status check_p(float p) {
   if (!(p >= 0.0f && p < 1.0f))
     return GP_ERR(GP_ERR_RUNTIME, "dropout probability %g is outside [0, 1)", (double)p);
   return GP_OK;
 }
 
-gp_status gp_cpu_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
-                                 const float *restrict x, float *restrict y) {
-  (void)be;
-  GP_TRY(check_p(p));
-  const float scale = 1.0f / (1.0f - p);
-  for (int64_t i = 0; i < n; i++)
-    y[i] = gp_counter_uniform(key, offset + (uint64_t)i) >= p ? x[i] * scale : 0.0f;
+/* y = mask(x) * scale, the mask drawn from (key, offset + i) for element i. */
+static gp_status dropout_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const ew_args *e = ctx;
+  const float p = e->p, scale = 1.0f / (1.0f - p);
+  const float *restrict x = e->x;
+  float *restrict y = e->out;
+  for (int64_t i = lo; i < hi; i++)
+    y[i] = gp_counter_uniform(e->key, e->offset + (uint64_t)i) >= p ? x[i] * scale : 0.0f;
   return GP_OK;
+}
+
+gp_status gp_cpu_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
+                                 const float *x, float *y) {
+  GP_TRY(check_p(p));
+  ew_args e = {.p = p, .key = key, .offset = offset, .x = x, .out = y};
+  return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN / 4, dropout_part, &e);
 }
 
 gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
-                                  const float *restrict dy, float *restrict dx) {
-  (void)be;
+                                  const float *dy, float *dx) {
   GP_TRY(check_p(p));
-  const float scale = 1.0f / (1.0f - p);
-  for (int64_t i = 0; i < n; i++)
-    dx[i] = gp_counter_uniform(key, offset + (uint64_t)i) >= p ? dy[i] * scale : 0.0f;
-  return GP_OK;
+  ew_args e = {.p = p, .key = key, .offset = offset, .x = dy, .out = dx};
+  return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN / 4, dropout_part, &e);
 }
 
-gp_status gp_cpu_axpby(gp_backend *be, int64_t n, float a, const float *x, float b, float *y) {
-  (void)be;
+static gp_status axpby_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const ew_args *e = ctx;
+  const float a = e->a, b = e->b, *x = e->x + lo;
+  float *y = e->out + lo;
+  const int64_t n = hi - lo;
   /* x and y may be the same buffer (y = (a + b) y), so no restrict here. */
   if (b == 0.0f) {
     for (int64_t i = 0; i < n; i++)
@@ -134,6 +177,11 @@ gp_status gp_cpu_axpby(gp_backend *be, int64_t n, float a, const float *x, float
       y[i] = a * x[i] + b * y[i];
   }
   return GP_OK;
+}
+
+gp_status gp_cpu_axpby(gp_backend *be, int64_t n, float a, const float *x, float b, float *y) {
+  ew_args e = {.a = a, .b = b, .x = x, .out = y};
+  return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN, axpby_part, &e);
 }
 
 gp_status gp_cpu_copy2d(gp_backend *be, int64_t rows, int64_t cols, const float *src,

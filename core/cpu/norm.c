@@ -83,102 +83,160 @@ static void row_affine(int64_t inner, float scale, float shift, const float *res
     y[k] = x[k] * scale + shift;
 }
 
-/* Per-channel double accumulators for the passes below, from the instance's scratch (so the
- * step loop does not allocate). */
-static gp_status accumulators(gp_backend *be, int64_t c, double **out) {
-  GP_TRY(gp_cpu_scratch(be, (size_t)(4 * c) * sizeof(double), (void **)out));
-  for (int64_t j = 0; j < 4 * c; j++)
-    (*out)[j] = 0.0;
+/* The passes are split over the instance's threads: the statistics by channels (each
+ * channel's sums on one thread, in sample order whatever the split), the affine maps by
+ * planes. The statistics are taken in one pass over data shifted by one of their own values
+ * per channel (its first), which is within a few standard deviations of the mean, so
+ * E[v^2] - E[v]^2 does not cancel the way it does for unshifted data. */
+typedef struct bn_args {
+  int64_t n, c, inner;
+  float eps;
+  const float *x, *dy, *gamma, *beta, *mean, *invstd;
+  float *y, *out_mean, *out_invstd, *dgamma, *dbeta;
+  double *k1, *k2, *k0; /* per channel: y = k1 * x + k0 (forward), dx = k1 dy + k2 x + k0 */
+} bn_args;
+
+static gp_status bn_stats_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const bn_args *b = ctx;
+  const int64_t inner = b->inner, c = b->c, count = b->n * inner;
+  const float *x = b->x;
+  for (int64_t j = lo; j < hi; j++) {
+    double s1 = 0.0, s2 = 0.0;
+    for (int64_t i = 0; i < b->n; i++) {
+      float a, q;
+      rowmoments(x + (i * c + j) * inner, inner, x[j * inner], &a, &q);
+      s1 += a;
+      s2 += q;
+    }
+    const double m = s1 / (double)count, v = s2 / (double)count - m * m;
+    const float mf = (float)(x[j * inner] + m);
+    const float is = 1.0f / sqrtf((float)(v > 0.0 ? v : 0.0) + b->eps);
+    b->out_mean[j] = mf;
+    b->out_invstd[j] = is;
+    b->k1[j] = b->gamma[j] * is;
+    b->k0[j] = b->beta[j] - mf * (float)b->k1[j];
+  }
   return GP_OK;
 }
 
-/* The passes run in memory order (sample by sample, channel by channel) so that every pass
- * is one sequential stream, which the hardware prefetches well. The statistics are taken in
- * one pass over data shifted by one of their own values per channel (its first), which is
- * within a few standard deviations of the mean, so E[v^2] - E[v]^2 does not cancel the way
- * it does for unshifted data. */
+/* planes [lo, hi): y = k1 x + k0 */
+static gp_status bn_affine_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const bn_args *b = ctx;
+  for (int64_t p = lo; p < hi; p++) {
+    const int64_t j = p % b->c;
+    row_affine(b->inner, (float)b->k1[j], (float)b->k0[j], b->x + p * b->inner,
+               b->y + p * b->inner);
+  }
+  return GP_OK;
+}
+
+/* Per-channel coefficients from the instance's scratch (so the step loop does not allocate). */
+static gp_status coefficients(gp_backend *be, bn_args *b) {
+  double *acc;
+  GP_TRY(gp_cpu_scratch(be, (size_t)(3 * b->c) * sizeof(double), (void **)&acc));
+  b->k1 = acc;
+  b->k2 = acc + b->c;
+  b->k0 = acc + 2 * b->c;
+  return GP_OK;
+}
+
+static int64_t plane_grain(int64_t inner) {
+  return GP_CPU_GRAIN / (inner > 0 ? inner : 1) + 1;
+}
+
 gp_status gp_cpu_batchnorm_forward_train(gp_backend *be, int64_t n, int64_t c, int64_t inner,
                                          float eps, const float *x, const float *gamma,
                                          const float *beta, float *y, float *mean, float *invstd) {
-  const int64_t count = n * inner;
-  if (count <= 0) return GP_ERR(GP_ERR_RUNTIME, "batch norm over an empty batch");
-  double *acc;
-  GP_TRY(accumulators(be, c, &acc));
-  double *s1 = acc, *s2 = acc + c, *scale = acc + 2 * c, *shift = acc + 3 * c;
-  for (int64_t i = 0; i < n; i++)
-    for (int64_t j = 0; j < c; j++) {
-      float a, b;
-      rowmoments(x + (i * c + j) * inner, inner, x[j * inner], &a, &b);
-      s1[j] += a;
-      s2[j] += b;
-    }
-  for (int64_t j = 0; j < c; j++) {
-    const double m = s1[j] / (double)count, v = s2[j] / (double)count - m * m;
-    const float mf = (float)(x[j * inner] + m);
-    const float is = 1.0f / sqrtf((float)(v > 0.0 ? v : 0.0) + eps);
-    mean[j] = mf;
-    invstd[j] = is;
-    scale[j] = gamma[j] * is;
-    shift[j] = beta[j] - mf * (float)scale[j];
-  }
-  for (int64_t i = 0; i < n; i++)
-    for (int64_t j = 0; j < c; j++)
-      row_affine(inner, (float)scale[j], (float)shift[j], x + (i * c + j) * inner,
-                 y + (i * c + j) * inner);
-  return GP_OK;
+  if (n * inner <= 0) return GP_ERR(GP_ERR_RUNTIME, "batch norm over an empty batch");
+  bn_args b = {.n = n,
+               .c = c,
+               .inner = inner,
+               .eps = eps,
+               .x = x,
+               .gamma = gamma,
+               .beta = beta,
+               .y = y,
+               .out_mean = mean,
+               .out_invstd = invstd};
+  GP_TRY(coefficients(be, &b));
+  GP_TRY(gp_cpu_parallel_for(be, c, plane_grain(n * inner), bn_stats_part, &b));
+  return gp_cpu_parallel_for(be, n * c, plane_grain(inner), bn_affine_part, &b);
 }
 
 gp_status gp_cpu_batchnorm_forward_eval(gp_backend *be, int64_t n, int64_t c, int64_t inner,
                                         float eps, const float *x, const float *gamma,
                                         const float *beta, const float *run_mean,
                                         const float *run_var, float *y) {
-  (void)be;
-  for (int64_t i = 0; i < n; i++)
-    for (int64_t j = 0; j < c; j++) {
-      float scale = gamma[j] / sqrtf(run_var[j] + eps);
-      row_affine(inner, scale, beta[j] - run_mean[j] * scale, x + (i * c + j) * inner,
-                 y + (i * c + j) * inner);
+  bn_args b = {.n = n, .c = c, .inner = inner, .x = x, .y = y};
+  GP_TRY(coefficients(be, &b));
+  for (int64_t j = 0; j < c; j++) {
+    float scale = gamma[j] / sqrtf(run_var[j] + eps);
+    b.k1[j] = scale;
+    b.k0[j] = beta[j] - run_mean[j] * scale;
+  }
+  return gp_cpu_parallel_for(be, n * c, plane_grain(inner), bn_affine_part, &b);
+}
+
+/* dx = gamma * invstd / N * (N dy - sum(dy) - xhat * sum(dy xhat)): the sums per channel. */
+static gp_status bn_grad_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const bn_args *b = ctx;
+  const int64_t inner = b->inner, c = b->c, count = b->n * inner;
+  for (int64_t j = lo; j < hi; j++) {
+    double sdy = 0.0, sdyx = 0.0;
+    for (int64_t i = 0; i < b->n; i++) {
+      float a, q;
+      rowsum2(b->dy + (i * c + j) * inner, b->x + (i * c + j) * inner, inner, b->mean[j], &a, &q);
+      sdy += a;
+      sdyx += q;
     }
+    const double is = b->invstd[j], sx = sdyx * is; /* sum(dy * xhat) */
+    if (b->dgamma) b->dgamma[j] += (float)sx;
+    if (b->dbeta) b->dbeta[j] += (float)sdy;
+    /* dx = k1 dy + k2 (x - m) + k0' = k1 dy + k2 x + (k0' - k2 m) */
+    b->k1[j] = b->gamma[j] * is;
+    b->k2[j] = -b->gamma[j] * is * is * sx / (double)count;
+    b->k0[j] = -b->gamma[j] * is * sdy / (double)count - b->k2[j] * b->mean[j];
+  }
   return GP_OK;
 }
 
-/* dx = gamma * invstd / N * (N dy - sum(dy) - xhat * sum(dy xhat)). */
+static gp_status bn_dx_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const bn_args *b = ctx;
+  for (int64_t p = lo; p < hi; p++) {
+    const int64_t j = p % b->c, o = p * b->inner;
+    const float *restrict xp = b->x + o, *restrict gp = b->dy + o;
+    float *restrict dp = b->y + o;
+    const float a = (float)b->k1[j], q = (float)b->k2[j], k0 = (float)b->k0[j];
+    for (int64_t k = 0; k < b->inner; k++)
+      dp[k] = a * gp[k] + q * xp[k] + k0;
+  }
+  return GP_OK;
+}
+
 gp_status gp_cpu_batchnorm_backward(gp_backend *be, int64_t n, int64_t c, int64_t inner,
                                     const float *x, const float *dy, const float *gamma,
                                     const float *mean, const float *invstd, float *dx,
                                     float *dgamma, float *dbeta) {
-  const int64_t count = n * inner;
-  if (count <= 0) return GP_ERR(GP_ERR_RUNTIME, "batch norm over an empty batch");
-  double *acc;
-  GP_TRY(accumulators(be, c, &acc));
-  double *sdy = acc, *sdyx = acc + c, *k1 = acc + 2 * c, *k2 = acc + 3 * c;
-  for (int64_t i = 0; i < n; i++)
-    for (int64_t j = 0; j < c; j++) {
-      float a, b;
-      rowsum2(dy + (i * c + j) * inner, x + (i * c + j) * inner, inner, mean[j], &a, &b);
-      sdy[j] += a;
-      sdyx[j] += b;
-    }
-  for (int64_t j = 0; j < c; j++) {
-    const double is = invstd[j], sx = sdyx[j] * is; /* sum(dy * xhat) */
-    if (dgamma) dgamma[j] += (float)sx;
-    if (dbeta) dbeta[j] += (float)sdy[j];
-    /* dx = k1 dy + k2 (x - m) + k0 = k1 dy + k2 x + (k0 - k2 m); the constant reuses sdy. */
-    k1[j] = gamma[j] * is;
-    k2[j] = -gamma[j] * is * is * sx / (double)count;
-    sdy[j] = -gamma[j] * is * sdy[j] / (double)count - k2[j] * mean[j];
-  }
+  if (n * inner <= 0) return GP_ERR(GP_ERR_RUNTIME, "batch norm over an empty batch");
+  bn_args b = {.n = n,
+               .c = c,
+               .inner = inner,
+               .x = x,
+               .dy = dy,
+               .gamma = gamma,
+               .mean = mean,
+               .invstd = invstd,
+               .y = dx,
+               .dgamma = dgamma,
+               .dbeta = dbeta};
+  GP_TRY(coefficients(be, &b));
+  GP_TRY(gp_cpu_parallel_for(be, c, plane_grain(2 * n * inner), bn_grad_part, &b));
   if (!dx) return GP_OK;
-  for (int64_t i = 0; i < n; i++)
-    for (int64_t j = 0; j < c; j++) {
-      const int64_t o = (i * c + j) * inner;
-      const float *restrict xp = x + o, *restrict gp = dy + o;
-      float *restrict dp = dx + o;
-      const float a = (float)k1[j], b = (float)k2[j], k0 = (float)sdy[j];
-      for (int64_t k = 0; k < inner; k++)
-        dp[k] = a * gp[k] + b * xp[k] + k0;
-    }
-  return GP_OK;
+  return gp_cpu_parallel_for(be, n * c, plane_grain(inner), bn_dx_part, &b);
 }
 
 gp_status gp_cpu_batchnorm_stats_accumulate(gp_backend *be, int64_t c, int64_t count, float eps,

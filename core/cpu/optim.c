@@ -1,14 +1,24 @@
 /* CPU optimizer updates over flat buffers (PyTorch's update rules, decoupled decay for
- * AdamW, L2 decay added to the gradient for SGD and RMSProp). */
+ * AdamW, L2 decay added to the gradient for SGD and RMSProp), split over the instance's
+ * threads (element-wise, so the split changes nothing). */
 #include <math.h>
 
 #include "core/cpu/cpu.h"
 
-gp_status gp_cpu_sgd_update(gp_backend *be, int64_t n, const gp_sgd_hp *hp, float *w,
-                            const float *g, float *buf) {
-  (void)be;
+typedef struct opt_args {
+  const void *hp;
+  float *w, *s1, *s2;
+  const float *g;
+} opt_args;
+
+static gp_status sgd_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const opt_args *o = ctx;
+  const gp_sgd_hp *hp = o->hp;
   const float lr = hp->lr, mu = hp->momentum, wd = hp->weight_decay;
-  for (int64_t i = 0; i < n; i++) {
+  float *w = o->w, *buf = o->s1;
+  const float *g = o->g;
+  for (int64_t i = lo; i < hi; i++) {
     float d = g[i] + wd * w[i];
     if (mu != 0.0f) {
       buf[i] = mu * buf[i] + d;
@@ -19,14 +29,23 @@ gp_status gp_cpu_sgd_update(gp_backend *be, int64_t n, const gp_sgd_hp *hp, floa
   return GP_OK;
 }
 
-gp_status gp_cpu_adamw_update(gp_backend *be, int64_t n, const gp_adamw_hp *hp, float *w,
-                              const float *g, float *m, float *v) {
-  (void)be;
+gp_status gp_cpu_sgd_update(gp_backend *be, int64_t n, const gp_sgd_hp *hp, float *w,
+                            const float *g, float *buf) {
+  opt_args o = {hp, w, buf, NULL, g};
+  return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN, sgd_part, &o);
+}
+
+static gp_status adamw_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const opt_args *o = ctx;
+  const gp_adamw_hp *hp = o->hp;
   const float b1 = hp->beta1, b2 = hp->beta2;
   const float c1 = 1.0f - (float)pow(b1, (double)hp->t);
   const float c2 = 1.0f - (float)pow(b2, (double)hp->t);
   const float step = hp->lr / c1, sc2 = sqrtf(c2), decay = 1.0f - hp->lr * hp->weight_decay;
-  for (int64_t i = 0; i < n; i++) {
+  float *w = o->w, *m = o->s1, *v = o->s2;
+  const float *g = o->g;
+  for (int64_t i = lo; i < hi; i++) {
     m[i] = b1 * m[i] + (1.0f - b1) * g[i];
     v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
     w[i] = w[i] * decay - step * m[i] / (sqrtf(v[i]) / sc2 + hp->eps);
@@ -34,11 +53,20 @@ gp_status gp_cpu_adamw_update(gp_backend *be, int64_t n, const gp_adamw_hp *hp, 
   return GP_OK;
 }
 
-gp_status gp_cpu_rmsprop_update(gp_backend *be, int64_t n, const gp_rmsprop_hp *hp, float *w,
-                                const float *g, float *sq, float *buf) {
-  (void)be;
+gp_status gp_cpu_adamw_update(gp_backend *be, int64_t n, const gp_adamw_hp *hp, float *w,
+                              const float *g, float *m, float *v) {
+  opt_args o = {hp, w, m, v, g};
+  return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN / 2, adamw_part, &o);
+}
+
+static gp_status rmsprop_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const opt_args *o = ctx;
+  const gp_rmsprop_hp *hp = o->hp;
   const float a = hp->alpha, mu = hp->momentum, wd = hp->weight_decay;
-  for (int64_t i = 0; i < n; i++) {
+  float *w = o->w, *sq = o->s1, *buf = o->s2;
+  const float *g = o->g;
+  for (int64_t i = lo; i < hi; i++) {
     float d = g[i] + wd * w[i];
     sq[i] = a * sq[i] + (1.0f - a) * d * d;
     float u = d / (sqrtf(sq[i]) + hp->eps);
@@ -49,4 +77,10 @@ gp_status gp_cpu_rmsprop_update(gp_backend *be, int64_t n, const gp_rmsprop_hp *
     w[i] -= hp->lr * u;
   }
   return GP_OK;
+}
+
+gp_status gp_cpu_rmsprop_update(gp_backend *be, int64_t n, const gp_rmsprop_hp *hp, float *w,
+                                const float *g, float *sq, float *buf) {
+  opt_args o = {hp, w, sq, buf, g};
+  return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN / 2, rmsprop_part, &o);
 }

@@ -96,72 +96,106 @@ static void avg_plane(const gp_pool2d_desc *d, const float *restrict x, float *r
   }
 }
 
+/* Both directions are split over the instance's threads by planes, which are independent. */
+typedef struct pool_args {
+  gp_pool kind;
+  const gp_pool2d_desc *d;
+  const float *in;
+  float *out;
+  int32_t *argmax_out;
+  const int32_t *argmax;
+} pool_args;
+
+static gp_status forward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const pool_args *a = ctx;
+  const gp_pool2d_desc *d = a->d;
+  const int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
+  const int fast = is_2x2(d);
+  for (int64_t p = lo; p < hi; p++) {
+    if (a->kind == GP_POOL_AVG)
+      avg_plane(d, a->in + p * hw, a->out + p * ohw);
+    else if (fast)
+      max_plane_2x2(d, a->in + p * hw, a->out + p * ohw, a->argmax_out + p * ohw);
+    else
+      max_plane(d, a->in + p * hw, a->out + p * ohw, a->argmax_out + p * ohw);
+  }
+  return GP_OK;
+}
+
+static int64_t plane_grain(const gp_pool2d_desc *d) {
+  return GP_CPU_GRAIN / (d->h * d->w > 0 ? d->h * d->w : 1) + 1;
+}
+
 gp_status gp_cpu_pool2d_forward(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,
                                 const float *x, float *y, int32_t *argmax) {
-  (void)be;
   GP_TRY(gp_pool2d_desc_check(d));
-  const int64_t planes = d->n * d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
-  if (kind == GP_POOL_MAX) {
-    if (!argmax) return GP_ERR(GP_ERR_RUNTIME, "max pooling needs an argmax buffer");
-    int fast = is_2x2(d);
-    for (int64_t p = 0; p < planes; p++) {
-      if (fast)
-        max_plane_2x2(d, x + p * hw, y + p * ohw, argmax + p * ohw);
-      else
-        max_plane(d, x + p * hw, y + p * ohw, argmax + p * ohw);
+  if (kind == GP_POOL_MAX && !argmax)
+    return GP_ERR(GP_ERR_RUNTIME, "max pooling needs an argmax buffer");
+  if (kind != GP_POOL_MAX && kind != GP_POOL_AVG)
+    return GP_ERR(GP_ERR_RUNTIME, "unknown pooling kind %d", (int)kind);
+  pool_args a = {.kind = kind, .d = d, .in = x, .out = y, .argmax_out = argmax};
+  return gp_cpu_parallel_for(be, d->n * d->c, plane_grain(d), forward_part, &a);
+}
+
+static void avg_back_plane(const gp_pool2d_desc *d, const float *restrict dyp,
+                           float *restrict dxp) {
+  const float full = 1.0f / (float)(d->kh * d->kw);
+  for (int64_t oy = 0; oy < d->oh; oy++) {
+    int64_t y0 = oy * d->sh - d->ph, y1 = y0 + d->kh;
+    if (y0 < 0) y0 = 0;
+    if (y1 > d->h) y1 = d->h;
+    for (int64_t ox = 0; ox < d->ow; ox++) {
+      int64_t x0 = ox * d->sw - d->pw, x1 = x0 + d->kw;
+      if (x0 < 0) x0 = 0;
+      if (x1 > d->w) x1 = d->w;
+      int64_t cnt = (y1 - y0) * (x1 - x0);
+      if (cnt <= 0) continue;
+      float g = dyp[oy * d->ow + ox] * (d->count_pad ? full : 1.0f / (float)cnt);
+      for (int64_t iy = y0; iy < y1; iy++)
+        for (int64_t ix = x0; ix < x1; ix++)
+          dxp[iy * d->w + ix] += g;
     }
-    return GP_OK;
   }
-  if (kind != GP_POOL_AVG) return GP_ERR(GP_ERR_RUNTIME, "unknown pooling kind %d", (int)kind);
-  for (int64_t p = 0; p < planes; p++)
-    avg_plane(d, x + p * hw, y + p * ohw);
+}
+
+/* The 2x2 windows tile the plane: every input cell is written once, no clearing pass. */
+static int tiles_2x2(const gp_pool2d_desc *d) {
+  return is_2x2(d) && d->h == 2 * d->oh && d->w == 2 * d->ow;
+}
+
+static gp_status backward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const pool_args *a = ctx;
+  const gp_pool2d_desc *d = a->d;
+  const int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
+  const int tiles = a->kind == GP_POOL_MAX && tiles_2x2(d);
+  for (int64_t p = lo; p < hi; p++) {
+    float *restrict dxp = a->out + p * hw;
+    const float *restrict dyp = a->in + p * ohw;
+    if (tiles) {
+      max_back_2x2(d, dyp, a->argmax + p * ohw, dxp);
+      continue;
+    }
+    memset(dxp, 0, (size_t)hw * sizeof(float));
+    if (a->kind == GP_POOL_AVG) {
+      avg_back_plane(d, dyp, dxp);
+      continue;
+    }
+    const int32_t *restrict ap = a->argmax + p * ohw;
+    for (int64_t i = 0; i < ohw; i++)
+      if (ap[i] >= 0) dxp[ap[i]] += dyp[i];
+  }
   return GP_OK;
 }
 
 gp_status gp_cpu_pool2d_backward(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,
                                  const float *dy, const int32_t *argmax, float *dx) {
-  (void)be;
   GP_TRY(gp_pool2d_desc_check(d));
-  const int64_t planes = d->n * d->c, hw = d->h * d->w, ohw = d->oh * d->ow;
-  if (kind == GP_POOL_MAX && argmax && is_2x2(d) && d->h == 2 * d->oh && d->w == 2 * d->ow) {
-    /* The windows tile the plane: every input cell is written once, no clearing pass. */
-    for (int64_t p = 0; p < planes; p++)
-      max_back_2x2(d, dy + p * ohw, argmax + p * ohw, dx + p * hw);
-    return GP_OK;
-  }
-  memset(dx, 0, (size_t)(planes * hw) * sizeof(float));
-  if (kind == GP_POOL_MAX) {
-    if (!argmax) return GP_ERR(GP_ERR_RUNTIME, "max pooling needs an argmax buffer");
-    for (int64_t p = 0; p < planes; p++) {
-      float *restrict dxp = dx + p * hw;
-      const float *restrict dyp = dy + p * ohw;
-      const int32_t *restrict ap = argmax + p * ohw;
-      for (int64_t i = 0; i < ohw; i++)
-        if (ap[i] >= 0) dxp[ap[i]] += dyp[i];
-    }
-    return GP_OK;
-  }
-  if (kind != GP_POOL_AVG) return GP_ERR(GP_ERR_RUNTIME, "unknown pooling kind %d", (int)kind);
-  const float full = 1.0f / (float)(d->kh * d->kw);
-  for (int64_t p = 0; p < planes; p++) {
-    float *restrict dxp = dx + p * hw;
-    const float *restrict dyp = dy + p * ohw;
-    for (int64_t oy = 0; oy < d->oh; oy++) {
-      int64_t y0 = oy * d->sh - d->ph, y1 = y0 + d->kh;
-      if (y0 < 0) y0 = 0;
-      if (y1 > d->h) y1 = d->h;
-      for (int64_t ox = 0; ox < d->ow; ox++) {
-        int64_t x0 = ox * d->sw - d->pw, x1 = x0 + d->kw;
-        if (x0 < 0) x0 = 0;
-        if (x1 > d->w) x1 = d->w;
-        int64_t cnt = (y1 - y0) * (x1 - x0);
-        if (cnt <= 0) continue;
-        float g = dyp[oy * d->ow + ox] * (d->count_pad ? full : 1.0f / (float)cnt);
-        for (int64_t iy = y0; iy < y1; iy++)
-          for (int64_t ix = x0; ix < x1; ix++)
-            dxp[iy * d->w + ix] += g;
-      }
-    }
-  }
-  return GP_OK;
+  if (kind == GP_POOL_MAX && !argmax)
+    return GP_ERR(GP_ERR_RUNTIME, "max pooling needs an argmax buffer");
+  if (kind != GP_POOL_MAX && kind != GP_POOL_AVG)
+    return GP_ERR(GP_ERR_RUNTIME, "unknown pooling kind %d", (int)kind);
+  pool_args a = {.kind = kind, .d = d, .in = dy, .out = dx, .argmax = argmax};
+  return gp_cpu_parallel_for(be, d->n * d->c, plane_grain(d), backward_part, &a);
 }

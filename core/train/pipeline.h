@@ -15,7 +15,7 @@
 typedef struct gp_pipeline gp_pipeline;
 
 typedef struct gp_pipeline_opts {
-  int cores;         /* cores to share among the stages; BLAS threads per stage = max(1, cores/K) */
+  int cores;         /* cores to share among the stages; threads per CPU stage = max(1, cores/K) */
   int pin;           /* pin each stage's worker to its share of the cores */
   double watchdog_s; /* a stage waiting longer than this for another is an error; 0 = 300 s */
   int trace;         /* record every action's start and end for gp_pipeline_write_trace */

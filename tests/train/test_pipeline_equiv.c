@@ -2,7 +2,8 @@
  * weights. Three models without batch norm (an MLP, a CNN, and a model whose skip connection
  * spans two stage boundaries), all with dropout, are trained for a few steps over a grid that
  * covers every K in 1..4, every M in {1, 2, 4, 8}, both schedules and all three
- * re-materialization modes, and compared with K = 1, M = 1. With batch norm, every
+ * re-materialization modes, and compared with K = 1, M = 1; so are stages that each split
+ * their convolutions over several threads. With batch norm, every
  * re-materialization mode and schedule gives identical running statistics. A failing stage
  * stops the others and is reported with its stage and micro-batch. */
 #include <math.h>
@@ -91,6 +92,7 @@ typedef struct cfg {
   const int *balance; /* NULL: automatic */
   int64_t batch;
   int copy_all; /* hand tensors between stages by copies (gp_pipeline_opts.copy_all) */
+  int cores;    /* shared by the stages (gp_pipeline_opts.cores); 0: one */
 } cfg;
 
 static void batch_data(const gp_model *mo, int64_t batch, int step, float *x, int32_t *y) {
@@ -123,7 +125,7 @@ static void train(const char *text, const cfg *c, run_out *o) {
   }
   gp_plan plan;
   gp_trainer t;
-  gp_pipeline_opts po = {.cores = 1, .copy_all = c->copy_all};
+  gp_pipeline_opts po = {.cores = c->cores > 0 ? c->cores : 1, .copy_all = c->copy_all};
   if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
   if (gp_trainer_init(&t, mo, &plan, &po, 42) != GP_OK) die("init");
   int64_t per = gp_shape_numel(&mo->inputs[0].shape);
@@ -264,6 +266,37 @@ static void copies(void) {
     }
 }
 
+/* Stages with several threads each (the CPU backend splits convolutions over them): the
+ * same training within rounding, one thread or two per stage. The convolutions are wide
+ * enough to split: 4 samples of 16x16 per micro-batch, 32 channels. */
+static const char *wide = "name: wide\n"
+                          "inputs: {x: [8, 16, 16], label: {shape: [], dtype: i32}}\n"
+                          "layers:\n"
+                          "  - {type: conv2d, out_channels: 32, kernel: 3, padding: 1}\n"
+                          "  - {type: relu}\n"
+                          "  - {type: conv2d, out_channels: 32, kernel: 3, padding: 1}\n"
+                          "  - {type: relu}\n"
+                          "  - {type: global_avgpool}\n"
+                          "  - {type: linear, out_features: 5}\n"
+                          "loss: {type: softmax_cross_entropy}\n"
+                          "train: {optimizer: {type: sgd, lr: 0.05, momentum: 0.9}}\n";
+
+static void threaded_stages(void) {
+  cfg base = {1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, NULL, 8, 0, 1};
+  cfg variants[] = {{1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, NULL, 8, 0, 3},
+                    {2, 2, GP_SCHED_GPIPE, GP_REMAT_ALWAYS, NULL, 8, 0, 4},
+                    {2, 2, GP_SCHED_1F1B, GP_REMAT_EXCEPT_LAST, NULL, 8, 0, 6}};
+  run_out want;
+  train(wide, &base, &want);
+  for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+    run_out got;
+    train(wide, &variants[i], &got);
+    compare("wide, threaded stages", &variants[i], &got, &want, 0);
+    free_out(&got);
+  }
+  free_out(&want);
+}
+
 /* A label out of range in micro-batch 2 fails the loss on the last stage: every stage
  * stops, the error names the stage and micro-batch, and the call returns (no hang). */
 static void failure(void) {
@@ -348,6 +381,7 @@ int main(void) {
   grid("skip", skip, skip_bal);
   batchnorm_modes();
   copies();
+  threaded_stages();
   failure();
   watchdog();
   printf("%d passed, %d failed\n", passed, failed);
