@@ -7,28 +7,44 @@
  * A call splits [0, n) into contiguous runs, one per thread, fixed by n and the thread count
  * alone, so a reduction done per worker is reproducible run to run. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/cpu/cpu.h"
 
 #define MSG_MAX 512
+/* Waits spin this many pauses (tens of microseconds) before sleeping: the ops of a stage come
+ * back to back, and a sleeping thread takes ~15 us to wake (measured on the 2-core VM), as
+ * long as a micro-batch's whole convolution at small sizes. */
+#define SPIN 4096
 
+/* Each call: the caller writes the job (fn, ctx, n, active), resets `pending` to the number
+ * of helpers and bumps `gen`; every helper, taking part or not, reads the job and then
+ * counts `pending` down, so the job is not rewritten while any helper may still read it. */
 struct gp_cpu_team {
   int helpers; /* threads started, workers 1..helpers */
   pthread_t *th;
-  pthread_mutex_t mu;
+  pthread_mutex_t mu; /* for sleeping only */
   pthread_cond_t go, done;
-  uint64_t gen; /* bumped by each call */
-  int quit;
-  int active;  /* workers taking part in this call, the caller included */
-  int pending; /* helpers of this call not yet finished */
+  _Atomic uint64_t gen;
+  _Atomic int quit;
+  _Atomic int pending;
+  int active; /* workers taking part in this call, the caller included */
   gp_cpu_task fn;
   void *ctx;
   int64_t n;
   gp_status *st;
   char (*msg)[MSG_MAX];
 };
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
 
 /* The worker index of this thread while it runs a task, -1 outside: a nested call runs
  * inline on the same worker (its per-worker buffers stay its own). */
@@ -52,28 +68,38 @@ typedef struct helper_arg {
   int w;
 } helper_arg;
 
+/* The next generation after `seen`, or `seen` when quitting. */
+static uint64_t next_call(struct gp_cpu_team *t, uint64_t seen) {
+  uint64_t g = seen;
+  for (int i = 0; i < SPIN; i++) {
+    if ((g = atomic_load_explicit(&t->gen, memory_order_acquire)) != seen) return g;
+    if (atomic_load_explicit(&t->quit, memory_order_relaxed)) return seen;
+    cpu_relax();
+  }
+  pthread_mutex_lock(&t->mu);
+  while ((g = atomic_load_explicit(&t->gen, memory_order_acquire)) == seen &&
+         !atomic_load_explicit(&t->quit, memory_order_relaxed))
+    pthread_cond_wait(&t->go, &t->mu);
+  pthread_mutex_unlock(&t->mu);
+  return g;
+}
+
 static void *helper(void *arg) {
   helper_arg a = *(helper_arg *)arg;
   free(arg);
   struct gp_cpu_team *t = a.t;
   uint64_t seen = 0;
-  pthread_mutex_lock(&t->mu);
   for (;;) {
-    while (t->gen == seen && !t->quit)
-      pthread_cond_wait(&t->go, &t->mu);
-    if (t->quit) break;
-    seen = t->gen;
-    if (a.w >= t->active) continue;
-    gp_cpu_task fn = t->fn;
-    void *ctx = t->ctx;
-    int64_t n = t->n;
-    int active = t->active;
-    pthread_mutex_unlock(&t->mu);
-    run_share(t, a.w, fn, ctx, n, active);
-    pthread_mutex_lock(&t->mu);
-    if (--t->pending == 0) pthread_cond_signal(&t->done);
+    uint64_t g = next_call(t, seen);
+    if (g == seen) break; /* quit */
+    seen = g;
+    if (a.w < t->active) run_share(t, a.w, t->fn, t->ctx, t->n, t->active);
+    if (atomic_fetch_sub_explicit(&t->pending, 1, memory_order_acq_rel) == 1) {
+      pthread_mutex_lock(&t->mu);
+      pthread_cond_signal(&t->done);
+      pthread_mutex_unlock(&t->mu);
+    }
   }
-  pthread_mutex_unlock(&t->mu);
   return NULL;
 }
 
@@ -120,7 +146,7 @@ void gp_cpu_team_release(gp_backend *be) {
   struct gp_cpu_team *t = im ? im->team : NULL;
   if (!t) return;
   pthread_mutex_lock(&t->mu);
-  t->quit = 1;
+  atomic_store(&t->quit, 1);
   pthread_cond_broadcast(&t->go);
   pthread_mutex_unlock(&t->mu);
   for (int w = 1; w <= t->helpers; w++)
@@ -162,20 +188,24 @@ gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx) 
     }
   }
   struct gp_cpu_team *t = im->team;
-  pthread_mutex_lock(&t->mu);
   t->fn = fn;
   t->ctx = ctx;
   t->n = n;
   t->active = active;
-  t->pending = active - 1;
-  t->gen++;
+  atomic_store_explicit(&t->pending, t->helpers, memory_order_relaxed);
+  atomic_fetch_add_explicit(&t->gen, 1, memory_order_release);
+  pthread_mutex_lock(&t->mu); /* wakes the helpers that went to sleep */
   pthread_cond_broadcast(&t->go);
   pthread_mutex_unlock(&t->mu);
   run_share(t, 0, fn, ctx, n, active);
-  pthread_mutex_lock(&t->mu);
-  while (t->pending > 0)
-    pthread_cond_wait(&t->done, &t->mu);
-  pthread_mutex_unlock(&t->mu);
+  for (int i = 0; i < SPIN && atomic_load_explicit(&t->pending, memory_order_acquire) > 0; i++)
+    cpu_relax();
+  if (atomic_load_explicit(&t->pending, memory_order_acquire) > 0) {
+    pthread_mutex_lock(&t->mu);
+    while (atomic_load_explicit(&t->pending, memory_order_acquire) > 0)
+      pthread_cond_wait(&t->done, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+  }
   for (int w = 0; w < active; w++)
     if (t->st[w] != GP_OK) {
       if (w > 0) gp_error_set(t->st[w], __FILE__, __LINE__, "%s", t->msg[w]);
