@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine what cannot run without one, from the pack scripts/gpu-pack.sh made
 # (carried as .gpu/), in phases, each logged; writes OUT/summary.txt and OUT/logs.tgz.
-# Usage: scripts/gpu-check.sh OUT PHASE...   phases: info suite memcheck torch capacity scaling
+# Usage: scripts/gpu-check.sh OUT PHASE...
+#   phases: info suite memcheck torch capacity graph scaling
 #   info      nvidia-smi, the libraries the programs resolve
 #   suite     every tests/cuda binary (meson suite `cuda`)
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
 #   torch     scripts/compare-torch.sh: samples/s and MFU against PyTorch eager
 #   capacity  scripts/capacity.sh: the largest model with and without GPipe on one GPU
+#   graph     which cuDNN API the convolution searches choose (GP_CUDNN_LOG), and ResNet-56
+#             with the graph API's engines off and on (GP_CUDNN_GRAPH=0/1), alternating
 #   scaling   issue 5's CPU check: gpipe-bench of balanced-cnn over K = 1, 2, 4, 8
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +45,11 @@ phase_suite() {
     say "suite: $name rc=$rc: $(grep -E 'passed|skip' "$logs/$name.log" | tail -1)"
     [ $rc = 0 ] || grep -m 15 FAIL "$logs/$name.log" | tee -a "$summary"
   done
+  # the convolutions again with cuDNN's legacy algorithms alone (meson's cuda_dnn_legacy)
+  GP_CUDNN_GRAPH=0 timeout 300 "$bin/test_cuda_dnn" >"$logs/test_cuda_dnn_legacy.log" 2>&1
+  rc=$?
+  say "suite: test_cuda_dnn with GP_CUDNN_GRAPH=0 rc=$rc: $(grep -E 'passed|skip' "$logs/test_cuda_dnn_legacy.log" | tail -1)"
+  [ $rc = 0 ] || grep -m 15 FAIL "$logs/test_cuda_dnn_legacy.log" | tee -a "$summary"
 }
 
 phase_memcheck() {
@@ -65,6 +73,37 @@ phase_capacity() {
   sed -n '/^|/p' "$logs/capacity/results.md" 2>/dev/null | tee -a "$summary"
 }
 
+phase_graph() {
+  GP_CUDNN_LOG=1 timeout 200 "$bin/gpipe-train" models/resnet56-cifar.yaml --data synthetic \
+    --steps 1 --devices cuda:0 >"$logs/graph-choices.log" 2>&1
+  say "graph: rc=$? choices: $(grep -c 'chosen: graph' "$logs/graph-choices.log") graph engine," \
+    "$(grep -c 'chosen: legacy' "$logs/graph-choices.log") legacy"
+  for prec in fp32 bf16; do
+    for r in 1 2 3; do
+      for g in 0 1; do
+        GP_CUDNN_GRAPH=$g timeout 150 "$bin/gpipe-bench" models/resnet56-cifar.yaml --stages 1 \
+          --micro-batches 1 --checkpoint never --devices cuda:0 --precision $prec --steps 40 \
+          --warmup 5 --json --quiet >"$logs/graph-$prec-$g-$r.json" 2>>"$logs/graph.log"
+      done
+    done
+  done
+  python3 - "$logs" <<'PY' | tee -a "$summary"
+import json, sys, glob
+for prec in ("fp32", "bf16"):
+    best = {}
+    for g in ("0", "1"):
+        v = []
+        for f in glob.glob(f"{sys.argv[1]}/graph-{prec}-{g}-*.json"):
+            try:
+                v.append(json.load(open(f))["runs"][0]["samples_per_s"])
+            except Exception:
+                pass
+        best[g] = max(v) if v else 0.0
+    ratio = best["1"] / best["0"] if best["0"] else 0.0
+    print(f"graph: resnet56 {prec} samples/s, legacy only {best['0']:.1f}, with graph engines {best['1']:.1f}: {ratio:.3f}x")
+PY
+}
+
 phase_scaling() {
   timeout 540 "$bin/gpipe-bench" bench/models/balanced-cnn.yaml --stages 1,2,4,8 \
     --micro-batches 32 --checkpoint never >"$logs/scaling.log" 2>&1
@@ -74,7 +113,7 @@ phase_scaling() {
 
 for p in "$@"; do
   case "$p" in
-  info | suite | memcheck | torch | capacity | scaling) "phase_$p" ;;
+  info | suite | memcheck | torch | capacity | graph | scaling) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done

@@ -2,9 +2,11 @@
 // cache), the install/release hooks of backend.cu, and 2-D convolution on cuDNN.
 //
 // Convolution: per shape (the whole gp_conv2d_desc) and direction, cuDNN's FindEx times the
-// algorithms once and the fastest deterministic one that does plain FP32 arithmetic (no
-// TF32 tensor cores) is cached with its descriptors in a small open-addressing table, and
-// remembered for the process (every stage on a device runs a shape the same way).
+// legacy algorithms once and the fastest deterministic one that does plain FP32 arithmetic
+// (no TF32 tensor cores) is cached with its descriptors in a small open-addressing table, and
+// remembered for the process (every stage on a device runs a shape the same way). The graph
+// API's engines (conv_graph.cu) are timed too, under the same rules, and run instead when
+// faster (the legacy algorithm stays for calls whose pointers are not aligned for them).
 // In bf16 mode (be->precision) the operands are converted to bf16 (bf16.cu) and cuDNN runs
 // with bf16 tensors and f32 compute: its results come back as bf16 and are widened to f32
 // (then the bias is added, or the filter gradient accumulated, in f32). The cache keys on the
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include "core/cuda/bf16.h"
+#include "core/cuda/conv_graph.h"
 #include "core/cuda/dnn_internal.h"
 
 #include "core/cuda/dnn.h"
@@ -40,10 +43,12 @@ typedef struct conv_entry {
   cudnnTensorDescriptor_t x, y, bias;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t conv;
-  int found[DIR_COUNT];
+  int found[DIR_COUNT];  // the direction's choice is made (legacy, graph or both)
+  int legacy[DIR_COUNT]; // a legacy algorithm is known
   int algo[DIR_COUNT];
   size_t ws[DIR_COUNT];
   cudnnMathType_t math[DIR_COUNT]; // bf16: the math type the chosen algorithm was timed with
+  gp_conv_graph *graph[DIR_COUNT]; // a faster graph-API plan, or NULL
 } conv_entry;
 
 struct gp_dnn_conv_cache {
@@ -111,6 +116,8 @@ gp_status gp_dnn_fetch(gp_backend *be, void *host, const void *dev, size_t bytes
 
 static void entry_free(conv_entry *e) {
   if (!e) return;
+  for (int i = 0; i < DIR_COUNT; i++)
+    gp_conv_graph_free(e->graph[i]);
   if (e->x) cudnnDestroyTensorDescriptor(e->x);
   if (e->y) cudnnDestroyTensorDescriptor(e->y);
   if (e->bias) cudnnDestroyTensorDescriptor(e->bias);
@@ -340,9 +347,11 @@ template <typename Perf> static int pick(const Perf *p, int n, size_t ws, int bf
 typedef struct conv_choice {
   int device, dir;
   conv_key key;
-  int algo;
+  int legacy, algo; // legacy: whether algo (a legacy algorithm) is usable
   size_t ws;
   cudnnMathType_t math;
+  int graph; // whether the graph engine below was faster
+  gp_conv_engine engine;
 } conv_choice;
 static pthread_mutex_t memo_mu = PTHREAD_MUTEX_INITIALIZER;
 static conv_choice *memo;
@@ -396,8 +405,71 @@ static void log_search(const conv_entry *e, int dir, const Perf *p, int n, int a
             (int)p[i].mathType);
 }
 
-// Times the algorithms of one direction on the caller's buffers and caches the choice. The
-// output buffer of backward filter is a stand-in: FindEx overwrites it, and dw accumulates.
+// The graph-API operation of a direction: bf16 results go to a bf16 buffer (beta 0) and are
+// accumulated after; fp32 backward filter accumulates into dw itself (beta 1).
+static gp_conv_graph_want graph_want(const conv_entry *e, int dir, size_t ws) {
+  gp_conv_graph_want w;
+  memset(&w, 0, sizeof w);
+  w.bf16 = e->key.precision == GP_PREC_BF16;
+  w.nondeterministic = (int)e->key.nondeterministic;
+  w.beta = !w.bf16 && dir == DIR_FILTER ? 1.0f : 0.0f;
+  w.workspace = ws;
+  w.max_candidates = 16;
+  return w;
+}
+
+// Takes over the memo's choice for this instance (its own handle: the graph plan is rebuilt).
+static gp_status take_choice(gp_backend *be, conv_entry *e, int dir, const conv_choice *c) {
+  e->legacy[dir] = c->legacy;
+  e->algo[dir] = c->algo;
+  e->ws[dir] = c->ws;
+  e->math[dir] = c->math;
+  if (c->graph) {
+    gp_conv_graph_want want = graph_want(e, dir, c->engine.workspace);
+    gp_conv_graph *g = NULL;
+    cudnnHandle_t h = gp_cuda_of(be)->dnn;
+    gp_status s = gp_conv_graph_make(h, &e->key.d, dir, &want, &g);
+    if (s == GP_OK) s = gp_conv_graph_use(h, g, &c->engine);
+    if (s == GP_OK) {
+      e->graph[dir] = g;
+    } else {
+      gp_conv_graph_free(g);
+      if (!c->legacy) return s;
+      gp_error_clear(); // the legacy algorithm does the work
+    }
+  }
+  e->found[dir] = 1;
+  return GP_OK;
+}
+
+// The graph API's fastest engine for a direction, timed on the search's buffers (X, W, Y
+// roles); *g NULL when it has none or is off.
+static gp_status graph_search(gp_backend *be, conv_entry *e, int dir, void *const ptrs[3],
+                              void *wsp, size_t ws, gp_conv_graph **g, gp_conv_engine *best,
+                              float *ms) {
+  *g = NULL;
+  if (!gp_conv_graph_enabled() || !gp_conv_graph_aligned(ptrs)) return GP_OK;
+  gp_cuda_impl *im = gp_cuda_of(be);
+  gp_conv_graph_want want = graph_want(e, dir, ws);
+  gp_conv_graph *made = NULL;
+  if (gp_conv_graph_make(im->dnn, &e->key.d, dir, &want, &made) != GP_OK) {
+    gp_error_clear(); // a graph cuDNN does not take: the legacy API only
+    return GP_OK;
+  }
+  int found = 0, tried = 0;
+  gp_status s =
+      gp_conv_graph_search(im->dnn, im->stream, made, ptrs, wsp, &found, best, ms, &tried);
+  if (s != GP_OK || !found) {
+    gp_conv_graph_free(made);
+    return s;
+  }
+  *g = made;
+  return GP_OK;
+}
+
+// Times the algorithms of one direction on the caller's buffers and caches the choice: the
+// legacy API's and the graph API's, the faster kept. The output buffer of backward filter is
+// a stand-in: the searches overwrite it, and dw accumulates.
 static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const void *x, const void *w,
                              const void *y, void *out) {
   gp_cuda_impl *im = gp_cuda_of(be);
@@ -408,11 +480,9 @@ static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const void 
   size_t ws = 0;
   GP_TRY(search_ws_limit(be, e, dir, &ws));
   conv_choice c;
-  if (memo_get(im->device, &e->key, dir, &c) && c.ws <= ws) { // within this instance's limit
-    e->algo[dir] = c.algo;
-    e->ws[dir] = c.ws;
-    e->math[dir] = c.math;
-    e->found[dir] = 1;
+  if (memo_get(im->device, &e->key, dir, &c) && c.ws <= ws &&
+      (!c.graph || c.engine.workspace <= ws)) { // within this instance's limit
+    GP_TRY(take_choice(be, e, dir, &c));
     gp_dnn_of(be)->conv_searches++; // a choice made for this instance, as a search would
     return GP_OK;
   }
@@ -426,7 +496,9 @@ static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const void 
   GP_CUDA_TRY(cudaStreamSynchronize(im->stream));
   int got = 0, at = -1, algo = 0;
   size_t mem = 0;
+  float legacy_ms = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  void *ptrs[3]; // X, W, Y roles for the graph search
   if (dir == DIR_FWD) {
     cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     GP_CUDNN_TRY(cudnnFindConvolutionForwardAlgorithmEx(im->dnn, e->x, x, e->w, w, e->conv, e->y,
@@ -434,7 +506,9 @@ static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const void 
                                                         p, wsp, ws));
     at = pick(p, got, ws, bf16, (int)e->key.nondeterministic);
     log_search(e, dir, p, got, at, ws);
-    if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory, math = p[at].mathType;
+    if (at >= 0)
+      algo = (int)p[at].algo, mem = p[at].memory, math = p[at].mathType, legacy_ms = p[at].time;
+    ptrs[0] = (void *)x, ptrs[1] = (void *)w, ptrs[2] = out;
   } else if (dir == DIR_DATA) {
     cudnnConvolutionBwdDataAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     GP_CUDNN_TRY(cudnnFindConvolutionBackwardDataAlgorithmEx(
@@ -442,7 +516,9 @@ static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const void 
         p, wsp, ws));
     at = pick(p, got, ws, bf16, (int)e->key.nondeterministic);
     log_search(e, dir, p, got, at, ws);
-    if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory, math = p[at].mathType;
+    if (at >= 0)
+      algo = (int)p[at].algo, mem = p[at].memory, math = p[at].mathType, legacy_ms = p[at].time;
+    ptrs[0] = out, ptrs[1] = (void *)w, ptrs[2] = (void *)y;
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     void *stand_in = (char *)buf + ws_al;
@@ -451,21 +527,40 @@ static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const void 
         &got, p, wsp, ws));
     at = pick(p, got, ws, bf16, (int)e->key.nondeterministic);
     log_search(e, dir, p, got, at, ws);
-    if (at >= 0) algo = (int)p[at].algo, mem = p[at].memory, math = p[at].mathType;
+    if (at >= 0)
+      algo = (int)p[at].algo, mem = p[at].memory, math = p[at].mathType, legacy_ms = p[at].time;
+    ptrs[0] = (void *)x, ptrs[1] = stand_in, ptrs[2] = (void *)y;
   }
-  if (at < 0)
+  gp_conv_graph *g = NULL;
+  gp_conv_engine engine;
+  float graph_ms = 0;
+  memset(&engine, 0, sizeof engine);
+  GP_TRY(graph_search(be, e, dir, ptrs, wsp, ws, &g, &engine, &graph_ms));
+  if (g && at >= 0 && graph_ms >= legacy_ms) { // the legacy algorithm is as fast: keep it alone
+    gp_conv_graph_free(g);
+    g = NULL;
+  }
+  if (search_log())
+    fprintf(stderr, "  chosen: %s (legacy %.4f ms, graph %.4f ms)\n", g ? "graph engine" : "legacy",
+            at >= 0 ? legacy_ms : -1.0f, g ? graph_ms : -1.0f);
+  if (at < 0 && !g)
     return GP_ERR(GP_ERR_RUNTIME,
                   "conv2d %s: cuDNN has no usable %s algorithm for %lldx%lldx%lldx%lld, "
                   "kernel %lldx%lld, %lld groups (%d tried)",
                   dir_name[dir], bf16 ? "BF16" : "FP32", (long long)d->n, (long long)d->c,
                   (long long)d->h, (long long)d->w, (long long)d->kh, (long long)d->kw,
                   (long long)d->groups, got);
+  e->legacy[dir] = at >= 0;
   e->algo[dir] = algo;
   e->ws[dir] = mem;
   e->math[dir] = math;
+  e->graph[dir] = g;
   e->found[dir] = 1;
   gp_dnn_of(be)->conv_searches++;
-  c.device = im->device, c.dir = dir, c.key = e->key, c.algo = algo, c.ws = mem, c.math = math;
+  memset(&c, 0, sizeof c);
+  c.device = im->device, c.dir = dir, c.key = e->key, c.legacy = at >= 0, c.algo = algo;
+  c.ws = mem, c.math = math, c.graph = g != NULL;
+  if (g) c.engine = engine;
   memo_put(&c);
   return GP_OK;
 }
@@ -480,8 +575,29 @@ static gp_status conv_prepare(gp_backend *be, const gp_conv2d_desc *d, int dir, 
   else
     GP_TRY(conv_search(be, e, dir, x, w, y, out));
   *ws = NULL;
-  if (e->ws[dir]) GP_TRY(gp_dnn_work(be, e->ws[dir], ws));
+  size_t need = e->ws[dir];
+  if (e->graph[dir] && gp_conv_graph_workspace(e->graph[dir]) > need)
+    need = gp_conv_graph_workspace(e->graph[dir]);
+  if (need) GP_TRY(gp_dnn_work(be, need, ws));
   *ep = e;
+  return GP_OK;
+}
+
+// Runs dir's graph plan when there is one and the pointers (X, W, Y roles) suit it: *done 1.
+// Otherwise *done 0, and the legacy algorithm must run (an error when there is none).
+static gp_status try_graph(gp_backend *be, conv_entry *e, int dir, const void *px, const void *pw,
+                           const void *py, void *ws, int *done) {
+  void *const ptrs[3] = {(void *)px, (void *)pw, (void *)py};
+  *done = 0;
+  if (e->graph[dir] && gp_conv_graph_aligned(ptrs)) {
+    GP_TRY(gp_conv_graph_run(gp_cuda_of(be)->dnn, e->graph[dir], ptrs, ws));
+    *done = 1;
+    return GP_OK;
+  }
+  if (!e->legacy[dir])
+    return GP_ERR(GP_ERR_RUNTIME,
+                  "conv2d %s: the only cuDNN engine for this shape needs %d-byte aligned tensors",
+                  dir_name[dir], GP_CONV_GRAPH_ALIGN);
   return GP_OK;
 }
 
@@ -497,11 +613,15 @@ static gp_status conv_forward_bf16(gp_backend *be, const gp_conv2d_desc *d, cons
   GP_TRY(gp_cuda_bf16_operands(be, x, nx, w, nw, ny, &xb, &wb, &yb));
   conv_entry *e;
   GP_TRY(conv_prepare(be, d, DIR_FWD, xb, wb, NULL, yb, &e, &ws));
+  int done = 0;
+  GP_TRY(try_graph(be, e, DIR_FWD, xb, wb, yb, ws, &done));
   const float one = 1.0f, zero = 0.0f;
-  GP_CUDNN_TRY(cudnnSetConvolutionMathType(e->conv, e->math[DIR_FWD]));
-  GP_CUDNN_TRY(cudnnConvolutionForward(gp_cuda_of(be)->dnn, &one, e->x, xb, e->w, wb, e->conv,
-                                       (cudnnConvolutionFwdAlgo_t)e->algo[DIR_FWD], ws,
-                                       e->ws[DIR_FWD], &zero, e->y, yb));
+  if (!done) {
+    GP_CUDNN_TRY(cudnnSetConvolutionMathType(e->conv, e->math[DIR_FWD]));
+    GP_CUDNN_TRY(cudnnConvolutionForward(gp_cuda_of(be)->dnn, &one, e->x, xb, e->w, wb, e->conv,
+                                         (cudnnConvolutionFwdAlgo_t)e->algo[DIR_FWD], ws,
+                                         e->ws[DIR_FWD], &zero, e->y, yb));
+  }
   return gp_cuda_bf16_widen(be, ny, d->k, d->oh * d->ow, yb, bias, 0, y);
 }
 
@@ -513,11 +633,15 @@ static gp_status conv_backward_data_bf16(gp_backend *be, const gp_conv2d_desc *d
   GP_TRY(gp_cuda_bf16_operands(be, dy, ny, w, nw, nx, &dyb, &wb, &dxb));
   conv_entry *e;
   GP_TRY(conv_prepare(be, d, DIR_DATA, NULL, wb, dyb, dxb, &e, &ws));
+  int done = 0;
+  GP_TRY(try_graph(be, e, DIR_DATA, dxb, wb, dyb, ws, &done));
   const float one = 1.0f, zero = 0.0f;
-  GP_CUDNN_TRY(cudnnSetConvolutionMathType(e->conv, e->math[DIR_DATA]));
-  GP_CUDNN_TRY(cudnnConvolutionBackwardData(gp_cuda_of(be)->dnn, &one, e->w, wb, e->y, dyb, e->conv,
-                                            (cudnnConvolutionBwdDataAlgo_t)e->algo[DIR_DATA], ws,
-                                            e->ws[DIR_DATA], &zero, e->x, dxb));
+  if (!done) {
+    GP_CUDNN_TRY(cudnnSetConvolutionMathType(e->conv, e->math[DIR_DATA]));
+    GP_CUDNN_TRY(cudnnConvolutionBackwardData(
+        gp_cuda_of(be)->dnn, &one, e->w, wb, e->y, dyb, e->conv,
+        (cudnnConvolutionBwdDataAlgo_t)e->algo[DIR_DATA], ws, e->ws[DIR_DATA], &zero, e->x, dxb));
+  }
   return gp_cuda_bf16_widen(be, nx, 1, 1, dxb, NULL, 0, dx);
 }
 
@@ -530,12 +654,16 @@ static gp_status conv_backward_filter_bf16(gp_backend *be, const gp_conv2d_desc 
   conv_entry *e;
   GP_TRY(conv_prepare(be, d, DIR_FILTER, xb, NULL, dyb, NULL, &e, &ws));
   // beta = 0 into the bf16 result; the accumulation over micro-batches is the f32 add after.
+  int done = 0;
+  GP_TRY(try_graph(be, e, DIR_FILTER, xb, dwb, dyb, ws, &done));
   const float one = 1.0f, zero = 0.0f;
-  GP_CUDNN_TRY(cudnnSetConvolutionMathType(e->conv, e->math[DIR_FILTER]));
-  GP_CUDNN_TRY(cudnnConvolutionBackwardFilter(gp_cuda_of(be)->dnn, &one, e->x, xb, e->y, dyb,
-                                              e->conv,
-                                              (cudnnConvolutionBwdFilterAlgo_t)e->algo[DIR_FILTER],
-                                              ws, e->ws[DIR_FILTER], &zero, e->w, dwb));
+  if (!done) {
+    GP_CUDNN_TRY(cudnnSetConvolutionMathType(e->conv, e->math[DIR_FILTER]));
+    GP_CUDNN_TRY(
+        cudnnConvolutionBackwardFilter(gp_cuda_of(be)->dnn, &one, e->x, xb, e->y, dyb, e->conv,
+                                       (cudnnConvolutionBwdFilterAlgo_t)e->algo[DIR_FILTER], ws,
+                                       e->ws[DIR_FILTER], &zero, e->w, dwb));
+  }
   GP_TRY(gp_cuda_bf16_widen(be, nw, 1, 1, dwb, NULL, 1, dw));
   if (dbias) GP_TRY(gp_dnn_channel_sum(be, d->n, d->k, d->oh * d->ow, dy, dbias));
   return GP_OK;
@@ -552,9 +680,12 @@ static gp_status conv_forward(gp_backend *be, const gp_conv2d_desc *d, const flo
   GP_TRY(conv_prepare(be, d, DIR_FWD, x, w, NULL, y, &e, &ws));
   const float one = 1.0f, zero = 0.0f;
   cudnnHandle_t h = gp_cuda_of(be)->dnn;
-  GP_CUDNN_TRY(cudnnConvolutionForward(h, &one, e->x, x, e->w, w, e->conv,
-                                       (cudnnConvolutionFwdAlgo_t)e->algo[DIR_FWD], ws,
-                                       e->ws[DIR_FWD], &zero, e->y, y));
+  int done = 0;
+  GP_TRY(try_graph(be, e, DIR_FWD, x, w, y, ws, &done));
+  if (!done)
+    GP_CUDNN_TRY(cudnnConvolutionForward(h, &one, e->x, x, e->w, w, e->conv,
+                                         (cudnnConvolutionFwdAlgo_t)e->algo[DIR_FWD], ws,
+                                         e->ws[DIR_FWD], &zero, e->y, y));
   if (bias) GP_CUDNN_TRY(cudnnAddTensor(h, &one, e->bias, bias, &one, e->y, y));
   return GP_OK;
 }
@@ -568,10 +699,13 @@ static gp_status conv_backward_data(gp_backend *be, const gp_conv2d_desc *d, con
   conv_entry *e;
   void *ws;
   GP_TRY(conv_prepare(be, d, DIR_DATA, NULL, w, dy, dx, &e, &ws));
+  int done = 0;
+  GP_TRY(try_graph(be, e, DIR_DATA, dx, w, dy, ws, &done));
   const float one = 1.0f, zero = 0.0f;
-  GP_CUDNN_TRY(cudnnConvolutionBackwardData(gp_cuda_of(be)->dnn, &one, e->w, w, e->y, dy, e->conv,
-                                            (cudnnConvolutionBwdDataAlgo_t)e->algo[DIR_DATA], ws,
-                                            e->ws[DIR_DATA], &zero, e->x, dx));
+  if (!done)
+    GP_CUDNN_TRY(cudnnConvolutionBackwardData(gp_cuda_of(be)->dnn, &one, e->w, w, e->y, dy, e->conv,
+                                              (cudnnConvolutionBwdDataAlgo_t)e->algo[DIR_DATA], ws,
+                                              e->ws[DIR_DATA], &zero, e->x, dx));
   return GP_OK;
 }
 
@@ -584,11 +718,15 @@ static gp_status conv_backward_filter(gp_backend *be, const gp_conv2d_desc *d, c
   conv_entry *e;
   void *ws;
   GP_TRY(conv_prepare(be, d, DIR_FILTER, x, NULL, dy, NULL, &e, &ws));
-  // beta = 1: parameter gradients accumulate over micro-batches.
+  // beta = 1: parameter gradients accumulate over micro-batches (the graph's operation too).
+  int done = 0;
+  GP_TRY(try_graph(be, e, DIR_FILTER, x, dw, dy, ws, &done));
   const float one = 1.0f;
-  GP_CUDNN_TRY(cudnnConvolutionBackwardFilter(gp_cuda_of(be)->dnn, &one, e->x, x, e->y, dy, e->conv,
-                                              (cudnnConvolutionBwdFilterAlgo_t)e->algo[DIR_FILTER],
-                                              ws, e->ws[DIR_FILTER], &one, e->w, dw));
+  if (!done)
+    GP_CUDNN_TRY(
+        cudnnConvolutionBackwardFilter(gp_cuda_of(be)->dnn, &one, e->x, x, e->y, dy, e->conv,
+                                       (cudnnConvolutionBwdFilterAlgo_t)e->algo[DIR_FILTER], ws,
+                                       e->ws[DIR_FILTER], &one, e->w, dw));
   if (dbias) GP_TRY(gp_dnn_channel_sum(be, d->n, d->k, d->oh * d->ow, dy, dbias));
   return GP_OK;
 }
