@@ -569,8 +569,28 @@ static gp_status setup(ctx *c, const char *file) {
   gp_cpu_model(b->cpu_model, sizeof b->cpu_model);
   if (!c->quiet && c->tty) fprintf(stderr, "gpipe-bench: measuring sgemm on one core...");
   b->sgemm_per_core = gp_sgemm_gflops(1);
+  for (int i = 0; i < c->sw.n_dev && !b->gpu_name[0]; i++)
+    if (strncmp(c->sw.devices[i], "cuda:", 5) == 0) {
+      if (!c->quiet && c->tty)
+        fprintf(stderr, "\r\033[Kgpipe-bench: measuring GEMM on %s...", c->sw.devices[i]);
+      snprintf(b->gpu_name, sizeof b->gpu_name, "%s", c->sw.devices[i]);
+      b->gpu_gemm = gp_gpu_gemm_gflops(atoi(c->sw.devices[i] + 5), c->precision);
+    }
   if (!c->quiet && c->tty) fprintf(stderr, "\r\033[K");
   return GP_OK;
+}
+
+/* Distinct CUDA devices among the stages of a K-stage run (as run_plan places them). */
+static int gpus_of(const sweep *w, int k) {
+  int n = 0;
+  for (int s = 0; s < k; s++) {
+    const char *d = w->devices[w->n_dev == 1 ? 0 : s];
+    int seen = strncmp(d, "cuda:", 5) != 0;
+    for (int t = 0; t < s && !seen; t++)
+      seen = strcmp(w->devices[w->n_dev == 1 ? 0 : t], d) == 0;
+    n += !seen;
+  }
+  return n;
 }
 
 /* ---- the sweep ----------------------------------------------------------------------------- */
@@ -601,7 +621,9 @@ static gp_status sweep_all(ctx *c) {
     r->speedup_naive = naive > 0 ? r->samples_per_s / naive : 0;
     r->speedup_single = one > 0 ? r->samples_per_s / one : 0;
     r->gflops = b->flops_per_sample * r->samples_per_s / 1e9;
-    double peak = b->sgemm_per_core * r->cores_used;
+    /* against the GPUs' GEMM rate when the run has stages on GPUs, else the cores' sgemm */
+    r->gpus_used = gpus_of(&c->sw, r->k);
+    double peak = r->gpus_used ? b->gpu_gemm * r->gpus_used : b->sgemm_per_core * r->cores_used;
     r->utilization = peak > 0 ? r->gflops / peak : 0;
   }
   return GP_OK;

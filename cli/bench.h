@@ -20,6 +20,7 @@ typedef struct gp_bench_run {
   char balance[128];
   char devices[GP_MAX_DEVICES][16];
   int cores_used; /* min(C, K * max(1, C / K)) */
+  int gpus_used;  /* distinct CUDA devices of its stages (its utilization is against them) */
   double samples_per_s;
   double speedup_naive, speedup_single;
   double bubble_measured, bubble_theory;
@@ -36,6 +37,8 @@ typedef struct gp_bench {
   int cores;   /* cores this process may run on */
   int threads; /* C: cores given to the stages */
   double sgemm_per_core;
+  double gpu_gemm;   /* GEMM GFLOP/s of the first CUDA device of the sweep (0: none) */
+  char gpu_name[16]; /* that device ("cuda:0") */
   /* model and settings */
   const char *model_file;
   const char *model;

@@ -86,11 +86,15 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
       int len = (int)strlen(cell[i][c]);
       if (len > w[c]) w[c] = len;
     }
+  char gpu[64] = "";
+  if (b->gpu_name[0])
+    snprintf(gpu, sizeof gpu, ", %s GEMM %.0f GFLOP/s (%s)", b->gpu_name, b->gpu_gemm,
+             b->precision);
   fprintf(f,
-          "machine: %s, %d cores (%d for the stages), sgemm %.1f GFLOP/s per core | model %s: "
+          "machine: %s, %d cores (%d for the stages), sgemm %.1f GFLOP/s per core%s | model %s: "
           "%d units, %.3fM parameters, %.3f MFLOP per sample | batch %" PRId64
           ", %d timed steps (median) after %d warm-up, best of %d, %s data, %s%s\n",
-          b->cpu_model, b->cores, b->threads, b->sgemm_per_core, b->model, b->units,
+          b->cpu_model, b->cores, b->threads, b->sgemm_per_core, gpu, b->model, b->units,
           (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch, b->steps, b->warmup,
           b->reps, b->data, b->precision, b->nondeterministic ? ", nondeterministic" : "");
   for (int i = 0; i < rows; i++) {
@@ -169,6 +173,12 @@ gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
   jstr(f, b->cpu_model);
   fprintf(f, ", \"cores\": %d, \"threads\": %d, \"sgemm_gflops_per_core\": ", b->cores, b->threads);
   jnum(f, b->sgemm_per_core);
+  if (b->gpu_name[0]) {
+    fprintf(f, ", \"gpu\": ");
+    jstr(f, b->gpu_name);
+    fprintf(f, ", \"gpu_gemm_gflops\": ");
+    jnum(f, b->gpu_gemm);
+  }
   fprintf(f, "},\n \"model\": ");
   jstr(f, b->model);
   fprintf(f, ", \"model_file\": ");

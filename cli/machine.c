@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/progress.h"
+#include "core/cuda/cuda.h"
 
 double gp_sgemm_gflops(int threads) {
   const int n = 1024, reps = 5;
@@ -36,6 +37,37 @@ double gp_sgemm_gflops(int threads) {
   free(c);
   openblas_set_num_threads(1); /* as the CPU backend runs it (core/cpu/team.c) */
   return 2.0 * n * n * (double)n / best / 1e9;
+}
+
+double gp_gpu_gemm_gflops(int ordinal, gp_precision prec) {
+  const int64_t n = 4096;
+  const size_t bytes = (size_t)(n * n) * sizeof(float);
+  gp_backend *be = NULL;
+  float *a = NULL, *b = NULL, *c = NULL;
+  double best = 0;
+  if (gp_cuda_backend_create(ordinal, &be) != GP_OK) {
+    gp_error_clear();
+    return 0;
+  }
+  be->precision = prec;
+  if (be->alloc(be, bytes, (void **)&a) == GP_OK && be->alloc(be, bytes, (void **)&b) == GP_OK &&
+      be->alloc(be, bytes, (void **)&c) == GP_OK && be->zero(be, a, bytes) == GP_OK &&
+      be->zero(be, b, bytes) == GP_OK) {
+    for (int r = 0; r < 6; r++) { /* the first is a warm-up (cuBLAS's heuristics, clocks) */
+      double t0 = gp_now();
+      if (be->gemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n) != GP_OK ||
+          be->sync(be) != GP_OK)
+        break;
+      double dt = gp_now() - t0, g = 2.0 * (double)n * (double)n * (double)n / dt / 1e9;
+      if (r > 0 && g > best) best = g;
+    }
+  }
+  gp_error_clear();
+  if (a) be->free(be, a);
+  if (b) be->free(be, b);
+  if (c) be->free(be, c);
+  gp_backend_destroy(be);
+  return best;
 }
 
 void gp_cpu_model(char *out, size_t n) {

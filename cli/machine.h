@@ -4,10 +4,17 @@
 
 #include <stddef.h>
 
+#include "core/backend.h"
+
 /* Best-of-several cblas_sgemm 1024^3 GFLOP/s with `threads` OpenBLAS threads (the first run is a
  * warm-up); 0 if the buffers cannot be had. Leaves OpenBLAS single-threaded, as the CPU
  * backend runs it. */
 double gp_sgemm_gflops(int threads);
+
+/* Best-of-several GEMM GFLOP/s of CUDA device `ordinal` through the backend's own GEMM in
+ * precision prec (cuBLAS: fp32 without TF32, or bf16 operands with f32 accumulation), on
+ * 4096^3 (the first run is a warm-up); 0 when there is no such device or memory. */
+double gp_gpu_gemm_gflops(int ordinal, gp_precision prec);
 
 /* The CPU's model name from /proc/cpuinfo ("unknown" without one), with characters that
  * would need quoting in CSV, JSON or SVG replaced by spaces. */
