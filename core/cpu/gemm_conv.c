@@ -98,6 +98,15 @@ static gp_status job_gemm(const conv_job *j, int worker, int trans_a, int trans_
                             ldc);
 }
 
+/* Worker w's columns and GEMM output; chunk c's first sample and sample count. */
+static void job_chunk(const conv_job *j, int worker, int64_t c, float **col, float **buf,
+                      int64_t *s0, int64_t *ns) {
+  *col = j->scratch + worker * j->per_worker;
+  *buf = *col + j->g.ckk * j->g.chunk * j->g.ohw;
+  *s0 = c * j->g.chunk;
+  *ns = j->d->n - *s0 < j->g.chunk ? j->d->n - *s0 : j->g.chunk;
+}
+
 static gp_status job_run(conv_job *j, gp_cpu_task fn) {
   if (j->split_gemm) return fn(j, 0, j->chunks, 0);
   return gp_cpu_parallel(j->be, j->chunks, fn, j);
@@ -294,9 +303,10 @@ static gp_status forward_chunks(void *ctx, int64_t lo, int64_t hi, int worker) {
   const gp_conv2d_desc *d = j->d;
   const conv_geom *g = &j->g;
   const int64_t ld = g->chunk * g->ohw;
-  float *col = j->scratch + worker * j->per_worker, *buf = col + g->ckk * ld;
   for (int64_t c = lo; c < hi; c++) {
-    int64_t s0 = c * g->chunk, ns = d->n - s0 < g->chunk ? d->n - s0 : g->chunk;
+    float *col, *buf;
+    int64_t s0, ns;
+    job_chunk(j, worker, c, &col, &buf, &s0, &ns);
     const float *xs = j->x + s0 * d->c * g->hw;
     float *ys = j->y + s0 * d->k * g->ohw;
     for (int64_t grp = 0; grp < d->groups; grp++) {
@@ -330,9 +340,10 @@ static gp_status backward_data_chunks(void *ctx, int64_t lo, int64_t hi, int wor
   const gp_conv2d_desc *d = j->d;
   const conv_geom *g = &j->g;
   const int64_t ld = g->chunk * g->ohw;
-  float *col = j->scratch + worker * j->per_worker, *buf = col + g->ckk * ld;
   for (int64_t c = lo; c < hi; c++) {
-    int64_t s0 = c * g->chunk, ns = d->n - s0 < g->chunk ? d->n - s0 : g->chunk;
+    float *col, *buf;
+    int64_t s0, ns;
+    job_chunk(j, worker, c, &col, &buf, &s0, &ns);
     const float *dys = j->dy + s0 * d->k * g->ohw;
     float *dxs = j->dx + s0 * d->c * g->hw;
     memset(dxs, 0, (size_t)(ns * d->c * g->hw) * sizeof(float));

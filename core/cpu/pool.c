@@ -76,16 +76,23 @@ static void max_back_2x2(const gp_pool2d_desc *d, const float *restrict dy,
   }
 }
 
+/* The window of output (oy, ox) clipped to the input: rows [*y0, *y1), columns [*x0, *x1). */
+static void window(const gp_pool2d_desc *d, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1,
+                   int64_t *x0, int64_t *x1) {
+  *y0 = oy * d->sh - d->ph, *y1 = *y0 + d->kh;
+  *x0 = ox * d->sw - d->pw, *x1 = *x0 + d->kw;
+  if (*y0 < 0) *y0 = 0;
+  if (*y1 > d->h) *y1 = d->h;
+  if (*x0 < 0) *x0 = 0;
+  if (*x1 > d->w) *x1 = d->w;
+}
+
 static void avg_plane(const gp_pool2d_desc *d, const float *restrict x, float *restrict y) {
   const float full = 1.0f / (float)(d->kh * d->kw);
   for (int64_t oy = 0; oy < d->oh; oy++) {
-    int64_t y0 = oy * d->sh - d->ph, y1 = y0 + d->kh;
-    if (y0 < 0) y0 = 0;
-    if (y1 > d->h) y1 = d->h;
     for (int64_t ox = 0; ox < d->ow; ox++) {
-      int64_t x0 = ox * d->sw - d->pw, x1 = x0 + d->kw;
-      if (x0 < 0) x0 = 0;
-      if (x1 > d->w) x1 = d->w;
+      int64_t y0, y1, x0, x1;
+      window(d, oy, ox, &y0, &y1, &x0, &x1);
       float s = 0.0f;
       for (int64_t iy = y0; iy < y1; iy++)
         for (int64_t ix = x0; ix < x1; ix++)
@@ -142,13 +149,9 @@ static void avg_back_plane(const gp_pool2d_desc *d, const float *restrict dyp,
                            float *restrict dxp) {
   const float full = 1.0f / (float)(d->kh * d->kw);
   for (int64_t oy = 0; oy < d->oh; oy++) {
-    int64_t y0 = oy * d->sh - d->ph, y1 = y0 + d->kh;
-    if (y0 < 0) y0 = 0;
-    if (y1 > d->h) y1 = d->h;
     for (int64_t ox = 0; ox < d->ow; ox++) {
-      int64_t x0 = ox * d->sw - d->pw, x1 = x0 + d->kw;
-      if (x0 < 0) x0 = 0;
-      if (x1 > d->w) x1 = d->w;
+      int64_t y0, y1, x0, x1;
+      window(d, oy, ox, &y0, &y1, &x0, &x1);
       int64_t cnt = (y1 - y0) * (x1 - x0);
       if (cnt <= 0) continue;
       float g = dyp[oy * d->ow + ox] * (d->count_pad ? full : 1.0f / (float)cnt);
