@@ -5,7 +5,7 @@
  * queued behind one another. Here every instance owns its cores.
  *
  * A call splits [0, n) into contiguous runs, one per thread, fixed by n and the thread count
- * alone, so a reduction done per worker is reproducible run to run. */
+ * alone, so what a call computes is the same run to run. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>

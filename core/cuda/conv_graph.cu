@@ -345,11 +345,6 @@ static void heuristics(gp_conv_graph *g, cudnnBackendHeurMode_t m, cudnnBackendD
   cudnnBackendDestroyDescriptor(heur);
 }
 
-static int search_log(void) {
-  const char *v = getenv("GP_CUDNN_LOG");
-  return v && strcmp(v, "0") != 0;
-}
-
 #define MAX_CFGS 64
 
 static int same_engine(const gp_conv_engine *a, const gp_conv_engine *b) {
@@ -375,7 +370,7 @@ gp_status gp_conv_graph_search(cudnnHandle_t h, cudaStream_t s, gp_conv_graph *g
   gp_conv_engine *seen = (gp_conv_engine *)calloc(MAX_CFGS, sizeof *seen);
   int n_seen = 0;
   if (!seen && st == GP_OK) st = GP_ERR(GP_ERR_NOMEM, "conv2d: out of host memory for the search");
-  const int log = search_log();
+  const int log = g->want.log;
   for (int i = 0; st == GP_OK && i < n && *tried < g->want.max_candidates; i++) {
     gp_conv_engine e;
     memset(&e, 0, sizeof e);

@@ -39,6 +39,7 @@ typedef struct gp_conv_graph_want {
   float beta;         /* 0, or 1 to accumulate into the output (fp32 backward filter) */
   size_t workspace;   /* the most an engine may use */
   int max_candidates; /* engines timed, in the heuristics' order */
+  int log;            /* print each candidate on stderr (GP_CUDNN_LOG) */
 } gp_conv_graph_want;
 
 gp_status gp_conv_graph_make(cudnnHandle_t h, const gp_conv2d_desc *d, int dir,

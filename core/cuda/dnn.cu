@@ -415,6 +415,7 @@ static gp_conv_graph_want graph_want(const conv_entry *e, int dir, size_t ws) {
   w.beta = !w.bf16 && dir == DIR_FILTER ? 1.0f : 0.0f;
   w.workspace = ws;
   w.max_candidates = 16;
+  w.log = search_log();
   return w;
 }
 
