@@ -1,9 +1,8 @@
 /* Benchmark: training throughput of a model file on the CPU next to the sgemm rate of the
  * same machine, measured in the same run, so the ratio is meaningful on a noisy machine.
  *   bench-train-throughput MODEL.yaml [--threads 1] [--batch-size 128] [--steps 30]
- * Model FLOPs per sample = sum over layers of forward + backward FLOPs from their cost(),
- * where a layer that reads only model inputs computes no input gradient (half its backward
- * for conv2d/linear), as the trainer does. */
+ * Model FLOPs per sample = sum over layers of forward + backward FLOPs as the trainer runs them
+ * (gp_node_cost: a layer that reads only model inputs computes no input gradient). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,21 +12,16 @@
 #include "cli/machine.h"
 #include "cli/progress.h"
 #include "core/spec/spec.h"
+#include "core/train/partition.h"
 #include "core/train/trainer.h"
 #include "data/loader.h"
 
 static double model_flops_per_sample(const gp_model *m) {
   double f = 0;
   for (int i = 0; i < m->n_nodes; i++) {
-    const gp_node *n = &m->nodes[i];
-    gp_cost c = {0};
-    n->layer.type->cost(&n->layer, &c);
-    int from_inputs = 1;
-    for (int j = 0; j < n->n_in; j++)
-      from_inputs &= n->in[j] < m->n_inputs;
-    double bwd = c.bwd_flops;
-    if (from_inputs && n->layer.n_params) bwd *= 0.5;
-    f += c.fwd_flops + bwd;
+    gp_cost c;
+    gp_node_cost(m, i, &c);
+    f += c.fwd_flops + c.bwd_flops;
   }
   return f;
 }

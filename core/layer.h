@@ -49,6 +49,10 @@ typedef struct gp_param_desc {
 /* Per sample: FLOPs and bytes (f32). The executor multiplies by the batch. */
 typedef struct gp_cost {
   double fwd_flops, bwd_flops;
+  /* the part of bwd_flops that computes input gradients: not run when no input of the layer
+   * takes one (a layer fed only by model inputs). Parameter-free layers need not set it: with
+   * no input gradient their backward does not run at all. */
+  double bwd_data_flops;
   int64_t params;      /* trainable elements */
   int64_t saved_bytes; /* what forward keeps for backward beyond its input and output */
   int64_t out_bytes;

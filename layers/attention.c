@@ -181,6 +181,7 @@ static void attention_cost(const gp_layer *l, gp_cost *c) {
   double soft = 5.0 * h * tq * tk + (k->dropout > 0 ? h * tq * tk : 0.0);
   c->fwd_flops = proj + att + soft;
   c->bwd_flops = 2.0 * (proj + att) + 2.0 * soft;
+  c->bwd_data_flops = 2.0 * tq * d * d + 2.0 * tk * d * 2.0 * d; /* the q and kv projections */
   c->params = 4 * g.d * g.d + (k->bias ? 4 * g.d : 0);
   /* Q, K, V, the probabilities and the context */
   c->saved_bytes = 4 * (g.tq * g.d + 2 * g.tk * g.d + g.h * g.tq * g.tk + g.tq * g.d);

@@ -40,6 +40,7 @@ static void batchnorm_cost(const gp_layer *l, gp_cost *c) {
   double n = (double)gp_layers_numel(&l->out_shape);
   c->fwd_flops = 6.0 * n; /* mean, variance, scale and shift */
   c->bwd_flops = 8.0 * n;
+  c->bwd_data_flops = 4.0 * n; /* the parameter gradients are two sums over x-hat and dy */
   c->params = 2 * l->in_shape[0].d[0];
   c->saved_bytes = 0; /* mean and invstd are per channel, not per sample */
   c->out_bytes = (int64_t)n * 4;

@@ -74,6 +74,7 @@ static void conv2d_cost(const gp_layer *l, gp_cost *c) {
   double macs = outs * (double)(l->in_shape[0].d[0] / k->groups * k->kh * k->kw);
   c->fwd_flops = 2.0 * macs + (k->bias ? outs : 0.0);
   c->bwd_flops = 4.0 * macs + (k->bias ? outs : 0.0); /* data and filter gradients */
+  c->bwd_data_flops = 2.0 * macs;
   c->params = gp_layers_numel(&l->pdesc[0].shape) + (k->bias ? k->k : 0);
   c->saved_bytes = 0;
   c->out_bytes = (int64_t)outs * 4;

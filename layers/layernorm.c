@@ -33,6 +33,7 @@ static void layernorm_cost(const gp_layer *l, gp_cost *c) {
   double n = (double)gp_layers_numel(x);
   c->fwd_flops = 7.0 * n;
   c->bwd_flops = 12.0 * n;
+  c->bwd_data_flops = 8.0 * n;
   c->params = 2 * x->d[x->ndim - 1];
   c->saved_bytes = 2 * 4 * (int64_t)(n / (double)x->d[x->ndim - 1]); /* mean, rstd per row */
   c->out_bytes = (int64_t)n * 4;

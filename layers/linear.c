@@ -48,6 +48,7 @@ static void linear_cost(const gp_layer *l, gp_cost *c) {
   double mm = 2.0 * rows * in * out;
   c->fwd_flops = mm + (k->bias ? rows * out : 0.0);
   c->bwd_flops = 2.0 * mm + (k->bias ? rows * out : 0.0); /* data and weight gradients */
+  c->bwd_data_flops = mm;
   c->params = (int64_t)(in * out) + (k->bias ? k->out_features : 0);
   c->saved_bytes = 0;
   c->out_bytes = gp_layers_numel(&l->out_shape) * 4;

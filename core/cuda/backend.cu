@@ -390,6 +390,11 @@ extern "C" gp_status gp_cuda_backend_create_impl(int device, gp_backend **out) {
   *out = NULL;
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+    (void)cudaGetLastError();
+    return GP_ERR(GP_ERR_RUNTIME, "this machine has no usable NVIDIA GPU (%s)",
+                  cudaGetErrorString(e));
+  }
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return gp_cuda_check(e, "cudaGetDeviceCount", __FILE__, __LINE__);

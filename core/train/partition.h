@@ -25,6 +25,11 @@ typedef struct gp_unit_costs {
   int64_t *cut_bytes;
 } gp_unit_costs;
 
+/* Node i's cost() as the executor runs it: a node none of whose inputs takes a gradient
+ * (model inputs, integer tensors) computes no input gradient, and without parameters no
+ * backward at all (core/train/exec.c), so bwd_flops drops that part. The loss always runs. */
+void gp_node_cost(const gp_model *m, int i, gp_cost *c);
+
 /* Analytic costs from the layers' cost(), or (GP_COST_TIME) forward+backward time measured on
  * the CPU backend with `threads` threads: warm-up, repetitions, median. Measurements are cached
  * in cache_dir (NULL: none) keyed by (layer type and settings, input shapes, dtype, device,

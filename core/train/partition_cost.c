@@ -61,14 +61,27 @@ static void last_readers(const gp_model *m, int *last) {
     }
 }
 
+void gp_node_cost(const gp_model *m, int i, gp_cost *c) {
+  const gp_node *n = &m->nodes[i];
+  memset(c, 0, sizeof *c);
+  n->layer.type->cost(&n->layer, c);
+  if (i == m->n_nodes - 1) return;
+  for (int j = 0; j < n->n_in; j++) {
+    int t = n->in[j];
+    if (t >= m->n_inputs && m->nodes[t - m->n_inputs].layer.out_dtype == GP_F32) return;
+  }
+  c->bwd_flops = n->layer.n_params ? c->bwd_flops - c->bwd_data_flops : 0.0;
+  c->bwd_data_flops = 0.0;
+}
+
 static void analytic(const gp_model *m, int64_t mb, const int *last, gp_unit_costs *c) {
   int n = m->n_units;
   for (int u = 0; u < n; u++) {
     double f = 0, b = 0;
     int64_t p = 0, act = 0;
     for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) {
-      gp_cost k = {0};
-      m->nodes[i].layer.type->cost(&m->nodes[i].layer, &k);
+      gp_cost k;
+      gp_node_cost(m, i, &k);
       f += k.fwd_flops;
       b += k.bwd_flops;
       p += k.params;

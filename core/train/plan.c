@@ -7,16 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-double gp_unit_flops(const gp_model *m, int u) {
-  double f = 0;
-  for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) {
-    gp_cost c = {0};
-    m->nodes[i].layer.type->cost(&m->nodes[i].layer, &c);
-    f += c.fwd_flops + c.bwd_flops;
-  }
-  return f;
-}
-
 /* The automatic split: the partitioner's exact solution on the layers' analytic costs for a
  * micro-batch of the model's batch size / M, under the plan's schedule and re-materialization. */
 static gp_status auto_split(const gp_model *m, const gp_pipeline_spec *ps, int *first) {

@@ -28,8 +28,6 @@ gp_status gp_device_check(const char *dev);
 /* gp_device_check on n names (the first at first, the next stride bytes on), and that they
  * do not mix the CPU with CUDA devices. */
 gp_status gp_devices_check(int n, const char *first, size_t stride);
-/* Training FLOPs per sample of unit u (forward + backward, from the layers' cost()). */
-double gp_unit_flops(const gp_model *m, int u);
 /* NULL-terminated names as files and flags spell them, indexed by the enums. */
 const char *const *gp_schedule_names(void); /* "gpipe", "1f1b" */
 const char *const *gp_remat_names(void);    /* "always", "except_last", "never" */

@@ -74,7 +74,8 @@ static void analytic(void) {
     m->nodes[i].layer.type->cost(&m->nodes[i].layer, &k);
     int u = m->nodes[i].unit;
     f[u] += k.fwd_flops;
-    b[u] += k.bwd_flops;
+    /* 'a' reads only x: the trainer computes no gradient for x, so no data GEMM */
+    b[u] += i == 0 ? k.bwd_flops - k.bwd_data_flops : k.bwd_flops;
     p[u] += k.params;
     act[u] += k.out_bytes + k.saved_bytes;
   }
@@ -89,6 +90,10 @@ static void analytic(void) {
   }
   CHECK(c.params[0] == 10 * 12 + 12 && c.params[1] == 0 && c.params[4] == 12 * 5 + 5,
         "parameter counts by hand");
+  /* by hand: 'a' (10 -> 12) forward 2*10*12 + 12 bias, backward only the weight GEMM + bias */
+  CHECK(c.fwd_flops[0] == mb * 252.0 && c.bwd_flops[0] == mb * 252.0,
+        "unit 0 (fed by x): fwd %g bwd %g, want %g each", c.fwd_flops[0], c.bwd_flops[0],
+        mb * 252.0);
   /* out: a 12 floats, the block's dropout 12, b 12, add 12, the loss 1 (the last node) */
   static const int64_t out[5] = {48, 48, 48, 48, 4};
   for (int u = 0; u < 5; u++)
@@ -111,6 +116,25 @@ static void analytic(void) {
   gp_unit_costs_free(&c); /* twice is harmless */
   CHECK(gp_unit_costs_compute(m, 0, GP_COST_FLOPS, 1, NULL, &c) == GP_ERR_USAGE, "micro-batch 0");
   CHECK(gp_unit_costs_compute(m, 4, GP_COST_TIME, 0, NULL, &c) == GP_ERR_USAGE, "0 threads");
+  gp_model_free(m);
+  /* A parameter-free layer on a model input runs no backward at all; the conv after it
+   * still computes its input gradient (its input is a layer's output). */
+  m = load("name: first\n"
+           "inputs: {x: [2, 6, 6], label: {shape: [], dtype: i32}}\n"
+           "layers:\n"
+           "  - {type: relu}\n"
+           "  - {type: conv2d, out_channels: 4, kernel: 3, padding: 1}\n"
+           "  - {type: flatten}\n"
+           "  - {type: linear, out_features: 3}\n"
+           "loss: {type: softmax_cross_entropy}\n");
+  CHECK(gp_unit_costs_compute(m, 1, GP_COST_FLOPS, 1, NULL, &c) == GP_OK, "relu-first costs");
+  if (c.n >= 2) {
+    double macs = 4.0 * 36 * 2 * 9; /* 4 x 6 x 6 outputs, 2 x 3 x 3 taps each */
+    CHECK(c.bwd_flops[0] == 0 && c.fwd_flops[0] > 0, "relu on x: bwd %g, want 0", c.bwd_flops[0]);
+    CHECK(c.bwd_flops[1] == 4.0 * macs + 4 * 36, "conv after relu: bwd %g, want %g", c.bwd_flops[1],
+          4.0 * macs + 4 * 36);
+  }
+  gp_unit_costs_free(&c);
   gp_model_free(m);
 }
 
