@@ -2,7 +2,9 @@
  * is [C/g * kh * kw, chunk * OH * OW] and one GEMM covers the chunk. The chunk is as small
  * as keeps the GEMM efficient, so the columns stay in cache between im2col and the GEMM:
  * one sample when its output plane is large enough (then the GEMM writes NCHW directly),
- * else enough samples for MIN_GEMM_N columns, scattered to NCHW afterwards.
+ * else enough samples for MIN_GEMM_N columns, scattered to NCHW afterwards. Backward-data
+ * with stride 1 is a forward convolution of dy (backward_data_transposed); other strides
+ * take the column route: dcol = W^T dy, then col2im.
  *
  * Threads (team.c): forward and backward-data give each worker whole chunks, with its own
  * columns, so im2col and col2im run in parallel too; with fewer chunks than workers, the
@@ -66,11 +68,13 @@ typedef struct conv_job {
   int64_t chunks;
   const float *x, *w, *bias, *dy;
   float *y, *dx;
+  float *lead;        /* the caller's floats at the scratch's start (job_plan's lead) */
   float *scratch;     /* workers' columns and GEMM outputs, per_worker floats each */
   int64_t per_worker; /* (ckk + kg) * chunk * ohw */
 } conv_job;
 
-static gp_status job_plan(gp_backend *be, const gp_conv2d_desc *d, conv_job *j) {
+/* The scratch holds `lead` floats for the caller first (64-byte aligned), then the workers'. */
+static gp_status job_plan(gp_backend *be, const gp_conv2d_desc *d, int64_t lead, conv_job *j) {
   j->be = be;
   j->d = d;
   GP_TRY(check_desc(d, &j->g));
@@ -85,8 +89,11 @@ static gp_status job_plan(gp_backend *be, const gp_conv2d_desc *d, conv_job *j) 
     workers = 1;
   }
   j->per_worker = (j->g.ckk + j->g.kg) * j->g.chunk * j->g.ohw;
-  return gp_cpu_scratch(be, (size_t)(j->per_worker * workers) * sizeof(float),
-                        (void **)&j->scratch);
+  lead = (lead + 15) & ~(int64_t)15;
+  GP_TRY(gp_cpu_scratch(be, (size_t)(lead + j->per_worker * workers) * sizeof(float),
+                        (void **)&j->lead));
+  j->scratch = j->lead + lead;
+  return GP_OK;
 }
 
 static gp_status job_gemm(const conv_job *j, int worker, int trans_a, int trans_b, int64_t m,
@@ -331,7 +338,7 @@ gp_status gp_cpu_conv2d_forward_unrounded(gp_backend *be, const gp_conv2d_desc *
   conv_job j = {.x = x, .w = w, .bias = bias, .y = y};
   GP_TRY(gp_conv2d_desc_check(d));
   if (d->n == 0) return GP_OK;
-  GP_TRY(job_plan(be, d, &j));
+  GP_TRY(job_plan(be, d, 0, &j));
   return job_run(&j, forward_chunks);
 }
 
@@ -365,12 +372,58 @@ static gp_status backward_data_chunks(void *ctx, int64_t lo, int64_t hi, int wor
   return GP_OK;
 }
 
+/* With stride 1, backward-data is the forward convolution of dy with the filters transposed
+ * (in and out channels swapped within each group, taps flipped) and the complementary
+ * padding dilation * (kernel - 1) - padding, whose output is exactly the input's size. Its GEMM
+ * runs over K/groups * kh * kw instead of K/groups and writes dx itself, where the column
+ * route writes a matrix kh * kw times the input's size and scatters it back with col2im:
+ * 1.47x faster at 16 and 32 channels on 3x3 kernels (2-core Zen VM), equal at 64. */
+static int transposable(const gp_conv2d_desc *d) {
+  return d->sh == 1 && d->sw == 1 && d->ph <= d->dh * (d->kh - 1) && d->pw <= d->dw * (d->kw - 1);
+}
+
+static gp_status backward_data_transposed(gp_backend *be, const gp_conv2d_desc *d, const float *dy,
+                                          const float *w, float *dx) {
+  const gp_conv2d_desc t = {.n = d->n,
+                            .c = d->k,
+                            .h = d->oh,
+                            .w = d->ow,
+                            .k = d->c,
+                            .oh = d->h,
+                            .ow = d->w,
+                            .kh = d->kh,
+                            .kw = d->kw,
+                            .sh = 1,
+                            .sw = 1,
+                            .ph = d->dh * (d->kh - 1) - d->ph,
+                            .pw = d->dw * (d->kw - 1) - d->pw,
+                            .dh = d->dh,
+                            .dw = d->dw,
+                            .groups = d->groups};
+  const int64_t cg = d->c / d->groups, kg = d->k / d->groups, kk = d->kh * d->kw;
+  conv_job j = {.x = dy, .y = dx};
+  GP_TRY(job_plan(be, &t, d->k * cg * kk, &j));
+  /* wt[grp*cg + ci][ko][tap] = w[grp*kg + ko][ci][kk - 1 - tap] */
+  float *wt = j.lead;
+  for (int64_t grp = 0; grp < d->groups; grp++)
+    for (int64_t ko = 0; ko < kg; ko++)
+      for (int64_t ci = 0; ci < cg; ci++) {
+        const float *src = w + ((grp * kg + ko) * cg + ci) * kk;
+        float *dst = wt + ((grp * cg + ci) * kg + ko) * kk;
+        for (int64_t tap = 0; tap < kk; tap++)
+          dst[tap] = src[kk - 1 - tap];
+      }
+  j.w = wt;
+  return job_run(&j, forward_chunks);
+}
+
 gp_status gp_cpu_conv2d_backward_data_unrounded(gp_backend *be, const gp_conv2d_desc *d,
                                                 const float *dy, const float *w, float *dx) {
   conv_job j = {.dy = dy, .w = w, .dx = dx};
   GP_TRY(gp_conv2d_desc_check(d));
   if (d->n == 0) return GP_OK;
-  GP_TRY(job_plan(be, d, &j));
+  if (transposable(d)) return backward_data_transposed(be, d, dy, w, dx);
+  GP_TRY(job_plan(be, d, 0, &j));
   return job_run(&j, backward_data_chunks);
 }
 
