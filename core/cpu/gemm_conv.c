@@ -174,30 +174,6 @@ static void im2col_tap_block(const gp_conv2d_desc *d, int64_t a, int64_t b,
     }
 }
 
-/* The adjoint; clears the outside columns of `row` (scratch) so the block add is exact. */
-static void col2im_tap_block(const gp_conv2d_desc *d, int64_t a, int64_t b, float *restrict row,
-                             float *restrict xp) {
-  const int64_t ow = d->ow, hw = d->h * d->w, xoff = b * d->dw - d->pw;
-  int64_t oy0, oy1, lo, hi;
-  int64_t st = block_rows(d, a, xoff, &oy0, &oy1);
-  valid_range(1, xoff, d->w, ow, &lo, &hi);
-  if (lo > 0 || hi < ow)
-    for (int64_t oy = oy0; oy < oy1; oy++) {
-      float *restrict r = row + oy * ow;
-      for (int64_t ox = 0; ox < lo; ox++)
-        r[ox] = 0.0f;
-      for (int64_t ox = hi; ox < ow; ox++)
-        r[ox] = 0.0f;
-    }
-  int64_t k0 = 0, k1 = (oy1 - oy0) * ow;
-  if (st + k0 < 0) k0 = -st;
-  if (st + k1 > hw) k1 = hw - st;
-  const float *restrict src = row + oy0 * ow;
-  float *restrict dst = xp + st;
-  for (int64_t k = k0; k < k1; k++)
-    dst[k] += src[k];
-}
-
 /* Rows [r0, r1) of the column matrix for sample s (xs: its group's first channel) into col,
  * whose row stride is ld; sample s's columns start at s * ohw. A row is one (channel, tap). */
 static void im2col_rows(const gp_conv2d_desc *d, const conv_geom *g, int64_t s, int64_t r0,
@@ -246,22 +222,17 @@ static void im2col(const gp_conv2d_desc *d, const conv_geom *g, int64_t ns, int6
 }
 
 /* The adjoint of im2col: dx += col scattered back (dx of the chunk must be zeroed first).
- * col is scratch and may be modified. */
+ * Only strides other than 1 come here (stride 1 takes backward_data_transposed). */
 static void col2im(const gp_conv2d_desc *d, const conv_geom *g, int64_t ns, int64_t grp,
-                   float *restrict col, int64_t ld, float *restrict dx) {
+                   const float *restrict col, int64_t ld, float *restrict dx) {
   const int64_t ow = d->ow;
-  const int block = is_block(d);
   for (int64_t s = 0; s < ns; s++) {
     float *xs = dx + (s * d->c + grp * g->cg) * g->hw;
     for (int64_t ci = 0; ci < g->cg; ci++) {
       float *xp = xs + ci * g->hw;
       for (int64_t a = 0; a < d->kh; a++)
         for (int64_t b = 0; b < d->kw; b++) {
-          float *row = col + ((ci * d->kh + a) * d->kw + b) * ld + s * g->ohw;
-          if (block) {
-            col2im_tap_block(d, a, b, row, xp);
-            continue;
-          }
+          const float *row = col + ((ci * d->kh + a) * d->kw + b) * ld + s * g->ohw;
           int64_t xoff = b * d->dw - d->pw, lo, hi;
           valid_range(d->sw, xoff, d->w, ow, &lo, &hi);
           for (int64_t oy = 0; oy < d->oh; oy++) {

@@ -401,6 +401,9 @@ static void test_conv(gp_backend *be) {
       {make(4, 8, 5, 5, 7, 1, 1, 1, 0, 1, 1), "1x1"},
       {make(1, 3, 20, 20, 8, 5, 5, 1, 2, 1, 1), "5x5, one sample"},
       {make(2, 2, 6, 6, 3, 3, 3, 1, 0, 1, 1), "no padding (chunked GEMM)"},
+      /* stride 1 with padding beyond the kernel's extent: the column route, not the
+       * transposed forward (which would need negative padding) */
+      {make(2, 3, 5, 5, 4, 3, 3, 1, 3, 1, 1), "padding 3 on 3x3 (col2im)"},
   };
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
     test_conv_shape(be, &shapes[i]);
