@@ -66,6 +66,22 @@ gp_status gp_cpu_conv2d_backward_filter_unrounded(gp_backend *be, const gp_conv2
                                                   const float *x, const float *dy, float *dw,
                                                   float *dbias);
 
+/* direct_conv.c: stride-1 convolution without a column matrix (AVX2 + FMA, fp32). _ok says
+ * whether it runs d on be (the CPU has the instructions, the shape suits it), for the filter
+ * gradient when `filter`, else for a forward; _transposed is
+ * the forward convolution t of backward-data, packed from the original filters w. */
+int gp_cpu_direct_conv_ok(const gp_backend *be, const gp_conv2d_desc *d, int filter);
+/* For tests and benchmarks: 0 sends every convolution to gemm_conv.c, 1 lets _ok choose;
+ * returns whether the direct path is now on (0 on a CPU without AVX2 and FMA). */
+int gp_cpu_direct_conv_set(int on);
+gp_status gp_cpu_direct_conv_forward(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                     const float *w, const float *bias, float *y);
+gp_status gp_cpu_direct_conv_transposed(gp_backend *be, const gp_conv2d_desc *t, const float *dy,
+                                        const float *w, float *dx);
+/* dw += the filter gradient (dbias is the caller's). */
+gp_status gp_cpu_direct_conv_filter(gp_backend *be, const gp_conv2d_desc *d, const float *x,
+                                    const float *dy, float *dw);
+
 /* bf16.c: bfloat16 (GP_PREC_BF16). Rounding f32 to bf16 is to nearest, ties to even; a NaN
  * stays a NaN (quieted), overflow gives Inf, subnormals round like any other value. */
 uint16_t gp_bf16_from_f32(float f);

@@ -309,6 +309,7 @@ gp_status gp_cpu_conv2d_forward_unrounded(gp_backend *be, const gp_conv2d_desc *
   conv_job j = {.x = x, .w = w, .bias = bias, .y = y};
   GP_TRY(gp_conv2d_desc_check(d));
   if (d->n == 0) return GP_OK;
+  if (gp_cpu_direct_conv_ok(be, d, 0)) return gp_cpu_direct_conv_forward(be, d, x, w, bias, y);
   GP_TRY(job_plan(be, d, 0, &j));
   return job_run(&j, forward_chunks);
 }
@@ -371,6 +372,7 @@ static gp_status backward_data_transposed(gp_backend *be, const gp_conv2d_desc *
                             .dh = d->dh,
                             .dw = d->dw,
                             .groups = d->groups};
+  if (gp_cpu_direct_conv_ok(be, &t, 0)) return gp_cpu_direct_conv_transposed(be, &t, dy, w, dx);
   const int64_t cg = d->c / d->groups, kg = d->k / d->groups, kk = d->kh * d->kw;
   conv_job j = {.x = dy, .y = dx};
   GP_TRY(job_plan(be, &t, d->k * cg * kk, &j));
@@ -430,6 +432,10 @@ gp_status gp_cpu_conv2d_backward_filter_unrounded(gp_backend *be, const gp_conv2
   conv_geom g = {0};
   GP_TRY(check_desc(d, &g));
   if (d->n == 0) return GP_OK;
+  if (gp_cpu_direct_conv_ok(be, d, 1)) {
+    GP_TRY(gp_cpu_direct_conv_filter(be, d, x, dy, dw));
+    return dbias ? gp_cpu_bias_grad(be, d->n, d->k, g.ohw, dy, dbias) : GP_OK;
+  }
   set_chunk(d, &g, FILTER_GEMM_K);
   const int64_t ld = g.chunk * g.ohw;
   float *col, *buf;

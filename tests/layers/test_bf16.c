@@ -404,9 +404,32 @@ static void test_conv(gp_backend *be) {
       /* stride 1 with padding beyond the kernel's extent: the column route, not the
        * transposed forward (which would need negative padding) */
       {make(2, 3, 5, 5, 4, 3, 3, 1, 3, 1, 1), "padding 3 on 3x3 (col2im)"},
+      /* shapes for direct_conv.c (fp32, stride 1): 7 output channels (a block of 6 and one
+       * of 1), rows of 13 (a full vector and one of 5 lanes) */
+      {make(3, 16, 14, 13, 7, 3, 3, 1, 1, 1, 1), "direct: 7 channels, rows of 13"},
+      /* rows of 8: a tile's two vectors in two rows; dilation 2, 2 groups of 5 channels */
+      {make(3, 8, 8, 8, 10, 3, 3, 1, 2, 2, 2), "direct: rows of 8, dilation, groups"},
+      /* 5x5, rows of 7 (masked in backward-filter), 9 channels (6 + 3), one sample */
+      {make(1, 6, 7, 7, 9, 5, 5, 1, 2, 1, 1), "direct: 5x5, rows of 7"},
+      /* no padding: backward-data's transposed convolution pads 2 (rows of 12 and 14) */
+      {make(2, 4, 14, 14, 8, 3, 3, 1, 0, 1, 1), "direct: unpadded, transposed padded"},
+      /* 40 rows of 5 vectors: backward-filter visits bands of rows; 7 samples of 557 KB
+       * padded: two chunks of padded samples */
+      {make(2, 4, 40, 40, 4, 3, 3, 1, 1, 1, 1), "direct: bands of rows"},
+      {make(9, 32, 64, 64, 4, 3, 3, 1, 1, 1, 1), "direct: two chunks"},
   };
-  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-    test_conv_shape(be, &shapes[i]);
+  /* every shape through both CPU paths where they differ: direct_conv.c (when this CPU
+   * has AVX2 and FMA) and im2col + GEMM */
+  for (int direct = 1; direct >= 0; direct--) {
+    if (gp_cpu_direct_conv_set(direct) != direct) continue;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+      const gp_conv2d_desc *d = &shapes[i].d;
+      if (direct && !gp_cpu_direct_conv_ok(be, d, 1)) continue;    /* the same with both */
+      if (d->n * d->c * d->h * d->w > 500000 && !direct) continue; /* GEMM has it covered */
+      test_conv_shape(be, &shapes[i]);
+    }
+  }
+  gp_cpu_direct_conv_set(1);
 }
 
 /* Two instances in bf16 mode, destroyed in either order, each with its own buffers (ASan

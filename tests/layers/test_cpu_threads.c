@@ -14,9 +14,11 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "core/cpu/cpu.h"
 #include "tests/check.h"
 
 static int failures, passes;
+static int exact_cases; /* convolutions checked for the same bytes */
 
 static uint64_t mix(uint64_t *s) {
   uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
@@ -229,6 +231,29 @@ static void conv_cases(gp_conv2d_desc d, const char *what, gp_precision prec) {
                 .conv = d,
                 .x = x,
                 .y = dy};
+  /* direct_conv.c sums each output in one order whatever the thread count: the same bytes */
+  gp_backend probe = {.precision = prec};
+  gp_conv2d_desc t = {d.n,
+                      d.k,
+                      d.oh,
+                      d.ow,
+                      d.c,
+                      d.h,
+                      d.w,
+                      d.kh,
+                      d.kw,
+                      1,
+                      1,
+                      d.dh * (d.kh - 1) - d.ph,
+                      d.dw * (d.kw - 1) - d.pw,
+                      d.dh,
+                      d.dw,
+                      d.groups};
+  f.rounding = !gp_cpu_direct_conv_ok(&probe, &d, 0);
+  bd.rounding =
+      !(d.sh == 1 && d.sw == 1 && t.ph >= 0 && t.pw >= 0 && gp_cpu_direct_conv_ok(&probe, &t, 0));
+  bf.rounding = !gp_cpu_direct_conv_ok(&probe, &d, 1);
+  exact_cases += !f.rounding + !bd.rounding + !bf.rounding;
   check_case(&f, prec);
   check_case(&bd, prec);
   check_case(&bf, prec);
@@ -384,6 +409,9 @@ int main(void) {
   }
   elementwise_cases();
   test_side_by_side();
+  /* on a CPU with AVX2 and FMA, the fp32 3x3 stride-1 cases above run direct_conv.c */
+  if (gp_cpu_direct_conv_set(1))
+    CHECK(exact_cases >= 7, "only %d convolutions checked for the same bytes", exact_cases);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }
