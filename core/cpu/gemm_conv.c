@@ -4,7 +4,8 @@
  * one sample when its output plane is large enough (then the GEMM writes NCHW directly),
  * else enough samples for MIN_GEMM_N columns, scattered to NCHW afterwards. Backward-data
  * with stride 1 is a forward convolution of dy (backward_data_transposed); other strides
- * take the column route: dcol = W^T dy, then col2im.
+ * take the column route: dcol = W^T dy, then col2im. Stride 1 in fp32 on a CPU with AVX2 and
+ * FMA goes to direct_conv.c instead where that is faster (gp_cpu_direct_conv_ok).
  *
  * Threads (team.c): forward and backward-data give each worker whole chunks, with its own
  * columns, so im2col and col2im run in parallel too; with fewer chunks than workers, the
