@@ -256,20 +256,36 @@ static void pack_weights(const dconv *j, const float *w, int transposed, float *
     }
 }
 
+/* The sizes of d that both directions use. */
+static void geometry(dconv *j, const gp_conv2d_desc *d) {
+  j->d = d;
+  j->cg = d->c / d->groups;
+  j->kg = d->k / d->groups;
+  j->ckk = j->cg * d->kh * d->kw;
+  j->ncob = (j->kg + MR - 1) / MR;
+  j->pw_ = d->w + 2 * d->pw;
+  j->plane = (d->h + 2 * d->ph) * j->pw_;
+  j->per_worker = (d->c * j->plane + VW + 15) & ~(int64_t)15;
+  j->vrow = (d->ow + VW - 1) / VW;
+  j->nvec = d->oh * j->vrow;
+}
+
+/* Each (channel, tap)'s offset in a padded sample, into koff (ckk entries). */
+static void fill_offsets(dconv *j, int64_t *koff) {
+  const gp_conv2d_desc *d = j->d;
+  for (int64_t ci = 0, k = 0; ci < j->cg; ci++)
+    for (int64_t a = 0; a < d->kh; a++)
+      for (int64_t b = 0; b < d->kw; b++, k++)
+        koff[k] = ci * j->plane + a * d->dh * j->pw_ + b * d->dw;
+  j->koff = koff;
+}
+
 static gp_status direct_run(gp_backend *be, const gp_conv2d_desc *d, const float *x, const float *w,
                             int transposed, const float *bias, float *y) {
   GP_TRY(gp_conv2d_desc_check(d));
   if (d->n == 0) return GP_OK;
-  dconv j = {.d = d, .x = x, .bias = bias, .y = y};
-  j.cg = d->c / d->groups;
-  j.kg = d->k / d->groups;
-  j.ckk = j.cg * d->kh * d->kw;
-  j.ncob = (j.kg + MR - 1) / MR;
-  j.pw_ = d->w + 2 * d->pw;
-  j.plane = (d->h + 2 * d->ph) * j.pw_;
-  j.per_worker = (d->c * j.plane + VW + 15) & ~(int64_t)15;
-  j.vrow = (d->ow + VW - 1) / VW;
-  j.nvec = d->oh * j.vrow;
+  dconv j = {.x = x, .bias = bias, .y = y};
+  geometry(&j, d);
   const int64_t nb = (j.nvec + BAND * NV - 1) / (BAND * NV);
   j.parts = d->n >= be->threads ? 1 : (be->threads + d->n - 1) / d->n;
   if (j.parts > nb) j.parts = nb;
@@ -283,12 +299,8 @@ static gp_status direct_run(gp_backend *be, const gp_conv2d_desc *d, const float
   int64_t *koff = (int64_t *)(buf + wfloats);
   j.pad = buf + wfloats + kfloats;
   pack_weights(&j, w, transposed, wp);
-  for (int64_t ci = 0, k = 0; ci < j.cg; ci++)
-    for (int64_t a = 0; a < d->kh; a++)
-      for (int64_t b = 0; b < d->kw; b++, k++)
-        koff[k] = ci * j.plane + a * d->dh * j.pw_ + b * d->dw;
+  fill_offsets(&j, koff);
   j.wp = wp;
-  j.koff = koff;
   return gp_cpu_parallel(be, d->n * j.parts, run_units, &j);
 }
 
@@ -310,9 +322,9 @@ typedef struct dfilter {
   dconv c;
   const float *dy;
   float *dw;
-  int64_t nkb, ntiles; /* entry blocks per group; tiles (groups x channel pairs x blocks) */
-  int64_t s0, ns;      /* the chunk of samples padded at c.pad */
-  int64_t group, band; /* a tile's visit: samples, and rows of each */
+  int64_t npair, nkb, ntiles; /* channel pairs and entry blocks per group; tiles in all */
+  int64_t s0, ns;             /* the chunk of samples padded at c.pad */
+  int64_t group, band;        /* a tile's visit: samples, and rows of each */
 } dfilter;
 
 typedef struct ftile {
@@ -427,7 +439,7 @@ static gp_status filter_tiles(void *ctx, int64_t lo, int64_t hi, int worker) {
   const dfilter *f = ctx;
   const dconv *j = &f->c;
   const gp_conv2d_desc *d = j->d;
-  const int64_t ohw = d->oh * d->ow, ncob = (j->kg + FMR - 1) / FMR;
+  const int64_t ohw = d->oh * d->ow, ncob = f->npair;
   for (int64_t g0 = 0; g0 < f->ns; g0 += f->group)
     for (int64_t r0 = 0; r0 < d->oh; r0 += f->band)
       for (int64_t i = lo; i < hi; i++) {
@@ -461,35 +473,25 @@ gp_status gp_cpu_direct_conv_filter(gp_backend *be, const gp_conv2d_desc *d, con
                                     const float *dy, float *dw) {
   GP_TRY(gp_conv2d_desc_check(d));
   if (d->n == 0) return GP_OK;
-  dfilter f = {.c = {.d = d, .x = x}, .dy = dy, .dw = dw};
+  dfilter f = {.c = {.x = x}, .dy = dy, .dw = dw};
   dconv *j = &f.c;
-  j->cg = d->c / d->groups;
-  j->kg = d->k / d->groups;
-  j->ckk = j->cg * d->kh * d->kw;
-  j->pw_ = d->w + 2 * d->pw;
-  j->plane = (d->h + 2 * d->ph) * j->pw_;
-  j->per_worker = (d->c * j->plane + VW + 15) & ~(int64_t)15; /* here: per padded sample */
-  const int64_t vectors = d->oh * ((d->ow + VW - 1) / VW);
-  const int64_t vrow = (d->ow + VW - 1) / VW;
-  f.group = (VISIT + vectors - 1) / vectors;
+  geometry(j, d); /* here per_worker is the stride of the chunk's padded samples */
+  f.group = (VISIT + j->nvec - 1) / j->nvec;
   if (f.group > d->n) f.group = d->n;
-  f.band = f.group > 1 ? d->oh : (VISIT + vrow - 1) / vrow;
+  f.band = f.group > 1 ? d->oh : (VISIT + j->vrow - 1) / j->vrow;
   int64_t chunk = FILTER_CHUNK_BYTES / (j->per_worker * (int64_t)sizeof(float));
   chunk = chunk < f.group ? f.group : chunk / f.group * f.group;
   if (chunk > d->n) chunk = d->n;
   f.nkb = (j->ckk + FKR - 1) / FKR;
-  f.ntiles = d->groups * ((j->kg + FMR - 1) / FMR) * f.nkb;
+  f.npair = (j->kg + FMR - 1) / FMR;
+  f.ntiles = d->groups * f.npair * f.nkb;
   const int64_t kfloats = (j->ckk * 2 + 15) & ~(int64_t)15;
   float *buf = NULL;
   GP_TRY(
       gp_cpu_scratch(be, (size_t)(kfloats + j->per_worker * chunk) * sizeof(float), (void **)&buf));
   int64_t *koff = (int64_t *)buf;
   j->pad = buf + kfloats;
-  for (int64_t ci = 0, k = 0; ci < j->cg; ci++)
-    for (int64_t a = 0; a < d->kh; a++)
-      for (int64_t b = 0; b < d->kw; b++, k++)
-        koff[k] = ci * j->plane + a * d->dh * j->pw_ + b * d->dw;
-  j->koff = koff;
+  fill_offsets(j, koff);
   for (f.s0 = 0; f.s0 < d->n; f.s0 += chunk) {
     f.ns = d->n - f.s0 < chunk ? d->n - f.s0 : chunk;
     GP_TRY(gp_cpu_parallel(be, f.ns, pad_chunk, &f));
