@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/cpu/cpu.h"
+#include "core/spin.h"
 
 #define MSG_MAX 512
 /* Waits spin this many pauses (tens of microseconds) before sleeping: the ops of a stage come
@@ -37,14 +38,6 @@ struct gp_cpu_team {
   gp_status *st;
   char (*msg)[MSG_MAX];
 };
-
-static void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 
 /* The worker index of this thread while it runs a task, -1 outside: a nested call runs
  * inline on the same worker (its per-worker buffers stay its own). */
@@ -74,7 +67,7 @@ static uint64_t next_call(struct gp_cpu_team *t, uint64_t seen) {
   for (int i = 0; i < SPIN; i++) {
     if ((g = atomic_load_explicit(&t->gen, memory_order_acquire)) != seen) return g;
     if (atomic_load_explicit(&t->quit, memory_order_relaxed)) return seen;
-    cpu_relax();
+    gp_cpu_relax();
   }
   pthread_mutex_lock(&t->mu);
   while ((g = atomic_load_explicit(&t->gen, memory_order_acquire)) == seen &&
@@ -199,7 +192,7 @@ gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx) 
   pthread_mutex_unlock(&t->mu);
   run_share(t, 0, fn, ctx, n, active);
   for (int i = 0; i < SPIN && atomic_load_explicit(&t->pending, memory_order_acquire) > 0; i++)
-    cpu_relax();
+    gp_cpu_relax();
   if (atomic_load_explicit(&t->pending, memory_order_acquire) > 0) {
     pthread_mutex_lock(&t->mu);
     while (atomic_load_explicit(&t->pending, memory_order_acquire) > 0)
