@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/bench.h"
+#include "cli/machine.h"
 
 static gp_status stream_status(FILE *f, const char *path) {
   if (fflush(f) != 0 || ferror(f)) return GP_ERR(GP_ERR_IO, "%s: writing failed", path);
@@ -91,12 +92,14 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
     snprintf(gpu, sizeof gpu, ", %s GEMM %.0f GFLOP/s (%s)", b->gpu_name, b->gpu_gemm,
              b->precision);
   fprintf(f,
-          "machine: %s, %d cores (%d for the stages), sgemm %.1f GFLOP/s per core%s | model %s: "
+          "machine: %s, %d cores (%d for the stages), sgemm %.1f GFLOP/s per core (OpenBLAS %s)%s "
+          "| model %s: "
           "%d units, %.3fM parameters, %.3f MFLOP per sample | batch %" PRId64
           ", %d timed steps (median) after %d warm-up, best of %d, %s data, %s%s\n",
-          b->cpu_model, b->cores, b->threads, b->sgemm_per_core, gpu, b->model, b->units,
-          (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch, b->steps, b->warmup,
-          b->reps, b->data, b->precision, b->nondeterministic ? ", nondeterministic" : "");
+          b->cpu_model, b->cores, b->threads, b->sgemm_per_core, gp_blas_kernels(), gpu, b->model,
+          b->units, (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch, b->steps,
+          b->warmup, b->reps, b->data, b->precision,
+          b->nondeterministic ? ", nondeterministic" : "");
   for (int i = 0; i < rows; i++) {
     char line[NCOL * (CELL + 2)];
     size_t at = 0;
@@ -173,6 +176,8 @@ gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
   jstr(f, b->cpu_model);
   fprintf(f, ", \"cores\": %d, \"threads\": %d, \"sgemm_gflops_per_core\": ", b->cores, b->threads);
   jnum(f, b->sgemm_per_core);
+  fprintf(f, ", \"blas_kernels\": ");
+  jstr(f, gp_blas_kernels());
   if (b->gpu_name[0]) {
     fprintf(f, ", \"gpu\": ");
     jstr(f, b->gpu_name);

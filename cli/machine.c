@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "cli/progress.h"
 #include "core/cuda/cuda.h"
@@ -37,6 +39,46 @@ double gp_sgemm_gflops(int threads) {
   free(c);
   openblas_set_num_threads(1); /* as the CPU backend runs it (core/cpu/team.c) */
   return 2.0 * n * n * (double)n / best / 1e9;
+}
+
+const char *gp_blas_kernels(void) {
+  const char *k = openblas_get_corename();
+  return k ? k : "unknown";
+}
+
+void gp_blas_pick_kernels(char **argv, int quiet) {
+#if defined(__x86_64__)
+  if (getenv("OPENBLAS_CORETYPE")) return; /* the user's choice, or this was the re-run */
+  static const char *const old[] = {"unknown",  "katmai",     "coppermine",   "northwood",
+                                    "prescott", "banias",     "atom",         "core2",
+                                    "penryn",   "dunnington", "nehalem",      "sandybridge",
+                                    "athlon",   "opteron",    "opteron_sse3", "barcelona"};
+  const char *now = gp_blas_kernels();
+  int generic = 0;
+  for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
+    generic |= strcasecmp(now, old[i]) == 0;
+  if (!generic) return;
+  __builtin_cpu_init();
+  const char *want = NULL;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    want = "SkylakeX";
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    want = "Haswell";
+  if (!want) return;
+  if (!quiet)
+    fprintf(stderr,
+            "note: OpenBLAS chose its %s kernels for this CPU (a model it does not know); running "
+            "with OPENBLAS_CORETYPE=%s, which the CPU supports (set OPENBLAS_CORETYPE to choose)\n",
+            now, want);
+  fflush(NULL);
+  setenv("OPENBLAS_CORETYPE", want, 1);
+  execv("/proc/self/exe", argv);
+  unsetenv("OPENBLAS_CORETYPE"); /* no exec: go on with the kernels loaded */
+#else
+  (void)argv;
+  (void)quiet;
+#endif
 }
 
 double gp_gpu_gemm_gflops(int ordinal, gp_precision prec) {

@@ -16,6 +16,18 @@ double gp_sgemm_gflops(int threads);
  * 4096^3 (the first run is a warm-up); 0 when there is no such device or memory. */
 double gp_gpu_gemm_gflops(int ordinal, gp_precision prec);
 
+/* Debian's OpenBLAS picks its kernels from the CPU's model when it is loaded, before main; on
+ * a CPU model it does not know (a KVM guest reporting "Intel(R) Xeon(R) Processor") it falls
+ * back to Prescott's SSE3 kernels, 4-6x slower than the AVX-512 ones the CPU can run. When
+ * the kernels OpenBLAS chose predate AVX2 although the CPU has AVX2 and FMA (or AVX-512), and
+ * OPENBLAS_CORETYPE is not set, this runs the program again (execv of /proc/self/exe with
+ * argv) with OPENBLAS_CORETYPE naming the kernels the CPU allows, after one line on stderr
+ * unless quiet. Returns when there is nothing to do or the exec failed. */
+void gp_blas_pick_kernels(char **argv, int quiet);
+
+/* The name of the kernels OpenBLAS runs ("Haswell", "SkylakeX", ...). */
+const char *gp_blas_kernels(void);
+
 /* The CPU's model name from /proc/cpuinfo ("unknown" without one), with characters that
  * would need quoting in CSV, JSON or SVG replaced by spaces. */
 void gp_cpu_model(char *out, size_t n);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "cli/args.h"
+#include "cli/machine.h"
 #include "cli/progress.h"
 #include "cli/seqdata.h"
 #include "core/spec/cfg.h"
@@ -541,6 +542,7 @@ int main(int argc, char **argv) {
         "gpipe-train: expected one model file (usage: gpipe-train MODEL.yaml [flags]; --help)\n");
     return 2;
   }
+  gp_blas_pick_kernels(argv, flags[F_QUIET].given);
   gp_override ov[256];
   int nov = 0;
   if (s == GP_OK) s = gp_args_overrides(&flags[F_SET], ov, 256, &nov);

@@ -47,6 +47,21 @@ else
   bad "table run exited $?: $(cat "$tmp/err")"
 fi
 
+# ---- the BLAS kernels: named on the machine line; an OPENBLAS_CORETYPE the user set is kept
+# (gpipe replaces only kernels OpenBLAS fell back to on its own, cli/machine.c)
+if [ "$(uname -m)" = x86_64 ]; then
+  if OPENBLAS_CORETYPE=Prescott "$bench" "$mlp" --stages 1 --micro-batches 1 "${fast[@]}" \
+      >"$tmp/p" 2>"$tmp/err"; then
+    if head -1 "$tmp/p" | grep -q "(OpenBLAS Prescott)" && ! grep -q "OPENBLAS_CORETYPE" "$tmp/err"; then
+      ok
+    else
+      bad "OPENBLAS_CORETYPE=Prescott: $(head -1 "$tmp/p") $(cat "$tmp/err")"
+    fi
+  else
+    bad "OPENBLAS_CORETYPE=Prescott run exited $?: $(cat "$tmp/err")"
+  fi
+fi
+
 # ---- one sweep, every output: --json on stdout, --csv, --plot, --trace; --quiet keeps
 # stderr empty
 if "$bench" "$mlp" --stages 1,2,3 --micro-batches 1,4 --schedule gpipe,1f1b --checkpoint never \
@@ -58,6 +73,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 mc = d["machine"]
 assert mc["cores"] >= 1 and mc["sgemm_gflops_per_core"] > 0 and mc["cpu_model"], mc
+assert mc["blas_kernels"], mc
 assert d["model"] == "fashion-mlp" and d["batch_size"] == 32 and d["steps"] == 2
 assert d["warmup"] == 1 and d["flops_per_sample"] > 0
 runs = d["runs"]
