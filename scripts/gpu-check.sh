@@ -8,6 +8,7 @@
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
 #   torch     scripts/compare-torch.sh: samples/s and MFU against PyTorch eager
 #   capacity  scripts/capacity.sh: the largest model with and without GPipe on one GPU
+#             (GP_CAPACITY_ARGS="--capacity 8GiB --batch 8" adds options)
 #   graph     which cuDNN API the convolution searches choose (GP_CUDNN_LOG), and ResNet-56
 #             with the graph API's engines off and on (GP_CUDNN_GRAPH=0/1), alternating
 #   scaling   issue 5's CPU check: gpipe-bench of balanced-cnn over K = 1, 2, 4, 8
@@ -67,8 +68,9 @@ phase_torch() {
 }
 
 phase_capacity() {
+  # shellcheck disable=SC2086 # GP_CAPACITY_ARGS: more options for capacity.sh, split on spaces
   timeout 570 scripts/capacity.sh --out "$logs/capacity" --bin "$bin" --device cuda:0 \
-    --budget 540 >"$logs/capacity.log" 2>&1
+    --budget 540 ${GP_CAPACITY_ARGS:-} >"$logs/capacity.log" 2>&1
   say "capacity: rc=$?"
   sed -n '/^|/p' "$logs/capacity/results.md" 2>/dev/null | tee -a "$summary"
 }
