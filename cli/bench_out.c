@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/bench.h"
+#include "core/io/json.h"
 #include "cli/machine.h"
 
 static gp_status stream_status(FILE *f, const char *path) {
@@ -157,37 +158,23 @@ static void jnum(FILE *f, double x) {
   fprintf(f, "%.6g", finite_or_0(x));
 }
 
-static void jstr(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
 gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
   fprintf(f, "{\"machine\": {\"cpu_model\": ");
-  jstr(f, b->cpu_model);
+  gp_json_write_str(f, b->cpu_model);
   fprintf(f, ", \"cores\": %d, \"threads\": %d, \"sgemm_gflops_per_core\": ", b->cores, b->threads);
   jnum(f, b->sgemm_per_core);
   fprintf(f, ", \"blas_kernels\": ");
-  jstr(f, gp_blas_kernels());
+  gp_json_write_str(f, gp_blas_kernels());
   if (b->gpu_name[0]) {
     fprintf(f, ", \"gpu\": ");
-    jstr(f, b->gpu_name);
+    gp_json_write_str(f, b->gpu_name);
     fprintf(f, ", \"gpu_gemm_gflops\": ");
     jnum(f, b->gpu_gemm);
   }
   fprintf(f, "},\n \"model\": ");
-  jstr(f, b->model);
+  gp_json_write_str(f, b->model);
   fprintf(f, ", \"model_file\": ");
-  jstr(f, b->model_file);
+  gp_json_write_str(f, b->model_file);
   fprintf(f, ", \"units\": %d, \"params\": %" PRId64 ", \"flops_per_sample\": ", b->units,
           b->params);
   jnum(f, b->flops_per_sample);
@@ -195,14 +182,14 @@ gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
           ",\n \"batch_size\": %" PRId64 ", \"steps\": %d, \"warmup\": %d, \"reps\": %d, "
           "\"data\": ",
           b->batch, b->steps, b->warmup, b->reps);
-  jstr(f, b->data);
+  gp_json_write_str(f, b->data);
   fprintf(f, ", \"precision\": ");
-  jstr(f, b->precision);
+  gp_json_write_str(f, b->precision);
   fprintf(f, ", \"nondeterministic\": %s", b->nondeterministic ? "true" : "false");
   fprintf(f, ",\n \"skipped\": [");
   for (int i = 0; i < b->n_skipped; i++) {
     fprintf(f, i ? ", " : "");
-    jstr(f, b->skipped[i]);
+    gp_json_write_str(f, b->skipped[i]);
   }
   fprintf(f, "],\n \"runs\": [");
   for (int i = 0; i < b->n_runs; i++) {
@@ -213,11 +200,11 @@ gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
             i ? "," : "", r->k, r->m, gp_bench_schedule_name(r->schedule),
             gp_bench_remat_name(r->remat), b->batch, r->baseline ? "true" : "false");
     fprintf(f, "\"balance\": ");
-    jstr(f, r->balance);
+    gp_json_write_str(f, r->balance);
     fprintf(f, ", \"devices\": [");
     for (int s = 0; s < r->k; s++) {
       fprintf(f, s ? ", " : "");
-      jstr(f, r->devices[s]);
+      gp_json_write_str(f, r->devices[s]);
     }
     fprintf(f, "], \"cores_used\": %d,\n   \"samples_per_s\": ", r->cores_used);
     jnum(f, r->samples_per_s);

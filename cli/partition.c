@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "core/io/json.h"
 #include "core/backend.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
@@ -312,19 +313,6 @@ static void print_table(const gp_model *m, const request *q, const gp_unit_costs
   }
 }
 
-static void json_str(const char *s) {
-  putchar('"');
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\')
-      printf("\\%c", *c);
-    else if (*c < 0x20)
-      printf("\\u%04x", *c);
-    else
-      putchar(*c);
-  }
-  putchar('"');
-}
-
 static void json_num(double v) {
   if (isfinite(v))
     printf("%.17g", v);
@@ -335,7 +323,7 @@ static void json_num(double v) {
 static void print_json(const gp_model *m, const request *q, const gp_unit_costs *c,
                        const gp_partition *p, const gp_sim_events *ev) {
   printf("{\"model\": ");
-  json_str(m->name);
+  gp_json_write_str(stdout, m->name);
   printf(", \"stages\": %d, \"micro_batches\": %d, \"batch_size\": %" PRId64
          ", \"micro_batch_size\": %" PRId64 ", \"schedule\": \"%s\", \"checkpoint\": \"%s\", "
          "\"cost_basis\": \"%s\", \"params\": %" PRId64 ",\n \"devices\": [",
@@ -343,12 +331,12 @@ static void print_json(const gp_model *m, const request *q, const gp_unit_costs 
          gp_remat_names()[q->remat], by_names[q->by], m->n_params);
   for (int s = 0; s < q->stages; s++) {
     printf(s ? ", " : "");
-    json_str(q->devices[s]);
+    gp_json_write_str(stdout, q->devices[s]);
   }
   printf("],\n \"units\": [");
   for (int u = 0; u < c->n; u++) {
     printf(u ? ",\n   {\"name\": " : "\n   {\"name\": ");
-    json_str(m->unit_names[u]);
+    gp_json_write_str(stdout, m->unit_names[u]);
     printf(", \"flops_fwd\": ");
     json_num(c->fwd_flops[u]);
     printf(", \"flops_bwd\": ");
@@ -366,7 +354,7 @@ static void print_json(const gp_model *m, const request *q, const gp_unit_costs 
   for (int s = 0; s < p->stages; s++) {
     stage_sums r = sums(c, p, s);
     printf("%s{\"stage\": %d, \"device\": ", s ? ",\n   " : "\n   ", s);
-    json_str(q->devices[s]);
+    gp_json_write_str(stdout, q->devices[s]);
     printf(", \"first_unit\": %d, \"last_unit\": %d, \"units\": %d, \"params\": %" PRId64
            ", \"flops\": ",
            p->first[s], p->first[s + 1] - 1, p->first[s + 1] - p->first[s], r.params);

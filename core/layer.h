@@ -82,6 +82,10 @@ typedef struct gp_exec {
   int n_host;
   const void *host_dev[GP_EXEC_MAX_HOST];
   const void *host_src[GP_EXEC_MAX_HOST];
+  /* Optional (NULL: none): called before (end 0) and after (end 1) each layer's forward or
+   * backward, e.g. to trace layers; on_layer_ctx is the caller's. */
+  void (*on_layer)(const struct gp_exec *e, int node, int backward, int end);
+  void *on_layer_ctx;
 } gp_exec;
 
 /* The host copy of a tensor the pass got from a model input (labels, positions), or NULL:

@@ -4,6 +4,7 @@
 #define GP_JSON_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -41,5 +42,9 @@ void gp_json_free(gp_json *j);
 /* The value of key in an object; NULL if j is not an object or has no such key. */
 const gp_json *gp_json_get(const gp_json *j, const char *key);
 const char *gp_json_type_name(gp_json_type t);
+
+/* Writes s as a JSON string, quotes included: '"' and '\\' escaped, control characters as
+ * \\u00XX, everything else (UTF-8 included) as is. */
+void gp_json_write_str(FILE *f, const char *s);
 
 #endif

@@ -54,8 +54,10 @@ gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
     gp_shape s = gp_shape_batch(p->batch, &l->out_shape);
     GP_TRY(gp_arena_tensor(e->arena, l->out_dtype, &s, &p->val[t]));
     p->saved[i] = NULL;
+    if (e->on_layer) e->on_layer(e, i, 0, 0);
     gp_status st = l->type->forward(l, e, in, &p->val[t], &p->saved[i]);
     if (st != GP_OK) return node_error(m, i, "forward", st);
+    if (e->on_layer) e->on_layer(e, i, 0, 1);
   }
   return GP_OK;
 }
@@ -95,6 +97,7 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
       any = 1;
     }
     if (!any && l->n_params == 0) continue;
+    if (e->on_layer) e->on_layer(e, i, 1, 0);
     gp_status st = l->type->backward(l, e, in, &p->val[t], &p->grad[t], din, p->saved[i]);
     if (st != GP_OK) return node_error(m, i, "backward", st);
     for (int j = 0; j < n->n_in; j++) {
@@ -102,6 +105,7 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
       GP_TRY(be->axpby(be, gp_shape_numel(&din[j].shape), 1.0f, GP_F32P(&din[j]), 1.0f,
                        GP_F32P(&p->grad[n->in[j]])));
     }
+    if (e->on_layer) e->on_layer(e, i, 1, 1);
   }
   return GP_OK;
 }

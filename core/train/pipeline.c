@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/cuda/cuda.h"
+#include "core/io/json.h"
 #include "core/spin.h"
 #include "core/train/exec.h"
 #include "core/train/tied.h"
@@ -44,10 +45,12 @@ typedef struct mailbox {
 
 typedef enum cmd_kind { CMD_NONE, CMD_TRAIN, CMD_EVAL, CMD_EXIT } cmd_kind;
 
-/* One traced action: 'F', 'B', 'R' (a backward's recompute) or 'S' (optimizer step). */
+/* One traced action: 'F', 'B', 'R' (a backward's recompute), 'T' (gradients handed back) or
+ * 'S' (optimizer step); or one layer inside an action: 'f', 'b', 'r' (forward, backward,
+ * recompute of node `node`). */
 typedef struct trace_ev {
   char kind;
-  int micro;
+  int micro, node;
   int64_t step;
   double t0, t1, busy; /* wall start and end; compute time (see busy_s) */
 } trace_ev;
@@ -89,6 +92,7 @@ typedef struct stage {
   int64_t steps;
   trace_ev *ev;
   int64_t n_ev, cap_ev;
+  double layer_t0; /* record_layer: when the current layer started */
   gp_step_result acc;
 } stage;
 
@@ -146,19 +150,36 @@ static double busy_s(const gp_pipeline *pl) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Counts an action's wall time as busy and, when tracing, records it; the array only grows,
- * so steady state does not allocate. */
-static void record(stage *st, char kind, int micro, double t0, double t1, double busy) {
-  st->wall_busy_s += t1 - t0;
-  if (!st->pl->trace) return;
+/* Appends a trace event (a gap when out of memory beats a failed step); the array only
+ * grows, so steady state does not allocate. */
+static void trace_add(stage *st, trace_ev ev) {
   if (st->n_ev == st->cap_ev) {
     int64_t cap = st->cap_ev ? st->cap_ev * 2 : 1024;
-    trace_ev *ev = realloc(st->ev, (size_t)cap * sizeof *ev);
-    if (!ev) return; /* a trace with a gap beats a failed step */
-    st->ev = ev;
+    trace_ev *grown = realloc(st->ev, (size_t)cap * sizeof *grown);
+    if (!grown) return;
+    st->ev = grown;
     st->cap_ev = cap;
   }
-  st->ev[st->n_ev++] = (trace_ev){kind, micro, st->pl->step, t0, t1, busy};
+  st->ev[st->n_ev++] = ev;
+}
+
+/* Counts an action's wall time as busy and, when tracing, records it. */
+static void record(stage *st, char kind, int micro, double t0, double t1, double busy) {
+  st->wall_busy_s += t1 - t0;
+  if (st->pl->trace) trace_add(st, (trace_ev){kind, micro, -1, st->pl->step, t0, t1, busy});
+}
+
+/* gp_exec's on_layer when tracing: a span per layer, nested in its action's (and not counted
+ * as busy time again). On a GPU the span is the host launching the layer, not its kernels. */
+static void record_layer(const gp_exec *e, int node, int backward, int end) {
+  stage *st = e->on_layer_ctx;
+  double t = now_s();
+  if (!end) {
+    st->layer_t0 = t;
+    return;
+  }
+  char kind = backward ? 'b' : e->recompute ? 'r' : 'f';
+  trace_add(st, (trace_ev){kind, e->micro, node, st->pl->step, st->layer_t0, t, t - st->layer_t0});
 }
 
 static void deadline_in(double s, struct timespec *ts) {
@@ -358,7 +379,9 @@ static gp_exec exec_for(stage *st, const gp_pass *p, int micro, int training, in
                .step = pl->step,
                .micro = micro,
                .sample_offset = pl->off[micro],
-               .loss_count = training ? pl->targets : 1};
+               .loss_count = training ? pl->targets : 1,
+               .on_layer = pl->trace && training ? record_layer : NULL,
+               .on_layer_ctx = st};
   for (int q = 0; q < st->n_in; q++) {
     int t = st->in[q].t;
     if (st->in[q].producer >= 0 || !p->val[t].data) continue;
@@ -1064,6 +1087,20 @@ void gp_pipeline_reset_stats(gp_pipeline *pl) {
   }
 }
 
+/* One layer's span (category "layer", named by the layer's path), nested in its action. */
+static void write_layer_event(FILE *f, const gp_pipeline *pl, int s, const trace_ev *e) {
+  const gp_layer *l = &pl->m->nodes[e->node].layer;
+  const char *pass = e->kind == 'b' ? "backward" : e->kind == 'r' ? "recompute" : "forward";
+  fprintf(f, ",\n{\"name\": ");
+  gp_json_write_str(f, l->path);
+  fprintf(f,
+          ", \"cat\": \"layer\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
+          "\"dur\": %.3f, \"args\": {\"step\": %lld, \"micro_batch\": %d, \"pass\": \"%s\", "
+          "\"type\": \"%s\"}}",
+          s, (e->t0 - pl->t_origin) * 1e6, (e->t1 - e->t0) * 1e6, (long long)e->step + 1, e->micro,
+          pass, l->type->name);
+}
+
 gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
   char tmp[4096];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -1080,6 +1117,10 @@ gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
     sep = ",\n";
     for (int64_t i = 0; i < st->n_ev; i++) {
       const trace_ev *e = &st->ev[i];
+      if (e->node >= 0) {
+        write_layer_event(f, pl, s, e);
+        continue;
+      }
       const char *cat = e->kind == 'F'   ? "forward"
                         : e->kind == 'B' ? "backward"
                         : e->kind == 'R' ? "recompute"

@@ -41,11 +41,30 @@ import json, sys, collections
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 rows = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M"}
 assert sorted(rows) == [0, 1, 2], rows
-n = collections.Counter((e["tid"], e["name"][0]) for e in ev if e["ph"] == "X")
+acts = [e for e in ev if e["ph"] == "X" and e["cat"] != "layer"]
+n = collections.Counter((e["tid"], e["name"][0]) for e in acts)
 for s in range(3):
     assert n[(s, "F")] == 16 and n[(s, "B")] == 16 and n[(s, "s")] == 4, n
     assert n[(s, "R")] == 16, n  # always: every micro-batch recomputed
 assert all(e["dur"] >= 0 for e in ev if e["ph"] == "X")
+# layer spans: inside an action of their stage, micro-batch and pass; every layer of a stage
+# in every forward and recompute, and in backward all but stage 0's input layer (the flatten
+# of a model input has nothing to compute there)
+layers = [e for e in ev if e["ph"] == "X" and e["cat"] == "layer"]
+kind = {"forward": "F", "recompute": "R", "backward": "B"}
+per = collections.defaultdict(set)
+for e in layers:
+    a = e["args"]
+    hits = [x for x in acts if x["tid"] == e["tid"] and x["name"] == f'{kind[a["pass"]]}{a["micro_batch"]}'
+            and x["args"]["step"] == a["step"]]
+    assert len(hits) == 1, (e, hits)
+    h = hits[0]
+    assert h["ts"] - 0.01 <= e["ts"] and e["ts"] + e["dur"] <= h["ts"] + h["dur"] + 0.01, (e, h)
+    per[(e["tid"], a["pass"])].add(e["name"])
+for s in range(3):
+    assert per[(s, "forward")] and per[(s, "forward")] == per[(s, "recompute")], per
+    assert per[(s, "backward")] == per[(s, "forward")] - ({"0"} if s == 0 else set()), per
+assert len(set().union(*(per[(s, "forward")] for s in range(3)))) == sum(len(per[(s, "forward")]) for s in range(3))
 PY
 passed=$((passed+1))
 # bad pipeline flags: one line, exit 2
