@@ -67,6 +67,20 @@ for s in range(3):
 assert len(set().union(*(per[(s, "forward")] for s in range(3)))) == sum(len(per[(s, "forward")]) for s in range(3))
 PY
 passed=$((passed+1))
+# scripts/trace-layers.py sums that trace's layer slices: each stage's layers, per pass
+"$srcdir/scripts/trace-layers.py" "$tmp/trace.json" --stage 2 --by layer >"$tmp/layers" ||
+  fail "trace-layers.py exited $?"
+python3 - "$tmp/layers" <<'PY' || fail "trace-layers.py: $(cat "$tmp/layers")"
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert "last 3 step(s), stage 2" in lines[0], lines[0]
+rows = {(r[0], r[1]): r for r in (l.split() for l in lines[1:])}
+for name in ("logits", "loss"):
+    for p in ("forward", "recompute", "backward"):
+        assert (name, p) in rows and rows[(name, p)][4] == "4", (name, p, rows)
+assert not any(n == "fc1" for n, _ in rows), rows  # stage 0's
+PY
+passed=$((passed+1))
 # bad pipeline flags: one line, exit 2
 check() {
   local pat=$1; shift
