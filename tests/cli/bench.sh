@@ -104,9 +104,10 @@ for r in runs:
 for K, r in ref.items():
     assert r["speedup_vs_naive"] == 1, r
 assert ref[1]["speedup_vs_single"] == 1 and ref[1]["bubble_theory"] == 0
-# with no pipelining at K = 1, the stage is busy nearly all the time; at K = 3, M = 1 the two
-# idle stages of every step make the bubble large
-assert ref[1]["bubble_measured"] < 0.5 and ref[3]["bubble_measured"] > 0.3, ref
+# at K = 3, M = 1 the two idle stages of every step make the bubble large; at K = 1 only the
+# step's own overhead is idle (waking the worker: for these sub-millisecond steps it reached
+# 0.69 on a loaded machine, so the bound is relative)
+assert ref[3]["bubble_measured"] > 0.6 and ref[1]["bubble_measured"] < ref[3]["bubble_measured"], ref
 PY
   python3 - "$tmp/b.csv" "$tmp/j" <<'PY' && ok || bad "--csv: $(cat "$tmp/b.csv")"
 import csv, json, sys
