@@ -636,6 +636,22 @@ static gp_status make_loss(gp_sp_ctx *c, const gp_ynode *root, scope *top) {
 }
 
 /* Paths become parameter names, so they (and the parameter names) must be unique. */
+/* Sets each node's `trains`: a trainable parameter of its own, or an input that trains. A
+ * gradient is computed only for such tensors, so after a parameter-free layer on a model input
+ * (flatten, pad) the next layer skips its input gradient, as it would on the input itself. */
+static void mark_training(gp_model *m) {
+  for (int i = 0; i < m->n_nodes; i++) {
+    gp_node *n = &m->nodes[i];
+    const gp_layer *l = &n->layer;
+    int t = 0;
+    for (int p = 0; p < l->n_params && !t; p++)
+      t = l->pdesc[p].trainable;
+    for (int j = 0; j < n->n_in && !t; j++)
+      t = n->in[j] >= m->n_inputs && m->nodes[n->in[j] - m->n_inputs].trains;
+    n->trains = t && l->out_dtype == GP_F32;
+  }
+}
+
 static gp_status check_paths(gp_sp_ctx *c) {
   gp_model *m = c->m;
   gp_sp_map seen = {0};
@@ -704,5 +720,6 @@ gp_status gp_sp_expand(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
   gp_sp_map_free(&top.latest);
   if (s != GP_OK) return s;
   m->unit_first[m->n_units] = m->n_nodes;
+  mark_training(m);
   return check_paths(c);
 }

@@ -30,6 +30,7 @@ typedef struct gp_node {
   int in[GP_MAX_INPUTS]; /* tensor ids: 0..n_inputs-1 model inputs, n_inputs + i node i */
   int unit;              /* top-level unit this node belongs to */
   int line, col;         /* where it was written */
+  int trains; /* its output depends on a trainable parameter: backward needs its gradient */
 } gp_node;
 
 typedef enum gp_dataset {

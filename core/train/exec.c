@@ -79,8 +79,9 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
       in[j] = p->val[src];
       memset(&din[j], 0, sizeof din[j]);
       fresh[j] = 0;
-      /* model inputs and integer tensors (labels, ids) take no gradient */
-      if (src < m->n_inputs || in[j].dtype != GP_F32) continue;
+      /* model inputs, integer tensors (labels, ids) and what depends on no trainable
+       * parameter take no gradient */
+      if (src < m->n_inputs || !m->nodes[src - m->n_inputs].trains) continue;
       int repeated = 0;
       for (int k = 0; k < j; k++)
         repeated |= (n->in[k] == src);

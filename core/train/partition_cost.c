@@ -68,7 +68,7 @@ void gp_node_cost(const gp_model *m, int i, gp_cost *c) {
   if (i == m->n_nodes - 1) return;
   for (int j = 0; j < n->n_in; j++) {
     int t = n->in[j];
-    if (t >= m->n_inputs && m->nodes[t - m->n_inputs].layer.out_dtype == GP_F32) return;
+    if (t >= m->n_inputs && m->nodes[t - m->n_inputs].trains) return;
   }
   c->bwd_flops = n->layer.n_params ? c->bwd_flops - c->bwd_data_flops : 0.0;
   c->bwd_data_flops = 0.0;

@@ -1,7 +1,9 @@
 /* Whole-model gradients through the executor: a small model whose tensors are read by
  * several layers (a residual add, a tensor used three times, add(x, x)) is checked against
  * central finite differences of the loss for every parameter element, so gradient
- * summation over consumers and the += / = conventions are tested end to end. */
+ * summation over consumers and the += / = conventions are tested end to end. Its first layer
+ * is parameter-free on the input: no gradient may be computed for its output (nothing before
+ * it trains), and the next layer's weight gradient must still be right. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@ static const char *model_text =
     "name: grad-check\n"
     "inputs: {image: [2, 5, 5], label: {shape: [], dtype: i32}}\n"
     "layers:\n"
+    "  - {type: tanh, name: pre}\n"
     "  - {type: conv2d, out_channels: 3, kernel: 3, padding: 1, name: a}\n"
     "  - {type: tanh, name: t}\n"
     "  - {type: conv2d, out_channels: 3, kernel: [1, 3], padding: [0, 1], name: b}\n"
@@ -46,6 +49,10 @@ static double loss_of(rig *t, const float *x, const int32_t *y, int64_t batch, i
   p.val[1] = (gp_tensor){(void *)y, gp_shape_batch(batch, &m->inputs[1].shape), GP_I32, -1};
   if (gp_pass_forward(&p, &e) != GP_OK || (backward && gp_pass_backward(&p, &e) != GP_OK)) {
     printf("FAIL: pass: %s\n", gp_error_message());
+    exit(1);
+  }
+  if (backward && p.grad[m->n_inputs].data) { /* node 0, 'pre' */
+    printf("FAIL: a gradient was computed for 'pre', which depends on no parameter\n");
     exit(1);
   }
   gp_pass_free(&p);
