@@ -243,6 +243,10 @@ report() {
       done
       echo "- GPipe (Table 1, 8 GB per accelerator, widening D instead): 82M -> 318M parameters, 3.9x."
       echo
+    elif [ -n "${cfg_k[naive]:-}" ] && [ -n "${fail_n[naive]:-}" ]; then
+      echo "- No ratio: naive fits no depth from N = $start (L = $((3 * start))). A smaller \`--batch\` or"
+      echo "  \`--image\`, or a larger capacity, lets it fit one."
+      echo
     fi
     echo "Every trial is in \`trials.tsv\`, its output in \`logs/\`. In the last column *oom* is an"
     echo "allocation the device or the cap refused; *over* ran, but the stages' peaks add up to more"
