@@ -635,7 +635,6 @@ static gp_status make_loss(gp_sp_ctx *c, const gp_ynode *root, scope *top) {
   return GP_OK;
 }
 
-/* Paths become parameter names, so they (and the parameter names) must be unique. */
 /* Sets each node's `trains`: a trainable parameter of its own, or an input that trains. A
  * gradient is computed only for such tensors, so after a parameter-free layer on a model input
  * (flatten, pad) the next layer skips its input gradient, as it would on the input itself. */
@@ -652,6 +651,7 @@ static void mark_training(gp_model *m) {
   }
 }
 
+/* Paths become parameter names, so they (and the parameter names) must be unique. */
 static gp_status check_paths(gp_sp_ctx *c) {
   gp_model *m = c->m;
   gp_sp_map seen = {0};
