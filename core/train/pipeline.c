@@ -294,6 +294,8 @@ static gp_status find_boundaries(gp_pipeline *pl) {
           o->t = pl->st[c].in[q].t;
           o->consumer = c;
           o->k = q;
+          /* every f32 output gets a gradient back, zeros where nothing trains: it is also the
+           * consumer's word that it is done with the producer's slot (see do_backward) */
           if (m->nodes[o->t - m->n_inputs].layer.out_dtype == GP_F32) st->n_grads_expected++;
         }
   }

@@ -61,6 +61,21 @@ static const char *skip =
     "loss: {type: softmax_cross_entropy}\n"
     "train: {clip_grad_norm: 0.5, optimizer: {type: rmsprop, lr: 0.01, momentum: 0.5}}\n";
 
+/* Three parameter-free units on the input: nothing there trains, so the gradients handed back
+ * across the first cuts are zeros, but they must still come: they tell the producer its slot
+ * is free (skipping them let 1F1B reuse a slot under its consumer). */
+static const char *prefix = "name: prefix\n"
+                            "inputs: {x: [2, 3, 2], label: {shape: [], dtype: i32}}\n"
+                            "layers:\n"
+                            "  - {type: flatten}\n"
+                            "  - {type: tanh}\n"
+                            "  - {type: sigmoid}\n"
+                            "  - {type: linear, out_features: 9}\n"
+                            "  - {type: relu}\n"
+                            "  - {type: linear, out_features: 5}\n"
+                            "loss: {type: softmax_cross_entropy}\n"
+                            "train: {optimizer: {type: sgd, lr: 0.1, momentum: 0.9}}\n";
+
 static const char *bn = "name: bn\n"
                         "inputs: {x: [2, 6, 6], label: {shape: [], dtype: i32}}\n"
                         "layers:\n"
@@ -379,6 +394,9 @@ int main(void) {
   grid("mlp", mlp, NULL);
   grid("cnn", cnn, NULL);
   grid("skip", skip, skip_bal);
+  static const int p1[] = {6}, p2[] = {1, 5}, p3[] = {1, 1, 4}, p4[] = {1, 1, 1, 3};
+  static const int *const prefix_bal[] = {p1, p2, p3, p4};
+  grid("prefix", prefix, prefix_bal);
   batchnorm_modes();
   copies();
   threaded_stages();
