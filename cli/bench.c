@@ -688,7 +688,7 @@ int main(int argc, char **argv) {
                "expected one model file (usage: gpipe-bench MODEL.yaml [flags]; --help)");
   c.quiet = flags[F_QUIET].given;
   c.tty = isatty(2);
-  if (s == GP_OK) gp_blas_pick_kernels(argv, c.quiet);
+  if (s == GP_OK) gp_blas_pick_kernels(argv);
   if (s == GP_OK && flags[F_DATA_ONLY].given) {
     s = data_only(&c, pos[0]);
   } else {

@@ -92,15 +92,17 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
   if (b->gpu_name[0])
     snprintf(gpu, sizeof gpu, ", %s GEMM %.0f GFLOP/s (%s)", b->gpu_name, b->gpu_gemm,
              b->precision);
-  fprintf(f,
-          "machine: %s, %d cores (%d for the stages), sgemm %.1f GFLOP/s per core (OpenBLAS %s)%s "
-          "| model %s: "
-          "%d units, %.3fM parameters, %.3f MFLOP per sample | batch %" PRId64
-          ", %d timed steps (median) after %d warm-up, best of %d, %s data, %s%s\n",
-          b->cpu_model, b->cores, b->threads, b->sgemm_per_core, gp_blas_kernels(), gpu, b->model,
-          b->units, (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch, b->steps,
-          b->warmup, b->reps, b->data, b->precision,
-          b->nondeterministic ? ", nondeterministic" : "");
+  fprintf(
+      f,
+      "machine: %s, %d cores (%d for the stages), sgemm %.1f GFLOP/s per core (OpenBLAS %s%s%s)%s "
+      "| model %s: "
+      "%d units, %.3fM parameters, %.3f MFLOP per sample | batch %" PRId64
+      ", %d timed steps (median) after %d warm-up, best of %d, %s data, %s%s\n",
+      b->cpu_model, b->cores, b->threads, b->sgemm_per_core, gp_blas_kernels(),
+      gp_blas_replaced() ? ", in place of its pick " : "",
+      gp_blas_replaced() ? gp_blas_replaced() : "", gpu, b->model, b->units,
+      (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch, b->steps, b->warmup, b->reps,
+      b->data, b->precision, b->nondeterministic ? ", nondeterministic" : "");
   for (int i = 0; i < rows; i++) {
     char line[NCOL * (CELL + 2)];
     size_t at = 0;

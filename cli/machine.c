@@ -46,7 +46,12 @@ const char *gp_blas_kernels(void) {
   return k ? k : "unknown";
 }
 
-void gp_blas_pick_kernels(char **argv, int quiet) {
+const char *gp_blas_replaced(void) {
+  const char *old = getenv("GP_BLAS_REPLACED"), *now = getenv("OPENBLAS_CORETYPE");
+  return old && now && strcasecmp(now, gp_blas_kernels()) == 0 ? old : NULL;
+}
+
+void gp_blas_pick_kernels(char **argv) {
 #if defined(__x86_64__)
   if (getenv("OPENBLAS_CORETYPE")) return; /* the user's choice, or this was the re-run */
   static const char *const old[] = {"unknown",  "katmai",     "coppermine",   "northwood",
@@ -66,18 +71,14 @@ void gp_blas_pick_kernels(char **argv, int quiet) {
   else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     want = "Haswell";
   if (!want) return;
-  if (!quiet)
-    fprintf(stderr,
-            "note: OpenBLAS chose its %s kernels for this CPU (a model it does not know); running "
-            "with OPENBLAS_CORETYPE=%s, which the CPU supports (set OPENBLAS_CORETYPE to choose)\n",
-            now, want);
   fflush(NULL);
   setenv("OPENBLAS_CORETYPE", want, 1);
+  setenv("GP_BLAS_REPLACED", now, 1); /* for gp_blas_replaced, in the re-run */
   execv("/proc/self/exe", argv);
   unsetenv("OPENBLAS_CORETYPE"); /* no exec: go on with the kernels loaded */
+  unsetenv("GP_BLAS_REPLACED");
 #else
   (void)argv;
-  (void)quiet;
 #endif
 }
 

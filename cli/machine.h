@@ -21,9 +21,14 @@ double gp_gpu_gemm_gflops(int ordinal, gp_precision prec);
  * back to Prescott's SSE3 kernels, 4-6x slower than the AVX-512 ones the CPU can run. When
  * the kernels OpenBLAS chose predate AVX2 although the CPU has AVX2 and FMA (or AVX-512), and
  * OPENBLAS_CORETYPE is not set, this runs the program again (execv of /proc/self/exe with
- * argv) with OPENBLAS_CORETYPE naming the kernels the CPU allows, after one line on stderr
- * unless quiet. Returns when there is nothing to do or the exec failed. */
-void gp_blas_pick_kernels(char **argv, int quiet);
+ * argv) with OPENBLAS_CORETYPE naming the kernels the CPU allows. Silent, so that a bad flag
+ * or file still gets its one line: the programs say it where they describe the machine (see
+ * gp_blas_replaced). Returns when there is nothing to do or the exec failed. */
+void gp_blas_pick_kernels(char **argv);
+
+/* In a run that gp_blas_pick_kernels started: the name of the kernels OpenBLAS had chosen
+ * ("Prescott"); else NULL. */
+const char *gp_blas_replaced(void);
 
 /* The name of the kernels OpenBLAS runs ("Haswell", "SkylakeX", ...). */
 const char *gp_blas_kernels(void);

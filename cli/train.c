@@ -440,12 +440,15 @@ static gp_status train(run *r) {
     gp_seqdata_describe(r->sq, desc, sizeof desc);
     gp_progress_note(&pg, "data %s", desc);
   }
-  char bal[256];
+  char bal[256], blas[128] = "";
   gp_plan_balance_str(&plan, bal, sizeof bal);
+  if (gp_blas_replaced()) /* see gp_blas_pick_kernels */
+    snprintf(blas, sizeof blas, " (OpenBLAS %s kernels: it had picked %s for this CPU)",
+             gp_blas_kernels(), gp_blas_replaced());
   gp_progress_note(&pg,
                    "training %" PRId64 " steps of batch %" PRId64 " (%" PRId64
-                   " per epoch), %d CPU thread%s, precision %s%s",
-                   total, b, per_epoch, threads, threads == 1 ? "" : "s",
+                   " per epoch), %d CPU thread%s%s, precision %s%s",
+                   total, b, per_epoch, threads, threads == 1 ? "" : "s", blas,
                    r->precision == GP_PREC_BF16 ? "bf16" : "fp32", r->t.step ? ", resumed" : "");
   if (plan.stages > 1 || plan.micro > 1)
     gp_progress_note(&pg,
@@ -542,7 +545,7 @@ int main(int argc, char **argv) {
         "gpipe-train: expected one model file (usage: gpipe-train MODEL.yaml [flags]; --help)\n");
     return 2;
   }
-  gp_blas_pick_kernels(argv, flags[F_QUIET].given);
+  gp_blas_pick_kernels(argv);
   gp_override ov[256];
   int nov = 0;
   if (s == GP_OK) s = gp_args_overrides(&flags[F_SET], ov, 256, &nov);

@@ -23,8 +23,10 @@
 /* K x M: summation order over micro-batches and stages only (as test_token_models). */
 #define TOL_KM 2e-5
 /* The tied update against w0 - lr * (g1 + g2 + g3) in double, per element relative to
- * |w0| + lr (|g1| + |g2| + |g3|): a few float roundings (and M = 2 against M = 1). */
-#define TOL_SUM 1e-6
+ * |w0| + lr (|g1| + |g2| + |g3|): a few float roundings (and M = 2 against M = 1, whose
+ * gradients differ by more where a gradient cancels over the batch: 1.02e-6 with OpenBLAS's
+ * Prescott kernels, which have no fused multiply-add). */
+#define TOL_SUM 3e-6
 
 static int passes, failures;
 
