@@ -1,6 +1,8 @@
-/* The CPU backend's convolutions, direct (core/cpu/direct_conv.c) against im2col + GEMM
- * (core/cpu/gemm_conv.c), on the shapes of the repository's models: each direction timed with
- * the two paths alternated in one run, best of --reps, GFLOP/s and the ratio.
+/* The CPU backend's convolutions, direct (core/cpu/direct_conv.c, with AVX2 tiles and, where
+ * the CPU has AVX-512F, its own) against im2col + GEMM (core/cpu/gemm_conv.c), on the shapes
+ * of the repository's models: each direction timed with the paths alternated in one run, best
+ * of --reps, GFLOP/s and the ratio of the direct path the backend picks to GEMM. Like
+ * gpipe-bench, it first makes OpenBLAS load the kernels the CPU supports.
  *
  *   bench-conv-throughput [--threads N] [--reps R]
  */
@@ -10,6 +12,7 @@
 #include <time.h>
 
 #include "core/backend.h"
+#include "cli/machine.h"
 #include "core/cpu/cpu.h"
 
 static double now(void) {
@@ -31,18 +34,18 @@ static float *rnd(size_t n, unsigned seed) {
   return p;
 }
 
-/* Best time of each direction over reps, per path (0: GEMM, 1: direct). */
-static int run(gp_backend *be, const gp_conv2d_desc *d, int reps, double best[2][3]) {
+/* Best time of each direction over reps, per path (a direct-conv level: 0 is GEMM). */
+static int run(gp_backend *be, const gp_conv2d_desc *d, int reps, int paths, double best[][3]) {
   const size_t nx = (size_t)(d->n * d->c * d->h * d->w), ny = (size_t)(d->n * d->k * d->oh * d->ow);
   const size_t nw = (size_t)(d->k * (d->c / d->groups) * d->kh * d->kw);
   float *x = rnd(nx, 1), *w = rnd(nw, 2), *dy = rnd(ny, 3), *y = malloc(ny * sizeof(float));
   float *dx = malloc(nx * sizeof(float)), *dw = calloc(nw, sizeof(float));
   int ok = x && w && dy && y && dx && dw;
-  for (int p = 0; p < 2; p++)
+  for (int p = 0; p < paths; p++)
     for (int i = 0; i < 3; i++)
       best[p][i] = 1e30;
   for (int r = 0; ok && r < reps; r++)
-    for (int p = 0; ok && p < 2; p++) {
+    for (int p = 0; ok && p < paths; p++) {
       gp_cpu_direct_conv_set(p);
       double t[4];
       t[0] = now();
@@ -60,6 +63,7 @@ static int run(gp_backend *be, const gp_conv2d_desc *d, int reps, double best[2]
 }
 
 int main(int argc, char **argv) {
+  gp_blas_pick_kernels(argv);
   int threads = 2, reps = 10;
   for (int i = 1; i < argc; i++) {
     if (i + 1 < argc && strcmp(argv[i], "--threads") == 0) {
@@ -89,20 +93,23 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench-conv-throughput: %s\n", gp_error_message());
     return 1;
   }
-  if (!gp_cpu_direct_conv_set(1)) {
+  const int top = gp_cpu_direct_conv_set(GP_CPU_DIRECT_AVX512), paths = top + 1;
+  if (!top) {
     printf("this CPU has no AVX2 and FMA: every convolution takes im2col + GEMM\n");
     gp_backend_destroy(be);
     return 0;
   }
-  printf("%d threads, best of %d, GFLOP/s im2col+GEMM -> direct (ratio)\n", threads, reps);
-  printf("%-24s %-24s %-24s %-24s\n", "shape", "forward", "backward data", "backward filter");
+  printf("%d threads, best of %d, OpenBLAS %s; GFLOP/s im2col+GEMM -> direct AVX2%s (ratio of "
+         "the last to GEMM)\n",
+         threads, reps, gp_blas_kernels(), top > 1 ? " -> direct AVX-512" : "");
+  printf("%-24s %-30s %-30s %-30s\n", "shape", "forward", "backward data", "backward filter");
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     const shape *sh = &shapes[s];
     const int o = sh->h + 2 * sh->pad - sh->ks + 1;
     gp_conv2d_desc d = {sh->n,  sh->c, sh->h, sh->h,   sh->k,   o, o, sh->ks,
                         sh->ks, 1,     1,     sh->pad, sh->pad, 1, 1, 1};
-    double best[2][3];
-    if (!run(be, &d, reps, best)) {
+    double best[3][3];
+    if (!run(be, &d, reps, paths, best)) {
       fprintf(stderr, "bench-conv-throughput: %s: %s\n", sh->what, gp_error_message());
       gp_backend_destroy(be);
       return 1;
@@ -111,9 +118,10 @@ int main(int argc, char **argv) {
     printf("%-24s", sh->what);
     for (int i = 0; i < 3; i++) {
       char cell[64];
-      snprintf(cell, sizeof cell, "%.0f -> %.0f (%.2fx)", gf / best[0][i], gf / best[1][i],
-               best[0][i] / best[1][i]);
-      printf(" %-24s", cell);
+      int n = snprintf(cell, sizeof cell, "%.0f -> %.0f", gf / best[0][i], gf / best[1][i]);
+      if (top > 1) n += snprintf(cell + n, sizeof cell - (size_t)n, " -> %.0f", gf / best[2][i]);
+      snprintf(cell + n, sizeof cell - (size_t)n, " (%.2fx)", best[0][i] / best[top][i]);
+      printf(" %-30s", cell);
     }
     printf("\n");
   }

@@ -66,14 +66,16 @@ gp_status gp_cpu_conv2d_backward_filter_unrounded(gp_backend *be, const gp_conv2
                                                   const float *x, const float *dy, float *dw,
                                                   float *dbias);
 
-/* direct_conv.c: stride-1 convolution without a column matrix (AVX2 + FMA, fp32). _ok says
- * whether it runs d on be (the CPU has the instructions, the shape suits it), for the filter
- * gradient when `filter`, else for a forward; _transposed is
- * the forward convolution t of backward-data, packed from the original filters w. */
+/* direct_conv.c: stride-1 convolution without a column matrix (fp32; AVX2 + FMA, and
+ * AVX-512F tiles in direct_conv512.c where the CPU has them). _ok says whether it runs d on be
+ * (the CPU has the instructions, the shape suits it), for the filter gradient when `filter`,
+ * else for a forward; _transposed is the forward convolution t of backward-data, packed from
+ * the original filters w. */
 int gp_cpu_direct_conv_ok(const gp_backend *be, const gp_conv2d_desc *d, int filter);
-/* For tests and benchmarks: 0 sends every convolution to gemm_conv.c, 1 lets _ok choose;
- * returns whether the direct path is now on (0 on a CPU without AVX2 and FMA). */
-int gp_cpu_direct_conv_set(int on);
+/* For tests and benchmarks: the widest tiles to use, 0 sending every convolution to
+ * gemm_conv.c; returns the level now on, at most what the CPU has (0 without AVX2 and FMA). */
+enum { GP_CPU_DIRECT_AVX2 = 1, GP_CPU_DIRECT_AVX512 = 2 };
+int gp_cpu_direct_conv_set(int level);
 gp_status gp_cpu_direct_conv_forward(gp_backend *be, const gp_conv2d_desc *d, const float *x,
                                      const float *w, const float *bias, float *y);
 gp_status gp_cpu_direct_conv_transposed(gp_backend *be, const gp_conv2d_desc *t, const float *dy,

@@ -19,13 +19,16 @@
  * Backward-data with stride 1 runs here too, as the forward convolution of dy with the
  * filters transposed and flipped (the same identity gemm_conv.c uses), packed from w
  * directly. Used only in fp32 (bf16 mode rounds the GEMM operands; gemm_conv.c keeps that)
- * and where it is faster: see gp_cpu_direct_conv_ok. GP_CPU_DIRECT=0 turns it off. */
+ * and where it is faster: see gp_cpu_direct_conv_ok. With AVX-512F, rows wider than 8 run
+ * direct_conv512.c's tiles (vectors of 16) under this same driver. GP_CPU_DIRECT=0 turns the
+ * direct path off, GP_CPU_DIRECT=avx2 keeps it to the AVX2 tiles. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/cpu/cpu.h"
+#include "core/cpu/direct_conv.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_DIRECT 1
@@ -35,55 +38,72 @@
 #define HAVE_DIRECT 0
 #endif
 
-#define MR 6   /* output channels per tile */
-#define VW 8   /* floats per vector */
-#define NV 2   /* vectors per tile */
-#define BAND 4 /* tiles per band (forward) */
+#define MR GP_DC_MR
+#define VW 8     /* floats per AVX2 vector */
+#define NV 2     /* AVX2 vectors per tile */
+#define SPAN 8   /* vectors per band (forward) */
+#define SLACK 16 /* floats after a padded sample that a vector past its row's end may read */
 
 typedef struct dconv {
   const gp_conv2d_desc *d;
   int64_t cg, kg, ckk, ncob;  /* channels per group in and out, taps x channels, channel blocks */
   int64_t pw_, plane;         /* padded row and plane */
   int64_t per_worker;         /* floats of one worker's padded sample */
+  int vw, nv;                 /* floats per vector, vectors per tile */
   int64_t vrow, nvec;         /* vectors per output row and per output plane */
   int64_t parts;              /* units of work per sample */
   const float *x, *bias, *wp; /* wp: packed weights [groups][ncob][ckk][MR] */
   const int64_t *koff;        /* per (channel, tap): its offset in the padded sample */
   float *y, *pad;
+  gp_dtile_fn tile[GP_DC_NVMAX][MR]; /* by vectors and channels, less one */
 } dconv;
 
-/* -1 until the first call: then whether the direct path is on (the CPU has the instructions
- * and GP_CPU_DIRECT is not 0), unless gp_cpu_direct_conv_set said otherwise. */
+/* -1 until the first call: then the widest tiles this process uses (GP_CPU_DIRECT_AVX512,
+ * _AVX2, or 0: the direct path is off), from what the CPU has and GP_CPU_DIRECT ("0": off,
+ * "avx2": not AVX-512), unless gp_cpu_direct_conv_set said otherwise. */
 static _Atomic int direct_state = -1;
 
-static int cpu_has_direct(void) {
+static int cpu_direct_level(void) {
 #if HAVE_DIRECT
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+  return gp_dc512_available() ? GP_CPU_DIRECT_AVX512 : GP_CPU_DIRECT_AVX2;
 #else
   return 0;
 #endif
 }
 
-int gp_cpu_direct_conv_set(int on) {
-  direct_state = on && cpu_has_direct();
+int gp_cpu_direct_conv_set(int level) {
+  const int cpu = cpu_direct_level();
+  direct_state = level < cpu ? (level > 0 ? level : 0) : cpu;
+  return direct_state;
+}
+
+static int direct_level(void) {
+  if (direct_state < 0) {
+    const char *env = getenv("GP_CPU_DIRECT");
+    int want = GP_CPU_DIRECT_AVX512;
+    if (env && strcmp(env, "0") == 0) want = 0;
+    if (env && strcmp(env, "avx2") == 0) want = GP_CPU_DIRECT_AVX2;
+    gp_cpu_direct_conv_set(want);
+  }
   return direct_state;
 }
 
 int gp_cpu_direct_conv_ok(const gp_backend *be, const gp_conv2d_desc *d, int filter) {
 #if HAVE_DIRECT
-  if (direct_state < 0)
-    direct_state =
-        (!getenv("GP_CPU_DIRECT") || strcmp(getenv("GP_CPU_DIRECT"), "0") != 0) && cpu_has_direct();
-  if (!direct_state || be->precision != GP_PREC_FP32 || d->sh != 1 || d->sw != 1) return 0;
+  if (!direct_level() || be->precision != GP_PREC_FP32 || d->sh != 1 || d->sw != 1) return 0;
   /* Where it is faster than gemm_conv.c, measured with bench/conv_throughput.c on the 2-core
-   * Zen 2 VM: not 1x1 kernels (a plain GEMM there), not fewer than 4 output channels per group
-   * (depthwise), not rows that waste a quarter of the lanes or more, not a few tiles in all
-   * (their set-up dominates), and no forward over fewer than 16 (channel, tap) pairs (the
-   * first layer of a grey-scale image: its time goes to storing). */
+   * Zen 2 VM (AVX2 tiles): not 1x1 kernels (a plain GEMM there), not fewer than 4 output channels
+   * per group (depthwise), not rows that waste a quarter of the lanes or more, not a few tiles in
+   * all (their set-up dominates), and no forward over fewer than 16 (channel, tap) pairs (the first
+   * layer of a grey-scale image: its time goes to storing). */
   const int64_t kg = d->k / d->groups, vrow = (d->ow + VW - 1) / VW;
   const int64_t ckk = d->c / d->groups * d->kh * d->kw;
   if (d->kh * d->kw == 1 || kg < 4 || d->ow * 4 < vrow * VW * 3) return 0;
   if (d->n * d->oh * vrow < 32) return 0;
+  /* On a CPU with AVX-512, OpenBLAS's GEMM has it too: rows of 8 or fewer (AVX2 tiles) were
+   * as fast through GEMM forward and 0.73x backward-filter, on the 2-core Sapphire Rapids VM */
+  if (direct_level() >= GP_CPU_DIRECT_AVX512 && d->ow <= VW) return 0;
   return filter || ckk >= 16;
 #else
   (void)be;
@@ -95,19 +115,14 @@ int gp_cpu_direct_conv_ok(const gp_backend *be, const gp_conv2d_desc *d, int fil
 
 #if HAVE_DIRECT
 
-typedef struct dtile {
-  int64_t ckk;
-  const int64_t *koff;
-  const float *src[NV]; /* padded input at each vector's first output pixel */
-  const float *w;       /* the channel block's packed weights, [ckk][MR] */
-  float *dst[NV];       /* output of the block's first channel at each vector's first pixel */
-  int valid[NV];        /* output pixels of each vector inside its row */
-  int64_t ohw;          /* channel stride of the output */
-  const float *bias;    /* the block's first channel's, or NULL */
-} dtile;
+/* Vectors of 16 where the process allows them and they waste fewer lanes than twice the AVX2
+ * rows would (rows wider than 8): the choice depends on the CPU and the shape alone. */
+static int wide(const gp_conv2d_desc *d) {
+  return direct_level() >= GP_CPU_DIRECT_AVX512 && d->ow > VW;
+}
 
 /* Output channel m of the tile, vector v, plus the bias, to its place. */
-static inline __attribute__((always_inline)) AVX2 void store(const dtile *t, int m, int v,
+static inline __attribute__((always_inline)) AVX2 void store(const gp_dtile *t, int m, int v,
                                                              __m256 r) {
   if (t->bias) r = _mm256_add_ps(r, _mm256_set1_ps(t->bias[m]));
   float *dst = t->dst[v] + m * t->ohw;
@@ -135,7 +150,7 @@ static inline __attribute__((always_inline)) AVX2 void store(const dtile *t, int
   }
 
 static inline __attribute__((always_inline)) AVX2 void tile_body(const int mr, const int nv,
-                                                                 const dtile *t) {
+                                                                 const gp_dtile *t) {
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
          c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   const float *w = t->w, *s0 = t->src[0], *s1 = t->src[nv > 1 ? 1 : 0];
@@ -150,7 +165,7 @@ static inline __attribute__((always_inline)) AVX2 void tile_body(const int mr, c
 }
 
 #define TILE(mr, nv)                                                                               \
-  AVX2 static void tile_##mr##_##nv(const dtile *t) {                                              \
+  AVX2 static void tile_##mr##_##nv(const gp_dtile *t) {                                           \
     tile_body(mr, nv, t);                                                                          \
   }
 TILE(1, 1)
@@ -166,9 +181,9 @@ TILE(4, 2)
 TILE(5, 2)
 TILE(6, 2)
 
-typedef void (*tile_fn)(const dtile *);
-static const tile_fn tiles[NV][MR] = {{tile_1_1, tile_2_1, tile_3_1, tile_4_1, tile_5_1, tile_6_1},
-                                      {tile_1_2, tile_2_2, tile_3_2, tile_4_2, tile_5_2, tile_6_2}};
+static const gp_dtile_fn tiles[NV][MR] = {
+    {tile_1_1, tile_2_1, tile_3_1, tile_4_1, tile_5_1, tile_6_1},
+    {tile_1_2, tile_2_2, tile_3_2, tile_4_2, tile_5_2, tile_6_2}};
 
 /* Sample xs (all channels) into the zero-padded planes at pad, and the slack after them. */
 static void pad_sample(const dconv *j, const float *restrict xs, float *restrict pad) {
@@ -186,7 +201,7 @@ static void pad_sample(const dconv *j, const float *restrict xs, float *restrict
     }
     memset(p + top + d->h * pw, 0, (size_t)top * sizeof(float));
   }
-  memset(pad + d->c * j->plane, 0, VW * sizeof(float));
+  memset(pad + d->c * j->plane, 0, SLACK * sizeof(float));
 }
 
 /* Units of work: whole samples, or with fewer samples than threads, parts of one (runs of
@@ -194,7 +209,7 @@ static void pad_sample(const dconv *j, const float *restrict xs, float *restrict
 static gp_status run_units(void *ctx, int64_t lo, int64_t hi, int worker) {
   const dconv *j = ctx;
   const gp_conv2d_desc *d = j->d;
-  const int64_t ohw = d->oh * d->ow, span = BAND * NV, nb = (j->nvec + span - 1) / span;
+  const int64_t ohw = d->oh * d->ow, nb = (j->nvec + SPAN - 1) / SPAN;
   float *pad = j->pad + worker * j->per_worker;
   for (int64_t u = lo; u < hi; u++) {
     const int64_t s = u / j->parts, part = u % j->parts;
@@ -206,22 +221,22 @@ static gp_status run_units(void *ctx, int64_t lo, int64_t hi, int worker) {
       /* A band of tiles at a time, every channel block over it: the band's input rows stay
        * in L1 across the blocks, and a block's weights across the band's tiles. */
       for (int64_t band = b0; band < b1; band++) {
-        const int64_t p0 = band * span, p1 = p0 + span < j->nvec ? p0 + span : j->nvec;
+        const int64_t p0 = band * SPAN, p1 = p0 + SPAN < j->nvec ? p0 + SPAN : j->nvec;
         for (int64_t b = 0; b < j->ncob; b++) {
           const int64_t co = b * MR;
           const int mr = j->kg - co < MR ? (int)(j->kg - co) : MR;
-          for (int64_t p = p0; p < p1; p += NV) {
-            dtile t = {.ckk = j->ckk, .koff = j->koff, .ohw = ohw};
-            const int nv = p1 - p < NV ? (int)(p1 - p) : NV;
+          for (int64_t p = p0; p < p1; p += j->nv) {
+            gp_dtile t = {.ckk = j->ckk, .koff = j->koff, .ohw = ohw};
+            const int nv = p1 - p < j->nv ? (int)(p1 - p) : j->nv;
             for (int v = 0; v < nv; v++) {
-              const int64_t oy = (p + v) / j->vrow, ox = (p + v) % j->vrow * VW;
+              const int64_t oy = (p + v) / j->vrow, ox = (p + v) % j->vrow * j->vw;
               t.src[v] = pg + oy * j->pw_ + ox;
               t.dst[v] = yg + co * ohw + oy * d->ow + ox;
-              t.valid[v] = d->ow - ox < VW ? (int)(d->ow - ox) : VW;
+              t.valid[v] = d->ow - ox < j->vw ? (int)(d->ow - ox) : j->vw;
             }
             t.w = j->wp + ((grp * j->ncob + b) * j->ckk) * MR;
             t.bias = j->bias ? j->bias + grp * j->kg + co : NULL;
-            tiles[nv - 1][mr - 1](&t);
+            j->tile[nv - 1][mr - 1](&t);
           }
         }
       }
@@ -256,8 +271,8 @@ static void pack_weights(const dconv *j, const float *w, int transposed, float *
     }
 }
 
-/* The sizes of d that both directions use. */
-static void geometry(dconv *j, const gp_conv2d_desc *d) {
+/* The sizes of d that both directions use, with vectors of 16 floats when `wide`, else 8. */
+static void geometry(dconv *j, const gp_conv2d_desc *d, int wide) {
   j->d = d;
   j->cg = d->c / d->groups;
   j->kg = d->k / d->groups;
@@ -265,8 +280,10 @@ static void geometry(dconv *j, const gp_conv2d_desc *d) {
   j->ncob = (j->kg + MR - 1) / MR;
   j->pw_ = d->w + 2 * d->pw;
   j->plane = (d->h + 2 * d->ph) * j->pw_;
-  j->per_worker = (d->c * j->plane + VW + 15) & ~(int64_t)15;
-  j->vrow = (d->ow + VW - 1) / VW;
+  j->per_worker = (d->c * j->plane + SLACK + 15) & ~(int64_t)15;
+  j->vw = wide ? 2 * VW : VW;
+  j->nv = wide ? GP_DC_NVMAX : NV;
+  j->vrow = (d->ow + j->vw - 1) / j->vw;
   j->nvec = d->oh * j->vrow;
 }
 
@@ -285,8 +302,11 @@ static gp_status direct_run(gp_backend *be, const gp_conv2d_desc *d, const float
   GP_TRY(gp_conv2d_desc_check(d));
   if (d->n == 0) return GP_OK;
   dconv j = {.x = x, .bias = bias, .y = y};
-  geometry(&j, d);
-  const int64_t nb = (j.nvec + BAND * NV - 1) / (BAND * NV);
+  geometry(&j, d, wide(d));
+  for (int nv = 1; nv <= j.nv; nv++)
+    for (int mr = 1; mr <= MR; mr++)
+      j.tile[nv - 1][mr - 1] = j.nv > NV ? gp_dc512_tile(mr, nv) : tiles[nv - 1][mr - 1];
+  const int64_t nb = (j.nvec + SPAN - 1) / SPAN;
   j.parts = d->n >= be->threads ? 1 : (be->threads + d->n - 1) / d->n;
   if (j.parts > nb) j.parts = nb;
   const int workers = gp_cpu_workers(be, d->n * j.parts);
@@ -306,35 +326,29 @@ static gp_status direct_run(gp_backend *be, const gp_conv2d_desc *d, const float
 
 /* ---- backward-filter ----
  * dW[co][ci, tap] += sum over samples and output pixels of dy[co][pixel] * xpad[ci][pixel +
- * tap's offset]: a tile of 2 output channels x 6 (channel, tap) entries keeps 12 vector sums
- * along the pixels; each step loads 8 pixels of dy for its 2 channels and of the padded input
- * for its 6 entries (mostly the same cache lines: a row's taps are 1 float apart). Workers own
- * tiles, so each dW entry is summed by one thread in one order. A tile visits samples in
- * groups of at least 64 vectors, then adds its 12 sums to dW: the order of the additions
- * depends on the shape alone. A row's last, partial vector masks both operands, so no lane
- * past the row (another row's input) meets a zero dy: NaN and Inf stay where they were. */
+ * tap's offset]: a tile of 2 output channels (4 with AVX-512) x 6 (channel, tap) entries keeps
+ * 12 (24) vector sums along the pixels; each step loads a vector of dy for each of its channels
+ * and of the padded input for each entry (mostly the same cache lines: a row's taps are 1
+ * float apart). Workers own tiles, so each dW entry is summed by one thread in one order. A
+ * tile visits samples in groups of at least 128 vectors, then adds its sums to dW: the order of
+ * the additions depends on the shape (and the vector width) alone. A row's last, partial vector
+ * masks both operands, so no lane past the row (another row's input) meets a zero dy: NaN and
+ * Inf stay where they were. */
 
-#define FMR 2     /* output channels per filter tile */
-#define FKR 6     /* (channel, tap) entries per filter tile */
+#define FMR 2 /* output channels per AVX2 filter tile */
+#define FKR GP_DC_FKR
 #define VISIT 128 /* vectors of each operand per visit of a tile */
 
 typedef struct dfilter {
   dconv c;
   const float *dy;
   float *dw;
-  int64_t npair, nkb, ntiles; /* channel pairs and entry blocks per group; tiles in all */
-  int64_t s0, ns;             /* the chunk of samples padded at c.pad */
-  int64_t group, band;        /* a tile's visit: samples, and rows of each */
+  int fmr;                  /* output channels per tile */
+  int64_t nmb, nkb, ntiles; /* channel and entry blocks per group; tiles in all */
+  int64_t s0, ns;           /* the chunk of samples padded at c.pad */
+  int64_t group, band;      /* a tile's visit: samples, and rows of each */
+  gp_ftile_fn tile[GP_DC_FMRMAX][FKR];
 } dfilter;
-
-typedef struct ftile {
-  const float *dy; /* dy of the tile's first channel (the second follows), first sample */
-  const float *x;  /* padded input at the tile's first entry, first sample of the visit */
-  int64_t xo[FKR]; /* the entries' offsets from the first */
-  int64_t ns, dy_stride, x_stride; /* samples; per-sample strides of dy and the input */
-  int64_t oh, ow, pw, ohw;
-  float *dw[FMR]; /* the tile's first entry in each channel's dW row */
-} ftile;
 
 #define FSTEP(LOAD)                                                                                \
   {                                                                                                \
@@ -367,7 +381,7 @@ static inline __attribute__((always_inline)) AVX2 float hsum(__m256 v) {
   if (mr > m && kr > r) t->dw[m][r] += hsum(a##m##r);
 
 static inline __attribute__((always_inline)) AVX2 void ftile_body(const int mr, const int kr,
-                                                                  const ftile *t) {
+                                                                  const gp_ftile *t) {
   __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a04 = a00, a05 = a00,
          a10 = a00, a11 = a00, a12 = a00, a13 = a00, a14 = a00, a15 = a00;
   const int64_t full = t->ow / VW * VW, rest = t->ow - full;
@@ -404,7 +418,7 @@ static inline __attribute__((always_inline)) AVX2 void ftile_body(const int mr, 
 }
 
 #define FTILE(mr, kr)                                                                              \
-  AVX2 static void ftile_##mr##_##kr(const ftile *t) {                                             \
+  AVX2 static void ftile_##mr##_##kr(const gp_ftile *t) {                                          \
     ftile_body(mr, kr, t);                                                                         \
   }
 FTILE(1, 1)
@@ -420,8 +434,7 @@ FTILE(2, 4)
 FTILE(2, 5)
 FTILE(2, 6)
 
-typedef void (*ftile_fn)(const ftile *);
-static const ftile_fn ftiles[FMR][FKR] = {
+static const gp_ftile_fn ftiles[FMR][FKR] = {
     {ftile_1_1, ftile_1_2, ftile_1_3, ftile_1_4, ftile_1_5, ftile_1_6},
     {ftile_2_1, ftile_2_2, ftile_2_3, ftile_2_4, ftile_2_5, ftile_2_6}};
 
@@ -439,21 +452,21 @@ static gp_status filter_tiles(void *ctx, int64_t lo, int64_t hi, int worker) {
   const dfilter *f = ctx;
   const dconv *j = &f->c;
   const gp_conv2d_desc *d = j->d;
-  const int64_t ohw = d->oh * d->ow, ncob = f->npair;
+  const int64_t ohw = d->oh * d->ow, ncob = f->nmb;
   for (int64_t g0 = 0; g0 < f->ns; g0 += f->group)
     for (int64_t r0 = 0; r0 < d->oh; r0 += f->band)
       for (int64_t i = lo; i < hi; i++) {
         const int64_t grp = i / (ncob * f->nkb), kb = i / ncob % f->nkb, cb = i % ncob;
-        const int64_t co = cb * FMR, k0 = kb * FKR;
-        const int mr = j->kg - co < FMR ? (int)(j->kg - co) : FMR;
+        const int64_t co = cb * f->fmr, k0 = kb * FKR;
+        const int mr = j->kg - co < f->fmr ? (int)(j->kg - co) : f->fmr;
         const int kr = j->ckk - k0 < FKR ? (int)(j->ckk - k0) : FKR;
-        ftile t = {.ns = f->ns - g0 < f->group ? f->ns - g0 : f->group,
-                   .dy_stride = d->k * ohw,
-                   .x_stride = j->per_worker,
-                   .oh = d->oh - r0 < f->band ? d->oh - r0 : f->band,
-                   .ow = d->ow,
-                   .pw = j->pw_,
-                   .ohw = ohw};
+        gp_ftile t = {.ns = f->ns - g0 < f->group ? f->ns - g0 : f->group,
+                      .dy_stride = d->k * ohw,
+                      .x_stride = j->per_worker,
+                      .oh = d->oh - r0 < f->band ? d->oh - r0 : f->band,
+                      .ow = d->ow,
+                      .pw = j->pw_,
+                      .ohw = ohw};
         const float *pg = j->pad + g0 * j->per_worker + grp * j->cg * j->plane + r0 * j->pw_;
         t.dy = f->dy + ((f->s0 + g0) * d->k + grp * j->kg + co) * ohw + r0 * d->ow;
         for (int m = 0; m < mr; m++)
@@ -461,7 +474,7 @@ static gp_status filter_tiles(void *ctx, int64_t lo, int64_t hi, int worker) {
         t.x = pg + j->koff[k0];
         for (int r = 0; r < kr; r++)
           t.xo[r] = j->koff[k0 + r] - j->koff[k0];
-        ftiles[mr - 1][kr - 1](&t);
+        f->tile[mr - 1][kr - 1](&t);
       }
   return GP_OK;
 }
@@ -475,7 +488,11 @@ gp_status gp_cpu_direct_conv_filter(gp_backend *be, const gp_conv2d_desc *d, con
   if (d->n == 0) return GP_OK;
   dfilter f = {.c = {.x = x}, .dy = dy, .dw = dw};
   dconv *j = &f.c;
-  geometry(j, d); /* here per_worker is the stride of the chunk's padded samples */
+  geometry(j, d, wide(d)); /* here per_worker is the stride of the chunk's padded samples */
+  f.fmr = j->vw > VW ? GP_DC_FMRMAX : FMR;
+  for (int mr = 1; mr <= f.fmr; mr++)
+    for (int kr = 1; kr <= FKR; kr++)
+      f.tile[mr - 1][kr - 1] = j->vw > VW ? gp_dc512_ftile(mr, kr) : ftiles[mr - 1][kr - 1];
   f.group = (VISIT + j->nvec - 1) / j->nvec;
   if (f.group > d->n) f.group = d->n;
   f.band = f.group > 1 ? d->oh : (VISIT + j->vrow - 1) / j->vrow;
@@ -483,8 +500,8 @@ gp_status gp_cpu_direct_conv_filter(gp_backend *be, const gp_conv2d_desc *d, con
   chunk = chunk < f.group ? f.group : chunk / f.group * f.group;
   if (chunk > d->n) chunk = d->n;
   f.nkb = (j->ckk + FKR - 1) / FKR;
-  f.npair = (j->kg + FMR - 1) / FMR;
-  f.ntiles = d->groups * f.npair * f.nkb;
+  f.nmb = (j->kg + f.fmr - 1) / f.fmr;
+  f.ntiles = d->groups * f.nmb * f.nkb;
   const int64_t kfloats = (j->ckk * 2 + 15) & ~(int64_t)15;
   float *buf = NULL;
   GP_TRY(

@@ -417,10 +417,15 @@ static void test_conv(gp_backend *be) {
        * padded: two chunks of padded samples */
       {make(2, 4, 40, 40, 4, 3, 3, 1, 1, 1, 1), "direct: bands of rows"},
       {make(9, 32, 64, 64, 4, 3, 3, 1, 1, 1, 1), "direct: two chunks"},
+      /* for the AVX-512 tiles (vectors of 16, 4 per tile, 4 channels per filter tile): rows
+       * of 16 (one vector) and of 20 (a full vector and one of 4 lanes), 11 rows (a tile of 3
+       * vectors at a plane's end), 9 channels out (filter tiles of 4, 4 and 1) */
+      {make(2, 5, 11, 16, 9, 3, 3, 1, 1, 1, 1), "direct: rows of 16, 11 rows"},
+      {make(3, 4, 6, 20, 6, 3, 3, 1, 1, 1, 1), "direct: rows of 20"},
   };
-  /* every shape through both CPU paths where they differ: direct_conv.c (when this CPU
-   * has AVX2 and FMA) and im2col + GEMM */
-  for (int direct = 1; direct >= 0; direct--) {
+  /* every shape through each CPU path where they differ: direct_conv.c with AVX-512 tiles
+   * and with AVX2 tiles (as far as this CPU has them), and im2col + GEMM */
+  for (int direct = GP_CPU_DIRECT_AVX512; direct >= 0; direct--) {
     if (gp_cpu_direct_conv_set(direct) != direct) continue;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
       const gp_conv2d_desc *d = &shapes[i].d;
@@ -429,7 +434,33 @@ static void test_conv(gp_backend *be) {
       test_conv_shape(be, &shapes[i]);
     }
   }
-  gp_cpu_direct_conv_set(1);
+  gp_cpu_direct_conv_set(GP_CPU_DIRECT_AVX512);
+  /* the AVX-512 forward tile sums each output in the AVX2 tile's order: the same bytes (so
+   * a machine's vector width never changes a forward result); rows of 16, 20 and 28 */
+  if (gp_cpu_direct_conv_set(GP_CPU_DIRECT_AVX512) == GP_CPU_DIRECT_AVX512) {
+    const gp_conv2d_desc wide[] = {make(2, 5, 11, 16, 9, 3, 3, 1, 1, 1, 1),
+                                   make(3, 4, 6, 20, 6, 3, 3, 1, 1, 1, 1),
+                                   make(2, 8, 9, 28, 7, 5, 5, 1, 2, 1, 1)};
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++) {
+      const gp_conv2d_desc *d = &wide[i];
+      const int64_t nx = d->n * d->c * d->h * d->w, nw = d->k * d->c * d->kh * d->kw;
+      const int64_t ny = d->n * d->k * d->oh * d->ow;
+      float *x = malloc(sizeof(float) * nx), *w = malloc(sizeof(float) * nw);
+      float *bias = malloc(sizeof(float) * d->k), *y[2] = {NULL, NULL};
+      fill(x, nx, 11), fill(w, nw, 12), fill(bias, d->k, 13);
+      for (int v = 0; v < 2; v++) {
+        y[v] = malloc(sizeof(float) * ny);
+        gp_cpu_direct_conv_set(v ? GP_CPU_DIRECT_AVX2 : GP_CPU_DIRECT_AVX512);
+        CHECK(gp_cpu_direct_conv_ok(be, d, 0) &&
+                  be->conv2d_forward(be, d, x, w, bias, y[v]) == GP_OK,
+              "direct forward %zu", i);
+      }
+      CHECK(memcmp(y[0], y[1], sizeof(float) * ny) == 0,
+            "rows of %lld: the AVX-512 and AVX2 forwards differ", (long long)d->ow);
+      free(x), free(w), free(bias), free(y[0]), free(y[1]);
+    }
+    gp_cpu_direct_conv_set(GP_CPU_DIRECT_AVX512);
+  }
 }
 
 /* Two instances in bf16 mode, destroyed in either order, each with its own buffers (ASan

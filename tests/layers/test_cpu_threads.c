@@ -410,7 +410,7 @@ int main(void) {
   elementwise_cases();
   test_side_by_side();
   /* on a CPU with AVX2 and FMA, the fp32 3x3 stride-1 cases above run direct_conv.c */
-  if (gp_cpu_direct_conv_set(1))
+  if (gp_cpu_direct_conv_set(GP_CPU_DIRECT_AVX512))
     CHECK(exact_cases >= 7, "only %d convolutions checked for the same bytes", exact_cases);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
