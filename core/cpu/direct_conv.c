@@ -109,6 +109,7 @@ int gp_cpu_direct_conv_ok(const gp_backend *be, const gp_conv2d_desc *d, int fil
   (void)be;
   (void)d;
   (void)filter;
+  (void)direct_level;
   return 0;
 #endif
 }
