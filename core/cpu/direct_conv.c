@@ -116,10 +116,10 @@ int gp_cpu_direct_conv_ok(const gp_backend *be, const gp_conv2d_desc *d, int fil
 
 #if HAVE_DIRECT
 
-/* Vectors of 16 where the process allows them and they waste fewer lanes than twice the AVX2
- * rows would (rows wider than 8): the choice depends on the CPU and the shape alone. */
-static int wide(const gp_conv2d_desc *d) {
-  return direct_level() >= GP_CPU_DIRECT_AVX512 && d->ow > VW;
+/* Vectors of 16 wherever the process allows them: gp_cpu_direct_conv_ok has sent rows of 8
+ * or fewer to the GEMM then, so the choice depends on the CPU (and GP_CPU_DIRECT) alone. */
+static int wide(void) {
+  return direct_level() >= GP_CPU_DIRECT_AVX512;
 }
 
 /* Output channel m of the tile, vector v, plus the bias, to its place. */
@@ -303,7 +303,7 @@ static gp_status direct_run(gp_backend *be, const gp_conv2d_desc *d, const float
   GP_TRY(gp_conv2d_desc_check(d));
   if (d->n == 0) return GP_OK;
   dconv j = {.x = x, .bias = bias, .y = y};
-  geometry(&j, d, wide(d));
+  geometry(&j, d, wide());
   for (int nv = 1; nv <= j.nv; nv++)
     for (int mr = 1; mr <= MR; mr++)
       j.tile[nv - 1][mr - 1] = j.nv > NV ? gp_dc512_tile(mr, nv) : tiles[nv - 1][mr - 1];
@@ -453,11 +453,11 @@ static gp_status filter_tiles(void *ctx, int64_t lo, int64_t hi, int worker) {
   const dfilter *f = ctx;
   const dconv *j = &f->c;
   const gp_conv2d_desc *d = j->d;
-  const int64_t ohw = d->oh * d->ow, ncob = f->nmb;
+  const int64_t ohw = d->oh * d->ow, nmb = f->nmb;
   for (int64_t g0 = 0; g0 < f->ns; g0 += f->group)
     for (int64_t r0 = 0; r0 < d->oh; r0 += f->band)
       for (int64_t i = lo; i < hi; i++) {
-        const int64_t grp = i / (ncob * f->nkb), kb = i / ncob % f->nkb, cb = i % ncob;
+        const int64_t grp = i / (nmb * f->nkb), kb = i / nmb % f->nkb, cb = i % nmb;
         const int64_t co = cb * f->fmr, k0 = kb * FKR;
         const int mr = j->kg - co < f->fmr ? (int)(j->kg - co) : f->fmr;
         const int kr = j->ckk - k0 < FKR ? (int)(j->ckk - k0) : FKR;
@@ -489,7 +489,7 @@ gp_status gp_cpu_direct_conv_filter(gp_backend *be, const gp_conv2d_desc *d, con
   if (d->n == 0) return GP_OK;
   dfilter f = {.c = {.x = x}, .dy = dy, .dw = dw};
   dconv *j = &f.c;
-  geometry(j, d, wide(d)); /* here per_worker is the stride of the chunk's padded samples */
+  geometry(j, d, wide()); /* here per_worker is the stride of the chunk's padded samples */
   f.fmr = j->vw > VW ? GP_DC_FMRMAX : FMR;
   for (int mr = 1; mr <= f.fmr; mr++)
     for (int kr = 1; kr <= FKR; kr++)
