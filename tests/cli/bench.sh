@@ -104,10 +104,13 @@ for r in runs:
 for K, r in ref.items():
     assert r["speedup_vs_naive"] == 1, r
 assert ref[1]["speedup_vs_single"] == 1 and ref[1]["bubble_theory"] == 0
-# at K = 3, M = 1 the two idle stages of every step make the bubble large; at K = 1 only the
-# step's own overhead is idle (waking the worker: for these sub-millisecond steps it reached
-# 0.69 on a loaded machine, so the bound is relative)
-assert ref[3]["bubble_measured"] > 0.6 and ref[1]["bubble_measured"] < ref[3]["bubble_measured"], ref
+# at M = 1 the stages take turns, so their busy fractions add up to about 1 and the measured
+# bubble is about the theory's (K - 1) / K or more (overhead only adds). Only a hand-over and
+# one stage's optimizer step running beside the next stage's backward overlap: 0.49 at K = 2
+# was measured. (No bound relates K = 1 to K = 3: at K = 1 the bubble is the step's own
+# overhead, which for these sub-millisecond steps reached 0.81 under ASan, above K = 3's 0.80.)
+for K, r in ref.items():
+    assert r["bubble_measured"] >= r["bubble_theory"] - 0.05, r
 PY
   python3 - "$tmp/b.csv" "$tmp/j" <<'PY' && ok || bad "--csv: $(cat "$tmp/b.csv")"
 import csv, json, sys
