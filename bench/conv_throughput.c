@@ -85,6 +85,8 @@ int main(int argc, char **argv) {
       {"resnet56 stage 3", 128, 64, 8, 64, 3, 1},
       {"fashion-cnn block 2", 128, 32, 14, 64, 3, 1},
       {"resnet56 micro-batch 1", 1, 16, 32, 16, 3, 1},
+      {"balanced-cnn batch 128", 128, 32, 16, 32, 3, 1},
+      {"balanced-cnn micro 4", 4, 32, 16, 32, 3, 1},
       {"56x56, 32 channels", 16, 32, 56, 32, 3, 1},
       {"7x7 kernel, 28x28", 16, 64, 28, 64, 7, 3},
   };

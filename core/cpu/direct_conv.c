@@ -256,17 +256,18 @@ static void pack_weights(const dconv *j, const float *w, int transposed, float *
       float *blk = wp + (grp * j->ncob + b) * j->ckk * MR;
       for (int64_t m = 0; m < MR; m++) {
         const int64_t co = b * MR + m;
-        for (int64_t k = 0; k < j->ckk; k++) {
-          float v = 0.0f;
-          if (co < j->kg) {
-            if (!transposed) {
-              v = w[(grp * j->kg + co) * j->ckk + k];
-            } else { /* this conv's input channel ci is the original's output channel */
-              const int64_t ci = k / kk, tap = k % kk;
-              v = w[((grp * j->cg + ci) * j->kg + co) * kk + (kk - 1 - tap)];
-            }
+        if (co >= j->kg) {
+          for (int64_t k = 0; k < j->ckk; k++)
+            blk[k * MR + m] = 0.0f;
+        } else if (!transposed) {
+          for (int64_t k = 0; k < j->ckk; k++)
+            blk[k * MR + m] = w[(grp * j->kg + co) * j->ckk + k];
+        } else { /* this conv's input channel ci is the original's output channel */
+          for (int64_t ci = 0, k = 0; ci < j->cg; ci++) {
+            const float *src = w + ((grp * j->cg + ci) * j->kg + co) * kk + kk - 1;
+            for (int64_t tap = 0; tap < kk; tap++, k++)
+              blk[k * MR + m] = src[-tap];
           }
-          blk[k * MR + m] = v;
         }
       }
     }
