@@ -40,8 +40,12 @@ gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx);
 /* The same over [0, n) in at most be->threads parts of at least `grain` items each (for
  * element-wise loops, whose items are too small to be tasks one by one). */
 gp_status gp_cpu_parallel_for(gp_backend *be, int64_t n, int64_t grain, gp_cpu_task fn, void *ctx);
-/* Items per part of an element-wise loop over floats: below 2 of them it runs on the caller. */
-#define GP_CPU_GRAIN ((int64_t)1 << 15)
+/* Items per part of an element-wise loop over floats: below 2 of them it runs on the caller.
+ * 8192 floats (32 KiB) take a few microseconds, against about one to hand a part to a helper
+ * that is spinning between the ops of a stage. At 1 << 15 a 4-sample micro-batch's ReLU and
+ * batch norm ran on one thread while the others waited: balanced-cnn at M = 32 on 2 threads
+ * went from 0.85x to 0.93x of M = 1 with this grain (2-core Sapphire Rapids VM). */
+#define GP_CPU_GRAIN ((int64_t)1 << 13)
 /* Workers a call over n items would use (1 inside a task). */
 int gp_cpu_workers(const gp_backend *be, int64_t n);
 /* The calling thread's worker index inside a task, 0 outside. */
