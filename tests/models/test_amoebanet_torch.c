@@ -7,13 +7,21 @@
  * gradients and weights and running statistics after the steps. What a parameter count
  * cannot see is checked here: which state each operation reads, strides, the
  * FactorizedReduce shift, the packing of the two previous cells, the classifier.
+ * Float32 cannot match the reference everywhere to its own rounding error: wherever a ReLU or
+ * max-pool input lies within rounding of its threshold, a float32 run may take either branch,
+ * and in the last cells (2x2 maps: 64 values per batch-norm channel) one branch moves late
+ * gradients by ~1.5% and every earlier one with them. So the fixture also holds each
+ * quantity's float32 spread: how far 24 PyTorch float32 runs landed from the reference, with
+ * the input and weights as they are and moved by one unit in the last place either way. A
+ * tolerance here is never tighter than SPREAD_MARGIN times that spread, so the test passes
+ * with any float32 rounding (any BLAS kernels) and stays as tight as the table where no
+ * branch moves a quantity.
  * Usage: test_amoebanet_torch models/amoebanet-d.yaml
  * tests/models/fixtures/amoebanet_small.safetensors */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/io/safetensors.h"
 #include "core/train/trainer.h"
@@ -21,6 +29,7 @@
 #include "tests/models/amoeba_set.h"
 
 static int failures, passes;
+static int64_t widened, compared; /* values whose tolerance is the spread's, and all */
 
 /* One table: what is compared and how closely, and why. The reference is float64 (from the
  * same float32 weights and inputs); ours is float32, so each tolerance is about 10x the float32
@@ -41,6 +50,8 @@ static const tol TOL_GRAD = {1e-7, 5e-4};
  * nearly cancel, so their own relative error is large. Measured 2.1e-5 (PyTorch float32
  * against the reference: 3.2e-5). */
 #define GRAD_OF_MAX 2e-4
+/* How far beyond the largest float32 spread seen in the fixture's runs a value may land. */
+#define SPREAD_MARGIN 2.0
 
 #define L 6
 #define D 16
@@ -114,12 +125,19 @@ static int close_to(double got, double want, tol t) {
 static double worst_rel;  /* largest |got - want| / |want| seen (|want| > 1e-3) */
 static double worst_grad; /* largest gradient error as a fraction of its tensor's largest */
 
-static void compare(const char *what, const float *got, const float *want, int64_t n, tol t) {
+/* got against want, each value within t or, where wider, SPREAD_MARGIN x its float32 spread
+ * (spread[i], or spread[0] for all when ns is 1). */
+static void compare(const char *what, const float *got, const float *want, int64_t n, tol t,
+                    const float *spread, int64_t ns) {
   int64_t bad = 0, at = 0;
   double err = 0;
   for (int64_t i = 0; i < n; i++) {
+    tol ti = t;
+    double wide = spread ? SPREAD_MARGIN * spread[ns == 1 ? 0 : i] : 0;
+    if (wide > t.atol + t.rtol * fabs(want[i])) ti.atol = wide, widened++;
+    compared++;
     double e = fabs((double)got[i] - want[i]);
-    if (!close_to(got[i], want[i], t) || isnan(e)) {
+    if (!close_to(got[i], want[i], ti) || isnan(e)) {
       if (!bad || e > err) err = e, at = i;
       bad++;
     }
@@ -133,6 +151,22 @@ static const float *expect(const gp_st_file *f, const char *name, int64_t n) {
   const gp_st_entry *e = gp_st_find(f, name);
   if (!e || e->dtype != GP_F32 || gp_shape_numel(&e->shape) != n) {
     CHECK(0, "fixture tensor %s is missing or has not %lld f32 values", name, (long long)n);
+    return NULL;
+  }
+  return gp_st_data(f, e);
+}
+
+/* The fixture's float32 spread of quantity `name`: n values, or 1 for a whole tensor. */
+static const float *spread_of(const gp_st_file *f, const char *name, int64_t n, int64_t *ns) {
+  char key[600];
+  snprintf(key, sizeof key, "spread.%s", name);
+  const gp_st_entry *e = gp_st_find(f, key);
+  *ns = e ? gp_shape_numel(&e->shape) : 0;
+  if (!e || e->dtype != GP_F32 || (*ns != n && *ns != 1)) {
+    CHECK(0,
+          "fixture tensor %s is missing or has not 1 or %lld f32 values: regenerate the "
+          "fixture with make_amoebanet_fixture.py",
+          key, (long long)n);
     return NULL;
   }
   return gp_st_data(f, e);
@@ -178,7 +212,9 @@ static void compare_prefixed(gp_model *m, const gp_st_file *f, const char *prefi
       t = (tol){GRAD_OF_MAX * big, 0};
       worst_grad = fmax(worst_grad, err / big);
     }
-    compare(e->name, got, want, cnt, t);
+    int64_t ns;
+    const float *spread = spread_of(f, e->name, cnt, &ns);
+    compare(e->name, got, want, cnt, t, spread, ns);
   }
 }
 
@@ -190,6 +226,8 @@ static void compare_norms(gp_model *m, const gp_st_file *f) {
   CHECK(names && norms && norms->dtype == GP_F32, "the fixture has no names or no gnorm");
   if (!names || !norms || norms->dtype != GP_F32) return;
   const float *want = gp_st_data(f, norms);
+  int64_t ns;
+  const float *spread = spread_of(f, "gnorm", gp_shape_numel(&norms->shape), &ns);
   int count = 0, trainable = 0;
   for (const char *p = names; *p; count++) {
     size_t len = strcspn(p, "\n");
@@ -206,7 +244,7 @@ static void compare_norms(gp_model *m, const gp_st_file *f) {
     float got = (float)sqrt(ss);
     char what[560];
     snprintf(what, sizeof what, "gradient norm of %s", full);
-    compare(what, &got, want + count, 1, TOL_GRAD);
+    compare(what, &got, want + count, 1, TOL_GRAD, spread ? spread + count : NULL, 1);
   }
   for (int i = 0; i < m->n_nodes; i++)
     for (int j = 0; j < m->nodes[i].layer.n_params; j++)
@@ -216,35 +254,11 @@ static void compare_norms(gp_model *m, const gp_st_file *f) {
         (long long)gp_shape_numel(&norms->shape), trainable);
 }
 
-/* This comparison is ill-conditioned at its tolerances: in the last cells (2x2 maps, batch
- * 16, so 64 values per batch-norm channel) a ReLU input within float32 rounding of 0 decides
- * which way a gradient goes, and one such decision moves late gradients by 1e-2. PyTorch's own
- * float32 run matches the float64 reference (3.9e-5), but with the input perturbed by 1e-6
- * relative it missed the gradient-norm tolerance in 4 of 5 trials (up to 3.1e-2). gpipe passes
- * with OpenBLAS's Haswell kernels and fails with its SkylakeX, Prescott, Sandybridge and
- * Nehalem ones (one ReLU in normal3's pre1 flips). Until the fixture is made robust (see
- * docs/design-notes.md), the GEMM rounding is pinned: on an x86-64 CPU with AVX2 and FMA the
- * test runs itself again with OPENBLAS_CORETYPE=Haswell unless that is set. */
-static void pin_blas_kernels(char **argv) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (getenv("OPENBLAS_CORETYPE") || !__builtin_cpu_supports("avx2") ||
-      !__builtin_cpu_supports("fma"))
-    return;
-  fflush(NULL);
-  setenv("OPENBLAS_CORETYPE", "Haswell", 1);
-  execv("/proc/self/exe", argv);
-  unsetenv("OPENBLAS_CORETYPE"); /* no exec: go on */
-#else
-  (void)argv;
-#endif
-}
-
 int main(int argc, char **argv) {
   if (argc != 3) {
     printf("usage: %s models/amoebanet-d.yaml FIXTURE.safetensors\n", argv[0]);
     return 2;
   }
-  pin_blas_kernels(argv);
   gp_st_file *f;
   if (gp_st_read(argv[2], &f) != GP_OK) {
     printf("FAIL: %s\n", gp_error_message());
@@ -274,6 +288,8 @@ int main(int argc, char **argv) {
   for (int i = 0; i < BATCH; i++)
     y[i] = (i * 3 + 1) % CLASSES;
   const float *want_loss = expect(f, "loss", STEPS);
+  int64_t ns;
+  const float *spread = spread_of(f, "loss", STEPS, &ns);
   for (int s = 0; ok && want_loss && s < STEPS; s++) {
     gp_metrics mt;
     gp_status st = gp_trainer_step(&t, x, y, BATCH, LR, &mt);
@@ -282,7 +298,8 @@ int main(int argc, char **argv) {
     char what[32];
     snprintf(what, sizeof what, "loss of step %d", s + 1);
     float got = (float)mt.loss;
-    compare(what, &got, &want_loss[s], 1, s == 0 ? TOL_LOSS0 : TOL_LATER);
+    compare(what, &got, &want_loss[s], 1, s == 0 ? TOL_LOSS0 : TOL_LATER,
+            spread ? spread + s : NULL, 1);
     printf("step %d: loss %.7f, PyTorch %.7f\n", s + 1, mt.loss, want_loss[s]);
     if (s == 0) { /* the gradients of this step are still in the stage's buffer */
       compare_norms(m, f);
@@ -291,8 +308,9 @@ int main(int argc, char **argv) {
   }
   compare_prefixed(m, f, "after.", 0);
   printf("largest difference: %.3g relative (where |want| > 1e-3); gradient elements %.3g of "
-         "their tensor's largest\n",
-         worst_rel, worst_grad);
+         "their tensor's largest; %lld of %lld values compared within %g x their float32 spread "
+         "(wider than the table's tolerance)\n",
+         worst_rel, worst_grad, (long long)widened, (long long)compared, SPREAD_MARGIN);
   free(x);
   gp_trainer_free(&t);
   gp_model_free(m);
