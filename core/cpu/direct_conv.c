@@ -246,32 +246,50 @@ static gp_status run_units(void *ctx, int64_t lo, int64_t hi, int worker) {
   return GP_OK;
 }
 
-/* Packs the weights of d (w as given, or for `transposed`: the original convolution's
- * filters, [cg][kg'][kh][kw] per group, transposed and flipped) 6 channels wide. */
-static void pack_weights(const dconv *j, const float *w, int transposed, float *wp) {
+typedef struct pack_job {
+  const dconv *j;
+  const float *w;
+  int transposed;
+  float *wp;
+} pack_job;
+
+/* Packs the weights of input channels [c0, c1) of every group (w as given, or for
+ * `transposed`: the original convolution's filters, [cg][kg'][kh][kw] per group, transposed
+ * and flipped) 6 channels wide. */
+static gp_status pack_part(void *ctx, int64_t c0, int64_t c1, int worker) {
+  (void)worker;
+  const pack_job *p = ctx;
+  const dconv *j = p->j;
   const gp_conv2d_desc *d = j->d;
-  const int64_t kk = d->kh * d->kw;
+  const int64_t kk = d->kh * d->kw, k0 = c0 * kk, k1 = c1 * kk;
   for (int64_t grp = 0; grp < d->groups; grp++)
     for (int64_t b = 0; b < j->ncob; b++) {
-      float *blk = wp + (grp * j->ncob + b) * j->ckk * MR;
+      float *blk = p->wp + (grp * j->ncob + b) * j->ckk * MR;
       for (int64_t m = 0; m < MR; m++) {
         const int64_t co = b * MR + m;
         if (co >= j->kg) {
-          for (int64_t k = 0; k < j->ckk; k++)
+          for (int64_t k = k0; k < k1; k++)
             blk[k * MR + m] = 0.0f;
-        } else if (!transposed) {
-          for (int64_t k = 0; k < j->ckk; k++)
-            blk[k * MR + m] = w[(grp * j->kg + co) * j->ckk + k];
+        } else if (!p->transposed) {
+          const float *src = p->w + (grp * j->kg + co) * j->ckk;
+          for (int64_t k = k0; k < k1; k++)
+            blk[k * MR + m] = src[k];
         } else { /* this conv's input channel ci is the original's output channel */
-          for (int64_t ci = 0, k = 0; ci < j->cg; ci++) {
-            const float *src = w + ((grp * j->cg + ci) * j->kg + co) * kk + kk - 1;
+          for (int64_t ci = c0, k = k0; ci < c1; ci++) {
+            const float *src = p->w + ((grp * j->cg + ci) * j->kg + co) * kk + kk - 1;
             for (int64_t tap = 0; tap < kk; tap++, k++)
               blk[k * MR + m] = src[-tap];
           }
         }
       }
     }
+  return GP_OK;
 }
+
+/* Floats of packed weights per part when the packing is split over the threads: a 4-sample
+ * micro-batch's convolution on 16 threads computes for ~7 us, and packing its 32x32x3x3
+ * weights on one thread took 2.6 us (4.7 transposed) while the others waited. */
+#define PACK_GRAIN 1024
 
 /* The sizes of d that both directions use, with vectors of 16 floats when `wide`, else 8. */
 static void geometry(dconv *j, const gp_conv2d_desc *d, int wide) {
@@ -320,7 +338,9 @@ static gp_status direct_run(gp_backend *be, const gp_conv2d_desc *d, const float
   float *wp = buf;
   int64_t *koff = (int64_t *)(buf + wfloats);
   j.pad = buf + wfloats + kfloats;
-  pack_weights(&j, w, transposed, wp);
+  pack_job pj = {&j, w, transposed, wp};
+  const int64_t per_channel = d->groups * j.ncob * MR * d->kh * d->kw;
+  GP_TRY(gp_cpu_parallel_for(be, j.cg, PACK_GRAIN / per_channel + 1, pack_part, &pj));
   fill_offsets(&j, koff);
   j.wp = wp;
   return gp_cpu_parallel(be, d->n * j.parts, run_units, &j);
