@@ -11,7 +11,8 @@
 #             (GP_CAPACITY_ARGS="--capacity 8GiB --batch 8" adds options)
 #   graph     which cuDNN API the convolution searches choose (GP_CUDNN_LOG), and ResNet-56
 #             with the graph API's engines off and on (GP_CUDNN_GRAPH=0/1), alternating
-#   scaling   issue 5's CPU check: gpipe-bench of balanced-cnn over K = 1, 2, 4, 8
+#   scaling   issue 5's CPU check: gpipe-bench of balanced-cnn over K = 1, 2, 4, 8 at M = 32
+#             (GP_SCALING="8:128 16:1024" picks threads:batch sweeps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu-check.sh OUT PHASE...}
@@ -106,11 +107,19 @@ for prec in ("fp32", "bf16"):
 PY
 }
 
+# One sweep per "THREADS:BATCH" of GP_SCALING (default: 8 cores at batch 128 and 1024, then
+# all 16 at 1024), each pipeline-K's speed-up over naive-K as a share of the ideal K*M/(M+K-1)
+# in the summary; the tables and JSON are in the logs.
 phase_scaling() {
-  timeout 540 "$bin/gpipe-bench" bench/models/balanced-cnn.yaml --stages 1,2,4,8 \
-    --micro-batches 32 --checkpoint never >"$logs/scaling.log" 2>&1
-  say "scaling: rc=$?"
-  tee -a "$summary" <"$logs/scaling.log" | tail -0
+  for cfg in ${GP_SCALING:-8:128 8:1024 16:1024}; do
+    local th=${cfg%%:*} batch=${cfg##*:} log=$logs/scaling-${cfg/:/-}
+    timeout 300 "$bin/gpipe-bench" bench/models/balanced-cnn.yaml --stages 1,2,4,8 \
+      --micro-batches 32 --checkpoint never --threads "$th" --batch-size "$batch" \
+      --steps "${GP_SCALING_STEPS:-10}" --reps "${GP_SCALING_REPS:-2}" --json \
+      >"$log.json" 2>"$log.err"
+    local rc=$?
+    say "scaling: $th threads, batch $batch: rc=$rc $(scripts/bench-ideal.py "$log.json" 2>&1)"
+  done
 }
 
 for p in "$@"; do

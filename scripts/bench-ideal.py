@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+"""One line from a `gpipe-bench --json` file: each pipelined run's speed-up over naive-K as a
+share of the ideal K*M/(M+K-1), with its measured bubble against the theory.
+
+    scripts/bench-ideal.py BENCH.json
+"""
+import json
+import sys
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: scripts/bench-ideal.py BENCH.json")
+    try:
+        runs = json.load(open(sys.argv[1]))["runs"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"{sys.argv[1]}: not gpipe-bench --json output ({e})")
+    cells = []
+    for r in runs:
+        k, m = r["stages"], r["micro_batches"]
+        if r["baseline"] or k == 1 or m == 1:
+            continue
+        ideal = k * m / (m + k - 1)
+        cells.append(f"K={k} M={m} {r['speedup_vs_naive']:.2f}x of {ideal:.2f} "
+                     f"({100 * r['speedup_vs_naive'] / ideal:.0f}%, bubble "
+                     f"{r['bubble_measured']:.3f} vs {r['bubble_theory']:.3f})")
+    print("; ".join(cells) if cells else "no pipelined runs")
+
+
+if __name__ == "__main__":
+    main()
