@@ -114,6 +114,10 @@ typedef struct gp_layer_type {
   gp_status (*forward)(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out, void **saved);
   gp_status (*backward)(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                         const gp_tensor *dout, gp_tensor *din, void *saved);
+  /* 1: the gradient of every input is dout itself, reshaped (add, identity, flatten). The
+   * executor then gives the first input whose gradient is not yet held dout's memory instead
+   * of a copy, and passes backward that din with data NULL (nothing to write). */
+  int grad_is_dout;
   /* Optional: floats of non-persistent accumulator state at l->stats (batchnorm). */
   int64_t (*stats_floats)(const gp_layer *l);
   /* Optional: once per mini-batch after all backwards (apply deferred running stats). */

@@ -59,4 +59,5 @@ const gp_layer_type gp_layer_add = {
     .cost = add_cost,
     .forward = add_forward,
     .backward = add_backward,
+    .grad_is_dout = 1,
 };

@@ -35,4 +35,5 @@ const gp_layer_type gp_layer_flatten = {
     .cost = flatten_cost,
     .forward = gp_layers_copy_forward,
     .backward = gp_layers_copy_backward,
+    .grad_is_dout = 1,
 };

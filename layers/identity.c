@@ -31,4 +31,5 @@ const gp_layer_type gp_layer_identity = {
     .cost = identity_cost,
     .forward = gp_layers_copy_forward,
     .backward = gp_layers_copy_backward,
+    .grad_is_dout = 1,
 };

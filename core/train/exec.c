@@ -73,7 +73,7 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
     int t = m->n_inputs + i;
     int is_loss = (i == m->n_nodes - 1);
     if (!is_loss && !p->grad[t].data) continue; /* nothing downstream needs it */
-    int any = 0;
+    int any = 0, shared = 0;
     for (int j = 0; j < n->n_in; j++) {
       int src = n->in[j];
       in[j] = p->val[src];
@@ -88,6 +88,16 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
       din[j].shape = in[j].shape;
       din[j].dtype = GP_F32;
       din[j].device = in[j].device;
+      any = 1;
+      if (!p->grad[src].data && !repeated && l->type->grad_is_dout && !shared && !is_loss) {
+        /* Safe to share: dout is read by this backward alone, and whatever later adds into
+         * the input's gradient (its other consumers, earlier in the model) runs after it. */
+        p->grad[src] = p->grad[t];
+        p->grad[src].shape = in[j].shape;
+        shared = 1;
+        memset(&din[j], 0, sizeof din[j]);
+        continue;
+      }
       if (!p->grad[src].data && !repeated) {
         GP_TRY(gp_arena_tensor(e->arena, GP_F32, &in[j].shape, &p->grad[src]));
         din[j] = p->grad[src];
@@ -95,7 +105,6 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
       } else {
         GP_TRY(gp_arena_tensor(e->arena, GP_F32, &in[j].shape, &din[j]));
       }
-      any = 1;
     }
     if (!any && l->n_params == 0) continue;
     if (e->on_layer) e->on_layer(e, i, 1, 0);
