@@ -118,6 +118,12 @@ typedef struct gp_layer_type {
    * executor then gives the first input whose gradient is not yet held dout's memory instead
    * of a copy, and passes backward that din with data NULL (nothing to write). */
   int grad_is_dout;
+  /* 1: forward may write out over in[0] when nothing else reads in[0] and its producer's
+   * backward does not read its output (ReLU: its backward's mask in[0] > 0 is then y > 0,
+   * the same). Saves an activation per such layer. */
+  int forward_in_place;
+  /* 1: backward never reads `out` (a consumer may overwrite it in place). */
+  int backward_ignores_out;
   /* Optional: floats of non-persistent accumulator state at l->stats (batchnorm). */
   int64_t (*stats_floats)(const gp_layer *l);
   /* Optional: once per mini-batch after all backwards (apply deferred running stats). */

@@ -68,7 +68,7 @@ static gp_status act_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, cons
                              GP_F32P(&din[0]));
 }
 
-#define ACT_TYPE(var, nm, conf_fn)                                                                 \
+#define ACT_TYPE(var, nm, conf_fn, in_place)                                                       \
   const gp_layer_type var = {                                                                      \
       .name = (nm),                                                                                \
       .min_inputs = 1,                                                                             \
@@ -79,9 +79,11 @@ static gp_status act_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, cons
       .cost = act_cost,                                                                            \
       .forward = act_forward,                                                                      \
       .backward = act_backward,                                                                    \
+      .forward_in_place = (in_place),                                                              \
   }
 
-ACT_TYPE(gp_layer_relu, "relu", relu_configure);
-ACT_TYPE(gp_layer_gelu, "gelu", gelu_configure);
-ACT_TYPE(gp_layer_tanh, "tanh", tanh_configure);
-ACT_TYPE(gp_layer_sigmoid, "sigmoid", sigmoid_configure);
+/* ReLU runs in place: its backward's mask x > 0 is y > 0. GELU's backward needs x itself. */
+ACT_TYPE(gp_layer_relu, "relu", relu_configure, 1);
+ACT_TYPE(gp_layer_gelu, "gelu", gelu_configure, 0);
+ACT_TYPE(gp_layer_tanh, "tanh", tanh_configure, 0);
+ACT_TYPE(gp_layer_sigmoid, "sigmoid", sigmoid_configure, 0);

@@ -59,5 +59,6 @@ const gp_layer_type gp_layer_add = {
     .cost = add_cost,
     .forward = add_forward,
     .backward = add_backward,
+    .backward_ignores_out = 1,
     .grad_is_dout = 1,
 };

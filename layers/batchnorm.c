@@ -115,6 +115,7 @@ const gp_layer_type gp_layer_batchnorm = {
     .cost = batchnorm_cost,
     .forward = batchnorm_forward,
     .backward = batchnorm_backward,
+    .backward_ignores_out = 1,
     .stats_floats = batchnorm_stats_floats,
     .step_end = batchnorm_step_end,
 };

@@ -137,4 +137,5 @@ const gp_layer_type gp_layer_conv2d = {
     .cost = conv2d_cost,
     .forward = conv2d_forward,
     .backward = conv2d_backward,
+    .backward_ignores_out = 1,
 };

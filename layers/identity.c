@@ -31,5 +31,6 @@ const gp_layer_type gp_layer_identity = {
     .cost = identity_cost,
     .forward = gp_layers_copy_forward,
     .backward = gp_layers_copy_backward,
+    .backward_ignores_out = 1,
     .grad_is_dout = 1,
 };

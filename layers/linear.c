@@ -97,4 +97,5 @@ const gp_layer_type gp_layer_linear = {
     .cost = linear_cost,
     .forward = linear_forward,
     .backward = linear_backward,
+    .backward_ignores_out = 1,
 };

@@ -142,6 +142,7 @@ static gp_status pool_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, con
       .cost = pool_cost,                                                                           \
       .forward = pool_forward,                                                                     \
       .backward = pool_backward,                                                                   \
+      .backward_ignores_out = 1,                                                                   \
   }
 
 POOL_TYPE(gp_layer_maxpool, "maxpool", maxpool_configure);

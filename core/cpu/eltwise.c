@@ -11,7 +11,8 @@
 #define GELU_TANH_C 0.79788456080286535588f /* sqrt(2 / pi) */
 #define GELU_TANH_A 0.044715f
 
-static gp_status act_forward(gp_act act, int64_t n, const float *restrict x, float *restrict y) {
+/* y may be x (an in-place ReLU: gp_layer_type.forward_in_place). */
+static gp_status act_forward(gp_act act, int64_t n, const float *x, float *y) {
   switch (act) {
   case GP_ACT_RELU:
     for (int64_t i = 0; i < n; i++)

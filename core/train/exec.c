@@ -15,11 +15,26 @@ gp_status gp_pass_init(gp_pass *p, const gp_model *m, int first, int end, int64_
   p->val = calloc(nt, sizeof *p->val);
   p->grad = calloc(nt, sizeof *p->grad);
   p->saved = calloc((size_t)m->n_nodes, sizeof *p->saved);
-  if (!p->val || !p->grad || !p->saved) {
+  p->reader = malloc(nt * sizeof *p->reader);
+  if (!p->val || !p->grad || !p->saved || !p->reader) {
     gp_pass_free(p);
     return GP_ERR(GP_ERR_NOMEM, "out of host memory for a pass");
   }
+  gp_model_readers(m, p->reader);
   return GP_OK;
+}
+
+void gp_model_readers(const gp_model *m, int *reader) {
+  int nt = m->n_inputs + m->n_nodes;
+  for (int t = 0; t < nt; t++)
+    reader[t] = -1;
+  for (int i = 0; i < m->n_nodes; i++)
+    for (int j = 0; j < m->nodes[i].n_in; j++) {
+      int t = m->nodes[i].in[j];
+      reader[t] = reader[t] == -1 ? i : -2; /* -2: several, until the end */
+    }
+  for (int t = 0; t < nt; t++)
+    if (reader[t] < 0) reader[t] = -1;
 }
 
 void gp_pass_free(gp_pass *p) {
@@ -27,8 +42,10 @@ void gp_pass_free(gp_pass *p) {
   free(p->val);
   free(p->grad);
   free(p->saved);
+  free(p->reader);
   p->val = p->grad = NULL;
   p->saved = NULL;
+  p->reader = NULL;
 }
 
 /* Keeps the layer's status (a bad token id stays GP_ERR_DATA) and says where it happened. */
@@ -36,6 +53,16 @@ static gp_status node_error(const gp_model *m, int i, const char *what, gp_statu
   const gp_node *n = &m->nodes[i];
   return gp_error_prefix(st, "%s of layer '%s' (%s, %s:%d:%d): ", what, n->layer.path,
                          n->layer.type->name, m->file ? m->file : "model", n->line, n->col);
+}
+
+int gp_node_in_place(const gp_model *m, const int *reader, int i, int first) {
+  const gp_node *n = &m->nodes[i];
+  if (!n->layer.type->forward_in_place) return 0;
+  int src = n->in[0];
+  if (src < m->n_inputs + first || reader[src] != i) return 0;
+  const gp_layer *prod = &m->nodes[src - m->n_inputs].layer;
+  return prod->type->backward_ignores_out && prod->out_dtype == n->layer.out_dtype &&
+         gp_shape_numel(&prod->out_shape) == gp_shape_numel(&n->layer.out_shape);
 }
 
 gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
@@ -52,7 +79,12 @@ gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
     }
     int t = m->n_inputs + i;
     gp_shape s = gp_shape_batch(p->batch, &l->out_shape);
-    GP_TRY(gp_arena_tensor(e->arena, l->out_dtype, &s, &p->val[t]));
+    if (gp_node_in_place(m, p->reader, i, p->first)) {
+      p->val[t] = in[0];
+      p->val[t].shape = s;
+    } else {
+      GP_TRY(gp_arena_tensor(e->arena, l->out_dtype, &s, &p->val[t]));
+    }
     p->saved[i] = NULL;
     if (e->on_layer) e->on_layer(e, i, 0, 0);
     gp_status st = l->type->forward(l, e, in, &p->val[t], &p->saved[i]);

@@ -13,10 +13,19 @@ typedef struct gp_pass {
   int64_t batch;
   gp_tensor *val;  /* n_inputs + n_nodes entries; data NULL if not present */
   gp_tensor *grad; /* same; data NULL until some consumer wrote it */
+  int *reader;     /* same: the one node reading the tensor in the model, or -1 (none, several) */
   void **saved;    /* n_nodes entries */
 } gp_pass;
 
 gp_status gp_pass_init(gp_pass *p, const gp_model *m, int first, int end, int64_t batch);
+/* reader[t] (n_inputs + n_nodes entries): the one node that reads tensor t, or -1 (none or
+ * several). */
+void gp_model_readers(const gp_model *m, int *reader);
+/* Whether node i writes its output over its first input when it runs in a pass that starts at
+ * node `first`: its type allows it (forward_in_place), the input was made in the pass (not a
+ * model input, not another stage's), node i is its only reader in the whole model (no later
+ * layer, no other stage, not the loss sees it) and its producer's backward does not read it. */
+int gp_node_in_place(const gp_model *m, const int *reader, int i, int first);
 void gp_pass_free(gp_pass *p);
 /* Forward of nodes [first, end). Inputs of the range (model inputs, tensors of earlier
  * nodes) must be set in p->val first. */

@@ -74,7 +74,8 @@ void gp_node_cost(const gp_model *m, int i, gp_cost *c) {
   c->bwd_data_flops = 0.0;
 }
 
-static void analytic(const gp_model *m, int64_t mb, const int *last, gp_unit_costs *c) {
+static void analytic(const gp_model *m, int64_t mb, const int *last, const int *reader,
+                     gp_unit_costs *c) {
   int n = m->n_units;
   for (int u = 0; u < n; u++) {
     double f = 0, b = 0;
@@ -85,7 +86,9 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, gp_unit_cos
       f += k.fwd_flops;
       b += k.bwd_flops;
       p += k.params;
-      act += k.out_bytes + k.saved_bytes;
+      /* a layer that writes over its input (in-place ReLU) adds no output, where its producer
+       * is in the unit (across a cut it may not: counted) */
+      act += (gp_node_in_place(m, reader, i, m->unit_first[u]) ? 0 : k.out_bytes) + k.saved_bytes;
     }
     c->fwd_flops[u] = f * (double)mb;
     c->bwd_flops[u] = b * (double)mb;
@@ -440,14 +443,16 @@ gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_
   out->out_bytes = calloc(un, sizeof(int64_t));
   out->cut_bytes = calloc(un + 1, sizeof(int64_t));
   int *last = malloc(sizeof(int) * (size_t)(m->n_inputs + m->n_nodes));
+  int *reader = malloc(sizeof(int) * (size_t)(m->n_inputs + m->n_nodes));
   gp_status s = GP_OK;
   if (!out->fwd || !out->bwd || !out->fwd_flops || !out->bwd_flops || !out->params ||
-      !out->act_bytes || !out->out_bytes || !out->cut_bytes || !last) {
+      !out->act_bytes || !out->out_bytes || !out->cut_bytes || !last || !reader) {
     s = GP_ERR(GP_ERR_NOMEM, "out of host memory for the costs of %d units", n);
     goto done;
   }
   last_readers(m, last);
-  analytic(m, micro_batch, last, out);
+  gp_model_readers(m, reader);
+  analytic(m, micro_batch, last, reader, out);
   for (int u = 0; u < n; u++) {
     out->fwd[u] = by == GP_COST_FLOPS ? out->fwd_flops[u] : (double)out->params[u];
     out->bwd[u] = by == GP_COST_FLOPS ? out->bwd_flops[u] : 0.0;
@@ -455,6 +460,7 @@ gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_
   if (by == GP_COST_TIME) s = measure(m, threads, cache_dir, last, out);
 done:
   free(last);
+  free(reader);
   if (s != GP_OK) gp_unit_costs_free(out);
   return s;
 }
