@@ -82,8 +82,9 @@ static gp_status act_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, cons
       .forward_in_place = (in_place),                                                              \
   }
 
-/* ReLU runs in place: its backward's mask x > 0 is y > 0. GELU's backward needs x itself. */
+/* In place where the backward reads nothing x alone holds: ReLU's mask x > 0 is y > 0,
+ * tanh's and sigmoid's derivatives are of y. GELU's backward needs x itself. */
 ACT_TYPE(gp_layer_relu, "relu", relu_configure, 1);
 ACT_TYPE(gp_layer_gelu, "gelu", gelu_configure, 0);
-ACT_TYPE(gp_layer_tanh, "tanh", tanh_configure, 0);
-ACT_TYPE(gp_layer_sigmoid, "sigmoid", sigmoid_configure, 0);
+ACT_TYPE(gp_layer_tanh, "tanh", tanh_configure, 1);
+ACT_TYPE(gp_layer_sigmoid, "sigmoid", sigmoid_configure, 1);

@@ -67,4 +67,7 @@ const gp_layer_type gp_layer_dropout = {
     .cost = dropout_cost,
     .forward = dropout_forward,
     .backward = dropout_backward,
+    /* the mask is recomputed from the counter, so neither pass reads x or y again */
+    .forward_in_place = 1,
+    .backward_ignores_out = 1,
 };

@@ -65,6 +65,7 @@ gp_status gp_layers_copy(gp_backend *be, const gp_tensor *src, gp_tensor *dst) {
   if (gp_tensor_bytes(dst) != bytes)
     return GP_ERR(GP_ERR_RUNTIME, "copy between tensors of %zu and %zu bytes", bytes,
                   gp_tensor_bytes(dst));
+  if (dst->data == src->data) return GP_OK; /* a layer run in place (forward_in_place) */
   return be->copy(be, dst->data, src->data, bytes);
 }
 

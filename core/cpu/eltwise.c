@@ -139,8 +139,8 @@ static gp_status dropout_part(void *ctx, int64_t lo, int64_t hi, int worker) {
   (void)worker;
   const ew_args *e = ctx;
   const float p = e->p, scale = 1.0f / (1.0f - p);
-  const float *restrict x = e->x;
-  float *restrict y = e->out;
+  const float *x = e->x; /* y may be x (an in-place dropout) */
+  float *y = e->out;
   for (int64_t i = lo; i < hi; i++)
     y[i] = gp_counter_uniform(e->key, e->offset + (uint64_t)i) >= p ? x[i] * scale : 0.0f;
   return GP_OK;
