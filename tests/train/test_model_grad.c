@@ -3,7 +3,9 @@
  * central finite differences of the loss for every parameter element, so gradient
  * summation over consumers and the += / = conventions are tested end to end. Its first layer
  * is parameter-free on the input: no gradient may be computed for its output (nothing before
- * it trains), and the next layer's weight gradient must still be right. */
+ * it trains), and the next layer's weight gradient must still be right. The buffers the
+ * executor shares are checked too: tanh and sigmoid write over an input read by them alone
+ * (not over the model's input), and add hands dout's memory to its first input's gradient. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,37 @@ typedef struct rig {
   gp_params params;
 } rig;
 
+/* The tensor id of the node named `name`. */
+static int tensor_of(const gp_model *m, const char *name) {
+  for (int i = 0; i < m->n_nodes; i++)
+    if (!strcmp(m->nodes[i].layer.path, name)) return m->n_inputs + i;
+  printf("FAIL: no layer %s\n", name);
+  exit(1);
+}
+
+static int shared_checks;
+
+/* What shares memory after the first forward and backward (see the header). */
+static void check_sharing(const gp_model *m, const gp_pass *p) {
+  const gp_tensor *v = p->val, *g = p->grad;
+  int a = tensor_of(m, "a"), t = tensor_of(m, "t"), twice = tensor_of(m, "twice");
+  int s = tensor_of(m, "s"), pre = tensor_of(m, "pre"), b = tensor_of(m, "b");
+  int r = tensor_of(m, "r");
+  struct {
+    int ok;
+    const char *what;
+  } c[] = {
+      {v[t].data == v[a].data, "tanh 't' writes over conv 'a''s output, read by it alone"},
+      {v[s].data == v[twice].data, "sigmoid 's' writes over add 'twice''s output"},
+      {v[pre].data != v[0].data, "tanh 'pre' does not write over the model's input"},
+      {g[r].data == g[twice].data, "add 'twice' hands its dout to r's gradient"},
+      {g[b].data == g[r].data, "add 'r' hands its dout to b's gradient"},
+      {g[t].data != g[r].data, "t's gradient (several readers) is its own"},
+  };
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
+    if (!c[i].ok) printf("FAIL: %s\n", c[i].what), shared_checks++;
+}
+
 static double loss_of(rig *t, const float *x, const int32_t *y, int64_t batch, int backward) {
   gp_pass p;
   gp_model *m = t->m;
@@ -55,6 +88,7 @@ static double loss_of(rig *t, const float *x, const int32_t *y, int64_t batch, i
     printf("FAIL: a gradient was computed for 'pre', which depends on no parameter\n");
     exit(1);
   }
+  if (backward) check_sharing(m, &p);
   gp_pass_free(&p);
   gp_arena_reset(&t->arena);
   return e.loss_sum;
@@ -107,6 +141,7 @@ int main(void) {
   gp_backend_destroy(be);
   gp_model_free(m);
   free(x);
-  printf("%d passed, %d failed\n", bad == 0, bad != 0);
-  return bad != 0;
+  printf("%d passed, %d failed\n", (bad == 0) + (shared_checks == 0),
+         (bad != 0) + (shared_checks != 0));
+  return bad != 0 || shared_checks != 0;
 }
