@@ -342,8 +342,9 @@ static void print_json(const gp_model *m, const request *q, const gp_unit_costs 
     printf(", \"flops_bwd\": ");
     json_num(c->bwd_flops[u]);
     printf(", \"params\": %" PRId64 ", \"activation_bytes\": %" PRId64
-           ", \"output_bytes\": %" PRId64 ", \"cut_bytes_before\": %" PRId64 ", \"weight_fwd\": ",
-           c->params[u], c->act_bytes[u], c->out_bytes[u], c->cut_bytes[u]);
+           ", \"gradient_bytes\": %" PRId64 ", \"output_bytes\": %" PRId64
+           ", \"cut_bytes_before\": %" PRId64 ", \"weight_fwd\": ",
+           c->params[u], c->act_bytes[u], c->grad_bytes[u], c->out_bytes[u], c->cut_bytes[u]);
     json_num(c->fwd[u]);
     printf(", \"weight_bwd\": ");
     json_num(c->bwd[u]);

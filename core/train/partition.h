@@ -19,6 +19,9 @@ typedef struct gp_unit_costs {
   int64_t *params;               /* trainable elements */
   int64_t *act_bytes;            /* bytes a forward keeps for backward: outputs + saved state */
   int64_t *out_bytes;            /* bytes of the unit's own output */
+  /* bytes of the input gradients the unit's backward allocates for one micro-batch: a stage
+   * holds those of one backward at a time, beside the activations (NULL: none counted) */
+  int64_t *grad_bytes;
   /* n + 1 entries: bytes of every tensor made before unit c and read at or after it (the
    * labels and other model inputs read later included): what a cut before unit c sends per
    * micro-batch. cut_bytes[0] = the model inputs' bytes, cut_bytes[n] = 0. */

@@ -38,6 +38,7 @@ void gp_unit_costs_free(gp_unit_costs *c) {
   free(c->params);
   free(c->act_bytes);
   free(c->out_bytes);
+  free(c->grad_bytes);
   free(c->cut_bytes);
   memset(c, 0, sizeof *c);
 }
@@ -79,8 +80,16 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, const int *
   int n = m->n_units;
   for (int u = 0; u < n; u++) {
     double f = 0, b = 0;
-    int64_t p = 0, act = 0;
+    int64_t p = 0, act = 0, grad = 0;
     for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) {
+      /* one buffer per input that takes a gradient (the first one's, or a temporary that is
+       * added to it), less the one add, identity or flatten hands dout to */
+      int handed = !m->nodes[i].layer.type->grad_is_dout;
+      for (int j = 0; j < m->nodes[i].n_in; j++) {
+        int t = m->nodes[i].in[j];
+        if (t < m->n_inputs || !m->nodes[t - m->n_inputs].trains) continue;
+        if (handed++) grad += tensor_bytes(m, t);
+      }
       gp_cost k;
       gp_node_cost(m, i, &k);
       f += k.fwd_flops;
@@ -94,6 +103,7 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, const int *
     c->bwd_flops[u] = b * (double)mb;
     c->params[u] = p;
     c->act_bytes[u] = act * mb;
+    c->grad_bytes[u] = grad * mb;
     int lastnode = m->unit_first[u + 1] - 1;
     c->out_bytes[u] =
         lastnode >= m->unit_first[u] ? tensor_bytes(m, m->n_inputs + lastnode) * mb : 0;
@@ -441,12 +451,14 @@ gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_
   out->params = calloc(un, sizeof(int64_t));
   out->act_bytes = calloc(un, sizeof(int64_t));
   out->out_bytes = calloc(un, sizeof(int64_t));
+  out->grad_bytes = calloc(un, sizeof(int64_t));
   out->cut_bytes = calloc(un + 1, sizeof(int64_t));
   int *last = malloc(sizeof(int) * (size_t)(m->n_inputs + m->n_nodes));
   int *reader = malloc(sizeof(int) * (size_t)(m->n_inputs + m->n_nodes));
   gp_status s = GP_OK;
   if (!out->fwd || !out->bwd || !out->fwd_flops || !out->bwd_flops || !out->params ||
-      !out->act_bytes || !out->out_bytes || !out->cut_bytes || !last || !reader) {
+      !out->act_bytes || !out->out_bytes || !out->grad_bytes || !out->cut_bytes || !last ||
+      !reader) {
     s = GP_ERR(GP_ERR_NOMEM, "out of host memory for the costs of %d units", n);
     goto done;
   }

@@ -42,6 +42,7 @@ typedef struct sums {
   double f, b; /* balancing weight, forward and backward */
   double p;    /* trainable parameters */
   double act;  /* activation bytes kept for backward */
+  double grad; /* input gradients one micro-batch's backward allocates */
   double big;  /* the largest single unit's activation bytes */
 } sums;
 
@@ -50,6 +51,7 @@ static void sums_add(sums *z, const gp_unit_costs *c, int u) {
   z->b += c->bwd[u];
   z->p += (double)c->params[u];
   z->act += (double)c->act_bytes[u];
+  if (c->grad_bytes) z->grad += (double)c->grad_bytes[u];
   if ((double)c->act_bytes[u] > z->big) z->big = (double)c->act_bytes[u];
 }
 
@@ -73,12 +75,13 @@ static double stage_time(const ctx *x, const sums *z, int s, int a, int b) {
 /* The part of the memory estimate that can only grow as a stage takes more units: f32
  * weights, gradients and optimizer state, the activations (all of them per micro-batch in
  * flight without re-materialization; with it, only one micro-batch's, re-materialized in its
- * backward), and a working set of the largest single unit's activations: a rough allowance
- * for the scratch space (im2col and the like) that a layer needs beyond what it keeps. */
+ * backward), the input gradients of one backward (the stage frees them after each), and a
+ * working set of the largest single unit's activations: a rough allowance for the scratch
+ * space (im2col and the like) that a layer needs beyond what it keeps. */
 static double mem_floor(const ctx *x, const sums *z, int K, int s) {
   double w = 4.0 * z->p * (2.0 + x->r->optim_slots);
   double act = x->r->remat == GP_REMAT_NEVER ? in_flight(x->r, K, s) * z->act : z->act;
-  return w + act + z->big;
+  return w + act + z->grad + z->big;
 }
 
 /* With re-materialization each micro-batch in flight keeps its stage input. */

@@ -99,6 +99,13 @@ static void analytic(void) {
   for (int u = 0; u < 5; u++)
     CHECK(c.out_bytes[u] == mb * out[u], "unit %d out bytes %lld, want %lld", u,
           (long long)c.out_bytes[u], (long long)(mb * out[u]));
+  /* the input gradients each unit's backward allocates, per sample: none for x; tanh's of a
+   * and dropout's of tanh 48 each; b's of the block 48; add hands dout to b and allocates a's
+   * 48; the last linear's of the sum 48 and the loss's of the logits 20 */
+  static const int64_t grad[5] = {0, 96, 48, 48, 68};
+  for (int u = 0; u < 5; u++)
+    CHECK(c.grad_bytes[u] == mb * grad[u], "unit %d gradient bytes %lld, want %lld", u,
+          (long long)c.grad_bytes[u], (long long)(mb * grad[u]));
   /* per sample: x 40, label 4, a 48, the block's output 48, b 48, the sum 48 */
   static const int64_t cut[6] = {40 + 4, 48 + 4, 48 + 48 + 4, 48 + 48 + 4, 48 + 4, 0};
   for (int u = 0; u <= 5; u++)
