@@ -84,11 +84,14 @@ static double mem_floor(const ctx *x, const sums *z, int K, int s) {
   return w + act + z->grad + z->big;
 }
 
-/* With re-materialization each micro-batch in flight keeps its stage input. */
-static double stage_mem(const ctx *x, const sums *z, int K, int s, int a) {
-  double m = mem_floor(x, z, K, s);
-  if (x->r->remat != GP_REMAT_NEVER) m += in_flight(x->r, K, s) * (double)x->c->cut_bytes[a];
-  return m;
+/* Stage [a, b): each micro-batch in flight holds a buffer for the gradients of the stage's
+ * outputs and, with re-materialization, its stage input and a copy of its outputs (the rest of
+ * its activations are dropped). */
+static double stage_mem(const ctx *x, const sums *z, int K, int s, int a, int b) {
+  double m = mem_floor(x, z, K, s), fl = in_flight(x->r, K, s);
+  double out = b < x->n ? (double)x->c->cut_bytes[b] : 0.0;
+  if (x->r->remat != GP_REMAT_NEVER) m += fl * ((double)x->c->cut_bytes[a] + out);
+  return m + fl * out;
 }
 
 typedef enum dp_mode {
@@ -130,7 +133,7 @@ static int dp(const ctx *x, int K, dp_mode mode, double thr, int *first, double 
         if (mode == DP_MAX_MIN_TIME && comp > thr) break;
         if (mode == DP_MIN_MAX_MEM && floor_mem >= best) break;
         if (s == 0 ? a != 0 : prev[a] == none) continue;
-        double mem = stage_mem(x, &z, K, s, a);
+        double mem = stage_mem(x, &z, K, s, a, b);
         if (lim > 0 && mem > lim) continue;
         double v = mode == DP_MIN_MAX_MEM ? mem : stage_time(x, &z, s, a, b);
         if (mode == DP_MAX_MIN_TIME && v > thr) continue;
@@ -288,7 +291,7 @@ gp_status gp_partition_evaluate(const gp_unit_costs *c, const gp_partition_req *
       sums_add(&z, c, u);
     out->first[s] = a;
     out->time[s] = stage_time(&x, &z, s, a, b);
-    out->memory[s] = stage_mem(&x, &z, K, s, a);
+    out->memory[s] = stage_mem(&x, &z, K, s, a, b);
     lo = fmin(lo, out->time[s]);
     hi = fmax(hi, out->time[s]);
     total += out->time[s];

@@ -85,8 +85,9 @@ static void stage_eval(const inst *in, int K, int s, int a, int b, double *time,
   if (r->bytes_per_s > 0)
     *time += (double)((a > 0 ? in->cut[a] : 0) + (b < in->c.n ? in->cut[b] : 0)) / r->bytes_per_s;
   double fl = r->schedule == GP_SCHED_1F1B ? fmin(r->micro, K - s) : r->micro;
-  *mem = 4.0 * p * (2.0 + r->optim_slots) + big +
-         (r->remat == GP_REMAT_NEVER ? fl * act : fl * (double)in->cut[a] + act);
+  double out = b < in->c.n ? (double)in->cut[b] : 0.0; /* the outputs' gradient buffers */
+  *mem = 4.0 * p * (2.0 + r->optim_slots) + big + fl * out +
+         (r->remat == GP_REMAT_NEVER ? fl * act : fl * ((double)in->cut[a] + out) + act);
 }
 
 typedef struct brute {
@@ -296,14 +297,16 @@ static void predictions(void) {
   CHECK(gp_partition_solve(&in.c, &in.r, &p) == GP_OK && p.first[1] == 4 && p.time[0] == 6 &&
             p.time[1] == 6,
         "speed 2 stage takes 4 of 6 units (got first[1] = %d)", p.first[1]);
-  /* 1F1B memory: stage s holds min(M, K - s) micro-batches of activations */
+  /* 1F1B memory: stage s holds min(M, K - s) micro-batches of activations, and as many
+   * buffers for its outputs' gradients (the 50 bytes crossing the cut; the last stage has
+   * none) */
   in.r = (gp_partition_req){
       .stages = 2, .micro = 4, .schedule = GP_SCHED_1F1B, .remat = GP_REMAT_NEVER};
   for (int u = 0; u < 6; u++)
-    in.params[u] = 0, in.act[u] = 100;
+    in.params[u] = 0, in.act[u] = 100, in.cut[u] = u == 3 ? 50 : 0;
   int f2[3] = {0, 3, 6};
-  CHECK(gp_partition_evaluate(&in.c, &in.r, f2, &p) == GP_OK && p.memory[0] == 2 * 300 + 100 &&
-            p.memory[1] == 1 * 300 + 100,
+  CHECK(gp_partition_evaluate(&in.c, &in.r, f2, &p) == GP_OK &&
+            p.memory[0] == 2 * 300 + 100 + 2 * 50 && p.memory[1] == 1 * 300 + 100,
         "1f1b memory %.17g %.17g", p.memory[0], p.memory[1]);
 }
 
