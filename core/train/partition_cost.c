@@ -84,11 +84,15 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, const int *
     for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) {
       /* one buffer per input that takes a gradient (the first one's, or a temporary that is
        * added to it), less the one add, identity or flatten hands dout to */
-      int handed = !m->nodes[i].layer.type->grad_is_dout;
+      int handed = m->nodes[i].layer.type->grad_is_dout;
       for (int j = 0; j < m->nodes[i].n_in; j++) {
         int t = m->nodes[i].in[j];
         if (t < m->n_inputs || !m->nodes[t - m->n_inputs].trains) continue;
-        if (handed++) grad += tensor_bytes(m, t);
+        if (handed) {
+          handed = 0;
+          continue;
+        }
+        grad += tensor_bytes(m, t);
       }
       gp_cost k;
       gp_node_cost(m, i, &k);
