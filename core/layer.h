@@ -116,7 +116,8 @@ typedef struct gp_layer_type {
                         const gp_tensor *dout, gp_tensor *din, void *saved);
   /* 1: the gradient of every input is dout itself, reshaped (add, identity, flatten). The
    * executor then gives the first input whose gradient is not yet held dout's memory instead
-   * of a copy, and passes backward that din with data NULL (nothing to write). */
+   * of a copy (and an add's second input too where gp_node_hands_both allows it), and passes
+   * backward that din with data NULL (nothing to write). */
   int grad_is_dout;
   /* 1: forward may write out over in[0] when nothing else reads in[0] and its producer's
    * backward does not read its output (ReLU: its backward's mask in[0] > 0 is then y > 0,

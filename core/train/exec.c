@@ -65,6 +65,30 @@ int gp_node_in_place(const gp_model *m, const int *reader, int i, int first) {
          gp_shape_numel(&prod->out_shape) == gp_shape_numel(&n->layer.out_shape);
 }
 
+/* The highest index of a node other than `skip` that reads tensor t, or -1. */
+static int last_other_reader(const gp_model *m, int t, int skip) {
+  for (int i = m->n_nodes - 1; i >= 0; i--)
+    for (int j = 0; i != skip && j < m->nodes[i].n_in; j++)
+      if (m->nodes[i].in[j] == t) return i;
+  return -1;
+}
+
+int gp_node_hands_both(const gp_model *m, int i, int first) {
+  const gp_node *n = &m->nodes[i];
+  if (!n->layer.type->grad_is_dout || n->n_in != 2 || n->in[0] == n->in[1]) return 0;
+  int prod[2];
+  for (int j = 0; j < 2; j++) {
+    int t = n->in[j];
+    if (t < m->n_inputs || !m->nodes[t - m->n_inputs].trains) return 0;
+    prod[j] =
+        t - m->n_inputs < first ? first - 1 : t - m->n_inputs; /* another stage's: read last */
+  }
+  if (prod[0] == prod[1]) return 0;
+  int hi = prod[1] > prod[0], lo = 1 - hi;
+  if (m->nodes[prod[hi]].layer.type->grad_is_dout) return 0;
+  return last_other_reader(m, n->in[hi], i) < 0 && last_other_reader(m, n->in[lo], i) <= prod[hi];
+}
+
 gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
   const gp_model *m = p->m;
   gp_tensor in[GP_MAX_INPUTS];
@@ -105,7 +129,7 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
     int t = m->n_inputs + i;
     int is_loss = (i == m->n_nodes - 1);
     if (!is_loss && !p->grad[t].data) continue; /* nothing downstream needs it */
-    int any = 0, shared = 0;
+    int any = 0, shared = 0, both = gp_node_hands_both(m, i, p->first);
     for (int j = 0; j < n->n_in; j++) {
       int src = n->in[j];
       in[j] = p->val[src];
@@ -121,9 +145,12 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
       din[j].dtype = GP_F32;
       din[j].device = in[j].device;
       any = 1;
-      if (!p->grad[src].data && !repeated && l->type->grad_is_dout && !shared && !is_loss) {
+      if (!p->grad[src].data && !repeated && l->type->grad_is_dout && (!shared || both) &&
+          !is_loss) {
         /* Safe to share: dout is read by this backward alone, and whatever later adds into
-         * the input's gradient (its other consumers, earlier in the model) runs after it. */
+         * the input's gradient (its other consumers, earlier in the model) runs after it.
+         * Both inputs' when gp_node_hands_both says nothing writes into one before the
+         * other's producer has read it. */
         p->grad[src] = p->grad[t];
         p->grad[src].shape = in[j].shape;
         shared = 1;

@@ -26,6 +26,14 @@ void gp_model_readers(const gp_model *m, int *reader);
  * model input, not another stage's), node i is its only reader in the whole model (no later
  * layer, no other stage, not the loss sees it) and its producer's backward does not read it. */
 int gp_node_in_place(const gp_model *m, const int *reader, int i, int first);
+/* Whether node i (add of two tensors, in a pass that starts at node `first`) hands dout's
+ * memory to both inputs' gradients, not only the first's. The two gradients then share a
+ * buffer until both producers' backwards have read it, so nothing may write into it before:
+ * node i is the last reader of both; the later-made input (producer H) has no other reader;
+ * the other input's other readers come no later than H (their backwards, which add into its
+ * gradient, run after H's); and H does not hand its dout on (no grad_is_dout). An input from
+ * another stage counts as made before the pass (its gradient is read when the pass ends). */
+int gp_node_hands_both(const gp_model *m, int i, int first);
 void gp_pass_free(gp_pass *p);
 /* Forward of nodes [first, end). Inputs of the range (model inputs, tensors of earlier
  * nodes) must be set in p->val first. */

@@ -83,13 +83,14 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, const int *
     int64_t p = 0, act = 0, grad = 0;
     for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) {
       /* one buffer per input that takes a gradient (the first one's, or a temporary that is
-       * added to it), less the one add, identity or flatten hands dout to */
-      int handed = m->nodes[i].layer.type->grad_is_dout;
+       * added to it), less the one (or two) add, identity or flatten hands dout to */
+      int handed =
+          m->nodes[i].layer.type->grad_is_dout ? 1 + gp_node_hands_both(m, i, m->unit_first[u]) : 0;
       for (int j = 0; j < m->nodes[i].n_in; j++) {
         int t = m->nodes[i].in[j];
         if (t < m->n_inputs || !m->nodes[t - m->n_inputs].trains) continue;
         if (handed) {
-          handed = 0;
+          handed--;
           continue;
         }
         grad += tensor_bytes(m, t);

@@ -101,7 +101,8 @@ static void analytic(void) {
           (long long)c.out_bytes[u], (long long)(mb * out[u]));
   /* the input gradients each unit's backward allocates, per sample: none for x; tanh's of a
    * and dropout's of tanh 48 each; b's of the block 48; add hands dout to b and allocates a's
-   * 48; the last linear's of the sum 48 and the loss's of the logits 20 */
+   * 48 (seen from its unit both inputs come from before the pass, so not to both); the last
+   * linear's of the sum 48 and the loss's of the logits 20 */
   static const int64_t grad[5] = {0, 96, 48, 48, 68};
   for (int u = 0; u < 5; u++)
     CHECK(c.grad_bytes[u] == mb * grad[u], "unit %d gradient bytes %lld, want %lld", u,

@@ -5,7 +5,9 @@
  * is parameter-free on the input: no gradient may be computed for its output (nothing before
  * it trains), and the next layer's weight gradient must still be right. The buffers the
  * executor shares are checked too: tanh and sigmoid write over an input read by them alone
- * (not over the model's input), and add hands dout's memory to its first input's gradient. */
+ * (not over the model's input), and add hands dout's memory to its first input's gradient,
+ * and to its second's too where nothing adds into one of the two before the other's producer
+ * has read it (a ResNet skip: 'res'), not where something would ('res2': tanh 'u'). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,12 @@ static const char *model_text =
     "  - {type: add, from: [b, t], name: r}\n"
     "  - {type: add, from: [r, r, t], name: twice}\n"
     "  - {type: sigmoid, name: s}\n"
-    "  - {type: concat, from: [s, t], name: cat}\n"
+    "  - {type: conv2d, out_channels: 3, kernel: 3, padding: 1, name: c}\n"
+    "  - {type: add, from: [c, s], name: res}\n"
+    "  - {type: conv2d, out_channels: 3, kernel: 1, name: e}\n"
+    "  - {type: tanh, from: res, name: u}\n"
+    "  - {type: add, from: [e, res], name: res2}\n"
+    "  - {type: concat, from: [res2, u, t], name: cat}\n"
     "  - {type: global_avgpool}\n"
     "  - {type: linear, out_features: 4, name: fc}\n"
     "loss: {type: softmax_cross_entropy, label_smoothing: 0.1}\n";
@@ -57,7 +64,8 @@ static void check_sharing(const gp_model *m, const gp_pass *p) {
   const gp_tensor *v = p->val, *g = p->grad;
   int a = tensor_of(m, "a"), t = tensor_of(m, "t"), twice = tensor_of(m, "twice");
   int s = tensor_of(m, "s"), pre = tensor_of(m, "pre"), b = tensor_of(m, "b");
-  int r = tensor_of(m, "r");
+  int r = tensor_of(m, "r"), cv = tensor_of(m, "c"), res = tensor_of(m, "res");
+  int ev = tensor_of(m, "e"), res2 = tensor_of(m, "res2");
   struct {
     int ok;
     const char *what;
@@ -68,6 +76,11 @@ static void check_sharing(const gp_model *m, const gp_pass *p) {
       {g[r].data == g[twice].data, "add 'twice' hands its dout to r's gradient"},
       {g[b].data == g[r].data, "add 'r' hands its dout to b's gradient"},
       {g[t].data != g[r].data, "t's gradient (several readers) is its own"},
+      {g[cv].data == g[res].data, "add 'res' hands its dout to c's gradient"},
+      {g[s].data == g[res].data, "add 'res' hands its dout to s's gradient too (a skip)"},
+      {g[ev].data == g[res2].data, "add 'res2' hands its dout to e's gradient"},
+      {g[res].data != g[res2].data,
+       "add 'res2' keeps res's gradient apart (tanh 'u' adds to it before conv 'e' reads its)"},
   };
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
     if (!c[i].ok) printf("FAIL: %s\n", c[i].what), shared_checks++;
