@@ -21,7 +21,7 @@ def main():
         if r["baseline"] or k == 1 or m == 1:
             continue
         ideal = k * m / (m + k - 1)
-        cells.append(f"K={k} M={m} {r['speedup_vs_naive']:.2f}x of {ideal:.2f} "
+        cells.append(f"K={k} M={m} {r['schedule']} {r['speedup_vs_naive']:.2f}x of {ideal:.2f} "
                      f"({100 * r['speedup_vs_naive'] / ideal:.0f}%, bubble "
                      f"{r['bubble_measured']:.3f} vs {r['bubble_theory']:.3f})")
     print("; ".join(cells) if cells else "no pipelined runs")

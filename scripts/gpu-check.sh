@@ -12,7 +12,8 @@
 #   graph     which cuDNN API the convolution searches choose (GP_CUDNN_LOG), and ResNet-56
 #             with the graph API's engines off and on (GP_CUDNN_GRAPH=0/1), alternating
 #   scaling   issue 5's CPU check: gpipe-bench of balanced-cnn over K = 1, 2, 4, 8 at M = 32
-#             (GP_SCALING="8:128 16:1024" picks threads:batch sweeps)
+#             (GP_SCALING="8:128 16:1024 8:128:0,2,4,6,8,10,12,14" picks threads:batch[:cpus]
+#             sweeps; GP_SCALING_SCHEDULE=gpipe,1f1b adds 1F1B)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu-check.sh OUT PHASE...}
@@ -112,13 +113,18 @@ PY
 # in the summary; the tables and JSON are in the logs.
 phase_scaling() {
   for cfg in ${GP_SCALING:-8:128 8:1024 16:1024}; do
-    local th=${cfg%%:*} batch=${cfg##*:} log=$logs/scaling-${cfg/:/-}
-    timeout 300 "$bin/gpipe-bench" bench/models/balanced-cnn.yaml --stages 1,2,4,8 \
+    # threads:batch[:cpus]: cpus (a taskset list, e.g. 0,2,4,6,8,10,12,14) restricts the CPUs
+    # the stages are pinned to, in order
+    IFS=: read -r th batch cpus <<<"$cfg"
+    local log=$logs/scaling-$th-$batch${cpus:+-cpus-${cpus//,/_}} run=()
+    [ -n "$cpus" ] && run=(taskset -c "$cpus")
+    timeout 300 "${run[@]}" "$bin/gpipe-bench" bench/models/balanced-cnn.yaml --stages 1,2,4,8 \
       --micro-batches 32 --checkpoint never --threads "$th" --batch-size "$batch" \
+      --schedule "${GP_SCALING_SCHEDULE:-gpipe}" \
       --steps "${GP_SCALING_STEPS:-10}" --reps "${GP_SCALING_REPS:-2}" --json \
       >"$log.json" 2>"$log.err"
     local rc=$?
-    say "scaling: $th threads, batch $batch: rc=$rc $(scripts/bench-ideal.py "$log.json" 2>&1)"
+    say "scaling: $th threads${cpus:+ on CPUs $cpus}, batch $batch: rc=$rc $(scripts/bench-ideal.py "$log.json" 2>&1)"
   done
 }
 
