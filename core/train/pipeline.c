@@ -440,8 +440,8 @@ static gp_status staging_fill(stage *st) {
   return GP_OK;
 }
 
-/* Points the pass's inputs at micro-batch m: model inputs copied from the host batch into
- * the slot's arena (a GPU stage: from its staging, without waiting), other stages' tensors
+/* Points the pass's inputs at micro-batch m: model inputs at their rows of the host batch (a
+ * GPU stage: copied from its staging into the slot's arena, without waiting), other stages' tensors
  * from the mailbox, waiting for them: a producer's tensor is used in place where it shares
  * the memory (the compute queue waits for the producer's), else copied into the slot's arena
  * on queue IN (which waits for the producer; the compute queue waits for the copy). */
@@ -459,11 +459,13 @@ static gp_status gather_inputs(stage *st, int m, gp_pass *p, gp_arena *keep) {
     size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
     const char *src = pl->in.in[t];
     if (!src) return GP_ERR(GP_ERR_USAGE, "the batch has no data for input '%s'", mi->name);
-    GP_TRY(gp_arena_tensor(keep, mi->dtype, &sh, &p->val[t]));
     size_t at = (size_t)pl->off[m] * per, bytes = (size_t)n * per;
     if (be->device < 0) {
-      GP_TRY(be->from_host(be, p->val[t].data, src + at, bytes));
+      /* read where it is: the step returns only when every stage is done with the batch,
+       * and nothing writes over a model input (gp_node_in_place) */
+      p->val[t] = (gp_tensor){(void *)(src + at), sh, mi->dtype, -1};
     } else {
+      GP_TRY(gp_arena_tensor(keep, mi->dtype, &sh, &p->val[t]));
       GP_TRY(be->from_host_async(be, p->val[t].data, st->stg.host + st->stg.at[t] + at, bytes));
       staged = 1;
     }
