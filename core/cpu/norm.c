@@ -1,33 +1,53 @@
 /* CPU batch norm over [n, c, inner] and layer norm over [rows, cols]: two passes each
  * (statistics, then output), with vectorizable reductions. */
 #include <math.h>
+#include <string.h>
 
 #include "core/cpu/cpu.h"
 
 /* Reductions with 8 independent partial sums: a single accumulator is one long chain of
- * dependent adds (4 cycles each) that strict IEEE order forbids the compiler to split; 8
- * lanes it can vectorize. */
+ * dependent adds (4 cycles each) that strict IEEE order forbids the compiler to split. The
+ * 8 lanes are two 4-float GCC vectors, one SSE register each on the baseline ISA: written as
+ * 8 scalar accumulators, GCC vectorized across iterations instead and added each vector's
+ * lanes one by one (about 1 float per ns). Lane u sums elements u, u + 8, ...: the same
+ * order, so the same results, as the scalar code. */
+typedef float v4f __attribute__((vector_size(16)));
+
+static inline v4f load4(const float *p) {
+  v4f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/* ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) of the lanes of lo (0-3) and hi (4-7) */
+static inline float lanes_sum(v4f lo, v4f hi) {
+  return ((lo[0] + lo[1]) + (lo[2] + lo[3])) + ((hi[0] + hi[1]) + (hi[2] + hi[3]));
+}
+
 #define LANES 8
 
 float gp_cpu_rowsum(const float *restrict p, int64_t n) {
-  float a[LANES] = {0};
+  v4f a0 = {0}, a1 = {0};
   int64_t k = 0;
-  for (; k + LANES <= n; k += LANES)
-    for (int u = 0; u < LANES; u++)
-      a[u] += p[k + u];
-  float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  for (; k + LANES <= n; k += LANES) {
+    a0 += load4(p + k);
+    a1 += load4(p + k + 4);
+  }
+  float s = lanes_sum(a0, a1);
   for (; k < n; k++)
     s += p[k];
   return s;
 }
 
 static float rowsqdev(const float *restrict p, int64_t n, float m) {
-  float a[LANES] = {0};
+  v4f a0 = {0}, a1 = {0};
   int64_t k = 0;
-  for (; k + LANES <= n; k += LANES)
-    for (int u = 0; u < LANES; u++)
-      a[u] += (p[k + u] - m) * (p[k + u] - m);
-  float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  for (; k + LANES <= n; k += LANES) {
+    v4f v0 = load4(p + k) - m, v1 = load4(p + k + 4) - m;
+    a0 += v0 * v0;
+    a1 += v1 * v1;
+  }
+  float s = lanes_sum(a0, a1);
   for (; k < n; k++)
     s += (p[k] - m) * (p[k] - m);
   return s;
@@ -35,16 +55,16 @@ static float rowsqdev(const float *restrict p, int64_t n, float m) {
 
 /* sum(x - k) and sum((x - k)^2) of one row. */
 static void rowmoments(const float *restrict p, int64_t n, float k, float *s1, float *s2) {
-  float a[LANES] = {0}, b[LANES] = {0};
+  v4f a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0};
   int64_t i = 0;
-  for (; i + LANES <= n; i += LANES)
-    for (int u = 0; u < LANES; u++) {
-      float v = p[i + u] - k;
-      a[u] += v;
-      b[u] += v * v;
-    }
-  float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-  float t = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
+  for (; i + LANES <= n; i += LANES) {
+    v4f v0 = load4(p + i) - k, v1 = load4(p + i + 4) - k;
+    a0 += v0;
+    a1 += v1;
+    b0 += v0 * v0;
+    b1 += v1 * v1;
+  }
+  float s = lanes_sum(a0, a1), t = lanes_sum(b0, b1);
   for (; i < n; i++) {
     float v = p[i] - k;
     s += v;
@@ -57,15 +77,16 @@ static void rowmoments(const float *restrict p, int64_t n, float k, float *s1, f
 /* sum(g) and sum(g * (x - m)) of one row. */
 static void rowsum2(const float *restrict g, const float *restrict x, int64_t n, float m, float *sg,
                     float *sgx) {
-  float a[LANES] = {0}, b[LANES] = {0};
+  v4f a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0};
   int64_t k = 0;
-  for (; k + LANES <= n; k += LANES)
-    for (int u = 0; u < LANES; u++) {
-      a[u] += g[k + u];
-      b[u] += g[k + u] * (x[k + u] - m);
-    }
-  float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-  float t = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
+  for (; k + LANES <= n; k += LANES) {
+    v4f g0 = load4(g + k), g1 = load4(g + k + 4);
+    a0 += g0;
+    a1 += g1;
+    b0 += g0 * (load4(x + k) - m);
+    b1 += g1 * (load4(x + k + 4) - m);
+  }
+  float s = lanes_sum(a0, a1), t = lanes_sum(b0, b1);
   for (; k < n; k++) {
     s += g[k];
     t += g[k] * (x[k] - m);

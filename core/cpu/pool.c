@@ -87,8 +87,18 @@ static void window(const gp_pool2d_desc *d, int64_t oy, int64_t ox, int64_t *y0,
   if (*x1 > d->w) *x1 = d->w;
 }
 
+/* One window that is the whole plane (global average pooling). */
+static int whole_plane(const gp_pool2d_desc *d) {
+  return d->oh == 1 && d->ow == 1 && d->kh == d->h && d->kw == d->w && d->ph == 0 && d->pw == 0;
+}
+
 static void avg_plane(const gp_pool2d_desc *d, const float *restrict x, float *restrict y) {
   const float full = 1.0f / (float)(d->kh * d->kw);
+  if (whole_plane(d)) { /* 8 partial sums, not one chain of dependent adds */
+    const float s = gp_cpu_rowsum(x, d->h * d->w);
+    y[0] = d->count_pad ? s * full : s / (float)(d->h * d->w);
+    return;
+  }
   for (int64_t oy = 0; oy < d->oh; oy++) {
     for (int64_t ox = 0; ox < d->ow; ox++) {
       int64_t y0, y1, x0, x1;
@@ -178,6 +188,12 @@ static gp_status backward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
     const float *restrict dyp = a->in + p * ohw;
     if (tiles) {
       max_back_2x2(d, dyp, a->argmax + p * ohw, dxp);
+      continue;
+    }
+    if (a->kind == GP_POOL_AVG && whole_plane(d)) {
+      const float g = dyp[0] * (d->count_pad ? 1.0f / (float)(d->kh * d->kw) : 1.0f / (float)hw);
+      for (int64_t i = 0; i < hw; i++)
+        dxp[i] = g;
       continue;
     }
     memset(dxp, 0, (size_t)hw * sizeof(float));
