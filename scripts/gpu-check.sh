@@ -112,7 +112,7 @@ PY
 # all 16 at 1024), each pipeline-K's speed-up over naive-K as a share of the ideal K*M/(M+K-1)
 # in the summary; the tables and JSON are in the logs.
 phase_scaling() {
-  for cfg in ${GP_SCALING:-8:128 8:1024 16:1024}; do
+  for cfg in ${GP_SCALING:-8:128 8:128:0,2,4,6,8,10,12,14 8:512}; do
     # threads:batch[:cpus]: cpus (a taskset list, e.g. 0,2,4,6,8,10,12,14) restricts the CPUs
     # the stages are pinned to, in order
     IFS=: read -r th batch cpus <<<"$cfg"
