@@ -16,11 +16,14 @@ gp_status gp_pass_init(gp_pass *p, const gp_model *m, int first, int end, int64_
   p->grad = calloc(nt, sizeof *p->grad);
   p->saved = calloc((size_t)m->n_nodes, sizeof *p->saved);
   p->reader = malloc(nt * sizeof *p->reader);
-  if (!p->val || !p->grad || !p->saved || !p->reader) {
+  p->both = calloc((size_t)m->n_nodes, sizeof *p->both);
+  if (!p->val || !p->grad || !p->saved || !p->reader || !p->both) {
     gp_pass_free(p);
     return GP_ERR(GP_ERR_NOMEM, "out of host memory for a pass");
   }
   gp_model_readers(m, p->reader);
+  for (int i = first; i < end; i++)
+    p->both[i] = (unsigned char)gp_node_hands_both(m, i, first);
   return GP_OK;
 }
 
@@ -43,9 +46,11 @@ void gp_pass_free(gp_pass *p) {
   free(p->grad);
   free(p->saved);
   free(p->reader);
+  free(p->both);
   p->val = p->grad = NULL;
   p->saved = NULL;
   p->reader = NULL;
+  p->both = NULL;
 }
 
 /* Keeps the layer's status (a bad token id stays GP_ERR_DATA) and says where it happened. */
@@ -129,7 +134,7 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
     int t = m->n_inputs + i;
     int is_loss = (i == m->n_nodes - 1);
     if (!is_loss && !p->grad[t].data) continue; /* nothing downstream needs it */
-    int any = 0, shared = 0, both = gp_node_hands_both(m, i, p->first);
+    int any = 0, shared = 0, both = p->both[i];
     for (int j = 0; j < n->n_in; j++) {
       int src = n->in[j];
       in[j] = p->val[src];

@@ -14,7 +14,8 @@ typedef struct gp_pass {
   gp_tensor *val;  /* n_inputs + n_nodes entries; data NULL if not present */
   gp_tensor *grad; /* same; data NULL until some consumer wrote it */
   int *reader;     /* same: the one node reading the tensor in the model, or -1 (none, several) */
-  void **saved;    /* n_nodes entries */
+  unsigned char *both; /* n_nodes entries: gp_node_hands_both for the pass's nodes */
+  void **saved;        /* n_nodes entries */
 } gp_pass;
 
 gp_status gp_pass_init(gp_pass *p, const gp_model *m, int first, int end, int64_t batch);
