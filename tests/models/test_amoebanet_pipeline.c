@@ -7,11 +7,13 @@
  * per micro-batch (as in GPipe), so M changes the numbers by design and runs are compared at
  * the same M. With the same schedule, every K and re-materialization mode must give the
  * losses and weights of K = 1 within TOL_REL and bit-identical running statistics (observed:
- * identical). 1F1B sums the micro-batches' gradients in another order than GPipe: after one
- * step the two agree within TOL_REL, but not after more: with 2 samples per micro-batch and
- * 1x1 maps in the last group, batch norm normalizes 2 values per channel, its 1/std
- * reaches 1/sqrt(eps) and a 1e-7 difference in the weights grows to 1e-2 by the third step
- * (measured), so longer runs are compared within one schedule only. A self-check shows the
+ * identical). 1F1B sums the micro-batches' gradients in another order than GPipe, and with 2
+ * samples per micro-batch and 1x1 maps in the last group batch norm normalizes 2 values per
+ * channel: its 1/std reaches 1/sqrt(eps), a 1e-7 difference in the weights grows to 1e-2 by
+ * the third step (measured), and even one step's difference at M = 8 ranged over 1.5e-6 to
+ * 1.2e-5 when one kernel's last bits changed (exp by an ulp in some places). So 1F1B is
+ * compared with GPipe after one step at M = 4 (4 samples: 1e-7 to 6e-7 over the same
+ * changes), and longer runs within one schedule only. A self-check shows the
  * comparison can fail: K = 1 with M = 1 is not the same run as M = 8.
  * Usage: test_amoebanet_pipeline models/amoebanet-d.yaml */
 #include <math.h>
@@ -132,15 +134,15 @@ int main(int argc, char **argv) {
     return 2;
   }
   model_file = argv[1];
-  run_out ref8, ref1, ref8_1f1b, ref8_step1;
+  run_out ref8, ref1, ref8_1f1b, ref4_step1;
   cfg r8 = {1, 8, STEPS, GP_SCHED_GPIPE, GP_REMAT_NEVER};
   cfg r1 = {1, 1, STEPS, GP_SCHED_GPIPE, GP_REMAT_NEVER};
   cfg r8b = {1, 8, STEPS, GP_SCHED_1F1B, GP_REMAT_NEVER};
-  cfg r8s = {1, 8, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER};
+  cfg r4s = {1, 4, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER};
   train(&r8, &ref8);
   train(&r1, &ref1);
   train(&r8b, &ref8_1f1b);
-  train(&r8s, &ref8_step1);
+  train(&r4s, &ref4_step1);
   printf("K=1 M=8 losses %.6f %.6f %.6f\n", ref8.loss[0], ref8.loss[1], ref8.loss[2]);
 
   /* K = 4, M = 8 in every re-materialization mode, and K = 2: the numbers of K = 1, M = 8 */
@@ -157,15 +159,15 @@ int main(int argc, char **argv) {
   compare(&c2, &got2, &ref8, "K=1 M=8", 1);
   free_out(&got2);
 
-  /* 1F1B: the numbers of its own K = 1; GPipe's after one step */
+  /* 1F1B: the numbers of its own K = 1; GPipe's after one step (at M = 4, above) */
   cfg c4b = {4, 8, STEPS, GP_SCHED_1F1B, GP_REMAT_EXCEPT_LAST};
   run_out got4b;
   train(&c4b, &got4b);
   compare(&c4b, &got4b, &ref8_1f1b, "K=1 M=8 1f1b", 1);
   free_out(&got4b);
-  cfg c4b1 = {4, 8, 1, GP_SCHED_1F1B, GP_REMAT_ALWAYS};
+  cfg c4b1 = {4, 4, 1, GP_SCHED_1F1B, GP_REMAT_ALWAYS};
   train(&c4b1, &got4b);
-  compare(&c4b1, &got4b, &ref8_step1, "K=1 M=8 gpipe", 0);
+  compare(&c4b1, &got4b, &ref4_step1, "K=1 M=4 gpipe", 0);
   free_out(&got4b);
 
   /* K = 4 with one micro-batch: the numbers of K = 1, M = 1 */
@@ -183,7 +185,7 @@ int main(int argc, char **argv) {
   free_out(&ref8);
   free_out(&ref1);
   free_out(&ref8_1f1b);
-  free_out(&ref8_step1);
+  free_out(&ref4_step1);
   printf("%d passed, %d failed\n", passes, failures);
   return failures != 0;
 }

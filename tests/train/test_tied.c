@@ -23,10 +23,11 @@
 /* K x M: summation order over micro-batches and stages only (as test_token_models). */
 #define TOL_KM 2e-5
 /* The tied update against w0 - lr * (g1 + g2 + g3) in double, per element relative to
- * |w0| + lr (|g1| + |g2| + |g3|): a few float roundings (and M = 2 against M = 1, whose
- * gradients differ by more where a gradient cancels over the batch: 1.02e-6 with OpenBLAS's
- * Prescott kernels, which have no fused multiply-add). */
-#define TOL_SUM 3e-6
+ * |w0| + lr (|g1| + |g2| + |g3|): a few float roundings, both runs at M = 2 (observed 6e-8).
+ * Against an untied run at M = 1 the gradients also differ where one cancels over the batch,
+ * by 1e-6 to 3.1e-6 depending on the last bits of any kernel (exp changed by an ulp in some
+ * places moved it over that range), so that would test the rounding's luck. */
+#define TOL_SUM 5e-7
 
 static int passes, failures;
 
@@ -243,7 +244,7 @@ static void sum_check(const char *dir, const char *clip) {
   gp_model *mt = load_tiny(1, clip), *mu = load_tiny(0, "0");
   gp_trainer tt, tu;
   trainer(mt, 3, 2, &tt); /* the copies on stages 0 and 2 (two on 0) */
-  trainer(mu, 1, 1, &tu);
+  trainer(mu, 1, 2, &tu); /* the same micro-batches: the same order of the gradients' sums */
   if (gp_trainer_save_weights(&tt, wpath) != GP_OK) die("save w0");
   if (gp_trainer_load_weights(&tu, wpath) != GP_OK) die("load w0 untied");
   int64_t n = VOC * 8;
