@@ -7,13 +7,6 @@ static uint64_t rotl(uint64_t x, int k) {
   return (x << k) | (x >> (64 - k));
 }
 
-uint64_t gp_hash64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 uint64_t gp_hash_combine(uint64_t h, uint64_t v) {
   return gp_hash64(h ^ gp_hash64(v));
 }
@@ -61,8 +54,4 @@ uint64_t gp_rng_below(gp_rng *r, uint64_t n) {
     x = gp_rng_next(r);
   while (x >= lim);
   return x % n;
-}
-
-float gp_counter_uniform(uint64_t key, uint64_t counter) {
-  return (float)(gp_hash64(key ^ gp_hash64(counter)) >> 40) * (1.0f / 16777216.0f);
 }

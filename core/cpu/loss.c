@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "core/cpu/cpu.h"
+#include "core/cpu/vmath.h"
 
 static gp_status check_label(int32_t y, int64_t k, int64_t row) {
   if (y < 0 || y >= k)
@@ -11,33 +12,107 @@ static gp_status check_label(int32_t y, int64_t k, int64_t row) {
   return GP_OK;
 }
 
+typedef struct xent_args {
+  int64_t k;
+  float smoothing, scale;
+  const float *logits, *probs;
+  const int32_t *labels;
+  float *out, *loss;
+} xent_args;
+
+/* max(z[0], z[1], ...) as a scan that keeps the larger: a NaN is skipped unless it is z[0].
+ * By lanes, then across them: the maximum is exact, so the order does not matter. */
+static float row_max(const float *z, int64_t k) {
+  gp_v4f m0 = gp_v4f_splat(z[0]), m1 = m0;
+  int64_t j = 0;
+  for (; j + 8 <= k; j += 8) {
+    gp_v4f a = gp_v4f_load(z + j), b = gp_v4f_load(z + j + 4);
+    m0 = gp_v4f_select(a > m0, a, m0);
+    m1 = gp_v4f_select(b > m1, b, m1);
+  }
+  float mx = z[0];
+  for (int l = 0; l < 4; l++) {
+    mx = m0[l] > mx ? m0[l] : mx;
+    mx = m1[l] > mx ? m1[l] : mx;
+  }
+  for (; j < k; j++)
+    mx = z[j] > mx ? z[j] : mx;
+  return mx;
+}
+
+/* One row: probs = softmax(z), and its loss from log-sum-exp (exact even where a probability
+ * underflows to 0). Sums in double, four lanes in a fixed order, so a row's result depends on
+ * the row alone, not on how rows are split over threads. */
+static void xent_row(int64_t k, float smoothing, const float *restrict z, int32_t label,
+                     float *restrict p, float *loss) {
+  const float mx = row_max(z, k);
+  const int smoothed = smoothing != 0.0f; /* sz is read only then */
+  gp_v2d se0 = {0}, se1 = {0}, sz0 = {0}, sz1 = {0};
+  int64_t j = 0;
+  for (; j + 4 <= k; j += 4) {
+    gp_v4f d = gp_v4f_load(z + j) - mx, e = gp_v4f_exp(d);
+    gp_v4f_store(p + j, e);
+    gp_v4f_acc_double(&se0, &se1, e);
+    if (smoothed) gp_v4f_acc_double(&sz0, &sz1, d);
+  }
+  if (j < k) {
+    gp_v4f d = gp_v4f_load_part(z + j, k - j) - mx, e = gp_v4f_exp(d);
+    for (int64_t l = k - j; l < 4; l++) /* the padding lanes add nothing */
+      d[l] = e[l] = 0.0f;
+    gp_v4f_store_part(p + j, e, k - j);
+    gp_v4f_acc_double(&se0, &se1, e);
+    gp_v4f_acc_double(&sz0, &sz1, d);
+  }
+  gp_v2d se2 = se0 + se1, sz2 = sz0 + sz1;
+  double se = se2[0] + se2[1], sz = sz2[0] + sz2[1];
+  const float inv = (float)(1.0 / se);
+  for (j = 0; j < k; j++)
+    p[j] *= inv;
+  double lse = log(se);
+  double nll = -((double)z[label] - mx - lse);
+  double smooth = -(sz / (double)k - lse);
+  *loss = (float)((1.0 - smoothing) * nll + smoothing * smooth);
+}
+
+static gp_status xent_forward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const xent_args *a = ctx;
+  for (int64_t i = lo; i < hi; i++)
+    xent_row(a->k, a->smoothing, a->logits + i * a->k, a->labels[i], a->out + i * a->k,
+             a->loss + i);
+  return GP_OK;
+}
+
+/* Rows per part: about GP_CPU_GRAIN floats, at least one row. */
+static int64_t row_grain(int64_t k) {
+  return k >= GP_CPU_GRAIN ? 1 : GP_CPU_GRAIN / k;
+}
+
 gp_status gp_cpu_softmax_xent_forward(gp_backend *be, int64_t n, int64_t k, float smoothing,
                                       const float *logits, const int32_t *labels, float *probs,
                                       float *loss) {
-  (void)be;
   if (k <= 0) return GP_ERR(GP_ERR_RUNTIME, "softmax over %lld classes", (long long)k);
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = 0; i < n; i++)
     GP_TRY(check_label(labels[i], k, i));
-    const float *restrict z = logits + i * k;
-    float *restrict p = probs + i * k;
-    float mx = z[0];
-    for (int64_t j = 1; j < k; j++)
-      mx = z[j] > mx ? z[j] : mx;
-    double se = 0.0, sz = 0.0;
-    for (int64_t j = 0; j < k; j++) {
-      float e = expf(z[j] - mx);
-      p[j] = e;
-      se += e;
-      sz += z[j] - mx;
-    }
-    const float inv = (float)(1.0 / se);
-    for (int64_t j = 0; j < k; j++)
-      p[j] *= inv;
-    /* log p_j = z_j - mx - log(se): exact even where p_j underflows to 0. */
-    double lse = log(se);
-    double nll = -((double)z[labels[i]] - mx - lse);
-    double smooth = -(sz / (double)k - lse);
-    loss[i] = (float)((1.0 - smoothing) * nll + smoothing * smooth);
+  xent_args a = {.k = k,
+                 .smoothing = smoothing,
+                 .logits = logits,
+                 .labels = labels,
+                 .out = probs,
+                 .loss = loss};
+  return gp_cpu_parallel_for(be, n, row_grain(k), xent_forward_part, &a);
+}
+
+static gp_status xent_backward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const xent_args *a = ctx;
+  const float off = a->smoothing / (float)a->k, on = 1.0f - a->smoothing, scale = a->scale;
+  for (int64_t i = lo; i < hi; i++) {
+    const float *restrict p = a->probs + i * a->k;
+    float *restrict d = a->out + i * a->k;
+    for (int64_t j = 0; j < a->k; j++)
+      d[j] = scale * (p[j] - off);
+    d[a->labels[i]] -= scale * on;
   }
   return GP_OK;
 }
@@ -45,48 +120,65 @@ gp_status gp_cpu_softmax_xent_forward(gp_backend *be, int64_t n, int64_t k, floa
 gp_status gp_cpu_softmax_xent_backward(gp_backend *be, int64_t n, int64_t k, float smoothing,
                                        float scale, const float *probs, const int32_t *labels,
                                        float *dlogits) {
-  (void)be;
-  const float off = smoothing / (float)k, on = 1.0f - smoothing;
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = 0; i < n; i++)
     GP_TRY(check_label(labels[i], k, i));
-    const float *restrict p = probs + i * k;
-    float *restrict d = dlogits + i * k;
-    for (int64_t j = 0; j < k; j++)
-      d[j] = scale * (p[j] - off);
-    d[labels[i]] -= scale * on;
-  }
-  return GP_OK;
+  xent_args a = {.k = k,
+                 .smoothing = smoothing,
+                 .scale = scale,
+                 .probs = probs,
+                 .labels = labels,
+                 .out = dlogits};
+  return gp_cpu_parallel_for(be, n, row_grain(k), xent_backward_part, &a);
 }
 
+/* Sums in double over four lanes in a fixed order, on the caller's thread alone (so the
+ * result does not depend on the thread count). */
 gp_status gp_cpu_sum(gp_backend *be, int64_t n, const float *x, double *host_out) {
   (void)be;
-  double s = 0.0;
-  for (int64_t i = 0; i < n; i++)
-    s += x[i];
-  *host_out = s;
+  gp_v2d a = {0}, b = {0};
+  for (int64_t i = 0; i < n; i += 4)
+    gp_v4f_acc_double(&a, &b, n - i >= 4 ? gp_v4f_load(x + i) : gp_v4f_load_part(x + i, n - i));
+  gp_v2d t = a + b;
+  *host_out = t[0] + t[1];
   return GP_OK;
 }
 
 gp_status gp_cpu_sumsq(gp_backend *be, int64_t n, const float *x, double *host_out) {
   (void)be;
-  double s = 0.0;
-  for (int64_t i = 0; i < n; i++)
+  gp_v2d a = {0}, b = {0}, c = {0}, d = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    gp_v4f v = gp_v4f_load(x + i), w = gp_v4f_load(x + i + 4);
+    gp_v2d v0 = {v[0], v[1]}, v1 = {v[2], v[3]}, w0 = {w[0], w[1]}, w1 = {w[2], w[3]};
+    a += v0 * v0;
+    b += v1 * v1;
+    c += w0 * w0;
+    d += w1 * w1;
+  }
+  gp_v2d t = (a + b) + (c + d);
+  double s = t[0] + t[1];
+  for (; i < n; i++)
     s += (double)x[i] * x[i];
   *host_out = s;
   return GP_OK;
+}
+
+/* Argmax as torch.argmax: the first maximum wins, a NaN never does unless it is the first
+ * (then nothing compares greater and index 0 stands). The maximum by lanes, then its first
+ * index: the same answer as one scan. */
+static int64_t argmax_row(const float *z, int64_t k) {
+  const float mx = row_max(z, k);
+  for (int64_t j = 0; j < k; j++)
+    if (z[j] == mx) return j;
+  return 0; /* mx is a NaN: z[0] */
 }
 
 gp_status gp_cpu_count_correct(gp_backend *be, int64_t n, int64_t k, const float *logits,
                                const int32_t *labels, int64_t *host_out) {
   (void)be;
   int64_t ok = 0;
-  for (int64_t i = 0; i < n; i++) {
-    const float *z = logits + i * k;
-    int64_t best = 0;
-    for (int64_t j = 1; j < k; j++)
-      if (z[j] > z[best]) best = j; /* first maximum wins, as torch.argmax */
-    ok += best == labels[i];
-  }
+  for (int64_t i = 0; i < n; i++)
+    ok += argmax_row(logits + i * k, k) == labels[i];
   *host_out = ok;
   return GP_OK;
 }

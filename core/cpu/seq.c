@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/cpu/cpu.h"
+#include "core/cpu/vmath.h"
 
 static gp_status check_ids(int64_t n, int64_t vocab, const int32_t *ids) {
   for (int64_t i = 0; i < n; i++)
@@ -82,65 +83,109 @@ static inline int key_kept(int64_t j, const float *kf, const int32_t *ki, const 
   return !sk || sk[j] == qs;
 }
 
+typedef struct attn_args {
+  const gp_attn_softmax_desc *d;
+  int64_t cols;
+  const float *x, *g;
+  float *out;
+} attn_args;
+
+/* Row (b, h, i) of the scores: softmax over the keys query i attends to, 0 elsewhere. Sums
+ * in double over four lanes in a fixed order: the row alone decides its result. */
+static void attn_row(const gp_attn_softmax_desc *d, int64_t row, const float *s, float *p) {
+  const int64_t tq = d->tq, tk = d->tk, b = row / (d->heads * tq), i = row % tq;
+  const float *kf = d->keep_f32 ? d->keep_f32 + b * tk : NULL;
+  const int32_t *ki = d->keep_i32 ? d->keep_i32 + b * tk : NULL;
+  const int32_t *sq = d->seg_q ? d->seg_q + b * tq : NULL;
+  const int32_t *sk = d->seg_k ? d->seg_k + b * tk : NULL;
+  const int masked = kf || ki || sk;
+  int64_t end = d->causal && i + 1 < tk ? i + 1 : tk; /* keys [0, end) before masks */
+  int32_t qs = sq ? sq[i] : 0;
+  if (sq && qs == 0) end = 0; /* a padding query of a packed row attends to nothing */
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < end; j++)
+    if ((!masked || key_kept(j, kf, ki, sk, qs)) && s[j] > mx) mx = s[j];
+  if (mx == -INFINITY) { /* every key masked: defined as no attention at all */
+    for (int64_t j = 0; j < tk; j++)
+      p[j] = 0.0f;
+    return;
+  }
+  gp_v2d s0 = {0}, s1 = {0};
+  for (int64_t j = 0; j < end; j += 4) {
+    int64_t n = end - j < 4 ? end - j : 4;
+    gp_v4f e = gp_v4f_exp((n == 4 ? gp_v4f_load(s + j) : gp_v4f_load_part(s + j, n)) - mx);
+    for (int64_t l = n; l < 4; l++)
+      e[l] = 0.0f;
+    if (masked)
+      for (int64_t l = 0; l < n; l++)
+        if (!key_kept(j + l, kf, ki, sk, qs)) e[l] = 0.0f;
+    if (n == 4)
+      gp_v4f_store(p + j, e);
+    else
+      gp_v4f_store_part(p + j, e, n);
+    gp_v4f_acc_double(&s0, &s1, e);
+  }
+  for (int64_t j = end; j < tk; j++)
+    p[j] = 0.0f;
+  gp_v2d s2 = s0 + s1;
+  const float inv = (float)(1.0 / (s2[0] + s2[1])); /* >= 1: the maximum contributes exp(0) */
+  for (int64_t j = 0; j < end; j++)
+    p[j] *= inv;
+}
+
+static gp_status attn_forward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const attn_args *a = ctx;
+  for (int64_t r = lo; r < hi; r++) /* probs may alias scores */
+    attn_row(a->d, r, a->x + r * a->d->tk, a->out + r * a->d->tk);
+  return GP_OK;
+}
+
+/* Rows per part: about GP_CPU_GRAIN floats, at least one row. */
+static int64_t row_grain(int64_t cols) {
+  return cols >= GP_CPU_GRAIN ? 1 : GP_CPU_GRAIN / (cols > 0 ? cols : 1);
+}
+
 gp_status gp_cpu_attn_softmax_forward(gp_backend *be, const gp_attn_softmax_desc *d,
                                       const float *scores, float *probs) {
-  (void)be;
-  const int64_t tq = d->tq, tk = d->tk;
   if (!d->seg_q != !d->seg_k)
     return GP_ERR(GP_ERR_RUNTIME, "attention softmax: segment ids of the queries and of the keys "
                                   "must be given together");
   if (d->keep_f32 || d->keep_i32) GP_TRY(check_mask(d));
   if (d->seg_q) {
-    GP_TRY(check_segments(d->seg_q, d->batch, tq, "query"));
-    if (d->seg_k != d->seg_q) GP_TRY(check_segments(d->seg_k, d->batch, tk, "key"));
+    GP_TRY(check_segments(d->seg_q, d->batch, d->tq, "query"));
+    if (d->seg_k != d->seg_q) GP_TRY(check_segments(d->seg_k, d->batch, d->tk, "key"));
   }
-  for (int64_t b = 0; b < d->batch; b++) {
-    const float *kf = d->keep_f32 ? d->keep_f32 + b * tk : NULL;
-    const int32_t *ki = d->keep_i32 ? d->keep_i32 + b * tk : NULL;
-    const int32_t *sq = d->seg_q ? d->seg_q + b * tq : NULL;
-    const int32_t *sk = d->seg_k ? d->seg_k + b * tk : NULL;
-    for (int64_t h = 0; h < d->heads; h++)
-      for (int64_t i = 0; i < tq; i++) {
-        int64_t row = (b * d->heads + h) * tq + i;
-        const float *s = scores + row * tk; /* probs may alias scores: no restrict */
-        float *p = probs + row * tk;
-        int64_t end = d->causal && i + 1 < tk ? i + 1 : tk; /* keys [0, end) before masks */
-        int32_t qs = sq ? sq[i] : 0;
-        if (sq && qs == 0) end = 0; /* a padding query of a packed row attends to nothing */
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < end; j++)
-          if (key_kept(j, kf, ki, sk, qs) && s[j] > mx) mx = s[j];
-        if (mx == -INFINITY) { /* every key masked: defined as no attention at all */
-          for (int64_t j = 0; j < tk; j++)
-            p[j] = 0.0f;
-          continue;
-        }
-        double sum = 0.0;
-        for (int64_t j = 0; j < tk; j++) {
-          float e = j < end && key_kept(j, kf, ki, sk, qs) ? expf(s[j] - mx) : 0.0f;
-          p[j] = e;
-          sum += e;
-        }
-        const float inv = (float)(1.0 / sum); /* sum >= 1: the maximum contributes exp(0) */
-        for (int64_t j = 0; j < tk; j++)
-          p[j] *= inv;
-      }
+  attn_args a = {.d = d, .x = scores, .out = probs};
+  return gp_cpu_parallel_for(be, d->batch * d->heads * d->tq, row_grain(d->tk), attn_forward_part,
+                             &a);
+}
+
+static gp_status softmax_backward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const attn_args *a = ctx;
+  const int64_t cols = a->cols;
+  for (int64_t r = lo; r < hi; r++) {
+    const float *yr = a->x + r * cols, *g = a->g + r * cols;
+    float *o = a->out + r * cols; /* may alias dy */
+    gp_v2d d0 = {0}, d1 = {0};
+    for (int64_t j = 0; j < cols; j += 4) {
+      int64_t n = cols - j < 4 ? cols - j : 4;
+      gp_v4f y = n == 4 ? gp_v4f_load(yr + j) : gp_v4f_load_part(yr + j, n);
+      gp_v4f v = n == 4 ? gp_v4f_load(g + j) : gp_v4f_load_part(g + j, n);
+      d0 += (gp_v2d){y[0], y[1]} * (gp_v2d){v[0], v[1]};
+      d1 += (gp_v2d){y[2], y[3]} * (gp_v2d){v[2], v[3]};
+    }
+    gp_v2d d2 = d0 + d1;
+    const float fd = (float)(d2[0] + d2[1]);
+    for (int64_t j = 0; j < cols; j++)
+      o[j] = yr[j] * (g[j] - fd);
   }
   return GP_OK;
 }
 
 gp_status gp_cpu_softmax_backward(gp_backend *be, int64_t rows, int64_t cols, const float *y,
                                   const float *dy, float *dx) {
-  (void)be;
-  for (int64_t r = 0; r < rows; r++) {
-    const float *yr = y + r * cols, *g = dy + r * cols;
-    float *o = dx + r * cols; /* may alias dy */
-    double dot = 0.0;
-    for (int64_t j = 0; j < cols; j++)
-      dot += (double)yr[j] * g[j];
-    const float fd = (float)dot;
-    for (int64_t j = 0; j < cols; j++)
-      o[j] = yr[j] * (g[j] - fd);
-  }
-  return GP_OK;
+  attn_args a = {.cols = cols, .x = y, .g = dy, .out = dx};
+  return gp_cpu_parallel_for(be, rows, row_grain(cols), softmax_backward_part, &a);
 }

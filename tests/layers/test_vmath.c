@@ -1,0 +1,212 @@
+/* core/cpu/vmath.h against libm in double: exp within 2 ulp of the correctly rounded value
+ * over every float in [-87, 88] that is a multiple of 2^-12 (and a random sample of all the
+ * others), its underflow, overflow, NaN and -inf; erf within 5e-7 absolute, odd, and
+ * +-1 in the tails; and a scalar gives the bits of the same value inside a vector. Then the
+ * CPU kernels built on them against double references at sizes with and without a partial
+ * vector: softmax cross-entropy (with label smoothing), GELU forward and backward, and
+ * count_correct's argmax (first maximum, NaN, infinity). */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "core/cpu/vmath.h"
+#include "tests/check.h"
+
+static int failures, passes;
+
+static uint32_t bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+/* Distance in units in the last place between two finite floats of the same sign. */
+static int64_t ulps(float a, float b) {
+  int64_t d = (int64_t)bits(a) - (int64_t)bits(b);
+  return d < 0 ? -d : d;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static uint32_t next32(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (uint32_t)(rng >> 16);
+}
+
+static int64_t worst_exp = 0;
+static float worst_exp_at = 0.0f;
+static double worst_erf = 0.0;
+static float worst_erf_at = 0.0f;
+
+static void check_exp(float x) {
+  float got = gp_expf(x);
+  float want = (float)exp((double)x);
+  int64_t u = ulps(got, want);
+  if (u > worst_exp) {
+    worst_exp = u;
+    worst_exp_at = x;
+  }
+}
+
+static void check_erf(float x) {
+  double d = fabs((double)gp_erff(x) - erf((double)x));
+  if (d > worst_erf) {
+    worst_erf = d;
+    worst_erf_at = x;
+  }
+}
+
+static float frand(void) {
+  return (float)(next32() >> 8) / 16777216.0f;
+}
+
+static void check_xent(gp_backend *be, int64_t n, int64_t k, float smoothing) {
+  float *z = malloc(sizeof(float) * (size_t)(n * k)), *p = malloc(sizeof(float) * (size_t)(n * k));
+  float *loss = malloc(sizeof(float) * (size_t)n);
+  int32_t *y = malloc(sizeof(int32_t) * (size_t)n);
+  for (int64_t i = 0; i < n * k; i++)
+    z[i] = 30.0f * frand() - 15.0f;
+  for (int64_t i = 0; i < n; i++)
+    y[i] = (int32_t)(next32() % (uint32_t)k);
+  CHECK(be->softmax_xent_forward(be, n, k, smoothing, z, y, p, loss) == GP_OK, "xent %lldx%lld",
+        (long long)n, (long long)k);
+  double wp = 0, wl = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const float *r = z + i * k;
+    double mx = r[0], se = 0, sz = 0;
+    for (int64_t j = 1; j < k; j++)
+      mx = fmax(mx, r[j]);
+    for (int64_t j = 0; j < k; j++) {
+      se += exp(r[j] - mx);
+      sz += r[j] - mx;
+    }
+    for (int64_t j = 0; j < k; j++)
+      wp = fmax(wp, fabs(p[i * k + j] - exp(r[j] - mx) / se));
+    double lse = log(se),
+           want = (1 - smoothing) * -(r[y[i]] - mx - lse) + smoothing * -(sz / k - lse);
+    wl = fmax(wl, fabs(loss[i] - want) / fmax(1.0, fabs(want)));
+  }
+  CHECK(wp < 3e-7 && wl < 3e-7,
+        "xent %lldx%lld smoothing %g: probabilities off by %.3g, losses %.3g", (long long)n,
+        (long long)k, (double)smoothing, wp, wl);
+  free(z);
+  free(p);
+  free(loss);
+  free(y);
+}
+
+static void check_gelu(gp_backend *be, int64_t n) {
+  float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+  float *g = malloc(sizeof(float) * (size_t)n), *dx = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = 16.0f * frand() - 8.0f;
+    g[i] = 2.0f * frand() - 1.0f;
+  }
+  CHECK(be->act_forward(be, GP_ACT_GELU, n, x, y) == GP_OK &&
+            be->act_backward(be, GP_ACT_GELU, n, x, y, g, dx) == GP_OK,
+        "gelu %lld", (long long)n);
+  double wf = 0, wb = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double v = x[i], cdf = 0.5 * (1 + erf(v / sqrt(2.0))), pdf = exp(-0.5 * v * v) / sqrt(2 * M_PI);
+    wf = fmax(wf, fabs(y[i] - v * cdf) / fmax(1.0, fabs(v)));
+    wb = fmax(wb, fabs(dx[i] - g[i] * (cdf + v * pdf)));
+  }
+  CHECK(wf < 1e-6 && wb < 1e-6,
+        "gelu %lld: forward off by %.3g (relative to max(1, |x|)), backward %.3g", (long long)n, wf,
+        wb);
+  free(x);
+  free(y);
+  free(g);
+  free(dx);
+}
+
+static void check_argmax(gp_backend *be, int64_t n, int64_t k) {
+  float *z = malloc(sizeof(float) * (size_t)(n * k));
+  int32_t *y = malloc(sizeof(int32_t) * (size_t)n);
+  int64_t want = 0, got = -1;
+  for (int64_t i = 0; i < n; i++) {
+    float *r = z + i * k;
+    for (int64_t j = 0; j < k; j++)
+      r[j] = (float)(next32() % 4); /* many ties: the first maximum wins */
+    if (k > 3 && i % 5 == 1) r[2] = NAN;
+    if (k > 3 && i % 7 == 3) r[0] = NAN; /* index 0 NaN: nothing beats it */
+    if (k > 3 && i % 11 == 4) r[k - 1] = INFINITY;
+    int64_t best = 0;
+    for (int64_t j = 1; j < k; j++)
+      if (r[j] > r[best]) best = j;
+    y[i] = i % 2 ? (int32_t)best : (int32_t)(next32() % (uint32_t)k);
+    want += y[i] == best;
+  }
+  CHECK(be->count_correct(be, n, k, z, y, &got) == GP_OK && got == want,
+        "count_correct %lldx%lld: %lld, want %lld", (long long)n, (long long)k, (long long)got,
+        (long long)want);
+  free(z);
+  free(y);
+}
+
+int main(void) {
+  for (int64_t i = -87 * 4096; i <= 88 * 4096; i++)
+    check_exp((float)i / 4096.0f);
+  for (int i = 0; i < 2000000; i++) {
+    float x = -87.0f + 175.0f * (float)(next32() >> 8) / 16777216.0f;
+    check_exp(x);
+  }
+  printf("exp: worst %lld ulp at %.9g\n", (long long)worst_exp, (double)worst_exp_at);
+  CHECK(worst_exp <= 2, "exp");
+
+  /* underflow: gradual, then 0; overflow to +inf; special values */
+  CHECK(gp_expf(-87.5f) > 0.0f && gp_expf(-87.5f) < FLT_MIN, "gradual underflow");
+  CHECK(fabs((double)gp_expf(-95.0f) - exp(-95.0)) <= 2.0 * 1.401298464e-45, "denormal accuracy");
+  CHECK(gp_expf(-104.0f) == 0.0f && gp_expf(-1000.0f) == 0.0f && gp_expf(-INFINITY) == 0.0f,
+        "underflow to 0");
+  CHECK(isinf(gp_expf(89.0f)) && isinf(gp_expf(1000.0f)) && isinf(gp_expf(INFINITY)),
+        "overflow to +inf");
+  CHECK(gp_expf(88.7f) < INFINITY && ulps(gp_expf(88.7f), (float)exp((double)88.7f)) <= 2,
+        "near the overflow");
+  CHECK(gp_expf(0.0f) == 1.0f && gp_expf(-0.0f) == 1.0f, "exp(0)");
+  CHECK(isnan(gp_expf(NAN)), "NaN");
+
+  for (int64_t i = -6 * 65536; i <= 6 * 65536; i++)
+    check_erf((float)i / 65536.0f);
+  for (int i = 0; i < 1000000; i++)
+    check_erf(-10.0f + 20.0f * (float)(next32() >> 8) / 16777216.0f);
+  printf("erf: worst absolute error %.3g at %.9g\n", worst_erf, (double)worst_erf_at);
+  CHECK(worst_erf <= 5e-7, "erf");
+  for (int i = 0; i < 100000; i++) {
+    float x = (float)(next32() >> 8) / 16777216.0f * 8.0f;
+    CHECK(bits(gp_erff(-x)) == (bits(gp_erff(x)) ^ 0x80000000u), "odd");
+  }
+  CHECK(gp_erff(1e-45f) > 0.0f &&
+            fabs((double)gp_erff(1e-20f) / (1e-20 * 1.1283791670955126) - 1) < 1e-6,
+        "tiny x: erf(x) = 2x / sqrt(pi), no underflow");
+  CHECK(gp_erff(10.0f) == 1.0f && gp_erff(-10.0f) == -1.0f, "tails");
+  CHECK(gp_erff(INFINITY) == 1.0f && gp_erff(-INFINITY) == -1.0f, "infinities");
+  CHECK(isnan(gp_erff(NAN)), "NaN");
+
+  /* every lane computes the same function: a scalar equals its value inside a vector */
+  float xs[4] = {-3.25f, 0.5f, 17.0f, -0.001f};
+  gp_v4f e = gp_v4f_exp(gp_v4f_load(xs)), r = gp_v4f_erf(gp_v4f_load(xs));
+  for (int l = 0; l < 4; l++) {
+    CHECK(bits(e[l]) == bits(gp_expf(xs[l])), "exp lane %d", l);
+    CHECK(bits(r[l]) == bits(gp_erff(xs[l])), "erf lane %d", l);
+  }
+
+  gp_backend *be;
+  if (gp_cpu_backend_create(2, &be) != GP_OK) return 1;
+  static const int64_t ks[] = {1, 3, 5, 8, 13, 1000, 8001};
+  for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+    check_xent(be, 37, ks[i], 0.0f);
+    check_xent(be, 37, ks[i], 0.1f);
+    check_argmax(be, 53, ks[i]);
+  }
+  check_gelu(be, 3);
+  check_gelu(be, 100003);
+  be->destroy(be);
+  printf("%d passed, %d failed\n", passes, failures);
+  return failures ? 1 : 0;
+}
