@@ -221,7 +221,7 @@ static void count_check(const char *nmt_file) {
   gp_model_free(u);
   gp_model_free(t);
   const gp_override on = {"tied.embeddings.enabled", "true"};
-  gp_model *a, *b;
+  gp_model *a = NULL, *b = NULL; /* die() exits before either is read unset */
   if (gp_model_load(nmt_file, NULL, 0, &a) != GP_OK || gp_model_load(nmt_file, &on, 1, &b) != GP_OK)
     die("load nmt");
   CHECK(a->n_tied == 0 && b->n_tied == 1, "transformer-nmt: tied off by default, on with --set");
