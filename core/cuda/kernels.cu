@@ -78,7 +78,7 @@ __global__ void act_backward_k(int64_t n, const float *x, const float *y, const 
   }
 }
 
-/* ---- dropout: core/rng.c's gp_counter_uniform, so masks equal the CPU's ---- */
+/* ---- dropout: core/rng.h's gp_counter_uniform, so masks equal the CPU's ---- */
 
 __device__ __forceinline__ uint64_t hash64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
