@@ -5,10 +5,12 @@
 #include "core/cpu/cpu.h"
 #include "core/cpu/vmath.h"
 
-static gp_status check_label(int32_t y, int64_t k, int64_t row) {
-  if (y < 0 || y >= k)
-    return GP_ERR(GP_ERR_RUNTIME, "label %d of sample %lld is outside [0, %lld)", (int)y,
-                  (long long)row, (long long)k);
+/* Every label before any row is computed: the rows run on the team's threads. */
+static gp_status check_labels(const int32_t *y, int64_t n, int64_t k) {
+  for (int64_t i = 0; i < n; i++)
+    if (y[i] < 0 || y[i] >= k)
+      return GP_ERR(GP_ERR_RUNTIME, "label %d of sample %lld is outside [0, %lld)", (int)y[i],
+                    (long long)i, (long long)k);
   return GP_OK;
 }
 
@@ -92,8 +94,7 @@ gp_status gp_cpu_softmax_xent_forward(gp_backend *be, int64_t n, int64_t k, floa
                                       const float *logits, const int32_t *labels, float *probs,
                                       float *loss) {
   if (k <= 0) return GP_ERR(GP_ERR_RUNTIME, "softmax over %lld classes", (long long)k);
-  for (int64_t i = 0; i < n; i++)
-    GP_TRY(check_label(labels[i], k, i));
+  GP_TRY(check_labels(labels, n, k));
   xent_args a = {.k = k,
                  .smoothing = smoothing,
                  .logits = logits,
@@ -120,8 +121,7 @@ static gp_status xent_backward_part(void *ctx, int64_t lo, int64_t hi, int worke
 gp_status gp_cpu_softmax_xent_backward(gp_backend *be, int64_t n, int64_t k, float smoothing,
                                        float scale, const float *probs, const int32_t *labels,
                                        float *dlogits) {
-  for (int64_t i = 0; i < n; i++)
-    GP_TRY(check_label(labels[i], k, i));
+  GP_TRY(check_labels(labels, n, k));
   xent_args a = {.k = k,
                  .smoothing = smoothing,
                  .scale = scale,
