@@ -46,6 +46,10 @@ gp_status gp_cpu_parallel_for(gp_backend *be, int64_t n, int64_t grain, gp_cpu_t
  * batch norm ran on one thread while the others waited: balanced-cnn at M = 32 on 2 threads
  * went from 0.85x to 0.93x of M = 1 with this grain (2-core Sapphire Rapids VM). */
 #define GP_CPU_GRAIN ((int64_t)1 << 13)
+/* Rows of `cols` floats per part of a loop over rows: about GP_CPU_GRAIN floats, at least one. */
+static inline int64_t gp_cpu_row_grain(int64_t cols) {
+  return cols >= GP_CPU_GRAIN ? 1 : GP_CPU_GRAIN / (cols > 0 ? cols : 1);
+}
 /* Workers a call over n items would use (1 inside a task). */
 int gp_cpu_workers(const gp_backend *be, int64_t n);
 /* The calling thread's worker index inside a task, 0 outside. */

@@ -20,6 +20,46 @@ static inline gp_v4f gelu_tanh_t(gp_v4f v) {
   return 1.0f - 2.0f / (gp_v4f_exp(2.0f * u) + 1.0f);
 }
 
+static inline gp_v4f gelu(gp_v4f v) {
+  return 0.5f * v * (1.0f + gp_v4f_erf(v * SQRT1_2));
+}
+
+static inline gp_v4f gelu_tanh(gp_v4f v) {
+  return 0.5f * v * (1.0f + gelu_tanh_t(v));
+}
+
+/* dy * gelu'(v) */
+static inline gp_v4f gelu_grad(gp_v4f v, gp_v4f dy) {
+  gp_v4f cdf = 0.5f * (1.0f + gp_v4f_erf(v * SQRT1_2));
+  gp_v4f pdf = INV_SQRT_2PI * gp_v4f_exp(-0.5f * v * v);
+  return dy * (cdf + v * pdf);
+}
+
+static inline gp_v4f gelu_tanh_grad(gp_v4f v, gp_v4f dy) {
+  gp_v4f t = gelu_tanh_t(v);
+  gp_v4f dt = (1.0f - t * t) * GELU_TANH_C * (1.0f + 3.0f * GELU_TANH_A * v * v);
+  return dy * (0.5f * (1.0f + t) + 0.5f * v * dt);
+}
+
+/* y = f(x) and y = f(x, g), four floats at a time, the last few as a vector padded with
+ * zeros: every element goes through the same code. Inlined with f. */
+static inline void map4(int64_t n, const float *x, float *y, gp_v4f (*f)(gp_v4f)) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    gp_v4f_store(y + i, f(gp_v4f_load(x + i)));
+  if (i < n) gp_v4f_store_part(y + i, f(gp_v4f_load_part(x + i, n - i)), n - i);
+}
+
+static inline void map4_2(int64_t n, const float *x, const float *g, float *y,
+                          gp_v4f (*f)(gp_v4f, gp_v4f)) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    gp_v4f_store(y + i, f(gp_v4f_load(x + i), gp_v4f_load(g + i)));
+  if (i < n)
+    gp_v4f_store_part(y + i, f(gp_v4f_load_part(x + i, n - i), gp_v4f_load_part(g + i, n - i)),
+                      n - i);
+}
+
 /* y may be x (an in-place ReLU: gp_layer_type.forward_in_place). */
 static gp_status act_forward(gp_act act, int64_t n, const float *x, float *y) {
   switch (act) {
@@ -28,26 +68,10 @@ static gp_status act_forward(gp_act act, int64_t n, const float *x, float *y) {
       y[i] = x[i] > 0.0f ? x[i] : 0.0f;
     return GP_OK;
   case GP_ACT_GELU:
-    for (int64_t i = 0; i < n; i += 4) {
-      int64_t k = n - i < 4 ? n - i : 4;
-      gp_v4f v = k == 4 ? gp_v4f_load(x + i) : gp_v4f_load_part(x + i, k);
-      gp_v4f g = 0.5f * v * (1.0f + gp_v4f_erf(v * SQRT1_2));
-      if (k == 4)
-        gp_v4f_store(y + i, g);
-      else
-        gp_v4f_store_part(y + i, g, k);
-    }
+    map4(n, x, y, gelu);
     return GP_OK;
   case GP_ACT_GELU_TANH:
-    for (int64_t i = 0; i < n; i += 4) {
-      int64_t k = n - i < 4 ? n - i : 4;
-      gp_v4f v = k == 4 ? gp_v4f_load(x + i) : gp_v4f_load_part(x + i, k);
-      gp_v4f g = 0.5f * v * (1.0f + gelu_tanh_t(v));
-      if (k == 4)
-        gp_v4f_store(y + i, g);
-      else
-        gp_v4f_store_part(y + i, g, k);
-    }
+    map4(n, x, y, gelu_tanh);
     return GP_OK;
   case GP_ACT_TANH:
     for (int64_t i = 0; i < n; i++)
@@ -84,32 +108,10 @@ static gp_status act_backward(gp_act act, int64_t n, const float *restrict x,
     }
     return GP_OK;
   case GP_ACT_GELU:
-    for (int64_t i = 0; i < n; i += 4) {
-      int64_t k = n - i < 4 ? n - i : 4;
-      gp_v4f v = k == 4 ? gp_v4f_load(x + i) : gp_v4f_load_part(x + i, k);
-      gp_v4f g = k == 4 ? gp_v4f_load(dy + i) : gp_v4f_load_part(dy + i, k);
-      gp_v4f cdf = 0.5f * (1.0f + gp_v4f_erf(v * SQRT1_2));
-      gp_v4f pdf = INV_SQRT_2PI * gp_v4f_exp(-0.5f * v * v);
-      g = g * (cdf + v * pdf);
-      if (k == 4)
-        gp_v4f_store(dx + i, g);
-      else
-        gp_v4f_store_part(dx + i, g, k);
-    }
+    map4_2(n, x, dy, dx, gelu_grad);
     return GP_OK;
   case GP_ACT_GELU_TANH:
-    for (int64_t i = 0; i < n; i += 4) {
-      int64_t k = n - i < 4 ? n - i : 4;
-      gp_v4f v = k == 4 ? gp_v4f_load(x + i) : gp_v4f_load_part(x + i, k);
-      gp_v4f g = k == 4 ? gp_v4f_load(dy + i) : gp_v4f_load_part(dy + i, k);
-      gp_v4f t = gelu_tanh_t(v);
-      gp_v4f dt = (1.0f - t * t) * GELU_TANH_C * (1.0f + 3.0f * GELU_TANH_A * v * v);
-      g = g * (0.5f * (1.0f + t) + 0.5f * v * dt);
-      if (k == 4)
-        gp_v4f_store(dx + i, g);
-      else
-        gp_v4f_store_part(dx + i, g, k);
-    }
+    map4_2(n, x, dy, dx, gelu_tanh_grad);
     return GP_OK;
   case GP_ACT_TANH:
     for (int64_t i = 0; i < n; i++)

@@ -85,11 +85,6 @@ static gp_status xent_forward_part(void *ctx, int64_t lo, int64_t hi, int worker
   return GP_OK;
 }
 
-/* Rows per part: about GP_CPU_GRAIN floats, at least one row. */
-static int64_t row_grain(int64_t k) {
-  return k >= GP_CPU_GRAIN ? 1 : GP_CPU_GRAIN / k;
-}
-
 gp_status gp_cpu_softmax_xent_forward(gp_backend *be, int64_t n, int64_t k, float smoothing,
                                       const float *logits, const int32_t *labels, float *probs,
                                       float *loss) {
@@ -101,7 +96,7 @@ gp_status gp_cpu_softmax_xent_forward(gp_backend *be, int64_t n, int64_t k, floa
                  .labels = labels,
                  .out = probs,
                  .loss = loss};
-  return gp_cpu_parallel_for(be, n, row_grain(k), xent_forward_part, &a);
+  return gp_cpu_parallel_for(be, n, gp_cpu_row_grain(k), xent_forward_part, &a);
 }
 
 static gp_status xent_backward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
@@ -128,7 +123,7 @@ gp_status gp_cpu_softmax_xent_backward(gp_backend *be, int64_t n, int64_t k, flo
                  .probs = probs,
                  .labels = labels,
                  .out = dlogits};
-  return gp_cpu_parallel_for(be, n, row_grain(k), xent_backward_part, &a);
+  return gp_cpu_parallel_for(be, n, gp_cpu_row_grain(k), xent_backward_part, &a);
 }
 
 /* Sums in double over four lanes in a fixed order, on the caller's thread alone (so the

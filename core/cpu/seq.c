@@ -141,11 +141,6 @@ static gp_status attn_forward_part(void *ctx, int64_t lo, int64_t hi, int worker
   return GP_OK;
 }
 
-/* Rows per part: about GP_CPU_GRAIN floats, at least one row. */
-static int64_t row_grain(int64_t cols) {
-  return cols >= GP_CPU_GRAIN ? 1 : GP_CPU_GRAIN / (cols > 0 ? cols : 1);
-}
-
 gp_status gp_cpu_attn_softmax_forward(gp_backend *be, const gp_attn_softmax_desc *d,
                                       const float *scores, float *probs) {
   if (!d->seg_q != !d->seg_k)
@@ -157,8 +152,8 @@ gp_status gp_cpu_attn_softmax_forward(gp_backend *be, const gp_attn_softmax_desc
     if (d->seg_k != d->seg_q) GP_TRY(check_segments(d->seg_k, d->batch, d->tk, "key"));
   }
   attn_args a = {.d = d, .x = scores, .out = probs};
-  return gp_cpu_parallel_for(be, d->batch * d->heads * d->tq, row_grain(d->tk), attn_forward_part,
-                             &a);
+  return gp_cpu_parallel_for(be, d->batch * d->heads * d->tq, gp_cpu_row_grain(d->tk),
+                             attn_forward_part, &a);
 }
 
 static gp_status softmax_backward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
@@ -187,5 +182,5 @@ static gp_status softmax_backward_part(void *ctx, int64_t lo, int64_t hi, int wo
 gp_status gp_cpu_softmax_backward(gp_backend *be, int64_t rows, int64_t cols, const float *y,
                                   const float *dy, float *dx) {
   attn_args a = {.cols = cols, .x = y, .g = dy, .out = dx};
-  return gp_cpu_parallel_for(be, rows, row_grain(cols), softmax_backward_part, &a);
+  return gp_cpu_parallel_for(be, rows, gp_cpu_row_grain(cols), softmax_backward_part, &a);
 }
