@@ -80,8 +80,16 @@ typedef struct gp_sp_env {
 
 typedef struct gp_sp_block gp_sp_block;
 
+/* Where a --set put its value: an error reported there names the override. */
+typedef struct gp_sp_set {
+  int line, col;
+  const gp_override *ov;
+} gp_sp_set;
+
 typedef struct gp_sp_ctx {
   const char *file;
+  gp_sp_set *sets; /* one per --set applied, in order (room for all of them) */
+  int n_sets;
   gp_sp_arena perm; /* lives for the whole load */
   gp_sp_arena tmp;  /* stack discipline: one entry's substituted copy at a time per level */
   void *yaml_doc;   /* the libyaml document the tree's strings point into */

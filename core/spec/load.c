@@ -50,6 +50,21 @@ static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
   return gp_sp_sections(c, root, m);
 }
 
+/* An error at the place where a --set put its value ("file:line:col: ..." from the spec
+ * or from a layer's settings) says so: the file holds another value there. */
+static gp_status name_the_set(const gp_sp_ctx *c, gp_status s) {
+  const char *m = gp_error_message();
+  size_t nf = strlen(c->file);
+  int line, col, used = 0;
+  if (strncmp(m, c->file, nf) || sscanf(m + nf, ":%d:%d:%n", &line, &col, &used) != 2 || !used)
+    return s;
+  for (int i = c->n_sets - 1; i >= 0; i--) /* the last --set there is the one in the tree */
+    if (c->sets[i].line == line && c->sets[i].col == col)
+      return gp_sp_err_append(s, " (set by --set %s=%s)", c->sets[i].ov->path,
+                              c->sets[i].ov->value);
+  return s;
+}
+
 static gp_status load(const char *text, size_t len, const char *file, const gp_override *ov,
                       int n_ov, gp_model **out) {
   *out = NULL;
@@ -65,9 +80,12 @@ static gp_status load(const char *text, size_t len, const char *file, const gp_o
   c.m = m;
   gp_ynode *root = NULL;
   gp_status s = gp_sp_tree_load(&c, text, len, &root);
+  if (s == GP_OK && n_ov > 0 && !(c.sets = gp_sp_alloc(&c.perm, (size_t)n_ov * sizeof *c.sets)))
+    s = gp_sp_nomem();
   for (int i = 0; i < n_ov && s == GP_OK; i++)
     s = gp_sp_override(&c, &root, &ov[i]);
   if (s == GP_OK) s = interpret(&c, root, m);
+  if (s == GP_ERR_SPEC) s = name_the_set(&c, s);
   gp_sp_tree_free(&c);
   gp_sp_map_free(&c.block_ix);
   gp_sp_arena_free(&c.tmp);

@@ -51,11 +51,25 @@ static const bad_set cases[] = {
     {"train..lr", "1", GP_ERR_USAGE, {"--set train..lr=1: ", "no empty part"}},
     {"", "1", GP_ERR_USAGE, {"--set =1: ", "no empty part"}},
     {"data.normalize.mean.0", "0.5", GP_ERR_USAGE, {"no key 'mean' in 'data.normalize'"}},
-    /* a good path with a bad value: the model file's check, at the value's place */
-    {"train.batch_size", "0", GP_ERR_SPEC, {"t.yaml:6:15: ", "batch_size: 0 is out of range"}},
-    {"layers.0.type", "conv", GP_ERR_SPEC, {"t.yaml:3:12: ", "unknown layer type 'conv'"}},
+    /* a good path with a bad value: the model file's check, at the value's place, naming the
+     * --set (the file holds another value there) */
+    {"train.batch_size",
+     "0",
+     GP_ERR_SPEC,
+     {"t.yaml:6:15: ", "batch_size: 0 is out of range", "(set by --set train.batch_size=0)"}},
+    {"layers.0.type",
+     "conv",
+     GP_ERR_SPEC,
+     {"t.yaml:3:12: ", "unknown layer type 'conv'", "(set by --set layers.0.type=conv)"}},
+    {"layers.0.out_features",
+     "x",
+     GP_ERR_SPEC,
+     {"t.yaml:3:34: out_features: expected an integer", "(set by --set layers.0.out_features=x)"}},
     /* an added key is checked like one written in the file */
-    {"train.optimizer.momentun", "0.9", GP_ERR_SPEC, {"unknown key 'momentun' for sgd"}},
+    {"train.optimizer.momentun",
+     "0.9",
+     GP_ERR_SPEC,
+     {"unknown key 'momentun' for sgd", "(set by --set train.optimizer.momentun=0.9)"}},
 };
 
 int main(void) {
@@ -68,6 +82,17 @@ int main(void) {
     snprintf(what, sizeof what, "--set %s=%s", cases[i].path, cases[i].value);
     gp_t_load_fails(what, text, ov, 2, cases[i].code, cases[i].msg, n);
   }
+  /* an error elsewhere in the file names no --set */
+  static const char *const bad_text = "inputs: {x: [4], label: {shape: [], dtype: i32}}\n"
+                                      "layers:\n"
+                                      "  - {type: linear, out_features: 0}\n"
+                                      "loss: {type: softmax_cross_entropy}\n";
+  gp_override lr = {"train.optimizer.lr", "0.5"};
+  static const char *const elsewhere[] = {"t.yaml:3:34: out_features: 0 is out of range"};
+  gp_t_load_fails("an error away from the --set", bad_text, &lr, 1, GP_ERR_SPEC, elsewhere, 1);
+  if (strstr(gp_error_message(), "--set"))
+    gp_t_fail(__FILE__, __LINE__, "an error away from the --set", "names a --set: %s",
+              gp_error_message());
   /* NULL parts are refused, not dereferenced */
   gp_override null_ov = {NULL, "1"};
   static const char *const parts[] = {"--set: expected KEY.PATH=VALUE"};
