@@ -178,10 +178,8 @@ typedef int32_t v8i32 __attribute__((vector_size(32)));
 typedef float v8f __attribute__((vector_size(32)));
 
 __attribute__((target("avx512f,avx512dq,avx512vl"))) static inline v8u64 hash64_x8(v8u64 x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
+  GP_SPLITMIX64(x);
+  return x;
 }
 
 __attribute__((target("avx512f,avx512dq,avx512vl"))) static int64_t
