@@ -12,12 +12,13 @@
 #define GELU_TANH_C 0.79788456080286535588f /* sqrt(2 / pi) */
 #define GELU_TANH_A 0.044715f
 
-/* tanh(u) of the tanh GELU, u = sqrt(2 / pi) (v + 0.044715 v^3), as 1 - 2 / (e^2u + 1): within
- * 2e-7 of tanh absolutely (not relatively near 0, which 1 + tanh does not need); +-1 where
- * e^2u overflows or underflows. */
-static inline gp_v4f gelu_tanh_t(gp_v4f v) {
+/* The tanh GELU, 0.5 v (1 + tanh(u)) with u = sqrt(2 / pi) (v + 0.044715 v^3), as v s with
+ * s = 0.5 (1 + tanh(u)) = 1 / (1 + e^-2u): 1 + tanh(u) cancels where v is negative (at v = -4
+ * it is 3e-5, and an ulp of tanh near -1 is 6e-8), the logistic form keeps s to a few ulp.
+ * e^-2u overflows to +inf for v below about -9.3: s = 0. The CUDA kernel computes the same. */
+static inline gp_v4f gelu_tanh_s(gp_v4f v) {
   gp_v4f u = GELU_TANH_C * (v + GELU_TANH_A * v * v * v);
-  return 1.0f - 2.0f / (gp_v4f_exp(2.0f * u) + 1.0f);
+  return 1.0f / (1.0f + gp_v4f_exp(-2.0f * u));
 }
 
 static inline gp_v4f gelu(gp_v4f v) {
@@ -25,7 +26,7 @@ static inline gp_v4f gelu(gp_v4f v) {
 }
 
 static inline gp_v4f gelu_tanh(gp_v4f v) {
-  return 0.5f * v * (1.0f + gelu_tanh_t(v));
+  return v * gelu_tanh_s(v);
 }
 
 /* dy * gelu'(v) */
@@ -35,10 +36,14 @@ static inline gp_v4f gelu_grad(gp_v4f v, gp_v4f dy) {
   return dy * (cdf + v * pdf);
 }
 
+/* d/dv [v s] = s + v s' with s' = 2 s (1 - s) du/dv (as 1 - tanh^2 = 4 s (1 - s)); 1 - s as
+ * 1 / (1 + e^2u), not by subtracting s from 1 (which loses its digits where s is near 1, and
+ * 2 v du/dv multiplies that loss by up to 100). */
 static inline gp_v4f gelu_tanh_grad(gp_v4f v, gp_v4f dy) {
-  gp_v4f t = gelu_tanh_t(v);
-  gp_v4f dt = (1.0f - t * t) * GELU_TANH_C * (1.0f + 3.0f * GELU_TANH_A * v * v);
-  return dy * (0.5f * (1.0f + t) + 0.5f * v * dt);
+  gp_v4f u = GELU_TANH_C * (v + GELU_TANH_A * v * v * v);
+  gp_v4f s = 1.0f / (1.0f + gp_v4f_exp(-2.0f * u)), r = 1.0f / (1.0f + gp_v4f_exp(2.0f * u));
+  gp_v4f du = GELU_TANH_C * (1.0f + 3.0f * GELU_TANH_A * v * v);
+  return dy * (s + 2.0f * v * du * (s * r));
 }
 
 /* y = f(x) and y = f(x, g), four floats at a time, the last few as a vector padded with

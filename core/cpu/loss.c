@@ -63,7 +63,7 @@ static void xent_row(int64_t k, float smoothing, const float *restrict z, int32_
       d[l] = e[l] = 0.0f;
     gp_v4f_store_part(p + j, e, k - j);
     gp_v4f_acc_double(&se0, &se1, e);
-    gp_v4f_acc_double(&sz0, &sz1, d);
+    if (smoothed) gp_v4f_acc_double(&sz0, &sz1, d);
   }
   gp_v2d se2 = se0 + se1, sz2 = sz0 + sz1;
   double se = se2[0] + se2[1], sz = sz2[0] + sz2[1];
@@ -73,7 +73,9 @@ static void xent_row(int64_t k, float smoothing, const float *restrict z, int32_
   double lse = log(se);
   double nll = -((double)z[label] - mx - lse);
   double smooth = -(sz / (double)k - lse);
-  *loss = (float)((1.0 - smoothing) * nll + smoothing * smooth);
+  /* Without smoothing the loss is nll alone: a -inf logit elsewhere in the row makes smooth
+   * infinite, and 0 * inf would be NaN. */
+  *loss = smoothed ? (float)((1.0 - smoothing) * nll + smoothing * smooth) : (float)nll;
 }
 
 static gp_status xent_forward_part(void *ctx, int64_t lo, int64_t hi, int worker) {

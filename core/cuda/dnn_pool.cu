@@ -75,8 +75,25 @@ __global__ void max_fwd_kernel(pool_geo g, int fast, const float *__restrict__ x
   }
 }
 
+// The CPU's sum of a whole plane (gp_cpu_rowsum): lane u of 8 adds elements u, u + 8, ...;
+// the lanes as ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)); then the rest in order.
+static __device__ float plane_sum(const float *p, int64_t n) {
+  float a[8] = {0};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int u = 0; u < 8; u++)
+      a[u] = __fadd_rn(a[u], p[k + u]);
+  float s = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3])),
+                      __fadd_rn(__fadd_rn(a[4], a[5]), __fadd_rn(a[6], a[7])));
+  for (; k < n; k++)
+    s = __fadd_rn(s, p[k]);
+  return s;
+}
+
 __global__ void avg_fwd_kernel(pool_geo g, const float *__restrict__ x, float *__restrict__ y) {
   const int64_t ohw = g.oh * g.ow, total = g.planes * ohw;
+  // one window over the whole plane (global average pooling): summed as the CPU sums it
+  const bool whole = g.oh == 1 && g.ow == 1 && g.kh == g.h && g.kw == g.w && g.ph == 0 && g.pw == 0;
   const float full = 1.0f / (float)(g.kh * g.kw);
   for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < total;
        o += (int64_t)gridDim.x * blockDim.x) {
@@ -85,9 +102,13 @@ __global__ void avg_fwd_kernel(pool_geo g, const float *__restrict__ x, float *_
     int64_t y0, y1, x0, x1;
     window(g, oy, ox, &y0, &y1, &x0, &x1);
     float s = 0.0f;
-    for (int64_t iy = y0; iy < y1; iy++)
-      for (int64_t ix = x0; ix < x1; ix++)
-        s += xp[iy * g.w + ix];
+    if (whole) {
+      s = plane_sum(xp, g.h * g.w);
+    } else {
+      for (int64_t iy = y0; iy < y1; iy++)
+        for (int64_t ix = x0; ix < x1; ix++)
+          s = __fadd_rn(s, xp[iy * g.w + ix]);
+    }
     int64_t cnt = (y1 - y0) * (x1 - x0);
     y[o] = g.count_pad ? __fmul_rn(s, full) : (cnt > 0 ? s / (float)cnt : 0.0f);
   }

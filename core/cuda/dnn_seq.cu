@@ -417,7 +417,10 @@ __global__ void xent_fwd_kernel(int64_t n, int64_t k, float smoothing, const flo
       const double lse = log(se);
       const double nll = -((double)zl - mx - lse);
       const double smooth = -(sz / (double)k - lse);
-      loss[i] = (float)__dadd_rn(__dmul_rn(1.0 - smoothing, nll), __dmul_rn(smoothing, smooth));
+      // nll alone without smoothing, as on the CPU (0 * an infinite smooth would be NaN)
+      loss[i] = smoothing == 0.0f ? (float)nll
+                                  : (float)__dadd_rn(__dmul_rn(1.0 - smoothing, nll),
+                                                     __dmul_rn(smoothing, smooth));
     }
   }
 }

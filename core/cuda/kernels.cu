@@ -30,14 +30,20 @@ __device__ __forceinline__ float sub(float a, float b) {
 
 /* ---- activations ---- */
 
+// 0.5 (1 + tanh(u)) of the tanh GELU as a logistic: no cancellation where v < 0
+__device__ __forceinline__ float gelu_tanh_s(float v) {
+  const float u = GELU_TANH_C * (v + GELU_TANH_A * v * v * v);
+  return 1.0f / (1.0f + expf(-2.0f * u));
+}
+
 template <int ACT> __device__ __forceinline__ float act_f(float v) {
   switch (ACT) {
   case GP_ACT_RELU:
     return v > 0.0f ? v : 0.0f;
   case GP_ACT_GELU:
     return 0.5f * v * (1.0f + erff(v * SQRT1_2));
-  case GP_ACT_GELU_TANH:
-    return 0.5f * v * (1.0f + tanhf(GELU_TANH_C * (v + GELU_TANH_A * v * v * v)));
+  case GP_ACT_GELU_TANH: // v s, s = 0.5 (1 + tanh(u)) = 1 / (1 + e^-2u): the CPU's form
+    return v * gelu_tanh_s(v);
   case GP_ACT_TANH:
     return tanhf(v);
   default: // GP_ACT_SIGMOID: two forms so exp never overflows into inf/inf
@@ -66,9 +72,11 @@ __global__ void act_backward_k(int64_t n, const float *x, const float *y, const 
       d = g * (cdf + v * pdf);
     } else if (ACT == GP_ACT_GELU_TANH) {
       float v = x[i];
-      float t = tanhf(GELU_TANH_C * (v + GELU_TANH_A * v * v * v));
-      float dt = (1.0f - t * t) * GELU_TANH_C * (1.0f + 3.0f * GELU_TANH_A * v * v);
-      d = g * (0.5f * (1.0f + t) + 0.5f * v * dt);
+      // s + v s', s' = 2 s (1 - s) du/dv, 1 - s = 1 / (1 + e^2u): the CPU's form
+      float u = GELU_TANH_C * (v + GELU_TANH_A * v * v * v);
+      float s = 1.0f / (1.0f + expf(-2.0f * u)), r = 1.0f / (1.0f + expf(2.0f * u));
+      float du = GELU_TANH_C * (1.0f + 3.0f * GELU_TANH_A * v * v);
+      d = g * (s + 2.0f * v * du * (s * r));
     } else if (ACT == GP_ACT_TANH) {
       d = mul(g, sub(1.0f, mul(y[i], y[i])));
     } else {

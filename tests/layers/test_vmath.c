@@ -100,6 +100,28 @@ static void check_xent(gp_backend *be, int64_t n, int64_t k, float smoothing) {
   free(y);
 }
 
+/* A class with logit -inf: its probability is 0, its loss +inf; without smoothing every other
+ * label's loss stays finite (0 * the infinite smoothing term is not added), with smoothing
+ * every loss is +inf. The -inf in a full vector of four and in the tail. */
+static void check_xent_neg_inf(gp_backend *be) {
+  enum { K = 6 };
+  for (int at = 1; at < K; at += 4)
+    for (int label = 0; label < 2; label++)
+      for (int smoothed = 0; smoothed < 2; smoothed++) {
+        float z[K] = {0.5f, -1.0f, 2.0f, 0.25f, 1.0f, -0.5f}, p[K], loss = 0.0f;
+        z[at] = -INFINITY;
+        const int32_t y = label ? at : 0;
+        CHECK(be->softmax_xent_forward(be, 1, K, smoothed ? 0.1f : 0.0f, z, &y, p, &loss) ==
+                      GP_OK &&
+                  p[at] == 0.0f,
+              "xent -inf at %d: probability %g", at, (double)p[at]);
+        const int want_inf = label || smoothed;
+        CHECK(want_inf ? isinf(loss) && loss > 0 : isfinite(loss),
+              "xent -inf at %d, label %d, smoothing %d: loss %g", at, (int)y, smoothed,
+              (double)loss);
+      }
+}
+
 static void check_gelu(gp_backend *be, int64_t n) {
   float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
   float *g = malloc(sizeof(float) * (size_t)n), *dx = malloc(sizeof(float) * (size_t)n);
@@ -119,6 +141,35 @@ static void check_gelu(gp_backend *be, int64_t n) {
   CHECK(wf < 1e-6 && wb < 1e-6,
         "gelu %lld: forward off by %.3g (relative to max(1, |x|)), backward %.3g", (long long)n, wf,
         wb);
+  free(x);
+  free(y);
+  free(g);
+  free(dx);
+}
+
+/* The tanh GELU keeps a small relative error where v < 0, where 0.5 v (1 + tanh(u)) cancels:
+ * the error grows only with |u| (u is rounded to float before the exponential). */
+static void check_gelu_tanh(gp_backend *be, int64_t n) {
+  float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+  float *g = malloc(sizeof(float) * (size_t)n), *dx = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = 18.0f * frand() - 10.0f;
+    g[i] = 2.0f * frand() - 1.0f;
+  }
+  CHECK(be->act_forward(be, GP_ACT_GELU_TANH, n, x, y) == GP_OK &&
+            be->act_backward(be, GP_ACT_GELU_TANH, n, x, y, g, dx) == GP_OK,
+        "gelu_tanh %lld", (long long)n);
+  const double c = sqrt(2.0 / M_PI), a = 0.044715;
+  double wf = 0, wb = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double v = x[i], u = c * (v + a * v * v * v), s = 1.0 / (1.0 + exp(-2.0 * u));
+    double ref = v * s, dref = g[i] * (s + 2.0 * v * c * (1.0 + 3.0 * a * v * v) * s * (1.0 - s));
+    if (ref != 0.0) wf = fmax(wf, fabs(y[i] - ref) / fabs(ref) / (1.0 + 2.0 * fabs(u)));
+    wb = fmax(wb, fabs(dx[i] - dref));
+  }
+  CHECK(wf < 1e-6 && wb < 1e-6,
+        "gelu_tanh %lld: forward off by %.3g (relative, per 1 + 2|u|), backward %.3g", (long long)n,
+        wf, wb);
   free(x);
   free(y);
   free(g);
@@ -204,8 +255,11 @@ int main(void) {
     check_xent(be, 37, ks[i], 0.1f);
     check_argmax(be, 53, ks[i]);
   }
+  check_xent_neg_inf(be);
   check_gelu(be, 3);
   check_gelu(be, 100003);
+  check_gelu_tanh(be, 3);
+  check_gelu_tanh(be, 100003);
   be->destroy(be);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
