@@ -412,9 +412,14 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
   int steps = b->steps;
   gp_metrics mt;
   int64_t got;
+  unsigned long long busy0 = 0, steal0 = 0, busy1, steal1;
+  int ticks = 0;
   gp_status s = c->sq ? gp_seqdata_seek(c->sq, 0, 0) : gp_loader_seek(c->data, 0, 0);
   for (int i = 0; s == GP_OK && i < b->warmup + steps; i++) {
-    if (i == b->warmup) gp_pipeline_reset_stats(t.pl);
+    if (i == b->warmup) {
+      gp_pipeline_reset_stats(t.pl);
+      ticks = gp_cpu_ticks_now(&busy0, &steal0);
+    }
     gp_batch sb;
     if (c->sq)
       s = gp_seqdata_next(c->sq, &sb);
@@ -429,6 +434,10 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
     if (s == GP_OK) s = gp_pipeline_sync(t.pl);
     if (i >= b->warmup) dt[i - b->warmup] = gp_now() - t0;
   }
+  out->steal = -1;
+  if (s == GP_OK && ticks && gp_cpu_ticks_now(&busy1, &steal1) && busy1 >= busy0 &&
+      steal1 >= steal0 && busy1 - busy0 + steal1 - steal0 > 0)
+    out->steal = (double)(steal1 - steal0) / (double)(busy1 - busy0 + steal1 - steal0);
   if (s == GP_OK && trace) s = gp_pipeline_write_trace(t.pl, flags[F_TRACE].s);
   if (s == GP_OK) {
     qsort(dt, (size_t)steps, sizeof dt[0], cmp_double);

@@ -29,6 +29,10 @@ typedef struct gp_bench_run {
   size_t peak_bytes[GP_MAX_DEVICES];
   int64_t sent_bytes[GP_MAX_DEVICES]; /* per step */
   double gflops, utilization;
+  /* of the time the process's CPUs had work during the timed steps, the share the hypervisor
+   * ran something else (/proc/stat's steal over busy + steal; the whole machine's, not this
+   * run's alone); -1 where unknown */
+  double steal;
 } gp_bench_run;
 
 typedef struct gp_bench {

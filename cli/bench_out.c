@@ -124,6 +124,15 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
   if (any_base)
     fprintf(f, "baseline: run only as the reference of the speed-ups (K, M=1, gpipe, never; and "
                "K=1)\n");
+  const gp_bench_run *most = NULL; /* the run the hypervisor took the most from, if noticeably */
+  for (int i = 0; i < b->n_runs; i++)
+    if (b->runs[i].steal >= 0.02 && (!most || b->runs[i].steal > most->steal)) most = &b->runs[i];
+  if (most)
+    fprintf(f,
+            "steal: the hypervisor ran other work for up to %.1f%% of the time these CPUs had "
+            "work (K=%d M=%d %s %s); --json and --csv give each run's\n",
+            100.0 * most->steal, most->k, most->m, gp_bench_schedule_name(most->schedule),
+            gp_bench_remat_name(most->remat));
   return stream_status(f, "stdout");
 }
 
@@ -132,7 +141,7 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
 gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
   fprintf(f, "model,batch_size,stages,micro_batches,schedule,checkpoint,baseline,balance,"
              "cores_used,samples_per_s,speedup_vs_naive,speedup_vs_single,bubble_measured,"
-             "bubble_theory,gflops,utilization,busy_ms,peak_bytes\n");
+             "bubble_theory,gflops,utilization,busy_ms,peak_bytes,steal\n");
   for (int i = 0; i < b->n_runs; i++) {
     const gp_bench_run *r = &b->runs[i];
     char bal[128], busy[1024], peak[1536];
@@ -144,11 +153,13 @@ gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
     peak[0] = 0;
     for (int s = 0; s < r->k && at < sizeof peak; s++)
       at += (size_t)snprintf(peak + at, sizeof peak - at, s ? ";%zu" : "%zu", r->peak_bytes[s]);
-    fprintf(f, "%s,%" PRId64 ",%d,%d,%s,%s,%d,%s,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%s\n",
+    char steal[32] = ""; /* empty where unknown */
+    if (r->steal >= 0) snprintf(steal, sizeof steal, "%.4f", r->steal);
+    fprintf(f, "%s,%" PRId64 ",%d,%d,%s,%s,%d,%s,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%s,%s\n",
             b->model, b->batch, r->k, r->m, gp_bench_schedule_name(r->schedule),
             gp_bench_remat_name(r->remat), r->baseline, bal, r->cores_used, r->samples_per_s,
             r->speedup_naive, r->speedup_single, r->bubble_measured, r->bubble_theory, r->gflops,
-            r->utilization, busy, peak);
+            r->utilization, busy, peak, steal);
   }
   return stream_status(f, path);
 }
@@ -235,7 +246,12 @@ gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
     fprintf(f, "], \"sent_bytes_per_step\": [");
     for (int s = 0; s < r->k; s++)
       fprintf(f, s ? ", %" PRId64 : "%" PRId64, r->sent_bytes[s]);
-    fprintf(f, "]}");
+    fprintf(f, "], \"steal\": ");
+    if (r->steal >= 0)
+      jnum(f, r->steal);
+    else
+      fprintf(f, "null");
+    fprintf(f, "}");
   }
   fprintf(f, "\n ]}\n");
   return stream_status(f, path);

@@ -2,6 +2,7 @@
 #include "cli/machine.h"
 
 #include <cblas.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,4 +134,34 @@ void gp_cpu_model(char *out, size_t n) {
     break;
   }
   fclose(f);
+}
+
+int gp_cpu_ticks(FILE *stat, const cpu_set_t *cpus, unsigned long long *busy,
+                 unsigned long long *steal) {
+  *busy = *steal = 0;
+  int seen = 0;
+  char line[512];
+  while (fgets(line, sizeof line, stat)) {
+    unsigned cpu;
+    unsigned long long v[8] = {0};
+    if (strncmp(line, "cpu", 3) != 0 || !isdigit((unsigned char)line[3]) ||
+        sscanf(line + 3, "%u %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1], &v[2],
+               &v[3], &v[4], &v[5], &v[6], &v[7]) != 9 ||
+        cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, cpus))
+      continue; /* the "cpu" total, other lines, CPUs not ours; older kernels had no steal */
+    *busy += v[0] + v[1] + v[2] + v[5] + v[6];
+    *steal += v[7];
+    seen = 1;
+  }
+  return seen;
+}
+
+int gp_cpu_ticks_now(unsigned long long *busy, unsigned long long *steal) {
+  cpu_set_t cpus;
+  FILE *f;
+  *busy = *steal = 0;
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0 || !(f = fopen("/proc/stat", "r"))) return 0;
+  int ok = gp_cpu_ticks(f, &cpus, busy, steal);
+  fclose(f);
+  return ok;
 }

@@ -2,7 +2,9 @@
 #ifndef GP_CLI_MACHINE_H
 #define GP_CLI_MACHINE_H
 
+#include <sched.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "core/backend.h"
 
@@ -36,5 +38,15 @@ const char *gp_blas_kernels(void);
 /* The CPU's model name from /proc/cpuinfo ("unknown" without one), with characters that
  * would need quoting in CSV, JSON or SVG replaced by spaces. */
 void gp_cpu_model(char *out, size_t n);
+
+/* CPU time of the CPUs in `cpus`, from /proc/stat's per-CPU lines ("cpuN user nice system idle
+ * iowait irq softirq steal ..."), in ticks: busy (user, nice, system, irq, softirq) and steal
+ * (time the hypervisor ran something else while the CPU had work). 1 if at least one of the
+ * CPUs was read, else 0. */
+int gp_cpu_ticks(FILE *stat, const cpu_set_t *cpus, unsigned long long *busy,
+                 unsigned long long *steal);
+
+/* gp_cpu_ticks of /proc/stat over the CPUs this process may run on. */
+int gp_cpu_ticks_now(unsigned long long *busy, unsigned long long *steal);
 
 #endif

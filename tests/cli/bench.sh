@@ -95,6 +95,8 @@ for r in runs:
     assert 0 <= r["bubble_measured"] < 1, r
     assert len(r["peak_bytes"]) == K and len(r["busy_ms"]) == K, r
     assert all(p > 0 for p in r["peak_bytes"]) and all(b > 0 for b in r["busy_ms"]), r
+    # the hypervisor's share, null where /proc/stat has none
+    assert r["steal"] is None or 0 <= r["steal"] <= 1, r
     assert r["samples_per_s"] > 0 and r["gflops"] > 0 and 0 < r["utilization"] < 1.5, r
     assert abs(r["gflops"] - d["flops_per_sample"] * r["samples_per_s"] / 1e9) \
         < 1e-3 * r["gflops"], r
@@ -119,7 +121,8 @@ rows = list(csv.reader(open(sys.argv[1])))
 runs = json.load(open(sys.argv[2]))["runs"]
 head = rows[0]
 for k in ("stages", "micro_batches", "schedule", "checkpoint", "samples_per_s",
-          "speedup_vs_naive", "bubble_measured", "bubble_theory", "peak_bytes", "busy_ms"):
+          "speedup_vs_naive", "bubble_measured", "bubble_theory", "peak_bytes", "busy_ms",
+          "steal"):
     assert k in head, k
 assert len(rows) == 1 + len(runs), len(rows)
 for row, r in zip(rows[1:], runs):
@@ -129,6 +132,8 @@ for row, r in zip(rows[1:], runs):
     assert c["schedule"] == r["schedule"] and c["checkpoint"] == r["checkpoint"]
     assert [int(p) for p in c["peak_bytes"].split(";")] == r["peak_bytes"], (c, r)
     assert abs(float(c["bubble_theory"]) - r["bubble_theory"]) < 1e-4
+    assert (c["steal"] == "") == (r["steal"] is None), (c, r)
+    assert c["steal"] == "" or abs(float(c["steal"]) - r["steal"]) < 1e-4, (c, r)
 PY
   python3 - "$tmp/b.svg" "$tmp/j" <<'PY' && ok || bad "--plot: $(head -c 800 "$tmp/b.svg")"
 import json, sys
