@@ -35,7 +35,8 @@ say() { echo "$*" | tee -a "$summary"; }
 
 phase_info() {
   nvidia-smi >"$logs/info.log" 2>&1
-  { echo; nproc; ldd "$bin/gpipe-train"; } >>"$logs/info.log" 2>&1
+  { echo; nproc; lscpu; lscpu -e; ldd "$bin/gpipe-train"; } >>"$logs/info.log" 2>&1
+  say "info: $(nproc) CPUs, $(lscpu | grep -E '^(Thread\(s\) per core|NUMA node\(s\))' | tr -s ' ' | tr '\n' ' ')"
   say "info: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
   grep -q "=> not found" "$logs/info.log" && say "info: MISSING LIBRARIES: $(grep "=> not found" "$logs/info.log" | tr -s " \t" " ")"
 }
