@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,9 +64,14 @@ gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **posi
       char *end;
       errno = 0;
       long long v = strtoll(val, &end, 10);
-      if (errno || end == val || *end || v < f->min)
+      const long long max = f->max ? f->max : INT_MAX;
+      const int digits = isdigit((unsigned char)val[0]) ||
+                         (val[0] == '-' && isdigit((unsigned char)val[1])); /* no " 2", "+2" */
+      if (!digits || end == val || *end || (!errno && v < f->min) || (errno == ERANGE && v < 0))
         return GP_ERR(GP_ERR_USAGE, "%s: expected an integer >= %lld, got '%s'", name,
                       (long long)f->min, val);
+      if (errno || v > max)
+        return GP_ERR(GP_ERR_USAGE, "%s: at most %lld, got '%s'", name, max, val);
       f->i = v;
     } else if (f->kind == GP_FLAG_STR) {
       if (!*val) return GP_ERR(GP_ERR_USAGE, "%s: empty value", name);

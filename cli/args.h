@@ -16,6 +16,7 @@ typedef struct gp_flag {
   const char *metavar; /* "N" */
   const char *help;
   int64_t min; /* INT: smallest accepted value */
+  int64_t max; /* INT: largest accepted value; 0 means INT_MAX (callers store most in an int) */
   /* results */
   int given;
   int64_t i;

@@ -64,15 +64,17 @@ static gp_flag flags[] = {
                     "schedules (default: the model file's)", 0},
     [F_REMAT] = {"--checkpoint", GP_FLAG_STR, "MODE,...",
                  "re-materialization: always, except_last, never (default: the model file's)", 0},
-    [F_STEPS] = {"--steps", GP_FLAG_INT, "S", "timed steps per run (default 10)", 1},
-    [F_WARMUP] = {"--warmup", GP_FLAG_INT, "W", "untimed steps before them (default 2)", 0},
+    [F_STEPS] = {"--steps", GP_FLAG_INT, "S", "timed steps per run (default 10)", 1, .max = 4096},
+    [F_WARMUP] = {"--warmup", GP_FLAG_INT, "W", "untimed steps before them (default 2)", 0,
+                  .max = 4096},
     [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,...",
                    "device of each stage (one for all, or at least the largest K)", 0},
     [F_PARTITION] = {"--partition", GP_FLAG_STR, "PLAN.yaml",
                      "stages, balance and devices of a gpipe-partition -o plan", 0},
     [F_DATA] = {"--data", GP_FLAG_STR, "synthetic|real",
                 "random inputs of the model's shapes (default), or the model file's data", 0},
-    [F_THREADS] = {"--threads", GP_FLAG_INT, "C", "cores shared by the stages (default: all)", 1},
+    [F_THREADS] = {"--threads", GP_FLAG_INT, "C", "cores shared by the stages (default: all)", 1,
+                   .max = 1024},
     [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE",
                   "memory of each stage's device (512MiB, 2GiB, 1.5GB, bytes): more is an error",
                   0},
@@ -83,7 +85,7 @@ static gp_flag flags[] = {
                   "results then differ between runs in the last bits",
                   0},
     [F_REPS] = {"--reps", GP_FLAG_INT, "R",
-                "repetitions, alternating the runs; the best is kept (default 1)", 1},
+                "repetitions, alternating the runs; the best is kept (default 1)", 1, .max = 1000},
     [F_CSV] = {"--csv", GP_FLAG_STR, "FILE", "also write one CSV row per run", 0},
     [F_JSON] = {"--json", GP_FLAG_BOOL, NULL, "print JSON instead of the table", 0},
     [F_PLOT] = {"--plot", GP_FLAG_STR, "FILE.svg", "draw speed-up over one stage against K", 0},
@@ -548,7 +550,6 @@ static gp_status setup(ctx *c, const char *file) {
   b->steps = flags[F_STEPS].given ? (int)flags[F_STEPS].i : 10;
   b->warmup = flags[F_WARMUP].given ? (int)flags[F_WARMUP].i : 2;
   b->reps = flags[F_REPS].given ? (int)flags[F_REPS].i : 1;
-  if (b->steps > 4096) return GP_ERR(GP_ERR_USAGE, "--steps: at most 4096");
   b->cores = gp_cpu_cores();
   b->threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : b->cores;
   if (flags[F_MEMORY].given)

@@ -1,6 +1,7 @@
 /* gpipe-train: trains and evaluates a model file. The only place (with the other programs)
  * that prints for users and chooses exit codes: 0 ok, 2 bad model file or usage, 1 failure. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +58,8 @@ static gp_flag flags[] = {
                  1},
     [F_EPOCHS] = {"--epochs", GP_FLAG_INT, "N", "train N epochs", 1},
     [F_BATCH] = {"--batch-size", GP_FLAG_INT, "N", "mini-batch size", 1},
-    [F_SEED] = {"--seed", GP_FLAG_INT, "N", "seed of weights, shuffling and dropout", 0},
+    [F_SEED] = {"--seed", GP_FLAG_INT, "N", "seed of weights, shuffling and dropout", 0,
+                .max = INT64_MAX},
     [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE",
                "override a scalar of the model file (repeatable)", 0},
     [F_DATA] = {"--data", GP_FLAG_STR, "synthetic",
@@ -72,7 +74,8 @@ static gp_flag flags[] = {
                       "also write a checkpoint every N steps", 1},
     [F_RESUME] = {"--resume", GP_FLAG_BOOL, NULL,
                   "continue from the checkpoint in --checkpoint-dir", 0},
-    [F_THREADS] = {"--threads", GP_FLAG_INT, "N", "CPU threads (default: all cores)", 1},
+    [F_THREADS] = {"--threads", GP_FLAG_INT, "N", "CPU threads (default: all cores)", 1,
+                   .max = 1024},
     [F_EVAL_EVERY] = {"--eval-every", GP_FLAG_INT, "N",
                       "evaluate every N steps (default: each epoch)", 0},
     [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "pipeline stages (default: the model file's)", 1},
@@ -130,15 +133,18 @@ typedef struct run {
   size_t mem_limit;       /* --memory-limit: per stage, 0 = none */
 } run;
 
-static void run_free(run *r) {
+/* Frees the run; s, or the first error of closing the log. */
+static gp_status run_free(run *r, gp_status s) {
   if (r->have_trainer) gp_trainer_free(&r->t);
   gp_loader_free(r->train);
   gp_loader_free(r->test);
   gp_seqdata_free(r->sq);
   gp_model_free(r->m);
-  if (r->log) fclose(r->log);
+  if (r->log && (ferror(r->log) | fclose(r->log)) && s == GP_OK)
+    s = GP_ERR(GP_ERR_IO, "%s: writing the log failed", flags[F_LOG].s);
   free(r->x);
   free(r->y);
+  return s;
 }
 
 static gp_status test_batches(void *ctx, int64_t max, float *x, int32_t *y, int64_t *got) {
@@ -255,6 +261,8 @@ static gp_status apply_flags(gp_model *m) {
                   t->batch_size, m->pipeline.micro_batches);
   if (flags[F_RESUME].given && !flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
+  if (flags[F_CKPT_EVERY].given && !flags[F_CKPT_DIR].given)
+    return GP_ERR(GP_ERR_USAGE, "--checkpoint-every needs --checkpoint-dir DIR");
   if (flags[F_RESUME].given && flags[F_LOAD].given)
     return GP_ERR(GP_ERR_USAGE, "--resume and --load both set the weights; use one");
   return GP_OK;
@@ -317,6 +325,15 @@ static gp_status checkpoint(run *r, gp_progress *pg) {
   return GP_OK;
 }
 
+/* An evaluation's loss is finite unless the weights are not (the last step's update can make
+ * them so after its own loss was computed). */
+static gp_status eval_finite(const run *r, const char *split, double loss) {
+  if (isfinite(loss)) return GP_OK;
+  return GP_ERR(GP_ERR_RUNTIME,
+                "the %s loss is %s after step %" PRId64 " (lower the learning rate?)", split,
+                isnan(loss) ? "NaN" : "infinite", r->t.step);
+}
+
 /* A sequence model's evaluation: the eval split (final 0) or the test split (final 1). */
 static gp_status evaluate_seq(run *r, gp_progress *pg, int64_t epoch, int final, gp_metrics *ev) {
   double t0 = gp_now();
@@ -329,6 +346,7 @@ static gp_status evaluate_seq(run *r, gp_progress *pg, int64_t epoch, int final,
   ev->targets = ev->samples = se.tokens;
   gp_progress_eval_seq(pg, r->t.step, epoch, se.split, se.loss, se.accuracy, se.perplexity,
                        se.tokens, se.bleu, se.sentences, gp_now() - t0);
+  GP_TRY(eval_finite(r, se.split, se.loss));
   if (se.bleu >= 0)
     gp_progress_note(pg, "  %s: %s (%lld sentences, greedy, %.1f s)", se.split, se.bleu_line,
                      (long long)se.sentences, se.decode_s);
@@ -347,7 +365,7 @@ static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, gp_metrics *ev
   GP_TRY(gp_loader_seek(r->test, 0, 0));
   GP_TRY(gp_trainer_evaluate(&r->t, test_batches, r->test, r->m->train.batch_size, 0, ev));
   gp_progress_eval(pg, r->t.step, epoch, ev->loss, ev->accuracy, ev->samples, gp_now() - t0);
-  return GP_OK;
+  return eval_finite(r, "test", ev->loss);
 }
 
 /* Where the data time went: the trainer's wait for batches, and skipped bad samples. */
@@ -558,7 +576,9 @@ int main(int argc, char **argv) {
     s = gp_args_size("--memory-limit", flags[F_MEMORY].s, &r.mem_limit);
   if (s == GP_OK) s = open_data(&r);
   if (s == GP_OK) s = train(&r);
+  s = run_free(&r, s);
+  if (s == GP_OK && (fflush(stdout) != 0 || ferror(stdout)))
+    s = GP_ERR(GP_ERR_IO, "stdout: writing failed");
   gp_args_free(flags);
-  run_free(&r);
   return s == GP_OK ? 0 : fail(s);
 }

@@ -2,6 +2,7 @@
 #include "core/train/params.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +110,12 @@ gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, gp_st_writer 
       size_t n = (size_t)gp_shape_numel(&l->pdesc[j].shape);
       GP_TRY(p->be->to_host(p->be, h + off, l->param[j], n * sizeof(float)));
       param_name(l, j, name, sizeof name);
+      for (size_t e = 0; e < n; e++)
+        if (!isfinite(h[off + e]))
+          return GP_ERR(GP_ERR_RUNTIME,
+                        "%s[%zu] is %s: training diverged (lower the learning rate?); nothing "
+                        "written",
+                        name, e, isnan(h[off + e]) ? "NaN" : "infinite");
       GP_TRY(gp_st_add(w, name, GP_F32, &l->pdesc[j].shape, h + off));
       off += n;
     }

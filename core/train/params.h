@@ -25,7 +25,8 @@ void gp_params_free(gp_params *p);
 gp_status gp_params_zero_grad(gp_params *p);
 
 /* Adds every parameter and buffer (named "<layer path>.<name>") to a safetensors writer,
- * staging device data in host memory owned by *stage (free it after writing). */
+ * staging device data in host memory owned by *stage (free it after writing). A NaN or an
+ * infinity is refused (GP_ERR_RUNTIME naming it): such weights are of no use to anyone. */
 struct gp_st_writer;
 gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, struct gp_st_writer *w,
                                   float **stage);

@@ -250,14 +250,36 @@ gp_status gp_trainer_save_checkpoint(gp_trainer *t, const char *dir, const gp_ck
   return s;
 }
 
+/* A counter of the checkpoint's metadata: an integer >= 0 (the seed: any int64). */
 static gp_status meta_int(const gp_st_file *f, const char *path, const char *key, int64_t *out) {
   const char *v = gp_st_meta(f, key);
   char *end;
   if (!v) return GP_ERR(GP_ERR_DATA, "%s: not a gpipe checkpoint (no %s)", path, key);
   errno = 0;
   long long x = strtoll(v, &end, 10);
-  if (errno || *end || end == v) return GP_ERR(GP_ERR_DATA, "%s: bad %s '%s'", path, key, v);
+  const int any = strcmp(key, "gpipe.seed") == 0;
+  if (errno || *end || end == v || (x < 0 && !any))
+    return GP_ERR(GP_ERR_DATA, "%s: bad %s '%s' (expected an integer%s)", path, key, v,
+                  any ? "" : " >= 0");
   *out = x;
+  return GP_OK;
+}
+
+/* Every "optim." tensor of the file must be a slot of this run's optimizer: state of another
+ * optimizer would otherwise be dropped without a word. */
+static gp_status check_optim_slots(const gp_st_file *f, const char *path, const gp_optimizer *o) {
+  for (int i = 0; i < gp_st_count(f); i++) {
+    const char *name = gp_st_entry_at(f, i)->name;
+    if (strncmp(name, "optim.", 6) != 0) continue;
+    int known = 0;
+    for (int j = 0; j < o->n_slots; j++)
+      known |= strcmp(name + 6, o->slot_name[j]) == 0;
+    if (!known)
+      return GP_ERR(GP_ERR_DATA,
+                    "%s: optimizer state '%s' is not used by this run's optimizer "
+                    "(was it written with another optimizer?)",
+                    path, name);
+  }
   return GP_OK;
 }
 
@@ -275,6 +297,11 @@ gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos
   if (s == GP_OK && (uint64_t)seed != t->seed)
     s = GP_ERR(GP_ERR_DATA, "%s: written with seed %" PRIu64 ", this run has seed %" PRIu64, path,
                (uint64_t)seed, t->seed);
+  const char *model = gp_st_meta(f, "gpipe.model");
+  if (s == GP_OK && (!model || strcmp(model, t->m->name) != 0))
+    s = GP_ERR(GP_ERR_DATA, "%s: written for model '%s', this is '%s'", path,
+               model ? model : "(none)", t->m->name);
+  if (s == GP_OK) s = check_optim_slots(f, path, gp_pipeline_optimizer(t->pl, 0));
   if (s == GP_OK) s = load_weights_from(t, f, path, "optim.");
   int64_t n = n_train_total(t);
   gp_optimizer *o0 = gp_pipeline_optimizer(t->pl, 0);

@@ -34,6 +34,23 @@ expect 2 "--steps: expected an integer" -- "$good" --steps abc
 expect 2 "expected one model file" --
 expect 2 "--set" -- "$good" --set train.optimzer.lr=0.1
 expect 2 "--resume needs --checkpoint-dir" -- "$good" --resume
+expect 2 "--checkpoint-every needs --checkpoint-dir" -- "$good" --checkpoint-every 1
+# integers past what the programs hold are refused, not wrapped (4294967297 was 1)
+expect 2 "--threads: at most 1024, got '4294967297'" -- "$good" --threads 4294967297
+expect 2 "--stages: at most 2147483647" -- "$good" --stages 4294967298
+expect 2 "--steps: expected an integer >= 1, got '\+2'" -- "$good" --steps +2
+# writes that fail are errors: the log, stdout
+if [ -c /dev/full ]; then
+  expect 1 "/dev/full: writing the log failed" -- "$good" --quiet --data synthetic --steps 1 \
+    --batch-size 8 --log /dev/full
+  if timeout 60 "$train" "$good" --data synthetic --steps 1 --batch-size 8 >/dev/full 2>"$tmp/err"
+  then
+    failed=$((failed+1)); echo "FAIL: stdout to /dev/full exited 0"
+  else
+    grep -q "stdout: writing failed" "$tmp/err" && passed=$((passed+1)) ||
+      { failed=$((failed+1)); echo "FAIL: stdout to /dev/full: $(cat "$tmp/err")"; }
+  fi
+fi
 # data files: missing, truncated, mismatched
 mkdir -p "$tmp/d1" "$tmp/d2"
 expect 1 "d1.*(train|t10k)" -- "$good" --set data.path="$tmp/d1" --steps 1
@@ -47,5 +64,8 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
 fi
 # a NaN loss stops with the step named
 expect 1 "loss is (NaN|infinite) at step" -- "$good" --quiet --data synthetic --steps 5 --set train.optimizer.lr=1e30 --set train.optimizer.type=sgd --set train.schedule.warmup_steps=0
+# and when the last step's update is what diverged: the evaluation after it says so
+expect 1 "test loss is (NaN|infinite) after step 1" -- "$good" --quiet --data synthetic --steps 1 \
+  --batch-size 8 --set train.optimizer.lr=1e30
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -35,4 +35,36 @@ PY
 # resuming with another optimizer's state, or no checkpoint, is a clear error
 "$train" "$model" "${common[@]}" --steps 30 --checkpoint-dir "$tmp/none" --resume 2>"$tmp/err"
 [ $? = 1 ] && grep -q "checkpoint.safetensors" "$tmp/err" || fail "resume without a checkpoint: $(cat "$tmp/err")"
+# a checkpoint whose metadata was edited, or written for another model or optimizer, is refused
+# with one line naming it
+meta() { # meta SRC DST KEY VALUE: DST is SRC with one metadata value replaced
+  python3 - "$@" <<'PY'
+import json, struct, sys
+src, dst, key, value = sys.argv[1:]
+b = open(src, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h["__metadata__"][key] = value
+j = json.dumps(h).encode()
+j += b" " * (-len(j) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
+PY
+}
+refused() { # refused DIR PATTERN [FLAGS...]: resuming from DIR fails with exit 1, one line
+  local dir=$1 pat=$2; shift 2
+  "$train" "$model" "${common[@]}" --steps 24 --checkpoint-dir "$dir" --resume "$@" 2>"$tmp/err"
+  local rc=$?
+  [ $rc = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -qE -- "$pat" "$tmp/err" ||
+    fail "resume from $dir $*: exit $rc: $(cat "$tmp/err")"
+}
+for kv in "gpipe.step=-5" "gpipe.optimizer_t=-1" "gpipe.epoch=x"; do
+  mkdir -p "$tmp/m-$kv"
+  meta "$tmp/ck/checkpoint.safetensors" "$tmp/m-$kv/checkpoint.safetensors" "${kv%%=*}" "${kv#*=}"
+  refused "$tmp/m-$kv" "bad ${kv%%=*} '${kv#*=}'"
+done
+mkdir -p "$tmp/other"
+meta "$tmp/ck/checkpoint.safetensors" "$tmp/other/checkpoint.safetensors" gpipe.model other
+refused "$tmp/other" "written for model 'other'"
+refused "$tmp/ck" "optimizer state 'optim\..*' is not used by this run's optimizer" \
+  --set train.optimizer.momentum=0 --set train.optimizer.nesterov=false
 echo "1 passed, 0 failed"

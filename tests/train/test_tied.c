@@ -411,6 +411,15 @@ static void files_check(const char *dir) {
   gp_layer *l = find_param(m2, members[1], &j);
   CHECK(e[1] && !memcmp(l->param[j], gp_st_data(f, e[1]), e[1]->end - e[1]->begin),
         "te.weight from the checkpoint");
+  /* a NaN weight is refused, naming it, and nothing is written */
+  char nanpath[4200];
+  snprintf(nanpath, sizeof nanpath, "%s/nan.safetensors", dir);
+  ((float *)l->param[j])[1] = NAN;
+  gp_error_clear();
+  s = gp_trainer_save_weights(&t2, nanpath);
+  msg = gp_error_message();
+  CHECK(s == GP_ERR_RUNTIME && strstr(msg, "te.weight[1] is NaN") && access(nanpath, F_OK) != 0,
+        "a NaN weight: %s", msg);
   strncat(ck, "/checkpoint.safetensors", sizeof ck - strlen(ck) - 1);
   remove(ck);
   ck[strlen(ck) - strlen("/checkpoint.safetensors")] = 0;
