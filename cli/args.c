@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
+#include "core/io/target.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
 
@@ -171,4 +173,19 @@ gp_status gp_args_precision(const char *flag, const char *text, gp_precision *ou
       return GP_OK;
     }
   return GP_ERR(GP_ERR_USAGE, "%s: unknown value '%s' (fp32 or bf16)", flag, text);
+}
+
+gp_status gp_args_output_ok(const gp_flag *f, int renamed) {
+  struct stat st;
+  int existed = stat(f->s, &st) == 0;
+  if (existed && S_ISDIR(st.st_mode))
+    return GP_ERR(GP_ERR_IO, "%s %s: is a directory", f->name, f->s);
+  char dst[4096];
+  gp_status s = renamed ? gp_io_write_target(f->s, dst, sizeof dst) : GP_OK;
+  if (s != GP_OK) return gp_error_prefix(s, "%s ", f->name);
+  FILE *fp = fopen(f->s, "a");
+  if (!fp) return GP_ERR(GP_ERR_IO, "%s %s: cannot write: %s", f->name, f->s, strerror(errno));
+  fclose(fp);
+  if (!existed) remove(f->s);
+  return GP_OK;
 }

@@ -33,6 +33,11 @@ gp_flag *gp_args_get(gp_flag *flags, const char *name);
 void gp_args_free(gp_flag *flags);
 void gp_args_usage(const char *prog, const char *synopsis, const gp_flag *flags);
 
+/* Checks an output file's flag before the work that ends in writing it, so that a typo does
+ * not cost the run; leaves no file behind. `renamed`: the file is written to a temporary name
+ * and renamed into place, so it must not be a device or a FIFO (gp_io_write_target). */
+gp_status gp_args_output_ok(const gp_flag *f, int renamed);
+
 /* A size in bytes: "512MiB", "2GiB", "1.5GB", "64K", "1000000". K, M, G, T with or without
  * "iB" are binary; KB, MB, GB, TB decimal (case does not matter). At least 1 byte; anything
  * else is GP_ERR_USAGE naming the flag. */

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/args.h"
@@ -208,22 +207,6 @@ static gp_status parse_devices(sweep *w, const char *text) {
     if (!p[len]) return GP_OK;
     p += len + 1;
   }
-}
-
-/* An output file is checked before the sweep, so a typo does not cost the whole run; the
- * check leaves no file behind. */
-static gp_status probe_writable(int f) {
-  const char *path = flags[f].s;
-  struct stat st;
-  int existed = stat(path, &st) == 0;
-  if (existed && S_ISDIR(st.st_mode))
-    return GP_ERR(GP_ERR_IO, "%s %s: is a directory", flags[f].name, path);
-  FILE *fp = fopen(path, "a");
-  if (!fp)
-    return GP_ERR(GP_ERR_IO, "%s %s: cannot write: %s", flags[f].name, path, strerror(errno));
-  fclose(fp);
-  if (!existed) remove(path);
-  return GP_OK;
 }
 
 /* The sweep's lists from the flags, a plan, and the model file's pipeline section. */
@@ -569,7 +552,7 @@ static gp_status setup(ctx *c, const char *file) {
   GP_TRY(make_runs(c));
   static const int outs[] = {F_CSV, F_PLOT, F_TRACE};
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-    if (flags[outs[i]].given) GP_TRY(probe_writable(outs[i]));
+    if (flags[outs[i]].given) GP_TRY(gp_args_output_ok(&flags[outs[i]], outs[i] == F_TRACE));
   gp_unit_costs uc;
   GP_TRY(gp_unit_costs_compute(m, 1, GP_COST_FLOPS, 1, NULL, &uc));
   for (int u = 0; u < uc.n; u++)

@@ -567,6 +567,8 @@ int main(int argc, char **argv) {
   if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &m);
   gp_args_overrides_free(ov, nov);
   if (s == GP_OK) s = run(m);
+  if (s == GP_OK && (fflush(stdout) != 0 || ferror(stdout)))
+    s = GP_ERR(GP_ERR_IO, "stdout: writing failed");
   gp_model_free(m);
   gp_args_free(flags);
   return s == GP_OK ? 0 : fail(s);

@@ -263,6 +263,9 @@ static gp_status apply_flags(gp_model *m) {
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
   if (flags[F_CKPT_EVERY].given && !flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--checkpoint-every needs --checkpoint-dir DIR");
+  /* the files written after training: a bad path is found before it */
+  if (flags[F_SAVE].given) GP_TRY(gp_args_output_ok(&flags[F_SAVE], 1));
+  if (flags[F_TRACE].given) GP_TRY(gp_args_output_ok(&flags[F_TRACE], 1));
   if (flags[F_RESUME].given && flags[F_LOAD].given)
     return GP_ERR(GP_ERR_USAGE, "--resume and --load both set the weights; use one");
   return GP_OK;

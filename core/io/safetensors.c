@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/io/json.h"
+#include "core/io/target.h"
 
 /* A header this large is not a weights file (real headers are kilobytes). */
 #define ST_MAX_HEADER ((uint64_t)100 << 20)
@@ -515,23 +517,20 @@ static gp_status sync_dir(const char *path) {
 }
 
 gp_status gp_st_write(gp_st_writer *w, const char *path) {
+  char dst[PATH_MAX], tmp[PATH_MAX + 8];
+  GP_TRY(gp_io_write_target(path, dst, sizeof dst));
+  snprintf(tmp, sizeof tmp, "%s.tmp", dst);
   gp_strbuf h = {0};
   gp_status st = build_header(w, &h);
-  size_t n = strlen(path);
-  char *tmp = malloc(n + 5);
-  if (st == GP_OK && !tmp) st = GP_ERR(GP_ERR_NOMEM, "safetensors: out of memory");
   if (st == GP_OK) {
-    memcpy(tmp, path, n);
-    memcpy(tmp + n, ".tmp", 5);
     st = write_tmp(w, &h, tmp);
-    if (st == GP_OK && rename(tmp, path) != 0)
+    if (st == GP_OK && rename(tmp, dst) != 0)
       st = GP_ERR(GP_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
     if (st != GP_OK)
       remove(tmp);
     else
-      st = sync_dir(path);
+      st = sync_dir(dst);
   }
-  free(tmp);
   gp_strbuf_free(&h);
   return st;
 }

@@ -14,6 +14,7 @@
 
 #include "core/cuda/cuda.h"
 #include "core/io/json.h"
+#include "core/io/target.h"
 #include "core/spin.h"
 #include "core/train/exec.h"
 #include "core/train/tied.h"
@@ -1106,8 +1107,9 @@ static void write_layer_event(FILE *f, const gp_pipeline *pl, int s, const trace
 }
 
 gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  char dst[4096], tmp[4200];
+  GP_TRY(gp_io_write_target(path, dst, sizeof dst));
+  snprintf(tmp, sizeof tmp, "%s.tmp", dst);
   FILE *f = fopen(tmp, "w");
   if (!f) return GP_ERR(GP_ERR_IO, "%s: cannot write the trace: %s", path, strerror(errno));
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
@@ -1147,7 +1149,7 @@ gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
   int bad = ferror(f) | (fflush(f) != 0);
   bad |= fsync(fileno(f)) != 0;
   bad |= fclose(f) != 0;
-  if (bad || rename(tmp, path) != 0) {
+  if (bad || rename(tmp, dst) != 0) {
     remove(tmp);
     return GP_ERR(GP_ERR_IO, "%s: writing the trace failed: %s", path, strerror(errno));
   }

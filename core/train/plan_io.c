@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "core/io/target.h"
 #include "core/spec/cfg.h"
 
 /* A plan lists every unit name; a model has at most GP_SPEC_MAX_NODES units of names well
@@ -114,7 +115,8 @@ gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p) {
   if (p->stages < 1 || p->stages > GP_MAX_DEVICES || p->st[p->stages - 1].end_unit != m->n_units)
     return GP_ERR(GP_ERR_USAGE, "%s: the plan does not cover model %s's %d units", path, m->name,
                   m->n_units);
-  if (strlen(path) + 5 > PATH_MAX) return GP_ERR(GP_ERR_IO, "%s: path too long", path);
+  char dst[PATH_MAX - 5];
+  GP_TRY(gp_io_write_target(path, dst, sizeof dst));
   gp_strbuf b = {0};
   format_plan(&b, m, p);
   if (b.oom) {
@@ -122,7 +124,7 @@ gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p) {
     return GP_ERR(GP_ERR_NOMEM, "%s: out of memory formatting the plan", path);
   }
   char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  snprintf(tmp, sizeof tmp, "%s.tmp", dst);
   gp_status st = GP_OK;
   FILE *fp = fopen(tmp, "wb");
   if (!fp) {
@@ -132,12 +134,12 @@ gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p) {
       st = GP_ERR(GP_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
     if (fclose(fp) != 0 && st == GP_OK)
       st = GP_ERR(GP_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    if (st == GP_OK && rename(tmp, path) != 0)
+    if (st == GP_OK && rename(tmp, dst) != 0)
       st = GP_ERR(GP_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
     if (st != GP_OK)
       remove(tmp);
     else
-      st = sync_dir(path);
+      st = sync_dir(dst);
   }
   gp_strbuf_free(&b);
   return st;

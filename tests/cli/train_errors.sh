@@ -39,6 +39,19 @@ expect 2 "--checkpoint-every needs --checkpoint-dir" -- "$good" --checkpoint-eve
 expect 2 "--threads: at most 1024, got '4294967297'" -- "$good" --threads 4294967297
 expect 2 "--stages: at most 2147483647" -- "$good" --stages 4294967298
 expect 2 "--steps: expected an integer >= 1, got '\+2'" -- "$good" --steps +2
+# files written to a temporary name and renamed are not renamed over a FIFO or a device (as
+# root that replaced /dev/full); through a symbolic link they land in its target
+mkfifo "$tmp/fifo"
+expect 1 "--save .*fifo: not a regular file" -- "$good" --data synthetic --steps 1 --save "$tmp/fifo"
+expect 1 "--trace .*fifo: not a regular file" -- "$good" --data synthetic --steps 1 --trace "$tmp/fifo"
+: >"$tmp/real.safetensors"; ln -s real.safetensors "$tmp/link.safetensors"
+if timeout 60 "$train" "$good" --quiet --data synthetic --steps 1 --batch-size 8 \
+    --save "$tmp/link.safetensors" >/dev/null 2>&1 &&
+    [ -L "$tmp/link.safetensors" ] && [ -s "$tmp/real.safetensors" ]; then
+  passed=$((passed+1))
+else
+  failed=$((failed+1)); echo "FAIL: --save through a symbolic link"
+fi
 # writes that fail are errors: the log, stdout
 if [ -c /dev/full ]; then
   expect 1 "/dev/full: writing the log failed" -- "$good" --quiet --data synthetic --steps 1 \

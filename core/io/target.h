@@ -1,0 +1,16 @@
+/* Where a file that is written to a temporary name and renamed (weights, checkpoints, plans,
+ * traces) may go. Renaming over something that is not a regular file replaces it: run as
+ * root, `--trace /dev/full` turned the device into a plain file. */
+#ifndef GP_IO_TARGET_H
+#define GP_IO_TARGET_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+
+/* The path to write for `path` into out (n bytes): path itself when nothing is there or a
+ * regular file is; the file a symbolic link leads to when that is a regular file (the link
+ * stays a link); else GP_ERR_IO naming path ("not a regular file"). */
+gp_status gp_io_write_target(const char *path, char *out, size_t n);
+
+#endif
