@@ -203,7 +203,8 @@ static gp_status parse_devices(sweep *w, const char *text) {
                     "--devices: expected names like cpu or cuda:0 separated by commas, got '%s'",
                     text);
     memcpy(w->devices[w->n_dev], p, len);
-    w->devices[w->n_dev++][len] = 0;
+    w->devices[w->n_dev][len] = 0;
+    gp_device_canonical(w->devices[w->n_dev++]);
     if (!p[len]) return GP_OK;
     p += len + 1;
   }

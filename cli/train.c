@@ -208,7 +208,8 @@ static gp_status apply_pipeline_flags(gp_pipeline_spec *ps) {
                       "commas, got '%s'",
                       flags[F_DEVICES].s);
       memcpy(ps->devices[ps->n_devices], p, len);
-      ps->devices[ps->n_devices++][len] = 0;
+      ps->devices[ps->n_devices][len] = 0;
+      gp_device_canonical(ps->devices[ps->n_devices++]);
       p += len + (p[len] == ',');
     }
   }

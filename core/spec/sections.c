@@ -387,7 +387,8 @@ static gp_status devices(gp_sp_ctx *c, const gp_ynode *sec, int64_t stages, gp_p
     }
     if (!ok)
       return gp_sp_err(c, d->line, d->col, "devices: unknown device '%s' (cpu, cuda or cuda:N)", s);
-    snprintf(p->devices[i], sizeof p->devices[i], "%s", s);
+    /* "cuda" is stored as "cuda:0", the form the rest of the code knows (gp_device_canonical) */
+    snprintf(p->devices[i], sizeof p->devices[i], "%s", strcmp(s, "cuda") ? s : "cuda:0");
   }
   if (n != 1 && n != stages)
     return gp_sp_err(c, v->line, v->col,

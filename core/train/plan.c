@@ -89,14 +89,18 @@ gp_status gp_devices_check(int n, const char *first, size_t stride) {
   return GP_OK;
 }
 
+void gp_device_canonical(char *dev) {
+  if (strcmp(dev, "cuda") == 0) strcpy(dev, "cuda:0");
+}
+
 gp_status gp_device_check(const char *dev) {
-  if (strcmp(dev, "cpu") == 0) return GP_OK;
+  if (strcmp(dev, "cpu") == 0 || strcmp(dev, "cuda") == 0) return GP_OK;
   if (strncmp(dev, "cuda:", 5) == 0 && dev[5] >= '0' && dev[5] <= '9') {
     char *end;
     long n = strtol(dev + 5, &end, 10);
     if (*end == 0 && n < 1000) return GP_OK;
   }
-  return GP_ERR(GP_ERR_USAGE, "unknown device '%s' (cpu, or cuda:N)", dev);
+  return GP_ERR(GP_ERR_USAGE, "unknown device '%s' (cpu, cuda or cuda:N)", dev);
 }
 
 void gp_plan_balance_str(const gp_plan *p, char *buf, size_t n) {

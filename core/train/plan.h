@@ -22,9 +22,12 @@ typedef struct gp_plan {
 /* From the model's pipeline section (already overridden by flags). GP_ERR_USAGE for splits
  * that cannot be: more stages than units, a balance that does not sum to the units. */
 gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out);
-/* GP_ERR_USAGE unless dev names a device: "cpu" or "cuda:N". Whether the device exists is
- * checked when a pipeline is made on it. */
+/* GP_ERR_USAGE unless dev names a device: "cpu", "cuda" or "cuda:N". Whether the device
+ * exists is checked when a pipeline is made on it. */
 gp_status gp_device_check(const char *dev);
+/* "cuda" becomes "cuda:0" in place (dev has room: devices are held in 16 bytes); others stay.
+ * Names are stored in this form, so the rest of the code knows "cpu" and "cuda:N" alone. */
+void gp_device_canonical(char *dev);
 /* gp_device_check on n names (the first at first, the next stride bytes on), and that they
  * do not mix the CPU with CUDA devices. */
 gp_status gp_devices_check(int n, const char *first, size_t stride);

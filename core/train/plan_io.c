@@ -220,7 +220,7 @@ static gp_status get_list(const reader *r, yaml_node_t *n, const char *key, int 
 
 /* "cpu" or "cuda:N": whether the build can run it is gp_plan_make's and the trainer's call. */
 static int device_name_ok(const char *s) {
-  if (strcmp(s, "cpu") == 0) return 1;
+  if (strcmp(s, "cpu") == 0 || strcmp(s, "cuda") == 0) return 1;
   if (strncmp(s, "cuda:", 5) != 0 || !s[5] || strlen(s) >= 16) return 0;
   for (const char *c = s + 5; *c; c++)
     if (*c < '0' || *c > '9') return 0;
@@ -300,9 +300,11 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
     for (int s = 0; s < n; s++)
       if (!device_name_ok(scalar(items[s])))
         return at(r, items[s], GP_ERR_USAGE,
-                  "devices: unknown device '%s' (expected cpu or cuda:N)", scalar(items[s]));
-    for (int s = 0; s < k; s++)
+                  "devices: unknown device '%s' (expected cpu, cuda or cuda:N)", scalar(items[s]));
+    for (int s = 0; s < k; s++) {
       snprintf(out->st[s].device, sizeof out->st[s].device, "%s", scalar(items[n == 1 ? 0 : s]));
+      gp_device_canonical(out->st[s].device);
+    }
   } else {
     if (ps->n_devices > 1 && ps->n_devices != k)
       return at(r, val[K_STAGES], GP_ERR_USAGE,

@@ -144,6 +144,19 @@ static void test_defaults(void) {
         "pipeline defaults");
   gp_model_free(m);
 
+  /* "cuda" is cuda:0 (docs/model-format.md), stored in the form the executor knows */
+  gp_override dev[] = {{"pipeline.devices.1", "cuda"}};
+  m = gp_t_load("cuda",
+                MIN_HEAD "layers: [{type: linear, out_features: 3}, {type: relu}]\n"
+                         "loss: softmax_cross_entropy\n"
+                         "pipeline: {stages: 2, devices: [cuda, cuda:1]}\n",
+                dev, 1);
+  CHECK(m && m->pipeline.n_devices == 2 && !strcmp(m->pipeline.devices[0], "cuda:0") &&
+            !strcmp(m->pipeline.devices[1], "cuda:0"),
+        "devices: [cuda, cuda:1] with pipeline.devices.1=cuda: %s, %s",
+        m ? m->pipeline.devices[0] : "-", m ? m->pipeline.devices[1] : "-");
+  gp_model_free(m);
+
   gp_override ov[] = {{"train.optimizer.type", "adamw"}};
   m = gp_t_load("adamw defaults",
                 MIN_HEAD "layers: [{type: linear, out_features: 3}]\nloss: softmax_cross_entropy\n",
