@@ -652,6 +652,14 @@ static gp_status report(ctx *c) {
 }
 
 static gp_status data_only(ctx *c, const char *file) {
+  /* the sweep's flags would be ignored here: refused, so none is thought to have acted */
+  static const int sweep_only[] = {F_STAGES,    F_MICRO, F_SCHEDULE, F_REMAT,  F_DEVICES,
+                                   F_PARTITION, F_DATA,  F_THREADS,  F_MEMORY, F_PRECISION,
+                                   F_NONDET,    F_REPS,  F_CSV,      F_PLOT,   F_TRACE};
+  for (size_t i = 0; i < sizeof sweep_only / sizeof sweep_only[0]; i++)
+    if (flags[sweep_only[i]].given)
+      return GP_ERR(GP_ERR_USAGE, "%s does not apply to --data-only (it times the data alone)",
+                    flags[sweep_only[i]].name);
   GP_TRY(load_model(file, &c->m));
   int64_t batch = flags[F_BATCH].given ? flags[F_BATCH].i : c->m->train.batch_size;
   int steps = flags[F_STEPS].given ? (int)flags[F_STEPS].i : 20;
@@ -683,6 +691,9 @@ int main(int argc, char **argv) {
   c.quiet = flags[F_QUIET].given;
   c.tty = isatty(2);
   if (s == GP_OK) gp_blas_pick_kernels(argv);
+  if (s == GP_OK && flags[F_WORKERS].given && !flags[F_DATA_ONLY].given)
+    s = GP_ERR(GP_ERR_USAGE, "--workers is for --data-only (the sweep's data is synthetic unless "
+                             "--data real, decoded as the model file's data section says)");
   if (s == GP_OK && flags[F_DATA_ONLY].given) {
     s = data_only(&c, pos[0]);
   } else {

@@ -64,7 +64,10 @@ gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *worker
   data_run *runs = calloc((size_t)n_workers, sizeof *runs);
   gp_status s = x && y && runs ? GP_OK : GP_ERR(GP_ERR_NOMEM, "out of memory for a batch");
   for (int i = 0; s == GP_OK && i < n_workers; i++) {
-    if (!quiet) fprintf(stderr, "gpipe-bench: data only, %d decode threads...\n", workers[i]);
+    if (!quiet && workers[i] < 0)
+      fprintf(stderr, "gpipe-bench: data only, the automatic number of decode threads...\n");
+    else if (!quiet)
+      fprintf(stderr, "gpipe-bench: data only, %d decode threads...\n", workers[i]);
     s = one_run(m, batch, workers[i], steps, warmup, x, y, &runs[i]);
   }
   char cpu[128], shape[96];
@@ -89,7 +92,11 @@ gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *worker
     for (int i = 0; i < n_workers; i++)
       printf("%8d  %12.1f  %12.1f  %10.3f\n", runs[i].workers, runs[i].samples_per_s,
              runs[i].per_thread, runs[i].ms_per_batch);
-    printf("(0 threads: decoded on the calling thread)\n");
+    for (int i = 0; i < n_workers; i++)
+      if (runs[i].workers == 0) {
+        printf("(0 threads: decoded on the calling thread)\n");
+        break;
+      }
   }
   free(x);
   free(y);

@@ -217,6 +217,12 @@ expect 2 "bad model override" "$mlp" --set nope.x=1
 expect 1 "unwritable --csv" "$mlp" "${fast[@]}" --csv "$tmp/no/such/dir.csv"
 expect 1 "--plot is a directory" "$mlp" "${fast[@]}" --plot "$tmp"
 expect 1 "unwritable --trace" "$mlp" "${fast[@]}" --trace /proc/no-such-trace.json
+mkfifo "$tmp/fifo"
+expect 1 "--trace to a FIFO (it is renamed into place)" "$mlp" "${fast[@]}" --trace "$tmp/fifo"
+expect 2 "an integer past int" "$mlp" --steps 2147483648
+expect 2 "--steps past 4096" "$mlp" --steps 4097
+expect 2 "a sweep flag with --data-only" "$mlp" --data-only --csv "$tmp/x.csv"
+expect 2 "--workers without --data-only" "$mlp" --workers 2
 # a run that fails after the output files were checked leaves none of them behind
 expect 1 "missing data" "$mlp" "${fast[@]}" --data real --set data.path="$tmp/none" \
   --csv "$tmp/left.csv" --plot "$tmp/left.svg"
