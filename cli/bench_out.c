@@ -138,6 +138,21 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
 
 /* ---- CSV ----------------------------------------------------------------------------------- */
 
+/* A text field as RFC 4180 has it: quoted, with quotes doubled, where it holds a comma, a quote
+ * or a line break (a model's name may). */
+static void csv_field(FILE *f, const char *s) {
+  if (!s[strcspn(s, ",\"\r\n")]) {
+    fputs(s, f);
+    return;
+  }
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"') fputc('"', f);
+    fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
 gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
   fprintf(f, "model,batch_size,stages,micro_batches,schedule,checkpoint,baseline,balance,"
              "cores_used,samples_per_s,speedup_vs_naive,speedup_vs_single,bubble_measured,"
@@ -155,8 +170,9 @@ gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
       at += (size_t)snprintf(peak + at, sizeof peak - at, s ? ";%zu" : "%zu", r->peak_bytes[s]);
     char steal[32] = ""; /* empty where unknown */
     if (r->steal >= 0) snprintf(steal, sizeof steal, "%.4f", r->steal);
-    fprintf(f, "%s,%" PRId64 ",%d,%d,%s,%s,%d,%s,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%s,%s\n",
-            b->model, b->batch, r->k, r->m, gp_bench_schedule_name(r->schedule),
+    csv_field(f, b->model);
+    fprintf(f, ",%" PRId64 ",%d,%d,%s,%s,%d,%s,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%s,%s\n",
+            b->batch, r->k, r->m, gp_bench_schedule_name(r->schedule),
             gp_bench_remat_name(r->remat), r->baseline, bal, r->cores_used, r->samples_per_s,
             r->speedup_naive, r->speedup_single, r->bubble_measured, r->bubble_theory, r->gflops,
             r->utilization, busy, peak, steal);

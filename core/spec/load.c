@@ -35,6 +35,10 @@ static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
     if (!*np->val->s || strlen(np->val->s) >= sizeof m->name)
       return gp_sp_err(c, np->val->line, np->val->col, "name: expected 1 to %zu characters",
                        sizeof m->name - 1);
+    for (const char *p = np->val->s; *p; p++)
+      if ((unsigned char)*p < 0x20 || *p == 0x7f) /* it heads plans, tables and file names */
+        return gp_sp_err(c, np->val->line, np->val->col,
+                         "name: control character 0x%02x in the model's name", (unsigned char)*p);
     snprintf(m->name, sizeof m->name, "%s", np->val->s);
   } else {
     name_from_file(c->file, m->name, sizeof m->name);

@@ -217,6 +217,12 @@ expect 2 "bad model override" "$mlp" --set nope.x=1
 expect 1 "unwritable --csv" "$mlp" "${fast[@]}" --csv "$tmp/no/such/dir.csv"
 expect 1 "--plot is a directory" "$mlp" "${fast[@]}" --plot "$tmp"
 expect 1 "unwritable --trace" "$mlp" "${fast[@]}" --trace /proc/no-such-trace.json
+# a model name with a comma and a quote stays one CSV field
+"$bench" "$mlp" "${fast[@]}" --stages 1 --micro-batches 1 --set 'name=a,"b' --csv "$tmp/n.csv" \
+  --quiet >/dev/null 2>&1 &&
+  python3 -c 'import csv, sys; r = list(csv.reader(open(sys.argv[1])))
+assert r[1][0] == "a,\"b" and len(r[1]) == len(r[0]), r' "$tmp/n.csv" && ok ||
+  bad "a model name with a comma in --csv: $(cat "$tmp/n.csv")"
 mkfifo "$tmp/fifo"
 expect 1 "--trace to a FIFO (it is renamed into place)" "$mlp" "${fast[@]}" --trace "$tmp/fifo"
 expect 2 "an integer past int" "$mlp" --steps 2147483648

@@ -214,6 +214,10 @@ static const bad cases[] = {
        "pipeline: {stages: 2, devices: [cpu, cpu, cpu]}\n",
      GP_ERR_SPEC,
      {"t.yaml:4:32: ", "3 devices for 2 stages"}},
+    {"control character in the model's name", /* it heads plans: a line break made a key */
+     "name: \"x\\ny: 1\"\n" H LIN LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:1:7: ", "control character 0x0a"}},
     {"bad device",
      H LIN LOSS "pipeline: {devices: [gpu0]}\n",
      GP_ERR_SPEC,
