@@ -218,13 +218,12 @@ static gp_status get_list(const reader *r, yaml_node_t *n, const char *key, int 
   return GP_OK;
 }
 
-/* "cpu" or "cuda:N": whether the build can run it is gp_plan_make's and the trainer's call. */
+/* A device name by gp_device_check's rule (whether the build can run it is gp_plan_make's
+ * and the trainer's call), without its message: the caller names the line. */
 static int device_name_ok(const char *s) {
-  if (strcmp(s, "cpu") == 0 || strcmp(s, "cuda") == 0) return 1;
-  if (strncmp(s, "cuda:", 5) != 0 || !s[5] || strlen(s) >= 16) return 0;
-  for (const char *c = s + 5; *c; c++)
-    if (*c < '0' || *c > '9') return 0;
-  return 1;
+  if (gp_device_check(s) == GP_OK) return 1;
+  gp_error_clear();
+  return 0;
 }
 
 enum { K_MODEL, K_STAGES, K_MICRO, K_SCHEDULE, K_CHECKPOINT, K_DEVICES, K_BALANCE, K_UNITS, K_N };
