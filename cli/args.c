@@ -148,6 +148,7 @@ int gp_args_bytes(const char *s, double *out) {
   if (end == s || !isfinite(v) || v <= 0) return 0;
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
     if (strcasecmp(end, units[i].unit) == 0) {
+      if (units[i].mul == 1 && v != floor(v)) return 0; /* bytes come whole */
       *out = v * units[i].mul;
       return *out >= 1 && isfinite(*out);
     }

@@ -54,8 +54,8 @@ static gp_flag flags[] = {
                    0},
     [F_SPEEDS] = {"--speeds", GP_FLAG_STR, "1,1.5,...",
                   "relative speed of each stage's device (or one for all)", 0},
-    [F_BATCH] = {"--batch-size", GP_FLAG_INT, "B", "mini-batch size (default: the model file's)",
-                 1},
+    [F_BATCH] = {"--batch-size", GP_FLAG_INT, "B", "mini-batch size (default: the model file's)", 1,
+                 .max = GP_MAX_BATCH},
     [F_THREADS] = {"--threads", GP_FLAG_INT, "N",
                    "CPU threads shared by the stages, for --by time (default: all cores)", 1,
                    .max = 1024},
@@ -146,12 +146,14 @@ static gp_status per_stage(const char *flag, const char *text, int k, int is_siz
     char *end;
     double v = 0;
     int ok = is_size ? gp_args_bytes(f[i], &v) : (v = strtod(f[i], &end), end != f[i] && !*end);
-    if (!ok || !isfinite(v) || v <= 0)
+    if (!ok || !isfinite(v) || v <= 0 || (!is_size && (v < 1e-3 || v > 1e3)))
       return is_size ? GP_ERR(GP_ERR_USAGE,
                               "%s: cannot read '%s' as a size (like 16GiB, 512MiB, 1.5GB or "
                               "1000000 bytes)",
                               flag, f[i])
-                     : GP_ERR(GP_ERR_USAGE, "%s: expected a positive number, got '%s'", flag, f[i]);
+                     : GP_ERR(GP_ERR_USAGE,
+                              "%s: expected a speed relative to 1, from 0.001 to 1000, got '%s'",
+                              flag, f[i]);
     out[i] = v;
   }
   for (int i = n; i < k; i++)

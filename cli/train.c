@@ -57,7 +57,7 @@ static gp_flag flags[] = {
     [F_STEPS] = {"--steps", GP_FLAG_INT, "N", "train N optimizer steps in all (overrides epochs)",
                  1},
     [F_EPOCHS] = {"--epochs", GP_FLAG_INT, "N", "train N epochs", 1},
-    [F_BATCH] = {"--batch-size", GP_FLAG_INT, "N", "mini-batch size", 1},
+    [F_BATCH] = {"--batch-size", GP_FLAG_INT, "N", "mini-batch size", 1, .max = GP_MAX_BATCH},
     [F_SEED] = {"--seed", GP_FLAG_INT, "N", "seed of weights, shuffling and dropout", 0,
                 .max = INT64_MAX},
     [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE",

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 gp_status gp_io_write_target(const char *path, char *out, size_t n) {
   struct stat st;
@@ -21,6 +22,14 @@ gp_status gp_io_write_target(const char *path, char *out, size_t n) {
     if (s == GP_OK) snprintf(out, n, "%s", real);
     free(real);
     return s;
+  }
+  if (S_ISLNK(st.st_mode) && stat(path, &st) != 0) {
+    int err = errno;
+    char to[1024];
+    ssize_t len = readlink(path, to, sizeof to - 1);
+    to[len > 0 ? len : 0] = 0;
+    return GP_ERR(GP_ERR_IO, "%s: a symbolic link to '%s', which %s", path, to,
+                  err == ENOENT ? "does not exist" : strerror(err));
   }
   return GP_ERR(GP_ERR_IO, "%s: not a regular file; give the path of a file to write", path);
 }

@@ -205,8 +205,9 @@ static gp_status apply(eval *e, char op, num a, num b, num *out) {
     ovf = __builtin_mul_overflow(x, y, &r);
     break;
   default:
-    if (x == INT64_MIN && y == -1) {
-      ovf = 1;
+    if (x == INT64_MIN && y == -1) { /* the quotient overflows; the remainder is 0 */
+      ovf = op == 'f';
+      r = 0;
       break;
     }
     r = op == 'f' ? x / y : x % y;

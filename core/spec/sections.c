@@ -344,7 +344,7 @@ static gp_status train_section(gp_sp_ctx *c, const gp_ynode *root, gp_train_spec
   gp_cfg *cfg = NULL, *opt = NULL, *sch = NULL;
   int64_t seed = 0;
   gp_status s = gp_sp_cfg_of(c, sec, nested, &cfg);
-  if (s == GP_OK) s = gp_cfg_int(cfg, "batch_size", 32, 1, INT32_MAX, &t->batch_size);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "batch_size", 32, 1, GP_MAX_BATCH, &t->batch_size);
   if (s == GP_OK) s = gp_cfg_int(cfg, "epochs", 1, 1, INT32_MAX, &t->epochs);
   if (s == GP_OK) s = gp_cfg_int(cfg, "steps", 0, 0, INT64_MAX / 4, &t->steps);
   if (s == GP_OK) s = gp_cfg_int(cfg, "seed", 0, 0, INT64_MAX, &seed);

@@ -10,6 +10,8 @@
 
 #define GP_MAX_MODEL_INPUTS 8
 #define GP_MAX_DEVICES 64
+/* A batch beyond this is a typo; it also keeps byte products far from overflow. */
+#define GP_MAX_BATCH ((int64_t)1 << 24)
 #define GP_SPEC_NAME 64
 
 /* Limits of expansion: a model file beyond them is refused with an error. */

@@ -17,8 +17,7 @@
 #include "core/train/exec.h"
 #include "core/train/params.h"
 
-/* A micro-batch beyond this is a typo; it also keeps byte products far from overflow. */
-#define MAX_MICRO_BATCH ((int64_t)1 << 24)
+#define MAX_MICRO_BATCH GP_MAX_BATCH
 /* Timing: warm-ups (first-touch, arena growth, BLAS buffers), then repetitions until both
  * MIN_RUNS runs and MIN_SECONDS of measured time, or MAX_RUNS runs for very small units. */
 #define WARMUPS 2
@@ -28,6 +27,8 @@
 /* The smallest time reported: a unit whose backward has nothing to do still costs a call. */
 #define MIN_TIME 1e-9
 #define CACHE_HEADER "gpipe unit time v1"
+/* a unit measured at a day or more is not a measurement: re-measure it */
+#define CACHE_MAX_S 86400.0
 
 void gp_unit_costs_free(gp_unit_costs *c) {
   if (!c) return;
@@ -187,8 +188,8 @@ static int cache_read(const char *dir, uint64_t key, double *fwd, double *bwd) {
   uint64_t k = 0;
   double a = -1, b = -1;
   int ok = fgets(line, sizeof line, f) && strcmp(line, CACHE_HEADER "\n") == 0 &&
-           fscanf(f, " key %" SCNx64 " fwd %lf bwd %lf", &k, &a, &b) == 3 && k == key &&
-           isfinite(a) && isfinite(b) && a > 0 && b > 0;
+           fscanf(f, " key %" SCNx64 " fwd %lf bwd %lf", &k, &a, &b) == 3 && k == key && a > 0 &&
+           b > 0 && a < CACHE_MAX_S && b < CACHE_MAX_S;
   fclose(f);
   if (ok) *fwd = a, *bwd = b;
   return ok;

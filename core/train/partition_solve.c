@@ -202,6 +202,17 @@ static gp_status check_req(const gp_unit_costs *c, const gp_partition_req *r) {
       return GP_ERR(GP_ERR_USAGE, "partition: stage %d's memory limit must be >= 0, got %g", s,
                     lim);
   }
+  /* an overflowing stage time (a tiny speed, a huge measured cost) makes every split look
+   * alike and no split "fit": say so rather than blame a memory limit */
+  double total = 0, slowest = INFINITY;
+  for (int u = 0; u < c->n; u++)
+    total += 2 * c->fwd[u] + c->bwd[u];
+  for (int s = 0; s < r->stages; s++)
+    slowest = fmin(slowest, speed_of(r, s));
+  if (!isfinite(total / slowest))
+    return GP_ERR(GP_ERR_USAGE,
+                  "partition: the stage times overflow (costs totalling %g at a speed of %g)",
+                  total, slowest);
   return GP_OK;
 }
 

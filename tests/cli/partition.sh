@@ -144,7 +144,11 @@ refuse "devices: 1 of the 2 stages are on CUDA devices and the others on the CPU
 refuse "--devices: unknown device 'cuda:x'" --stages 2 --devices cuda:x
 refuse "--memory-limit: cannot read '12XB' as a size" --stages 4 --memory-limit 12XB
 refuse "--by: unknown value 'speed'" --stages 4 --by speed
-refuse "--speeds: expected a positive number, got 'x'" --stages 2 --speeds 1,x
+refuse "--speeds: expected a speed relative to 1, from 0.001 to 1000, got 'x'" --stages 2 \
+  --speeds 1,x
+refuse "--speeds: .*got '1e-300'" --stages 2 --speeds 1e-300
+refuse "--memory-limit: cannot read '1.5' as a size" --stages 2 --memory-limit 1.5
+refuse "--batch-size: at most 16777216, got '16777217'" --batch-size 16777217
 refuse "cannot be split into 500 micro-batches" --stages 2 --micro-batches 500
 # an impossible limit names the smallest limit that fits at this K
 refuse "fits the limit of 1.00 MiB.*4 stages need at least [0-9.]+ [KMG]iB" \

@@ -44,6 +44,10 @@ expect 2 "--steps: expected an integer >= 1, got '\+2'" -- "$good" --steps +2
 mkfifo "$tmp/fifo"
 expect 1 "--save .*fifo: not a regular file" -- "$good" --data synthetic --steps 1 --save "$tmp/fifo"
 expect 1 "--trace .*fifo: not a regular file" -- "$good" --data synthetic --steps 1 --trace "$tmp/fifo"
+ln -s missing.json "$tmp/dangling.json"
+expect 1 "--trace .*dangling.json: a symbolic link to 'missing.json', which does not exist" \
+  -- "$good" --data synthetic --steps 1 --trace "$tmp/dangling.json"
+expect 2 "--batch-size: at most 16777216, got '16777217'" -- "$good" --batch-size 16777217
 : >"$tmp/real.safetensors"; ln -s real.safetensors "$tmp/link.safetensors"
 if timeout 60 "$train" "$good" --quiet --data synthetic --steps 1 --batch-size 8 \
     --save "$tmp/link.safetensors" >/dev/null 2>&1 &&

@@ -234,11 +234,13 @@ static void timed(void) {
   for (int u = 0; u < c2.n; u++)
     planted_seen += c2.fwd[u] == 123.5 && c2.bwd[u] == 0.25;
   CHECK(planted_seen == 1, "the planted cache entry is read (%d units use it)", planted_seen);
-  /* corrupt: garbage, a wrong key, a truncated entry, a negative time -> measured and rewritten */
+  /* corrupt: garbage, a wrong key, a truncated entry, a negative or absurd
+   * time -> measured and rewritten */
   static const char *bad[] = {
       "garbage\x01\x02", "gpipe unit time v1\nkey 0000000000000001\nfwd 1\nbwd 1\n",
-      "gpipe unit time v1\nkey ", "gpipe unit time v1\nkey %s\nfwd -1\nbwd 1\n"};
-  for (int i = 0; i < 4; i++) {
+      "gpipe unit time v1\nkey ", "gpipe unit time v1\nkey %s\nfwd -1\nbwd 1\n",
+      "gpipe unit time v1\nkey %s\nfwd 1e308\nbwd 1\n" /* a day or more: not a measurement */};
+  for (int i = 0; i < 5; i++) {
     char body[256];
     snprintf(body, sizeof body, bad[i], key);
     write_file(names[0], body);
@@ -249,7 +251,7 @@ static void timed(void) {
     CHECK(fine, "corrupt cache file %d is ignored", i);
     CHECK(read_file(names[0], text, sizeof text) &&
               strncmp(text, "gpipe unit time v1\nkey ", 23) == 0 && strstr(text, key) &&
-              !strstr(text, "fwd -1"),
+              !strstr(text, "fwd -1") && !strstr(text, "fwd 1e308"),
           "corrupt cache file %d is rewritten: '%.60s'", i, text);
     gp_unit_costs_free(&c3);
   }

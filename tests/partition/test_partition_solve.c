@@ -254,6 +254,14 @@ static void refusals(void) {
   double bad_speed[3] = {1, 0, 1};
   in.r.speed = bad_speed;
   CHECK(gp_partition_solve(&in.c, &in.r, &p) == GP_ERR_USAGE, "zero speed");
+  /* a stage time that overflows is named, not reported as a memory limit no split meets */
+  double tiny_speed[3] = {1, 1e-300, 1};
+  in.r.speed = tiny_speed;
+  in.fwd[2] = 1e10;
+  CHECK(gp_partition_solve(&in.c, &in.r, &p) == GP_ERR_USAGE &&
+            strstr(gp_error_message(), "stage times overflow"),
+        "overflowing stage time");
+  in.fwd[2] = 1;
   in.r.speed = NULL;
   in.fwd[2] = NAN;
   CHECK(gp_partition_solve(&in.c, &in.r, &p) == GP_ERR_USAGE, "NaN cost");

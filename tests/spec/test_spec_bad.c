@@ -402,6 +402,10 @@ static const bad cases[] = {
      H "layers: [{type: linear, out_features: '${9223372036854775807 + 1}'}]\n" LOSS,
      GP_ERR_SPEC,
      {"t.yaml:2:39: ", "integer overflow"}},
+    {"integer quotient overflow",
+     H "layers: [{type: linear, out_features: '${(-9223372036854775807 - 1) // -1}'}]\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:2:39: ", "integer overflow"}},
     {"non-numeric parameter",
      H "blocks: {b: {params: {c: abc}, layers: [{type: linear, "
        "out_features: '${c + 1}'}]}}\nlayers: [{block: b}]\n" LOSS,
