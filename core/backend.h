@@ -171,11 +171,16 @@ struct gp_backend {
                                   const float *x, const float *dy, const float *gamma,
                                   const float *mean, const float *invstd, float *dx, float *dgamma,
                                   float *dbeta); /* dx = (NULL: skip), d* += */
-  /* acc[0..c) += mean, acc[c..2c) += unbiased variance (from invstd, eps and count) */
-  gp_status (*batchnorm_stats_accumulate)(gp_backend *be, int64_t c, int64_t count, float eps,
-                                          const float *mean, const float *invstd, float *acc);
-  /* run = (1 - momentum) run + momentum * acc / n_acc for mean and var; then acc = 0 */
-  gp_status (*batchnorm_stats_apply)(gp_backend *be, int64_t c, float momentum, int n_acc,
+  /* Pools a micro-batch's statistics (count values per channel; mean, and the biased variance
+   * from invstd and eps) into acc, which holds those of the `before` values already pooled:
+   * acc[0..c) their mean, acc[c..2c) their sum of squared deviations (Chan et al.'s update).
+   * So the pooled statistics are the whole mini-batch's, however it was split. */
+  gp_status (*batchnorm_stats_accumulate)(gp_backend *be, int64_t c, int64_t before, int64_t count,
+                                          float eps, const float *mean, const float *invstd,
+                                          float *acc);
+  /* For the n values pooled: run_mean = (1 - momentum) run_mean + momentum * mean, run_var the
+   * same with the unbiased variance (squared deviations / (n - 1), as PyTorch); then acc = 0 */
+  gp_status (*batchnorm_stats_apply)(gp_backend *be, int64_t c, float momentum, int64_t n,
                                      float *acc, float *run_mean, float *run_var);
 
   /* ---- layer norm over the last dim of [rows, cols] ---- */

@@ -145,8 +145,8 @@ struct gp_layer {
   float *param[GP_MAX_PARAMS]; /* device pointers into the stage's contiguous buffers */
   float *grad[GP_MAX_PARAMS];  /* NULL for buffers */
   float *stats;                /* stats_floats() floats, or NULL */
-  int64_t stats_count;         /* runtime: accumulations in stats since the last step_end
-                                  (kept here so conf stays read-only settings) */
+  int64_t stats_count; /* runtime: values per channel pooled in stats since the last step_end
+                          (kept here so conf stays read-only settings) */
 };
 
 /* The registry (layers/registry.c). */

@@ -1,8 +1,10 @@
 /* batchnorm: per-channel batch normalization over [C, ...] (BatchNorm1d for [C] and
  * [C, L], BatchNorm2d for [C, H, W]). Running statistics are updated once per mini-batch:
- * each micro-batch's forward adds its mean and unbiased variance to l->stats, and step_end
- * applies their average with the momentum. With one micro-batch this is exactly PyTorch;
- * with several, the statistics are per micro-batch, as in GPipe. */
+ * each micro-batch's forward pools its mean and variance into l->stats (so they hold the
+ * statistics of all the values seen so far in the step, however they were split), and
+ * step_end applies them with the momentum: PyTorch's update for the whole mini-batch, as
+ * torchgpipe's DeferredBatchNorm. Normalizing uses each micro-batch's own statistics, as in
+ * GPipe. */
 #include "layers/layers.h"
 
 typedef struct batchnorm_conf {
@@ -76,8 +78,9 @@ static gp_status batchnorm_forward(gp_layer *l, gp_exec *e, const gp_tensor *in,
   if (!e->recompute) {
     if (!l->stats)
       return GP_ERR(GP_ERR_RUNTIME, "batchnorm %s: no statistics buffer (stats_floats)", l->path);
-    GP_TRY(be->batchnorm_stats_accumulate(be, c, n * inner, (float)k->eps, st, st + c, l->stats));
-    l->stats_count++;
+    GP_TRY(be->batchnorm_stats_accumulate(be, c, l->stats_count, n * inner, (float)k->eps, st,
+                                          st + c, l->stats));
+    l->stats_count += n * inner;
   }
   return GP_OK;
 }
@@ -99,9 +102,9 @@ static gp_status batchnorm_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
 static gp_status batchnorm_step_end(gp_layer *l, gp_backend *be) {
   batchnorm_conf *k = l->conf;
   if (l->stats_count == 0 || !l->stats) return GP_OK;
-  int n_acc = (int)l->stats_count;
+  int64_t n = l->stats_count;
   l->stats_count = 0;
-  return be->batchnorm_stats_apply(be, l->in_shape[0].d[0], (float)k->momentum, n_acc, l->stats,
+  return be->batchnorm_stats_apply(be, l->in_shape[0].d[0], (float)k->momentum, n, l->stats,
                                    l->param[P_MEAN], l->param[P_VAR]);
 }
 

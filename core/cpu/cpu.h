@@ -143,9 +143,10 @@ gp_status gp_cpu_batchnorm_backward(gp_backend *be, int64_t n, int64_t c, int64_
                                     const float *x, const float *dy, const float *gamma,
                                     const float *mean, const float *invstd, float *dx,
                                     float *dgamma, float *dbeta);
-gp_status gp_cpu_batchnorm_stats_accumulate(gp_backend *be, int64_t c, int64_t count, float eps,
-                                            const float *mean, const float *invstd, float *acc);
-gp_status gp_cpu_batchnorm_stats_apply(gp_backend *be, int64_t c, float momentum, int n_acc,
+gp_status gp_cpu_batchnorm_stats_accumulate(gp_backend *be, int64_t c, int64_t before,
+                                            int64_t count, float eps, const float *mean,
+                                            const float *invstd, float *acc);
+gp_status gp_cpu_batchnorm_stats_apply(gp_backend *be, int64_t c, float momentum, int64_t n,
                                        float *acc, float *run_mean, float *run_var);
 gp_status gp_cpu_layernorm_forward(gp_backend *be, int64_t rows, int64_t cols, float eps,
                                    const float *x, const float *gamma, const float *beta, float *y,

@@ -260,28 +260,36 @@ gp_status gp_cpu_batchnorm_backward(gp_backend *be, int64_t n, int64_t c, int64_
   return gp_cpu_parallel_for(be, n * c, plane_grain(inner), bn_dx_part, &b);
 }
 
-gp_status gp_cpu_batchnorm_stats_accumulate(gp_backend *be, int64_t c, int64_t count, float eps,
-                                            const float *mean, const float *invstd, float *acc) {
+gp_status gp_cpu_batchnorm_stats_accumulate(gp_backend *be, int64_t c, int64_t before,
+                                            int64_t count, float eps, const float *mean,
+                                            const float *invstd, float *acc) {
   (void)be;
-  /* PyTorch keeps the unbiased variance in running_var (Bessel's correction). */
-  double bessel = count > 1 ? (double)count / (double)(count - 1) : 1.0;
+  const double na = (double)before, nb = (double)count, n = na + nb;
+  const double q = nb / n, w = na * nb / n; /* the new values' share; the deviations' weight */
   for (int64_t j = 0; j < c; j++) {
     double var = 1.0 / ((double)invstd[j] * invstd[j]) - eps;
     if (var < 0.0) var = 0.0;
-    acc[j] += mean[j];
-    acc[c + j] += (float)(var * bessel);
+    if (before == 0) { /* the first: whatever acc holds is not pooled */
+      acc[j] = mean[j];
+      acc[c + j] = (float)(var * nb);
+      continue;
+    }
+    double delta = (double)mean[j] - acc[j];
+    acc[j] = (float)(acc[j] + delta * q);
+    acc[c + j] = (float)(acc[c + j] + var * nb + delta * delta * w);
   }
   return GP_OK;
 }
 
-gp_status gp_cpu_batchnorm_stats_apply(gp_backend *be, int64_t c, float momentum, int n_acc,
+gp_status gp_cpu_batchnorm_stats_apply(gp_backend *be, int64_t c, float momentum, int64_t n,
                                        float *acc, float *run_mean, float *run_var) {
   (void)be;
-  if (n_acc <= 0) return GP_OK;
-  const float inv = 1.0f / (float)n_acc;
+  if (n <= 0) return GP_OK;
+  /* PyTorch keeps the unbiased variance in running_var (Bessel's correction). */
+  const float inv = (float)(1.0 / (double)(n > 1 ? n - 1 : 1));
   for (int64_t j = 0; j < c; j++) {
-    run_mean[j] = (1.0f - momentum) * run_mean[j] + momentum * acc[j] * inv;
-    run_var[j] = (1.0f - momentum) * run_var[j] + momentum * acc[c + j] * inv;
+    run_mean[j] = (1.0f - momentum) * run_mean[j] + momentum * acc[j];
+    run_var[j] = (1.0f - momentum) * run_var[j] + momentum * (acc[c + j] * inv);
     acc[j] = acc[c + j] = 0.0f;
   }
   return GP_OK;

@@ -275,26 +275,35 @@ static gp_status bn_backward(gp_backend *be, int64_t n, int64_t c, int64_t inner
   return GP_OK;
 }
 
-__global__ void bn_stats_acc_kernel(int64_t c, double bessel, float eps,
+// Chan et al.'s pooling, as gp_cpu_batchnorm_stats_accumulate (the same double operations)
+__global__ void bn_stats_acc_kernel(int64_t c, int first, double nb, double q, double w, float eps,
                                     const float *__restrict__ mean,
                                     const float *__restrict__ invstd, float *__restrict__ acc) {
   for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < c;
        j += (int64_t)gridDim.x * blockDim.x) {
-    double var = 1.0 / __dmul_rn((double)invstd[j], (double)invstd[j]) - eps;
+    double var = __dsub_rn(__ddiv_rn(1.0, __dmul_rn((double)invstd[j], (double)invstd[j])), eps);
     if (var < 0.0) var = 0.0;
-    acc[j] += mean[j];
-    acc[c + j] += (float)(var * bessel);
+    if (first) {
+      acc[j] = mean[j];
+      acc[c + j] = (float)__dmul_rn(var, nb);
+      continue;
+    }
+    double a = acc[j], delta = __dsub_rn((double)mean[j], a);
+    acc[j] = (float)__dadd_rn(a, __dmul_rn(delta, q));
+    acc[c + j] = (float)__dadd_rn(__dadd_rn((double)acc[c + j], __dmul_rn(var, nb)),
+                                  __dmul_rn(__dmul_rn(delta, delta), w));
   }
 }
 
-static gp_status bn_stats_accumulate(gp_backend *be, int64_t c, int64_t count, float eps,
-                                     const float *mean, const float *invstd, float *acc) {
+static gp_status bn_stats_accumulate(gp_backend *be, int64_t c, int64_t before, int64_t count,
+                                     float eps, const float *mean, const float *invstd,
+                                     float *acc) {
   GP_TRY(gp_cuda_use(be));
   if (c <= 0) return GP_OK;
-  // PyTorch keeps the unbiased variance in running_var (Bessel's correction).
-  double bessel = count > 1 ? (double)count / (double)(count - 1) : 1.0;
+  const double na = (double)before, nb = (double)count, n = na + nb;
+  const double q = nb / n, w = na * nb / n;
   bn_stats_acc_kernel<<<gp_dnn_blocks(be, c, GP_DNN_BLOCK), GP_DNN_BLOCK, 0,
-                        gp_cuda_of(be)->stream>>>(c, bessel, eps, mean, invstd, acc);
+                        gp_cuda_of(be)->stream>>>(c, before == 0, nb, q, w, eps, mean, invstd, acc);
   GP_CUDA_LAUNCHED("bn_stats_acc_kernel");
   return GP_OK;
 }
@@ -304,17 +313,18 @@ __global__ void bn_stats_apply_kernel(int64_t c, float momentum, float inv, floa
   for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < c;
        j += (int64_t)gridDim.x * blockDim.x) {
     const float keep = 1.0f - momentum;
-    rm[j] = __fadd_rn(__fmul_rn(keep, rm[j]), __fmul_rn(__fmul_rn(momentum, acc[j]), inv));
-    rv[j] = __fadd_rn(__fmul_rn(keep, rv[j]), __fmul_rn(__fmul_rn(momentum, acc[c + j]), inv));
+    rm[j] = __fadd_rn(__fmul_rn(keep, rm[j]), __fmul_rn(momentum, acc[j]));
+    rv[j] = __fadd_rn(__fmul_rn(keep, rv[j]), __fmul_rn(momentum, __fmul_rn(acc[c + j], inv)));
     acc[j] = acc[c + j] = 0.0f;
   }
 }
 
-static gp_status bn_stats_apply(gp_backend *be, int64_t c, float momentum, int n_acc, float *acc,
+static gp_status bn_stats_apply(gp_backend *be, int64_t c, float momentum, int64_t n, float *acc,
                                 float *run_mean, float *run_var) {
   GP_TRY(gp_cuda_use(be));
-  if (n_acc <= 0 || c <= 0) return GP_OK;
-  const float inv = 1.0f / (float)n_acc;
+  if (n <= 0 || c <= 0) return GP_OK;
+  // PyTorch keeps the unbiased variance in running_var (Bessel's correction).
+  const float inv = (float)(1.0 / (double)(n > 1 ? n - 1 : 1));
   bn_stats_apply_kernel<<<gp_dnn_blocks(be, c, GP_DNN_BLOCK), GP_DNN_BLOCK, 0,
                           gp_cuda_of(be)->stream>>>(c, momentum, inv, acc, run_mean, run_var);
   GP_CUDA_LAUNCHED("bn_stats_apply_kernel");

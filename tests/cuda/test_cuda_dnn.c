@@ -365,10 +365,14 @@ static void test_bn_one(cc_ctx *c, int64_t n, int64_t ch, int64_t inner, uint64_
   snprintf(msg, sizeof msg, "%s dbeta only (+=)", what);
   cmp(&db, msg, ch, TOL_NORM);
 
-  BOTH(c, be->batchnorm_stats_accumulate(be, ch, count, eps, F(mean), F(inv), F(acc)));
+  /* the first micro-batch's statistics, then another's (other means: inv) pooled with them */
+  BOTH(c, be->batchnorm_stats_accumulate(be, ch, 0, count, eps, F(mean), F(inv), F(acc)));
   snprintf(msg, sizeof msg, "%s stats accumulate", what);
   cmp(&acc, msg, 2 * ch, TOL_EXACT);
-  BOTH(c, be->batchnorm_stats_apply(be, ch, 0.1f, 3, F(acc), F(rm), F(rv)));
+  BOTH(c, be->batchnorm_stats_accumulate(be, ch, count, count + 3, eps, F(inv), F(inv), F(acc)));
+  snprintf(msg, sizeof msg, "%s stats pooled", what);
+  cmp(&acc, msg, 2 * ch, TOL_EXACT);
+  BOTH(c, be->batchnorm_stats_apply(be, ch, 0.1f, 2 * count + 3, F(acc), F(rm), F(rv)));
   snprintf(msg, sizeof msg, "%s running mean", what);
   cmp(&rm, msg, ch, TOL_EXACT);
   snprintf(msg, sizeof msg, "%s running var", what);
