@@ -68,6 +68,13 @@ static gp_status batchnorm_forward(gp_layer *l, gp_exec *e, const gp_tensor *in,
     return be->batchnorm_forward_eval(be, n, c, inner, (float)k->eps, GP_F32P(&in[0]),
                                       l->param[P_WEIGHT], l->param[P_BIAS], l->param[P_MEAN],
                                       l->param[P_VAR], GP_F32P(out));
+  char sh[GP_LAYER_SHAPE_STR];
+  if (n * inner == 1)
+    return GP_ERR(GP_ERR_USAGE,
+                  "batchnorm %s: one value per channel to normalize (a micro-batch of 1 sample of "
+                  "%s): the output would be the bias alone; use fewer micro-batches or a larger "
+                  "batch (PyTorch refuses this too)",
+                  l->path, gp_layers_shape_str(&l->in_shape[0], sh));
   float *st;
   GP_TRY(gp_arena_alloc(e->arena, (size_t)(2 * c) * sizeof(float), (void **)&st));
   GP_TRY(be->batchnorm_forward_train(be, n, c, inner, (float)k->eps, GP_F32P(&in[0]),

@@ -624,6 +624,28 @@ static int check_batchnorm_micro(gp_backend *be) {
   return fails > 0;
 }
 
+/* One value per channel (a micro-batch of one sample of 1x1 planes) normalizes to the bias
+ * alone, with no gradient for the input: refused in training, as PyTorch does; evaluation,
+ * which uses the running statistics, runs. */
+static int check_batchnorm_one_value(gp_backend *be) {
+  gp_shape shp = {3, {2, 1, 1}};
+  lt_layer t;
+  if (lt_layer_build(&t, be, "{type: batchnorm}", 1, &shp, NULL, 1) != GP_OK) {
+    printf("FAIL batchnorm one value: build: %s\n", gp_error_message());
+    lt_layer_free(&t);
+    return 1;
+  }
+  t.e.training = 1;
+  gp_status s = lt_forward(&t);
+  int ok = s == GP_ERR_USAGE && strstr(gp_error_message(), "one value per channel");
+  t.e.training = 0;
+  ok = ok && lt_forward(&t) == GP_OK;
+  printf("%s batchnorm: one value per channel refused in training (%s)\n", ok ? "ok  " : "FAIL",
+         s == GP_OK ? "ran" : gp_error_message());
+  lt_layer_free(&t);
+  return !ok;
+}
+
 /* The checks above on a layer with one deliberate bug at a time: bug none must pass, every
  * other bug must be caught. */
 static int self_test(gp_backend *be, int *passed) {
@@ -678,6 +700,9 @@ int main(void) {
   }
   if (gp_layer_type_find("batchnorm")) {
     int r = check_batchnorm_micro(be);
+    failed += r;
+    passed += !r;
+    r = check_batchnorm_one_value(be);
     failed += r;
     passed += !r;
   }
