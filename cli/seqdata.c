@@ -77,8 +77,16 @@ static gp_status lines_read(const char *path, lines *out) {
   return s;
 }
 
+/* A synthetic sentence's length in tokens, EOS included: 2 to lim, or lim itself when that is
+ * 0 or 1 (the rng is not drawn then: a bound of 0 divides by zero). */
+static int64_t synthetic_len(gp_rng *r, int64_t lim) {
+  if (lim <= 1) return lim;
+  return 2 + (int64_t)gp_rng_below(r, (uint64_t)(lim - 1));
+}
+
 /* Random pairs of the model's lengths: ids in [4, V) (0..3 are the special ids), lengths
- * (EOS included) uniform in [2, S] and [2, T]. */
+ * (EOS included) uniform in [2, S] and [2, T]
+ * (just EOS for a length of 1). */
 static gp_status synthetic_corpus(const gp_seq_layout *L, int32_t vocab, int64_t pairs,
                                   uint64_t seed, int32_t eos, gp_token_corpus *c) {
   memset(c, 0, sizeof *c);
@@ -102,8 +110,7 @@ static gp_status synthetic_corpus(const gp_seq_layout *L, int32_t vocab, int64_t
     int32_t *ids[2] = {c->src, c->tgt};
     int64_t lim[2] = {L->S, T};
     for (int side = 0; side < 2; side++) {
-      int64_t n = lim[side] ? 2 + (int64_t)gp_rng_below(&r, (uint64_t)(lim[side] - 1)) : 0;
-      if (lim[side] == 1) n = 1;
+      int64_t n = synthetic_len(&r, lim[side]);
       int32_t *d = ids[side] + off[side][p];
       for (int64_t j = 0; j + 1 < n; j++)
         d[j] = lo + (int32_t)gp_rng_below(&r, (uint64_t)(vocab - lo));

@@ -189,6 +189,16 @@ else
   bad "--partition exited $?: $(cat "$tmp/err")"
 fi
 
+# ---- a language model with rows of one token on synthetic data trains (each sentence is just
+# EOS; a length bound of 0 made the synthetic corpus divide by zero, SIGFPE)
+lm1=(--set layers.0.num_embeddings=20 --set layers.0.dim=16 --set layers.1.max_len=1
+     --set blocks.layer.params.d=16 --set blocks.layer.params.heads=2 --set blocks.layer.params.ff=32
+     --set layers.3.repeat=1 --set layers.5.out_features=20)
+for i in tokens seg pos label; do lm1+=(--set inputs.$i.shape.0=1); done
+"$bench" "$srcdir/models/transformer-lm.yaml" "${lm1[@]}" --stages 1 --micro-batches 1 \
+  --batch-size 4 --steps 1 --warmup 0 --quiet >"$tmp/lm1" 2>"$tmp/err" && ok ||
+  bad "LM with rows of 1 token: exit $?: $(cat "$tmp/err")"
+
 # ---- bad input: one line on stderr, nothing on stdout, exit 2 (usage, model) or 1 (files)
 expect() { # code, what, args...
   local code=$1 what=$2; shift 2

@@ -99,6 +99,17 @@ cat "$tmp/lm.out"
 ppl=$(sed -n 's/.*perplexity \([0-9.]*\).*/\1/p' "$tmp/lm.out")
 awk -v p="$ppl" 'BEGIN { exit !(p > 1 && p < 3) }' || fail "LM test perplexity '$ppl' not in (1, 3)"
 
+# rows of one token on synthetic data: each sentence is just EOS (a length bound of 0 made
+# the synthetic corpus divide by zero, SIGFPE)
+one=(); for i in tokens seg pos label; do one+=(--set inputs.$i.shape.0=1); done
+"$train" "$srcdir/models/transformer-lm.yaml" "${lm[@]}" "${one[@]}" --set layers.1.max_len=1 \
+  --data synthetic --steps 2 --batch-size 4 --quiet > "$tmp/one.out" 2> "$tmp/one.err" ||
+  fail "LM with rows of 1 token on synthetic data: exit $?: $(cat "$tmp/one.err")"
+src1=(); for i in src src_seg src_pos; do src1+=(--set inputs.$i.shape.0=1); done
+"$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" "${src1[@]}" --data synthetic \
+  --steps 2 --batch-size 4 --quiet > "$tmp/one.out" 2> "$tmp/one.err" ||
+  fail "NMT with sources of 1 token on synthetic data: exit $?: $(cat "$tmp/one.err")"
+
 # errors: one line, non-zero exit
 expect() { # want-substring args...
   local want=$1; shift
