@@ -501,7 +501,7 @@ static gp_status open_data(ctx *c) {
     if (gp_loader_classes(c->data) != classes)
       return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " classes, the data has %" PRId64,
                     m->file, classes, gp_loader_classes(c->data));
-    if (gp_loader_samples(c->data) < b)
+    if (gp_loader_samples(c->data) >= 0 && gp_loader_samples(c->data) < b) /* < 0: unknown */
       return GP_ERR(GP_ERR_DATA,
                     "the training set has %" PRId64 " samples, fewer than one batch of %" PRId64,
                     gp_loader_samples(c->data), b);

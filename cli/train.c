@@ -467,10 +467,12 @@ static gp_status train(run *r) {
   if (gp_blas_replaced()) /* see gp_blas_pick_kernels */
     snprintf(blas, sizeof blas, " (OpenBLAS %s kernels: it had picked %s for this CPU)",
              gp_blas_kernels(), gp_blas_replaced());
+  char epoch_size[64] = "epoch size unknown: streamed shards"; /* per_epoch < 0 */
+  if (per_epoch >= 0) snprintf(epoch_size, sizeof epoch_size, "%" PRId64 " per epoch", per_epoch);
   gp_progress_note(&pg,
-                   "training %" PRId64 " steps of batch %" PRId64 " (%" PRId64
-                   " per epoch), %d CPU thread%s%s, precision %s%s",
-                   total, b, per_epoch, threads, threads == 1 ? "" : "s", blas,
+                   "training %" PRId64 " steps of batch %" PRId64 " (%s), %d CPU thread%s%s, "
+                   "precision %s%s",
+                   total, b, epoch_size, threads, threads == 1 ? "" : "s", blas,
                    r->precision == GP_PREC_BF16 ? "bf16" : "fp32", r->t.step ? ", resumed" : "");
   if (plan.stages > 1 || plan.micro > 1)
     gp_progress_note(&pg,

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # gpipe-train on ImageNet-format data written on the fly (WebDataset shards of JPEGs, plain
 # and gzipped, with classes.txt): trains through a 2-stage pipeline with decode threads,
-# reports its data wait, resumes exactly, and names a damaged member in one line.
+# reports its data wait, resumes exactly, and names a damaged member in one line. The streamed
+# shards' size is unknown: gpipe-train says so, and gpipe-bench --data real runs on them.
 set -u
-train=$1; writer=$2
+train=$1; writer=$2; bench=$3
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 "$writer" --write "$tmp/data" || fail "writing the shards"
@@ -31,6 +32,13 @@ out=$("$train" "$tmp/m.yaml" --quiet --stages 2 --micro-batches 3 --save "$tmp/a
   fail "training: $out"
 grep -q "^data: 2 decode threads, waited" <<<"$out" || fail "no data-wait line: $out"
 grep -q "final: step 8" <<<"$out" || fail "did not train 8 steps: $out"
+# Unknown stream size: said as such, not "-1 per epoch"; gpipe-bench does not count it as
+# fewer samples than a batch.
+out=$("$train" "$tmp/m.yaml" --steps 1 2>&1) || fail "one step: $out"
+grep -q "^training 1 steps of batch 6 (epoch size unknown: streamed shards)" <<<"$out" ||
+  fail "epoch size line: $out"
+out=$("$bench" "$tmp/m.yaml" --data real --stages 1 --micro-batches 1 --steps 1 --warmup 0 \
+  --quiet 2>&1) || fail "gpipe-bench --data real on streamed shards: $out"
 # Unknown stream size without steps: a clear error.
 out=$("$train" "$tmp/m.yaml" --quiet --set train.steps=0 2>&1); rc=$?
 [ $rc = 2 ] && grep -q "data.train_samples" <<<"$out" || fail "unknown size: rc $rc: $out"
