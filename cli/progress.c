@@ -11,6 +11,23 @@ double gp_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void gp_rate_init(gp_rate *r, double now) {
+  *r = (gp_rate){.win_t = now};
+}
+
+double gp_rate_add(gp_rate *r, int64_t samples, double now) {
+  r->win_n += samples;
+  double span = now - r->win_t;
+  int closes = span > GP_RATE_WINDOW_S;
+  if ((closes || !r->full) && span > 0) r->rate = (double)r->win_n / span;
+  if (closes) {
+    r->full = 1;
+    r->win_t = now;
+    r->win_n = 0;
+  }
+  return r->rate;
+}
+
 void gp_progress_init(gp_progress *p, int quiet, FILE *log) {
   p->tty = isatty(2);
   p->quiet = quiet;

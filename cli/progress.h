@@ -16,6 +16,22 @@ typedef struct gp_progress {
 } gp_progress;
 
 double gp_now(void); /* monotonic seconds */
+
+/* Training throughput as shown: until the first window of GP_RATE_WINDOW_S seconds has passed,
+ * samples since the start over the time since the start (updated every step); after that,
+ * the samples of the last full window over its length, updated when a window closes. */
+#define GP_RATE_WINDOW_S 0.5
+typedef struct gp_rate {
+  double win_t;  /* start of the current window, seconds */
+  int64_t win_n; /* samples in it */
+  int full;      /* a window has closed */
+  double rate;
+} gp_rate;
+
+void gp_rate_init(gp_rate *r, double now);
+/* Adds the samples of a step that ended at `now`; returns the rate to show. */
+double gp_rate_add(gp_rate *r, int64_t samples, double now);
+
 void gp_progress_init(gp_progress *p, int quiet, FILE *log);
 /* A training step's numbers; printed every `every` steps (and always to the live line). */
 void gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch, double loss,

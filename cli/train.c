@@ -484,11 +484,10 @@ static gp_status train(run *r) {
     return GP_ERR(GP_ERR_USAGE, "the checkpoint is at step %" PRId64 ", past --steps %" PRId64,
                   r->t.step, total);
   int64_t every = ts->log_every > 0 ? ts->log_every : 50;
-  double win_t = gp_now();
-  int64_t win_n = 0;
+  gp_rate rate;
+  gp_rate_init(&rate, gp_now());
   gp_metrics ev = {0}, tr = {0};
   int evaluated_last = 0;
-  double rate = 0;
   while (r->t.step < total) {
     int64_t got, epoch, idx;
     gp_batch sb;
@@ -505,17 +504,9 @@ static gp_status train(run *r) {
       GP_TRY(gp_trainer_step_batch(&r->t, &sb, lr, &tr));
     else
       GP_TRY(gp_trainer_step(&r->t, r->x, r->y, got, lr, &tr));
-    win_n += got;
-    double now = gp_now();
-    if (now - win_t > 0.5 || rate == 0) {
-      rate = (double)win_n / (now - win_t); /* the first steps: since the start */
-      if (now - win_t > 0.5) {
-        win_t = now;
-        win_n = 0;
-      }
-    }
+    double shown = gp_rate_add(&rate, got, gp_now());
     int64_t s = r->t.step;
-    gp_progress_step(&pg, s, total, epoch, tr.loss, tr.accuracy, lr, rate,
+    gp_progress_step(&pg, s, total, epoch, tr.loss, tr.accuracy, lr, shown,
                      s % every == 0 || s == total);
     evaluated_last = 0;
     int epoch_end = per_epoch > 0 && s % per_epoch == 0;
