@@ -242,6 +242,10 @@ void gp_seqdata_free(gp_seqdata *d) {
   free(d);
 }
 
+int gp_seqdata_translates(const gp_seqdata *d) {
+  return d->L.S != 0 && !d->synthetic && d->m->data.dataset != GP_DATA_SYNTHETIC;
+}
+
 int64_t gp_seqdata_batches(const gp_seqdata *d) {
   return gp_seqfeed_batches(d->feed[TRAIN]);
 }
@@ -403,8 +407,7 @@ gp_status gp_seqdata_evaluate(gp_seqdata *d, gp_trainer *t, int final, const cha
   out->bleu = -1;
   GP_TRY(score_split(d, t, which, out));
   int64_t lim = final ? 0 : d->m->data.bleu_samples;
-  if (d->L.S == 0 || d->synthetic || d->m->data.dataset == GP_DATA_SYNTHETIC || lim < 0)
-    return GP_OK;
+  if (!gp_seqdata_translates(d) || lim < 0) return GP_OK;
   double t0 = gp_now();
   gp_seqfeed_opts fo = {.rows = d->batch,
                         .one_per_row = 1,

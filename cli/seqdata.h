@@ -18,6 +18,9 @@ gp_status gp_seqdata_open(const gp_model *m, int synthetic, uint64_t seed, int64
 void gp_seqdata_free(gp_seqdata *d);
 
 int64_t gp_seqdata_batches(const gp_seqdata *d); /* training batches an epoch */
+/* Whether evaluation decodes translations: a translation model on real text (synthetic pairs
+ * have no reference text, a language model no source). */
+int gp_seqdata_translates(const gp_seqdata *d);
 /* The next training batch (batch rows). */
 gp_status gp_seqdata_next(gp_seqdata *d, gp_batch *b);
 void gp_seqdata_tell(const gp_seqdata *d, int64_t *epoch, int64_t *index);

@@ -272,6 +272,18 @@ static gp_status apply_flags(gp_model *m) {
   return GP_OK;
 }
 
+/* A sequence model's data; --translations needs a translation model on real text. */
+static gp_status open_seqdata(run *r, int synthetic) {
+  gp_model *m = r->m;
+  GP_TRY(gp_seqdata_open(m, synthetic, m->train.seed, m->train.batch_size, &r->sq));
+  if (!flags[F_TRANSLATIONS].given || gp_seqdata_translates(r->sq)) return GP_OK;
+  if (synthetic || m->data.dataset == GP_DATA_SYNTHETIC)
+    return GP_ERR(GP_ERR_USAGE,
+                  "--translations: synthetic data has no text to translate (drop --data "
+                  "synthetic or --translations)");
+  return GP_ERR(GP_ERR_USAGE, "--translations: %s is not a translation model", m->file);
+}
+
 static gp_status open_data(run *r) {
   gp_model *m = r->m;
   const gp_model_input *xi = NULL;
@@ -281,7 +293,7 @@ static gp_status open_data(run *r) {
   int64_t classes = out->out_shape.ndim ? out->out_shape.d[out->out_shape.ndim - 1] : 1;
   int64_t b = m->train.batch_size;
   uint64_t seed = m->train.seed;
-  if (gp_seq_is_sequence_model(m)) return gp_seqdata_open(m, flags[F_DATA].given, seed, b, &r->sq);
+  if (gp_seq_is_sequence_model(m)) return open_seqdata(r, flags[F_DATA].given);
   if (flags[F_TRANSLATIONS].given)
     return GP_ERR(GP_ERR_USAGE, "--translations: %s is not a translation model", m->file);
   if (flags[F_DATA].given || m->data.dataset == GP_DATA_SYNTHETIC) {

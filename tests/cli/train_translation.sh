@@ -124,6 +124,13 @@ expect "transformer-nmt.yaml:89:11: source: text data has only a target language
   "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --set data.dataset=text --steps 1
 expect "translation data needs source: LANG" "$srcdir/models/transformer-lm.yaml" "${lm[@]}" \
   --set data.dataset=translation --steps 1
+# --translations where nothing is translated: refused, no file (it was silently ignored)
+expect "--translations: synthetic data has no text to translate" \
+  "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --data synthetic --steps 1 \
+  --translations "$tmp/syn.txt"
+[ -e "$tmp/syn.txt" ] && fail "--translations with synthetic data wrote $tmp/syn.txt"
+expect "--translations: $srcdir/models/transformer-lm.yaml is not a translation model" \
+  "$srcdir/models/transformer-lm.yaml" "${lm[@]}" --steps 1 --translations "$tmp/lm.txt"
 cp "$d/test.es" "$tmp/short.es"; head -5 "$tmp/short.es" > "$d/test.es"
 expect "test.es: 5 lines, but" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1
 cp "$tmp/short.es" "$d/test.es"
