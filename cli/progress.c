@@ -63,7 +63,7 @@ void gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch
     fprintf(p->log,
             "{\"event\": \"train\", \"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, "
             "\"accuracy\": %.6g, \"lr\": %.6g, \"samples_per_s\": %.1f, \"time_s\": %.3f}\n",
-            (long long)step, (long long)epoch, loss, acc, lr, samples_per_s, el);
+            (long long)step, (long long)epoch + 1, loss, acc, lr, samples_per_s, el);
     fflush(p->log);
   }
   if (p->quiet) return;
@@ -88,7 +88,7 @@ void gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, 
     fprintf(p->log,
             "{\"event\": \"eval\", \"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, "
             "\"accuracy\": %.6g, \"samples\": %lld, \"time_s\": %.3f}\n",
-            (long long)step, (long long)epoch, loss, acc, (long long)samples, gp_now() - p->t0);
+            (long long)step, (long long)epoch + 1, loss, acc, (long long)samples, gp_now() - p->t0);
     fflush(p->log);
   }
   if (p->quiet) return;
@@ -106,7 +106,7 @@ void gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, const cha
     fprintf(p->log,
             "{\"event\": \"eval\", \"split\": \"%s\", \"step\": %lld, \"epoch\": %lld, "
             "\"loss\": %.6g, \"accuracy\": %.6g, \"perplexity\": %.6g, \"tokens\": %lld",
-            split, (long long)step, (long long)epoch, loss, acc, ppl, (long long)tokens);
+            split, (long long)step, (long long)epoch + 1, loss, acc, ppl, (long long)tokens);
     if (bleu >= 0)
       fprintf(p->log, ", \"bleu\": %.4f, \"sentences\": %lld", bleu, (long long)sentences);
     fprintf(p->log, ", \"time_s\": %.3f}\n", gp_now() - p->t0);

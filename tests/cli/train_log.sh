@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # gpipe-train --log on synthetic data: what each train event says agrees with the run.
 # samples_per_s: inside the first rate window every step's rate is since the start, so the
-# logged rates of those steps move (they once all repeated the first step's).
+# logged rates of those steps move (they once all repeated the first step's). epoch: 1-based,
+# the number the console prints for the same step (the log's was 0-based).
 set -u
 train=$1; srcdir=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 mlp=$srcdir/models/fashion-mlp.yaml
 
-"$train" "$mlp" --data synthetic --steps 40 --batch-size 16 --threads 1 --quiet \
+"$train" "$mlp" --data synthetic --steps 40 --batch-size 16 --threads 1 \
   --set train.log_every=1 --eval-every 1000 --log "$tmp/log.jsonl" >/dev/null 2>"$tmp/err" ||
   fail "training: $(cat "$tmp/err")"
-python3 - "$tmp/log.jsonl" <<'PY' || fail "samples_per_s in the log"
-import json, sys
+python3 - "$tmp/log.jsonl" "$tmp/err" <<'PY' || fail "the log's train events"
+import json, re, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
+console = {int(m[1]): int(m[2]) for m in re.finditer(r"^step (\d+)/\d+ epoch (\d+) ",
+                                                      open(sys.argv[2]).read(), re.M)}
 train = [e for e in ev if e["event"] == "train"]
 assert [e["step"] for e in train] == list(range(1, 41)), [e["step"] for e in train]
+# 16 batches an epoch of synthetic data: steps 1-16 are epoch 1, 17-32 epoch 2
+assert [e["epoch"] for e in train] == [1 + (s - 1) // 16 for s in range(1, 41)], train
+assert {e["step"]: e["epoch"] for e in train} == console, (train, console)
+evals = [e for e in ev if e["event"] == "eval"]
+assert [(e["step"], e["epoch"]) for e in evals] == [(40, 3)], evals
 # time_s counts from before the rate's start, so these steps are all in its first window
 first = [e["samples_per_s"] for e in train if e["time_s"] < 0.45]
 assert len(first) < 3 or len(set(first)) > 1, "first-window rates all equal: %s" % first
