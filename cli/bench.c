@@ -421,7 +421,7 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
     if (s == GP_OK) s = gp_pipeline_sync(t.pl);
     if (i >= b->warmup) dt[i - b->warmup] = gp_now() - t0;
   }
-  out->steal = -1;
+  out->steal = -1; /* unknown: no steal field, or steps shorter than one tick (no ticks) */
   if (s == GP_OK && ticks && gp_cpu_ticks_now(&busy1, &steal1) && busy1 >= busy0 &&
       steal1 >= steal0 && busy1 - busy0 + steal1 - steal0 > 0)
     out->steal = (double)(steal1 - steal0) / (double)(busy1 - busy0 + steal1 - steal0);

@@ -31,7 +31,8 @@ typedef struct gp_bench_run {
   double gflops, utilization;
   /* of the time the process's CPUs had work during the timed steps, the share the hypervisor
    * ran something else (/proc/stat's steal over busy + steal; the whole machine's, not this
-   * run's alone); -1 where unknown */
+   * run's alone); -1 where unknown: no readable /proc/stat steal field, or no busy or steal
+   * tick (10 ms) counted during the timed steps */
   double steal;
 } gp_bench_run;
 
