@@ -479,10 +479,9 @@ static gp_status open_data(ctx *c) {
   if (gp_seq_is_sequence_model(m))
     return gp_seqdata_open(m, strcmp(c->b.data, "synthetic") == 0, m->train.seed, c->b.batch,
                            &c->sq);
-  const gp_model_input *xi = NULL;
-  for (int i = 0; i < m->n_inputs; i++)
-    if (i != m->label_input) xi = &m->inputs[i];
-  if (!xi) return GP_ERR(GP_ERR_SPEC, "%s: the model has no input to feed", m->file);
+  const gp_model_input *xi;
+  GP_TRY(gp_data_input(
+      m, strcmp(c->b.data, "synthetic") == 0 ? "synthetic data" : "an image dataset", &xi));
   const gp_layer *o = &m->nodes[m->output_node].layer;
   int64_t classes = o->out_shape.ndim ? o->out_shape.d[o->out_shape.ndim - 1] : 1;
   int64_t b = c->b.batch;

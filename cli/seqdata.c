@@ -242,6 +242,25 @@ void gp_seqdata_free(gp_seqdata *d) {
   free(d);
 }
 
+gp_status gp_data_input(const gp_model *m, const char *data, const gp_model_input **out) {
+  *out = NULL;
+  int xi = m->label_input == 0 ? 1 : 0;
+  if (m->label_input >= 0 && m->n_inputs == 2 && m->inputs[xi].dtype == GP_F32) {
+    *out = &m->inputs[xi];
+    return GP_OK;
+  }
+  char list[512] = "", shape[96];
+  size_t len = 0;
+  for (int i = 0; i < m->n_inputs && len < sizeof list; i++)
+    len += (size_t)snprintf(list + len, sizeof list - len, "%s%s %s %s", i ? ", " : "",
+                            m->inputs[i].name, gp_dtype_name(m->inputs[i].dtype),
+                            gp_shape_str(&m->inputs[i].shape, shape, sizeof shape));
+  return GP_ERR(GP_ERR_SPEC,
+                "%s: %s fills one f32 input and the labels (or a translation or language "
+                "model's tokens), but this model's inputs are %s",
+                m->file, data, m->n_inputs ? list : "none");
+}
+
 int gp_seqdata_translates(const gp_seqdata *d) {
   return d->L.S != 0 && !d->synthetic && d->m->data.dataset != GP_DATA_SYNTHETIC;
 }

@@ -10,6 +10,11 @@
 
 typedef struct gp_seqdata gp_seqdata;
 
+/* Models that are not sequence models are fed (x, y) batches: the one f32 input that is not
+ * the labels, found in *out. Otherwise an error in user terms naming m's file and inputs;
+ * `data` says what feeds them ("synthetic data"). */
+gp_status gp_data_input(const gp_model *m, const char *data, const gp_model_input **out);
+
 /* Reads path/{train,<eval_split>,test}.LANG.ids of m's data section (synthetic: random
  * pairs of the model's lengths and vocabulary, 16 batches for training and 2 for each
  * evaluation split). Errors name the file. */

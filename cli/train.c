@@ -286,9 +286,6 @@ static gp_status open_seqdata(run *r, int synthetic) {
 
 static gp_status open_data(run *r) {
   gp_model *m = r->m;
-  const gp_model_input *xi = NULL;
-  for (int i = 0; i < m->n_inputs; i++)
-    if (i != m->label_input) xi = &m->inputs[i];
   const gp_layer *out = &m->nodes[m->output_node].layer;
   int64_t classes = out->out_shape.ndim ? out->out_shape.d[out->out_shape.ndim - 1] : 1;
   int64_t b = m->train.batch_size;
@@ -296,8 +293,9 @@ static gp_status open_data(run *r) {
   if (gp_seq_is_sequence_model(m)) return open_seqdata(r, flags[F_DATA].given);
   if (flags[F_TRANSLATIONS].given)
     return GP_ERR(GP_ERR_USAGE, "--translations: %s is not a translation model", m->file);
+  const gp_model_input *xi;
   if (flags[F_DATA].given || m->data.dataset == GP_DATA_SYNTHETIC) {
-    if (!xi) return GP_ERR(GP_ERR_SPEC, "%s: the model has no input to feed", m->file);
+    GP_TRY(gp_data_input(m, "synthetic data", &xi));
     GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 16, GP_SPLIT_TRAIN, seed, NULL,
                                     &r->train));
     return gp_loader_open_synthetic(&xi->shape, classes, b * 2, GP_SPLIT_TEST, seed, NULL,
@@ -306,14 +304,14 @@ static gp_status open_data(run *r) {
   if (m->data.dataset == GP_DATA_NONE)
     return GP_ERR(GP_ERR_SPEC, "%s: the model file has no data section (or use --data synthetic)",
                   m->file);
+  GP_TRY(gp_data_input(m, "an image dataset", &xi));
   GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, seed, NULL, &r->train));
   GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TEST, seed, NULL, &r->test));
   gp_shape ds = gp_loader_sample_shape(r->train);
   char a[96], c[96];
-  if (!xi || !gp_shape_equal(&ds, &xi->shape))
+  if (!gp_shape_equal(&ds, &xi->shape))
     return GP_ERR(GP_ERR_SPEC, "%s: the model's input is %s but the data gives %s", m->file,
-                  xi ? gp_shape_str(&xi->shape, a, sizeof a) : "missing",
-                  gp_shape_str(&ds, c, sizeof c));
+                  gp_shape_str(&xi->shape, a, sizeof a), gp_shape_str(&ds, c, sizeof c));
   if (gp_loader_classes(r->train) != classes)
     return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " classes, the data has %" PRId64,
                   m->file, classes, gp_loader_classes(r->train));

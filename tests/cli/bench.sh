@@ -239,6 +239,12 @@ expect 2 "an integer past int" "$mlp" --steps 2147483648
 expect 2 "--steps past 4096" "$mlp" --steps 4097
 expect 2 "a sweep flag with --data-only" "$mlp" --data-only --csv "$tmp/x.csv"
 expect 2 "--workers without --data-only" "$mlp" --workers 2
+# synthetic data fills one f32 input and the labels: said before the sweep, in user terms
+printf 'name: two\ninputs:\n  a: [8]\n  b: [8]\n  label: {shape: [], dtype: i32}\nlayers:\n%s\n%s\nloss: softmax_cross_entropy\n' \
+  '  - {type: add, from: [a, b]}' '  - {type: linear, out_features: 3}' >"$tmp/two.yaml"
+expect 2 "two f32 inputs" "$tmp/two.yaml" --stages 1 --micro-batches 1 "${fast[@]}"
+grep -q "two.yaml: synthetic data fills one f32 input and the labels" "$tmp/err" && ok ||
+  bad "two f32 inputs: $(cat "$tmp/err")"
 # a run that fails after the output files were checked leaves none of them behind
 expect 1 "missing data" "$mlp" "${fast[@]}" --data real --set data.path="$tmp/none" \
   --csv "$tmp/left.csv" --plot "$tmp/left.svg"

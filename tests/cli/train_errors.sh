@@ -68,6 +68,12 @@ if [ -c /dev/full ]; then
       { failed=$((failed+1)); echo "FAIL: stdout to /dev/full: $(cat "$tmp/err")"; }
   fi
 fi
+# synthetic data fills one f32 input and the labels: a model of two f32 inputs is told so in
+# user terms, naming its file and inputs, before training starts
+printf 'name: two\ninputs:\n  a: [8]\n  b: [8]\n  label: {shape: [], dtype: i32}\nlayers:\n%s\n%s\nloss: softmax_cross_entropy\n' \
+  '  - {type: add, from: [a, b]}' '  - {type: linear, out_features: 3}' >"$tmp/two.yaml"
+expect 2 "two.yaml: synthetic data fills one f32 input and the labels .*inputs are a F32 \[8\], b F32 \[8\], label I32" \
+  -- "$tmp/two.yaml" --data synthetic --steps 1
 # data files: missing, truncated, mismatched
 mkdir -p "$tmp/d1" "$tmp/d2"
 expect 1 "d1.*(train|t10k)" -- "$good" --set data.path="$tmp/d1" --steps 1
