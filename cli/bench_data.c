@@ -48,6 +48,11 @@ gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *worker
   int augment = m->data.augment || m->data.dataset == GP_DATA_IMAGENET;
   if (m->data.dataset == GP_DATA_NONE || m->data.dataset == GP_DATA_SYNTHETIC)
     return GP_ERR(GP_ERR_USAGE, "--data-only: %s has no data section naming a dataset", m->file);
+  if (m->data.dataset == GP_DATA_TRANSLATION || m->data.dataset == GP_DATA_TEXT)
+    return GP_ERR(GP_ERR_USAGE,
+                  "--data-only: %s reads %s token data, which has no decode threads to measure "
+                  "(--data-only is for image datasets)",
+                  m->file, m->data.dataset == GP_DATA_TEXT ? "text" : "translation");
   gp_loader *probe = NULL;
   GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, NULL, &probe));
   gp_shape sh = gp_loader_sample_shape(probe);

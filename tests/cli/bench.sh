@@ -239,6 +239,13 @@ expect 2 "an integer past int" "$mlp" --steps 2147483648
 expect 2 "--steps past 4096" "$mlp" --steps 4097
 expect 2 "a sweep flag with --data-only" "$mlp" --data-only --csv "$tmp/x.csv"
 expect 2 "--workers without --data-only" "$mlp" --workers 2
+# --data-only on token data: the same line and exit 2 for translation and text
+expect 2 "--data-only on translation data" "$srcdir/models/transformer-nmt.yaml" --data-only
+grep -q "transformer-nmt.yaml reads translation token data, which has no decode threads" "$tmp/err" &&
+  ok || bad "--data-only on translation data: $(cat "$tmp/err")"
+expect 2 "--data-only on text data" "$srcdir/models/transformer-lm.yaml" --data-only
+grep -q "transformer-lm.yaml reads text token data, which has no decode threads" "$tmp/err" &&
+  ok || bad "--data-only on text data: $(cat "$tmp/err")"
 # synthetic data fills one f32 input and the labels: said before the sweep, in user terms
 printf 'name: two\ninputs:\n  a: [8]\n  b: [8]\n  label: {shape: [], dtype: i32}\nlayers:\n%s\n%s\nloss: softmax_cross_entropy\n' \
   '  - {type: add, from: [a, b]}' '  - {type: linear, out_features: 3}' >"$tmp/two.yaml"
