@@ -419,6 +419,19 @@ static void report_memory(run *r) {
   printf("\n");
 }
 
+/* The pipeline's line, when there is more than one stage or micro-batch. */
+static void note_pipeline(gp_progress *pg, const gp_plan *plan) {
+  if (plan->stages == 1 && plan->micro == 1) return;
+  char bal[256];
+  gp_plan_balance_str(plan, bal, sizeof bal);
+  gp_progress_note(pg,
+                   "pipeline: %d stage%s (units %s), %d micro-batch%s, %s schedule, "
+                   "re-materialization %s",
+                   plan->stages, plan->stages == 1 ? "" : "s", bal, plan->micro,
+                   plan->micro == 1 ? "" : "es", gp_schedule_names()[plan->schedule],
+                   gp_remat_names()[plan->remat]);
+}
+
 static gp_status train(run *r) {
   gp_model *m = r->m;
   const gp_train_spec *ts = &m->train;
@@ -472,24 +485,19 @@ static gp_status train(run *r) {
     gp_seqdata_describe(r->sq, desc, sizeof desc);
     gp_progress_note(&pg, "data %s", desc);
   }
-  char bal[256], blas[128] = "";
-  gp_plan_balance_str(&plan, bal, sizeof bal);
+  char blas[128] = "";
   if (gp_blas_replaced()) /* see gp_blas_pick_kernels */
     snprintf(blas, sizeof blas, " (OpenBLAS %s kernels: it had picked %s for this CPU)",
              gp_blas_kernels(), gp_blas_replaced());
   char epoch_size[64] = "epoch size unknown: streamed shards"; /* per_epoch < 0 */
   if (per_epoch >= 0) snprintf(epoch_size, sizeof epoch_size, "%" PRId64 " per epoch", per_epoch);
   gp_progress_note(&pg,
-                   "training %" PRId64 " steps of batch %" PRId64 " (%s), %d CPU thread%s%s, "
+                   "training %" PRId64 " step%s of batch %" PRId64 " (%s), %d CPU thread%s%s, "
                    "precision %s%s",
-                   total, b, epoch_size, threads, threads == 1 ? "" : "s", blas,
-                   r->precision == GP_PREC_BF16 ? "bf16" : "fp32", r->t.step ? ", resumed" : "");
-  if (plan.stages > 1 || plan.micro > 1)
-    gp_progress_note(&pg,
-                     "pipeline: %d stages (units %s), %d micro-batches, %s schedule, "
-                     "re-materialization %s",
-                     plan.stages, bal, plan.micro, gp_schedule_names()[plan.schedule],
-                     gp_remat_names()[plan.remat]);
+                   total, total == 1 ? "" : "s", b, epoch_size, threads, threads == 1 ? "" : "s",
+                   blas, r->precision == GP_PREC_BF16 ? "bf16" : "fp32",
+                   r->t.step ? ", resumed" : "");
+  note_pipeline(&pg, &plan);
   if (r->t.step > total)
     return GP_ERR(GP_ERR_USAGE, "the checkpoint is at step %" PRId64 ", past --steps %" PRId64,
                   r->t.step, total);

@@ -35,7 +35,7 @@ grep -q "final: step 8" <<<"$out" || fail "did not train 8 steps: $out"
 # Unknown stream size: said as such, not "-1 per epoch"; gpipe-bench does not count it as
 # fewer samples than a batch.
 out=$("$train" "$tmp/m.yaml" --steps 1 2>&1) || fail "one step: $out"
-grep -q "^training 1 steps of batch 6 (epoch size unknown: streamed shards)" <<<"$out" ||
+grep -q "^training 1 step of batch 6 (epoch size unknown: streamed shards)" <<<"$out" ||
   fail "epoch size line: $out"
 out=$("$bench" "$tmp/m.yaml" --data real --stages 1 --micro-batches 1 --steps 1 --warmup 0 \
   --quiet 2>&1) || fail "gpipe-bench --data real on streamed shards: $out"

@@ -96,4 +96,13 @@ check "balance sums to 4 units, the model has 7" --stages 2 --balance 2,2
 check "unknown value 'gpipee'; did you mean 'gpipe'" --schedule gpipee
 check "batch of 4 cannot be split into 8 micro-batches" --batch-size 4 --micro-batches 8
 check "--balance: expected positive integers" --stages 2 --balance 3,x
+# the pipeline and training lines count in words: 1 stage, 1 micro-batch, 1 step
+for cfg in "1 2 stage micro-batches" "2 1 stages micro-batch"; do
+  set -- $cfg
+  "$train" "$model" --data synthetic --steps 1 --batch-size 16 --threads 2 --stages "$1" \
+    --micro-batches "$2" >/dev/null 2>"$tmp/words" || fail "K=$1 M=$2: $(cat "$tmp/words")"
+  grep -q "^pipeline: $1 $3 (units [0-9,]*), $2 $4, " "$tmp/words" &&
+    grep -q "^training 1 step of batch 16 " "$tmp/words" || fail "K=$1 M=$2: $(cat "$tmp/words")"
+  passed=$((passed+1))
+done
 echo "$passed passed, 0 failed"
