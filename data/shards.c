@@ -256,7 +256,8 @@ static gp_status from_pattern(const char *item, strs *v) {
 }
 
 static gp_status expand_item(const char *item, strs *v) {
-  if (!item[0]) return GP_ERR(GP_ERR_DATA, "shards: an empty item in the list");
+  if (!item[0] || !strcmp(item, "@"))
+    return GP_ERR(GP_ERR_DATA, "shards: an empty item in the list");
   if (item[0] == '@') return from_list(item + 1, v);
   struct stat sb;
   if (!strchr(item, '{') && stat(item, &sb) == 0 && S_ISDIR(sb.st_mode)) return from_dir(item, v);

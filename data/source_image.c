@@ -142,28 +142,36 @@ static void join(char *out, size_t n, const char *dir, const char *rel) {
     snprintf(out, n, "%s/%s", dir, rel);
 }
 
-/* The shard specification with every top-level item (and @FILE) made relative to dir. */
-static gp_status rebase_shards(const char *dir, const char *spec, char *out, size_t n) {
+/* The shard specification (setting key) with every top-level item (and @FILE) made relative
+ * to dir. An empty item is refused here: joined onto dir it would name dir itself, whose
+ * shards (test shards included) would all be read. */
+static gp_status rebase_shards(const char *dir, const char *key, const char *spec, char *out,
+                               size_t n) {
   size_t o = 0;
-  const char *p = spec;
-  while (*p) {
+  for (const char *p = spec;;) {
     const char *e = p;
     int depth = 0;
     while (*e && (depth > 0 || *e != ',')) {
       depth += *e == '{' ? 1 : *e == '}' ? -1 : 0;
       e++;
     }
-    int at = *p == '@';
+    const char *a = p, *b = e;
+    while (a < b && strchr(" \t\r\n\v\f", *a))
+      a++;
+    while (b > a && strchr(" \t\r\n\v\f", b[-1]))
+      b--;
+    int at = a < b && *a == '@';
+    if (a + at == b) return GP_ERR(GP_ERR_SPEC, "%s '%s': an empty item in the list", key, spec);
     char item[1024], full[2048];
-    snprintf(item, sizeof item, "%.*s", (int)(e - p - at), p + at);
+    snprintf(item, sizeof item, "%.*s", (int)(b - a - at), a + at);
     join(full, sizeof full, dir, item);
     int k = snprintf(out + o, n - o, "%s%s%s", o ? "," : "", at ? "@" : "", full);
     if (k < 0 || (size_t)k >= n - o)
-      return GP_ERR(GP_ERR_SPEC, "data shards '%s': too long with data.path prepended", spec);
+      return GP_ERR(GP_ERR_SPEC, "%s '%s': too long with data.path prepended", key, spec);
     o += (size_t)k;
-    p = *e ? e + 1 : e;
+    if (!*e) return GP_OK;
+    p = e + 1;
   }
-  return GP_OK;
 }
 
 static gp_status setup(img_source *m, const gp_data_spec *spec, gp_split split) {
@@ -201,7 +209,8 @@ static gp_status setup(img_source *m, const gp_data_spec *spec, gp_split split) 
   const char *shards = m->train ? spec->train_shards : spec->test_shards;
   if (shards[0]) {
     char spec_full[4096];
-    GP_TRY(rebase_shards(spec->path, shards, spec_full, sizeof spec_full));
+    GP_TRY(rebase_shards(spec->path, m->train ? "data.train_shards" : "data.test_shards", shards,
+                         spec_full, sizeof spec_full));
     GP_TRY(gp_shards_expand(spec_full, &m->shards, &m->n_shards));
     if (!(m->order = malloc((size_t)m->n_shards * sizeof *m->order)))
       return GP_ERR(GP_ERR_NOMEM, "out of memory for %d shards", m->n_shards);

@@ -282,6 +282,32 @@ static void test_bad(const char *root) {
   gp_loader_free(l);
 }
 
+/* An empty item in a shard list is refused naming the setting; joined onto data.path it
+ * used to name the data folder itself, all of whose shards (test shards too) were read. */
+static void test_empty_item(const char *dir) {
+  const char *specs[] = {"train-000.tar,,",
+                         ",train-000.tar",
+                         "train-000.tar, ,train-001.tar",
+                         "train-000.tar,",
+                         "@",
+                         " "};
+  for (int i = 0; i < 6; i++) {
+    for (int split = 0; split < 2; split++) {
+      gp_data_spec s = spec_for(dir);
+      snprintf(split ? s.test_shards : s.train_shards, sizeof s.train_shards, "%s", specs[i]);
+      gp_loader_opts o = {.workers = 1, .replicas = 1};
+      gp_loader *l = NULL;
+      gp_status st = gp_loader_open(&s, split ? GP_SPLIT_TEST : GP_SPLIT_TRAIN, 1, &o, &l);
+      const char *m = gp_error_message();
+      CHECK(st == GP_ERR_SPEC && !l &&
+                strstr(m, split ? "data.test_shards" : "data.train_shards") &&
+                strstr(m, "empty item"),
+            "shards '%s' (%s) refused: %s", specs[i], split ? "test" : "train", m);
+      gp_loader_free(l);
+    }
+  }
+}
+
 static void test_folder(const char *root) {
   char d[700], p[800];
   snprintf(d, sizeof d, "%s/folder", root);
@@ -345,6 +371,7 @@ int main(int argc, char **argv) {
   test_eval(dir);
   test_train(dir);
   test_replicas(dir);
+  test_empty_item(dir);
   test_bad(root);
   test_folder(root);
   for (int i = 0; i < N; i++)

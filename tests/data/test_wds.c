@@ -258,6 +258,7 @@ static void test_expand(void) {
     gp_status st = gp_shards_expand(refused[i], &p, &n);
     CHECK(st == GP_ERR_DATA && p == NULL && gp_error_message()[0], "'%s' refused", refused[i]);
   }
+  expect_err(gp_shards_expand("a.tar,@", &p, &n), "empty item", NULL, "a lone @");
   /* A folder: its .tar and .tar.gz, sorted; and an @list relative to its folder. */
   char dir[600], f[700];
   snprintf(dir, sizeof dir, "%s/shards", root);
