@@ -116,26 +116,50 @@ static int find_class(char **names, int n, const char *s) {
   return -1;
 }
 
-gp_status gp_imagefolder_scan(const char *root, const char *classes_txt, gp_imagefolder *out) {
+/* The visible sub-folders of root, sorted bytewise (an error naming root if none). */
+static gp_status class_dirs(const char *root, entries *dirs) {
+  GP_TRY(walk(root, 0, NULL, dirs));
+  if (dirs->n == 0)
+    return GP_ERR(GP_ERR_DATA, "%s: no class folders (expected %s/<class>/<image>.jpg)", root,
+                  root);
+  qsort(dirs->e, (size_t)dirs->n, sizeof *dirs->e, cmp_entry);
+  return GP_OK;
+}
+
+/* The names of sorted class folders as the label -> class table. */
+static gp_status names_of(const entries *dirs, const char *root, gp_imagefolder *out) {
+  if (!(out->classes = calloc((size_t)dirs->n, sizeof *out->classes)))
+    return GP_ERR(GP_ERR_NOMEM, "out of memory scanning %s", root);
+  for (int64_t i = 0; i < dirs->n; i++) {
+    const char *name = dirs->e[i].p + dirs->e[i].dlen + 1;
+    if (!(out->classes[i] = malloc(strlen(name) + 1)))
+      return GP_ERR(GP_ERR_NOMEM, "out of memory scanning %s", root);
+    strcpy(out->classes[i], name);
+    out->n_classes = (int)i + 1;
+  }
+  return GP_OK;
+}
+
+/* The class table: classes.txt, else class_root's folders, else root's own (dirs). */
+static gp_status load_classes(const char *root, const char *classes_txt, const char *class_root,
+                              const entries *dirs, gp_imagefolder *out) {
+  if (classes_txt && classes_txt[0])
+    return gp_classes_read(classes_txt, &out->classes, &out->n_classes);
+  if (!class_root || !class_root[0]) return names_of(dirs, root, out);
+  entries other = {0};
+  gp_status st = class_dirs(class_root, &other);
+  if (st == GP_OK) st = names_of(&other, class_root, out);
+  entries_free(&other);
+  return st;
+}
+
+gp_status gp_imagefolder_scan(const char *root, const char *classes_txt, const char *class_root,
+                              gp_imagefolder *out) {
   memset(out, 0, sizeof *out);
   entries dirs = {0}, files = {0};
-  gp_status st = walk(root, 0, NULL, &dirs);
-  if (st == GP_OK && dirs.n == 0)
-    st = GP_ERR(GP_ERR_DATA, "%s: no class folders (expected %s/<class>/<image>.jpg)", root, root);
-  if (st == GP_OK) qsort(dirs.e, (size_t)dirs.n, sizeof *dirs.e, cmp_entry);
-  if (st == GP_OK && classes_txt && classes_txt[0]) {
-    st = gp_classes_read(classes_txt, &out->classes, &out->n_classes);
-  } else if (st == GP_OK) {
-    out->classes = calloc((size_t)dirs.n, sizeof *out->classes);
-    if (!out->classes) st = GP_ERR(GP_ERR_NOMEM, "out of memory scanning %s", root);
-    for (int64_t i = 0; st == GP_OK && i < dirs.n; i++) {
-      const char *name = dirs.e[i].p + dirs.e[i].dlen + 1;
-      out->classes[i] = malloc(strlen(name) + 1);
-      if (!out->classes[i]) st = GP_ERR(GP_ERR_NOMEM, "out of memory scanning %s", root);
-      if (st == GP_OK) strcpy(out->classes[i], name);
-      out->n_classes = (int)i + 1;
-    }
-  }
+  gp_status st = class_dirs(root, &dirs);
+  if (st == GP_OK) st = load_classes(root, classes_txt, class_root, &dirs, out);
+  const char *listed = classes_txt && classes_txt[0] ? classes_txt : class_root;
   int64_t *first = st == GP_OK ? calloc((size_t)dirs.n + 1, sizeof *first) : NULL;
   int32_t *label_of = st == GP_OK ? calloc((size_t)dirs.n + 1, sizeof *label_of) : NULL;
   if (st == GP_OK && (!first || !label_of))
@@ -145,7 +169,10 @@ gp_status gp_imagefolder_scan(const char *root, const char *classes_txt, gp_imag
     const char *cdir = dirs.e[c].p, *name = cdir + dirs.e[c].dlen + 1;
     int label = find_class(out->classes, out->n_classes, name);
     if (label < 0) {
-      st = GP_ERR(GP_ERR_DATA, "%s: class folder '%s' is not in %s", cdir, name, classes_txt);
+      st = listed == class_root
+               ? GP_ERR(GP_ERR_DATA, "%s: class '%s' is not a class of the training split %s", cdir,
+                        name, listed)
+               : GP_ERR(GP_ERR_DATA, "%s: class folder '%s' is not in %s", cdir, name, listed);
       break;
     }
     label_of[c] = label;

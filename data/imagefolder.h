@@ -18,15 +18,18 @@ typedef struct gp_imagefolder {
   int32_t *labels;
 } gp_imagefolder;
 
-/* Scans root. Classes are its sub-folders sorted bytewise (labels 0..C-1), or, when
- * classes_txt is given (not NULL or ""), the names of that file (gp_classes_read: label = line
- * number), where then every folder must be listed (a listed class may have no folder). Images
+/* Scans root. Classes are the names of classes_txt when given (not NULL or "": gp_classes_read,
+ * label = line number), else the sub-folders of class_root when given (a test split takes the
+ * training split's classes), else root's own sub-folders; sub-folders are sorted bytewise
+ * (labels 0..C-1). Every class folder of root must be in that list (a listed class may have
+ * no folder, and keeps its label). Images
  * are the files ending in .jpg or .jpeg (any case) anywhere under a class folder, ordered as
  * torchvision's make_dataset orders them: by folder path, then by name, bytewise. Names
  * starting with '.' are skipped (torchvision would take .ipynb_checkpoints as a class). A root
  * that cannot be read or has no class folders, a class folder without images, a folder not in
- * classes.txt, nesting deeper than 16: GP_ERR_DATA naming the folder. */
-gp_status gp_imagefolder_scan(const char *root, const char *classes_txt, gp_imagefolder *out);
+ * classes.txt or class_root, nesting deeper than 16: GP_ERR_DATA naming the folder. */
+gp_status gp_imagefolder_scan(const char *root, const char *classes_txt, const char *class_root,
+                              gp_imagefolder *out);
 void gp_imagefolder_free(gp_imagefolder *f);
 
 /* Reads a whole file into *buf (grown as needed, *cap bytes; reusable across calls); *n gets

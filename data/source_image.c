@@ -229,9 +229,13 @@ static gp_status setup(img_source *m, const gp_data_spec *spec, gp_split split) 
     return GP_ERR(GP_ERR_DATA,
                   "data.path '%s': no %s_shards given and no %s/ folder of class folders there",
                   spec->path, m->train ? "train" : "test", sub);
-  char cls[1200] = "";
+  char cls[1200] = "", train_dir[1200] = "";
   if (spec->classes_file[0]) join(cls, sizeof cls, spec->path, spec->classes_file);
-  GP_TRY(gp_imagefolder_scan(path, cls, &m->tree));
+  /* val/ takes train/'s classes: its own folders would shift every label after a class it
+   * lacks. */
+  join(train_dir, sizeof train_dir, spec->path, "train");
+  if (m->train || !is_dir(train_dir)) train_dir[0] = 0;
+  GP_TRY(gp_imagefolder_scan(path, cls, train_dir, &m->tree));
   m->folder = 1;
   m->base.n = m->tree.n;
   m->base.classes = classes ? classes : m->tree.n_classes;

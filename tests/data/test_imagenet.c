@@ -352,6 +352,68 @@ static void test_folder(const char *root) {
   gp_loader_free(l);
 }
 
+/* A val/ lacking a class keeps train/'s labels (its own folders shifted every later label);
+ * a val/ class that train/ lacks is refused when opened, naming the folder. */
+static void test_folder_val_classes(const char *root) {
+  char d[700], p[800];
+  snprintf(d, sizeof d, "%s/folder_val", root);
+  mkdir(d, 0755);
+  for (int split = 0; split < 2; split++) {
+    snprintf(p, sizeof p, "%s/%s", d, split ? "val" : "train");
+    mkdir(p, 0755);
+    for (int i = 0; i < N; i++) {
+      if (split && label_of(i) == 1) continue; /* val/ has no n02 */
+      snprintf(p, sizeof p, "%s/%s/n0%d", d, split ? "val" : "train", label_of(i) + 1);
+      mkdir(p, 0755);
+      snprintf(p, sizeof p, "%s/%s/n0%d/img%02d.JPEG", d, split ? "val" : "train", label_of(i) + 1,
+               i);
+      write_file(p, jpg[i], jpg_n[i]);
+    }
+  }
+  gp_data_spec s;
+  memset(&s, 0, sizeof s);
+  s.dataset = GP_DATA_IMAGENET;
+  snprintf(s.path, sizeof s.path, "%.500s", d);
+  s.image_size = SIDE;
+  gp_loader_opts o = {.workers = 1, .replicas = 1};
+  gp_loader *l = NULL;
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &o, &l) == GP_OK, "open val/ lacking a class");
+  if (!l) return;
+  CHECK(gp_loader_classes(l) == CLASSES, "val/ has train/'s %d classes (%lld)", CLASSES,
+        (long long)gp_loader_classes(l));
+  static float x[N * NUMEL];
+  int32_t y[N];
+  int64_t got = 0;
+  gp_loader_next(l, N, x, y, &got);
+  int ok = got == N - N / CLASSES;
+  for (int k = 0; k < got; k++) {
+    int i = which(x + k * NUMEL, 0, 1, 0, 0);
+    ok &= i >= 0 && y[k] == label_of(i);
+  }
+  CHECK(ok, "val/ lacking a class: every label as in train/ (%lld images)", (long long)got);
+  gp_loader_free(l);
+  snprintf(p, sizeof p, "%s/val/n06", d);
+  mkdir(p, 0755);
+  snprintf(p, sizeof p, "%s/val/n06/extra.jpg", d);
+  write_file(p, jpg[0], jpg_n[0]);
+  l = NULL;
+  gp_status st = gp_loader_open(&s, GP_SPLIT_TEST, 1, &o, &l);
+  CHECK(st == GP_ERR_DATA && !l && strstr(gp_error_message(), "val/n06") &&
+            strstr(gp_error_message(), "/train"),
+        "a val/ class that train/ lacks is refused naming it: %s", gp_error_message());
+  gp_loader_free(l);
+  /* classes.txt rules both splits: val/n06 is refused unless listed. */
+  snprintf(p, sizeof p, "%s/classes.txt", d);
+  write_file(p, "n01\nn02\nn03\nn04\nn05\n", 20);
+  snprintf(s.classes_file, sizeof s.classes_file, "classes.txt");
+  l = NULL;
+  st = gp_loader_open(&s, GP_SPLIT_TEST, 1, &o, &l);
+  CHECK(st == GP_ERR_DATA && !l && strstr(gp_error_message(), "val/n06") &&
+            strstr(gp_error_message(), "classes.txt"),
+        "with classes.txt, val/n06 is refused naming classes.txt: %s", gp_error_message());
+  gp_loader_free(l);
+}
+
 int main(int argc, char **argv) {
   make_jpegs();
   if (argc == 3 && !strcmp(argv[1], "--write")) {
@@ -374,6 +436,7 @@ int main(int argc, char **argv) {
   test_empty_item(dir);
   test_bad(root);
   test_folder(root);
+  test_folder_val_classes(root);
   for (int i = 0; i < N; i++)
     free(jpg[i]);
   char cmd[300];

@@ -334,7 +334,7 @@ static void test_imagefolder(void) {
   char r[600], want[700];
   snprintf(r, sizeof r, "%s/if", root);
   gp_imagefolder f;
-  CHECK(gp_imagefolder_scan(r, NULL, &f) == GP_OK, "scan");
+  CHECK(gp_imagefolder_scan(r, NULL, NULL, &f) == GP_OK, "scan");
   int bad = f.n != 6 || f.n_classes != 2 || strcmp(f.classes[0], "a") || strcmp(f.classes[1], "b");
   for (int64_t i = 0; !bad && i < f.n; i++) {
     snprintf(want, sizeof want, "%s/%s", root, order[i]);
@@ -355,20 +355,21 @@ static void test_imagefolder(void) {
   char ct[700];
   snprintf(ct, sizeof ct, "%s/if-classes.txt", root);
   write_str(ct, "b\na\nz\n");
-  CHECK(gp_imagefolder_scan(r, ct, &f) == GP_OK && f.n == 6 && f.n_classes == 3 &&
+  CHECK(gp_imagefolder_scan(r, ct, NULL, &f) == GP_OK && f.n == 6 && f.n_classes == 3 &&
             f.labels[0] == 1 && f.labels[5] == 0 && strcmp(f.classes[2], "z") == 0,
         "labels from classes.txt");
   gp_imagefolder_free(&f);
   write_str(ct, "b\nz\n");
-  expect_err(gp_imagefolder_scan(r, ct, &f), "class folder 'a' is not in", ct, "unlisted folder");
+  expect_err(gp_imagefolder_scan(r, ct, NULL, &f), "class folder 'a' is not in", ct,
+             "unlisted folder");
   touch("if2/a/x.jpg");
   snprintf(want, sizeof want, "%s/if2/c", root);
   mkdir(want, 0755);
   snprintf(r, sizeof r, "%s/if2", root);
-  expect_err(gp_imagefolder_scan(r, NULL, &f), want, "no .jpg or .jpeg", "empty class");
+  expect_err(gp_imagefolder_scan(r, NULL, NULL, &f), want, "no .jpg or .jpeg", "empty class");
   snprintf(r, sizeof r, "%s/empty", root);
-  expect_err(gp_imagefolder_scan(r, NULL, &f), r, "no class folders", "empty root");
-  expect_err(gp_imagefolder_scan("/nonexistent/root", NULL, &f), "/nonexistent/root", NULL,
+  expect_err(gp_imagefolder_scan(r, NULL, NULL, &f), r, "no class folders", "empty root");
+  expect_err(gp_imagefolder_scan("/nonexistent/root", NULL, NULL, &f), "/nonexistent/root", NULL,
              "missing root");
 }
 
