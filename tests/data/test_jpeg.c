@@ -250,6 +250,57 @@ static void test_errors(void) {
   free(px);
 }
 
+/* j (n bytes) with pad bytes of value v inserted before its end marker, decoded. */
+static gp_status decode_padded(const uint8_t *j, size_t n, int pad, uint8_t v, gp_image *out) {
+  uint8_t *m = malloc(n + (size_t)pad);
+  memcpy(m, j, n - 2);
+  memset(m + n - 2, v, (size_t)pad);
+  m[n - 2 + pad] = 0xff;
+  m[n - 1 + pad] = 0xd9;
+  gp_status st = gp_jpeg_decode(m, n + (size_t)pad, 0, "padded.jpg", out);
+  free(m);
+  return st;
+}
+
+/* A few bytes before the end marker are padding (ImageNet: one 0x7f; cameras: a few); a long
+ * tail is what a damaged scan leaves, and damaged scans are refused. */
+static void test_trailing(void) {
+  const int w = 160, h = 120;
+  uint8_t *px = malloc((size_t)w * h * 3);
+  jfix_photo(px, w, h, 11);
+  size_t n = 0;
+  uint8_t *j = jfix_encode(px, w, h, 3, 90, 0, &n);
+  gp_image a = {0}, b = {0};
+  CHECK(gp_jpeg_decode(j, n, 0, "ok.jpg", &a) == GP_OK, "plain decode");
+  CHECK(decode_padded(j, n, 1, 0x7f, &b) == GP_OK && b.w == w &&
+            memcmp(a.px, b.px, (size_t)w * h * 3) == 0,
+        "one junk byte before the end marker (as in ImageNet) accepted, same pixels");
+  CHECK(decode_padded(j, n, 8, 0x00, &b) == GP_OK, "8 bytes of camera padding accepted");
+  gp_status st = decode_padded(j, n, 40, 0x00, &b);
+  CHECK(st == GP_ERR_DATA && strstr(gp_error_message(), "extraneous bytes") &&
+            strstr(gp_error_message(), "damaged"),
+        "40 bytes before the end marker refused: %s", gp_error_message());
+  /* 8 bytes XOR-ed at 20 places in the first 90% of the scan: libjpeg reports half as
+   * extraneous bytes only (refused now), 3 as premature end; 7 decode without a warning
+   * (nothing tells those from a good file). */
+  size_t sos = find_marker(j, n, 0xda), start = sos + 14, len = (n - 2 - start) * 9 / 10;
+  uint8_t *m = malloc(n);
+  int refused = 0;
+  for (int k = 0; k < 20; k++) {
+    memcpy(m, j, n);
+    size_t at = start + len * (size_t)k / 20;
+    for (int i = 0; i < 8; i++)
+      m[at + i] ^= (uint8_t)(0x5a + 17 * i);
+    refused += gp_jpeg_decode(m, n, 0, "damaged.jpg", &b) == GP_ERR_DATA;
+  }
+  CHECK(refused >= 10, "damaged scans refused: %d of 20", refused);
+  free(m);
+  gp_image_free(&a);
+  gp_image_free(&b);
+  free(j);
+  free(px);
+}
+
 int main(void) {
   test_rgb(0);
   test_rgb(1);
@@ -257,6 +308,7 @@ int main(void) {
   test_cmyk();
   test_scaling();
   test_errors();
+  test_trailing();
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }
