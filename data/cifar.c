@@ -56,6 +56,8 @@ static gp_status decode(const layout *lay, read_fn rd, void *src, const char *wh
     if (limit > 0 && out->n >= limit) return GP_OK;
     size_t got = 0;
     GP_TRY(rd(src, buf, rec, &got));
+    if (got == 0 && out->n == 0)
+      return GP_ERR(GP_ERR_DATA, "%s: holds no samples (an empty file)", what);
     if (got == 0) return GP_OK;
     if (got < rec)
       return GP_ERR(GP_ERR_DATA,

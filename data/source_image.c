@@ -22,6 +22,7 @@ typedef struct img_source {
   int n_shards;
   int *order; /* this epoch's shards, in reading order */
   int n_order, cur;
+  int64_t records; /* read in this epoch */
   gp_wds *w;
   /* ImageFolder */
   int folder;
@@ -75,6 +76,7 @@ static gp_status wds_epoch_begin(gp_source *s, int64_t epoch, int replica, int r
   gp_wds_close(m->w);
   m->w = NULL;
   m->cur = 0;
+  m->records = 0;
   m->n_order = 0;
   *by_sample = m->n_shards < replicas;
   for (int i = 0; i < m->n_shards; i++)
@@ -98,15 +100,24 @@ static void wds_skip_shard(gp_source *s) {
   m->cur++;
 }
 
+/* The end of an epoch's shards; a test pass that found no sample is an error (it would
+ * report a loss of 0 over 0 samples). */
+static gp_status wds_end(const img_source *m, int *end) {
+  *end = 1;
+  if (m->train || m->records > 0 || m->n_order == 0) return GP_OK;
+  if (m->n_order == 1)
+    return GP_ERR(GP_ERR_DATA, "%s: holds no samples (the whole test split)",
+                  m->shards[m->order[0]]);
+  return GP_ERR(GP_ERR_DATA, "data.test_shards: its %d shards (%s, ...) hold no samples",
+                m->n_order, m->shards[m->order[0]]);
+}
+
 static gp_status wds_next(gp_source *s, gp_record *r, int *end) {
   img_source *m = (img_source *)s;
   for (;;) {
     *end = 0;
     if (!m->w) {
-      if (m->cur >= m->n_order) {
-        *end = 1;
-        return GP_OK;
-      }
+      if (m->cur >= m->n_order) return wds_end(m, end);
       GP_TRY(gp_wds_open(m->shards[m->order[m->cur]], &m->w));
     }
     gp_wds_sample smp;
@@ -124,6 +135,7 @@ static gp_status wds_next(gp_source *s, gp_record *r, int *end) {
     memcpy(r->bytes, smp.jpg, smp.jpg_n);
     r->len = smp.jpg_n;
     r->label = (int32_t)smp.label;
+    m->records++;
     snprintf(r->where, sizeof r->where, "%s", smp.where);
     return GP_OK;
   }

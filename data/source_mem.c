@@ -158,6 +158,8 @@ static gp_status open_mnist(const gp_data_spec *spec, gp_split split, mem_source
 
   gp_idx img = {0}, lbl = {0};
   gp_status st = gp_idx_read(img_path, GP_IDX_U8, 3, limit, "image", &img);
+  if (st == GP_OK && img.items == 0)
+    st = GP_ERR(GP_ERR_DATA, "%s: holds no samples (its header says 0 images)", img_path);
   if (st == GP_OK && (img.dims[1] != MNIST_SIDE || img.dims[2] != MNIST_SIDE))
     st = GP_ERR(GP_ERR_DATA, "%s: images are %lldx%lld, expected %dx%d", img_path,
                 (long long)img.dims[1], (long long)img.dims[2], MNIST_SIDE, MNIST_SIDE);

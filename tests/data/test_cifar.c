@@ -246,6 +246,20 @@ static void test_bin_dir(void) {
   expect_err(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l), "data_batch_3.bin", "record 2",
              "label out of range");
   CHECK(strstr(gp_error_message(), "label 10"), "label value in message");
+  /* An empty file is refused naming it (an empty data_batch_4.bin trained on 4/5 of the data,
+   * an empty test_batch.bin evaluated 0 samples). */
+  snprintf(p, sizeof p, "%s/data_batch_3.bin", dir);
+  d.n = 0;
+  batch(&d, 2 * N_PER);
+  write_file(p, d.p, d.n);
+  snprintf(p, sizeof p, "%s/data_batch_4.bin", dir);
+  write_file(p, "", 0);
+  expect_err(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l), "data_batch_4.bin",
+             "holds no samples", "empty train file");
+  snprintf(p, sizeof p, "%s/test_batch.bin", dir);
+  write_file(p, "", 0);
+  expect_err(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l), "test_batch.bin", "holds no samples",
+             "empty test file");
   /* CIFAR-100: coarse and fine labels, the fine one used; in the archive's folder. */
   snprintf(dir, sizeof dir, "%s/c100", root);
   mkdir(dir, 0755);

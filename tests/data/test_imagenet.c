@@ -282,6 +282,39 @@ static void test_bad(const char *root) {
   gp_loader_free(l);
 }
 
+/* Test shards that hold no sample: the pass is an error naming them (it reported loss 0 over
+ * 0 samples). An archive of end blocks only is a valid, empty tar. */
+static void test_empty_test_split(const char *root) {
+  char dir[600], p[700];
+  snprintf(dir, sizeof dir, "%s/empty_test", root);
+  mkdir(dir, 0755);
+  static const uint8_t z[1024];
+  for (int i = 0; i < 2; i++) {
+    snprintf(p, sizeof p, "%s/test-%d.tar", dir, i);
+    write_file(p, z, sizeof z);
+  }
+  const char *specs[] = {"test-0.tar", "test-{0..1}.tar"},
+             *want[] = {"holds no samples", "2 shards"};
+  for (int i = 0; i < 2; i++) {
+    gp_data_spec s = spec_for(dir);
+    snprintf(s.test_shards, sizeof s.test_shards, "%s", specs[i]);
+    s.classes_file[0] = 0;
+    s.num_classes = CLASSES;
+    gp_loader_opts o = {.workers = i, .replicas = 1};
+    gp_loader *l = NULL;
+    CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &o, &l) == GP_OK, "open empty test shards");
+    if (!l) continue;
+    static float x[4 * NUMEL];
+    int32_t y[4];
+    int64_t got = -1;
+    gp_status st = gp_loader_next(l, 4, x, y, &got);
+    CHECK(st == GP_ERR_DATA && strstr(gp_error_message(), "test-0.tar") &&
+              strstr(gp_error_message(), want[i]),
+          "empty test shards '%s' refused: %s", specs[i], gp_error_message());
+    gp_loader_free(l);
+  }
+}
+
 /* An empty item in a shard list is refused naming the setting; joined onto data.path it
  * used to name the data folder itself, all of whose shards (test shards too) were read. */
 static void test_empty_item(const char *dir) {
@@ -434,6 +467,7 @@ int main(int argc, char **argv) {
   test_train(dir);
   test_replicas(dir);
   test_empty_item(dir);
+  test_empty_test_split(root);
   test_bad(root);
   test_folder(root);
   test_folder_val_classes(root);

@@ -306,6 +306,25 @@ static void test_bad_files(void) {
   s = spec_for(d, 1);
   expect_open_error(&s, GP_SPLIT_TEST, GP_ERR_DATA, p, "23 images");
 
+  /* A split whose header says 0 images: refused when opened (a test pass over it reported
+   * loss 0 and accuracy 0 over 0 samples). */
+  d = make_set("zero_test");
+  snprintf(p, sizeof p, "%s/t10k-images-idx3-ubyte", d);
+  idx_write_images(p, 0, 0, 28);
+  snprintf(p, sizeof p, "%s/t10k-labels-idx1-ubyte", d);
+  idx_write_labels(p, 0, 0, 10);
+  snprintf(p, sizeof p, "%s/t10k-images-idx3-ubyte", d);
+  s = spec_for(d, 1);
+  expect_open_error(&s, GP_SPLIT_TEST, GP_ERR_DATA, p, "holds no samples");
+  d = make_set("zero_train");
+  snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", d);
+  idx_write_images(p, 1, 0, 28);
+  snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte.gz", d);
+  idx_write_labels(p, 1, 0, 10);
+  snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", d);
+  s = spec_for(d, 1);
+  expect_open_error(&s, GP_SPLIT_TRAIN, GP_ERR_DATA, p, "holds no samples");
+
   d = make_set("label_range");
   snprintf(p, sizeof p, "%s/train-labels-idx1-ubyte.gz", d);
   idx_write_labels(p, 1, NTRAIN, 11); /* sample 10 has label 10 */
