@@ -171,6 +171,8 @@ gp_status gp_tar_next(gp_tar *t, const char **name, uint64_t *size) {
     t->hdr_off = gp_gzstream_offset(t->s);
     size_t got = 0;
     GP_TRY(gp_gzstream_read(t->s, h, TAR_BLOCK, &got));
+    if (got == 0 && t->hdr_off == 0)
+      return GP_ERR(GP_ERR_DATA, "%s: an empty file (no tar data), not an archive", gp_tar_path(t));
     if (got == 0 && !t->long_name && t->pax_size < 0) {
       /* Some writers omit the end-of-archive blocks; a clean end between members is fine. */
       t->ended = 1;

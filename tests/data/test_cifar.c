@@ -209,6 +209,27 @@ static void test_archive_errors(const uint8_t *tar, size_t n) {
   CHECK(truncate(p, sb.st_size / 2) == 0, "truncate");
   expect_err(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l), "cifar-10-binary.tar.gz", NULL,
              "gzip cut in half");
+  /* An empty member data_batch_4.bin, and a 0-byte archive. */
+  snprintf(dir, sizeof dir, "%s/empty_member", root);
+  mkdir(dir, 0755);
+  snprintf(p, sizeof p, "%s/cifar-10-binary.tar", dir);
+  buf t = {0}, d = {0};
+  for (int f = 0; f < 5; f++) {
+    char name[64];
+    d.n = 0;
+    if (f != 3) batch(&d, f * N_PER);
+    snprintf(name, sizeof name, "cifar-10-batches-bin/data_batch_%d.bin", f + 1);
+    member(&t, name, d.p, d.n);
+  }
+  write_file(p, t.p, t.n);
+  s = spec10(dir);
+  expect_err(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l), "data_batch_4.bin",
+             "holds no samples", "empty member");
+  write_file(p, "", 0);
+  expect_err(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l), "cifar-10-binary.tar", "empty file",
+             "0-byte archive");
+  free(t.p);
+  free(d.p);
   free(c);
 }
 

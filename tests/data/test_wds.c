@@ -219,6 +219,9 @@ static void test_shards(void) {
   bad_shard("huge.tar", huge, "member a/k1.jpg", "104857600 bytes, more than");
   expect_err(walk("/nonexistent/shard.tar", &s), "/nonexistent/shard.tar", "cannot open",
              "missing shard");
+  snprintf(q, sizeof q, "%s/zero.tar", root); /* 0 bytes: not an empty archive */
+  write_file(q, "", 0);
+  expect_err(walk(q, &s), "zero.tar", "empty file", "0-byte shard");
   /* Label range. */
   gp_wds_sample ls = {.label = 1003, .label_where = "x.tar: member a/k.cls (file 3)"};
   expect_err(gp_wds_check_label(&ls, 1000), "x.tar: member a/k.cls (file 3)",
