@@ -128,25 +128,37 @@ static gp_status from_dir(const layout *lay, const char *dir, const char **want,
   return GP_OK;
 }
 
+static int exists(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0;
+}
+
+/* Whether dir holds any of the split files (train or test, of any type): then it is the
+ * folder of .bin files, and reading names the one that is missing or bad. */
+static int has_bins(const layout *lay, const char *dir, const char *test_file) {
+  char p[1400];
+  for (int i = 0; i <= lay->n_files; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, i < lay->n_files ? lay->files[i] : test_file);
+    if (exists(p)) return 1;
+  }
+  return 0;
+}
+
 /* Where the files are: 1 = an archive (in *where), 2 = a directory of .bin files, 0 none. */
-static int locate(const layout *lay, const char *path, const char *first, char *where, size_t n) {
+static int locate(const layout *lay, const char *path, const char *test_file, char *where,
+                  size_t n) {
   if (is_file(path)) {
     snprintf(where, n, "%s", path);
     return 1;
   }
-  char p[1300];
   snprintf(where, n, "%s/%s", path, lay->archive);
   if (is_file(where)) return 1;
   snprintf(where, n, "%s/%.*s", path, (int)strlen(lay->archive) - 3, lay->archive); /* .tar */
   if (is_file(where)) return 1;
-  snprintf(p, sizeof p, "%s/%s", path, first);
-  if (is_file(p)) {
-    snprintf(where, n, "%s", path);
-    return 2;
-  }
+  snprintf(where, n, "%s", path);
+  if (has_bins(lay, where, test_file)) return 2;
   snprintf(where, n, "%s/%s", path, lay->folder);
-  snprintf(p, sizeof p, "%s/%s", where, first);
-  return is_file(p) ? 2 : 0;
+  return has_bins(lay, where, test_file) ? 2 : 0;
 }
 
 gp_status gp_cifar_read(const char *path, int classes, int coarse, int train, int64_t limit,
@@ -178,7 +190,7 @@ gp_status gp_cifar_read(const char *path, int classes, int coarse, int train, in
                   "data.path: set it to the directory with %s or the extracted .bin files",
                   lay->archive);
   char where[1200];
-  int kind = locate(lay, path, want[0], where, sizeof where);
+  int kind = locate(lay, path, test_file[0], where, sizeof where);
   if (!kind)
     return GP_ERR(GP_ERR_DATA,
                   "data.path %s: set it to the directory with %s or the extracted .bin files "

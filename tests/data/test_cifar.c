@@ -233,6 +233,33 @@ static void test_archive_errors(const uint8_t *tar, size_t n) {
   free(c);
 }
 
+/* A folder with some of the .bin files: the missing or bad one is named (it said that neither
+ * the archive nor the .bin files were there). */
+static void test_bin_missing(void) {
+  char dir[400], p[600];
+  snprintf(dir, sizeof dir, "%s/bins_missing", root);
+  mkdir(dir, 0755);
+  buf d = {0};
+  for (int f = 0; f < 5; f++) {
+    d.n = 0;
+    batch(&d, f * N_PER);
+    snprintf(p, sizeof p, "%s/data_batch_%d.bin", dir, f + 1);
+    write_file(p, d.p, d.n);
+  }
+  free(d.p);
+  gp_data_spec s = spec10(dir);
+  gp_loader *l = NULL;
+  expect_err(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l), "test_batch.bin", "cannot open",
+             "missing test_batch.bin");
+  snprintf(p, sizeof p, "%s/data_batch_1.bin", dir);
+  remove(p);
+  mkdir(p, 0755);
+  gp_status st = gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l);
+  CHECK(st != GP_OK && strstr(gp_error_message(), "data_batch_1.bin") &&
+            strstr(gp_error_message(), "directory"),
+        "data_batch_1.bin a folder: %s", gp_error_message());
+}
+
 static void test_bin_dir(void) {
   char dir[400], p[600];
   snprintf(dir, sizeof dir, "%s/bins", root);
@@ -511,6 +538,7 @@ int main(int argc, char **argv) {
   test_loader_tgz(dir);
   test_archive_errors(t.p, t.n);
   test_bin_dir();
+  test_bin_missing();
   test_augment(dir);
   free(t.p);
   remove_root();
