@@ -199,9 +199,13 @@ gp_status gp_wds_next(gp_wds *w, gp_wds_sample *s) {
     GP_TRY(take(w, ext, &have_img, &have_cls, &label));
   }
   if (!started) return GP_OK; /* the end: s->key is NULL */
+  /* A shard cut between a sample's members ends cleanly for tar: say so when that is what the
+   * missing member may be. */
   if (!have_img || !have_cls)
-    return GP_ERR(GP_ERR_DATA, "%s: sample %s (from file %lld): no %s member", gp_tar_path(w->t),
-                  w->key, (long long)first_file, have_img ? ".cls" : ".jpg or .jpeg");
+    return GP_ERR(GP_ERR_DATA, "%s: sample %s (from file %lld): no %s member%s", gp_tar_path(w->t),
+                  w->key, (long long)first_file, have_img ? ".cls" : ".jpg or .jpeg",
+                  w->ended && !w->pending ? " (the archive's last sample: a truncated shard?)"
+                                          : "");
   s->key = w->key;
   s->jpg = w->img;
   s->jpg_n = w->img_n;

@@ -212,6 +212,17 @@ static void test_shards(void) {
   free(c);
   free(t.p);
   bad_shard("no-cls.tar", no_cls, "sample a/k2", "no .cls");
+  CHECK(!strstr(gp_error_message(), "truncated"), "a sample inside the shard: no truncation hint");
+  /* Cut between a sample's .jpg and .cls, at a member boundary: tar sees a clean end. */
+  buf cut = {0};
+  pax_member(&cut, "a/k1.jpg", "xx", 2, 0);
+  pax_member(&cut, "a/k1.cls", "1", 1, 0);
+  pax_member(&cut, "a/k2.jpg", "yy", 2, 0);
+  snprintf(q, sizeof q, "%s/cut-before-cls.tar", root);
+  write_file(q, cut.p, cut.n);
+  free(cut.p);
+  expect_err(walk(q, &s), "sample a/k2", "no .cls member (the archive's last sample: a truncated",
+             "cut before the .cls");
   bad_shard("no-jpg.tar", no_jpg, "sample a/k1", "no .jpg or .jpeg");
   bad_shard("bad-cls.tar", bad_cls, "member a/k1.cls", "label '12x' is not a non-negative");
   bad_shard("neg-cls.tar", neg_cls, "member a/k1.cls", "'-1'");
