@@ -163,6 +163,12 @@ static gp_status stream_raw(gp_loader *l, gp_record *r, int *end) {
       if (skip && l->skipped++ == 0)
         snprintf(l->first_skip, sizeof l->first_skip, "%s", gp_error_message());
       pthread_mutex_unlock(&l->mu);
+      if (!skip && l->o.max_skips > 0) {
+        char m[sizeof l->first_skip];
+        snprintf(m, sizeof m, "%s", gp_error_message());
+        return GP_ERR(s, "%s (more than max_skips = %lld bad samples)", m,
+                      (long long)l->o.max_skips);
+      }
       if (!skip) return s;
       l->src->skip_shard(l->src);
       continue;
@@ -281,7 +287,11 @@ static void decode_range(gp_loader *l, job *j, int64_t a, int64_t b, gp_scratch 
       j->bad[i] = 1;
     } else if (j->st == GP_OK) {
       j->st = s;
-      snprintf(j->msg, sizeof j->msg, "%s", gp_error_message());
+      if (l->o.max_skips > 0)
+        snprintf(j->msg, sizeof j->msg, "%.900s (more than max_skips = %lld bad samples)",
+                 gp_error_message(), (long long)l->o.max_skips);
+      else
+        snprintf(j->msg, sizeof j->msg, "%s", gp_error_message());
     }
     pthread_mutex_unlock(&l->mu);
   }

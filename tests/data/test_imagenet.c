@@ -259,6 +259,16 @@ static void test_bad(const char *root) {
   CHECK(memcmp(x + 13 * NUMEL, x + 12 * NUMEL, NUMEL * sizeof(float)) == 0,
         "the skipped sample replaced by its neighbour");
   gp_loader_free(l);
+  /* The same bad file counts again in the next pass; past the budget the error says so. */
+  o.max_skips = 1;
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &o, &l) == GP_OK, "open with one skip");
+  int ok = gp_loader_next(l, N, x, y, &got) == GP_OK && got == N;
+  ok &= gp_loader_next(l, N, x, y, &got) == GP_OK && got == 0; /* the pass ends */
+  st = gp_loader_next(l, N, x, y, &got);
+  CHECK(ok && st == GP_ERR_DATA && strstr(gp_error_message(), "sample0013.jpg") &&
+            strstr(gp_error_message(), "(more than max_skips = 1 bad samples)"),
+        "second pass: the skip budget ran out, said so: %s", gp_error_message());
+  gp_loader_free(l);
 
   snprintf(dir, sizeof dir, "%s/bad_cls", root);
   write_set(dir, -1, 24);
