@@ -2,10 +2,12 @@
  * perplexity and greedy decoding scored by BLEU. */
 #include "cli/seqdata.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/progress.h"
 #include "core/eval/bleu.h"
@@ -48,7 +50,12 @@ static void lines_free(lines *l) {
 static gp_status lines_read(const char *path, lines *out) {
   memset(out, 0, sizeof *out);
   FILE *f = fopen(path, "rb");
-  if (!f) return GP_ERR(GP_ERR_DATA, "%s: cannot open", path);
+  if (!f) return GP_ERR(GP_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    return GP_ERR(GP_ERR_DATA, "%s: not a regular file", path);
+  }
   char *buf = NULL;
   size_t cap = 0;
   ssize_t len;
@@ -135,6 +142,7 @@ static gp_status read_corpora(gp_seqdata *d) {
   char path[1100], src[1100];
   snprintf(path, sizeof path, "%s/%s", ds->path, ds->vocab_file);
   GP_TRY(lines_read(path, &d->pieces));
+  if (d->pieces.n == 0) return GP_ERR(GP_ERR_DATA, "%s: holds no pieces", path);
   if (d->pieces.n > model_vocab(d->m))
     return GP_ERR(GP_ERR_DATA, "%s: %lld pieces, more than the model's output of %d", path,
                   (long long)d->pieces.n, model_vocab(d->m));

@@ -134,6 +134,18 @@ expect "--translations: $srcdir/models/transformer-lm.yaml is not a translation 
 cp "$d/test.es" "$tmp/short.es"; head -5 "$tmp/short.es" > "$d/test.es"
 expect "test.es: 5 lines, but" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1
 cp "$tmp/short.es" "$d/test.es"
+# the vocabulary and reference files: a missing one says why, a folder or an empty vocabulary
+# is named (they read as 0 lines: 'tokens: vocab 0 must be > 0', exit 2, no file named)
+expect "nope.vocab: cannot open: No such file or directory" "$srcdir/models/transformer-nmt.yaml" \
+  "${small[@]}" --set data.vocab_file=nope.vocab --steps 1
+mv "$d/spm.vocab" "$tmp/spm.vocab"; : > "$d/spm.vocab"
+expect "spm.vocab: holds no pieces" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1
+"$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1 >/dev/null 2>&1
+[ $? = 1 ] || fail "an empty vocabulary is a data error (exit 1)"
+mv "$tmp/spm.vocab" "$d/spm.vocab"
+mv "$d/valid.es" "$tmp/valid.es"; mkdir "$d/valid.es"
+expect "valid.es: not a regular file" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1
+rmdir "$d/valid.es"; mv "$tmp/valid.es" "$d/valid.es"
 echo "7 99 4" >> "$d/valid.en.ids"
 expect "valid.en.ids:65:3: id 99 is >= the vocabulary size 20" "$srcdir/models/transformer-nmt.yaml" \
   "${small[@]}" --steps 1
