@@ -408,16 +408,23 @@ static void print_json(const gp_model *m, const request *q, const gp_unit_costs 
 
 #define TL_WIDTH 100
 
-/* The simulated schedule of this partition. Under --by params the weights are no time, so the
- * timeline uses the analytic FLOPs there. */
-static gp_status simulate(const request *q, const gp_unit_costs *c, const gp_partition *p,
+/* The costs predictions are made from: under --by params the weights are no time, so the
+ * stage times, bubble, speed-ups and timeline use the analytic FLOPs there. */
+static gp_unit_costs time_costs(const request *q, const gp_unit_costs *c) {
+  gp_unit_costs t = *c;
+  if (q->by == GP_COST_PARAMS) t.fwd = c->fwd_flops, t.bwd = c->bwd_flops;
+  return t;
+}
+
+/* The simulated schedule of this partition (tc: time_costs). */
+static gp_status simulate(const request *q, const gp_unit_costs *tc, const gp_partition *p,
                           gp_sim_events *ev, double *makespan) {
   gp_stage_cost cost[GP_MAX_DEVICES];
   for (int s = 0; s < p->stages; s++) {
     double f = 0, b = 0;
     for (int u = p->first[s]; u < p->first[s + 1]; u++) {
-      f += q->by == GP_COST_PARAMS ? c->fwd_flops[u] : c->fwd[u];
-      b += q->by == GP_COST_PARAMS ? c->bwd_flops[u] : c->bwd[u];
+      f += tc->fwd[u];
+      b += tc->bwd[u];
     }
     cost[s] = (gp_stage_cost){.fwd = f / q->speed[s], .bwd = b / q->speed[s]};
   }
@@ -490,6 +497,15 @@ static int fail(gp_status s) {
   return gp_status_exit_code(s);
 }
 
+/* " --batch-size B" where the run's batch is not the model file's, else "". */
+static const char *batch_hint(const gp_model *m, const request *q) {
+  static char buf[48];
+  buf[0] = 0;
+  if (q->batch != m->train.batch_size)
+    snprintf(buf, sizeof buf, " --batch-size %" PRId64, q->batch);
+  return buf;
+}
+
 static gp_status run(const gp_model *m) {
   request q;
   GP_TRY(make_request(m, &q));
@@ -508,7 +524,13 @@ static gp_status run(const gp_model *m) {
   gp_sim_events ev = {0};
   double makespan = 0;
   gp_status st = gp_partition_solve(&c, &r, &p);
-  if (st == GP_OK && flags[F_TIMELINE].given) st = simulate(&q, &c, &p, &ev, &makespan);
+  gp_unit_costs tc = time_costs(&q, &c);
+  if (st == GP_OK && q.by == GP_COST_PARAMS) { /* the same split, predicted from FLOPs */
+    int first[GP_MAX_DEVICES + 1];
+    memcpy(first, p.first, sizeof first);
+    st = gp_partition_evaluate(&tc, &r, first, &p);
+  }
+  if (st == GP_OK && flags[F_TIMELINE].given) st = simulate(&q, &tc, &p, &ev, &makespan);
   if (st == GP_OK && flags[F_OUT].given) {
     gp_pipeline_spec ps = {.stages = q.stages,
                            .micro_batches = q.micro,
@@ -529,9 +551,9 @@ static gp_status run(const gp_model *m) {
   } else if (st == GP_OK) {
     print_table(m, &q, &c, &p);
     if (flags[F_TIMELINE].given) print_timeline(&q, &ev, makespan);
-    if (flags[F_OUT].given)
-      printf("\nplan written to %s (gpipe-train %s --partition %s)\n", flags[F_OUT].s, m->file,
-             flags[F_OUT].s);
+    if (flags[F_OUT].given) /* the plan holds M, not the batch: name one the run must use */
+      printf("\nplan written to %s (gpipe-train %s --partition %s%s)\n", flags[F_OUT].s, m->file,
+             flags[F_OUT].s, batch_hint(m, &q));
   }
   gp_sim_events_free(&ev);
   gp_unit_costs_free(&c);

@@ -72,16 +72,25 @@ static double stage_time(const ctx *x, const sums *z, int s, int a, int b) {
   return t;
 }
 
+/* Micro-batches whose whole activations a stage holds at once: every one in flight without
+ * re-materialization; with it, the one re-materialized for its backward, and under
+ * except_last and 1F1B also the last micro-batch, which keeps its activations while the
+ * backwards of the others still in flight recompute theirs (under GPipe its backward comes
+ * first, right after its forward). */
+static double act_copies(const gp_partition_req *r, int K, int s) {
+  double fl = in_flight(r, K, s);
+  if (r->remat == GP_REMAT_NEVER) return fl;
+  return r->remat == GP_REMAT_EXCEPT_LAST && r->schedule == GP_SCHED_1F1B && fl > 1 ? 2 : 1;
+}
+
 /* The part of the memory estimate that can only grow as a stage takes more units: f32
- * weights, gradients and optimizer state, the activations (all of them per micro-batch in
- * flight without re-materialization; with it, only one micro-batch's, re-materialized in its
- * backward), the input gradients of one backward (the stage frees them after each), and a
- * working set of the largest single unit's activations: a rough allowance for the scratch
- * space (im2col and the like) that a layer needs beyond what it keeps. */
+ * weights, gradients and optimizer state, the activations (act_copies), the input gradients
+ * of one backward (the stage frees them after each), and a working set of the largest single
+ * unit's activations: a rough allowance for the scratch space (im2col and the like) that a
+ * layer needs beyond what it keeps. */
 static double mem_floor(const ctx *x, const sums *z, int K, int s) {
   double w = 4.0 * z->p * (2.0 + x->r->optim_slots);
-  double act = x->r->remat == GP_REMAT_NEVER ? in_flight(x->r, K, s) * z->act : z->act;
-  return w + act + z->grad + z->big;
+  return w + act_copies(x->r, K, s) * z->act + z->grad + z->big;
 }
 
 /* Stage [a, b): each micro-batch in flight holds a buffer for the gradients of the stage's
@@ -272,14 +281,15 @@ static gp_status predict(const ctx *x, const int *first, gp_partition *out) {
                                .input_bytes = M * cost[s].input_bytes};
   }
   double sp0 = speed_of(r, 0);
-  one = (gp_stage_cost){.fwd = all.f / sp0,
-                        .bwd = all.b / sp0,
-                        .act_bytes = all.act,
-                        .input_bytes = (double)c->cut_bytes[0]};
+  one = (gp_stage_cost){.fwd = M * all.f / sp0,
+                        .bwd = M * all.b / sp0,
+                        .act_bytes = M * all.act,
+                        .input_bytes = M * (double)c->cut_bytes[0]};
+  /* the baselines are gpipe-bench's: the whole mini-batch at once, no re-materialization */
   double mk, mk_naive, mk_one;
   GP_TRY(makespan(r->schedule, r->remat, K, M, cost, &mk, &out->bubble));
-  GP_TRY(makespan(r->schedule, r->remat, K, 1, naive, &mk_naive, NULL));
-  GP_TRY(makespan(r->schedule, r->remat, 1, M, &one, &mk_one, NULL));
+  GP_TRY(makespan(r->schedule, GP_REMAT_NEVER, K, 1, naive, &mk_naive, NULL));
+  GP_TRY(makespan(r->schedule, GP_REMAT_NEVER, 1, 1, &one, &mk_one, NULL));
   out->speedup_naive = mk > 0 ? mk_naive / mk : 1.0;
   out->speedup_k1 = mk > 0 ? mk_one / mk : 1.0;
   return GP_OK;
@@ -386,10 +396,11 @@ static gp_status memory_error(const ctx *x) {
     snprintf(tail, sizeof tail, "%d stage%s fit %s per device", fits, fits > 1 ? "s" : "", tb);
   else
     snprintf(tail, sizeof tail, "no number of stages up to %d fits %s per device", top, tb);
+  const char *st = K == 1 ? "" : "s";
   return GP_ERR(GP_ERR_USAGE,
-                "no split of %d units into %d stages fits %s (estimated weights, gradients, "
-                "optimizer state and activations); %d stages need at least %s per device; %s",
-                n, K, lim, K, need, tail);
+                "no split of %d units into %d stage%s fits %s (estimated weights, gradients, "
+                "optimizer state and activations); %d stage%s need%s at least %s per device; %s",
+                n, K, st, lim, K, st, K == 1 ? "s" : "", need, tail);
 }
 
 gp_status gp_partition_solve(const gp_unit_costs *c, const gp_partition_req *r, gp_partition *out) {

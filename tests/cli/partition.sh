@@ -164,6 +164,39 @@ else
   bad "no limit named"
 fi
 
+# ---- a plan said to fit a limit fits it in gpipe-train: 1F1B with except_last keeps the last
+# micro-batch's activations beside each recompute (the estimate counted one copy, said 24.9 of
+# 27 MiB, and training passed the limit on stage 0)
+r20=$srcdir/models/resnet20-cifar.yaml
+A=(--stages 3 --micro-batches 4 --batch-size 32 --schedule 1f1b --checkpoint except_last)
+if "$part" "$r20" "${A[@]}" --memory-limit 27MiB -o "$tmp/p27.yaml" >"$tmp/o" 2>"$tmp/e" &&
+   grep -q "every stage fits its limit" "$tmp/o" &&
+   "$train" "$r20" --batch-size 32 --partition "$tmp/p27.yaml" --memory-limit 27MiB \
+     --data synthetic --steps 2 --threads 1 --quiet >"$tmp/o2" 2>"$tmp/e2"; then ok
+else bad "1f1b except_last under 27MiB: $(cat "$tmp/e" "$tmp/e2")"; fi
+
+# ---- --by params balances weights but predicts from FLOPs: on a split that --by flops also
+# picks, the same bubble, speed-ups and stage times (they were computed from parameter counts)
+cnn=$srcdir/models/fashion-cnn.yaml
+for by in flops params; do
+  "$part" "$cnn" --stages 2 --micro-batches 4 --by $by --json >"$tmp/by_$by" 2>"$tmp/err" ||
+    bad "--by $by: $(cat "$tmp/err")"
+done
+if python3 - "$tmp/by_flops" "$tmp/by_params" <<'PY'; then ok; else bad "--by params predictions"; fi
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+pa, pb = a["partition"], b["partition"]
+assert [s["units"] for s in pa] == [s["units"] for s in pb], (pa, pb)
+assert [s["time"] for s in pa] == [s["time"] for s in pb], (pa, pb)
+for k in a:
+    if "bubble" in k or "speedup" in k or k == "imbalance":
+        assert a[k] == b[k], (k, a[k], b[k])
+PY
+# ... and -o names the batch the plan's M was made for where it is not the model file's
+"$part" "$mlp" --stages 2 --batch-size 512 --micro-batches 256 -o "$tmp/b512.yaml" >"$tmp/o" &&
+  grep -q -- "--partition $tmp/b512.yaml --batch-size 512)" "$tmp/o" && ok ||
+  bad "-o hint without --batch-size: $(tail -1 "$tmp/o")"
+
 # ---- a faster last device takes more of the work
 "$part" "$resnet" --stages 2 --json >"$tmp/even" 2>"$tmp/err" || bad "--stages 2: $(cat "$tmp/err")"
 "$part" "$resnet" --stages 2 --speeds 1,3 --json >"$tmp/fast" 2>"$tmp/err" || bad "--speeds: $(cat "$tmp/err")"
