@@ -425,7 +425,7 @@ static void note_pipeline(gp_progress *pg, const gp_plan *plan) {
   char bal[256];
   gp_plan_balance_str(plan, bal, sizeof bal);
   gp_progress_note(pg,
-                   "pipeline: %d stage%s (units %s), %d micro-batch%s, %s schedule, "
+                   "pipeline: %d stage%s of %s units, %d micro-batch%s, %s schedule, "
                    "re-materialization %s",
                    plan->stages, plan->stages == 1 ? "" : "s", bal, plan->micro,
                    plan->micro == 1 ? "" : "es", gp_schedule_names()[plan->schedule],

@@ -94,12 +94,12 @@ if "$part" "$mlp" --stages 3 --micro-batches 4 --schedule 1f1b --checkpoint alwa
   bal=$(sed -n 's/^balance: \[\([0-9, ]*\)\].*/\1/p' "$plan" | tr -d ' ')
   "$train" "$mlp" --data synthetic --steps 2 --partition "$plan" >"$tmp/tout" 2>&1
   rc=$?
-  if [ $rc = 0 ] && [ -n "$bal" ] && grep -q "pipeline: 3 stages (units $bal), 4 micro-batches, 1f1b schedule, re-materialization always" "$tmp/tout"; then ok
+  if [ $rc = 0 ] && [ -n "$bal" ] && grep -q "pipeline: 3 stages of $bal units, 4 micro-batches, 1f1b schedule, re-materialization always" "$tmp/tout"; then ok
   else bad "train --partition (balance '$bal') exit $rc: $(cat "$tmp/tout")"; fi
   # a balance edited by hand is what runs
   sed 's/^balance: .*/balance: [1, 1, 5]/' "$plan" >"$tmp/p115.yaml"
   "$train" "$mlp" --data synthetic --steps 2 --partition "$tmp/p115.yaml" >"$tmp/tout" 2>&1
-  if grep -q "pipeline: 3 stages (units 1,1,5)" "$tmp/tout"; then ok
+  if grep -q "pipeline: 3 stages of 1,1,5 units" "$tmp/tout"; then ok
   else bad "edited balance not used: $(cat "$tmp/tout")"; fi
 else
   bad "-o plan: $(cat "$tmp/err")"

@@ -101,7 +101,7 @@ for cfg in "1 2 stage micro-batches" "2 1 stages micro-batch"; do
   set -- $cfg
   "$train" "$model" --data synthetic --steps 1 --batch-size 16 --threads 2 --stages "$1" \
     --micro-batches "$2" >/dev/null 2>"$tmp/words" || fail "K=$1 M=$2: $(cat "$tmp/words")"
-  grep -q "^pipeline: $1 $3 (units [0-9,]*), $2 $4, " "$tmp/words" &&
+  grep -q "^pipeline: $1 $3 of [0-9,]* units, $2 $4, " "$tmp/words" &&
     grep -q "^training 1 step of batch 16 " "$tmp/words" || fail "K=$1 M=$2: $(cat "$tmp/words")"
   passed=$((passed+1))
 done
