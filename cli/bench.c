@@ -5,6 +5,7 @@
  * failure while running (data, I/O). */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +77,8 @@ static gp_flag flags[] = {
     [F_THREADS] = {"--threads", GP_FLAG_INT, "C", "cores shared by the stages (default: all)", 1,
                    .max = 1024},
     [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE",
-                  "memory of each stage's device (512MiB, 2GiB, 1.5GB, bytes): more is an error",
+                  "memory of each stage's device (512MiB, 2GiB, 1.5GB, bytes): a run that needs "
+                  "more is reported as not fitting",
                   0},
     [F_PRECISION] = {"--precision", GP_FLAG_STR, "fp32|bf16",
                      "arithmetic of GEMMs and convolutions (default fp32)", 0},
@@ -132,6 +134,7 @@ typedef struct ctx {
   sweep sw;
   gp_bench b;
   int tty, quiet, progress_open;
+  int traced;             /* --trace was written (not when its run did not fit the memory limit) */
   size_t mem_limit;       /* --memory-limit: per stage, 0 = none */
   gp_precision precision; /* --precision */
 } ctx;
@@ -426,6 +429,7 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
       steal1 >= steal0 && busy1 - busy0 + steal1 - steal0 > 0)
     out->steal = (double)(steal1 - steal0) / (double)(busy1 - busy0 + steal1 - steal0);
   if (s == GP_OK && trace) s = gp_pipeline_write_trace(t.pl, flags[F_TRACE].s);
+  if (s == GP_OK && trace) c->traced = 1;
   if (s == GP_OK) {
     qsort(dt, (size_t)steps, sizeof dt[0], cmp_double);
     double med = steps % 2 ? dt[steps / 2] : 0.5 * (dt[steps / 2 - 1] + dt[steps / 2]);
@@ -538,6 +542,7 @@ static gp_status setup(ctx *c, const char *file) {
   b->threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : b->cores;
   if (flags[F_MEMORY].given)
     GP_TRY(gp_args_size("--memory-limit", flags[F_MEMORY].s, &c->mem_limit));
+  b->mem_limit = c->mem_limit;
   if (flags[F_PRECISION].given)
     GP_TRY(gp_args_precision("--precision", flags[F_PRECISION].s, &c->precision));
   b->precision = c->precision == GP_PREC_BF16 ? "bf16" : "fp32";
@@ -589,6 +594,74 @@ static int gpus_of(const sweep *w, int k) {
 
 /* ---- the sweep ----------------------------------------------------------------------------- */
 
+/* A failure that says the run needs more than --memory-limit on a stage: the backends' limit
+ * check (GP_ERR_NOMEM with this wording, core/cpu/backend.c and core/cuda/backend.cu), not
+ * host memory running out or any other failure. */
+static int over_limit(const ctx *c, gp_status s) {
+  return s == GP_ERR_NOMEM && c->mem_limit &&
+         strstr(gp_error_message(), "would pass the memory limit") != NULL;
+}
+
+/* One repetition of run r, kept when it is r's fastest. A run whose memory would pass the limit
+ * does not fit: it is marked (and not run again) instead of stopping the sweep. */
+static gp_status measure_run(ctx *c, gp_bench_run *r, int rep, int trace) {
+  gp_bench_run got;
+  gp_status s = measure(c, r, trace, &got);
+  if (s != GP_OK && over_limit(c, s)) {
+    r->over_limit = 1;
+    snprintf(r->why, sizeof r->why, "%s", gp_error_message());
+    memcpy(r->balance, got.balance, sizeof r->balance);
+    memcpy(r->devices, got.devices, sizeof r->devices);
+    gp_error_clear();
+    return GP_OK;
+  }
+  if (s != GP_OK)
+    return gp_error_prefix(s, "K=%d M=%d %s %s: ", r->k, r->m, gp_bench_schedule_name(r->schedule),
+                           gp_bench_remat_name(r->remat));
+  if (rep == 0 || got.samples_per_s > r->samples_per_s) *r = got;
+  return GP_OK;
+}
+
+/* The speed-ups, FLOP rate and utilization of run r from its samples/s; NAN where r, or the
+ * reference a speed-up is against, did not fit. */
+static void derive(ctx *c, gp_bench_run *r) {
+  gp_bench *b = &c->b;
+  r->gpus_used = gpus_of(&c->sw, r->k);
+  if (r->over_limit) {
+    r->samples_per_s = r->speedup_naive = r->speedup_single = NAN;
+    r->bubble_measured = r->gflops = r->utilization = NAN;
+    r->steal = -1;
+    return;
+  }
+  const gp_bench_run *naive = &b->runs[r->naive], *one = &b->runs[r->one];
+  r->speedup_naive = naive->over_limit          ? NAN
+                     : naive->samples_per_s > 0 ? r->samples_per_s / naive->samples_per_s
+                                                : 0;
+  r->speedup_single = one->over_limit          ? NAN
+                      : one->samples_per_s > 0 ? r->samples_per_s / one->samples_per_s
+                                               : 0;
+  r->gflops = b->flops_per_sample * r->samples_per_s / 1e9;
+  /* against the GPUs' GEMM rate when the run has stages on GPUs, else the cores' sgemm */
+  double peak = r->gpus_used ? b->gpu_gemm * r->gpus_used : b->sgemm_per_core * r->cores_used;
+  r->utilization = peak > 0 ? r->gflops / peak : 0;
+}
+
+/* When no run that was asked for fits the memory limit there is nothing to report: one line. */
+static gp_status check_any_fits(const gp_bench *b) {
+  const gp_bench_run *first = NULL;
+  for (int i = 0; i < b->n_runs; i++) {
+    const gp_bench_run *r = &b->runs[i];
+    if (r->baseline) continue;
+    if (!r->over_limit) return GP_OK;
+    if (!first) first = r;
+  }
+  if (!first) return GP_OK;
+  return GP_ERR(
+      GP_ERR_NOMEM, "no run asked for fits --memory-limit %.2f MiB per stage (K=%d M=%d %s %s: %s)",
+      (double)b->mem_limit / 1048576.0, first->k, first->m, gp_bench_schedule_name(first->schedule),
+      gp_bench_remat_name(first->remat), first->why);
+}
+
 static gp_status sweep_all(ctx *c) {
   gp_bench *b = &c->b;
   if (!c->quiet)
@@ -597,30 +670,19 @@ static gp_status sweep_all(ctx *c) {
   int total = b->n_runs * b->reps, done = 0;
   for (int rep = 0; rep < b->reps; rep++)
     for (int i = 0; i < b->n_runs; i++, done++) {
-      gp_bench_run *r = &b->runs[i], got;
+      gp_bench_run *r = &b->runs[i];
+      if (r->over_limit) continue; /* it did not fit before; it will not now */
       progress(c, done, total, r, rep);
-      int trace = flags[F_TRACE].given && done == total - 1;
-      gp_status s = measure(c, r, trace, &got);
+      gp_status s = measure_run(c, r, rep, flags[F_TRACE].given && done == total - 1);
       if (s != GP_OK) {
         progress_clear(c);
-        return gp_error_prefix(s, "K=%d M=%d %s %s: ", r->k, r->m,
-                               gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat));
+        return s;
       }
-      if (rep == 0 || got.samples_per_s > r->samples_per_s) *r = got;
     }
   progress_clear(c);
-  for (int i = 0; i < b->n_runs; i++) {
-    gp_bench_run *r = &b->runs[i];
-    double naive = b->runs[r->naive].samples_per_s, one = b->runs[r->one].samples_per_s;
-    r->speedup_naive = naive > 0 ? r->samples_per_s / naive : 0;
-    r->speedup_single = one > 0 ? r->samples_per_s / one : 0;
-    r->gflops = b->flops_per_sample * r->samples_per_s / 1e9;
-    /* against the GPUs' GEMM rate when the run has stages on GPUs, else the cores' sgemm */
-    r->gpus_used = gpus_of(&c->sw, r->k);
-    double peak = r->gpus_used ? b->gpu_gemm * r->gpus_used : b->sgemm_per_core * r->cores_used;
-    r->utilization = peak > 0 ? r->gflops / peak : 0;
-  }
-  return GP_OK;
+  for (int i = 0; i < b->n_runs; i++)
+    derive(c, &b->runs[i]);
+  return check_any_fits(b);
 }
 
 static gp_status write_file(int f, gp_status (*write)(FILE *, const char *, const gp_bench *),
@@ -646,7 +708,11 @@ static gp_status report(ctx *c) {
   if (!c->quiet) {
     if (flags[F_CSV].given) fprintf(stderr, "gpipe-bench: wrote %s\n", flags[F_CSV].s);
     if (flags[F_PLOT].given) fprintf(stderr, "gpipe-bench: wrote %s\n", flags[F_PLOT].s);
-    if (flags[F_TRACE].given) fprintf(stderr, "gpipe-bench: wrote %s\n", flags[F_TRACE].s);
+    if (c->traced)
+      fprintf(stderr, "gpipe-bench: wrote %s\n", flags[F_TRACE].s);
+    else if (flags[F_TRACE].given)
+      fprintf(stderr,
+              "gpipe-bench: no trace written: the last run does not fit the memory limit\n");
   }
   return GP_OK;
 }

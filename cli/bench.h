@@ -34,6 +34,11 @@ typedef struct gp_bench_run {
    * run's alone); -1 where unknown: no readable /proc/stat steal field, or no busy or steal
    * tick (10 ms) counted during the timed steps */
   double steal;
+  /* its memory would pass --memory-limit on some stage (in any repetition): it does not fit,
+   * and has no measured numbers (they and the speed-ups against it are NAN); why is the error
+   * (stage, bytes asked for, bytes in use) */
+  int over_limit;
+  char why[256];
 } gp_bench_run;
 
 typedef struct gp_bench {
@@ -55,6 +60,7 @@ typedef struct gp_bench {
   const char *data;      /* "synthetic" or "real" */
   const char *precision; /* of GEMMs and convolutions: "fp32" or "bf16" */
   int nondeterministic;  /* --nondeterministic */
+  size_t mem_limit;      /* --memory-limit per stage in bytes, 0 = none */
   /* runs, in the order they ran */
   int n_runs;
   gp_bench_run *runs;

@@ -36,6 +36,10 @@ static double finite_or_0(double x) {
   return isfinite(x) ? x : 0;
 }
 
+static double mib(size_t bytes) {
+  return (double)bytes / 1048576.0;
+}
+
 /* ---- table --------------------------------------------------------------------------------- */
 
 enum { NCOL = 15, CELL = 512 };
@@ -57,6 +61,61 @@ static const char *const col_head[NCOL] = {"K",
                                            ""};
 static const int col_left[NCOL] = {0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
 
+/* A number, or "-" where there is none (a run that did not fit, a speed-up against one). */
+static void cell_num(char *cell, const char *fmt, double v) {
+  if (isfinite(v))
+    snprintf(cell, CELL, fmt, v);
+  else
+    snprintf(cell, CELL, "-");
+}
+
+/* The measured cells of a row: samples/s to peak MiB (columns 5 to 13). */
+static void fill_measured(char (*row)[CELL], const gp_bench *b, const gp_bench_run *r) {
+  if (r->over_limit)
+    snprintf(row[5], CELL, "does not fit %.2f MiB", mib(b->mem_limit));
+  else
+    snprintf(row[5], CELL, "%.1f", r->samples_per_s);
+  cell_num(row[6], "%.2fx", r->speedup_naive);
+  cell_num(row[7], "%.2fx", r->speedup_single);
+  cell_num(row[8], "%.3f", r->bubble_measured);
+  snprintf(row[9], CELL, "%.3f", r->bubble_theory);
+  cell_num(row[10], "%.2f", r->gflops);
+  cell_num(row[11], "%.1f%%", 100.0 * r->utilization);
+  if (r->over_limit) {
+    snprintf(row[12], CELL, "-");
+    snprintf(row[13], CELL, "-");
+    return;
+  }
+  join_ms(row[12], CELL, r->busy_ms, r->k, '/', "%.2f");
+  join_mib(row[13], CELL, r->peak_bytes, r->k, '/');
+}
+
+/* Below the table: each run that did not fit, and each reference that did not, so the runs
+ * measured against it have no speed-up ("-"). */
+static void write_fit_notes(FILE *f, const gp_bench *b) {
+  for (int i = 0; i < b->n_runs; i++) {
+    const gp_bench_run *r = &b->runs[i];
+    if (!r->over_limit) continue;
+    fprintf(f, "does not fit: K=%d M=%d %s %s: %s\n", r->k, r->m,
+            gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat), r->why);
+  }
+  for (int i = 0; i < b->n_runs; i++) {
+    int naive = 0, one = 0;
+    for (int j = 0; j < b->n_runs && b->runs[i].over_limit; j++) {
+      naive |= !b->runs[j].over_limit && b->runs[j].naive == i;
+      one |= !b->runs[j].over_limit && b->runs[j].one == i;
+    }
+    if (!naive && !one) continue;
+    char what[64] = "";
+    if (naive) snprintf(what, sizeof what, "vs naive at K=%d", b->runs[i].k);
+    if (one)
+      snprintf(what + strlen(what), sizeof what - strlen(what), "%svs single",
+               naive ? " and " : "");
+    fprintf(f, "no speed-up over K=%d M=1 gpipe never (%s: '-'): it does not fit %.2f MiB\n",
+            b->runs[i].k, what, mib(b->mem_limit));
+  }
+}
+
 gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
   int rows = b->n_runs + 1;
   char(*cell)[NCOL][CELL] = calloc((size_t)rows, sizeof *cell);
@@ -71,15 +130,7 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
     snprintf(row[2], CELL, "%s", gp_bench_schedule_name(r->schedule));
     snprintf(row[3], CELL, "%s", gp_bench_remat_name(r->remat));
     snprintf(row[4], CELL, "%s", r->balance);
-    snprintf(row[5], CELL, "%.1f", r->samples_per_s);
-    snprintf(row[6], CELL, "%.2fx", r->speedup_naive);
-    snprintf(row[7], CELL, "%.2fx", r->speedup_single);
-    snprintf(row[8], CELL, "%.3f", r->bubble_measured);
-    snprintf(row[9], CELL, "%.3f", r->bubble_theory);
-    snprintf(row[10], CELL, "%.2f", r->gflops);
-    snprintf(row[11], CELL, "%.1f%%", 100.0 * r->utilization);
-    join_ms(row[12], CELL, r->busy_ms, r->k, '/', "%.2f");
-    join_mib(row[13], CELL, r->peak_bytes, r->k, '/');
+    fill_measured(row, b, r);
     snprintf(row[14], CELL, "%s", r->baseline ? "baseline" : "");
   }
   int w[NCOL] = {0};
@@ -88,21 +139,23 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
       int len = (int)strlen(cell[i][c]);
       if (len > w[c]) w[c] = len;
     }
-  char gpu[64] = "";
+  char gpu[64] = "", limit[64] = "";
   if (b->gpu_name[0])
     snprintf(gpu, sizeof gpu, ", %s GEMM %.0f GFLOP/s (%s)", b->gpu_name, b->gpu_gemm,
              b->precision);
+  if (b->mem_limit)
+    snprintf(limit, sizeof limit, ", memory limit %.2f MiB per stage", mib(b->mem_limit));
   fprintf(
       f,
       "machine: %s, %d cores (%d for the stages), sgemm %.1f GFLOP/s per core (OpenBLAS %s%s%s)%s "
       "| model %s: "
       "%d units, %.3fM parameters, %.3f MFLOP per sample | batch %" PRId64
-      ", %d timed steps (median) after %d warm-up, best of %d, %s data, %s%s\n",
+      ", %d timed steps (median) after %d warm-up, best of %d, %s data, %s%s%s\n",
       b->cpu_model, b->cores, b->threads, b->sgemm_per_core, gp_blas_kernels(),
       gp_blas_replaced() ? ", in place of its pick " : "",
       gp_blas_replaced() ? gp_blas_replaced() : "", gpu, b->model, b->units,
       (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch, b->steps, b->warmup, b->reps,
-      b->data, b->precision, b->nondeterministic ? ", nondeterministic" : "");
+      b->data, b->precision, b->nondeterministic ? ", nondeterministic" : "", limit);
   for (int i = 0; i < rows; i++) {
     char line[NCOL * (CELL + 2)];
     size_t at = 0;
@@ -133,6 +186,7 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
             "work (K=%d M=%d %s %s); --json and --csv give each run's\n",
             100.0 * most->steal, most->k, most->m, gp_bench_schedule_name(most->schedule),
             gp_bench_remat_name(most->remat));
+  write_fit_notes(f, b);
   return stream_status(f, "stdout");
 }
 
@@ -153,29 +207,46 @@ static void csv_field(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+/* A number with fmt, or an empty cell where there is none (a run that did not fit). */
+static void csv_num(FILE *f, const char *fmt, double v) {
+  fputc(',', f);
+  if (isfinite(v)) fprintf(f, fmt, v);
+}
+
+/* The per-stage fields busy_ms and peak_bytes, ';'-separated (empty for a run that did not fit). */
+static void csv_stages(FILE *f, const gp_bench_run *r) {
+  char busy[1024] = "", peak[1536] = "";
+  if (!r->over_limit) {
+    join_ms(busy, sizeof busy, r->busy_ms, r->k, ';', "%.4f");
+    size_t at = 0;
+    for (int s = 0; s < r->k && at < sizeof peak; s++)
+      at += (size_t)snprintf(peak + at, sizeof peak - at, s ? ";%zu" : "%zu", r->peak_bytes[s]);
+  }
+  fprintf(f, ",%s,%s", busy, peak);
+}
+
 gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
   fprintf(f, "model,batch_size,stages,micro_batches,schedule,checkpoint,baseline,balance,"
              "cores_used,samples_per_s,speedup_vs_naive,speedup_vs_single,bubble_measured,"
-             "bubble_theory,gflops,utilization,busy_ms,peak_bytes,steal\n");
+             "bubble_theory,gflops,utilization,busy_ms,peak_bytes,steal,fits\n");
   for (int i = 0; i < b->n_runs; i++) {
     const gp_bench_run *r = &b->runs[i];
-    char bal[128], busy[1024], peak[1536];
+    char bal[128];
     snprintf(bal, sizeof bal, "%s", r->balance);
     for (char *p = bal; *p; p++)
       if (*p == ',') *p = ';';
-    join_ms(busy, sizeof busy, r->busy_ms, r->k, ';', "%.4f");
-    size_t at = 0;
-    peak[0] = 0;
-    for (int s = 0; s < r->k && at < sizeof peak; s++)
-      at += (size_t)snprintf(peak + at, sizeof peak - at, s ? ";%zu" : "%zu", r->peak_bytes[s]);
-    char steal[32] = ""; /* empty where unknown */
-    if (r->steal >= 0) snprintf(steal, sizeof steal, "%.4f", r->steal);
     csv_field(f, b->model);
-    fprintf(f, ",%" PRId64 ",%d,%d,%s,%s,%d,%s,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%s,%s\n",
-            b->batch, r->k, r->m, gp_bench_schedule_name(r->schedule),
-            gp_bench_remat_name(r->remat), r->baseline, bal, r->cores_used, r->samples_per_s,
-            r->speedup_naive, r->speedup_single, r->bubble_measured, r->bubble_theory, r->gflops,
-            r->utilization, busy, peak, steal);
+    fprintf(f, ",%" PRId64 ",%d,%d,%s,%s,%d,%s,%d", b->batch, r->k, r->m,
+            gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat), r->baseline, bal,
+            r->cores_used);
+    csv_num(f, "%.3f", r->samples_per_s);
+    const double vals[] = {r->speedup_naive, r->speedup_single, r->bubble_measured,
+                           r->bubble_theory, r->gflops,         r->utilization};
+    for (int j = 0; j < 6; j++)
+      csv_num(f, "%.4f", vals[j]);
+    csv_stages(f, r);
+    csv_num(f, "%.4f", r->steal >= 0 ? r->steal : NAN); /* empty where unknown */
+    fprintf(f, ",%d\n", !r->over_limit);
   }
   return stream_status(f, path);
 }
@@ -187,10 +258,79 @@ static void jnum(FILE *f, double x) {
   fprintf(f, "%.6g", finite_or_0(x));
 }
 
+/* A measured number, null where there is none (a run that did not fit, a speed-up against one). */
+static void jopt(FILE *f, double x) {
+  if (isfinite(x))
+    fprintf(f, "%.6g", x);
+  else
+    fprintf(f, "null");
+}
+
+/* The per-stage lists of a run that fit (null for one that did not). */
+static void json_stages(FILE *f, const gp_bench_run *r) {
+  static const char *const keys[] = {"peak_bytes", "busy_ms", "bubble_per_stage",
+                                     "sent_bytes_per_step"};
+  for (int j = 0; j < 4; j++) {
+    fprintf(f, "%s\"%s\": ", j ? ", " : ",\n   ", keys[j]);
+    if (r->over_limit) {
+      fprintf(f, "null");
+      continue;
+    }
+    fprintf(f, "[");
+    for (int s = 0; s < r->k; s++) {
+      fprintf(f, s ? ", " : "");
+      if (j == 0)
+        fprintf(f, "%zu", r->peak_bytes[s]);
+      else if (j == 3)
+        fprintf(f, "%" PRId64, r->sent_bytes[s]);
+      else
+        jnum(f, j == 1 ? r->busy_ms[s] : r->bubble_stage[s]);
+    }
+    fprintf(f, "]");
+  }
+}
+
+static void json_run(FILE *f, const gp_bench *b, const gp_bench_run *r) {
+  fprintf(f,
+          "  {\"stages\": %d, \"micro_batches\": %d, \"schedule\": \"%s\", "
+          "\"checkpoint\": \"%s\", \"batch_size\": %" PRId64 ", \"baseline\": %s, ",
+          r->k, r->m, gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat), b->batch,
+          r->baseline ? "true" : "false");
+  fprintf(f, "\"balance\": ");
+  gp_json_write_str(f, r->balance);
+  fprintf(f, ", \"devices\": [");
+  for (int s = 0; s < r->k; s++) {
+    fprintf(f, s ? ", " : "");
+    gp_json_write_str(f, r->devices[s]);
+  }
+  fprintf(f, "], \"cores_used\": %d,\n   \"fits\": %s, \"memory_error\": ", r->cores_used,
+          r->over_limit ? "false" : "true");
+  if (r->over_limit)
+    gp_json_write_str(f, r->why);
+  else
+    fprintf(f, "null");
+  fprintf(f, ", \"samples_per_s\": ");
+  jopt(f, r->samples_per_s);
+  static const char *const keys[] = {"speedup_vs_naive", "speedup_vs_single",
+                                     "bubble_measured",  "bubble_theory",
+                                     "gflops",           "utilization"};
+  const double vals[] = {r->speedup_naive, r->speedup_single, r->bubble_measured,
+                         r->bubble_theory, r->gflops,         r->utilization};
+  for (int j = 0; j < 6; j++) {
+    fprintf(f, ", \"%s\": ", keys[j]);
+    jopt(f, vals[j]);
+  }
+  json_stages(f, r);
+  fprintf(f, ", \"steal\": ");
+  jopt(f, r->steal >= 0 ? r->steal : NAN);
+  fprintf(f, "}");
+}
+
 gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
   fprintf(f, "{\"machine\": {\"cpu_model\": ");
   gp_json_write_str(f, b->cpu_model);
-  fprintf(f, ", \"cores\": %d, \"threads\": %d, \"sgemm_gflops_per_core\": ", b->cores, b->threads);
+  fprintf(f, ", \"cores\": %d, \"threads\": %d, ", b->cores, b->threads);
+  fprintf(f, "\"sgemm_gflops_per_core\": ");
   jnum(f, b->sgemm_per_core);
   fprintf(f, ", \"blas_kernels\": ");
   gp_json_write_str(f, gp_blas_kernels());
@@ -215,6 +355,11 @@ gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
   fprintf(f, ", \"precision\": ");
   gp_json_write_str(f, b->precision);
   fprintf(f, ", \"nondeterministic\": %s", b->nondeterministic ? "true" : "false");
+  fprintf(f, ", \"memory_limit\": ");
+  if (b->mem_limit)
+    fprintf(f, "%zu", b->mem_limit);
+  else
+    fprintf(f, "null");
   fprintf(f, ",\n \"skipped\": [");
   for (int i = 0; i < b->n_skipped; i++) {
     fprintf(f, i ? ", " : "");
@@ -222,52 +367,8 @@ gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
   }
   fprintf(f, "],\n \"runs\": [");
   for (int i = 0; i < b->n_runs; i++) {
-    const gp_bench_run *r = &b->runs[i];
-    fprintf(f,
-            "%s\n  {\"stages\": %d, \"micro_batches\": %d, \"schedule\": \"%s\", "
-            "\"checkpoint\": \"%s\", \"batch_size\": %" PRId64 ", \"baseline\": %s, ",
-            i ? "," : "", r->k, r->m, gp_bench_schedule_name(r->schedule),
-            gp_bench_remat_name(r->remat), b->batch, r->baseline ? "true" : "false");
-    fprintf(f, "\"balance\": ");
-    gp_json_write_str(f, r->balance);
-    fprintf(f, ", \"devices\": [");
-    for (int s = 0; s < r->k; s++) {
-      fprintf(f, s ? ", " : "");
-      gp_json_write_str(f, r->devices[s]);
-    }
-    fprintf(f, "], \"cores_used\": %d,\n   \"samples_per_s\": ", r->cores_used);
-    jnum(f, r->samples_per_s);
-    static const char *const keys[] = {"speedup_vs_naive", "speedup_vs_single",
-                                       "bubble_measured",  "bubble_theory",
-                                       "gflops",           "utilization"};
-    const double vals[] = {r->speedup_naive, r->speedup_single, r->bubble_measured,
-                           r->bubble_theory, r->gflops,         r->utilization};
-    for (int j = 0; j < 6; j++) {
-      fprintf(f, ", \"%s\": ", keys[j]);
-      jnum(f, vals[j]);
-    }
-    fprintf(f, ",\n   \"peak_bytes\": [");
-    for (int s = 0; s < r->k; s++)
-      fprintf(f, s ? ", %zu" : "%zu", r->peak_bytes[s]);
-    fprintf(f, "], \"busy_ms\": [");
-    for (int s = 0; s < r->k; s++) {
-      fprintf(f, s ? ", " : "");
-      jnum(f, r->busy_ms[s]);
-    }
-    fprintf(f, "], \"bubble_per_stage\": [");
-    for (int s = 0; s < r->k; s++) {
-      fprintf(f, s ? ", " : "");
-      jnum(f, r->bubble_stage[s]);
-    }
-    fprintf(f, "], \"sent_bytes_per_step\": [");
-    for (int s = 0; s < r->k; s++)
-      fprintf(f, s ? ", %" PRId64 : "%" PRId64, r->sent_bytes[s]);
-    fprintf(f, "], \"steal\": ");
-    if (r->steal >= 0)
-      jnum(f, r->steal);
-    else
-      fprintf(f, "null");
-    fprintf(f, "}");
+    fprintf(f, "%s\n", i ? "," : "");
+    json_run(f, b, &b->runs[i]);
   }
   fprintf(f, "\n ]}\n");
   return stream_status(f, path);
@@ -320,6 +421,27 @@ static double ideal(int k, int m) {
   return (double)k * m / (double)(m + k - 1);
 }
 
+/* Under the legend, when runs were left out for not fitting --memory-limit; without one stage
+ * (K=1, M=1) there is no speed-up to plot at all. */
+static void svg_fit_note(FILE *f, const gp_bench *b, double x, double y) {
+  int any = 0, single = 0;
+  for (int i = 0; i < b->n_runs; i++) {
+    any |= b->runs[i].over_limit;
+    single |= b->runs[i].over_limit && b->runs[i].one == i;
+  }
+  if (!any) return;
+  const char *line[4] = {"left out: the runs that", "do not fit",
+                         "(K=1, M=1 among them:", "no speed-ups at all)"};
+  char fit[48];
+  snprintf(fit, sizeof fit, "do not fit %.2f MiB", mib(b->mem_limit));
+  line[1] = fit;
+  for (int i = 0; i < (single ? 4 : 2); i++)
+    fprintf(f,
+            "<text class=\"does-not-fit\" x=\"%.1f\" y=\"%.1f\" font-size=\"11\" "
+            "fill=\"#a00\">%s</text>\n",
+            x, y + 14 * i, line[i]);
+}
+
 enum { SVG_W = 720, SVG_H = 480, PL = 72, PR = 168, PT = 64, PB = 64 };
 
 gp_status gp_bench_write_svg(FILE *f, const char *path, const gp_bench *b) {
@@ -339,8 +461,10 @@ gp_status gp_bench_write_svg(FILE *f, const char *path, const gp_bench *b) {
       *v = -1;
       for (int r = 0; r < b->n_runs; r++)
         if (b->runs[r].k == ks[i] && b->runs[r].m == ms[j]) {
-          count++;
-          if (b->runs[r].speedup_single > *v) *v = finite_or_0(b->runs[r].speedup_single);
+          count++; /* a run that did not fit, or measured against one-stage that did not, is left
+                      out */
+          if (isfinite(b->runs[r].speedup_single) && b->runs[r].speedup_single > *v)
+            *v = b->runs[r].speedup_single;
         }
       several |= count > 1;
       if (*v > ymax) ymax = *v;
@@ -451,6 +575,7 @@ gp_status gp_bench_write_svg(FILE *f, const char *path, const gp_bench *b) {
             "schedule and</text>\n<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" "
             "fill=\"#555\">re-materialization</text>\n",
             lx, ly + 56, lx, ly + 70, lx, ly + 84);
+  svg_fit_note(f, b, lx, ly + (several ? 112 : 56));
   fprintf(f, "</svg>\n");
 #undef X
 #undef Y

@@ -189,6 +189,80 @@ else
   bad "--partition exited $?: $(cat "$tmp/err")"
 fi
 
+# ---- --memory-limit: a run whose memory would pass it does not fit, and is reported so, not an
+# error. fashion-cnn at batch 16 needs about 21 MiB on one stage; K=2 M=4 always about
+# 8.9/5.6 MiB (gpipe-train's memory line): at 12 MiB only the pipelined run fits (GPipe's
+# Table 1 point), and both baselines (K=1 and K=2 at M=1, never) do not
+cnn=$srcdir/models/fashion-cnn.yaml
+fit=(--batch-size 16 --steps 1 --warmup 1 --memory-limit 12MiB)
+if "$bench" "$cnn" --stages 2 --micro-batches 4 --checkpoint always "${fit[@]}" \
+    >"$tmp/fit" 2>"$tmp/err"; then
+  python3 - "$tmp/fit" <<'PY' && ok || bad "--memory-limit table: $(cat "$tmp/fit")"
+import re, sys
+text = open(sys.argv[1]).read()
+lines = text.splitlines()
+assert "memory limit 12.00 MiB per stage" in lines[0], lines[0]
+head = re.split(r"\s{2,}", lines[1].strip())
+rows = {(int(r[0]), int(r[1])): r for r in
+        (re.split(r"\s{2,}", l.strip()) for l in lines[2:] if re.match(r"^\d+\s", l))}
+assert sorted(rows) == [(1, 1), (2, 1), (2, 4)], rows
+for km in ((1, 1), (2, 1)):
+    r = rows[km]
+    assert r[head.index("samples/s")] == "does not fit 12.00 MiB", r
+    assert r[head.index("vs naive")] == "-" and r[head.index("peak MiB per stage")] == "-", r
+r = rows[(2, 4)]
+assert float(r[head.index("samples/s")]) > 0, r
+assert r[head.index("vs naive")] == "-" and r[head.index("vs single")] == "-", r
+assert len(r[head.index("peak MiB per stage")].split("/")) == 2, r
+assert any(l.startswith("does not fit: K=1 M=1 gpipe never: stage 0") and
+           "would pass the memory limit of 12582912 bytes" in l for l in lines), text
+assert any(l.startswith("no speed-up over K=1 M=1 gpipe never (vs single: '-')") for l in lines), text
+assert any(l.startswith("no speed-up over K=2 M=1 gpipe never (vs naive at K=2: '-')")
+           for l in lines), text
+PY
+else
+  bad "--memory-limit with a baseline that does not fit exited $?: $(cat "$tmp/err")"
+fi
+# the same in JSON, CSV and the plot, with one stage fitting and the pipeline not: fashion-mlp at
+# batch 32 needs about 5.6 MiB on one stage and 8.1 MiB on stage 0 of K=2 M=4 always (its first
+# linear layer, most of the parameters, with two stages' worth of boundary buffers)
+if "$bench" "$mlp" --stages 1,2 --micro-batches 4 --checkpoint always --batch-size 32 --steps 1 \
+    --warmup 1 --memory-limit 7MiB --json --csv "$tmp/fit.csv" --plot "$tmp/fit.svg" --quiet \
+    >"$tmp/fj" 2>"$tmp/err"; then
+  python3 - "$tmp/fj" "$tmp/fit.csv" "$tmp/fit.svg" <<'PY' && ok || bad "--memory-limit outputs: $(cat "$tmp/fj" "$tmp/fit.csv")"
+import csv, json, sys
+import xml.etree.ElementTree as ET
+d = json.load(open(sys.argv[1]))
+assert d["memory_limit"] == 7 * 1048576, d["memory_limit"]
+runs = {(r["stages"], r["micro_batches"]): r for r in d["runs"]}
+no = runs[(2, 4)]
+assert no["fits"] is False and "would pass the memory limit" in no["memory_error"], no
+for k in ("samples_per_s", "speedup_vs_naive", "speedup_vs_single", "bubble_measured", "gflops",
+          "utilization", "peak_bytes", "busy_ms", "steal"):
+    assert no[k] is None, (k, no)
+assert abs(no["bubble_theory"] - 0.2) < 1e-6, no
+for km in ((1, 1), (1, 4), (2, 1)):
+    r = runs[km]
+    assert r["fits"] is True and r["memory_error"] is None and r["samples_per_s"] > 0, r
+    assert r["speedup_vs_naive"] > 0 and r["speedup_vs_single"] > 0, r
+rows = list(csv.DictReader(open(sys.argv[2])))
+c = {(int(r["stages"]), int(r["micro_batches"])): r for r in rows}
+assert c[(2, 4)]["fits"] == "0" and c[(1, 4)]["fits"] == "1", rows
+for k in ("samples_per_s", "speedup_vs_single", "gflops", "busy_ms", "peak_bytes"):
+    assert c[(2, 4)][k] == "", (k, c[(2, 4)])
+assert float(c[(1, 4)]["samples_per_s"]) > 0
+ns = "{http://www.w3.org/2000/svg}"
+root = ET.parse(sys.argv[3]).getroot()
+points = ["".join(t.itertext()) for t in root.iter(ns + "title")]
+assert any(p.startswith("K=2 M=1:") for p in points), points
+assert not any(p.startswith("K=2 M=4:") for p in points), points
+notes = [t for t in root.iter(ns + "text") if t.get("class") == "does-not-fit"]
+assert "do not fit 7.00 MiB" in " ".join("".join(t.itertext()) for t in notes), notes
+PY
+else
+  bad "--memory-limit --json exited $?: $(cat "$tmp/err")"
+fi
+
 # ---- a language model with rows of one token on synthetic data trains (each sentence is just
 # EOS; a length bound of 0 made the synthetic corpus divide by zero, SIGFPE)
 lm1=(--set layers.0.num_embeddings=20 --set layers.0.dim=16 --set layers.1.max_len=1
@@ -240,6 +314,11 @@ expect 2 "--steps past 4096" "$mlp" --steps 4097
 expect 2 "a sweep flag with --data-only" "$mlp" --data-only --csv "$tmp/x.csv"
 expect 2 "--workers without --data-only" "$mlp" --workers 2
 # --data-only on token data: the same line and exit 2 for translation and text
+# no run asked for fits: nothing to report, one line, exit 1
+expect 1 "no run fits --memory-limit" "$mlp" "${fast[@]}" --stages 1 --micro-batches 1 \
+  --memory-limit 1MiB --quiet
+grep -q "no run asked for fits --memory-limit 1.00 MiB per stage (K=1 M=1 gpipe" "$tmp/err" && ok ||
+  bad "no run fits: $(cat "$tmp/err")"
 expect 2 "--data-only on translation data" "$srcdir/models/transformer-nmt.yaml" --data-only
 grep -q "transformer-nmt.yaml reads translation token data, which has no decode threads" "$tmp/err" &&
   ok || bad "--data-only on translation data: $(cat "$tmp/err")"
