@@ -116,6 +116,22 @@ static void write_fit_notes(FILE *f, const gp_bench *b) {
   }
 }
 
+/* More threads than cores: they take turns, and util's peak counts a core per thread. */
+static void write_threads_note(FILE *f, const gp_bench *b) {
+  if (b->threads <= b->cores) return;
+  int most = 0; /* the most cores a CPU run's util is against */
+  for (int i = 0; i < b->n_runs; i++)
+    if (!b->runs[i].gpus_used && b->runs[i].cores_used > most) most = b->runs[i].cores_used;
+  fprintf(f, "note: %d threads on %d cores: oversubscribed, the threads take turns", b->threads,
+          b->cores);
+  if (most > b->cores)
+    fprintf(f,
+            "; util counts the sgemm peak of every core a run uses (up to %d) but only %d exist: "
+            "at %d it cannot pass %.0f%%",
+            most, b->cores, most, 100.0 * b->cores / most);
+  fprintf(f, "\n");
+}
+
 gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
   int rows = b->n_runs + 1;
   char(*cell)[NCOL][CELL] = calloc((size_t)rows, sizeof *cell);
@@ -187,6 +203,7 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
             100.0 * most->steal, most->k, most->m, gp_bench_schedule_name(most->schedule),
             gp_bench_remat_name(most->remat));
   write_fit_notes(f, b);
+  write_threads_note(f, b);
   return stream_status(f, "stdout");
 }
 
@@ -329,7 +346,8 @@ static void json_run(FILE *f, const gp_bench *b, const gp_bench_run *r) {
 gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
   fprintf(f, "{\"machine\": {\"cpu_model\": ");
   gp_json_write_str(f, b->cpu_model);
-  fprintf(f, ", \"cores\": %d, \"threads\": %d, ", b->cores, b->threads);
+  fprintf(f, ", \"cores\": %d, \"threads\": %d, \"oversubscribed\": %s, ", b->cores, b->threads,
+          b->threads > b->cores ? "true" : "false");
   fprintf(f, "\"sgemm_gflops_per_core\": ");
   jnum(f, b->sgemm_per_core);
   fprintf(f, ", \"blas_kernels\": ");

@@ -38,6 +38,7 @@ for r in rows:
     assert len(busy.split("/")) == k and len(peak.split("/")) == k, r
     assert float(r[head.index("samples/s")]) > 0, r
 assert any(l.startswith("skipped: M=64") for l in lines), text
+assert not any(l.startswith("note:") for l in lines), text  # not oversubscribed
 err = open(sys.argv[2]).read().splitlines()
 runs = [l for l in err if re.match(r"gpipe-bench: run \d+/4: K=\d M=\d", l)]
 assert len(runs) == 4 and runs[-1].startswith("gpipe-bench: run 4/4"), err
@@ -74,6 +75,7 @@ d = json.load(open(sys.argv[1]))
 mc = d["machine"]
 assert mc["cores"] >= 1 and mc["sgemm_gflops_per_core"] > 0 and mc["cpu_model"], mc
 assert mc["blas_kernels"], mc
+assert mc["oversubscribed"] is (mc["threads"] > mc["cores"]), mc
 assert d["model"] == "fashion-mlp" and d["batch_size"] == 32 and d["steps"] == 2
 assert d["warmup"] == 1 and d["flops_per_sample"] > 0
 runs = d["runs"]
@@ -187,6 +189,28 @@ assert runs[2]["balance"] == "2,3,2" and runs[2]["checkpoint"] == "except_last",
 PY
 else
   bad "--partition exited $?: $(cat "$tmp/err")"
+fi
+
+# ---- --threads past the cores this process may use: accepted, with a note that says the threads
+# take turns and what util is then against (C cores' sgemm peak with fewer cores to run them)
+over=$(( $(nproc) + 1 ))
+if "$bench" "$mlp" --stages 1 --micro-batches 2 --threads "$over" "${fast[@]}" --quiet \
+    >"$tmp/over" 2>"$tmp/err" &&
+   "$bench" "$mlp" --stages 1 --micro-batches 2 --threads "$over" "${fast[@]}" --quiet --json \
+    >"$tmp/overj" 2>>"$tmp/err"; then
+  python3 - "$tmp/over" "$tmp/overj" "$over" <<'PY' && ok || bad "--threads $over: $(cat "$tmp/over" "$tmp/overj")"
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+c = int(sys.argv[3])
+notes = [l for l in lines if l.startswith("note:")]
+want = "note: %d threads on %d cores: oversubscribed" % (c, c - 1)
+assert len(notes) == 1 and notes[0].startswith(want), notes
+assert "cannot pass %.0f%%" % (100.0 * (c - 1) / c) in notes[0], notes
+mc = json.load(open(sys.argv[2]))["machine"]
+assert mc["oversubscribed"] is True and mc["threads"] == c and mc["cores"] == c - 1, mc
+PY
+else
+  bad "--threads $over exited $?: $(cat "$tmp/err")"
 fi
 
 # ---- --memory-limit: a run whose memory would pass it does not fit, and is reported so, not an
