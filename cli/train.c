@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "cli/args.h"
+#include "cli/ckpt_dir.h"
 #include "cli/machine.h"
 #include "cli/progress.h"
 #include "cli/seqdata.h"
@@ -269,6 +270,7 @@ static gp_status apply_flags(gp_model *m) {
   if (flags[F_TRACE].given) GP_TRY(gp_args_output_ok(&flags[F_TRACE], 1));
   if (flags[F_RESUME].given && flags[F_LOAD].given)
     return GP_ERR(GP_ERR_USAGE, "--resume and --load both set the weights; use one");
+  if (flags[F_CKPT_DIR].given) GP_TRY(gp_ckpt_dir_claim(flags[F_CKPT_DIR].s));
   return GP_OK;
 }
 

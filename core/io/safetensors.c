@@ -517,9 +517,9 @@ static gp_status sync_dir(const char *path) {
 }
 
 gp_status gp_st_write(gp_st_writer *w, const char *path) {
-  char dst[PATH_MAX], tmp[PATH_MAX + 8];
+  char dst[PATH_MAX], tmp[PATH_MAX + 32];
   GP_TRY(gp_io_write_target(path, dst, sizeof dst));
-  snprintf(tmp, sizeof tmp, "%s.tmp", dst);
+  GP_TRY(gp_io_temp_name(dst, tmp, sizeof tmp));
   gp_strbuf h = {0};
   gp_status st = build_header(w, &h);
   if (st == GP_OK) {

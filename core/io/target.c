@@ -8,6 +8,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+gp_status gp_io_temp_name(const char *dst, char *out, size_t n) {
+  int len = snprintf(out, n, "%s.tmp.%ld", dst, (long)getpid());
+  if (len < 0 || (size_t)len >= n) return GP_ERR(GP_ERR_IO, "%s: path too long", dst);
+  return GP_OK;
+}
+
 gp_status gp_io_write_target(const char *path, char *out, size_t n) {
   struct stat st;
   if (lstat(path, &st) != 0 || S_ISREG(st.st_mode)) {

@@ -13,4 +13,9 @@
  * stays a link); else GP_ERR_IO naming path ("not a regular file"). */
 gp_status gp_io_write_target(const char *path, char *out, size_t n);
 
+/* The temporary name a file bound for dst is written to before the rename: dst.tmp.PID, so
+ * two processes writing the same file (two runs sharing a checkpoint folder) never write into
+ * one temporary file, whose bytes the first rename would publish. */
+gp_status gp_io_temp_name(const char *dst, char *out, size_t n);
+
 #endif

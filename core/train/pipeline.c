@@ -1109,7 +1109,7 @@ static void write_layer_event(FILE *f, const gp_pipeline *pl, int s, const trace
 gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
   char dst[4096], tmp[4200];
   GP_TRY(gp_io_write_target(path, dst, sizeof dst));
-  snprintf(tmp, sizeof tmp, "%s.tmp", dst);
+  GP_TRY(gp_io_temp_name(dst, tmp, sizeof tmp));
   FILE *f = fopen(tmp, "w");
   if (!f) return GP_ERR(GP_ERR_IO, "%s: cannot write the trace: %s", path, strerror(errno));
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");

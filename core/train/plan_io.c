@@ -117,23 +117,23 @@ gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p) {
                   m->n_units);
   char dst[PATH_MAX - 5];
   GP_TRY(gp_io_write_target(path, dst, sizeof dst));
+  char tmp[PATH_MAX + 32];
+  GP_TRY(gp_io_temp_name(dst, tmp, sizeof tmp));
   gp_strbuf b = {0};
   format_plan(&b, m, p);
   if (b.oom) {
     gp_strbuf_free(&b);
     return GP_ERR(GP_ERR_NOMEM, "%s: out of memory formatting the plan", path);
   }
-  char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s.tmp", dst);
   gp_status st = GP_OK;
   FILE *fp = fopen(tmp, "wb");
   if (!fp) {
-    st = GP_ERR(GP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    st = GP_ERR(GP_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
   } else {
     if (fwrite(b.p, 1, b.n, fp) != b.n || fflush(fp) != 0 || fsync(fileno(fp)) != 0)
-      st = GP_ERR(GP_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+      st = GP_ERR(GP_ERR_IO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
     if (fclose(fp) != 0 && st == GP_OK)
-      st = GP_ERR(GP_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+      st = GP_ERR(GP_ERR_IO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
     if (st == GP_OK && rename(tmp, dst) != 0)
       st = GP_ERR(GP_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
     if (st != GP_OK)

@@ -89,7 +89,7 @@ fi
 # ---- -o plan, then gpipe-train --partition uses it
 plan=$tmp/plan.yaml
 if "$part" "$mlp" --stages 3 --micro-batches 4 --schedule 1f1b --checkpoint always -o "$plan" \
-     >"$tmp/out" 2>"$tmp/err" && [ -s "$plan" ] && [ ! -e "$plan.tmp" ]; then
+     >"$tmp/out" 2>"$tmp/err" && [ -s "$plan" ] && ! ls "$plan".tmp* >/dev/null 2>&1; then
   ok
   bal=$(sed -n 's/^balance: \[\([0-9, ]*\)\].*/\1/p' "$plan" | tr -d ' ')
   "$train" "$mlp" --data synthetic --steps 2 --partition "$plan" >"$tmp/tout" 2>&1

@@ -44,6 +44,20 @@ expect 2 "--steps: expected an integer >= 1, got '\+2'" -- "$good" --steps +2
 mkfifo "$tmp/fifo"
 expect 1 "--save .*fifo: not a regular file" -- "$good" --data synthetic --steps 1 --save "$tmp/fifo"
 expect 1 "--trace .*fifo: not a regular file" -- "$good" --data synthetic --steps 1 --trace "$tmp/fifo"
+# --checkpoint-dir is made and claimed before training: a file there, or a folder another run
+# holds, is refused before the first step (found at the first checkpoint, after training, a
+# bad folder cost the run its --save; two runs in one folder published each other's bytes)
+: >"$tmp/ckfile"
+expect 1 "--checkpoint-dir .*ckfile: not a directory" -- "$good" --data synthetic --steps 1 \
+  --checkpoint-dir "$tmp/ckfile"
+if grep -q "^step " "$tmp/out"; then failed=$((failed+1)); echo "FAIL: trained before refusing"; fi
+mkdir "$tmp/held"
+r=$tmp/held/ready
+flock "$tmp/held/lock" -c "touch '$r'; while [ -e '$r' ]; do sleep 0.05; done" & holder=$!
+for _ in $(seq 200); do [ -e "$r" ] && break; sleep 0.05; done
+expect 1 "--checkpoint-dir .*held: in use by another gpipe-train run; give each run its own" \
+  -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/held"
+rm -f "$r"; wait "$holder"
 ln -s missing.json "$tmp/dangling.json"
 expect 1 "--trace .*dangling.json: a symbolic link to 'missing.json', which does not exist" \
   -- "$good" --data synthetic --steps 1 --trace "$tmp/dangling.json"

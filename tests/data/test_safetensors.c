@@ -96,11 +96,23 @@ static void test_round_trip(void) {
   CHECK(gp_st_meta_set(wr, "format", "gpipe") == GP_OK, "meta");
   CHECK(gp_st_meta_set(wr, "seed", "1") == GP_OK, "meta");
   CHECK(gp_st_meta_set(wr, "seed", "42") == GP_OK, "meta replace");
+  /* another process's temporary file for the same path (two runs sharing a checkpoint
+   * folder): not written into, not renamed away (a fixed PATH.tmp was both) */
+  char other[600];
+  snprintf(other, sizeof other, "%s.tmp", path);
+  FILE *of = fopen(other, "w");
+  CHECK(of && fputs("another writer", of) >= 0 && fclose(of) == 0, "write %s", other);
   CHECK(gp_st_write(wr, path) == GP_OK, "write");
   gp_st_writer_free(wr);
+  size_t on = 0;
+  unsigned char *ob = read_bytes(other, &on);
+  CHECK(ob && on == 14 && memcmp(ob, "another writer", 14) == 0,
+        "another writer's temporary file was touched");
+  free(ob);
+  remove(other);
 
   char tmp[600];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   CHECK(access(tmp, F_OK) != 0, "temporary file left behind");
 
   size_t n = 0;

@@ -1,0 +1,49 @@
+#include "cli/ckpt_dir.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The pid the holder wrote, or "" (one line of digits at most). */
+static void holder(int fd, char *who, size_t n) {
+  ssize_t got = pread(fd, who, n - 1, 0);
+  who[got > 0 ? got : 0] = 0;
+  who[strspn(who, "0123456789")] = 0;
+}
+
+gp_status gp_ckpt_dir_claim(const char *dir) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: cannot create it: %s", dir, strerror(errno));
+  struct stat st;
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: not a directory", dir);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/lock", dir);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0)
+    return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: cannot write in it: %s", dir, strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    char who[32];
+    holder(fd, who, sizeof who);
+    close(fd);
+    if (err == EWOULDBLOCK)
+      return GP_ERR(GP_ERR_IO,
+                    "--checkpoint-dir %s: in use by another gpipe-train run%s%s%s; give each run "
+                    "its own folder",
+                    dir, who[0] ? " (pid " : "", who, who[0] ? ")" : "");
+    return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: cannot lock %s: %s", dir, path, strerror(err));
+  }
+  char pid[32];
+  int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+    int err = errno;
+    close(fd);
+    return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: cannot write %s: %s", dir, path, strerror(err));
+  }
+  return GP_OK; /* fd stays open: the lock is held until the process exits */
+}

@@ -1,0 +1,13 @@
+/* --checkpoint-dir, made and claimed before training: a folder that cannot be made or written
+ * is found before the run (it was found at the first checkpoint, after training), and a second
+ * run given the same folder is refused while the first holds it. */
+#ifndef GP_CLI_CKPT_DIR_H
+#define GP_CLI_CKPT_DIR_H
+
+#include "core/status.h"
+
+/* Makes dir if needed and holds an exclusive lock on dir/lock (flock, with this process's pid
+ * written in it) until the process exits. */
+gp_status gp_ckpt_dir_claim(const char *dir);
+
+#endif
