@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,10 +11,22 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/io/target.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
+
+void gp_args_std_fds(void) {
+  for (int fd = 0; fd <= 2; fd++) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    /* the lower fds are open, so open() returns fd itself */
+    int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (got == fd) continue;
+    fprintf(stderr, "cannot open /dev/null for closed fd %d: %s\n", fd, strerror(errno));
+    exit(1);
+  }
+}
 
 gp_flag *gp_args_get(gp_flag *flags, const char *name) {
   for (gp_flag *f = flags; f->name; f++)

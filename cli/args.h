@@ -25,6 +25,11 @@ typedef struct gp_flag {
   int n_list;
 } gp_flag;
 
+/* Opens /dev/null on any of fds 0-2 that is closed, so that a file the program opens later
+ * (a --log) cannot become stdout or stderr and receive the console's lines. Call it first in
+ * main; exits 1 when /dev/null cannot be opened. */
+void gp_args_std_fds(void);
+
 /* Parses argv against flags (terminated by a NULL name); non-flag words go to positional.
  * "--name=value" and "--name value" both work. Errors are GP_ERR_USAGE. */
 gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **positional,

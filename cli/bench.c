@@ -737,6 +737,7 @@ static gp_status data_only(ctx *c, const char *file) {
 }
 
 int main(int argc, char **argv) {
+  gp_args_std_fds();
   const char *pos[1];
   int npos;
   ctx c = {0};

@@ -561,6 +561,7 @@ static gp_status run(const gp_model *m) {
 }
 
 int main(int argc, char **argv) {
+  gp_args_std_fds();
   const char *pos[1];
   int npos;
   gp_status s = gp_args_parse(argc, argv, flags, pos, 1, &npos);

@@ -560,6 +560,7 @@ static gp_status train(run *r) {
 }
 
 int main(int argc, char **argv) {
+  gp_args_std_fds();
   const char *pos[1];
   int npos;
   run r = {0};

@@ -360,5 +360,11 @@ expect 1 "missing data" "$mlp" "${fast[@]}" --data real --set data.path="$tmp/no
   --csv "$tmp/left.csv" --plot "$tmp/left.svg"
 [ -e "$tmp/left.csv" ] || [ -e "$tmp/left.svg" ] && bad "files left behind" || ok
 
+# a closed stdout reads as /dev/null: --csv is written and the run succeeds (it was "stdout:
+# writing failed", exit 1, no file)
+"$bench" "$mlp" "${fast[@]}" --stages 1 --micro-batches 1 --csv "$tmp/closed.csv" >&- \
+  2>"$tmp/err" && grep -q "^fashion-mlp," "$tmp/closed.csv" && ok ||
+  bad "--csv with stdout closed: $(cat "$tmp/err")"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

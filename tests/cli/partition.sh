@@ -215,5 +215,11 @@ if "$part" "$mlp" --stages 2 --by time --threads 1 --cache-dir "$cache" >"$tmp/t
    [ "$(grep -E '^ +[0-9]+ ' "$tmp/t1")" = "$(grep -E '^ +[0-9]+ ' "$tmp/t2")" ]; then ok
 else bad "--by time with a cache: $(cat "$tmp/err")"; fi
 
+# ---- a closed stdout reads as /dev/null: the plan is written and the run succeeds (it was
+# "stdout: writing failed", exit 1)
+if "$part" "$mlp" --stages 2 -o "$tmp/closed.yaml" >&- 2>"$tmp/err" &&
+   grep -q "^stages: 2" "$tmp/closed.yaml"; then ok
+else bad "-o with stdout closed: $(cat "$tmp/err")"; fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

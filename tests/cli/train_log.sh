@@ -29,4 +29,10 @@ first = [e["samples_per_s"] for e in train if e["time_s"] < 0.45]
 assert len(first) < 3 or len(set(first)) > 1, "first-window rates all equal: %s" % first
 print("%d steps in the first window, rates %s" % (len(first), first[:5]))
 PY
+# a closed stderr is not the --log file's fd: the console's lines stayed out of the log (they
+# were written into it, since the log was opened as fd 2)
+"$train" "$mlp" --data synthetic --steps 3 --batch-size 16 --threads 1 --set train.log_every=1 \
+  --log "$tmp/closed.jsonl" >/dev/null 2>&- || fail "training with stderr closed"
+python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$tmp/closed.jsonl" ||
+  fail "stderr closed: the log holds more than JSON: $(head -3 "$tmp/closed.jsonl")"
 echo "ok"
