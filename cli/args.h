@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/backend.h"
 #include "core/status.h"
@@ -42,6 +43,13 @@ void gp_args_usage(const char *prog, const char *synopsis, const gp_flag *flags)
  * not cost the run; leaves no file behind. `renamed`: the file is written to a temporary name
  * and renamed into place, so it must not be a device or a FIFO (gp_io_write_target). */
 gp_status gp_args_output_ok(const gp_flag *f, int renamed);
+
+/* Writes an output flag's file through a temporary one beside it (the target of
+ * gp_io_write_target plus ".tmp.PID"), flushed, synced and renamed into place, so a failed
+ * write (a full disk) leaves the old file or none, never a cut one. `write` gets the flag's
+ * path for its messages; errors name the flag and the file, with strerror. */
+typedef gp_status (*gp_args_writer)(FILE *fp, const char *path, const void *arg);
+gp_status gp_args_write_output(const gp_flag *f, gp_args_writer write, const void *arg);
 
 /* A size in bytes: "512MiB", "2GiB", "1.5GB", "64K", "1000000". K, M, G, T with or without
  * "iB" are binary; KB, MB, GB, TB decimal (case does not matter). At least 1 byte; anything

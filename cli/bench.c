@@ -558,7 +558,7 @@ static gp_status setup(ctx *c, const char *file) {
   GP_TRY(make_runs(c));
   static const int outs[] = {F_CSV, F_PLOT, F_TRACE};
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-    if (flags[outs[i]].given) GP_TRY(gp_args_output_ok(&flags[outs[i]], outs[i] == F_TRACE));
+    if (flags[outs[i]].given) GP_TRY(gp_args_output_ok(&flags[outs[i]], 1));
   gp_unit_costs uc;
   GP_TRY(gp_unit_costs_compute(m, 1, GP_COST_FLOPS, 1, NULL, &uc));
   for (int u = 0; u < uc.n; u++)
@@ -685,16 +685,12 @@ static gp_status sweep_all(ctx *c) {
   return check_any_fits(b);
 }
 
-static gp_status write_file(int f, gp_status (*write)(FILE *, const char *, const gp_bench *),
-                            const gp_bench *b) {
-  const char *path = flags[f].s;
-  FILE *fp = fopen(path, "w");
-  if (!fp)
-    return GP_ERR(GP_ERR_IO, "%s %s: cannot write: %s", flags[f].name, path, strerror(errno));
-  gp_status s = write(fp, path, b);
-  if (fclose(fp) != 0 && s == GP_OK)
-    s = GP_ERR(GP_ERR_IO, "%s %s: cannot write: %s", flags[f].name, path, strerror(errno));
-  return s;
+static gp_status csv_writer(FILE *fp, const char *path, const void *b) {
+  return gp_bench_write_csv(fp, path, b);
+}
+
+static gp_status svg_writer(FILE *fp, const char *path, const void *b) {
+  return gp_bench_write_svg(fp, path, b);
 }
 
 static gp_status report(ctx *c) {
@@ -703,8 +699,8 @@ static gp_status report(ctx *c) {
     GP_TRY(gp_bench_write_json(stdout, "stdout", b));
   else
     GP_TRY(gp_bench_write_table(stdout, b));
-  if (flags[F_CSV].given) GP_TRY(write_file(F_CSV, gp_bench_write_csv, b));
-  if (flags[F_PLOT].given) GP_TRY(write_file(F_PLOT, gp_bench_write_svg, b));
+  if (flags[F_CSV].given) GP_TRY(gp_args_write_output(&flags[F_CSV], csv_writer, b));
+  if (flags[F_PLOT].given) GP_TRY(gp_args_write_output(&flags[F_PLOT], svg_writer, b));
   if (!c->quiet) {
     if (flags[F_CSV].given) fprintf(stderr, "gpipe-bench: wrote %s\n", flags[F_CSV].s);
     if (flags[F_PLOT].given) fprintf(stderr, "gpipe-bench: wrote %s\n", flags[F_PLOT].s);

@@ -1,5 +1,6 @@
 /* gpipe-bench's writers: the aligned table on stdout, one CSV row per run, JSON, and the
  * speed-up plot as a self-contained SVG (no scripts, no external fonts or styles). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,8 +12,9 @@
 #include "cli/machine.h"
 
 static gp_status stream_status(FILE *f, const char *path) {
-  if (fflush(f) != 0 || ferror(f)) return GP_ERR(GP_ERR_IO, "%s: writing failed", path);
-  return GP_OK;
+  if (fflush(f) == 0 && !ferror(f)) return GP_OK;
+  if (!errno) return GP_ERR(GP_ERR_IO, "%s: writing failed", path);
+  return GP_ERR(GP_ERR_IO, "%s: writing failed: %s", path, strerror(errno));
 }
 
 /* "a/b/c" (table) or "a;b;c" (CSV) of one per-stage value. */

@@ -365,6 +365,16 @@ expect 1 "missing data" "$mlp" "${fast[@]}" --data real --set data.path="$tmp/no
 "$bench" "$mlp" "${fast[@]}" --stages 1 --micro-batches 1 --csv "$tmp/closed.csv" >&- \
   2>"$tmp/err" && grep -q "^fashion-mlp," "$tmp/closed.csv" && ok ||
   bad "--csv with stdout closed: $(cat "$tmp/err")"
+# a write that fails (files limited to 0 bytes, as on a full disk) says why and leaves no file
+# (it left a 0-byte one, and the line had no reason)
+for f in csv plot; do
+  err=$( (trap '' XFSZ; ulimit -f 0
+          exec "$bench" "$mlp" "${fast[@]}" --stages 1 --micro-batches 1 --quiet \
+            --$f "$tmp/full.$f" 2>&1 >/dev/null) ); rc=$?
+  if [ $rc -eq 1 ] && [ "$err" = "gpipe-bench: --$f $tmp/full.$f: writing failed: File too large" ] &&
+     [ -z "$(ls "$tmp" | grep "^full\.$f")" ]; then ok
+  else bad "--$f on a full disk: exit $rc: $err; $(ls "$tmp" | grep "^full")"; fi
+done
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
