@@ -695,12 +695,13 @@ static gp_status svg_writer(FILE *fp, const char *path, const void *b) {
 
 static gp_status report(ctx *c) {
   const gp_bench *b = &c->b;
+  /* the files first: a reader of stdout that stops early (| head) must not cost them */
+  if (flags[F_CSV].given) GP_TRY(gp_args_write_output(&flags[F_CSV], csv_writer, b));
+  if (flags[F_PLOT].given) GP_TRY(gp_args_write_output(&flags[F_PLOT], svg_writer, b));
   if (flags[F_JSON].given)
     GP_TRY(gp_bench_write_json(stdout, "stdout", b));
   else
     GP_TRY(gp_bench_write_table(stdout, b));
-  if (flags[F_CSV].given) GP_TRY(gp_args_write_output(&flags[F_CSV], csv_writer, b));
-  if (flags[F_PLOT].given) GP_TRY(gp_args_write_output(&flags[F_PLOT], svg_writer, b));
   if (!c->quiet) {
     if (flags[F_CSV].given) fprintf(stderr, "gpipe-bench: wrote %s\n", flags[F_CSV].s);
     if (flags[F_PLOT].given) fprintf(stderr, "gpipe-bench: wrote %s\n", flags[F_PLOT].s);

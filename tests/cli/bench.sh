@@ -375,6 +375,11 @@ for f in csv plot; do
      [ -z "$(ls "$tmp" | grep "^full\.$f")" ]; then ok
   else bad "--$f on a full disk: exit $rc: $err; $(ls "$tmp" | grep "^full")"; fi
 done
+# a reader of stdout that stops early does not cost the files: they are written before the
+# table (SIGPIPE on the table killed it before them)
+"$bench" "$mlp" "${fast[@]}" --stages 1 --micro-batches 1 --quiet --csv "$tmp/pipe.csv" \
+  --plot "$tmp/pipe.svg" 2>/dev/null | true
+[ -s "$tmp/pipe.csv" ] && [ -s "$tmp/pipe.svg" ] && ok || bad "stdout closed early: no --csv/--plot"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
