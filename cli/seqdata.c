@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli/args.h"
 #include "cli/progress.h"
 #include "core/eval/bleu.h"
 #include "core/eval/perplexity.h"
@@ -426,6 +427,20 @@ static gp_status decode_batch(gp_seqdata *d, gp_trainer *t, const gp_seqfeed *f,
   return GP_OK;
 }
 
+/* The translations in corpus order, one a line (a pair not decoded has none). */
+typedef struct hyp_lines {
+  char **text;
+  int64_t n;
+} hyp_lines;
+
+static gp_status write_hyps(FILE *fp, const char *path, const void *arg) {
+  (void)path; /* gp_args_write_output checks the stream */
+  const hyp_lines *h = arg;
+  for (int64_t p = 0; p < h->n; p++)
+    if (h->text[p]) fprintf(fp, "%s\n", h->text[p]);
+  return GP_OK;
+}
+
 gp_status gp_seqdata_evaluate(gp_seqdata *d, gp_trainer *t, int final, const char *hyp_out,
                               gp_seq_eval *out) {
   int which = final ? TEST : EVAL;
@@ -464,12 +479,9 @@ gp_status gp_seqdata_evaluate(gp_seqdata *d, gp_trainer *t, int final, const cha
     }
   }
   gp_seqfeed_free(f);
-  FILE *hf = NULL;
-  if (s == GP_OK && hyp_out && !(hf = fopen(hyp_out, "w")))
-    s = GP_ERR(GP_ERR_IO, "%s: cannot open for writing", hyp_out);
-  for (int64_t p = 0; hf && p < c->pairs; p++)
-    if (text[p]) fprintf(hf, "%s\n", text[p]);
-  if (hf && fclose(hf) != 0 && s == GP_OK) s = GP_ERR(GP_ERR_IO, "%s: write failed", hyp_out);
+  hyp_lines lines = {text, c->pairs};
+  const gp_flag out_flag = {.name = "--translations", .s = hyp_out}; /* hyp_out is its value */
+  if (s == GP_OK && hyp_out) s = gp_args_write_output(&out_flag, write_hyps, &lines);
   for (int64_t p = 0; text && p < c->pairs; p++)
     free(text[p]);
   free(text);

@@ -268,6 +268,7 @@ static gp_status apply_flags(gp_model *m) {
   /* the files written after training: a bad path is found before it */
   if (flags[F_SAVE].given) GP_TRY(gp_args_output_ok(&flags[F_SAVE], 1));
   if (flags[F_TRACE].given) GP_TRY(gp_args_output_ok(&flags[F_TRACE], 1));
+  if (flags[F_TRANSLATIONS].given) GP_TRY(gp_args_output_ok(&flags[F_TRANSLATIONS], 1));
   if (flags[F_RESUME].given && flags[F_LOAD].given)
     return GP_ERR(GP_ERR_USAGE, "--resume and --load both set the weights; use one");
   if (flags[F_CKPT_DIR].given) GP_TRY(gp_ckpt_dir_claim(flags[F_CKPT_DIR].s));

@@ -131,6 +131,17 @@ expect "--translations: synthetic data has no text to translate" \
 [ -e "$tmp/syn.txt" ] && fail "--translations with synthetic data wrote $tmp/syn.txt"
 expect "--translations: $srcdir/models/transformer-lm.yaml is not a translation model" \
   "$srcdir/models/transformer-lm.yaml" "${lm[@]}" --steps 1 --translations "$tmp/lm.txt"
+# --translations is checked before training (a bad folder was found after it, with no reason)
+expect "--translations $tmp/no/hyp.txt: cannot write: No such file or directory" \
+  "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1 --translations "$tmp/no/hyp.txt"
+# and written through a temporary file: a write that fails (files limited to 0 bytes, as on a
+# full disk) says why and leaves no file (it left a 0-byte one)
+err=$( (trap '' XFSZ; ulimit -f 0
+        exec "$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1 --quiet \
+          --translations "$tmp/full.txt" 2>&1 >/dev/null) )
+[ "$err" = "gpipe-train: --translations $tmp/full.txt: cannot write: File too large" ] ||
+  fail "--translations on a full disk: $err"
+[ -n "$(ls "$tmp" | grep '^full\.txt')" ] && fail "--translations on a full disk left $(ls "$tmp")"
 cp "$d/test.es" "$tmp/short.es"; head -5 "$tmp/short.es" > "$d/test.es"
 expect "test.es: 5 lines, but" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1
 cp "$tmp/short.es" "$d/test.es"
