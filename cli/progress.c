@@ -1,7 +1,9 @@
 /* Live progress line, plain log lines and JSONL events. */
 #include "cli/progress.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,13 +30,21 @@ double gp_rate_add(gp_rate *r, int64_t samples, double now) {
   return r->rate;
 }
 
-void gp_progress_init(gp_progress *p, int quiet, FILE *log) {
+void gp_progress_init(gp_progress *p, int quiet, FILE *log, const char *log_path) {
   p->tty = isatty(2);
   p->quiet = quiet;
   p->log = log;
+  p->log_path = log_path;
   p->t0 = gp_now();
   p->last_draw = 0;
   p->line_open = 0;
+}
+
+/* Flushes the log's line: a write that failed is reported at once, with why. */
+static gp_status log_flush(const gp_progress *p) {
+  if (fflush(p->log) == 0 && !ferror(p->log)) return GP_OK;
+  return GP_ERR(GP_ERR_IO, "%s: writing the log failed: %s", p->log_path,
+                strerror(errno ? errno : EIO));
 }
 
 static void clear_line(gp_progress *p) {
@@ -53,8 +63,8 @@ static void fmt_eta(double s, char *buf, size_t n) {
     snprintf(buf, n, "%dm%02ds", m, sec);
 }
 
-void gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch, double loss,
-                      double acc, double lr, double samples_per_s, int print_line) {
+gp_status gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch, double loss,
+                           double acc, double lr, double samples_per_s, int print_line) {
   double now = gp_now(), el = now - p->t0;
   char eta[32];
   double per_step = step > 0 ? el / (double)step : 0;
@@ -64,11 +74,11 @@ void gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch
             "{\"event\": \"train\", \"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, "
             "\"accuracy\": %.6g, \"lr\": %.6g, \"samples_per_s\": %.1f, \"time_s\": %.3f}\n",
             (long long)step, (long long)epoch + 1, loss, acc, lr, samples_per_s, el);
-    fflush(p->log);
+    GP_TRY(log_flush(p));
   }
-  if (p->quiet) return;
+  if (p->quiet) return GP_OK;
   if (p->tty) {
-    if (now - p->last_draw < 0.1 && step != total) return;
+    if (now - p->last_draw < 0.1 && step != total) return GP_OK;
     p->last_draw = now;
     fprintf(
         stderr,
@@ -80,28 +90,30 @@ void gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch
             (long long)step, (long long)total, (long long)epoch + 1, loss, acc, lr, samples_per_s,
             eta);
   }
+  return GP_OK;
 }
 
-void gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, double acc,
-                      int64_t samples, double seconds) {
+gp_status gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, double acc,
+                           int64_t samples, double seconds) {
   if (p->log) {
     fprintf(p->log,
             "{\"event\": \"eval\", \"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, "
             "\"accuracy\": %.6g, \"samples\": %lld, \"time_s\": %.3f}\n",
             (long long)step, (long long)epoch + 1, loss, acc, (long long)samples, gp_now() - p->t0);
-    fflush(p->log);
+    GP_TRY(log_flush(p));
   }
-  if (p->quiet) return;
+  if (p->quiet) return GP_OK;
   clear_line(p);
   fprintf(
       stderr,
       "eval  step %lld  epoch %lld  test loss %.4f  test accuracy %.4f  (%lld samples, %.1f s)\n",
       (long long)step, (long long)epoch + 1, loss, acc, (long long)samples, seconds);
+  return GP_OK;
 }
 
-void gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, const char *split,
-                          double loss, double acc, double ppl, int64_t tokens, double bleu,
-                          int64_t sentences, double seconds) {
+gp_status gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, const char *split,
+                               double loss, double acc, double ppl, int64_t tokens, double bleu,
+                               int64_t sentences, double seconds) {
   if (p->log) {
     fprintf(p->log,
             "{\"event\": \"eval\", \"split\": \"%s\", \"step\": %lld, \"epoch\": %lld, "
@@ -110,14 +122,15 @@ void gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, const cha
     if (bleu >= 0)
       fprintf(p->log, ", \"bleu\": %.4f, \"sentences\": %lld", bleu, (long long)sentences);
     fprintf(p->log, ", \"time_s\": %.3f}\n", gp_now() - p->t0);
-    fflush(p->log);
+    GP_TRY(log_flush(p));
   }
-  if (p->quiet) return;
+  if (p->quiet) return GP_OK;
   clear_line(p);
   fprintf(stderr, "eval  step %lld  epoch %lld  %s loss %.4f  perplexity %.2f  token accuracy %.4f",
           (long long)step, (long long)epoch + 1, split, loss, ppl, acc);
   if (bleu >= 0) fprintf(stderr, "  BLEU %.2f", bleu);
   fprintf(stderr, "  (%lld tokens, %.1f s)\n", (long long)tokens, seconds);
+  return GP_OK;
 }
 
 void gp_progress_note(gp_progress *p, const char *fmt, ...) {

@@ -6,11 +6,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/status.h"
+
 typedef struct gp_progress {
   int tty; /* stderr is a terminal: redraw one line */
   int quiet;
-  FILE *log; /* --log FILE.jsonl, or NULL */
-  double t0; /* run start, seconds */
+  FILE *log;            /* --log FILE.jsonl, or NULL */
+  const char *log_path; /* its name, for errors */
+  double t0;            /* run start, seconds */
   double last_draw;
   int line_open; /* a live line is on screen */
 } gp_progress;
@@ -32,17 +35,19 @@ void gp_rate_init(gp_rate *r, double now);
 /* Adds the samples of a step that ended at `now`; returns the rate to show. */
 double gp_rate_add(gp_rate *r, int64_t samples, double now);
 
-void gp_progress_init(gp_progress *p, int quiet, FILE *log);
-/* A training step's numbers; printed every `every` steps (and always to the live line). */
-void gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch, double loss,
-                      double acc, double lr, double samples_per_s, int print_line);
-void gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, double acc,
-                      int64_t samples, double seconds);
+void gp_progress_init(gp_progress *p, int quiet, FILE *log, const char *log_path);
+/* A training step's numbers; printed every `every` steps (and always to the live line).
+ * These three return GP_ERR_IO, naming the log with strerror, when writing its line failed
+ * (a full disk), so the run stops there rather than training on with a cut log. */
+gp_status gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t epoch, double loss,
+                           double acc, double lr, double samples_per_s, int print_line);
+gp_status gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, double acc,
+                           int64_t samples, double seconds);
 /* A sequence model's evaluation on a split: loss, next-token accuracy, perplexity over
  * tokens, and BLEU over sentences (bleu < 0: none decoded). */
-void gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, const char *split,
-                          double loss, double acc, double ppl, int64_t tokens, double bleu,
-                          int64_t sentences, double seconds);
+gp_status gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, const char *split,
+                               double loss, double acc, double ppl, int64_t tokens, double bleu,
+                               int64_t sentences, double seconds);
 /* A plain message line (clears a live line first). */
 void gp_progress_note(gp_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void gp_progress_done(gp_progress *p);

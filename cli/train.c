@@ -361,8 +361,8 @@ static gp_status evaluate_seq(run *r, gp_progress *pg, int64_t epoch, int final,
   ev->loss = se.loss;
   ev->accuracy = se.accuracy;
   ev->targets = ev->samples = se.tokens;
-  gp_progress_eval_seq(pg, r->t.step, epoch, se.split, se.loss, se.accuracy, se.perplexity,
-                       se.tokens, se.bleu, se.sentences, gp_now() - t0);
+  GP_TRY(gp_progress_eval_seq(pg, r->t.step, epoch, se.split, se.loss, se.accuracy, se.perplexity,
+                              se.tokens, se.bleu, se.sentences, gp_now() - t0));
   GP_TRY(eval_finite(r, se.split, se.loss));
   if (se.bleu >= 0)
     gp_progress_note(pg, "  %s: %s (%lld sentences, greedy, %.1f s)", se.split, se.bleu_line,
@@ -381,7 +381,8 @@ static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, gp_metrics *ev
   double t0 = gp_now();
   GP_TRY(gp_loader_seek(r->test, 0, 0));
   GP_TRY(gp_trainer_evaluate(&r->t, test_batches, r->test, r->m->train.batch_size, 0, ev));
-  gp_progress_eval(pg, r->t.step, epoch, ev->loss, ev->accuracy, ev->samples, gp_now() - t0);
+  GP_TRY(
+      gp_progress_eval(pg, r->t.step, epoch, ev->loss, ev->accuracy, ev->samples, gp_now() - t0));
   return eval_finite(r, "test", ev->loss);
 }
 
@@ -480,7 +481,7 @@ static gp_status train(run *r) {
   }
 
   gp_progress pg;
-  gp_progress_init(&pg, flags[F_QUIET].given, r->log);
+  gp_progress_init(&pg, flags[F_QUIET].given, r->log, flags[F_LOG].s);
   gp_progress_note(&pg, "model %s: %d units, %d layers, %.3fM parameters (%" PRId64 ")", m->name,
                    m->n_units, m->n_nodes, (double)m->n_params / 1e6, m->n_params);
   if (r->sq) {
@@ -527,8 +528,8 @@ static gp_status train(run *r) {
       GP_TRY(gp_trainer_step(&r->t, r->x, r->y, got, lr, &tr));
     double shown = gp_rate_add(&rate, got, gp_now());
     int64_t s = r->t.step;
-    gp_progress_step(&pg, s, total, epoch, tr.loss, tr.accuracy, lr, shown,
-                     s % every == 0 || s == total);
+    GP_TRY(gp_progress_step(&pg, s, total, epoch, tr.loss, tr.accuracy, lr, shown,
+                            s % every == 0 || s == total));
     evaluated_last = 0;
     int epoch_end = per_epoch > 0 && s % per_epoch == 0;
     if ((ts->eval_every > 0 && s % ts->eval_every == 0) || (ts->eval_every == 0 && epoch_end)) {

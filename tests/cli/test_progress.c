@@ -2,6 +2,7 @@
  * open (updated every step, not frozen at the first step's), then per closed window. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/progress.h"
 #include "tests/check.h"
@@ -10,6 +11,28 @@ static int failures, passes;
 
 static int near(double a, double b) {
   return fabs(a - b) <= 1e-9 * fabs(b);
+}
+
+/* A log line that cannot be written is an error at that line, naming the log with why (it
+ * was found only when the run closed the log, after training to the end). */
+static void check_log_full(void) {
+  FILE *full = fopen("/dev/full", "w");
+  if (!full) return; /* no /dev/full here */
+  gp_progress p;
+  gp_progress_init(&p, 1, full, "/dev/full");
+  gp_status s = gp_progress_step(&p, 1, 10, 0, 2.3, 0.1, 1e-3, 100, 1);
+  CHECK(s == GP_ERR_IO && strstr(gp_error_message(),
+                                 "/dev/full: writing the log failed: No space left on device"),
+        "step: %d", (int)s);
+  clearerr(full);
+  s = gp_progress_eval(&p, 1, 0, 2.3, 0.1, 64, 0.1);
+  CHECK(s == GP_ERR_IO, "eval: %d", (int)s);
+  clearerr(full);
+  s = gp_progress_eval_seq(&p, 1, 0, "valid", 2.3, 0.1, 9.9, 64, 10, 4, 0.1);
+  CHECK(s == GP_ERR_IO, "eval_seq: %d", (int)s);
+  s = gp_progress_step(&p, 2, 10, 0, 2.3, 0.1, 1e-3, 100, 0); /* not logged: nothing written */
+  CHECK(s == GP_OK, "an unlogged step: %d", (int)s);
+  fclose(full);
 }
 
 int main(void) {
@@ -34,6 +57,7 @@ int main(void) {
   gp_rate_init(&r, 5.0);
   double g = gp_rate_add(&r, 8, 5.0);
   CHECK(g == 0 && !isnan(g), "zero time: %g", g);
+  check_log_full();
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

@@ -72,8 +72,12 @@ else
 fi
 # writes that fail are errors: the log, stdout
 if [ -c /dev/full ]; then
-  expect 1 "/dev/full: writing the log failed" -- "$good" --quiet --data synthetic --steps 1 \
-    --batch-size 8 --log /dev/full
+  expect 1 "^gpipe-train: /dev/full: writing the log failed: No space left on device$" -- "$good" \
+    --quiet --data synthetic --steps 1 --batch-size 8 --log /dev/full
+  # at the line that failed: the run stops at step 1 (it trained to the end, then said so)
+  expect 1 "/dev/full: writing the log failed: No space left on device" -- "$good" --quiet \
+    --data synthetic --steps 200 --batch-size 8 --set train.log_every=1 --log /dev/full
+  grep -q "^final:" "$tmp/out" && { failed=$((failed+1)); echo "FAIL: --log /dev/full trained on"; }
   if timeout 60 "$train" "$good" --data synthetic --steps 1 --batch-size 8 >/dev/full 2>"$tmp/err"
   then
     failed=$((failed+1)); echo "FAIL: stdout to /dev/full exited 0"
