@@ -506,12 +506,23 @@ static const char *batch_hint(const gp_model *m, const request *q) {
   return buf;
 }
 
+/* The unit costs. The default cache folder is only a cache: one that cannot be made or
+ * written (a read-only home) costs a warning and a measurement without it. An explicit
+ * --cache-dir that cannot be used stays an error: the user asked for the cache there. */
+static gp_status unit_costs(const gp_model *m, const request *q, gp_unit_costs *c) {
+  const char *cache = q->cache_dir[0] ? q->cache_dir : NULL;
+  gp_status s = gp_unit_costs_compute(m, q->micro_batch, q->by, q->threads, cache, c);
+  if (s != GP_ERR_IO || !cache || flags[F_CACHE].given) return s;
+  fprintf(stderr, "gpipe-partition: not caching unit times: %s\n", gp_error_message());
+  gp_error_clear();
+  return gp_unit_costs_compute(m, q->micro_batch, q->by, q->threads, NULL, c);
+}
+
 static gp_status run(const gp_model *m) {
   request q;
   GP_TRY(make_request(m, &q));
   gp_unit_costs c = {0};
-  GP_TRY(gp_unit_costs_compute(m, q.micro_batch, q.by, q.threads,
-                               q.cache_dir[0] ? q.cache_dir : NULL, &c));
+  GP_TRY(unit_costs(m, &q, &c));
   gp_partition_req r = {.stages = q.stages,
                         .micro = q.micro,
                         .schedule = q.schedule,

@@ -215,6 +215,19 @@ if "$part" "$mlp" --stages 2 --by time --threads 1 --cache-dir "$cache" >"$tmp/t
    [ "$(grep -E '^ +[0-9]+ ' "$tmp/t1")" = "$(grep -E '^ +[0-9]+ ' "$tmp/t2")" ]; then ok
 else bad "--by time with a cache: $(cat "$tmp/err")"; fi
 
+# ---- the default cache folder is only a cache: one that cannot be made is one warning and a
+# measurement without it (it was an error, exit 1); an explicit --cache-dir stays an error
+: >"$tmp/homefile"
+if env -u XDG_CACHE_HOME HOME="$tmp/homefile" "$part" "$mlp" --stages 2 --by time --threads 1 \
+     >"$tmp/t3" 2>"$tmp/err" && grep -q "balanced by measured time" "$tmp/t3" &&
+   [ "$(cat "$tmp/err")" = "gpipe-partition: not caching unit times: cannot create the cost cache folder '$tmp/homefile/.cache': Not a directory" ]
+then ok; else bad "--by time with an unusable default cache: $(cat "$tmp/err")"; fi
+"$part" "$mlp" --stages 2 --by time --threads 1 --cache-dir "$tmp/homefile/c" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+  grep -q "cannot create the cost cache folder '$tmp/homefile/c': Not a directory" "$tmp/err" &&
+  ok || bad "an unusable --cache-dir: exit $rc: $(cat "$tmp/err")"
+
 # ---- a closed stdout reads as /dev/null: the plan is written and the run succeeds (it was
 # "stdout: writing failed", exit 1)
 if "$part" "$mlp" --stages 2 -o "$tmp/closed.yaml" >&- 2>"$tmp/err" &&

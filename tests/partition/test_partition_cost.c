@@ -273,7 +273,8 @@ out:
   CHECK(c1.n == 6 && c1.fwd[1] == c1.fwd[2] && c1.fwd[2] == c1.fwd[3] && c1.bwd[1] == c1.bwd[3],
         "identical units, identical times");
   gp_unit_costs_free(&c1);
-  /* a cache folder that cannot be made is an error, not a silent skip */
+  /* a cache folder that cannot be made is an error, not a silent skip (gpipe-partition turns
+   * it into a warning for its default folder, tests/cli/partition.sh) */
   char blocked[400];
   snprintf(blocked, sizeof blocked, "%s/file", tmpl);
   write_file(blocked, "x");
