@@ -521,6 +521,8 @@ static gp_status unit_costs(const gp_model *m, const request *q, gp_unit_costs *
 static gp_status run(const gp_model *m) {
   request q;
   GP_TRY(make_request(m, &q));
+  /* a bad -o is found before --by time's measurements, named as given (not its .tmp) */
+  if (flags[F_OUT].given) GP_TRY(gp_args_output_ok(&flags[F_OUT], 1));
   gp_unit_costs c = {0};
   GP_TRY(unit_costs(m, &q, &c));
   gp_partition_req r = {.stages = q.stages,

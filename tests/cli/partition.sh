@@ -228,6 +228,12 @@ rc=$?
   grep -q "cannot create the cost cache folder '$tmp/homefile/c': Not a directory" "$tmp/err" &&
   ok || bad "an unusable --cache-dir: exit $rc: $(cat "$tmp/err")"
 
+# ---- a bad -o is one line naming the file as given (it named PLAN.yaml.tmp), before any work
+"$part" "$mlp" --stages 2 -o "$tmp/none/plan.yaml" >"$tmp/o" 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && [ ! -s "$tmp/o" ] && [ "$(cat "$tmp/err")" = \
+  "gpipe-partition: -o $tmp/none/plan.yaml: cannot write: No such file or directory" ] && ok ||
+  bad "-o into a missing folder: exit $rc: $(cat "$tmp/err")"
+
 # ---- a closed stdout reads as /dev/null: the plan is written and the run succeeds (it was
 # "stdout: writing failed", exit 1)
 if "$part" "$mlp" --stages 2 -o "$tmp/closed.yaml" >&- 2>"$tmp/err" &&
