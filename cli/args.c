@@ -222,7 +222,8 @@ gp_status gp_args_write_output(const gp_flag *f, gp_args_writer write, const voi
   char dst[PATH_MAX], tmp[PATH_MAX + 32];
   gp_status s = gp_io_write_target(f->s, dst, sizeof dst);
   if (s != GP_OK) return gp_error_prefix(s, "%s ", f->name);
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dst, (long)getpid());
+  s = gp_io_temp_name(dst, tmp, sizeof tmp);
+  if (s != GP_OK) return gp_error_prefix(s, "%s ", f->name);
   FILE *fp = fopen(tmp, "w");
   if (!fp) return write_failed(f, "cannot create");
   s = write_stream(fp, f, write, arg);
