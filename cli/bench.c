@@ -447,6 +447,11 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
       out->sent_bytes[st] = (int64_t)((double)ss.sent_bytes / n);
     }
   }
+  if (s != GP_OK && gp_pipeline_wedged(t.pl)) { /* a stage stuck in a computation: end here */
+    fprintf(stderr, "gpipe-bench: %s\n", gp_error_message());
+    fflush(stdout);
+    _exit(gp_status_exit_code(s));
+  }
   gp_trainer_free(&t);
   return s;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/args.h"
 #include "cli/ckpt_dir.h"
@@ -136,6 +137,11 @@ typedef struct run {
 
 /* Frees the run; s, or the first error of closing the log. */
 static gp_status run_free(run *r, gp_status s) {
+  if (r->have_trainer && r->t.pl && gp_pipeline_wedged(r->t.pl)) {
+    /* a stage is stuck in a computation and still uses the model: report and end here */
+    fflush(stdout);
+    _exit(fail(s));
+  }
   if (r->have_trainer) gp_trainer_free(&r->t);
   gp_loader_free(r->train);
   gp_loader_free(r->test);

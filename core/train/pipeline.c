@@ -88,6 +88,7 @@ typedef struct stage {
   pthread_cond_t arrived; /* with pl->mu: something arrived in box (or a stage failed) */
   pthread_t thread;
   int started;
+  uint64_t finished; /* the generation of the last command it finished (under pl->mu) */
   int64_t sent_bytes;
   double fwd_s, bwd_s, wall_busy_s;
   int64_t steps;
@@ -134,6 +135,11 @@ struct gp_pipeline {
   int failed;
   gp_status fail_status;
   char fail_msg[MSG_MAX];
+  /* how long the main thread waits for the stages to stop after a failure */
+  double stop_s;
+  /* a stage did not stop after a failure (stuck inside a library call): its thread and what
+   * it uses cannot be joined or freed, and the pipeline takes no more commands */
+  int wedged;
 };
 
 static double now_s(void) {
@@ -843,6 +849,7 @@ static void *worker(void *arg) {
     if (s != GP_OK) fail(pl, s, st->index, -1);
     pthread_mutex_lock(&pl->mu);
     pl->done++;
+    st->finished = seen;
     pthread_cond_broadcast(&pl->cv);
     pthread_mutex_unlock(&pl->mu);
   }
@@ -851,8 +858,32 @@ static void *worker(void *arg) {
 
 /* ---- the main thread's side ---- */
 
+/* Called by the main thread, holding pl->mu, when a stage has not stopped stop_s after a
+ * failure: it is inside a computation that does not return (OpenBLAS retries a failed
+ * allocation forever under a small `ulimit -v`; the stage waiting on it failed with the
+ * watchdog, and nothing else would ever report). The failure is reported, naming that stage. */
+static void wedge(gp_pipeline *pl) {
+  int s = 0;
+  while (s < pl->k - 1 && pl->st[s].finished == pl->generation)
+    s++;
+  pl->wedged = 1;
+  size_t len = strlen(pl->fail_msg);
+  snprintf(pl->fail_msg + len, sizeof pl->fail_msg - len,
+           " (stage %d did not stop within %.3g s: stuck in a computation)", s, pl->stop_s);
+}
+
+/* Whether a stage that did not stop is still running (it may finish later). Holds pl->mu. */
+static int still_wedged(gp_pipeline *pl) {
+  if (pl->wedged && pl->done >= pl->k) pl->wedged = 0;
+  return pl->wedged;
+}
+
 static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
   pthread_mutex_lock(&pl->mu);
+  if (still_wedged(pl)) {
+    pthread_mutex_unlock(&pl->mu);
+    return GP_ERR(GP_ERR_RUNTIME, "the pipeline is stopped: %s", pl->fail_msg);
+  }
   for (int s = 0; s < pl->k; s++)
     for (int m = 0; m < pl->micro; m++) {
       atomic_store_explicit(&pl->st[s].box[m].ready, 0, memory_order_relaxed);
@@ -865,8 +896,15 @@ static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
   pl->sumsq = 0;
   pl->generation++;
   pthread_cond_broadcast(&pl->cv);
-  while (pl->done < pl->k)
+  while (pl->done < pl->k && !pl->failed)
     pthread_cond_wait(&pl->cv, &pl->mu);
+  if (pl->done < pl->k) { /* a failure: the others stop at their next wait, or never */
+    struct timespec dl;
+    deadline_in(pl->stop_s, &dl);
+    while (pl->done < pl->k && pthread_cond_timedwait(&pl->cv, &pl->mu, &dl) != ETIMEDOUT)
+      ;
+    if (pl->done < pl->k) wedge(pl);
+  }
   int failed = pl->failed;
   pthread_mutex_unlock(&pl->mu);
   if (failed) return GP_ERR(pl->fail_status, "%s", pl->fail_msg);
@@ -943,6 +981,7 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
   pl->micro = plan->micro;
   pl->seed = seed;
   pl->watchdog_s = o && o->watchdog_s > 0 ? o->watchdog_s : 300;
+  pl->stop_s = o && o->stop_s > 0 ? o->stop_s : 10;
   pl->pin = o ? o->pin : 0;
   pl->trace = o ? o->trace : 0;
   pl->copy_all = o ? o->copy_all : 0;
@@ -1001,10 +1040,13 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
 void gp_pipeline_free(gp_pipeline *pl) {
   if (!pl) return;
   pthread_mutex_lock(&pl->mu);
+  int wedged = still_wedged(pl);
   pl->cmd = CMD_EXIT;
   pl->generation++;
   pthread_cond_broadcast(&pl->cv);
   pthread_mutex_unlock(&pl->mu);
+  /* a stuck stage still uses the pipeline: left as it is (the process is about to end) */
+  if (wedged) return;
   gp_tied_free(&pl->tied); /* idle workers do not touch it; the backends must still be alive */
   for (int i = 0; pl->st && i < pl->k; i++) {
     stage *st = &pl->st[i];
@@ -1049,6 +1091,13 @@ gp_status gp_pipeline_sync(gp_pipeline *pl) {
   for (int i = 0; i < pl->k; i++)
     GP_TRY(pl->st[i].be->sync(pl->st[i].be));
   return GP_OK;
+}
+
+int gp_pipeline_wedged(gp_pipeline *pl) {
+  pthread_mutex_lock(&pl->mu);
+  int w = still_wedged(pl);
+  pthread_mutex_unlock(&pl->mu);
+  return w;
 }
 
 int gp_pipeline_stages(const gp_pipeline *pl) {

@@ -18,7 +18,10 @@ typedef struct gp_pipeline_opts {
   int cores;         /* cores to share among the stages; threads per CPU stage = max(1, cores/K) */
   int pin;           /* pin each stage's worker to its share of the cores */
   double watchdog_s; /* a stage waiting longer than this for another is an error; 0 = 300 s */
-  int trace;         /* record every action's start and end for gp_pipeline_write_trace */
+  /* after a failure, how long to wait for the other stages to stop (0 = 10 s); one that does
+   * not (stuck in a library call) leaves the pipeline wedged: gp_pipeline_wedged */
+  double stop_s;
+  int trace;              /* record every action's start and end for gp_pipeline_write_trace */
   gp_precision precision; /* of every stage's GEMMs and convolutions */
   size_t mem_limit;       /* per stage instance (gp_backend.mem_limit); 0 = none */
   int nondeterministic;   /* gp_backend.nondeterministic of every stage */
@@ -93,6 +96,10 @@ int64_t gp_batch_targets(const gp_model *m, const gp_batch *b);
 gp_status gp_pipeline_sync(gp_pipeline *pl);
 
 int gp_pipeline_stages(const gp_pipeline *pl);
+/* 1 while a stage that did not stop after a failure (gp_pipeline_opts.stop_s) still runs: it
+ * uses the pipeline and the model, so neither may be freed (gp_pipeline_free leaves them) and
+ * no command is taken. A stage stuck for good keeps it 1: end the process. */
+int gp_pipeline_wedged(gp_pipeline *pl);
 gp_params *gp_pipeline_params(gp_pipeline *pl, int stage);
 gp_optimizer *gp_pipeline_optimizer(gp_pipeline *pl, int stage);
 gp_backend *gp_pipeline_backend(gp_pipeline *pl, int stage);

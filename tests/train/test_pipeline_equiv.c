@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/rng.h"
 #include "core/train/trainer.h"
@@ -422,6 +423,61 @@ static void watchdog(void) {
   gp_model_free(mo);
 }
 
+/* A stage that does not stop after another fails (stuck in a library call: OpenBLAS retries a
+ * failed allocation forever under a small `ulimit -v`) is reported stop_s after the failure,
+ * naming it, where the main thread used to wait for it forever. Here stage 0 is in a long
+ * forward (a 4096-wide GEMM on 1024 samples) when stage 1's loss fails on micro-batch 0's bad
+ * label. The pipeline is wedged, refusing work, while stage 0 runs; it finishes here, so the
+ * pipeline can then be freed. */
+static void stuck_stage(void) {
+  static const char *wide = "name: wide\n"
+                            "inputs: {x: [12], label: {shape: [], dtype: i32}}\n"
+                            "layers:\n"
+                            "  - {type: linear, out_features: 4096}\n"
+                            "  - {type: linear, out_features: 4096}\n"
+                            "  - {type: linear, out_features: 5}\n"
+                            "loss: {type: softmax_cross_entropy}\n";
+  gp_model *mo;
+  gp_trainer t;
+  enum { B = 2048 };
+  static float x[B * 12];
+  static int32_t y[B];
+  if (gp_model_load_string(wide, "wide.yaml", NULL, 0, &mo) != GP_OK) die("load");
+  mo->pipeline.stages = 2;
+  mo->pipeline.micro_batches = 2;
+  mo->pipeline.n_balance = 2;
+  mo->pipeline.balance[0] = 2;
+  mo->pipeline.balance[1] = 1;
+  gp_plan plan;
+  gp_pipeline_opts po = {.cores = 1, .stop_s = 0.02};
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
+  if (gp_trainer_init(&t, mo, &plan, &po, 1) != GP_OK) die("init");
+  batch_data(mo, B, 0, x, y);
+  y[0] = 99;
+  gp_metrics mt;
+  gp_status s = gp_trainer_step(&t, x, y, B, 0.1, &mt);
+  const char *msg = gp_error_message();
+  if (s != GP_OK && strstr(msg, "stage 1, micro-batch 0") &&
+      strstr(msg, "stage 0 did not stop within 0.02 s") && gp_pipeline_wedged(t.pl) &&
+      gp_trainer_step(&t, x, y, B, 0.1, &mt) != GP_OK &&
+      strstr(gp_error_message(), "the pipeline is stopped")) {
+    passed++;
+  } else {
+    printf("FAIL: a stage still computing after a failure should be named after stop_s and "
+           "the pipeline refuse more work; got status %d: %s\n",
+           (int)s, msg);
+    failed++;
+  }
+  for (int i = 0; i < 3000 && gp_pipeline_wedged(t.pl); i++)
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+  if (gp_pipeline_wedged(t.pl)) {
+    printf("FAIL: stage 0 did not finish its forward within 30 s\n");
+    exit(1);
+  }
+  gp_trainer_free(&t);
+  gp_model_free(mo);
+}
+
 int main(void) {
   static const int b1[] = {8}, b2[] = {4, 4}, b3[] = {2, 2, 4}, b4[] = {2, 2, 2, 2};
   static const int *const skip_bal[] = {b1, b2, b3, b4};
@@ -437,6 +493,7 @@ int main(void) {
   threaded_stages();
   failure();
   watchdog();
+  stuck_stage();
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;
 }
