@@ -911,7 +911,18 @@ static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
   return GP_OK;
 }
 
+/* GP_OK unless a stage that did not stop still runs: then nothing it reads may change. */
+static gp_status usable(gp_pipeline *pl) {
+  pthread_mutex_lock(&pl->mu);
+  gp_status s = still_wedged(pl)
+                    ? GP_ERR(GP_ERR_RUNTIME, "the pipeline is stopped: %s", pl->fail_msg)
+                    : GP_OK;
+  pthread_mutex_unlock(&pl->mu);
+  return s;
+}
+
 static gp_status split(gp_pipeline *pl, int64_t batch, int training) {
+  GP_TRY(usable(pl));
   int M = pl->micro;
   if (training && batch < M)
     return GP_ERR(GP_ERR_USAGE, "a batch of %lld cannot be split into %d micro-batches",
@@ -962,6 +973,7 @@ gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *o
 
 gp_status gp_pipeline_predict(gp_pipeline *pl, const gp_batch *b, gp_prediction *pred,
                               gp_step_result *out) {
+  GP_TRY(usable(pl));
   pl->pred = pred;
   gp_status s = gp_pipeline_eval(pl, b, out);
   pl->pred = NULL;
