@@ -351,28 +351,42 @@ static void test_empty_item(const char *dir) {
   }
 }
 
-static void test_folder(const char *root) {
-  char d[700], p[800];
-  snprintf(d, sizeof d, "%s/folder", root);
+/* An ImageFolder tree at d: train/ and val/ each with the N images in class folders n01..;
+ * val/ lacks class skip_val (-1: none). */
+static void make_folder(const char *d, int skip_val) {
+  char p[800];
   mkdir(d, 0755);
   for (int split = 0; split < 2; split++) {
     snprintf(p, sizeof p, "%s/%s", d, split ? "val" : "train");
     mkdir(p, 0755);
     for (int c = 0; c < CLASSES; c++) {
+      if (split && c == skip_val) continue;
       snprintf(p, sizeof p, "%s/%s/n0%d", d, split ? "val" : "train", c + 1);
       mkdir(p, 0755);
     }
     for (int i = 0; i < N; i++) {
+      if (split && label_of(i) == skip_val) continue;
       snprintf(p, sizeof p, "%s/%s/n0%d/img%02d.JPEG", d, split ? "val" : "train", label_of(i) + 1,
                i);
       write_file(p, jpg[i], jpg_n[i]);
     }
   }
+}
+
+static gp_data_spec folder_spec(const char *d) {
   gp_data_spec s;
   memset(&s, 0, sizeof s);
   s.dataset = GP_DATA_IMAGENET;
   snprintf(s.path, sizeof s.path, "%.500s", d);
   s.image_size = SIDE;
+  return s;
+}
+
+static void test_folder(const char *root) {
+  char d[700];
+  snprintf(d, sizeof d, "%s/folder", root);
+  make_folder(d, -1);
+  gp_data_spec s = folder_spec(d);
   gp_loader_opts o = {.workers = 2, .replicas = 1};
   gp_loader *l = NULL;
   CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &o, &l) == GP_OK, "open ImageFolder");
@@ -400,24 +414,8 @@ static void test_folder(const char *root) {
 static void test_folder_val_classes(const char *root) {
   char d[700], p[800];
   snprintf(d, sizeof d, "%s/folder_val", root);
-  mkdir(d, 0755);
-  for (int split = 0; split < 2; split++) {
-    snprintf(p, sizeof p, "%s/%s", d, split ? "val" : "train");
-    mkdir(p, 0755);
-    for (int i = 0; i < N; i++) {
-      if (split && label_of(i) == 1) continue; /* val/ has no n02 */
-      snprintf(p, sizeof p, "%s/%s/n0%d", d, split ? "val" : "train", label_of(i) + 1);
-      mkdir(p, 0755);
-      snprintf(p, sizeof p, "%s/%s/n0%d/img%02d.JPEG", d, split ? "val" : "train", label_of(i) + 1,
-               i);
-      write_file(p, jpg[i], jpg_n[i]);
-    }
-  }
-  gp_data_spec s;
-  memset(&s, 0, sizeof s);
-  s.dataset = GP_DATA_IMAGENET;
-  snprintf(s.path, sizeof s.path, "%.500s", d);
-  s.image_size = SIDE;
+  make_folder(d, 1); /* val/ has no n02 */
+  gp_data_spec s = folder_spec(d);
   gp_loader_opts o = {.workers = 1, .replicas = 1};
   gp_loader *l = NULL;
   CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &o, &l) == GP_OK, "open val/ lacking a class");
