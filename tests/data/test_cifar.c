@@ -233,19 +233,25 @@ static void test_archive_errors(const uint8_t *tar, size_t n) {
   free(c);
 }
 
+/* dir with the five training .bin files (no test_batch.bin); d keeps its buffer. */
+static void write_train_bins(const char *dir, buf *d) {
+  char p[600];
+  mkdir(dir, 0755);
+  for (int f = 0; f < 5; f++) {
+    d->n = 0;
+    batch(d, f * N_PER);
+    snprintf(p, sizeof p, "%s/data_batch_%d.bin", dir, f + 1);
+    write_file(p, d->p, d->n);
+  }
+}
+
 /* A folder with some of the .bin files: the missing or bad one is named (it said that neither
  * the archive nor the .bin files were there). */
 static void test_bin_missing(void) {
   char dir[400], p[600];
   snprintf(dir, sizeof dir, "%s/bins_missing", root);
-  mkdir(dir, 0755);
   buf d = {0};
-  for (int f = 0; f < 5; f++) {
-    d.n = 0;
-    batch(&d, f * N_PER);
-    snprintf(p, sizeof p, "%s/data_batch_%d.bin", dir, f + 1);
-    write_file(p, d.p, d.n);
-  }
+  write_train_bins(dir, &d);
   free(d.p);
   gp_data_spec s = spec10(dir);
   gp_loader *l = NULL;
@@ -263,14 +269,8 @@ static void test_bin_missing(void) {
 static void test_bin_dir(void) {
   char dir[400], p[600];
   snprintf(dir, sizeof dir, "%s/bins", root);
-  mkdir(dir, 0755);
   buf d = {0};
-  for (int f = 0; f < 5; f++) {
-    d.n = 0;
-    batch(&d, f * N_PER);
-    snprintf(p, sizeof p, "%s/data_batch_%d.bin", dir, f + 1);
-    write_file(p, d.p, d.n);
-  }
+  write_train_bins(dir, &d);
   d.n = 0;
   batch(&d, 100);
   snprintf(p, sizeof p, "%s/test_batch.bin", dir);
