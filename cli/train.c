@@ -108,7 +108,8 @@ static gp_flag flags[] = {
                      "the stages, balance, micro-batches, schedule, re-materialization and "
                      "devices of a gpipe-partition -o plan",
                      0},
-    [F_QUIET] = {"--quiet", GP_FLAG_BOOL, NULL, "print only errors and the final result", 0},
+    [F_QUIET] = {"--quiet", GP_FLAG_BOOL, NULL,
+                 "print only errors and the closing summary (data, memory, final result)", 0},
     [F_TRANSLATIONS] = {"--translations", GP_FLAG_STR, "FILE.txt",
                         "translation models: write the test split's greedy translations", 0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
