@@ -12,6 +12,7 @@
 #include "cli/machine.h"
 
 static gp_status stream_status(FILE *f, const char *path) {
+  errno = 0; /* a reason only from this flush, not a stale one */
   if (fflush(f) == 0 && !ferror(f)) return GP_OK;
   if (!errno) return GP_ERR(GP_ERR_IO, "%s: writing failed", path);
   return GP_ERR(GP_ERR_IO, "%s: writing failed: %s", path, strerror(errno));

@@ -42,6 +42,7 @@ void gp_progress_init(gp_progress *p, int quiet, FILE *log, const char *log_path
 
 /* Flushes the log's line: a write that failed is reported at once, with why. */
 static gp_status log_flush(const gp_progress *p) {
+  errno = 0; /* a reason only from this flush, not a stale one */
   if (fflush(p->log) == 0 && !ferror(p->log)) return GP_OK;
   return GP_ERR(GP_ERR_IO, "%s: writing the log failed: %s", p->log_path,
                 strerror(errno ? errno : EIO));

@@ -60,8 +60,9 @@ typedef struct gp_partition {
   double max_time, spread;       /* slowest stage, slowest - fastest */
   double imbalance;              /* max / mean stage time */
   double bubble;                 /* simulated with core/train/schedule.h */
-  double speedup_naive;          /* over the same split with M = 1 */
-  double speedup_k1;             /* over one stage (the whole model at speed[0]) */
+  /* the baselines run the whole mini-batch at once (M = 1) without re-materialization */
+  double speedup_naive; /* over the same split */
+  double speedup_k1;    /* over one stage (the whole model at speed[0]) */
 } gp_partition;
 
 /* Exact: the smallest max stage time; among those, the smallest spread. Impossible requests
