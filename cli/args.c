@@ -224,11 +224,16 @@ gp_status gp_args_write_output(const gp_flag *f, gp_args_writer write, const voi
   if (s != GP_OK) return gp_error_prefix(s, "%s ", f->name);
   s = gp_io_temp_name(dst, tmp, sizeof tmp);
   if (s != GP_OK) return gp_error_prefix(s, "%s ", f->name);
+  gp_io_temp_claim(tmp);
   FILE *fp = fopen(tmp, "w");
-  if (!fp) return write_failed(f, "cannot create");
+  if (!fp) {
+    gp_io_temp_release(tmp);
+    return write_failed(f, "cannot create");
+  }
   s = write_stream(fp, f, write, arg);
   if (fclose(fp) != 0 && s == GP_OK) s = write_failed(f, "cannot write");
   if (s == GP_OK && rename(tmp, dst) != 0) s = write_failed(f, "cannot rename into place");
   if (s != GP_OK) remove(tmp);
+  gp_io_temp_release(tmp);
   return s;
 }

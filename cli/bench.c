@@ -15,6 +15,7 @@
 #include "cli/bench_data.h"
 #include "cli/machine.h"
 #include "cli/bench.h"
+#include "cli/interrupt.h"
 #include "cli/progress.h"
 #include "cli/seqdata.h"
 #include "core/backend.h"
@@ -740,6 +741,7 @@ static gp_status data_only(ctx *c, const char *file) {
 
 int main(int argc, char **argv) {
   gp_args_std_fds();
+  gp_interrupt_install("gpipe-bench", 0);
   const char *pos[1];
   int npos;
   ctx c = {0};

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "cli/interrupt.h"
 #include "core/io/json.h"
 #include "core/backend.h"
 #include "core/spec/cfg.h"
@@ -575,6 +576,7 @@ static gp_status run(const gp_model *m) {
 
 int main(int argc, char **argv) {
   gp_args_std_fds();
+  gp_interrupt_install("gpipe-partition", 0);
   const char *pos[1];
   int npos;
   gp_status s = gp_args_parse(argc, argv, flags, pos, 1, &npos);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -131,6 +132,48 @@ gp_status gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, cons
           (long long)step, (long long)epoch + 1, split, loss, ppl, acc);
   if (bleu >= 0) fprintf(stderr, "  BLEU %.2f", bleu);
   fprintf(stderr, "  (%lld tokens, %.1f s)\n", (long long)tokens, seconds);
+  return GP_OK;
+}
+
+gp_status gp_progress_interrupted(gp_progress *p, int64_t step, const char *sig_name) {
+  if (!p->log) return GP_OK;
+  fprintf(p->log,
+          "{\"event\": \"interrupted\", \"step\": %lld, \"signal\": \"%s\", \"time_s\": %.3f}\n",
+          (long long)step, sig_name, gp_now() - p->t0);
+  return log_flush(p);
+}
+
+/* The "step" of a log line, or -1 when it has none. */
+static int64_t line_step(const char *line) {
+  const char *k = strstr(line, "\"step\": ");
+  return k ? strtoll(k + 8, NULL, 10) : -1;
+}
+
+gp_status gp_progress_log_resume(const char *path, int64_t step, FILE **log, int64_t *dropped) {
+  *dropped = 0;
+  FILE *f = fopen(path, "r");
+  long keep = 0; /* bytes to keep */
+  if (f) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) > 0) {
+      if (*dropped || line[n - 1] != '\n' || line_step(line) > step)
+        ++*dropped;
+      else
+        keep += (long)n;
+    }
+    free(line);
+    int err = ferror(f);
+    int cut = *dropped > 0;
+    fclose(f);
+    if (err) return GP_ERR(GP_ERR_IO, "%s: cannot read the log: %s", path, strerror(errno));
+    if (cut && truncate(path, keep) != 0)
+      return GP_ERR(GP_ERR_IO, "%s: cannot cut the log back to step %lld: %s", path,
+                    (long long)step, strerror(errno));
+  }
+  if (!(*log = fopen(path, "a")))
+    return GP_ERR(GP_ERR_IO, "%s: cannot open the log for writing: %s", path, strerror(errno));
   return GP_OK;
 }
 

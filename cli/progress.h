@@ -48,6 +48,13 @@ gp_status gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double l
 gp_status gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, const char *split,
                                double loss, double acc, double ppl, int64_t tokens, double bleu,
                                int64_t sentences, double seconds);
+/* A run stopped by a signal (sig_name "SIGINT") after `step`: an "interrupted" event. */
+gp_status gp_progress_interrupted(gp_progress *p, int64_t step, const char *sig_name);
+/* Opens the --log of a run resumed at `step` for appending, first cutting off what the
+ * earlier run logged after that step (it was killed past its last checkpoint, and those
+ * steps are trained again): each line from the first whose "step" is greater, or that is
+ * not a whole line, on. *dropped: the lines cut. */
+gp_status gp_progress_log_resume(const char *path, int64_t step, FILE **log, int64_t *dropped);
 /* A plain message line (clears a live line first). */
 void gp_progress_note(gp_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void gp_progress_done(gp_progress *p);

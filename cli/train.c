@@ -1,6 +1,7 @@
 /* gpipe-train: trains and evaluates a model file. The only place (with the other programs)
  * that prints for users and chooses exit codes: 0 ok, 2 bad model file or usage, 1 failure. */
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/ckpt_dir.h"
+#include "cli/interrupt.h"
 #include "cli/machine.h"
 #include "cli/progress.h"
 #include "cli/seqdata.h"
@@ -120,7 +122,7 @@ _Static_assert(sizeof flags / sizeof flags[0] == F_COUNT + 1, "flag table");
 
 static int fail(gp_status s) {
   fprintf(stderr, "gpipe-train: %s\n", gp_error_message());
-  return gp_status_exit_code(s);
+  return s == GP_ERR_INTERRUPTED ? gp_interrupt_exit_code() : gp_status_exit_code(s);
 }
 
 typedef struct run {
@@ -134,6 +136,7 @@ typedef struct run {
   int32_t *y;
   gp_precision precision; /* --precision */
   size_t mem_limit;       /* --memory-limit: per stage, 0 = none */
+  int64_t ckpt_step;      /* the step of the checkpoint last written or resumed from, or -1 */
 } run;
 
 /* Frees the run; s, or the first error of closing the log. */
@@ -344,9 +347,37 @@ static gp_status checkpoint(run *r, gp_progress *pg) {
   gp_ckpt_pos pos;
   data_tell(r, &pos.epoch, &pos.index);
   GP_TRY(gp_trainer_save_checkpoint(&r->t, flags[F_CKPT_DIR].s, &pos));
+  r->ckpt_step = r->t.step;
   gp_progress_note(pg, "checkpoint  step %" PRId64 "  %s/checkpoint.safetensors", r->t.step,
                    flags[F_CKPT_DIR].s);
   return GP_OK;
+}
+
+/* SIGINT or SIGTERM asked to stop: what was trained is kept in a checkpoint (when there is a
+ * folder for one), the trace so far is written, and the run ends with the signal's exit code.
+ * --save is left alone: it is for the final weights. */
+static gp_status stop_interrupted(run *r, gp_progress *pg, int64_t total) {
+  const char *sig = gp_interrupt_name(gp_interrupted());
+  GP_TRY(gp_progress_interrupted(pg, r->t.step, sig));
+  char kept[PATH_MAX + 128];
+  if (r->t.step == 0) {
+    snprintf(kept, sizeof kept, "no step was trained");
+  } else if (flags[F_CKPT_DIR].given) {
+    if (r->ckpt_step != r->t.step) GP_TRY(checkpoint(r, pg));
+    snprintf(kept, sizeof kept,
+             "%s/checkpoint.safetensors holds step %" PRId64 ": --resume goes on",
+             flags[F_CKPT_DIR].s, r->t.step);
+  } else {
+    snprintf(kept, sizeof kept, "nothing was saved (--checkpoint-dir DIR keeps a run to resume)");
+  }
+  if (flags[F_TRACE].given) {
+    GP_TRY(gp_pipeline_write_trace(r->t.pl, flags[F_TRACE].s));
+    gp_progress_note(pg, "wrote the trace to %s", flags[F_TRACE].s);
+  }
+  gp_progress_done(pg);
+  return GP_ERR(GP_ERR_INTERRUPTED,
+                "%s received: stopped after step %" PRId64 " of %" PRId64 "; %s", sig, r->t.step,
+                total, kept);
 }
 
 /* An evaluation's loss is finite unless the weights are not (the last step's update can make
@@ -469,15 +500,20 @@ static gp_status train(run *r) {
   GP_TRY(gp_trainer_init(&r->t, m, &plan, &po, ts->seed));
   r->have_trainer = 1;
   if (flags[F_LOAD].given) GP_TRY(gp_trainer_load_weights(&r->t, flags[F_LOAD].s));
+  r->ckpt_step = -1;
   if (flags[F_RESUME].given) {
     gp_ckpt_pos pos;
     GP_TRY(gp_trainer_load_checkpoint(&r->t, flags[F_CKPT_DIR].s, &pos));
+    r->ckpt_step = r->t.step;
     if (r->sq)
       GP_TRY(gp_seqdata_seek(r->sq, pos.epoch, pos.index));
     else
       GP_TRY(gp_loader_seek(r->train, pos.epoch, pos.index));
   }
-  if (flags[F_LOG].given && !(r->log = fopen(flags[F_LOG].s, r->t.step ? "a" : "w")))
+  int64_t log_dropped = 0;
+  if (flags[F_LOG].given && r->t.step)
+    GP_TRY(gp_progress_log_resume(flags[F_LOG].s, r->t.step, &r->log, &log_dropped));
+  else if (flags[F_LOG].given && !(r->log = fopen(flags[F_LOG].s, "w")))
     return GP_ERR(GP_ERR_IO, "%s: cannot open the log for writing", flags[F_LOG].s);
   if (!r->sq) {
     gp_shape sample = gp_loader_sample_shape(r->train);
@@ -509,6 +545,10 @@ static gp_status train(run *r) {
                    blas, r->precision == GP_PREC_BF16 ? "bf16" : "fp32",
                    r->t.step ? ", resumed" : "");
   note_pipeline(&pg, &plan);
+  if (log_dropped)
+    gp_progress_note(
+        &pg, "log: cut %" PRId64 " line%s logged after step %" PRId64 " (the checkpoint's) from %s",
+        log_dropped, log_dropped == 1 ? "" : "s", r->t.step, flags[F_LOG].s);
   if (r->t.step > total)
     return GP_ERR(GP_ERR_USAGE, "the checkpoint is at step %" PRId64 ", past --steps %" PRId64,
                   r->t.step, total);
@@ -518,6 +558,7 @@ static gp_status train(run *r) {
   gp_metrics ev = {0}, tr = {0};
   int evaluated_last = 0;
   while (r->t.step < total) {
+    if (gp_interrupted()) return stop_interrupted(r, &pg, total);
     int64_t got, epoch, idx;
     gp_batch sb;
     if (r->sq) {
@@ -570,6 +611,7 @@ static gp_status train(run *r) {
 
 int main(int argc, char **argv) {
   gp_args_std_fds();
+  gp_interrupt_install("gpipe-train", 1);
   const char *pos[1];
   int npos;
   run r = {0};

@@ -51,14 +51,15 @@ void gp_error_clear(void) {
 
 const char *gp_status_name(gp_status s) {
   static const char *const names[] = {
-      "ok",         "usage error",   "model file error", "data error",
-      "i/o error",  "out of memory", "runtime error",    "device error",
-      "unsupported"};
+      "ok",          "usage error",   "model file error", "data error",
+      "i/o error",   "out of memory", "runtime error",    "device error",
+      "unsupported", "interrupted"};
   _Static_assert(sizeof names / sizeof names[0] == GP_STATUS_COUNT, "status names");
   return (unsigned)s < GP_STATUS_COUNT ? names[s] : "unknown status";
 }
 
 int gp_status_exit_code(gp_status s) {
   if (s == GP_OK) return 0;
+  if (s == GP_ERR_INTERRUPTED) return 130;
   return (s == GP_ERR_USAGE || s == GP_ERR_SPEC) ? 2 : 1;
 }

@@ -17,6 +17,7 @@ typedef enum gp_status {
   GP_ERR_RUNTIME,     /* a failure while running: NaN loss, runtime shape error (exit 1) */
   GP_ERR_DEVICE,      /* a device library failed (exit 1) */
   GP_ERR_UNSUPPORTED, /* asked for something this build cannot do (exit 1) */
+  GP_ERR_INTERRUPTED, /* stopped by SIGINT or SIGTERM (exit 128 + the signal, 130 if unknown) */
   GP_STATUS_COUNT
 } gp_status;
 
@@ -35,7 +36,7 @@ const char *gp_error_message(void); /* the user-facing message, "" if none */
 const char *gp_error_origin(void);  /* "core/arena.c:42": where it was raised, for debugging */
 void gp_error_clear(void);
 const char *gp_status_name(gp_status s);
-/* Process exit code for a status: 0 ok, 2 usage/spec, 1 everything else. */
+/* Process exit code for a status: 0 ok, 2 usage/spec, 130 interrupted, 1 everything else. */
 int gp_status_exit_code(gp_status s);
 
 #define GP_ERR(code, ...) gp_error_set((code), __FILE__, __LINE__, __VA_ARGS__)

@@ -523,13 +523,13 @@ gp_status gp_st_write(gp_st_writer *w, const char *path) {
   gp_strbuf h = {0};
   gp_status st = build_header(w, &h);
   if (st == GP_OK) {
+    gp_io_temp_claim(tmp);
     st = write_tmp(w, &h, tmp);
     if (st == GP_OK && rename(tmp, dst) != 0)
       st = GP_ERR(GP_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-    if (st != GP_OK)
-      remove(tmp);
-    else
-      st = sync_dir(dst);
+    if (st != GP_OK) remove(tmp);
+    gp_io_temp_release(tmp);
+    if (st == GP_OK) st = sync_dir(dst);
   }
   gp_strbuf_free(&h);
   return st;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,38 @@ gp_status gp_io_temp_name(const char *dst, char *out, size_t n) {
   int len = snprintf(out, n, "%s.tmp.%ld", dst, (long)getpid());
   if (len < 0 || (size_t)len >= n) return GP_ERR(GP_ERR_IO, "%s: path too long", dst);
   return GP_OK;
+}
+
+/* A slot is free (0), being filled or emptied (1), or holds a name (2). */
+static atomic_int temp_state[GP_IO_TEMP_SLOTS];
+static char temp_path[GP_IO_TEMP_SLOTS][PATH_MAX + 64];
+
+void gp_io_temp_claim(const char *tmp) {
+  if (strlen(tmp) >= sizeof temp_path[0]) return;
+  for (int i = 0; i < GP_IO_TEMP_SLOTS; i++) {
+    int free_slot = 0;
+    if (!atomic_compare_exchange_strong(&temp_state[i], &free_slot, 1)) continue;
+    strcpy(temp_path[i], tmp);
+    atomic_store(&temp_state[i], 2);
+    return;
+  }
+}
+
+void gp_io_temp_release(const char *tmp) {
+  for (int i = 0; i < GP_IO_TEMP_SLOTS; i++) {
+    int held = 2;
+    if (atomic_load(&temp_state[i]) != 2 || strcmp(temp_path[i], tmp) != 0 ||
+        !atomic_compare_exchange_strong(&temp_state[i], &held, 1))
+      continue;
+    temp_path[i][0] = 0;
+    atomic_store(&temp_state[i], 0);
+    return;
+  }
+}
+
+void gp_io_temp_remove_all(void) {
+  for (int i = 0; i < GP_IO_TEMP_SLOTS; i++)
+    if (atomic_load(&temp_state[i]) == 2) unlink(temp_path[i]);
 }
 
 gp_status gp_io_write_target(const char *path, char *out, size_t n) {

@@ -18,4 +18,14 @@ gp_status gp_io_write_target(const char *path, char *out, size_t n);
  * one temporary file, whose bytes the first rename would publish. */
 gp_status gp_io_temp_name(const char *dst, char *out, size_t n);
 
+/* The temporary files being written, so that a program stopped by a signal removes them.
+ * gp_io_temp_claim records a name just before the file is created, gp_io_temp_release forgets
+ * it once it was renamed or removed; both are thread-safe. gp_io_temp_remove_all unlinks the
+ * recorded ones and is async-signal-safe (a signal handler may call it). At most
+ * GP_IO_TEMP_SLOTS files are recorded at once; more are written unrecorded. */
+#define GP_IO_TEMP_SLOTS 8
+void gp_io_temp_claim(const char *tmp);
+void gp_io_temp_release(const char *tmp);
+void gp_io_temp_remove_all(void);
+
 #endif

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/io/target.h"
 #include "core/rng.h"
 #include "core/train/exec.h"
 #include "core/train/params.h"
@@ -200,19 +201,24 @@ static gp_status cache_write(const char *dir, uint64_t key, const char *unit, do
                              double bwd) {
   char path[4096], tmp[4200];
   cache_path(dir, key, path, sizeof path);
-  snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+  GP_TRY(gp_io_temp_name(path, tmp, sizeof tmp));
+  gp_io_temp_claim(tmp);
   FILE *f = fopen(tmp, "w");
-  if (!f)
-    return GP_ERR(GP_ERR_IO, "cannot write the cost cache file '%s': %s", tmp, strerror(errno));
-  int ok = fprintf(f, CACHE_HEADER "\nkey %016" PRIx64 "\nfwd %.17g\nbwd %.17g\nunit %s\n", key,
-                   fwd, bwd, unit) > 0;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    int err = errno;
-    remove(tmp);
-    return GP_ERR(GP_ERR_IO, "cannot write the cost cache file '%s': %s", path, strerror(err));
+  gp_status s = GP_OK;
+  if (!f) {
+    s = GP_ERR(GP_ERR_IO, "cannot write the cost cache file '%s': %s", tmp, strerror(errno));
+  } else {
+    int ok = fprintf(f, CACHE_HEADER "\nkey %016" PRIx64 "\nfwd %.17g\nbwd %.17g\nunit %s\n", key,
+                     fwd, bwd, unit) > 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+      int err = errno;
+      remove(tmp);
+      s = GP_ERR(GP_ERR_IO, "cannot write the cost cache file '%s': %s", path, strerror(err));
+    }
   }
-  return GP_OK;
+  gp_io_temp_release(tmp);
+  return s;
 }
 
 /* mkdir -p. */

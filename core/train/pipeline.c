@@ -1171,8 +1171,13 @@ gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
   char dst[4096], tmp[4200];
   GP_TRY(gp_io_write_target(path, dst, sizeof dst));
   GP_TRY(gp_io_temp_name(dst, tmp, sizeof tmp));
+  gp_io_temp_claim(tmp);
   FILE *f = fopen(tmp, "w");
-  if (!f) return GP_ERR(GP_ERR_IO, "%s: cannot write the trace: %s", path, strerror(errno));
+  if (!f) {
+    gp_status s = GP_ERR(GP_ERR_IO, "%s: cannot write the trace: %s", path, strerror(errno));
+    gp_io_temp_release(tmp);
+    return s;
+  }
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   const char *sep = "";
   for (int s = 0; s < pl->k; s++) {
@@ -1210,9 +1215,11 @@ gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
   int bad = ferror(f) | (fflush(f) != 0);
   bad |= fsync(fileno(f)) != 0;
   bad |= fclose(f) != 0;
+  gp_status s = GP_OK;
   if (bad || rename(tmp, dst) != 0) {
+    s = GP_ERR(GP_ERR_IO, "%s: writing the trace failed: %s", path, strerror(errno));
     remove(tmp);
-    return GP_ERR(GP_ERR_IO, "%s: writing the trace failed: %s", path, strerror(errno));
   }
-  return GP_OK;
+  gp_io_temp_release(tmp);
+  return s;
 }

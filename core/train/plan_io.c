@@ -126,6 +126,7 @@ gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p) {
     return GP_ERR(GP_ERR_NOMEM, "%s: out of memory formatting the plan", path);
   }
   gp_status st = GP_OK;
+  gp_io_temp_claim(tmp);
   FILE *fp = fopen(tmp, "wb");
   if (!fp) {
     st = GP_ERR(GP_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
@@ -136,11 +137,10 @@ gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p) {
       st = GP_ERR(GP_ERR_IO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
     if (st == GP_OK && rename(tmp, dst) != 0)
       st = GP_ERR(GP_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-    if (st != GP_OK)
-      remove(tmp);
-    else
-      st = sync_dir(dst);
+    if (st != GP_OK) remove(tmp);
   }
+  gp_io_temp_release(tmp);
+  if (st == GP_OK) st = sync_dir(dst);
   gp_strbuf_free(&b);
   return st;
 }

@@ -381,5 +381,14 @@ done
   --plot "$tmp/pipe.svg" 2>/dev/null | true
 [ -s "$tmp/pipe.csv" ] && [ -s "$tmp/pipe.svg" ] && ok || bad "stdout closed early: no --csv/--plot"
 
+# SIGTERM mid-sweep stops at once: exit 143, one line, no --csv (temporary or whole) left
+"$bench" "$srcdir/bench/models/balanced-cnn.yaml" --stages 1,2 --micro-batches 1,8 --steps 50 \
+  --csv "$tmp/term.csv" >/dev/null 2>"$tmp/term.err" &
+pid=$!
+for _ in $(seq 100); do grep -q "run 1/" "$tmp/term.err" && break; sleep 0.1; done
+kill -TERM $pid; wait $pid; rc=$?
+[ $rc = 143 ] && [ "$(tail -1 "$tmp/term.err")" = "gpipe-bench: SIGTERM received: stopped at once" ] &&
+  ! ls "$tmp" | grep -q "term.csv" && ok || bad "SIGTERM: exit $rc, $(tail -1 "$tmp/term.err")"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/io/safetensors.h"
+#include "core/io/target.h"
 #include "tests/check.h"
 
 static int failures, passes;
@@ -373,6 +374,42 @@ static void test_mutations(void) {
   free(raw);
 }
 
+/* The temporary files a signal handler removes: the recorded ones, until they are released;
+ * past the slots, names are not recorded (and nothing else is removed). */
+static void test_temp_registry(void) {
+  char a[600], b[600], extra[GP_IO_TEMP_SLOTS + 1][600];
+  snprintf(a, sizeof a, "%s/a.tmp.1", dir);
+  snprintf(b, sizeof b, "%s/b.tmp.1", dir);
+  FILE *f = fopen(a, "w");
+  CHECK(f && fclose(f) == 0, "create %s", a);
+  f = fopen(b, "w");
+  CHECK(f && fclose(f) == 0, "create %s", b);
+  gp_io_temp_claim(a);
+  gp_io_temp_claim(b);
+  gp_io_temp_release(b);
+  gp_io_temp_remove_all();
+  CHECK(access(a, F_OK) != 0, "a recorded temporary file was not removed");
+  CHECK(access(b, F_OK) == 0, "a released temporary file was removed");
+  gp_io_temp_release(a);
+  for (int i = 0; i <= GP_IO_TEMP_SLOTS; i++) {
+    snprintf(extra[i], sizeof extra[i], "%s/x%d.tmp.1", dir, i);
+    f = fopen(extra[i], "w");
+    CHECK(f && fclose(f) == 0, "create %s", extra[i]);
+    gp_io_temp_claim(extra[i]);
+  }
+  gp_io_temp_remove_all();
+  for (int i = 0; i <= GP_IO_TEMP_SLOTS; i++) {
+    CHECK((access(extra[i], F_OK) != 0) == (i < GP_IO_TEMP_SLOTS), "slot %d", i);
+    gp_io_temp_release(extra[i]);
+  }
+  CHECK(access(b, F_OK) == 0, "an unrecorded file was removed");
+  /* released slots are free again */
+  gp_io_temp_claim(b);
+  gp_io_temp_remove_all();
+  CHECK(access(b, F_OK) != 0, "a slot was not freed by its release");
+  gp_io_temp_release(b);
+}
+
 int main(int argc, char **argv) {
   const char *tmp = getenv("TMPDIR");
   snprintf(dir, sizeof dir, "%s/gp_st_XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -384,6 +421,7 @@ int main(int argc, char **argv) {
   if (argc > 1) test_fixture(argv[1]);
   test_malformed();
   test_mutations();
+  test_temp_registry();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

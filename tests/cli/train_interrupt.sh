@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# gpipe-train and signals: SIGTERM stops after the step under way with a checkpoint of it
+# (exit 143, one line saying where), and --resume from it trains on bit for bit as one run
+# would; a second signal stops at once and leaves no temporary file; a --log resumed from an
+# earlier checkpoint loses the lines the killed run logged past it.
+set -u
+train=$1; srcdir=$2
+tmp=$(mktemp -d); trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+mlp=$srcdir/models/fashion-mlp.yaml
+common=(--data synthetic --batch-size 16 --threads 2 --stages 2 --micro-batches 4
+        --set train.schedule.type=constant --set train.log_every=1 --eval-every 1000000)
+
+# waits (up to 60 s) until the log $1 holds $2 train events while process $3 runs
+wait_steps() {
+  for _ in $(seq 600); do
+    kill -0 "$3" 2>/dev/null || fail "the run ended before $2 steps: $(tail -3 "$tmp/err")"
+    [ "$(grep -c '"event": "train"' "$1" 2>/dev/null)" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  fail "no $2 steps in $1 after 60 s"
+}
+
+# 1. one SIGTERM: a checkpoint of the last whole step, the line, the log event, exit 143
+"$train" "$mlp" "${common[@]}" --steps 1000000 --checkpoint-dir "$tmp/ck" --log "$tmp/log.jsonl" \
+  >/dev/null 2>"$tmp/err" &
+pid=$!
+wait_steps "$tmp/log.jsonl" 5 $pid
+kill -TERM $pid
+wait $pid; rc=$?
+[ $rc = 143 ] || fail "SIGTERM: exit $rc, not 143: $(tail -3 "$tmp/err")"
+last=$(tail -1 "$tmp/err")
+[[ $last =~ ^gpipe-train:\ SIGTERM\ received:\ stopped\ after\ step\ ([0-9]+)\ of\ 1000000\;\ .*/ck/checkpoint.safetensors\ holds\ step\ ([0-9]+):\ --resume\ goes\ on$ ]] ||
+  fail "SIGTERM: the last line: $last"
+n=${BASH_REMATCH[1]}
+[ "${BASH_REMATCH[2]}" = "$n" ] || fail "SIGTERM: stopped at $n, checkpoint of ${BASH_REMATCH[2]}"
+python3 - "$tmp/log.jsonl" "$n" <<'PY' || fail "SIGTERM: the log"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+n = int(sys.argv[2])
+assert ev[-1] == dict(ev[-1], event="interrupted", step=n, signal="SIGTERM"), ev[-1]
+assert [e["step"] for e in ev if e["event"] == "train"] == list(range(1, n + 1))
+PY
+ls "$tmp/ck" | grep -q tmp && fail "SIGTERM: temporary files left: $(ls "$tmp/ck")"
+
+# 2. --resume from it for 3 more steps == one run of n + 3 steps, bit for bit
+"$train" "$mlp" "${common[@]}" --steps $((n + 3)) --checkpoint-dir "$tmp/ck" --resume \
+  --log "$tmp/log.jsonl" --save "$tmp/resumed.safetensors" >/dev/null 2>"$tmp/err" ||
+  fail "resuming: $(cat "$tmp/err")"
+"$train" "$mlp" "${common[@]}" --steps $((n + 3)) --save "$tmp/one.safetensors" >/dev/null \
+  2>"$tmp/err" || fail "one run: $(cat "$tmp/err")"
+cmp -s "$tmp/resumed.safetensors" "$tmp/one.safetensors" ||
+  fail "interrupted at $n and resumed: weights differ from one run"
+
+# 3. a log resumed from an earlier checkpoint: the lines past it are cut, not repeated
+cp "$tmp/ck/checkpoint.safetensors" "$tmp/early.safetensors" # step n + 3
+"$train" "$mlp" "${common[@]}" --steps $((n + 8)) --checkpoint-dir "$tmp/ck" --resume \
+  --log "$tmp/log.jsonl" >/dev/null 2>"$tmp/err" || fail "resuming to n + 8: $(cat "$tmp/err")"
+cp "$tmp/early.safetensors" "$tmp/ck/checkpoint.safetensors" # as if killed after n + 8
+printf '{"event": "train", "step": 9' >>"$tmp/log.jsonl"       # and mid-line
+"$train" "$mlp" "${common[@]}" --steps $((n + 10)) --checkpoint-dir "$tmp/ck" --resume \
+  --log "$tmp/log.jsonl" >/dev/null 2>"$tmp/err" || fail "resuming to n + 10: $(cat "$tmp/err")"
+grep -q "^log: cut 7 lines logged after step $((n + 3)) (the checkpoint's) from" "$tmp/err" ||
+  fail "no note of the cut lines: $(cat "$tmp/err")"
+python3 - "$tmp/log.jsonl" "$n" <<'PY' || fail "the resumed log"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+n = int(sys.argv[2])
+steps = [e["step"] for e in ev if e["event"] == "train"]
+assert steps == list(range(1, n + 11)), steps
+PY
+
+# 4. a second signal stops at once, mid-step or mid-write: exit 143, no temporary file left
+"$train" "$mlp" "${common[@]}" --steps 1000000 --checkpoint-dir "$tmp/ck2" --checkpoint-every 1 \
+  --log "$tmp/log2.jsonl" >/dev/null 2>"$tmp/err" &
+pid=$!
+wait_steps "$tmp/log2.jsonl" 3 $pid
+kill -TERM $pid; kill -TERM $pid
+wait $pid; rc=$?
+[ $rc = 143 ] || fail "two SIGTERMs: exit $rc: $(tail -3 "$tmp/err")"
+tail -1 "$tmp/err" | grep -q "^gpipe-train: SIGTERM received: stop" ||
+  fail "two SIGTERMs: the last line: $(tail -1 "$tmp/err")"
+ls "$tmp/ck2" | grep -q tmp && fail "two SIGTERMs: temporary files left: $(ls "$tmp/ck2")"
+echo "ok: stopped after step $n"
