@@ -138,6 +138,23 @@ static int32_t model_vocab(const gp_model *m) {
   return (int32_t)out->out_shape.d[out->out_shape.ndim - 1];
 }
 
+/* Where the vocabulary holds SentencePiece's control pieces, the data section's ids must be
+ * theirs: ids made with SentencePiece's defaults (unk 0, bos 1, eos 2) read with the defaults
+ * here (bos 2, eos 3) would append a word as EOS and decode until the model writes it. */
+static gp_status check_special_ids(const char *path, const gp_seqdata *d) {
+  const lines *pieces = &d->pieces;
+  const char *piece[3] = {"<pad>", "<s>", "</s>"}, *key[3] = {"pad_id", "bos_id", "eos_id"};
+  const int32_t id[3] = {d->pad, d->bos, d->eos};
+  for (int k = 0; k < 3; k++)
+    for (int64_t i = 0; i < pieces->n; i++)
+      if (i != id[k] && !strcmp(pieces->line[i], piece[k]))
+        return GP_ERR(GP_ERR_DATA,
+                      "%s:%lld: the piece %s is id %lld, but data.%s is %d (set data.%s: %lld)",
+                      path, (long long)i + 1, piece[k], (long long)i, key[k], (int)id[k], key[k],
+                      (long long)i);
+  return GP_OK;
+}
+
 static gp_status read_corpora(gp_seqdata *d) {
   const gp_data_spec *ds = &d->m->data;
   char path[1100], src[1100];
@@ -149,6 +166,7 @@ static gp_status read_corpora(gp_seqdata *d) {
                   (long long)d->pieces.n, model_vocab(d->m));
   for (int64_t i = 0; i < d->pieces.n; i++) /* "piece<TAB>score": keep the piece */
     d->pieces.line[i][strcspn(d->pieces.line[i], "\t")] = 0;
+  GP_TRY(check_special_ids(path, d));
   d->vocab = (int32_t)d->pieces.n;
   gp_tokens_opts o;
   gp_tokens_opts_default(&o);

@@ -154,6 +154,12 @@ expect "spm.vocab: holds no pieces" "$srcdir/models/transformer-nmt.yaml" "${sma
 "$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1 >/dev/null 2>&1
 [ $? = 1 ] || fail "an empty vocabulary is a data error (exit 1)"
 mv "$tmp/spm.vocab" "$d/spm.vocab"
+# special ids that are not the vocabulary's control pieces (SentencePiece's defaults, bos 1 and
+# eos 2, read with this corpus's): refused (a word was appended as EOS, silently)
+expect "spm.vocab:3: the piece <s> is id 2, but data.bos_id is 3 (set data.bos_id: 2)" \
+  "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --set data.bos_id=3 --set data.eos_id=2 --steps 1
+expect "spm.vocab:4: the piece </s> is id 3, but data.eos_id is 5 (set data.eos_id: 3)" \
+  "$srcdir/models/transformer-lm.yaml" "${lm[@]}" --set data.eos_id=5 --steps 1
 mv "$d/valid.es" "$tmp/valid.es"; mkdir "$d/valid.es"
 expect "valid.es: not a regular file" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1
 rmdir "$d/valid.es"; mv "$tmp/valid.es" "$d/valid.es"
