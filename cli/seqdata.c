@@ -353,11 +353,25 @@ static gp_status score_split(gp_seqdata *d, gp_trainer *t, int which, gp_seq_eva
   return GP_OK;
 }
 
-/* ids -> text: pieces joined by spaces, then decoded as spm_decode does. */
+#define SPACE_PIECE "\xe2\x96\x81" /* U+2581, a space in a piece */
+
+/* The piece to decode for an id. <unk> (SentencePiece's unk_piece) becomes spm_decode's
+ * surface " \u2047 " as pieces: U+2581 U+2047 U+2581, with one more U+2581 in front for the
+ * first piece, whose leading U+2581 the decoder drops (spm_decode keeps that space). An id
+ * outside the vocabulary decodes to nothing. */
+static const char *piece_of(const gp_seqdata *d, int32_t id, int first) {
+  if (id < 0 || id >= d->vocab) return "";
+  if (strcmp(d->pieces.line[id], "<unk>")) return d->pieces.line[id];
+  return first ? SPACE_PIECE SPACE_PIECE "\xe2\x81\x87" SPACE_PIECE
+               : SPACE_PIECE "\xe2\x81\x87" SPACE_PIECE;
+}
+
+/* ids -> text: pieces joined by spaces (padding and BOS left out), then decoded as
+ * spm_decode does. */
 static gp_status detok(const gp_seqdata *d, const int32_t *ids, int64_t n, char **out) {
   size_t len = 1;
-  for (int64_t i = 0; i < n; i++)
-    len += (ids[i] >= 0 && ids[i] < d->vocab ? strlen(d->pieces.line[ids[i]]) : 8) + 1;
+  for (int64_t i = 0, np = 0; i < n; i++)
+    if (ids[i] != d->pad && ids[i] != d->bos) len += strlen(piece_of(d, ids[i], np++ == 0)) + 1;
   char *p = malloc(len), *q = malloc(len);
   if (!p || !q) {
     free(p);
@@ -365,11 +379,9 @@ static gp_status detok(const gp_seqdata *d, const int32_t *ids, int64_t n, char 
     return GP_ERR(GP_ERR_NOMEM, "out of memory decoding");
   }
   size_t k = 0;
-  for (int64_t i = 0; i < n; i++) {
-    const char *piece = ids[i] == 1 ? "\xe2\x81\x87" /* <unk>: spm's U+2047 */
-                        : ids[i] >= 0 && ids[i] < d->vocab ? d->pieces.line[ids[i]]
-                                                           : "";
+  for (int64_t i = 0, np = 0; i < n; i++) {
     if (ids[i] == d->pad || ids[i] == d->bos) continue;
+    const char *piece = piece_of(d, ids[i], np++ == 0);
     if (k) p[k++] = ' ';
     size_t pl = strlen(piece);
     memcpy(p + k, piece, pl);
