@@ -2,6 +2,7 @@
 #include "cli/progress.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,13 @@ static gp_status log_flush(const gp_progress *p) {
                 strerror(errno ? errno : EIO));
 }
 
+/* A number for the log: JSON has no NaN or infinity, so those are null. */
+static const char *jnum(char buf[32], double v) {
+  if (!isfinite(v)) return "null";
+  snprintf(buf, 32, "%.6g", v);
+  return buf;
+}
+
 static void clear_line(gp_progress *p) {
   if (p->line_open) {
     fprintf(stderr, "\r\033[K");
@@ -72,10 +80,12 @@ gp_status gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t 
   double per_step = step > 0 ? el / (double)step : 0;
   fmt_eta(per_step * (double)(total - step), eta, sizeof eta);
   if (p->log && print_line) {
+    char l[32], a[32], r[32];
     fprintf(p->log,
-            "{\"event\": \"train\", \"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, "
-            "\"accuracy\": %.6g, \"lr\": %.6g, \"samples_per_s\": %.1f, \"time_s\": %.3f}\n",
-            (long long)step, (long long)epoch + 1, loss, acc, lr, samples_per_s, el);
+            "{\"event\": \"train\", \"step\": %lld, \"epoch\": %lld, \"loss\": %s, "
+            "\"accuracy\": %s, \"lr\": %s, \"samples_per_s\": %.1f, \"time_s\": %.3f}\n",
+            (long long)step, (long long)epoch + 1, jnum(l, loss), jnum(a, acc), jnum(r, lr),
+            samples_per_s, el);
     GP_TRY(log_flush(p));
   }
   if (p->quiet) return GP_OK;
@@ -98,10 +108,12 @@ gp_status gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t 
 gp_status gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, double acc,
                            int64_t samples, double seconds) {
   if (p->log) {
+    char l[32], a[32];
     fprintf(p->log,
-            "{\"event\": \"eval\", \"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, "
-            "\"accuracy\": %.6g, \"samples\": %lld, \"time_s\": %.3f}\n",
-            (long long)step, (long long)epoch + 1, loss, acc, (long long)samples, gp_now() - p->t0);
+            "{\"event\": \"eval\", \"step\": %lld, \"epoch\": %lld, \"loss\": %s, "
+            "\"accuracy\": %s, \"samples\": %lld, \"time_s\": %.3f}\n",
+            (long long)step, (long long)epoch + 1, jnum(l, loss), jnum(a, acc), (long long)samples,
+            gp_now() - p->t0);
     GP_TRY(log_flush(p));
   }
   if (p->quiet) return GP_OK;
@@ -114,13 +126,16 @@ gp_status gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double l
 }
 
 gp_status gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, const char *split,
-                               double loss, double acc, double ppl, int64_t tokens, double bleu,
-                               int64_t sentences, double seconds) {
+                               double loss, double acc, double ppl, int64_t tokens,
+                               int64_t left_out, double bleu, int64_t sentences, double seconds) {
   if (p->log) {
+    char l[32], a[32], x[32];
     fprintf(p->log,
             "{\"event\": \"eval\", \"split\": \"%s\", \"step\": %lld, \"epoch\": %lld, "
-            "\"loss\": %.6g, \"accuracy\": %.6g, \"perplexity\": %.6g, \"tokens\": %lld",
-            split, (long long)step, (long long)epoch + 1, loss, acc, ppl, (long long)tokens);
+            "\"loss\": %s, \"accuracy\": %s, \"perplexity\": %s, \"tokens\": %lld, "
+            "\"left_out\": %lld",
+            split, (long long)step, (long long)epoch + 1, jnum(l, loss), jnum(a, acc), jnum(x, ppl),
+            (long long)tokens, (long long)left_out);
     if (bleu >= 0)
       fprintf(p->log, ", \"bleu\": %.4f, \"sentences\": %lld", bleu, (long long)sentences);
     fprintf(p->log, ", \"time_s\": %.3f}\n", gp_now() - p->t0);
@@ -131,7 +146,11 @@ gp_status gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, cons
   fprintf(stderr, "eval  step %lld  epoch %lld  %s loss %.4f  perplexity %.2f  token accuracy %.4f",
           (long long)step, (long long)epoch + 1, split, loss, ppl, acc);
   if (bleu >= 0) fprintf(stderr, "  BLEU %.2f", bleu);
-  fprintf(stderr, "  (%lld tokens, %.1f s)\n", (long long)tokens, seconds);
+  fprintf(stderr, "  (%lld tokens", (long long)tokens);
+  if (left_out)
+    fprintf(stderr, "; %lld pair%s longer than a row left out", (long long)left_out,
+            left_out == 1 ? "" : "s");
+  fprintf(stderr, ", %.1f s)\n", seconds);
   return GP_OK;
 }
 

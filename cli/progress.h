@@ -44,10 +44,11 @@ gp_status gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t 
 gp_status gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, double acc,
                            int64_t samples, double seconds);
 /* A sequence model's evaluation on a split: loss, next-token accuracy, perplexity over
- * tokens, and BLEU over sentences (bleu < 0: none decoded). */
+ * tokens (of the pairs that fit a row: left_out did not), and BLEU over sentences (bleu < 0:
+ * none decoded). */
 gp_status gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, const char *split,
-                               double loss, double acc, double ppl, int64_t tokens, double bleu,
-                               int64_t sentences, double seconds);
+                               double loss, double acc, double ppl, int64_t tokens,
+                               int64_t left_out, double bleu, int64_t sentences, double seconds);
 /* A run stopped by a signal (sig_name "SIGINT") after `step`: an "interrupted" event. */
 gp_status gp_progress_interrupted(gp_progress *p, int64_t step, const char *sig_name);
 /* Opens the --log of a run resumed at `step` for appending, first cutting off what the

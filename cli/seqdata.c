@@ -350,6 +350,9 @@ static gp_status score_split(gp_seqdata *d, gp_trainer *t, int which, gp_seq_eva
   out->accuracy = res.counted ? (double)res.correct / (double)res.counted : 0;
   out->perplexity = gp_perplexity(pr.nll_sum, pr.nll_count);
   out->tokens = pr.nll_count;
+  gp_seqfeed_stats st;
+  gp_seqfeed_stats_get(f, &st);
+  out->left_out = st.too_long;
   return GP_OK;
 }
 

@@ -39,6 +39,7 @@ typedef struct gp_seq_eval {
   double accuracy;     /* next-token accuracy */
   double perplexity;   /* exp of the plain negative log-likelihood per target token */
   int64_t tokens;      /* target tokens scored */
+  int64_t left_out;    /* pairs of the split not scored: a side does not fit a row */
   double bleu;         /* corpus BLEU of greedy translations; < 0 when none were decoded */
   int64_t sentences;   /* sentences decoded */
   char bleu_line[160]; /* sacreBLEU's verbose line */
@@ -46,8 +47,8 @@ typedef struct gp_seq_eval {
 } gp_seq_eval;
 
 /* Evaluates the eval split (final 0) or the test split (final 1): loss and perplexity over
- * every pair, and BLEU over data.bleu_samples sentences (every one when final). When
- * hyp_out is set, writes one detokenized translation a line there. */
+ * every pair that fits a row, and BLEU over data.bleu_samples sentences (every one when final).
+ * When hyp_out is set, writes one detokenized translation a line there. */
 gp_status gp_seqdata_evaluate(gp_seqdata *d, gp_trainer *t, int final, const char *hyp_out,
                               gp_seq_eval *out);
 

@@ -400,7 +400,7 @@ static gp_status evaluate_seq(run *r, gp_progress *pg, int64_t epoch, int final,
   ev->accuracy = se.accuracy;
   ev->targets = ev->samples = se.tokens;
   GP_TRY(gp_progress_eval_seq(pg, r->t.step, epoch, se.split, se.loss, se.accuracy, se.perplexity,
-                              se.tokens, se.bleu, se.sentences, gp_now() - t0));
+                              se.tokens, se.left_out, se.bleu, se.sentences, gp_now() - t0));
   GP_TRY(eval_finite(r, se.split, se.loss));
   if (se.bleu >= 0)
     gp_progress_note(pg, "  %s: %s (%lld sentences, greedy, %.1f s)", se.split, se.bleu_line,
@@ -408,6 +408,9 @@ static gp_status evaluate_seq(run *r, gp_progress *pg, int64_t epoch, int final,
   if (final) {
     printf("final: step %" PRId64 "  %s loss %.4f  perplexity %.2f  token accuracy %.4f", r->t.step,
            se.split, se.loss, se.perplexity, se.accuracy);
+    if (se.left_out)
+      printf("  (%lld pair%s longer than a row left out)", (long long)se.left_out,
+             se.left_out == 1 ? "" : "s");
     if (se.bleu >= 0) printf("  BLEU %.2f (%lld sentences)", se.bleu, (long long)se.sentences);
     printf("  (%.1f s)\n", gp_now() - pg->t0);
   }

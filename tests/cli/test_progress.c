@@ -28,11 +28,35 @@ static void check_log_full(void) {
   s = gp_progress_eval(&p, 1, 0, 2.3, 0.1, 64, 0.1);
   CHECK(s == GP_ERR_IO, "eval: %d", (int)s);
   clearerr(full);
-  s = gp_progress_eval_seq(&p, 1, 0, "valid", 2.3, 0.1, 9.9, 64, 10, 4, 0.1);
+  s = gp_progress_eval_seq(&p, 1, 0, "valid", 2.3, 0.1, 9.9, 64, 0, 10, 4, 0.1);
   CHECK(s == GP_ERR_IO, "eval_seq: %d", (int)s);
   s = gp_progress_step(&p, 2, 10, 0, 2.3, 0.1, 1e-3, 100, 0); /* not logged: nothing written */
   CHECK(s == GP_OK, "an unlogged step: %d", (int)s);
   fclose(full);
+}
+
+/* A NaN or infinite number is null in the log (JSON has neither; `nan` broke its readers),
+ * and a sequence evaluation says how many pairs it left out. */
+static void check_log_nonfinite(void) {
+  FILE *f = tmpfile();
+  if (!f) return;
+  gp_progress p;
+  gp_progress_init(&p, 1, f, "tmp");
+  CHECK(gp_progress_step(&p, 1, 10, 0, NAN, 0.5, INFINITY, 100, 1) == GP_OK, "step");
+  CHECK(gp_progress_eval(&p, 1, 0, -INFINITY, NAN, 64, 0.1) == GP_OK, "eval");
+  CHECK(gp_progress_eval_seq(&p, 1, 0, "valid", NAN, 0.1, INFINITY, 64, 3, -1, 0, 0.1) == GP_OK,
+        "eval_seq");
+  char text[2048] = "";
+  rewind(f);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  CHECK(!strstr(text, "nan") && !strstr(text, "inf"), "non-finite numbers in the log: %s", text);
+  CHECK(strstr(text, "\"loss\": null, \"accuracy\": 0.5, \"lr\": null") != NULL, "train: %s", text);
+  CHECK(strstr(text, "\"loss\": null, \"accuracy\": null, \"samples\": 64") != NULL, "eval: %s",
+        text);
+  CHECK(strstr(text, "\"perplexity\": null, \"tokens\": 64, \"left_out\": 3") != NULL,
+        "eval_seq: %s", text);
 }
 
 int main(void) {
@@ -58,6 +82,7 @@ int main(void) {
   double g = gp_rate_add(&r, 8, 5.0);
   CHECK(g == 0 && !isnan(g), "zero time: %g", g);
   check_log_full();
+  check_log_nonfinite();
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }
