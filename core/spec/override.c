@@ -106,7 +106,10 @@ static gp_status set_in_map(const ovctx *o, const gp_ynode *map, int i, gp_ynode
     if (!strcmp(map->pairs[j].key, o->comp[i])) at = j;
   int last = i == o->n - 1;
   gp_ynode *val = NULL;
-  if (at >= 0) {
+  /* a section written empty ("train:" or "train: ~") is absent to the loader: create it */
+  const gp_ynode *absent = at >= 0 ? map->pairs[at].val : NULL;
+  if (!absent || last || !gp_sp_is_null(absent) || !is_creatable(where, o->comp[i])) absent = NULL;
+  if (at >= 0 && !absent) {
     if (last)
       GP_TRY(leaf(o, map->pairs[at].val, i, 0, 0, &val));
     else
@@ -116,8 +119,8 @@ static gp_status set_in_map(const ovctx *o, const gp_ynode *map, int i, gp_ynode
   } else if (is_creatable(where, o->comp[i])) {
     gp_ynode empty = {0};
     empty.kind = GP_Y_MAP;
-    empty.line = map->line;
-    empty.col = map->col;
+    empty.line = absent ? absent->line : map->line;
+    empty.col = absent ? absent->col : map->col;
     empty.size = 1;
     GP_TRY(set_at(o, &empty, i + 1, &val));
   } else {

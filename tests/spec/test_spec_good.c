@@ -431,6 +431,25 @@ static void test_overrides(void) {
   CHECK_OUT(m, "3.0", "[3]");
   CHECK(m->train.batch_size == 12, "the last --set wins: %lld", (long long)m->train.batch_size);
   gp_model_free(m);
+
+  /* a section written empty is absent to the loader, and --set creates it as for a missing one */
+  static const char *const empty = "inputs: {x: [4], label: {shape: [], dtype: i32}}\n"
+                                   "layers: [{type: linear, out_features: 3}]\n"
+                                   "loss: softmax_cross_entropy\n"
+                                   "train:\n"
+                                   "pipeline: ~\n"
+                                   "data: {normalize: null}\n";
+  gp_override nul[] = {{"train.optimizer.lr", "0.25"},
+                       {"pipeline.micro_batches", "2"},
+                       {"data.normalize.mean", "0.5"},
+                       {"data.normalize.std", "0.25"}};
+  m = gp_t_load("overrides of empty sections", empty, nul, 4);
+  if (!m) return;
+  CHECK(m->train.lr == 0.25, "train: (empty): lr %g", m->train.lr);
+  CHECK(m->pipeline.micro_batches == 2, "pipeline: ~: micro_batches %d", m->pipeline.micro_batches);
+  CHECK(m->data.n_norm == 1 && m->data.std[0] == 0.25f, "normalize: null: %d values",
+        m->data.n_norm);
+  gp_model_free(m);
 }
 
 int main(int argc, char **argv) {
