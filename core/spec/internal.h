@@ -80,10 +80,13 @@ typedef struct gp_sp_env {
 
 typedef struct gp_sp_block gp_sp_block;
 
-/* Where a --set put its value: an error reported there names the override. */
+/* Where a --set put its value: an error reported there names the override. A value under a
+ * key the --set added takes its mapping's place, where other errors are reported too, so those
+ * name the override only when they name the key. */
 typedef struct gp_sp_set {
   int line, col;
   const gp_override *ov;
+  const char *added_key; /* NULL: the value replaced one written in the file */
 } gp_sp_set;
 
 typedef struct gp_sp_ctx {

@@ -1,5 +1,6 @@
 /* gp_model_load: reads a model file, applies --set overrides to its tree, then builds and
  * checks the graph (expand.c) and the sections (sections.c). */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,17 @@ static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
   return gp_sp_sections(c, root, m);
 }
 
+/* Whether text has word as a whole word ("steps", not "warmup_steps"). */
+static int has_word(const char *text, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = text; (p = strstr(p, word)); p++) {
+    int before = p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+    int after = isalnum((unsigned char)p[n]) || p[n] == '_';
+    if (!before && !after) return 1;
+  }
+  return 0;
+}
+
 /* An error at the place where a --set put its value ("file:line:col: ..." from the spec
  * or from a layer's settings) says so: the file holds another value there. */
 static gp_status name_the_set(const gp_sp_ctx *c, gp_status s) {
@@ -62,10 +74,12 @@ static gp_status name_the_set(const gp_sp_ctx *c, gp_status s) {
   int line, col, used = 0;
   if (strncmp(m, c->file, nf) || sscanf(m + nf, ":%d:%d:%n", &line, &col, &used) != 2 || !used)
     return s;
-  for (int i = c->n_sets - 1; i >= 0; i--) /* the last --set there is the one in the tree */
-    if (c->sets[i].line == line && c->sets[i].col == col)
-      return gp_sp_err_append(s, " (set by --set %s=%s)", c->sets[i].ov->path,
-                              c->sets[i].ov->value);
+  for (int i = c->n_sets - 1; i >= 0; i--) { /* the last --set there is the one in the tree */
+    const gp_sp_set *set = &c->sets[i];
+    if (set->line != line || set->col != col) continue;
+    if (set->added_key && !has_word(m + nf + used, set->added_key)) continue;
+    return gp_sp_err_append(s, " (set by --set %s=%s)", set->ov->path, set->ov->value);
+  }
   return s;
 }
 

@@ -93,7 +93,8 @@ static gp_status leaf(const ovctx *o, const gp_ynode *old, int i, int line, int 
   n->size = 1;
   n->line = old ? old->line : line;
   n->col = old ? old->col : col;
-  if (o->c->sets) o->c->sets[o->c->n_sets++] = (gp_sp_set){n->line, n->col, o->ov};
+  if (o->c->sets)
+    o->c->sets[o->c->n_sets++] = (gp_sp_set){n->line, n->col, o->ov, old ? NULL : o->comp[i]};
   *out = n;
   return GP_OK;
 }

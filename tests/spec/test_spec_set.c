@@ -93,6 +93,18 @@ int main(void) {
   if (strstr(gp_error_message(), "--set"))
     gp_t_fail(__FILE__, __LINE__, "an error away from the --set", "names a --set: %s",
               gp_error_message());
+  /* a key a --set adds takes its mapping's place, where the file's own errors are reported too
+   * (a missing or misspelt key): those name no --set */
+  static const char *const no_inputs = "inptus: {x: [4], label: {shape: [], dtype: i32}}\n"
+                                       "layers: [{type: linear, out_features: 3}]\n"
+                                       "loss: {type: softmax_cross_entropy}\n";
+  static const char *const misspelt[] = {"t.yaml:1:1: unknown key 'inptus' at the top level"};
+  gp_override added[] = {{"pipeline.stages", "1"}, {"train.steps", "5"}};
+  gp_t_load_fails("an error at the place of an added key", no_inputs, added, 2, GP_ERR_SPEC,
+                  misspelt, 1);
+  if (strstr(gp_error_message(), "--set"))
+    gp_t_fail(__FILE__, __LINE__, "an error at the place of an added key", "names a --set: %s",
+              gp_error_message());
   /* NULL parts are refused, not dereferenced */
   gp_override null_ov = {NULL, "1"};
   static const char *const parts[] = {"--set: expected KEY.PATH=VALUE"};
