@@ -421,7 +421,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   if (s == GP_OK && stages > m->n_units)
     s = gp_cfg_error(cfg, "stages", "stages: %lld stages but the model has only %d unit%s",
                      (long long)stages, m->n_units, m->n_units == 1 ? "" : "s");
-  if (s == GP_OK) s = gp_cfg_int(cfg, "micro_batches", 1, 1, INT32_MAX, &micro);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "micro_batches", 1, 1, GP_MAX_MICRO_BATCHES, &micro);
   if (s == GP_OK && micro > m->train.batch_size)
     s = gp_cfg_error(cfg, "micro_batches",
                      "micro_batches: %lld is more than batch_size %lld (a micro-batch has at "

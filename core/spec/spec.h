@@ -13,6 +13,8 @@
 /* A batch beyond this is a typo; it also keeps byte products far from overflow. */
 #define GP_MAX_BATCH ((int64_t)1 << 24)
 #define GP_SPEC_NAME 64
+/* Micro-batches per mini-batch, as the flags (--micro-batches) and plan files allow. */
+#define GP_MAX_MICRO_BATCHES 4096
 
 /* Limits of expansion: a model file beyond them is refused with an error. */
 #define GP_SPEC_MAX_NODES 100000                /* layers after block and repeat expansion */

@@ -21,7 +21,6 @@
 /* A plan lists every unit name; a model has at most GP_SPEC_MAX_NODES units of names well
  * under 100 bytes, so anything larger is not a plan. */
 #define GP_PLAN_MAX_BYTES ((size_t)16 << 20)
-#define GP_PLAN_MAX_MICRO 4096
 
 /* ---- writing --------------------------------------------------------------------------- */
 
@@ -266,7 +265,7 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
               k, m->name, m->n_units);
   out->micro = ps->micro_batches;
   if (val[K_MICRO])
-    GP_TRY(get_int(r, val[K_MICRO], "micro_batches", 1, GP_PLAN_MAX_MICRO, &out->micro));
+    GP_TRY(get_int(r, val[K_MICRO], "micro_batches", 1, GP_MAX_MICRO_BATCHES, &out->micro));
   int choice = (int)ps->schedule;
   if (val[K_SCHEDULE])
     GP_TRY(get_choice(r, val[K_SCHEDULE], "schedule", gp_schedule_names(), &choice));

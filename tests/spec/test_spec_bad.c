@@ -190,6 +190,10 @@ static const bad cases[] = {
      H LIN LOSS "train: {batch_size: 4}\npipeline: {micro_batches: 8}\n",
      GP_ERR_SPEC,
      {"t.yaml:5:27: ", "micro_batches: 8 is more than batch_size 4"}},
+    {"micro_batches above the flags' limit", /* gpipe-partition blamed --micro-batches */
+     H LIN LOSS "train: {batch_size: 8192}\npipeline: {micro_batches: 4097}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:5:27: ", "micro_batches: 4097 is out of range [1, 4096]"}},
     {"more stages than units",
      H LIN LOSS "pipeline: {stages: 2}\n",
      GP_ERR_SPEC,
