@@ -244,6 +244,7 @@ static gp_status bind_params(gp_sp_ctx *c, const gp_sp_block *b, const gp_ynode 
   const gp_ynode *ps = b->params;
   int n = ps ? ps->n : 0;
   env->block = b->name;
+  env->params = ps;
   if (e->n > GP_SP_MAX_KEYS)
     return gp_sp_err(c, e->line, e->col, "%d keys in one block entry; at most %d are read", e->n,
                      GP_SP_MAX_KEYS);

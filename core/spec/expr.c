@@ -83,6 +83,16 @@ static gp_status unknown_param(gp_sp_ctx *c, const gp_ynode *at, const gp_sp_env
   if (!env || !env->block)
     return gp_sp_err(c, at->line, at->col,
                      "'$%s': parameters can only be used inside a block's layers", name);
+  /* while the defaults are bound, only the parameters before the one at hand are in env */
+  const gp_ypair *later = gp_sp_get(env->params, name);
+  if (later && later == &env->params->pairs[env->n])
+    return gp_sp_err(c, at->line, at->col,
+                     "the default of parameter '%s' of block '%s' uses itself", name, env->block);
+  if (later)
+    return gp_sp_err(c, at->line, at->col,
+                     "parameter '%s' of block '%s' comes later (line %d); a default can only use "
+                     "the parameters before it",
+                     name, env->block, later->line);
   const char *near = gp_nearest(name, env->names, env->n);
   if (near)
     return gp_sp_err(c, at->line, at->col, "block '%s' has no parameter '%s'; did you mean '%s'?",

@@ -75,7 +75,8 @@ typedef struct gp_sp_env {
   int n;
   const char **names;
   const gp_ynode **vals;
-  const char *block; /* for messages */
+  const char *block;      /* for messages */
+  const gp_ynode *params; /* the block's params: mapping (all of them), or NULL */
 } gp_sp_env;
 
 typedef struct gp_sp_block gp_sp_block;

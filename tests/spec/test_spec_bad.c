@@ -344,6 +344,18 @@ static const bad cases[] = {
        "layers:\n  - {block: b}\n" LOSS,
      GP_ERR_SPEC,
      {"t.yaml:7:5: ", "block 'b' needs parameter 'c'", "no default"}},
+    {"default using a later param", /* it said "block 'b' has no parameter 'c'" */
+     H "blocks:\n  b:\n    params: {a: '${c * 2}', c: 3}\n"
+       "    layers: [{type: linear, out_features: $a}]\n"
+       "layers:\n  - {block: b}\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:4:17: ", "parameter 'c' of block 'b' comes later (line 4)"}},
+    {"default using its own param",
+     H "blocks:\n  b:\n    params: {a: $a}\n"
+       "    layers: [{type: linear, out_features: $a}]\n"
+       "layers:\n  - {block: b}\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:4:17: ", "the default of parameter 'a' of block 'b' uses itself"}},
     {"unknown param",
      H "blocks: {b: {params: {c: 1}, layers: [{type: linear, out_features: $c}]}}\n"
        "layers: [{block: b, cc: 3}]\n" LOSS,
