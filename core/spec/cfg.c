@@ -180,10 +180,11 @@ int gp_cfg_has(gp_cfg *c, const char *key) {
   return lookup(c, key) != NULL;
 }
 
+/* Decimal, as shapes, repeat: and ${...} read numbers ("010" is 10, not octal 8). */
 static int parse_int(const char *s, int64_t *out) {
   char *end;
   errno = 0;
-  long long v = strtoll(s, &end, 0);
+  long long v = strtoll(s, &end, 10);
   if (errno || end == s || *end) return 0;
   *out = v;
   return 1;

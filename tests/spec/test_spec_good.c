@@ -238,6 +238,20 @@ static void test_expressions(void) {
     CHECK_OUT(m, "fc", cases[i].out);
     gp_model_free(m);
   }
+  /* integers are decimal wherever they are written: a shape, a setting, $p or ${p} */
+  gp_model *m = gp_t_load("a leading zero",
+                          "inputs: {x: [010], label: {shape: [], dtype: i32}}\n"
+                          "blocks: {b: {params: {c: 010}, layers: [{type: linear, out_features: "
+                          "$c, name: p}, {type: linear, out_features: '${c}', name: e}]}}\n"
+                          "layers: [{type: linear, out_features: 010, name: fc}, {block: b}]\n"
+                          "loss: softmax_cross_entropy\ntrain: {batch_size: 010}\n",
+                          NULL, 0);
+  if (!m) return;
+  CHECK_OUT(m, "fc", "[10]");
+  CHECK_OUT(m, "1.p", "[10]");
+  CHECK_OUT(m, "1.e", "[10]");
+  CHECK(m->train.batch_size == 10, "batch_size: 010 is %lld", (long long)m->train.batch_size);
+  gp_model_free(m);
 }
 
 static const char *const blocks_yaml =
