@@ -266,8 +266,8 @@ static gp_status prescan(gp_sp_ctx *c, const char *text, size_t len) {
 }
 
 gp_status gp_sp_tree_load(gp_sp_ctx *c, const char *text, size_t len, gp_ynode **root) {
-  if (len > GP_SP_MAX_FILE_BYTES)
-    return gp_sp_err(c, 1, 1, "the file has %zu bytes; a model file has at most %zu", len,
+  if (len > GP_SP_MAX_FILE_BYTES) /* the file's reader stops here: len is not its size */
+    return gp_sp_err(c, 1, 1, "the file has more than %zu bytes, the most a model file may have",
                      GP_SP_MAX_FILE_BYTES);
   if (memchr(text, 0, len)) {
     int line, col;

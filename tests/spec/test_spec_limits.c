@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tests/spec/spec_test.h"
 
@@ -204,6 +205,26 @@ static void dims(void) {
           p2, 2);
 }
 
+/* A file past the limit is read no further than needed, and its size is not guessed. */
+static void big_file(void) {
+  char path[] = "/tmp/gp_spec_big_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0, "mkstemp");
+  if (fd < 0) return;
+  CHECK(ftruncate(fd, (off_t)40 << 20) == 0, "ftruncate"); /* sparse: 40 MiB of NUL bytes */
+  close(fd);
+  gp_model *m = NULL;
+  clock_t t0 = clock();
+  gp_status s = gp_model_load(path, NULL, 0, &m);
+  double cpu = (double)(clock() - t0) / CLOCKS_PER_SEC;
+  const char *msg = gp_error_message();
+  CHECK(s == GP_ERR_SPEC && !m, "a 40 MiB file: %s %s", gp_status_name(s), msg);
+  CHECK(strstr(msg, ":1:1: the file has more than 16777216 bytes"), "a 40 MiB file: %s", msg);
+  CHECK(cpu < MAX_CPU_S, "a 40 MiB file: took %.2f s of CPU to refuse", cpu);
+  gp_model_free(m);
+  remove(path);
+}
+
 int main(void) {
   billion_laughs();
   merge_chain();
@@ -213,5 +234,6 @@ int main(void) {
   many_nodes();
   many_keys();
   dims();
+  big_file();
   return gp_t_finish("spec limits");
 }
