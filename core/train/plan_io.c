@@ -349,6 +349,21 @@ static gp_status read_text(const char *path, char **text, size_t *len) {
   return GP_OK;
 }
 
+/* A plan is one document: anything after a '---' would be ignored. */
+static gp_status no_second_document(const char *path, yaml_parser_t *p) {
+  yaml_document_t more;
+  if (!yaml_parser_load(p, &more))
+    return GP_ERR(GP_ERR_SPEC, "%s:%d:%d: YAML syntax error: %s", path,
+                  (int)p->problem_mark.line + 1, (int)p->problem_mark.column + 1,
+                  p->problem ? p->problem : "malformed YAML");
+  gp_status st = GP_OK;
+  if (yaml_document_get_root_node(&more))
+    st = GP_ERR(GP_ERR_SPEC, "%s:%d:%d: a second YAML document starts here; a plan is one", path,
+                (int)more.start_mark.line + 1, (int)more.start_mark.column + 1);
+  yaml_document_delete(&more);
+  return st;
+}
+
 gp_status gp_plan_read(const char *path, const gp_model *m, gp_plan *out) {
   if (!path || !m || !out) return GP_ERR(GP_ERR_USAGE, "plan: nothing to read");
   memset(out, 0, sizeof *out);
@@ -375,9 +390,10 @@ gp_status gp_plan_read(const char *path, const gp_model *m, gp_plan *out) {
   }
   yaml_node_t *root = yaml_document_get_root_node(&r.doc);
   yaml_node_t *val[K_N] = {0};
-  if (!root || root->type != YAML_MAPPING_NODE) {
+  if (root) st = no_second_document(path, &p);
+  if (st == GP_OK && (!root || root->type != YAML_MAPPING_NODE)) {
     st = at(&r, root, GP_ERR_SPEC, "a plan is a mapping with model:, stages: and balance:");
-  } else {
+  } else if (st == GP_OK) {
     for (yaml_node_pair_t *pr = root->data.mapping.pairs.start;
          st == GP_OK && pr < root->data.mapping.pairs.top; pr++) {
       yaml_node_t *kn = yaml_document_get_node(&r.doc, pr->key);

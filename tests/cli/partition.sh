@@ -125,6 +125,8 @@ if [ -s "$plan" ]; then
   refused "edited.yaml:[0-9]+:1: unknown key 'stagse'; did you mean 'stages'" \
     "$(sed 's/^stages:/stagse:/' "$plan")"
   refused "edited.yaml:[0-9]+:[0-9]+: YAML syntax error" "$(sed 's/^balance: \[/balance: [[/' "$plan")"
+  refused "edited.yaml:[0-9]+:1: a second YAML document starts here" \
+    "$(cat "$plan"; printf -- '---\nmodel: fashion-cnn\n')" # it was ignored
   refused "--partition and --stages both set the pipeline" "$(cat "$plan")" --stages 2
 fi
 
