@@ -17,6 +17,12 @@ static const struct {
     {"train", "optimizer"}, {"train", "schedule"}, {"data", "normalize"},
 };
 
+/* Mappings the file may write as just their type ("optimizer: adamw"): "--set
+ * train.optimizer.lr=0.01" turns the type into {type: adamw} first. */
+static const struct {
+  const char *parent, *key;
+} typed[] = {{"train", "optimizer"}, {"train", "schedule"}, {"", "loss"}};
+
 typedef struct ovctx {
   gp_sp_ctx *c;
   const gp_override *ov;
@@ -46,6 +52,12 @@ static void prefix_of(const ovctx *o, int i, char *buf, size_t n) {
 static int is_creatable(const char *parent, const char *key) {
   for (size_t i = 0; i < sizeof creatable / sizeof creatable[0]; i++)
     if (!strcmp(creatable[i].parent, parent) && !strcmp(creatable[i].key, key)) return 1;
+  return 0;
+}
+
+static int is_typed(const char *parent, const char *key) {
+  for (size_t i = 0; i < sizeof typed / sizeof typed[0]; i++)
+    if (!strcmp(typed[i].parent, parent) && !strcmp(typed[i].key, key)) return 1;
   return 0;
 }
 
@@ -110,11 +122,18 @@ static gp_status set_in_map(const ovctx *o, const gp_ynode *map, int i, gp_ynode
   /* a section written empty ("train:" or "train: ~") is absent to the loader: create it */
   const gp_ynode *absent = at >= 0 ? map->pairs[at].val : NULL;
   if (!absent || last || !gp_sp_is_null(absent) || !is_creatable(where, o->comp[i])) absent = NULL;
-  if (at >= 0 && !absent) {
+  const gp_ynode *old = at >= 0 ? map->pairs[at].val : NULL;
+  if (at >= 0 && !absent && !last && old->kind == GP_Y_SCALAR && is_typed(where, o->comp[i])) {
+    gp_ypair type = {"type", old->line, old->col, (gp_ynode *)old};
+    gp_ynode as_map = {.kind = GP_Y_MAP, .line = old->line, .col = old->col, .n = 1};
+    as_map.pairs = &type;
+    as_map.size = 2;
+    GP_TRY(set_at(o, &as_map, i + 1, &val)); /* copies the pair */
+  } else if (at >= 0 && !absent) {
     if (last)
-      GP_TRY(leaf(o, map->pairs[at].val, i, 0, 0, &val));
+      GP_TRY(leaf(o, old, i, 0, 0, &val));
     else
-      GP_TRY(set_at(o, map->pairs[at].val, i + 1, &val));
+      GP_TRY(set_at(o, old, i + 1, &val));
   } else if (last) {
     GP_TRY(leaf(o, NULL, i, map->line, map->col, &val));
   } else if (is_creatable(where, o->comp[i])) {

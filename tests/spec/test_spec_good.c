@@ -464,6 +464,24 @@ static void test_overrides(void) {
   CHECK(m->data.n_norm == 1 && m->data.std[0] == 0.25f, "normalize: null: %d values",
         m->data.n_norm);
   gp_model_free(m);
+
+  /* a mapping written as just its type takes keys as the mapping would */
+  static const char *const shorthand = "inputs: {x: [4], label: {shape: [], dtype: i32}}\n"
+                                       "layers: [{type: linear, out_features: 3}]\n"
+                                       "loss: softmax_cross_entropy\n"
+                                       "train: {optimizer: adamw, schedule: step}\n";
+  gp_override typed[] = {{"train.optimizer.lr", "0.25"},
+                         {"train.schedule.step_size", "3"},
+                         {"loss.label_smoothing", "0.5"}};
+  m = gp_t_load("overrides of a type written alone", shorthand, typed, 3);
+  if (!m) return;
+  CHECK(m->train.optimizer == GP_OPT_ADAMW && m->train.lr == 0.25, "optimizer: adamw: lr %g",
+        m->train.lr);
+  CHECK(m->train.schedule == GP_LR_STEP && m->train.step_size == 3,
+        "schedule: step: step_size %lld", (long long)m->train.step_size);
+  CHECK(!strcmp(m->nodes[m->n_nodes - 1].layer.type->name, "softmax_cross_entropy"),
+        "loss: softmax_cross_entropy: %s", m->nodes[m->n_nodes - 1].layer.type->name);
+  gp_model_free(m);
 }
 
 int main(int argc, char **argv) {

@@ -105,6 +105,14 @@ int main(void) {
   if (strstr(gp_error_message(), "--set"))
     gp_t_fail(__FILE__, __LINE__, "an error at the place of an added key", "names a --set: %s",
               gp_error_message());
+  /* a key set under a type written alone is read (and checked) as the mapping's would be */
+  static const char *const loss_type = "inputs: {x: [4], label: {shape: [], dtype: i32}}\n"
+                                       "layers: [{type: linear, out_features: 3}]\n"
+                                       "loss: softmax_cross_entropy\n";
+  gp_override smooth = {"loss.label_smoothing", "1"};
+  static const char *const below[] = {"t.yaml:3:7: label_smoothing: must be below 1",
+                                      "(set by --set loss.label_smoothing=1)"};
+  gp_t_load_fails("a key under 'loss: TYPE'", loss_type, &smooth, 1, GP_ERR_SPEC, below, 2);
   /* NULL parts are refused, not dereferenced */
   gp_override null_ov = {NULL, "1"};
   static const char *const parts[] = {"--set: expected KEY.PATH=VALUE"};
