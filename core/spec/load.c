@@ -26,6 +26,8 @@ static void name_from_file(const char *file, char *out, size_t n) {
   char *dot = strrchr(out, '.');
   if (dot && dot != out && (!strcmp(dot, ".yaml") || !strcmp(dot, ".yml"))) *dot = 0;
   if (!*out) snprintf(out, n, "model");
+  for (char *p = out; *p; p++) /* as name: allows none (a line break split the plan's lines) */
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '_';
 }
 
 static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {

@@ -182,6 +182,16 @@ static void test_defaults(void) {
           "step schedule");
     gp_model_free(m);
   }
+  /* the name from the file name follows name:'s rule: no control characters (a line break
+   * split the plan gpipe-partition -o wrote, which gpipe-train then refused) */
+  if (gp_model_load_string(MIN_HEAD "layers: [{type: linear, out_features: 3}]\n"
+                                    "loss: softmax_cross_entropy\n",
+                           "dir/a\nstages: 9.yaml", NULL, 0, &m) == GP_OK) {
+    CHECK(!strcmp(m->name, "a_stages: 9"), "name from 'a\\nstages: 9.yaml': '%s'", m->name);
+    gp_model_free(m);
+  } else {
+    CHECK(0, "a control character in the file name: %s", gp_error_message());
+  }
   m = gp_t_load("adamw settings",
                 MIN_HEAD
                 "layers: [{type: linear, out_features: 3}]\nloss: softmax_cross_entropy\n"
