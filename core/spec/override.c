@@ -174,8 +174,8 @@ static gp_status set_at(const ovctx *o, const gp_ynode *node, int i, gp_ynode **
     return usage(o, "'%s' is a list: expected an index 0 to %d, got '%s'", where, node->n - 1,
                  o->comp[i]);
   if (ix >= node->n)
-    return usage(o, "'%s' has %d entr%s (0 to %d); there is no entry %ld", where, node->n,
-                 node->n == 1 ? "y" : "ies", node->n - 1, ix);
+    return usage(o, "'%s' has %d entr%s (0 to %d); there is no entry %s", where, node->n,
+                 node->n == 1 ? "y" : "ies", node->n - 1, o->comp[i]); /* ix may have saturated */
   gp_ynode *val;
   if (i == o->n - 1)
     GP_TRY(leaf(o, node->items[ix], i, 0, 0, &val));

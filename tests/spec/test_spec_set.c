@@ -33,6 +33,10 @@ static const bad_set cases[] = {
      "2",
      GP_ERR_USAGE,
      {"--set layers.9.out_features=2: ", "'layers' has 1 entry (0 to 0); there is no entry 9"}},
+    {"layers.99999999999999999999.out_features", /* it said entry 9223372036854775807 */
+     "2",
+     GP_ERR_USAGE,
+     {"'layers' has 1 entry (0 to 0); there is no entry 99999999999999999999"}},
     {"layers.first.out_features",
      "2",
      GP_ERR_USAGE,
