@@ -192,6 +192,13 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *
   if (s == GP_OK) s = gp_cfg_int(cfg, "train_samples", 0, 0, INT64_MAX, &d->train_samples);
   if (s == GP_OK) s = gp_cfg_int(cfg, "image_size", 224, 8, 4096, &v);
   d->image_size = (int)v;
+  static const char *const imagenet_keys[] = {"train_shards", "test_shards", "classes",
+                                              "num_classes",  "image_size",  "train_samples"};
+  /* other datasets would ignore them */
+  size_t n_imagenet = ds == GP_DATA_IMAGENET ? 0 : sizeof imagenet_keys / sizeof *imagenet_keys;
+  for (size_t i = 0; s == GP_OK && i < n_imagenet; i++)
+    if (gp_cfg_has(cfg, imagenet_keys[i]))
+      s = gp_cfg_error(cfg, imagenet_keys[i], "%s: only imagenet data has it", imagenet_keys[i]);
   if (s == GP_OK) s = text_keys(cfg, ds, d);
   if (s == GP_OK) {
     gp_cfg_has(cfg, "normalize");

@@ -112,6 +112,10 @@ static const bad cases[] = {
      H LIN LOSS "data: {dataset: mnist, agument: true}\n",
      GP_ERR_SPEC,
      {"t.yaml:4:33: ", "unknown key 'agument' for data; did you mean 'augment'?"}},
+    {"imagenet key on other data", /* it was ignored */
+     H LIN LOSS "data: {dataset: cifar10, image_size: 64}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:4:38: ", "image_size: only imagenet data has it"}},
     {"unknown train key",
      H LIN LOSS "train:\n  batchsize: 3\n",
      GP_ERR_SPEC,
