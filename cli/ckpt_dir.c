@@ -1,5 +1,6 @@
 #include "cli/ckpt_dir.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -15,7 +16,28 @@ static void holder(int fd, char *who, size_t n) {
   who[strspn(who, "0123456789")] = 0;
 }
 
-gp_status gp_ckpt_dir_claim(const char *dir) {
+/* Removes dir/checkpoint.safetensors.tmp.DIGITS; returns how many. */
+static int remove_stale(const char *dir) {
+  static const char prefix[] = "checkpoint.safetensors.tmp.";
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    const char *pid = e->d_name + sizeof prefix - 1;
+    if (strncmp(e->d_name, prefix, sizeof prefix - 1) != 0 || !*pid ||
+        pid[strspn(pid, "0123456789")])
+      continue;
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    n += unlink(path) == 0;
+  }
+  closedir(d);
+  return n;
+}
+
+gp_status gp_ckpt_dir_claim(const char *dir, int *stale) {
+  *stale = 0;
   if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: cannot create it: %s", dir, strerror(errno));
   struct stat st;
@@ -45,5 +67,6 @@ gp_status gp_ckpt_dir_claim(const char *dir) {
     close(fd);
     return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: cannot write %s: %s", dir, path, strerror(err));
   }
+  *stale = remove_stale(dir);
   return GP_OK; /* fd stays open: the lock is held until the process exits */
 }

@@ -7,7 +7,9 @@
 #include "core/status.h"
 
 /* Makes dir if needed and holds an exclusive lock on dir/lock (flock, with this process's pid
- * written in it) until the process exits. */
-gp_status gp_ckpt_dir_claim(const char *dir);
+ * written in it) until the process exits. Then removes the temporary checkpoints
+ * (checkpoint.safetensors.tmp.PID) that runs killed while writing one left there: with the
+ * lock held no other run writes one. *stale: how many. */
+gp_status gp_ckpt_dir_claim(const char *dir, int *stale);
 
 #endif

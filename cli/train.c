@@ -250,6 +250,8 @@ static gp_status apply_plan_file(gp_model *m) {
   return GP_OK;
 }
 
+static int ckpt_stale; /* temporary checkpoints of killed runs removed from --checkpoint-dir */
+
 /* Applies the flags that stand for model-file settings. */
 static gp_status apply_flags(gp_model *m) {
   gp_train_spec *t = &m->train;
@@ -281,7 +283,7 @@ static gp_status apply_flags(gp_model *m) {
   if (flags[F_TRANSLATIONS].given) GP_TRY(gp_args_output_ok(&flags[F_TRANSLATIONS], 1));
   if (flags[F_RESUME].given && flags[F_LOAD].given)
     return GP_ERR(GP_ERR_USAGE, "--resume and --load both set the weights; use one");
-  if (flags[F_CKPT_DIR].given) GP_TRY(gp_ckpt_dir_claim(flags[F_CKPT_DIR].s));
+  if (flags[F_CKPT_DIR].given) GP_TRY(gp_ckpt_dir_claim(flags[F_CKPT_DIR].s, &ckpt_stale));
   return GP_OK;
 }
 
@@ -548,6 +550,9 @@ static gp_status train(run *r) {
                    blas, r->precision == GP_PREC_BF16 ? "bf16" : "fp32",
                    r->t.step ? ", resumed" : "");
   note_pipeline(&pg, &plan);
+  if (ckpt_stale)
+    gp_progress_note(&pg, "removed %d temporary checkpoint%s a killed run left in %s", ckpt_stale,
+                     ckpt_stale == 1 ? "" : "s", flags[F_CKPT_DIR].s);
   if (log_dropped)
     gp_progress_note(
         &pg, "log: cut %" PRId64 " line%s logged after step %" PRId64 " (the checkpoint's) from %s",

@@ -2,7 +2,8 @@
 # gpipe-train and signals: SIGTERM stops after the step under way with a checkpoint of it
 # (exit 143, one line saying where), and --resume from it trains on bit for bit as one run
 # would; a second signal stops at once and leaves no temporary file; a --log resumed from an
-# earlier checkpoint loses the lines the killed run logged past it.
+# earlier checkpoint loses the lines the killed run logged past it; a killed run's temporary
+# checkpoint is removed by the next run given the folder.
 set -u
 train=$1; srcdir=$2
 tmp=$(mktemp -d); trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -81,4 +82,16 @@ wait $pid; rc=$?
 tail -1 "$tmp/err" | grep -q "^gpipe-train: SIGTERM received: stop" ||
   fail "two SIGTERMs: the last line: $(tail -1 "$tmp/err")"
 ls "$tmp/ck2" | grep -q tmp && fail "two SIGTERMs: temporary files left: $(ls "$tmp/ck2")"
+# 5. a run killed while writing a checkpoint leaves CHECKPOINT.tmp.PID: the next run given the
+# folder (and holding its lock) removes it, and nothing else
+mkdir -p "$tmp/ck3"
+for f in checkpoint.safetensors.tmp.12345 checkpoint.safetensors.tmp.x notes.tmp.1; do
+  echo x >"$tmp/ck3/$f"
+done
+"$train" "$mlp" "${common[@]}" --steps 1 --checkpoint-dir "$tmp/ck3" >/dev/null 2>"$tmp/err" ||
+  fail "training with stale files: $(cat "$tmp/err")"
+grep -q "^removed 1 temporary checkpoint a killed run left in .*/ck3$" "$tmp/err" ||
+  fail "no note of the removed file: $(cat "$tmp/err")"
+[ "$(ls "$tmp/ck3" | tr '\n' ' ')" = "checkpoint.safetensors checkpoint.safetensors.tmp.x lock notes.tmp.1 " ] ||
+  fail "stale files: $(ls "$tmp/ck3")"
 echo "ok: stopped after step $n"
