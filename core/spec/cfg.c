@@ -1,6 +1,7 @@
 /* gp_cfg: located key/value settings with "did you mean" for unknown keys. */
 #include "core/spec/cfg.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -180,9 +181,11 @@ int gp_cfg_has(gp_cfg *c, const char *key) {
   return lookup(c, key) != NULL;
 }
 
-/* Decimal, as shapes, repeat: and ${...} read numbers ("010" is 10, not octal 8). */
+/* Decimal, as shapes, repeat: and ${...} read numbers ("010" is 10, not octal 8); digits and
+ * an optional '-' only, as the flags: strtoll alone would take a quoted " 8" or "+8". */
 static int parse_int(const char *s, int64_t *out) {
   char *end;
+  if (!isdigit((unsigned char)(*s == '-' ? s[1] : s[0]))) return 0;
   errno = 0;
   long long v = strtoll(s, &end, 10);
   if (errno || end == s || *end) return 0;
@@ -192,6 +195,7 @@ static int parse_int(const char *s, int64_t *out) {
 
 static int parse_float(const char *s, double *out) {
   char *end;
+  if (isspace((unsigned char)*s)) return 0; /* a quoted " 0.5": strtod skips the space */
   errno = 0;
   double v = strtod(s, &end);
   if (end == s || *end || !isfinite(v)) return 0;

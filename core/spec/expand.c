@@ -2,6 +2,7 @@
  * `repeat` makes copies, `from:` names tensors in the entry's scope (the model inputs and
  * top-level names, or a block's inputs and its entries' names), every layer is configured
  * and its shape inferred here, so a loaded model is a checked graph. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -360,7 +361,7 @@ static gp_status parse_repeat(gp_sp_ctx *c, const gp_ynode *e, int64_t *out) {
   GP_TRY(gp_sp_want(c, v, GP_Y_SCALAR, "repeat"));
   char *end;
   long long n = strtoll(v->s, &end, 10);
-  if (end == v->s || *end || n < 1)
+  if (end == v->s || *end || n < 1 || !isdigit((unsigned char)v->s[0]))
     return gp_sp_err(c, v->line, v->col, "repeat: expected a positive integer, got '%s'", v->s);
   if (n > GP_SPEC_MAX_REPEAT)
     return gp_sp_err(c, v->line, v->col, "repeat: %s is more than the limit of %d", v->s,

@@ -58,6 +58,7 @@ static void skip_ws(eval *e) {
 /* A number's text ("32", "0.5", "1e-3"): int if it reads fully as one, else float. */
 static int parse_num(const char *s, num *out) {
   char *end;
+  if (*s == '+' || isspace((unsigned char)*s)) return 0; /* as the settings read numbers */
   errno = 0;
   long long v = strtoll(s, &end, 10);
   if (!errno && end != s && !*end) {

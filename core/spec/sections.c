@@ -1,5 +1,6 @@
 /* The model's inputs and the data, train and pipeline sections: read through gp_cfg (so bad
  * values and unknown keys are located), defaults filled in, values checked. */
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@ static gp_status read_shape(gp_sp_ctx *c, const gp_ynode *n, const char *what, g
     long long v = strtoll(d->s, &end, 10);
     if (errno == ERANGE)
       return gp_sp_err(c, d->line, d->col, "%s: dimension %s is too large", what, d->s);
-    if (end == d->s || *end || v < 1)
+    if (end == d->s || *end || v < 1 || !isdigit((unsigned char)d->s[0]))
       return gp_sp_err(c, d->line, d->col, "%s: a dimension must be a positive integer, got '%s'",
                        what, d->s);
     out->d[i] = v;
