@@ -270,9 +270,17 @@ static gp_status apply_flags(gp_model *m) {
                   flags[F_DATA].s);
   GP_TRY(apply_pipeline_flags(&m->pipeline));
   if (flags[F_PARTITION].given) GP_TRY(apply_plan_file(m));
-  if (t->batch_size < m->pipeline.micro_batches)
-    return GP_ERR(GP_ERR_USAGE, "a batch of %" PRId64 " cannot be split into %d micro-batches",
-                  t->batch_size, m->pipeline.micro_batches);
+  if (t->batch_size < m->pipeline.micro_batches) {
+    /* either may come from a flag, the model file or (M) the plan: name where */
+    int plan = flags[F_PARTITION].given;
+    const char *mfrom = plan                   ? flags[F_PARTITION].s
+                        : flags[F_MICRO].given ? "--micro-batches"
+                                               : "pipeline.micro_batches";
+    return GP_ERR(GP_ERR_USAGE,
+                  "a batch of %" PRId64 " (%s) cannot be split into %d micro-batches (%s%s)",
+                  t->batch_size, flags[F_BATCH].given ? "--batch-size" : "train.batch_size",
+                  m->pipeline.micro_batches, plan ? "micro_batches in the plan " : "", mfrom);
+  }
   if (flags[F_RESUME].given && !flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
   if (flags[F_CKPT_EVERY].given && !flags[F_CKPT_DIR].given)

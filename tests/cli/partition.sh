@@ -128,6 +128,9 @@ if [ -s "$plan" ]; then
   refused "edited.yaml:[0-9]+:1: a second YAML document starts here" \
     "$(cat "$plan"; printf -- '---\nmodel: fashion-cnn\n')" # it was ignored
   refused "--partition and --stages both set the pipeline" "$(cat "$plan")" --stages 2
+  # the plan's M against the batch: the message said where neither number came from
+  refused "a batch of 2 \(--batch-size\) cannot be split into 4 micro-batches \(micro_batches in the plan .*edited.yaml\)" \
+    "$(cat "$plan")" --batch-size 2
 fi
 
 # ---- bad requests: one line, exit 2

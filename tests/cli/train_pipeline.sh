@@ -94,7 +94,8 @@ check() {
 check "cannot cut 7 units into 9 stages" --stages 9
 check "balance sums to 4 units, the model has 7" --stages 2 --balance 2,2
 check "unknown value 'gpipee'; did you mean 'gpipe'" --schedule gpipee
-check "batch of 4 cannot be split into 8 micro-batches" --batch-size 4 --micro-batches 8
+check "batch of 4 \\(--batch-size\\) cannot be split into 8 micro-batches \\(--micro-batches\\)" \
+  --batch-size 4 --micro-batches 8
 check "--balance: expected positive integers" --stages 2 --balance 3,x
 # the pipeline and training lines count in words: 1 stage, 1 micro-batch, 1 step
 for cfg in "1 2 stage micro-batches" "2 1 stages micro-batch"; do
