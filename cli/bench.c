@@ -257,8 +257,8 @@ static gp_status make_sweep(ctx *c) {
   int kbig = 1;
   for (int i = 0; i < w->nk; i++) {
     if (w->ks[i] > kmax)
-      return GP_ERR(GP_ERR_USAGE, "--stages %d: model %s has %d units, so K must be 1..%d",
-                    w->ks[i], m->name, m->n_units, kmax);
+      return GP_ERR(GP_ERR_USAGE, "--stages %d: model %s has %d unit%s, so K must be 1..%d",
+                    w->ks[i], m->name, m->n_units, m->n_units == 1 ? "" : "s", kmax);
     if (w->ks[i] > kbig) kbig = w->ks[i];
   }
   if (w->n_dev == 0) {
@@ -266,9 +266,9 @@ static gp_status make_sweep(ctx *c) {
     w->n_dev = 1;
   }
   if (w->n_dev != 1 && w->n_dev < kbig)
-    return GP_ERR(GP_ERR_USAGE, "%s%d devices for up to %d stages (give one, or one per stage)",
+    return GP_ERR(GP_ERR_USAGE, "%s%d devices for up to %d stage%s (give one, or one per stage)",
                   flags[F_DEVICES].given ? "--devices: " : "the model file's pipeline section: ",
-                  w->n_dev, kbig);
+                  w->n_dev, kbig, kbig == 1 ? "" : "s");
   return GP_OK;
 }
 
@@ -508,8 +508,8 @@ static gp_status open_data(ctx *c) {
       return GP_ERR(GP_ERR_SPEC, "%s: the model's input is %s but the data gives %s", m->file,
                     gp_shape_str(&xi->shape, a, sizeof a), gp_shape_str(&ds, d, sizeof d));
     if (gp_loader_classes(c->data) != classes)
-      return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " classes, the data has %" PRId64,
-                    m->file, classes, gp_loader_classes(c->data));
+      return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " class%s, the data has %" PRId64,
+                    m->file, classes, classes == 1 ? "" : "es", gp_loader_classes(c->data));
     if (gp_loader_samples(c->data) >= 0 && gp_loader_samples(c->data) < b) /* < 0: unknown */
       return GP_ERR(GP_ERR_DATA,
                     "the training set has %" PRId64 " samples, fewer than one batch of %" PRId64,

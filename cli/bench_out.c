@@ -125,8 +125,8 @@ static void write_threads_note(FILE *f, const gp_bench *b) {
   int most = 0; /* the most cores a CPU run's util is against */
   for (int i = 0; i < b->n_runs; i++)
     if (!b->runs[i].gpus_used && b->runs[i].cores_used > most) most = b->runs[i].cores_used;
-  fprintf(f, "note: %d threads on %d cores: oversubscribed, the threads take turns", b->threads,
-          b->cores);
+  fprintf(f, "note: %d threads on %d core%s: oversubscribed, the threads take turns", b->threads,
+          b->cores, b->cores == 1 ? "" : "s");
   if (most > b->cores)
     fprintf(f,
             "; util counts the sgemm peak of every core a run uses (up to %d) but only %d exist: "
@@ -168,13 +168,14 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
       f,
       "machine: %s, %d cores (%d for the stages), sgemm %.1f GFLOP/s per core (OpenBLAS %s%s%s)%s "
       "| model %s: "
-      "%d units, %.3fM parameters, %.3f MFLOP per sample | batch %" PRId64
-      ", %d timed steps (median) after %d warm-up, best of %d, %s data, %s%s%s\n",
+      "%d unit%s, %.3fM parameters, %.3f MFLOP per sample | batch %" PRId64
+      ", %d timed step%s (median) after %d warm-up, best of %d, %s data, %s%s%s\n",
       b->cpu_model, b->cores, b->threads, b->sgemm_per_core, gp_blas_kernels(),
       gp_blas_replaced() ? ", in place of its pick " : "",
       gp_blas_replaced() ? gp_blas_replaced() : "", gpu, b->model, b->units,
-      (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch, b->steps, b->warmup, b->reps,
-      b->data, b->precision, b->nondeterministic ? ", nondeterministic" : "", limit);
+      b->units == 1 ? "" : "s", (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch,
+      b->steps, b->steps == 1 ? "" : "s", b->warmup, b->reps, b->data, b->precision,
+      b->nondeterministic ? ", nondeterministic" : "", limit);
   for (int i = 0; i < rows; i++) {
     char line[NCOL * (CELL + 2)];
     size_t at = 0;

@@ -141,8 +141,8 @@ static gp_status per_stage(const char *flag, const char *text, int k, int is_siz
   int n;
   GP_TRY(split(flag, text, f, GP_MAX_DEVICES, &n));
   if (n != 1 && n != k)
-    return GP_ERR(GP_ERR_USAGE, "%s: %d values for %d stages (give one, or one per stage)", flag, n,
-                  k);
+    return GP_ERR(GP_ERR_USAGE, "%s: %d values for %d stage%s (give one, or one per stage)", flag,
+                  n, k, k == 1 ? "" : "s");
   for (int i = 0; i < n; i++) {
     char *end;
     double v = 0;
@@ -168,8 +168,8 @@ static gp_status make_request(const gp_model *m, request *q) {
   q->stages = flags[F_STAGES].given ? (int)flags[F_STAGES].i : ps->stages;
   int kmax = m->n_units < GP_MAX_DEVICES ? m->n_units : GP_MAX_DEVICES;
   if (q->stages < 1 || q->stages > kmax)
-    return GP_ERR(GP_ERR_USAGE, "--stages %d: model %s has %d units, so K must be 1..%d", q->stages,
-                  m->name, m->n_units, kmax);
+    return GP_ERR(GP_ERR_USAGE, "--stages %d: model %s has %d unit%s, so K must be 1..%d",
+                  q->stages, m->name, m->n_units, m->n_units == 1 ? "" : "s", kmax);
   q->micro = flags[F_MICRO].given ? (int)flags[F_MICRO].i : ps->micro_batches;
   if (q->micro > 4096) return GP_ERR(GP_ERR_USAGE, "--micro-batches: at most 4096");
   q->batch = flags[F_BATCH].given ? flags[F_BATCH].i : m->train.batch_size;
@@ -195,9 +195,9 @@ static gp_status make_request(const gp_model *m, request *q) {
       snprintf(q->devices[i], sizeof q->devices[i], "%s", ps->n_devices ? ps->devices[i] : "cpu");
   }
   if (q->n_devices != 1 && q->n_devices != q->stages)
-    return GP_ERR(GP_ERR_USAGE, "%s%d devices for %d stages (give one, or one per stage)",
+    return GP_ERR(GP_ERR_USAGE, "%s%d devices for %d stage%s (give one, or one per stage)",
                   flags[F_DEVICES].given ? "--devices: " : "the model file's pipeline section: ",
-                  q->n_devices, q->stages);
+                  q->n_devices, q->stages, q->stages == 1 ? "" : "s");
   for (int s = q->n_devices; s < q->stages; s++)
     memcpy(q->devices[s], q->devices[0], sizeof q->devices[0]);
   q->n_devices = q->stages;
@@ -274,10 +274,10 @@ static double total_time(const gp_partition *p) {
 
 static void print_table(const gp_model *m, const request *q, const gp_unit_costs *c,
                         const gp_partition *p) {
-  printf("model %s: %d units, %.3fM parameters; %d stage%s, %d micro-batch%s of %" PRId64
+  printf("model %s: %d unit%s, %.3fM parameters; %d stage%s, %d micro-batch%s of %" PRId64
          " (batch %" PRId64 "); %s schedule, re-materialization %s; balanced by %s\n\n",
-         m->name, m->n_units, (double)m->n_params / 1e6, q->stages, q->stages == 1 ? "" : "s",
-         q->micro, q->micro == 1 ? "" : "es", q->micro_batch, q->batch,
+         m->name, m->n_units, m->n_units == 1 ? "" : "s", (double)m->n_params / 1e6, q->stages,
+         q->stages == 1 ? "" : "s", q->micro, q->micro == 1 ? "" : "es", q->micro_batch, q->batch,
          gp_schedule_names()[q->schedule], gp_remat_names()[q->remat], by_titles[q->by]);
   char names[GP_MAX_DEVICES][160];
   int w = 5;

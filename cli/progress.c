@@ -146,7 +146,7 @@ gp_status gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, cons
   fprintf(stderr, "eval  step %lld  epoch %lld  %s loss %.4f  perplexity %.2f  token accuracy %.4f",
           (long long)step, (long long)epoch + 1, split, loss, ppl, acc);
   if (bleu >= 0) fprintf(stderr, "  BLEU %.2f", bleu);
-  fprintf(stderr, "  (%lld tokens", (long long)tokens);
+  fprintf(stderr, "  (%lld token%s", (long long)tokens, tokens == 1 ? "" : "s");
   if (left_out)
     fprintf(stderr, "; %lld pair%s longer than a row left out", (long long)left_out,
             left_out == 1 ? "" : "s");

@@ -336,8 +336,8 @@ static gp_status open_data(run *r) {
     return GP_ERR(GP_ERR_SPEC, "%s: the model's input is %s but the data gives %s", m->file,
                   gp_shape_str(&xi->shape, a, sizeof a), gp_shape_str(&ds, c, sizeof c));
   if (gp_loader_classes(r->train) != classes)
-    return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " classes, the data has %" PRId64,
-                  m->file, classes, gp_loader_classes(r->train));
+    return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " class%s, the data has %" PRId64,
+                  m->file, classes, classes == 1 ? "" : "es", gp_loader_classes(r->train));
   if (gp_loader_samples(r->train) >= 0 && gp_loader_samples(r->train) < b)
     return GP_ERR(GP_ERR_DATA,
                   "the training set has %" PRId64 " samples, fewer than one batch of %" PRId64,
@@ -413,15 +413,17 @@ static gp_status evaluate_seq(run *r, gp_progress *pg, int64_t epoch, int final,
                               se.tokens, se.left_out, se.bleu, se.sentences, gp_now() - t0));
   GP_TRY(eval_finite(r, se.split, se.loss));
   if (se.bleu >= 0)
-    gp_progress_note(pg, "  %s: %s (%lld sentences, greedy, %.1f s)", se.split, se.bleu_line,
-                     (long long)se.sentences, se.decode_s);
+    gp_progress_note(pg, "  %s: %s (%lld sentence%s, greedy, %.1f s)", se.split, se.bleu_line,
+                     (long long)se.sentences, se.sentences == 1 ? "" : "s", se.decode_s);
   if (final) {
     printf("final: step %" PRId64 "  %s loss %.4f  perplexity %.2f  token accuracy %.4f", r->t.step,
            se.split, se.loss, se.perplexity, se.accuracy);
     if (se.left_out)
       printf("  (%lld pair%s longer than a row left out)", (long long)se.left_out,
              se.left_out == 1 ? "" : "s");
-    if (se.bleu >= 0) printf("  BLEU %.2f (%lld sentences)", se.bleu, (long long)se.sentences);
+    if (se.bleu >= 0)
+      printf("  BLEU %.2f (%lld sentence%s)", se.bleu, (long long)se.sentences,
+             se.sentences == 1 ? "" : "s");
     printf("  (%.1f s)\n", gp_now() - pg->t0);
   }
   return GP_OK;
@@ -442,8 +444,8 @@ static void report_data(run *r, double wall) {
   if (r->sq) return;
   gp_loader_stats st;
   gp_loader_stats_get(r->train, &st);
-  printf("data: %d decode thread%s, waited %.2f s for %" PRId64 " batches (%.1f%% of %.1f s)\n",
-         st.workers, st.workers == 1 ? "" : "s", st.wait_s, st.batches,
+  printf("data: %d decode thread%s, waited %.2f s for %" PRId64 " batch%s (%.1f%% of %.1f s)\n",
+         st.workers, st.workers == 1 ? "" : "s", st.wait_s, st.batches, st.batches == 1 ? "" : "es",
          wall > 0 ? 100.0 * st.wait_s / wall : 0.0, wall);
   if (st.skipped > 0)
     fprintf(stderr, "gpipe-train: warning: skipped %" PRId64 " bad training sample%s (first: %s)\n",
@@ -480,10 +482,10 @@ static void note_pipeline(gp_progress *pg, const gp_plan *plan) {
   char bal[256];
   gp_plan_balance_str(plan, bal, sizeof bal);
   gp_progress_note(pg,
-                   "pipeline: %d stage%s of %s units, %d micro-batch%s, %s schedule, "
+                   "pipeline: %d stage%s of %s unit%s, %d micro-batch%s, %s schedule, "
                    "re-materialization %s",
-                   plan->stages, plan->stages == 1 ? "" : "s", bal, plan->micro,
-                   plan->micro == 1 ? "" : "es", gp_schedule_names()[plan->schedule],
+                   plan->stages, plan->stages == 1 ? "" : "s", bal, strcmp(bal, "1") ? "s" : "",
+                   plan->micro, plan->micro == 1 ? "" : "es", gp_schedule_names()[plan->schedule],
                    gp_remat_names()[plan->remat]);
 }
 
@@ -538,8 +540,9 @@ static gp_status train(run *r) {
 
   gp_progress pg;
   gp_progress_init(&pg, flags[F_QUIET].given, r->log, flags[F_LOG].s);
-  gp_progress_note(&pg, "model %s: %d units, %d layers, %.3fM parameters (%" PRId64 ")", m->name,
-                   m->n_units, m->n_nodes, (double)m->n_params / 1e6, m->n_params);
+  gp_progress_note(&pg, "model %s: %d unit%s, %d layer%s, %.3fM parameters (%" PRId64 ")", m->name,
+                   m->n_units, m->n_units == 1 ? "" : "s", m->n_nodes, m->n_nodes == 1 ? "" : "s",
+                   (double)m->n_params / 1e6, m->n_params);
   if (r->sq) {
     char desc[512];
     gp_seqdata_describe(r->sq, desc, sizeof desc);

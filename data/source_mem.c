@@ -82,8 +82,8 @@ static mem_source *mem_new(void) {
 static gp_status set_normalization(mem_source *m, const gp_data_spec *spec) {
   if (spec->n_norm < 0 || spec->n_norm > 4 || (spec->n_norm > 1 && spec->n_norm != m->channels))
     return GP_ERR(GP_ERR_SPEC,
-                  "data.normalize has %d values per statistic, %s images have %d channel(s)",
-                  spec->n_norm, m->base.name, m->channels);
+                  "data.normalize has %d values per statistic, %s images have %d channel%s",
+                  spec->n_norm, m->base.name, m->channels, m->channels == 1 ? "" : "s");
   for (int c = 0; c < m->channels && c < 4; c++) {
     float mean = 0.0f, std = 1.0f;
     if (spec->n_norm > 0) {

@@ -318,7 +318,8 @@ gp_status gp_cfg_ints(gp_cfg *c, const char *key, int n, const int64_t *dflt, in
     return GP_OK;
   }
   if (e->n != n)
-    return at_error(c, e->kline, e->kcol, "%s: expected %d values, got %d", key, n, e->n);
+    return at_error(c, e->kline, e->kcol, "%s: expected %d value%s, got %d", key, n,
+                    n == 1 ? "" : "s", e->n);
   for (int i = 0; i < n; i++)
     GP_TRY(int_item(c, e, i, key, min, max, &out[i]));
   return GP_OK;

@@ -400,9 +400,9 @@ static gp_status devices(gp_sp_ctx *c, const gp_ynode *sec, int64_t stages, gp_p
   }
   if (n != 1 && n != stages)
     return gp_sp_err(c, v->line, v->col,
-                     "devices: %d devices for %lld stages; give one device (shared by all stages) "
-                     "or one per stage",
-                     n, (long long)stages);
+                     "devices: %d devices for %lld stage%s; give one device (shared by all "
+                     "stages) or one per stage",
+                     n, (long long)stages, stages == 1 ? "" : "s");
   p->n_devices = n;
   return GP_OK;
 }
@@ -444,8 +444,8 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
       sum += bal[i];
     if (s == GP_OK && sum != m->n_units)
       s = gp_cfg_error(cfg, "balance",
-                       "balance: the stages hold %lld units in all, but the model has %d units",
-                       (long long)sum, m->n_units);
+                       "balance: the stages hold %lld unit%s in all, but the model has %d unit%s",
+                       (long long)sum, sum == 1 ? "" : "s", m->n_units, m->n_units == 1 ? "" : "s");
     p->n_balance = (int)stages;
     for (int i = 0; s == GP_OK && i < stages; i++)
       p->balance[i] = (int)bal[i];

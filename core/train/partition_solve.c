@@ -191,7 +191,8 @@ static gp_status check_req(const gp_unit_costs *c, const gp_partition_req *r) {
   if (!r) return GP_ERR(GP_ERR_USAGE, "partition: no request given");
   int top = c->n < GP_MAX_DEVICES ? c->n : GP_MAX_DEVICES;
   if (r->stages < 1 || r->stages > top)
-    return GP_ERR(GP_ERR_USAGE, "cannot cut %d units into %d stages (1..%d)", c->n, r->stages, top);
+    return GP_ERR(GP_ERR_USAGE, "cannot cut %d unit%s into %d stage%s (1..%d)", c->n,
+                  c->n == 1 ? "" : "s", r->stages, r->stages == 1 ? "" : "s", top);
   if (r->micro < 1)
     return GP_ERR(GP_ERR_USAGE, "micro-batches must be at least 1, got %d", r->micro);
   if (r->schedule != GP_SCHED_GPIPE && r->schedule != GP_SCHED_1F1B)

@@ -33,8 +33,8 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
   if (k < 1 || k > GP_MAX_DEVICES)
     return GP_ERR(GP_ERR_USAGE, "stages must be in [1, %d], got %d", GP_MAX_DEVICES, k);
   if (k > m->n_units)
-    return GP_ERR(GP_ERR_USAGE, "cannot cut %d units into %d stages (at most %d)", m->n_units, k,
-                  m->n_units);
+    return GP_ERR(GP_ERR_USAGE, "cannot cut %d unit%s into %d stages (at most %d)", m->n_units,
+                  m->n_units == 1 ? "" : "s", k, m->n_units);
   if (ps->micro_batches < 1)
     return GP_ERR(GP_ERR_USAGE, "micro-batches must be >= 1, got %d", ps->micro_batches);
   out->stages = k;
@@ -44,7 +44,8 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
   int first[GP_MAX_DEVICES + 1];
   if (ps->n_balance) {
     if (ps->n_balance != k)
-      return GP_ERR(GP_ERR_USAGE, "balance has %d entries for %d stages", ps->n_balance, k);
+      return GP_ERR(GP_ERR_USAGE, "balance has %d entr%s for %d stage%s", ps->n_balance,
+                    ps->n_balance == 1 ? "y" : "ies", k, k == 1 ? "" : "s");
     int u = 0;
     for (int s = 0; s < k; s++) {
       if (ps->balance[s] < 1)
@@ -54,14 +55,15 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
       u += ps->balance[s];
     }
     if (u != m->n_units)
-      return GP_ERR(GP_ERR_USAGE, "balance sums to %d units, the model has %d", u, m->n_units);
+      return GP_ERR(GP_ERR_USAGE, "balance sums to %d unit%s, the model has %d", u,
+                    u == 1 ? "" : "s", m->n_units);
   } else {
     GP_TRY(auto_split(m, ps, first));
   }
   first[k] = m->n_units;
   if (ps->n_devices != 1 && ps->n_devices != k)
-    return GP_ERR(GP_ERR_USAGE, "%d devices for %d stages (give one, or one per stage)",
-                  ps->n_devices, k);
+    return GP_ERR(GP_ERR_USAGE, "%d devices for %d stage%s (give one, or one per stage)",
+                  ps->n_devices, k, k == 1 ? "" : "s");
   for (int s = 0; s < k; s++) {
     gp_stage_range *r = &out->st[s];
     r->first_unit = first[s];

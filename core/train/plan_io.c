@@ -112,8 +112,8 @@ static gp_status sync_dir(const char *path) {
 gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p) {
   if (!path || !m || !p) return GP_ERR(GP_ERR_USAGE, "plan: nothing to write");
   if (p->stages < 1 || p->stages > GP_MAX_DEVICES || p->st[p->stages - 1].end_unit != m->n_units)
-    return GP_ERR(GP_ERR_USAGE, "%s: the plan does not cover model %s's %d units", path, m->name,
-                  m->n_units);
+    return GP_ERR(GP_ERR_USAGE, "%s: the plan does not cover model %s's %d unit%s", path, m->name,
+                  m->n_units, m->n_units == 1 ? "" : "s");
   char dst[PATH_MAX - 5];
   GP_TRY(gp_io_write_target(path, dst, sizeof dst));
   char tmp[PATH_MAX + 32];
@@ -236,8 +236,8 @@ static gp_status check_units(const reader *r, yaml_node_t *v, const gp_model *m)
   if (!items) return GP_ERR(GP_ERR_NOMEM, "%s: out of memory", r->path);
   gp_status st = get_list(r, v, "units", 0, items, cap, &n);
   if (st == GP_OK && n != m->n_units)
-    st = at(r, v, GP_ERR_USAGE, "units: the plan lists %d units, model %s has %d", n, m->name,
-            m->n_units);
+    st = at(r, v, GP_ERR_USAGE, "units: the plan lists %d unit%s, model %s has %d", n,
+            n == 1 ? "" : "s", m->name, m->n_units);
   for (int u = 0; u < n && st == GP_OK; u++)
     if (strcmp(scalar(items[u]), m->unit_names[u]) != 0)
       st = at(r, items[u], GP_ERR_USAGE, "units: unit %d is '%s' in the plan but '%s' in the model",
@@ -261,8 +261,8 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
   GP_TRY(get_int(r, val[K_STAGES], "stages", 1, GP_MAX_DEVICES, &out->stages));
   int k = out->stages;
   if (k > m->n_units)
-    return at(r, val[K_STAGES], GP_ERR_USAGE, "stages: %d stages, but model %s has only %d units",
-              k, m->name, m->n_units);
+    return at(r, val[K_STAGES], GP_ERR_USAGE, "stages: %d stages, but model %s has only %d unit%s",
+              k, m->name, m->n_units, m->n_units == 1 ? "" : "s");
   out->micro = ps->micro_batches;
   if (val[K_MICRO])
     GP_TRY(get_int(r, val[K_MICRO], "micro_batches", 1, GP_MAX_MICRO_BATCHES, &out->micro));
@@ -278,7 +278,9 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
   yaml_node_t *items[GP_MAX_DEVICES];
   int n = 0, first = 0;
   GP_TRY(get_list(r, val[K_BALANCE], "balance", 0, items, GP_MAX_DEVICES, &n));
-  if (n != k) return at(r, val[K_BALANCE], GP_ERR_USAGE, "balance: %d entries for %d stages", n, k);
+  if (n != k)
+    return at(r, val[K_BALANCE], GP_ERR_USAGE, "balance: %d entr%s for %d stage%s", n,
+              n == 1 ? "y" : "ies", k, k == 1 ? "" : "s");
   for (int s = 0; s < k; s++) {
     int units;
     GP_TRY(get_int(r, items[s], "balance", 1, m->n_units, &units));
@@ -287,14 +289,15 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
     out->st[s].end_unit = first;
   }
   if (first != m->n_units)
-    return at(r, val[K_BALANCE], GP_ERR_USAGE, "balance: sums to %d units, model %s has %d", first,
-              m->name, m->n_units);
+    return at(r, val[K_BALANCE], GP_ERR_USAGE, "balance: sums to %d unit%s, model %s has %d", first,
+              first == 1 ? "" : "s", m->name, m->n_units);
 
   if (val[K_DEVICES]) {
     GP_TRY(get_list(r, val[K_DEVICES], "devices", 1, items, GP_MAX_DEVICES, &n));
     if (n != 1 && n != k)
       return at(r, val[K_DEVICES], GP_ERR_USAGE,
-                "devices: %d devices for %d stages (give one, or one per stage)", n, k);
+                "devices: %d devices for %d stage%s (give one, or one per stage)", n, k,
+                k == 1 ? "" : "s");
     for (int s = 0; s < n; s++)
       if (!device_name_ok(scalar(items[s])))
         return at(r, items[s], GP_ERR_USAGE,
@@ -306,8 +309,8 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
   } else {
     if (ps->n_devices > 1 && ps->n_devices != k)
       return at(r, val[K_STAGES], GP_ERR_USAGE,
-                "the model file names %d devices for %d stages; give devices: in the plan",
-                ps->n_devices, k);
+                "the model file names %d devices for %d stage%s; give devices: in the plan",
+                ps->n_devices, k, k == 1 ? "" : "s");
     for (int s = 0; s < k; s++)
       snprintf(out->st[s].device, sizeof out->st[s].device, "%s",
                ps->n_devices == 0 ? "cpu" : ps->devices[ps->n_devices == 1 ? 0 : s]);

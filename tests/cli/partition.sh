@@ -155,6 +155,14 @@ refuse "--speeds: .*got '1e-300'" --stages 2 --speeds 1e-300
 refuse "--memory-limit: cannot read '1.5' as a size" --stages 2 --memory-limit 1.5
 refuse "--batch-size: at most 16777216, got '16777217'" --batch-size 16777217
 refuse "cannot be split into 500 micro-batches" --stages 2 --micro-batches 500
+refuse "^gpipe-partition: --speeds: 2 values for 1 stage \\(" --stages 1 --speeds 1,2 # "1 stages"
+# counts in words: a model of one unit (it said "1 units")
+printf 'name: one\ninputs: {x: [4], label: {shape: [], dtype: i32}}\n%s\nloss: %s\n' \
+  "layers: [{type: linear, out_features: 3}]" softmax_cross_entropy >"$tmp/one.yaml"
+"$part" "$tmp/one.yaml" >"$tmp/o" 2>"$tmp/e" && grep -q "^model one: 1 unit, " "$tmp/o" && ok ||
+  bad "one unit: $(cat "$tmp/o" "$tmp/e")"
+"$part" "$tmp/one.yaml" --stages 2 >"$tmp/o" 2>"$tmp/e"
+grep -q "model one has 1 unit, so K must be 1..1" "$tmp/e" && ok || bad "one unit, K=2: $(cat "$tmp/e")"
 # an impossible limit names the smallest limit that fits at this K
 refuse "fits the limit of 1.00 MiB.*4 stages need at least [0-9.]+ [KMG]iB" \
   --stages 4 --micro-batches 4 --memory-limit 1MiB

@@ -97,6 +97,7 @@ check "unknown value 'gpipee'; did you mean 'gpipe'" --schedule gpipee
 check "batch of 4 \\(--batch-size\\) cannot be split into 8 micro-batches \\(--micro-batches\\)" \
   --batch-size 4 --micro-batches 8
 check "--balance: expected positive integers" --stages 2 --balance 3,x
+check "balance has 2 entries for 1 stage$" --stages 1 --balance 3,4 # it said "1 stages"
 # the pipeline and training lines count in words: 1 stage, 1 micro-batch, 1 step
 for cfg in "1 2 stage micro-batches" "2 1 stages micro-batch"; do
   set -- $cfg
@@ -106,4 +107,13 @@ for cfg in "1 2 stage micro-batches" "2 1 stages micro-batch"; do
     grep -q "^training 1 step of batch 16 " "$tmp/words" || fail "K=$1 M=$2: $(cat "$tmp/words")"
   passed=$((passed+1))
 done
+# ... also for a model of one unit and one layer besides its loss (it said "1 units")
+one=$tmp/one.yaml
+printf 'name: one\ninputs: {x: [4], label: {shape: [], dtype: i32}}\n%s\nloss: %s\n' \
+  "layers: [{type: linear, out_features: 3}]" softmax_cross_entropy >"$one"
+"$train" "$one" --data synthetic --steps 1 --batch-size 4 --micro-batches 2 >/dev/null 2>"$tmp/words" &&
+  grep -q "^model one: 1 unit, 2 layers, " "$tmp/words" &&
+  grep -q "^pipeline: 1 stage of 1 unit, 2 micro-batches, " "$tmp/words" ||
+  fail "one unit: $(cat "$tmp/words")"
+passed=$((passed+1))
 echo "$passed passed, 0 failed"

@@ -248,6 +248,15 @@ static const bad cases[] = {
        "pipeline: {stages: 2, devices: [cpu, cpu, cpu]}\n",
      GP_ERR_SPEC,
      {"t.yaml:4:32: ", "3 devices for 2 stages"}},
+    /* counts in words: these said "1 values" and "1 stages" */
+    {"balance count for one stage",
+     H LIN LOSS "pipeline: {stages: 1, balance: [1, 1]}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:4:32: ", "balance: expected 1 value, got 2"}},
+    {"devices count for one stage",
+     H LIN LOSS "pipeline: {stages: 1, devices: [cpu, cpu]}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:4:32: ", "2 devices for 1 stage; give one"}},
     {"control character in the model's name", /* it heads plans: a line break made a key */
      "name: \"x\\ny: 1\"\n" H LIN LOSS,
      GP_ERR_SPEC,
