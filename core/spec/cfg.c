@@ -19,6 +19,7 @@ typedef struct entry {
   int *line, *col; /* per item */
   int kline, kcol; /* the value's position */
   int asked;
+  int null; /* written as ~: not set */
 } entry;
 
 struct gp_cfg {
@@ -88,11 +89,12 @@ static void note_asked(gp_cfg *c, const char *key) {
   if (c->n_asked < (int)(sizeof c->asked / sizeof c->asked[0])) c->asked[c->n_asked++] = key;
 }
 
+/* The key's value, or NULL when it is absent or null (then the reader's default applies). */
 static entry *lookup(gp_cfg *c, const char *key) {
   note_asked(c, key);
   entry *e = find(c, key);
   if (e) e->asked = 1;
-  return e;
+  return e && !e->null ? e : NULL;
 }
 
 static gp_status add(gp_cfg *c, const char *key, int n, const char *const *items, const int *il,
@@ -137,6 +139,12 @@ gp_status gp_cfg_add_scalar(gp_cfg *c, const char *key, const char *text, int li
   return add(c, key, 1, &text, NULL, NULL, line, col, 0);
 }
 
+gp_status gp_cfg_add_null(gp_cfg *c, const char *key, int line, int col) {
+  GP_TRY(add(c, key, 0, NULL, NULL, NULL, line, col, 0));
+  c->e[c->n - 1].null = 1;
+  return GP_OK;
+}
+
 gp_status gp_cfg_add_list(gp_cfg *c, const char *key, int n, const char *const *items,
                           const int *item_line, const int *item_col, int line, int col) {
   return add(c, key, n, items, item_line, item_col, line, col, 1);
@@ -160,6 +168,9 @@ static gp_status at_error(gp_cfg *c, int line, int col, const char *fmt, ...) {
 /* A required key is absent: if a present key nobody asked for looks like it, the misspelling
  * is the real error, so report that one, where it was written. */
 static gp_status missing(gp_cfg *c, const char *key) {
+  entry *given = find(c, key);
+  if (given && given->null)
+    return at_error(c, given->kline, given->kcol, "%s: needs a value, got nothing (null)", key);
   for (int i = 0; i < c->n; i++) {
     entry *e = &c->e[i];
     if (!e->asked && gp_nearest(e->key, &key, 1))

@@ -20,6 +20,9 @@ gp_status gp_cfg_add_scalar(gp_cfg *c, const char *key, const char *text, int li
 /* Adds key: [items...]; item_line/item_col may be NULL (then the list's position is used). */
 gp_status gp_cfg_add_list(gp_cfg *c, const char *key, int n, const char *const *items,
                           const int *item_line, const int *item_col, int line, int col);
+/* Adds key: ~ (null, or nothing written): the key is known but not set, so readers take the
+ * default and a required key is refused at it. */
+gp_status gp_cfg_add_null(gp_cfg *c, const char *key, int line, int col);
 /* Parses a one-mapping YAML text ("{type: conv2d, out_channels: 8, kernel: [1, 7]}"). */
 gp_status gp_cfg_parse(const char *yaml_text, const char *file, gp_cfg **out);
 

@@ -101,7 +101,9 @@ static gp_status leaf(const ovctx *o, const gp_ynode *old, int i, int line, int 
   gp_ynode *n = new_node(o->c, NULL);
   if (!n || !(n->s = gp_sp_strdup(&o->c->perm, o->ov->value))) return gp_sp_nomem();
   n->kind = GP_Y_SCALAR;
-  n->plain = 1;
+  /* "~" unsets, as in the file; an empty value (a shell's unset $VAR) stays text, refused
+   * where a number is wanted */
+  n->plain = o->ov->value[0] != 0;
   n->size = 1;
   n->line = old ? old->line : line;
   n->col = old ? old->col : col;

@@ -377,7 +377,7 @@ static gp_status train_section(gp_sp_ctx *c, const gp_ynode *root, gp_train_spec
 
 static gp_status devices(gp_sp_ctx *c, const gp_ynode *sec, int64_t stages, gp_pipeline_spec *p) {
   const gp_ypair *dp = gp_sp_get(sec, "devices");
-  if (!dp) return GP_OK;
+  if (!dp || gp_sp_is_null(dp->val)) return GP_OK;
   const gp_ynode *v = dp->val;
   int n = v->kind == GP_Y_SEQ ? v->n : 1;
   if (v->kind == GP_Y_MAP || n < 1 || n > GP_MAX_DEVICES)

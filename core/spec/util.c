@@ -257,6 +257,10 @@ gp_status gp_sp_cfg_of(gp_sp_ctx *c, const gp_ynode *map, const char *const *ski
     if (skipped) continue;
     const gp_ynode *v = p->val;
     if ((s = gp_sp_count_read(c, v)) != GP_OK) break;
+    if (gp_sp_is_null(v)) { /* as a section written ~: not set */
+      s = gp_cfg_add_null(cfg, p->key, v->line, v->col);
+      continue;
+    }
     if (v->kind == GP_Y_SCALAR) {
       s = gp_cfg_add_scalar(cfg, p->key, v->s, v->line, v->col);
       continue;

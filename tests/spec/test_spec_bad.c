@@ -150,6 +150,15 @@ static const bad cases[] = {
      H "layers: [{type: linear, out_features: many}]\n" LOSS,
      GP_ERR_SPEC,
      {"t.yaml:2:39: ", "out_features: expected an integer, got 'many'"}},
+    /* a null setting is not set: a required one is refused where it is written */
+    {"required setting written null",
+     H "layers: [{type: linear, out_features: ~}]\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:2:39: ", "out_features: needs a value, got nothing (null)"}},
+    {"unknown key written null",
+     H LIN LOSS "data: {pathh: ~}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:4:", "unknown key 'pathh' for data; did you mean 'path'?"}},
     /* as the flags: strtoll alone took a quoted " 8" and "+8" */
     {"integer with a leading space",
      H LIN LOSS "train: {batch_size: ' 8'}\n",

@@ -492,6 +492,31 @@ static void test_overrides(void) {
   CHECK(!strcmp(m->nodes[m->n_nodes - 1].layer.type->name, "softmax_cross_entropy"),
         "loss: softmax_cross_entropy: %s", m->nodes[m->n_nodes - 1].layer.type->name);
   gp_model_free(m);
+
+  /* a setting written ~, null or empty is not set, as a section is: path: ~ was the path "~" */
+  static const char *const nulls = "inputs: {x: [4], label: {shape: [], dtype: i32}}\n"
+                                   "layers: [{type: linear, out_features: 3, bias: ~}]\n"
+                                   "loss: softmax_cross_entropy\n"
+                                   "data: {dataset: translation, source: en, target: es, path: ~,\n"
+                                   "       vocab_file: null, eval_split: }\n"
+                                   "train: {batch_size: ~, optimizer: {type: adamw, lr: ~}}\n"
+                                   "pipeline: {devices: ~, schedule: null}\n";
+  gp_override src = {"data.source", "~"};
+  m = gp_t_load("null settings", nulls, &src, 0);
+  if (!m) return;
+  CHECK(!strcmp(m->data.path, "") && !strcmp(m->data.vocab_file, "spm.vocab") &&
+            !strcmp(m->data.eval_split, "valid"),
+        "path: ~: '%s', vocab_file: null: '%s', eval_split: '%s'", m->data.path, m->data.vocab_file,
+        m->data.eval_split);
+  CHECK(m->train.batch_size == 32 && m->train.lr == 1e-3, "batch_size: ~: %lld, lr: ~: %g",
+        (long long)m->train.batch_size, m->train.lr);
+  CHECK(!strcmp(m->pipeline.devices[0], "cpu") && m->pipeline.schedule == GP_SCHED_GPIPE,
+        "devices: ~: %s", m->pipeline.devices[0]);
+  CHECK(m->n_params == 15, "bias: ~ is the default bias: %lld params", (long long)m->n_params);
+  gp_model_free(m);
+  /* ... also by --set: source ~ is unset, so translation data lacks it */
+  static const char *const no_source[] = {"t.yaml:4:", "translation data needs source: LANG"};
+  gp_t_load_fails("--set data.source=~", nulls, &src, 1, GP_ERR_SPEC, no_source, 2);
 }
 
 int main(int argc, char **argv) {

@@ -69,6 +69,13 @@ static const bad_set cases[] = {
      "x",
      GP_ERR_SPEC,
      {"t.yaml:3:34: out_features: expected an integer", "(set by --set layers.0.out_features=x)"}},
+    /* an empty value is text, not a null that would take the default: a shell's unset
+     * $VAR is refused */
+    {"train.batch_size",
+     "",
+     GP_ERR_SPEC,
+     {"t.yaml:6:15: ", "batch_size: expected an integer, got ''",
+      "(set by --set train.batch_size=)"}},
     /* an added key is checked like one written in the file */
     {"train.optimizer.momentun",
      "0.9",
