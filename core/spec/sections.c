@@ -180,7 +180,13 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *
   if (s == GP_OK) s = gp_cfg_bool(cfg, "coarse_labels", 0, &d->coarse_labels);
   if (s == GP_OK && d->coarse_labels && ds != GP_DATA_CIFAR100)
     s = gp_cfg_error(cfg, "coarse_labels", "coarse_labels: only cifar100 has coarse labels");
-  if (s == GP_OK) s = gp_cfg_int(cfg, "workers", -1, 0, 256, &v);
+  const char *workers = NULL; /* the documented default, "automatic", can be written: auto */
+  if (s == GP_OK) s = gp_cfg_str(cfg, "workers", NULL, &workers);
+  v = -1;
+  if (s == GP_OK && workers && strcmp(workers, "auto") != 0) {
+    s = gp_cfg_int(cfg, "workers", -1, 0, 256, &v);
+    if (s != GP_OK) s = gp_sp_err_append(s, "; or auto, the default");
+  }
   d->workers = (int)v;
   if (s == GP_OK) s = gp_cfg_int(cfg, "prefetch", 0, 1, 1024, &v);
   d->prefetch = (int)v;

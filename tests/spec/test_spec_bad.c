@@ -150,6 +150,10 @@ static const bad cases[] = {
      H "layers: [{type: linear, out_features: many}]\n" LOSS,
      GP_ERR_SPEC,
      {"t.yaml:2:39: ", "out_features: expected an integer, got 'many'"}},
+    {"workers -1",
+     H LIN LOSS "data: {dataset: mnist, workers: -1}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:4:33: ", "workers: -1 is out of range [0, 256]; or auto, the default"}},
     /* a null setting is not set: a required one is refused where it is written */
     {"required setting written null",
      H "layers: [{type: linear, out_features: ~}]\n" LOSS,

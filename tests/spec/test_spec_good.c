@@ -514,6 +514,20 @@ static void test_overrides(void) {
         "devices: ~: %s", m->pipeline.devices[0]);
   CHECK(m->n_params == 15, "bias: ~ is the default bias: %lld params", (long long)m->n_params);
   gp_model_free(m);
+  /* workers' documented default, automatic, can be written */
+  static const char *const autow = "inputs: {x: [4], label: {shape: [], dtype: i32}}\n"
+                                   "layers: [{type: linear, out_features: 3}]\n"
+                                   "loss: softmax_cross_entropy\n"
+                                   "data: {dataset: mnist, workers: auto}\n";
+  gp_override two = {"data.workers", "2"};
+  m = gp_t_load("workers: auto", autow, NULL, 0);
+  if (!m) return;
+  CHECK(m->data.workers == -1, "workers: auto: %d", m->data.workers);
+  gp_model_free(m);
+  m = gp_t_load("workers: 2", autow, &two, 1);
+  if (!m) return;
+  CHECK(m->data.workers == 2, "workers: 2: %d", m->data.workers);
+  gp_model_free(m);
   /* ... also by --set: source ~ is unset, so translation data lacks it */
   static const char *const no_source[] = {"t.yaml:4:", "translation data needs source: LANG"};
   gp_t_load_fails("--set data.source=~", nulls, &src, 1, GP_ERR_SPEC, no_source, 2);
