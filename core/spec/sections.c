@@ -154,7 +154,23 @@ static gp_status text_keys(gp_cfg *cfg, int ds, gp_data_spec *d) {
   return GP_OK;
 }
 
-static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *d) {
+/* normalize is per channel of the images a dataset gives; where no dataset gives images its
+ * values would be ignored, so they must at least fit the model's input (synthetic data, or
+ * none: a file that later names its dataset), and text has no channels at all. */
+static gp_status norm_fits(gp_cfg *cfg, int ds, int nm, const gp_model_input *in) {
+  if (ds == GP_DATA_TRANSLATION || ds == GP_DATA_TEXT)
+    return gp_cfg_error(cfg, "mean", "normalize: only image data has it");
+  if ((ds != GP_DATA_NONE && ds != GP_DATA_SYNTHETIC) || nm == 1) return GP_OK;
+  if (in->shape.ndim == 3 && in->shape.d[0] == nm) return GP_OK;
+  char shape[96];
+  return gp_cfg_error(cfg, "mean",
+                      "normalize: %d values per statistic, but input '%s' has shape %s (one "
+                      "value, or one per channel of a [C, H, W] input)",
+                      nm, in->name, gp_shape_str(&in->shape, shape, sizeof shape));
+}
+
+static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, const gp_model *m,
+                              gp_data_spec *d) {
   static const char *const datasets[] = {
       "none",     "fashion-mnist", "mnist",     "cifar10", "cifar100",
       "imagenet", "translation",   "synthetic", "text",    NULL};
@@ -233,6 +249,7 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, gp_data_spec *
     if (!(std[i] > 0))
       s = gp_cfg_error(cfg, "std", "std: every value must be greater than 0, got %g", std[i]);
   if (s == GP_OK) s = gp_cfg_check_unknown(cfg, "normalize", NULL);
+  if (s == GP_OK) s = norm_fits(cfg, ds, nm, &m->inputs[0]);
   gp_cfg_free(cfg);
   GP_TRY(s);
   d->n_norm = nm;
@@ -470,7 +487,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
 }
 
 gp_status gp_sp_sections(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
-  GP_TRY(data_section(c, root, &m->data));
+  GP_TRY(data_section(c, root, m, &m->data));
   GP_TRY(train_section(c, root, &m->train));
   return pipeline_section(c, root, m);
 }

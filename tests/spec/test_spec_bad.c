@@ -154,6 +154,21 @@ static const bad cases[] = {
      H LIN LOSS "data: {dataset: mnist, workers: -1}\n",
      GP_ERR_SPEC,
      {"t.yaml:4:33: ", "workers: -1 is out of range [0, 256]; or auto, the default"}},
+    /* normalize that no dataset would apply: it was ignored */
+    {"normalize against the input's channels, synthetic data",
+     H LIN LOSS "data: {dataset: synthetic, normalize: {mean: [0.5, 0.5], std: [1, 1]}}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:4:", "normalize: 2 values per statistic, but input 'x' has shape [4]"}},
+    {"normalize against the input's channels, no data",
+     "inputs: {x: [3, 2, 2], label: {shape: [], dtype: i32}}\n"
+     "layers: [{type: flatten}, {type: linear, out_features: 3}]\n" LOSS
+     "data: {normalize: {mean: [0.5, 0.5], std: [1, 1]}}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:4:", "normalize: 2 values per statistic, but input 'x' has shape [3, 2, 2]"}},
+    {"normalize for text",
+     H LIN LOSS "data: {dataset: text, target: es, normalize: {mean: [0.5], std: [1]}}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:4:", "normalize: only image data has it"}},
     /* a null setting is not set: a required one is refused where it is written */
     {"required setting written null",
      H "layers: [{type: linear, out_features: ~}]\n" LOSS,

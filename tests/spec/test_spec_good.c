@@ -514,6 +514,16 @@ static void test_overrides(void) {
         "devices: ~: %s", m->pipeline.devices[0]);
   CHECK(m->n_params == 15, "bias: ~ is the default bias: %lld params", (long long)m->n_params);
   gp_model_free(m);
+  /* normalize with synthetic data: one value, or one per channel of the input */
+  static const char *const norm3 = "inputs: {x: [3, 2, 2], label: {shape: [], dtype: i32}}\n"
+                                   "layers: [{type: flatten}, {type: linear, out_features: 3}]\n"
+                                   "loss: softmax_cross_entropy\n"
+                                   "data: {dataset: synthetic, normalize: {mean: [0, 0, 0], "
+                                   "std: [1, 2, 3]}}\n";
+  m = gp_t_load("normalize per channel, synthetic data", norm3, NULL, 0);
+  if (!m) return;
+  CHECK(m->data.n_norm == 3 && m->data.std[2] == 3.0f, "normalize: %d values", m->data.n_norm);
+  gp_model_free(m);
   /* workers' documented default, automatic, can be written */
   static const char *const autow = "inputs: {x: [4], label: {shape: [], dtype: i32}}\n"
                                    "layers: [{type: linear, out_features: 3}]\n"
