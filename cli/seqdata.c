@@ -280,7 +280,7 @@ gp_status gp_data_input(const gp_model *m, const char *data, const gp_model_inpu
   size_t len = 0;
   for (int i = 0; i < m->n_inputs && len < sizeof list; i++)
     len += (size_t)snprintf(list + len, sizeof list - len, "%s%s %s %s", i ? ", " : "",
-                            m->inputs[i].name, gp_dtype_name(m->inputs[i].dtype),
+                            m->inputs[i].name, gp_dtype_spec_name(m->inputs[i].dtype),
                             gp_shape_str(&m->inputs[i].shape, shape, sizeof shape));
   return GP_ERR(GP_ERR_SPEC,
                 "%s: %s fills one f32 input and the labels (or a translation or language "

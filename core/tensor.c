@@ -5,9 +5,10 @@
 #include <string.h>
 
 static const struct {
-  const char *name;
+  const char *name, *spec_name; /* safetensors', the model file's */
   size_t size;
-} dtypes[] = {{"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I32", 4}, {"I64", 8}, {"U8", 1}};
+} dtypes[] = {{"F32", "f32", 4}, {"F16", "f16", 2}, {"BF16", "bf16", 2},
+              {"I32", "i32", 4}, {"I64", "i64", 8}, {"U8", "u8", 1}};
 _Static_assert(sizeof dtypes / sizeof dtypes[0] == GP_DTYPE_COUNT, "dtype table");
 
 size_t gp_dtype_size(gp_dtype t) {
@@ -16,6 +17,10 @@ size_t gp_dtype_size(gp_dtype t) {
 
 const char *gp_dtype_name(gp_dtype t) {
   return (unsigned)t < GP_DTYPE_COUNT ? dtypes[t].name : "?";
+}
+
+const char *gp_dtype_spec_name(gp_dtype t) {
+  return (unsigned)t < GP_DTYPE_COUNT ? dtypes[t].spec_name : "?";
 }
 
 int gp_dtype_parse(const char *name, gp_dtype *out) {

@@ -10,7 +10,8 @@
 typedef enum gp_dtype { GP_F32, GP_F16, GP_BF16, GP_I32, GP_I64, GP_U8, GP_DTYPE_COUNT } gp_dtype;
 
 size_t gp_dtype_size(gp_dtype t);
-const char *gp_dtype_name(gp_dtype t);               /* safetensors names: "F32", "BF16", ... */
+const char *gp_dtype_name(gp_dtype t);      /* safetensors names: "F32", "BF16", ... */
+const char *gp_dtype_spec_name(gp_dtype t); /* the model file's, for messages: "f32", "bf16" */
 int gp_dtype_parse(const char *name, gp_dtype *out); /* 1 if known */
 
 #define GP_MAX_DIMS 8

@@ -20,7 +20,7 @@ gp_status gp_trainer_init(gp_trainer *t, gp_model *m, const gp_plan *plan,
   for (int i = 0; i < m->n_inputs; i++)
     if (m->inputs[i].dtype != GP_F32 && m->inputs[i].dtype != GP_I32)
       return GP_ERR(GP_ERR_UNSUPPORTED, "%s: input '%s' is %s; inputs must be f32 or i32", m->file,
-                    m->inputs[i].name, gp_dtype_name(m->inputs[i].dtype));
+                    m->inputs[i].name, gp_dtype_spec_name(m->inputs[i].dtype));
   if (m->label_input < 0 || m->inputs[m->label_input].dtype != GP_I32)
     return GP_ERR(GP_ERR_SPEC, "%s: the model needs an i32 label input to be trained", m->file);
   return gp_pipeline_create(m, plan, seed, o, &t->pl);

@@ -90,7 +90,7 @@ fi
 # user terms, naming its file and inputs, before training starts
 printf 'name: two\ninputs:\n  a: [8]\n  b: [8]\n  label: {shape: [], dtype: i32}\nlayers:\n%s\n%s\nloss: softmax_cross_entropy\n' \
   '  - {type: add, from: [a, b]}' '  - {type: linear, out_features: 3}' >"$tmp/two.yaml"
-expect 2 "two.yaml: synthetic data fills one f32 input and the labels .*inputs are a F32 \[8\], b F32 \[8\], label I32" \
+expect 2 "two.yaml: synthetic data fills one f32 input and the labels .*inputs are a f32 \[8\], b f32 \[8\], label i32" \
   -- "$tmp/two.yaml" --data synthetic --steps 1
 # data files: missing, truncated, mismatched
 mkdir -p "$tmp/d1" "$tmp/d2"
