@@ -404,7 +404,8 @@ static gp_status detok(const gp_seqdata *d, const int32_t *ids, int64_t n, char 
 /* Greedy decoding of a batch of n rows that f (one pair a row of corpus c) just filled
  * into d->buf: the target side is reset to BOS, then each step runs the model over the rows
  * and appends the argmax at the next position, until every row has written EOS or reached
- * its length limit (source length * decode_len_a + decode_len_b, at most T). Without a cache
+ * its length limit (source length * decode_len_a + decode_len_b, rounded down, 1 to T: a
+ * first piece is always decoded, as docs/model-format.md says). Without a cache
  * the whole model runs at every step; positions after the current one cannot change its
  * output (causal self-attention), so they stay padding. */
 static gp_status decode_batch(gp_seqdata *d, gp_trainer *t, const gp_seqfeed *f,

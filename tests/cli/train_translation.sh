@@ -176,6 +176,12 @@ expect "spm.vocab:3: the piece <s> is id 2, but data.bos_id is 3 (set data.bos_i
   "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --set data.bos_id=3 --set data.eos_id=2 --steps 1
 expect "spm.vocab:4: the piece </s> is id 3, but data.eos_id is 5 (set data.eos_id: 3)" \
   "$srcdir/models/transformer-lm.yaml" "${lm[@]}" --set data.eos_id=5 --steps 1
+# a decoding limit below one piece still decodes one (the documented floor): one word a line
+"$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1 --batch-size 16 --quiet \
+  --set data.decode_len_a=0 --set data.decode_len_b=0 --translations "$tmp/one.txt" \
+  >/dev/null 2>"$tmp/one.err" || fail "decode_len 0: $(cat "$tmp/one.err")"
+[ "$(wc -l < "$tmp/one.txt")" = 96 ] && awk 'NF > 1 { exit 1 }' "$tmp/one.txt" ||
+  fail "decode_len 0: $(head -3 "$tmp/one.txt")"
 mv "$d/valid.es" "$tmp/valid.es"; mkdir "$d/valid.es"
 expect "valid.es: not a regular file" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1
 rmdir "$d/valid.es"; mv "$tmp/valid.es" "$d/valid.es"
