@@ -145,6 +145,11 @@ static gp_status check_special_ids(const char *path, const gp_seqdata *d) {
   const lines *pieces = &d->pieces;
   const char *piece[3] = {"<pad>", "<s>", "</s>"}, *key[3] = {"pad_id", "bos_id", "eos_id"};
   const int32_t id[3] = {d->pad, d->bos, d->eos};
+  for (int k = 0; k < 3; k++) /* named here: the token reader's check names no file */
+    if (id[k] >= pieces->n)
+      return GP_ERR(GP_ERR_DATA, "%s: holds %lld piece%s (ids 0 to %lld), but data.%s is %d", path,
+                    (long long)pieces->n, pieces->n == 1 ? "" : "s", (long long)pieces->n - 1,
+                    key[k], (int)id[k]);
   for (int k = 0; k < 3; k++)
     for (int64_t i = 0; i < pieces->n; i++)
       if (i != id[k] && !strcmp(pieces->line[i], piece[k]))

@@ -182,6 +182,12 @@ expect "spm.vocab:4: the piece </s> is id 3, but data.eos_id is 5 (set data.eos_
   >/dev/null 2>"$tmp/one.err" || fail "decode_len 0: $(cat "$tmp/one.err")"
 [ "$(wc -l < "$tmp/one.txt")" = 96 ] && awk 'NF > 1 { exit 1 }' "$tmp/one.txt" ||
   fail "decode_len 0: $(head -3 "$tmp/one.txt")"
+# a special id past a vocabulary that lacks its piece names the file (it was 'tokens: bos_id 20
+# must be in [0, vocab 20)')
+v=$tmp/nos; mkdir -p "$v"; cp "$d"/*.ids "$d"/*.es "$d"/*.en "$v/"
+sed 's/^<s>\t/<x>\t/' "$d/spm.vocab" > "$v/spm.vocab"
+expect "nos/spm.vocab: holds 20 pieces (ids 0 to 19), but data.bos_id is 20" \
+  "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --set data.path="$v" --set data.bos_id=20 --steps 1
 mv "$d/valid.es" "$tmp/valid.es"; mkdir "$d/valid.es"
 expect "valid.es: not a regular file" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 1
 rmdir "$d/valid.es"; mv "$tmp/valid.es" "$d/valid.es"
