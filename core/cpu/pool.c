@@ -34,7 +34,13 @@ static void max_plane(const gp_pool2d_desc *d, const float *restrict x, float *r
   }
 }
 
-/* The common 2x2 stride-2 window without padding, unrolled. */
+/* Whether v, coming after u in the window, takes its place as max_plane's scan would: v is
+ * larger, or v is a NaN and u is not (the first NaN wins). */
+static inline int max_takes(float v, float u) {
+  return !(v <= u) && u == u;
+}
+
+/* The common 2x2 stride-2 window without padding, unrolled: the same answer as max_plane. */
 static void max_plane_2x2(const gp_pool2d_desc *d, const float *restrict x, float *restrict y,
                           int32_t *restrict am) {
   const int64_t w = d->w;
@@ -45,10 +51,12 @@ static void max_plane_2x2(const gp_pool2d_desc *d, const float *restrict x, floa
       float a = r0[i], b = r0[i + 1], c = r1[i], e = r1[i + 1];
       int32_t ia = (int32_t)(2 * oy * w + i);
       int32_t ib = ia + 1, ic = ia + (int32_t)w, ie = ic + 1;
-      float m1 = b > a ? b : a, m2 = e > c ? e : c;
-      int32_t j1 = b > a ? ib : ia, j2 = e > c ? ie : ic;
-      y[oy * d->ow + ox] = m2 > m1 ? m2 : m1;
-      am[oy * d->ow + ox] = m2 > m1 ? j2 : j1;
+      const int t1 = max_takes(b, a), t2 = max_takes(e, c);
+      float m1 = t1 ? b : a, m2 = t2 ? e : c;
+      int32_t j1 = t1 ? ib : ia, j2 = t2 ? ie : ic;
+      const int t = max_takes(m2, m1);
+      y[oy * d->ow + ox] = t ? m2 : m1;
+      am[oy * d->ow + ox] = t ? j2 : j1;
     }
   }
 }

@@ -327,6 +327,21 @@ def main():
                    "{type: attention, heads: 2, causal: true}", 3, 4, 8, 2, mask="f32",
                    causal=True, no_keys=True)
 
+    # ---- NaN inputs (appended): PyTorch propagates them, so a diverged value stays visible ----
+    # max pooling: a window with a NaN gives NaN and its gradient goes to the NaN; a NaN at each
+    # of the four places of a 2x2 window (the unrolled 2x2 stride-2 path), and the general path.
+    # (With two NaNs in a window PyTorch's CPU kernel sends the gradient to the last one, ours to
+    # the first: not tested, the values are NaN either way.)
+    nan = float("nan")
+    a = x(2, 2, 4, 6)
+    a[0, 0, 0, 0] = a[0, 0, 0, 3] = a[0, 1, 1, 4] = a[1, 0, 3, 1] = nan
+    run_case(out_dir, "maxpool_2_nan", "{type: maxpool, kernel: 2, stride: 2}", [a],
+             lambda a: F.max_pool2d(a, 2, 2))
+    a = x(1, 2, 5, 5)
+    a[0, 0, 1, 1] = a[0, 1, 4, 4] = nan
+    run_case(out_dir, "maxpool_3_s2_p1_nan", "{type: maxpool, kernel: 3, stride: 2, padding: 1}",
+             [a], lambda a: F.max_pool2d(a, 3, 2, 1))
+
 
 if __name__ == "__main__":
     main()

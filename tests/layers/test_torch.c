@@ -3,6 +3,7 @@
  * a fixture must be used by some check, so a renamed parameter cannot pass silently.
  * Usage: test_layers_torch FIXTURE_DIR */
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,14 +54,45 @@ static const float *expect(fixture *fx, const char *name, const gp_shape *shape)
   return gp_st_data(fx->f, e);
 }
 
+/* A NaN in the fixture (PyTorch propagating a NaN input: the *_nan cases) must be a NaN here
+ * and the other way round; the other values are compared as usual. */
 static int check(fixture *fx, const char *name, const float *got, const gp_shape *shape,
                  lt_tol_id tol, double *worst) {
   const float *want = expect(fx, name, shape);
   if (!want) return 0;
   char what[256];
   double err = 0;
+  int64_t n = gp_shape_numel(shape), nans = 0;
   snprintf(what, sizeof what, "%s: %s", fx->file, name);
-  int ok = lt_compare_f(what, got, want, gp_shape_numel(shape), tol, &err);
+  for (int64_t i = 0; i < n; i++) {
+    if (!isnan(want[i]) == !isnan(got[i])) {
+      nans += !!isnan(want[i]);
+      continue;
+    }
+    printf("  FAIL %s: at %lld got %.7g, want %.7g (a NaN must stay a NaN, as in PyTorch, and "
+           "only a NaN)\n",
+           what, (long long)i, (double)got[i], (double)want[i]);
+    return 0;
+  }
+  int ok;
+  if (nans) { /* compare the rest: NaN on both sides becomes 0 on both */
+    float *g = malloc((size_t)n * sizeof *g), *w = malloc((size_t)n * sizeof *w);
+    if (!g || !w) {
+      free(g);
+      free(w);
+      printf("  FAIL %s: out of memory\n", what);
+      return 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+      g[i] = isnan(got[i]) ? 0.0f : got[i];
+      w[i] = isnan(want[i]) ? 0.0f : want[i];
+    }
+    ok = lt_compare_f(what, g, w, n, tol, &err);
+    free(g);
+    free(w);
+  } else {
+    ok = lt_compare_f(what, got, want, n, tol, &err);
+  }
   if (err > *worst) *worst = err;
   return ok;
 }
