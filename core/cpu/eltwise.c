@@ -69,8 +69,9 @@ static inline void map4_2(int64_t n, const float *x, const float *g, float *y,
 static gp_status act_forward(gp_act act, int64_t n, const float *x, float *y) {
   switch (act) {
   case GP_ACT_RELU:
+    /* As PyTorch: a NaN stays a NaN (a diverged value must reach the loss), -0 stays -0. */
     for (int64_t i = 0; i < n; i++)
-      y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+      y[i] = x[i] < 0.0f ? 0.0f : x[i];
     return GP_OK;
   case GP_ACT_GELU:
     map4(n, x, y, gelu);
@@ -106,10 +107,11 @@ static gp_status act_backward(gp_act act, int64_t n, const float *restrict x,
                               float *restrict dx) {
   switch (act) {
   case GP_ACT_RELU:
-    /* dy is loaded unconditionally so the select vectorizes instead of branching. */
+    /* dy is loaded unconditionally so the select vectorizes instead of branching. A NaN passes
+     * the gradient, as PyTorch's threshold_backward (x is x or y: the same sign and NaNs). */
     for (int64_t i = 0; i < n; i++) {
       float g = dy[i];
-      dx[i] = x[i] > 0.0f ? g : 0.0f;
+      dx[i] = x[i] <= 0.0f ? 0.0f : g;
     }
     return GP_OK;
   case GP_ACT_GELU:

@@ -341,6 +341,10 @@ def main():
     a[0, 0, 1, 1] = a[0, 1, 4, 4] = nan
     run_case(out_dir, "maxpool_3_s2_p1_nan", "{type: maxpool, kernel: 3, stride: 2, padding: 1}",
              [a], lambda a: F.max_pool2d(a, 3, 2, 1))
+    # relu: NaN in, NaN out, and the gradient passes (threshold_backward zeroes only y <= 0)
+    a = x(2, 3, 4)
+    a[0, 0, 1] = a[1, 2, 3] = a[1, 0, 0] = nan
+    run_case(out_dir, "relu_nan", "{type: relu}", [a], F.relu)
 
 
 if __name__ == "__main__":
