@@ -39,20 +39,6 @@ float gp_cpu_rowsum(const float *restrict p, int64_t n) {
   return s;
 }
 
-static float rowsqdev(const float *restrict p, int64_t n, float m) {
-  v4f a0 = {0}, a1 = {0};
-  int64_t k = 0;
-  for (; k + LANES <= n; k += LANES) {
-    v4f v0 = load4(p + k) - m, v1 = load4(p + k + 4) - m;
-    a0 += v0 * v0;
-    a1 += v1 * v1;
-  }
-  float s = lanes_sum(a0, a1);
-  for (; k < n; k++)
-    s += (p[k] - m) * (p[k] - m);
-  return s;
-}
-
 /* sum(x - k) and sum((x - k)^2) of one row. */
 static void rowmoments(const float *restrict p, int64_t n, float k, float *s1, float *s2) {
   v4f a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0};
@@ -303,9 +289,15 @@ gp_status gp_cpu_layernorm_forward(gp_backend *be, int64_t rows, int64_t cols, f
   for (int64_t r = 0; r < rows; r++) {
     const float *restrict xp = x + r * cols;
     float *restrict yp = y + r * cols;
-    const float m = gp_cpu_rowsum(xp, cols) / (float)cols;
-    const float v = rowsqdev(xp, cols, m);
-    const float rs = 1.0f / sqrtf(v / (float)cols + eps);
+    /* The moments about a first estimate of the mean: where the mean is large against the
+     * spread, the float sum behind that estimate is off by several ulp of it, and the sum of
+     * the deviations from it corrects it to within rounding. */
+    const float m0 = gp_cpu_rowsum(xp, cols) / (float)cols;
+    float s1, s2;
+    rowmoments(xp, cols, m0, &s1, &s2);
+    const float d = s1 / (float)cols, m = m0 + d;
+    const float v = s2 / (float)cols - d * d;
+    const float rs = 1.0f / sqrtf((v > 0.0f ? v : 0.0f) + eps);
     for (int64_t k = 0; k < cols; k++)
       yp[k] = (xp[k] - m) * rs * gamma[k] + beta[k];
     if (mean) mean[r] = m;

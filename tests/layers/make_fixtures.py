@@ -19,6 +19,8 @@ Each file holds:
                 smoothly, a mask); grad.<name> parameter gradients
   after.<name>  buffers after the step (batchnorm running statistics)
   loss          [1]: the mini-batch mean loss (loss layer only)
+  tol.<name>    [1] (the *_f64 cases): y, dx and grad are a float64 reference computed from
+                the float32 inputs, and tol.<name> is PyTorch's own float32 error against it
 
 safetensors is written by hand (8-byte little-endian header length, JSON, raw data) so
 that the script needs nothing beyond torch.
@@ -87,6 +89,35 @@ def run_case(out_dir, name, config, inputs, fn, params=None, training=True, afte
         t[f"after.{k}"] = v()
     meta = {"config": config, "training": "true" if training else "false",
             "backward": "true" if backward else "false", "torch": torch.__version__}
+    write_safetensors(os.path.join(out_dir, name + ".safetensors"), t, meta)
+
+
+def f64_case(out_dir, name, config, inputs, fn, params):
+    """run_case with a float64 reference: fn(params, *inputs) is run in float64 on the float32
+    values (the stored y, dx and grad), and in float32 as PyTorch would; tol.<name> holds
+    PyTorch's float32 error against the reference (largest absolute difference) per tensor, so
+    the test can ask for no less accuracy than PyTorch's where float32 rounding is large."""
+    dy = None
+    res = {}
+    for dtype in (torch.float64, torch.float32):
+        ps = {k: v.detach().to(dtype).requires_grad_() for k, v in params.items()}
+        xs = [x.detach().to(dtype).requires_grad_() for x in inputs]
+        y = fn(ps, *xs)
+        if dy is None:
+            dy = torch.randn(y.shape, dtype=torch.float32)
+        (y * dy.to(dtype)).sum().backward()
+        r = {"y": y, **{f"dx{i}": x.grad for i, x in enumerate(xs)},
+             **{f"grad.{k}": v.grad for k, v in ps.items()}}
+        res[dtype] = {k: v.detach() for k, v in r.items()}
+    t = {f"x{i}": x for i, x in enumerate(inputs)}
+    for k, v in params.items():
+        t[f"param.{k}"] = v.detach()
+    t["dy"] = dy
+    for k, v in res[torch.float64].items():
+        t[k] = v.float()
+        err = (res[torch.float32][k].double() - v).abs().max()
+        t[f"tol.{k}"] = err.float().reshape(1)
+    meta = {"config": config, "training": "true", "backward": "true", "torch": torch.__version__}
     write_safetensors(os.path.join(out_dir, name + ".safetensors"), t, meta)
 
 
@@ -345,6 +376,16 @@ def main():
     a = x(2, 3, 4)
     a[0, 0, 1] = a[1, 2, 3] = a[1, 0, 0] = nan
     run_case(out_dir, "relu_nan", "{type: relu}", [a], F.relu)
+
+    # ---- float64 references (appended) where float32 rounding is large ----
+    # layernorm of rows whose mean is 1e5 (1e3) times their spread: a mean from a plain float32
+    # sum is off by several ulp of it, which every output inherits
+    for tag, off, sc, cols in (("1e5", 1e5, 1.0, 1000), ("1e3", 1e3, 1e-2, 33)):
+        a = x(3, 2, cols) * sc + off
+        w, b = torch.rand(cols) + 0.5, torch.randn(cols) * 0.5
+        f64_case(out_dir, f"layernorm_offset_{tag}_f64", "{type: layernorm, eps: 1.0e-5}", [a],
+                 lambda p, a: F.layer_norm(a, (a.shape[-1],), p["weight"], p["bias"], 1e-5),
+                 {"weight": w, "bias": b})
 
 
 if __name__ == "__main__":

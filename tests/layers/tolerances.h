@@ -18,6 +18,7 @@ typedef enum lt_tol_id {
   LT_TOL_INIT_BOUND, /* initial weights inside PyTorch's U(-b, b), b = 1/sqrt(fan_in) */
   LT_TOL_TABLE,      /* a table computed in double and rounded, against another formula */
   LT_TOL_MICRO,      /* a mini-batch in micro-batches against the whole (summation order) */
+  LT_TOL_TORCH_F64,  /* against a float64 reference: atol times PyTorch's own float32 error */
   LT_TOL_COUNT
 } lt_tol_id;
 
