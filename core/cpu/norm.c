@@ -83,11 +83,12 @@ static void rowsum2(const float *restrict g, const float *restrict x, int64_t n,
 
 /* Sums over one channel's n rows of `inner` floats (row stride c * inner): float within a
  * row, double across rows, so large batches do not lose the small terms. */
-/* y = x * scale + shift over one row. */
-static void row_affine(int64_t inner, float scale, float shift, const float *restrict x,
-                       float *restrict y) {
+/* y = (x - center) * scale + shift over one row: centred first, so that a mean large against
+ * the spread does not leave x * scale and the shift to cancel each other's rounding. */
+static void row_affine(int64_t inner, float center, float scale, float shift,
+                       const float *restrict x, float *restrict y) {
   for (int64_t k = 0; k < inner; k++)
-    y[k] = x[k] * scale + shift;
+    y[k] = (x[k] - center) * scale + shift;
 }
 
 /* The passes are split over the instance's threads: the statistics by channels (each
@@ -100,7 +101,8 @@ typedef struct bn_args {
   float eps;
   const float *x, *dy, *gamma, *beta, *mean, *invstd;
   float *y, *out_mean, *out_invstd, *dgamma, *dbeta;
-  double *k1, *k2, *k0; /* per channel: y = k1 * x + k0 (forward), dx = k1 dy + k2 x + k0 */
+  /* per channel: y = k1 (x - k2) + k0 (forward), dx = k1 dy + k2 (x - mean) + k0 */
+  double *k1, *k2, *k0;
 } bn_args;
 
 static gp_status bn_stats_part(void *ctx, int64_t lo, int64_t hi, int worker) {
@@ -122,18 +124,19 @@ static gp_status bn_stats_part(void *ctx, int64_t lo, int64_t hi, int worker) {
     b->out_mean[j] = mf;
     b->out_invstd[j] = is;
     b->k1[j] = b->gamma[j] * is;
-    b->k0[j] = b->beta[j] - mf * (float)b->k1[j];
+    b->k2[j] = mf;
+    b->k0[j] = b->beta[j];
   }
   return GP_OK;
 }
 
-/* planes [lo, hi): y = k1 x + k0 */
+/* planes [lo, hi): y = k1 (x - k2) + k0 */
 static gp_status bn_affine_part(void *ctx, int64_t lo, int64_t hi, int worker) {
   (void)worker;
   const bn_args *b = ctx;
   for (int64_t p = lo; p < hi; p++) {
     const int64_t j = p % b->c;
-    row_affine(b->inner, (float)b->k1[j], (float)b->k0[j], b->x + p * b->inner,
+    row_affine(b->inner, (float)b->k2[j], (float)b->k1[j], (float)b->k0[j], b->x + p * b->inner,
                b->y + p * b->inner);
   }
   return GP_OK;
@@ -181,7 +184,8 @@ gp_status gp_cpu_batchnorm_forward_eval(gp_backend *be, int64_t n, int64_t c, in
   for (int64_t j = 0; j < c; j++) {
     float scale = gamma[j] / sqrtf(run_var[j] + eps);
     b.k1[j] = scale;
-    b.k0[j] = beta[j] - run_mean[j] * scale;
+    b.k2[j] = run_mean[j];
+    b.k0[j] = beta[j];
   }
   return gp_cpu_parallel_for(be, n * c, plane_grain(inner), bn_affine_part, &b);
 }
@@ -202,10 +206,9 @@ static gp_status bn_grad_part(void *ctx, int64_t lo, int64_t hi, int worker) {
     const double is = b->invstd[j], sx = sdyx * is; /* sum(dy * xhat) */
     if (b->dgamma) b->dgamma[j] += (float)sx;
     if (b->dbeta) b->dbeta[j] += (float)sdy;
-    /* dx = k1 dy + k2 (x - m) + k0' = k1 dy + k2 x + (k0' - k2 m) */
     b->k1[j] = b->gamma[j] * is;
     b->k2[j] = -b->gamma[j] * is * is * sx / (double)count;
-    b->k0[j] = -b->gamma[j] * is * sdy / (double)count - b->k2[j] * b->mean[j];
+    b->k0[j] = -b->gamma[j] * is * sdy / (double)count;
   }
   return GP_OK;
 }
@@ -217,9 +220,9 @@ static gp_status bn_dx_part(void *ctx, int64_t lo, int64_t hi, int worker) {
     const int64_t j = p % b->c, o = p * b->inner;
     const float *restrict xp = b->x + o, *restrict gp = b->dy + o;
     float *restrict dp = b->y + o;
-    const float a = (float)b->k1[j], q = (float)b->k2[j], k0 = (float)b->k0[j];
-    for (int64_t k = 0; k < b->inner; k++)
-      dp[k] = a * gp[k] + q * xp[k] + k0;
+    const float a = (float)b->k1[j], q = (float)b->k2[j], k0 = (float)b->k0[j], m = b->mean[j];
+    for (int64_t k = 0; k < b->inner; k++) /* x - m first: no cancellation where m is large */
+      dp[k] = a * gp[k] + q * (xp[k] - m) + k0;
   }
   return GP_OK;
 }

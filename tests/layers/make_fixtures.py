@@ -92,32 +92,39 @@ def run_case(out_dir, name, config, inputs, fn, params=None, training=True, afte
     write_safetensors(os.path.join(out_dir, name + ".safetensors"), t, meta)
 
 
-def f64_case(out_dir, name, config, inputs, fn, params):
-    """run_case with a float64 reference: fn(params, *inputs) is run in float64 on the float32
-    values (the stored y, dx and grad), and in float32 as PyTorch would; tol.<name> holds
-    PyTorch's float32 error against the reference (largest absolute difference) per tensor, so
-    the test can ask for no less accuracy than PyTorch's where float32 rounding is large."""
+def f64_case(out_dir, name, config, inputs, fn, params, buffers=None, training=True):
+    """run_case with a float64 reference: fn(params and buffers, *inputs) is run in float64 on
+    the float32 values (the stored y, dx and grad), and in float32 as PyTorch would; tol.<name>
+    holds PyTorch's float32 error against the reference (largest absolute difference) per
+    tensor, so the test can ask for no less accuracy than PyTorch's where float32 rounding is
+    large. training=False: evaluation, forward only."""
+    buffers = buffers or {}
     dy = None
     res = {}
     for dtype in (torch.float64, torch.float32):
-        ps = {k: v.detach().to(dtype).requires_grad_() for k, v in params.items()}
-        xs = [x.detach().to(dtype).requires_grad_() for x in inputs]
-        y = fn(ps, *xs)
-        if dy is None:
-            dy = torch.randn(y.shape, dtype=torch.float32)
-        (y * dy.to(dtype)).sum().backward()
-        r = {"y": y, **{f"dx{i}": x.grad for i, x in enumerate(xs)},
-             **{f"grad.{k}": v.grad for k, v in ps.items()}}
+        ps = {k: v.detach().to(dtype).requires_grad_(training) for k, v in params.items()}
+        bs = {k: v.detach().to(dtype) for k, v in buffers.items()}
+        xs = [x.detach().to(dtype).requires_grad_(training) for x in inputs]
+        y = fn({**ps, **bs}, *xs)
+        r = {"y": y}
+        if training:
+            if dy is None:
+                dy = torch.randn(y.shape, dtype=torch.float32)
+            (y * dy.to(dtype)).sum().backward()
+            r.update({f"dx{i}": x.grad for i, x in enumerate(xs)})
+            r.update({f"grad.{k}": v.grad for k, v in ps.items()})
         res[dtype] = {k: v.detach() for k, v in r.items()}
     t = {f"x{i}": x for i, x in enumerate(inputs)}
-    for k, v in params.items():
+    for k, v in {**params, **buffers}.items():
         t[f"param.{k}"] = v.detach()
-    t["dy"] = dy
+    if training:
+        t["dy"] = dy
     for k, v in res[torch.float64].items():
         t[k] = v.float()
         err = (res[torch.float32][k].double() - v).abs().max()
         t[f"tol.{k}"] = err.float().reshape(1)
-    meta = {"config": config, "training": "true", "backward": "true", "torch": torch.__version__}
+    meta = {"config": config, "training": "true" if training else "false",
+            "backward": "true" if training else "false", "torch": torch.__version__}
     write_safetensors(os.path.join(out_dir, name + ".safetensors"), t, meta)
 
 
@@ -386,6 +393,20 @@ def main():
         f64_case(out_dir, f"layernorm_offset_{tag}_f64", "{type: layernorm, eps: 1.0e-5}", [a],
                  lambda p, a: F.layer_norm(a, (a.shape[-1],), p["weight"], p["bias"], 1e-5),
                  {"weight": w, "bias": b})
+    # batch norm of channels whose mean is 1e4 (1e3) times their spread, in training and with
+    # such running statistics in evaluation: x * scale + (beta - mean * scale) cancels
+    for tag, off, sc, shape in (("1e4", 1e4, 1.0, (2, 3, 7, 9)), ("1e3", 1e3, 1e-2, (16, 2, 8, 8))):
+        c = shape[1]
+        a = x(*shape) * sc + off
+        w, b = torch.rand(c) + 0.5, torch.randn(c) * 0.5
+        rm, rv = off + torch.randn(c) * sc, (torch.rand(c) + 0.5) * sc * sc
+        for training in (True, False):
+            f64_case(out_dir, f"batchnorm_offset_{tag}_{'train' if training else 'eval'}_f64",
+                     "{type: batchnorm, eps: 1.0e-5, momentum: 0.1}", [a],
+                     lambda p, a, tr=training: F.batch_norm(
+                         a, p["running_mean"].clone(), p["running_var"].clone(), p["weight"],
+                         p["bias"], tr, 0.1, 1e-5),
+                     {"weight": w, "bias": b}, {"running_mean": rm, "running_var": rv}, training)
 
 
 if __name__ == "__main__":

