@@ -133,7 +133,8 @@ gp_status gp_dnn_channel_sum(gp_backend *be, int64_t n, int64_t c, int64_t inner
 
 /* ---- batch norm ---- */
 
-// Mean and invstd from the shifted moments, and the affine map y = x * scale + shift.
+// Mean and invstd from the shifted moments, and the affine map y = (x - mean) * scale + shift
+// (shift = beta), centred first as on the CPU: no cancellation where the mean is large.
 __global__ void bn_stats_final_kernel(int64_t c, int64_t inner, int64_t count, float eps,
                                       unsigned parts, const double *__restrict__ part,
                                       const float *__restrict__ x, const float *__restrict__ gamma,
@@ -151,18 +152,19 @@ __global__ void bn_stats_final_kernel(int64_t c, int64_t inner, int64_t count, f
     invstd[j] = is;
     const float sc = __fmul_rn(gamma[j], is);
     scale[j] = sc;
-    shift[j] = __fsub_rn(beta[j], __fmul_rn(mf, sc));
+    shift[j] = beta[j];
   }
 }
 
-// y = x * scale[j] + shift[j] over [n, c, inner].
+// y = (x - mean[j]) * scale[j] + shift[j] over [n, c, inner].
 __global__ void bn_affine_kernel(int64_t total, int64_t c, int64_t inner,
-                                 const float *__restrict__ scale, const float *__restrict__ shift,
-                                 const float *__restrict__ x, float *__restrict__ y) {
+                                 const float *__restrict__ mean, const float *__restrict__ scale,
+                                 const float *__restrict__ shift, const float *__restrict__ x,
+                                 float *__restrict__ y) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t j = (e / inner) % c;
-    y[e] = __fadd_rn(__fmul_rn(x[e], scale[j]), shift[j]);
+    y[e] = __fadd_rn(__fmul_rn(__fsub_rn(x[e], mean[j]), scale[j]), shift[j]);
   }
 }
 
@@ -185,7 +187,7 @@ static gp_status bn_forward_train(gp_backend *be, int64_t n, int64_t c, int64_t 
   GP_CUDA_LAUNCHED("bn_stats_final_kernel");
   const int64_t total = n * c * inner;
   bn_affine_kernel<<<gp_dnn_blocks(be, total, GP_DNN_BLOCK), GP_DNN_BLOCK, 0, s>>>(
-      total, c, inner, scale, shift, x, y);
+      total, c, inner, mean, scale, shift, x, y);
   GP_CUDA_LAUNCHED("bn_affine_kernel");
   return GP_OK;
 }
@@ -198,8 +200,7 @@ __global__ void bn_eval_kernel(int64_t total, int64_t c, int64_t inner, float ep
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t j = (e / inner) % c;
     const float scale = gamma[j] / sqrtf(rv[j] + eps);
-    const float shift = __fsub_rn(beta[j], __fmul_rn(rm[j], scale));
-    y[e] = __fadd_rn(__fmul_rn(x[e], scale), shift);
+    y[e] = __fadd_rn(__fmul_rn(__fsub_rn(x[e], rm[j]), scale), beta[j]);
   }
 }
 
@@ -216,7 +217,7 @@ static gp_status bn_forward_eval(gp_backend *be, int64_t n, int64_t c, int64_t i
   return GP_OK;
 }
 
-// Parameter gradients and dx = k1 dy + k2 x + k0 per channel (the CPU's rearrangement).
+// Parameter gradients and dx = k1 dy + k2 (x - mean) + k0 per channel (the CPU's form).
 __global__ void bn_back_final_kernel(int64_t c, int64_t count, unsigned parts,
                                      const double *__restrict__ part,
                                      const float *__restrict__ gamma,
@@ -232,7 +233,7 @@ __global__ void bn_back_final_kernel(int64_t c, int64_t count, unsigned parts,
     if (dbeta) dbeta[j] += (float)sdy;
     const double k1 = gamma[j] * is;
     const double k2 = -gamma[j] * is * is * sx / (double)count;
-    const double k0 = -gamma[j] * is * sdy / (double)count - __dmul_rn(k2, (double)mean[j]);
+    const double k0 = -gamma[j] * is * sdy / (double)count;
     k[3 * j] = (float)k1;
     k[3 * j + 1] = (float)k2;
     k[3 * j + 2] = (float)k0;
@@ -240,13 +241,13 @@ __global__ void bn_back_final_kernel(int64_t c, int64_t count, unsigned parts,
 }
 
 __global__ void bn_dx_kernel(int64_t total, int64_t c, int64_t inner, const float *__restrict__ k,
-                             const float *__restrict__ x, const float *__restrict__ dy,
-                             float *__restrict__ dx) {
+                             const float *__restrict__ mean, const float *__restrict__ x,
+                             const float *__restrict__ dy, float *__restrict__ dx) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
        e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t j = (e / inner) % c;
     const float a = k[3 * j], b = k[3 * j + 1], k0 = k[3 * j + 2];
-    dx[e] = __fadd_rn(__fadd_rn(__fmul_rn(a, dy[e]), __fmul_rn(b, x[e])), k0);
+    dx[e] = __fadd_rn(__fadd_rn(__fmul_rn(a, dy[e]), __fmul_rn(b, __fsub_rn(x[e], mean[j]))), k0);
   }
 }
 
@@ -270,7 +271,7 @@ static gp_status bn_backward(gp_backend *be, int64_t n, int64_t c, int64_t inner
   if (!dx) return GP_OK;
   const int64_t total = n * c * inner;
   bn_dx_kernel<<<gp_dnn_blocks(be, total, GP_DNN_BLOCK), GP_DNN_BLOCK, 0, s>>>(total, c, inner, k,
-                                                                               x, dy, dx);
+                                                                               mean, x, dy, dx);
   GP_CUDA_LAUNCHED("bn_dx_kernel");
   return GP_OK;
 }
@@ -344,14 +345,19 @@ __global__ void ln_fwd_kernel(int64_t rows, int64_t cols, float eps, const float
     float s = 0.0f;
     for (int64_t k = threadIdx.x; k < cols; k += blockDim.x)
       s += xp[k];
-    const float m = gp_dnn_block_reduce(s, 0.0f, gp_dnn_add(), sh) / (float)cols;
-    float q = 0.0f;
+    // moments about a first estimate of the mean, which the deviations' sum then corrects
+    // (as on the CPU: where the mean is large against the spread the float sum is off)
+    const float m0 = gp_dnn_block_reduce(s, 0.0f, gp_dnn_add(), sh) / (float)cols;
+    float p = 0.0f, q = 0.0f;
     for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
-      const float v = xp[k] - m;
+      const float v = __fsub_rn(xp[k], m0);
+      p = __fadd_rn(p, v);
       q = __fadd_rn(q, __fmul_rn(v, v));
     }
-    const float v = gp_dnn_block_reduce(q, 0.0f, gp_dnn_add(), sh);
-    const float rs = 1.0f / sqrtf(v / (float)cols + eps);
+    const float d = gp_dnn_block_reduce(p, 0.0f, gp_dnn_add(), sh) / (float)cols;
+    const float s2 = gp_dnn_block_reduce(q, 0.0f, gp_dnn_add(), sh);
+    const float m = m0 + d, v = __fsub_rn(s2 / (float)cols, __fmul_rn(d, d));
+    const float rs = 1.0f / sqrtf((v > 0.0f ? v : 0.0f) + eps);
     float *yp = y + r * cols;
     for (int64_t k = threadIdx.x; k < cols; k += blockDim.x)
       yp[k] = __fadd_rn(__fmul_rn(__fmul_rn(xp[k] - m, rs), gamma[k]), beta[k]);

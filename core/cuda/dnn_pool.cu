@@ -7,8 +7,8 @@
 
 #include "core/cuda/dnn_internal.h"
 
-// The CPU's unrolled 2x2 stride-2 path (used there whenever the window is 2x2/2 unpadded);
-// it differs from the general loop on NaN, so it is reproduced as is. Only where the windows
+// The CPU's unrolled 2x2 stride-2 path (used there whenever the window is 2x2/2 unpadded),
+// reproduced as is: the same answer as the general loop, NaNs included. Only where the windows
 // lie inside the plane: beyond that the CPU path reads out of bounds.
 static int is_2x2(const gp_pool2d_desc *d) {
   return d->kh == 2 && d->kw == 2 && d->sh == 2 && d->sw == 2 && d->ph == 0 && d->pw == 0 &&
@@ -37,6 +37,10 @@ static __device__ __forceinline__ void window(const pool_geo &g, int64_t oy, int
   *x1 = b + g.kw > g.w ? g.w : b + g.kw;
 }
 
+// Whether v, coming after u in the window, takes its place as the general loop would: v is
+// larger, or v is a NaN and u is not (the first NaN wins). The CPU's max_takes.
+static __device__ __forceinline__ int max_takes(float v, float u) { return !(v <= u) && u == u; }
+
 __global__ void max_fwd_kernel(pool_geo g, int fast, const float *__restrict__ x,
                                float *__restrict__ y, int32_t *__restrict__ am) {
   const int64_t ohw = g.oh * g.ow, total = g.planes * ohw;
@@ -50,10 +54,12 @@ __global__ void max_fwd_kernel(pool_geo g, int fast, const float *__restrict__ x
       float a = r0[i], b = r0[i + 1], c = r1[i], e = r1[i + 1];
       int32_t ia = (int32_t)(2 * oy * g.w + i);
       int32_t ib = ia + 1, ic = ia + (int32_t)g.w, ie = ic + 1;
-      float m1 = b > a ? b : a, m2 = e > c ? e : c;
-      int32_t j1 = b > a ? ib : ia, j2 = e > c ? ie : ic;
-      y[o] = m2 > m1 ? m2 : m1;
-      am[o] = m2 > m1 ? j2 : j1;
+      const int t1 = max_takes(b, a), t2 = max_takes(e, c);
+      float m1 = t1 ? b : a, m2 = t2 ? e : c;
+      int32_t j1 = t1 ? ib : ia, j2 = t2 ? ie : ic;
+      const int t = max_takes(m2, m1);
+      y[o] = t ? m2 : m1;
+      am[o] = t ? j2 : j1;
       continue;
     }
     int64_t y0, y1, x0, x1;

@@ -38,8 +38,8 @@ __device__ __forceinline__ float gelu_tanh_s(float v) {
 
 template <int ACT> __device__ __forceinline__ float act_f(float v) {
   switch (ACT) {
-  case GP_ACT_RELU:
-    return v > 0.0f ? v : 0.0f;
+  case GP_ACT_RELU: // as the CPU and PyTorch: a NaN stays a NaN, -0 stays -0
+    return v < 0.0f ? 0.0f : v;
   case GP_ACT_GELU:
     return 0.5f * v * (1.0f + erff(v * SQRT1_2));
   case GP_ACT_GELU_TANH: // v s, s = 0.5 (1 + tanh(u)) = 1 / (1 + e^-2u): the CPU's form
@@ -64,7 +64,7 @@ __global__ void act_backward_k(int64_t n, const float *x, const float *y, const 
   GRID_LOOP(i, n) {
     float g = dy[i], d;
     if (ACT == GP_ACT_RELU) {
-      d = x[i] > 0.0f ? g : 0.0f;
+      d = x[i] <= 0.0f ? 0.0f : g; // a NaN passes the gradient, as on the CPU
     } else if (ACT == GP_ACT_GELU) {
       float v = x[i];
       float cdf = 0.5f * (1.0f + erff(v * SQRT1_2));
