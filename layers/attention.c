@@ -4,7 +4,7 @@
  *
  * Inputs, told apart by rank: queries [Tq, dim]; optionally keys/values [Tk, dim]
  * (cross-attention; without it, self-attention over the queries); then, with mask: padding
- * (the default), optionally a key-padding mask [Tk], F32 or I32, 1 = a real token, 0 = padding
+ * (the default), optionally a key-padding mask [Tk], f32 or i32, 1 = a real token, 0 = padding
  * (the inverse of PyTorch's boolean key_padding_mask, where True means "ignore"). With
  * mask: segments the rows are packed (several sentences per row, as Lingvo's packed inputs
  * and T5): after the F32 inputs come I32 segment ids (0 = padding, 1, 2, ... = which sentence
@@ -93,15 +93,15 @@ static gp_status check_segment_inputs(const gp_layer *l, const geo *g) {
   if (l->n_in == 2 && g->cross)
     return GP_ERR(GP_ERR_SPEC,
                   "attention with mask: segments and 2 inputs is self-attention [x, seg]: input 2 "
-                  "must be the segment ids I32 [%lld], got %s %s; cross-attention takes "
+                  "must be the segment ids i32 [%lld], got %s %s; cross-attention takes "
                   "[q, mem, q_seg, k_seg]",
-                  (long long)g->tq, gp_dtype_name(l->in_dtype[1]),
+                  (long long)g->tq, gp_dtype_spec_name(l->in_dtype[1]),
                   gp_layers_shape_str(&l->in_shape[1], b1));
   if (l->n_in == 4 && !g->cross)
     return GP_ERR(GP_ERR_SPEC,
                   "attention with mask: segments and 4 inputs is cross-attention "
                   "[q, mem, q_seg, k_seg]: input 2 must be keys/values [Tk, dim], got %s %s",
-                  gp_dtype_name(l->in_dtype[1]), gp_layers_shape_str(&l->in_shape[1], b1));
+                  gp_dtype_spec_name(l->in_dtype[1]), gp_layers_shape_str(&l->in_shape[1], b1));
   const int ix[2] = {g->seg_q, g->seg_k};
   const int64_t len[2] = {g->tq, g->tk};
   for (int s = 0; s < (g->cross ? 2 : 1); s++) {
@@ -109,12 +109,12 @@ static gp_status check_segment_inputs(const gp_layer *l, const geo *g) {
     if (m->ndim != 1 || m->d[0] != len[s] || l->in_dtype[ix[s]] != GP_I32)
       return GP_ERR(GP_ERR_SPEC,
                     "attention: with mask: segments, input %d must be the segment ids of the %s, "
-                    "I32 [%lld] (0 = padding, 1, 2, ... = sentence), got %s %s",
+                    "i32 [%lld] (0 = padding, 1, 2, ... = sentence), got %s %s",
                     ix[s] + 1,
                     !g->cross ? "tokens"
                     : s == 0  ? "queries"
                               : "keys",
-                    (long long)len[s], gp_dtype_name(l->in_dtype[ix[s]]),
+                    (long long)len[s], gp_dtype_spec_name(l->in_dtype[ix[s]]),
                     gp_layers_shape_str(m, b1));
   }
   return GP_OK;
@@ -126,8 +126,8 @@ static gp_status attention_shape(gp_layer *l) {
   const gp_shape *x = &l->in_shape[0];
   l->n_params = 0;
   if (x->ndim != 2 || l->in_dtype[0] != GP_F32)
-    return GP_ERR(GP_ERR_SPEC, "attention expects F32 queries [T, dim], got %s %s",
-                  gp_dtype_name(l->in_dtype[0]), gp_layers_shape_str(x, b1));
+    return GP_ERR(GP_ERR_SPEC, "attention expects f32 queries [T, dim], got %s %s",
+                  gp_dtype_spec_name(l->in_dtype[0]), gp_layers_shape_str(x, b1));
   geo g;
   geometry(l, &g);
   if (k->segments) GP_TRY(check_segment_inputs(l, &g));
@@ -142,17 +142,18 @@ static gp_status attention_shape(gp_layer *l) {
                   gp_layers_shape_str(&l->in_shape[1], b1));
   if (g.cross && (l->in_dtype[1] != GP_F32 || l->in_shape[1].d[1] != g.d))
     return GP_ERR(GP_ERR_SPEC,
-                  "attention: keys/values must be F32 [Tk, %lld] like the queries %s, got %s %s",
-                  (long long)g.d, gp_layers_shape_str(x, b1), gp_dtype_name(l->in_dtype[1]),
+                  "attention: keys/values must be f32 [Tk, %lld] like the queries %s, got %s %s",
+                  (long long)g.d, gp_layers_shape_str(x, b1), gp_dtype_spec_name(l->in_dtype[1]),
                   gp_layers_shape_str(&l->in_shape[1], b2));
   if (g.mask >= 0) {
     const gp_shape *m = &l->in_shape[g.mask];
     gp_dtype mt = l->in_dtype[g.mask];
     if (m->ndim != 1 || m->d[0] != g.tk || (mt != GP_F32 && mt != GP_I32))
       return GP_ERR(GP_ERR_SPEC,
-                    "attention: the key-padding mask (input %d) must be F32 or I32 [%lld], one "
+                    "attention: the key-padding mask (input %d) must be f32 or i32 [%lld], one "
                     "value per key, got %s %s",
-                    g.mask + 1, (long long)g.tk, gp_dtype_name(mt), gp_layers_shape_str(m, b1));
+                    g.mask + 1, (long long)g.tk, gp_dtype_spec_name(mt),
+                    gp_layers_shape_str(m, b1));
   }
   if (k->dim && k->dim != g.d)
     return GP_ERR(GP_ERR_SPEC, "attention: dim %lld does not match the input %s", (long long)k->dim,

@@ -39,8 +39,8 @@ static gp_status embedding_shape(gp_layer *l) {
   char buf[GP_LAYER_SHAPE_STR];
   l->n_params = 0;
   if (l->in_dtype[0] != GP_I32)
-    return GP_ERR(GP_ERR_SPEC, "embedding expects I32 token ids, got %s %s",
-                  gp_dtype_name(l->in_dtype[0]), gp_layers_shape_str(x, buf));
+    return GP_ERR(GP_ERR_SPEC, "embedding expects i32 token ids, got %s %s",
+                  gp_dtype_spec_name(l->in_dtype[0]), gp_layers_shape_str(x, buf));
   if (x->ndim >= GP_MAX_DIMS)
     return GP_ERR(GP_ERR_SPEC, "embedding: ids %s leave no room for the embedding dimension",
                   gp_layers_shape_str(x, buf));

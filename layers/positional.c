@@ -29,16 +29,16 @@ static gp_status positional_shape(gp_layer *l) {
   char buf[GP_LAYER_SHAPE_STR];
   l->n_params = 0;
   if (x->ndim != 2 || l->in_dtype[0] != GP_F32)
-    return GP_ERR(GP_ERR_SPEC, "positional expects F32 input [T, dim], got %s %s",
-                  gp_dtype_name(l->in_dtype[0]), gp_layers_shape_str(x, buf));
+    return GP_ERR(GP_ERR_SPEC, "positional expects f32 input [T, dim], got %s %s",
+                  gp_dtype_spec_name(l->in_dtype[0]), gp_layers_shape_str(x, buf));
   const gp_shape *p = &l->in_shape[1];
   if (l->n_in == 2 && (p->ndim != 1 || p->d[0] != x->d[0] || l->in_dtype[1] != GP_I32)) {
     char b2[GP_LAYER_SHAPE_STR];
     return GP_ERR(GP_ERR_SPEC,
-                  "positional: input 2 must be the positions I32 [%lld], one per token of the "
+                  "positional: input 2 must be the positions i32 [%lld], one per token of the "
                   "input %s, got %s %s",
-                  (long long)x->d[0], gp_layers_shape_str(x, buf), gp_dtype_name(l->in_dtype[1]),
-                  gp_layers_shape_str(p, b2));
+                  (long long)x->d[0], gp_layers_shape_str(x, buf),
+                  gp_dtype_spec_name(l->in_dtype[1]), gp_layers_shape_str(p, b2));
   }
   /* With explicit positions a packed row may be longer than max_len: its positions are
    * checked when it runs. */

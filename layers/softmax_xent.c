@@ -42,9 +42,9 @@ static gp_status xent_shape(gp_layer *l) {
                   gp_layers_shape_str(z, b1), gp_layers_shape_str(y, b2));
   if (l->in_dtype[0] != GP_F32 || l->in_dtype[1] != GP_I32)
     return GP_ERR(GP_ERR_SPEC,
-                  "softmax_cross_entropy expects F32 logits and I32 labels, got %s "
+                  "softmax_cross_entropy expects f32 logits and i32 labels, got %s "
                   "and %s",
-                  gp_dtype_name(l->in_dtype[0]), gp_dtype_name(l->in_dtype[1]));
+                  gp_dtype_spec_name(l->in_dtype[0]), gp_dtype_spec_name(l->in_dtype[1]));
   l->out_shape = *y;
   l->out_dtype = GP_F32;
   return GP_OK;

@@ -12,8 +12,8 @@ const char *gp_layers_shape_str(const gp_shape *s, char *buf) {
 gp_status gp_layers_check_f32(const gp_layer *l) {
   for (int i = 0; i < l->n_in; i++)
     if (l->in_dtype[i] != GP_F32)
-      return GP_ERR(GP_ERR_SPEC, "%s: input %d must be F32, got %s", l->type->name, i + 1,
-                    gp_dtype_name(l->in_dtype[i]));
+      return GP_ERR(GP_ERR_SPEC, "%s: input %d must be f32, got %s", l->type->name, i + 1,
+                    gp_dtype_spec_name(l->in_dtype[i]));
   return GP_OK;
 }
 

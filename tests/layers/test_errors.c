@@ -78,7 +78,7 @@ static const err_case cases[] = {
     {"batchnorm on a scalar", "{type: batchnorm}", 1, 0, {{0, {0}}}, {"[]"}, NULL},
     {"pad on a scalar", "{type: pad, channels: [1, 1]}", 1, 0, {{0, {0}}}, {"[]"}, NULL},
     {"loss labels must be I32", "{type: softmax_cross_entropy}", 2, 1, {S1(5), {0, {0}}},
-     {"I32", "F32"}, NULL},
+     {"i32", "f32"}, NULL},
     {"loss labels shape", "{type: softmax_cross_entropy}", 2, 0, {S1(5), S1(5)}, {"[5]"}, NULL},
     /* ---- Transformer layers ---- */
     {"attention dim not divisible by heads", "type: attention\nheads: 5\ndim: 12\n", 1, 0,
@@ -110,7 +110,7 @@ static const err_case cases[] = {
     {"positional without max_len", "{type: positional}", 1, 0, {S2(5, 8)},
      {"test.yaml:1:", "max_len"}, NULL},
     {"embedding of F32 values", "{type: embedding, num_embeddings: 10, dim: 4}", 1, 0, {S1(5)},
-     {"I32", "F32"}, NULL},
+     {"i32", "f32"}, NULL},
     {"embedding padding_idx out of range",
      "type: embedding\nnum_embeddings: 10\ndim: 4\npadding_idx: 10\n", 1, 0, {S1(5)},
      {"test.yaml:4:14:", "padding_idx", "10"}, NULL},

@@ -210,7 +210,7 @@ static const err_case errors[] = {
      {"test.yaml:1:", "unknown key 'bottm'", "did you mean 'bottom'?"}},
     {"pad2d not a number", "type: pad2d\nleft: one\n", {3, {2, 3, 3}}, GP_F32,
      {"test.yaml:2:7:", "left"}},
-    {"pad2d of I32", "{type: pad2d, top: 1}", {3, {2, 3, 3}}, GP_I32, {"F32", "I32"}},
+    {"pad2d of I32", "{type: pad2d, top: 1}", {3, {2, 3, 3}}, GP_I32, {"f32", "i32"}},
     {"slice past the end", "{type: slice, start: 2, end: 5}", {3, {4, 2, 2}}, GP_F32,
      {"start 2, end 5", "axis 0 (size 4)", "[4, 2, 2]"}},
     {"slice empty", "{type: slice, start: 3, end: 3}", {1, {4}}, GP_F32, {"non-empty", "start 3"}},
