@@ -738,9 +738,10 @@ static gp_status do_step(stage *st) {
       GP_TRY(st->be->sumsq(st->be, st->params.n_train, st->params.grad, &ss));
     double sumsq;
     GP_TRY(step_barrier(st, ss, &sumsq));
-    double norm = sqrt(sumsq);
-    if (norm > clip && st->params.n_train)
-      GP_TRY(st->be->axpby(st->be, st->params.n_train, 0.0f, st->params.grad, (float)(clip / norm),
+    /* torch.nn.utils.clip_grad_norm_'s factor: clip / (norm + 1e-6) when below 1 */
+    double coef = clip / (sqrt(sumsq) + 1e-6);
+    if (coef < 1 && st->params.n_train)
+      GP_TRY(st->be->axpby(st->be, st->params.n_train, 0.0f, st->params.grad, (float)coef,
                            st->params.grad));
   }
   return gp_optimizer_step(&st->opt, pl->lr);

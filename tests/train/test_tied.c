@@ -291,7 +291,7 @@ static void sum_check(const char *dir, const char *clip) {
   for (int64_t e = 0; e < n; e++)
     group += gs[e] * gs[e];
   double norm = sqrt(others + group), limit = atof(clip);
-  double scale = limit > 0 && norm > limit ? limit / norm : 1.0;
+  double scale = limit > 0 ? fmin(1.0, limit / (norm + 1e-6)) : 1.0; /* PyTorch's factor */
   /* with the group counted once per copy */
   double wrong = limit > 0 ? fmin(1.0, limit / sqrt(others + 3 * group)) : 1.0;
   if (limit > 0) CHECK(norm > 2 * limit, "clip %s: clipping is active (norm %g)", clip, norm);
