@@ -39,7 +39,9 @@ static __device__ __forceinline__ void window(const pool_geo &g, int64_t oy, int
 
 // Whether v, coming after u in the window, takes its place as the general loop would: v is
 // larger, or v is a NaN and u is not (the first NaN wins). The CPU's max_takes.
-static __device__ __forceinline__ int max_takes(float v, float u) { return !(v <= u) && u == u; }
+static __device__ __forceinline__ int max_takes(float v, float u) {
+  return !(v <= u) && u == u;
+}
 
 __global__ void max_fwd_kernel(pool_geo g, int fast, const float *__restrict__ x,
                                float *__restrict__ y, int32_t *__restrict__ am) {
