@@ -1,5 +1,6 @@
 /* gpipe-train: trains and evaluates a model file. The only place (with the other programs)
- * that prints for users and chooses exit codes: 0 ok, 2 bad model file or usage, 1 failure. */
+ * that prints for users and chooses exit codes: 0 ok, 2 bad model file or usage, 1 failure,
+ * 128 + the signal when SIGINT or SIGTERM stopped it. */
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
