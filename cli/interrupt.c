@@ -1,6 +1,7 @@
 #include "cli/interrupt.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -8,7 +9,8 @@
 
 static volatile sig_atomic_t received;
 static volatile sig_atomic_t graceful_mode;
-static char at_once[160]; /* "PROG: SIGxxx: stopped at once\n", the SIGxxx patched in */
+static char at_once[2][160]; /* "PROG: SIGINT|SIGTERM received: stopped at once\n" */
+static size_t at_once_len[2];
 
 const char *gp_interrupt_name(int sig) {
   return sig == SIGTERM ? "SIGTERM" : "SIGINT";
@@ -21,28 +23,19 @@ static void on_signal(int sig) {
     return;
   }
   gp_io_temp_remove_all();
-  const char *name = gp_interrupt_name(sig);
-  char line[sizeof at_once + 8];
-  size_t n = 0;
-  for (const char *p = at_once; *p && n + 8 < sizeof line; p++) {
-    if (*p != '%') {
-      line[n++] = *p;
-      continue;
-    }
-    for (const char *q = name; *q; q++)
-      line[n++] = *q;
-  }
-  if (write(STDERR_FILENO, line, n) < 0) {
+  const int i = sig == SIGTERM;
+  if (write(STDERR_FILENO, at_once[i], at_once_len[i]) < 0) {
     /* nothing left to tell */
   }
   _exit(128 + sig);
 }
 
 void gp_interrupt_install(const char *prog, int graceful) {
-  size_t len = strlen(prog);
-  if (len > sizeof at_once - 48) len = sizeof at_once - 48;
-  memcpy(at_once, prog, len);
-  strcpy(at_once + len, ": % received: stopped at once\n");
+  for (int i = 0; i < 2; i++) {
+    int n = snprintf(at_once[i], sizeof at_once[i], "%.100s: %s received: stopped at once\n", prog,
+                     i ? "SIGTERM" : "SIGINT");
+    at_once_len[i] = (size_t)n;
+  }
   graceful_mode = graceful;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
