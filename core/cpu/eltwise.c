@@ -200,9 +200,9 @@ dropout_x8(const ew_args *e, int64_t lo, int64_t hi, float scale) {
     v8u64 c = e->offset + (uint64_t)i + step;
     v8u64 u = hash64_x8(e->key ^ hash64_x8(c)) >> 40;
     v8i32 keep = __builtin_convertvector(u >= thr, v8i32);
-    v8f v;
+    v8f v, s = (v8f)((v8i32)((v8f){0} + scale) & keep);
     memcpy(&v, x + i, sizeof v);
-    v = (v8f)((v8i32)(v * scale) & keep);
+    v = v * s; /* not a mask of x * scale: a dropped NaN or infinity gives NaN */
     memcpy(y + i, &v, sizeof v);
   }
   return i;
@@ -217,7 +217,8 @@ static int have_avx512dq(void) {
 }
 #endif
 
-/* y = mask(x) * scale, the mask drawn from (key, offset + i) for element i. */
+/* y = x * (mask * scale), the mask drawn from (key, offset + i) for element i: multiplied as
+ * PyTorch does, so a dropped NaN or infinity gives NaN rather than hiding it. */
 static gp_status dropout_part(void *ctx, int64_t lo, int64_t hi, int worker) {
   (void)worker;
   const ew_args *e = ctx;
@@ -229,7 +230,7 @@ static gp_status dropout_part(void *ctx, int64_t lo, int64_t hi, int worker) {
   if (have_avx512dq()) i = dropout_x8(e, lo, hi, scale);
 #endif
   for (; i < hi; i++)
-    y[i] = gp_counter_uniform(e->key, e->offset + (uint64_t)i) >= p ? x[i] * scale : 0.0f;
+    y[i] = x[i] * (gp_counter_uniform(e->key, e->offset + (uint64_t)i) >= p ? scale : 0.0f);
   return GP_OK;
 }
 

@@ -101,7 +101,8 @@ __device__ __forceinline__ float counter_uniform(uint64_t key, uint64_t counter)
 
 __global__ void dropout_k(int64_t n, float p, float scale, uint64_t key, uint64_t offset,
                           const float *x, float *y) {
-  GRID_LOOP(i, n) y[i] = counter_uniform(key, offset + (uint64_t)i) >= p ? mul(x[i], scale) : 0.0f;
+  /* x * (mask * scale) as PyTorch: a dropped NaN or infinity gives NaN, not 0 */
+  GRID_LOOP(i, n) y[i] = mul(x[i], counter_uniform(key, offset + (uint64_t)i) >= p ? scale : 0.0f);
 }
 
 /* ---- axpby, copies ---- */

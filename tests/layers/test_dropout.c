@@ -180,6 +180,40 @@ int main(void) {
     expect(a <= 0.9, msg);
   }
 
+  /* NaN and infinity are not hidden by a drop: y = x * mask * scale as in PyTorch, so a dropped
+   * NaN or infinity gives NaN (a finite loss must not come from a model gone non-finite). */
+  {
+    float *xin = GP_F32P(&t.in[0]), *din = GP_F32P(&t.dout);
+    float saved[8], saved_d[8];
+    int64_t at[8];
+    int nk = 0, nd = 0; /* the first 4 kept and the first 4 dropped elements */
+    for (int64_t i = 0; nk + nd < 8 && i < n; i++) {
+      int k = gp_counter_uniform(key, (uint64_t)(OFFSET * N_FEAT + i)) >= (float)P;
+      if (k && nk < 4) at[nk++ + nd] = i;
+      if (!k && nd < 4) at[nk + nd++] = i;
+    }
+    for (int j = 0; j < 8; j++) {
+      saved[j] = xin[at[j]], saved_d[j] = din[at[j]];
+      xin[at[j]] = din[at[j]] = j % 2 ? INFINITY : NAN;
+    }
+    int ok = run(&t, 1);
+    int64_t bad = 0, dropped = 0;
+    for (int j = 0; ok && j < 8; j++) {
+      int k = gp_counter_uniform(key, (uint64_t)(OFFSET * N_FEAT + at[j])) >= (float)P;
+      dropped += !k;
+      int want_nan = !k || j % 2 == 0;
+      bad += want_nan ? !(isnan(y[at[j]]) && isnan(dx[at[j]]))
+                      : !(isinf(y[at[j]]) && isinf(dx[at[j]]));
+    }
+    printf("dropout: %lld of 8 non-finite inputs dropped; %lld outputs not NaN (dropped or NaN) "
+           "or infinite (kept infinity)\n",
+           (long long)dropped, (long long)bad);
+    expect(ok && dropped == 4, "dropout: 4 of the non-finite inputs should be dropped");
+    expect(ok && !bad, "dropout hides a non-finite input it drops (PyTorch gives NaN)");
+    for (int j = 0; j < 8; j++)
+      xin[at[j]] = saved[j], din[at[j]] = saved_d[j];
+  }
+
   /* Evaluation: the identity both ways. */
   t.e.training = 0;
   if (!run(&t, 1)) goto out;
