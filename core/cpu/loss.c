@@ -160,14 +160,16 @@ gp_status gp_cpu_sumsq(gp_backend *be, int64_t n, const float *x, double *host_o
   return GP_OK;
 }
 
-/* Argmax as torch.argmax: the first maximum wins, a NaN never does unless it is the first
- * (then nothing compares greater and index 0 stands). The maximum by lanes, then its first
- * index: the same answer as one scan. */
+/* Argmax as torch.argmax: a NaN counts as the largest (the first NaN wins), else the first
+ * maximum. The maximum by lanes, then one scan for the first NaN or the maximum. */
 static int64_t argmax_row(const float *z, int64_t k) {
   const float mx = row_max(z, k);
-  for (int64_t j = 0; j < k; j++)
-    if (z[j] == mx) return j;
-  return 0; /* mx is a NaN: z[0] */
+  int64_t best = -1;
+  for (int64_t j = 0; j < k; j++) {
+    if (z[j] != z[j]) return j;
+    if (best < 0 && z[j] == mx) best = j;
+  }
+  return best < 0 ? 0 : best;
 }
 
 gp_status gp_cpu_count_correct(gp_backend *be, int64_t n, int64_t k, const float *logits,

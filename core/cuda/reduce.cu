@@ -96,8 +96,17 @@ __global__ void sum_finish_k(int64_t nb, const double *part, double *out) {
   if (threadIdx.x == 0) out[0] = s;
 }
 
-// One warp per row: the index of the first maximum as core/cpu/loss.c finds it (z[j] >
-// z[best] from best = 0): a NaN is never taken, except at index 0, where nothing beats it.
+// One warp per row: torch.argmax as core/cpu/loss.c finds it, the first NaN if the row has
+// one, else the first maximum. better(): NaN above every number, the lower index among equals.
+__device__ __forceinline__ bool argmax_better(float v, long long i, float bv, long long bi) {
+  if (i < 0) return false;
+  if (bi < 0) return true;
+  const bool vn = v != v, bn = bv != bv;
+  if (vn != bn) return vn;
+  if (vn || v == bv) return i < bi;
+  return v > bv;
+}
+
 __global__ void count_correct_k(int64_t n, int64_t k, const float *z, const int32_t *labels,
                                 unsigned long long *count) {
   const unsigned FULL = 0xffffffffu;
@@ -110,8 +119,7 @@ __global__ void count_correct_k(int64_t n, int64_t k, const float *z, const int3
     long long bi = -1; // none yet
     for (int64_t j = lane; j < k; j += 32) {
       float v = row[j];
-      if (v != v) continue;
-      if (bi < 0 || v > bv) {
+      if (argmax_better(v, j, bv, bi)) {
         bv = v;
         bi = j;
       }
@@ -119,15 +127,12 @@ __global__ void count_correct_k(int64_t n, int64_t k, const float *z, const int3
     for (int off = 16; off > 0; off >>= 1) {
       float ov = __shfl_down_sync(FULL, bv, off);
       long long oi = __shfl_down_sync(FULL, bi, off);
-      if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
+      if (argmax_better(ov, oi, bv, bi)) {
         bv = ov;
         bi = oi;
       }
     }
-    if (lane == 0) {
-      long long best = bi < 0 || (k > 0 && row[0] != row[0]) ? 0 : bi;
-      hits += best == (long long)labels[i];
-    }
+    if (lane == 0) hits += (bi < 0 ? 0 : bi) == (long long)labels[i];
   }
   if (lane == 0 && hits) atomicAdd(count, hits);
 }

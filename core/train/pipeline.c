@@ -765,8 +765,8 @@ static gp_status predict_micro(stage *st, int m) {
   for (int64_t i = 0; s == GP_OK && i < pos; i++) {
     const float *x = h + i * v;
     int64_t best = 0;
-    for (int64_t j = 1; j < v; j++)
-      if (x[j] > x[best]) best = j;
+    for (int64_t j = 1; j < v; j++) /* torch.argmax: the first NaN, else the first maximum */
+      if (x[j] > x[best] || (x[j] != x[j] && x[best] == x[best])) best = j;
     if (pr->argmax) pr->argmax[pl->off[m] * per + i] = (int32_t)best;
     if (!lab || lab[i] < 0 || lab[i] >= v) continue;
     double z = 0;

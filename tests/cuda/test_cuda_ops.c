@@ -407,7 +407,8 @@ static void test_count_correct(cc_ctx *c) {
         if (z[j] > z[best]) best = j;
       if (i % 2 == 0) hl[i] = (int32_t)best; /* half the rows right */
       if (k > 3 && i % 5 == 1) hz[i * k + 2] = NAN;
-      if (k > 3 && i % 7 == 3) hz[i * k] = NAN; /* index 0 NaN: nothing beats it */
+      if (k > 3 && i % 7 == 3) hz[i * k] = NAN;         /* NaNs win: the first one */
+      if (k > 3 && i % 5 == 1 && i % 2 == 0) hl[i] = 2; /* the NaN's index: right, as torch */
       if (k > 3 && i % 11 == 4) hz[i * k + 1] = INFINITY;
     }
     cc_buf zb, lb;

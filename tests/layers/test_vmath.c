@@ -170,11 +170,11 @@ static void check_argmax(gp_backend *be, int64_t n, int64_t k) {
     for (int64_t j = 0; j < k; j++)
       r[j] = (float)(next32() % 4); /* many ties: the first maximum wins */
     if (k > 3 && i % 5 == 1) r[2] = NAN;
-    if (k > 3 && i % 7 == 3) r[0] = NAN; /* index 0 NaN: nothing beats it */
+    if (k > 3 && i % 7 == 3) r[0] = NAN;
     if (k > 3 && i % 11 == 4) r[k - 1] = INFINITY;
-    int64_t best = 0;
+    int64_t best = 0; /* torch.argmax: the first NaN, else the first maximum */
     for (int64_t j = 1; j < k; j++)
-      if (r[j] > r[best]) best = j;
+      if (r[best] == r[best] && (r[j] > r[best] || r[j] != r[j])) best = j;
     y[i] = i % 2 ? (int32_t)best : (int32_t)(next32() % (uint32_t)k);
     want += y[i] == best;
   }
