@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
     list_sizes(ac, sizeof ac, act, k);
     printf("ok params=%" PRId64 " stages=%d mem_sum=%zu mem_peak=%s act_peak=%s seconds=%.2f\n",
            m->n_params, k, sum, pk, ac, gp_now() - t0);
-  } else if (s == GP_ERR_NOMEM) {
+  } else if (s == GP_ERR_NOMEM || s == GP_ERR_FULL) {
     printf("oom params=%" PRId64 " stages=%d error=%s\n", m ? m->n_params : 0, k,
            gp_error_message());
   }
@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
   gp_loader_free(l);
   gp_model_free(m);
   gp_args_free(flags);
-  if (s == GP_ERR_NOMEM) return 3;
+  if (s == GP_ERR_NOMEM || s == GP_ERR_FULL) return 3;
   if (s != GP_OK) {
     fprintf(stderr, "bench-capacity: %s\n", gp_error_message());
     return gp_status_exit_code(s);

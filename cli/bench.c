@@ -600,12 +600,11 @@ static int gpus_of(const sweep *w, int k) {
 
 /* ---- the sweep ----------------------------------------------------------------------------- */
 
-/* A failure that says the run needs more than --memory-limit on a stage: the backends' limit
- * check (GP_ERR_NOMEM with this wording, core/cpu/backend.c and core/cuda/backend.cu), not
- * host memory running out or any other failure. */
-static int over_limit(const ctx *c, gp_status s) {
-  return s == GP_ERR_NOMEM && c->mem_limit &&
-         strstr(gp_error_message(), "would pass the memory limit") != NULL;
+/* A failure that says the run needs more memory than a stage's device has: past --memory-limit
+ * (either backend) or past a GPU's memory (GP_ERR_FULL), not host memory running out or any
+ * other failure. */
+static int over_limit(gp_status s) {
+  return s == GP_ERR_FULL;
 }
 
 /* One repetition of run r, kept when it is r's fastest. A run whose memory would pass the limit
@@ -613,7 +612,7 @@ static int over_limit(const ctx *c, gp_status s) {
 static gp_status measure_run(ctx *c, gp_bench_run *r, int rep, int trace) {
   gp_bench_run got;
   gp_status s = measure(c, r, trace, &got);
-  if (s != GP_OK && over_limit(c, s)) {
+  if (s != GP_OK && over_limit(s)) {
     r->over_limit = 1;
     snprintf(r->why, sizeof r->why, "%s", gp_error_message());
     memcpy(r->balance, got.balance, sizeof r->balance);
@@ -652,7 +651,8 @@ static void derive(ctx *c, gp_bench_run *r) {
   r->utilization = peak > 0 ? r->gflops / peak : 0;
 }
 
-/* When no run that was asked for fits the memory limit there is nothing to report: one line. */
+/* When no run that was asked for fits the memory limit (or the GPUs' memory) there is nothing to
+ * report: one line. */
 static gp_status check_any_fits(const gp_bench *b) {
   const gp_bench_run *first = NULL;
   for (int i = 0; i < b->n_runs; i++) {
@@ -662,10 +662,13 @@ static gp_status check_any_fits(const gp_bench *b) {
     if (!first) first = r;
   }
   if (!first) return GP_OK;
-  return GP_ERR(
-      GP_ERR_NOMEM, "no run asked for fits --memory-limit %.2f MiB per stage (K=%d M=%d %s %s: %s)",
-      (double)b->mem_limit / 1048576.0, first->k, first->m, gp_bench_schedule_name(first->schedule),
-      gp_bench_remat_name(first->remat), first->why);
+  char limit[64] = "the GPUs' memory";
+  if (b->mem_limit)
+    snprintf(limit, sizeof limit, "--memory-limit %.2f MiB per stage",
+             (double)b->mem_limit / 1048576.0);
+  return GP_ERR(GP_ERR_FULL, "no run asked for fits %s (K=%d M=%d %s %s: %s)", limit, first->k,
+                first->m, gp_bench_schedule_name(first->schedule),
+                gp_bench_remat_name(first->remat), first->why);
 }
 
 static gp_status sweep_all(ctx *c) {

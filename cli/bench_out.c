@@ -72,10 +72,20 @@ static void cell_num(char *cell, const char *fmt, double v) {
     snprintf(cell, CELL, "-");
 }
 
+/* What a run that does not fit did not fit: "12.00 MiB" (--memory-limit), else its GPU's memory. */
+static const char *fit_what(const gp_bench *b, char *buf, size_t n) {
+  if (b->mem_limit)
+    snprintf(buf, n, "%.2f MiB", mib(b->mem_limit));
+  else
+    snprintf(buf, n, "GPU memory");
+  return buf;
+}
+
 /* The measured cells of a row: samples/s to peak MiB (columns 5 to 13). */
 static void fill_measured(char (*row)[CELL], const gp_bench *b, const gp_bench_run *r) {
+  char fit[32];
   if (r->over_limit)
-    snprintf(row[5], CELL, "does not fit %.2f MiB", mib(b->mem_limit));
+    snprintf(row[5], CELL, "does not fit %s", fit_what(b, fit, sizeof fit));
   else
     snprintf(row[5], CELL, "%.1f", r->samples_per_s);
   cell_num(row[6], "%.2fx", r->speedup_naive);
@@ -114,8 +124,9 @@ static void write_fit_notes(FILE *f, const gp_bench *b) {
     if (one)
       snprintf(what + strlen(what), sizeof what - strlen(what), "%svs single",
                naive ? " and " : "");
-    fprintf(f, "no speed-up over K=%d M=1 gpipe never (%s: '-'): it does not fit %.2f MiB\n",
-            b->runs[i].k, what, mib(b->mem_limit));
+    char fit[32];
+    fprintf(f, "no speed-up over K=%d M=1 gpipe never (%s: '-'): it does not fit %s\n",
+            b->runs[i].k, what, fit_what(b, fit, sizeof fit));
   }
 }
 
@@ -454,8 +465,8 @@ static void svg_fit_note(FILE *f, const gp_bench *b, double x, double y) {
   if (!any) return;
   const char *line[4] = {"left out: the runs that", "do not fit",
                          "(K=1, M=1 among them:", "no speed-ups at all)"};
-  char fit[48];
-  snprintf(fit, sizeof fit, "do not fit %.2f MiB", mib(b->mem_limit));
+  char fit[48], what[32];
+  snprintf(fit, sizeof fit, "do not fit %s", fit_what(b, what, sizeof what));
   line[1] = fit;
   for (int i = 0; i < (single ? 4 : 2); i++)
     fprintf(f,

@@ -122,7 +122,12 @@ static gp_flag flags[] = {
 _Static_assert(sizeof flags / sizeof flags[0] == F_COUNT + 1, "flag table");
 
 static int fail(gp_status s) {
-  fprintf(stderr, "gpipe-train: %s\n", gp_error_message());
+  /* a stage that does not fit its device: what lowers a stage's memory, on the same line */
+  const char *hint = s == GP_ERR_FULL ? "; more --stages, --checkpoint always or a smaller "
+                                        "--batch-size lower each stage's memory (gpipe-partition "
+                                        "MODEL.yaml --stages K shows it per stage)"
+                                      : "";
+  fprintf(stderr, "gpipe-train: %s%s\n", gp_error_message(), hint);
   return s == GP_ERR_INTERRUPTED ? gp_interrupt_exit_code() : gp_status_exit_code(s);
 }
 

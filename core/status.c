@@ -51,9 +51,9 @@ void gp_error_clear(void) {
 
 const char *gp_status_name(gp_status s) {
   static const char *const names[] = {
-      "ok",          "usage error",   "model file error", "data error",
-      "i/o error",   "out of memory", "runtime error",    "device error",
-      "unsupported", "interrupted"};
+      "ok",          "usage error",   "model file error",  "data error",
+      "i/o error",   "out of memory", "runtime error",     "device error",
+      "unsupported", "interrupted",   "device memory full"};
   _Static_assert(sizeof names / sizeof names[0] == GP_STATUS_COUNT, "status names");
   return (unsigned)s < GP_STATUS_COUNT ? names[s] : "unknown status";
 }

@@ -18,6 +18,8 @@ typedef enum gp_status {
   GP_ERR_DEVICE,      /* a device library failed (exit 1) */
   GP_ERR_UNSUPPORTED, /* asked for something this build cannot do (exit 1) */
   GP_ERR_INTERRUPTED, /* stopped by SIGINT or SIGTERM (exit 128 + the signal, 130 if unknown) */
+  GP_ERR_FULL,        /* a device's memory, or the memory limit set for it, cannot hold an
+                         allocation: the run does not fit (exit 1); host malloc failing is NOMEM */
   GP_STATUS_COUNT
 } gp_status;
 

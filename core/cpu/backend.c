@@ -31,7 +31,7 @@ static gp_status cpu_alloc(gp_backend *be, size_t bytes, void **out) {
     return GP_ERR(GP_ERR_NOMEM, "allocation of %zu bytes is too large", bytes);
   size_t used = __atomic_load_n(&be->mem_used, __ATOMIC_RELAXED);
   if (be->mem_limit && used + bytes > be->mem_limit)
-    return GP_ERR(GP_ERR_NOMEM,
+    return GP_ERR(GP_ERR_FULL,
                   "allocating %zu bytes would pass the memory limit of %zu bytes (%zu in use)",
                   bytes, be->mem_limit, used);
   char *p = NULL;

@@ -133,12 +133,12 @@ unsigned gp_cuda_blocks(gp_backend *be, int64_t n) {
 
 /* ---- memory and ordering ---- */
 
-// cudaMalloc, with running out of memory reported as GP_ERR_NOMEM like the CPU backend, and
-// counted in be->mem_used / mem_peak against be->mem_limit as the CPU backend counts.
+// cudaMalloc, with the device's memory or be->mem_limit running out reported as GP_ERR_FULL like
+// the CPU backend's limit, and counted in be->mem_used / mem_peak as the CPU backend counts.
 gp_status gp_cuda_dev_alloc(gp_backend *be, size_t bytes, void **out) {
   const size_t n = bytes < MIN_ALLOC ? MIN_ALLOC : bytes;
   if (be->mem_limit && (n > be->mem_limit || be->mem_used > be->mem_limit - n))
-    return GP_ERR(GP_ERR_NOMEM,
+    return GP_ERR(GP_ERR_FULL,
                   "allocating %zu bytes on CUDA device %d would pass the memory limit of %zu "
                   "bytes (%zu in use)",
                   bytes, be->device, be->mem_limit, be->mem_used);
@@ -146,7 +146,7 @@ gp_status gp_cuda_dev_alloc(gp_backend *be, size_t bytes, void **out) {
   cudaError_t e = cudaMalloc(&p, n);
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError(); // not sticky: clear it so the next launch check is clean
-    return GP_ERR(GP_ERR_NOMEM,
+    return GP_ERR(GP_ERR_FULL,
                   "out of memory on CUDA device %d allocating %zu bytes (%zu in use by this "
                   "instance): %s",
                   be->device, bytes, be->mem_used, cudaGetErrorString(e));

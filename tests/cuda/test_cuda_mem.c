@@ -1,6 +1,6 @@
 /* The memory count of a backend instance (gp_backend.mem_used, mem_peak, mem_limit): every
  * alloc and scratch adds its bytes, free takes them back, the peak is the high-water mark, and
- * past the limit alloc refuses with GP_ERR_NOMEM and changes nothing. Checked on the CPU
+ * past the limit alloc refuses with GP_ERR_FULL and changes nothing. Checked on the CPU
  * backend (the reference) and, where there is a GPU, on CUDA, whose free looks the size up in
  * a table of its own: thousands of allocations freed in a scrambled order must come back to
  * the same count, and what it counts must match what the device says it lost. Exits 77 after
@@ -62,13 +62,13 @@ static void check_counts(gp_backend *be) {
   be->mem_limit = before + MIB;
   void *c = NULL;
   gp_status r = be->alloc(be, 2 * MIB, &c);
-  CHECK(r == GP_ERR_NOMEM && strstr(gp_error_message(), "memory limit of") &&
+  CHECK(r == GP_ERR_FULL && strstr(gp_error_message(), "memory limit of") &&
             be->mem_used == before && be->mem_peak == peak,
         "%s: over the limit: status %d, used %zu (before %zu)", nm, (int)r, be->mem_used, before);
   r = be->alloc(be, SIZE_MAX / 2, &c);
-  CHECK(r == GP_ERR_NOMEM && be->mem_used == before, "%s: absurd size: status %d", nm, (int)r);
+  CHECK(r == GP_ERR_FULL && be->mem_used == before, "%s: absurd size: status %d", nm, (int)r);
   r = be->scratch(be, 8 * MIB, &c);
-  CHECK(r == GP_ERR_NOMEM && be->mem_used <= before, "%s: scratch past the limit: status %d", nm,
+  CHECK(r == GP_ERR_FULL && be->mem_used <= before, "%s: scratch past the limit: status %d", nm,
         (int)r);
   CHECK(be->alloc(be, MIB / 2, &c) == GP_OK && be->mem_used <= be->mem_limit,
         "%s: under the limit: used %zu, limit %zu", nm, be->mem_used, be->mem_limit);

@@ -573,9 +573,9 @@ static void test_errors(cc_ctx *c) {
         "an unknown activation is a status");
   void *huge = NULL;
   gp_error_clear();
-  CHECK(be->alloc(be, (size_t)1 << 55, &huge) == GP_ERR_NOMEM && huge == NULL &&
+  CHECK(be->alloc(be, (size_t)1 << 55, &huge) == GP_ERR_FULL && huge == NULL &&
             strstr(gp_error_message(), "out of memory") != NULL,
-        "allocating 2^55 bytes is GP_ERR_NOMEM");
+        "allocating 2^55 bytes is GP_ERR_FULL (device memory)");
   /* The instance still works after all of these. */
   double d = -1.0;
   CHECK(be->zero(be, buf, 64 * sizeof(float)) == GP_OK && be->sum(be, 64, buf, &d) == GP_OK &&
