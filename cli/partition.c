@@ -306,6 +306,12 @@ static void print_table(const gp_model *m, const request *q, const gp_unit_costs
          gp_schedule_names()[q->schedule], q->micro);
   printf("speed-up    %.2fx over naive %d-stage model parallelism (M = 1), %.2fx over 1 stage\n",
          p->speedup_naive, q->stages, p->speedup_k1);
+  /* Few micro-batches for K stages: what more would do (GPipe's M >= 4K keeps the bubble low) */
+  int64_t more = 4 * (int64_t)q->stages < q->batch ? 4 * (int64_t)q->stages : q->batch;
+  if (q->stages > 1 && q->micro < 4 * q->stages && more > q->micro)
+    printf("hint        M = %d is few for %d stages: --micro-batches %" PRId64
+           " (the GPipe paper's M >= 4K) brings the ideal bubble (K-1)/(M+K-1) down to %.1f%%\n",
+           q->micro, q->stages, more, 100.0 * (q->stages - 1) / (double)(more + q->stages - 1));
   if (q->has_limit) {
     char a[32], b[32];
     double worst = 0;

@@ -35,6 +35,9 @@ assert sum(int(c[2]) for c in rows) == 32
 text = open(sys.argv[1]).read()
 for word in ("imbalance", "bubble", "speed-up", "resnet56-cifar", "32 units"):
     assert word in text, word
+# M = 4 is few for 4 stages: the hint names M = 16 and its ideal bubble 3/19
+assert ("hint        M = 4 is few for 4 stages: --micro-batches 16 (the GPipe paper's M >= 4K) "
+        "brings the ideal bubble (K-1)/(M+K-1) down to 15.8%") in text, text
 PY
 else
   bad "resnet56 --stages 4 exited $?: $(cat "$tmp/err")"
