@@ -482,17 +482,24 @@ static void report_memory(run *r) {
   printf("\n");
 }
 
-/* The pipeline's line, when there is more than one stage or micro-batch. */
-static void note_pipeline(gp_progress *pg, const gp_plan *plan) {
+/* The pipeline's line, when there is more than one stage or micro-batch; with stages but one
+ * micro-batch, that they take turns and what overlaps them. */
+static void note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch) {
   if (plan->stages == 1 && plan->micro == 1) return;
-  char bal[256];
+  char bal[256], turns[160] = "";
   gp_plan_balance_str(plan, bal, sizeof bal);
+  int64_t more = 4 * (int64_t)plan->stages < batch ? 4 * (int64_t)plan->stages : batch;
+  if (plan->stages > 1 && plan->micro == 1 && more > 1)
+    snprintf(turns, sizeof turns,
+             " (one micro-batch: the stages take turns, as naive model parallelism; "
+             "--micro-batches %" PRId64 " overlaps them)",
+             more);
   gp_progress_note(pg,
                    "pipeline: %d stage%s of %s unit%s, %d micro-batch%s, %s schedule, "
-                   "re-materialization %s",
+                   "re-materialization %s%s",
                    plan->stages, plan->stages == 1 ? "" : "s", bal, strcmp(bal, "1") ? "s" : "",
                    plan->micro, plan->micro == 1 ? "" : "es", gp_schedule_names()[plan->schedule],
-                   gp_remat_names()[plan->remat]);
+                   gp_remat_names()[plan->remat], turns);
 }
 
 static gp_status train(run *r) {
@@ -566,7 +573,7 @@ static gp_status train(run *r) {
                    total, total == 1 ? "" : "s", b, epoch_size, threads, threads == 1 ? "" : "s",
                    blas, r->precision == GP_PREC_BF16 ? "bf16" : "fp32",
                    r->t.step ? ", resumed" : "");
-  note_pipeline(&pg, &plan);
+  note_pipeline(&pg, &plan, b);
   if (ckpt_stale)
     gp_progress_note(&pg, "removed %d temporary checkpoint%s a killed run left in %s", ckpt_stale,
                      ckpt_stale == 1 ? "" : "s", flags[F_CKPT_DIR].s);

@@ -107,6 +107,10 @@ for cfg in "1 2 stage micro-batches" "2 1 stages micro-batch"; do
     grep -q "^training 1 step of batch 16 " "$tmp/words" || fail "K=$1 M=$2: $(cat "$tmp/words")"
   passed=$((passed+1))
 done
+# K = 2 with one micro-batch says the stages take turns and names M = 4K = 8 (batch 16)
+grep -q "re-materialization except_last (one micro-batch: the stages take turns, as naive model \
+parallelism; --micro-batches 8 overlaps them)$" "$tmp/words" || fail "K=2 M=1 hint: $(cat "$tmp/words")"
+passed=$((passed+1))
 # ... also for a model of one unit and one layer besides its loss (it said "1 units")
 one=$tmp/one.yaml
 printf 'name: one\ninputs: {x: [4], label: {shape: [], dtype: i32}}\n%s\nloss: %s\n' \
