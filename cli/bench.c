@@ -294,6 +294,7 @@ static gp_status add_run(gp_bench *b, int k, int mb, int sched, int remat, int b
   r->remat = (gp_remat)remat;
   r->baseline = baseline;
   r->bubble_theory = (double)(k - 1) / (double)(mb + k - 1);
+  r->speedup_ideal = (double)k * mb / (double)(mb + k - 1);
   int per = b->threads / k > 1 ? b->threads / k : 1;
   r->cores_used = k * per < b->threads ? k * per : b->threads;
   return GP_OK;

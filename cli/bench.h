@@ -23,6 +23,7 @@ typedef struct gp_bench_run {
   int gpus_used;  /* distinct CUDA devices of its stages (its utilization is against them) */
   double samples_per_s;
   double speedup_naive, speedup_single;
+  double speedup_ideal; /* over naive-K with the theory's bubble: K M / (M + K - 1) */
   double bubble_measured, bubble_theory;
   double bubble_stage[GP_MAX_DEVICES];
   double busy_ms[GP_MAX_DEVICES]; /* compute (forward + backward) per step */

@@ -25,8 +25,8 @@ for word in ("cores", "fashion-mlp", "batch 32", "2 timed steps", "1 warm-up"):
     assert word in lines[0], word
 head = re.split(r"\s{2,}", lines[1].strip())
 assert head[:4] == ["K", "M", "schedule", "remat"], head
-for col in ("samples/s", "vs naive", "vs single", "bubble", "theory", "GFLOP/s", "util",
-            "busy ms per stage", "peak MiB per stage"):
+for col in ("samples/s", "vs naive", "of ideal", "vs single", "bubble", "theory", "GFLOP/s",
+            "util", "busy ms per stage", "peak MiB per stage"):
     assert col in head, col
 rows = [re.split(r"\s{2,}", l.strip()) for l in lines[2:] if re.match(r"^\d+\s", l)]
 got = [(int(r[0]), int(r[1]), r[2], r[3], r[-1] == "baseline") for r in rows]
@@ -37,6 +37,13 @@ for r in rows:
     busy, peak = r[head.index("busy ms per stage")], r[head.index("peak MiB per stage")]
     assert len(busy.split("/")) == k and len(peak.split("/")) == k, r
     assert float(r[head.index("samples/s")]) > 0, r
+    # of ideal: vs naive over K M / (M + K - 1), where there is a pipeline (K, M > 1)
+    m, of = int(r[1]), r[head.index("of ideal")]
+    if k > 1 and m > 1:
+        want = 100 * float(r[head.index("vs naive")].rstrip("x")) / (k * m / (m + k - 1))
+        assert of.endswith("%") and abs(float(of[:-1]) - want) <= 1, (of, want, r)
+    else:
+        assert of == "-", r
 assert any(l.startswith("skipped: M=64") for l in lines), text
 assert not any(l.startswith("note:") for l in lines), text  # not oversubscribed
 err = open(sys.argv[2]).read().splitlines()
@@ -94,6 +101,7 @@ for r in runs:
     K, M = r["stages"], r["micro_batches"]
     assert r["batch_size"] == 32 and r["checkpoint"] == "never"
     assert abs(r["bubble_theory"] - (K - 1) / (M + K - 1)) < 1e-6, r
+    assert abs(r["speedup_ideal"] - K * M / (M + K - 1)) < 1e-5, r
     assert 0 <= r["bubble_measured"] < 1, r
     assert len(r["peak_bytes"]) == K and len(r["busy_ms"]) == K, r
     assert all(p > 0 for p in r["peak_bytes"]) and all(b > 0 for b in r["busy_ms"]), r
@@ -134,6 +142,7 @@ for row, r in zip(rows[1:], runs):
     assert c["schedule"] == r["schedule"] and c["checkpoint"] == r["checkpoint"]
     assert [int(p) for p in c["peak_bytes"].split(";")] == r["peak_bytes"], (c, r)
     assert abs(float(c["bubble_theory"]) - r["bubble_theory"]) < 1e-4
+    assert abs(float(c["speedup_ideal"]) - r["speedup_ideal"]) < 1e-4
     assert (c["steal"] == "") == (r["steal"] is None), (c, r)
     assert c["steal"] == "" or abs(float(c["steal"]) - r["steal"]) < 1e-4, (c, r)
 PY
