@@ -564,8 +564,14 @@ static gp_status setup(ctx *c, const char *file) {
   GP_TRY(make_sweep(c));
   GP_TRY(make_runs(c));
   static const int outs[] = {F_CSV, F_PLOT, F_TRACE};
+  int stale = 0;
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-    if (flags[outs[i]].given) GP_TRY(gp_args_output_ok(&flags[outs[i]], 1));
+    if (flags[outs[i]].given) GP_TRY(gp_args_output_ok(&flags[outs[i]], 1, &stale));
+  if (stale && !c->quiet)
+    fprintf(stderr,
+            "gpipe-bench: removed %d temporary file%s that killed runs left beside the "
+            "output files\n",
+            stale, stale == 1 ? "" : "s");
   gp_unit_costs uc;
   GP_TRY(gp_unit_costs_compute(m, 1, GP_COST_FLOPS, 1, NULL, &uc));
   for (int u = 0; u < uc.n; u++)

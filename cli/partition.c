@@ -529,7 +529,12 @@ static gp_status run(const gp_model *m) {
   request q;
   GP_TRY(make_request(m, &q));
   /* a bad -o is found before --by time's measurements, named as given (not its .tmp) */
-  if (flags[F_OUT].given) GP_TRY(gp_args_output_ok(&flags[F_OUT], 1));
+  int stale = 0;
+  if (flags[F_OUT].given) GP_TRY(gp_args_output_ok(&flags[F_OUT], 1, &stale));
+  if (stale)
+    fprintf(stderr,
+            "gpipe-partition: removed %d temporary file%s that killed runs left beside %s\n", stale,
+            stale == 1 ? "" : "s", flags[F_OUT].s);
   gp_unit_costs c = {0};
   GP_TRY(unit_costs(m, &q, &c));
   gp_partition_req r = {.stages = q.stages,

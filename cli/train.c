@@ -257,6 +257,7 @@ static gp_status apply_plan_file(gp_model *m) {
 }
 
 static int ckpt_stale; /* temporary checkpoints of killed runs removed from --checkpoint-dir */
+static int out_stale;  /* the same removed beside --save, --trace and --translations */
 
 /* Applies the flags that stand for model-file settings. */
 static gp_status apply_flags(gp_model *m) {
@@ -292,9 +293,9 @@ static gp_status apply_flags(gp_model *m) {
   if (flags[F_CKPT_EVERY].given && !flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--checkpoint-every needs --checkpoint-dir DIR");
   /* the files written after training: a bad path is found before it */
-  if (flags[F_SAVE].given) GP_TRY(gp_args_output_ok(&flags[F_SAVE], 1));
-  if (flags[F_TRACE].given) GP_TRY(gp_args_output_ok(&flags[F_TRACE], 1));
-  if (flags[F_TRANSLATIONS].given) GP_TRY(gp_args_output_ok(&flags[F_TRANSLATIONS], 1));
+  if (flags[F_SAVE].given) GP_TRY(gp_args_output_ok(&flags[F_SAVE], 1, &out_stale));
+  if (flags[F_TRACE].given) GP_TRY(gp_args_output_ok(&flags[F_TRACE], 1, &out_stale));
+  if (flags[F_TRANSLATIONS].given) GP_TRY(gp_args_output_ok(&flags[F_TRANSLATIONS], 1, &out_stale));
   if (flags[F_RESUME].given && flags[F_LOAD].given)
     return GP_ERR(GP_ERR_USAGE, "--resume and --load both set the weights; use one");
   if (flags[F_CKPT_DIR].given) GP_TRY(gp_ckpt_dir_claim(flags[F_CKPT_DIR].s, &ckpt_stale));
@@ -574,6 +575,10 @@ static gp_status train(run *r) {
                    blas, r->precision == GP_PREC_BF16 ? "bf16" : "fp32",
                    r->t.step ? ", resumed" : "");
   note_pipeline(&pg, &plan, b);
+  if (out_stale)
+    gp_progress_note(&pg,
+                     "removed %d temporary file%s that killed runs left beside the output files",
+                     out_stale, out_stale == 1 ? "" : "s");
   if (ckpt_stale)
     gp_progress_note(&pg, "removed %d temporary checkpoint%s a killed run left in %s", ckpt_stale,
                      ckpt_stale == 1 ? "" : "s", flags[F_CKPT_DIR].s);

@@ -3,7 +3,8 @@
 # (exit 143, one line saying where), and --resume from it trains on bit for bit as one run
 # would; a second signal stops at once and leaves no temporary file; a --log resumed from an
 # earlier checkpoint loses the lines the killed run logged past it; a killed run's temporary
-# checkpoint is removed by the next run given the folder.
+# checkpoint is removed by the next run given the folder, and its temporary --save or --trace
+# by the next run writing the same file.
 set -u
 train=$1; srcdir=$2
 tmp=$(mktemp -d); trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -94,4 +95,18 @@ grep -q "^removed 1 temporary checkpoint a killed run left in .*/ck3$" "$tmp/err
   fail "no note of the removed file: $(cat "$tmp/err")"
 [ "$(ls "$tmp/ck3" | tr '\n' ' ')" = "checkpoint.safetensors checkpoint.safetensors.tmp.x lock notes.tmp.1 " ] ||
   fail "stale files: $(ls "$tmp/ck3")"
+# 6. a run SIGKILLed while writing --save or --trace leaves TARGET.tmp.PID: the next run writing
+# that target removes it when no process has PID here, and keeps one whose PID runs (ours)
+mkdir -p "$tmp/out"
+dead=$(sh -c 'echo $$') # a process that has exited
+for f in w.safetensors.tmp.$dead w.safetensors.tmp.$$ t.json.tmp.$dead t.json.tmp.x \
+  other.tmp.$dead; do
+  echo x >"$tmp/out/$f"
+done
+"$train" "$mlp" "${common[@]}" --steps 1 --save "$tmp/out/w.safetensors" \
+  --trace "$tmp/out/t.json" >/dev/null 2>"$tmp/err" || fail "training with stale temps: $(cat "$tmp/err")"
+grep -q "^removed 2 temporary files that killed runs left beside the output files$" "$tmp/err" ||
+  fail "no note of the removed temporary files: $(cat "$tmp/err")"
+[ "$(ls "$tmp/out" | tr '\n' ' ')" = "other.tmp.$dead t.json t.json.tmp.x w.safetensors w.safetensors.tmp.$$ " ] ||
+  fail "stale temporary files: $(ls "$tmp/out" | tr '\n' ' ')"
 echo "ok: stopped after step $n"
