@@ -210,10 +210,9 @@ static int remove_stale_temps(const char *dst) {
   int n = 0;
   struct dirent *e;
   while ((e = readdir(d))) {
+    if (strncmp(e->d_name, base, nb) != 0 || strncmp(e->d_name + nb, ".tmp.", 5) != 0) continue;
     const char *pid = e->d_name + nb + 5;
-    if (strncmp(e->d_name, base, nb) != 0 || strncmp(e->d_name + nb, ".tmp.", 5) != 0 || !*pid ||
-        pid[strspn(pid, "0123456789")] || strlen(pid) > 9)
-      continue;
+    if (!*pid || pid[strspn(pid, "0123456789")] || strlen(pid) > 9) continue;
     long p = strtol(pid, NULL, 10);
     if (p <= 0 || p == (long)getpid() || kill((pid_t)p, 0) == 0 || errno != ESRCH) continue;
     char path[8400];
