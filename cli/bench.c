@@ -135,6 +135,7 @@ typedef struct ctx {
   sweep sw;
   gp_bench b;
   int tty, quiet, progress_open;
+  double sweep_t0;        /* when the sweep's first run started, for the progress line's estimate */
   int traced;             /* --trace was written (not when its run did not fit the memory limit) */
   size_t mem_limit;       /* --memory-limit: per stage, 0 = none */
   gp_precision precision; /* --precision */
@@ -469,6 +470,12 @@ static void progress(ctx *c, int done, int total, const gp_bench_run *r, int rep
   if (c->b.reps > 1)
     snprintf(what + strlen(what), sizeof what - strlen(what), ", repetition %d/%d", rep + 1,
              c->b.reps);
+  if (done == 0) c->sweep_t0 = gp_now();
+  if (done > 0) { /* the runs so far, on average, for the rest */
+    double left = (gp_now() - c->sweep_t0) / done * (total - done);
+    snprintf(what + strlen(what), sizeof what - strlen(what), " (about %dm%02ds left)",
+             (int)(left / 60), (int)left % 60);
+  }
   if (c->tty) {
     fprintf(stderr, "\r\033[Kgpipe-bench: %s", what);
     c->progress_open = 1;
