@@ -473,7 +473,7 @@ static void progress(ctx *c, int done, int total, const gp_bench_run *r, int rep
   if (done == 0) c->sweep_t0 = gp_now();
   if (done > 0) { /* the runs so far, on average, for the rest */
     double left = (gp_now() - c->sweep_t0) / done * (total - done);
-    snprintf(what + strlen(what), sizeof what - strlen(what), " (about %dm%02ds left)",
+    snprintf(what + strlen(what), sizeof what - strlen(what), ", about %dm%02ds left",
              (int)(left / 60), (int)left % 60);
   }
   if (c->tty) {
