@@ -61,7 +61,7 @@ gp_status gp_arena_alloc(gp_arena *a, size_t bytes, void **out) {
   size_t need = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
   if (need == 0) need = ALIGN;
   if (a->limit && a->used + need > a->limit)
-    return GP_ERR(GP_ERR_NOMEM, "arena limit of %zu bytes exceeded (asked for %zu more)", a->limit,
+    return GP_ERR(GP_ERR_FULL, "arena limit of %zu bytes exceeded (asked for %zu more)", a->limit,
                   bytes);
   gp_arena_chunk *c = a->chunks;
   if (!c || c->off + need > c->cap) {

@@ -22,7 +22,7 @@ typedef struct gp_arena {
   gp_arena_chunk *chunks; /* newest first */
   size_t used;            /* bytes handed out since init or the last full reset */
   size_t peak;            /* high-water mark of used */
-  size_t limit;           /* 0 = none; past it, alloc fails with GP_ERR_NOMEM */
+  size_t limit;           /* 0 = none; past it, alloc fails with GP_ERR_FULL */
   size_t grown;           /* bytes needed beyond the first chunk since the last full reset */
   gp_mem_meter *meter;    /* optional: also counts used bytes here */
 } gp_arena;
