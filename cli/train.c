@@ -112,7 +112,8 @@ static gp_flag flags[] = {
                      "devices of a gpipe-partition -o plan",
                      0},
     [F_QUIET] = {"--quiet", GP_FLAG_BOOL, NULL,
-                 "print only errors and the closing summary (data, memory, final result)", 0},
+                 "print only errors and the closing summary (data, memory, pipeline, final result)",
+                 0},
     [F_TRANSLATIONS] = {"--translations", GP_FLAG_STR, "FILE.txt",
                         "translation models: write the test split's greedy translations", 0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
@@ -463,6 +464,26 @@ static void report_data(run *r, double wall) {
             st.skipped, st.skipped == 1 ? "" : "s", st.first_skip);
 }
 
+/* With stages: how busy each was per training step and how much of the steps it waited,
+ * against GPipe's bubble (K-1)/(M+K-1) for equal stages: where the pipeline lost time. */
+static void report_pipeline(run *r) {
+  int k = gp_pipeline_stages(r->t.pl), m = r->m->pipeline.micro_batches;
+  if (k < 2) return;
+  char busy[GP_MAX_DEVICES * 16] = "", idle[GP_MAX_DEVICES * 16] = "";
+  for (int s = 0; s < k; s++) {
+    gp_stage_stats ss;
+    gp_pipeline_stats(r->t.pl, s, &ss);
+    if (ss.steps < 1 || ss.span_s <= 0) return; /* no training step was timed */
+    double b = 1e3 * (ss.fwd_s + ss.bwd_s) / (double)ss.steps, w = 1 - ss.wall_busy_s / ss.span_s;
+    size_t nb = strlen(busy), ni = strlen(idle);
+    snprintf(busy + nb, sizeof busy - nb, "%s%.1f", s ? ", " : "", b);
+    snprintf(idle + ni, sizeof idle - ni, "%s%.1f%%", s ? ", " : "", 100 * (w > 0 ? w : 0));
+  }
+  printf("pipeline: stages busy %s ms per step, idle %s of the steps (GPipe's bubble for K = %d, "
+         "M = %d: %.1f%%)\n",
+         busy, idle, k, m, 100.0 * (k - 1) / (double)(m + k - 1));
+}
+
 /* Each stage's measured peak of backend memory (parameters, gradients, optimizer state,
  * activations, scratch): what --memory-limit holds each stage to. */
 static void report_memory(run *r) {
@@ -640,6 +661,7 @@ static gp_status train(run *r) {
   gp_progress_done(&pg);
   report_data(r, gp_now() - pg.t0);
   report_memory(r);
+  report_pipeline(r);
   if (r->sq) return evaluate_seq(r, &pg, epoch, 1, &ev);
   printf("final: step %" PRId64 "  test loss %.4f  test accuracy %.4f  (%.1f s)\n", r->t.step,
          ev.loss, ev.accuracy, gp_now() - pg.t0);

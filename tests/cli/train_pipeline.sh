@@ -107,6 +107,14 @@ for cfg in "1 2 stage micro-batches" "2 1 stages micro-batch"; do
     grep -q "^training 1 step of batch 16 " "$tmp/words" || fail "K=$1 M=$2: $(cat "$tmp/words")"
   passed=$((passed+1))
 done
+# the closing summary with stages: each stage's busy time and idle share, and GPipe's bubble
+"$train" "$model" --data synthetic --steps 3 --batch-size 16 --threads 2 --stages 2 \
+  --micro-batches 4 --quiet >"$tmp/sum" 2>&1 || fail "K=2 M=4 summary run: $(cat "$tmp/sum")"
+grep -Eq "^pipeline: stages busy [0-9.]+, [0-9.]+ ms per step, idle [0-9.]+%, [0-9.]+% of the \
+steps \(GPipe's bubble for K = 2, M = 4: 20.0%\)$" "$tmp/sum" || fail "K=2 summary: $(cat "$tmp/sum")"
+"$train" "$model" --data synthetic --steps 3 --batch-size 16 --threads 2 --quiet >"$tmp/sum" 2>&1 &&
+  ! grep -q "^pipeline:" "$tmp/sum" || fail "K=1 has a pipeline summary: $(cat "$tmp/sum")"
+passed=$((passed+1))
 # K = 2 with one micro-batch says the stages take turns and names M = 4K = 8 (batch 16)
 grep -q "re-materialization except_last (one micro-batch: the stages take turns, as naive model \
 parallelism; --micro-batches 8 overlaps them)$" "$tmp/words" || fail "K=2 M=1 hint: $(cat "$tmp/words")"
