@@ -2,12 +2,10 @@
 #include "cli/args.h"
 
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,38 +189,6 @@ gp_status gp_args_precision(const char *flag, const char *text, gp_precision *ou
   return GP_ERR(GP_ERR_USAGE, "%s: unknown value '%s' (fp32 or bf16)", flag, text);
 }
 
-/* Unlinks dst.tmp.PID beside dst for every PID that no process on this machine has (kill(pid,
- * 0) fails with ESRCH): what a run killed while writing dst (SIGKILL, a power cut) left. A PID
- * that is running, or may be (EPERM: another user's), keeps its file. Returns how many. */
-static int remove_stale_temps(const char *dst) {
-  char dir[4096];
-  const char *slash = strrchr(dst, '/'), *base = slash ? slash + 1 : dst;
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else
-    snprintf(dir, sizeof dir, "%.*s", slash == dst ? 1 : (int)(slash - dst), dst);
-  size_t nb = strlen(base);
-  DIR *d = opendir(dir);
-  if (!d || nb == 0) {
-    if (d) closedir(d);
-    return 0;
-  }
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (strncmp(e->d_name, base, nb) != 0 || strncmp(e->d_name + nb, ".tmp.", 5) != 0) continue;
-    const char *pid = e->d_name + nb + 5;
-    if (!*pid || pid[strspn(pid, "0123456789")] || strlen(pid) > 9) continue;
-    long p = strtol(pid, NULL, 10);
-    if (p <= 0 || p == (long)getpid() || kill((pid_t)p, 0) == 0 || errno != ESRCH) continue;
-    char path[8400];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    n += unlink(path) == 0;
-  }
-  closedir(d);
-  return n;
-}
-
 gp_status gp_args_output_ok(const gp_flag *f, int renamed, int *stale) {
   struct stat st;
   int existed = stat(f->s, &st) == 0;
@@ -235,7 +201,7 @@ gp_status gp_args_output_ok(const gp_flag *f, int renamed, int *stale) {
   if (!fp) return GP_ERR(GP_ERR_IO, "%s %s: cannot write: %s", f->name, f->s, strerror(errno));
   fclose(fp);
   if (!existed) remove(f->s);
-  int n = renamed ? remove_stale_temps(dst) : 0;
+  int n = renamed ? gp_io_temp_remove_stale(dst, 0) : 0;
   if (stale) *stale += n;
   return GP_OK;
 }

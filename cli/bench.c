@@ -442,10 +442,9 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
       gp_stage_stats ss;
       gp_pipeline_stats(t.pl, st, &ss);
       double n = ss.steps > 0 ? (double)ss.steps : 1;
-      double bub = ss.span_s > 0 ? 1.0 - ss.wall_busy_s / ss.span_s : 0;
-      out->bubble_stage[st] = bub < 0 ? 0 : bub;
+      out->bubble_stage[st] = gp_stage_idle(&ss);
       out->bubble_measured += out->bubble_stage[st] / r->k;
-      out->busy_ms[st] = 1e3 * (ss.fwd_s + ss.bwd_s) / n;
+      out->busy_ms[st] = gp_stage_busy_ms(&ss);
       out->peak_bytes[st] = ss.peak_act_bytes;
       out->sent_bytes[st] = (int64_t)((double)ss.sent_bytes / n);
     }

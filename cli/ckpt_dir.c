@@ -1,6 +1,5 @@
 #include "cli/ckpt_dir.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -9,31 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/io/target.h"
+
 /* The pid the holder wrote, or "" (one line of digits at most). */
 static void holder(int fd, char *who, size_t n) {
   ssize_t got = pread(fd, who, n - 1, 0);
   who[got > 0 ? got : 0] = 0;
   who[strspn(who, "0123456789")] = 0;
-}
-
-/* Removes dir/checkpoint.safetensors.tmp.DIGITS; returns how many. */
-static int remove_stale(const char *dir) {
-  static const char prefix[] = "checkpoint.safetensors.tmp.";
-  DIR *d = opendir(dir);
-  if (!d) return 0;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    const char *pid = e->d_name + sizeof prefix - 1;
-    if (strncmp(e->d_name, prefix, sizeof prefix - 1) != 0 || !*pid ||
-        pid[strspn(pid, "0123456789")])
-      continue;
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    n += unlink(path) == 0;
-  }
-  closedir(d);
-  return n;
 }
 
 gp_status gp_ckpt_dir_claim(const char *dir, int *stale) {
@@ -67,6 +48,7 @@ gp_status gp_ckpt_dir_claim(const char *dir, int *stale) {
     close(fd);
     return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: cannot write %s: %s", dir, path, strerror(err));
   }
-  *stale = remove_stale(dir);
+  snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
+  *stale = gp_io_temp_remove_stale(path, 1); /* with the lock held no other run writes one */
   return GP_OK; /* fd stays open: the lock is held until the process exits */
 }

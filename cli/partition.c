@@ -307,7 +307,7 @@ static void print_table(const gp_model *m, const request *q, const gp_unit_costs
   printf("speed-up    %.2fx over naive %d-stage model parallelism (M = 1), %.2fx over 1 stage\n",
          p->speedup_naive, q->stages, p->speedup_k1);
   /* Few micro-batches for K stages: what more would do (GPipe's M >= 4K keeps the bubble low) */
-  int64_t more = 4 * (int64_t)q->stages < q->batch ? 4 * (int64_t)q->stages : q->batch;
+  int64_t more = gp_plan_micro_hint(q->stages, q->batch);
   if (q->stages > 1 && q->micro < 4 * q->stages && more > q->micro)
     printf("hint        M = %d is few for %d stages: --micro-batches %" PRId64
            " (the GPipe paper's M >= 4K) brings the ideal bubble (K-1)/(M+K-1) down to %.1f%%\n",

@@ -474,10 +474,9 @@ static void report_pipeline(run *r) {
     gp_stage_stats ss;
     gp_pipeline_stats(r->t.pl, s, &ss);
     if (ss.steps < 1 || ss.span_s <= 0) return; /* no training step was timed */
-    double b = 1e3 * (ss.fwd_s + ss.bwd_s) / (double)ss.steps, w = 1 - ss.wall_busy_s / ss.span_s;
     size_t nb = strlen(busy), ni = strlen(idle);
-    snprintf(busy + nb, sizeof busy - nb, "%s%.1f", s ? ", " : "", b);
-    snprintf(idle + ni, sizeof idle - ni, "%s%.1f%%", s ? ", " : "", 100 * (w > 0 ? w : 0));
+    snprintf(busy + nb, sizeof busy - nb, "%s%.1f", s ? ", " : "", gp_stage_busy_ms(&ss));
+    snprintf(idle + ni, sizeof idle - ni, "%s%.1f%%", s ? ", " : "", 100 * gp_stage_idle(&ss));
   }
   printf("pipeline: stages busy %s ms per step, idle %s of the steps (GPipe's bubble for K = %d, "
          "M = %d: %.1f%%)\n",
@@ -510,7 +509,7 @@ static void note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch) {
   if (plan->stages == 1 && plan->micro == 1) return;
   char bal[256], turns[160] = "";
   gp_plan_balance_str(plan, bal, sizeof bal);
-  int64_t more = 4 * (int64_t)plan->stages < batch ? 4 * (int64_t)plan->stages : batch;
+  int64_t more = gp_plan_micro_hint(plan->stages, batch);
   if (plan->stages > 1 && plan->micro == 1 && more > 1)
     snprintf(turns, sizeof turns,
              " (one micro-batch: the stages take turns, as naive model parallelism; "

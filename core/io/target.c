@@ -1,7 +1,9 @@
 #include "core/io/target.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,33 @@ gp_status gp_io_temp_name(const char *dst, char *out, size_t n) {
   int len = snprintf(out, n, "%s.tmp.%ld", dst, (long)getpid());
   if (len < 0 || (size_t)len >= n) return GP_ERR(GP_ERR_IO, "%s: path too long", dst);
   return GP_OK;
+}
+
+int gp_io_temp_remove_stale(const char *dst, int any_pid) {
+  char dir[4096];
+  const char *slash = strrchr(dst, '/'), *base = slash ? slash + 1 : dst;
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else
+    snprintf(dir, sizeof dir, "%.*s", slash == dst ? 1 : (int)(slash - dst), dst);
+  size_t nb = strlen(base);
+  DIR *d = nb ? opendir(dir) : NULL;
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, base, nb) != 0 || strncmp(e->d_name + nb, ".tmp.", 5) != 0) continue;
+    const char *pid = e->d_name + nb + 5;
+    if (!*pid || pid[strspn(pid, "0123456789")] || strlen(pid) > 9) continue;
+    long p = strtol(pid, NULL, 10);
+    if (p == (long)getpid()) continue;
+    if (!any_pid && (p <= 0 || kill((pid_t)p, 0) == 0 || errno != ESRCH)) continue;
+    char path[8400];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    n += unlink(path) == 0;
+  }
+  closedir(d);
+  return n;
 }
 
 /* A slot is free (0), being filled or emptied (1), or holds a name (2). */

@@ -18,6 +18,12 @@ gp_status gp_io_write_target(const char *path, char *out, size_t n);
  * one temporary file, whose bytes the first rename would publish. */
 gp_status gp_io_temp_name(const char *dst, char *out, size_t n);
 
+/* Unlinks the temporary files (dst.tmp.PID, as gp_io_temp_name names them) that runs killed
+ * while writing dst left beside it; returns how many. `any_pid`: every such file (the caller
+ * holds a lock that keeps other writers out); else only those whose PID no process on this
+ * machine has (kill(pid, 0) fails with ESRCH; EPERM, another user's, keeps its file). */
+int gp_io_temp_remove_stale(const char *dst, int any_pid);
+
 /* The temporary files being written, so that a program stopped by a signal removes them.
  * gp_io_temp_claim records a name just before the file is created, gp_io_temp_release forgets
  * it once it was renamed or removed; both are thread-safe. gp_io_temp_remove_all unlinks the

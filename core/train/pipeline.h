@@ -63,6 +63,16 @@ typedef struct gp_stage_stats {
                           measured bubble of a stage is 1 - wall_busy_s / span_s */
 } gp_stage_stats;
 
+/* A stage's compute per training step in ms, and its measured bubble: the share of the steps'
+ * wall time it spent outside actions (0 when nothing was timed). */
+static inline double gp_stage_busy_ms(const gp_stage_stats *s) {
+  return 1e3 * (s->fwd_s + s->bwd_s) / (double)(s->steps > 0 ? s->steps : 1);
+}
+static inline double gp_stage_idle(const gp_stage_stats *s) {
+  double idle = s->span_s > 0 ? 1.0 - s->wall_busy_s / s->span_s : 0;
+  return idle < 0 ? 0 : idle;
+}
+
 gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
                              const gp_pipeline_opts *o, gp_pipeline **out);
 void gp_pipeline_free(gp_pipeline *pl);

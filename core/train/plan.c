@@ -105,6 +105,11 @@ gp_status gp_device_check(const char *dev) {
   return GP_ERR(GP_ERR_USAGE, "unknown device '%s' (cpu, cuda or cuda:N)", dev);
 }
 
+int64_t gp_plan_micro_hint(int stages, int64_t batch) {
+  int64_t m = 4 * (int64_t)stages;
+  return m < batch ? m : batch;
+}
+
 void gp_plan_balance_str(const gp_plan *p, char *buf, size_t n) {
   size_t k = 0;
   buf[0] = 0;

@@ -34,6 +34,9 @@ gp_status gp_devices_check(int n, const char *first, size_t stride);
 /* NULL-terminated names as files and flags spell them, indexed by the enums. */
 const char *const *gp_schedule_names(void); /* "gpipe", "1f1b" */
 const char *const *gp_remat_names(void);    /* "always", "except_last", "never" */
+/* The micro-batches to suggest for `stages` stages: 4K (the GPipe paper's M >= 4K, from
+ * which the bubble is small), at most the batch. */
+int64_t gp_plan_micro_hint(int stages, int64_t batch);
 /* "3,5,4": units per stage. */
 void gp_plan_balance_str(const gp_plan *p, char *buf, size_t n);
 
