@@ -83,6 +83,14 @@ static const bad_set cases[] = {
      {"unknown key 'momentun' for sgd", "(set by --set train.optimizer.momentun=0.9)"}},
 };
 
+/* The file's own error (one message part), which must not be blamed on a --set. */
+static void fails_naming_no_set(const char *what, const char *bad, const gp_override *ov, int n_ov,
+                                const char *const *msg) {
+  gp_t_load_fails(what, bad, ov, n_ov, GP_ERR_SPEC, msg, 1);
+  if (strstr(gp_error_message(), "--set"))
+    gp_t_fail(__FILE__, __LINE__, what, "names a --set: %s", gp_error_message());
+}
+
 int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     gp_override ov[2] = {{"train.batch_size", "4"}, {cases[i].path, cases[i].value}};
@@ -100,10 +108,7 @@ int main(void) {
                                       "loss: {type: softmax_cross_entropy}\n";
   gp_override lr = {"train.optimizer.lr", "0.5"};
   static const char *const elsewhere[] = {"t.yaml:3:34: out_features: 0 is out of range"};
-  gp_t_load_fails("an error away from the --set", bad_text, &lr, 1, GP_ERR_SPEC, elsewhere, 1);
-  if (strstr(gp_error_message(), "--set"))
-    gp_t_fail(__FILE__, __LINE__, "an error away from the --set", "names a --set: %s",
-              gp_error_message());
+  fails_naming_no_set("an error away from the --set", bad_text, &lr, 1, elsewhere);
   /* a key a --set adds takes its mapping's place, where the file's own errors are reported too
    * (a missing or misspelt key): those name no --set */
   static const char *const no_inputs = "inptus: {x: [4], label: {shape: [], dtype: i32}}\n"
@@ -111,11 +116,7 @@ int main(void) {
                                        "loss: {type: softmax_cross_entropy}\n";
   static const char *const misspelt[] = {"t.yaml:1:1: unknown key 'inptus' at the top level"};
   gp_override added[] = {{"pipeline.stages", "1"}, {"train.steps", "5"}};
-  gp_t_load_fails("an error at the place of an added key", no_inputs, added, 2, GP_ERR_SPEC,
-                  misspelt, 1);
-  if (strstr(gp_error_message(), "--set"))
-    gp_t_fail(__FILE__, __LINE__, "an error at the place of an added key", "names a --set: %s",
-              gp_error_message());
+  fails_naming_no_set("an error at the place of an added key", no_inputs, added, 2, misspelt);
   /* a key set under a type written alone is read (and checked) as the mapping's would be */
   static const char *const loss_type = "inputs: {x: [4], label: {shape: [], dtype: i32}}\n"
                                        "layers: [{type: linear, out_features: 3}]\n"
