@@ -1,0 +1,170 @@
+/* Private to the pipeline executor's three files: pipeline.c (setup, the stage threads, the
+ * main thread's side), pipeline_stage.c (a stage's actions and hand-offs) and pipeline_trace.c
+ * (busy time, statistics, the Chrome trace). The state they share, and how they call each
+ * other. */
+#ifndef GP_PIPELINE_INTERNAL_H
+#define GP_PIPELINE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "core/train/exec.h"
+#include "core/train/pipeline.h"
+#include "core/train/tied.h"
+
+#define MSG_MAX 1024
+
+/* A tensor this stage reads that another stage (or the input) produces. */
+typedef struct ext_in {
+  int t;        /* tensor id */
+  int producer; /* stage, or -1 for a model input */
+} ext_in;
+
+/* A tensor this stage produces that a later stage reads. */
+typedef struct ext_out {
+  int t;        /* tensor id */
+  int consumer; /* stage */
+  int k;        /* index in the consumer's ext_in */
+  float *grad;  /* send_outputs: the gradient buffer being handed over */
+} ext_out;
+
+/* What stage s has received for micro-batch m. */
+typedef struct mailbox {
+  gp_tensor *val;  /* per ext_in: the value */
+  float **grad_to; /* per ext_in: where the producer wants the gradient (NULL: none) */
+  /* written under pl->mu (release), read by the waiting stage with or without it (acquire) */
+  _Atomic int ready; /* values delivered */
+  _Atomic int grads; /* gradients delivered for this stage's ext_outs */
+} mailbox;
+
+typedef enum cmd_kind { CMD_NONE, CMD_TRAIN, CMD_EVAL, CMD_EXIT } cmd_kind;
+
+/* One traced action: 'F', 'B', 'R' (a backward's recompute), 'T' (gradients handed back) or
+ * 'S' (optimizer step); or one layer inside an action: 'f', 'b', 'r' (forward, backward,
+ * recompute of node `node`). */
+typedef struct trace_ev {
+  char kind;
+  int micro, node;
+  int64_t step;
+  double t0, t1, busy; /* wall start and end; compute time (see busy_s) */
+} trace_ev;
+
+/* A stage's host staging of its model inputs for asynchronous copies to its device: the
+ * whole mini-batch, page-locked, reused once the last command's copies have passed. */
+typedef struct staging {
+  char *host;
+  size_t bytes, cap;
+  size_t at[GP_MAX_MODEL_INPUTS]; /* offset of each model input */
+  gp_event *done;                 /* after the last copy out of it */
+} staging;
+
+typedef struct stage {
+  gp_pipeline *pl;
+  int index, first, end;
+  int place; /* memory space: stages with equal places share memory (plain hand-offs) */
+  gp_backend *be;
+  /* per micro-batch: outputs ready (compute); gradients written for the producers (compute);
+   * the copies of inputs (queue IN) and of gradients (queue OUT) done */
+  gp_event **ev_fwd, **ev_grads, **ev_pull, **ev_push;
+  staging stg;
+  gp_params params;
+  gp_optimizer opt;
+  int have_opt;
+  gp_arena *slot_arena; /* M arenas: one per micro-batch slot */
+  gp_arena scratch;     /* forwards whose activations are dropped (re-materialization) */
+  gp_mem_meter meter;
+  gp_pass *pass; /* M passes */
+  int n_in, n_out, n_grads_expected, n_wait_in;
+  ext_in *in;
+  ext_out *out;
+  mailbox *box;           /* M */
+  pthread_cond_t arrived; /* with pl->mu: something arrived in box (or a stage failed) */
+  pthread_t thread;
+  int started;
+  uint64_t finished; /* the generation of the last command it finished (under pl->mu) */
+  int64_t sent_bytes;
+  double fwd_s, bwd_s, wall_busy_s;
+  int64_t steps;
+  trace_ev *ev;
+  int64_t n_ev, cap_ev;
+  double layer_t0; /* record_layer: when the current layer started */
+  gp_step_result acc;
+} stage;
+
+struct gp_pipeline {
+  gp_model *m;
+  gp_plan plan;
+  gp_schedule sched;
+  int k, micro;
+  stage *st;
+  uint64_t seed;
+  double watchdog_s;
+  int pin, cores, threads_per_stage, trace, copy_all;
+  int spin; /* stages wait for their inputs by spinning first (each has cores of its own) */
+  gp_precision precision;
+  int nondeterministic;
+  size_t mem_limit;
+  double t_origin;
+  double span_s; /* wall time of the training steps since the last reset */
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* commands, completions, the step barrier, failures */
+  /* the current command */
+  cmd_kind cmd;
+  uint64_t generation;
+  int done;
+  gp_batch in;
+  int64_t batch, step;
+  int64_t targets; /* the mini-batch's targets: the loss's normalizer */
+  double lr;
+  int64_t off[GP_SPEC_MAX_REPEAT]; /* micro-batch m: samples [off[m], off[m+1]) */
+  gp_prediction *pred;             /* gp_pipeline_predict: what the last stage fills */
+  /* tied parameters: their copies and gradient sums */
+  gp_tied tied;
+  /* the optimizer step's barrier (tied gradients, global-norm clipping) */
+  double sumsq;
+  int arrived;
+  uint64_t barrier_gen;
+  /* the first failure */
+  int failed;
+  gp_status fail_status;
+  char fail_msg[MSG_MAX];
+  /* how long the main thread waits for the stages to stop after a failure */
+  double stop_s;
+  /* a stage did not stop after a failure (stuck inside a library call): its thread and what
+   * it uses cannot be joined or freed, and the pipeline takes no more commands */
+  int wedged;
+};
+
+static inline double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The compute time of an action: this thread's CPU time when the stage's BLAS runs on this
+ * thread alone (so stages sharing cores are not charged for each other), else wall time. */
+static inline double busy_s(const gp_pipeline *pl) {
+  if (pl->threads_per_stage > 1) return now_s();
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* pipeline.c */
+/* An absolute CLOCK_REALTIME deadline s seconds from now, for pthread_cond_timedwait. */
+void gp_pl_deadline_in(double s, struct timespec *ts);
+/* Records the first failure (with where it happened: micro < 0 for none) and wakes everyone.
+ * Holds no lock. Returns s. */
+gp_status gp_pl_fail(gp_pipeline *pl, gp_status s, int stage_i, int micro);
+
+/* pipeline_stage.c: runs one command's actions on stage st (its worker thread). */
+gp_status gp_pl_run_command(stage *st, cmd_kind cmd);
+
+/* pipeline_trace.c */
+/* Counts an action's wall time as busy and, when tracing, records it. */
+void gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy);
+/* gp_exec's on_layer when tracing. */
+void gp_pl_record_layer(const gp_exec *e, int node, int backward, int end);
+
+#endif

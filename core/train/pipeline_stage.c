@@ -1,0 +1,487 @@
+/* A pipeline stage's actions: forward, backward (with re-materialization), the optimizer step
+ * and its barrier, and the hand-offs of activations and gradients between stages. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/spin.h"
+#include "core/train/pipeline_internal.h"
+
+/* How long a stage spins on its mailbox before it sleeps: a hand-off through the condition
+ * variable costs a wake-up (medians of 15-35 us, means up to 70 us on a 16-core VM; forwards at
+ * M = 32 took 250 us there), which every micro-batch pays on the critical path. */
+#define SPIN_S 200e-6
+
+/* Waits until *value >= want (a counter of st's mailbox); fails on another stage's failure or
+ * the watchdog. what/micro describe the wait for the watchdog's message. Takes pl->mu. */
+static gp_status wait_for(stage *st, _Atomic int *value, int want, const char *what, int micro) {
+  gp_pipeline *pl = st->pl;
+  if (pl->spin && atomic_load_explicit(value, memory_order_acquire) < want) {
+    double until = now_s() + SPIN_S;
+    for (int i = 1; atomic_load_explicit(value, memory_order_acquire) < want; i++) {
+      if (i % 64 == 0 && now_s() > until) break;
+      gp_cpu_relax();
+    }
+  }
+  if (atomic_load_explicit(value, memory_order_acquire) >= want) return GP_OK;
+  struct timespec dl;
+  gp_pl_deadline_in(pl->watchdog_s, &dl);
+  pthread_mutex_lock(&pl->mu);
+  gp_status s = GP_OK;
+  while (atomic_load_explicit(value, memory_order_acquire) < want && !pl->failed) {
+    int rc = pthread_cond_timedwait(&st->arrived, &pl->mu, &dl);
+    if (rc == ETIMEDOUT && atomic_load_explicit(value, memory_order_acquire) < want &&
+        !pl->failed) {
+      s = GP_ERR(GP_ERR_RUNTIME,
+                 "watchdog: stage %d waited more than %.0f s for %s of micro-batch %d", st->index,
+                 pl->watchdog_s, what, micro);
+      break;
+    }
+  }
+  if (s == GP_OK && pl->failed) s = GP_ERR(GP_ERR_RUNTIME, "stopped because another stage failed");
+  pthread_mutex_unlock(&pl->mu);
+  return s;
+}
+
+/* ---- actions ---- */
+
+_Static_assert(GP_EXEC_MAX_HOST == GP_MAX_MODEL_INPUTS, "gp_exec's host copies");
+
+/* The exec of an action on micro-batch `micro` with pass p, whose model inputs' host copies
+ * (the caller's batch) it lists. */
+static gp_exec exec_for(stage *st, const gp_pass *p, int micro, int training, int recompute,
+                        gp_arena *arena) {
+  gp_pipeline *pl = st->pl;
+  gp_exec e = {.be = st->be,
+               .arena = arena,
+               .training = training,
+               .recompute = recompute,
+               .seed = pl->seed,
+               .step = pl->step,
+               .micro = micro,
+               .sample_offset = pl->off[micro],
+               .loss_count = training ? pl->targets : 1,
+               .on_layer = pl->trace && training ? gp_pl_record_layer : NULL,
+               .on_layer_ctx = st};
+  for (int q = 0; q < st->n_in; q++) {
+    int t = st->in[q].t;
+    if (st->in[q].producer >= 0 || !p->val[t].data) continue;
+    const gp_model_input *mi = &pl->m->inputs[t];
+    size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
+    e.host_dev[e.n_host] = p->val[t].data;
+    e.host_src[e.n_host++] = (const char *)pl->in.in[t] + (size_t)pl->off[micro] * per;
+  }
+  return e;
+}
+
+static void pass_clear(gp_pass *p, int64_t batch) {
+  size_t nt = (size_t)(p->m->n_inputs + p->m->n_nodes);
+  memset(p->val, 0, nt * sizeof *p->val);
+  memset(p->grad, 0, nt * sizeof *p->grad);
+  memset(p->saved, 0, (size_t)p->m->n_nodes * sizeof *p->saved);
+  p->batch = batch;
+}
+
+/* A GPU stage, at the start of a command: its model inputs of the whole mini-batch into its
+ * page-locked staging, once the last command's copies out of it have passed, so the
+ * per-micro-batch copies to the device need not block the host. */
+static gp_status staging_fill(stage *st) {
+  gp_pipeline *pl = st->pl;
+  const gp_model *mo = pl->m;
+  gp_backend *be = st->be;
+  size_t need = 0;
+  for (int q = 0; q < st->n_in; q++) {
+    int t = st->in[q].t;
+    if (st->in[q].producer >= 0) continue;
+    const gp_model_input *mi = &mo->inputs[t];
+    if (!pl->in.in[t])
+      return GP_ERR(GP_ERR_USAGE, "the batch has no data for input '%s'", mi->name);
+    size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
+    st->stg.at[t] = need;
+    need += ((size_t)pl->batch * per + 63) & ~(size_t)63;
+  }
+  if (!need) return GP_OK;
+  GP_TRY(be->event_sync(be, st->stg.done));
+  if (need > st->stg.cap) {
+    be->host_free(be, st->stg.host);
+    st->stg.host = NULL;
+    st->stg.cap = 0;
+    GP_TRY(be->host_alloc(be, need, (void **)&st->stg.host));
+    st->stg.cap = need;
+  }
+  for (int q = 0; q < st->n_in; q++) {
+    int t = st->in[q].t;
+    if (st->in[q].producer >= 0) continue;
+    const gp_model_input *mi = &mo->inputs[t];
+    size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
+    memcpy(st->stg.host + st->stg.at[t], pl->in.in[t], (size_t)pl->batch * per);
+  }
+  return GP_OK;
+}
+
+/* Points the pass's inputs at micro-batch m: model inputs at their rows of the host batch (a
+ * GPU stage: copied from its staging into the slot's arena, without waiting), other stages' tensors
+ * from the mailbox, waiting for them: a producer's tensor is used in place where it shares
+ * the memory (the compute queue waits for the producer's), else copied into the slot's arena
+ * on queue IN (which waits for the producer; the compute queue waits for the copy). */
+static gp_status gather_inputs(stage *st, int m, gp_pass *p, gp_arena *keep) {
+  gp_pipeline *pl = st->pl;
+  const gp_model *mo = pl->m;
+  gp_backend *be = st->be;
+  int64_t n = pl->off[m + 1] - pl->off[m];
+  int staged = 0;
+  for (int q = 0; q < st->n_in; q++) {
+    int t = st->in[q].t;
+    if (st->in[q].producer >= 0) continue;
+    const gp_model_input *mi = &mo->inputs[t];
+    gp_shape sh = gp_shape_batch(n, &mi->shape);
+    size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
+    const char *src = pl->in.in[t];
+    if (!src) return GP_ERR(GP_ERR_USAGE, "the batch has no data for input '%s'", mi->name);
+    size_t at = (size_t)pl->off[m] * per, bytes = (size_t)n * per;
+    if (be->device < 0) {
+      /* read where it is: the step returns only when every stage is done with the batch,
+       * and nothing writes over a model input (gp_node_in_place) */
+      p->val[t] = (gp_tensor){(void *)(src + at), sh, mi->dtype, -1};
+    } else {
+      GP_TRY(gp_arena_tensor(keep, mi->dtype, &sh, &p->val[t]));
+      GP_TRY(be->from_host_async(be, p->val[t].data, st->stg.host + st->stg.at[t] + at, bytes));
+      staged = 1;
+    }
+  }
+  if (staged) GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->stg.done));
+  if (!st->n_wait_in) return GP_OK;
+  GP_TRY(wait_for(st, &st->box[m].ready, st->n_wait_in, "the input", m));
+  int pulled = 0;
+  for (int q = 0; q < st->n_in; q++) {
+    if (st->in[q].producer < 0) continue;
+    const stage *ps = &pl->st[st->in[q].producer];
+    gp_tensor v = st->box[m].val[q];
+    if (ps->place == st->place) {
+      GP_TRY(be->event_wait(be, GP_Q_COMPUTE, ps->ev_fwd[m]));
+      p->val[st->in[q].t] = v;
+      continue;
+    }
+    gp_tensor mine;
+    GP_TRY(gp_arena_tensor(keep, v.dtype, &v.shape, &mine));
+    GP_TRY(be->event_wait(be, GP_Q_IN, ps->ev_fwd[m]));
+    GP_TRY(be->copy_peer(be, GP_Q_IN, mine.data, be->device, v.data, ps->be->device,
+                         gp_tensor_bytes(&v)));
+    p->val[st->in[q].t] = mine;
+    pulled = 1;
+  }
+  if (pulled) {
+    GP_TRY(be->event_record(be, GP_Q_IN, st->ev_pull[m]));
+    GP_TRY(be->event_wait(be, GP_Q_COMPUTE, st->ev_pull[m]));
+  }
+  return GP_OK;
+}
+
+/* Hands this stage's outputs of micro-batch m to the stages that read them, with a gradient
+ * buffer for each (in the slot arena, alive until this stage's backward of m). The compute
+ * queue's mark ev_fwd[m] is recorded before any is posted: what consumers wait for. */
+static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int copy,
+                              int want_grads) {
+  gp_pipeline *pl = st->pl;
+  if (!st->n_out) return GP_OK;
+  for (int o = 0; o < st->n_out; o++) {
+    ext_out *eo = &st->out[o];
+    gp_tensor v = p->val[eo->t];
+    size_t bytes = gp_tensor_bytes(&v);
+    int first_use = 1;
+    for (int q = 0; q < o; q++)
+      first_use &= st->out[q].t != eo->t;
+    if (copy && first_use) { /* the activations are about to be dropped: keep this one */
+      gp_tensor kept;
+      GP_TRY(gp_arena_tensor(keep, v.dtype, &v.shape, &kept));
+      GP_TRY(st->be->copy(st->be, kept.data, v.data, bytes));
+      p->val[eo->t] = kept;
+    }
+    eo->grad = NULL;
+    if (want_grads && v.dtype == GP_F32) GP_TRY(gp_arena_alloc(keep, bytes, (void **)&eo->grad));
+  }
+  GP_TRY(st->be->event_record(st->be, GP_Q_COMPUTE, st->ev_fwd[m]));
+  pthread_mutex_lock(&pl->mu);
+  for (int o = 0; o < st->n_out; o++) {
+    ext_out *eo = &st->out[o];
+    mailbox *b = &pl->st[eo->consumer].box[m];
+    b->val[eo->k] = p->val[eo->t];
+    b->grad_to[eo->k] = eo->grad;
+    atomic_fetch_add_explicit(&b->ready, 1, memory_order_release);
+    pthread_cond_signal(&pl->st[eo->consumer].arrived);
+    st->sent_bytes += (int64_t)gp_tensor_bytes(&p->val[eo->t]);
+  }
+  pthread_mutex_unlock(&pl->mu);
+  return GP_OK;
+}
+
+static gp_status predict_micro(stage *st, int m);
+
+static gp_status do_forward(stage *st, int m, int drop, int training) {
+  gp_pipeline *pl = st->pl;
+  int slot = training ? m % pl->sched.slots[st->index] : m;
+  gp_pass *p = &st->pass[slot];
+  gp_arena *keep = &st->slot_arena[slot];
+  pass_clear(p, pl->off[m + 1] - pl->off[m]);
+  GP_TRY(gather_inputs(st, m, p, keep));
+  gp_exec e = exec_for(st, p, m, training, 0, drop ? &st->scratch : keep);
+  double t0 = now_s(), c0 = busy_s(pl);
+  GP_TRY(gp_pass_forward(p, &e));
+  double t1 = now_s();
+  if (training) {
+    double b = busy_s(pl) - c0;
+    st->fwd_s += b;
+    gp_pl_record(st, 'F', m, t0, t1, b);
+  }
+  if (training && !isfinite(e.loss_sum))
+    return GP_ERR(GP_ERR_RUNTIME, "the loss is %s at step %lld (lower the learning rate?)",
+                  isnan(e.loss_sum) ? "NaN" : "infinite", (long long)pl->step + 1);
+  st->acc.loss_sum += e.loss_sum;
+  st->acc.correct += e.correct;
+  st->acc.counted += e.counted;
+  GP_TRY(send_outputs(st, m, p, keep, drop, training));
+  if (!training && pl->pred && st->index == pl->k - 1) GP_TRY(predict_micro(st, m));
+  if (drop) {
+    GP_TRY(gp_arena_reset(&st->scratch)); /* only dropped forwards use it */
+    for (int i = st->first; i < st->end; i++) {
+      int t = pl->m->n_inputs + i;
+      int sent = 0;
+      for (int o = 0; o < st->n_out; o++)
+        sent |= st->out[o].t == t;
+      if (!sent) memset(&p->val[t], 0, sizeof p->val[t]);
+    }
+  }
+  return GP_OK;
+}
+
+/* Writes the gradients of this stage's inputs of micro-batch m where their producers asked:
+ * on the compute queue where the producer shares the memory, else by copies on queue OUT
+ * (after the backward; the compute queue then waits for them, so the slot's memory is not
+ * reused under a copy). ev_grads[m] marks the end of every write, before any is posted. */
+static gp_status send_grads(stage *st, int m, gp_pass *p, gp_arena *keep) {
+  gp_pipeline *pl = st->pl;
+  gp_backend *be = st->be;
+  double t0 = now_s(), c0 = busy_s(pl);
+  int pushed = 0, any = 0;
+  for (int q = 0; q < st->n_in; q++) {
+    float *to = st->box[m].grad_to[q];
+    ext_in *ei = &st->in[q];
+    if (ei->producer < 0 || !to) continue;
+    const stage *ps = &pl->st[ei->producer];
+    gp_tensor *g = &p->grad[ei->t];
+    size_t bytes = gp_tensor_bytes(&st->box[m].val[q]);
+    any = 1;
+    if (ps->place == st->place) {
+      if (g->data)
+        GP_TRY(be->copy(be, to, g->data, bytes));
+      else
+        GP_TRY(be->zero(be, to, bytes));
+      continue;
+    }
+    const void *src = g->data;
+    if (!src) { /* no gradient reached it: send zeros */
+      void *z;
+      GP_TRY(gp_arena_alloc(keep, bytes, &z));
+      GP_TRY(be->zero(be, z, bytes));
+      src = z;
+    }
+    if (!pushed) {
+      GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->ev_grads[m]));
+      GP_TRY(be->event_wait(be, GP_Q_OUT, st->ev_grads[m]));
+      pushed = 1;
+    }
+    GP_TRY(be->copy_peer(be, GP_Q_OUT, to, ps->be->device, src, be->device, bytes));
+  }
+  if (!any) return GP_OK;
+  if (pushed) {
+    GP_TRY(be->event_record(be, GP_Q_OUT, st->ev_push[m]));
+    GP_TRY(be->event_wait(be, GP_Q_COMPUTE, st->ev_push[m]));
+  }
+  GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->ev_grads[m]));
+  gp_pl_record(st, 'T', m, t0, now_s(), busy_s(pl) - c0);
+  pthread_mutex_lock(&pl->mu);
+  for (int q = 0; q < st->n_in; q++) {
+    if (st->in[q].producer < 0 || !st->box[m].grad_to[q]) continue;
+    stage *ps = &pl->st[st->in[q].producer];
+    atomic_fetch_add_explicit(&ps->box[m].grads, 1, memory_order_release);
+    pthread_cond_signal(&ps->arrived);
+    st->sent_bytes += (int64_t)gp_tensor_bytes(&st->box[m].val[q]);
+  }
+  pthread_mutex_unlock(&pl->mu);
+  return GP_OK;
+}
+
+static gp_status do_backward(stage *st, int m, int recompute) {
+  gp_pipeline *pl = st->pl;
+  int slot = m % pl->sched.slots[st->index];
+  gp_pass *p = &st->pass[slot];
+  gp_arena *keep = &st->slot_arena[slot];
+  /* The backward's temporaries and re-materialized activations go to the stage's scratch
+   * arena, shared by the micro-batches: arenas keep their peak, so a slot that held them
+   * would hold a whole micro-batch's activations for good, M times over. */
+  gp_arena *work = &st->scratch;
+  gp_backend *be = st->be;
+  if (recompute) {
+    gp_exec e = exec_for(st, p, m, 1, 1, work);
+    double t0 = now_s(), c0 = busy_s(pl);
+    GP_TRY(gp_pass_forward(p, &e));
+    double t1 = now_s();
+    double b = busy_s(pl) - c0;
+    st->bwd_s += b;
+    gp_pl_record(st, 'R', m, t0, t1, b);
+  }
+  GP_TRY(wait_for(st, &st->box[m].grads, st->n_grads_expected, "the gradient", m));
+  /* sum the gradients that later stages wrote for this stage's outputs, once their writes
+   * have passed */
+  for (int o = 0; o < st->n_out; o++) {
+    ext_out *eo = &st->out[o];
+    float *g = pl->st[eo->consumer].box[m].grad_to[eo->k];
+    if (!g) continue;
+    GP_TRY(be->event_wait(be, GP_Q_COMPUTE, pl->st[eo->consumer].ev_grads[m]));
+    gp_tensor *dst = &p->grad[eo->t];
+    if (!dst->data) {
+      *dst = p->val[eo->t];
+      dst->data = g;
+    } else {
+      GP_TRY(be->axpby(be, gp_shape_numel(&dst->shape), 1.0f, g, 1.0f, GP_F32P(dst)));
+    }
+  }
+  gp_exec e = exec_for(st, p, m, 1, recompute, work);
+  double t0 = now_s(), c0 = busy_s(pl);
+  GP_TRY(gp_pass_backward(p, &e));
+  double t1 = now_s();
+  double b = busy_s(pl) - c0;
+  st->bwd_s += b;
+  gp_pl_record(st, 'B', m, t0, t1, b);
+  GP_TRY(send_grads(st, m, p, keep));
+  GP_TRY(gp_arena_reset(work));
+  return gp_arena_reset(keep);
+}
+
+/* The optimizer step's barrier: returns when all K stages have arrived, add summed into
+ * pl->sumsq on the way (*total, if wanted, is the sum of every stage's add). */
+static gp_status step_barrier(stage *st, double add, double *total) {
+  gp_pipeline *pl = st->pl;
+  pthread_mutex_lock(&pl->mu);
+  uint64_t gen = pl->barrier_gen;
+  pl->sumsq += add;
+  if (++pl->arrived == pl->k) {
+    pl->arrived = 0;
+    pl->barrier_gen++;
+    pthread_cond_broadcast(&pl->cv);
+  }
+  struct timespec dl;
+  gp_pl_deadline_in(pl->watchdog_s, &dl);
+  while (pl->barrier_gen == gen && !pl->failed)
+    if (pthread_cond_timedwait(&pl->cv, &pl->mu, &dl) == ETIMEDOUT) break;
+  int ok = pl->barrier_gen != gen;
+  if (total) *total = pl->sumsq;
+  pthread_mutex_unlock(&pl->mu);
+  if (!ok)
+    return GP_ERR(GP_ERR_RUNTIME, "stage %d: the other stages did not reach the optimizer step",
+                  st->index);
+  return GP_OK;
+}
+
+/* Deferred statistics, tied gradients summed over their copies, clipping by the global norm
+ * over all stages, the update. */
+static gp_status do_step(stage *st) {
+  gp_pipeline *pl = st->pl;
+  const gp_model *m = pl->m;
+  for (int i = st->first; i < st->end; i++) {
+    gp_layer *l = &m->nodes[i].layer;
+    if (l->type->step_end) GP_TRY(l->type->step_end(l, st->be));
+  }
+  /* tied copies: sums written after every gradient is final, read after every sum is (the
+   * syncs order a device's queued work before other stages read its memory) */
+  if (pl->tied.n_groups) {
+    GP_TRY(st->be->sync(st->be));
+    GP_TRY(step_barrier(st, 0, NULL));
+    GP_TRY(gp_tied_sum(&pl->tied, st->index, st->be));
+    GP_TRY(st->be->sync(st->be));
+    GP_TRY(step_barrier(st, 0, NULL));
+    GP_TRY(gp_tied_scatter(&pl->tied, st->index, st->be));
+  }
+  double clip = m->train.clip_grad_norm, ss = 0;
+  if (clip > 0) {
+    if (pl->tied.n_groups) /* a tied group counts once in the norm */
+      GP_TRY(gp_tied_grad_sumsq(&pl->tied, st->index, &st->params, st->be, &ss));
+    else if (st->params.n_train)
+      GP_TRY(st->be->sumsq(st->be, st->params.n_train, st->params.grad, &ss));
+    double sumsq;
+    GP_TRY(step_barrier(st, ss, &sumsq));
+    /* torch.nn.utils.clip_grad_norm_'s factor: clip / (norm + 1e-6) when below 1 */
+    double coef = clip / (sqrt(sumsq) + 1e-6);
+    if (coef < 1 && st->params.n_train)
+      GP_TRY(st->be->axpby(st->be, st->params.n_train, 0.0f, st->params.grad, (float)coef,
+                           st->params.grad));
+  }
+  return gp_optimizer_step(&st->opt, pl->lr);
+}
+
+/* The last stage after an evaluation forward of micro-batch m: the argmax of the logits at
+ * every position, and the unsmoothed log-likelihood of the labels that count. */
+static gp_status predict_micro(stage *st, int m) {
+  gp_pipeline *pl = st->pl;
+  const gp_model *mo = pl->m;
+  gp_prediction *pr = pl->pred;
+  const gp_tensor *lg = &st->pass[m].val[mo->n_inputs + mo->output_node];
+  int64_t rows = pl->off[m + 1] - pl->off[m], n = gp_shape_numel(&lg->shape);
+  int64_t v = lg->shape.d[lg->shape.ndim - 1], pos = n / v, per = pos / rows;
+  float *h = malloc((size_t)n * sizeof *h);
+  if (!h) return GP_ERR(GP_ERR_NOMEM, "out of host memory for the predictions");
+  gp_status s = st->be->to_host(st->be, h, lg->data, (size_t)n * sizeof *h);
+  const int32_t *lab = NULL;
+  if (mo->label_input >= 0 && gp_shape_numel(&mo->inputs[mo->label_input].shape) == per)
+    lab = (const int32_t *)pl->in.in[mo->label_input] + pl->off[m] * per;
+  for (int64_t i = 0; s == GP_OK && i < pos; i++) {
+    const float *x = h + i * v;
+    int64_t best = 0;
+    for (int64_t j = 1; j < v; j++) /* torch.argmax: the first NaN, else the first maximum */
+      if (x[j] > x[best] || (x[j] != x[j] && x[best] == x[best])) best = j;
+    if (pr->argmax) pr->argmax[pl->off[m] * per + i] = (int32_t)best;
+    if (!lab || lab[i] < 0 || lab[i] >= v) continue;
+    double z = 0;
+    for (int64_t j = 0; j < v; j++)
+      z += exp((double)x[j] - x[best]);
+    pr->nll_sum += log(z) + x[best] - x[lab[i]];
+    pr->nll_count++;
+  }
+  free(h);
+  return s;
+}
+
+gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
+  gp_pipeline *pl = st->pl;
+  memset(&st->acc, 0, sizeof st->acc);
+  for (int m = 0; m < pl->micro; m++)
+    GP_TRY(gp_arena_reset(&st->slot_arena[m]));
+  if (st->be->device >= 0) GP_TRY(staging_fill(st));
+  if (cmd == CMD_EVAL) {
+    /* No backward follows: the activations go to scratch and each slot keeps only the
+     * tensors it sends, so evaluating needs no more memory than training. */
+    for (int m = 0; m < pl->micro && pl->off[m + 1] > pl->off[m]; m++)
+      GP_TRY(do_forward(st, m, 1, 0));
+    return GP_OK;
+  }
+  GP_TRY(gp_params_zero_grad(&st->params));
+  const gp_schedule *s = &pl->sched;
+  for (int a = 0; a < s->n_actions[st->index]; a++) {
+    const gp_action *ac = &s->actions[st->index][a];
+    gp_status r = GP_OK;
+    if (ac->kind == GP_A_FORWARD)
+      r = do_forward(st, ac->micro, ac->recompute, 1);
+    else if (ac->kind == GP_A_BACKWARD)
+      r = do_backward(st, ac->micro, ac->recompute);
+    else {
+      double t0 = now_s(), c0 = busy_s(pl);
+      r = do_step(st);
+      double t1 = now_s();
+      gp_pl_record(st, 'S', -1, t0, t1, busy_s(pl) - c0);
+      st->steps++;
+    }
+    if (r != GP_OK) return gp_pl_fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);
+  }
+  return GP_OK;
+}
