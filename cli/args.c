@@ -206,36 +206,18 @@ gp_status gp_args_output_ok(const gp_flag *f, int renamed, int *stale) {
   return GP_OK;
 }
 
-static gp_status write_failed(const gp_flag *f, const char *what) {
-  return GP_ERR(GP_ERR_IO, "%s %s: %s: %s", f->name, f->s, what, strerror(errno));
-}
+typedef struct out_ctx {
+  const gp_flag *f;
+  gp_args_writer write;
+  const void *arg;
+} out_ctx;
 
-/* Writes, flushes and syncs fp; the writer's own error (it may name no flag) gets the flag. */
-static gp_status write_stream(FILE *fp, const gp_flag *f, gp_args_writer write, const void *arg) {
-  errno = 0;
-  gp_status s = write(fp, f->s, arg);
-  if (s != GP_OK) return gp_error_prefix(s, "%s ", f->name);
-  if (fflush(fp) != 0 || ferror(fp) || fsync(fileno(fp)) != 0)
-    return write_failed(f, "cannot write");
-  return GP_OK;
+static gp_status write_out(FILE *fp, void *ctx) {
+  const out_ctx *o = ctx;
+  return o->write(fp, o->f->s, o->arg);
 }
 
 gp_status gp_args_write_output(const gp_flag *f, gp_args_writer write, const void *arg) {
-  char dst[PATH_MAX], tmp[PATH_MAX + 32];
-  gp_status s = gp_io_write_target(f->s, dst, sizeof dst);
-  if (s != GP_OK) return gp_error_prefix(s, "%s ", f->name);
-  s = gp_io_temp_name(dst, tmp, sizeof tmp);
-  if (s != GP_OK) return gp_error_prefix(s, "%s ", f->name);
-  gp_io_temp_claim(tmp);
-  FILE *fp = fopen(tmp, "w");
-  if (!fp) {
-    gp_io_temp_release(tmp);
-    return write_failed(f, "cannot create");
-  }
-  s = write_stream(fp, f, write, arg);
-  if (fclose(fp) != 0 && s == GP_OK) s = write_failed(f, "cannot write");
-  if (s == GP_OK && rename(tmp, dst) != 0) s = write_failed(f, "cannot rename into place");
-  if (s != GP_OK) remove(tmp);
-  gp_io_temp_release(tmp);
-  return s;
+  gp_status s = gp_io_write_file(f->s, write_out, &(out_ctx){f, write, arg});
+  return s == GP_OK ? GP_OK : gp_error_prefix(s, "%s ", f->name);
 }

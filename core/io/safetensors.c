@@ -6,13 +6,10 @@
 #include "core/strbuf.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "core/io/json.h"
 #include "core/io/target.h"
@@ -427,12 +424,12 @@ static void sb_json_str(gp_strbuf *b, const char *s) {
   gp_strbuf_put(b, "\"", 1);
 }
 
-static gp_status write_all(FILE *fp, const char *tmp, const void *p, uint64_t n) {
+static gp_status write_all(FILE *fp, const char *path, const void *p, uint64_t n) {
   const unsigned char *c = p;
   while (n > 0) {
     size_t k = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : (size_t)n;
     if (fwrite(c, 1, k, fp) != k)
-      return GP_ERR(GP_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+      return GP_ERR(GP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     c += k;
     n -= k;
   }
@@ -479,58 +476,28 @@ static gp_status build_header(const gp_st_writer *w, gp_strbuf *b) {
   return GP_OK;
 }
 
-static gp_status write_tmp(const gp_st_writer *w, const gp_strbuf *h, const char *tmp) {
-  FILE *fp = fopen(tmp, "wb");
-  if (!fp) return GP_ERR(GP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+typedef struct st_out {
+  const gp_st_writer *w;
+  const gp_strbuf *h;
+  const char *path;
+} st_out;
+
+static gp_status write_st(FILE *fp, void *ctx) {
+  const st_out *o = ctx;
   unsigned char lenb[8];
   for (int i = 0; i < 8; i++)
-    lenb[i] = (unsigned char)((uint64_t)h->n >> (8 * i));
-  gp_status st = write_all(fp, tmp, lenb, 8);
-  if (st == GP_OK) st = write_all(fp, tmp, h->p, h->n);
-  for (int i = 0; i < w->n && st == GP_OK; i++)
-    st = write_all(fp, tmp, w->items[i].data, w->items[i].bytes);
-  if (st == GP_OK && (fflush(fp) != 0 || fsync(fileno(fp)) != 0))
-    st = GP_ERR(GP_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-  if (fclose(fp) != 0 && st == GP_OK)
-    st = GP_ERR(GP_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-  return st;
-}
-
-/* fsync of the directory makes the rename itself durable. */
-static gp_status sync_dir(const char *path) {
-  char *dir = dup_str(path);
-  if (!dir) return GP_ERR(GP_ERR_NOMEM, "safetensors: out of memory");
-  char *slash = strrchr(dir, '/');
-  if (!slash)
-    strcpy(dir, ".");
-  else if (slash == dir)
-    dir[1] = 0;
-  else
-    *slash = 0;
-  gp_status st = GP_OK;
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd < 0 || fsync(fd) != 0)
-    st = GP_ERR(GP_ERR_IO, "%s: cannot sync directory %s: %s", path, dir, strerror(errno));
-  if (fd >= 0) close(fd);
-  free(dir);
+    lenb[i] = (unsigned char)((uint64_t)o->h->n >> (8 * i));
+  gp_status st = write_all(fp, o->path, lenb, 8);
+  if (st == GP_OK) st = write_all(fp, o->path, o->h->p, o->h->n);
+  for (int i = 0; i < o->w->n && st == GP_OK; i++)
+    st = write_all(fp, o->path, o->w->items[i].data, o->w->items[i].bytes);
   return st;
 }
 
 gp_status gp_st_write(gp_st_writer *w, const char *path) {
-  char dst[PATH_MAX], tmp[PATH_MAX + 32];
-  GP_TRY(gp_io_write_target(path, dst, sizeof dst));
-  GP_TRY(gp_io_temp_name(dst, tmp, sizeof tmp));
   gp_strbuf h = {0};
   gp_status st = build_header(w, &h);
-  if (st == GP_OK) {
-    gp_io_temp_claim(tmp);
-    st = write_tmp(w, &h, tmp);
-    if (st == GP_OK && rename(tmp, dst) != 0)
-      st = GP_ERR(GP_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-    if (st != GP_OK) remove(tmp);
-    gp_io_temp_release(tmp);
-    if (st == GP_OK) st = sync_dir(dst);
-  }
+  if (st == GP_OK) st = gp_io_write_file(path, write_st, &(st_out){w, &h, path});
   gp_strbuf_free(&h);
   return st;
 }

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -100,4 +101,45 @@ gp_status gp_io_write_target(const char *path, char *out, size_t n) {
                   err == ENOENT ? "does not exist" : strerror(err));
   }
   return GP_ERR(GP_ERR_IO, "%s: not a regular file; give the path of a file to write", path);
+}
+
+/* fsync of the folder makes a rename in it last. A file system that cannot sync folders
+ * (EINVAL) has nothing more to offer. */
+static gp_status sync_dir(const char *path, const char *dst) {
+  char dir[PATH_MAX];
+  const char *slash = strrchr(dst, '/');
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else
+    snprintf(dir, sizeof dir, "%.*s", slash == dst ? 1 : (int)(slash - dst), dst);
+  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  gp_status s = GP_OK;
+  if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL))
+    s = GP_ERR(GP_ERR_IO, "%s: cannot sync the folder %s: %s", path, dir, strerror(errno));
+  if (fd >= 0) close(fd);
+  return s;
+}
+
+gp_status gp_io_write_file(const char *path, gp_io_writer write, void *ctx) {
+  char dst[PATH_MAX], tmp[PATH_MAX + 32];
+  GP_TRY(gp_io_write_target(path, dst, sizeof dst));
+  GP_TRY(gp_io_temp_name(dst, tmp, sizeof tmp));
+  gp_io_temp_claim(tmp);
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    gp_status s = GP_ERR(GP_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
+    gp_io_temp_release(tmp);
+    return s;
+  }
+  errno = 0;
+  gp_status s = write(f, ctx);
+  if (s == GP_OK && (ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0))
+    s = GP_ERR(GP_ERR_IO, "%s: cannot write: %s", path, strerror(errno ? errno : EIO));
+  if (fclose(f) != 0 && s == GP_OK)
+    s = GP_ERR(GP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+  if (s == GP_OK && rename(tmp, dst) != 0)
+    s = GP_ERR(GP_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+  if (s != GP_OK) remove(tmp);
+  gp_io_temp_release(tmp);
+  return s == GP_OK ? sync_dir(path, dst) : s;
 }

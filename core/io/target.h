@@ -5,6 +5,7 @@
 #define GP_IO_TARGET_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "core/status.h"
 
@@ -23,6 +24,15 @@ gp_status gp_io_temp_name(const char *dst, char *out, size_t n);
  * holds a lock that keeps other writers out); else only those whose PID no process on this
  * machine has (kill(pid, 0) fails with ESRCH; EPERM, another user's, keeps its file). */
 int gp_io_temp_remove_stale(const char *dst, int any_pid);
+
+/* Writes a file to path as every output of gpipe is written, so that a reader (or a crash)
+ * sees the old file or the whole new one: `write` puts the bytes on a stream to the
+ * temporary name beside the target (gp_io_write_target, gp_io_temp_name; claimed, so a
+ * signal removes it), which is flushed, synced, renamed over the target, and the folder
+ * synced so the rename lasts. write's own errors are returned as they are; the others start
+ * with path. */
+typedef gp_status (*gp_io_writer)(FILE *f, void *ctx);
+gp_status gp_io_write_file(const char *path, gp_io_writer write, void *ctx);
 
 /* The temporary files being written, so that a program stopped by a signal removes them.
  * gp_io_temp_claim records a name just before the file is created, gp_io_temp_release forgets

@@ -1,10 +1,7 @@
 /* A pipeline's record of where time goes: busy time per action, per-stage statistics, and
  * the Chrome trace-event JSON of every action (and layer) of every stage. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "core/io/json.h"
 #include "core/io/target.h"
@@ -81,17 +78,8 @@ static void write_layer_event(FILE *f, const gp_pipeline *pl, int s, const trace
           pass, l->type->name);
 }
 
-gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
-  char dst[4096], tmp[4200];
-  GP_TRY(gp_io_write_target(path, dst, sizeof dst));
-  GP_TRY(gp_io_temp_name(dst, tmp, sizeof tmp));
-  gp_io_temp_claim(tmp);
-  FILE *f = fopen(tmp, "w");
-  if (!f) {
-    gp_status s = GP_ERR(GP_ERR_IO, "%s: cannot write the trace: %s", path, strerror(errno));
-    gp_io_temp_release(tmp);
-    return s;
-  }
+static gp_status write_events(FILE *f, void *ctx) {
+  const gp_pipeline *pl = ctx;
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   const char *sep = "";
   for (int s = 0; s < pl->k; s++) {
@@ -126,14 +114,9 @@ gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
     }
   }
   fprintf(f, "\n]}\n");
-  int bad = ferror(f) | (fflush(f) != 0);
-  bad |= fsync(fileno(f)) != 0;
-  bad |= fclose(f) != 0;
-  gp_status s = GP_OK;
-  if (bad || rename(tmp, dst) != 0) {
-    s = GP_ERR(GP_ERR_IO, "%s: writing the trace failed: %s", path, strerror(errno));
-    remove(tmp);
-  }
-  gp_io_temp_release(tmp);
-  return s;
+  return GP_OK;
+}
+
+gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
+  return gp_io_write_file(path, write_events, (void *)pl);
 }

@@ -6,13 +6,10 @@
 #include "core/strbuf.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <yaml.h>
 
 #include "core/io/target.h"
@@ -91,22 +88,10 @@ static void format_plan(gp_strbuf *b, const gp_model *m, const gp_plan *p) {
   gp_strbuf_printf(b, "]  # checked against the model\n");
 }
 
-static gp_status sync_dir(const char *path) {
-  char dir[PATH_MAX];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (!slash)
-    strcpy(dir, ".");
-  else if (slash == dir)
-    dir[1] = 0;
-  else
-    *slash = 0;
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  gp_status st = GP_OK;
-  if (fd < 0 || fsync(fd) != 0)
-    st = GP_ERR(GP_ERR_IO, "%s: cannot sync directory %s: %s", path, dir, strerror(errno));
-  if (fd >= 0) close(fd);
-  return st;
+static gp_status write_buf(FILE *fp, void *ctx) {
+  const gp_strbuf *b = ctx;
+  fwrite(b->p, 1, b->n, fp); /* a short write sets the stream's error: gp_io_write_file says */
+  return GP_OK;
 }
 
 gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p) {
@@ -114,32 +99,13 @@ gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p) {
   if (p->stages < 1 || p->stages > GP_MAX_DEVICES || p->st[p->stages - 1].end_unit != m->n_units)
     return GP_ERR(GP_ERR_USAGE, "%s: the plan does not cover model %s's %d unit%s", path, m->name,
                   m->n_units, m->n_units == 1 ? "" : "s");
-  char dst[PATH_MAX - 5];
-  GP_TRY(gp_io_write_target(path, dst, sizeof dst));
-  char tmp[PATH_MAX + 32];
-  GP_TRY(gp_io_temp_name(dst, tmp, sizeof tmp));
   gp_strbuf b = {0};
   format_plan(&b, m, p);
   if (b.oom) {
     gp_strbuf_free(&b);
     return GP_ERR(GP_ERR_NOMEM, "%s: out of memory formatting the plan", path);
   }
-  gp_status st = GP_OK;
-  gp_io_temp_claim(tmp);
-  FILE *fp = fopen(tmp, "wb");
-  if (!fp) {
-    st = GP_ERR(GP_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-  } else {
-    if (fwrite(b.p, 1, b.n, fp) != b.n || fflush(fp) != 0 || fsync(fileno(fp)) != 0)
-      st = GP_ERR(GP_ERR_IO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
-    if (fclose(fp) != 0 && st == GP_OK)
-      st = GP_ERR(GP_ERR_IO, "%s: cannot write %s: %s", path, tmp, strerror(errno));
-    if (st == GP_OK && rename(tmp, dst) != 0)
-      st = GP_ERR(GP_ERR_IO, "%s: cannot rename %s to it: %s", path, tmp, strerror(errno));
-    if (st != GP_OK) remove(tmp);
-  }
-  gp_io_temp_release(tmp);
-  if (st == GP_OK) st = sync_dir(dst);
+  gp_status st = gp_io_write_file(path, write_buf, &b);
   gp_strbuf_free(&b);
   return st;
 }
