@@ -757,7 +757,7 @@ static gp_status data_only(ctx *c, const char *file) {
 
 int main(int argc, char **argv) {
   gp_args_std_fds();
-  gp_interrupt_install("gpipe-bench", 0);
+  gp_interrupt_install("gpipe-bench", NULL);
   const char *pos[1];
   int npos;
   ctx c = {0};

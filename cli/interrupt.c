@@ -11,6 +11,8 @@ static volatile sig_atomic_t received;
 static volatile sig_atomic_t graceful_mode;
 static char at_once[2][160]; /* "PROG: SIGINT|SIGTERM received: stopped at once\n" */
 static size_t at_once_len[2];
+static char notice[2][320]; /* graceful: "PROG: SIGINT received: stopping after ...\n" */
+static size_t notice_len[2];
 
 const char *gp_interrupt_name(int sig) {
   return sig == SIGTERM ? "SIGTERM" : "SIGINT";
@@ -18,25 +20,35 @@ const char *gp_interrupt_name(int sig) {
 
 /* Only async-signal-safe calls: write, unlink (in gp_io_temp_remove_all), _exit. */
 static void on_signal(int sig) {
+  const int i = sig == SIGTERM;
   if (graceful_mode && !received) {
     received = sig;
+    if (write(STDERR_FILENO, notice[i], notice_len[i]) < 0) {
+      /* the stop goes on without the line */
+    }
     return;
   }
   gp_io_temp_remove_all();
-  const int i = sig == SIGTERM;
   if (write(STDERR_FILENO, at_once[i], at_once_len[i]) < 0) {
     /* nothing left to tell */
   }
   _exit(128 + sig);
 }
 
-void gp_interrupt_install(const char *prog, int graceful) {
+void gp_interrupt_install(const char *prog, const char *graceful) {
+  /* on a terminal the line replaces the live progress line, which is redrawn below it */
+  const char *erase = isatty(STDERR_FILENO) ? "\r\033[K" : "";
   for (int i = 0; i < 2; i++) {
-    int n = snprintf(at_once[i], sizeof at_once[i], "%.100s: %s received: stopped at once\n", prog,
-                     i ? "SIGTERM" : "SIGINT");
+    const char *sig = i ? "SIGTERM" : "SIGINT";
+    int n = snprintf(at_once[i], sizeof at_once[i], "%s%.100s: %s received: stopped at once\n",
+                     erase, prog, sig);
     at_once_len[i] = (size_t)n;
+    n = snprintf(notice[i], sizeof notice[i],
+                 "%s%.100s: %s received: %.120s (a second signal stops at once)\n", erase, prog,
+                 sig, graceful ? graceful : "");
+    notice_len[i] = n < (int)sizeof notice[i] ? (size_t)n : sizeof notice[i] - 1;
   }
-  graceful_mode = graceful;
+  graceful_mode = graceful != NULL;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -49,6 +61,11 @@ void gp_interrupt_install(const char *prog, int graceful) {
     if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
     sigaction(sigs[i], &sa, NULL);
   }
+}
+
+gp_status gp_interrupt_check(void) {
+  if (!received) return GP_OK;
+  return GP_ERR(GP_ERR_INTERRUPTED, "%s received", gp_interrupt_name(received));
 }
 
 int gp_interrupted(void) {

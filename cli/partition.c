@@ -587,7 +587,7 @@ static gp_status run(const gp_model *m) {
 
 int main(int argc, char **argv) {
   gp_args_std_fds();
-  gp_interrupt_install("gpipe-partition", 0);
+  gp_interrupt_install("gpipe-partition", NULL);
   const char *pos[1];
   int npos;
   gp_status s = gp_args_parse(argc, argv, flags, pos, 1, &npos);

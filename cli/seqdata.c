@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "cli/args.h"
+#include "cli/interrupt.h"
 #include "cli/progress.h"
 #include "core/eval/bleu.h"
 #include "core/eval/perplexity.h"
@@ -346,6 +347,7 @@ static gp_status score_split(gp_seqdata *d, gp_trainer *t, int which, gp_seq_eva
   gp_prediction pr = {0};
   for (;;) {
     int64_t rows;
+    GP_TRY(gp_interrupt_check()); /* a signal drops the evaluation (gpipe-train stops) */
     GP_TRY(gp_seqfeed_next(f, d->buf.in, &rows));
     if (rows == 0) break;
     gp_batch b = gp_batch_of(&d->buf, rows);
@@ -444,6 +446,7 @@ static gp_status decode_batch(gp_seqdata *d, gp_trainer *t, const gp_seqfeed *f,
     gp_prediction pr = {.argmax = d->argmax};
     gp_step_result res = {0};
     gp_batch b = gp_batch_of(&d->buf, n);
+    GP_TRY(gp_interrupt_check());
     GP_TRY(gp_pipeline_predict(t->pl, &b, &pr, &res));
     int live = 0;
     for (int64_t r = 0; r < n; r++) {

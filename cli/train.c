@@ -144,6 +144,7 @@ typedef struct run {
   gp_precision precision; /* --precision */
   size_t mem_limit;       /* --memory-limit: per stage, 0 = none */
   int64_t ckpt_step;      /* the step of the checkpoint last written or resumed from, or -1 */
+  int traced, saved;      /* --trace, --save written (the run's end) */
 } run;
 
 /* Frees the run; s, or the first error of closing the log. */
@@ -165,7 +166,9 @@ static gp_status run_free(run *r, gp_status s) {
   return s;
 }
 
+/* The test split's batches; a signal ends the evaluation within a batch (see evaluate). */
 static gp_status test_batches(void *ctx, int64_t max, float *x, int32_t *y, int64_t *got) {
+  GP_TRY(gp_interrupt_check());
   return gp_loader_next((gp_loader *)ctx, max, x, y, got);
 }
 
@@ -371,10 +374,11 @@ static gp_status checkpoint(run *r, gp_progress *pg) {
   return GP_OK;
 }
 
-/* SIGINT or SIGTERM asked to stop: what was trained is kept in a checkpoint (when there is a
- * folder for one), the trace so far is written, and the run ends with the signal's exit code.
- * --save is left alone: it is for the final weights. */
-static gp_status stop_interrupted(run *r, gp_progress *pg, int64_t total) {
+/* SIGINT or SIGTERM asked to stop, between steps or in an evaluation (`during`: "in the
+ * evaluation ", or NULL), which is dropped: what was trained is kept in a checkpoint (when
+ * there is a folder for one), the trace so far is written, and the run ends with the signal's
+ * exit code. --save is written only by a run that trained every step. */
+static gp_status stop_interrupted(run *r, gp_progress *pg, int64_t total, const char *during) {
   const char *sig = gp_interrupt_name(gp_interrupted());
   GP_TRY(gp_progress_interrupted(pg, r->t.step, sig));
   char kept[PATH_MAX + 128];
@@ -385,17 +389,20 @@ static gp_status stop_interrupted(run *r, gp_progress *pg, int64_t total) {
     snprintf(kept, sizeof kept,
              "%s/checkpoint.safetensors holds step %" PRId64 ": --resume goes on",
              flags[F_CKPT_DIR].s, r->t.step);
+  } else if (r->saved) {
+    snprintf(kept, sizeof kept, "%s holds the weights of step %" PRId64, flags[F_SAVE].s,
+             r->t.step);
   } else {
     snprintf(kept, sizeof kept, "nothing was saved (--checkpoint-dir DIR keeps a run to resume)");
   }
-  if (flags[F_TRACE].given) {
+  if (flags[F_TRACE].given && !r->traced) {
     GP_TRY(gp_pipeline_write_trace(r->t.pl, flags[F_TRACE].s));
     gp_progress_note(pg, "wrote the trace to %s", flags[F_TRACE].s);
   }
   gp_progress_done(pg);
   return GP_ERR(GP_ERR_INTERRUPTED,
-                "%s received: stopped after step %" PRId64 " of %" PRId64 "; %s", sig, r->t.step,
-                total, kept);
+                "%s received: stopped %safter step %" PRId64 " of %" PRId64 "; %s", sig,
+                during ? during : "", r->t.step, total, kept);
 }
 
 /* An evaluation's loss is finite unless the weights are not (the last step's update can make
@@ -445,6 +452,13 @@ static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, gp_metrics *ev
   GP_TRY(
       gp_progress_eval(pg, r->t.step, epoch, ev->loss, ev->accuracy, ev->samples, gp_now() - t0));
   return eval_finite(r, "test", ev->loss);
+}
+
+/* An evaluation that a signal drops, to stop with what was trained (stop_interrupted). */
+static gp_status evaluate_or_stop(run *r, gp_progress *pg, int64_t epoch, gp_metrics *ev,
+                                  int64_t total) {
+  gp_status s = evaluate(r, pg, epoch, ev);
+  return s == GP_ERR_INTERRUPTED ? stop_interrupted(r, pg, total, "in the evaluation ") : s;
 }
 
 /* Where the data time went: the trainer's wait for batches, and skipped bad samples. */
@@ -615,7 +629,7 @@ static gp_status train(run *r) {
   gp_metrics ev = {0}, tr = {0};
   int evaluated_last = 0;
   while (r->t.step < total) {
-    if (gp_interrupted()) return stop_interrupted(r, &pg, total);
+    if (gp_interrupted()) return stop_interrupted(r, &pg, total, NULL);
     int64_t got, epoch, idx;
     gp_batch sb;
     if (r->sq) {
@@ -638,7 +652,7 @@ static gp_status train(run *r) {
     evaluated_last = 0;
     int epoch_end = per_epoch > 0 && s % per_epoch == 0;
     if ((ts->eval_every > 0 && s % ts->eval_every == 0) || (ts->eval_every == 0 && epoch_end)) {
-      GP_TRY(evaluate(r, &pg, epoch, &ev));
+      GP_TRY(evaluate_or_stop(r, &pg, epoch, &ev, total));
       evaluated_last = 1;
     }
     if (flags[F_CKPT_DIR].given &&
@@ -647,21 +661,27 @@ static gp_status train(run *r) {
   }
   int64_t epoch, idx;
   data_tell(r, &epoch, &idx);
-  if (!evaluated_last && !r->sq) GP_TRY(evaluate(r, &pg, epoch, &ev));
+  if (!evaluated_last && !r->sq) GP_TRY(evaluate_or_stop(r, &pg, epoch, &ev, total));
   if (flags[F_CKPT_DIR].given) GP_TRY(checkpoint(r, &pg));
   if (flags[F_TRACE].given) {
     GP_TRY(gp_pipeline_write_trace(r->t.pl, flags[F_TRACE].s));
     gp_progress_note(&pg, "wrote the trace to %s", flags[F_TRACE].s);
+    r->traced = 1;
   }
   if (flags[F_SAVE].given) {
     GP_TRY(gp_trainer_save_weights(&r->t, flags[F_SAVE].s));
     gp_progress_note(&pg, "saved weights to %s", flags[F_SAVE].s);
+    r->saved = 1;
   }
   gp_progress_done(&pg);
   report_data(r, gp_now() - pg.t0);
   report_memory(r);
   report_pipeline(r);
-  if (r->sq) return evaluate_seq(r, &pg, epoch, 1, &ev);
+  if (r->sq) {
+    gp_status es = evaluate_seq(r, &pg, epoch, 1, &ev);
+    return es == GP_ERR_INTERRUPTED ? stop_interrupted(r, &pg, total, "in the final evaluation ")
+                                    : es;
+  }
   printf("final: step %" PRId64 "  test loss %.4f  test accuracy %.4f  (%.1f s)\n", r->t.step,
          ev.loss, ev.accuracy, gp_now() - pg.t0);
   return GP_OK;
@@ -669,7 +689,8 @@ static gp_status train(run *r) {
 
 int main(int argc, char **argv) {
   gp_args_std_fds();
-  gp_interrupt_install("gpipe-train", 1);
+  gp_interrupt_install("gpipe-train",
+                       "stopping after the step under way (an evaluation is cut short)");
   const char *pos[1];
   int npos;
   run r = {0};

@@ -4,7 +4,7 @@
 # would; a second signal stops at once and leaves no temporary file; a --log resumed from an
 # earlier checkpoint loses the lines the killed run logged past it; a killed run's temporary
 # checkpoint is removed by the next run given the folder, and its temporary --save or --trace
-# by the next run writing the same file.
+# by the next run writing the same file; a signal during an evaluation cuts it short.
 set -u
 train=$1; srcdir=$2
 tmp=$(mktemp -d); trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -109,4 +109,25 @@ grep -q "^removed 2 temporary files that killed runs left beside the output file
   fail "no note of the removed temporary files: $(cat "$tmp/err")"
 [ "$(ls "$tmp/out" | tr '\n' ' ')" = "other.tmp.$dead t.json t.json.tmp.x w.safetensors w.safetensors.tmp.$$ " ] ||
   fail "stale temporary files: $(ls "$tmp/out" | tr '\n' ' ')"
+# 7. a signal during an evaluation cuts it short (a batch, not the whole test split) and
+# stops with a checkpoint of the steps trained; the first signal says so at once
+data=/usr/share/datasets/fashion-mnist
+if [ -f $data/t10k-images-idx3-ubyte.gz ]; then
+  "$train" "$srcdir/models/fashion-cnn.yaml" --threads 2 --steps 1000 --eval-every 1 \
+    --set train.log_every=1 --checkpoint-dir "$tmp/ck4" --log "$tmp/log4.jsonl" \
+    >/dev/null 2>"$tmp/err" &
+  pid=$!
+  wait_steps "$tmp/log4.jsonl" 1 $pid # step 1 is logged, then its evaluation of 10000 begins
+  kill -TERM $pid
+  wait $pid; rc=$?
+  [ $rc = 143 ] || fail "SIGTERM in an evaluation: exit $rc: $(tail -3 "$tmp/err")"
+  grep -q "^gpipe-train: SIGTERM received: stopping after the step under way (an evaluation is cut short) (a second signal stops at once)$" "$tmp/err" ||
+    fail "SIGTERM in an evaluation: no notice: $(cat "$tmp/err")"
+  last=$(tail -1 "$tmp/err")
+  [[ $last =~ ^gpipe-train:\ SIGTERM\ received:\ stopped\ in\ the\ evaluation\ after\ step\ 1\ of\ 1000\;\ .*/ck4/checkpoint.safetensors\ holds\ step\ 1:\ --resume\ goes\ on$ ]] ||
+    fail "SIGTERM in an evaluation: the last line: $last"
+  grep -q '"event": "eval"' "$tmp/log4.jsonl" && fail "SIGTERM in an evaluation: it was finished"
+else
+  echo "no $data: the evaluation case left out"
+fi
 echo "ok: stopped after step $n"
