@@ -221,3 +221,73 @@ gp_status gp_args_write_output(const gp_flag *f, gp_args_writer write, const voi
   gp_status s = gp_io_write_file(f->s, write_out, &(out_ctx){f, write, arg});
   return s == GP_OK ? GP_OK : gp_error_prefix(s, "%s ", f->name);
 }
+
+/* A file's identity: its device and inode when it is a regular file, its resolved folder and
+ * name when nothing is there yet (kind 2), nothing to compare otherwise (kind 0). */
+typedef struct file_id {
+  int kind;
+  dev_t dev;
+  ino_t ino;
+  char path[PATH_MAX + 256];
+} file_id;
+
+static void identify(const char *p, file_id *id) {
+  struct stat st;
+  id->kind = 0;
+  if (stat(p, &st) == 0) {
+    if (!S_ISREG(st.st_mode)) return;
+    id->kind = 1;
+    id->dev = st.st_dev;
+    id->ino = st.st_ino;
+    return;
+  }
+  char dir[PATH_MAX];
+  const char *slash = strrchr(p, '/'), *base = slash ? slash + 1 : p;
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else
+    snprintf(dir, sizeof dir, "%.*s", slash == p ? 1 : (int)(slash - p), p);
+  char real[PATH_MAX];
+  if (!realpath(dir, real) || strlen(base) > 255) return; /* opening it will say */
+  id->kind = 2;
+  snprintf(id->path, sizeof id->path, "%s/%s", real, base);
+}
+
+static int same_file(const file_id *a, const file_id *b) {
+  if (!a->kind || a->kind != b->kind) return 0;
+  return a->kind == 1 ? a->dev == b->dev && a->ino == b->ino : strcmp(a->path, b->path) == 0;
+}
+
+int gp_args_file_uses(const gp_flag *flags, const int *which, int n, gp_file_use *uses) {
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (flags[which[i]].given)
+      uses[k++] = (gp_file_use){flags[which[i]].name, flags[which[i]].s, NULL};
+  return k;
+}
+
+gp_status gp_args_files_distinct(const gp_file_use *in, int n_in, const gp_file_use *out,
+                                 int n_out) {
+  for (int o = 0; o < n_out; o++) {
+    file_id a, b;
+    identify(out[o].path, &a);
+    for (int i = 0; i < n_in; i++) {
+      if (in[i].may_replace && strcmp(in[i].may_replace, out[o].flag) == 0) continue;
+      identify(in[i].path, &b);
+      if (!same_file(&a, &b)) continue;
+      if (!in[i].flag)
+        return GP_ERR(GP_ERR_USAGE, "%s %s: that is the model file; give the output another path",
+                      out[o].flag, out[o].path);
+      return GP_ERR(GP_ERR_USAGE,
+                    "%s %s: that is %s's file, which this run reads; give the output another path",
+                    out[o].flag, out[o].path, in[i].flag);
+    }
+    for (int q = 0; q < o; q++) {
+      identify(out[q].path, &b);
+      if (same_file(&a, &b))
+        return GP_ERR(GP_ERR_USAGE, "%s %s: %s writes that file too; give each output its own path",
+                      out[o].flag, out[o].path, out[q].flag);
+    }
+  }
+  return GP_OK;
+}

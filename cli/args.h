@@ -46,6 +46,24 @@ void gp_args_usage(const char *prog, const char *synopsis, const gp_flag *flags)
  * running on this machine) are removed, and *stale (when not NULL) grows by their number. */
 gp_status gp_args_output_ok(const gp_flag *f, int renamed, int *stale);
 
+/* A file a run reads or writes, named by its flag (NULL: the model file). An input's
+ * `may_replace` names the one output that may be the same file (gpipe-train --load and
+ * --save: training on from weights and keeping the result in their place). */
+typedef struct gp_file_use {
+  const char *flag, *path;
+  const char *may_replace;
+} gp_file_use;
+
+/* Checks, before any work, that no output is an input (writing it would destroy the model
+ * file, or a plan or weights the run reads) or another output (the later would replace the
+ * earlier); compared as files: a link and its target, or two spellings of one path, are one.
+ * Only regular files and paths with nothing there count (a device may take several writers).
+ * GP_ERR_USAGE naming both flags. */
+gp_status gp_args_files_distinct(const gp_file_use *in, int n_in, const gp_file_use *out,
+                                 int n_out);
+/* The given ones among flags[which[0..n)], as outputs; returns how many. */
+int gp_args_file_uses(const gp_flag *flags, const int *which, int n, gp_file_use *uses);
+
 /* Writes an output flag's file through a temporary one beside it (the target of
  * gp_io_write_target plus ".tmp.PID"), flushed, synced and renamed into place, so a failed
  * write (a full disk) leaves the old file or none, never a cut one. `write` gets the flag's

@@ -570,6 +570,9 @@ static gp_status setup(ctx *c, const char *file) {
   GP_TRY(make_sweep(c));
   GP_TRY(make_runs(c));
   static const int outs[] = {F_CSV, F_PLOT, F_TRACE};
+  gp_file_use in[2] = {{NULL, m->file, NULL}, {"--partition", flags[F_PARTITION].s, NULL}}, out[3];
+  GP_TRY(gp_args_files_distinct(in, flags[F_PARTITION].given ? 2 : 1, out,
+                                gp_args_file_uses(flags, outs, 3, out)));
   int stale = 0;
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
     if (flags[outs[i]].given) GP_TRY(gp_args_output_ok(&flags[outs[i]], 1, &stale));

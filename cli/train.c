@@ -296,6 +296,14 @@ static gp_status apply_flags(gp_model *m) {
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
   if (flags[F_CKPT_EVERY].given && !flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--checkpoint-every needs --checkpoint-dir DIR");
+  /* no output may be the model file, the plan or the weights read, nor another output */
+  gp_file_use in[3] = {{NULL, m->file, NULL}}, out[4];
+  int n_in = 1;
+  if (flags[F_PARTITION].given)
+    in[n_in++] = (gp_file_use){"--partition", flags[F_PARTITION].s, NULL};
+  if (flags[F_LOAD].given) in[n_in++] = (gp_file_use){"--load", flags[F_LOAD].s, "--save"};
+  static const int outs[] = {F_LOG, F_SAVE, F_TRACE, F_TRANSLATIONS};
+  GP_TRY(gp_args_files_distinct(in, n_in, out, gp_args_file_uses(flags, outs, 4, out)));
   /* the files written after training: a bad path is found before it */
   if (flags[F_SAVE].given) GP_TRY(gp_args_output_ok(&flags[F_SAVE], 1, &out_stale));
   if (flags[F_TRACE].given) GP_TRY(gp_args_output_ok(&flags[F_TRACE], 1, &out_stale));

@@ -333,6 +333,13 @@ expect 2 "unknown flag" "$mlp" --stage 2
 expect 2 "every M above the batch" "$mlp" --micro-batches 64 --batch-size 32
 expect 2 "--partition with --stages" "$mlp" --partition "$tmp/plan.yaml" --stages 2
 expect 2 "no model" --stages 2
+cp "$mlp" "$tmp/m.yaml"
+expect 2 "--trace over the model file" "$tmp/m.yaml" --stages 1 --micro-batches 1 --trace "$tmp/m.yaml"
+grep -q "^gpipe-bench: --trace $tmp/m.yaml: that is the model file; give the output another path$" \
+  "$tmp/err" && cmp -s "$mlp" "$tmp/m.yaml" && ok || bad "--trace over the model file: $(cat "$tmp/err")"
+expect 2 "--plot over --csv" "$mlp" --stages 1 --micro-batches 1 --csv "$tmp/o" --plot "$tmp/./o"
+grep -q "^gpipe-bench: --plot $tmp/./o: --csv writes that file too" "$tmp/err" && ok ||
+  bad "--plot over --csv: $(cat "$tmp/err")"
 expect 2 "bad model override" "$mlp" --set nope.x=1
 expect 1 "unwritable --csv" "$mlp" "${fast[@]}" --csv "$tmp/no/such/dir.csv"
 expect 1 "--plot is a directory" "$mlp" "${fast[@]}" --plot "$tmp"

@@ -250,6 +250,13 @@ rc=$?
   "gpipe-partition: -o $tmp/none/plan.yaml: cannot write: No such file or directory" ] && ok ||
   bad "-o into a missing folder: exit $rc: $(cat "$tmp/err")"
 
+# ---- -o over the model file is refused (it replaced the model with the plan)
+cp "$mlp" "$tmp/m.yaml"
+"$part" "$tmp/m.yaml" --stages 2 -o "$tmp/m.yaml" >"$tmp/o" 2>"$tmp/err"; rc=$?
+[ $rc -eq 2 ] && [ ! -s "$tmp/o" ] && cmp -s "$mlp" "$tmp/m.yaml" && [ "$(cat "$tmp/err")" = \
+  "gpipe-partition: -o $tmp/m.yaml: that is the model file; give the output another path" ] && ok ||
+  bad "-o over the model file: exit $rc: $(cat "$tmp/err")"
+
 # ---- a closed stdout reads as /dev/null: the plan is written and the run succeeds (it was
 # "stdout: writing failed", exit 1)
 if "$part" "$mlp" --stages 2 -o "$tmp/closed.yaml" >&- 2>"$tmp/err" &&

@@ -44,6 +44,28 @@ expect 2 "--steps: expected an integer >= 1, got '\+2'" -- "$good" --steps +2
 mkfifo "$tmp/fifo"
 expect 1 "--save .*fifo: not a regular file" -- "$good" --data synthetic --steps 1 --save "$tmp/fifo"
 expect 1 "--trace .*fifo: not a regular file" -- "$good" --data synthetic --steps 1 --trace "$tmp/fifo"
+# an output that is the model file, a file the run reads, or another output is refused before
+# any work (--trace MODEL.yaml wrote the trace over the model file); --load and --save may be
+# one file (training on, in place)
+cp "$good" "$tmp/m.yaml"; ln -s m.yaml "$tmp/mlink.yaml"
+expect 2 "^gpipe-train: --trace .*/m.yaml: that is the model file; give the output another path$" \
+  -- "$tmp/m.yaml" --data synthetic --steps 1 --trace "$tmp/m.yaml"
+expect 2 "^gpipe-train: --log .*mlink.yaml: that is the model file" \
+  -- "$tmp/m.yaml" --data synthetic --steps 1 --log "$tmp/mlink.yaml"
+cmp -s "$good" "$tmp/m.yaml" || { failed=$((failed+1)); echo "FAIL: the model file was written"; }
+expect 2 "^gpipe-train: --trace .*/o.json: --log writes that file too; give each output its own path$" \
+  -- "$good" --data synthetic --steps 1 --log "$tmp/o.json" --trace "$tmp/../${tmp##*/}/o.json"
+[ -e "$tmp/o.json" ] && { failed=$((failed+1)); echo "FAIL: --log written before refusing"; }
+timeout 60 "$train" "$good" --quiet --data synthetic --steps 1 --batch-size 8 \
+  --save "$tmp/w.safetensors" >/dev/null 2>&1
+expect 2 "--log .*w.safetensors: that is --load's file, which this run reads" \
+  -- "$good" --data synthetic --steps 1 --batch-size 8 --load "$tmp/w.safetensors" --log "$tmp/w.safetensors"
+if timeout 60 "$train" "$good" --quiet --data synthetic --steps 1 --batch-size 8 \
+    --load "$tmp/w.safetensors" --save "$tmp/w.safetensors" >/dev/null 2>"$tmp/err"; then
+  passed=$((passed+1))
+else
+  failed=$((failed+1)); echo "FAIL: --load and --save of one file: $(cat "$tmp/err")"
+fi
 # --checkpoint-dir is made and claimed before training: a file there, or a folder another run
 # holds, is refused before the first step (found at the first checkpoint, after training, a
 # bad folder cost the run its --save; two runs in one folder published each other's bytes)
