@@ -44,8 +44,8 @@ void gp_interrupt_install(const char *prog, const char *graceful) {
                      erase, prog, sig);
     at_once_len[i] = (size_t)n;
     n = snprintf(notice[i], sizeof notice[i],
-                 "%s%.100s: %s received: %.120s (a second signal stops at once)\n", erase, prog,
-                 sig, graceful ? graceful : "");
+                 "%s%.100s: %s received: %.120s; a second signal stops at once\n", erase, prog, sig,
+                 graceful ? graceful : "");
     notice_len[i] = n < (int)sizeof notice[i] ? (size_t)n : sizeof notice[i] - 1;
   }
   graceful_mode = graceful != NULL;
