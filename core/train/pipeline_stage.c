@@ -218,6 +218,19 @@ static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int 
 
 static gp_status predict_micro(stage *st, int m);
 
+/* Runs pass p's forward ('F', 'R') or backward ('B') of micro-batch m, timed: its compute
+ * time goes to *busy and the trace (nothing when busy is NULL: an evaluation). */
+static gp_status timed_pass(stage *st, char kind, int m, gp_pass *p, gp_exec *e, double *busy) {
+  double t0 = now_s(), c0 = busy_s(st->pl);
+  GP_TRY(kind == 'B' ? gp_pass_backward(p, e) : gp_pass_forward(p, e));
+  double t1 = now_s();
+  if (!busy) return GP_OK;
+  double b = busy_s(st->pl) - c0;
+  *busy += b;
+  gp_pl_record(st, kind, m, t0, t1, b);
+  return GP_OK;
+}
+
 static gp_status do_forward(stage *st, int m, int drop, int training) {
   gp_pipeline *pl = st->pl;
   int slot = training ? m % pl->sched.slots[st->index] : m;
@@ -226,14 +239,7 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   pass_clear(p, pl->off[m + 1] - pl->off[m]);
   GP_TRY(gather_inputs(st, m, p, keep));
   gp_exec e = exec_for(st, p, m, training, 0, drop ? &st->scratch : keep);
-  double t0 = now_s(), c0 = busy_s(pl);
-  GP_TRY(gp_pass_forward(p, &e));
-  double t1 = now_s();
-  if (training) {
-    double b = busy_s(pl) - c0;
-    st->fwd_s += b;
-    gp_pl_record(st, 'F', m, t0, t1, b);
-  }
+  GP_TRY(timed_pass(st, 'F', m, p, &e, training ? &st->fwd_s : NULL));
   if (training && !isfinite(e.loss_sum))
     return GP_ERR(GP_ERR_RUNTIME, "the loss is %s at step %lld (lower the learning rate?)",
                   isnan(e.loss_sum) ? "NaN" : "infinite", (long long)pl->step + 1);
@@ -324,12 +330,7 @@ static gp_status do_backward(stage *st, int m, int recompute) {
   gp_backend *be = st->be;
   if (recompute) {
     gp_exec e = exec_for(st, p, m, 1, 1, work);
-    double t0 = now_s(), c0 = busy_s(pl);
-    GP_TRY(gp_pass_forward(p, &e));
-    double t1 = now_s();
-    double b = busy_s(pl) - c0;
-    st->bwd_s += b;
-    gp_pl_record(st, 'R', m, t0, t1, b);
+    GP_TRY(timed_pass(st, 'R', m, p, &e, &st->bwd_s));
   }
   GP_TRY(wait_for(st, &st->box[m].grads, st->n_grads_expected, "the gradient", m));
   /* sum the gradients that later stages wrote for this stage's outputs, once their writes
@@ -348,12 +349,7 @@ static gp_status do_backward(stage *st, int m, int recompute) {
     }
   }
   gp_exec e = exec_for(st, p, m, 1, recompute, work);
-  double t0 = now_s(), c0 = busy_s(pl);
-  GP_TRY(gp_pass_backward(p, &e));
-  double t1 = now_s();
-  double b = busy_s(pl) - c0;
-  st->bwd_s += b;
-  gp_pl_record(st, 'B', m, t0, t1, b);
+  GP_TRY(timed_pass(st, 'B', m, p, &e, &st->bwd_s));
   GP_TRY(send_grads(st, m, p, keep));
   GP_TRY(gp_arena_reset(work));
   return gp_arena_reset(keep);
