@@ -296,14 +296,22 @@ static gp_status apply_flags(gp_model *m) {
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
   if (flags[F_CKPT_EVERY].given && !flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--checkpoint-every needs --checkpoint-dir DIR");
-  /* no output may be the model file, the plan or the weights read, nor another output */
-  gp_file_use in[3] = {{NULL, m->file, NULL}}, out[4];
-  int n_in = 1;
+  /* no output may be the model file, the plan or the weights read, nor another output (the
+   * checkpoint folder's checkpoint and lock included) */
+  gp_file_use in[3] = {{NULL, m->file, NULL}}, out[6];
+  int n_in = 1, n_out = 0;
   if (flags[F_PARTITION].given)
     in[n_in++] = (gp_file_use){"--partition", flags[F_PARTITION].s, NULL};
   if (flags[F_LOAD].given) in[n_in++] = (gp_file_use){"--load", flags[F_LOAD].s, "--save"};
+  char ck[2][PATH_MAX];
+  for (int i = 0; i < 2 && flags[F_CKPT_DIR].given; i++) {
+    snprintf(ck[i], sizeof ck[i], "%.4000s/%s", flags[F_CKPT_DIR].s,
+             i ? "lock" : "checkpoint.safetensors");
+    out[n_out++] = (gp_file_use){"--checkpoint-dir", ck[i], NULL};
+  }
   static const int outs[] = {F_LOG, F_SAVE, F_TRACE, F_TRANSLATIONS};
-  GP_TRY(gp_args_files_distinct(in, n_in, out, gp_args_file_uses(flags, outs, 4, out)));
+  n_out += gp_args_file_uses(flags, outs, 4, out + n_out);
+  GP_TRY(gp_args_files_distinct(in, n_in, out, n_out));
   /* the files written after training: a bad path is found before it */
   if (flags[F_SAVE].given) GP_TRY(gp_args_output_ok(&flags[F_SAVE], 1, &out_stale));
   if (flags[F_TRACE].given) GP_TRY(gp_args_output_ok(&flags[F_TRACE], 1, &out_stale));

@@ -60,6 +60,9 @@ timeout 60 "$train" "$good" --quiet --data synthetic --steps 1 --batch-size 8 \
   --save "$tmp/w.safetensors" >/dev/null 2>&1
 expect 2 "--log .*w.safetensors: that is --load's file, which this run reads" \
   -- "$good" --data synthetic --steps 1 --batch-size 8 --load "$tmp/w.safetensors" --log "$tmp/w.safetensors"
+mkdir "$tmp/ckd"
+expect 2 "^gpipe-train: --save .*ckd/checkpoint.safetensors: --checkpoint-dir writes that file too" \
+  -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/ckd" --save "$tmp/ckd/checkpoint.safetensors"
 if timeout 60 "$train" "$good" --quiet --data synthetic --steps 1 --batch-size 8 \
     --load "$tmp/w.safetensors" --save "$tmp/w.safetensors" >/dev/null 2>"$tmp/err"; then
   passed=$((passed+1))
