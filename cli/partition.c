@@ -530,9 +530,11 @@ static gp_status run(const gp_model *m) {
   GP_TRY(make_request(m, &q));
   /* a bad -o is found before --by time's measurements, named as given (not its .tmp) */
   int stale = 0;
-  gp_file_use in = {NULL, m->file, NULL}, out = {"-o", flags[F_OUT].s, NULL};
-  if (flags[F_OUT].given) GP_TRY(gp_args_files_distinct(&in, 1, &out, 1));
-  if (flags[F_OUT].given) GP_TRY(gp_args_output_ok(&flags[F_OUT], 1, &stale));
+  if (flags[F_OUT].given) {
+    gp_file_use in = {NULL, m->file, NULL}, out = {"-o", flags[F_OUT].s, NULL};
+    GP_TRY(gp_args_files_distinct(&in, 1, &out, 1));
+    GP_TRY(gp_args_output_ok(&flags[F_OUT], 1, &stale));
+  }
   if (stale)
     fprintf(stderr,
             "gpipe-partition: removed %d temporary file%s that killed runs left beside %s\n", stale,
