@@ -242,11 +242,7 @@ static void identify(const char *p, file_id *id) {
     return;
   }
   char dir[PATH_MAX];
-  const char *slash = strrchr(p, '/'), *base = slash ? slash + 1 : p;
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else
-    snprintf(dir, sizeof dir, "%.*s", slash == p ? 1 : (int)(slash - p), p);
+  const char *base = gp_io_split_dir(p, dir, sizeof dir);
   char real[PATH_MAX];
   if (!realpath(dir, real) || strlen(base) > 255) return; /* opening it will say */
   id->kind = 2;

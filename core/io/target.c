@@ -18,13 +18,18 @@ gp_status gp_io_temp_name(const char *dst, char *out, size_t n) {
   return GP_OK;
 }
 
+const char *gp_io_split_dir(const char *path, char *dir, size_t n) {
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    snprintf(dir, n, ".");
+  else
+    snprintf(dir, n, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  return slash ? slash + 1 : path;
+}
+
 int gp_io_temp_remove_stale(const char *dst, int any_pid) {
   char dir[4096];
-  const char *slash = strrchr(dst, '/'), *base = slash ? slash + 1 : dst;
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else
-    snprintf(dir, sizeof dir, "%.*s", slash == dst ? 1 : (int)(slash - dst), dst);
+  const char *base = gp_io_split_dir(dst, dir, sizeof dir);
   size_t nb = strlen(base);
   DIR *d = nb ? opendir(dir) : NULL;
   if (!d) return 0;
@@ -107,11 +112,7 @@ gp_status gp_io_write_target(const char *path, char *out, size_t n) {
  * (EINVAL) has nothing more to offer. */
 static gp_status sync_dir(const char *path, const char *dst) {
   char dir[PATH_MAX];
-  const char *slash = strrchr(dst, '/');
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else
-    snprintf(dir, sizeof dir, "%.*s", slash == dst ? 1 : (int)(slash - dst), dst);
+  gp_io_split_dir(dst, dir, sizeof dir);
   int fd = open(dir, O_RDONLY | O_DIRECTORY);
   gp_status s = GP_OK;
   if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL))

@@ -19,6 +19,10 @@ gp_status gp_io_write_target(const char *path, char *out, size_t n);
  * one temporary file, whose bytes the first rename would publish. */
 gp_status gp_io_temp_name(const char *dst, char *out, size_t n);
 
+/* The folder of path into dir (n bytes): "." without a slash, "/" for a file at the root;
+ * returns the file's name within it (after the last slash). */
+const char *gp_io_split_dir(const char *path, char *dir, size_t n);
+
 /* Unlinks the temporary files (dst.tmp.PID, as gp_io_temp_name names them) that runs killed
  * while writing dst left beside it; returns how many. `any_pid`: every such file (the caller
  * holds a lock that keeps other writers out); else only those whose PID no process on this
