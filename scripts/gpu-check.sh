@@ -112,14 +112,16 @@ PY
 # One sweep per "THREADS:BATCH[:CPUS]" of GP_SCALING (default: 8 threads on every other CPU,
 # which on the 16-vCPU machine behaved like one per physical core (docs/bench.md), at batch 128
 # and 512), each pipeline-K's speed-up over naive-K as a share of the ideal K*M/(M+K-1) in the
-# summary; the tables and JSON are in the logs.
+# summary; the tables and JSON are in the logs (scaling-N-...: the N-th sweep, so a repeated
+# configuration keeps each sweep's files).
 phase_scaling() {
-  local even=0,2,4,6,8,10,12,14
+  local even=0,2,4,6,8,10,12,14 i=0
   for cfg in ${GP_SCALING:-8:128:$even 8:512:$even}; do
+    i=$((i + 1))
     # threads:batch[:cpus]: cpus (a taskset list, e.g. 0,2,4,6,8,10,12,14) restricts the CPUs
     # the stages are pinned to, in order
     IFS=: read -r th batch cpus <<<"$cfg"
-    local log=$logs/scaling-$th-$batch${cpus:+-cpus-${cpus//,/_}} run=()
+    local log=$logs/scaling-$i-$th-$batch${cpus:+-cpus-${cpus//,/_}} run=()
     [ -n "$cpus" ] && run=(taskset -c "$cpus")
     timeout 300 "${run[@]}" "$bin/gpipe-bench" bench/models/balanced-cnn.yaml --stages 1,2,4,8 \
       --micro-batches 32 --checkpoint never --threads "$th" --batch-size "$batch" \
