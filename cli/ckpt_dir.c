@@ -17,9 +17,10 @@ static void holder(int fd, char *who, size_t n) {
   who[strspn(who, "0123456789")] = 0;
 }
 
-gp_status gp_ckpt_dir_claim(const char *dir, int *stale) {
+gp_status gp_ckpt_dir_claim(const char *dir, int *stale, int *made) {
   *stale = 0;
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+  *made = mkdir(dir, 0777) == 0;
+  if (!*made && errno != EEXIST)
     return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: cannot create it: %s", dir, strerror(errno));
   struct stat st;
   if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -51,4 +52,11 @@ gp_status gp_ckpt_dir_claim(const char *dir, int *stale) {
   snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
   *stale = gp_io_temp_remove_stale(path, 1); /* with the lock held no other run writes one */
   return GP_OK; /* fd stays open: the lock is held until the process exits */
+}
+
+void gp_ckpt_dir_unmake(const char *dir) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/lock", dir);
+  unlink(path);
+  rmdir(dir); /* fails, and keeps it, if anything else is in it */
 }

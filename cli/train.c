@@ -312,14 +312,19 @@ static gp_status apply_flags(gp_model *m) {
   static const int outs[] = {F_LOG, F_SAVE, F_TRACE, F_TRANSLATIONS};
   n_out += gp_args_file_uses(flags, outs, 4, out + n_out);
   GP_TRY(gp_args_files_distinct(in, n_in, out, n_out));
-  /* the files written after training: a bad path is found before it */
-  if (flags[F_SAVE].given) GP_TRY(gp_args_output_ok(&flags[F_SAVE], 1, &out_stale));
-  if (flags[F_TRACE].given) GP_TRY(gp_args_output_ok(&flags[F_TRACE], 1, &out_stale));
-  if (flags[F_TRANSLATIONS].given) GP_TRY(gp_args_output_ok(&flags[F_TRANSLATIONS], 1, &out_stale));
   if (flags[F_RESUME].given && flags[F_LOAD].given)
     return GP_ERR(GP_ERR_USAGE, "--resume and --load both set the weights; use one");
-  if (flags[F_CKPT_DIR].given) GP_TRY(gp_ckpt_dir_claim(flags[F_CKPT_DIR].s, &ckpt_stale));
-  return GP_OK;
+  /* the folder before the outputs, which may go into it; one this run made goes again if an
+   * output is refused */
+  int made = 0;
+  if (flags[F_CKPT_DIR].given) GP_TRY(gp_ckpt_dir_claim(flags[F_CKPT_DIR].s, &ckpt_stale, &made));
+  /* the files written after training: a bad path is found before it */
+  static const int late[] = {F_SAVE, F_TRACE, F_TRANSLATIONS};
+  gp_status s = GP_OK;
+  for (int i = 0; i < 3 && s == GP_OK; i++)
+    if (flags[late[i]].given) s = gp_args_output_ok(&flags[late[i]], 1, &out_stale);
+  if (s != GP_OK && made) gp_ckpt_dir_unmake(flags[F_CKPT_DIR].s);
+  return s;
 }
 
 /* A sequence model's data; --translations needs a translation model on real text. */

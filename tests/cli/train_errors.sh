@@ -83,6 +83,21 @@ for _ in $(seq 200); do [ -e "$r" ] && break; sleep 0.05; done
 expect 1 "--checkpoint-dir .*held: in use by another gpipe-train run; give each run its own" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/held"
 rm -f "$r"; wait "$holder"
+# an output may go into the folder --checkpoint-dir makes; a refused output takes the folder
+# the run made away again (one that was there stays)
+if timeout 60 "$train" "$good" --quiet --data synthetic --steps 1 --batch-size 8 \
+    --checkpoint-dir "$tmp/cknew" --save "$tmp/cknew/final.safetensors" >/dev/null 2>"$tmp/err" &&
+    [ -s "$tmp/cknew/final.safetensors" ]; then
+  passed=$((passed+1))
+else
+  failed=$((failed+1)); echo "FAIL: --save into a new --checkpoint-dir: $(cat "$tmp/err")"
+fi
+expect 1 "^gpipe-train: --trace .*/nowhere/t.json: cannot write: No such file or directory$" \
+  -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cknew2" --trace "$tmp/nowhere/t.json"
+[ -e "$tmp/cknew2" ] && { failed=$((failed+1)); echo "FAIL: a refused run left its new folder"; }
+expect 1 "--trace .*/nowhere/t.json: cannot write" \
+  -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/ckd" --trace "$tmp/nowhere/t.json"
+[ -d "$tmp/ckd" ] || { failed=$((failed+1)); echo "FAIL: a refused run took a folder it did not make"; }
 ln -s missing.json "$tmp/dangling.json"
 expect 1 "--trace .*dangling.json: a symbolic link to 'missing.json', which does not exist" \
   -- "$good" --data synthetic --steps 1 --trace "$tmp/dangling.json"
