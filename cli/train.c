@@ -263,6 +263,30 @@ static gp_status apply_plan_file(gp_model *m) {
 static int ckpt_stale; /* temporary checkpoints of killed runs removed from --checkpoint-dir */
 static int out_stale;  /* the same removed beside --save, --trace and --translations */
 
+/* No output may be the model file, the plan or the weights read, nor another output (the
+ * checkpoint folder's checkpoint and lock included); the files written after training are
+ * checked before it, so a bad path does not cost the run. */
+static gp_status check_files(const gp_model *m) {
+  gp_file_use in[3] = {{NULL, m->file, NULL}}, out[6];
+  int n_in = 1, n_out = 0;
+  if (flags[F_PARTITION].given)
+    in[n_in++] = (gp_file_use){"--partition", flags[F_PARTITION].s, NULL};
+  if (flags[F_LOAD].given) in[n_in++] = (gp_file_use){"--load", flags[F_LOAD].s, "--save"};
+  char ck[2][PATH_MAX];
+  for (int i = 0; i < 2 && flags[F_CKPT_DIR].given; i++) {
+    snprintf(ck[i], sizeof ck[i], "%.4000s/%s", flags[F_CKPT_DIR].s,
+             i ? "lock" : "checkpoint.safetensors");
+    out[n_out++] = (gp_file_use){"--checkpoint-dir", ck[i], NULL};
+  }
+  static const int outs[] = {F_LOG, F_SAVE, F_TRACE, F_TRANSLATIONS};
+  n_out += gp_args_file_uses(flags, outs, 4, out + n_out);
+  GP_TRY(gp_args_files_distinct(in, n_in, out, n_out));
+  static const int late[] = {F_SAVE, F_TRACE, F_TRANSLATIONS};
+  for (int i = 0; i < 3; i++)
+    if (flags[late[i]].given) GP_TRY(gp_args_output_ok(&flags[late[i]], 1, &out_stale));
+  return GP_OK;
+}
+
 /* Applies the flags that stand for model-file settings. */
 static gp_status apply_flags(gp_model *m) {
   gp_train_spec *t = &m->train;
@@ -296,33 +320,13 @@ static gp_status apply_flags(gp_model *m) {
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
   if (flags[F_CKPT_EVERY].given && !flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--checkpoint-every needs --checkpoint-dir DIR");
-  /* no output may be the model file, the plan or the weights read, nor another output (the
-   * checkpoint folder's checkpoint and lock included) */
-  gp_file_use in[3] = {{NULL, m->file, NULL}}, out[6];
-  int n_in = 1, n_out = 0;
-  if (flags[F_PARTITION].given)
-    in[n_in++] = (gp_file_use){"--partition", flags[F_PARTITION].s, NULL};
-  if (flags[F_LOAD].given) in[n_in++] = (gp_file_use){"--load", flags[F_LOAD].s, "--save"};
-  char ck[2][PATH_MAX];
-  for (int i = 0; i < 2 && flags[F_CKPT_DIR].given; i++) {
-    snprintf(ck[i], sizeof ck[i], "%.4000s/%s", flags[F_CKPT_DIR].s,
-             i ? "lock" : "checkpoint.safetensors");
-    out[n_out++] = (gp_file_use){"--checkpoint-dir", ck[i], NULL};
-  }
-  static const int outs[] = {F_LOG, F_SAVE, F_TRACE, F_TRANSLATIONS};
-  n_out += gp_args_file_uses(flags, outs, 4, out + n_out);
-  GP_TRY(gp_args_files_distinct(in, n_in, out, n_out));
   if (flags[F_RESUME].given && flags[F_LOAD].given)
     return GP_ERR(GP_ERR_USAGE, "--resume and --load both set the weights; use one");
-  /* the folder before the outputs, which may go into it; one this run made goes again if an
-   * output is refused */
+  /* the folder first: outputs may go into it, and the checks compare files in it; one this
+   * run made goes again when they refuse */
   int made = 0;
   if (flags[F_CKPT_DIR].given) GP_TRY(gp_ckpt_dir_claim(flags[F_CKPT_DIR].s, &ckpt_stale, &made));
-  /* the files written after training: a bad path is found before it */
-  static const int late[] = {F_SAVE, F_TRACE, F_TRANSLATIONS};
-  gp_status s = GP_OK;
-  for (int i = 0; i < 3 && s == GP_OK; i++)
-    if (flags[late[i]].given) s = gp_args_output_ok(&flags[late[i]], 1, &out_stale);
+  gp_status s = check_files(m);
   if (s != GP_OK && made) gp_ckpt_dir_unmake(flags[F_CKPT_DIR].s);
   return s;
 }

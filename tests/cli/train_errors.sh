@@ -95,6 +95,10 @@ fi
 expect 1 "^gpipe-train: --trace .*/nowhere/t.json: cannot write: No such file or directory$" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cknew2" --trace "$tmp/nowhere/t.json"
 [ -e "$tmp/cknew2" ] && { failed=$((failed+1)); echo "FAIL: a refused run left its new folder"; }
+expect 2 "^gpipe-train: --save .*cknew3/checkpoint.safetensors: --checkpoint-dir writes that file too" \
+  -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cknew3" \
+  --save "$tmp/cknew3/checkpoint.safetensors"
+[ -e "$tmp/cknew3" ] && { failed=$((failed+1)); echo "FAIL: a refused run left its new folder"; }
 expect 1 "--trace .*/nowhere/t.json: cannot write" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/ckd" --trace "$tmp/nowhere/t.json"
 [ -d "$tmp/ckd" ] || { failed=$((failed+1)); echo "FAIL: a refused run took a folder it did not make"; }
