@@ -32,9 +32,11 @@ gp_status gp_cpu_gemm_serial(gp_backend *be, int worker, int trans_a, int trans_
 gp_status gp_cpu_scratch(gp_backend *be, size_t bytes, void **out);
 
 /* team.c: the instance's threads. gp_cpu_parallel runs fn over [0, n) split into contiguous
- * runs [begin, end), one per worker (the caller is worker 0), fixed by n and be->threads
- * alone; it returns when all are done, with the error of the lowest failing worker. Called
- * from inside fn it runs inline on the same worker. */
+ * shares [begin, end), one per worker (the caller is worker 0), fixed by n and be->threads
+ * alone. Each worker runs its own share, then any share whose worker has not started it, so
+ * `worker` is the index of the thread running the call (for its buffers), not of the share.
+ * It returns when all are done, with the error of the lowest failing share. Called from
+ * inside fn it runs inline on the same worker. */
 typedef gp_status (*gp_cpu_task)(void *ctx, int64_t begin, int64_t end, int worker);
 gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx);
 /* The same over [0, n) in at most be->threads parts of at least `grain` items each (for

@@ -1,0 +1,192 @@
+/* The CPU backend's team (core/cpu/team.c) through gp_cpu_parallel itself: every item of
+ * [0, n) is run once, in the shares fixed by n and the thread count; a worker index always
+ * names the same thread (its buffers are its own); a failing call reports the failing share
+ * with the lowest number, whichever thread ran it; a nested call runs inline; and a share whose
+ * worker has not started is run by another (on one CPU the caller takes over the helpers'
+ * shares instead of waiting for them to be scheduled; GP_CPU_TAKEOVER=0 turns that off, for
+ * comparisons). The suite runs under ThreadSanitizer. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "core/cpu/cpu.h"
+#include "tests/check.h"
+
+static int failures, passes;
+
+#define MAX_N 1000
+#define MAX_T 8
+
+typedef struct job {
+  int threads;
+  int64_t n;
+  int hits[MAX_N];
+  int64_t end_of[MAX_N + 1]; /* end_of[lo] = hi of the range that started at lo, else -1 */
+  pthread_t thread_of[MAX_T];
+  int seen[MAX_T];
+  int wrong_thread, fail_at[2];
+  int taken_over[MAX_T]; /* per worker: shares run that were not its own */
+} job;
+
+static gp_status count_task(void *ctx, int64_t lo, int64_t hi, int worker) {
+  job *j = ctx;
+  if (worker < 0 || worker >= j->threads) return GP_ERR(GP_ERR_RUNTIME, "worker %d", worker);
+  /* each worker index is only ever used by one thread, which writes its own slot */
+  if (!j->seen[worker]) {
+    j->seen[worker] = 1;
+    j->thread_of[worker] = pthread_self();
+  } else if (!pthread_equal(j->thread_of[worker], pthread_self())) {
+    j->wrong_thread = 1;
+  }
+  const int64_t active = j->n < j->threads ? j->n : j->threads;
+  if (lo != j->n * worker / active) j->taken_over[worker]++; /* a share other than worker's own */
+  j->end_of[lo] = hi;
+  for (int64_t i = lo; i < hi; i++)
+    j->hits[i]++;
+  int fail = -1; /* the range's lowest failing item */
+  for (int k = 0; k < 2; k++)
+    if (j->fail_at[k] >= lo && j->fail_at[k] < hi && (fail < 0 || j->fail_at[k] < fail))
+      fail = j->fail_at[k];
+  return fail >= 0 ? GP_ERR(GP_ERR_RUNTIME, "item %d failed", fail) : GP_OK;
+}
+
+static void job_reset(job *j, int64_t n) {
+  memset(j->hits, 0, sizeof j->hits);
+  for (int64_t i = 0; i <= MAX_N; i++)
+    j->end_of[i] = -1;
+  j->n = n;
+}
+
+/* The ranges of the last call were exactly the shares, each item run once. */
+static int shares_exact(const job *j) {
+  const int64_t active = j->n < j->threads ? j->n : j->threads;
+  for (int64_t v = 0; v < active; v++)
+    if (j->end_of[j->n * v / active] != j->n * (v + 1) / active) return 0;
+  for (int64_t i = 0; i < j->n; i++)
+    if (j->hits[i] != 1) return 0;
+  return 1;
+}
+
+static void test_shares(void) {
+  static const int threads[] = {2, 3, 5, 8};
+  static const int64_t sizes[] = {1, 2, 3, 7, 64, MAX_N};
+  for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
+    gp_backend *be = NULL;
+    CHECK(gp_cpu_backend_create(threads[t], &be) == GP_OK, "backend of %d threads", threads[t]);
+    if (!be) continue;
+    job *j = calloc(1, sizeof *j);
+    j->threads = threads[t];
+    j->fail_at[0] = j->fail_at[1] = -1;
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+      int ok = 1;
+      for (int rep = 0; rep < 200 && ok; rep++) {
+        job_reset(j, sizes[s]);
+        ok = gp_cpu_parallel(be, sizes[s], count_task, j) == GP_OK && shares_exact(j);
+      }
+      CHECK(ok, "%d threads, n = %lld: every item once, in the fixed shares", threads[t],
+            (long long)sizes[s]);
+    }
+    CHECK(!j->wrong_thread, "%d threads: a worker index always names the same thread", threads[t]);
+    /* two failing shares: the lower one is reported, every time */
+    int lowest = 1;
+    for (int rep = 0; rep < 200; rep++) {
+      job_reset(j, 64);
+      j->fail_at[0] = 63;              /* the last share */
+      j->fail_at[1] = 64 / threads[t]; /* share 1's first item */
+      gp_status st = gp_cpu_parallel(be, 64, count_task, j);
+      char want[64];
+      snprintf(want, sizeof want, "item %d failed", j->fail_at[1]);
+      lowest &= st == GP_ERR_RUNTIME && strcmp(gp_error_message(), want) == 0 && shares_exact(j);
+    }
+    CHECK(lowest, "%d threads: the failing share with the lowest number is reported", threads[t]);
+    free(j);
+    gp_backend_destroy(be);
+  }
+}
+
+/* A call from inside a task runs inline, on the calling worker, over the whole range. */
+typedef struct nest {
+  gp_backend *be;
+  int bad;
+} nest;
+
+static gp_status inner_task(void *ctx, int64_t lo, int64_t hi, int worker) {
+  nest *p = ctx;
+  if (lo != 0 || hi != 100 || worker != gp_cpu_worker_index()) p->bad = 1;
+  return GP_OK;
+}
+
+static gp_status outer_task(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)lo, (void)hi, (void)worker;
+  nest *p = ctx;
+  nest mine = {p->be, 0};
+  gp_status st = gp_cpu_parallel(p->be, 100, inner_task, &mine);
+  return st != GP_OK ? st : mine.bad ? GP_ERR(GP_ERR_RUNTIME, "nested call not inline") : GP_OK;
+}
+
+static void test_nested(void) {
+  gp_backend *be = NULL;
+  CHECK(gp_cpu_backend_create(3, &be) == GP_OK, "backend of 3 threads");
+  if (!be) return;
+  nest p = {be, 0};
+  CHECK(gp_cpu_parallel(be, 3, outer_task, &p) == GP_OK, "a nested call runs inline: %s",
+        gp_error_message());
+  gp_backend_destroy(be);
+}
+
+/* On one CPU the helpers run only when the caller is not running: the caller must take over
+ * their shares rather than wait for them to be scheduled. */
+static void test_take_over(int takeover) {
+  cpu_set_t old, one;
+  if (sched_getaffinity(0, sizeof old, &old) != 0) {
+    printf("skip take-over: no affinity\n");
+    return;
+  }
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &old))
+    cpu++;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (sched_setaffinity(0, sizeof one, &one) != 0) {
+    printf("skip take-over: cannot pin to one CPU\n");
+    return;
+  }
+  gp_backend *be = NULL;
+  if (!takeover) setenv("GP_CPU_TAKEOVER", "0", 1); /* read when the helpers start */
+  CHECK(gp_cpu_backend_create(4, &be) == GP_OK, "backend of 4 threads");
+  job *j = calloc(1, sizeof *j);
+  j->threads = 4;
+  j->fail_at[0] = j->fail_at[1] = -1;
+  int ok = be != NULL;
+  for (int rep = 0; rep < 2000 && ok; rep++) {
+    job_reset(j, 16);
+    ok = gp_cpu_parallel(be, 16, count_task, j) == GP_OK && shares_exact(j);
+  }
+  CHECK(ok, "on one CPU: every item once, in the fixed shares");
+  int taken = 0;
+  for (int w = 0; w < MAX_T; w++)
+    taken += j->taken_over[w];
+  if (takeover)
+    CHECK(taken > 0, "on one CPU, shares of helpers not running were taken over (%d of 8000)",
+          taken);
+  else
+    CHECK(taken == 0, "with GP_CPU_TAKEOVER=0 every share waits for its worker (%d taken)", taken);
+  CHECK(!j->wrong_thread, "on one CPU: a worker index always names the same thread");
+  free(j);
+  gp_backend_destroy(be); /* the helpers, pinned with the caller, are joined here */
+  unsetenv("GP_CPU_TAKEOVER");
+  sched_setaffinity(0, sizeof old, &old);
+}
+
+int main(void) {
+  test_shares();
+  test_nested();
+  test_take_over(1);
+  test_take_over(0);
+  printf("%d passed, %d failed\n", passes, failures);
+  return failures ? 1 : 0;
+}
