@@ -52,10 +52,9 @@ struct gp_cpu_team {
   pthread_t *th;
   pthread_mutex_t mu; /* for sleeping, and the call's error */
   pthread_cond_t go, done;
-  _Atomic uint64_t gen; /* bumped by each call: the helpers wait for it to move */
   _Atomic int quit;
   int takeover;         /* 0 with GP_CPU_TAKEOVER=0: each share waits for its worker (to compare) */
-  _Atomic uint64_t seq; /* odd while the call's fields are written */
+  _Atomic uint64_t seq; /* odd while a call's fields are written; helpers wait for it to move */
   _Atomic(gp_cpu_task) fn;
   _Atomic(void *) ctx;
   _Atomic int64_t n, base;
@@ -87,7 +86,8 @@ static void publish(struct gp_cpu_team *t, const call *c) {
   atomic_store_explicit(&t->seq, s + 2, rel);
 }
 
-static void snapshot(struct gp_cpu_team *t, call *c) {
+/* Reads the current call into c; returns its sequence count. */
+static uint64_t snapshot(struct gp_cpu_team *t, call *c) {
   const memory_order acq = memory_order_acquire;
   for (;;) {
     uint64_t s = atomic_load_explicit(&t->seq, acq);
@@ -100,7 +100,7 @@ static void snapshot(struct gp_cpu_team *t, call *c) {
     c->n = atomic_load_explicit(&t->n, acq);
     c->base = atomic_load_explicit(&t->base, acq);
     c->active = atomic_load_explicit(&t->active, acq);
-    if (atomic_load_explicit(&t->seq, memory_order_relaxed) == s) return;
+    if (atomic_load_explicit(&t->seq, memory_order_relaxed) == s) return s;
   }
 }
 
@@ -153,20 +153,20 @@ typedef struct helper_arg {
   int w;
 } helper_arg;
 
-/* The next generation after `seen`, or `seen` when quitting. */
-static uint64_t next_call(struct gp_cpu_team *t, uint64_t seen) {
-  uint64_t g = seen;
+/* Whether a call after the one counted `seen` was published (0 when quitting). */
+static int next_call(struct gp_cpu_team *t, uint64_t seen) {
   for (int i = 0; i < SPIN; i++) {
-    if ((g = atomic_load_explicit(&t->gen, memory_order_acquire)) != seen) return g;
-    if (atomic_load_explicit(&t->quit, memory_order_relaxed)) return seen;
+    if (atomic_load_explicit(&t->seq, memory_order_relaxed) != seen) return 1;
+    if (atomic_load_explicit(&t->quit, memory_order_relaxed)) return 0;
     gp_cpu_relax();
   }
   pthread_mutex_lock(&t->mu);
-  while ((g = atomic_load_explicit(&t->gen, memory_order_acquire)) == seen &&
+  int more;
+  while (!(more = atomic_load_explicit(&t->seq, memory_order_relaxed) != seen) &&
          !atomic_load_explicit(&t->quit, memory_order_relaxed))
     pthread_cond_wait(&t->go, &t->mu);
   pthread_mutex_unlock(&t->mu);
-  return g;
+  return more;
 }
 
 static void *helper(void *arg) {
@@ -174,12 +174,9 @@ static void *helper(void *arg) {
   free(arg);
   struct gp_cpu_team *t = a.t;
   uint64_t seen = 0;
-  for (;;) {
-    uint64_t g = next_call(t, seen);
-    if (g == seen) break; /* quit */
-    seen = g;
+  while (next_call(t, seen)) {
     call c;
-    snapshot(t, &c);
+    seen = snapshot(t, &c);
     if (a.w < c.active) work(t, &c, a.w);
   }
   return NULL;
@@ -280,7 +277,6 @@ gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx) 
   t->err = GP_OK;
   atomic_store_explicit(&t->left, active, memory_order_relaxed);
   publish(t, &c);
-  atomic_fetch_add_explicit(&t->gen, 1, memory_order_release);
   pthread_mutex_lock(&t->mu); /* wakes the helpers that went to sleep */
   pthread_cond_broadcast(&t->go);
   pthread_mutex_unlock(&t->mu);
@@ -296,6 +292,7 @@ gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx) 
   if (t->err != GP_OK) return gp_error_set(t->err, __FILE__, __LINE__, "%s", t->msg);
   return GP_OK;
 }
+
 typedef struct parts_job {
   gp_cpu_task fn;
   void *ctx;
