@@ -186,23 +186,45 @@ static const gp_dtile_fn tiles[NV][MR] = {
     {tile_1_1, tile_2_1, tile_3_1, tile_4_1, tile_5_1, tile_6_1},
     {tile_1_2, tile_2_2, tile_3_2, tile_4_2, tile_5_2, tile_6_2}};
 
-/* Sample xs (all channels) into the zero-padded planes at pad, and the slack after them. */
-static void pad_sample(const dconv *j, const float *restrict xs, float *restrict pad) {
+/* Lanes [0, n) of a vector, 0 <= n <= 8. */
+static inline __attribute__((always_inline)) AVX2 __m256i lanes(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* n floats of src to dst, or zeros where src is NULL, in vectors: a row is a few dozen
+ * floats, where memcpy and memset cost a call each (three a row). The empty asm hides the
+ * vector from GCC, which would turn the loop back into those calls. Masked loads read
+ * nothing past src + n. */
+static inline __attribute__((always_inline)) AVX2 void put(float *dst, const float *src,
+                                                           int64_t n) {
+  int64_t i = 0;
+  for (; i + VW <= n; i += VW) {
+    __m256 v = src ? _mm256_loadu_ps(src + i) : _mm256_setzero_ps();
+    __asm__("" : "+x"(v));
+    _mm256_storeu_ps(dst + i, v);
+  }
+  if (i < n) {
+    const __m256i m = lanes(n - i);
+    _mm256_maskstore_ps(dst + i, m, src ? _mm256_maskload_ps(src + i, m) : _mm256_setzero_ps());
+  }
+}
+
+/* Sample xs (all channels) into the zero-padded planes at pad, and the slack after them.
+ * A row's right padding and the next row's left one are one run of zeros. */
+AVX2 static void pad_sample(const dconv *j, const float *restrict xs, float *restrict pad) {
   const gp_conv2d_desc *d = j->d;
   const int64_t pw = j->pw_, top = d->ph * pw;
   for (int64_t c = 0; c < d->c; c++) {
     float *p = pad + c * j->plane;
     const float *src = xs + c * d->h * d->w;
-    memset(p, 0, (size_t)top * sizeof(float));
+    put(p, NULL, top + d->pw);
     for (int64_t r = 0; r < d->h; r++) {
-      float *row = p + top + r * pw;
-      memset(row, 0, (size_t)d->pw * sizeof(float));
-      memcpy(row + d->pw, src + r * d->w, (size_t)d->w * sizeof(float));
-      memset(row + d->pw + d->w, 0, (size_t)d->pw * sizeof(float));
+      float *row = p + top + r * pw + d->pw;
+      put(row, src + r * d->w, d->w);
+      put(row + d->w, NULL, r + 1 < d->h ? 2 * d->pw : d->pw + top);
     }
-    memset(p + top + d->h * pw, 0, (size_t)top * sizeof(float));
   }
-  memset(pad + d->c * j->plane, 0, SLACK * sizeof(float));
+  put(pad + d->c * j->plane, NULL, SLACK);
 }
 
 /* Units of work: whole samples, or with fewer samples than threads, parts of one (runs of
@@ -407,8 +429,7 @@ static inline __attribute__((always_inline)) AVX2 void ftile_body(const int mr, 
   __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a04 = a00, a05 = a00,
          a10 = a00, a11 = a00, a12 = a00, a13 = a00, a14 = a00, a15 = a00;
   const int64_t full = t->ow / VW * VW, rest = t->ow - full;
-  const __m256i mask =
-      _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256i mask = lanes(rest);
   /* Down the columns of 8 pixels: the inner loop runs over the rows (8 to 32 of them in
    * these networks, where a row holds 1 to 4 vectors). The entries' offsets from the first
    * are scalars, so they stay in registers. */

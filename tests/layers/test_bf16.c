@@ -422,6 +422,8 @@ static void test_conv(gp_backend *be) {
        * vectors at a plane's end), 9 channels out (filter tiles of 4, 4 and 1) */
       {make(2, 5, 11, 16, 9, 3, 3, 1, 1, 1, 1), "direct: rows of 16, 11 rows"},
       {make(3, 4, 6, 20, 6, 3, 3, 1, 1, 1, 1), "direct: rows of 20"},
+      /* padding 3: the zeros above, between and below the rows run over several vectors */
+      {make(3, 3, 12, 12, 6, 7, 7, 1, 3, 1, 1), "direct: 7x7, padding 3, rows of 12"},
   };
   /* every shape through each CPU path where they differ: direct_conv.c with AVX-512 tiles
    * and with AVX2 tiles (as far as this CPU has them), and im2col + GEMM */
