@@ -38,6 +38,7 @@ enum {
   F_PARTITION,
   F_DATA,
   F_THREADS,
+  F_PER_STAGE,
   F_MEMORY,
   F_PRECISION,
   F_NONDET,
@@ -77,6 +78,10 @@ static gp_flag flags[] = {
                 "random inputs of the model's shapes (default), or the model file's data", 0},
     [F_THREADS] = {"--threads", GP_FLAG_INT, "C", "cores shared by the stages (default: all)", 1,
                    .max = 1024},
+    [F_PER_STAGE] = {"--threads-per-stage", GP_FLAG_INT, "T",
+                     "instead of --threads: T cores for each stage, so K stages use K x T (as "
+                     "K devices); a K with more than the cores there are is skipped",
+                     1, .max = 1024},
     [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE",
                   "memory of each stage's device (512MiB, 2GiB, 1.5GB, bytes): a run that needs "
                   "more is reported as not fitting",
@@ -296,8 +301,8 @@ static gp_status add_run(gp_bench *b, int k, int mb, int sched, int remat, int b
   r->baseline = baseline;
   r->bubble_theory = (double)(k - 1) / (double)(mb + k - 1);
   r->speedup_ideal = (double)k * mb / (double)(mb + k - 1);
-  int per = b->threads / k > 1 ? b->threads / k : 1;
-  r->cores_used = k * per < b->threads ? k * per : b->threads;
+  int per = b->per_stage ? b->per_stage : b->threads / k > 1 ? b->threads / k : 1;
+  r->cores_used = b->per_stage || k * per < b->threads ? k * per : b->threads;
   return GP_OK;
 }
 
@@ -341,6 +346,13 @@ static gp_status make_runs(ctx *c) {
   int asked = 0;
   for (int ki = 0; ki < w->nk; ki++) {
     int k = w->ks[ki];
+    if (b->per_stage && k * b->per_stage > b->cores) {
+      if (b->n_skipped < 64)
+        snprintf(b->skipped[b->n_skipped++], sizeof b->skipped[0],
+                 "K=%d (%d stages x %d thread%s need %d cores; this process may use %d)", k, k,
+                 b->per_stage, b->per_stage == 1 ? "" : "s", k * b->per_stage, b->cores);
+      continue;
+    }
     if (!wants_naive) GP_TRY(add_run(b, k, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, 1));
     for (int mi = 0; mi < w->nm; mi++) {
       if (w->ms[mi] > b->batch) {
@@ -360,6 +372,11 @@ static gp_status make_runs(ctx *c) {
         }
     }
   }
+  if (!asked && b->n_skipped && strncmp(b->skipped[b->n_skipped - 1], "K=", 2) == 0)
+    return GP_ERR(GP_ERR_USAGE,
+                  "nothing to run: --threads-per-stage %d leaves no K of --stages "
+                  "within the %d cores this process may use",
+                  b->per_stage, b->cores);
   if (!asked)
     return GP_ERR(GP_ERR_USAGE,
                   "nothing to run: every micro-batch count exceeds the batch of %" PRId64,
@@ -393,7 +410,7 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
   gp_plan_balance_str(&plan, out->balance, sizeof out->balance);
   for (int s = 0; s < r->k; s++)
     memcpy(out->devices[s], plan.st[s].device, sizeof out->devices[s]);
-  gp_pipeline_opts po = {.cores = b->threads,
+  gp_pipeline_opts po = {.cores = b->per_stage ? r->k * b->per_stage : b->threads,
                          .pin = 1,
                          .trace = trace,
                          .mem_limit = c->mem_limit,
@@ -553,6 +570,16 @@ static gp_status setup(ctx *c, const char *file) {
   b->reps = flags[F_REPS].given ? (int)flags[F_REPS].i : 1;
   b->cores = gp_cpu_cores();
   b->threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : b->cores;
+  if (flags[F_PER_STAGE].given) {
+    if (flags[F_THREADS].given)
+      return GP_ERR(GP_ERR_USAGE, "--threads and --threads-per-stage exclude each other (all "
+                                  "stages share C cores, or each stage has T)");
+    b->per_stage = (int)flags[F_PER_STAGE].i;
+    if (b->per_stage > b->cores)
+      return GP_ERR(GP_ERR_USAGE,
+                    "--threads-per-stage %d: this process may use %d core%s (one stage needs %d)",
+                    b->per_stage, b->cores, b->cores == 1 ? "" : "s", b->per_stage);
+  }
   if (flags[F_MEMORY].given)
     GP_TRY(gp_args_size("--memory-limit", flags[F_MEMORY].s, &c->mem_limit));
   b->mem_limit = c->mem_limit;
@@ -569,6 +596,11 @@ static gp_status setup(ctx *c, const char *file) {
   }
   GP_TRY(make_sweep(c));
   GP_TRY(make_runs(c));
+  if (b->per_stage) { /* the most cores a run gives its stages */
+    b->threads = 0;
+    for (int i = 0; i < b->n_runs; i++)
+      if (b->runs[i].cores_used > b->threads) b->threads = b->runs[i].cores_used;
+  }
   static const int outs[] = {F_CSV, F_PLOT, F_TRACE};
   gp_file_use in[2] = {{NULL, m->file, NULL}, {"--partition", flags[F_PARTITION].s, NULL}}, out[3];
   GP_TRY(gp_args_files_distinct(in, flags[F_PARTITION].given ? 2 : 1, out,
@@ -741,9 +773,9 @@ static gp_status report(ctx *c) {
 
 static gp_status data_only(ctx *c, const char *file) {
   /* the sweep's flags would be ignored here: refused, so none is thought to have acted */
-  static const int sweep_only[] = {F_STAGES,    F_MICRO, F_SCHEDULE, F_REMAT,  F_DEVICES,
-                                   F_PARTITION, F_DATA,  F_THREADS,  F_MEMORY, F_PRECISION,
-                                   F_NONDET,    F_REPS,  F_CSV,      F_PLOT,   F_TRACE};
+  static const int sweep_only[] = {
+      F_STAGES,    F_MICRO,  F_SCHEDULE,  F_REMAT,  F_DEVICES, F_PARTITION, F_DATA, F_THREADS,
+      F_PER_STAGE, F_MEMORY, F_PRECISION, F_NONDET, F_REPS,    F_CSV,       F_PLOT, F_TRACE};
   for (size_t i = 0; i < sizeof sweep_only / sizeof sweep_only[0]; i++)
     if (flags[sweep_only[i]].given)
       return GP_ERR(GP_ERR_USAGE, "%s does not apply to --data-only (it times the data alone)",

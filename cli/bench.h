@@ -19,7 +19,7 @@ typedef struct gp_bench_run {
   int naive, one; /* indices of its references: (K, 1, gpipe, never) and (1, 1, gpipe, never) */
   char balance[128];
   char devices[GP_MAX_DEVICES][16];
-  int cores_used; /* min(C, K * max(1, C / K)) */
+  int cores_used; /* min(C, K * max(1, C / K)), or K x T with --threads-per-stage */
   int gpus_used;  /* distinct CUDA devices of its stages (its utilization is against them) */
   double samples_per_s;
   double speedup_naive, speedup_single;
@@ -45,8 +45,9 @@ typedef struct gp_bench_run {
 typedef struct gp_bench {
   /* machine */
   char cpu_model[128];
-  int cores;   /* cores this process may run on */
-  int threads; /* C: cores given to the stages */
+  int cores;     /* cores this process may run on */
+  int threads;   /* C: cores given to the stages */
+  int per_stage; /* T of --threads-per-stage (each run's stages get K x T cores), or 0 */
   double sgemm_per_core;
   double gpu_gemm;   /* GEMM GFLOP/s of the first CUDA device of the sweep (0: none) */
   char gpu_name[16]; /* that device ("cuda:0") */
@@ -65,9 +66,9 @@ typedef struct gp_bench {
   /* runs, in the order they ran */
   int n_runs;
   gp_bench_run *runs;
-  /* configurations left out because M > batch, as text for the notes */
+  /* configurations left out (M > batch; K x T > cores), as text for the notes */
   int n_skipped;
-  char skipped[64][64];
+  char skipped[64][128];
 } gp_bench;
 
 const char *gp_bench_schedule_name(gp_schedule_kind s);

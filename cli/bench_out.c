@@ -179,18 +179,22 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
              b->precision);
   if (b->mem_limit)
     snprintf(limit, sizeof limit, ", memory limit %.2f MiB per stage", mib(b->mem_limit));
-  fprintf(
-      f,
-      "machine: %s, %d cores (%d for the stages), sgemm %.1f GFLOP/s per core (OpenBLAS %s%s%s)%s "
-      "| model %s: "
-      "%d unit%s, %.3fM parameters, %.3f MFLOP per sample | batch %" PRId64
-      ", %d timed step%s (median) after %d warm-up, best of %d, %s data, %s%s%s\n",
-      b->cpu_model, b->cores, b->threads, b->sgemm_per_core, gp_blas_kernels(),
-      gp_blas_replaced() ? ", in place of its pick " : "",
-      gp_blas_replaced() ? gp_blas_replaced() : "", gpu, b->model, b->units,
-      b->units == 1 ? "" : "s", (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch,
-      b->steps, b->steps == 1 ? "" : "s", b->warmup, b->reps, b->data, b->precision,
-      b->nondeterministic ? ", nondeterministic" : "", limit);
+  char given[48];
+  if (b->per_stage)
+    snprintf(given, sizeof given, "%d per stage", b->per_stage);
+  else
+    snprintf(given, sizeof given, "%d for the stages", b->threads);
+  fprintf(f,
+          "machine: %s, %d cores (%s), sgemm %.1f GFLOP/s per core (OpenBLAS %s%s%s)%s "
+          "| model %s: "
+          "%d unit%s, %.3fM parameters, %.3f MFLOP per sample | batch %" PRId64
+          ", %d timed step%s (median) after %d warm-up, best of %d, %s data, %s%s%s\n",
+          b->cpu_model, b->cores, given, b->sgemm_per_core, gp_blas_kernels(),
+          gp_blas_replaced() ? ", in place of its pick " : "",
+          gp_blas_replaced() ? gp_blas_replaced() : "", gpu, b->model, b->units,
+          b->units == 1 ? "" : "s", (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch,
+          b->steps, b->steps == 1 ? "" : "s", b->warmup, b->reps, b->data, b->precision,
+          b->nondeterministic ? ", nondeterministic" : "", limit);
   for (int i = 0; i < rows; i++) {
     char line[NCOL * (CELL + 2)];
     size_t at = 0;
@@ -366,8 +370,12 @@ static void json_run(FILE *f, const gp_bench *b, const gp_bench_run *r) {
 gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
   fprintf(f, "{\"machine\": {\"cpu_model\": ");
   gp_json_write_str(f, b->cpu_model);
-  fprintf(f, ", \"cores\": %d, \"threads\": %d, \"oversubscribed\": %s, ", b->cores, b->threads,
-          b->threads > b->cores ? "true" : "false");
+  fprintf(f, ", \"cores\": %d, \"threads\": %d, \"threads_per_stage\": ", b->cores, b->threads);
+  if (b->per_stage)
+    fprintf(f, "%d", b->per_stage);
+  else
+    fprintf(f, "null");
+  fprintf(f, ", \"oversubscribed\": %s, ", b->threads > b->cores ? "true" : "false");
   fprintf(f, "\"sgemm_gflops_per_core\": ");
   jnum(f, b->sgemm_per_core);
   fprintf(f, ", \"blas_kernels\": ");
@@ -525,11 +533,13 @@ gp_status gp_bench_write_svg(FILE *f, const char *path, const gp_bench *b) {
           PL + (int)pw / 2);
   xml_text(f, b->model);
   fprintf(f, ", batch %" PRId64 "</text>\n", b->batch);
+  const int cores = b->per_stage ? b->per_stage : b->threads;
   fprintf(f,
           "<text x=\"%d\" y=\"46\" text-anchor=\"middle\" font-size=\"12\" fill=\"#555\">"
-          "samples/s \xc3\xb7 samples/s of K=1, M=1, no re-materialization (%d cores, %s data)"
+          "samples/s \xc3\xb7 samples/s of K=1, M=1, no re-materialization (%d core%s%s, %s data)"
           "</text>\n",
-          PL + (int)pw / 2, b->threads, b->data);
+          PL + (int)pw / 2, cores, cores == 1 ? "" : "s", b->per_stage ? " per stage" : "",
+          b->data);
   /* grid and y ticks */
   for (double v = 0; v <= ytop + 1e-9; v += ystep) {
     double y = Y(v);

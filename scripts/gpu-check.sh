@@ -12,8 +12,9 @@
 #   graph     which cuDNN API the convolution searches choose (GP_CUDNN_LOG), and ResNet-56
 #             with the graph API's engines off and on (GP_CUDNN_GRAPH=0/1), alternating
 #   scaling   issue 5's CPU check: gpipe-bench of balanced-cnn over K = 1, 2, 4, 8 at M = 32
-#             (GP_SCALING="8:128 16:1024 8:128:0,2,4,6,8,10,12,14" picks threads:batch[:cpus]
-#             sweeps; GP_SCALING_SCHEDULE=gpipe,1f1b adds 1F1B)
+#             (GP_SCALING="8:128 16:1024 8:128:0,2,4,6,8,10,12,14 p1:128:0,2,4,6,8,10,12,14"
+#             picks threads:batch[:cpus] sweeps, pT meaning --threads-per-stage T: K stages on
+#             K x T cores; GP_SCALING_SCHEDULE=gpipe,1f1b adds 1F1B)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${1:?usage: scripts/gpu-check.sh OUT PHASE...}
@@ -116,20 +117,22 @@ PY
 # configuration keeps each sweep's files).
 phase_scaling() {
   local even=0,2,4,6,8,10,12,14 i=0
-  for cfg in ${GP_SCALING:-8:128:$even 8:512:$even}; do
+  for cfg in ${GP_SCALING:-8:128:$even p1:128:$even 8:512:$even}; do
     i=$((i + 1))
     # threads:batch[:cpus]: cpus (a taskset list, e.g. 0,2,4,6,8,10,12,14) restricts the CPUs
     # the stages are pinned to, in order
     IFS=: read -r th batch cpus <<<"$cfg"
-    local log=$logs/scaling-$i-$th-$batch${cpus:+-cpus-${cpus//,/_}} run=()
+    local log=$logs/scaling-$i-$th-$batch${cpus:+-cpus-${cpus//,/_}} run=() threads
     [ -n "$cpus" ] && run=(taskset -c "$cpus")
+    threads=(--threads "$th")
+    [ "${th#p}" != "$th" ] && threads=(--threads-per-stage "${th#p}")
     timeout 300 "${run[@]}" "$bin/gpipe-bench" bench/models/balanced-cnn.yaml --stages 1,2,4,8 \
-      --micro-batches 32 --checkpoint never --threads "$th" --batch-size "$batch" \
+      --micro-batches 32 --checkpoint never "${threads[@]}" --batch-size "$batch" \
       --schedule "${GP_SCALING_SCHEDULE:-gpipe}" \
       --steps "${GP_SCALING_STEPS:-10}" --reps "${GP_SCALING_REPS:-3}" --json \
       >"$log.json" 2>"$log.err"
     local rc=$?
-    say "scaling: $th threads${cpus:+ on CPUs $cpus}, batch $batch: rc=$rc $(scripts/bench-ideal.py "$log.json" 2>&1)"
+    say "scaling: ${threads[*]}${cpus:+ on CPUs $cpus}, batch $batch: rc=$rc $(scripts/bench-ideal.py "$log.json" 2>&1)"
   done
 }
 

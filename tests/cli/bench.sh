@@ -225,6 +225,46 @@ else
   bad "--threads $over exited $?: $(cat "$tmp/err")"
 fi
 
+# ---- --threads-per-stage T: each run's K stages get K x T cores (K=1 gets T), so a K past the
+# cores is skipped with its reason; one core (taskset) and, where there are two, both
+if taskset -c 0 "$bench" "$mlp" --stages 1,2 --micro-batches 2 --threads-per-stage 1 "${fast[@]}" \
+    --quiet --json >"$tmp/ps1" 2>"$tmp/err"; then
+  python3 - "$tmp/ps1" <<'PY' && ok || bad "--threads-per-stage on one core: $(cat "$tmp/ps1")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+mc = d["machine"]
+assert mc["cores"] == 1 and mc["threads_per_stage"] == 1 and mc["threads"] == 1, mc
+assert [(r["stages"], r["micro_batches"], r["cores_used"]) for r in d["runs"]] == \
+    [(1, 1, 1), (1, 2, 1)], d["runs"]
+assert d["skipped"] == ["K=2 (2 stages x 1 thread need 2 cores; this process may use 1)"], d
+PY
+else
+  bad "--threads-per-stage on one core exited $?: $(cat "$tmp/err")"
+fi
+if [ "$(nproc)" -ge 2 ]; then
+  if taskset -c 0,1 "$bench" "$mlp" --stages 1,2 --micro-batches 2 --threads-per-stage 1 \
+      "${fast[@]}" >"$tmp/ps2" 2>"$tmp/err" &&
+     taskset -c 0,1 "$bench" "$mlp" --stages 1,2 --micro-batches 2 --threads-per-stage 1 \
+      "${fast[@]}" --quiet --json >"$tmp/ps2j" 2>>"$tmp/err"; then
+    python3 - "$tmp/ps2" "$tmp/ps2j" <<'PY' && ok || bad "--threads-per-stage on two cores: $(cat "$tmp/ps2" "$tmp/ps2j")"
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert "2 cores (1 per stage)" in lines[0], lines[0]
+assert not any(l.startswith(("skipped:", "note:")) for l in lines), lines
+d = json.load(open(sys.argv[2]))
+assert d["machine"]["threads"] == 2 and d["machine"]["threads_per_stage"] == 1, d["machine"]
+assert [(r["stages"], r["cores_used"]) for r in d["runs"]] == [(1, 1), (1, 1), (2, 2), (2, 2)], \
+    d["runs"]
+PY
+  else
+    bad "--threads-per-stage on two cores exited $?: $(cat "$tmp/err")"
+  fi
+fi
+# without it the machine names no per-stage count
+"$bench" "$mlp" --stages 1 --micro-batches 1 "${fast[@]}" --quiet --json 2>"$tmp/err" |
+  python3 -c 'import json, sys; assert json.load(sys.stdin)["machine"]["threads_per_stage"] is None' &&
+  ok || bad "threads_per_stage without the flag: $(cat "$tmp/err")"
+
 # ---- --memory-limit: a run whose memory would pass it does not fit, and is reported so, not an
 # error. fashion-cnn at batch 16 needs about 21 MiB on one stage; K=2 M=4 always about
 # 8.9/5.6 MiB (gpipe-train's memory line): at 12 MiB only the pipelined run fits (GPipe's
@@ -356,6 +396,13 @@ expect 2 "an integer past int" "$mlp" --steps 2147483648
 expect 2 "--steps past 4096" "$mlp" --steps 4097
 expect 2 "a sweep flag with --data-only" "$mlp" --data-only --csv "$tmp/x.csv"
 expect 2 "--workers without --data-only" "$mlp" --workers 2
+expect 2 "--threads with --threads-per-stage" "$mlp" --threads 1 --threads-per-stage 1
+expect 2 "--threads-per-stage past the cores" "$mlp" --threads-per-stage "$over"
+grep -q "^gpipe-bench: --threads-per-stage $over: this process may use $((over - 1)) core" "$tmp/err" &&
+  ok || bad "--threads-per-stage past the cores: $(cat "$tmp/err")"
+expect 2 "--threads-per-stage leaves no K" "$mlp" --stages 2,4 --threads-per-stage "$(nproc)"
+grep -q "^gpipe-bench: nothing to run: --threads-per-stage $(nproc) leaves no K of --stages" \
+  "$tmp/err" && ok || bad "--threads-per-stage leaves no K: $(cat "$tmp/err")"
 # --data-only on token data: the same line and exit 2 for translation and text
 # no run asked for fits: nothing to report, one line, exit 1
 expect 1 "no run fits --memory-limit" "$mlp" "${fast[@]}" --stages 1 --micro-batches 1 \
