@@ -343,7 +343,7 @@ static gp_status make_runs(ctx *c) {
   int wants_naive = in_list(w->ms, w->nm, 1) && in_list(w->scheds, w->ns, GP_SCHED_GPIPE) &&
                     in_list(w->remats, w->nr, GP_REMAT_NEVER);
   if (!in_list(w->ks, w->nk, 1)) GP_TRY(add_run(b, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, 1));
-  int asked = 0;
+  int asked = 0, ks_kept = 0;
   for (int ki = 0; ki < w->nk; ki++) {
     int k = w->ks[ki];
     if (b->per_stage && k * b->per_stage > b->cores) {
@@ -353,6 +353,7 @@ static gp_status make_runs(ctx *c) {
                  b->per_stage, b->per_stage == 1 ? "" : "s", k * b->per_stage, b->cores);
       continue;
     }
+    ks_kept++;
     if (!wants_naive) GP_TRY(add_run(b, k, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, 1));
     for (int mi = 0; mi < w->nm; mi++) {
       if (w->ms[mi] > b->batch) {
@@ -372,7 +373,7 @@ static gp_status make_runs(ctx *c) {
         }
     }
   }
-  if (!asked && b->n_skipped && strncmp(b->skipped[b->n_skipped - 1], "K=", 2) == 0)
+  if (!ks_kept)
     return GP_ERR(GP_ERR_USAGE,
                   "nothing to run: --threads-per-stage %d leaves no K of --stages "
                   "within the %d cores this process may use",
