@@ -402,6 +402,12 @@ static void print_json(const gp_model *m, const request *q, const gp_unit_costs 
         json_num(e->start);
         printf(", \"end\": ");
         json_num(e->end);
+        if (e->kind == GP_A_BACKWARD && e->recompute) {
+          printf(", \"recompute_start\": ");
+          json_num(e->rstart);
+          printf(", \"recompute_end\": ");
+          json_num(e->rend);
+        }
         printf("}");
       }
       printf("]");
@@ -481,14 +487,8 @@ static void print_timeline(const request *q, const gp_sim_events *ev, double mak
       if (e->kind == GP_A_FORWARD) {
         paint(row, scale, e->start, e->end, 'F', e->micro);
       } else {
-        /* a recompute re-runs the forward: its length is the forward's */
-        double split = e->start;
-        if (e->recompute)
-          for (int j = 0; j < ev->n[s]; j++)
-            if (ev->event[s][j].kind == GP_A_FORWARD && ev->event[s][j].micro == e->micro)
-              split = e->start + (ev->event[s][j].end - ev->event[s][j].start);
-        if (split > e->start) paint(row, scale, e->start, split, 'R', e->micro);
-        paint(row, scale, split, e->end, 'B', e->micro);
+        if (e->rend > e->rstart) paint(row, scale, e->rstart, e->rend, 'R', e->micro);
+        paint(row, scale, e->start, e->end, 'B', e->micro);
       }
     }
     printf("%5d |%s|\n", s, row);

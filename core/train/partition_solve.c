@@ -253,8 +253,9 @@ static gp_status makespan(gp_schedule_kind kind, gp_remat remat, int K, int M,
 }
 
 /* The predictions: the schedule simulated with this split's stage costs (the recompute is the
- * simulator's: it adds fwd to each re-materializing backward), against the same split with the
- * whole mini-batch as one micro-batch, and against the whole model on one device. */
+ * simulator's: fwd more before each re-materializing backward, run while the stage waits for
+ * the gradient), against the same split with the whole mini-batch as one micro-batch, and
+ * against the whole model on one device. */
 static gp_status predict(const ctx *x, const int *first, gp_partition *out) {
   const gp_partition_req *r = x->r;
   const gp_unit_costs *c = x->c;

@@ -242,25 +242,34 @@ static void run_one(walk *w, int s) {
   if (a->kind == GP_A_BACKWARD) w->bdone[s * M + m] = 1;
   if (!w->cost) return;
   const gp_stage_cost *c = &w->cost[s];
-  double arrive = 0, dur = 0;
+  /* A re-materializing backward recomputes first, as soon as the stage is free (its own
+   * forward has ended), and only then waits for the gradient, as the pipeline's stages do:
+   * the recompute fills time the stage would otherwise idle. */
+  double ready = w->free_at[s], arrive = 0, recompute = 0;
   if (a->kind == GP_A_FORWARD) {
     if (s > 0) arrive = w->fend[(s - 1) * M + m] + w->cost[s - 1].send;
-    dur = c->fwd;
   } else if (a->kind == GP_A_BACKWARD) {
-    arrive = w->fend[s * M + m];
+    if (a->recompute) recompute = c->fwd;
+    ready += recompute;
     /* the gradient crosses the same boundary as the activation, so it costs the same send */
-    if (s < K - 1 && w->bend[(s + 1) * M + m] + c->send > arrive)
-      arrive = w->bend[(s + 1) * M + m] + c->send;
-    dur = c->bwd + (a->recompute ? c->fwd : 0);
+    if (s < K - 1) arrive = w->bend[(s + 1) * M + m] + c->send;
   }
-  double start = w->free_at[s] > arrive ? w->free_at[s] : arrive;
+  const double start = ready > arrive ? ready : arrive;
+  const double dur = a->kind == GP_A_FORWARD ? c->fwd : a->kind == GP_A_BACKWARD ? c->bwd : 0;
   w->free_at[s] = start + dur;
-  w->busy[s] += dur;
+  w->busy[s] += recompute + dur;
   if (a->kind == GP_A_FORWARD) w->fend[s * M + m] = start + dur;
   if (a->kind == GP_A_BACKWARD) w->bend[s * M + m] = start + dur;
-  if (w->ev && a->kind != GP_A_STEP)
-    w->ev->event[s][w->ev->n[s]++] = (gp_sim_event){
-        .kind = a->kind, .micro = m, .recompute = a->recompute, .start = start, .end = start + dur};
+  if (w->ev && a->kind != GP_A_STEP) {
+    const int rc = a->kind == GP_A_BACKWARD && a->recompute;
+    w->ev->event[s][w->ev->n[s]++] = (gp_sim_event){.kind = a->kind,
+                                                    .micro = m,
+                                                    .recompute = a->recompute,
+                                                    .rstart = rc ? ready - recompute : start,
+                                                    .rend = rc ? ready : start,
+                                                    .start = start,
+                                                    .end = start + dur};
+  }
 }
 
 static gp_status deadlock(const walk *w) {

@@ -63,17 +63,21 @@ typedef struct gp_sim_result {
 
 /* Event simulation: each stage runs its actions in order, each starting when the stage is free
  * and its inputs have arrived (a forward's input arrives send after the previous stage's
- * forward ended; a backward's gradient likewise from the next stage). */
+ * forward ended; a backward's gradient likewise from the next stage). A re-materializing
+ * backward runs its recompute when the stage is free, before its gradient arrives. */
 gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost, gp_sim_result *out);
 void gp_sim_result_free(gp_sim_result *r);
 
 /* One timed action of the simulation (the optimizer step is not timed). A backward with
- * recompute re-runs the forward first: [start, start + fwd) is the recompute. */
+ * recompute re-runs the forward first, in [rstart, rend), then waits for its gradient if it
+ * has not arrived yet: the backward itself is [start, end). Otherwise rstart = rend = start.
+ * (A forward's `recompute` says its activations are dropped, to be recomputed later.) */
 typedef struct gp_sim_event {
   gp_action_kind kind; /* GP_A_FORWARD or GP_A_BACKWARD */
   int micro;
   int recompute;
-  double start, end;
+  double rstart, rend; /* the recompute, empty without one */
+  double start, end;   /* the action itself */
 } gp_sim_event;
 
 typedef struct gp_sim_events {

@@ -89,6 +89,34 @@ else
   bad "--timeline exited $?: $(cat "$tmp/err")"
 fi
 
+# ---- --timeline --json: a stage's actions in time order, none overlapping; a re-materializing
+# backward's recompute comes before it (a gap between them is the wait for the gradient)
+if "$part" "$resnet" --stages 4 --micro-batches 4 --timeline --json >"$tmp/tlj" 2>"$tmp/err"; then
+  if python3 - "$tmp/tlj" >"$tmp/why" 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+tl = d["timeline"]
+assert len(tl) == 4, len(tl)
+waited = 0
+for s, acts in enumerate(tl):
+    t = 0
+    for a in acts:
+        if a["kind"] == "B" and a["recompute"]:
+            r0, r1 = a["recompute_start"], a["recompute_end"]
+            assert t <= r0 < r1 <= a["start"], (s, a, t)
+            waited += a["start"] > r1
+            t = r0
+        else:
+            assert "recompute_start" not in a, (s, a)
+        assert t <= a["start"] <= a["end"], (s, a, t)
+        t = a["end"]
+assert waited > 0, "no recompute ran ahead of its gradient"
+PY
+  then ok; else bad "timeline json: $(cat "$tmp/why")"; fi
+else
+  bad "--timeline --json exited $?: $(cat "$tmp/err")"
+fi
+
 # ---- -o plan, then gpipe-train --partition uses it
 plan=$tmp/plan.yaml
 if "$part" "$mlp" --stages 3 --micro-batches 4 --schedule 1f1b --checkpoint always -o "$plan" \

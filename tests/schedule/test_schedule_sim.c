@@ -60,12 +60,14 @@ static void test_equal_costs(void) {
                   r.stage[s].busy, r.stage[s].peak_in_flight, 3 * M, want);
         }
         gp_sim_result_free(&r);
-        /* recompute makes every backward f + b = 3, so the same law holds with 4 per micro */
+        /* Recompute adds f to every backward, but a stage runs it before its gradient has
+         * arrived: on K > 1 stages the first backward's recompute fills the stage's wait, so
+         * (M + K - 1) (f + b) + M f, not (M + K - 1) (2 f + b) */
         r = run(KINDS[k], GP_REMAT_ALWAYS, K, M, NULL, c);
-        double wb = (double)(K - 1) / (M + K - 1);
-        if ((r.makespan != (M + K - 1) * 4.0 || fabs(r.bubble - wb) > TOL_BUBBLE) && bad++ < 8)
-          CHECK(0, "%s remat K=%d M=%d: makespan %g bubble %g, want %d", kn, K, M, r.makespan,
-                r.bubble, (M + K - 1) * 4);
+        double mk = (M + K - 1) * 3.0 + M, wb = 1.0 - 4.0 * M / mk;
+        if ((r.makespan != mk || fabs(r.bubble - wb) > TOL_BUBBLE) && bad++ < 8)
+          CHECK(0, "%s remat K=%d M=%d: makespan %g bubble %g, want %g and %g", kn, K, M,
+                r.makespan, r.bubble, mk, wb);
         gp_sim_result_free(&r);
         CHECK(r.stage == NULL, "gp_sim_result_free leaves the stages");
       }
@@ -171,6 +173,57 @@ static void test_by_hand(void) {
   gp_sim_result_free(&r);
 }
 
+/* Events by hand with recompute, f = 1, b = 2, send = 0.5, K = 2, M = 2.
+ * GPipe: stage 0 F0 0-1 F1 1-2; stage 1 F0 1.5-2.5 F1 2.5-3.5, then R1 3.5-4.5 B1 4.5-6.5
+ *   R0 6.5-7.5 B0 7.5-9.5; stage 0 recomputes micro-batch 1 at 2-3, while its gradient is
+ *   still on the way, B1 7-9 (the gradient arrives at 6.5 + 0.5), R0 9-10 B0 10-12.
+ * 1F1B: stage 1 F0 1.5-2.5 R0 2.5-3.5 B0 3.5-5.5 F1 5.5-6.5 R1 6.5-7.5 B1 7.5-9.5; stage 0
+ *   F0 0-1 F1 1-2 R0 2-3 B0 6-8 R1 8-9 B1 10-12.
+ * Both: makespan 12 (13 if each recompute waited for its gradient), busy 8 a stage. */
+static void test_recompute_events(void) {
+  gp_stage_cost c[2] = {{1, 2, 0.5, 1, 1}, {1, 2, 0.5, 1, 1}};
+  static const double want[2][2][4][6] = {
+      /* per kind, stage, action: backward?, micro-batch, rstart, rend, start, end */
+      {{{0, 0, 0, 0, 0, 1}, {0, 1, 1, 1, 1, 2}, {1, 1, 2, 3, 7, 9}, {1, 0, 9, 10, 10, 12}},
+       {{0, 0, 1.5, 1.5, 1.5, 2.5},
+        {0, 1, 2.5, 2.5, 2.5, 3.5},
+        {1, 1, 3.5, 4.5, 4.5, 6.5},
+        {1, 0, 6.5, 7.5, 7.5, 9.5}}},
+      {{{0, 0, 0, 0, 0, 1}, {0, 1, 1, 1, 1, 2}, {1, 0, 2, 3, 6, 8}, {1, 1, 8, 9, 10, 12}},
+       {{0, 0, 1.5, 1.5, 1.5, 2.5},
+        {1, 0, 2.5, 3.5, 3.5, 5.5},
+        {0, 1, 5.5, 5.5, 5.5, 6.5},
+        {1, 1, 6.5, 7.5, 7.5, 9.5}}}};
+  for (int k = 0; k < 2; k++) {
+    gp_schedule sc;
+    gp_sim_result r;
+    gp_sim_events ev;
+    if (gp_schedule_build(KINDS[k], GP_REMAT_ALWAYS, 2, 2, &sc) != GP_OK ||
+        gp_schedule_simulate_events(&sc, c, &r, &ev) != GP_OK) {
+      printf("FAIL: %s events: %s\n", KIND_NAMES[k], gp_error_message());
+      exit(1);
+    }
+    CHECK(r.makespan == 12 && r.stage[0].busy == 8 && r.stage[1].busy == 8,
+          "%s K=2 M=2 remat: makespan %g busy %g %g, want 12 8 8", KIND_NAMES[k], r.makespan,
+          r.stage[0].busy, r.stage[1].busy);
+    for (int s = 0; s < 2; s++) {
+      CHECK(ev.n[s] == 4, "%s stage %d: %d events, want 4", KIND_NAMES[k], s, ev.n[s]);
+      for (int i = 0; i < 4 && i < ev.n[s]; i++) {
+        const gp_sim_event *e = &ev.event[s][i];
+        const double *w = want[k][s][i];
+        CHECK((e->kind == GP_A_BACKWARD) == (w[0] == 1) && e->micro == (int)w[1] && e->recompute &&
+                  e->rstart == w[2] && e->rend == w[3] && e->start == w[4] && e->end == w[5],
+              "%s stage %d event %d: %c%d recompute %g-%g action %g-%g, want %c%d %g-%g %g-%g",
+              KIND_NAMES[k], s, i, e->kind == GP_A_BACKWARD ? 'B' : 'F', e->micro, e->rstart,
+              e->rend, e->start, e->end, w[0] == 1 ? 'B' : 'F', (int)w[1], w[2], w[3], w[4], w[5]);
+      }
+    }
+    gp_sim_events_free(&ev);
+    gp_sim_result_free(&r);
+    gp_schedule_free(&sc);
+  }
+}
+
 static void test_bad_costs(void) {
   gp_schedule sc;
   if (gp_schedule_build(GP_SCHED_GPIPE, GP_REMAT_NEVER, 2, 2, &sc) != GP_OK) exit(1);
@@ -199,6 +252,7 @@ int main(void) {
   test_memory();
   test_sends();
   test_by_hand();
+  test_recompute_events();
   test_bad_costs();
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
