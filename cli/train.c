@@ -504,7 +504,9 @@ static void report_data(run *r, double wall) {
 }
 
 /* With stages: how busy each was per training step and how much of the steps it waited,
- * against GPipe's bubble (K-1)/(M+K-1) for equal stages: where the pipeline lost time. */
+ * against GPipe's bubble (K-1)/(M+K-1) for equal stages and against the schedule simulated
+ * with the stages' measured times (the mean idle that unequal stages alone would leave):
+ * where the pipeline lost time. */
 static void report_pipeline(run *r) {
   int k = gp_pipeline_stages(r->t.pl), m = r->m->pipeline.micro_batches;
   if (k < 2) return;
@@ -517,9 +519,13 @@ static void report_pipeline(run *r) {
     snprintf(busy + nb, sizeof busy - nb, "%s%.1f", s ? ", " : "", gp_stage_busy_ms(&ss));
     snprintf(idle + ni, sizeof idle - ni, "%s%.1f%%", s ? ", " : "", 100 * gp_stage_idle(&ss));
   }
+  double sim;
+  char simmed[96] = "";
+  if (gp_pipeline_bubble_sim(r->t.pl, &sim) == GP_OK && isfinite(sim))
+    snprintf(simmed, sizeof simmed, "; the schedule with these stage times: %.1f%%", 100 * sim);
   printf("pipeline: stages busy %s ms per step, idle %s of the steps (GPipe's bubble for K = %d, "
-         "M = %d: %.1f%%)\n",
-         busy, idle, k, m, 100.0 * (k - 1) / (double)(m + k - 1));
+         "M = %d: %.1f%%%s)\n",
+         busy, idle, k, m, 100.0 * (k - 1) / (double)(m + k - 1), simmed);
 }
 
 /* Each stage's measured peak of backend memory (parameters, gradients, optimizer state,

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One line from a `gpipe-bench --json` file: each pipelined run's speed-up over naive-K as a
-share of the ideal K*M/(M+K-1), with its measured bubble against the theory, and the most
-that the hypervisor took (steal) in any run of the file.
+share of the ideal K*M/(M+K-1), with its measured bubble against the theory (and against the
+schedule simulated with the run's own stage times, where the file has it), and the most that
+the hypervisor took (steal) in any run of the file.
 
     scripts/bench-ideal.py BENCH.json
 """
@@ -22,9 +23,11 @@ def main():
         if r["baseline"] or k == 1 or m == 1:
             continue
         ideal = k * m / (m + k - 1)
+        sim = r.get("bubble_simulated")
+        sim = f" (sim {sim:.3f})" if sim is not None else ""
         cells.append(f"K={k} M={m} {r['schedule']} {r['speedup_vs_naive']:.2f}x of {ideal:.2f} "
                      f"({100 * r['speedup_vs_naive'] / ideal:.0f}%, bubble "
-                     f"{r['bubble_measured']:.3f} vs {r['bubble_theory']:.3f})")
+                     f"{r['bubble_measured']:.3f}{sim} vs {r['bubble_theory']:.3f})")
     steals = [r["steal"] for r in runs if r.get("steal") is not None]
     if steals:
         cells.append(f"steal up to {100 * max(steals):.1f}%")

@@ -46,6 +46,17 @@ typedef struct gp_batch {
   int64_t n;
 } gp_batch;
 
+/* The actions a stage's wall time is spent in: forward, recompute, backward, handing a
+ * gradient back, optimizer step (the trace's F, R, B, T and step). */
+typedef enum gp_act_kind {
+  GP_ACT_FORWARD,
+  GP_ACT_RECOMPUTE,
+  GP_ACT_BACKWARD,
+  GP_ACT_TRANSFER,
+  GP_ACT_STEP,
+  GP_ACT_KINDS
+} gp_act_kind;
+
 typedef struct gp_stage_stats {
   size_t mem_peak;       /* measured: the stage's backend memory high-water mark (parameters,
                             optimizer state, activations, scratch); see gp_backend.mem_peak */
@@ -53,14 +64,15 @@ typedef struct gp_stage_stats {
                             gradients) held at most since the last reset */
   int64_t sent_bytes;    /* activations and gradients handed to other stages */
   int first_unit, end_unit;
-  double fwd_s, bwd_s; /* measured time in forwards, and in backwards (recompute
-                          included), since the last reset; waiting is not counted (thread
-                          CPU time when the stage's BLAS is single-threaded, else wall) */
-  int64_t steps;       /* training steps since the last reset */
-  double wall_busy_s;  /* wall time inside actions (forward, backward, recompute, transfer,
-                          step) since the last reset */
-  double span_s;       /* wall time of the whole training steps since the last reset: the
-                          measured bubble of a stage is 1 - wall_busy_s / span_s */
+  double fwd_s, bwd_s;         /* measured time in forwards, and in backwards (recompute
+                                  included), since the last reset; waiting is not counted (thread
+                                  CPU time when the stage's BLAS is single-threaded, else wall) */
+  int64_t steps;               /* training steps since the last reset */
+  double wall_busy_s;          /* wall time inside actions (forward, backward, recompute, transfer,
+                                  step) since the last reset */
+  double span_s;               /* wall time of the whole training steps since the last reset: the
+                                  measured bubble of a stage is 1 - wall_busy_s / span_s */
+  double wall_s[GP_ACT_KINDS]; /* wall_busy_s by kind of action (gp_act_kind) */
 } gp_stage_stats;
 
 /* A stage's compute per training step in ms, and its measured bubble: the share of the steps'
@@ -115,6 +127,16 @@ gp_optimizer *gp_pipeline_optimizer(gp_pipeline *pl, int stage);
 gp_backend *gp_pipeline_backend(gp_pipeline *pl, int stage);
 void gp_pipeline_stats(const gp_pipeline *pl, int stage, gp_stage_stats *out);
 void gp_pipeline_reset_stats(gp_pipeline *pl);
+/* The idle share schedule sc alone gives stages that take the times in ss[0 .. stages):
+ * each stage's mean forward, backward (with the hand-off of its gradient) and optimizer step
+ * per micro-batch and step (wall_s over steps), a recompute costing its forward, simulated as in
+ * gp_schedule_simulate, the steps last (each stage's after its backwards, the step ending with
+ * the slowest). Against (K-1)/(M+K-1) it adds what unequal stages cost; the measured idle adds
+ * to it what the rest costs: hand-off latency, micro-batches of uneven speed, work of the step
+ * outside any action. NAN when a stage timed no training step. */
+gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double *out);
+/* gp_bubble_sim of the pipeline's schedule and stages, since the last reset. */
+gp_status gp_pipeline_bubble_sim(const gp_pipeline *pl, double *out);
 /* Chrome trace JSON (chrome://tracing, Perfetto): one row per stage, one slice per action
  * ("F3", "B3", "R3" for a recompute, "T3" handing a gradient back, "step") in wall time, with
  * args.compute_us the action's compute time (the thread's CPU time when its BLAS is

@@ -1,7 +1,9 @@
 /* A pipeline's record of where time goes: busy time per action, per-stage statistics, and
  * the Chrome trace-event JSON of every action (and layer) of every stage. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/io/json.h"
 #include "core/io/target.h"
@@ -23,6 +25,12 @@ static void trace_add(stage *st, trace_ev ev) {
 /* Counts an action's wall time as busy and, when tracing, records it. */
 void gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy) {
   st->wall_busy_s += t1 - t0;
+  const gp_act_kind k = kind == 'F'   ? GP_ACT_FORWARD
+                        : kind == 'R' ? GP_ACT_RECOMPUTE
+                        : kind == 'B' ? GP_ACT_BACKWARD
+                        : kind == 'T' ? GP_ACT_TRANSFER
+                                      : GP_ACT_STEP;
+  st->wall_kind_s[k] += t1 - t0;
   if (st->pl->trace) trace_add(st, (trace_ev){kind, micro, -1, st->pl->step, t0, t1, busy});
 }
 
@@ -51,6 +59,7 @@ void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) 
   out->fwd_s = st->fwd_s;
   out->bwd_s = st->bwd_s;
   out->steps = st->steps;
+  memcpy(out->wall_s, st->wall_kind_s, sizeof out->wall_s);
 }
 
 void gp_pipeline_reset_stats(gp_pipeline *pl) {
@@ -60,8 +69,42 @@ void gp_pipeline_reset_stats(gp_pipeline *pl) {
     pl->st[i].be->mem_peak = pl->st[i].be->mem_used;
     pl->st[i].sent_bytes = 0;
     pl->st[i].fwd_s = pl->st[i].bwd_s = pl->st[i].wall_busy_s = 0;
+    memset(pl->st[i].wall_kind_s, 0, sizeof pl->st[i].wall_kind_s);
     pl->st[i].steps = 0;
   }
+}
+
+gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double *out) {
+  const int K = sc->stages, M = sc->micro;
+  gp_stage_cost cost[GP_MAX_DEVICES] = {{0}};
+  double step_sum = 0, step_max = 0;
+  *out = NAN;
+  if (K > GP_MAX_DEVICES)
+    return GP_ERR(GP_ERR_USAGE, "bubble: %d stages, at most %d", K, GP_MAX_DEVICES);
+  for (int s = 0; s < K; s++) {
+    if (ss[s].steps < 1) return GP_OK;
+    const double *w = ss[s].wall_s, per = (double)ss[s].steps * M;
+    cost[s] = (gp_stage_cost){.fwd = w[GP_ACT_FORWARD] / per,
+                              .bwd = (w[GP_ACT_BACKWARD] + w[GP_ACT_TRANSFER]) / per};
+    const double step = w[GP_ACT_STEP] / (double)ss[s].steps;
+    step_sum += step;
+    if (step > step_max) step_max = step;
+  }
+  gp_sim_result r;
+  GP_TRY(gp_schedule_simulate(sc, cost, &r));
+  double busy = step_sum, span = r.makespan + step_max;
+  for (int s = 0; s < K; s++)
+    busy += r.stage[s].busy;
+  gp_sim_result_free(&r);
+  *out = span > 0 ? 1.0 - busy / (K * span) : 0.0;
+  return GP_OK;
+}
+
+gp_status gp_pipeline_bubble_sim(const gp_pipeline *pl, double *out) {
+  gp_stage_stats ss[GP_MAX_DEVICES];
+  for (int s = 0; s < pl->k; s++)
+    gp_pipeline_stats(pl, s, &ss[s]);
+  return gp_bubble_sim(&pl->sched, ss, out);
 }
 
 /* One layer's span (category "layer", named by the layer's path), nested in its action. */

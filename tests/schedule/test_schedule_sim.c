@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/train/pipeline.h"
 #include "core/train/schedule.h"
 #include "tests/check.h"
 
@@ -224,6 +225,45 @@ static void test_recompute_events(void) {
   }
 }
 
+/* gp_bubble_sim from stage statistics, K = 2, M = 2, GPipe without recompute, by hand:
+ * - 2 steps, F 4 s on each stage, B 8 s on the first, B 6 s and T (handing gradients back)
+ *   2 s on the second: f = 1, b = 2 a micro-batch, equal stages, the theory's 1/3 (makespan
+ *   9, 6 busy a stage);
+ * - optimizer steps of 1 and 0.5 s a step: busy 12 + 1.5, span 9 + 1: 1 - 13.5 / 20;
+ * - 1 step, stage 1 twice as slow (f = 2, b = 4): F 0-1 1-2 | 1-3 3-5, B 5-9 9-13 | 9-11 13-15,
+ *   1 - 18 / 30 = 0.4: the unequal stages' cost on top of 1/3;
+ * - one stage: 0; a stage that timed no step: NAN. */
+static void test_bubble_from_stats(void) {
+  gp_schedule sc;
+  if (gp_schedule_build(GP_SCHED_GPIPE, GP_REMAT_NEVER, 2, 2, &sc) != GP_OK) exit(1);
+  gp_stage_stats ss[2] = {{.steps = 2}, {.steps = 2}};
+  for (int s = 0; s < 2; s++)
+    ss[s].wall_s[GP_ACT_FORWARD] = 4;
+  ss[0].wall_s[GP_ACT_BACKWARD] = 8; /* the first stage hands no gradient back */
+  ss[1].wall_s[GP_ACT_BACKWARD] = 6;
+  ss[1].wall_s[GP_ACT_TRANSFER] = 2;
+  double b = -1;
+  CHECK(gp_bubble_sim(&sc, ss, &b) == GP_OK && fabs(b - 1.0 / 3) < TOL_BUBBLE,
+        "equal stages: bubble %.15g, want 1/3", b);
+  ss[0].wall_s[GP_ACT_STEP] = 2;
+  ss[1].wall_s[GP_ACT_STEP] = 1;
+  CHECK(gp_bubble_sim(&sc, ss, &b) == GP_OK && fabs(b - (1 - 13.5 / 20)) < TOL_BUBBLE,
+        "with optimizer steps: bubble %.15g, want 0.325", b);
+  gp_stage_stats un[2] = {{.steps = 1}, {.steps = 1}};
+  un[0].wall_s[GP_ACT_FORWARD] = 2;
+  un[0].wall_s[GP_ACT_BACKWARD] = 4;
+  un[1].wall_s[GP_ACT_FORWARD] = 4;
+  un[1].wall_s[GP_ACT_BACKWARD] = 8;
+  CHECK(gp_bubble_sim(&sc, un, &b) == GP_OK && fabs(b - 0.4) < TOL_BUBBLE,
+        "unequal stages: bubble %.15g, want 0.4", b);
+  un[1].steps = 0;
+  CHECK(gp_bubble_sim(&sc, un, &b) == GP_OK && isnan(b), "no step timed: bubble %g, want NAN", b);
+  gp_schedule_free(&sc);
+  if (gp_schedule_build(GP_SCHED_1F1B, GP_REMAT_ALWAYS, 1, 4, &sc) != GP_OK) exit(1);
+  CHECK(gp_bubble_sim(&sc, ss, &b) == GP_OK && b == 0, "one stage: bubble %g, want 0", b);
+  gp_schedule_free(&sc);
+}
+
 static void test_bad_costs(void) {
   gp_schedule sc;
   if (gp_schedule_build(GP_SCHED_GPIPE, GP_REMAT_NEVER, 2, 2, &sc) != GP_OK) exit(1);
@@ -253,6 +293,7 @@ int main(void) {
   test_sends();
   test_by_hand();
   test_recompute_events();
+  test_bubble_from_stats();
   test_bad_costs();
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
