@@ -130,10 +130,11 @@ void gp_pipeline_reset_stats(gp_pipeline *pl);
 /* The idle share schedule sc alone gives stages that take the times in ss[0 .. stages):
  * each stage's mean forward, backward (with the hand-off of its gradient) and optimizer step
  * per micro-batch and step (wall_s over steps), a recompute costing its forward, simulated as in
- * gp_schedule_simulate, the steps last (each stage's after its backwards, the step ending with
- * the slowest). Against (K-1)/(M+K-1) it adds what unequal stages cost; the measured idle adds
- * to it what the rest costs: hand-off latency, micro-batches of uneven speed, work of the step
- * outside any action. NAN when a stage timed no training step. */
+ * gp_schedule_simulate (each stage steps after its own last backward; with clipping or tied
+ * weights the stages meet before it, and the step's time holds that wait). Against (K-1)/(M+K-1) it
+ * adds what unequal stages cost; the measured idle adds to it what the rest costs: hand-off
+ * latency, micro-batches of uneven speed, work of the step outside any action. NAN when a stage
+ * timed no training step. */
 gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double *out);
 /* gp_bubble_sim of the pipeline's schedule and stages, since the last reset. */
 gp_status gp_pipeline_bubble_sim(const gp_pipeline *pl, double *out);

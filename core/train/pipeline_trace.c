@@ -77,7 +77,6 @@ void gp_pipeline_reset_stats(gp_pipeline *pl) {
 gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double *out) {
   const int K = sc->stages, M = sc->micro;
   gp_stage_cost cost[GP_MAX_DEVICES] = {{0}};
-  double step_sum = 0, step_max = 0;
   *out = NAN;
   if (K > GP_MAX_DEVICES)
     return GP_ERR(GP_ERR_USAGE, "bubble: %d stages, at most %d", K, GP_MAX_DEVICES);
@@ -85,18 +84,13 @@ gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double 
     if (ss[s].steps < 1) return GP_OK;
     const double *w = ss[s].wall_s, per = (double)ss[s].steps * M;
     cost[s] = (gp_stage_cost){.fwd = w[GP_ACT_FORWARD] / per,
-                              .bwd = (w[GP_ACT_BACKWARD] + w[GP_ACT_TRANSFER]) / per};
-    const double step = w[GP_ACT_STEP] / (double)ss[s].steps;
-    step_sum += step;
-    if (step > step_max) step_max = step;
+                              .bwd = (w[GP_ACT_BACKWARD] + w[GP_ACT_TRANSFER]) / per,
+                              .step = w[GP_ACT_STEP] / (double)ss[s].steps};
   }
   gp_sim_result r;
   GP_TRY(gp_schedule_simulate(sc, cost, &r));
-  double busy = step_sum, span = r.makespan + step_max;
-  for (int s = 0; s < K; s++)
-    busy += r.stage[s].busy;
+  *out = r.bubble;
   gp_sim_result_free(&r);
-  *out = span > 0 ? 1.0 - busy / (K * span) : 0.0;
   return GP_OK;
 }
 

@@ -255,7 +255,7 @@ static void run_one(walk *w, int s) {
     if (s < K - 1) arrive = w->bend[(s + 1) * M + m] + c->send;
   }
   const double start = ready > arrive ? ready : arrive;
-  const double dur = a->kind == GP_A_FORWARD ? c->fwd : a->kind == GP_A_BACKWARD ? c->bwd : 0;
+  const double dur = a->kind == GP_A_FORWARD ? c->fwd : a->kind == GP_A_BACKWARD ? c->bwd : c->step;
   w->free_at[s] = start + dur;
   w->busy[s] += recompute + dur;
   if (a->kind == GP_A_FORWARD) w->fend[s * M + m] = start + dur;
@@ -377,8 +377,8 @@ static gp_status simulate(const gp_schedule *s, const gp_stage_cost *cost, gp_si
   GP_TRY(check_shape(s));
   for (int k = 0; k < s->stages; k++) {
     const gp_stage_cost *c = &cost[k];
-    double v[5] = {c->fwd, c->bwd, c->send, c->act_bytes, c->input_bytes};
-    for (int i = 0; i < 5; i++)
+    double v[6] = {c->fwd, c->bwd, c->send, c->act_bytes, c->input_bytes, c->step};
+    for (int i = 0; i < 6; i++)
       if (!isfinite(v[i]) || v[i] < 0)
         return GP_ERR(GP_ERR_USAGE, "schedule: stage %d: costs must be finite and >= 0", k);
   }

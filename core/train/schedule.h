@@ -47,6 +47,7 @@ typedef struct gp_stage_cost {
   double send;        /* time to hand one micro-batch's boundary tensors to the next stage */
   double act_bytes;   /* activation bytes of one micro-batch kept for backward */
   double input_bytes; /* bytes of the stage's input of one micro-batch (kept under remat) */
+  double step;        /* the optimizer step, once after the stage's last backward */
 } gp_stage_cost;
 
 typedef struct gp_sim_stage {

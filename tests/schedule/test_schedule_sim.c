@@ -181,6 +181,18 @@ static void test_by_hand(void) {
  * 1F1B: stage 1 F0 1.5-2.5 R0 2.5-3.5 B0 3.5-5.5 F1 5.5-6.5 R1 6.5-7.5 B1 7.5-9.5; stage 0
  *   F0 0-1 F1 1-2 R0 2-3 B0 6-8 R1 8-9 B1 10-12.
  * Both: makespan 12 (13 if each recompute waited for its gradient), busy 8 a stage. */
+/* The optimizer step, by hand: K=2 M=1 GPipe, f = 1, b = 2, steps 3 and 0.5: stage 1 F 1-2
+ * B 2-4 step 4-4.5; stage 0 F 0-1 B 4-6 step 6-9: makespan 9, busy 6 and 3.5. */
+static void test_step_cost(void) {
+  gp_stage_cost per[2] = {{.fwd = 1, .bwd = 2, .step = 3}, {.fwd = 1, .bwd = 2, .step = 0.5}};
+  gp_sim_result r = run(GP_SCHED_GPIPE, GP_REMAT_NEVER, 2, 1, per, per[0]);
+  CHECK(r.makespan == 9 && r.stage[0].busy == 6 && r.stage[1].busy == 3.5 &&
+            fabs(r.bubble - (1 - 9.5 / 18)) < TOL_BUBBLE,
+        "steps 3 and 0.5: makespan %g busy %g %g bubble %g, want 9 6 3.5", r.makespan,
+        r.stage[0].busy, r.stage[1].busy, r.bubble);
+  gp_sim_result_free(&r);
+}
+
 static void test_recompute_events(void) {
   gp_stage_cost c[2] = {{1, 2, 0.5, 1, 1}, {1, 2, 0.5, 1, 1}};
   static const double want[2][2][4][6] = {
@@ -229,7 +241,8 @@ static void test_recompute_events(void) {
  * - 2 steps, F 4 s on each stage, B 8 s on the first, B 6 s and T (handing gradients back)
  *   2 s on the second: f = 1, b = 2 a micro-batch, equal stages, the theory's 1/3 (makespan
  *   9, 6 busy a stage);
- * - optimizer steps of 1 and 0.5 s a step: busy 12 + 1.5, span 9 + 1: 1 - 13.5 / 20;
+ * - optimizer steps of 1 and 4 s a step: each stage's after its own last backward, stage 0
+ *   at 9-10, stage 1 at 7-11 (its backwards end at 7): busy 12 + 5, span 11: 1 - 17 / 22;
  * - 1 step, stage 1 twice as slow (f = 2, b = 4): F 0-1 1-2 | 1-3 3-5, B 5-9 9-13 | 9-11 13-15,
  *   1 - 18 / 30 = 0.4: the unequal stages' cost on top of 1/3;
  * - one stage: 0; a stage that timed no step: NAN. */
@@ -246,9 +259,9 @@ static void test_bubble_from_stats(void) {
   CHECK(gp_bubble_sim(&sc, ss, &b) == GP_OK && fabs(b - 1.0 / 3) < TOL_BUBBLE,
         "equal stages: bubble %.15g, want 1/3", b);
   ss[0].wall_s[GP_ACT_STEP] = 2;
-  ss[1].wall_s[GP_ACT_STEP] = 1;
-  CHECK(gp_bubble_sim(&sc, ss, &b) == GP_OK && fabs(b - (1 - 13.5 / 20)) < TOL_BUBBLE,
-        "with optimizer steps: bubble %.15g, want 0.325", b);
+  ss[1].wall_s[GP_ACT_STEP] = 8;
+  CHECK(gp_bubble_sim(&sc, ss, &b) == GP_OK && fabs(b - (1 - 17.0 / 22)) < TOL_BUBBLE,
+        "with optimizer steps: bubble %.15g, want 5/22", b);
   gp_stage_stats un[2] = {{.steps = 1}, {.steps = 1}};
   un[0].wall_s[GP_ACT_FORWARD] = 2;
   un[0].wall_s[GP_ACT_BACKWARD] = 4;
@@ -268,8 +281,9 @@ static void test_bad_costs(void) {
   gp_schedule sc;
   if (gp_schedule_build(GP_SCHED_GPIPE, GP_REMAT_NEVER, 2, 2, &sc) != GP_OK) exit(1);
   gp_stage_cost c[2] = {{1, 2, 0, 1, 1}, {1, 2, 0, 1, 1}};
-  double *fields[5] = {&c[1].fwd, &c[1].bwd, &c[1].send, &c[1].act_bytes, &c[1].input_bytes};
-  for (int i = 0; i < 5; i++) {
+  double *fields[6] = {&c[1].fwd,       &c[1].bwd,         &c[1].send,
+                       &c[1].act_bytes, &c[1].input_bytes, &c[1].step};
+  for (int i = 0; i < 6; i++) {
     for (int bad = 0; bad < 2; bad++) {
       double keep = *fields[i];
       *fields[i] = bad ? NAN : -1;
@@ -292,6 +306,7 @@ int main(void) {
   test_memory();
   test_sends();
   test_by_hand();
+  test_step_cost();
   test_recompute_events();
   test_bubble_from_stats();
   test_bad_costs();
