@@ -69,7 +69,8 @@ typedef struct gp_stage_stats {
                                   CPU time when the stage's BLAS is single-threaded, else wall) */
   int64_t steps;               /* training steps since the last reset */
   double wall_busy_s;          /* wall time inside actions (forward, backward, recompute, transfer,
-                                  step) since the last reset */
+                                  step, less the step's waits for the other stages) since the
+                                  last reset */
   double span_s;               /* wall time of the whole training steps since the last reset: the
                                   measured bubble of a stage is 1 - wall_busy_s / span_s */
   double wall_s[GP_ACT_KINDS]; /* wall_busy_s by kind of action (gp_act_kind) */
@@ -131,7 +132,7 @@ void gp_pipeline_reset_stats(gp_pipeline *pl);
  * each stage's mean forward, backward (with the hand-off of its gradient) and optimizer step
  * per micro-batch and step (wall_s over steps), a recompute costing its forward, simulated as in
  * gp_schedule_simulate (each stage steps after its own last backward; with clipping or tied
- * weights the stages meet before it, and the step's time holds that wait). Against (K-1)/(M+K-1) it
+ * weights the stages meet first, which it leaves out: a few steps' worth). Against (K-1)/(M+K-1) it
  * adds what unequal stages cost; the measured idle adds to it what the rest costs: hand-off
  * latency, micro-batches of uneven speed, work of the step outside any action. NAN when a stage
  * timed no training step. */

@@ -85,6 +85,7 @@ typedef struct stage {
   uint64_t finished; /* the generation of the last command it finished (under pl->mu) */
   int64_t sent_bytes;
   double fwd_s, bwd_s, wall_busy_s;
+  double barrier_s; /* wall time in step_barrier during the current optimizer step */
   double wall_kind_s[GP_ACT_KINDS]; /* wall_busy_s by action: gp_stage_stats.wall_s */
   int64_t steps;
   trace_ev *ev;
@@ -163,8 +164,10 @@ gp_status gp_pl_fail(gp_pipeline *pl, gp_status s, int stage_i, int micro);
 gp_status gp_pl_run_command(stage *st, cmd_kind cmd);
 
 /* pipeline_trace.c */
-/* Counts an action's wall time as busy and, when tracing, records it. */
-void gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy);
+/* Counts an action's wall time as busy, less `waited` (the part it spent waiting for other
+ * stages: the optimizer step's barriers), and, when tracing, records it. */
+void gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy,
+                  double waited);
 /* gp_exec's on_layer when tracing. */
 void gp_pl_record_layer(const gp_exec *e, int node, int backward, int end);
 

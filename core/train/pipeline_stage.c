@@ -227,7 +227,7 @@ static gp_status timed_pass(stage *st, char kind, int m, gp_pass *p, gp_exec *e,
   if (!busy) return GP_OK;
   double b = busy_s(st->pl) - c0;
   *busy += b;
-  gp_pl_record(st, kind, m, t0, t1, b);
+  gp_pl_record(st, kind, m, t0, t1, b, 0);
   return GP_OK;
 }
 
@@ -305,7 +305,7 @@ static gp_status send_grads(stage *st, int m, gp_pass *p, gp_arena *keep) {
     GP_TRY(be->event_wait(be, GP_Q_COMPUTE, st->ev_push[m]));
   }
   GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->ev_grads[m]));
-  gp_pl_record(st, 'T', m, t0, now_s(), busy_s(pl) - c0);
+  gp_pl_record(st, 'T', m, t0, now_s(), busy_s(pl) - c0, 0);
   pthread_mutex_lock(&pl->mu);
   for (int q = 0; q < st->n_in; q++) {
     if (st->in[q].producer < 0 || !st->box[m].grad_to[q]) continue;
@@ -359,6 +359,7 @@ static gp_status do_backward(stage *st, int m, int recompute) {
  * pl->sumsq on the way (*total, if wanted, is the sum of every stage's add). */
 static gp_status step_barrier(stage *st, double add, double *total) {
   gp_pipeline *pl = st->pl;
+  const double t0 = now_s();
   pthread_mutex_lock(&pl->mu);
   uint64_t gen = pl->barrier_gen;
   pl->sumsq += add;
@@ -374,6 +375,7 @@ static gp_status step_barrier(stage *st, double add, double *total) {
   int ok = pl->barrier_gen != gen;
   if (total) *total = pl->sumsq;
   pthread_mutex_unlock(&pl->mu);
+  st->barrier_s += now_s() - t0;
   if (!ok)
     return GP_ERR(GP_ERR_RUNTIME, "stage %d: the other stages did not reach the optimizer step",
                   st->index);
@@ -472,9 +474,11 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
       r = do_backward(st, ac->micro, ac->recompute);
     else {
       double t0 = now_s(), c0 = busy_s(pl);
+      st->barrier_s = 0;
       r = do_step(st);
       double t1 = now_s();
-      gp_pl_record(st, 'S', -1, t0, t1, busy_s(pl) - c0);
+      /* waiting at the barriers for the other stages is idle, not the step's work */
+      gp_pl_record(st, 'S', -1, t0, t1, busy_s(pl) - c0, st->barrier_s);
       st->steps++;
     }
     if (r != GP_OK) return gp_pl_fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);

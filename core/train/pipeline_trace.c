@@ -22,15 +22,17 @@ static void trace_add(stage *st, trace_ev ev) {
   st->ev[st->n_ev++] = ev;
 }
 
-/* Counts an action's wall time as busy and, when tracing, records it. */
-void gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy) {
-  st->wall_busy_s += t1 - t0;
+/* Counts an action's wall time as busy, less `waited` (its waits for other stages), and, when
+ * tracing, records it. */
+void gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy,
+                  double waited) {
+  st->wall_busy_s += t1 - t0 - waited;
   const gp_act_kind k = kind == 'F'   ? GP_ACT_FORWARD
                         : kind == 'R' ? GP_ACT_RECOMPUTE
                         : kind == 'B' ? GP_ACT_BACKWARD
                         : kind == 'T' ? GP_ACT_TRANSFER
                                       : GP_ACT_STEP;
-  st->wall_kind_s[k] += t1 - t0;
+  st->wall_kind_s[k] += t1 - t0 - waited;
   if (st->pl->trace) trace_add(st, (trace_ev){kind, micro, -1, st->pl->step, t0, t1, busy});
 }
 
