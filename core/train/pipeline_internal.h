@@ -84,9 +84,9 @@ typedef struct stage {
   int started;
   uint64_t finished; /* the generation of the last command it finished (under pl->mu) */
   int64_t sent_bytes;
-  double fwd_s, bwd_s, wall_busy_s;
+  double fwd_s, bwd_s;
   double barrier_s; /* wall time in step_barrier during the current optimizer step */
-  double wall_kind_s[GP_ACT_KINDS]; /* wall_busy_s by action: gp_stage_stats.wall_s */
+  double wall_kind_s[GP_ACT_KINDS]; /* wall time inside actions, by kind (gp_stage_stats) */
   int64_t steps;
   trace_ev *ev;
   int64_t n_ev, cap_ev;

@@ -26,7 +26,6 @@ static void trace_add(stage *st, trace_ev ev) {
  * tracing, records it. */
 void gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy,
                   double waited) {
-  st->wall_busy_s += t1 - t0 - waited;
   const gp_act_kind k = kind == 'F'   ? GP_ACT_FORWARD
                         : kind == 'R' ? GP_ACT_RECOMPUTE
                         : kind == 'B' ? GP_ACT_BACKWARD
@@ -56,7 +55,9 @@ void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) 
   out->sent_bytes = st->sent_bytes;
   out->first_unit = pl->plan.st[stage_i].first_unit;
   out->end_unit = pl->plan.st[stage_i].end_unit;
-  out->wall_busy_s = st->wall_busy_s;
+  out->wall_busy_s = 0;
+  for (int k = 0; k < GP_ACT_KINDS; k++)
+    out->wall_busy_s += st->wall_kind_s[k];
   out->span_s = pl->span_s;
   out->fwd_s = st->fwd_s;
   out->bwd_s = st->bwd_s;
@@ -70,7 +71,7 @@ void gp_pipeline_reset_stats(gp_pipeline *pl) {
     pl->st[i].meter.peak = pl->st[i].meter.live;
     pl->st[i].be->mem_peak = pl->st[i].be->mem_used;
     pl->st[i].sent_bytes = 0;
-    pl->st[i].fwd_s = pl->st[i].bwd_s = pl->st[i].wall_busy_s = 0;
+    pl->st[i].fwd_s = pl->st[i].bwd_s = 0;
     memset(pl->st[i].wall_kind_s, 0, sizeof pl->st[i].wall_kind_s);
     pl->st[i].steps = 0;
   }

@@ -69,7 +69,7 @@ typedef struct gp_sim_result {
 gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost, gp_sim_result *out);
 void gp_sim_result_free(gp_sim_result *r);
 
-/* One timed action of the simulation (the optimizer step is not timed). A backward with
+/* One timed action of the simulation (the optimizer step has no event). A backward with
  * recompute re-runs the forward first, in [rstart, rend), then waits for its gradient if it
  * has not arrived yet: the backward itself is [start, end). Otherwise rstart = rend = start.
  * (A forward's `recompute` says its activations are dropped, to be recomputed later.) */
