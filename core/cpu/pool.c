@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/cpu/cpu.h"
+#include "core/cpu/vmath.h"
 
 static void max_plane(const gp_pool2d_desc *d, const float *restrict x, float *restrict y,
                       int32_t *restrict am) {
@@ -40,14 +41,48 @@ static inline int max_takes(float v, float u) {
   return !(v <= u) && u == u;
 }
 
-/* The common 2x2 stride-2 window without padding, unrolled: the same answer as max_plane. */
+/* max_takes on four lanes: all ones where v takes u's place. */
+static inline gp_v4i max_takes4(gp_v4f v, gp_v4f u) {
+  return ~(v <= u) & (u == u);
+}
+
+/* The even and the odd lanes of the eight floats p, q. */
+static inline gp_v4f evens(gp_v4f p, gp_v4f q) {
+  return __builtin_shufflevector(p, q, 0, 2, 4, 6);
+}
+
+static inline gp_v4f odds(gp_v4f p, gp_v4f q) {
+  return __builtin_shufflevector(p, q, 1, 3, 5, 7);
+}
+
+/* The common 2x2 stride-2 window without padding: the same answer as max_plane, four windows
+ * at a time (each row's pairs split into left and right cells by shuffles, the two-step
+ * comparison as blends), the rest of a row one at a time. An index is the left cell's plus 1
+ * (right) and w (lower): a mask of all ones is -1. */
 static void max_plane_2x2(const gp_pool2d_desc *d, const float *restrict x, float *restrict y,
                           int32_t *restrict am) {
-  const int64_t w = d->w;
+  const int64_t w = d->w, ow = d->ow;
   for (int64_t oy = 0; oy < d->oh; oy++) {
     const float *r0 = x + 2 * oy * w, *r1 = r0 + w;
-    for (int64_t ox = 0; ox < d->ow; ox++) {
-      int64_t i = 2 * ox;
+    float *yo = y + oy * ow;
+    int32_t *ao = am + oy * ow;
+    int64_t ox = 0;
+    for (; ox + 4 <= ow; ox += 4) {
+      const int64_t i = 2 * ox;
+      const gp_v4f p0 = gp_v4f_load(r0 + i), p1 = gp_v4f_load(r0 + i + 4);
+      const gp_v4f q0 = gp_v4f_load(r1 + i), q1 = gp_v4f_load(r1 + i + 4);
+      const gp_v4f a = evens(p0, p1), b = odds(p0, p1), c = evens(q0, q1), e = odds(q0, q1);
+      const gp_v4i ia = (gp_v4i){0, 2, 4, 6} + (int32_t)(2 * oy * w + i);
+      const gp_v4i t1 = max_takes4(b, a), t2 = max_takes4(e, c);
+      const gp_v4f m1 = gp_v4f_select(t1, b, a), m2 = gp_v4f_select(t2, e, c);
+      const gp_v4i j1 = ia - t1, j2 = ia + (int32_t)w - t2;
+      const gp_v4i t = max_takes4(m2, m1);
+      gp_v4f_store(yo + ox, gp_v4f_select(t, m2, m1));
+      const gp_v4i j = (j2 & t) | (j1 & ~t);
+      memcpy(ao + ox, &j, sizeof j);
+    }
+    for (; ox < ow; ox++) {
+      const int64_t i = 2 * ox;
       float a = r0[i], b = r0[i + 1], c = r1[i], e = r1[i + 1];
       int32_t ia = (int32_t)(2 * oy * w + i);
       int32_t ib = ia + 1, ic = ia + (int32_t)w, ie = ic + 1;
@@ -55,8 +90,8 @@ static void max_plane_2x2(const gp_pool2d_desc *d, const float *restrict x, floa
       float m1 = t1 ? b : a, m2 = t2 ? e : c;
       int32_t j1 = t1 ? ib : ia, j2 = t2 ? ie : ic;
       const int t = max_takes(m2, m1);
-      y[oy * d->ow + ox] = t ? m2 : m1;
-      am[oy * d->ow + ox] = t ? j2 : j1;
+      yo[ox] = t ? m2 : m1;
+      ao[ox] = t ? j2 : j1;
     }
   }
 }
@@ -65,16 +100,35 @@ static int is_2x2(const gp_pool2d_desc *d) {
   return d->kh == 2 && d->kw == 2 && d->sh == 2 && d->sw == 2 && d->ph == 0 && d->pw == 0;
 }
 
+/* Each window's gradient to the cell its argmax names, 0 to the other three: four windows at a
+ * time (a cell's value is g where the argmax equals its index, interleaved back into rows). */
 static void max_back_2x2(const gp_pool2d_desc *d, const float *restrict dy,
                          const int32_t *restrict am, float *restrict dx) {
-  const int64_t w = d->w;
+  const int64_t w = d->w, ow = d->ow;
+  const gp_v4f zero = gp_v4f_splat(0.0f);
   for (int64_t oy = 0; oy < d->oh; oy++) {
     float *r0 = dx + 2 * oy * w, *r1 = r0 + w;
-    for (int64_t ox = 0; ox < d->ow; ox++) {
-      /* Selects on values already in registers compile to blends, not mispredicted jumps. */
-      const int64_t i = 2 * ox, r = am[oy * d->ow + ox] - (2 * oy * w + i);
+    const float *go = dy + oy * ow;
+    const int32_t *ao = am + oy * ow;
+    int64_t ox = 0;
+    for (; ox + 4 <= ow; ox += 4) {
+      const int64_t i = 2 * ox;
+      const gp_v4f g = gp_v4f_load(go + ox);
+      gp_v4i m;
+      memcpy(&m, ao + ox, sizeof m);
+      const gp_v4i ia = (gp_v4i){0, 2, 4, 6} + (int32_t)(2 * oy * w + i);
+      const gp_v4i ic = ia + (int32_t)w;
+      const gp_v4f ga = gp_v4f_select(m == ia, g, zero), gb = gp_v4f_select(m == ia + 1, g, zero);
+      const gp_v4f gc = gp_v4f_select(m == ic, g, zero), ge = gp_v4f_select(m == ic + 1, g, zero);
+      gp_v4f_store(r0 + i, __builtin_shufflevector(ga, gb, 0, 4, 1, 5));
+      gp_v4f_store(r0 + i + 4, __builtin_shufflevector(ga, gb, 2, 6, 3, 7));
+      gp_v4f_store(r1 + i, __builtin_shufflevector(gc, ge, 0, 4, 1, 5));
+      gp_v4f_store(r1 + i + 4, __builtin_shufflevector(gc, ge, 2, 6, 3, 7));
+    }
+    for (; ox < ow; ox++) {
+      const int64_t i = 2 * ox, r = ao[ox] - (2 * oy * w + i);
       const int down = r >= w, right = (down ? r - w : r) != 0;
-      const float g = dy[oy * d->ow + ox];
+      const float g = go[ox];
       const float g0 = down ? 0.0f : g, g1 = down ? g : 0.0f;
       r0[i] = right ? 0.0f : g0;
       r0[i + 1] = right ? g0 : 0.0f;

@@ -4,7 +4,7 @@
  * +-1 in the tails; and a scalar gives the bits of the same value inside a vector. Then the
  * CPU kernels built on them against double references at sizes with and without a partial
  * vector: softmax cross-entropy (with label smoothing), GELU forward and backward, and
- * count_correct's argmax (first maximum, NaN, infinity). */
+ * count_correct's argmax (first maximum, NaN, infinity), and 2x2 max pooling's vector path. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -185,6 +185,53 @@ static void check_argmax(gp_backend *be, int64_t n, int64_t k) {
   free(y);
 }
 
+/* 2x2 stride-2 max pooling (the CPU's vector path, four windows at a time, and its scalar
+ * tail) against a scan of each window in row-major order: the first maximum wins, and the first
+ * NaN; the backward puts each window's gradient on the cell its argmax names. Values from a
+ * small set (many ties), with NaN, +-inf and -0; widths with and without a partial vector and
+ * an odd column or row left over. */
+static void check_maxpool_2x2(gp_backend *be, int64_t h, int64_t w) {
+  const int64_t n = 2, c = 3, oh = h / 2, ow = w / 2, planes = n * c;
+  gp_pool2d_desc d = {n, c, h, w, oh, ow, 2, 2, 2, 2, 0, 0, 0};
+  float *x = malloc(sizeof(float) * (size_t)(planes * h * w));
+  float *y = malloc(sizeof(float) * (size_t)(planes * oh * ow));
+  float *dy = malloc(sizeof(float) * (size_t)(planes * oh * ow));
+  float *dx = malloc(sizeof(float) * (size_t)(planes * h * w));
+  int32_t *am = malloc(sizeof(int32_t) * (size_t)(planes * oh * ow));
+  static const float vals[] = {0.0f, -0.0f, 1.0f, 1.0f, 2.0f, -3.0f, NAN, INFINITY, -INFINITY};
+  for (int64_t i = 0; i < planes * h * w; i++)
+    x[i] = vals[next32() % (sizeof vals / sizeof vals[0])];
+  for (int64_t i = 0; i < planes * oh * ow; i++)
+    dy[i] = (float)(i + 1);
+  int bad = be->pool2d_forward(be, GP_POOL_MAX, &d, x, y, am) != GP_OK ||
+            be->pool2d_backward(be, GP_POOL_MAX, &d, dy, am, dx) != GP_OK;
+  for (int64_t p = 0; p < planes && !bad; p++)
+    for (int64_t oy = 0; oy < oh; oy++)
+      for (int64_t ox = 0; ox < ow; ox++) {
+        const float *xp = x + p * h * w;
+        int64_t at = -1;
+        for (int64_t k = 0; k < 4 && !(at >= 0 && isnan(xp[at])); k++) {
+          const int64_t j = (2 * oy + k / 2) * w + 2 * ox + k % 2;
+          if (at < 0 || xp[j] > xp[at] || isnan(xp[j])) at = j;
+        }
+        const int64_t o = p * oh * ow + oy * ow + ox;
+        bad |= am[o] != at || bits(y[o]) != bits(xp[at]);
+        for (int64_t k = 0; k < 4; k++) {
+          const int64_t j = (2 * oy + k / 2) * w + 2 * ox + k % 2;
+          bad |= dx[p * h * w + j] != (j == at ? dy[o] : 0.0f);
+        }
+      }
+  CHECK(!bad,
+        "2x2 max pooling of %lldx%lld planes: forward, argmax or backward differs from "
+        "a scan of each window",
+        (long long)h, (long long)w);
+  free(x);
+  free(y);
+  free(dy);
+  free(dx);
+  free(am);
+}
+
 int main(void) {
   for (int64_t i = -87 * 4096; i <= 88 * 4096; i++)
     check_exp((float)i / 4096.0f);
@@ -245,6 +292,8 @@ int main(void) {
     check_gelu(be, t ? GP_ACT_GELU_TANH : GP_ACT_GELU, 3);
     check_gelu(be, t ? GP_ACT_GELU_TANH : GP_ACT_GELU, 100003);
   }
+  for (int64_t w = 2; w <= 21; w++)
+    check_maxpool_2x2(be, w % 3 ? 6 : 7, w);
   be->destroy(be);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
