@@ -1,6 +1,7 @@
 /* CPU softmax cross-entropy (with label smoothing) and the host-side reductions the
  * trainer reads: sums, sums of squares, correct predictions. */
 #include <math.h>
+#include <stdatomic.h>
 
 #include "core/cpu/cpu.h"
 #include "core/cpu/vmath.h"
@@ -160,24 +161,57 @@ gp_status gp_cpu_sumsq(gp_backend *be, int64_t n, const float *x, double *host_o
   return GP_OK;
 }
 
+/* Whether any lane of a comparison's mask is set. */
+static inline int any4(gp_v4i m) {
+  return (m[0] | m[1] | m[2] | m[3]) != 0;
+}
+
 /* Argmax as torch.argmax: a NaN counts as the largest (the first NaN wins), else the first
- * maximum. The maximum by lanes, then one scan for the first NaN or the maximum. */
+ * maximum. The maximum by lanes, then one scan, four at a time, for the first NaN and (until
+ * found) the first element equal to the maximum; a block with either is resolved one by one. */
 static int64_t argmax_row(const float *z, int64_t k) {
   const float mx = row_max(z, k);
-  int64_t best = -1;
-  for (int64_t j = 0; j < k; j++) {
+  const gp_v4f m = gp_v4f_splat(mx);
+  int64_t best = -1, j = 0;
+  for (; j + 4 <= k; j += 4) {
+    const gp_v4f v = gp_v4f_load(z + j);
+    if (!any4((v != v) | (best < 0 ? v == m : (gp_v4i){0}))) continue;
+    for (int64_t l = j; l < j + 4; l++) {
+      if (z[l] != z[l]) return l;
+      if (best < 0 && z[l] == mx) best = l;
+    }
+  }
+  for (; j < k; j++) {
     if (z[j] != z[j]) return j;
     if (best < 0 && z[j] == mx) best = j;
   }
   return best < 0 ? 0 : best;
 }
 
+/* Rows split over the team; the count is an integer, so the order of the parts' adds does not
+ * matter. */
+typedef struct count_args {
+  int64_t k;
+  const float *z;
+  const int32_t *y;
+  _Atomic int64_t ok;
+} count_args;
+
+static gp_status count_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  count_args *a = ctx;
+  int64_t ok = 0;
+  for (int64_t i = lo; i < hi; i++)
+    ok += argmax_row(a->z + i * a->k, a->k) == a->y[i];
+  atomic_fetch_add(&a->ok, ok);
+  return GP_OK;
+}
+
 gp_status gp_cpu_count_correct(gp_backend *be, int64_t n, int64_t k, const float *logits,
                                const int32_t *labels, int64_t *host_out) {
-  (void)be;
-  int64_t ok = 0;
-  for (int64_t i = 0; i < n; i++)
-    ok += argmax_row(logits + i * k, k) == labels[i];
-  *host_out = ok;
+  count_args a = {.k = k, .z = logits, .y = labels};
+  atomic_init(&a.ok, 0);
+  GP_TRY(gp_cpu_parallel_for(be, n, gp_cpu_row_grain(k), count_part, &a));
+  *host_out = atomic_load(&a.ok);
   return GP_OK;
 }
