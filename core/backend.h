@@ -237,7 +237,8 @@ struct gp_backend {
   gp_status (*softmax_xent_backward)(gp_backend *be, int64_t n, int64_t k, float smoothing,
                                      float scale, const float *probs, const int32_t *labels,
                                      float *dlogits);
-  /* host results: sum of x; count of rows whose argmax equals the label */
+  /* host results: sum of x; count of rows whose argmax equals the label (a label outside
+   * [0, k), as an ignored target's, never counts) */
   gp_status (*sum)(gp_backend *be, int64_t n, const float *x, double *host_out);
   gp_status (*count_correct)(gp_backend *be, int64_t n, int64_t k, const float *logits,
                              const int32_t *labels, int64_t *host_out);

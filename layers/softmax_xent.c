@@ -108,24 +108,10 @@ static gp_status rows_find(const gp_exec *e, const gp_tensor *labels, int64_t n,
   return GP_OK;
 }
 
-/* Copies rows between the full layout (all n rows of width w) and the packed one (kept rows
- * only): to_packed 1 gathers, 0 scatters. */
-static gp_status move_rows(gp_backend *be, const rows *r, int64_t w, float *full, float *packed,
-                           int to_packed) {
-  int64_t at = 0;
-  for (int64_t i = 0; i < r->n_run; i++) {
-    int64_t a = r->run[2 * i], len = r->run[2 * i + 1] - a;
-    size_t bytes = (size_t)(len * w) * sizeof(float);
-    if (to_packed)
-      GP_TRY(be->copy(be, packed + at * w, full + a * w, bytes));
-    else
-      GP_TRY(be->copy(be, full + a * w, packed + at * w, bytes));
-    at += len;
-  }
-  return GP_OK;
-}
-
-/* Saved for backward: [probabilities of the kept rows | their labels], in the arena. */
+/* Saved for backward: [probabilities of the kept rows | their labels], in the arena. Where some
+ * targets are ignored, the backend's softmax runs once per run of kept rows, reading the logits
+ * in place and writing the probabilities packed; count_correct reads every row with the labels
+ * as given (an ignored label is negative: never the argmax). */
 static gp_status xent_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                               void **saved) {
   const xent_conf *k = l->conf;
@@ -135,26 +121,24 @@ static gp_status xent_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_t
   gp_status s = rows_find(e, &in[1], n, (int32_t)k->ignore_index, &r);
   int64_t kept = r.kept;
   float *probs = NULL, *z = GP_F32P(&in[0]), *loss = GP_F32P(out);
-  int32_t *y = GP_I32P(&in[1]);
+  const int32_t *y = GP_I32P(&in[1]);
   if (s == GP_OK)
     s = gp_arena_alloc(e->arena, (size_t)(kept * nk + kept) * sizeof(float) + 4, (void **)&probs);
-  if (s == GP_OK && kept < n) { /* pack the kept rows: logits, labels, losses */
-    void *buf;
-    s = gp_arena_alloc(e->arena, (size_t)(kept * nk + kept) * sizeof(float) + 4, &buf);
-    if (s == GP_OK) {
-      z = buf;
-      loss = z + kept * nk;
-      y = (int32_t *)(probs + kept * nk);
-      s = move_rows(be, &r, nk, GP_F32P(&in[0]), z, 1);
+  int32_t *ykept = probs ? (int32_t *)(probs + kept * nk) : NULL;
+  if (s == GP_OK && kept == n) {
+    if (kept) s = be->copy(be, ykept, y, (size_t)kept * sizeof *y);
+    if (s == GP_OK && kept)
+      s = be->softmax_xent_forward(be, kept, nk, (float)k->smoothing, z, ykept, probs, loss);
+  } else if (s == GP_OK) {
+    s = be->zero(be, loss, (size_t)n * sizeof(float));
+    if (s == GP_OK && kept) s = be->from_host(be, ykept, r.kept_y, (size_t)kept * sizeof *y);
+    for (int64_t i = 0, at = 0; s == GP_OK && i < r.n_run; i++) {
+      const int64_t a = r.run[2 * i], len = r.run[2 * i + 1] - a;
+      s = be->softmax_xent_forward(be, len, nk, (float)k->smoothing, z + a * nk, ykept + at,
+                                   probs + at * nk, loss + a);
+      at += len;
     }
-    if (s == GP_OK && kept) s = be->from_host(be, y, r.kept_y, (size_t)kept * sizeof *y);
-    if (s == GP_OK) s = be->zero(be, out->data, (size_t)n * sizeof(float));
-  } else if (s == GP_OK && kept) {
-    s = be->copy(be, probs + kept * nk, y, (size_t)kept * sizeof *y);
   }
-  if (s == GP_OK && kept)
-    s = be->softmax_xent_forward(be, kept, nk, (float)k->smoothing, z, y, probs, loss);
-  if (s == GP_OK && kept < n) s = move_rows(be, &r, 1, GP_F32P(out), loss, 0);
   rows_free(&r);
   GP_TRY(s);
   *saved = probs;
@@ -162,14 +146,16 @@ static gp_status xent_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_t
   if (e->recompute || kept == 0) return GP_OK;
   double sum;
   int64_t correct;
-  GP_TRY(be->sum(be, kept, loss, &sum));
-  GP_TRY(be->count_correct(be, kept, nk, z, y, &correct));
+  GP_TRY(be->sum(be, n, loss, &sum));
+  GP_TRY(be->count_correct(be, n, nk, z, y, &correct));
   e->loss_sum += sum / (double)loss_count(e, kept);
   e->correct += correct;
   e->counted += kept;
   return GP_OK;
 }
 
+/* Where some targets are ignored: their rows of the gradient zeroed, the others written by the
+ * backend once per run of kept rows. */
 static gp_status xent_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                                const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)out;
@@ -184,16 +170,19 @@ static gp_status xent_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, con
   rows r = {0};
   gp_status s = rows_find(e, &in[1], n, (int32_t)k->ignore_index, &r);
   int64_t kept = r.kept;
-  float *probs = saved, *d = GP_F32P(&din[0]);
+  const float *probs = saved;
+  float *d = GP_F32P(&din[0]);
   const int32_t *y = (const int32_t *)(probs + kept * nk);
-  float scale = (float)(1.0 / (double)loss_count(e, kept));
-  if (s == GP_OK && kept < n) {
-    s = gp_arena_alloc(e->arena, (size_t)(kept * nk) * sizeof(float) + 4, (void **)&d);
-    if (s == GP_OK) s = be->zero(be, din[0].data, (size_t)(n * nk) * sizeof(float));
+  const float scale = (float)(1.0 / (double)loss_count(e, kept)), sm = (float)k->smoothing;
+  int64_t done = 0, at = 0; /* rows of d written, of probs read */
+  for (int64_t i = 0; s == GP_OK && i <= r.n_run; i++) {
+    const int64_t a = i < r.n_run ? r.run[2 * i] : n, len = i < r.n_run ? r.run[2 * i + 1] - a : 0;
+    if (a > done) s = be->zero(be, d + done * nk, (size_t)((a - done) * nk) * sizeof(float));
+    if (s == GP_OK && len)
+      s = be->softmax_xent_backward(be, len, nk, sm, scale, probs + at * nk, y + at, d + a * nk);
+    at += len;
+    done = a + len;
   }
-  if (s == GP_OK && kept)
-    s = be->softmax_xent_backward(be, kept, nk, (float)k->smoothing, scale, probs, y, d);
-  if (s == GP_OK && kept < n) s = move_rows(be, &r, nk, GP_F32P(&din[0]), d, 0);
   rows_free(&r);
   return s;
 }
