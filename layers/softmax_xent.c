@@ -67,35 +67,35 @@ static int64_t loss_count(const gp_exec *e, int64_t n) {
 }
 
 /* The rows whose label is not ignored, as runs [start, end) over the micro-batch's rows, and
- * their labels back to back. Reads the labels to the host: which rows count decides which
- * rows the backend reduces. Returns the number of kept rows in *kept. */
+ * the labels with each ignored one replaced by class 0. Reads the labels to the host: which
+ * rows count decides which rows are zeroed. Returns the number of kept rows in r->kept. */
 typedef struct rows {
-  int32_t *y;      /* all labels (host) */
-  int32_t *kept_y; /* kept labels, in order (host) */
-  int64_t *run;    /* 2 per run */
+  int32_t *y;   /* all labels (host); then class 0 where ignored */
+  int64_t *run; /* 2 per run */
   int64_t n_run, kept;
 } rows;
 
 static void rows_free(rows *r) {
   free(r->y);
-  free(r->kept_y);
   free(r->run);
 }
 
 static gp_status rows_find(const gp_exec *e, const gp_tensor *labels, int64_t n, int32_t ignore,
                            rows *r) {
   r->y = malloc((size_t)n * sizeof *r->y + 1);
-  r->kept_y = malloc((size_t)n * sizeof *r->kept_y + 1);
   r->run = malloc((size_t)(n + 1) * 2 * sizeof *r->run);
   r->n_run = r->kept = 0;
-  if (!r->y || !r->kept_y || !r->run) return GP_ERR(GP_ERR_NOMEM, "out of host memory for labels");
+  if (!r->y || !r->run) return GP_ERR(GP_ERR_NOMEM, "out of host memory for labels");
   const void *host = gp_exec_host_copy(e, labels->data);
   if (host)
     memcpy(r->y, host, (size_t)n * sizeof *r->y);
   else
     GP_TRY(e->be->to_host(e->be, r->y, labels->data, (size_t)n * sizeof *r->y));
   for (int64_t i = 0; i < n; i++) {
-    if (r->y[i] == ignore) continue;
+    if (r->y[i] == ignore) {
+      r->y[i] = 0;
+      continue;
+    }
     if (r->n_run && r->run[2 * r->n_run - 1] == i)
       r->run[2 * r->n_run - 1] = i + 1;
     else {
@@ -103,15 +103,26 @@ static gp_status rows_find(const gp_exec *e, const gp_tensor *labels, int64_t n,
       r->run[2 * r->n_run + 1] = i + 1;
       r->n_run++;
     }
-    r->kept_y[r->kept++] = r->y[i];
+    r->kept++;
   }
   return GP_OK;
 }
 
-/* Saved for backward: [probabilities of the kept rows | their labels], in the arena. Where some
- * targets are ignored, the backend's softmax runs once per run of kept rows, reading the logits
- * in place and writing the probabilities packed; count_correct reads every row with the labels
- * as given (an ignored label is negative: never the argmax). */
+/* Zeroes the ignored rows (w floats each) of x: the gaps between the runs. */
+static gp_status zero_ignored(gp_backend *be, const rows *r, int64_t n, int64_t w, float *x) {
+  int64_t done = 0;
+  for (int64_t i = 0; i <= r->n_run; i++) {
+    const int64_t a = i < r->n_run ? r->run[2 * i] : n;
+    if (a > done) GP_TRY(be->zero(be, x + done * w, (size_t)((a - done) * w) * sizeof(float)));
+    done = i < r->n_run ? r->run[2 * i + 1] : n;
+  }
+  return GP_OK;
+}
+
+/* Saved for backward: [probabilities of every row | the labels, class 0 where ignored], in the
+ * arena. One softmax over all rows, the logits read where they are (an ignored row's loss and
+ * gradient are then zeroed): the backend's calls stay one per pass, whatever the padding.
+ * count_correct reads the labels as given (an ignored label is negative: never the argmax). */
 static gp_status xent_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                               void **saved) {
   const xent_conf *k = l->conf;
@@ -123,22 +134,15 @@ static gp_status xent_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_t
   float *probs = NULL, *z = GP_F32P(&in[0]), *loss = GP_F32P(out);
   const int32_t *y = GP_I32P(&in[1]);
   if (s == GP_OK)
-    s = gp_arena_alloc(e->arena, (size_t)(kept * nk + kept) * sizeof(float) + 4, (void **)&probs);
-  int32_t *ykept = probs ? (int32_t *)(probs + kept * nk) : NULL;
-  if (s == GP_OK && kept == n) {
-    if (kept) s = be->copy(be, ykept, y, (size_t)kept * sizeof *y);
-    if (s == GP_OK && kept)
-      s = be->softmax_xent_forward(be, kept, nk, (float)k->smoothing, z, ykept, probs, loss);
-  } else if (s == GP_OK) {
-    s = be->zero(be, loss, (size_t)n * sizeof(float));
-    if (s == GP_OK && kept) s = be->from_host(be, ykept, r.kept_y, (size_t)kept * sizeof *y);
-    for (int64_t i = 0, at = 0; s == GP_OK && i < r.n_run; i++) {
-      const int64_t a = r.run[2 * i], len = r.run[2 * i + 1] - a;
-      s = be->softmax_xent_forward(be, len, nk, (float)k->smoothing, z + a * nk, ykept + at,
-                                   probs + at * nk, loss + a);
-      at += len;
-    }
-  }
+    s = gp_arena_alloc(e->arena, (size_t)(n * nk + n) * sizeof(float) + 4, (void **)&probs);
+  int32_t *ysaved = probs ? (int32_t *)(probs + n * nk) : NULL;
+  if (s == GP_OK && kept == n && n)
+    s = be->copy(be, ysaved, y, (size_t)n * sizeof *y);
+  else if (s == GP_OK && kept)
+    s = be->from_host(be, ysaved, r.y, (size_t)n * sizeof *y);
+  if (s == GP_OK && kept)
+    s = be->softmax_xent_forward(be, n, nk, (float)k->smoothing, z, ysaved, probs, loss);
+  if (s == GP_OK && kept < n) s = zero_ignored(be, &r, n, 1, loss);
   rows_free(&r);
   GP_TRY(s);
   *saved = probs;
@@ -154,8 +158,6 @@ static gp_status xent_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_t
   return GP_OK;
 }
 
-/* Where some targets are ignored: their rows of the gradient zeroed, the others written by the
- * backend once per run of kept rows. */
 static gp_status xent_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                                const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)out;
@@ -169,20 +171,14 @@ static gp_status xent_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, con
                   l->path);
   rows r = {0};
   gp_status s = rows_find(e, &in[1], n, (int32_t)k->ignore_index, &r);
-  int64_t kept = r.kept;
+  const int64_t kept = r.kept;
   const float *probs = saved;
-  float *d = GP_F32P(&din[0]);
-  const int32_t *y = (const int32_t *)(probs + kept * nk);
-  const float scale = (float)(1.0 / (double)loss_count(e, kept)), sm = (float)k->smoothing;
-  int64_t done = 0, at = 0; /* rows of d written, of probs read */
-  for (int64_t i = 0; s == GP_OK && i <= r.n_run; i++) {
-    const int64_t a = i < r.n_run ? r.run[2 * i] : n, len = i < r.n_run ? r.run[2 * i + 1] - a : 0;
-    if (a > done) s = be->zero(be, d + done * nk, (size_t)((a - done) * nk) * sizeof(float));
-    if (s == GP_OK && len)
-      s = be->softmax_xent_backward(be, len, nk, sm, scale, probs + at * nk, y + at, d + a * nk);
-    at += len;
-    done = a + len;
-  }
+  const int32_t *y = (const int32_t *)(probs + n * nk);
+  const float scale = (float)(1.0 / (double)loss_count(e, kept));
+  if (s == GP_OK && kept)
+    s = be->softmax_xent_backward(be, n, nk, (float)k->smoothing, scale, probs, y,
+                                  GP_F32P(&din[0]));
+  if (s == GP_OK && kept < n) s = zero_ignored(be, &r, n, nk, GP_F32P(&din[0]));
   rows_free(&r);
   return s;
 }
