@@ -6,35 +6,6 @@
 #include "core/cpu/cpu.h"
 #include "core/cpu/vmath.h"
 
-static void max_plane(const gp_pool2d_desc *d, const float *restrict x, float *restrict y,
-                      int32_t *restrict am) {
-  for (int64_t oy = 0; oy < d->oh; oy++) {
-    int64_t y0 = oy * d->sh - d->ph, y1 = y0 + d->kh;
-    if (y0 < 0) y0 = 0;
-    if (y1 > d->h) y1 = d->h;
-    for (int64_t ox = 0; ox < d->ow; ox++) {
-      int64_t x0 = ox * d->sw - d->pw, x1 = x0 + d->kw;
-      if (x0 < 0) x0 = 0;
-      if (x1 > d->w) x1 = d->w;
-      float best = -INFINITY;
-      int64_t at = -1;
-      for (int64_t iy = y0; iy < y1; iy++)
-        for (int64_t ix = x0; ix < x1; ix++) {
-          float v = x[iy * d->w + ix];
-          /* NaN wins, so a diverged input stays visible downstream (PyTorch does the same). */
-          if (v > best || (at < 0) || isnan(v)) {
-            best = v;
-            at = iy * d->w + ix;
-            if (isnan(v)) goto done;
-          }
-        }
-    done:
-      y[oy * d->ow + ox] = at < 0 ? 0.0f : best;
-      if (am) am[oy * d->ow + ox] = (int32_t)at;
-    }
-  }
-}
-
 /* Whether v, coming after u in the window, takes its place as max_plane's scan would: v is
  * larger, or v is a NaN and u is not (the first NaN wins). */
 static inline int max_takes(float v, float u) {
@@ -53,6 +24,87 @@ static inline gp_v4f evens(gp_v4f p, gp_v4f q) {
 
 static inline gp_v4f odds(gp_v4f p, gp_v4f q) {
   return __builtin_shufflevector(p, q, 1, 3, 5, 7);
+}
+
+/* The window of output (oy, ox) clipped to the input: rows [*y0, *y1), columns [*x0, *x1). */
+static void window(const gp_pool2d_desc *d, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1,
+                   int64_t *x0, int64_t *x1) {
+  *y0 = oy * d->sh - d->ph, *y1 = *y0 + d->kh;
+  *x0 = ox * d->sw - d->pw, *x1 = *x0 + d->kw;
+  if (*y0 < 0) *y0 = 0;
+  if (*y1 > d->h) *y1 = d->h;
+  if (*x0 < 0) *x0 = 0;
+  if (*x1 > d->w) *x1 = d->w;
+}
+
+/* The outputs of row oy whose window lies inside the input: [*a, *b), empty where the row's
+ * window is clipped above or below. */
+static void inside(const gp_pool2d_desc *d, int64_t oy, int64_t *a, int64_t *b) {
+  const int64_t y0 = oy * d->sh - d->ph, last = d->w - d->kw + d->pw; /* last x0 + pw */
+  *a = *b = 0;
+  if (y0 < 0 || y0 + d->kh > d->h || last < 0) return;
+  *a = (d->pw + d->sw - 1) / d->sw;
+  *b = last / d->sw + 1;
+  if (*b > d->ow) *b = d->ow;
+  if (*a > *b) *a = *b;
+}
+
+/* Four floats sw apart. */
+static inline gp_v4f load_strided(const float *p, int64_t sw) {
+  return sw == 1 ? gp_v4f_load(p) : (gp_v4f){p[0], p[sw], p[2 * sw], p[3 * sw]};
+}
+
+/* One output of max pooling, its window scanned in row-major order: the first maximum wins,
+ * and a NaN (so a diverged input stays visible downstream, as in PyTorch), the first one. */
+static void max_one(const gp_pool2d_desc *d, const float *restrict x, int64_t oy, int64_t ox,
+                    float *restrict y, int32_t *restrict am) {
+  int64_t y0, y1, x0, x1;
+  window(d, oy, ox, &y0, &y1, &x0, &x1);
+  float best = -INFINITY;
+  int64_t at = -1;
+  for (int64_t iy = y0; iy < y1; iy++)
+    for (int64_t ix = x0; ix < x1; ix++) {
+      float v = x[iy * d->w + ix];
+      if (v > best || (at < 0) || isnan(v)) {
+        best = v;
+        at = iy * d->w + ix;
+        if (isnan(v)) goto done;
+      }
+    }
+done:
+  y[oy * d->ow + ox] = at < 0 ? 0.0f : best;
+  am[oy * d->ow + ox] = (int32_t)at;
+}
+
+/* Any window: four outputs at a time where their windows lie inside the input (the scan of
+ * max_one as blends: max_takes is the same rule), the clipped ones one at a time. */
+static void max_plane(const gp_pool2d_desc *d, const float *restrict x, float *restrict y,
+                      int32_t *restrict am) {
+  const int64_t w = d->w, sw = d->sw;
+  const gp_v4i lane = {0, (int32_t)sw, (int32_t)(2 * sw), (int32_t)(3 * sw)};
+  for (int64_t oy = 0; oy < d->oh; oy++) {
+    int64_t a, b, ox = 0;
+    inside(d, oy, &a, &b);
+    for (; ox < a; ox++)
+      max_one(d, x, oy, ox, y, am);
+    for (; ox + 4 <= b; ox += 4) {
+      const int64_t at0 = (oy * d->sh - d->ph) * w + ox * sw - d->pw;
+      gp_v4f best = load_strided(x + at0, sw);
+      gp_v4i idx = lane + (int32_t)at0;
+      for (int64_t ky = 0; ky < d->kh; ky++)
+        for (int64_t kx = ky ? 0 : 1; kx < d->kw; kx++) {
+          const int64_t at = at0 + ky * w + kx;
+          const gp_v4f v = load_strided(x + at, sw);
+          const gp_v4i t = max_takes4(v, best);
+          best = gp_v4f_select(t, v, best);
+          idx = ((lane + (int32_t)at) & t) | (idx & ~t);
+        }
+      gp_v4f_store(y + oy * d->ow + ox, best);
+      memcpy(am + oy * d->ow + ox, &idx, sizeof idx);
+    }
+    for (; ox < d->ow; ox++)
+      max_one(d, x, oy, ox, y, am);
+  }
 }
 
 /* The common 2x2 stride-2 window without padding: the same answer as max_plane, four windows
@@ -138,22 +190,24 @@ static void max_back_2x2(const gp_pool2d_desc *d, const float *restrict dy,
   }
 }
 
-/* The window of output (oy, ox) clipped to the input: rows [*y0, *y1), columns [*x0, *x1). */
-static void window(const gp_pool2d_desc *d, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1,
-                   int64_t *x0, int64_t *x1) {
-  *y0 = oy * d->sh - d->ph, *y1 = *y0 + d->kh;
-  *x0 = ox * d->sw - d->pw, *x1 = *x0 + d->kw;
-  if (*y0 < 0) *y0 = 0;
-  if (*y1 > d->h) *y1 = d->h;
-  if (*x0 < 0) *x0 = 0;
-  if (*x1 > d->w) *x1 = d->w;
-}
-
 /* One window that is the whole plane (global average pooling). */
 static int whole_plane(const gp_pool2d_desc *d) {
   return d->oh == 1 && d->ow == 1 && d->kh == d->h && d->kw == d->w && d->ph == 0 && d->pw == 0;
 }
 
+static float avg_one(const gp_pool2d_desc *d, const float *restrict x, int64_t oy, int64_t ox) {
+  int64_t y0, y1, x0, x1;
+  window(d, oy, ox, &y0, &y1, &x0, &x1);
+  float s = 0.0f;
+  for (int64_t iy = y0; iy < y1; iy++)
+    for (int64_t ix = x0; ix < x1; ix++)
+      s += x[iy * d->w + ix];
+  const int64_t cnt = (y1 - y0) * (x1 - x0);
+  return d->count_pad ? s * (1.0f / (float)(d->kh * d->kw)) : (cnt > 0 ? s / (float)cnt : 0.0f);
+}
+
+/* Four outputs at a time where their windows lie inside the input, each lane summing its window
+ * in avg_one's order (the same bits), the clipped ones one at a time. */
 static void avg_plane(const gp_pool2d_desc *d, const float *restrict x, float *restrict y) {
   const float full = 1.0f / (float)(d->kh * d->kw);
   if (whole_plane(d)) { /* 8 partial sums, not one chain of dependent adds */
@@ -161,17 +215,22 @@ static void avg_plane(const gp_pool2d_desc *d, const float *restrict x, float *r
     y[0] = d->count_pad ? s * full : s / (float)(d->h * d->w);
     return;
   }
+  const int64_t w = d->w, sw = d->sw;
   for (int64_t oy = 0; oy < d->oh; oy++) {
-    for (int64_t ox = 0; ox < d->ow; ox++) {
-      int64_t y0, y1, x0, x1;
-      window(d, oy, ox, &y0, &y1, &x0, &x1);
-      float s = 0.0f;
-      for (int64_t iy = y0; iy < y1; iy++)
-        for (int64_t ix = x0; ix < x1; ix++)
-          s += x[iy * d->w + ix];
-      int64_t cnt = (y1 - y0) * (x1 - x0);
-      y[oy * d->ow + ox] = d->count_pad ? s * full : (cnt > 0 ? s / (float)cnt : 0.0f);
+    int64_t a, b, ox = 0;
+    inside(d, oy, &a, &b);
+    for (; ox < a; ox++)
+      y[oy * d->ow + ox] = avg_one(d, x, oy, ox);
+    for (; ox + 4 <= b; ox += 4) {
+      const int64_t at0 = (oy * d->sh - d->ph) * w + ox * sw - d->pw;
+      gp_v4f s = gp_v4f_splat(0.0f);
+      for (int64_t ky = 0; ky < d->kh; ky++)
+        for (int64_t kx = 0; kx < d->kw; kx++)
+          s += load_strided(x + at0 + ky * w + kx, sw);
+      gp_v4f_store(y + oy * d->ow + ox, d->count_pad ? s * full : s / (float)(d->kh * d->kw));
     }
+    for (; ox < d->ow; ox++)
+      y[oy * d->ow + ox] = avg_one(d, x, oy, ox);
   }
 }
 

@@ -4,7 +4,7 @@
  * +-1 in the tails; and a scalar gives the bits of the same value inside a vector. Then the
  * CPU kernels built on them against double references at sizes with and without a partial
  * vector: softmax cross-entropy (with label smoothing), GELU forward and backward, and
- * count_correct's argmax (first maximum, NaN, infinity), and 2x2 max pooling's vector path. */
+ * count_correct's argmax (first maximum, NaN, infinity), and pooling's vector paths. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -185,50 +185,72 @@ static void check_argmax(gp_backend *be, int64_t n, int64_t k) {
   free(y);
 }
 
-/* 2x2 stride-2 max pooling (the CPU's vector path, four windows at a time, and its scalar
- * tail) against a scan of each window in row-major order: the first maximum wins, and the first
- * NaN; the backward puts each window's gradient on the cell its argmax names. Values from a
- * small set (many ties), with NaN, +-inf and -0; widths with and without a partial vector and
- * an odd column or row left over. */
-static void check_maxpool_2x2(gp_backend *be, int64_t h, int64_t w) {
-  const int64_t n = 2, c = 3, oh = h / 2, ow = w / 2, planes = n * c;
-  gp_pool2d_desc d = {n, c, h, w, oh, ow, 2, 2, 2, 2, 0, 0, 0};
-  float *x = malloc(sizeof(float) * (size_t)(planes * h * w));
-  float *y = malloc(sizeof(float) * (size_t)(planes * oh * ow));
-  float *dy = malloc(sizeof(float) * (size_t)(planes * oh * ow));
-  float *dx = malloc(sizeof(float) * (size_t)(planes * h * w));
-  int32_t *am = malloc(sizeof(int32_t) * (size_t)(planes * oh * ow));
+/* Max pooling (the CPU's vector paths: 2x2 stride 2, and any window four outputs at a time
+ * where the windows lie inside the input; scalar at the borders and in a row's tail) against a
+ * scan of each clipped window in row-major order: the first maximum wins, and the first NaN;
+ * the backward puts each window's gradient on the cell its argmax names (summed where windows
+ * overlap). Values from a small set (many ties), with NaN, +-inf and -0. Average pooling: the
+ * same bits as that scan's sum divided as the layer does (count_pad or the clipped count). */
+static void check_pool(gp_backend *be, int64_t h, int64_t w, int64_t k, int64_t st, int64_t pd,
+                       int count_pad) {
+  const int64_t n = 2, c = 3, planes = n * c;
+  const int64_t oh = (h + 2 * pd - k) / st + 1, ow = (w + 2 * pd - k) / st + 1;
+  gp_pool2d_desc d = {n, c, h, w, oh, ow, k, k, st, st, pd, pd, count_pad};
+  const size_t in = (size_t)(planes * h * w), on = (size_t)(planes * oh * ow);
+  float *x = malloc(sizeof(float) * in), *y = malloc(sizeof(float) * on);
+  float *ya = malloc(sizeof(float) * on), *dy = malloc(sizeof(float) * on);
+  float *dx = malloc(sizeof(float) * in), *want_dx = calloc(in, sizeof(float));
+  int32_t *am = malloc(sizeof(int32_t) * on);
   static const float vals[] = {0.0f, -0.0f, 1.0f, 1.0f, 2.0f, -3.0f, NAN, INFINITY, -INFINITY};
-  for (int64_t i = 0; i < planes * h * w; i++)
-    x[i] = vals[next32() % (sizeof vals / sizeof vals[0])];
-  for (int64_t i = 0; i < planes * oh * ow; i++)
-    dy[i] = (float)(i + 1);
-  int bad = be->pool2d_forward(be, GP_POOL_MAX, &d, x, y, am) != GP_OK ||
-            be->pool2d_backward(be, GP_POOL_MAX, &d, dy, am, dx) != GP_OK;
-  for (int64_t p = 0; p < planes && !bad; p++)
-    for (int64_t oy = 0; oy < oh; oy++)
-      for (int64_t ox = 0; ox < ow; ox++) {
-        const float *xp = x + p * h * w;
-        int64_t at = -1;
-        for (int64_t k = 0; k < 4 && !(at >= 0 && isnan(xp[at])); k++) {
-          const int64_t j = (2 * oy + k / 2) * w + 2 * ox + k % 2;
-          if (at < 0 || xp[j] > xp[at] || isnan(xp[j])) at = j;
+  static const float fin[] = {0.0f, -0.0f, 1.0f, 0.1f, 2.5f, -3.0f, 1e-3f, 7.0f, -0.7f};
+  for (size_t i = 0; i < on; i++)
+    dy[i] = (float)(i % 7 + 1);
+  int bad = 0;
+  for (int avg = 0; avg < 2; avg++) {
+    for (size_t i = 0; i < in; i++)
+      x[i] = (avg ? fin : vals)[next32() % 9];
+    if (avg)
+      bad |= be->pool2d_forward(be, GP_POOL_AVG, &d, x, ya, NULL) != GP_OK;
+    else
+      bad |= be->pool2d_forward(be, GP_POOL_MAX, &d, x, y, am) != GP_OK ||
+             be->pool2d_backward(be, GP_POOL_MAX, &d, dy, am, dx) != GP_OK;
+    for (int64_t p = 0; p < planes && !bad; p++)
+      for (int64_t oy = 0; oy < oh; oy++)
+        for (int64_t ox = 0; ox < ow; ox++) {
+          const float *xp = x + p * h * w;
+          const int64_t o = p * oh * ow + oy * ow + ox;
+          int64_t at = -1, cnt = 0;
+          float sum = 0.0f;
+          for (int64_t iy = oy * st - pd; iy < oy * st - pd + k; iy++)
+            for (int64_t ix = ox * st - pd; ix < ox * st - pd + k; ix++) {
+              if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+              const int64_t j = iy * w + ix;
+              sum += xp[j], cnt++;
+              if (at >= 0 && isnan(xp[at])) continue;
+              if (at < 0 || xp[j] > xp[at] || isnan(xp[j])) at = j;
+            }
+          if (avg) {
+            const float want = count_pad ? sum * (1.0f / (float)(k * k)) : sum / (float)cnt;
+            bad |= bits(ya[o]) != bits(want);
+          } else {
+            bad |= am[o] != at || bits(y[o]) != bits(xp[at]);
+            want_dx[p * h * w + at] += dy[o];
+          }
         }
-        const int64_t o = p * oh * ow + oy * ow + ox;
-        bad |= am[o] != at || bits(y[o]) != bits(xp[at]);
-        for (int64_t k = 0; k < 4; k++) {
-          const int64_t j = (2 * oy + k / 2) * w + 2 * ox + k % 2;
-          bad |= dx[p * h * w + j] != (j == at ? dy[o] : 0.0f);
-        }
-      }
+  }
+  for (size_t i = 0; i < in && !bad; i++)
+    bad |= dx[i] != want_dx[i];
   CHECK(!bad,
-        "2x2 max pooling of %lldx%lld planes: forward, argmax or backward differs from "
-        "a scan of each window",
-        (long long)h, (long long)w);
+        "pooling %lldx%lld, window %lld stride %lld padding %lld%s: max (forward, argmax, "
+        "backward) or average differs from a scan of each window",
+        (long long)h, (long long)w, (long long)k, (long long)st, (long long)pd,
+        count_pad ? " count_pad" : "");
   free(x);
   free(y);
+  free(ya);
   free(dy);
   free(dx);
+  free(want_dx);
   free(am);
 }
 
@@ -292,8 +314,13 @@ int main(void) {
     check_gelu(be, t ? GP_ACT_GELU_TANH : GP_ACT_GELU, 3);
     check_gelu(be, t ? GP_ACT_GELU_TANH : GP_ACT_GELU, 100003);
   }
-  for (int64_t w = 2; w <= 21; w++)
-    check_maxpool_2x2(be, w % 3 ? 6 : 7, w);
+  for (int64_t w = 2; w <= 21; w++) {
+    check_pool(be, w % 3 ? 6 : 7, w, 2, 2, 0, 0);
+    if (w >= 3) check_pool(be, 5 + w % 2, w, 3, 1, 1, (int)(w % 2));
+    if (w >= 3) check_pool(be, 7, w, 3, 2, 1, (int)(w % 3 == 0));
+  }
+  check_pool(be, 9, 17, 4, 3, 2, 0);
+  check_pool(be, 4, 4, 3, 1, 0, 0);
   be->destroy(be);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
