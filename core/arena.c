@@ -92,15 +92,13 @@ gp_status gp_arena_reset(gp_arena *a) {
     /* It grew: replace all chunks by one that holds the peak. Growing again after that means
      * the sizes vary from step to step (a loss over the targets not ignored, say): then 1/16
      * more, so that each new high does not free and re-map (and on a CPU, fault in) the whole
-     * arena again; the peak alone where the spare does not fit the device or the limit. */
-    const size_t cap = a->peak + ALIGN;
-    size_t spare = a->coalesced++ ? a->peak / 16 : 0;
-    if (a->limit && cap + spare > a->limit + ALIGN)
-      spare = a->limit + ALIGN - cap; /* peak <= limit */
+     * arena again. */
+    size_t cap = a->peak + ALIGN;
+    if (a->coalesced++) cap += a->peak / 16;
+    if (a->limit && cap > a->limit + ALIGN) cap = a->limit + ALIGN; /* peak <= limit */
     free_chunks(a);
     a->used = 0;
     a->grown = 0;
-    if (spare && add_chunk(a, cap + spare) == GP_OK) return GP_OK;
     return add_chunk(a, cap);
   }
   if (a->chunks) a->chunks->off = 0;
