@@ -16,7 +16,6 @@ void gp_arena_init(gp_arena *a, gp_backend *be, size_t limit) {
   a->be = be;
   a->chunks = NULL;
   a->used = a->peak = a->grown = 0;
-  a->coalesced = 0;
   a->limit = limit;
   a->meter = NULL;
 }
@@ -89,13 +88,8 @@ gp_status gp_arena_tensor(gp_arena *a, gp_dtype dtype, const gp_shape *shape, gp
 gp_status gp_arena_reset(gp_arena *a) {
   meter_sub(a, a->used);
   if (a->chunks && a->chunks->next) {
-    /* It grew: replace all chunks by one that holds the peak. Growing again after that means
-     * the sizes vary from step to step (a loss over the targets not ignored, say): then 1/16
-     * more, so that each new high does not free and re-map (and on a CPU, fault in) the whole
-     * arena again. */
+    /* It grew: replace all chunks by one that holds the peak. */
     size_t cap = a->peak + ALIGN;
-    if (a->coalesced++) cap += a->peak / 16;
-    if (a->limit && cap > a->limit + ALIGN) cap = a->limit + ALIGN; /* peak <= limit */
     free_chunks(a);
     a->used = 0;
     a->grown = 0;

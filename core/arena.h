@@ -24,7 +24,6 @@ typedef struct gp_arena {
   size_t peak;            /* high-water mark of used */
   size_t limit;           /* 0 = none; past it, alloc fails with GP_ERR_FULL */
   size_t grown;           /* bytes needed beyond the first chunk since the last full reset */
-  int coalesced;          /* times the chunks were replaced by one (1 when sizes never vary) */
   gp_mem_meter *meter;    /* optional: also counts used bytes here */
 } gp_arena;
 
@@ -32,8 +31,7 @@ void gp_arena_init(gp_arena *a, gp_backend *be, size_t limit);
 void gp_arena_free(gp_arena *a);
 gp_status gp_arena_alloc(gp_arena *a, size_t bytes, void **out); /* 64-byte aligned */
 gp_status gp_arena_tensor(gp_arena *a, gp_dtype dtype, const gp_shape *shape, gp_tensor *out);
-/* Back to empty; if it had to grow, re-plans one chunk big enough for what was used (from
- * the second time on, 1/16 more: the sizes vary). */
+/* Back to empty; if it had to grow, re-plans one chunk big enough for what was used. */
 gp_status gp_arena_reset(gp_arena *a);
 
 #endif
