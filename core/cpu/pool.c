@@ -49,6 +49,13 @@ static void inside(const gp_pool2d_desc *d, int64_t oy, int64_t *a, int64_t *b) 
   if (*a > *b) *a = *b;
 }
 
+/* Where four outputs from ox on are computed, outputs before b only: the last group of a row
+ * (at least four long) overlaps the one before it instead of leaving a scalar tail. Each output
+ * is computed alone, so those written twice get the same bits twice. */
+static inline int64_t last4(int64_t ox, int64_t b) {
+  return ox + 4 > b ? b - 4 : ox;
+}
+
 /* Four floats sw apart. */
 static inline gp_v4f load_strided(const float *p, int64_t sw) {
   return sw == 1 ? gp_v4f_load(p) : (gp_v4f){p[0], p[sw], p[2 * sw], p[3 * sw]};
@@ -87,7 +94,8 @@ static void max_plane(const gp_pool2d_desc *d, const float *restrict x, float *r
     inside(d, oy, &a, &b);
     for (; ox < a; ox++)
       max_one(d, x, oy, ox, y, am);
-    for (; ox + 4 <= b; ox += 4) {
+    for (; b - a >= 4 && ox < b; ox += 4) {
+      ox = last4(ox, b);
       const int64_t at0 = (oy * d->sh - d->ph) * w + ox * sw - d->pw;
       gp_v4f best = load_strided(x + at0, sw);
       gp_v4i idx = lane + (int32_t)at0;
@@ -109,8 +117,8 @@ static void max_plane(const gp_pool2d_desc *d, const float *restrict x, float *r
 
 /* The common 2x2 stride-2 window without padding: the same answer as max_plane, four windows
  * at a time (each row's pairs split into left and right cells by shuffles, the two-step
- * comparison as blends), the rest of a row one at a time. An index is the left cell's plus 1
- * (right) and w (lower): a mask of all ones is -1. */
+ * comparison as blends), rows shorter than four one output at a time. An index is the left cell's
+ * plus 1 (right) and w (lower): a mask of all ones is -1. */
 static void max_plane_2x2(const gp_pool2d_desc *d, const float *restrict x, float *restrict y,
                           int32_t *restrict am) {
   const int64_t w = d->w, ow = d->ow;
@@ -119,7 +127,8 @@ static void max_plane_2x2(const gp_pool2d_desc *d, const float *restrict x, floa
     float *yo = y + oy * ow;
     int32_t *ao = am + oy * ow;
     int64_t ox = 0;
-    for (; ox + 4 <= ow; ox += 4) {
+    for (; ow >= 4 && ox < ow; ox += 4) {
+      ox = last4(ox, ow);
       const int64_t i = 2 * ox;
       const gp_v4f p0 = gp_v4f_load(r0 + i), p1 = gp_v4f_load(r0 + i + 4);
       const gp_v4f q0 = gp_v4f_load(r1 + i), q1 = gp_v4f_load(r1 + i + 4);
@@ -163,7 +172,8 @@ static void max_back_2x2(const gp_pool2d_desc *d, const float *restrict dy,
     const float *go = dy + oy * ow;
     const int32_t *ao = am + oy * ow;
     int64_t ox = 0;
-    for (; ox + 4 <= ow; ox += 4) {
+    for (; ow >= 4 && ox < ow; ox += 4) {
+      ox = last4(ox, ow);
       const int64_t i = 2 * ox;
       const gp_v4f g = gp_v4f_load(go + ox);
       gp_v4i m;
@@ -221,7 +231,8 @@ static void avg_plane(const gp_pool2d_desc *d, const float *restrict x, float *r
     inside(d, oy, &a, &b);
     for (; ox < a; ox++)
       y[oy * d->ow + ox] = avg_one(d, x, oy, ox);
-    for (; ox + 4 <= b; ox += 4) {
+    for (; b - a >= 4 && ox < b; ox += 4) {
+      ox = last4(ox, b);
       const int64_t at0 = (oy * d->sh - d->ph) * w + ox * sw - d->pw;
       gp_v4f s = gp_v4f_splat(0.0f);
       for (int64_t ky = 0; ky < d->kh; ky++)

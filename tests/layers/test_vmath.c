@@ -186,11 +186,12 @@ static void check_argmax(gp_backend *be, int64_t n, int64_t k) {
 }
 
 /* Max pooling (the CPU's vector paths: 2x2 stride 2, and any window four outputs at a time
- * where the windows lie inside the input; scalar at the borders and in a row's tail) against a
- * scan of each clipped window in row-major order: the first maximum wins, and the first NaN;
- * the backward puts each window's gradient on the cell its argmax names (summed where windows
- * overlap). Values from a small set (many ties), with NaN, +-inf and -0. Average pooling: the
- * same bits as that scan's sum divided as the layer does (count_pad or the clipped count). */
+ * where the windows lie inside the input, a row's last four overlapping the ones before; scalar at
+ * the borders and in rows shorter than four) against a scan of each clipped window in row-major
+ * order: the first maximum wins, and the first NaN; the backward puts each window's gradient on the
+ * cell its argmax names (summed where windows overlap). Values from a small set (many ties), with
+ * NaN, +-inf and -0. Average pooling: the same bits as that scan's sum divided as the layer does
+ * (count_pad or the clipped count). */
 static void check_pool(gp_backend *be, int64_t h, int64_t w, int64_t k, int64_t st, int64_t pd,
                        int count_pad) {
   const int64_t n = 2, c = 3, planes = n * c;
