@@ -377,7 +377,9 @@ static gp_status direct_run(gp_backend *be, const gp_conv2d_desc *d, const float
  * tile visits samples in groups of at least 128 vectors, then adds its sums to dW: the order of
  * the additions depends on the shape (and the vector width) alone. A row's last, partial vector
  * masks both operands, so no lane past the row (another row's input) meets a zero dy: NaN and
- * Inf stay where they were. */
+ * Inf stay where they were. Consecutive tiles share their output channels (and walk the entries),
+ * so a visit's dy stays in L1 from one tile to the next: 2-7% faster than the other way round on
+ * the ResNet-56 and Fashion-CNN shapes (2 threads, alternated, mean of 40), the same bits. */
 
 #define FMR 2 /* output channels per AVX2 filter tile */
 #define FKR GP_DC_FKR
@@ -499,7 +501,7 @@ static gp_status filter_tiles(void *ctx, int64_t lo, int64_t hi, int worker) {
   for (int64_t g0 = 0; g0 < f->ns; g0 += f->group)
     for (int64_t r0 = 0; r0 < d->oh; r0 += f->band)
       for (int64_t i = lo; i < hi; i++) {
-        const int64_t grp = i / (nmb * f->nkb), kb = i / nmb % f->nkb, cb = i % nmb;
+        const int64_t grp = i / (nmb * f->nkb), cb = i / f->nkb % nmb, kb = i % f->nkb;
         const int64_t co = cb * f->fmr, k0 = kb * FKR;
         const int mr = j->kg - co < f->fmr ? (int)(j->kg - co) : f->fmr;
         const int kr = j->ckk - k0 < FKR ? (int)(j->ckk - k0) : FKR;
