@@ -253,6 +253,7 @@ typedef struct pool_args {
   float *out;
   int32_t *argmax_out;
   const int32_t *argmax;
+  float *grads; /* average pooling's backward: one plane of output gradients per worker */
 } pool_args;
 
 static gp_status forward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
@@ -287,20 +288,87 @@ gp_status gp_cpu_pool2d_forward(gp_backend *be, gp_pool kind, const gp_pool2d_de
   return gp_cpu_parallel_for(be, d->n * d->c, plane_grain(d), forward_part, &a);
 }
 
-static void avg_back_plane(const gp_pool2d_desc *d, const float *restrict dyp,
-                           float *restrict dxp) {
+/* Output (oy, ox)'s gradient divided as its forward divided: by the window's size (count_pad)
+ * or by the cells it counted; 0 for a window that counted none (it covers no cell). */
+static float avg_grad_one(const gp_pool2d_desc *d, float dy, int64_t oy, int64_t ox) {
+  int64_t y0, y1, x0, x1;
+  window(d, oy, ox, &y0, &y1, &x0, &x1);
+  const int64_t cnt = (y1 - y0) * (x1 - x0);
+  if (cnt <= 0) return 0.0f;
+  return dy * (d->count_pad ? 1.0f / (float)(d->kh * d->kw) : 1.0f / (float)cnt);
+}
+
+/* Every output's: where its window lies inside the input it counts kh * kw cells, either way. */
+static void avg_grads(const gp_pool2d_desc *d, const float *restrict dyp, float *restrict g) {
   const float full = 1.0f / (float)(d->kh * d->kw);
   for (int64_t oy = 0; oy < d->oh; oy++) {
-    for (int64_t ox = 0; ox < d->ow; ox++) {
-      int64_t y0, y1, x0, x1;
-      window(d, oy, ox, &y0, &y1, &x0, &x1);
-      int64_t cnt = (y1 - y0) * (x1 - x0);
-      if (cnt <= 0) continue;
-      float g = dyp[oy * d->ow + ox] * (d->count_pad ? full : 1.0f / (float)cnt);
-      for (int64_t iy = y0; iy < y1; iy++)
-        for (int64_t ix = x0; ix < x1; ix++)
-          dxp[iy * d->w + ix] += g;
+    const float *restrict dr = dyp + oy * d->ow;
+    float *restrict gr = g + oy * d->ow;
+    int64_t a, b;
+    inside(d, oy, &a, &b);
+    for (int64_t ox = 0; ox < a; ox++)
+      gr[ox] = avg_grad_one(d, dr[ox], oy, ox);
+    for (int64_t ox = a; ox < b; ox++)
+      gr[ox] = dr[ox] * full;
+    for (int64_t ox = b; ox < d->ow; ox++)
+      gr[ox] = avg_grad_one(d, dr[ox], oy, ox);
+  }
+}
+
+/* The outputs whose windows cover input position i along one axis (size k, stride s, padding p,
+ * n outputs): [*lo, *hi]. */
+static void covering(int64_t i, int64_t k, int64_t s, int64_t p, int64_t n, int64_t *lo,
+                     int64_t *hi) {
+  const int64_t first = i + p - k + 1;
+  *lo = first <= 0 ? 0 : (first + s - 1) / s;
+  *hi = (i + p) / s;
+  if (*hi > n - 1) *hi = n - 1;
+}
+
+/* One input cell's gradient: the gradients of the outputs covering it, added from 0 in the
+ * outputs' row-major order, the order in which a scatter over the outputs would add them. */
+static float avg_gather(const gp_pool2d_desc *d, const float *restrict g, int64_t iy, int64_t ix) {
+  int64_t oy0, oy1, ox0, ox1;
+  covering(iy, d->kh, d->sh, d->ph, d->oh, &oy0, &oy1);
+  covering(ix, d->kw, d->sw, d->pw, d->ow, &ox0, &ox1);
+  float s = 0.0f;
+  for (int64_t oy = oy0; oy <= oy1; oy++)
+    for (int64_t ox = ox0; ox <= ox1; ox++)
+      s += g[oy * d->ow + ox];
+  return s;
+}
+
+/* Every cell gathers (no clearing pass, no read-modify-write of dx). With stride 1 along a row,
+ * the cells whose covering outputs are all inside the row go four at a time: lane l's outputs
+ * are lane 0's shifted by l, so each is one unaligned load per (output row, tap), in
+ * avg_gather's order (the same bits). */
+static void avg_back_plane(const gp_pool2d_desc *d, const float *restrict g, float *restrict dxp) {
+  const int64_t w = d->w, ow = d->ow, kw = d->kw, pw = d->pw;
+  /* cells [a, b) of a row with stride 1: ix + pw - kw + 1 >= 0 and ix + pw <= ow - 1 */
+  int64_t a = 0, b = 0;
+  if (d->sw == 1) {
+    a = kw - 1 - pw > 0 ? kw - 1 - pw : 0;
+    b = ow - pw < w ? ow - pw : w;
+    if (b < a) b = a;
+  }
+  for (int64_t iy = 0; iy < d->h; iy++) {
+    float *restrict row = dxp + iy * w;
+    int64_t oy0, oy1, ix = 0;
+    covering(iy, d->kh, d->sh, d->ph, d->oh, &oy0, &oy1);
+    for (; ix < a; ix++)
+      row[ix] = avg_gather(d, g, iy, ix);
+    for (; b - a >= 4 && ix < b; ix += 4) {
+      ix = last4(ix, b);
+      gp_v4f s = gp_v4f_splat(0.0f);
+      for (int64_t oy = oy0; oy <= oy1; oy++) {
+        const float *gr = g + oy * ow + ix + pw - kw + 1;
+        for (int64_t t = 0; t < kw; t++)
+          s += gp_v4f_load(gr + t);
+      }
+      gp_v4f_store(row + ix, s);
     }
+    for (; ix < w; ix++)
+      row[ix] = avg_gather(d, g, iy, ix);
   }
 }
 
@@ -310,7 +378,6 @@ static int tiles_2x2(const gp_pool2d_desc *d) {
 }
 
 static gp_status backward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
-  (void)worker;
   const pool_args *a = ctx;
   const gp_pool2d_desc *d = a->d;
   const int64_t hw = d->h * d->w, ohw = d->oh * d->ow;
@@ -328,11 +395,13 @@ static gp_status backward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
         dxp[i] = g;
       continue;
     }
-    memset(dxp, 0, (size_t)hw * sizeof(float));
     if (a->kind == GP_POOL_AVG) {
-      avg_back_plane(d, dyp, dxp);
+      float *restrict g = a->grads + (int64_t)worker * ohw;
+      avg_grads(d, dyp, g);
+      avg_back_plane(d, g, dxp);
       continue;
     }
+    memset(dxp, 0, (size_t)hw * sizeof(float));
     const int32_t *restrict ap = a->argmax + p * ohw;
     for (int64_t i = 0; i < ohw; i++)
       if (ap[i] >= 0) dxp[ap[i]] += dyp[i];
@@ -348,5 +417,8 @@ gp_status gp_cpu_pool2d_backward(gp_backend *be, gp_pool kind, const gp_pool2d_d
   if (kind != GP_POOL_MAX && kind != GP_POOL_AVG)
     return GP_ERR(GP_ERR_RUNTIME, "unknown pooling kind %d", (int)kind);
   pool_args a = {.kind = kind, .d = d, .in = dy, .out = dx, .argmax = argmax};
+  if (kind == GP_POOL_AVG && !whole_plane(d))
+    GP_TRY(gp_cpu_scratch(be, (size_t)(be->threads * d->oh * d->ow) * sizeof(float),
+                          (void **)&a.grads));
   return gp_cpu_parallel_for(be, d->n * d->c, plane_grain(d), backward_part, &a);
 }

@@ -191,7 +191,9 @@ static void check_argmax(gp_backend *be, int64_t n, int64_t k) {
  * order: the first maximum wins, and the first NaN; the backward puts each window's gradient on the
  * cell its argmax names (summed where windows overlap). Values from a small set (many ties), with
  * NaN, +-inf and -0. Average pooling: the same bits as that scan's sum divided as the layer does
- * (count_pad or the clipped count). */
+ * (count_pad or the clipped count), and backward the same bits as adding each output's share to
+ * its cells in the outputs' order (the CPU gathers them per cell, four cells at a time with
+ * stride 1). */
 static void check_pool(gp_backend *be, int64_t h, int64_t w, int64_t k, int64_t st, int64_t pd,
                        int count_pad) {
   const int64_t n = 2, c = 3, planes = n * c;
@@ -201,6 +203,7 @@ static void check_pool(gp_backend *be, int64_t h, int64_t w, int64_t k, int64_t 
   float *x = malloc(sizeof(float) * in), *y = malloc(sizeof(float) * on);
   float *ya = malloc(sizeof(float) * on), *dy = malloc(sizeof(float) * on);
   float *dx = malloc(sizeof(float) * in), *want_dx = calloc(in, sizeof(float));
+  float *dxa = malloc(sizeof(float) * in), *want_dxa = calloc(in, sizeof(float));
   int32_t *am = malloc(sizeof(int32_t) * on);
   static const float vals[] = {0.0f, -0.0f, 1.0f, 1.0f, 2.0f, -3.0f, NAN, INFINITY, -INFINITY};
   static const float fin[] = {0.0f, -0.0f, 1.0f, 0.1f, 2.5f, -3.0f, 1e-3f, 7.0f, -0.7f};
@@ -211,7 +214,8 @@ static void check_pool(gp_backend *be, int64_t h, int64_t w, int64_t k, int64_t 
     for (size_t i = 0; i < in; i++)
       x[i] = (avg ? fin : vals)[next32() % 9];
     if (avg)
-      bad |= be->pool2d_forward(be, GP_POOL_AVG, &d, x, ya, NULL) != GP_OK;
+      bad |= be->pool2d_forward(be, GP_POOL_AVG, &d, x, ya, NULL) != GP_OK ||
+             be->pool2d_backward(be, GP_POOL_AVG, &d, dy, NULL, dxa) != GP_OK;
     else
       bad |= be->pool2d_forward(be, GP_POOL_MAX, &d, x, y, am) != GP_OK ||
              be->pool2d_backward(be, GP_POOL_MAX, &d, dy, am, dx) != GP_OK;
@@ -233,6 +237,11 @@ static void check_pool(gp_backend *be, int64_t h, int64_t w, int64_t k, int64_t 
           if (avg) {
             const float want = count_pad ? sum * (1.0f / (float)(k * k)) : sum / (float)cnt;
             bad |= bits(ya[o]) != bits(want);
+            /* the backward: each output's share added to its cells in the outputs' order */
+            const float g = dy[o] * (count_pad ? 1.0f / (float)(k * k) : 1.0f / (float)cnt);
+            for (int64_t iy = oy * st - pd; iy < oy * st - pd + k; iy++)
+              for (int64_t ix = ox * st - pd; ix < ox * st - pd + k; ix++)
+                if (iy >= 0 && iy < h && ix >= 0 && ix < w) want_dxa[p * h * w + iy * w + ix] += g;
           } else {
             bad |= am[o] != at || bits(y[o]) != bits(xp[at]);
             want_dx[p * h * w + at] += dy[o];
@@ -240,7 +249,7 @@ static void check_pool(gp_backend *be, int64_t h, int64_t w, int64_t k, int64_t 
         }
   }
   for (size_t i = 0; i < in && !bad; i++)
-    bad |= dx[i] != want_dx[i];
+    bad |= dx[i] != want_dx[i] || bits(dxa[i]) != bits(want_dxa[i]);
   CHECK(!bad,
         "pooling %lldx%lld, window %lld stride %lld padding %lld%s: max (forward, argmax, "
         "backward) or average differs from a scan of each window",
@@ -252,6 +261,8 @@ static void check_pool(gp_backend *be, int64_t h, int64_t w, int64_t k, int64_t 
   free(dy);
   free(dx);
   free(want_dx);
+  free(dxa);
+  free(want_dxa);
   free(am);
 }
 
@@ -322,6 +333,8 @@ int main(void) {
   }
   check_pool(be, 9, 17, 4, 3, 2, 0);
   check_pool(be, 4, 4, 3, 1, 0, 0);
+  check_pool(be, 8, 23, 5, 1, 2, 1);
+  check_pool(be, 6, 13, 2, 1, 0, 0);
   be->destroy(be);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
