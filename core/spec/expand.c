@@ -370,7 +370,9 @@ static gp_status parse_repeat(gp_sp_ctx *c, const gp_ynode *e, int64_t *out) {
   return GP_OK;
 }
 
-static gp_status new_unit(gp_sp_ctx *c, const char *name, int64_t repeat, int64_t r) {
+/* A top-level unit named after entry e (name, or the unit's number; copy r of repeat). */
+static gp_status new_unit(gp_sp_ctx *c, const gp_ynode *e, const char *name, int64_t repeat,
+                          int64_t r) {
   gp_model *m = c->m;
   int u = m->n_units;
   if (u == c->unit_cap) {
@@ -379,9 +381,15 @@ static gp_status new_unit(gp_sp_ctx *c, const char *name, int64_t repeat, int64_
     if (uf) m->unit_first = uf;
     char **un = realloc(m->unit_names, (size_t)cap * sizeof *un);
     if (un) m->unit_names = un;
-    if (!uf || !un) return gp_sp_nomem();
+    int *ul = realloc(c->unit_loc, (size_t)cap * 2 * sizeof *ul);
+    if (ul) c->unit_loc = ul;
+    if (!uf || !un || !ul) return gp_sp_nomem();
     c->unit_cap = cap;
   }
+  const gp_ypair *np = gp_sp_get(e, "name");
+  const gp_ynode *at = np ? np->val : e;
+  c->unit_loc[2 * u] = at->line;
+  c->unit_loc[2 * u + 1] = at->col;
   char buf[GP_SPEC_NAME + 24];
   if (name && repeat > 1)
     snprintf(buf, sizeof buf, "%s.%lld", name, (long long)r);
@@ -431,7 +439,7 @@ static gp_status expand_entry(gp_sp_ctx *c, const gp_ynode *raw, const gp_sp_env
     char *path;
     int unit = sc->unit;
     if (!sc->block) {
-      GP_TRY(new_unit(c, name, repeat, r));
+      GP_TRY(new_unit(c, e, name, repeat, r));
       unit = m->n_units - 1;
       path = m->unit_names[unit];
     } else {
@@ -661,13 +669,14 @@ static gp_status check_paths(gp_sp_ctx *c) {
   char **pn = NULL;
   int npn = 0;
   for (int i = 0; i < m->n_units && s == GP_OK; i++) {
-    int r = gp_sp_map_put(&seen, m->unit_names[i], m->unit_first[i], NULL);
+    int first = 0, r = gp_sp_map_put(&seen, m->unit_names[i], i, &first);
     if (r < 0)
       s = gp_sp_nomem();
     else if (r > 0)
-      s = gp_sp_err(c, m->nodes[m->unit_first[i]].line, m->nodes[m->unit_first[i]].col,
-                    "unit name '%s' is used twice; names at the top level must be unique",
-                    m->unit_names[i]);
+      s = gp_sp_err(c, c->unit_loc[2 * i], c->unit_loc[2 * i + 1],
+                    "unit name '%s' is used twice (first at line %d); names at the top level "
+                    "must be unique",
+                    m->unit_names[i], c->unit_loc[2 * first]);
   }
   gp_sp_map_free(&seen);
   if (s == GP_OK && !(pn = calloc((size_t)m->n_nodes * (GP_MAX_PARAMS + 1), sizeof *pn)))

@@ -104,8 +104,9 @@ typedef struct gp_sp_ctx {
   const gp_sp_block *stack[GP_SP_MAX_DEPTH]; /* blocks being expanded, outermost first */
   int depth;
   gp_model *m;
-  int node_cap; /* capacity of m->nodes */
-  int unit_cap; /* capacity of m->unit_names (unit_first has one more) */
+  int node_cap;  /* capacity of m->nodes */
+  int unit_cap;  /* capacity of m->unit_names (unit_first has one more) */
+  int *unit_loc; /* per unit: line and column of its entry (of its name: where given) */
 } gp_sp_ctx;
 
 /* ---- errors (GP_ERR_SPEC "file:line:col: what") ---- */

@@ -108,6 +108,7 @@ static gp_status load(const char *text, size_t len, const char *file, const gp_o
   if (s == GP_ERR_SPEC) s = name_the_set(&c, s);
   gp_sp_tree_free(&c);
   gp_sp_map_free(&c.block_ix);
+  free(c.unit_loc);
   gp_sp_arena_free(&c.tmp);
   gp_sp_arena_free(&c.perm);
   if (s != GP_OK) {

@@ -383,12 +383,17 @@ static const bad cases[] = {
      H "layers:\n  - {type: relu, name: a}\n  - {type: relu, name: a}\n"
        "  - {type: linear, out_features: 3}\n" LOSS,
      GP_ERR_SPEC,
-     {"t.yaml:4:5: ", "unit name 'a' is used twice"}},
+     {"t.yaml:4:24: ", "unit name 'a' is used twice (first at line 3)"}},
+    {"duplicate block unit name: the second entry's name, not the block's layer",
+     H "blocks: {b: {layers: [{type: relu}]}}\nlayers:\n  - {block: b, name: x}\n"
+       "  - {block: b, name: x}\n  - {type: linear, out_features: 3}\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:5:22: ", "unit name 'x' is used twice (first at line 4)"}},
     {"name equal to a unit index",
      H "layers:\n  - {type: relu}\n  - {type: relu, name: '0'}\n"
        "  - {type: linear, out_features: 3}\n" LOSS,
      GP_ERR_SPEC,
-     {"t.yaml:4:5: ", "unit name '0' is used twice"}},
+     {"t.yaml:4:24: ", "unit name '0' is used twice"}},
     {"duplicate path in a block",
      H "blocks: {b: {layers: [{type: relu, name: '1'}, {type: relu}]}}\n"
        "layers: [{block: b}, {type: linear, out_features: 3}]\n" LOSS,
