@@ -125,6 +125,8 @@ typedef struct gp_layer_type {
   int forward_in_place;
   /* 1: backward never reads `out` (a consumer may overwrite it in place). */
   int backward_ignores_out;
+  /* 1: a loss (the model file's `loss:`, which takes only these; `layers:` takes the others). */
+  int is_loss;
   /* Optional: floats of non-persistent accumulator state at l->stats (batchnorm). */
   int64_t (*stats_floats)(const gp_layer *l);
   /* Optional: once per mini-batch after all backwards (apply deferred running stats). */

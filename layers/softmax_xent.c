@@ -185,6 +185,7 @@ static gp_status xent_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, con
 
 const gp_layer_type gp_layer_softmax_cross_entropy = {
     .name = "softmax_cross_entropy",
+    .is_loss = 1,
     .min_inputs = 2,
     .max_inputs = 2,
     .conf_size = sizeof(xent_conf),

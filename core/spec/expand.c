@@ -41,6 +41,7 @@ typedef struct scope {
 
 static const char *const entry_keys[] = {"name", "from", "repeat", "type", NULL};
 static const char *const block_entry_keys[] = {"block", "name", "from", "repeat", NULL};
+static const char *const loss_keys[] = {"type", "from", NULL};
 
 static gp_status expand_scope(gp_sp_ctx *c, const gp_ynode *entries, const gp_sp_env *env,
                               scope *sc);
@@ -161,6 +162,23 @@ static gp_status find_type(gp_sp_ctx *c, const gp_ynode *tn, const gp_layer_type
   return gp_sp_err(c, tn->line, tn->col, "unknown layer type '%s'", tn->s);
 }
 
+/* A loss type under loss:, any other type under layers: (or in a block). */
+static gp_status check_role(gp_sp_ctx *c, const gp_ynode *tn, const gp_layer_type *t, int as_loss) {
+  if (t->is_loss && !as_loss)
+    return gp_sp_err(c, tn->line, tn->col,
+                     "%s is a loss: it goes under loss:, not among the layers", t->name);
+  if (t->is_loss || !as_loss) return GP_OK;
+  char losses[256] = "";
+  for (const char *const *n = gp_layer_type_names(); n && *n; n++) {
+    const gp_layer_type *lt = gp_layer_type_find(*n);
+    if (!lt || !lt->is_loss) continue;
+    size_t at = strlen(losses);
+    snprintf(losses + at, sizeof losses - at, "%s%s", at ? ", " : "", *n);
+  }
+  return gp_sp_err(c, tn->line, tn->col, "loss: '%s' is not a loss (the losses: %s)", t->name,
+                   losses);
+}
+
 /* One layer from entry e (parameters already substituted); its output tensor in *out. */
 static gp_status make_layer(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *tn,
                             const char *const *structural, const int *in, int n_in,
@@ -168,6 +186,7 @@ static gp_status make_layer(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *tn,
   gp_model *m = c->m;
   const gp_layer_type *t;
   GP_TRY(find_type(c, tn, &t));
+  GP_TRY(check_role(c, tn, t, structural == loss_keys));
   gp_node *nd = NULL;
   GP_TRY(new_node(c, e, &nd));
   gp_layer *l = &nd->layer;
@@ -589,7 +608,6 @@ static gp_status parse_blocks(gp_sp_ctx *c, const gp_ynode *root) {
 
 /* The loss: the last node, in the last unit, path "loss". */
 static gp_status make_loss(gp_sp_ctx *c, const gp_ynode *root, scope *top) {
-  static const char *const loss_keys[] = {"type", "from", NULL};
   gp_model *m = c->m;
   const gp_ypair *lp = gp_sp_get(root, "loss");
   if (!lp)
