@@ -146,7 +146,10 @@ static gp_status per_stage(const char *flag, const char *text, int k, int is_siz
   for (int i = 0; i < n; i++) {
     char *end;
     double v = 0;
-    int ok = is_size ? gp_args_bytes(f[i], &v) : (v = strtod(f[i], &end), end != f[i] && !*end);
+    /* a speed is decimal: no leading space or sign, no hexadecimal float */
+    int ok = is_size ? gp_args_bytes(f[i], &v)
+                     : (isdigit((unsigned char)f[i][0]) || f[i][0] == '.') &&
+                           !strpbrk(f[i], "xX") && (v = strtod(f[i], &end), end != f[i] && !*end);
     if (!ok || !isfinite(v) || v <= 0 || (!is_size && (v < 1e-3 || v > 1e3)))
       return is_size ? GP_ERR(GP_ERR_USAGE,
                               "%s: cannot read '%s' as a size (like 16GiB, 512MiB, 1.5GB or "

@@ -66,6 +66,7 @@ static int parse_num(const char *s, num *out) {
     out->i = v;
     return 1;
   }
+  if (strpbrk(s, "xX")) return 0; /* strtod's hexadecimal floats: decimal only */
   double f = strtod(s, &end);
   if (end == s || *end || !isfinite(f)) return 0;
   out->is_float = 1;

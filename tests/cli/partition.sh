@@ -184,6 +184,9 @@ refuse "--speeds: expected a speed relative to 1, from 0.001 to 1000, got 'x'" -
   --speeds 1,x
 refuse "--speeds: .*got '1e-300'" --stages 2 --speeds 1e-300
 refuse "--memory-limit: cannot read '1.5' as a size" --stages 2 --memory-limit 1.5
+refuse "--memory-limit: cannot read '0x10' as a size" --stages 2 --memory-limit 0x10
+refuse "--speeds: .*got '0x1'" --stages 2 --speeds 1,0x1
+refuse "--speeds: .*got ' 2'" --stages 2 --speeds '1, 2'
 refuse "--batch-size: at most 16777216, got '16777217'" --batch-size 16777217
 refuse "cannot be split into 500 micro-batches" --stages 2 --micro-batches 500
 refuse "^gpipe-partition: --speeds: 2 values for 1 stage \\(" --stages 1 --speeds 1,2 # "1 stages"

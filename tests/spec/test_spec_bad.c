@@ -191,6 +191,16 @@ static const bad cases[] = {
      H LIN LOSS "train: {optimizer: {lr: ' 0.5'}}\n",
      GP_ERR_SPEC,
      {"t.yaml:4:", "lr: expected a number, got ' 0.5'"}},
+    {"hexadecimal float",
+     H LIN LOSS "train: {optimizer: {lr: 0x1p-4}}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:4:", "lr: expected a number, got '0x1p-4'"}},
+    {"hexadecimal float in an expression",
+     "inputs: {x: [4], label: {shape: [], dtype: i32}}\n"
+     "blocks: {b: {params: {p: ~}, layers: [{type: dropout, p: '${p}'}]}}\n"
+     "layers: [{block: b, p: 0x1p-2}, {type: linear, out_features: 3}]\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:", "0x1p-2"}},
     {"dimension with a plus sign",
      "inputs: {x: ['+4']}\n" LIN LOSS,
      GP_ERR_SPEC,
