@@ -1,6 +1,7 @@
 /* gpipe-train: trains and evaluates a model file. The only place (with the other programs)
  * that prints for users and chooses exit codes: 0 ok, 2 bad model file or usage, 1 failure,
  * 128 + the signal when SIGINT or SIGTERM stopped it. */
+#include <ctype.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -178,8 +179,9 @@ static gp_status parse_list(const char *flag, const char *text, int max, int *ou
   const char *p = text;
   while (*p) {
     char *end;
-    long v = strtol(p, &end, 10);
-    if (end == p || v < 1 || v > 1000000 || (*end && *end != ',') || *n >= max)
+    long v = strtol(p, &end, 10); /* digits only: no " 2", "+2", empty item or trailing comma */
+    if (!isdigit((unsigned char)*p) || end == p || v < 1 || v > 1000000 ||
+        (*end && (*end != ',' || !end[1])) || *n >= max)
       return GP_ERR(GP_ERR_USAGE, "%s: expected positive integers separated by commas, got '%s'",
                     flag, text);
     out[(*n)++] = (int)v;
@@ -223,7 +225,8 @@ static gp_status apply_pipeline_flags(gp_pipeline_spec *ps) {
     const char *p = flags[F_DEVICES].s;
     while (*p) {
       size_t len = strcspn(p, ",");
-      if (len == 0 || len >= sizeof ps->devices[0] || ps->n_devices >= GP_MAX_DEVICES)
+      if (len == 0 || len >= sizeof ps->devices[0] || ps->n_devices >= GP_MAX_DEVICES ||
+          (p[len] == ',' && !p[len + 1]))
         return GP_ERR(GP_ERR_USAGE,
                       "--devices: expected names like cpu or cuda:0 separated by "
                       "commas, got '%s'",

@@ -38,6 +38,15 @@ expect 2 "--checkpoint-every needs --checkpoint-dir" -- "$good" --checkpoint-eve
 # integers past what the programs hold are refused, not wrapped (4294967297 was 1)
 expect 2 "--threads: at most 1024, got '4294967297'" -- "$good" --threads 4294967297
 expect 2 "--stages: at most 2147483647" -- "$good" --stages 4294967298
+# list flags read their items as strictly as single integers and names
+for b in +2,3 ' 2,3' 2,3, 2,,3; do
+  expect 2 "--balance: expected positive integers separated by commas, got '${b/+/[+]}'" -- "$good" \
+    --stages 2 --balance "$b"
+done
+for d in cpu, ,cpu cpu,,cpu; do
+  expect 2 "--devices: expected names like cpu or cuda:0 separated by commas, got '$d'" -- \
+    "$good" --stages 2 --devices "$d"
+done
 expect 2 "--steps: expected an integer >= 1, got '\+2'" -- "$good" --steps +2
 # files written to a temporary name and renamed are not renamed over a FIFO or a device (as
 # root that replaced /dev/full); through a symbolic link they land in its target
