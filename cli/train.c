@@ -2,6 +2,7 @@
  * that prints for users and chooses exit codes: 0 ok, 2 bad model file or usage, 1 failure,
  * 128 + the signal when SIGINT or SIGTERM stopped it. */
 #include <ctype.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -287,6 +288,8 @@ static gp_status check_files(const gp_model *m) {
   static const int late[] = {F_SAVE, F_TRACE, F_TRANSLATIONS};
   for (int i = 0; i < 3; i++)
     if (flags[late[i]].given) GP_TRY(gp_args_output_ok(&flags[late[i]], 1, &out_stale));
+  /* the log is written in place (appended to on --resume): checked, left as it was */
+  if (flags[F_LOG].given) GP_TRY(gp_args_output_ok(&flags[F_LOG], 0, NULL));
   return GP_OK;
 }
 
@@ -611,7 +614,7 @@ static gp_status train(run *r) {
   if (flags[F_LOG].given && r->t.step)
     GP_TRY(gp_progress_log_resume(flags[F_LOG].s, r->t.step, &r->log, &log_dropped));
   else if (flags[F_LOG].given && !(r->log = fopen(flags[F_LOG].s, "w")))
-    return GP_ERR(GP_ERR_IO, "%s: cannot open the log for writing", flags[F_LOG].s);
+    return GP_ERR(GP_ERR_IO, "--log %s: cannot write: %s", flags[F_LOG].s, strerror(errno));
   if (!r->sq) {
     gp_shape sample = gp_loader_sample_shape(r->train);
     int64_t per = gp_shape_numel(&sample);

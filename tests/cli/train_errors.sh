@@ -104,6 +104,11 @@ fi
 expect 1 "^gpipe-train: --trace .*/nowhere/t.json: cannot write: No such file or directory$" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cknew2" --trace "$tmp/nowhere/t.json"
 [ -e "$tmp/cknew2" ] && { failed=$((failed+1)); echo "FAIL: a refused run left its new folder"; }
+# the log is an output like the others: checked before any work, the new folder taken away
+expect 1 "^gpipe-train: --log .*/nowhere/l.jsonl: cannot write: No such file or directory$" \
+  -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cklog" --log "$tmp/nowhere/l.jsonl"
+[ -e "$tmp/cklog" ] && { failed=$((failed+1)); echo "FAIL: a refused --log left its new folder"; }
+expect 1 "^gpipe-train: --log .*: is a directory$" -- "$good" --data synthetic --steps 1 --log "$tmp"
 expect 2 "^gpipe-train: --save .*cknew3/checkpoint.safetensors: --checkpoint-dir writes that file too" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cknew3" \
   --save "$tmp/cknew3/checkpoint.safetensors"
