@@ -18,7 +18,25 @@ static char *dup_str(const char *s) {
   return d;
 }
 
-/* "models/fashion-cnn.yaml" -> "fashion-cnn" */
+/* Bytes of the valid UTF-8 sequence at p (RFC 3629: no overlong forms, no surrogates, at most
+ * U+10FFFF), 0 where none starts. */
+static int utf8_len(const unsigned char *p) {
+  if (p[0] < 0x80) return 1;
+  int n = p[0] >= 0xC2 && p[0] <= 0xDF   ? 2
+          : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
+          : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4
+                                         : 0;
+  unsigned lo = p[0] == 0xE0 ? 0xA0 : p[0] == 0xF0 ? 0x90 : 0x80;
+  unsigned hi = p[0] == 0xED ? 0x9F : p[0] == 0xF4 ? 0x8F : 0xBF;
+  for (int i = 1; i < n; i++)
+    if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xBF)) return 0;
+  return n;
+}
+
+/* "models/fashion-cnn.yaml" -> "fashion-cnn": the file's name without .yaml, cut to n - 1 bytes,
+ * with each byte that is a control character or not part of valid UTF-8 (a Latin-1 name, a
+ * character the cut split) as '_', so that the JSON, tables and plans that carry it stay valid
+ * text. */
 static void name_from_file(const char *file, char *out, size_t n) {
   const char *base = strrchr(file, '/');
   base = base ? base + 1 : file;
@@ -26,8 +44,14 @@ static void name_from_file(const char *file, char *out, size_t n) {
   char *dot = strrchr(out, '.');
   if (dot && dot != out && (!strcmp(dot, ".yaml") || !strcmp(dot, ".yml"))) *dot = 0;
   if (!*out) snprintf(out, n, "model");
-  for (char *p = out; *p; p++) /* as name: allows none (a line break split the plan's lines) */
-    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '_';
+  for (unsigned char *p = (unsigned char *)out; *p;) {
+    int len = utf8_len(p);
+    /* control characters: as name: allows none (a line break would split a plan's lines) */
+    if (len == 0 || *p < 0x20 || *p == 0x7f)
+      *p++ = '_';
+    else
+      p += len;
+  }
 }
 
 static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {

@@ -192,6 +192,26 @@ static void test_defaults(void) {
   } else {
     CHECK(0, "a control character in the file name: %s", gp_error_message());
   }
+  /* and it is valid UTF-8 (JSON, plans): a Latin-1 byte, a character the 63-byte cut splits */
+  static const struct {
+    const char *file, *name;
+  } u8[] = {
+      {"d/m\xffx.yaml", "m_x"},
+      {"d/caf\xc3\xa9.yaml", "caf\xc3\xa9"},
+      {"d/\xed\xa0\x80s.yaml", "___s"}, /* a surrogate */
+      {"d/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9\xc3\xa9.yaml",
+       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa_"},
+  };
+  for (size_t i = 0; i < sizeof u8 / sizeof u8[0]; i++) {
+    if (gp_model_load_string(MIN_HEAD "layers: [{type: linear, out_features: 3}]\n"
+                                      "loss: softmax_cross_entropy\n",
+                             u8[i].file, NULL, 0, &m) != GP_OK) {
+      CHECK(0, "name from %s: %s", u8[i].file, gp_error_message());
+      continue;
+    }
+    CHECK(!strcmp(m->name, u8[i].name), "name from %s: '%s'", u8[i].file, m->name);
+    gp_model_free(m);
+  }
   m = gp_t_load("adamw settings",
                 MIN_HEAD
                 "layers: [{type: linear, out_features: 3}]\nloss: softmax_cross_entropy\n"
