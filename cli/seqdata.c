@@ -535,3 +535,9 @@ gp_status gp_seqdata_evaluate(gp_seqdata *d, gp_trainer *t, int final, const cha
   out->decode_s = gp_now() - t0;
   return GP_OK;
 }
+
+gp_status gp_data_error_at(const gp_model *m, gp_status s) {
+  if (s != GP_ERR_SPEC || strncmp(gp_error_message(), "data.", 5) != 0) return s;
+  if (!m->data.line) return gp_error_prefix(s, "%s: ", m->file);
+  return gp_error_prefix(s, "%s:%d:%d: ", m->file, m->data.line, m->data.col);
+}

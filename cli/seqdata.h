@@ -14,6 +14,10 @@ typedef struct gp_seqdata gp_seqdata;
  * the labels, found in *out. Otherwise an error in user terms naming m's file and inputs;
  * `data` says what feeds them ("synthetic data"). */
 gp_status gp_data_input(const gp_model *m, const char *data, const gp_model_input **out);
+/* s, and where it is an error in the data section that opening the data found (GP_ERR_SPEC:
+ * "data.path: set it ..."), its message located at that section ("m.yaml:30:3: "), as the
+ * errors found when the file is read are. */
+gp_status gp_data_error_at(const gp_model *m, gp_status s);
 
 /* Reads path/{train,<eval_split>,test}.LANG.ids of m's data section (synthetic: random
  * pairs of the model's lengths and vocabulary, 16 batches for training and 2 for each

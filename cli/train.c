@@ -340,7 +340,8 @@ static gp_status apply_flags(gp_model *m) {
 /* A sequence model's data; --translations needs a translation model on real text. */
 static gp_status open_seqdata(run *r, int synthetic) {
   gp_model *m = r->m;
-  GP_TRY(gp_seqdata_open(m, synthetic, m->train.seed, m->train.batch_size, &r->sq));
+  GP_TRY(gp_data_error_at(
+      m, gp_seqdata_open(m, synthetic, m->train.seed, m->train.batch_size, &r->sq)));
   if (!flags[F_TRANSLATIONS].given || gp_seqdata_translates(r->sq)) return GP_OK;
   if (synthetic || m->data.dataset == GP_DATA_SYNTHETIC)
     return GP_ERR(GP_ERR_USAGE,
@@ -367,11 +368,13 @@ static gp_status open_data(run *r) {
                                     &r->test);
   }
   if (m->data.dataset == GP_DATA_NONE)
-    return GP_ERR(GP_ERR_SPEC, "%s: the model file has no data section (or use --data synthetic)",
+    return GP_ERR(GP_ERR_SPEC,
+                  "%s: the model file names no dataset to train on (data.dataset is none or "
+                  "not given); name one, or use --data synthetic",
                   m->file);
   GP_TRY(gp_data_input(m, "an image dataset", &xi));
-  GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, seed, NULL, &r->train));
-  GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TEST, seed, NULL, &r->test));
+  GP_TRY(gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TRAIN, seed, NULL, &r->train)));
+  GP_TRY(gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TEST, seed, NULL, &r->test)));
   gp_shape ds = gp_loader_sample_shape(r->train);
   char a[96], c[96];
   if (!gp_shape_equal(&ds, &xi->shape))

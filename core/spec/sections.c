@@ -181,6 +181,8 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, const gp_model
   d->shuffle_buffer = 2048;
   d->image_size = 224;
   if (!sec) return GP_OK;
+  d->line = sec->line;
+  d->col = sec->col;
   gp_cfg *cfg;
   GP_TRY(gp_sp_cfg_of(c, sec, nested, &cfg));
   int ds = 0;

@@ -78,6 +78,9 @@ typedef struct gp_data_spec {
   char source[16], target[16], vocab_file[512], eval_split[16];
   int64_t pad_id, bos_id, eos_id, bleu_samples;
   double decode_len_a, decode_len_b;
+  /* Where the file's data section is (line 0: it has none), for the errors in it that only
+   * opening the data finds (CIFAR without a path): gp_data_error_at (cli/seqdata.h). */
+  int line, col;
 } gp_data_spec;
 
 typedef enum gp_optim_kind { GP_OPT_SGD, GP_OPT_ADAMW, GP_OPT_RMSPROP } gp_optim_kind;

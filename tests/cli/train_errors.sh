@@ -104,6 +104,11 @@ fi
 expect 1 "^gpipe-train: --trace .*/nowhere/t.json: cannot write: No such file or directory$" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cknew2" --trace "$tmp/nowhere/t.json"
 [ -e "$tmp/cknew2" ] && { failed=$((failed+1)); echo "FAIL: a refused run left its new folder"; }
+expect 2 "fashion-mlp.yaml: the model file names no dataset to train on \(data.dataset is none" \
+  -- "$good" --set data.dataset=none --steps 1
+# what only opening the data finds is located at the data section like any model-file error
+expect 2 "resnet20-cifar.yaml:[0-9]+:[0-9]+: data.path: set it to the directory with cifar-10" \
+  -- "$srcdir/models/resnet20-cifar.yaml" --steps 1
 # the log is an output like the others: checked before any work, the new folder taken away
 expect 1 "^gpipe-train: --log .*/nowhere/l.jsonl: cannot write: No such file or directory$" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cklog" --log "$tmp/nowhere/l.jsonl"
