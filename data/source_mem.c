@@ -206,10 +206,16 @@ gp_status gp_source_open_synthetic(const gp_shape *sample, int64_t classes, int6
   *out = NULL;
   char buf[128];
   int64_t numel = 0;
-  if (sample->ndim < 1 || sample->ndim > GP_MAX_DIMS ||
-      gp_shape_numel_checked(sample, SYNTH_MAX_NUMEL, &numel) != GP_OK)
-    return GP_ERR(GP_ERR_USAGE, "synthetic data: invalid sample shape %s",
-                  gp_shape_str(sample, buf, sizeof buf));
+  if (sample->ndim < 1 || sample->ndim > GP_MAX_DIMS)
+    return GP_ERR(
+        GP_ERR_USAGE,
+        "synthetic data: the input's shape is %s, but it makes samples of 1 to %d dimensions",
+        gp_shape_str(sample, buf, sizeof buf), GP_MAX_DIMS);
+  if (gp_shape_numel_checked(sample, SYNTH_MAX_NUMEL, &numel) != GP_OK)
+    return GP_ERR(GP_ERR_USAGE,
+                  "synthetic data: the input's shape %s has more values than the %lld it makes a "
+                  "sample of at most",
+                  gp_shape_str(sample, buf, sizeof buf), (long long)SYNTH_MAX_NUMEL);
   if (classes < 1 || classes > INT32_MAX)
     return GP_ERR(GP_ERR_USAGE, "synthetic data: %lld classes, expected 1..%d", (long long)classes,
                   INT32_MAX);

@@ -106,6 +106,9 @@ expect 1 "^gpipe-train: --trace .*/nowhere/t.json: cannot write: No such file or
 [ -e "$tmp/cknew2" ] && { failed=$((failed+1)); echo "FAIL: a refused run left its new folder"; }
 expect 2 "fashion-mlp.yaml: the model file names no dataset to train on \(data.dataset is none" \
   -- "$good" --set data.dataset=none --steps 1
+printf 'inputs: {image: [], label: {shape: [], dtype: i32}}\ndata: {dataset: synthetic}\nlayers: [{type: flatten}, {type: linear, out_features: 3}]\nloss: softmax_cross_entropy\n' >"$tmp/scalar.yaml"
+expect 2 "synthetic data: the input's shape is \[\], but it makes samples of 1 to 8 dimensions" \
+  -- "$tmp/scalar.yaml" --steps 1
 # what only opening the data finds is located at the data section like any model-file error
 expect 2 "resnet20-cifar.yaml:[0-9]+:[0-9]+: data.path: set it to the directory with cifar-10" \
   -- "$srcdir/models/resnet20-cifar.yaml" --steps 1
