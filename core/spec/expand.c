@@ -17,6 +17,7 @@ struct gp_sp_block {
   const char *inputs[GP_MAX_INPUTS];
   int n_inputs;
   const gp_ynode *output; /* scalar or NULL */
+  int used;               /* expanded at least once (else check_unused_blocks reads it) */
 };
 
 typedef struct def {
@@ -238,7 +239,7 @@ static gp_status make_layer(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *tn,
   return GP_OK;
 }
 
-static const gp_sp_block *find_block(gp_sp_ctx *c, const gp_ynode *bn) {
+static gp_sp_block *find_block(gp_sp_ctx *c, const gp_ynode *bn) {
   int i;
   return gp_sp_map_get(&c->block_ix, bn->s, &i) ? &c->blocks[i] : NULL;
 }
@@ -255,6 +256,17 @@ static gp_status unknown_block(gp_sp_ctx *c, const gp_ynode *bn) {
                        c->n_blocks ? "" : " (the file has no blocks: section)");
   free(names);
   return s;
+}
+
+/* The chain "a -> b -> a" of the blocks stack[from..n) and b, for a block that uses itself. */
+static void chain_str(const gp_sp_block *const *stack, int from, int n, const gp_sp_block *b,
+                      char *out, size_t size) {
+  *out = 0;
+  for (int j = from; j < n; j++) {
+    strncat(out, stack[j]->name, size - strlen(out) - 1);
+    strncat(out, " -> ", size - strlen(out) - 1);
+  }
+  strncat(out, b->name, size - strlen(out) - 1);
 }
 
 /* The parameters of one instance: the call's values, else the defaults (which may use the
@@ -317,16 +329,13 @@ static gp_status bind_params(gp_sp_ctx *c, const gp_sp_block *b, const gp_ynode 
 static gp_status make_block(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *bn, const int *in,
                             int n_in, const char *path, int unit, int *out) {
   GP_TRY(gp_sp_want(c, bn, GP_Y_SCALAR, "block"));
-  const gp_sp_block *b = find_block(c, bn);
+  gp_sp_block *b = find_block(c, bn);
   if (!b) return unknown_block(c, bn);
+  b->used = 1;
   for (int i = 0; i < c->depth; i++)
     if (c->stack[i] == b) {
-      char chain[512] = "";
-      for (int j = i; j < c->depth; j++) {
-        strncat(chain, c->stack[j]->name, sizeof chain - strlen(chain) - 1);
-        strncat(chain, " -> ", sizeof chain - strlen(chain) - 1);
-      }
-      strncat(chain, b->name, sizeof chain - strlen(chain) - 1);
+      char chain[512];
+      chain_str(c->stack, i, c->depth, b, chain, sizeof chain);
       return gp_sp_err(c, bn->line, bn->col, "block '%s' uses itself (%s); blocks cannot recurse",
                        b->name, chain);
     }
@@ -663,6 +672,57 @@ static gp_status make_loss(gp_sp_ctx *c, const gp_ynode *root, scope *top) {
   return GP_OK;
 }
 
+/* Not a parameter ($p) or an expression (${...}): the same in every instance. */
+static int is_literal(const gp_ynode *v) {
+  return v->kind == GP_Y_SCALAR && v->s[0] != '$' && !strstr(v->s, "${");
+}
+
+/* A block no entry uses is never expanded, so nothing that depends on its parameters is read
+ * (settings, shapes, from:); what does not is checked all the same: its entries' layer types
+ * and the blocks they name, and that it does not use itself. stack[0..depth) are the blocks
+ * being walked, done[] the ones walked already. */
+static gp_status check_unused(gp_sp_ctx *c, gp_sp_block *b, const gp_sp_block **stack, int depth,
+                              unsigned char *done) {
+  if (depth >= GP_SP_MAX_DEPTH)
+    return gp_sp_err(c, b->line, b->col, "blocks nested more than %d deep", GP_SP_MAX_DEPTH);
+  stack[depth] = b;
+  const gp_ynode *ls = b->layers;
+  for (int i = 0; ls && ls->kind == GP_Y_SEQ && i < ls->n; i++) {
+    const gp_ynode *e = ls->items[i];
+    if (e->kind != GP_Y_MAP) continue;
+    const gp_ypair *tp = gp_sp_get(e, "type"), *bp = gp_sp_get(e, "block");
+    if (tp && is_literal(tp->val)) {
+      const gp_layer_type *t;
+      GP_TRY(find_type(c, tp->val, &t));
+      GP_TRY(check_role(c, tp->val, t, 0));
+    }
+    if (!bp || !is_literal(bp->val)) continue;
+    gp_sp_block *u = find_block(c, bp->val);
+    if (!u) return unknown_block(c, bp->val);
+    for (int j = 0; j <= depth; j++)
+      if (stack[j] == u) {
+        char chain[512];
+        chain_str(stack, j, depth + 1, u, chain, sizeof chain);
+        return gp_sp_err(c, bp->val->line, bp->val->col,
+                         "block '%s' uses itself (%s); blocks cannot recurse", u->name, chain);
+      }
+    if (!u->used && !done[u - c->blocks]) GP_TRY(check_unused(c, u, stack, depth + 1, done));
+  }
+  done[b - c->blocks] = 1;
+  return GP_OK;
+}
+
+static gp_status check_unused_blocks(gp_sp_ctx *c) {
+  const gp_sp_block *stack[GP_SP_MAX_DEPTH];
+  unsigned char *done = calloc((size_t)c->n_blocks + 1, 1);
+  if (!done) return gp_sp_nomem();
+  gp_status s = GP_OK;
+  for (int i = 0; i < c->n_blocks && s == GP_OK; i++)
+    if (!c->blocks[i].used && !done[i]) s = check_unused(c, &c->blocks[i], stack, 0, done);
+  free(done);
+  return s;
+}
+
 /* Sets each node's `trains`: a trainable parameter of its own, or an input that trains. A
  * gradient is computed only for such tensors, so after a parameter-free layer on a model input
  * (flatten, pad) the next layer skips its input gradient, as it would on the input itself. */
@@ -744,6 +804,7 @@ gp_status gp_sp_expand(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
   gp_sp_mark mark = gp_sp_get_mark(&c->tmp);
   if (s == GP_OK) s = expand_scope(c, lp->val, NULL, &top);
   if (s == GP_OK) s = make_loss(c, root, &top);
+  if (s == GP_OK) s = check_unused_blocks(c);
   gp_sp_release(&c->tmp, mark);
   free(top.defs);
   gp_sp_map_free(&top.latest);

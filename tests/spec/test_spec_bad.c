@@ -424,6 +424,23 @@ static const bad cases[] = {
      {"t.yaml:3:7: ", "layer path 'loss' is used twice"}},
 
     /* ---- blocks ---- */
+    {"unused block: unknown layer type",
+     H "blocks: {b: {layers: [{type: nonsense}]}}\n" LIN LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:2:30: ", "unknown layer type 'nonsense'"}},
+    {"unused block: unknown block",
+     H "blocks: {b: {layers: [{block: zzz}]}}\n" LIN LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:2:", "unknown block 'zzz'"}},
+    {"unused blocks that use each other",
+     H "blocks: {a: {layers: [{block: b}]}, b: {layers: [{block: a}]}}\n" LIN LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:2:", "block 'a' uses itself (a -> b -> a)"}},
+    {"unused block: a loss among its layers",
+     H "blocks: {b: {layers: [{type: softmax_cross_entropy}]}}\n" LIN LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:2:", "softmax_cross_entropy is a loss"}},
+
     {"unknown block",
      H "blocks: {conv_bn: {layers: [{type: relu}]}}\n"
        "layers: [{block: convbn}]\n" LOSS,

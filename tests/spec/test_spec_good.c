@@ -192,6 +192,16 @@ static void test_defaults(void) {
   } else {
     CHECK(0, "a control character in the file name: %s", gp_error_message());
   }
+  /* a block no entry uses: what depends on its parameters is not read (nothing to read it with) */
+  if (gp_model_load_string(MIN_HEAD "blocks: {u: {params: {c: ~, t: relu}, layers: [\n"
+                                    "  {type: conv2d, out_channels: $c, kernel: '${c // 0}'},\n"
+                                    "  {type: $t, from: nowhere}]}}\n"
+                                    "layers: [{type: linear, out_features: 3}]\n"
+                                    "loss: softmax_cross_entropy\n",
+                           "t.yaml", NULL, 0, &m) == GP_OK)
+    gp_model_free(m);
+  else
+    CHECK(0, "an unused block with parameters: %s", gp_error_message());
   /* and it is valid UTF-8 (JSON, plans): a Latin-1 byte, a character the 63-byte cut splits */
   static const struct {
     const char *file, *name;
