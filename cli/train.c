@@ -333,6 +333,13 @@ static gp_status apply_flags(gp_model *m) {
   int made = 0;
   if (flags[F_CKPT_DIR].given) GP_TRY(gp_ckpt_dir_claim(flags[F_CKPT_DIR].s, &ckpt_stale, &made));
   gp_status s = check_files(m);
+  if (s == GP_OK && flags[F_RESUME].given) {
+    char ck[PATH_MAX];
+    snprintf(ck, sizeof ck, "%.4000s/checkpoint.safetensors", flags[F_CKPT_DIR].s);
+    if (access(ck, F_OK) != 0)
+      s = GP_ERR(GP_ERR_IO, "--resume: %s holds no checkpoint to resume from (%s: %s)",
+                 flags[F_CKPT_DIR].s, ck, strerror(errno));
+  }
   if (s != GP_OK && made) gp_ckpt_dir_unmake(flags[F_CKPT_DIR].s);
   return s;
 }

@@ -112,6 +112,9 @@ expect 2 "synthetic data: the input's shape is \[\], but it makes samples of 1 t
 # what only opening the data finds is located at the data section like any model-file error
 expect 2 "resnet20-cifar.yaml:[0-9]+:[0-9]+: data.path: set it to the directory with cifar-10" \
   -- "$srcdir/models/resnet20-cifar.yaml" --steps 1
+expect 1 "^gpipe-train: --resume: .*/ckres holds no checkpoint to resume from \(.*: No such file" \
+  -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/ckres" --resume
+[ -e "$tmp/ckres" ] && { failed=$((failed+1)); echo "FAIL: a refused --resume left its new folder"; }
 # the log is an output like the others: checked before any work, the new folder taken away
 expect 1 "^gpipe-train: --log .*/nowhere/l.jsonl: cannot write: No such file or directory$" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cklog" --log "$tmp/nowhere/l.jsonl"
