@@ -151,6 +151,8 @@ static gp_status new_node(gp_sp_ctx *c, const gp_ynode *e, gp_node **out) {
 
 static gp_status find_type(gp_sp_ctx *c, const gp_ynode *tn, const gp_layer_type **out) {
   GP_TRY(gp_sp_want(c, tn, GP_Y_SCALAR, "type"));
+  if (gp_sp_is_null(tn))
+    return gp_sp_err(c, tn->line, tn->col, "type: needs a value, got nothing (null)");
   if ((*out = gp_layer_type_find(tn->s))) return GP_OK;
   const char *const *names = gp_layer_type_names();
   int n = 0;

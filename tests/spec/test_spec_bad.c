@@ -424,6 +424,14 @@ static const bad cases[] = {
      {"t.yaml:3:7: ", "layer path 'loss' is used twice"}},
 
     /* ---- blocks ---- */
+    {"integer past 64 bits",
+     H "layers: [{type: linear, out_features: 99999999999999999999}]\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:2:39: ", "out_features: 99999999999999999999 is out of range [1, "}},
+    {"null layer type",
+     H "layers: [{type: ~}]\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:2:17: ", "type: needs a value, got nothing (null)"}},
     {"unused block: unknown layer type",
      H "blocks: {b: {layers: [{type: nonsense}]}}\n" LIN LOSS,
      GP_ERR_SPEC,
