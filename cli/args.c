@@ -168,6 +168,18 @@ int gp_args_bytes(const char *s, double *out) {
   return 0;
 }
 
+const char *gp_args_bytes_str(double bytes, int decimals, char *buf, size_t n) {
+  if (bytes < 1024)
+    snprintf(buf, n, "%.0f B", bytes);
+  else if (bytes < 1048576.0)
+    snprintf(buf, n, "%.*f KiB", decimals, bytes / 1024.0);
+  else if (bytes < 1073741824.0)
+    snprintf(buf, n, "%.*f MiB", decimals, bytes / 1048576.0);
+  else
+    snprintf(buf, n, "%.*f GiB", decimals, bytes / 1073741824.0);
+  return buf;
+}
+
 gp_status gp_args_size(const char *flag, const char *text, size_t *out) {
   double b;
   if (gp_args_bytes(text, &b) && b < 0x1p63) {

@@ -75,6 +75,9 @@ gp_status gp_args_write_output(const gp_flag *f, gp_args_writer write, const voi
  * "iB" are binary; KB, MB, GB, TB decimal (case does not matter). At least 1 byte; anything
  * else is GP_ERR_USAGE naming the flag. */
 gp_status gp_args_size(const char *flag, const char *text, size_t *out);
+/* bytes in the unit that reads best, the same steps as the flags take: "512 B", "12.5 KiB",
+ * "300.0 MiB", "1.5 GiB" (decimals digits after the point, none for bytes). */
+const char *gp_args_bytes_str(double bytes, int decimals, char *buf, size_t n);
 /* The same reading as a double (gpipe-partition's per-stage lists); 0 when it is not one. */
 int gp_args_bytes(const char *s, double *out);
 

@@ -3,6 +3,7 @@
  * one stage, the measured and theoretical bubble, per-stage compute and peak memory, and the
  * FLOP rate against this machine's sgemm. Exit codes: 0 ok, 2 usage or model file, 1 a
  * failure while running (data, I/O). */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -113,6 +114,8 @@ _Static_assert(sizeof flags / sizeof flags[0] == F_COUNT + 1, "flag table");
 
 #define MAX_LIST 64
 #define MAX_RUNS 512
+_Static_assert(sizeof((gp_bench *)0)->skipped / sizeof((gp_bench *)0)->skipped[0] >= 2 * MAX_LIST,
+               "a note for every K and every M of the lists");
 
 const char *gp_bench_schedule_name(gp_schedule_kind s) {
   return s == GP_SCHED_1F1B ? "1f1b" : "gpipe";
@@ -148,6 +151,8 @@ typedef struct ctx {
 
 /* ---- flags --------------------------------------------------------------------------------- */
 
+/* Each item is read as gp_args_parse reads a single integer flag: digits, with a '-' at most
+ * (strtol alone would take " 2" and "+2"). */
 static gp_status parse_ints(int f, int min_value, int max_value, int *out, int *n) {
   const char *text = flags[f].s, *p = text;
   *n = 0;
@@ -155,11 +160,14 @@ static gp_status parse_ints(int f, int min_value, int max_value, int *out, int *
     char *end;
     errno = 0;
     long v = strtol(p, &end, 10);
-    if (end == p || errno || v < min_value || (*end && *end != ','))
+    int digits = isdigit((unsigned char)p[0]) || (p[0] == '-' && isdigit((unsigned char)p[1]));
+    if (!digits || end == p || (*end && *end != ',') || (!errno && v < min_value) ||
+        (errno == ERANGE && v < 0))
       return GP_ERR(GP_ERR_USAGE, "%s: expected integers >= %d separated by commas, got '%s'",
                     flags[f].name, min_value, text);
-    if (v > max_value)
-      return GP_ERR(GP_ERR_USAGE, "%s: %ld is too large (at most %d)", flags[f].name, v, max_value);
+    if (errno || v > max_value)
+      return GP_ERR(GP_ERR_USAGE, "%s: %.*s is too large (at most %d)", flags[f].name,
+                    (int)(end - p), p, max_value);
     for (int i = 0; i < *n; i++)
       if (out[i] == v)
         return GP_ERR(GP_ERR_USAGE, "%s: %ld is listed twice in '%s'", flags[f].name, v, text);
@@ -343,26 +351,25 @@ static gp_status make_runs(ctx *c) {
   int wants_naive = in_list(w->ms, w->nm, 1) && in_list(w->scheds, w->ns, GP_SCHED_GPIPE) &&
                     in_list(w->remats, w->nr, GP_REMAT_NEVER);
   if (!in_list(w->ks, w->nk, 1)) GP_TRY(add_run(b, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, 1));
+  /* each M past the batch once, whichever K runs first (or none) */
+  for (int mi = 0; mi < w->nm; mi++)
+    if (w->ms[mi] > b->batch)
+      snprintf(b->skipped[b->n_skipped++], sizeof b->skipped[0],
+               "M=%d (a batch of %" PRId64 " cannot be split into %d)", w->ms[mi], b->batch,
+               w->ms[mi]);
   int asked = 0, ks_kept = 0;
   for (int ki = 0; ki < w->nk; ki++) {
     int k = w->ks[ki];
     if (b->per_stage && k * b->per_stage > b->cores) {
-      if (b->n_skipped < 64)
-        snprintf(b->skipped[b->n_skipped++], sizeof b->skipped[0],
-                 "K=%d (%d stages x %d thread%s need %d cores; this process may use %d)", k, k,
-                 b->per_stage, b->per_stage == 1 ? "" : "s", k * b->per_stage, b->cores);
+      snprintf(b->skipped[b->n_skipped++], sizeof b->skipped[0],
+               "K=%d (%d stages x %d thread%s need %d cores; this process may use %d)", k, k,
+               b->per_stage, b->per_stage == 1 ? "" : "s", k * b->per_stage, b->cores);
       continue;
     }
     ks_kept++;
     if (!wants_naive) GP_TRY(add_run(b, k, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, 1));
     for (int mi = 0; mi < w->nm; mi++) {
-      if (w->ms[mi] > b->batch) {
-        if (ki == 0 && b->n_skipped < 64)
-          snprintf(b->skipped[b->n_skipped++], sizeof b->skipped[0],
-                   "M=%d (a batch of %" PRId64 " cannot be split into %d)", w->ms[mi], b->batch,
-                   w->ms[mi]);
-        continue;
-      }
+      if (w->ms[mi] > b->batch) continue; /* noted above */
       for (int si = 0; si < w->ns; si++)
         for (int ri = 0; ri < w->nr; ri++, asked++) {
           int j = find_run(b, k, w->ms[mi], w->scheds[si], w->remats[ri]);
@@ -373,11 +380,19 @@ static gp_status make_runs(ctx *c) {
         }
     }
   }
-  if (!ks_kept)
+  if (!ks_kept && flags[F_STAGES].given)
     return GP_ERR(GP_ERR_USAGE,
                   "nothing to run: --threads-per-stage %d leaves no K of --stages "
-                  "within the %d cores this process may use",
-                  b->per_stage, b->cores);
+                  "within the %d core%s this process may use",
+                  b->per_stage, b->cores, b->cores == 1 ? "" : "s");
+  if (!ks_kept) /* the one K of a plan or the model file: say which */
+    return GP_ERR(
+        GP_ERR_USAGE,
+        "nothing to run: %s%s has %d stages, which need %d cores at "
+        "--threads-per-stage %d; this process may use %d%s",
+        flags[F_PARTITION].given ? "the plan of --partition " : "the model file's pipeline section",
+        flags[F_PARTITION].given ? flags[F_PARTITION].s : "", w->ks[0], w->ks[0] * b->per_stage,
+        b->per_stage, b->cores, flags[F_PARTITION].given ? "" : " (--stages sets K)");
   if (!asked)
     return GP_ERR(GP_ERR_USAGE,
                   "nothing to run: every micro-batch count exceeds the batch of %" PRId64,
@@ -513,8 +528,8 @@ static void progress_clear(ctx *c) {
 static gp_status open_data(ctx *c) {
   gp_model *m = c->m;
   if (gp_seq_is_sequence_model(m))
-    return gp_seqdata_open(m, strcmp(c->b.data, "synthetic") == 0, m->train.seed, c->b.batch,
-                           &c->sq);
+    return gp_data_error_at(m, gp_seqdata_open(m, strcmp(c->b.data, "synthetic") == 0,
+                                               m->train.seed, c->b.batch, &c->sq));
   const gp_model_input *xi;
   GP_TRY(gp_data_input(
       m, strcmp(c->b.data, "synthetic") == 0 ? "synthetic data" : "an image dataset", &xi));
@@ -527,7 +542,8 @@ static gp_status open_data(ctx *c) {
   } else {
     if (m->data.dataset == GP_DATA_NONE || m->data.dataset == GP_DATA_SYNTHETIC)
       return GP_ERR(GP_ERR_USAGE, "--data real: %s has no data section naming a dataset", m->file);
-    GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, NULL, &c->data));
+    GP_TRY(gp_data_error_at(
+        m, gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, NULL, &c->data)));
     gp_shape ds = gp_loader_sample_shape(c->data);
     char a[96], d[96];
     if (!gp_shape_equal(&ds, &xi->shape))
@@ -712,10 +728,10 @@ static gp_status check_any_fits(const gp_bench *b) {
     if (!first) first = r;
   }
   if (!first) return GP_OK;
-  char limit[64] = "the GPUs' memory";
+  char limit[64] = "the GPUs' memory", size[32];
   if (b->mem_limit)
-    snprintf(limit, sizeof limit, "--memory-limit %.2f MiB per stage",
-             (double)b->mem_limit / 1048576.0);
+    snprintf(limit, sizeof limit, "--memory-limit %s per stage",
+             gp_args_bytes_str((double)b->mem_limit, 2, size, sizeof size));
   return GP_ERR(GP_ERR_FULL, "no run asked for fits %s (K=%d M=%d %s %s: %s)", limit, first->k,
                 first->m, gp_bench_schedule_name(first->schedule),
                 gp_bench_remat_name(first->remat), first->why);

@@ -9,6 +9,7 @@
 
 #include "core/spec/spec.h"
 #include "core/status.h"
+#include "core/train/plan.h"
 
 /* One configuration of the sweep and what was measured for it (the best repetition's). */
 typedef struct gp_bench_run {
@@ -17,7 +18,7 @@ typedef struct gp_bench_run {
   gp_remat remat;
   int baseline;   /* added only as a reference for the speed-ups, not asked for */
   int naive, one; /* indices of its references: (K, 1, gpipe, never) and (1, 1, gpipe, never) */
-  char balance[128];
+  char balance[GP_PLAN_BALANCE_LEN]; /* any K's, whole */
   char devices[GP_MAX_DEVICES][16];
   int cores_used; /* min(C, K * max(1, C / K)), or K x T with --threads-per-stage */
   int gpus_used;  /* distinct CUDA devices of its stages (its utilization is against them) */
@@ -67,13 +68,18 @@ typedef struct gp_bench {
   /* runs, in the order they ran */
   int n_runs;
   gp_bench_run *runs;
-  /* configurations left out (M > batch; K x T > cores), as text for the notes */
+  /* configurations left out (M > batch; K x T > cores), as text for the notes: each M and
+   * each K of the lists at most once, so room for two lists of cli/bench.c's MAX_LIST */
   int n_skipped;
-  char skipped[64][128];
+  char skipped[128][128];
 } gp_bench;
 
 const char *gp_bench_schedule_name(gp_schedule_kind s);
 const char *gp_bench_remat_name(gp_remat r);
+
+/* Flushes f: GP_ERR_IO "path: writing failed[: reason]" when that or an earlier write to it
+ * failed (stdout on a full disk), else GP_OK. */
+gp_status gp_bench_stream_status(FILE *f, const char *path);
 
 /* Each returns GP_ERR_IO naming path when the stream fails. */
 gp_status gp_bench_write_table(FILE *f, const gp_bench *b);

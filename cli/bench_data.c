@@ -6,9 +6,12 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
+#include "cli/bench.h"
 #include "cli/machine.h"
 #include "cli/progress.h"
+#include "cli/seqdata.h"
 #include "core/backend.h"
+#include "core/io/json.h"
 #include "data/loader.h"
 
 typedef struct data_run {
@@ -54,7 +57,8 @@ gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *worker
                   "(--data-only is for image datasets)",
                   m->file, m->data.dataset == GP_DATA_TEXT ? "text" : "translation");
   gp_loader *probe = NULL;
-  GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, NULL, &probe));
+  GP_TRY(
+      gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, NULL, &probe)));
   gp_shape sh = gp_loader_sample_shape(probe);
   int64_t n = gp_loader_samples(probe);
   gp_loader_free(probe);
@@ -78,11 +82,16 @@ gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *worker
   char cpu[128], shape[96];
   gp_cpu_model(cpu, sizeof cpu);
   gp_shape_str(&sh, shape, sizeof shape);
-  if (s == GP_OK && json) {
-    printf("{\"machine\": {\"cpu\": \"%s\", \"cores\": %d},\n \"data\": {\"model\": \"%s\", "
-           "\"sample\": \"%s\", \"batch_size\": %" PRId64 ", \"augment\": %s, \"steps\": %d, "
-           "\"warmup\": %d},\n \"runs\": [",
-           cpu, gp_cpu_cores(), m->file, shape, batch, augment ? "true" : "false", steps, warmup);
+  if (s == GP_OK && json) { /* the file and CPU names may hold quotes and backslashes */
+    printf("{\"machine\": {\"cpu\": ");
+    gp_json_write_str(stdout, cpu);
+    printf(", \"cores\": %d},\n \"data\": {\"model\": ", gp_cpu_cores());
+    gp_json_write_str(stdout, m->file);
+    printf(", \"sample\": ");
+    gp_json_write_str(stdout, shape);
+    printf(", \"batch_size\": %" PRId64 ", \"augment\": %s, \"steps\": %d, \"warmup\": %d},\n "
+           "\"runs\": [",
+           batch, augment ? "true" : "false", steps, warmup);
     for (int i = 0; i < n_workers; i++)
       printf("%s\n  {\"workers\": %d, \"samples_per_s\": %.1f, \"per_thread\": %.1f, "
              "\"ms_per_batch\": %.3f}",
@@ -106,5 +115,6 @@ gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *worker
   free(x);
   free(y);
   free(runs);
-  return s;
+  GP_TRY(s);
+  return gp_bench_stream_status(stdout, "stdout"); /* as the sweep's table: a full disk fails */
 }

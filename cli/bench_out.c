@@ -7,17 +7,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/bench.h"
 #include "core/io/json.h"
 #include "cli/machine.h"
 
-static gp_status stream_status(FILE *f, const char *path) {
+gp_status gp_bench_stream_status(FILE *f, const char *path) {
   errno = 0; /* a reason only from this flush, not a stale one */
   if (fflush(f) == 0 && !ferror(f)) return GP_OK;
   if (!errno) return GP_ERR(GP_ERR_IO, "%s: writing failed", path);
   return GP_ERR(GP_ERR_IO, "%s: writing failed: %s", path, strerror(errno));
 }
 
+/* gpipe-partition's units (B, KiB, MiB, GiB) with the two decimals of bench's other sizes, so a
+ * limit of a few bytes is not "0.00 MiB". */
 /* "a/b/c" (table) or "a;b;c" (CSV) of one per-stage value. */
 static void join_ms(char *buf, size_t n, const double *v, int k, char sep, const char *fmt) {
   size_t at = 0;
@@ -39,13 +42,11 @@ static double finite_or_0(double x) {
   return isfinite(x) ? x : 0;
 }
 
-static double mib(size_t bytes) {
-  return (double)bytes / 1048576.0;
-}
-
 /* ---- table --------------------------------------------------------------------------------- */
 
-enum { NCOL = 17, CELL = 512 };
+/* a cell holds any balance (GP_PLAN_BALANCE_LEN) and 64 stages' "%.2f/" of busy ms or MiB */
+enum { NCOL = 17, CELL = 1024 };
+_Static_assert(CELL >= GP_PLAN_BALANCE_LEN, "a balance fits its cell");
 
 static const char *const col_head[NCOL] = {"K",
                                            "M",
@@ -77,7 +78,7 @@ static void cell_num(char *cell, const char *fmt, double v) {
 /* What a run that does not fit did not fit: "12.00 MiB" (--memory-limit), else its GPU's memory. */
 static const char *fit_what(const gp_bench *b, char *buf, size_t n) {
   if (b->mem_limit)
-    snprintf(buf, n, "%.2f MiB", mib(b->mem_limit));
+    gp_args_bytes_str((double)b->mem_limit, 2, buf, n);
   else
     snprintf(buf, n, "GPU memory");
   return buf;
@@ -175,12 +176,13 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
       int len = (int)strlen(cell[i][c]);
       if (len > w[c]) w[c] = len;
     }
-  char gpu[64] = "", limit[64] = "";
+  char gpu[64] = "", limit[64] = "", size[32];
   if (b->gpu_name[0])
     snprintf(gpu, sizeof gpu, ", %s GEMM %.0f GFLOP/s (%s)", b->gpu_name, b->gpu_gemm,
              b->precision);
   if (b->mem_limit)
-    snprintf(limit, sizeof limit, ", memory limit %.2f MiB per stage", mib(b->mem_limit));
+    snprintf(limit, sizeof limit, ", memory limit %s per stage",
+             gp_args_bytes_str((double)b->mem_limit, 2, size, sizeof size));
   char given[48];
   if (b->per_stage)
     snprintf(given, sizeof given, "%d per stage", b->per_stage);
@@ -229,7 +231,7 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
             gp_bench_remat_name(most->remat));
   write_fit_notes(f, b);
   write_threads_note(f, b);
-  return stream_status(f, "stdout");
+  return gp_bench_stream_status(f, "stdout");
 }
 
 /* ---- CSV ----------------------------------------------------------------------------------- */
@@ -274,8 +276,8 @@ gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
              "peak_bytes,steal,fits\n");
   for (int i = 0; i < b->n_runs; i++) {
     const gp_bench_run *r = &b->runs[i];
-    char bal[128];
-    snprintf(bal, sizeof bal, "%s", r->balance);
+    char bal[sizeof r->balance];
+    memcpy(bal, r->balance, sizeof bal);
     for (char *p = bal; *p; p++)
       if (*p == ',') *p = ';';
     csv_field(f, b->model);
@@ -292,7 +294,7 @@ gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
     csv_num(f, "%.4f", r->steal >= 0 ? r->steal : NAN); /* empty where unknown */
     fprintf(f, ",%d\n", !r->over_limit);
   }
-  return stream_status(f, path);
+  return gp_bench_stream_status(f, path);
 }
 
 /* ---- JSON ---------------------------------------------------------------------------------- */
@@ -420,7 +422,7 @@ gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
     json_run(f, b, &b->runs[i]);
   }
   fprintf(f, "\n ]}\n");
-  return stream_status(f, path);
+  return gp_bench_stream_status(f, path);
 }
 
 /* ---- SVG ----------------------------------------------------------------------------------- */
@@ -445,10 +447,12 @@ static int cmp_int(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Sorted distinct values of K (which = 0) or M (which = 1) over the runs. */
+/* Sorted distinct values of K (which = 0) or M (which = 1) over the runs asked for (the plot
+ * shows the sweep; a baseline is only what its speed-ups are against). */
 static int distinct(const gp_bench *b, int which, int *out) {
   int n = 0;
   for (int i = 0; i < b->n_runs; i++) {
+    if (b->runs[i].baseline) continue;
     int v = which ? b->runs[i].m : b->runs[i].k, seen = 0;
     for (int j = 0; j < n; j++)
       seen |= out[j] == v;
@@ -470,14 +474,15 @@ static double ideal(int k, int m) {
   return (double)k * m / (double)(m + k - 1);
 }
 
-/* Under the legend, when runs were left out for not fitting --memory-limit; without one stage
- * (K=1, M=1) there is no speed-up to plot at all. */
+/* Under the legend, when runs asked for were left out for not fitting --memory-limit; without
+ * one stage (K=1, M=1, asked for or not) there is no speed-up to plot at all. */
 static void svg_fit_note(FILE *f, const gp_bench *b, double x, double y) {
   int any = 0, single = 0;
   for (int i = 0; i < b->n_runs; i++) {
-    any |= b->runs[i].over_limit;
+    any |= b->runs[i].over_limit && !b->runs[i].baseline;
     single |= b->runs[i].over_limit && b->runs[i].one == i;
   }
+  any |= single;
   if (!any) return;
   const char *line[4] = {"left out: the runs that", "do not fit",
                          "(K=1, M=1 among them:", "no speed-ups at all)"};
@@ -509,7 +514,7 @@ gp_status gp_bench_write_svg(FILE *f, const char *path, const gp_bench *b) {
       int count = 0;
       *v = -1;
       for (int r = 0; r < b->n_runs; r++)
-        if (b->runs[r].k == ks[i] && b->runs[r].m == ms[j]) {
+        if (!b->runs[r].baseline && b->runs[r].k == ks[i] && b->runs[r].m == ms[j]) {
           count++; /* a run that did not fit, or measured against one-stage that did not, is left
                       out */
           if (isfinite(b->runs[r].speedup_single) && b->runs[r].speedup_single > *v)
@@ -631,5 +636,5 @@ gp_status gp_bench_write_svg(FILE *f, const char *path, const gp_bench *b) {
 #undef X
 #undef Y
   free(best);
-  return stream_status(f, path);
+  return gp_bench_stream_status(f, path);
 }

@@ -240,18 +240,6 @@ static double optim_slots(const gp_train_spec *t) {
 
 /* ---- output ------------------------------------------------------------------------------ */
 
-static const char *fmt_bytes(double b, char *buf, size_t n) {
-  if (b < 1024)
-    snprintf(buf, n, "%.0f B", b);
-  else if (b < 1048576.0)
-    snprintf(buf, n, "%.1f KiB", b / 1024);
-  else if (b < 1073741824.0)
-    snprintf(buf, n, "%.1f MiB", b / 1048576.0);
-  else
-    snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
-  return buf;
-}
-
 typedef struct stage_sums {
   int64_t params;
   double flops, fwd, bwd; /* flops: analytic fwd + bwd; fwd, bwd: the balancing weight */
@@ -299,7 +287,8 @@ static void print_table(const gp_model *m, const request *q, const gp_unit_costs
   for (int s = 0; s < p->stages; s++) {
     stage_sums r = sums(c, p, s);
     char out[32] = "-";
-    if (s < p->stages - 1) fmt_bytes((double)c->cut_bytes[p->first[s + 1]], out, sizeof out);
+    if (s < p->stages - 1)
+      gp_args_bytes_str((double)c->cut_bytes[p->first[s + 1]], 1, out, sizeof out);
     printf("%5d  %-*s  %5d  %9" PRId64 "  %7.3f  %6.1f  %10.1f  %s\n", s, w, names[s],
            p->first[s + 1] - p->first[s], r.params, r.flops / 1e9,
            tt > 0 ? 100 * p->time[s] / tt : 0.0, p->memory[s] / 1048576.0, out);
@@ -322,7 +311,8 @@ static void print_table(const gp_model *m, const request *q, const gp_unit_costs
     for (int s = 0; s < p->stages; s++)
       if (p->memory[s] / q->mem_limit[s] > worst) worst = p->memory[s] / q->mem_limit[s], at = s;
     printf("memory      every stage fits its limit; the fullest, stage %d, needs %s of %s\n", at,
-           fmt_bytes(p->memory[at], a, sizeof a), fmt_bytes(q->mem_limit[at], b, sizeof b));
+           gp_args_bytes_str(p->memory[at], 1, a, sizeof a),
+           gp_args_bytes_str(q->mem_limit[at], 1, b, sizeof b));
   }
 }
 

@@ -568,7 +568,7 @@ static void report_memory(run *r) {
  * micro-batch, that they take turns and what overlaps them. */
 static void note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch) {
   if (plan->stages == 1 && plan->micro == 1) return;
-  char bal[256], turns[160] = "";
+  char bal[GP_PLAN_BALANCE_LEN], turns[160] = "";
   gp_plan_balance_str(plan, bal, sizeof bal);
   int64_t more = gp_plan_micro_hint(plan->stages, batch);
   if (plan->stages > 1 && plan->micro == 1 && more > 1)

@@ -110,12 +110,17 @@ int64_t gp_plan_micro_hint(int stages, int64_t batch) {
   return m < batch ? m : batch;
 }
 
-void gp_plan_balance_str(const gp_plan *p, char *buf, size_t n) {
-  size_t k = 0;
-  buf[0] = 0;
-  for (int s = 0; s < p->stages && k < n; s++)
-    k +=
-        (size_t)snprintf(buf + k, n - k, s ? ",%d" : "%d", p->st[s].end_unit - p->st[s].first_unit);
+size_t gp_plan_balance_str(const gp_plan *p, char *buf, size_t n) {
+  size_t k = 0; /* the whole text's length so far; buf holds its first min(k, n - 1) bytes */
+  if (n) buf[0] = 0;
+  for (int s = 0; s < p->stages; s++) {
+    char one[16];
+    int len = snprintf(one, sizeof one, s ? ",%d" : "%d", p->st[s].end_unit - p->st[s].first_unit);
+    if (k < n) snprintf(buf + k, n - k, "%s", one);
+    k += (size_t)len;
+  }
+  if (k >= n && n >= 4) memcpy(buf + n - 4, "...", 4);
+  return k;
 }
 
 const char *const *gp_schedule_names(void) {

@@ -37,7 +37,12 @@ const char *const *gp_remat_names(void);    /* "always", "except_last", "never" 
 /* The micro-batches to suggest for `stages` stages: 4K (the GPipe paper's M >= 4K, from
  * which the bubble is small), at most the batch. */
 int64_t gp_plan_micro_hint(int stages, int64_t batch);
-/* "3,5,4": units per stage. */
-void gp_plan_balance_str(const gp_plan *p, char *buf, size_t n);
+/* Room for the balance of any plan: GP_MAX_DEVICES entries of at most 11 characters (an int)
+ * and a comma or the NUL each. */
+#define GP_PLAN_BALANCE_LEN (GP_MAX_DEVICES * 12)
+/* "3,5,4": units per stage, in buf of n bytes (GP_PLAN_BALANCE_LEN always has room). Returns
+ * the length of the whole text, as snprintf; when that is n or more, buf holds as much as fits
+ * ending in "..." (n >= 4), so a cut balance is never mistaken for a whole one. */
+size_t gp_plan_balance_str(const gp_plan *p, char *buf, size_t n);
 
 #endif

@@ -359,14 +359,158 @@ assert float(c[(1, 4)]["samples_per_s"]) > 0
 ns = "{http://www.w3.org/2000/svg}"
 root = ET.parse(sys.argv[3]).getroot()
 points = ["".join(t.itertext()) for t in root.iter(ns + "title")]
-assert any(p.startswith("K=2 M=1:") for p in points), points
-assert not any(p.startswith("K=2 M=4:") for p in points), points
+# only runs asked for are points: the M=1 baselines are not (K=2 M=1 was drawn)
+assert [p.split(":")[0] for p in points] == ["K=1 M=4"], points
 notes = [t for t in root.iter(ns + "text") if t.get("class") == "does-not-fit"]
 assert "do not fit 7.00 MiB" in " ".join("".join(t.itertext()) for t in notes), notes
 PY
 else
   bad "--memory-limit --json exited $?: $(cat "$tmp/err")"
 fi
+
+# ---- audit fixes, each with the input that showed it
+
+# an M past the batch is noted once even when the first K is skipped (the note was made only
+# at the first K, so a skipped first K lost it everywhere)
+if taskset -c 0 "$bench" "$mlp" --threads-per-stage 1 --stages 2,1 --micro-batches 1,64 \
+    "${fast[@]}" >"$tmp/sk" 2>"$tmp/err" &&
+   taskset -c 0 "$bench" "$mlp" --threads-per-stage 1 --stages 2,1 --micro-batches 1,64 \
+    "${fast[@]}" --json --quiet >"$tmp/skj" 2>>"$tmp/err"; then
+  python3 - "$tmp/sk" "$tmp/skj" "$tmp/err" <<'PY' && ok || bad "M skipped after a skipped K: $(cat "$tmp/sk" "$tmp/skj" "$tmp/err")"
+import json, sys
+m64 = "M=64 (a batch of 32 cannot be split into 64)"
+k2 = "K=2 (2 stages x 1 thread need 2 cores; this process may use 1)"
+assert sorted(json.load(open(sys.argv[2]))["skipped"]) == sorted([m64, k2])
+table = open(sys.argv[1]).read().splitlines()
+assert sorted(l for l in table if l.startswith("skipped:")) == sorted(
+    ["skipped: " + m64, "skipped: " + k2]), table
+err = open(sys.argv[3]).read().splitlines()
+assert err.count("gpipe-bench: skipping " + m64) == 1, err
+PY
+else
+  bad "M skipped after a skipped K exited $?: $(cat "$tmp/err")"
+fi
+
+# the balance of 64 stages is whole in the table, CSV and JSON (it was cut at 127 characters:
+# 43 entries, the last cut mid-number); 703 units on 1x1 inputs run in a second
+big=(--set layers.1.repeat=700 --set inputs.x.1=1 --set inputs.x.2=1 --stages 64 --batch-size 4
+     --micro-batches 2 --steps 1 --warmup 0)
+if "$bench" "$srcdir/bench/models/balanced-cnn.yaml" "${big[@]}" --csv "$tmp/big.csv" --quiet \
+    >"$tmp/big" 2>"$tmp/err" &&
+   "$bench" "$srcdir/bench/models/balanced-cnn.yaml" "${big[@]}" --json --quiet \
+    >"$tmp/bigj" 2>>"$tmp/err"; then
+  python3 - "$tmp/big" "$tmp/big.csv" "$tmp/bigj" <<'PY' && ok || bad "balance of 64 stages: $(cut -c1-300 "$tmp/big" "$tmp/big.csv" "$tmp/bigj")"
+import csv, json, re, sys
+d = json.load(open(sys.argv[3]))
+units = d["units"]
+def whole(bal, sep):
+    n = [int(x) for x in bal.split(sep)]
+    assert len(n) == 64 and sum(n) == units and min(n) >= 1, (len(n), sum(n), units, bal)
+runs = [r for r in d["runs"] if r["stages"] == 64]
+assert len(runs) == 2, d["runs"]
+for r in runs:
+    whole(r["balance"], ",")
+rows = [r for r in csv.DictReader(open(sys.argv[2])) if r["stages"] == "64"]
+assert len(rows) == 2, rows
+for r in rows:
+    whole(r["balance"], ";")
+lines = open(sys.argv[1]).read().splitlines()
+rows = [re.split(r"\s{2,}", l.strip()) for l in lines[2:] if re.match(r"^64\s", l)]
+assert len(rows) == 2, lines
+for r in rows:
+    whole(r[4], ",")
+PY
+else
+  bad "balance of 64 stages exited $?: $(cat "$tmp/err")"
+fi
+
+# --plot draws the runs asked for, not the baselines beside them: K=2 M=1 is the `always` run
+# asked for, not the `never` baseline (it was the faster of the two), with no "fastest of
+# several" note; with --micro-batches 4 alone there is no M=1 line (it was made of baselines)
+plot() { # name, extra flags...
+  local name=$1; shift
+  "$bench" "$mlp" --stages 1,2 --checkpoint always "${fast[@]}" --plot "$tmp/$name.svg" --json \
+    --quiet "$@" >"$tmp/$name.json" 2>"$tmp/err"
+}
+if plot bp2 --micro-batches 1,4 && plot bp4 --micro-batches 4; then
+  python3 - "$tmp" <<'PY' && ok || bad "--plot with baselines: $(cat "$tmp/bp2.svg" "$tmp/bp4.svg")"
+import json, sys
+import xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+for name, ms in (("bp2", [1, 4]), ("bp4", [4])):
+    root = ET.parse("%s/%s.svg" % (sys.argv[1], name)).getroot()
+    runs = json.load(open("%s/%s.json" % (sys.argv[1], name)))["runs"]
+    asked = {(r["stages"], r["micro_batches"]): r for r in runs if not r["baseline"]}
+    assert all(r["checkpoint"] == "always" for r in asked.values()), runs
+    assert any(r["baseline"] and r["micro_batches"] == 1 for r in runs), runs
+    measured = [p for p in root.iter(ns + "polyline") if p.get("class") == "measured"]
+    assert sorted(int(p.get("data-m")) for p in measured) == ms, (name, measured)
+    points = {}
+    for t in root.iter(ns + "title"):
+        km, v = "".join(t.itertext()).split(": ")
+        k, m = (int(x.split("=")[1]) for x in km.split())
+        points[(k, m)] = float(v.rstrip("x"))
+    assert sorted(points) == sorted(asked), (name, points, asked)
+    for km, v in points.items():
+        assert abs(v - asked[km]["speedup_vs_single"]) < 0.0051, (name, km, v, asked[km])
+    text = " ".join("".join(t.itertext()) for t in root.iter(ns + "text"))
+    assert "fastest" not in text, (name, text)
+PY
+else
+  bad "--plot with baselines exited $?: $(cat "$tmp/err")"
+fi
+
+# --data-only: a model path with a quote and a backslash is still JSON (it was printed bare),
+# and a stdout that cannot be written fails as the sweep's does (it exited 0); on a small
+# Fashion-MNIST made here
+mkdir -p "$tmp/fm"
+python3 - "$tmp/fm" <<'PY'
+import gzip, struct, sys
+n = 64
+with gzip.open(sys.argv[1] + "/train-images-idx3-ubyte.gz", "wb") as f:
+    f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes(i * 7 % 256 for i in range(n * 784)))
+with gzip.open(sys.argv[1] + "/train-labels-idx1-ubyte.gz", "wb") as f:
+    f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+PY
+odd=$tmp/'q"b\c.yaml'
+cp "$srcdir/models/fashion-cnn.yaml" "$odd"
+donly=("$odd" --set data.path="$tmp/fm" --data-only --batch-size 8 --steps 1 --warmup 0 --quiet)
+if "$bench" "${donly[@]}" --json >"$tmp/dj" 2>"$tmp/err"; then
+  python3 - "$tmp/dj" "$odd" <<'PY' && ok || bad "--data-only --json with an odd path: $(cat "$tmp/dj")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["data"]["model"] == sys.argv[2] and d["data"]["batch_size"] == 8, d
+assert d["machine"]["cpu"] and d["runs"][0]["samples_per_s"] > 0, d
+PY
+else
+  bad "--data-only --json exited $?: $(cat "$tmp/err")"
+fi
+for j in "" --json; do
+  "$bench" "${donly[@]}" $j >/dev/full 2>"$tmp/err"; rc=$?
+  [ $rc = 1 ] && [ "$(cat "$tmp/err")" = "gpipe-bench: stdout: writing failed: No space left on device" ] &&
+    ok || bad "--data-only $j to /dev/full: exit $rc: $(cat "$tmp/err")"
+done
+
+# a limit below a MiB is given in readable units (it was "0.00 MiB")
+for lim in "1 1 B" "3000 2.93 KiB"; do
+  set -- $lim
+  "$bench" "$mlp" "${fast[@]}" --stages 1 --micro-batches 1 --memory-limit "$1" --quiet \
+    >/dev/null 2>"$tmp/err"; rc=$?
+  [ $rc = 1 ] && grep -q "^gpipe-bench: no run asked for fits --memory-limit $2 $3 per stage (K=1" \
+    "$tmp/err" && ok || bad "--memory-limit $1: exit $rc: $(cat "$tmp/err")"
+done
+
+# nothing to run with --threads-per-stage says where K came from when --stages was not given
+# (it named --stages)
+"$part" "$mlp" --stages 2 -o "$tmp/plan2.yaml" >/dev/null 2>&1 || bad "gpipe-partition -o plan2 failed"
+for how in "--partition $tmp/plan2.yaml|the plan of --partition $tmp/plan2.yaml has 2 stages" \
+           "--set pipeline.stages=2|the model file's pipeline section has 2 stages"; do
+  IFS='|' read -r flag want <<<"$how"
+  taskset -c 0 "$bench" "$mlp" $flag --threads-per-stage 1 >"$tmp/out" 2>"$tmp/err"; rc=$?
+  [ $rc = 2 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l <"$tmp/err")" = 1 ] &&
+    grep -q "^gpipe-bench: nothing to run: $want, which need 2 cores at --threads-per-stage 1; this process may use 1" \
+      "$tmp/err" && ok || bad "no K with $flag: exit $rc: $(cat "$tmp/err")"
+done
 
 # ---- a language model with rows of one token on synthetic data trains (each sentence is just
 # EOS; a length bound of 0 made the synthetic corpus divide by zero, SIGFPE)
@@ -391,6 +535,17 @@ expect() { # code, what, args...
 expect 2 "not a number in --stages" "$mlp" --stages 1,x
 expect 2 "empty item in --micro-batches" "$mlp" --micro-batches 1,,4
 expect 2 "zero stages" "$mlp" --stages 0
+# list items are integers as single-integer flags take them: no sign, no space (strtol took them)
+expect 2 "--stages ' 2'" "$mlp" --stages ' 2' "${fast[@]}"
+expect 2 "--stages +2" "$mlp" --stages +2 "${fast[@]}"
+expect 2 "--micro-batches 1,+2" "$mlp" --micro-batches 1,+2 "${fast[@]}"
+expect 2 "--micro-batches '1, 2'" "$mlp" --micro-batches '1, 2' "${fast[@]}"
+grep -q "^gpipe-bench: --micro-batches: expected integers >= 1 separated by commas, got '1, 2'$" \
+  "$tmp/err" && ok || bad "--micro-batches '1, 2': $(cat "$tmp/err")"
+expect 2 "--workers +1" "$mlp" --data-only --workers +1
+expect 2 "--stages past long" "$mlp" --stages 99999999999999999999
+grep -q "^gpipe-bench: --stages: 99999999999999999999 is too large (at most 64)$" "$tmp/err" && ok ||
+  bad "--stages past long: $(cat "$tmp/err")"
 expect 2 "duplicate K" "$mlp" --stages 2,2
 expect 2 "K > units" "$mlp" --stages 1,8
 expect 2 "unknown schedule" "$mlp" --schedule gpipe,1f1c
@@ -432,6 +587,12 @@ grep -q "^gpipe-bench: --threads-per-stage $over: this process may use $((over -
 expect 2 "--threads-per-stage leaves no K" "$mlp" --stages 2,4 --threads-per-stage "$(nproc)"
 grep -q "^gpipe-bench: nothing to run: --threads-per-stage $(nproc) leaves no K of --stages" \
   "$tmp/err" && ok || bad "--threads-per-stage leaves no K: $(cat "$tmp/err")"
+# what only opening the data finds is located at the data section, as gpipe-train says it
+for how in "--data real" "--data-only"; do
+  expect 2 "$how without CIFAR's data.path" "$srcdir/models/resnet20-cifar.yaml" $how "${fast[@]}"
+  grep -qE "^gpipe-bench: .*resnet20-cifar.yaml:[0-9]+:[0-9]+: data.path: set it" "$tmp/err" && ok ||
+    bad "$how without data.path: $(cat "$tmp/err")"
+done
 # --data-only on token data: the same line and exit 2 for translation and text
 # no run asked for fits: nothing to report, one line, exit 1
 expect 1 "no run fits --memory-limit" "$mlp" "${fast[@]}" --stages 1 --micro-batches 1 \
