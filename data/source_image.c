@@ -136,7 +136,10 @@ static gp_status wds_next(gp_source *s, gp_record *r, int *end) {
     r->len = smp.jpg_n;
     r->label = (int32_t)smp.label;
     m->records++;
-    snprintf(r->where, sizeof r->where, "%s", smp.where);
+    /* the decode checks the label against the classes (a bad one is a bad sample, skippable
+     * like a bad image): an out-of-range label is then named by its own member */
+    const int bad_label = smp.label < 0 || smp.label >= s->classes;
+    snprintf(r->where, sizeof r->where, "%s", bad_label ? smp.label_where : smp.where);
     return GP_OK;
   }
 }

@@ -276,9 +276,9 @@ static void test_bad(const char *root) {
   o.max_skips = 0;
   CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &o, &l) == GP_OK, "open bad label set");
   st = gp_loader_next(l, N, x, y, &got);
-  CHECK(st == GP_ERR_DATA && strstr(gp_error_message(), "sample0024") &&
+  CHECK(st == GP_ERR_DATA && strstr(gp_error_message(), "sample0024.cls") &&
             strstr(gp_error_message(), "outside 0..4"),
-        "label out of range names the member");
+        "label out of range names its member (the .cls, not the image): %s", gp_error_message());
   gp_loader_free(l);
 
   s = spec_for(root);
