@@ -47,8 +47,8 @@ static gp_status one_run(const gp_model *m, int64_t batch, int workers, int step
 
 gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *workers, int n_workers,
                              int steps, int warmup, int json, int quiet) {
-  /* ImageNet's training split is always cropped and flipped; CIFAR's when augment is set. */
-  int augment = m->data.augment || m->data.dataset == GP_DATA_IMAGENET;
+  /* the training split's augmentation where the dataset has one (ImageNet's by default) */
+  int augment = m->data.augment;
   if (m->data.dataset == GP_DATA_NONE || m->data.dataset == GP_DATA_SYNTHETIC)
     return GP_ERR(GP_ERR_USAGE, "--data-only: %s has no data section naming a dataset", m->file);
   if (m->data.dataset == GP_DATA_TRANSLATION || m->data.dataset == GP_DATA_TEXT)

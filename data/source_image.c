@@ -16,6 +16,7 @@ typedef struct img_source {
   gp_source base;
   uint64_t seed;
   int train, side;
+  int augment; /* the training split's random crop and flip (else evaluation's center crop) */
   float mean[3], std[3];
   /* WebDataset */
   char **shards;
@@ -66,7 +67,7 @@ static gp_status img_decode(const gp_source *s, const gp_item *it, const uint8_t
     return GP_ERR(GP_ERR_DATA, "%s: label %d is outside 0..%lld", where, (int)label,
                   (long long)s->classes - 1);
   *y = label;
-  return gp_imagenet_sample(bytes, len, m->train, m->seed, epoch, it->sample, m->side, m->mean,
+  return gp_imagenet_sample(bytes, len, m->augment, m->seed, epoch, it->sample, m->side, m->mean,
                             m->std, sc->p[0], x, where);
 }
 
@@ -201,6 +202,7 @@ static gp_status setup(img_source *m, const gp_data_spec *spec, gp_split split) 
     m->std[c] = spec->n_norm ? spec->std[k] : in_std[c];
   }
   m->train = split == GP_SPLIT_TRAIN;
+  m->augment = m->train && spec->augment;
   m->side = spec->image_size > 0 ? spec->image_size : 224;
   m->base.name = "imagenet";
   m->base.heavy = 1;

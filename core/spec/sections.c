@@ -191,9 +191,23 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, const gp_model
   if (s == GP_OK) s = gp_cfg_str(cfg, "path", "", &path);
   if (s == GP_OK && strlen(path) >= sizeof d->path)
     s = gp_cfg_error(cfg, "path", "path: longer than %zu characters", sizeof d->path - 1);
-  if (s == GP_OK) s = gp_cfg_bool(cfg, "augment", 0, &d->augment);
+  /* ImageNet's training split is augmented unless told otherwise (as torchvision's recipe) */
+  if (s == GP_OK) s = gp_cfg_bool(cfg, "augment", ds == GP_DATA_IMAGENET, &d->augment);
   if (s == GP_OK) s = gp_cfg_int(cfg, "train_limit", 0, 0, INT64_MAX, &d->train_limit);
   if (s == GP_OK) s = gp_cfg_int(cfg, "test_limit", 0, 0, INT64_MAX, &d->test_limit);
+  /* what a dataset would ignore is refused, not silently dropped (the values that ask for
+   * nothing, augment: false and a limit of 0, are true of any data) */
+  const int in_memory = ds == GP_DATA_MNIST || ds == GP_DATA_FASHION_MNIST ||
+                        ds == GP_DATA_CIFAR10 || ds == GP_DATA_CIFAR100;
+  const int augments = ds == GP_DATA_CIFAR10 || ds == GP_DATA_CIFAR100 || ds == GP_DATA_IMAGENET;
+  if (s == GP_OK && ds != GP_DATA_NONE && !augments && d->augment)
+    s = gp_cfg_error(cfg, "augment", "augment: only cifar10, cifar100 and imagenet data have it");
+  const int64_t limits[2] = {d->train_limit, d->test_limit};
+  for (int i = 0; s == GP_OK && ds != GP_DATA_NONE && !in_memory && i < 2; i++)
+    if (limits[i])
+      s = gp_cfg_error(cfg, i ? "test_limit" : "train_limit",
+                       "%s: only mnist, fashion-mnist, cifar10 and cifar100 data have it",
+                       i ? "test_limit" : "train_limit");
   int64_t v = 0;
   if (s == GP_OK) s = gp_cfg_bool(cfg, "coarse_labels", 0, &d->coarse_labels);
   if (s == GP_OK && d->coarse_labels && ds != GP_DATA_CIFAR100)

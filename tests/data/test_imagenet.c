@@ -95,6 +95,7 @@ static gp_data_spec spec_for(const char *dir) {
   snprintf(s.classes_file, sizeof s.classes_file, "classes.txt");
   s.image_size = SIDE;
   s.shuffle_buffer = 8;
+  s.augment = 1; /* the model file's default for imagenet */
   return s;
 }
 
@@ -137,6 +138,30 @@ static void test_eval(const char *dir) {
   }
   CHECK(total == N && in_order, "eval: %lld samples, each the centre crop of its JPEG in order",
         (long long)total);
+  gp_loader_free(l);
+}
+
+/* augment: false: the training split is center-cropped as evaluation is (shuffled all the same) */
+static void test_train_no_augment(const char *dir) {
+  gp_data_spec s = spec_for(dir);
+  s.augment = 0;
+  gp_loader_opts o = {.workers = 2, .replicas = 1};
+  gp_loader *l = NULL;
+  CHECK(gp_loader_open(&s, GP_SPLIT_TRAIN, 3, &o, &l) == GP_OK, "open train shards, no augment");
+  if (!l) return;
+  static float x[6 * NUMEL];
+  int32_t y[6];
+  int64_t got;
+  int seen[N] = {0}, ok = 1;
+  for (int b = 0; b < 5; b++) {
+    CHECK(gp_loader_next(l, 6, x, y, &got) == GP_OK && got == 6, "train batch, no augment");
+    for (int k = 0; k < got; k++) {
+      int i = which(x + k * NUMEL, 0, 3, 0, 0);
+      ok &= i >= 0 && y[k] == label_of(i) && !seen[i];
+      if (i >= 0) seen[i] = 1;
+    }
+  }
+  CHECK(ok, "augment false: each training row is the centre crop of a sample, each sample once");
   gp_loader_free(l);
 }
 
@@ -472,6 +497,7 @@ int main(int argc, char **argv) {
   snprintf(dir, sizeof dir, "%s/good", root);
   write_set(dir, -1, -1);
   test_eval(dir);
+  test_train_no_augment(dir);
   test_train(dir);
   test_replicas(dir);
   test_empty_item(dir);
