@@ -83,11 +83,6 @@ static gp_status decode(const layout *lay, read_fn rd, void *src, const char *wh
   }
 }
 
-static const char *base_name(const char *p) {
-  const char *s = strrchr(p, '/');
-  return s ? s + 1 : p;
-}
-
 static gp_status from_archive(const layout *lay, const char *path, const char **want, int n_want,
                               int64_t limit, part *parts) {
   gp_tar *t = NULL;
@@ -98,8 +93,17 @@ static gp_status from_archive(const layout *lay, const char *path, const char **
     uint64_t size = 0;
     st = gp_tar_next(t, &name, &size);
     if (st != GP_OK || !name) break;
+    /* the member FOLDER/NAME (as the official archive has it, "./" allowed): a file of the
+     * same name in another folder is not a split's, and a second copy is refused */
+    const char *rel = strncmp(name, "./", 2) == 0 ? name + 2 : name;
+    size_t nf = strlen(lay->folder);
+    if (strncmp(rel, lay->folder, nf) != 0 || rel[nf] != '/') continue;
     for (int i = 0; i < n_want; i++) {
-      if (parts[i].found || strcmp(base_name(name), want[i]) != 0) continue;
+      if (strcmp(rel + nf + 1, want[i]) != 0) continue;
+      if (parts[i].found) {
+        st = GP_ERR(GP_ERR_DATA, "%s: member %s is in the archive twice", path, name);
+        break;
+      }
       char what[1400];
       snprintf(what, sizeof what, "%s: %s", path, name);
       st = decode(lay, read_tar, t, what, limit, &parts[i]);

@@ -228,6 +228,38 @@ static void test_archive_errors(const uint8_t *tar, size_t n) {
   write_file(p, "", 0);
   expect_err(gp_loader_open(&s, GP_SPLIT_TRAIN, 1, NULL, &l), "cifar-10-binary.tar", "empty file",
              "0-byte archive");
+  /* A file of a split's name in another folder, first, is not the split's (it was read as
+   * data_batch_1 and the real one skipped); a second copy of a member is refused. */
+  for (int dup = 0; dup < 2; dup++) {
+    snprintf(dir, sizeof dir, "%s/%s", root, dup ? "dup_member" : "foreign_member");
+    mkdir(dir, 0755);
+    snprintf(p, sizeof p, "%s/cifar-10-binary.tar", dir);
+    t.n = 0;
+    d.n = 0;
+    batch(&d, 7 * N_PER); /* samples no split has */
+    member(&t, dup ? "cifar-10-batches-bin/test_batch.bin" : "other/test_batch.bin", d.p, d.n);
+    for (int f = 0; f < 6; f++) {
+      char name[64];
+      d.n = 0;
+      batch(&d, f * N_PER);
+      snprintf(name, sizeof name,
+               f < 5 ? "cifar-10-batches-bin/data_batch_%d.bin"
+                     : "./cifar-10-batches-bin/test_batch.bin",
+               f + 1);
+      member(&t, name, d.p, d.n);
+    }
+    write_file(p, t.p, t.n);
+    s = spec10(dir);
+    if (dup) {
+      expect_err(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l), "test_batch.bin",
+                 "in the archive twice", "a member twice");
+      continue;
+    }
+    CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, NULL, &l) == GP_OK, "open, a foreign member first");
+    if (l) CHECK(check_split(l, 5 * N_PER, N_PER, 10), "the test split from its own member");
+    gp_loader_free(l);
+    l = NULL;
+  }
   free(t.p);
   free(d.p);
   free(c);
