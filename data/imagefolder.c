@@ -86,7 +86,11 @@ static gp_status walk(const char *dir, int depth, entries *files, entries *dirs)
     if (!p) {
       st = GP_ERR(GP_ERR_NOMEM, "out of memory scanning image folders");
     } else if (stat(p, &sb) != 0) {
-      free(p); /* a dangling link */
+      /* an image that cannot be reached (a dangling link) would shrink the split silently */
+      if (files && is_jpeg_name(e->d_name))
+        st = GP_ERR(GP_ERR_DATA, "%s: cannot open: %s%s", p, strerror(errno),
+                    errno == ENOENT ? " (a symbolic link to nothing)" : "");
+      free(p);
     } else if (S_ISDIR(sb.st_mode)) {
       st = add(dirs ? dirs : &subs, p, strlen(dir));
     } else if (S_ISREG(sb.st_mode) && files && is_jpeg_name(e->d_name)) {

@@ -73,8 +73,14 @@ static gp_status from_dir(const char *dir, strs *v) {
       break;
     }
     sprintf(full, "%.*s/%s", (int)nd, dir, names.s[i]);
+    /* a folder named like a shard is not one; a shard that cannot be reached (a dangling
+     * link) is an error, not a shard left out of the split */
     struct stat sb;
-    if (stat(full, &sb) == 0 && S_ISREG(sb.st_mode)) st = push(v, full, strlen(full), "", 0);
+    if (stat(full, &sb) != 0)
+      st = GP_ERR(GP_ERR_DATA, "%s: cannot open: %s%s", full, strerror(errno),
+                  errno == ENOENT ? " (a symbolic link to nothing)" : "");
+    else if (S_ISREG(sb.st_mode))
+      st = push(v, full, strlen(full), "", 0);
     free(full);
   }
   gp_strings_free(names.s, names.n);

@@ -432,6 +432,17 @@ static void test_folder(const char *root) {
   if (!l) return;
   CHECK(gp_loader_next(l, 10, x, y, &got) == GP_OK && got == 10, "folder train batch");
   gp_loader_free(l);
+  l = NULL;
+  /* an image that cannot be reached is an error, not an image left out */
+  char ln[800];
+  snprintf(ln, sizeof ln, "%s/val/n01/gone.JPEG", d);
+  CHECK(symlink("/nonexistent/gone.JPEG", ln) == 0, "symlink");
+  gp_status st = gp_loader_open(&s, GP_SPLIT_TEST, 1, &o, &l);
+  CHECK(st == GP_ERR_DATA && strstr(gp_error_message(), "gone.JPEG") &&
+            strstr(gp_error_message(), "a symbolic link to nothing"),
+        "dangling image link: %s", gp_error_message());
+  gp_loader_free(l);
+  remove(ln);
 }
 
 /* A val/ lacking a class keeps train/'s labels (its own folders shifted every later label);

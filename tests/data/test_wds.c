@@ -301,6 +301,13 @@ static void test_expand(void) {
   snprintf(f, sizeof f, "%s/empty", root);
   mkdir(f, 0755);
   expect_err(gp_shards_expand(f, &p, &n), f, "no .tar or .tar.gz", "empty folder");
+  /* a shard the folder names but cannot be read is an error, not a shard left out */
+  char ln[720];
+  snprintf(ln, sizeof ln, "%s/gone.tar", f);
+  CHECK(symlink("/nonexistent/gone.tar", ln) == 0, "symlink");
+  expect_err(gp_shards_expand(f, &p, &n), "gone.tar", "a symbolic link to nothing",
+             "dangling shard link");
+  remove(ln);
   expect_err(gp_shards_expand("@/nonexistent/list", &p, &n), "/nonexistent/list", "cannot open",
              "missing list");
 }
