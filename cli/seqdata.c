@@ -233,10 +233,11 @@ gp_status gp_seqdata_open(const gp_model *m, int synthetic, uint64_t seed, int64
     gp_seqfeed_opts fo = {
         .rows = batch, .train = i == TRAIN, .seed = seed, .pad_id = d->pad, .bos_id = d->bos};
     s = gp_seqfeed_open(&d->corp[i], &d->L, &fo, &d->feed[i]);
-    if (s != GP_OK && i != TRAIN) {
+    if (s != GP_OK) { /* which split, of which data ("all 40 pairs are longer" says neither) */
       char msg[512];
       snprintf(msg, sizeof msg, "%s", gp_error_message());
-      s = GP_ERR(s, "the %s split: %s", d->split[i], msg);
+      s = real ? GP_ERR(s, "%s: the %s split: %s", ds->path[0] ? ds->path : ".", d->split[i], msg)
+               : GP_ERR(s, "synthetic data, the %s split: %s", d->split[i], msg);
     }
   }
   if (s == GP_OK) s = gp_batch_buffers_alloc(m, batch, &d->buf);

@@ -115,6 +115,13 @@ expect 2 "resnet20-cifar.yaml:[0-9]+:[0-9]+: data.path: set it to the directory 
 expect 1 "^gpipe-train: --resume: .*/ckres holds no checkpoint to resume from \(.*: No such file" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/ckres" --resume
 [ -e "$tmp/ckres" ] && { failed=$((failed+1)); echo "FAIL: a refused --resume left its new folder"; }
+# a split too small for one batch is named, with its data
+mkdir -p "$tmp/txt"
+for sp in train valid test; do printf '5 6 7\n8 9\n' >"$tmp/txt/$sp.es.ids"; done
+{ printf '<pad>\t0\n<unk>\t0\n<s>\t0\n</s>\t0\n'; seq 4 7999 | sed 's/^/t/; s/$/\t0/'; } \
+  >"$tmp/txt/spm.vocab"
+expect 1 "txt: the train split: the training data fills 1 rows, fewer than one batch of 32" \
+  -- "$srcdir/models/transformer-lm.yaml" --set data.path="$tmp/txt" --steps 1
 # the log is an output like the others: checked before any work, the new folder taken away
 expect 1 "^gpipe-train: --log .*/nowhere/l.jsonl: cannot write: No such file or directory$" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cklog" --log "$tmp/nowhere/l.jsonl"
