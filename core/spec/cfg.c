@@ -188,6 +188,23 @@ gp_status gp_cfg_error(gp_cfg *c, const char *key, const char *fmt, ...) {
   return s;
 }
 
+gp_status gp_cfg_error_item(gp_cfg *c, const char *key, int i, const char *fmt, ...) {
+  entry *e = key ? find(c, key) : NULL;
+  const int item = e && e->is_list && i >= 0 && i < e->n;
+  va_list ap;
+  va_start(ap, fmt);
+  gp_status s = verror(c,
+                       item ? e->line[i]
+                       : e  ? e->kline
+                            : c->line,
+                       item ? e->col[i]
+                       : e  ? e->kcol
+                            : c->col,
+                       fmt, ap);
+  va_end(ap);
+  return s;
+}
+
 int gp_cfg_has(gp_cfg *c, const char *key) {
   return lookup(c, key) != NULL;
 }

@@ -51,6 +51,9 @@ gp_status gp_cfg_floats(gp_cfg *c, const char *key, int max_n, double *out, int 
 gp_status gp_cfg_require(gp_cfg *c, const char *key);
 /* An error located at key's value (or at the mapping when key is NULL or absent). */
 gp_status gp_cfg_error(gp_cfg *c, const char *key, const char *fmt, ...) GP_PRINTF(3, 4);
+/* The same at item i of key's list (at its value when key is no list that long). */
+gp_status gp_cfg_error_item(gp_cfg *c, const char *key, int i, const char *fmt, ...)
+    GP_PRINTF(4, 5);
 /* After reading: the first key never asked for (other than the names in `structural`,
  * NULL-terminated) is an error "unknown key 'x' for <what>; did you mean 'y'?". */
 gp_status gp_cfg_check_unknown(gp_cfg *c, const char *what, const char *const *structural);

@@ -263,7 +263,8 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, const gp_model
                      nm, ns);
   for (int i = 0; s == GP_OK && i < ns; i++)
     if (!(std[i] > 0))
-      s = gp_cfg_error(cfg, "std", "std: every value must be greater than 0, got %g", std[i]);
+      s = gp_cfg_error_item(cfg, "std", i, "std: every value must be greater than 0, got %g",
+                            std[i]);
   if (s == GP_OK) s = gp_cfg_check_unknown(cfg, "normalize", NULL);
   if (s == GP_OK) s = norm_fits(cfg, ds, nm, &m->inputs[0]);
   gp_cfg_free(cfg);

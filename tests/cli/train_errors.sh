@@ -122,6 +122,9 @@ for sp in train valid test; do printf '5 6 7\n8 9\n' >"$tmp/txt/$sp.es.ids"; don
   >"$tmp/txt/spm.vocab"
 expect 1 "txt: the train split: the training data fills 1 rows, fewer than one batch of 32" \
   -- "$srcdir/models/transformer-lm.yaml" --set data.path="$tmp/txt" --steps 1
+# a --set of one list item is named when that item is refused
+expect 2 "fashion-cnn.yaml:[0-9]+:[0-9]+: std: every value must be greater than 0, got 0 \(set by --set data.normalize.std.0=0\)" \
+  -- "$srcdir/models/fashion-cnn.yaml" --set data.normalize.std.0=0 --steps 1
 # the log is an output like the others: checked before any work, the new folder taken away
 expect 1 "^gpipe-train: --log .*/nowhere/l.jsonl: cannot write: No such file or directory$" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cklog" --log "$tmp/nowhere/l.jsonl"
