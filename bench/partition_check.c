@@ -23,6 +23,7 @@ int main(int argc, char **argv) {
       {"--steps", GP_FLAG_INT, "N", "measured steps (default 4)", 1},
       {"--by", GP_FLAG_STR, "time|flops", "cost basis (default time)", 0},
       {"--cache-dir", GP_FLAG_STR, "DIR", "measurement cache (default: none)", 0},
+      {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
       {NULL},
   };
   const char *pos[1];
@@ -33,6 +34,10 @@ int main(int argc, char **argv) {
   float *x = NULL;
   int32_t *y = NULL;
   gp_status s = gp_args_parse(argc, argv, flags, pos, 1, &npos);
+  if (s == GP_OK && gp_args_get(flags, "--help")->given) {
+    gp_args_usage("bench-partition-check", "MODEL.yaml [--stages K] [flags]", flags);
+    return 0;
+  }
   if (s == GP_OK && npos != 1)
     s = GP_ERR(GP_ERR_USAGE, "usage: bench-partition-check MODEL.yaml --stages K");
   int k = flags[0].given ? (int)flags[0].i : 4, mb = flags[1].given ? (int)flags[1].i : 4;

@@ -31,6 +31,7 @@ int main(int argc, char **argv) {
       {"--threads", GP_FLAG_INT, "N", "CPU threads (default 1)", 1},
       {"--batch-size", GP_FLAG_INT, "N", "batch (default 128)", 1},
       {"--steps", GP_FLAG_INT, "N", "timed steps (default 30)", 1},
+      {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
       {NULL},
   };
   const char *pos[1];
@@ -40,6 +41,10 @@ int main(int argc, char **argv) {
   gp_trainer t;
   int have_t = 0;
   gp_status s = gp_args_parse(argc, argv, flags, pos, 1, &npos);
+  if (s == GP_OK && gp_args_get(flags, "--help")->given) {
+    gp_args_usage("bench-train-throughput", "MODEL.yaml [flags]", flags);
+    return 0;
+  }
   if (s == GP_OK && npos != 1) s = GP_ERR(GP_ERR_USAGE, "usage: bench-train-throughput MODEL.yaml");
   int threads = flags[0].given ? (int)flags[0].i : 1;
   int64_t steps = flags[2].given ? flags[2].i : 30, warm = 3;
