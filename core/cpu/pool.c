@@ -338,10 +338,12 @@ static float avg_gather(const gp_pool2d_desc *d, const float *restrict g, int64_
   return s;
 }
 
-/* Every cell gathers (no clearing pass, no read-modify-write of dx). With stride 1 along a row,
- * the cells whose covering outputs are all inside the row go four at a time: lane l's outputs
- * are lane 0's shifted by l, so each is one unaligned load per (output row, tap), in
- * avg_gather's order (the same bits). */
+/* With stride 1 along the rows, every cell gathers (no clearing pass, no read-modify-write of
+ * dx), and the cells whose covering outputs are all inside the row go four at a time: lane l's
+ * outputs are lane 0's shifted by l, so each is one unaligned load per (output row, tap), in
+ * avg_gather's order (the same bits). Larger strides scatter (avg_back_scatter): there most
+ * cells are covered by few outputs or none, and a gather per cell cost ResNet-56's 1x1
+ * stride-2 subsampling twice the time. */
 static void avg_back_plane(const gp_pool2d_desc *d, const float *restrict g, float *restrict dxp) {
   const int64_t w = d->w, ow = d->ow, kw = d->kw, pw = d->pw;
   /* cells [a, b) of a row with stride 1: ix + pw - kw + 1 >= 0 and ix + pw <= ow - 1 */
@@ -372,6 +374,20 @@ static void avg_back_plane(const gp_pool2d_desc *d, const float *restrict g, flo
   }
 }
 
+/* Each output's share added to the cells of its window, the outputs in row-major order. */
+static void avg_back_scatter(const gp_pool2d_desc *d, const float *restrict dyp,
+                             float *restrict dxp) {
+  for (int64_t oy = 0; oy < d->oh; oy++)
+    for (int64_t ox = 0; ox < d->ow; ox++) {
+      int64_t y0, y1, x0, x1;
+      window(d, oy, ox, &y0, &y1, &x0, &x1);
+      const float g = avg_grad_one(d, dyp[oy * d->ow + ox], oy, ox);
+      for (int64_t iy = y0; iy < y1; iy++)
+        for (int64_t ix = x0; ix < x1; ix++)
+          dxp[iy * d->w + ix] += g;
+    }
+}
+
 /* The 2x2 windows tile the plane: every input cell is written once, no clearing pass. */
 static int tiles_2x2(const gp_pool2d_desc *d) {
   return is_2x2(d) && d->h == 2 * d->oh && d->w == 2 * d->ow;
@@ -395,13 +411,17 @@ static gp_status backward_part(void *ctx, int64_t lo, int64_t hi, int worker) {
         dxp[i] = g;
       continue;
     }
-    if (a->kind == GP_POOL_AVG) {
+    if (a->kind == GP_POOL_AVG && d->sw == 1) {
       float *restrict g = a->grads + (int64_t)worker * ohw;
       avg_grads(d, dyp, g);
       avg_back_plane(d, g, dxp);
       continue;
     }
     memset(dxp, 0, (size_t)hw * sizeof(float));
+    if (a->kind == GP_POOL_AVG) {
+      avg_back_scatter(d, dyp, dxp);
+      continue;
+    }
     const int32_t *restrict ap = a->argmax + p * ohw;
     for (int64_t i = 0; i < ohw; i++)
       if (ap[i] >= 0) dxp[ap[i]] += dyp[i];
@@ -417,7 +437,7 @@ gp_status gp_cpu_pool2d_backward(gp_backend *be, gp_pool kind, const gp_pool2d_d
   if (kind != GP_POOL_MAX && kind != GP_POOL_AVG)
     return GP_ERR(GP_ERR_RUNTIME, "unknown pooling kind %d", (int)kind);
   pool_args a = {.kind = kind, .d = d, .in = dy, .out = dx, .argmax = argmax};
-  if (kind == GP_POOL_AVG && !whole_plane(d))
+  if (kind == GP_POOL_AVG && !whole_plane(d) && d->sw == 1)
     GP_TRY(gp_cpu_scratch(be, (size_t)(be->threads * d->oh * d->ow) * sizeof(float),
                           (void **)&a.grads));
   return gp_cpu_parallel_for(be, d->n * d->c, plane_grain(d), backward_part, &a);
