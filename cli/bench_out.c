@@ -19,8 +19,6 @@ gp_status gp_bench_stream_status(FILE *f, const char *path) {
   return GP_ERR(GP_ERR_IO, "%s: writing failed: %s", path, strerror(errno));
 }
 
-/* gpipe-partition's units (B, KiB, MiB, GiB) with the two decimals of bench's other sizes, so a
- * limit of a few bytes is not "0.00 MiB". */
 /* "a/b/c" (table) or "a;b;c" (CSV) of one per-stage value. */
 static void join_ms(char *buf, size_t n, const double *v, int k, char sep, const char *fmt) {
   size_t at = 0;

@@ -179,28 +179,25 @@ static gp_status missing(gp_cfg *c, const char *key) {
   return at_error(c, c->line, c->col, "missing required key '%s'", key);
 }
 
-gp_status gp_cfg_error(gp_cfg *c, const char *key, const char *fmt, ...) {
+/* The error at item i of key's list, else at key's value, else at the mapping. */
+static gp_status verror_at(gp_cfg *c, const char *key, int i, const char *fmt, va_list ap) {
   entry *e = key ? find(c, key) : NULL;
+  if (e && e->is_list && i >= 0 && i < e->n) return verror(c, e->line[i], e->col[i], fmt, ap);
+  return verror(c, e ? e->kline : c->line, e ? e->kcol : c->col, fmt, ap);
+}
+
+gp_status gp_cfg_error(gp_cfg *c, const char *key, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  gp_status s = verror(c, e ? e->kline : c->line, e ? e->kcol : c->col, fmt, ap);
+  gp_status s = verror_at(c, key, -1, fmt, ap);
   va_end(ap);
   return s;
 }
 
 gp_status gp_cfg_error_item(gp_cfg *c, const char *key, int i, const char *fmt, ...) {
-  entry *e = key ? find(c, key) : NULL;
-  const int item = e && e->is_list && i >= 0 && i < e->n;
   va_list ap;
   va_start(ap, fmt);
-  gp_status s = verror(c,
-                       item ? e->line[i]
-                       : e  ? e->kline
-                            : c->line,
-                       item ? e->col[i]
-                       : e  ? e->kcol
-                            : c->col,
-                       fmt, ap);
+  gp_status s = verror_at(c, key, i, fmt, ap);
   va_end(ap);
   return s;
 }
@@ -210,8 +207,8 @@ int gp_cfg_has(gp_cfg *c, const char *key) {
 }
 
 /* Decimal, as shapes, repeat: and ${...} read numbers ("010" is 10, not octal 8); digits and
- * an optional '-' only, as the flags: strtoll alone would take a quoted " 8" or "+8". */
-/* 1: an integer in *out; 0: not one; -1: one too large for 64 bits. */
+ * an optional '-' only, as the flags: strtoll alone would take a quoted " 8" or "+8".
+ * 1: an integer in *out; 0: not one; -1: one too large for 64 bits. */
 static int parse_int(const char *s, int64_t *out) {
   char *end;
   if (!isdigit((unsigned char)(*s == '-' ? s[1] : s[0]))) return 0;
