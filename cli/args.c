@@ -88,6 +88,7 @@ gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **posi
       if (errno || v > max)
         return GP_ERR(GP_ERR_USAGE, "%s: at most %lld, got '%s'", name, max, val);
       f->i = v;
+      f->s = val;
     } else if (f->kind == GP_FLAG_STR) {
       if (!*val) return GP_ERR(GP_ERR_USAGE, "%s: empty value", name);
       f->s = val;
@@ -132,9 +133,32 @@ gp_status gp_args_overrides(const gp_flag *set, gp_override *ov, int max, int *n
   return GP_OK;
 }
 
+gp_status gp_args_setting(const gp_flag *f, const char *path, const char *value, gp_override *ov,
+                          int max, int *n) {
+  if (!f->given) return GP_OK;
+  if (*n >= max) return GP_ERR(GP_ERR_USAGE, "%s: too many settings with --set", f->name);
+  char num[24];
+  if (!value && f->kind == GP_FLAG_INT) snprintf(num, sizeof num, "%lld", (long long)f->i);
+  if (!value) value = f->kind == GP_FLAG_INT ? num : f->s;
+  /* one block, "--batch-size 0256\0" "256": freed with the message text */
+  size_t nb = strlen(f->name) + 1 + strlen(f->s) + 1;
+  char *key = strdup(path), *by = malloc(nb + strlen(value) + 1);
+  if (!key || !by) {
+    free(key);
+    free(by);
+    return GP_ERR(GP_ERR_NOMEM, "out of memory");
+  }
+  snprintf(by, nb, "%s %s", f->name, f->s);
+  strcpy(by + nb, value);
+  ov[(*n)++] = (gp_override){key, by + nb, by};
+  return GP_OK;
+}
+
 void gp_args_overrides_free(gp_override *ov, int n) {
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     free((char *)ov[i].path);
+    free((char *)ov[i].by);
+  }
 }
 
 int gp_args_bytes(const char *s, double *out) {

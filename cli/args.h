@@ -21,7 +21,7 @@ typedef struct gp_flag {
   /* results */
   int given;
   int64_t i;
-  const char *s;
+  const char *s;     /* STR: the value; INT: its text */
   const char **list; /* LIST: every value, in order (repeatable flag) */
   int n_list;
 } gp_flag;
@@ -89,6 +89,12 @@ gp_status gp_args_precision(const char *flag, const char *text, gp_precision *ou
  * keys are allocated: free them with gp_args_overrides_free. */
 struct gp_override;
 gp_status gp_args_overrides(const gp_flag *set, struct gp_override *ov, int max, int *n);
+/* A flag that stands for a model-file setting (--batch-size: train.batch_size), given, as one
+ * more override after the --set ones (so the flag wins), with `value` (NULL: the flag's text):
+ * the load then checks the file's other settings against it, and its messages say "(set by
+ * --batch-size 256)". Free with gp_args_overrides_free. */
+gp_status gp_args_setting(const gp_flag *f, const char *path, const char *value,
+                          struct gp_override *ov, int max, int *n);
 void gp_args_overrides_free(struct gp_override *ov, int n);
 
 #endif

@@ -564,10 +564,16 @@ static gp_status open_data(ctx *c) {
   return GP_OK;
 }
 
+/* --batch-size goes in as a setting: the load checks the file's micro_batches against it.
+ * The file's M is not run when --micro-batches is given: it goes in as 1, and the sweep says
+ * which of the M a batch cannot be split into. */
 static gp_status load_model(const char *file, gp_model **out) {
-  gp_override ov[256];
+  gp_override ov[258];
   int nov = 0;
   gp_status s = gp_args_overrides(&flags[F_SET], ov, 256, &nov);
+  if (s == GP_OK) s = gp_args_setting(&flags[F_BATCH], "train.batch_size", NULL, ov, 258, &nov);
+  if (s == GP_OK)
+    s = gp_args_setting(&flags[F_MICRO], "pipeline.micro_batches", "1", ov, 258, &nov);
   if (s == GP_OK) s = gp_model_load(file, ov, nov, out);
   gp_args_overrides_free(ov, nov);
   return s;

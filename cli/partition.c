@@ -608,9 +608,13 @@ int main(int argc, char **argv) {
                     "--stages K [flags]; --help)\n");
     return 2;
   }
-  gp_override ov[256];
+  gp_override ov[258];
   int nov = 0;
   if (s == GP_OK) s = gp_args_overrides(&flags[F_SET], ov, 256, &nov);
+  /* the two that the load checks against each other */
+  if (s == GP_OK) s = gp_args_setting(&flags[F_BATCH], "train.batch_size", NULL, ov, 258, &nov);
+  if (s == GP_OK)
+    s = gp_args_setting(&flags[F_MICRO], "pipeline.micro_batches", NULL, ov, 258, &nov);
   gp_model *m = NULL;
   if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &m);
   gp_args_overrides_free(ov, nov);

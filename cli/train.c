@@ -759,9 +759,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   gp_blas_pick_kernels(argv);
-  gp_override ov[256];
+  gp_override ov[258];
   int nov = 0;
   if (s == GP_OK) s = gp_args_overrides(&flags[F_SET], ov, 256, &nov);
+  /* the two that the load checks against each other */
+  if (s == GP_OK) s = gp_args_setting(&flags[F_BATCH], "train.batch_size", NULL, ov, 258, &nov);
+  if (s == GP_OK)
+    s = gp_args_setting(&flags[F_MICRO], "pipeline.micro_batches", NULL, ov, 258, &nov);
   if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &r.m);
   gp_args_overrides_free(ov, nov);
   if (s == GP_OK) s = apply_flags(r.m);

@@ -92,8 +92,9 @@ static int has_word(const char *text, const char *word) {
   return 0;
 }
 
-/* An error at the place where a --set put its value ("file:line:col: ..." from the spec
- * or from a layer's settings) says so: the file holds another value there. */
+/* An error at the place where a --set (or a flag standing for a setting) put its value
+ * ("file:line:col: ..." from the spec or from a layer's settings) says so: the file holds another
+ * value there. */
 static gp_status name_the_set(const gp_sp_ctx *c, gp_status s) {
   const char *m = gp_error_message();
   size_t nf = strlen(c->file);
@@ -104,6 +105,7 @@ static gp_status name_the_set(const gp_sp_ctx *c, gp_status s) {
     const gp_sp_set *set = &c->sets[i];
     if (set->line != line || set->col != col) continue;
     if (set->added_key && !has_word(m + nf + used, set->added_key)) continue;
+    if (set->ov->by) return gp_sp_err_append(s, " (set by %s)", set->ov->by);
     return gp_sp_err_append(s, " (set by --set %s=%s)", set->ov->path, set->ov->value);
   }
   return s;

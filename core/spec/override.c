@@ -37,6 +37,7 @@ static gp_status usage(const ovctx *o, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (o->ov->by) return GP_ERR(GP_ERR_USAGE, "%s: %s", o->ov->by, msg);
   return GP_ERR(GP_ERR_USAGE, "--set %s=%s: %s", o->ov->path, o->ov->value, msg);
 }
 

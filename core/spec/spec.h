@@ -156,10 +156,11 @@ typedef struct gp_model {
   gp_pipeline_spec pipeline;
 } gp_model;
 
-/* One --set key.path=value override. */
+/* One --set key.path=value override, or a flag that stands for a setting. */
 typedef struct gp_override {
   const char *path; /* "train.optimizer.lr", "layers.3.out_channels" */
   const char *value;
+  const char *by; /* what set it, for messages ("--batch-size 256"); NULL: --set path=value */
 } gp_override;
 
 /* Loads and checks a model file. Errors: GP_ERR_SPEC "file:line:col: what", GP_ERR_IO when

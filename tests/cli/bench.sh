@@ -533,6 +533,18 @@ expect() { # code, what, args...
   else ok; fi
 }
 expect 2 "not a number in --stages" "$mlp" --stages 1,x
+# --batch-size is checked as the file's setting: a --set M above the file's batch no longer
+# stops a sweep that --batch-size makes room for
+"$bench" "$mlp" --set pipeline.micro_batches=200 --batch-size 256 --stages 1 --steps 1 \
+  --warmup 0 --quiet >"$tmp/out" 2>"$tmp/err" && ok ||
+  bad "--set pipeline.micro_batches=200 --batch-size 256: exit $?: $(cat "$tmp/err")"
+expect 2 "no M fits the batch" "$mlp" --batch-size 8 --micro-batches 16,32 --steps 1 --warmup 0
+grep -q "^gpipe-bench: nothing to run: every micro-batch count exceeds the batch of 8$" \
+  "$tmp/err" && ok || bad "no M fits the batch: $(cat "$tmp/err")"
+# ... nor does the file's M, which --micro-batches replaces (it stopped at the load)
+"$bench" "$mlp" --set pipeline.micro_batches=100 --batch-size 64 --micro-batches 2 --stages 1 \
+  --steps 1 --warmup 0 --quiet >"$tmp/out" 2>"$tmp/err" && ok ||
+  bad "--micro-batches replacing the file's M: exit $?: $(cat "$tmp/err")"
 expect 2 "empty item in --micro-batches" "$mlp" --micro-batches 1,,4
 expect 2 "zero stages" "$mlp" --stages 0
 # list items are integers as single-integer flags take them: no sign, no space (strtol took them)

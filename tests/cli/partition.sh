@@ -188,7 +188,11 @@ refuse "--memory-limit: cannot read '0x10' as a size" --stages 2 --memory-limit 
 refuse "--speeds: .*got '0x1'" --stages 2 --speeds 1,0x1
 refuse "--speeds: .*got ' 2'" --stages 2 --speeds '1, 2'
 refuse "--batch-size: at most 16777216, got '16777217'" --batch-size 16777217
-refuse "cannot be split into 500 micro-batches" --stages 2 --micro-batches 500
+refuse "resnet56-cifar.yaml:[0-9]+:[0-9]+: micro_batches: 500 is more than batch_size 128 .*\(set by --micro-batches 500\)$" \
+  --stages 2 --micro-batches 500
+# ... checked with the flags standing for settings, as if written in the file
+"$part" "$resnet" --stages 2 --set pipeline.micro_batches=200 --batch-size 256 >"$tmp/o" 2>"$tmp/e" &&
+  grep -q "200 micro-batches" "$tmp/o" && ok || bad "--set pipeline.micro_batches=200 --batch-size 256: $(cat "$tmp/e")"
 refuse "^gpipe-partition: --speeds: 2 values for 1 stage \\(" --stages 1 --speeds 1,2 # "1 stages"
 # counts in words: a model of one unit (it said "1 units")
 printf 'name: one\ninputs: {x: [4], label: {shape: [], dtype: i32}}\n%s\nloss: %s\n' \

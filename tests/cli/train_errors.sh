@@ -141,6 +141,21 @@ ln -s missing.json "$tmp/dangling.json"
 expect 1 "--trace .*dangling.json: a symbolic link to 'missing.json', which does not exist" \
   -- "$good" --data synthetic --steps 1 --trace "$tmp/dangling.json"
 expect 2 "--batch-size: at most 16777216, got '16777217'" -- "$good" --batch-size 16777217
+# --batch-size and --micro-batches are checked with the file's settings as if written there:
+# a --set M above the file's batch runs when --batch-size makes room, and a flag's M above the
+# batch is named as the flag's
+if timeout 60 "$train" "$good" --quiet --data synthetic --steps 1 --set pipeline.micro_batches=200 \
+    --batch-size 256 >/dev/null 2>"$tmp/err"; then
+  passed=$((passed+1))
+else
+  failed=$((failed+1)); echo "FAIL: --set pipeline.micro_batches=200 --batch-size 256: $(cat "$tmp/err")"
+fi
+expect 2 "fashion-mlp.yaml:[0-9]+:[0-9]+: micro_batches: 4 is more than batch_size 2 .*\(set by --micro-batches 4\)$" \
+  -- "$good" --data synthetic --steps 1 --batch-size 2 --micro-batches 4
+expect 2 "fashion-mlp.yaml:[0-9]+:[0-9]+: micro_batches: 200 is more than batch_size 128 .*\(set by --set pipeline.micro_batches=200\)$" \
+  -- "$good" --data synthetic --steps 1 --set pipeline.micro_batches=200
+expect 2 "fashion-mlp.yaml:[0-9]+:[0-9]+: micro_batches: 5000 is out of range \[1, 4096\] \(set by --micro-batches 5000\)$" \
+  -- "$good" --data synthetic --steps 1 --micro-batches 5000
 : >"$tmp/real.safetensors"; ln -s real.safetensors "$tmp/link.safetensors"
 if timeout 60 "$train" "$good" --quiet --data synthetic --steps 1 --batch-size 8 \
     --save "$tmp/link.safetensors" >/dev/null 2>&1 &&

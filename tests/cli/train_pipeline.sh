@@ -94,7 +94,7 @@ check() {
 check "cannot cut 7 units into 9 stages" --stages 9
 check "balance sums to 4 units, the model has 7" --stages 2 --balance 2,2
 check "unknown value 'gpipee'; did you mean 'gpipe'" --schedule gpipee
-check "batch of 4 \\(--batch-size\\) cannot be split into 8 micro-batches \\(--micro-batches\\)" \
+check "fashion-mlp.yaml:[0-9]+:[0-9]+: micro_batches: 8 is more than batch_size 4 .*\\(set by --micro-batches 8\\)$" \
   --batch-size 4 --micro-batches 8
 check "--balance: expected positive integers" --stages 2 --balance 3,x
 check "balance has 2 entries for 1 stage$" --stages 1 --balance 3,4 # it said "1 stages"
