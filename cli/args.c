@@ -230,6 +230,13 @@ gp_status gp_args_output_ok(const gp_flag *f, int renamed, int *stale) {
   int existed = stat(f->s, &st) == 0;
   if (existed && S_ISDIR(st.st_mode))
     return GP_ERR(GP_ERR_IO, "%s %s: is a directory", f->name, f->s);
+  /* "--csv /dev/stdout" with stdout sent to a file: the file written in place of it would
+   * replace what the program printed there (and a log would mix with it) */
+  struct stat std;
+  for (int fd = 1; existed && S_ISREG(st.st_mode) && fd <= 2; fd++)
+    if (fstat(fd, &std) == 0 && std.st_dev == st.st_dev && std.st_ino == st.st_ino)
+      return GP_ERR(GP_ERR_USAGE, "%s %s: is the file the program's %s goes to; give another file",
+                    f->name, f->s, fd == 1 ? "standard output" : "standard error");
   char dst[4096];
   gp_status s = renamed ? gp_io_write_target(f->s, dst, sizeof dst) : GP_OK;
   if (s != GP_OK) return gp_error_prefix(s, "%s ", f->name);

@@ -533,6 +533,11 @@ expect() { # code, what, args...
   else ok; fi
 }
 expect 2 "not a number in --stages" "$mlp" --stages 1,x
+# an output that is the file stdout goes to (--csv /dev/stdout > f) would replace the table
+expect 2 "--csv is stdout's file" "$mlp" --stages 1 --micro-batches 1 --steps 1 --warmup 0 \
+  --csv "$tmp/out"
+grep -q "^gpipe-bench: --csv .*/out: is the file the program's standard output goes to; give another file$" \
+  "$tmp/err" && ok || bad "--csv is stdout's file: $(cat "$tmp/err")"
 # --batch-size is checked as the file's setting: a --set M above the file's batch no longer
 # stops a sweep that --batch-size makes room for
 "$bench" "$mlp" --set pipeline.micro_batches=200 --batch-size 256 --stages 1 --steps 1 \

@@ -130,6 +130,11 @@ expect 1 "^gpipe-train: --log .*/nowhere/l.jsonl: cannot write: No such file or 
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cklog" --log "$tmp/nowhere/l.jsonl"
 [ -e "$tmp/cklog" ] && { failed=$((failed+1)); echo "FAIL: a refused --log left its new folder"; }
 expect 1 "^gpipe-train: --log .*: is a directory$" -- "$good" --data synthetic --steps 1 --log "$tmp"
+# ... nor the file stdout goes to: the lines would mix (and a --trace would replace them)
+expect 2 "^gpipe-train: --log .*/out: is the file the program's standard output goes to; give another file$" \
+  -- "$good" --data synthetic --steps 1 --log "$tmp/out"
+expect 2 "^gpipe-train: --trace .*/out: is the file the program's standard output goes to; give another file$" \
+  -- "$good" --data synthetic --steps 1 --trace "$tmp/out"
 expect 2 "^gpipe-train: --save .*cknew3/checkpoint.safetensors: --checkpoint-dir writes that file too" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cknew3" \
   --save "$tmp/cknew3/checkpoint.safetensors"
