@@ -544,18 +544,7 @@ static gp_status open_data(ctx *c) {
       return GP_ERR(GP_ERR_USAGE, "--data real: %s has no data section naming a dataset", m->file);
     GP_TRY(gp_data_error_at(
         m, gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, NULL, &c->data)));
-    gp_shape ds = gp_loader_sample_shape(c->data);
-    char a[96], d[96];
-    if (!gp_shape_equal(&ds, &xi->shape))
-      return GP_ERR(GP_ERR_SPEC, "%s: the model's input is %s but the data gives %s", m->file,
-                    gp_shape_str(&xi->shape, a, sizeof a), gp_shape_str(&ds, d, sizeof d));
-    if (gp_loader_classes(c->data) != classes)
-      return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " class%s, the data has %" PRId64,
-                    m->file, classes, classes == 1 ? "" : "es", gp_loader_classes(c->data));
-    if (gp_loader_samples(c->data) >= 0 && gp_loader_samples(c->data) < b) /* < 0: unknown */
-      return GP_ERR(GP_ERR_DATA,
-                    "the training set has %" PRId64 " samples, fewer than one batch of %" PRId64,
-                    gp_loader_samples(c->data), b);
+    GP_TRY(gp_data_fits(m, xi, c->data, b));
   }
   int64_t per = gp_shape_numel(&xi->shape);
   c->x = malloc((size_t)(b * per) * sizeof(float));

@@ -3,6 +3,7 @@
 #include "cli/seqdata.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,6 +294,29 @@ gp_status gp_data_input(const gp_model *m, const char *data, const gp_model_inpu
                 "%s: %s fills one f32 input and the labels (or a translation or language "
                 "model's tokens), but this model's inputs are %s",
                 m->file, data, m->n_inputs ? list : "none");
+}
+
+gp_status gp_data_fits(const gp_model *m, const gp_model_input *xi, const gp_loader *train,
+                       int64_t batch) {
+  const gp_layer *o = &m->nodes[m->output_node].layer;
+  int64_t classes = o->out_shape.ndim ? o->out_shape.d[o->out_shape.ndim - 1] : 1;
+  gp_shape ds = gp_loader_sample_shape(train);
+  char a[96], c[96];
+  if (!gp_shape_equal(&ds, &xi->shape))
+    return GP_ERR(GP_ERR_SPEC, "%s: the model's input is %s but the data gives %s", m->file,
+                  gp_shape_str(&xi->shape, a, sizeof a), gp_shape_str(&ds, c, sizeof c));
+  if (gp_loader_classes(train) != classes)
+    return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " class%s, the data has %" PRId64,
+                  m->file, classes, classes == 1 ? "" : "es", gp_loader_classes(train));
+  int64_t n = gp_loader_samples(train); /* < 0: a stream of unknown size */
+  const char *where = gp_loader_where(train);
+  if (n >= 0 && n < batch)
+    return GP_ERR(GP_ERR_DATA,
+                  "%s: the training set%s%s%s has %" PRId64 " samples, fewer than one batch of "
+                  "%" PRId64,
+                  gp_loader_name(train), where ? " (" : "", where ? where : "", where ? ")" : "", n,
+                  batch);
+  return GP_OK;
 }
 
 int gp_seqdata_translates(const gp_seqdata *d) {

@@ -6,6 +6,7 @@
 #define GP_CLI_SEQDATA_H
 
 #include "core/train/trainer.h"
+#include "data/loader.h"
 #include "data/seqfeed.h"
 
 typedef struct gp_seqdata gp_seqdata;
@@ -14,6 +15,11 @@ typedef struct gp_seqdata gp_seqdata;
  * the labels, found in *out. Otherwise an error in user terms naming m's file and inputs;
  * `data` says what feeds them ("synthetic data"). */
 gp_status gp_data_input(const gp_model *m, const char *data, const gp_model_input **out);
+/* Whether the training data opened for m fits it: its samples have xi's shape, its classes
+ * are the model's outputs, and it holds at least one batch (streams of unknown size pass).
+ * Errors name the model file, or for the size the data and what was read. */
+gp_status gp_data_fits(const gp_model *m, const gp_model_input *xi, const gp_loader *train,
+                       int64_t batch);
 /* s, and where it is an error in the data section that opening the data found (GP_ERR_SPEC:
  * "data.path: set it ..."), its message located at that section ("m.yaml:30:3: "), as the
  * errors found when the file is read are. */

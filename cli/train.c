@@ -382,19 +382,7 @@ static gp_status open_data(run *r) {
   GP_TRY(gp_data_input(m, "an image dataset", &xi));
   GP_TRY(gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TRAIN, seed, NULL, &r->train)));
   GP_TRY(gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TEST, seed, NULL, &r->test)));
-  gp_shape ds = gp_loader_sample_shape(r->train);
-  char a[96], c[96];
-  if (!gp_shape_equal(&ds, &xi->shape))
-    return GP_ERR(GP_ERR_SPEC, "%s: the model's input is %s but the data gives %s", m->file,
-                  gp_shape_str(&xi->shape, a, sizeof a), gp_shape_str(&ds, c, sizeof c));
-  if (gp_loader_classes(r->train) != classes)
-    return GP_ERR(GP_ERR_SPEC, "%s: the model outputs %" PRId64 " class%s, the data has %" PRId64,
-                  m->file, classes, classes == 1 ? "" : "es", gp_loader_classes(r->train));
-  if (gp_loader_samples(r->train) >= 0 && gp_loader_samples(r->train) < b)
-    return GP_ERR(GP_ERR_DATA,
-                  "the training set has %" PRId64 " samples, fewer than one batch of %" PRId64,
-                  gp_loader_samples(r->train), b);
-  return GP_OK;
+  return gp_data_fits(m, xi, r->train, b);
 }
 
 /* The training data's position: (epoch, next batch). */

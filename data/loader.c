@@ -236,8 +236,8 @@ static gp_status fill_stream(gp_loader *l, job *j, int64_t b) {
     if (!end || l->split != GP_SPLIT_TRAIN) break;
     /* A train epoch ends: drop the partial batch and start the next one. */
     if (started == 0 && l->r_index == 0)
-      return GP_ERR(GP_ERR_DATA, "%s: the training shards hold fewer than one batch of %lld",
-                    l->src->name, (long long)b);
+      return GP_ERR(GP_ERR_DATA, "%s: the training shards (%s) hold fewer than one batch of %lld",
+                    l->src->name, l->src->where ? l->src->where : "?", (long long)b);
     l->r_epoch++;
     l->r_index = started = 0;
     GP_TRY(stream_begin(l));
@@ -595,6 +595,14 @@ gp_shape gp_loader_sample_shape(const gp_loader *l) {
 
 int64_t gp_loader_classes(const gp_loader *l) {
   return l->src->classes;
+}
+
+const char *gp_loader_name(const gp_loader *l) {
+  return l->src->name;
+}
+
+const char *gp_loader_where(const gp_loader *l) {
+  return l->src->where;
 }
 
 gp_status gp_loader_next(gp_loader *l, int64_t max_batch, float *x, int32_t *y, int64_t *got) {

@@ -47,6 +47,10 @@ void gp_loader_free(gp_loader *l);
 int64_t gp_loader_samples(const gp_loader *l);
 gp_shape gp_loader_sample_shape(const gp_loader *l); /* per sample, e.g. [1, 28, 28] */
 int64_t gp_loader_classes(const gp_loader *l);
+/* For messages: the data set ("fashion-mnist") and what is read (a file, folder or shard list,
+ * with a data.*_limit that cut it); NULL for generated data. */
+const char *gp_loader_name(const gp_loader *l);
+const char *gp_loader_where(const gp_loader *l);
 
 /* Next batch of up to max_batch samples into x (f32, batch x sample) and y (int32).
  * Train: always max_batch (a new epoch starts, reshuffled, when fewer remain);

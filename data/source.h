@@ -49,7 +49,9 @@ struct gp_source {
   int64_t classes;
   gp_shape sample;
   int64_t numel;
-  const char *name; /* for messages: "cifar10", "imagenet" */
+  const char *name;  /* for messages: "cifar10", "imagenet" */
+  const char *where; /* for messages: what is read ("data.train_shards '...', 3 shards", a file
+                      * or folder, with a data.*_limit that cut it); NULL: generated */
   /* Streams: restart at the first record of an epoch, reading only replica r of R; sets
    * *by_sample when there are fewer shards than replicas, so the loader must instead keep
    * every R-th record. */

@@ -25,6 +25,7 @@ typedef struct img_source {
   int n_order, cur;
   int64_t records; /* read in this epoch */
   gp_wds *w;
+  char where[600]; /* base.where */
   /* ImageFolder */
   int folder;
   gp_imagefolder tree;
@@ -229,6 +230,9 @@ static gp_status setup(img_source *m, const gp_data_spec *spec, gp_split split) 
     GP_TRY(rebase_shards(spec->path, m->train ? "data.train_shards" : "data.test_shards", shards,
                          spec_full, sizeof spec_full));
     GP_TRY(gp_shards_expand(spec_full, &m->shards, &m->n_shards));
+    snprintf(m->where, sizeof m->where, "data.%s_shards '%.500s', %d shard%s",
+             m->train ? "train" : "test", shards, m->n_shards, m->n_shards == 1 ? "" : "s");
+    m->base.where = m->where;
     if (!(m->order = malloc((size_t)m->n_shards * sizeof *m->order)))
       return GP_ERR(GP_ERR_NOMEM, "out of memory for %d shards", m->n_shards);
     m->base.stream = 1;
@@ -254,6 +258,8 @@ static gp_status setup(img_source *m, const gp_data_spec *spec, gp_split split) 
   if (m->train || !is_dir(train_dir)) train_dir[0] = 0;
   GP_TRY(gp_imagefolder_scan(path, cls, train_dir, &m->tree));
   m->folder = 1;
+  snprintf(m->where, sizeof m->where, "%.590s", path);
+  m->base.where = m->where;
   m->base.n = m->tree.n;
   m->base.classes = classes ? classes : m->tree.n_classes;
   return GP_OK;

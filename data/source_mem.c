@@ -27,7 +27,8 @@ typedef struct mem_source {
   uint8_t *labels;   /* n bytes */
   float lut[4][256]; /* byte -> normalized value, per channel */
   uint64_t synth_key;
-  int augment; /* pad-crop-flip each train sample (CIFAR) */
+  int augment;      /* pad-crop-flip each train sample (CIFAR) */
+  char where[1200]; /* base.where */
 } mem_source;
 
 static void mem_free(gp_source *s) {
@@ -111,18 +112,27 @@ static void data_file(char *out, size_t n, const char *dir, const char *base) {
   snprintf(out, n, "%s/%s.gz", dir, base);
 }
 
-static gp_status limit_of(const gp_data_spec *spec, gp_split split, int64_t *limit) {
+/* The split's data.*_limit; m's base.where becomes what (a file or folder) is read, and the
+ * limit when one is set. */
+static gp_status limit_of(const gp_data_spec *spec, gp_split split, const char *what, mem_source *m,
+                          int64_t *limit) {
+  const char *key = split == GP_SPLIT_TRAIN ? "train" : "test";
   *limit = split == GP_SPLIT_TRAIN ? spec->train_limit : spec->test_limit;
   if (*limit < 0)
-    return GP_ERR(GP_ERR_SPEC, "data %s_limit %lld must be >= 0",
-                  split == GP_SPLIT_TRAIN ? "train" : "test", (long long)*limit);
+    return GP_ERR(GP_ERR_SPEC, "data %s_limit %lld must be >= 0", key, (long long)*limit);
+  if (*limit)
+    snprintf(m->where, sizeof m->where, "%.1000s, data.%s_limit %lld", what, key,
+             (long long)*limit);
+  else
+    snprintf(m->where, sizeof m->where, "%s", what);
+  m->base.where = m->where;
   return GP_OK;
 }
 
 static gp_status open_cifar(const gp_data_spec *spec, gp_split split, mem_source *m) {
   int classes = spec->dataset == GP_DATA_CIFAR10 ? 10 : 100;
   int64_t limit;
-  GP_TRY(limit_of(spec, split, &limit));
+  GP_TRY(limit_of(spec, split, spec->path, m, &limit));
   m->base.name = classes == 10 ? "cifar10" : "cifar100";
   m->base.classes = spec->coarse_labels ? 20 : classes;
   m->channels = 3;
@@ -141,10 +151,10 @@ static gp_status open_mnist(const gp_data_spec *spec, gp_split split, mem_source
                                                      : "/usr/share/datasets/fashion-mnist";
   const char *pre = split == GP_SPLIT_TRAIN ? "train" : "t10k";
   int64_t limit;
-  GP_TRY(limit_of(spec, split, &limit));
   char img_path[1100], lbl_path[1100], base[64];
   snprintf(base, sizeof base, "%s-images-idx3-ubyte", pre);
   data_file(img_path, sizeof img_path, dir, base);
+  GP_TRY(limit_of(spec, split, img_path, m, &limit));
   snprintf(base, sizeof base, "%s-labels-idx1-ubyte", pre);
   data_file(lbl_path, sizeof lbl_path, dir, base);
 

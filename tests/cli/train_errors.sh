@@ -201,6 +201,9 @@ if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   cp /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz "$tmp/d2/train-labels-idx1-ubyte.gz"
   cp /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz "$tmp/d2/"
   expect 1 "60000|10000" -- "$good" --set data.path="$tmp/d2" --steps 1
+  # fewer samples than a batch: the data and the file named, with the limit that cut it
+  expect 1 "^gpipe-train: fashion-mnist: the training set \(/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz, data.train_limit 100\) has 100 samples, fewer than one batch of 128$" \
+    -- "$good" --set data.train_limit=100 --steps 1
 fi
 # a NaN loss stops with the step named
 expect 1 "loss is (NaN|infinite) at step" -- "$good" --quiet --data synthetic --steps 5 --set train.optimizer.lr=1e30 --set train.optimizer.type=sgd --set train.schedule.warmup_steps=0

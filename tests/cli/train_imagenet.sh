@@ -42,6 +42,11 @@ out=$("$bench" "$tmp/m.yaml" --data real --stages 1 --micro-batches 1 --steps 1 
 # Unknown stream size without steps: a clear error.
 out=$("$train" "$tmp/m.yaml" --quiet --set train.steps=0 2>&1); rc=$?
 [ $rc = 2 ] && grep -q "data.train_samples" <<<"$out" || fail "unknown size: rc $rc: $out"
+# Shards holding fewer samples than a batch (30): one line naming them, exit 1.
+out=$("$train" "$tmp/m.yaml" --quiet --batch-size 64 --steps 1 2>&1); rc=$?
+[ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "^gpipe-train: imagenet: the training \
+shards (data.train_shards 'train-{000..001}.tar,train-002.tar.gz', 3 shards) hold fewer than one \
+batch of 64$" <<<"$out" || fail "fewer samples than a batch: rc $rc: $out"
 # Resume across an epoch boundary (30 samples = 5 batches per epoch) is exact.
 "$train" "$tmp/m.yaml" --quiet --set data.train_samples=30 --steps 4 --checkpoint-dir "$tmp/ck" \
   >/dev/null 2>&1 || fail "first half"
