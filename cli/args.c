@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/decimal.h"
 #include "core/io/target.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
@@ -180,8 +181,8 @@ int gp_args_bytes(const char *s, double *out) {
                {"tib", 1099511627776.0},
                {"tb", 1e12}};
   char *end;
-  if ((!isdigit((unsigned char)s[0]) && s[0] != '.') || strpbrk(s, "xX")) return 0; /* 0x10 */
-  double v = strtod(s, &end);
+  if (!isdigit((unsigned char)s[0]) && s[0] != '.') return 0;
+  double v = gp_decimal(s, &end);
   if (end == s || !isfinite(v) || v <= 0) return 0;
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
     if (strcasecmp(end, units[i].unit) == 0) {

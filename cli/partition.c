@@ -13,6 +13,7 @@
 #include "cli/interrupt.h"
 #include "core/io/json.h"
 #include "core/backend.h"
+#include "core/decimal.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
 #include "core/train/partition.h"
@@ -146,10 +147,10 @@ static gp_status per_stage(const char *flag, const char *text, int k, int is_siz
   for (int i = 0; i < n; i++) {
     char *end;
     double v = 0;
-    /* a speed is decimal: no leading space or sign, no hexadecimal float */
+    /* a speed is decimal: no leading space or sign */
     int ok = is_size ? gp_args_bytes(f[i], &v)
                      : (isdigit((unsigned char)f[i][0]) || f[i][0] == '.') &&
-                           !strpbrk(f[i], "xX") && (v = strtod(f[i], &end), end != f[i] && !*end);
+                           (v = gp_decimal(f[i], &end), end != f[i] && !*end);
     if (!ok || !isfinite(v) || v <= 0 || (!is_size && (v < 1e-3 || v > 1e3)))
       return is_size ? GP_ERR(GP_ERR_USAGE,
                               "%s: cannot read '%s' as a size (like 16GiB, 512MiB, 1.5GB or "

@@ -12,6 +12,8 @@
 
 #include <yaml.h>
 
+#include "core/decimal.h"
+
 typedef struct entry {
   char *key;
   int is_list, n;
@@ -223,9 +225,8 @@ static int parse_int(const char *s, int64_t *out) {
 static int parse_float(const char *s, double *out) {
   char *end;
   if (isspace((unsigned char)*s)) return 0; /* a quoted " 0.5": strtod skips the space */
-  if (strpbrk(s, "xX")) return 0;           /* strtod's hexadecimal floats: decimal only */
   errno = 0;
-  double v = strtod(s, &end);
+  double v = gp_decimal(s, &end);
   if (end == s || *end || !isfinite(v)) return 0;
   *out = v;
   return 1;

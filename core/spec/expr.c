@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/decimal.h"
 #include "core/spec/internal.h"
 
 gp_status gp_sp_count_read(gp_sp_ctx *c, const gp_ynode *at) {
@@ -66,8 +67,7 @@ static int parse_num(const char *s, num *out) {
     out->i = v;
     return 1;
   }
-  if (strpbrk(s, "xX")) return 0; /* strtod's hexadecimal floats: decimal only */
-  double f = strtod(s, &end);
+  double f = gp_decimal(s, &end);
   if (end == s || *end || !isfinite(f)) return 0;
   out->is_float = 1;
   out->f = f;
