@@ -533,8 +533,7 @@ static gp_status open_data(ctx *c) {
   const gp_model_input *xi;
   GP_TRY(gp_data_input(
       m, strcmp(c->b.data, "synthetic") == 0 ? "synthetic data" : "an image dataset", &xi));
-  const gp_layer *o = &m->nodes[m->output_node].layer;
-  int64_t classes = o->out_shape.ndim ? o->out_shape.d[o->out_shape.ndim - 1] : 1;
+  int64_t classes = gp_model_classes(m);
   int64_t b = c->b.batch;
   if (strcmp(c->b.data, "synthetic") == 0) {
     GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 4, GP_SPLIT_TRAIN, m->train.seed, NULL,

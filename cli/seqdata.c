@@ -296,10 +296,14 @@ gp_status gp_data_input(const gp_model *m, const char *data, const gp_model_inpu
                 m->file, data, m->n_inputs ? list : "none");
 }
 
+int64_t gp_model_classes(const gp_model *m) {
+  const gp_shape *o = &m->nodes[m->output_node].layer.out_shape;
+  return o->ndim ? o->d[o->ndim - 1] : 1;
+}
+
 gp_status gp_data_fits(const gp_model *m, const gp_model_input *xi, const gp_loader *train,
                        int64_t batch) {
-  const gp_layer *o = &m->nodes[m->output_node].layer;
-  int64_t classes = o->out_shape.ndim ? o->out_shape.d[o->out_shape.ndim - 1] : 1;
+  int64_t classes = gp_model_classes(m);
   gp_shape ds = gp_loader_sample_shape(train);
   char a[96], c[96];
   if (!gp_shape_equal(&ds, &xi->shape))

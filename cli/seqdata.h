@@ -15,6 +15,8 @@ typedef struct gp_seqdata gp_seqdata;
  * the labels, found in *out. Otherwise an error in user terms naming m's file and inputs;
  * `data` says what feeds them ("synthetic data"). */
 gp_status gp_data_input(const gp_model *m, const char *data, const gp_model_input **out);
+/* The classes m's output scores: the size of its last dimension (1 for a scalar). */
+int64_t gp_model_classes(const gp_model *m);
 /* Whether the training data opened for m fits it: its samples have xi's shape, its classes
  * are the model's outputs, and it holds at least one batch (streams of unknown size pass).
  * Errors name the model file, or for the size the data and what was read. */

@@ -359,8 +359,7 @@ static gp_status open_seqdata(run *r, int synthetic) {
 
 static gp_status open_data(run *r) {
   gp_model *m = r->m;
-  const gp_layer *out = &m->nodes[m->output_node].layer;
-  int64_t classes = out->out_shape.ndim ? out->out_shape.d[out->out_shape.ndim - 1] : 1;
+  int64_t classes = gp_model_classes(m);
   int64_t b = m->train.batch_size;
   uint64_t seed = m->train.seed;
   if (gp_seq_is_sequence_model(m)) return open_seqdata(r, flags[F_DATA].given);
