@@ -202,7 +202,7 @@ static gp_status stream_take(gp_loader *l, int *end) {
 }
 
 static gp_status job_bytes(job *j, size_t more) {
-  if (j->nbytes + more <= j->cap) return GP_OK;
+  if (j->nbytes + more <= j->cap && j->bytes) return GP_OK; /* a buffer even for empty ones */
   size_t cap = j->cap ? j->cap : 1 << 20;
   while (cap < j->nbytes + more)
     cap *= 2;
@@ -689,7 +689,7 @@ void gp_record_free(gp_record *r) {
 }
 
 gp_status gp_record_reserve(gp_record *r, size_t n) {
-  if (n <= r->cap) return GP_OK;
+  if (n <= r->cap && r->bytes) return GP_OK; /* empty records have a buffer too (memcpy) */
   size_t cap = r->cap ? r->cap : 4096;
   while (cap < n)
     cap *= 2;

@@ -134,7 +134,7 @@ static gp_status wds_next(gp_source *s, gp_record *r, int *end) {
       return GP_ERR(GP_ERR_DATA, "%s: label %lld is outside 0..%lld", smp.label_where,
                     (long long)smp.label, (long long)s->classes - 1);
     GP_TRY(gp_record_reserve(r, smp.jpg_n));
-    memcpy(r->bytes, smp.jpg, smp.jpg_n);
+    if (smp.jpg_n) memcpy(r->bytes, smp.jpg, smp.jpg_n); /* a 0-byte member has no data */
     r->len = smp.jpg_n;
     r->label = (int32_t)smp.label;
     m->records++;

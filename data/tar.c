@@ -3,6 +3,7 @@
  * size are taken from pax records since nothing else here needs more. */
 #include "data/tar.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,8 +131,10 @@ static gp_status parse_pax(gp_tar *t, const char *m, uint64_t size) {
   uint64_t at = 0;
   while (at < size) {
     char *end = NULL;
-    unsigned long long len = strtoull(m + at, &end, 10);
-    if (end == m + at || *end != ' ' || len < 5 || len > size - at || m[at + len - 1] != '\n')
+    /* digits first: strtoull would skip spaces, and end past the record */
+    unsigned long long len = isdigit((unsigned char)m[at]) ? strtoull(m + at, &end, 10) : 0;
+    if (!end || *end != ' ' || len < 5 || len > size - at || end >= m + at + len - 1 ||
+        m[at + len - 1] != '\n')
       return GP_ERR(GP_ERR_DATA, "%s: member %lld at offset %llu: bad pax record", gp_tar_path(t),
                     (long long)t->member, (unsigned long long)t->hdr_off);
     const char *kv = end + 1, *rec_end = m + at + len - 1;
@@ -183,11 +186,22 @@ gp_status gp_tar_next(gp_tar *t, const char **name, uint64_t *size) {
                     gp_tar_path(t), (long long)t->member, (unsigned long long)t->hdr_off);
     if (all_zero(h)) {
       /* Read on to the end, so that a damaged or cut gzip stream behind the end blocks is
-       * still reported (the archive may be the last thing read from a download). */
+       * still reported (the archive may be the last thing read from a download), and so
+       * that a header zeroed by damage does not silently end the archive: nothing but
+       * zeros may follow (GNU tar: "A lone zero block"). */
       unsigned char rest[4096];
-      do
+      int data = 0;
+      do {
         GP_TRY(gp_gzstream_read(t->s, rest, sizeof rest, &got));
-      while (got == sizeof rest);
+        for (size_t i = 0; i < got && !data; i++)
+          data = rest[i] != 0;
+      } while (got == sizeof rest);
+      if (data)
+        return GP_ERR(GP_ERR_DATA,
+                      "%s: member %lld at offset %llu: a zero block, which ends an archive, "
+                      "with more tar data after it (a damaged header, or archives joined end "
+                      "to end)",
+                      gp_tar_path(t), (long long)t->member, (unsigned long long)t->hdr_off);
       t->ended = 1;
       return GP_OK;
     }

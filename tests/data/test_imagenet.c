@@ -41,6 +41,7 @@ static void make_jpegs(void) {
 
 /* Shard s holds samples 10s..10s+9 as KEY.jpg + KEY.cls; bad_jpg / bad_cls (-1 = none) put
  * damage into one sample. */
+static int empty_jpg = -1; /* a sample whose .jpg member is 0 bytes (-1: none) */
 static void shard_bytes(buf *t, int s, int bad_jpg, int bad_cls) {
   for (int i = 10 * s; i < 10 * s + 10; i++) {
     char name[64], cls[16];
@@ -53,7 +54,9 @@ static void shard_bytes(buf *t, int s, int bad_jpg, int bad_cls) {
       free(x.p);
     }
     snprintf(name, sizeof name, "d%d/sample%04d.jpg", s, i);
-    if (i == bad_jpg) {
+    if (i == empty_jpg) {
+      member(t, name, "", 0); /* UBSan: a NULL record buffer went to memcpy */
+    } else if (i == bad_jpg) {
       member(t, name, jpg[i], jpg_n[i] / 2); /* cut short: undecodable */
     } else {
       member(t, name, jpg[i], jpg_n[i]);
@@ -293,6 +296,19 @@ static void test_bad(const char *root) {
   CHECK(ok && st == GP_ERR_DATA && strstr(gp_error_message(), "sample0013.jpg") &&
             strstr(gp_error_message(), "(more than max_skips = 1 bad samples)"),
         "second pass: the skip budget ran out, said so: %s", gp_error_message());
+  gp_loader_free(l);
+
+  snprintf(dir, sizeof dir, "%s/empty_jpg", root);
+  empty_jpg = 0; /* the first record read: its buffer not yet made */
+  write_set(dir, -1, -1);
+  empty_jpg = -1;
+  s = spec_for(dir);
+  o.max_skips = 0;
+  CHECK(gp_loader_open(&s, GP_SPLIT_TEST, 1, &o, &l) == GP_OK, "open a set with an empty image");
+  st = gp_loader_next(l, N, x, y, &got);
+  CHECK(st == GP_ERR_DATA && strstr(gp_error_message(), "sample0000.jpg") &&
+            strstr(gp_error_message(), "undecodable JPEG"),
+        "a 0-byte image names its member: %s", gp_error_message());
   gp_loader_free(l);
 
   snprintf(dir, sizeof dir, "%s/bad_cls", root);

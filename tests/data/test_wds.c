@@ -177,6 +177,26 @@ static void two_jpg(buf *t) {
   pax_member(t, "a/k1.jpeg", "xx", 2, 0);
   pax_member(t, "a/k1.cls", "1", 1, 0);
 }
+/* A pax record whose length has spaces before it: strtoull skipped them, and the record's
+ * key was looked for from past its end (a read far out of the buffer). */
+static void pax_space(buf *t) {
+  static const char rec[] = "    \n5 path";
+  header(t, "././@PaxHeader", sizeof rec - 1, 'x', 0, 0);
+  put(t, rec, sizeof rec - 1);
+  pad512(t);
+  pax_member(t, "a/k1.jpg", "xx", 2, 0);
+  pax_member(t, "a/k1.cls", "1", 1, 0);
+}
+/* A header zeroed by damage in the middle: it ended the archive, and the samples after it
+ * were silently gone. */
+static void lone_zero(buf *t) {
+  pax_member(t, "a/k1.jpg", "xx", 2, 0);
+  pax_member(t, "a/k1.cls", "1", 1, 0);
+  static const uint8_t z[512];
+  put(t, z, sizeof z);
+  pax_member(t, "a/k2.jpg", "yy", 2, 0);
+  pax_member(t, "a/k2.cls", "2", 1, 0);
+}
 static void huge(buf *t) {
   header(t, "a/k1.jpg", (uint64_t)100 << 20, '0', 0, 0); /* the data is not even there */
 }
@@ -228,6 +248,8 @@ static void test_shards(void) {
   bad_shard("neg-cls.tar", neg_cls, "member a/k1.cls", "'-1'");
   bad_shard("two-jpg.tar", two_jpg, "member a/k1.jpeg", "second image");
   bad_shard("huge.tar", huge, "member a/k1.jpg", "104857600 bytes, more than");
+  bad_shard("pax-space.tar", pax_space, "member 0 at offset 0", "bad pax record");
+  bad_shard("lone-zero.tar", lone_zero, "offset 2048", "a zero block, which ends an archive");
   expect_err(walk("/nonexistent/shard.tar", &s), "/nonexistent/shard.tar", "cannot open",
              "missing shard");
   snprintf(q, sizeof q, "%s/zero.tar", root); /* 0 bytes: not an empty archive */
