@@ -42,6 +42,11 @@ out=$("$bench" "$tmp/m.yaml" --data real --stages 1 --micro-batches 1 --steps 1 
 # Unknown stream size without steps: a clear error.
 out=$("$train" "$tmp/m.yaml" --quiet --set train.steps=0 2>&1); rc=$?
 [ $rc = 2 ] && grep -q "data.train_samples" <<<"$out" || fail "unknown size: rc $rc: $out"
+# A list of classes that does not match the model's outputs is named.
+printf 'n01\nn02\nn03\nn04\n' >"$tmp/data/four.txt"
+out=$("$train" "$tmp/m.yaml" --quiet --steps 1 --set data.classes=four.txt 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "the model outputs 5 classes, the data has 4 (the classes listed in \
+$tmp/data/four.txt)$" <<<"$out" || fail "classes file: rc $rc: $out"
 # Shards holding fewer samples than a batch (30): one line naming them, exit 1.
 out=$("$train" "$tmp/m.yaml" --quiet --batch-size 64 --steps 1 2>&1); rc=$?
 [ $rc = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "^gpipe-train: imagenet: the training \
