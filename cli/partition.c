@@ -502,11 +502,13 @@ static int fail(gp_status s) {
 }
 
 /* " --batch-size B" where the run's batch is not the model file's, else "". */
-static const char *batch_hint(const gp_model *m, const request *q) {
+static const char *batch_hint(const request *q) {
   static char buf[48];
   buf[0] = 0;
-  if (q->batch != m->train.batch_size)
-    snprintf(buf, sizeof buf, " --batch-size %" PRId64, q->batch);
+  int set = flags[F_BATCH].given; /* the model as loaded holds the batch of the flags */
+  for (int i = 0; i < flags[F_SET].n_list; i++)
+    set |= strncmp(flags[F_SET].list[i], "train.batch_size=", 17) == 0;
+  if (set) snprintf(buf, sizeof buf, " --batch-size %" PRId64, q->batch);
   return buf;
 }
 
@@ -579,7 +581,7 @@ static gp_status run(const gp_model *m) {
     if (flags[F_TIMELINE].given) print_timeline(&q, &ev, makespan);
     if (flags[F_OUT].given) /* the plan holds M, not the batch: name one the run must use */
       printf("\nplan written to %s (gpipe-train %s --partition %s%s)\n", flags[F_OUT].s, m->file,
-             flags[F_OUT].s, batch_hint(m, &q));
+             flags[F_OUT].s, batch_hint(&q));
   }
   gp_sim_events_free(&ev);
   gp_unit_costs_free(&c);

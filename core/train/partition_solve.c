@@ -128,7 +128,8 @@ static int dp(const ctx *x, int K, dp_mode mode, double thr, int *first, double 
     for (size_t b = 0; b < w; b++)
       cur[b] = none;
     double lim = mode == DP_MIN_MAX_MEM ? thr : limit_of(x->r, s);
-    for (int b = s + 1; b <= n - (K - 1 - s); b++) {
+    /* the last stage ends at n: only that end is used */
+    for (int b = s == K - 1 ? n : s + 1; b <= n - (K - 1 - s); b++) {
       sums z = {0};
       double best = none;
       int arg = -1;
@@ -412,6 +413,23 @@ gp_status gp_partition_solve(const gp_unit_costs *c, const gp_partition_req *r, 
   ctx x = {.c = c, .r = r, .n = c->n};
   int K = r->stages, first[GP_MAX_DEVICES + 1];
   double opt = 0, low = 0;
+  if (K > 1 && c->n > GP_PARTITION_MAX_UNITS)
+    return GP_ERR(GP_ERR_USAGE,
+                  "%d units are too many to split into %d stages automatically (the search "
+                  "grows as the square of the units; at most %d): give each stage's unit count "
+                  "(pipeline.balance, gpipe-train --balance), or make the units fewer with "
+                  "blocks (a block instance is one unit)",
+                  c->n, K, GP_PARTITION_MAX_UNITS);
+  if (K == 1) { /* one split: no search (the DP costs N^2 steps); its memory checked as there */
+    first[0] = 0;
+    first[1] = c->n;
+    sums z = {0};
+    for (int u = c->n - 1; u >= 0; u--)
+      sums_add(&z, c, u);
+    double lim = limit_of(r, 0);
+    if (lim > 0 && stage_mem(&x, &z, 1, 0, 0, c->n) > lim) return memory_error(&x);
+    return gp_partition_evaluate(c, r, first, out);
+  }
   int ok = dp(&x, K, DP_MIN_MAX_TIME, 0, first, &opt);
   if (ok < 0) return GP_ERR(GP_ERR_NOMEM, "partition: out of memory for %d units", c->n);
   if (!ok) return memory_error(&x);

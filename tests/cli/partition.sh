@@ -194,6 +194,17 @@ refuse "resnet56-cifar.yaml:[0-9]+:[0-9]+: micro_batches: 500 is more than batch
 "$part" "$resnet" --stages 2 --set pipeline.micro_batches=200 --batch-size 256 >"$tmp/o" 2>"$tmp/e" &&
   grep -q "200 micro-batches" "$tmp/o" && ok || bad "--set pipeline.micro_batches=200 --batch-size 256: $(cat "$tmp/e")"
 refuse "^gpipe-partition: --speeds: 2 values for 1 stage \\(" --stages 1 --speeds 1,2 # "1 stages"
+# many units: one stage needs no search (it took 0.5 s at 8000 units), and above 10000 units
+# the search (N^2 steps: minutes at 100000) is refused at once, saying what to give instead
+python3 -c "
+import sys
+H = 'name: many\ninputs: {x: [4], label: {shape: [], dtype: i32}}\nlayers:\n'
+sys.stdout.write(H + '  - {type: relu, repeat: 10000}\n  - {type: linear, out_features: 3}\n'
+                 'loss: softmax_cross_entropy\n')" >"$tmp/many.yaml"
+if timeout 10 "$part" "$tmp/many.yaml" >"$tmp/o" 2>"$tmp/e"; then ok; else bad "10001 units, K=1: $(cat "$tmp/e")"; fi
+timeout 10 "$part" "$tmp/many.yaml" --stages 2 >"$tmp/o" 2>"$tmp/e"; rc=$?
+[ $rc = 2 ] && grep -q "^gpipe-partition: 10001 units are too many to split into 2 stages automatically .*pipeline.balance" "$tmp/e" &&
+  ok || bad "10001 units, K=2: exit $rc: $(cat "$tmp/e")"
 # counts in words: a model of one unit (it said "1 units")
 printf 'name: one\ninputs: {x: [4], label: {shape: [], dtype: i32}}\n%s\nloss: %s\n' \
   "layers: [{type: linear, out_features: 3}]" softmax_cross_entropy >"$tmp/one.yaml"
