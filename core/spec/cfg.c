@@ -182,10 +182,23 @@ static gp_status missing(gp_cfg *c, const char *key) {
 }
 
 /* The error at item i of key's list, else at key's value, else at the mapping. */
+static const char *float_note(const char *text, char *buf, size_t n);
+
 static gp_status verror_at(gp_cfg *c, const char *key, int i, const char *fmt, va_list ap) {
   entry *e = key ? find(c, key) : NULL;
-  if (e && e->is_list && i >= 0 && i < e->n) return verror(c, e->line[i], e->col[i], fmt, ap);
-  return verror(c, e ? e->kline : c->line, e ? e->kcol : c->col, fmt, ap);
+  gp_status s;
+  if (e && e->is_list && i >= 0 && i < e->n)
+    s = verror(c, e->line[i], e->col[i], fmt, ap);
+  else
+    s = verror(c, e ? e->kline : c->line, e ? e->kcol : c->col, fmt, ap);
+  char note[160];
+  int item = e && e->is_list ? (i >= 0 && i < e->n ? i : -1) : 0;
+  if (e && e->n > 0 && item >= 0 && float_note(e->items[item], note, sizeof note)[0]) {
+    char m[1024];
+    snprintf(m, sizeof m, "%s", gp_error_message());
+    s = GP_ERR(s, "%s%s", m, note);
+  }
+  return s;
 }
 
 gp_status gp_cfg_error(gp_cfg *c, const char *key, const char *fmt, ...) {
@@ -222,14 +235,30 @@ static int parse_int(const char *s, int64_t *out) {
   return 1;
 }
 
+/* A setting's number. The kernels take it as a float32, so one beyond float32's range is
+ * refused here, and the checks of ranges that rounding can cross (below 1, above 0) look at
+ * its float32 too. 1: the number in *out; 0: not a number; -1: beyond float32. */
 static int parse_float(const char *s, double *out) {
   char *end;
   if (isspace((unsigned char)*s)) return 0; /* a quoted " 0.5": strtod skips the space */
   errno = 0;
   double v = gp_decimal(s, &end);
   if (end == s || *end || !isfinite(v)) return 0;
+  if (!isfinite((float)v)) return -1;
   *out = v;
   return 1;
+}
+
+/* " (0.99999999999 is 1 as float32)" for an error about a number that the
+ * rounding changed as %g shows it, else "". */
+static const char *float_note(const char *text, char *buf, size_t n) {
+  double d;
+  char shown[64];
+  buf[0] = 0;
+  if (parse_float(text, &d) != 1) return buf;
+  snprintf(shown, sizeof shown, "%g", (double)(float)d);
+  if (strtod(shown, NULL) != d) snprintf(buf, n, " (%.40s is %.24s as float32)", text, shown);
+  return buf;
 }
 
 static gp_status scalar_of(gp_cfg *c, entry *e, const char *key) {
@@ -272,7 +301,11 @@ gp_status gp_cfg_float(gp_cfg *c, const char *key, double dflt, double min, doub
     return GP_OK;
   }
   GP_TRY(scalar_of(c, e, key));
-  if (!parse_float(e->items[0], out))
+  int r = parse_float(e->items[0], out);
+  if (r < 0)
+    return at_error(c, e->line[0], e->col[0], "%s: %s is beyond float32's range (about 3.4e38)",
+                    key, e->items[0]);
+  if (!r)
     return at_error(c, e->line[0], e->col[0], "%s: expected a number, got '%s'", key, e->items[0]);
   if (*out < min || *out > max)
     return at_error(c, e->line[0], e->col[0], "%s: %g is out of range [%g, %g]", key, *out, min,
@@ -365,10 +398,15 @@ gp_status gp_cfg_floats(gp_cfg *c, const char *key, int max_n, double *out, int 
   if (e->n > max_n)
     return at_error(c, e->kline, e->kcol, "%s: expected at most %d values, got %d", key, max_n,
                     e->n);
-  for (int i = 0; i < e->n; i++)
-    if (!parse_float(e->items[i], &out[i]))
+  for (int i = 0; i < e->n; i++) {
+    int r = parse_float(e->items[i], &out[i]);
+    if (r < 0)
+      return at_error(c, e->line[i], e->col[i], "%s: %s is beyond float32's range (about 3.4e38)",
+                      key, e->items[i]);
+    if (!r)
       return at_error(c, e->line[i], e->col[i], "%s: expected a number, got '%s'", key,
                       e->items[i]);
+  }
   *n_out = e->n;
   return GP_OK;
 }

@@ -101,13 +101,15 @@ static gp_status section(gp_sp_ctx *c, const gp_ynode *parent, const char *key, 
 
 static gp_status positive(gp_cfg *cfg, const char *key, double dflt, double *out) {
   GP_TRY(gp_cfg_float(cfg, key, dflt, 0, DBL_MAX, out));
-  if (*out <= 0) return gp_cfg_error(cfg, key, "%s: must be greater than 0, got %g", key, *out);
+  if (*out <= 0 || (float)*out <= 0) /* the kernels' float32: 1e-50 is 0 */
+    return gp_cfg_error(cfg, key, "%s: must be greater than 0, got %g", key, *out);
   return GP_OK;
 }
 
 /* [0, 1): momentum, betas, alpha */
 static gp_status fraction(gp_cfg *cfg, const char *key, double v) {
-  if (v < 0 || v >= 1) return gp_cfg_error(cfg, key, "%s: must be in [0, 1), got %g", key, v);
+  if (v < 0 || (float)v >= 1) /* the kernels' float32: 0.99999999999 is 1 */
+    return gp_cfg_error(cfg, key, "%s: must be in [0, 1), got %g", key, v);
   return GP_OK;
 }
 

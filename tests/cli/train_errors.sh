@@ -122,6 +122,13 @@ for sp in train valid test; do printf '5 6 7\n8 9\n' >"$tmp/txt/$sp.es.ids"; don
   >"$tmp/txt/spm.vocab"
 expect 1 "txt: the train split: the training data fills 1 rows, fewer than one batch of 32" \
   -- "$srcdir/models/transformer-lm.yaml" --set data.path="$tmp/txt" --steps 1
+# numbers are checked as the kernels take them, float32: no NaN or a silent lr of 0 later
+expect 2 "fashion-mlp.yaml:[0-9]+:[0-9]+: lr: must be greater than 0, got 1e-50 \(1e-50 is 0 as float32\)" \
+  -- "$good" --data synthetic --steps 1 --set train.optimizer.lr=1e-50
+expect 2 "fashion-mlp.yaml:[0-9]+:[0-9]+: weight_decay: 1e39 is beyond float32's range" \
+  -- "$good" --data synthetic --steps 1 --set train.optimizer.weight_decay=1e39
+expect 2 "fashion-mlp.yaml:[0-9]+:[0-9]+: p: must be below 1, got 1 \(0.99999999999 is 1 as float32\)" \
+  -- "$good" --data synthetic --steps 1 --set layers.3.p=0.99999999999
 # a --set of one list item is named when that item is refused
 expect 2 "fashion-cnn.yaml:[0-9]+:[0-9]+: std: every value must be greater than 0, got 0 \(set by --set data.normalize.std.0=0\)" \
   -- "$srcdir/models/fashion-cnn.yaml" --set data.normalize.std.0=0 --steps 1
