@@ -178,6 +178,11 @@ refuse "--devices: unknown device 'gpu0'" --stages 2 --devices gpu0
 refuse "devices: 1 of the 2 stages are on CUDA devices and the others on the CPU" \
   --stages 2 --devices cuda:0,cpu
 refuse "--devices: unknown device 'cuda:x'" --stages 2 --devices cuda:x
+# one spelling per device: a zero-padded cuda:000...01 was checked as cuda:1 and kept cut
+# to 16 bytes, cuda:0000000000 (cuda:0)
+refuse "--devices: unknown device 'cuda:01'" --stages 2 --devices cuda:0,cuda:01
+refuse "--devices: unknown device 'cuda:00000000000000000001'" --stages 2 \
+  --devices cuda:0,cuda:00000000000000000001
 refuse "--memory-limit: cannot read '12XB' as a size" --stages 4 --memory-limit 12XB
 refuse "--by: unknown value 'speed'" --stages 4 --by speed
 refuse "--speeds: expected a speed relative to 1, from 0.001 to 1000, got 'x'" --stages 2 \
