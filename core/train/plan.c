@@ -99,10 +99,11 @@ gp_status gp_device_check(const char *dev) {
   if (strcmp(dev, "cpu") == 0 || strcmp(dev, "cuda") == 0) return GP_OK;
   /* cuda:N, N in 0..999 written one way: "cuda:01" (or "cuda:000...1", cut to cuda:0 in a
    * 16-byte name) is not cuda:1 */
-  const char *d = dev + 5;
-  size_t nd = strspn(d, "0123456789");
-  if (strncmp(dev, "cuda:", 5) == 0 && nd >= 1 && nd <= 3 && d[nd] == 0 && (d[0] != '0' || nd == 1))
-    return GP_OK;
+  if (strncmp(dev, "cuda:", 5) == 0) { /* dev + 5 only past the prefix: "gpu" is shorter */
+    const char *d = dev + 5;
+    size_t nd = strspn(d, "0123456789");
+    if (nd >= 1 && nd <= 3 && d[nd] == 0 && (d[0] != '0' || nd == 1)) return GP_OK;
+  }
   return GP_ERR(GP_ERR_USAGE, "unknown device '%s' (cpu, cuda or cuda:N)", dev);
 }
 
