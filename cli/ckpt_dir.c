@@ -27,7 +27,10 @@ gp_status gp_ckpt_dir_claim(const char *dir, int *stale, int *made) {
     return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: not a directory", dir);
   char path[4200];
   snprintf(path, sizeof path, "%s/lock", dir);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  /* a link or anything else there would have the pid written into what it names */
+  if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: %s is not a regular file; remove it", dir, path);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
   if (fd < 0)
     return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: cannot write in it: %s", dir, strerror(errno));
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {

@@ -253,6 +253,12 @@ gp_status gp_st_read(const char *path, gp_st_file **out) {
     free(f);
     return GP_ERR(GP_ERR_NOMEM, "%s: out of memory", path);
   }
+  /* checked before the open, which blocks on a FIFO until a writer comes */
+  struct stat sb;
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    gp_st_free(f);
+    return GP_ERR(GP_ERR_IO, "%s: not a regular file", path);
+  }
   FILE *fp = fopen(path, "rb");
   if (!fp) {
     gp_status st = GP_ERR(GP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));

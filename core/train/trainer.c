@@ -294,6 +294,13 @@ gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos
   if (s == GP_OK) s = meta_int(f, path, "gpipe.index", &pos->index);
   if (s == GP_OK) s = meta_int(f, path, "gpipe.optimizer_t", &opt_t);
   if (s == GP_OK) s = meta_int(f, path, "gpipe.seed", &seed);
+  /* an epoch and an optimizer update take a step each at least: larger ones are damage (and
+   * near INT64_MAX they overflowed in the counters) */
+  if (s == GP_OK && (pos->epoch > step || opt_t > step))
+    s = GP_ERR(
+        GP_ERR_DATA,
+        "%s: gpipe.%s %" PRId64 " is more than gpipe.step %" PRId64 " (a damaged checkpoint)", path,
+        pos->epoch > step ? "epoch" : "optimizer_t", pos->epoch > step ? pos->epoch : opt_t, step);
   if (s == GP_OK && (uint64_t)seed != t->seed)
     s = GP_ERR(GP_ERR_DATA, "%s: written with seed %" PRIu64 ", this run has seed %" PRIu64, path,
                (uint64_t)seed, t->seed);

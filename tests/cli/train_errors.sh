@@ -217,5 +217,24 @@ expect 1 "loss is (NaN|infinite) at step" -- "$good" --quiet --data synthetic --
 # and when the last step's update is what diverged: the evaluation after it says so
 expect 1 "test loss is (NaN|infinite) after step 1" -- "$good" --quiet --data synthetic --steps 1 \
   --batch-size 8 --set train.optimizer.lr=1e30
+# checkpoint folders: a lock that is a link is refused (the pid went into what it named); a
+# FIFO is refused, not opened (the open blocked); counters larger than the step are damage
+# (near INT64_MAX they overflowed)
+mkdir "$tmp/lk"; echo keep >"$tmp/victim"; ln -s "$tmp/victim" "$tmp/lk/lock"
+expect 1 "^gpipe-train: --checkpoint-dir .*/lk: .*/lk/lock is not a regular file; remove it$" \
+  -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/lk"
+[ "$(cat "$tmp/victim")" = keep ] && passed=$((passed+1)) || { failed=$((failed+1)); echo "FAIL: the lock's link target was written"; }
+mkfifo "$tmp/w.fifo"
+expect 1 "^gpipe-train: .*/w.fifo: not a regular file$" -- "$good" --data synthetic --steps 1 --load "$tmp/w.fifo"
+"$train" "$good" --quiet --data synthetic --steps 2 --batch-size 8 --checkpoint-dir "$tmp/ckt" >/dev/null 2>&1
+python3 - "$tmp/ckt/checkpoint.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); h['__metadata__']['gpipe.optimizer_t'] = '9223372036854775807'
+j = json.dumps(h).encode(); j += b' ' * ((8 - len(j) % 8) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(j)) + j + b[8 + n:])
+PY
+expect 1 "checkpoint.safetensors: gpipe.optimizer_t 9223372036854775807 is more than gpipe.step 2 \(a damaged checkpoint\)$" \
+  -- "$good" --data synthetic --steps 4 --batch-size 8 --checkpoint-dir "$tmp/ckt" --resume
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
