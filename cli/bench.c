@@ -575,8 +575,7 @@ static gp_status setup(ctx *c, const char *file) {
   b->model = m->name;
   b->units = m->n_units;
   b->params = m->n_params;
-  b->batch = flags[F_BATCH].given ? flags[F_BATCH].i : m->train.batch_size;
-  m->train.batch_size = b->batch;
+  b->batch = m->train.batch_size; /* --batch-size went into the load */
   b->steps = flags[F_STEPS].given ? (int)flags[F_STEPS].i : 10;
   b->warmup = flags[F_WARMUP].given ? (int)flags[F_WARMUP].i : 2;
   b->reps = flags[F_REPS].given ? (int)flags[F_REPS].i : 1;
@@ -793,7 +792,7 @@ static gp_status data_only(ctx *c, const char *file) {
       return GP_ERR(GP_ERR_USAGE, "%s does not apply to --data-only (it times the data alone)",
                     flags[sweep_only[i]].name);
   GP_TRY(load_model(file, &c->m));
-  int64_t batch = flags[F_BATCH].given ? flags[F_BATCH].i : c->m->train.batch_size;
+  int64_t batch = c->m->train.batch_size; /* --batch-size went into the load */
   int steps = flags[F_STEPS].given ? (int)flags[F_STEPS].i : 20;
   int warmup = flags[F_WARMUP].given ? (int)flags[F_WARMUP].i : 2;
   int workers[MAX_LIST], n = 1;

@@ -177,12 +177,9 @@ static gp_status make_request(const gp_model *m, request *q) {
   if (q->stages < 1 || q->stages > kmax)
     return GP_ERR(GP_ERR_USAGE, "--stages %d: model %s has %d unit%s, so K must be 1..%d",
                   q->stages, m->name, m->n_units, m->n_units == 1 ? "" : "s", kmax);
-  q->micro = flags[F_MICRO].given ? (int)flags[F_MICRO].i : ps->micro_batches;
-  if (q->micro > 4096) return GP_ERR(GP_ERR_USAGE, "--micro-batches: at most 4096");
-  q->batch = flags[F_BATCH].given ? flags[F_BATCH].i : m->train.batch_size;
-  if (q->batch < q->micro)
-    return GP_ERR(GP_ERR_USAGE, "a batch of %" PRId64 " cannot be split into %d micro-batches",
-                  q->batch, q->micro);
+  /* --micro-batches and --batch-size went into the load, which checked them */
+  q->micro = ps->micro_batches;
+  q->batch = m->train.batch_size;
   /* uneven splits give the first batch % M micro-batches one more sample: size for those */
   q->micro_batch = (q->batch + q->micro - 1) / q->micro;
   int v = (int)ps->schedule;

@@ -310,14 +310,16 @@ gp_status gp_data_fits(const gp_model *m, const gp_model_input *xi, const gp_loa
     return GP_ERR(GP_ERR_SPEC, "%s: the model's input is %s but the data gives %s", m->file,
                   gp_shape_str(&xi->shape, a, sizeof a), gp_shape_str(&ds, c, sizeof c));
   const gp_data_spec *d = &m->data;
-  if (gp_loader_classes(train) != classes) /* naming the list of classes, when one gave them */
+  if (gp_loader_classes(train) != classes) {
+    char listed[1100] = ""; /* the list of classes, when one gave them (relative to data.path) */
+    if (d->classes_file[0])
+      snprintf(listed, sizeof listed, " (the classes listed in %s%s%s)",
+               d->classes_file[0] == '/' ? "" : d->path,
+               d->classes_file[0] != '/' && d->path[0] ? "/" : "", d->classes_file);
     return GP_ERR(GP_ERR_SPEC,
-                  "%s: the model outputs %" PRId64 " class%s, the data has %" PRId64 "%s%s%s%s%s",
-                  m->file, classes, classes == 1 ? "" : "es", gp_loader_classes(train),
-                  d->classes_file[0] ? " (the classes listed in " : "",
-                  d->classes_file[0] && d->classes_file[0] != '/' ? d->path : "",
-                  d->classes_file[0] && d->classes_file[0] != '/' && d->path[0] ? "/" : "",
-                  d->classes_file, d->classes_file[0] ? ")" : "");
+                  "%s: the model outputs %" PRId64 " class%s, the data has %" PRId64 "%s", m->file,
+                  classes, classes == 1 ? "" : "es", gp_loader_classes(train), listed);
+  }
   int64_t n = gp_loader_samples(train); /* < 0: a stream of unknown size */
   const char *where = gp_loader_where(train);
   if (n >= 0 && n < batch)

@@ -199,10 +199,6 @@ static gp_status apply_pipeline_flags(gp_pipeline_spec *ps) {
     if (ps->stages != (int)flags[F_STAGES].i) ps->n_balance = 0;
     ps->stages = (int)flags[F_STAGES].i;
   }
-  if (flags[F_MICRO].given) {
-    if (flags[F_MICRO].i > 4096) return GP_ERR(GP_ERR_USAGE, "--micro-batches: at most 4096");
-    ps->micro_batches = (int)flags[F_MICRO].i;
-  }
   const char *const *names[] = {schedules, remats};
   int which[] = {F_SCHEDULE, F_REMAT}, *dst[] = {(int *)&ps->schedule, (int *)&ps->remat};
   for (int i = 0; i < 2; i++) {
@@ -293,7 +289,8 @@ static gp_status check_files(const gp_model *m) {
   return GP_OK;
 }
 
-/* Applies the flags that stand for model-file settings. */
+/* Applies the flags that stand for model-file settings (but --batch-size and --micro-batches,
+ * which went into the load as settings). */
 static gp_status apply_flags(gp_model *m) {
   gp_train_spec *t = &m->train;
   if (flags[F_STEPS].given) t->steps = flags[F_STEPS].i;
@@ -301,7 +298,6 @@ static gp_status apply_flags(gp_model *m) {
     t->epochs = flags[F_EPOCHS].i;
     if (!flags[F_STEPS].given) t->steps = 0;
   }
-  if (flags[F_BATCH].given) t->batch_size = flags[F_BATCH].i;
   if (flags[F_SEED].given) t->seed = (uint64_t)flags[F_SEED].i;
   if (flags[F_EVAL_EVERY].given) t->eval_every = flags[F_EVAL_EVERY].i;
   if (flags[F_DATA].given && strcmp(flags[F_DATA].s, "synthetic") != 0)
