@@ -168,7 +168,8 @@ static int64_t line_step(const char *line) {
   return k ? strtoll(k + 8, NULL, 10) : -1;
 }
 
-gp_status gp_progress_log_resume(const char *path, int64_t step, FILE **log, int64_t *dropped) {
+gp_status gp_progress_log_resume(const char *path, int64_t step, int redo_eval, FILE **log,
+                                 int64_t *dropped) {
   *dropped = 0;
   FILE *f = fopen(path, "r");
   long keep = 0; /* bytes to keep */
@@ -177,7 +178,10 @@ gp_status gp_progress_log_resume(const char *path, int64_t step, FILE **log, int
     size_t cap = 0;
     ssize_t n;
     while ((n = getline(&line, &cap, f)) > 0) {
-      if (*dropped || line[n - 1] != '\n' || line_step(line) > step)
+      int64_t at = line[n - 1] == '\n' ? line_step(line) : INT64_MAX;
+      static const char ev[] = "{\"event\": \"eval\",";
+      int eval = strncmp(line, ev, sizeof ev - 1) == 0;
+      if (*dropped || at > step || (redo_eval && eval && at == step))
         ++*dropped;
       else
         keep += (long)n;

@@ -54,8 +54,10 @@ gp_status gp_progress_interrupted(gp_progress *p, int64_t step, const char *sig_
 /* Opens the --log of a run resumed at `step` for appending, first cutting off what the
  * earlier run logged after that step (it was killed past its last checkpoint, and those
  * steps are trained again): each line from the first whose "step" is greater, or that is
- * not a whole line, on. *dropped: the lines cut. */
-gp_status gp_progress_log_resume(const char *path, int64_t step, FILE **log, int64_t *dropped);
+ * not a whole line, on; with redo_eval (the resumed run evaluates at `step` again) also
+ * from the first "eval" event of that step. *dropped: the lines cut. */
+gp_status gp_progress_log_resume(const char *path, int64_t step, int redo_eval, FILE **log,
+                                 int64_t *dropped);
 /* A plain message line (clears a live line first). */
 void gp_progress_note(gp_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void gp_progress_done(gp_progress *p);

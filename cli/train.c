@@ -146,6 +146,7 @@ typedef struct run {
   gp_precision precision; /* --precision */
   size_t mem_limit;       /* --memory-limit: per stage, 0 = none */
   int64_t ckpt_step;      /* the step of the checkpoint last written or resumed from, or -1 */
+  gp_seq_eval final_seq;  /* a sequence model's final evaluation, printed at the end */
   int traced, saved;      /* --trace, --save written (the run's end) */
 } run;
 
@@ -388,8 +389,15 @@ static void data_tell(const run *r, int64_t *epoch, int64_t *index) {
     gp_loader_tell(r->train, epoch, index);
 }
 
-static gp_status checkpoint(run *r, gp_progress *pg) {
-  gp_ckpt_pos pos;
+/* Whether the training loop evaluates after step s (the run's end evaluates besides). */
+static int eval_at(const gp_train_spec *ts, int64_t s, int64_t per_epoch) {
+  if (ts->eval_every > 0) return s % ts->eval_every == 0;
+  return per_epoch > 0 && s % per_epoch == 0;
+}
+
+/* eval_due: the evaluation after this step was cut short, and a resumed run does it first. */
+static gp_status checkpoint(run *r, gp_progress *pg, int eval_due) {
+  gp_ckpt_pos pos = {.eval_due = eval_due};
   data_tell(r, &pos.epoch, &pos.index);
   GP_TRY(gp_trainer_save_checkpoint(&r->t, flags[F_CKPT_DIR].s, &pos));
   r->ckpt_step = r->t.step;
@@ -409,7 +417,7 @@ static gp_status stop_interrupted(run *r, gp_progress *pg, int64_t total, const 
   if (r->t.step == 0) {
     snprintf(kept, sizeof kept, "no step was trained");
   } else if (flags[F_CKPT_DIR].given) {
-    if (r->ckpt_step != r->t.step) GP_TRY(checkpoint(r, pg));
+    if (r->ckpt_step != r->t.step) GP_TRY(checkpoint(r, pg, during != NULL));
     snprintf(kept, sizeof kept,
              "%s/checkpoint.safetensors holds step %" PRId64 ": --resume goes on",
              flags[F_CKPT_DIR].s, r->t.step);
@@ -454,18 +462,27 @@ static gp_status evaluate_seq(run *r, gp_progress *pg, int64_t epoch, int final,
   if (se.bleu >= 0)
     gp_progress_note(pg, "  %s: %s (%lld sentence%s, greedy, %.1f s)", se.split, se.bleu_line,
                      (long long)se.sentences, se.sentences == 1 ? "" : "s", se.decode_s);
-  if (final) {
-    printf("final: step %" PRId64 "  %s loss %.4f  perplexity %.2f  token accuracy %.4f", r->t.step,
-           se.split, se.loss, se.perplexity, se.accuracy);
-    if (se.left_out)
-      printf("  (%lld pair%s longer than a row left out)", (long long)se.left_out,
-             se.left_out == 1 ? "" : "s");
-    if (se.bleu >= 0)
-      printf("  BLEU %.2f (%lld sentence%s)", se.bleu, (long long)se.sentences,
-             se.sentences == 1 ? "" : "s");
-    printf("  (%.1f s)\n", gp_now() - pg->t0);
-  }
+  if (final) r->final_seq = se;
   return GP_OK;
+}
+
+/* The last line of a run: the final evaluation (ev, or a sequence model's final_seq). */
+static void print_final(const run *r, const gp_progress *pg, const gp_metrics *ev) {
+  const gp_seq_eval *se = &r->final_seq;
+  if (!r->sq) {
+    printf("final: step %" PRId64 "  test loss %.4f  test accuracy %.4f", r->t.step, ev->loss,
+           ev->accuracy);
+  } else {
+    printf("final: step %" PRId64 "  %s loss %.4f  perplexity %.2f  token accuracy %.4f", r->t.step,
+           se->split, se->loss, se->perplexity, se->accuracy);
+    if (se->left_out)
+      printf("  (%lld pair%s longer than a row left out)", (long long)se->left_out,
+             se->left_out == 1 ? "" : "s");
+    if (se->bleu >= 0)
+      printf("  BLEU %.2f (%lld sentence%s)", se->bleu, (long long)se->sentences,
+             se->sentences == 1 ? "" : "s");
+  }
+  printf("  (%.1f s)\n", gp_now() - pg->t0);
 }
 
 static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, gp_metrics *ev) {
@@ -594,18 +611,29 @@ static gp_status train(run *r) {
   r->have_trainer = 1;
   if (flags[F_LOAD].given) GP_TRY(gp_trainer_load_weights(&r->t, flags[F_LOAD].s));
   r->ckpt_step = -1;
+  gp_ckpt_pos pos = {0};
   if (flags[F_RESUME].given) {
-    gp_ckpt_pos pos;
     GP_TRY(gp_trainer_load_checkpoint(&r->t, flags[F_CKPT_DIR].s, &pos));
     r->ckpt_step = r->t.step;
+    if (r->t.step > total)
+      return GP_ERR(GP_ERR_USAGE,
+                    "%s/checkpoint.safetensors is at step %" PRId64 ", past the %" PRId64
+                    " steps of this run",
+                    flags[F_CKPT_DIR].s, r->t.step, total);
     if (r->sq)
       GP_TRY(gp_seqdata_seek(r->sq, pos.epoch, pos.index));
     else
       GP_TRY(gp_loader_seek(r->train, pos.epoch, pos.index));
   }
+  /* a finished run's checkpoint: its evaluations are logged already; they are repeated only
+   * for the final line */
+  int complete = flags[F_RESUME].given && r->t.step == total && !pos.eval_due;
   int64_t log_dropped = 0;
-  if (flags[F_LOG].given && r->t.step)
-    GP_TRY(gp_progress_log_resume(flags[F_LOG].s, r->t.step, &r->log, &log_dropped));
+  if (complete)
+    ;
+  else if (flags[F_LOG].given && r->t.step)
+    GP_TRY(gp_progress_log_resume(flags[F_LOG].s, r->t.step, (int)pos.eval_due, &r->log,
+                                  &log_dropped));
   else if (flags[F_LOG].given && !(r->log = fopen(flags[F_LOG].s, "w")))
     return GP_ERR(GP_ERR_IO, "--log %s: cannot write: %s", flags[F_LOG].s, strerror(errno));
   if (!r->sq) {
@@ -647,17 +675,27 @@ static gp_status train(run *r) {
     gp_progress_note(&pg, "removed %d temporary checkpoint%s a killed run left in %s", ckpt_stale,
                      ckpt_stale == 1 ? "" : "s", flags[F_CKPT_DIR].s);
   if (log_dropped)
-    gp_progress_note(
-        &pg, "log: cut %" PRId64 " line%s logged after step %" PRId64 " (the checkpoint's) from %s",
-        log_dropped, log_dropped == 1 ? "" : "s", r->t.step, flags[F_LOG].s);
-  if (r->t.step > total)
-    return GP_ERR(GP_ERR_USAGE, "the checkpoint is at step %" PRId64 ", past --steps %" PRId64,
-                  r->t.step, total);
+    gp_progress_note(&pg, "log: cut %" PRId64 " line%s logged after step %" PRId64 "%s from %s",
+                     log_dropped, log_dropped == 1 ? "" : "s", r->t.step,
+                     pos.eval_due ? " (the checkpoint's) or by its evaluation (done again)"
+                                  : " (the checkpoint's)",
+                     flags[F_LOG].s);
+  if (complete)
+    gp_progress_note(&pg,
+                     "the checkpoint is at the run's last step, %" PRId64
+                     ": nothing to train; the final evaluation is repeated%s",
+                     total, flags[F_LOG].given ? " (not logged again)" : "");
   int64_t every = ts->log_every > 0 ? ts->log_every : 50;
   gp_rate rate;
   gp_rate_init(&rate, gp_now());
   gp_metrics ev = {0}, tr = {0};
   int evaluated_last = 0;
+  if (pos.eval_due && eval_at(ts, r->t.step, per_epoch)) { /* cut short by a signal: first */
+    int64_t epoch, idx;
+    data_tell(r, &epoch, &idx);
+    GP_TRY(evaluate_or_stop(r, &pg, idx == 0 && epoch > 0 ? epoch - 1 : epoch, &ev, total));
+    evaluated_last = 1;
+  }
   while (r->t.step < total) {
     if (gp_interrupted()) return stop_interrupted(r, &pg, total, NULL);
     int64_t got, epoch, idx;
@@ -681,18 +719,26 @@ static gp_status train(run *r) {
                             s % every == 0 || s == total));
     evaluated_last = 0;
     int epoch_end = per_epoch > 0 && s % per_epoch == 0;
-    if ((ts->eval_every > 0 && s % ts->eval_every == 0) || (ts->eval_every == 0 && epoch_end)) {
+    if (eval_at(ts, s, per_epoch)) {
       GP_TRY(evaluate_or_stop(r, &pg, epoch, &ev, total));
       evaluated_last = 1;
     }
     if (flags[F_CKPT_DIR].given &&
         (epoch_end || (flags[F_CKPT_EVERY].given && s % flags[F_CKPT_EVERY].i == 0)) && s != total)
-      GP_TRY(checkpoint(r, &pg));
+      GP_TRY(checkpoint(r, &pg, 0));
   }
   int64_t epoch, idx;
   data_tell(r, &epoch, &idx);
   if (!evaluated_last && !r->sq) GP_TRY(evaluate_or_stop(r, &pg, epoch, &ev, total));
-  if (flags[F_CKPT_DIR].given) GP_TRY(checkpoint(r, &pg));
+  if (r->sq) { /* the test split */
+    gp_status es = evaluate_seq(r, &pg, epoch, 1, &ev);
+    if (es == GP_ERR_INTERRUPTED)
+      return stop_interrupted(r, &pg, total, "in the final evaluation ");
+    GP_TRY(es);
+  }
+  /* after every evaluation, so that a resumed run repeats none of them */
+  if (flags[F_CKPT_DIR].given && (r->ckpt_step != r->t.step || pos.eval_due))
+    GP_TRY(checkpoint(r, &pg, 0));
   if (flags[F_TRACE].given) {
     GP_TRY(gp_pipeline_write_trace(r->t.pl, flags[F_TRACE].s));
     gp_progress_note(&pg, "wrote the trace to %s", flags[F_TRACE].s);
@@ -707,13 +753,7 @@ static gp_status train(run *r) {
   report_data(r, gp_now() - pg.t0);
   report_memory(r);
   report_pipeline(r);
-  if (r->sq) {
-    gp_status es = evaluate_seq(r, &pg, epoch, 1, &ev);
-    return es == GP_ERR_INTERRUPTED ? stop_interrupted(r, &pg, total, "in the final evaluation ")
-                                    : es;
-  }
-  printf("final: step %" PRId64 "  test loss %.4f  test accuracy %.4f  (%.1f s)\n", r->t.step,
-         ev.loss, ev.accuracy, gp_now() - pg.t0);
+  print_final(r, &pg, &ev);
   return GP_OK;
 }
 

@@ -233,10 +233,9 @@ gp_status gp_trainer_save_checkpoint(gp_trainer *t, const char *dir, const gp_ck
   struct {
     const char *k;
     int64_t v;
-  } meta[] = {{"gpipe.step", t->step},
-              {"gpipe.epoch", pos->epoch},
-              {"gpipe.index", pos->index},
-              {"gpipe.optimizer_t", o0->t},
+  } meta[] = {{"gpipe.step", t->step},           {"gpipe.epoch", pos->epoch},
+              {"gpipe.index", pos->index},       {"gpipe.optimizer_t", o0->t},
+              {"gpipe.eval_due", pos->eval_due}, {"gpipe.batch_size", t->m->train.batch_size},
               {"gpipe.seed", (int64_t)t->seed}};
   for (size_t i = 0; s == GP_OK && i < sizeof meta / sizeof meta[0]; i++) {
     snprintf(v, sizeof v, "%" PRId64, meta[i].v);
@@ -294,6 +293,22 @@ gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos
   if (s == GP_OK) s = meta_int(f, path, "gpipe.index", &pos->index);
   if (s == GP_OK) s = meta_int(f, path, "gpipe.optimizer_t", &opt_t);
   if (s == GP_OK) s = meta_int(f, path, "gpipe.seed", &seed);
+  /* absent from checkpoints written before they were stored */
+  int64_t batch = t->m->train.batch_size;
+  pos->eval_due = 0;
+  if (s == GP_OK && gp_st_meta(f, "gpipe.eval_due"))
+    s = meta_int(f, path, "gpipe.eval_due", &pos->eval_due);
+  if (s == GP_OK && pos->eval_due > 1)
+    s = GP_ERR(GP_ERR_DATA, "%s: bad gpipe.eval_due '%" PRId64 "' (expected 0 or 1)", path,
+               pos->eval_due);
+  if (s == GP_OK && gp_st_meta(f, "gpipe.batch_size"))
+    s = meta_int(f, path, "gpipe.batch_size", &batch);
+  if (s == GP_OK && batch != t->m->train.batch_size)
+    s = GP_ERR(GP_ERR_DATA,
+               "%s: written with batch size %" PRId64 ", this run has %" PRId64
+               " (a resumed run keeps its batch size: steps, epochs and the data position count "
+               "batches)",
+               path, batch, t->m->train.batch_size);
   /* an epoch and an optimizer update take a step each at least: larger ones are damage (and
    * near INT64_MAX they overflowed in the counters) */
   if (s == GP_OK && (pos->epoch > step || opt_t > step))

@@ -127,6 +127,32 @@ if [ -f $data/t10k-images-idx3-ubyte.gz ]; then
   [[ $last =~ ^gpipe-train:\ SIGTERM\ received:\ stopped\ in\ the\ evaluation\ after\ step\ 1\ of\ 1000\;\ .*/ck4/checkpoint.safetensors\ holds\ step\ 1:\ --resume\ goes\ on$ ]] ||
     fail "SIGTERM in an evaluation: the last line: $last"
   grep -q '"event": "eval"' "$tmp/log4.jsonl" && fail "SIGTERM in an evaluation: it was finished"
+  # --resume does that evaluation first (the log then reads as one run's: step 1, its
+  # evaluation, step 2, its evaluation), also when resumed twice from that checkpoint (as
+  # after a SIGKILL); resuming the finished run logs nothing again and prints the same line
+  cp "$tmp/ck4/checkpoint.safetensors" "$tmp/due.safetensors"
+  resume4() {
+    "$train" "$srcdir/models/fashion-cnn.yaml" --threads 2 --steps 2 --eval-every 1 \
+      --set train.log_every=1 --checkpoint-dir "$tmp/ck4" --log "$tmp/log4.jsonl" --resume \
+      2>"$tmp/err" || fail "resuming an evaluation cut short: $(cat "$tmp/err")"
+  }
+  resume4 >/dev/null
+  cp "$tmp/due.safetensors" "$tmp/ck4/checkpoint.safetensors"
+  resume4 >"$tmp/final1"
+  grep -q "^log: cut 3 lines logged after step 1 (the checkpoint's) or by its evaluation (done again) from " "$tmp/err" ||
+    fail "resumed twice: the log note: $(cat "$tmp/err")"
+  cp "$tmp/log4.jsonl" "$tmp/log4.before"
+  resume4 >"$tmp/final2"
+  cmp -s "$tmp/log4.jsonl" "$tmp/log4.before" || fail "the finished run's resume logged again"
+  grep -q "^the checkpoint is at the run's last step, 2: nothing to train; the final evaluation is repeated (not logged again)$" "$tmp/err" ||
+    fail "the finished run's resume: $(cat "$tmp/err")"
+  [ "$(grep ^final: "$tmp/final1" | cut -d' ' -f1-9)" = "$(grep ^final: "$tmp/final2" | cut -d' ' -f1-9)" ] ||
+    fail "the finished run's final line: $(cat "$tmp/final1" "$tmp/final2")"
+  python3 - "$tmp/log4.jsonl" <<'PY' || fail "the log of the resumed evaluation: $(cat "$tmp/log4.jsonl")"
+import json, sys
+ev = [(e["event"], e["step"]) for e in map(json.loads, open(sys.argv[1]))]
+assert ev == [("train", 1), ("interrupted", 1), ("eval", 1), ("train", 2), ("eval", 2)], ev
+PY
 else
   echo "no $data: the evaluation case left out"
 fi

@@ -65,6 +65,17 @@ done
 mkdir -p "$tmp/other"
 meta "$tmp/ck/checkpoint.safetensors" "$tmp/other/checkpoint.safetensors" gpipe.model other
 refused "$tmp/other" "written for model 'other'"
+# another batch size: the step count, epochs and data position would disagree
+mkdir -p "$tmp/batch" "$tmp/due"
+meta "$tmp/ck/checkpoint.safetensors" "$tmp/batch/checkpoint.safetensors" gpipe.batch_size 64
+refused "$tmp/batch" "written with batch size 64, this run has 32 \(a resumed run keeps its batch size"
+meta "$tmp/ck/checkpoint.safetensors" "$tmp/due/checkpoint.safetensors" gpipe.eval_due 2
+refused "$tmp/due" "bad gpipe.eval_due '2' \(expected 0 or 1\)"
+# a checkpoint past the run's steps: a usage error, and the log is left as it was
+echo '{"event": "train", "step": 99}' >"$tmp/past.jsonl"
+"$train" "$model" "${common[@]}" --steps 5 --checkpoint-dir "$tmp/ck" --resume --log "$tmp/past.jsonl" 2>"$tmp/err"
+[ $? = 2 ] && grep -q "ck/checkpoint.safetensors is at step 24, past the 5 steps of this run$" "$tmp/err" &&
+  [ "$(cat "$tmp/past.jsonl")" = '{"event": "train", "step": 99}' ] || fail "resume past --steps: $(cat "$tmp/err")"
 refused "$tmp/ck" "optimizer state 'optim\..*' is not used by this run's optimizer" \
   --set train.optimizer.momentum=0 --set train.optimizer.nesterov=false
 echo "1 passed, 0 failed"
