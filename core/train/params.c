@@ -1,8 +1,9 @@
 /* Contiguous parameter, gradient and statistics buffers for a range of nodes. */
 #include "core/train/params.h"
 
-#include <stdio.h>
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,6 +139,24 @@ static const gp_st_entry *tied_stand_in(const gp_model *m, int node, int param,
   return NULL;
 }
 
+gp_status gp_params_check_finite(const char *file_name, const char *tensor, const void *v,
+                                 int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float x; /* a file's tensor need not be aligned */
+    memcpy(&x, (const char *)v + i * (int64_t)sizeof x, sizeof x);
+    if (!isfinite(x))
+      return GP_ERR(GP_ERR_DATA,
+                    "%s: tensor '%s' holds %s at element %" PRId64 " of %" PRId64
+                    " (a run cannot start from values that are not numbers)",
+                    file_name, tensor,
+                    isnan(x) ? "NaN"
+                    : x > 0  ? "Inf"
+                             : "-Inf",
+                    i, n);
+  }
+  return GP_OK;
+}
+
 gp_status gp_params_load_from(gp_params *p, const gp_model *m, const gp_st_file *f,
                               const char *file_name) {
   char name[512], a[128], b[128];
@@ -152,6 +171,8 @@ gp_status gp_params_load_from(gp_params *p, const gp_model *m, const gp_st_file 
         return GP_ERR(GP_ERR_DATA, "%s: tensor '%s' is %s %s, the model needs F32 %s", file_name,
                       e->name, gp_dtype_name(e->dtype), gp_shape_str(&e->shape, a, 128),
                       gp_shape_str(&l->pdesc[j].shape, b, 128));
+      GP_TRY(
+          gp_params_check_finite(file_name, e->name, gp_st_data(f, e), gp_shape_numel(&e->shape)));
       GP_TRY(p->be->from_host(p->be, l->param[j], gp_st_data(f, e), e->end - e->begin));
     }
   }

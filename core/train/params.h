@@ -30,12 +30,17 @@ gp_status gp_params_zero_grad(gp_params *p);
 struct gp_st_writer;
 gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, struct gp_st_writer *w,
                                   float **stage);
-/* Loads every parameter and buffer of the range by name; missing or mis-shaped tensors are
- * errors naming them. A tied parameter missing from f is read from another member of its
- * group that f holds. */
+/* Loads every parameter and buffer of the range by name; missing or mis-shaped tensors, and
+ * values that are not finite, are errors naming them. A tied parameter missing from f is read from
+ * another member of its group that f holds. */
 struct gp_st_file;
 gp_status gp_params_load_from(gp_params *p, const gp_model *m, const struct gp_st_file *f,
                               const char *file_name);
+/* GP_ERR_DATA naming file_name and the tensor when one of the n floats at v (which need not be
+ * aligned) is NaN or infinite: a run would train on (and a checkpoint resume from) weights that
+ * are not numbers, and only say so later as a NaN loss. */
+gp_status gp_params_check_finite(const char *file_name, const char *tensor, const void *v,
+                                 int64_t n);
 /* A tensor of f that is no parameter of m (other than names starting with ignore_prefix, which
  * may be NULL) is an error naming it; so are members of a tied group that differ in f. */
 gp_status gp_params_check_names(const gp_model *m, const struct gp_st_file *f,

@@ -338,6 +338,7 @@ gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos
       break;
     }
     const float *src = gp_st_data(f, e);
+    s = gp_params_check_finite(path, name, src, n);
     int64_t off = 0;
     for (int st = 0; s == GP_OK && st < gp_pipeline_stages(t->pl); st++) {
       int64_t ns = gp_pipeline_params(t->pl, st)->n_train;

@@ -236,5 +236,31 @@ open(p, 'wb').write(struct.pack('<Q', len(j)) + j + b[8 + n:])
 PY
 expect 1 "checkpoint.safetensors: gpipe.optimizer_t 9223372036854775807 is more than gpipe.step 2 \(a damaged checkpoint\)$" \
   -- "$good" --data synthetic --steps 4 --batch-size 8 --checkpoint-dir "$tmp/ckt" --resume
+# weights that are not numbers, in --load or a checkpoint, are refused naming the tensor
+"$train" "$good" --quiet --data synthetic --steps 1 --batch-size 8 --save "$tmp/fin.safetensors" >/dev/null 2>&1
+for bad in nan:NaN inf:Inf -inf:-Inf; do
+  python3 - "$tmp/fin.safetensors" "$tmp/w-${bad%%:*}.safetensors" "${bad%%:*}" <<'PY'
+import json, struct, sys
+src, dst, v = sys.argv[1:]
+b = bytearray(open(src, 'rb').read()); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); name = sorted(k for k in h if k != '__metadata__')[-1]
+at = 8 + n + h[name]['data_offsets'][0] + 4 * 3 # element 3
+b[at:at + 4] = struct.pack('<f', float(v))
+open(dst, 'wb').write(b)
+PY
+  expect 1 "w-${bad%%:*}.safetensors: tensor '.*' holds ${bad#*:} at element 3 of [0-9]+ \(a run cannot start from values that are not numbers\)$" \
+    -- "$good" --data synthetic --steps 1 --batch-size 8 --load "$tmp/w-${bad%%:*}.safetensors"
+done
+python3 - "$tmp/ckt/checkpoint.safetensors" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = bytearray(open(p, 'rb').read()); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); h['__metadata__']['gpipe.optimizer_t'] = '2'
+name = [k for k in h if k.startswith('optim.')][0]
+at = 8 + n + h[name]['data_offsets'][0]; b[at:at + 4] = struct.pack('<f', float('nan'))
+j = json.dumps(h).encode(); j += b' ' * ((8 - len(j) % 8) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(j)) + j + b[8 + n:])
+PY
+expect 1 "checkpoint.safetensors: tensor 'optim\.[a-z_]+' holds NaN at element 0 of [0-9]+ " \
+  -- "$good" --data synthetic --steps 4 --batch-size 8 --checkpoint-dir "$tmp/ckt" --resume
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
