@@ -620,10 +620,13 @@ static gp_status train(run *r) {
                     "%s/checkpoint.safetensors is at step %" PRId64 ", past the %" PRId64
                     " steps of this run",
                     flags[F_CKPT_DIR].s, r->t.step, total);
-    if (r->sq)
-      GP_TRY(gp_seqdata_seek(r->sq, pos.epoch, pos.index));
-    else
-      GP_TRY(gp_loader_seek(r->train, pos.epoch, pos.index));
+    gp_status sk = r->sq ? gp_seqdata_seek(r->sq, pos.epoch, pos.index)
+                         : gp_loader_seek(r->train, pos.epoch, pos.index);
+    if (sk != GP_OK)
+      return gp_error_prefix(GP_ERR_DATA,
+                             "%s/checkpoint.safetensors: its data position (gpipe.epoch %" PRId64
+                             ", gpipe.index %" PRId64 ") is not in this run's training data: ",
+                             flags[F_CKPT_DIR].s, pos.epoch, pos.index);
   }
   /* a finished run's checkpoint: its evaluations are logged already; they are repeated only
    * for the final line */

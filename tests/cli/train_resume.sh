@@ -71,6 +71,9 @@ meta "$tmp/ck/checkpoint.safetensors" "$tmp/batch/checkpoint.safetensors" gpipe.
 refused "$tmp/batch" "written with batch size 64, this run has 32 \(a resumed run keeps its batch size"
 meta "$tmp/ck/checkpoint.safetensors" "$tmp/due/checkpoint.safetensors" gpipe.eval_due 2
 refused "$tmp/due" "bad gpipe.eval_due '2' \(expected 0 or 1\)"
+mkdir -p "$tmp/index"
+meta "$tmp/ck/checkpoint.safetensors" "$tmp/index/checkpoint.safetensors" gpipe.index 99999999
+refused "$tmp/index" "index/checkpoint.safetensors: its data position \(gpipe.epoch [0-9]+, gpipe.index 99999999\) is not in this run's training data: cannot resume"
 # a checkpoint past the run's steps: a usage error, and the log is left as it was
 echo '{"event": "train", "step": 99}' >"$tmp/past.jsonl"
 "$train" "$model" "${common[@]}" --steps 5 --checkpoint-dir "$tmp/ck" --resume --log "$tmp/past.jsonl" 2>"$tmp/err"
