@@ -25,6 +25,10 @@ gp_status gp_ckpt_dir_claim(const char *dir, int *stale, int *made) {
   struct stat st;
   if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
     return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: not a directory", dir);
+  /* a lock left by an earlier run opens in a folder that has become read-only: the first
+   * checkpoint, after the training it was to keep, would fail */
+  if (access(dir, W_OK | X_OK) != 0)
+    return GP_ERR(GP_ERR_IO, "--checkpoint-dir %s: cannot write in it: %s", dir, strerror(errno));
   char path[4200];
   snprintf(path, sizeof path, "%s/lock", dir);
   /* a link or anything else there would have the pid written into what it names */

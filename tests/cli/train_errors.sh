@@ -262,5 +262,23 @@ open(p, 'wb').write(struct.pack('<Q', len(j)) + j + b[8 + n:])
 PY
 expect 1 "checkpoint.safetensors: tensor 'optim\.[a-z_]+' holds NaN at element 0 of [0-9]+ " \
   -- "$good" --data synthetic --steps 4 --batch-size 8 --checkpoint-dir "$tmp/ckt" --resume
+# a --checkpoint-dir that cannot be written is refused before training, also when a lock an
+# earlier run left opens in it (it failed at the first checkpoint). Root writes anywhere: as
+# root the case runs as nobody, when setpriv can
+as=()
+[ "$(id -u)" = 0 ] && as=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+ro=$(mktemp -d /tmp/gp-ro.XXXXXX)
+mkdir "$ro/ck" && cp "$good" "$ro/m.yaml" && : >"$ro/ck/lock" && chmod 666 "$ro/ck/lock" &&
+  chmod 555 "$ro/ck" && chmod 755 "$ro"
+if "${as[@]}" "$train" --help >/dev/null 2>&1; then
+  "${as[@]}" "$train" "$ro/m.yaml" --data synthetic --steps 1 --checkpoint-dir "$ro/ck" \
+    >/dev/null 2>"$tmp/err"
+  rc=$?
+  [ $rc = 1 ] && grep -qx "gpipe-train: --checkpoint-dir $ro/ck: cannot write in it: Permission denied" "$tmp/err" &&
+    passed=$((passed+1)) || { failed=$((failed+1)); echo "FAIL: read-only --checkpoint-dir: exit $rc: $(cat "$tmp/err")"; }
+else
+  echo "the read-only --checkpoint-dir case left out: cannot run as another user"
+fi
+chmod 755 "$ro/ck"; rm -rf "$ro"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
