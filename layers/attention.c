@@ -58,9 +58,7 @@ static gp_status attention_configure(gp_layer *l, gp_cfg *cfg) {
   GP_TRY(gp_cfg_bool(cfg, "bias", 1, &k->bias));
   GP_TRY(gp_cfg_bool(cfg, "causal", 0, &k->causal));
   GP_TRY(gp_cfg_choice(cfg, "mask", masks, 0, &k->segments));
-  GP_TRY(gp_cfg_float(cfg, "dropout", 0.0, 0.0, 1.0, &k->dropout));
-  if ((float)k->dropout >= 1.0f) /* as it runs: 0.99999999999 is 1 */
-    return gp_cfg_error(cfg, "dropout", "dropout: must be below 1, got %g", k->dropout);
+  GP_TRY(gp_cfg_below_one(cfg, "dropout", 0.0, &k->dropout));
   return GP_OK;
 }
 

@@ -10,9 +10,7 @@ typedef struct dropout_conf {
 
 static gp_status dropout_configure(gp_layer *l, gp_cfg *cfg) {
   dropout_conf *k = l->conf;
-  GP_TRY(gp_cfg_float(cfg, "p", 0.5, 0.0, 1.0, &k->p));
-  if ((float)k->p >= 1.0f) /* as it runs: 0.99999999999 is 1 */
-    return gp_cfg_error(cfg, "p", "p: must be below 1, got %g", k->p);
+  GP_TRY(gp_cfg_below_one(cfg, "p", 0.5, &k->p));
   return GP_OK;
 }
 

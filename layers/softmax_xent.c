@@ -15,10 +15,7 @@ typedef struct xent_conf {
 
 static gp_status xent_configure(gp_layer *l, gp_cfg *cfg) {
   xent_conf *k = l->conf;
-  GP_TRY(gp_cfg_float(cfg, "label_smoothing", 0.0, 0.0, 1.0, &k->smoothing));
-  if ((float)k->smoothing >= 1.0f) /* as it runs: 0.99999999999 is 1 */
-    return gp_cfg_error(cfg, "label_smoothing", "label_smoothing: must be below 1, got %g",
-                        k->smoothing);
+  GP_TRY(gp_cfg_below_one(cfg, "label_smoothing", 0.0, &k->smoothing));
   /* Negative, so that the pipeline, which counts a mini-batch's targets from the host labels
    * before any stage runs, counts exactly the labels this layer does not ignore. */
   GP_TRY(gp_cfg_int(cfg, "ignore_index", -100, INT32_MIN, -1, &k->ignore_index));

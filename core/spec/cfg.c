@@ -308,8 +308,17 @@ gp_status gp_cfg_float(gp_cfg *c, const char *key, double dflt, double min, doub
   if (!r)
     return at_error(c, e->line[0], e->col[0], "%s: expected a number, got '%s'", key, e->items[0]);
   if (*out < min || *out > max)
-    return at_error(c, e->line[0], e->col[0], "%s: %g is out of range [%g, %g]", key, *out, min,
-                    max);
+    return at_error(c, e->line[0], e->col[0], "%s: %s is out of range [%g, %g]", key, e->items[0],
+                    min, max);
+  return GP_OK;
+}
+
+gp_status gp_cfg_below_one(gp_cfg *c, const char *key, double dflt, double *out) {
+  GP_TRY(gp_cfg_float(c, key, dflt, 0.0, 1.0, out));
+  char shown[32];
+  if ((float)*out >= 1.0f)
+    return gp_cfg_error(c, key, "%s: must be below 1, got %s", key,
+                        gp_decimal_shortest(*out, shown, sizeof shown));
   return GP_OK;
 }
 

@@ -37,6 +37,9 @@ gp_status gp_cfg_int(gp_cfg *c, const char *key, int64_t dflt, int64_t min, int6
                      int64_t *out);
 gp_status gp_cfg_float(gp_cfg *c, const char *key, double dflt, double min, double max,
                        double *out);
+/* A probability that must stay below 1 as the kernels' float32 takes it (dropout, label
+ * smoothing): in [0, 1), 0.99999999999 refused (it is 1 as float32). */
+gp_status gp_cfg_below_one(gp_cfg *c, const char *key, double dflt, double *out);
 gp_status gp_cfg_bool(gp_cfg *c, const char *key, int dflt, int *out);
 gp_status gp_cfg_str(gp_cfg *c, const char *key, const char *dflt, const char **out);
 /* One of choices (NULL-terminated); *out is its index. A wrong value suggests the nearest. */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/decimal.h"
 #include "core/spec/internal.h"
 
 static gp_status read_shape(gp_sp_ctx *c, const gp_ynode *n, const char *what, gp_shape *out) {
@@ -100,16 +101,20 @@ static gp_status section(gp_sp_ctx *c, const gp_ynode *parent, const char *key, 
 }
 
 static gp_status positive(gp_cfg *cfg, const char *key, double dflt, double *out) {
+  char shown[32];
   GP_TRY(gp_cfg_float(cfg, key, dflt, 0, DBL_MAX, out));
   if (*out <= 0 || (float)*out <= 0) /* the kernels' float32: 1e-50 is 0 */
-    return gp_cfg_error(cfg, key, "%s: must be greater than 0, got %g", key, *out);
+    return gp_cfg_error(cfg, key, "%s: must be greater than 0, got %s", key,
+                        gp_decimal_shortest(*out, shown, sizeof shown));
   return GP_OK;
 }
 
-/* [0, 1): momentum, betas, alpha */
-static gp_status fraction(gp_cfg *cfg, const char *key, double v) {
+/* [0, 1): momentum, alpha, the betas (item: the list item, or -1 for a single value) */
+static gp_status fraction(gp_cfg *cfg, const char *key, int item, double v) {
+  char shown[32];
   if (v < 0 || (float)v >= 1) /* the kernels' float32: 0.99999999999 is 1 */
-    return gp_cfg_error(cfg, key, "%s: must be in [0, 1), got %g", key, v);
+    return gp_cfg_error_item(cfg, key, item, "%s: must be in [0, 1), got %s", key,
+                             gp_decimal_shortest(v, shown, sizeof shown));
   return GP_OK;
 }
 
@@ -313,7 +318,7 @@ static gp_status optimizer(gp_cfg *cfg, gp_train_spec *t) {
   GP_TRY(gp_cfg_float(cfg, "weight_decay", wd0[k], 0, DBL_MAX, &t->weight_decay));
   if (k == GP_OPT_SGD || k == GP_OPT_RMSPROP) {
     GP_TRY(gp_cfg_float(cfg, "momentum", 0, -DBL_MAX, DBL_MAX, &t->momentum));
-    GP_TRY(fraction(cfg, "momentum", t->momentum));
+    GP_TRY(fraction(cfg, "momentum", -1, t->momentum));
   }
   if (k == GP_OPT_SGD) {
     GP_TRY(gp_cfg_bool(cfg, "nesterov", 0, &t->nesterov));
@@ -326,8 +331,8 @@ static gp_status optimizer(gp_cfg *cfg, gp_train_spec *t) {
     GP_TRY(gp_cfg_floats(cfg, "betas", 2, b, &nb));
     if (nb == 1) return gp_cfg_error(cfg, "betas", "betas: expected two values [b1, b2]");
     if (nb == 2) {
-      GP_TRY(fraction(cfg, "betas", b[0]));
-      GP_TRY(fraction(cfg, "betas", b[1]));
+      GP_TRY(fraction(cfg, "betas", 0, b[0]));
+      GP_TRY(fraction(cfg, "betas", 1, b[1]));
       t->beta1 = b[0];
       t->beta2 = b[1];
     }
@@ -335,12 +340,13 @@ static gp_status optimizer(gp_cfg *cfg, gp_train_spec *t) {
   if (k == GP_OPT_ADAMW || k == GP_OPT_RMSPROP) GP_TRY(positive(cfg, "eps", 1e-8, &t->eps));
   if (k == GP_OPT_RMSPROP) {
     GP_TRY(gp_cfg_float(cfg, "alpha", 0.99, -DBL_MAX, DBL_MAX, &t->alpha));
-    GP_TRY(fraction(cfg, "alpha", t->alpha));
+    GP_TRY(fraction(cfg, "alpha", -1, t->alpha));
   }
   return gp_cfg_check_unknown(cfg, kinds[k], NULL);
 }
 
 static gp_status lr_schedule(gp_cfg *cfg, gp_train_spec *t) {
+  char a[32], b[32];
   static const char *const kinds[] = {"constant", "step", "cosine", "inverse_sqrt", NULL};
   int k = 0;
   t->schedule = GP_LR_CONSTANT;
@@ -356,12 +362,15 @@ static gp_status lr_schedule(gp_cfg *cfg, gp_train_spec *t) {
     GP_TRY(gp_cfg_int(cfg, "step_size", 1, 1, INT64_MAX, &t->step_size));
     GP_TRY(positive(cfg, "gamma", 0.1, &t->gamma));
     if (t->gamma > 1)
-      return gp_cfg_error(cfg, "gamma", "gamma: must be at most 1, got %g", t->gamma);
+      return gp_cfg_error(cfg, "gamma", "gamma: must be at most 1, got %s",
+                          gp_decimal_shortest(t->gamma, a, sizeof a));
   }
   if (k == GP_LR_COSINE) {
     GP_TRY(gp_cfg_float(cfg, "min_lr", 0, 0, DBL_MAX, &t->min_lr));
     if (t->min_lr > t->lr)
-      return gp_cfg_error(cfg, "min_lr", "min_lr: %g is more than lr %g", t->min_lr, t->lr);
+      return gp_cfg_error(cfg, "min_lr", "min_lr: %s is more than lr %s",
+                          gp_decimal_shortest(t->min_lr, a, sizeof a),
+                          gp_decimal_shortest(t->lr, b, sizeof b));
   }
   if (k == GP_LR_INVERSE_SQRT) {
     /* the warm-up is part of this schedule: its length sets the decay's scale */
@@ -377,8 +386,9 @@ static gp_status lr_schedule(gp_cfg *cfg, gp_train_spec *t) {
       return gp_cfg_error(cfg, "warmup_init_lr", "warmup_init_lr: must be at least 0, got %g",
                           t->warmup_init_lr);
     if (t->warmup_init_lr > t->lr)
-      return gp_cfg_error(cfg, "warmup_init_lr", "warmup_init_lr: %g is more than lr %g",
-                          t->warmup_init_lr, t->lr);
+      return gp_cfg_error(cfg, "warmup_init_lr", "warmup_init_lr: %s is more than lr %s",
+                          gp_decimal_shortest(t->warmup_init_lr, a, sizeof a),
+                          gp_decimal_shortest(t->lr, b, sizeof b));
   }
   char what[32];
   snprintf(what, sizeof what, "the %s schedule", kinds[k]);
