@@ -245,7 +245,7 @@ static const bad cases[] = {
     {"betas out of range",
      H LIN LOSS "train: {optimizer: {type: adamw, betas: [0.9, 1.5]}}\n",
      GP_ERR_SPEC,
-     {"t.yaml:4:41: ", "betas: must be in [0, 1), got 1.5"}},
+     {"t.yaml:4:47: ", "betas: must be in [0, 1), got 1.5"}},
     {"step schedule without step_size",
      H LIN LOSS "train: {schedule: step}\n",
      GP_ERR_SPEC,
