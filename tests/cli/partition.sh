@@ -162,6 +162,21 @@ if [ -s "$plan" ]; then
   # the plan's M against the batch: the message said where neither number came from
   refused "a batch of 2 \(--batch-size\) cannot be split into 4 micro-batches \(micro_batches in the plan .*edited.yaml\)" \
     "$(cat "$plan")" --batch-size 2
+  # text from the plan is shown escaped: a line break, a terminal escape or U+2028 in a value
+  # made the message several lines
+  clean() { python3 -c "import sys,re; t=open(sys.argv[1],'rb').read().decode('utf-8')
+sys.exit(0 if t.count('\n') == 1 and not re.search('[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]', t) else 1)" "$tmp/e" &&
+    ok || bad "not one clean line: $(cat -A "$tmp/e")"; }
+  refused "edited.yaml:[0-9]+:11: schedule: unknown value 'gp\\\\npe'; did you mean 'gpipe'\?$" \
+    "$(sed 's/^schedule: .*/schedule: "gp\\npe"/' "$plan")"; clean
+  refused "edited.yaml:[0-9]+:1: unknown key 'stag\\\\x1bes'; did you mean 'stages'\?$" \
+    "$(sed 's/^stages:/"stag\\ees":/' "$plan")"; clean
+  refused "edited.yaml:2:8: the plan is for model 'fashion\\\\u2028mlp', not 'fashion-mlp'$" \
+    "$(sed 's/^model: .*/model: "fashion\\Lmlp"/' "$plan")"; clean
+  refused "edited.yaml:[0-9]+:[0-9]+: units: unit 6 is 'logits\\\\u0085\\\\r' in the plan but 'logits' in the model$" \
+    "$(sed 's/"logits"\]/"logits\\N\\r"]/' "$plan")"; clean
+  refused "edited.yaml:[0-9]+:[0-9]+: devices: unknown device 'cp\\\\u009bu' \(expected cpu, cuda or cuda:N\)$" \
+    "$(sed 's/^devices: .*/devices: "cp\\x9bu"/' "$plan")"; clean
 fi
 
 # ---- bad requests: one line, exit 2
