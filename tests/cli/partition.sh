@@ -162,6 +162,28 @@ if [ -s "$plan" ]; then
   # the plan's M against the batch: the message said where neither number came from
   refused "a batch of 2 \(--batch-size\) cannot be split into 4 micro-batches \(micro_batches in the plan .*edited.yaml\)" \
     "$(cat "$plan")" --batch-size 2
+  # integers by the model file's rule (strtol took "+3" and " 3"), and a null said to be one
+  # (it was "expected an integer, got '~'")
+  refused "edited.yaml:3:9: stages: expected an integer, got '\+3'$" "$(sed 's/^stages: 3/stages: +3/' "$plan")"
+  refused "edited.yaml:3:9: stages: expected an integer, got ' 3'$" "$(sed 's/^stages: 3/stages: " 3"/' "$plan")"
+  refused "edited.yaml:3:9: stages: expected an integer, got '0x3'$" "$(sed 's/^stages: 3/stages: 0x3/' "$plan")"
+  refused "edited.yaml:3:9: stages: expected 1\.\.64, got 99999999999999999999$" \
+    "$(sed 's/^stages: 3/stages: 99999999999999999999/' "$plan")"
+  refused "edited.yaml:3:9: stages: expected an integer, got nothing \(null\)$" "$(sed 's/^stages: 3/stages: ~/' "$plan")"
+  refused "edited.yaml:3:8: stages: expected an integer, got nothing \(null\)$" "$(sed 's/^stages: 3/stages:/' "$plan")"
+  refused "edited.yaml:4:16: micro_batches: expected an integer, got nothing \(null\)$" \
+    "$(sed 's/^micro_batches: .*/micro_batches: null/' "$plan")"
+  refused "edited.yaml:[0-9]+:[0-9]+: balance: expected an integer, got '\+[0-9]+'$" \
+    "$(sed 's/^balance: \[\([0-9]*\), /balance: [\1, +/' "$plan")"
+  refused "edited.yaml:[0-9]+:[0-9]+: balance: entry 2 is nothing \(null\)$" \
+    "$(sed 's/^balance: \[\([0-9]*\), [0-9]*/balance: [\1, ~/' "$plan")"
+  refused "edited.yaml:[0-9]+:[0-9]+: balance: expected a list \[a, b, \.\.\.\], got nothing \(null\)$" \
+    "$(sed 's/^balance: .*/balance: ~/' "$plan")"
+  refused "edited.yaml:5:11: schedule: expected a name, got nothing \(null\)$" "$(sed 's/^schedule: .*/schedule: ~/' "$plan")"
+  refused "edited.yaml:2:7: model: expected a name, got nothing \(null\)$" "$(sed 's/^model: .*/model:/' "$plan")"
+  refused "edited.yaml:[0-9]+:[0-9]+: devices: expected a name or a list \[a, b, \.\.\.\], got nothing \(null\)$" \
+    "$(sed 's/^devices: .*/devices: ~/' "$plan")"
+  refused "edited.yaml:[0-9]+:[0-9]+: units: entry 7 is nothing \(null\)$" "$(sed 's/"logits"\]/~]/' "$plan")"
   # text from the plan is shown escaped: a line break, a terminal escape or U+2028 in a value
   # made the message several lines
   clean() { python3 -c "import sys,re; t=open(sys.argv[1],'rb').read().decode('utf-8')
