@@ -21,16 +21,32 @@
 
 /* ---- writing --------------------------------------------------------------------------- */
 
-/* A YAML double-quoted scalar: names come from the model file and may hold anything. */
+/* A YAML double-quoted scalar that reads back as s. Names come from the model file and hold
+ * anything it can carry: besides '"' and '\', what YAML reads as a line break (U+0085 \N,
+ * U+2028 \L, U+2029 \P) or refuses in a file (C0, DEL, the other C1 controls, U+FFFE and
+ * U+FFFF) is escaped; other UTF-8 is kept. */
 static void sb_quoted(gp_strbuf *b, const char *s) {
   gp_strbuf_printf(b, "\"");
   for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\')
+    if (*c == '"' || *c == '\\') {
       gp_strbuf_printf(b, "\\%c", *c);
-    else if (*c < 0x20 || *c == 0x7f)
+    } else if (*c < 0x20 || *c == 0x7f) {
       gp_strbuf_printf(b, "\\x%02x", *c);
-    else
-      gp_strbuf_printf(b, "%c", *c);
+    } else if (c[0] == 0xC2 && c[1] >= 0x80 && c[1] <= 0x9F) { /* U+0080..U+009F */
+      c++;
+      if (*c == 0x85)
+        gp_strbuf_printf(b, "\\N");
+      else
+        gp_strbuf_printf(b, "\\x%02x", *c);
+    } else if (c[0] == 0xE2 && c[1] == 0x80 && (c[2] == 0xA8 || c[2] == 0xA9)) {
+      gp_strbuf_printf(b, c[2] == 0xA8 ? "\\L" : "\\P");
+      c += 2;
+    } else if (c[0] == 0xEF && c[1] == 0xBF && (c[2] == 0xBE || c[2] == 0xBF)) {
+      gp_strbuf_printf(b, c[2] == 0xBE ? "\\uFFFE" : "\\uFFFF");
+      c += 2;
+    } else {
+      gp_strbuf_put(b, (const char *)c, 1);
+    }
   }
   gp_strbuf_printf(b, "\"");
 }
@@ -51,9 +67,10 @@ static void sb_name(gp_strbuf *b, const char *s) {
 }
 
 static void format_plan(gp_strbuf *b, const gp_model *m, const gp_plan *p) {
-  gp_strbuf_printf(
-      b, "# gpipe plan for %s (written by gpipe-partition; gpipe-train --partition reads it)\n",
-      m->name);
+  /* the name as model: writes it: raw, a line separator in it would end the comment */
+  gp_strbuf_printf(b, "# gpipe plan for ");
+  sb_name(b, m->name);
+  gp_strbuf_printf(b, " (written by gpipe-partition; gpipe-train --partition reads it)\n");
   gp_strbuf_printf(b, "model: ");
   sb_name(b, m->name);
   gp_strbuf_printf(b, "\nstages: %d\nmicro_batches: %d\nschedule: %s\ncheckpoint: %s\ndevices: [",

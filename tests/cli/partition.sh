@@ -201,6 +201,13 @@ sys.exit(0 if t.count('\n') == 1 and not re.search('[\x00-\x09\x0b-\x1f\x7f-\x9f
     "$(sed 's/^devices: .*/devices: "cp\\x9bu"/' "$plan")"; clean
 fi
 
+# ---- any model name round-trips through a plan: U+2028 ended the plan's comment line and
+# the name's line, a C1 control was refused by the YAML reader (test_plan_io covers them all)
+printf 'name: "mlp\\L\\x9b\\N: x"\n%s\n' "$(grep -v '^name:' "$mlp")" >"$tmp/odd.yaml"
+if "$part" "$tmp/odd.yaml" --stages 2 -o "$tmp/odd-plan.yaml" >/dev/null 2>"$tmp/err" &&
+   "$train" "$tmp/odd.yaml" --data synthetic --steps 1 --partition "$tmp/odd-plan.yaml" >/dev/null 2>"$tmp/err"
+then ok; else bad "a plan for a model named with U+2028, U+009B and U+0085: $(cat "$tmp/err")"; fi
+
 # ---- bad requests: one line, exit 2
 refuse() { # pattern, flags...
   local pat=$1; shift
