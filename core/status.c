@@ -10,29 +10,80 @@
 static _Thread_local char msg[GP_MSG_MAX];
 static _Thread_local char origin[128];
 
+/* Bytes of the valid UTF-8 sequence at p (RFC 3629: no overlong forms, no surrogates, at most
+ * U+10FFFF) with its code point in *cp, 0 where none starts (a NUL ends any sequence). */
+static int utf8_seq(const unsigned char *p, unsigned *cp) {
+  if (p[0] < 0x80) {
+    *cp = p[0];
+    return 1;
+  }
+  int n = p[0] >= 0xC2 && p[0] <= 0xDF   ? 2
+          : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
+          : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4
+                                         : 0;
+  unsigned lo = p[0] == 0xE0 ? 0xA0 : p[0] == 0xF0 ? 0x90 : 0x80;
+  unsigned hi = p[0] == 0xED ? 0x9F : p[0] == 0xF4 ? 0x8F : 0xBF;
+  unsigned v = p[0] & (0x7F >> n);
+  for (int i = 1; i < n; i++) {
+    if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xBF)) return 0;
+    v = v << 6 | (p[i] & 0x3F);
+  }
+  *cp = v;
+  return n;
+}
+
+char *gp_text_one_line(char *out, size_t cap, const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t k = 0;
+  while (*p) {
+    unsigned cp;
+    int n = utf8_seq(p, &cp);
+    char esc[8];
+    const char *piece = esc;
+    size_t len;
+    if (n == 0) { /* a byte that is not UTF-8: a Latin-1 terminal reads 0x9b as CSI */
+      len = (size_t)snprintf(esc, sizeof esc, "\\x%02x", *p);
+      n = 1;
+    } else if (cp == '\n' || cp == '\t' || cp == '\r') {
+      len = (size_t)snprintf(esc, sizeof esc, "\\%c", cp == '\n' ? 'n' : cp == '\t' ? 't' : 'r');
+    } else if (cp < 0x20 || cp == 0x7F) {
+      len = (size_t)snprintf(esc, sizeof esc, "\\x%02x", cp);
+    } else if ((cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029) {
+      len = (size_t)snprintf(esc, sizeof esc, "\\u%04x", cp);
+    } else {
+      piece = (const char *)p;
+      len = (size_t)n;
+    }
+    if (k + len >= cap) break;
+    memcpy(out + k, piece, len);
+    k += len;
+    p += n;
+  }
+  if (cap) out[k] = 0;
+  return out;
+}
+
 gp_status gp_error_set(gp_status code, const char *src_file, int src_line, const char *fmt, ...) {
+  char raw[GP_MSG_MAX];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  /* a character the cut split is bytes that are not UTF-8 at the end, whose escapes do not
+   * fit in what is left of msg: they are dropped */
+  gp_text_one_line(msg, sizeof msg, raw);
   snprintf(origin, sizeof origin, "%s:%d", src_file, src_line);
   return code;
 }
 
 gp_status gp_error_prefix(gp_status code, const char *fmt, ...) {
-  char pre[GP_MSG_MAX], old[GP_MSG_MAX];
+  char pre[GP_MSG_MAX], both[2 * GP_MSG_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(pre, sizeof pre, fmt, ap);
   va_end(ap);
-  memcpy(old, msg, sizeof old);
-  size_t k = strlen(pre);
-  if (k >= sizeof msg) k = sizeof msg - 1;
-  memcpy(msg, pre, k);
-  size_t rest = strlen(old);
-  if (rest > sizeof msg - 1 - k) rest = sizeof msg - 1 - k;
-  memcpy(msg + k, old, rest);
-  msg[k + rest] = 0;
+  snprintf(both, sizeof both, "%s%s", pre, msg);
+  gp_text_one_line(msg, sizeof msg, both);
   return code;
 }
 

@@ -3,6 +3,8 @@
 #ifndef GP_STATUS_H
 #define GP_STATUS_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,7 +31,8 @@ typedef enum gp_status {
 #define GP_PRINTF(a, b)
 #endif
 
-/* Records the message (printf-style) for this thread and returns code. */
+/* Records the message (printf-style) for this thread and returns code. Messages quote text
+ * from users' files, so the record keeps them one printable line: see gp_text_one_line. */
 gp_status gp_error_set(gp_status code, const char *src_file, int src_line, const char *fmt, ...)
     GP_PRINTF(4, 5);
 /* Prepends context ("stage 1, micro-batch 3: ") to the current message; returns code. */
@@ -40,6 +43,13 @@ void gp_error_clear(void);
 const char *gp_status_name(gp_status s);
 /* Process exit code for a status: 0 ok, 2 usage/spec, 130 interrupted, 1 everything else. */
 int gp_status_exit_code(gp_status s);
+
+/* Copies s into out (cap >= 1 bytes, always terminated, cut before a character or escape that
+ * does not fit) so that it prints as one line and moves no terminal: control characters (C0,
+ * DEL, C1 such as U+0085 and U+009B), the separators U+2028 and U+2029 and bytes that are not
+ * UTF-8 become \n, \t, \r, \xNN (a byte) or \uNNNN (a character); other text, UTF-8
+ * included, is kept. Applying it twice changes nothing more. Returns out. */
+char *gp_text_one_line(char *out, size_t cap, const char *s);
 
 #define GP_ERR(code, ...) gp_error_set((code), __FILE__, __LINE__, __VA_ARGS__)
 #define GP_TRY(expr)                                                                               \

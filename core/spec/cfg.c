@@ -221,10 +221,7 @@ int gp_cfg_has(gp_cfg *c, const char *key) {
   return lookup(c, key) != NULL;
 }
 
-/* Decimal, as shapes, repeat: and ${...} read numbers ("010" is 10, not octal 8); digits and
- * an optional '-' only, as the flags: strtoll alone would take a quoted " 8" or "+8".
- * 1: an integer in *out; 0: not one; -1: one too large for 64 bits. */
-static int parse_int(const char *s, int64_t *out) {
+int gp_cfg_parse_int(const char *s, int64_t *out) {
   char *end;
   if (!isdigit((unsigned char)(*s == '-' ? s[1] : s[0]))) return 0;
   errno = 0;
@@ -269,7 +266,7 @@ static gp_status scalar_of(gp_cfg *c, entry *e, const char *key) {
 
 static gp_status int_item(gp_cfg *c, entry *e, int i, const char *key, int64_t min, int64_t max,
                           int64_t *out) {
-  const int r = parse_int(e->items[i], out);
+  const int r = gp_cfg_parse_int(e->items[i], out);
   if (r < 0)
     return at_error(c, e->line[i], e->col[i], "%s: %s is out of range [%lld, %lld]", key,
                     e->items[i], (long long)min, (long long)max);

@@ -61,6 +61,12 @@ gp_status gp_cfg_error_item(gp_cfg *c, const char *key, int i, const char *fmt, 
  * NULL-terminated) is an error "unknown key 'x' for <what>; did you mean 'y'?". */
 gp_status gp_cfg_check_unknown(gp_cfg *c, const char *what, const char *const *structural);
 
+/* A model file's integer: decimal, as shapes, repeat: and ${...} read numbers ("010" is 10, not
+ * octal 8); digits and an optional '-' only, as the flags: strtoll alone would take a quoted
+ * " 8" or "+8". 1: an integer in *out; 0: not one; -1: one too large for 64 bits. Plans read
+ * theirs by this rule too. */
+int gp_cfg_parse_int(const char *s, int64_t *out);
+
 /* Levenshtein-nearest candidate within a small distance, or NULL. */
 const char *gp_nearest(const char *word, const char *const *cands, int n);
 

@@ -114,8 +114,6 @@ gp_status gp_sp_err(const gp_sp_ctx *c, int line, int col, const char *fmt, ...)
 gp_status gp_sp_nomem(void);
 /* Appends text to the current error message (for "(in block 'b' used at line 9)"). */
 gp_status gp_sp_err_append(gp_status code, const char *fmt, ...) GP_PRINTF(2, 3);
-/* Values quoted from the file may hold line breaks: the message must stay one line. */
-gp_status gp_sp_err_one_line(gp_status code);
 
 /* ---- tree (ytree.c) ---- */
 /* Parses text (len bytes; a NUL inside is an error) into the resolved tree. */

@@ -139,7 +139,7 @@ static gp_status load(const char *text, size_t len, const char *file, const gp_o
   gp_sp_arena_free(&c.perm);
   if (s != GP_OK) {
     gp_model_free(m);
-    return gp_sp_err_one_line(s);
+    return s;
   }
   *out = m;
   return GP_OK;
@@ -178,7 +178,7 @@ gp_status gp_model_load(const char *file, const gp_override *ov, int n_ov, gp_mo
   fclose(f);
   if (s == GP_OK) s = load(buf, len, file, ov, n_ov, out);
   free(buf);
-  return s == GP_OK ? s : gp_sp_err_one_line(s);
+  return s;
 }
 
 void gp_model_free(gp_model *m) {

@@ -170,25 +170,6 @@ gp_status gp_sp_err_append(gp_status code, const char *fmt, ...) {
   return replace_message(code, msg);
 }
 
-gp_status gp_sp_err_one_line(gp_status code) {
-  const char *m = gp_error_message();
-  char out[1024];
-  size_t k = 0;
-  int changed = 0;
-  for (; *m && k + 3 < sizeof out; m++) {
-    unsigned char ch = (unsigned char)*m;
-    if (ch >= 0x20 && ch != 0x7f) {
-      out[k++] = (char)ch;
-      continue;
-    }
-    changed = 1;
-    out[k++] = '\\';
-    out[k++] = ch == '\n' ? 'n' : ch == '\t' ? 't' : ch == '\r' ? 'r' : '?';
-  }
-  out[k] = 0;
-  return changed ? replace_message(code, out) : code;
-}
-
 const gp_ypair *gp_sp_get(const gp_ynode *map, const char *key) {
   if (!map || map->kind != GP_Y_MAP) return NULL;
   for (int i = 0; i < map->n; i++)

@@ -21,16 +21,32 @@
 
 /* ---- writing --------------------------------------------------------------------------- */
 
-/* A YAML double-quoted scalar: names come from the model file and may hold anything. */
+/* A YAML double-quoted scalar that reads back as s. Names come from the model file and hold
+ * anything it can carry: besides '"' and '\', what YAML reads as a line break (U+0085 \N,
+ * U+2028 \L, U+2029 \P) or refuses in a file (C0, DEL, the other C1 controls, U+FFFE and
+ * U+FFFF) is escaped; other UTF-8 is kept. */
 static void sb_quoted(gp_strbuf *b, const char *s) {
   gp_strbuf_printf(b, "\"");
   for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\')
+    if (*c == '"' || *c == '\\') {
       gp_strbuf_printf(b, "\\%c", *c);
-    else if (*c < 0x20 || *c == 0x7f)
+    } else if (*c < 0x20 || *c == 0x7f) {
       gp_strbuf_printf(b, "\\x%02x", *c);
-    else
-      gp_strbuf_printf(b, "%c", *c);
+    } else if (c[0] == 0xC2 && c[1] >= 0x80 && c[1] <= 0x9F) { /* U+0080..U+009F */
+      c++;
+      if (*c == 0x85)
+        gp_strbuf_printf(b, "\\N");
+      else
+        gp_strbuf_printf(b, "\\x%02x", *c);
+    } else if (c[0] == 0xE2 && c[1] == 0x80 && (c[2] == 0xA8 || c[2] == 0xA9)) {
+      gp_strbuf_printf(b, c[2] == 0xA8 ? "\\L" : "\\P");
+      c += 2;
+    } else if (c[0] == 0xEF && c[1] == 0xBF && (c[2] == 0xBE || c[2] == 0xBF)) {
+      gp_strbuf_printf(b, c[2] == 0xBE ? "\\uFFFE" : "\\uFFFF");
+      c += 2;
+    } else {
+      gp_strbuf_put(b, (const char *)c, 1);
+    }
   }
   gp_strbuf_printf(b, "\"");
 }
@@ -51,9 +67,10 @@ static void sb_name(gp_strbuf *b, const char *s) {
 }
 
 static void format_plan(gp_strbuf *b, const gp_model *m, const gp_plan *p) {
-  gp_strbuf_printf(
-      b, "# gpipe plan for %s (written by gpipe-partition; gpipe-train --partition reads it)\n",
-      m->name);
+  /* the name as model: writes it: raw, a line separator in it would end the comment */
+  gp_strbuf_printf(b, "# gpipe plan for ");
+  sb_name(b, m->name);
+  gp_strbuf_printf(b, " (written by gpipe-partition; gpipe-train --partition reads it)\n");
   gp_strbuf_printf(b, "model: ");
   sb_name(b, m->name);
   gp_strbuf_printf(b, "\nstages: %d\nmicro_batches: %d\nschedule: %s\ncheckpoint: %s\ndevices: [",
@@ -133,25 +150,39 @@ static const char *scalar(const yaml_node_t *n) {
   return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
 }
 
+/* YAML's null (`~`, `null`, or nothing after the colon), as the model loader reads it: written
+ * without quotes only. */
+static int is_null(const yaml_node_t *n) {
+  const char *s = scalar(n);
+  if (!s || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return 0;
+  return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
+}
+
+/* What a node that is not the value wanted is: NULL for a scalar that is not null. */
+static const char *not_a_value(const yaml_node_t *n) {
+  if (!n || n->type == YAML_MAPPING_NODE) return "a mapping";
+  if (n->type == YAML_SEQUENCE_NODE) return "a list";
+  return is_null(n) ? "nothing (null)" : NULL;
+}
+
+/* An integer by the model file's rule (gp_cfg_parse_int: no "+2", " 2" or "0x2"). */
 static gp_status get_int(const reader *r, const yaml_node_t *n, const char *key, long lo, long hi,
                          int *out) {
-  const char *s = scalar(n);
-  char *end = NULL;
-  errno = 0;
-  long v = s ? strtol(s, &end, 10) : 0;
-  if (!s || !*s || errno || *end)
-    return at(r, n, GP_ERR_SPEC, "%s: expected an integer, got %s%s%s", key, s ? "'" : "",
-              s ? s : "a list or mapping", s ? "'" : "");
-  if (v < lo || v > hi)
-    return at(r, n, GP_ERR_USAGE, "%s: expected %ld..%ld, got %ld", key, lo, hi, v);
+  const char *what = not_a_value(n), *s = scalar(n);
+  if (what) return at(r, n, GP_ERR_SPEC, "%s: expected an integer, got %s", key, what);
+  int64_t v = 0;
+  const int ok = gp_cfg_parse_int(s, &v);
+  if (!ok) return at(r, n, GP_ERR_SPEC, "%s: expected an integer, got '%s'", key, s);
+  if (ok < 0 || v < lo || v > hi)
+    return at(r, n, GP_ERR_USAGE, "%s: expected %ld..%ld, got %s", key, lo, hi, s);
   *out = (int)v;
   return GP_OK;
 }
 
 static gp_status get_choice(const reader *r, const yaml_node_t *n, const char *key,
                             const char *const *names, int *out) {
-  const char *s = scalar(n);
-  if (!s) return at(r, n, GP_ERR_SPEC, "%s: expected a name, got a list or mapping", key);
+  const char *what = not_a_value(n), *s = scalar(n);
+  if (what) return at(r, n, GP_ERR_SPEC, "%s: expected a name, got %s", key, what);
   int count = 0;
   for (; names[count]; count++)
     if (strcmp(names[count], s) == 0) {
@@ -167,6 +198,9 @@ static gp_status get_choice(const reader *r, const yaml_node_t *n, const char *k
 static gp_status get_list(const reader *r, yaml_node_t *n, const char *key, int one_ok,
                           yaml_node_t **items, int max, int *count) {
   *count = 0;
+  if (is_null(n))
+    return at(r, n, GP_ERR_SPEC, "%s: expected %sa list [a, b, ...], got nothing (null)", key,
+              one_ok ? "a name or " : "");
   if (one_ok && n->type == YAML_SCALAR_NODE) {
     items[(*count)++] = n;
     return GP_OK;
@@ -177,6 +211,8 @@ static gp_status get_list(const reader *r, yaml_node_t *n, const char *key, int 
     yaml_node_t *in = yaml_document_get_node((yaml_document_t *)&r->doc, *it);
     if (!in || in->type != YAML_SCALAR_NODE)
       return at(r, in ? in : n, GP_ERR_SPEC, "%s: expected a list of scalars", key);
+    if (is_null(in))
+      return at(r, in, GP_ERR_SPEC, "%s: entry %d is nothing (null)", key, *count + 1);
     if (*count >= max) return at(r, in, GP_ERR_USAGE, "%s: more than %d entries", key, max);
     items[(*count)++] = in;
   }
@@ -220,8 +256,8 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
     if (!val[required[i]])
       return at(r, root, GP_ERR_SPEC, "missing key '%s' (a plan needs model, stages and balance)",
                 key_names[required[i]]);
-  const char *name = scalar(val[K_MODEL]);
-  if (!name) return at(r, val[K_MODEL], GP_ERR_SPEC, "model: expected a name");
+  const char *name = scalar(val[K_MODEL]), *what = not_a_value(val[K_MODEL]);
+  if (what) return at(r, val[K_MODEL], GP_ERR_SPEC, "model: expected a name, got %s", what);
   if (strcmp(name, m->name) != 0)
     return at(r, val[K_MODEL], GP_ERR_USAGE, "the plan is for model '%s', not '%s'", name, m->name);
   GP_TRY(get_int(r, val[K_STAGES], "stages", 1, GP_MAX_DEVICES, &out->stages));

@@ -292,5 +292,48 @@ else
   echo "the read-only --checkpoint-dir case left out: cannot run as another user"
 fi
 chmod 755 "$ro/ck"; rm -rf "$ro"
+# text from a weights file or a checkpoint is shown escaped: a dtype, a tensor name or a metadata
+# value holding a line break, a terminal escape or U+2028 made the message several lines
+clean() { # the one line of stderr holds no C0, DEL, C1 or U+2028/9 (wc -l counts only \n)
+  python3 -c "import sys,re; t=open(sys.argv[1],'rb').read().decode('utf-8')
+sys.exit(0 if t.count('\n') == 1 and t.endswith('\n') and not re.search('[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]', t) else 1)" "$tmp/err" &&
+    passed=$((passed+1)) || { failed=$((failed+1)); echo "FAIL: not one clean line:"; cat -A "$tmp/err"; }
+}
+edit_st() { # FILE PYTHON: runs PYTHON on the header h (a dict), writes the file back
+  python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+p = sys.argv[1]; b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); exec(sys.argv[2])
+j = json.dumps(h).encode(); j += b' ' * ((8 - len(j) % 8) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(j)) + j + b[8 + n:])
+PY
+}
+"$train" "$good" --quiet --data synthetic --steps 1 --batch-size 8 --save "$tmp/w0.safetensors" >/dev/null 2>&1
+cp "$tmp/w0.safetensors" "$tmp/wd.safetensors"
+edit_st "$tmp/wd.safetensors" "h['fc1.weight']['dtype'] = 'F32\n'"
+expect 1 "wd.safetensors: tensor 'fc1.weight': unknown dtype 'F32\\\\n'$" \
+  -- "$good" --data synthetic --steps 1 --load "$tmp/wd.safetensors"
+clean
+cp "$tmp/w0.safetensors" "$tmp/wn.safetensors"
+edit_st "$tmp/wn.safetensors" "h['fc1.weight\x1b[2J\u2028'] = h.pop('fc1.weight')"
+expect 1 "wn.safetensors: tensor 'fc1.weight\\\\x1b\[2J\\\\u2028' is not a parameter of this model$" \
+  -- "$good" --data synthetic --steps 1 --load "$tmp/wn.safetensors"
+clean
+"$train" "$good" --quiet --data synthetic --steps 2 --batch-size 8 --checkpoint-dir "$tmp/ckm" >/dev/null 2>&1
+cp "$tmp/ckm/checkpoint.safetensors" "$tmp/ck0.safetensors"
+edit_st "$tmp/ckm/checkpoint.safetensors" "h['__metadata__']['gpipe.model'] = 'fashion-mlp\r\n\x9b2J'"
+expect 1 "checkpoint.safetensors: written for model 'fashion-mlp\\\\r\\\\n\\\\u009b2J', this is 'fashion-mlp'$" \
+  -- "$good" --data synthetic --steps 4 --batch-size 8 --checkpoint-dir "$tmp/ckm" --resume
+clean
+cp "$tmp/ck0.safetensors" "$tmp/ckm/checkpoint.safetensors"
+edit_st "$tmp/ckm/checkpoint.safetensors" "h['__metadata__']['gpipe.step'] = '2\n'"
+expect 1 "checkpoint.safetensors: bad gpipe.step '2\\\\n' \(expected an integer >= 0\)$" \
+  -- "$good" --data synthetic --steps 4 --batch-size 8 --checkpoint-dir "$tmp/ckm" --resume
+clean
+cp "$tmp/ck0.safetensors" "$tmp/ckm/checkpoint.safetensors"
+edit_st "$tmp/ckm/checkpoint.safetensors" "h['optim.exp_avg\u0085'] = h.pop('optim.exp_avg')"
+expect 1 "checkpoint.safetensors: optimizer state 'optim.exp_avg\\\\u0085' is not used by this run's optimizer" \
+  -- "$good" --data synthetic --steps 4 --batch-size 8 --checkpoint-dir "$tmp/ckm" --resume
+clean
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

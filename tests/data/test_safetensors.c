@@ -58,6 +58,15 @@ static void make(const char *path, const char *json, size_t data_len) {
   make_raw(path, strlen(json), json, data_len);
 }
 
+/* One line with nothing that moves a terminal: no C0, DEL, C1 or U+2028/9. */
+static int printable_line(const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    if (*p < 0x20 || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) ||
+        (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)))
+      return 0;
+  return 1;
+}
+
 /* Reading path must fail with code and a message naming the file (and containing want). */
 static void expect_error(const char *path, gp_status code, const char *want) {
   gp_st_file *f = (gp_st_file *)1;
@@ -66,6 +75,7 @@ static void expect_error(const char *path, gp_status code, const char *want) {
   CHECK(st == code, "%s: status %s, want %s", path, gp_status_name(st), gp_status_name(code));
   CHECK(f == NULL, "%s: output not NULL on error", path);
   CHECK(strstr(gp_error_message(), path) != NULL, "%s: message does not name the file", path);
+  CHECK(printable_line(gp_error_message()), "%s: not one printable line", path);
   if (want) CHECK(strstr(gp_error_message(), want) != NULL, "%s: message lacks '%s'", path, want);
   if (st == GP_OK) gp_st_free(f);
 }
@@ -258,6 +268,19 @@ static void test_malformed(void) {
       {"meta_number", "{\"__metadata__\":{\"k\":1}}", "not a string", 0},
       {"meta_array", "{\"__metadata__\":[]}", "not an object", 0},
       {"entry_not_object", "{\"t\":[]}", "not an object", 0},
+      /* text from the file is shown escaped: one line, no terminal control */
+      {"dtype_line_break", "{\"t\":{\"dtype\":\"F32\\n\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+       "tensor 't': unknown dtype 'F32\\n'", 4},
+      {"name_escape",
+       "{\"a\\u001b[2J\\u2028\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],"
+       "\"k\\r\":1}}",
+       "tensor 'a\\x1b[2J\\u2028': unknown key 'k\\r'", 4},
+      {"meta_key_c1", "{\"__metadata__\":{\"k\\u009b\\u0085\":1}}",
+       "value of 'k\\u009b\\u0085' is a number", 0},
+      {"overlap_names",
+       "{\"a\\t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+       "\"b\\u2029\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+       "tensors 'a\\t' [0, 8] and 'b\\u2029' [4, 12] overlap", 12},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     path_in(p, sizeof p, cases[i].name);

@@ -1,0 +1,116 @@
+/* Plan files round-trip: every model name the loader accepts is written so that reading the
+ * plan back gives the same name and split. Names hold anything YAML can carry: what YAML reads
+ * as a line break (U+0085, U+2028, U+2029) or refuses in a file (the other C1 controls, U+FFFE,
+ * U+FFFF) broke the plan gpipe-partition wrote, and gpipe-train could not read it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/train/plan_io.h"
+#include "tests/check.h"
+
+static int failures, passes;
+static char dir[256];
+
+static size_t utf8_put(unsigned cp, char *out) {
+  if (cp < 0x80) return out[0] = (char)cp, 1;
+  if (cp < 0x800) return out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3F)), 2;
+  if (cp < 0x10000) {
+    out[0] = (char)(0xE0 | cp >> 12);
+    out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+    out[2] = (char)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  out[0] = (char)(0xF0 | cp >> 18);
+  out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+  out[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+  out[3] = (char)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+/* The model file names the model by escapes only (\u or \U for all but letters and digits),
+ * so that the test does not depend on the writer it tests. */
+static void model_text(const char *name, char *out, size_t cap) {
+  size_t k = (size_t)snprintf(out, cap, "name: \"");
+  for (const unsigned char *p = (const unsigned char *)name; *p;) {
+    unsigned cp = *p;
+    int n = *p < 0x80 ? 1 : *p < 0xE0 ? 2 : *p < 0xF0 ? 3 : 4;
+    for (int i = 1; i < n; i++)
+      cp = i == 1 ? (cp & (0x7F >> n)) << 6 | (p[1] & 0x3F) : cp << 6 | (p[i] & 0x3F);
+    p += n;
+    if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9'))
+      k += (size_t)snprintf(out + k, cap - k, "%c", (char)cp);
+    else
+      k += (size_t)snprintf(out + k, cap - k, "\\U%08x", cp);
+  }
+  snprintf(out + k, cap - k,
+           "\"\ninputs: {x: [4], label: {shape: [], dtype: i32}}\n"
+           "layers:\n  - {type: linear, out_features: 4, name: a}\n  - {type: relu}\n"
+           "  - {type: linear, out_features: 3, name: c}\n"
+           "loss: softmax_cross_entropy\npipeline: {stages: 2, micro_batches: 2}\n");
+}
+
+static void round_trip(const char *name, const char *what) {
+  char text[2048], path[512];
+  model_text(name, text, sizeof text);
+  gp_model *m = NULL;
+  if (gp_model_load_string(text, "t.yaml", NULL, 0, &m) != GP_OK) {
+    CHECK(0, "%s: the model does not load", what);
+    return;
+  }
+  CHECK(strcmp(m->name, name) == 0, "%s: the model's name is not the one written", what);
+  gp_plan p, q;
+  snprintf(path, sizeof path, "%s/plan.yaml", dir);
+  if (gp_plan_make(m, &m->pipeline, &p) != GP_OK || gp_plan_write(path, m, &p) != GP_OK) {
+    CHECK(0, "%s: no plan written", what);
+    gp_model_free(m);
+    return;
+  }
+  gp_status s = gp_plan_read(path, m, &q);
+  CHECK(s == GP_OK, "%s: the plan gpipe-partition wrote does not read back", what);
+  CHECK(s != GP_OK || (q.stages == 2 && q.micro == 2 && q.st[0].end_unit == p.st[0].end_unit &&
+                       q.st[1].end_unit == 3),
+        "%s: the plan read back differs", what);
+  gp_model_free(m);
+  unlink(path);
+}
+
+int main(void) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/gp_plan_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  char name[64], what[64];
+  /* each C1 control, then what else YAML reads as a line break or refuses, or marks */
+  static const unsigned special[] = {0x2028, 0x2029, 0xFEFF, 0xFFFE, 0xFFFF, 0xA0, 0x10FFFF};
+  for (unsigned cp = 0x80; cp < 0x80 + 32 + sizeof special / sizeof special[0]; cp++) {
+    unsigned c = cp < 0xA0 ? cp : special[cp - 0xA0];
+    size_t k = (size_t)snprintf(name, sizeof name, "m");
+    k += utf8_put(c, name + k);
+    snprintf(name + k, sizeof name - k, "x");
+    snprintf(what, sizeof what, "a name with U+%04X", c);
+    round_trip(name, what);
+  }
+  /* text YAML would read as something else unquoted */
+  static const char *const names[] = {
+      "null", "~", "Yes", "a: b", "# c", "- d", "[e]", "{f}", " lead", "trail ", "q\"uote",
+      "back\\slash", "'", "%x", "@", "`", "&a", "*a", "!t", "|", ">", "--- x", "...", "caf\xc3\xa9",
+      "\xe6\x97\xa5\xe6\x9c\xac",
+      "a\xe2\x80\xa8"
+      "b: c",
+      "x\xc2\x85stages: 9",
+      /* 63 bytes, the longest name, of three-byte characters */
+      "\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8"
+      "\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8"
+      "\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8\xe2\x80\xa8"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    snprintf(what, sizeof what, "name %zu", i);
+    round_trip(names[i], what);
+  }
+  rmdir(dir);
+  printf("%d passed, %d failed\n", passes, failures);
+  return failures ? 1 : 0;
+}
