@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "core/io/safetensors.h"
+#include "core/spec/cfg.h"
 
 gp_status gp_trainer_init(gp_trainer *t, gp_model *m, const gp_plan *plan,
                           const gp_pipeline_opts *o, uint64_t seed) {
@@ -252,12 +253,10 @@ gp_status gp_trainer_save_checkpoint(gp_trainer *t, const char *dir, const gp_ck
 /* A counter of the checkpoint's metadata: an integer >= 0 (the seed: any int64). */
 static gp_status meta_int(const gp_st_file *f, const char *path, const char *key, int64_t *out) {
   const char *v = gp_st_meta(f, key);
-  char *end;
+  int64_t x = 0;
   if (!v) return GP_ERR(GP_ERR_DATA, "%s: not a gpipe checkpoint (no %s)", path, key);
-  errno = 0;
-  long long x = strtoll(v, &end, 10);
   const int any = strcmp(key, "gpipe.seed") == 0;
-  if (errno || *end || end == v || (x < 0 && !any))
+  if (gp_cfg_parse_int(v, &x) != 1 || (x < 0 && !any))
     return GP_ERR(GP_ERR_DATA, "%s: bad %s '%s' (expected an integer%s)", path, key, v,
                   any ? "" : " >= 0");
   *out = x;
