@@ -33,6 +33,15 @@ static int utf8_len(const unsigned char *p) {
   return n;
 }
 
+/* Whether the character of len bytes at p is a control character or a line separator: C0,
+ * DEL, C1 (U+0080-U+009F: U+0085 is a line break to YAML) or U+2028/U+2029, none of which
+ * a name may hold (it heads plans, tables, logs and the terminal's lines). */
+static int control_char(const unsigned char *p, int len) {
+  if (len == 1) return *p < 0x20 || *p == 0x7f;
+  if (len == 2) return p[0] == 0xC2 && p[1] <= 0x9F;
+  return len == 3 && p[0] == 0xE2 && p[1] == 0x80 && (p[2] == 0xA8 || p[2] == 0xA9);
+}
+
 /* "models/fashion-cnn.yaml" -> "fashion-cnn": the file's name without .yaml, cut to n - 1 bytes,
  * with each byte that is a control character or not part of valid UTF-8 (a Latin-1 name, a
  * character the cut split) as '_', so that the JSON, tables and plans that carry it stay valid
@@ -47,8 +56,9 @@ static void name_from_file(const char *file, char *out, size_t n) {
   for (unsigned char *p = (unsigned char *)out; *p;) {
     int len = utf8_len(p);
     /* control characters: as name: allows none (a line break would split a plan's lines) */
-    if (len == 0 || *p < 0x20 || *p == 0x7f)
-      *p++ = '_';
+    if (len == 0 || control_char(p, len))
+      for (int i = 0; i < (len ? len : 1); i++)
+        *p++ = '_';
     else
       p += len;
   }
@@ -62,10 +72,16 @@ static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
     if (!*np->val->s || strlen(np->val->s) >= sizeof m->name)
       return gp_sp_err(c, np->val->line, np->val->col, "name: expected 1 to %zu characters",
                        sizeof m->name - 1);
-    for (const char *p = np->val->s; *p; p++)
-      if ((unsigned char)*p < 0x20 || *p == 0x7f) /* it heads plans, tables and file names */
+    for (const unsigned char *p = (const unsigned char *)np->val->s; *p;) {
+      int len = utf8_len(p);
+      if (len && control_char(p, len))
         return gp_sp_err(c, np->val->line, np->val->col,
-                         "name: control character 0x%02x in the model's name", (unsigned char)*p);
+                         "name: control character U+%04X in the model's name",
+                         len == 1   ? *p
+                         : len == 2 ? (unsigned)(p[1] & 0x3f) | (unsigned)(p[0] & 0x1f) << 6
+                                    : 0x2000u | (p[2] & 0x3f));
+      p += len ? len : 1;
+    }
     snprintf(m->name, sizeof m->name, "%s", np->val->s);
   } else {
     name_from_file(c->file, m->name, sizeof m->name);

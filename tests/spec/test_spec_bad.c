@@ -310,7 +310,15 @@ static const bad cases[] = {
     {"control character in the model's name", /* it heads plans: a line break made a key */
      "name: \"x\\ny: 1\"\n" H LIN LOSS,
      GP_ERR_SPEC,
-     {"t.yaml:1:7: ", "control character 0x0a"}},
+     {"t.yaml:1:7: ", "control character U+000A"}},
+    {"C1 control in the model's name", /* YAML reads U+0085 as a line break */
+     "name: \"x\\Ny\"\n" H LIN LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:1:7: ", "name: control character U+0085 in the model's name"}},
+    {"line separator in the model's name",
+     "name: \"x\xe2\x80\xa8y\"\n" H LIN LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:1:7: ", "name: control character U+2028 in the model's name"}},
     {"bad device",
      H LIN LOSS "pipeline: {devices: [gpu0]}\n",
      GP_ERR_SPEC,

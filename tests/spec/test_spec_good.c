@@ -209,6 +209,11 @@ static void test_defaults(void) {
       {"d/m\xffx.yaml", "m_x"},
       {"d/caf\xc3\xa9.yaml", "caf\xc3\xa9"},
       {"d/\xed\xa0\x80s.yaml", "___s"}, /* a surrogate */
+      {"d/a\xc2\x85"
+       "b\xe2\x80\xa8"
+       "c\xe2\x80\xa9.yaml",
+       "a__b___c___"},                           /* U+0085, U+2028/9 */
+      {"d/\xc2\xa0\xc2\x9f.yaml", "\xc2\xa0__"}, /* U+00A0 is kept, U+009F is a control */
       {"d/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9\xc3\xa9.yaml",
        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa_"},
   };
