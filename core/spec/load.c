@@ -33,6 +33,12 @@ static int utf8_len(const unsigned char *p) {
   return n;
 }
 
+/* U+FFFE or U+FFFF at p (a valid sequence of len bytes): noncharacters, which neither YAML
+ * (the plan a name heads) nor XML (gpipe-bench's plot) may hold. */
+static int nonchar(const unsigned char *p, int len) {
+  return len == 3 && p[0] == 0xEF && p[1] == 0xBF && (p[2] == 0xBE || p[2] == 0xBF);
+}
+
 /* "models/fashion-cnn.yaml" -> "fashion-cnn": the file's name without .yaml, cut to n - 1 bytes,
  * with each byte that is a control character or not part of valid UTF-8 (a Latin-1 name, a
  * character the cut split) as '_', so that the JSON, tables and plans that carry it stay valid
@@ -47,7 +53,7 @@ static void name_from_file(const char *file, char *out, size_t n) {
   for (unsigned char *p = (unsigned char *)out; *p;) {
     int len = utf8_len(p);
     /* control characters: as name: allows none (a line break would split a plan's lines) */
-    if (len == 0 || *p < 0x20 || *p == 0x7f)
+    if (len == 0 || *p < 0x20 || *p == 0x7f || nonchar(p, len))
       *p++ = '_';
     else
       p += len;
@@ -62,10 +68,23 @@ static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
     if (!*np->val->s || strlen(np->val->s) >= sizeof m->name)
       return gp_sp_err(c, np->val->line, np->val->col, "name: expected 1 to %zu characters",
                        sizeof m->name - 1);
-    for (const char *p = np->val->s; *p; p++)
-      if ((unsigned char)*p < 0x20 || *p == 0x7f) /* it heads plans, tables and file names */
+    for (const unsigned char *p = (const unsigned char *)np->val->s; *p;) {
+      int len = utf8_len(p);
+      if (*p < 0x20 || *p == 0x7f) /* it heads plans, tables and file names */
         return gp_sp_err(c, np->val->line, np->val->col,
-                         "name: control character 0x%02x in the model's name", (unsigned char)*p);
+                         "name: control character 0x%02x in the model's name", *p);
+      /* a --set value is bytes, not the file's UTF-8: a Latin-1 name made a safetensors
+       * header and a plan that gpipe read back as corrupt */
+      if (len == 0)
+        return gp_sp_err(c, np->val->line, np->val->col,
+                         "name: byte 0x%02x at %d is not UTF-8 text", *p,
+                         (int)(p - (const unsigned char *)np->val->s));
+      if (nonchar(p, len))
+        return gp_sp_err(c, np->val->line, np->val->col,
+                         "name: U+%s is not a character (plans and plots cannot hold it)",
+                         p[2] == 0xBE ? "FFFE" : "FFFF");
+      p += len;
+    }
     snprintf(m->name, sizeof m->name, "%s", np->val->s);
   } else {
     name_from_file(c->file, m->name, sizeof m->name);

@@ -311,6 +311,10 @@ static const bad cases[] = {
      "name: \"x\\ny: 1\"\n" H LIN LOSS,
      GP_ERR_SPEC,
      {"t.yaml:1:7: ", "control character 0x0a"}},
+    {"noncharacter in the model's name", /* YAML cannot carry it back: the plan was refused */
+     "name: \"x\\uFFFE\"\n" H LIN LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:1:7: ", "name: U+FFFE is not a character"}},
     {"bad device",
      H LIN LOSS "pipeline: {devices: [gpu0]}\n",
      GP_ERR_SPEC,
