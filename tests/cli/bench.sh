@@ -157,6 +157,9 @@ for row, r in zip(rows[1:], runs):
     assert c["schedule"] == r["schedule"] and c["checkpoint"] == r["checkpoint"]
     assert [int(p) for p in c["peak_bytes"].split(";")] == r["peak_bytes"], (c, r)
     assert abs(float(c["bubble_theory"]) - r["bubble_theory"]) < 1e-4
+    # the JSON has every digit the CSV has (it had 6 significant: 20412.9 for 20412.874)
+    assert abs(float(c["samples_per_s"]) - r["samples_per_s"]) <= 0.0005 + 1e-9, (c, r)
+    assert abs(float(c["gflops"]) - r["gflops"]) <= 0.00005 + 1e-12, (c, r)
     assert abs(float(c["bubble_simulated"]) - r["bubble_simulated"]) < 1e-4
     assert abs(float(c["speedup_ideal"]) - r["speedup_ideal"]) < 1e-4
     assert (c["steal"] == "") == (r["steal"] is None), (c, r)
