@@ -45,12 +45,27 @@ static gp_status unknown(gp_flag *flags, const char *arg) {
   return GP_ERR(GP_ERR_USAGE, "unknown flag '%s' (see --help)", arg);
 }
 
+/* A word that is a flag's name, or "--" and more: not a value for the flag before it. */
+static int looks_like_flag(gp_flag *flags, const char *word) {
+  if (strncmp(word, "--", 2) == 0) return 1;
+  const char *eq = strchr(word, '=');
+  size_t len = eq ? (size_t)(eq - word) : strlen(word);
+  for (gp_flag *f = flags; f->name; f++)
+    if (strlen(f->name) == len && strncmp(f->name, word, len) == 0) return 1;
+  return 0;
+}
+
 gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **positional,
                         int max_positional, int *n_positional) {
   *n_positional = 0;
+  int flags_end = 0; /* past "--": every word is a positional, "-x.yaml" included */
   for (int a = 1; a < argc; a++) {
     const char *arg = argv[a];
-    if (arg[0] != '-' || strcmp(arg, "-") == 0) {
+    if (!flags_end && strcmp(arg, "--") == 0) {
+      flags_end = 1;
+      continue;
+    }
+    if (flags_end || arg[0] != '-' || strcmp(arg, "-") == 0) {
       if (*n_positional >= max_positional)
         return GP_ERR(GP_ERR_USAGE, "unexpected argument '%s'", arg);
       positional[(*n_positional)++] = arg;
@@ -66,15 +81,27 @@ gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **posi
     if (!f) return unknown(flags, name);
     if (f->kind == GP_FLAG_BOOL) {
       if (eq) return GP_ERR(GP_ERR_USAGE, "%s takes no value", name);
-      f->given = 1;
+      f->given = 1; /* twice is once */
       continue;
     }
-    if (eq)
+    if (eq) {
       val = eq + 1;
-    else if (a + 1 < argc)
+    } else if (a + 1 < argc) {
       val = argv[++a];
-    else
+      /* "--csv --json": the next flag taken as the file name would silently drop that flag */
+      if (looks_like_flag(flags, val))
+        return GP_ERR(GP_ERR_USAGE,
+                      "%s needs a value (%s), got the flag '%s' (a value spelt like a flag is "
+                      "given as %s=VALUE)",
+                      name, f->metavar, val, name);
+    } else {
       return GP_ERR(GP_ERR_USAGE, "%s needs a value (%s)", name, f->metavar);
+    }
+    /* the later of two values would win unseen, the first unchecked ("--data real --data
+     * synthetic"): a flag that takes one value takes it once */
+    if (f->given && f->kind != GP_FLAG_LIST)
+      return GP_ERR(GP_ERR_USAGE, "%s is given twice ('%s', then '%s'); give it once", name, f->s,
+                    val);
     f->given = 1;
     if (f->kind == GP_FLAG_INT) {
       char *end;

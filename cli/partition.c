@@ -114,7 +114,11 @@ static gp_status split(const char *flag, const char *text, char fields[][64], in
   *n = 0;
   for (const char *p = text;;) {
     size_t len = strcspn(p, ",");
-    if (len == 0 || len >= 64 || *n >= max)
+    if (len == 0) /* "1,,2" and "1," said "at most 64 values", which they are */
+      return GP_ERR(GP_ERR_USAGE, "%s: an empty value in '%s' (values separated by commas)", flag,
+                    text);
+    if (len >= 64) return GP_ERR(GP_ERR_USAGE, "%s: '%.*s' is too long", flag, (int)len, p);
+    if (*n >= max)
       return GP_ERR(GP_ERR_USAGE, "%s: expected at most %d values separated by commas, got '%s'",
                     flag, max, text);
     memcpy(fields[*n], p, len);

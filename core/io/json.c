@@ -399,13 +399,22 @@ const char *gp_json_type_name(gp_json_type t) {
 
 void gp_json_write_str(FILE *f, const char *s) {
   fputc('"', f);
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\')
+  const unsigned char *c = (const unsigned char *)s;
+  size_t left = strlen(s);
+  while (*c) {
+    size_t n = utf8_len(c, left);
+    if (n == 0) { /* a file name's Latin-1 byte: JSON text is UTF-8, so U+FFFD stands for it */
+      fputs("\\ufffd", f);
+      n = 1;
+    } else if (*c == '"' || *c == '\\') {
       fprintf(f, "\\%c", *c);
-    else if (*c < 0x20)
+    } else if (*c < 0x20) {
       fprintf(f, "\\u%04x", *c);
-    else
-      fputc(*c, f);
+    } else {
+      fwrite(c, 1, n, f);
+    }
+    c += n;
+    left -= n;
   }
   fputc('"', f);
 }

@@ -44,7 +44,8 @@ const gp_json *gp_json_get(const gp_json *j, const char *key);
 const char *gp_json_type_name(gp_json_type t);
 
 /* Writes s as a JSON string, quotes included: '"' and '\\' escaped, control characters as
- * \\u00XX, everything else (UTF-8 included) as is. */
+ * \\u00XX, valid UTF-8 as is, and each byte that is not part of valid UTF-8 (a file name in
+ * Latin-1) as \\ufffd, so the text stays JSON. */
 void gp_json_write_str(FILE *f, const char *s);
 
 #endif

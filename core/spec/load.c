@@ -42,6 +42,12 @@ static int control_char(const unsigned char *p, int len) {
   return len == 3 && p[0] == 0xE2 && p[1] == 0x80 && (p[2] == 0xA8 || p[2] == 0xA9);
 }
 
+/* U+FFFE or U+FFFF at p (a valid sequence of len bytes): noncharacters, which neither YAML
+ * (the plan a name heads) nor XML (gpipe-bench's plot) may hold. */
+static int nonchar(const unsigned char *p, int len) {
+  return len == 3 && p[0] == 0xEF && p[1] == 0xBF && (p[2] == 0xBE || p[2] == 0xBF);
+}
+
 /* "models/fashion-cnn.yaml" -> "fashion-cnn": the file's name without .yaml, cut to n - 1 bytes,
  * with each byte that is a control character or not part of valid UTF-8 (a Latin-1 name, a
  * character the cut split) as '_', so that the JSON, tables and plans that carry it stay valid
@@ -56,7 +62,7 @@ static void name_from_file(const char *file, char *out, size_t n) {
   for (unsigned char *p = (unsigned char *)out; *p;) {
     int len = utf8_len(p);
     /* control characters: as name: allows none (a line break would split a plan's lines) */
-    if (len == 0 || control_char(p, len))
+    if (len == 0 || control_char(p, len) || nonchar(p, len))
       for (int i = 0; i < (len ? len : 1); i++)
         *p++ = '_';
     else
@@ -80,7 +86,17 @@ static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
                          len == 1   ? *p
                          : len == 2 ? (unsigned)(p[1] & 0x3f) | (unsigned)(p[0] & 0x1f) << 6
                                     : 0x2000u | (p[2] & 0x3f));
-      p += len ? len : 1;
+      /* a --set value is bytes, not the file's UTF-8: a Latin-1 name made a safetensors
+       * header and a plan that gpipe read back as corrupt */
+      if (len == 0)
+        return gp_sp_err(c, np->val->line, np->val->col,
+                         "name: byte 0x%02x at %d is not UTF-8 text", *p,
+                         (int)(p - (const unsigned char *)np->val->s));
+      if (nonchar(p, len))
+        return gp_sp_err(c, np->val->line, np->val->col,
+                         "name: U+%s is not a character (plans and plots cannot hold it)",
+                         p[2] == 0xBE ? "FFFE" : "FFFF");
+      p += len;
     }
     snprintf(m->name, sizeof m->name, "%s", np->val->s);
   } else {

@@ -157,6 +157,9 @@ for row, r in zip(rows[1:], runs):
     assert c["schedule"] == r["schedule"] and c["checkpoint"] == r["checkpoint"]
     assert [int(p) for p in c["peak_bytes"].split(";")] == r["peak_bytes"], (c, r)
     assert abs(float(c["bubble_theory"]) - r["bubble_theory"]) < 1e-4
+    # the JSON has every digit the CSV has (it had 6 significant: 20412.9 for 20412.874)
+    assert abs(float(c["samples_per_s"]) - r["samples_per_s"]) <= 0.0005 + 1e-9, (c, r)
+    assert abs(float(c["gflops"]) - r["gflops"]) <= 0.00005 + 1e-12, (c, r)
     assert abs(float(c["bubble_simulated"]) - r["bubble_simulated"]) < 1e-4
     assert abs(float(c["speedup_ideal"]) - r["speedup_ideal"]) < 1e-4
     assert (c["steal"] == "") == (r["steal"] is None), (c, r)
@@ -653,6 +656,43 @@ done
 "$bench" "$mlp" "${fast[@]}" --stages 1 --micro-batches 1 --quiet --csv "$tmp/pipe.csv" \
   --plot "$tmp/pipe.svg" 2>/dev/null | true
 [ -s "$tmp/pipe.csv" ] && [ -s "$tmp/pipe.svg" ] && ok || bad "stdout closed early: no --csv/--plot"
+
+# ---- hostile names: every output stays valid in its format with a model name made of what
+# each format escapes (quotes, backslash, comma, <, &, ]]>, accents, an emoji) and a
+# model file whose name is not UTF-8 (its byte was written raw into --json's model_file)
+hostile=$tmp/$'h\xff,"q\\.yaml'
+cat >"$hostile" <<'YAML'
+name: "a\"b\\c,d<e&f]]>g 'h' \u00e9 \U0001F600 end"
+inputs: {x: [8], label: {shape: [], dtype: i32}}
+layers:
+  - {type: linear, out_features: 8, name: l1}
+  - {type: relu}
+  - {type: linear, out_features: 4, name: head}
+loss: {type: softmax_cross_entropy}
+train: {batch_size: 4, optimizer: {type: sgd, lr: 0.01}}
+YAML
+if "$bench" "$hostile" --stages 1,2 --micro-batches 1,2 --steps 1 --warmup 0 --quiet --json \
+    --csv "$tmp/h.csv" --plot "$tmp/h.svg" --trace "$tmp/h.trace" >"$tmp/h.json" 2>"$tmp/err" &&
+  "$part" "$hostile" --stages 2 --json >"$tmp/hp.json" 2>>"$tmp/err"; then
+  python3 - "$tmp" <<'PY' && ok || bad "hostile names: $(cat "$tmp/err")"
+import csv, json, sys
+import xml.etree.ElementTree as ET
+d = sys.argv[1]
+name = "a\"b\\c,d<e&f]]>g 'h' \u00e9 \U0001F600 end"
+j = json.load(open(d + "/h.json", encoding="utf-8"))
+assert j["model"] == name, j["model"]
+assert j["model_file"].endswith("/h\ufffd,\"q\\.yaml"), j["model_file"]
+assert json.load(open(d + "/hp.json", encoding="utf-8"))["model"] == name
+rows = list(csv.reader(open(d + "/h.csv", encoding="utf-8", newline="")))
+assert len(rows) == 1 + len(j["runs"]) and all(len(r) == len(rows[0]) for r in rows), rows
+assert all(r[0] == name for r in rows[1:]), rows[1]
+text = "".join(ET.parse(d + "/h.svg").getroot().itertext())
+assert name in text, text[:300]
+json.load(open(d + "/h.trace", encoding="utf-8"))
+PY
+else
+  bad "hostile names: exit $?: $(cat "$tmp/err")"
+fi
 
 # SIGTERM mid-sweep stops at once: exit 143, one line, no --csv (temporary or whole) left
 "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --stages 1,2 --micro-batches 1,8 --steps 50 \

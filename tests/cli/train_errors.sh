@@ -35,6 +35,15 @@ expect 2 "expected one model file" --
 expect 2 "--set" -- "$good" --set train.optimzer.lr=0.1
 expect 2 "--resume needs --checkpoint-dir" -- "$good" --resume
 expect 2 "--checkpoint-every needs --checkpoint-dir" -- "$good" --checkpoint-every 1
+# a name --set gives is bytes: a Latin-1 one went into the --save header, which --load refused
+expect 2 "name: byte 0xe9 at 3 is not UTF-8 text" -- "$good" --set $'name=caf\xe9' --data synthetic \
+  --steps 1 --save "$tmp/latin1.safetensors"
+# a forgotten value is not the next flag (that wrote a log named --quiet); a flag given twice
+# had its first value unchecked; after -- every word is the model file's
+expect 2 "--log needs a value \(FILE.jsonl\), got the flag '--quiet'" -- "$good" --log --quiet
+expect 2 "--data is given twice \('real', then 'synthetic'\)" -- "$good" --data real \
+  --data synthetic
+expect 1 "no-such.yaml" -- --steps 1 -- "$tmp/no-such.yaml"
 # integers past what the programs hold are refused, not wrapped (4294967297 was 1)
 expect 2 "--threads: at most 1024, got '4294967297'" -- "$good" --threads 4294967297
 expect 2 "--stages: at most 2147483647" -- "$good" --stages 4294967298

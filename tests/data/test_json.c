@@ -2,6 +2,7 @@
  * with GP_ERR_DATA naming the input. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/io/json.h"
@@ -129,6 +130,40 @@ int main(void) {
   /* Text with an embedded NUL is refused where it is, not cut short. */
   gp_json *z = (gp_json *)1;
   CHECK(gp_json_parse("[1]\0", 4, "in.json", &z) == GP_ERR_DATA && z == NULL, "embedded NUL");
+
+  /* The writer: what it writes is JSON the strict reader takes back, whatever the bytes (a
+   * file name that is not UTF-8 was written as is, and no JSON reader took it). */
+  static const struct {
+    const char *in, *back;
+  } wr[] = {
+      {"plain", "plain"},
+      {"q\" b\\ \t\n\x01\x1f \x7f", "q\" b\\ \t\n\x01\x1f \x7f"},
+      {"\xc3\xa9 \xe2\x80\xa8 \xef\xbf\xbe \xf0\x9f\x98\x80",
+       "\xc3\xa9 \xe2\x80\xa8 \xef\xbf\xbe \xf0\x9f\x98\x80"},
+      {"bad\xff.yaml", "bad\xef\xbf\xbd.yaml"},                 /* Latin-1 */
+      {"\xc3", "\xef\xbf\xbd"},                                 /* cut short at the end */
+      {"\xe2\x82x", "\xef\xbf\xbd\xef\xbf\xbdx"},               /* cut short */
+      {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},                 /* overlong */
+      {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* a surrogate */
+      {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* > U+10FFFF */
+  };
+  for (size_t i = 0; i < sizeof wr / sizeof wr[0]; i++) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(f != NULL, "open_memstream");
+    if (!f) break;
+    gp_json_write_str(f, wr[i].in);
+    fclose(f);
+    gp_json *w = NULL;
+    gp_error_clear();
+    CHECK(gp_json_parse(text, len, "written", &w) == GP_OK, "written %zu: %s", i, text);
+    if (w)
+      CHECK(w->type == GP_JSON_STRING && strcmp(w->str, wr[i].back) == 0, "written %zu: %s", i,
+            text);
+    gp_json_free(w);
+    free(text);
+  }
 
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;

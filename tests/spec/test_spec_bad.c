@@ -319,6 +319,10 @@ static const bad cases[] = {
      "name: \"x\xe2\x80\xa8y\"\n" H LIN LOSS,
      GP_ERR_SPEC,
      {"t.yaml:1:7: ", "name: control character U+2028 in the model's name"}},
+    {"noncharacter in the model's name", /* YAML cannot carry it back: the plan was refused */
+     "name: \"x\\uFFFE\"\n" H LIN LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:1:7: ", "name: U+FFFE is not a character"}},
     {"bad device",
      H LIN LOSS "pipeline: {devices: [gpu0]}\n",
      GP_ERR_SPEC,

@@ -192,6 +192,15 @@ static void test_defaults(void) {
   } else {
     CHECK(0, "a control character in the file name: %s", gp_error_message());
   }
+  /* ... nor noncharacters, which the name check refuses */
+  if (gp_model_load_string(MIN_HEAD "layers: [{type: linear, out_features: 3}]\n"
+                                    "loss: softmax_cross_entropy\n",
+                           "dir/a\xef\xbf\xbe\xc3\xa9.yaml", NULL, 0, &m) == GP_OK) {
+    CHECK(!strcmp(m->name, "a___\xc3\xa9"), "name from 'a<U+FFFE>\xc3\xa9.yaml': '%s'", m->name);
+    gp_model_free(m);
+  } else {
+    CHECK(0, "a noncharacter in the file name: %s", gp_error_message());
+  }
   /* a block no entry uses: what depends on its parameters is not read (nothing to read it with) */
   if (gp_model_load_string(MIN_HEAD "blocks: {u: {params: {c: ~, t: relu}, layers: [\n"
                                     "  {type: conv2d, out_channels: $c, kernel: '${c // 0}'},\n"

@@ -81,6 +81,11 @@ static const bad_set cases[] = {
      "0.9",
      GP_ERR_SPEC,
      {"unknown key 'momentun' for sgd", "(set by --set train.optimizer.momentun=0.9)"}},
+    /* a --set value is bytes, not the file's UTF-8: this name was written into a safetensors
+     * header and a plan, which gpipe then refused to read back */
+    {"name", "caf\xe9", GP_ERR_SPEC, {"t.yaml:", "name: byte 0xe9 at 3 is not UTF-8 text"}},
+    {"name", "\xc3", GP_ERR_SPEC, {"t.yaml:", "name: byte 0xc3 at 0 is not UTF-8 text"}},
+    {"name", "a\xef\xbf\xbf", GP_ERR_SPEC, {"t.yaml:", "name: U+FFFF is not a character"}},
 };
 
 /* The file's own error (one message part), which must not be blamed on a --set. */
