@@ -513,6 +513,22 @@ static const char *batch_hint(const request *q) {
   return buf;
 }
 
+/* A path as a shell word to paste: './' before one starting with '-' (it would read as a
+ * flag), single quotes around one holding anything but letters, digits and _./:@%+,=- . */
+static const char *sh_path(const char *path, char *buf, size_t n) {
+  const char *pre = path[0] == '-' ? "./" : "";
+  if (path[strspn(path,
+                  "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:@%+,=-")]) {
+    size_t k = (size_t)snprintf(buf, n, "'%s", pre);
+    for (const char *p = path; *p && k + 5 < n; p++)
+      k += (size_t)snprintf(buf + k, n - k, *p == '\'' ? "'\\''" : "%c", *p);
+    snprintf(buf + k, n - k, "'");
+  } else {
+    snprintf(buf, n, "%s%s", pre, path);
+  }
+  return buf;
+}
+
 /* The unit costs. The default cache folder is only a cache: one that cannot be made or
  * written (a read-only home) costs a warning and a measurement without it. An explicit
  * --cache-dir that cannot be used stays an error: the user asked for the cache there. */
@@ -581,8 +597,12 @@ static gp_status run(const gp_model *m) {
     print_table(m, &q, &c, &p);
     if (flags[F_TIMELINE].given) print_timeline(&q, &ev, makespan);
     if (flags[F_OUT].given) /* the plan holds M, not the batch: name one the run must use */
-      printf("\nplan written to %s (gpipe-train %s --partition %s%s)\n", flags[F_OUT].s, m->file,
-             flags[F_OUT].s, batch_hint(&q));
+    {
+      char mw[8192], pw[8192];
+      printf("\nplan written to %s (gpipe-train %s --partition %s%s)\n", flags[F_OUT].s,
+             sh_path(m->file, mw, sizeof mw), sh_path(flags[F_OUT].s, pw, sizeof pw),
+             batch_hint(&q));
+    }
   }
   gp_sim_events_free(&ev);
   gp_unit_costs_free(&c);

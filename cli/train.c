@@ -84,7 +84,7 @@ static gp_flag flags[] = {
     [F_THREADS] = {"--threads", GP_FLAG_INT, "N", "CPU threads (default: all cores)", 1,
                    .max = 1024},
     [F_EVAL_EVERY] = {"--eval-every", GP_FLAG_INT, "N",
-                      "evaluate every N steps (default: each epoch)", 0},
+                      "evaluate every N steps (default, or 0: at the end of each epoch)", 0},
     [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "pipeline stages (default: the model file's)", 1},
     [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches per mini-batch", 1},
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b", "pipeline schedule", 0},

@@ -315,6 +315,14 @@ PY
 "$part" "$mlp" --stages 2 --batch-size 512 --micro-batches 256 -o "$tmp/b512.yaml" >"$tmp/o" &&
   grep -q -- "--partition $tmp/b512.yaml --batch-size 512)" "$tmp/o" && ok ||
   bad "-o hint without --batch-size: $(tail -1 "$tmp/o")"
+# ... and its command can be pasted: a path starting with '-' or holding a space or a quote
+mkdir -p "$tmp/hint dir"
+cp "$mlp" "$tmp/hint dir/-m's.yaml"
+pa=$(realpath "$part"); ta=$(realpath "$train")
+(cd "$tmp/hint dir" && "$pa" "./-m's.yaml" --stages 2 -o "-p.yaml" >"$tmp/o" 2>"$tmp/err") &&
+  cmd=$(sed -n 's/^plan written to -p.yaml (\(gpipe-train .*\))$/\1/p' "$tmp/o") && [ -n "$cmd" ] &&
+  (cd "$tmp/hint dir" && eval "\"\$ta\" ${cmd#gpipe-train } --data synthetic --steps 1" >/dev/null 2>"$tmp/err") &&
+  ok || bad "the -o hint cannot be pasted: $(tail -1 "$tmp/o") $(cat "$tmp/err")"
 
 # ---- a faster last device takes more of the work
 "$part" "$resnet" --stages 2 --json >"$tmp/even" 2>"$tmp/err" || bad "--stages 2: $(cat "$tmp/err")"
