@@ -48,7 +48,10 @@ char *gp_text_one_line(char *out, size_t cap, const char *s) {
       len = (size_t)snprintf(esc, sizeof esc, "\\%c", cp == '\n' ? 'n' : cp == '\t' ? 't' : 'r');
     } else if (cp < 0x20 || cp == 0x7F) {
       len = (size_t)snprintf(esc, sizeof esc, "\\x%02x", cp);
-    } else if ((cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029) {
+    } else if ((cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029 ||
+               /* bidirectional controls: they reorder the rest of the line as shown */
+               cp == 0x061C || cp == 0x200E || cp == 0x200F || (cp >= 0x202A && cp <= 0x202E) ||
+               (cp >= 0x2066 && cp <= 0x2069)) {
       len = (size_t)snprintf(esc, sizeof esc, "\\u%04x", cp);
     } else {
       piece = (const char *)p;

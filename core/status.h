@@ -46,8 +46,9 @@ int gp_status_exit_code(gp_status s);
 
 /* Copies s into out (cap >= 1 bytes, always terminated, cut before a character or escape that
  * does not fit) so that it prints as one line and moves no terminal: control characters (C0,
- * DEL, C1 such as U+0085 and U+009B), the separators U+2028 and U+2029 and bytes that are not
- * UTF-8 become \n, \t, \r, \xNN (a byte) or \uNNNN (a character); other text, UTF-8
+ * DEL, C1 such as U+0085 and U+009B), the separators U+2028 and U+2029, the bidirectional
+ * controls (U+061C, U+200E/F, U+202A-E, U+2066-9: they reorder what follows) and bytes that are
+ * not UTF-8 become \n, \t, \r, \xNN (a byte) or \uNNNN (a character); other text, UTF-8
  * included, is kept. Applying it twice changes nothing more. Returns out. */
 char *gp_text_one_line(char *out, size_t cap, const char *s);
 

@@ -34,6 +34,9 @@ static void test_escapes(void) {
   shown("\xc2\x80\xc2\x9f", big, "\\u0080\\u009f");
   /* the line and paragraph separators */
   shown("x\xe2\x80\xa8y\xe2\x80\xa9z", big, "x\\u2028y\\u2029z");
+  /* bidirectional controls (a right-to-left override shows "abc" as "cba") */
+  shown("a\xe2\x80\xaex\xe2\x81\xa6y\xe2\x80\x8fz\xd8\x9c.", big,
+        "a\\u202ex\\u2066y\\u200fz\\u061c.");
   /* bytes that are not UTF-8: a lone CSI byte, a cut sequence, an overlong '/', a surrogate */
   shown("\x9b"
         "2J",
