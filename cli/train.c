@@ -632,13 +632,13 @@ static gp_status train(run *r) {
    * for the final line */
   int complete = flags[F_RESUME].given && r->t.step == total && !pos.eval_due;
   int64_t log_dropped = 0;
-  if (complete)
-    ;
-  else if (flags[F_LOG].given && r->t.step)
-    GP_TRY(gp_progress_log_resume(flags[F_LOG].s, r->t.step, (int)pos.eval_due, &r->log,
-                                  &log_dropped));
-  else if (flags[F_LOG].given && !(r->log = fopen(flags[F_LOG].s, "w")))
-    return GP_ERR(GP_ERR_IO, "--log %s: cannot write: %s", flags[F_LOG].s, strerror(errno));
+  if (flags[F_LOG].given && !complete) { /* a finished run's log is left as it is */
+    if (r->t.step)
+      GP_TRY(gp_progress_log_resume(flags[F_LOG].s, r->t.step, (int)pos.eval_due, &r->log,
+                                    &log_dropped));
+    else if (!(r->log = fopen(flags[F_LOG].s, "w")))
+      return GP_ERR(GP_ERR_IO, "--log %s: cannot write: %s", flags[F_LOG].s, strerror(errno));
+  }
   if (!r->sq) {
     gp_shape sample = gp_loader_sample_shape(r->train);
     int64_t per = gp_shape_numel(&sample);
