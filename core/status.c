@@ -5,39 +5,19 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/utf8.h"
+
 #define GP_MSG_MAX 1024
 
 static _Thread_local char msg[GP_MSG_MAX];
 static _Thread_local char origin[128];
-
-/* Bytes of the valid UTF-8 sequence at p (RFC 3629: no overlong forms, no surrogates, at most
- * U+10FFFF) with its code point in *cp, 0 where none starts (a NUL ends any sequence). */
-static int utf8_seq(const unsigned char *p, unsigned *cp) {
-  if (p[0] < 0x80) {
-    *cp = p[0];
-    return 1;
-  }
-  int n = p[0] >= 0xC2 && p[0] <= 0xDF   ? 2
-          : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
-          : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4
-                                         : 0;
-  unsigned lo = p[0] == 0xE0 ? 0xA0 : p[0] == 0xF0 ? 0x90 : 0x80;
-  unsigned hi = p[0] == 0xED ? 0x9F : p[0] == 0xF4 ? 0x8F : 0xBF;
-  unsigned v = p[0] & (0x7F >> n);
-  for (int i = 1; i < n; i++) {
-    if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xBF)) return 0;
-    v = v << 6 | (p[i] & 0x3F);
-  }
-  *cp = v;
-  return n;
-}
 
 char *gp_text_one_line(char *out, size_t cap, const char *s) {
   const unsigned char *p = (const unsigned char *)s;
   size_t k = 0;
   while (*p) {
     unsigned cp;
-    int n = utf8_seq(p, &cp);
+    int n = gp_utf8_seq(p, 4, &cp);
     char esc[8];
     const char *piece = esc;
     size_t len;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/utf8.h"
+
 /* Nesting deeper than this is refused, so hostile input cannot exhaust the stack. */
 #define JSON_MAX_DEPTH 128
 
@@ -71,29 +73,10 @@ static int hex4(const unsigned char *s, unsigned *out) {
   return 1;
 }
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid. Overlong forms,
- * surrogates and code points above U+10FFFF are invalid. */
+/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
 static size_t utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  if (c < 0x80) return 1;
-  size_t k;
   unsigned cp;
-  if (c >= 0xC2 && c <= 0xDF)
-    k = 2, cp = c & 0x1F;
-  else if (c >= 0xE0 && c <= 0xEF)
-    k = 3, cp = c & 0x0F;
-  else if (c >= 0xF0 && c <= 0xF4)
-    k = 4, cp = c & 0x07;
-  else
-    return 0;
-  if (n < k) return 0;
-  for (size_t i = 1; i < k; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF))) return 0;
-  if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
-  return k;
+  return (size_t)gp_utf8_seq(s, n, &cp);
 }
 
 static size_t utf8_put(unsigned cp, char *out) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/spec/internal.h"
+#include "core/utf8.h"
 
 static const char *const top_keys[] = {"name", "inputs", "blocks",   "layers", "loss",
                                        "data", "train",  "pipeline", "tied",   NULL};
@@ -18,34 +19,13 @@ static char *dup_str(const char *s) {
   return d;
 }
 
-/* Bytes of the valid UTF-8 sequence at p (RFC 3629: no overlong forms, no surrogates, at most
- * U+10FFFF), 0 where none starts. */
-static int utf8_len(const unsigned char *p) {
-  if (p[0] < 0x80) return 1;
-  int n = p[0] >= 0xC2 && p[0] <= 0xDF   ? 2
-          : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
-          : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4
-                                         : 0;
-  unsigned lo = p[0] == 0xE0 ? 0xA0 : p[0] == 0xF0 ? 0x90 : 0x80;
-  unsigned hi = p[0] == 0xED ? 0x9F : p[0] == 0xF4 ? 0x8F : 0xBF;
-  for (int i = 1; i < n; i++)
-    if (p[i] < (i == 1 ? lo : 0x80) || p[i] > (i == 1 ? hi : 0xBF)) return 0;
-  return n;
-}
-
-/* Whether the character of len bytes at p is a control character or a line separator: C0,
- * DEL, C1 (U+0080-U+009F: U+0085 is a line break to YAML) or U+2028/U+2029, none of which
- * a name may hold (it heads plans, tables, logs and the terminal's lines). */
-static int control_char(const unsigned char *p, int len) {
-  if (len == 1) return *p < 0x20 || *p == 0x7f;
-  if (len == 2) return p[0] == 0xC2 && p[1] <= 0x9F;
-  return len == 3 && p[0] == 0xE2 && p[1] == 0x80 && (p[2] == 0xA8 || p[2] == 0xA9);
-}
-
-/* U+FFFE or U+FFFF at p (a valid sequence of len bytes): noncharacters, which neither YAML
- * (the plan a name heads) nor XML (gpipe-bench's plot) may hold. */
-static int nonchar(const unsigned char *p, int len) {
-  return len == 3 && p[0] == 0xEF && p[1] == 0xBF && (p[2] == 0xBE || p[2] == 0xBF);
+/* A character no name may hold: a control character or line separator (C0, DEL, C1 with
+ * U+0085, a line break to YAML, U+2028/U+2029: a name heads plans, tables, logs and the
+ * terminal's lines) or U+FFFE/U+FFFF (which neither YAML, the plan, nor XML, gpipe-bench's
+ * plot, may hold). */
+static int bad_in_name(unsigned cp) {
+  return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029 || cp == 0xFFFE ||
+         cp == 0xFFFF;
 }
 
 /* "models/fashion-cnn.yaml" -> "fashion-cnn": the file's name without .yaml, cut to n - 1 bytes,
@@ -60,9 +40,10 @@ static void name_from_file(const char *file, char *out, size_t n) {
   if (dot && dot != out && (!strcmp(dot, ".yaml") || !strcmp(dot, ".yml"))) *dot = 0;
   if (!*out) snprintf(out, n, "model");
   for (unsigned char *p = (unsigned char *)out; *p;) {
-    int len = utf8_len(p);
-    /* control characters: as name: allows none (a line break would split a plan's lines) */
-    if (len == 0 || control_char(p, len) || nonchar(p, len))
+    unsigned cp;
+    int len = gp_utf8_seq(p, 4, &cp);
+    /* what name: refuses becomes '_' (a line break would split a plan's lines) */
+    if (len == 0 || bad_in_name(cp))
       for (int i = 0; i < (len ? len : 1); i++)
         *p++ = '_';
     else
@@ -79,23 +60,20 @@ static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
       return gp_sp_err(c, np->val->line, np->val->col, "name: expected 1 to %zu characters",
                        sizeof m->name - 1);
     for (const unsigned char *p = (const unsigned char *)np->val->s; *p;) {
-      int len = utf8_len(p);
-      if (len && control_char(p, len))
-        return gp_sp_err(c, np->val->line, np->val->col,
-                         "name: control character U+%04X in the model's name",
-                         len == 1   ? *p
-                         : len == 2 ? (unsigned)(p[1] & 0x3f) | (unsigned)(p[0] & 0x1f) << 6
-                                    : 0x2000u | (p[2] & 0x3f));
+      unsigned cp;
+      int len = gp_utf8_seq(p, 4, &cp);
       /* a --set value is bytes, not the file's UTF-8: a Latin-1 name made a safetensors
        * header and a plan that gpipe read back as corrupt */
       if (len == 0)
         return gp_sp_err(c, np->val->line, np->val->col,
                          "name: byte 0x%02x at %d is not UTF-8 text", *p,
                          (int)(p - (const unsigned char *)np->val->s));
-      if (nonchar(p, len))
+      if (cp == 0xFFFE || cp == 0xFFFF)
         return gp_sp_err(c, np->val->line, np->val->col,
-                         "name: U+%s is not a character (plans and plots cannot hold it)",
-                         p[2] == 0xBE ? "FFFE" : "FFFF");
+                         "name: U+%04X is not a character (plans and plots cannot hold it)", cp);
+      if (bad_in_name(cp))
+        return gp_sp_err(c, np->val->line, np->val->col,
+                         "name: control character U+%04X in the model's name", cp);
       p += len;
     }
     snprintf(m->name, sizeof m->name, "%s", np->val->s);
