@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "cli/args.h"
+#include "cli/machine.h"
 #include "core/rng.h"
 #include "core/spec/spec.h"
 #include "core/train/partition.h"
@@ -40,6 +41,7 @@ int main(int argc, char **argv) {
   }
   if (s == GP_OK && npos != 1)
     s = GP_ERR(GP_ERR_USAGE, "usage: bench-partition-check MODEL.yaml --stages K");
+  if (s == GP_OK) gp_blas_pick_kernels(argv); /* as gpipe-train runs: see machine.h */
   int k = flags[0].given ? (int)flags[0].i : 4, mb = flags[1].given ? (int)flags[1].i : 4;
   int steps = flags[3].given ? (int)flags[3].i : 4;
   gp_cost_by by = flags[4].given && flags[4].s[0] == 'f' ? GP_COST_FLOPS : GP_COST_TIME;

@@ -46,6 +46,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (s == GP_OK && npos != 1) s = GP_ERR(GP_ERR_USAGE, "usage: bench-train-throughput MODEL.yaml");
+  if (s == GP_OK) gp_blas_pick_kernels(argv); /* as gpipe-train runs: see machine.h */
   int threads = flags[0].given ? (int)flags[0].i : 1;
   int64_t steps = flags[2].given ? flags[2].i : 30, warm = 3;
   if (s == GP_OK) s = gp_model_load(pos[0], NULL, 0, &m);

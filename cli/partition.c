@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/interrupt.h"
+#include "cli/machine.h"
 #include "core/io/json.h"
 #include "core/backend.h"
 #include "core/decimal.h"
@@ -635,6 +636,7 @@ int main(int argc, char **argv) {
                     "--stages K [flags]; --help)\n");
     return 2;
   }
+  gp_blas_pick_kernels(argv); /* --by time times the layers with the kernels gpipe-train uses */
   gp_override ov[258];
   int nov = 0;
   if (s == GP_OK) s = gp_args_overrides(&flags[F_SET], ov, 256, &nov);
