@@ -19,7 +19,19 @@
 #include "core/train/trainer.h"
 #include "data/loader.h"
 
-enum { F_SET, F_BATCH, F_STAGES, F_MICRO, F_REMAT, F_DEVICES, F_MEMORY, F_STEPS, F_THREADS, F_N };
+enum {
+  F_SET,
+  F_BATCH,
+  F_STAGES,
+  F_MICRO,
+  F_REMAT,
+  F_DEVICES,
+  F_MEMORY,
+  F_STEPS,
+  F_THREADS,
+  F_HELP,
+  F_N
+};
 
 static gp_flag flags[] = {
     [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE", "override a scalar of the model file", 0},
@@ -32,6 +44,7 @@ static gp_flag flags[] = {
     [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE", "cap of each stage's memory", 0},
     [F_STEPS] = {"--steps", GP_FLAG_INT, "N", "training steps (default 2)", 1},
     [F_THREADS] = {"--threads", GP_FLAG_INT, "N", "CPU threads (default: all cores)", 1},
+    [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     {NULL},
 };
 _Static_assert(sizeof flags / sizeof flags[0] == F_N + 1, "flag table");
@@ -88,6 +101,10 @@ int main(int argc, char **argv) {
   gp_override ov[256];
   int nov = 0;
   gp_status s = gp_args_parse(argc, argv, flags, pos, 1, &npos);
+  if (s == GP_OK && flags[F_HELP].given) {
+    gp_args_usage("bench-capacity", "MODEL.yaml [--set K=V ...] [flags]", flags);
+    return 0;
+  }
   if (s == GP_OK && npos != 1)
     s = GP_ERR(GP_ERR_USAGE, "usage: bench-capacity MODEL.yaml [--set K=V ...] [flags]");
   if (s == GP_OK && flags[F_MEMORY].given)
