@@ -103,6 +103,7 @@ int main(int argc, char **argv) {
   gp_status s = gp_args_parse(argc, argv, flags, pos, 1, &npos);
   if (s == GP_OK && flags[F_HELP].given) {
     gp_args_usage("bench-capacity", "MODEL.yaml [--set K=V ...] [flags]", flags);
+    gp_args_free(flags);
     return 0;
   }
   if (s == GP_OK && npos != 1)
