@@ -11,6 +11,7 @@
 #include "cli/bench.h"
 #include "core/io/json.h"
 #include "cli/machine.h"
+#include "core/decimal.h"
 
 gp_status gp_bench_stream_status(FILE *f, const char *path) {
   errno = 0; /* a reason only from this flush, not a stale one */
@@ -297,13 +298,12 @@ gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
 
 /* ---- JSON ---------------------------------------------------------------------------------- */
 
-/* x in the fewest digits that read back as x: "%.6g" gave fewer than the table and the CSV
- * (samples/s 150370.3 in the table, 150370 here; 1.23457e+06 for 1234567.8) */
+/* x in the fewest digits that read back as x (gp_decimal_shortest): "%.6g" gave fewer than
+ * the table and the CSV (samples/s 150370.3 in the table, 150370 here; 1.23457e+06 for
+ * 1234567.8) */
 static void jexact(FILE *f, double x) {
   char buf[32];
-  snprintf(buf, sizeof buf, "%.15g", x);
-  if (strtod(buf, NULL) != x) snprintf(buf, sizeof buf, "%.17g", x);
-  fputs(buf, f);
+  fputs(gp_decimal_shortest(x, buf, sizeof buf), f);
 }
 
 /* JSON has no NaN or infinity; every number goes through here. */

@@ -323,8 +323,9 @@ static void print_table(const gp_model *m, const request *q, const gp_unit_costs
 }
 
 static void json_num(double v) {
+  char buf[32];
   if (isfinite(v))
-    printf("%.17g", v);
+    fputs(gp_decimal_shortest(v, buf, sizeof buf), stdout);
   else
     printf("null");
 }

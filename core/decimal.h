@@ -20,10 +20,15 @@ static inline double gp_decimal(const char *s, char **end) {
   return strtod(s, end);
 }
 
-/* d in the fewest significant digits that read back as d (0.05, not %g's rounding that can
- * show two different numbers alike), into buf (32 bytes suffice). */
+/* d as the shortest text that reads back as d, from six significant digits up (0.05, 1e-50,
+ * 1234567.8, 0.0500000001: not %g's rounding, which can show two different numbers alike);
+ * an integral d below 9e15 as an integer (1000000, not 1e+06). Into buf (32 bytes suffice). */
 static inline const char *gp_decimal_shortest(double d, char *buf, size_t n) {
-  for (int p = 1; p <= 17; p++) {
+  if (d > -9.0e15 && d < 9.0e15 && d == (double)(long long)d) { /* NaN: no */
+    snprintf(buf, n, "%lld", (long long)d);
+    return buf;
+  }
+  for (int p = 6; p <= 17; p++) {
     snprintf(buf, n, "%.*g", p, d);
     if (strtod(buf, NULL) == d) break;
   }

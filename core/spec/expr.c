@@ -270,14 +270,7 @@ static void format_num(num v, char *buf, size_t n) {
     snprintf(buf, n, "%lld", (long long)v.i);
     return;
   }
-  if (v.f == floor(v.f) && fabs(v.f) < 9.0e15) {
-    snprintf(buf, n, "%lld", (long long)v.f);
-    return;
-  }
-  for (int prec = 6; prec <= 17; prec++) {
-    snprintf(buf, n, "%.*g", prec, v.f);
-    if (strtod(buf, NULL) == v.f) return;
-  }
+  gp_decimal_shortest(v.f, buf, n);
 }
 
 static gp_status eval_scalar(gp_sp_ctx *c, const gp_ynode *n, const gp_sp_env *env,
