@@ -31,6 +31,7 @@ struct gp_cfg {
   int n, cap;
   const char *asked[64]; /* keys asked for, present or not (for suggestions) */
   int n_asked;
+  char what[64]; /* what the mapping configures ("linear"), for "missing required key" */
 };
 
 static char *dupstr(const char *s) {
@@ -67,6 +68,10 @@ void gp_cfg_free(gp_cfg *c) {
   free(c->e);
   free(c->file);
   free(c);
+}
+
+void gp_cfg_set_what(gp_cfg *c, const char *what) {
+  snprintf(c->what, sizeof c->what, "%s", what ? what : "");
 }
 
 const char *gp_cfg_file(const gp_cfg *c) {
@@ -178,6 +183,8 @@ static gp_status missing(gp_cfg *c, const char *key) {
     if (!e->asked && gp_nearest(e->key, &key, 1))
       return at_error(c, e->kline, e->kcol, "unknown key '%s'; did you mean '%s'?", e->key, key);
   }
+  if (c->what[0])
+    return at_error(c, c->line, c->col, "missing required key '%s' for %s", key, c->what);
   return at_error(c, c->line, c->col, "missing required key '%s'", key);
 }
 

@@ -26,6 +26,10 @@ gp_status gp_cfg_add_null(gp_cfg *c, const char *key, int line, int col);
 /* Parses a one-mapping YAML text ("{type: conv2d, out_channels: 8, kernel: [1, 7]}"). */
 gp_status gp_cfg_parse(const char *yaml_text, const char *file, gp_cfg **out);
 
+/* Names what the mapping configures ("linear", "the step schedule"): a required key that is
+ * absent is then "missing required key 'x' for linear". */
+void gp_cfg_set_what(gp_cfg *c, const char *what);
+
 /* ---- reading (layers, sections) ---- */
 const char *gp_cfg_file(const gp_cfg *c);
 int gp_cfg_line(const gp_cfg *c);

@@ -206,6 +206,7 @@ static gp_status make_layer(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *tn,
   m->n_nodes++; /* from here gp_model_free owns it */
   gp_cfg *cfg;
   GP_TRY(gp_sp_cfg_of(c, e, structural, &cfg));
+  gp_cfg_set_what(cfg, t->name);
   gp_status s = t->configure ? t->configure(l, cfg) : GP_OK;
   if (s != GP_OK) s = locate(c, s, e, t->name);
   for (int i = 0; s == GP_OK && structural[i]; i++)

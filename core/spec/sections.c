@@ -257,6 +257,7 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, const gp_model
   GP_TRY(section(c, sec, "normalize", "normalize", &norm));
   if (!norm) return GP_OK;
   GP_TRY(gp_sp_cfg_of(c, norm, NULL, &cfg));
+  gp_cfg_set_what(cfg, "normalize");
   double mean[4], std[4];
   int nm = 0, ns = 0;
   s = gp_cfg_require(cfg, "mean");
@@ -356,6 +357,9 @@ static gp_status lr_schedule(gp_cfg *cfg, gp_train_spec *t) {
   if (!cfg) return GP_OK;
   GP_TRY(gp_cfg_choice(cfg, "type", kinds, 0, &k));
   t->schedule = (gp_lr_kind)k;
+  char what[32];
+  snprintf(what, sizeof what, "the %s schedule", kinds[k]);
+  gp_cfg_set_what(cfg, what);
   GP_TRY(gp_cfg_int(cfg, "warmup_steps", 0, 0, INT64_MAX, &t->warmup_steps));
   if (k == GP_LR_STEP) {
     GP_TRY(gp_cfg_require(cfg, "step_size"));
@@ -390,8 +394,6 @@ static gp_status lr_schedule(gp_cfg *cfg, gp_train_spec *t) {
                           gp_decimal_shortest(t->warmup_init_lr, a, sizeof a),
                           gp_decimal_shortest(t->lr, b, sizeof b));
   }
-  char what[32];
-  snprintf(what, sizeof what, "the %s schedule", kinds[k]);
   return gp_cfg_check_unknown(cfg, what, NULL);
 }
 
