@@ -418,7 +418,7 @@ static gp_status new_unit(gp_sp_ctx *c, const gp_ynode *e, const char *name, int
     c->unit_cap = cap;
   }
   const gp_ypair *np = gp_sp_get(e, "name");
-  const gp_ynode *at = np ? np->val : e;
+  const gp_ynode *at = np && !e->alias ? np->val : e; /* an alias's name is at its anchor */
   c->unit_loc[2 * u] = at->line;
   c->unit_loc[2 * u + 1] = at->col;
   char buf[GP_SPEC_NAME + 24];

@@ -39,6 +39,7 @@ struct gp_ynode {
   gp_ynode **items;
   gp_ypair *pairs;
   int64_t size; /* nodes in the expanded subtree, aliases counted each time */
+  int alias;    /* an alias's use: line, col are the alias's; its children keep the anchor's */
 };
 
 /* A bump allocator with stack marks, for everything a load builds that the model does not

@@ -1,7 +1,12 @@
 /* YAML text -> the loader's tree, through libyaml's document API (every node has a start
  * mark). Aliases stay shared (so "billion laughs" costs no memory), merge keys are applied,
  * and the expanded size of every node (aliases counted each time they are used) is checked
- * against GP_SPEC_MAX_YAML_NODES while converting, so a bomb is refused early. */
+ * against GP_SPEC_MAX_YAML_NODES while converting, so a bomb is refused early.
+ *
+ * The document API keeps no mark for an alias (it is the node it names), so the event pass
+ * that comes first records each alias's position and its anchor's. Converting visits the
+ * nodes in the text's order, so the k-th time a node is met again is the k-th alias: it
+ * becomes a shallow copy that carries the alias's position (its children keep theirs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,11 +17,24 @@
 
 enum { UNSEEN = 0, BUSY, DONE };
 
+/* An alias as the event pass saw it: where it is written, where its anchored node starts. */
+typedef struct alias_at {
+  int line, col, aline, acol;
+} alias_at;
+
+typedef struct aliases {
+  alias_at *a;
+  int n, cap, next; /* next: the one converting meets next */
+  int lost;         /* the order did not match: aliases keep their anchor's position */
+} aliases;
+
 typedef struct conv {
   gp_sp_ctx *c;
   yaml_document_t *doc;
   gp_ynode **memo; /* by libyaml node index - 1 */
   unsigned char *state;
+  unsigned char *met; /* by node index - 1: met before (as a key or a value) */
+  aliases *al;
   int64_t work; /* nodes and pairs created, for merge chains */
 } conv;
 
@@ -41,6 +59,29 @@ static int mark_col(const yaml_node_t *n) {
   return (int)n->start_mark.column + 1;
 }
 
+/* Node id is met in the text's order: 1 with the alias's position when this is an alias. */
+static int alias_use(conv *v, int id, int *line, int *col) {
+  int ix = id - 1;
+  if (!v->met[ix]) {
+    v->met[ix] = 1;
+    return 0;
+  }
+  aliases *al = v->al;
+  if (al->lost || al->next >= al->n) {
+    al->lost = 1;
+    return 0;
+  }
+  const yaml_node_t *yn = yaml_document_get_node(v->doc, id);
+  const alias_at *a = &al->a[al->next++];
+  if (a->aline != mark_line(yn) || a->acol != mark_col(yn)) { /* never expected */
+    al->lost = 1;
+    return 0;
+  }
+  *line = a->line;
+  *col = a->col;
+  return 1;
+}
+
 static gp_status scalar_text(conv *v, const yaml_node_t *n, const char **out) {
   const char *s = (const char *)n->data.scalar.value;
   if (strlen(s) != n->data.scalar.length)
@@ -56,37 +97,46 @@ static gp_status convert_map(conv *v, const yaml_node_t *yn, int depth, gp_ynode
   gp_status s = GP_OK;
   gp_ynode **vals = calloc((size_t)(np ? np : 1), sizeof *vals);
   const char **keys = calloc((size_t)(np ? np : 1), sizeof *keys);
+  int *klc = calloc((size_t)(np ? np : 1) * 2, sizeof *klc); /* keys' positions */
   int64_t total = 0; /* pairs the result will have, at most */
   int merge_at = -1;
-  if (!vals || !keys) s = gp_sp_nomem();
+  if (!vals || !keys || !klc) s = gp_sp_nomem();
   /* explicit keys first: they win over merged ones wherever they are written */
   for (int i = 0; s == GP_OK && i < np; i++) {
     yaml_node_t *k = yaml_document_get_node(v->doc, ps[i].key);
+    int kl, kc;
+    if (alias_use(v, ps[i].key, &kl, &kc)) {
+      klc[2 * i] = kl;
+      klc[2 * i + 1] = kc;
+    } else {
+      klc[2 * i] = mark_line(k);
+      klc[2 * i + 1] = mark_col(k);
+    }
     if (k->type != YAML_SCALAR_NODE) {
-      s = gp_sp_err(v->c, mark_line(k), mark_col(k), "a key must be a plain name, not %s",
+      s = gp_sp_err(v->c, klc[2 * i], klc[2 * i + 1], "a key must be a plain name, not %s",
                     k->type == YAML_MAPPING_NODE ? "a mapping" : "a list");
       break;
     }
     if ((s = scalar_text(v, k, &keys[i])) != GP_OK) break;
     int is_merge = k->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && !strcmp(keys[i], "<<");
     if (!is_merge && !*keys[i]) {
-      s = gp_sp_err(v->c, mark_line(k), mark_col(k), "a key cannot be empty");
+      s = gp_sp_err(v->c, klc[2 * i], klc[2 * i + 1], "a key cannot be empty");
       break;
     }
     if (is_merge) {
       if (merge_at >= 0) {
-        s = gp_sp_err(v->c, mark_line(k), mark_col(k),
+        s = gp_sp_err(v->c, klc[2 * i], klc[2 * i + 1],
                       "duplicate merge key '<<'; merge several mappings with '<<: [*a, *b]'");
         break;
       }
       merge_at = i;
       keys[i] = NULL;
     } else {
-      int first = 0, r = gp_sp_map_put(&explicit, keys[i], mark_line(k), &first);
+      int first = 0, r = gp_sp_map_put(&explicit, keys[i], klc[2 * i], &first);
       if (r < 0)
         s = gp_sp_nomem();
       else if (r > 0)
-        s = gp_sp_err(v->c, mark_line(k), mark_col(k), "duplicate key '%s' (first at line %d)",
+        s = gp_sp_err(v->c, klc[2 * i], klc[2 * i + 1], "duplicate key '%s' (first at line %d)",
                       keys[i], first);
     }
     if (s == GP_OK) s = convert(v, ps[i].value, depth + 1, &vals[i]);
@@ -121,8 +171,7 @@ static gp_status convert_map(conv *v, const yaml_node_t *yn, int depth, gp_ynode
     s = gp_sp_nomem();
   for (int i = 0; s == GP_OK && i < np; i++) {
     if (i != merge_at) {
-      yaml_node_t *k = yaml_document_get_node(v->doc, ps[i].key);
-      gp_ypair p = {keys[i], mark_line(k), mark_col(k), vals[i]};
+      gp_ypair p = {keys[i], klc[2 * i], klc[2 * i + 1], vals[i]};
       res[n++] = p;
       continue;
     }
@@ -150,18 +199,31 @@ static gp_status convert_map(conv *v, const yaml_node_t *yn, int depth, gp_ynode
   gp_sp_map_free(&explicit);
   free(vals);
   free(keys);
+  free(klc);
   return s;
 }
 
 static gp_status convert(conv *v, int id, int depth, gp_ynode **out) {
   yaml_node_t *yn = yaml_document_get_node(v->doc, id);
-  int ix = id - 1;
+  int ix = id - 1, aline, acol;
+  int is_alias = alias_use(v, id, &aline, &acol);
+  if (v->state[ix] == DONE && is_alias) {
+    gp_ynode *use = gp_sp_alloc(&v->c->perm, sizeof *use);
+    if (!use) return gp_sp_nomem();
+    *use = *v->memo[ix];
+    use->line = aline;
+    use->col = acol;
+    use->alias = 1;
+    if (++v->work > GP_SPEC_MAX_YAML_NODES) return too_big(v, yn);
+    *out = use;
+    return GP_OK;
+  }
   if (v->state[ix] == DONE) {
     *out = v->memo[ix];
     return GP_OK;
   }
   if (v->state[ix] == BUSY)
-    return gp_sp_err(v->c, mark_line(yn), mark_col(yn),
+    return gp_sp_err(v->c, is_alias ? aline : mark_line(yn), is_alias ? acol : mark_col(yn),
                      "an alias refers to a node that contains it (a recursive structure)");
   if (depth > GP_SP_MAX_DEPTH)
     return gp_sp_err(v->c, mark_line(yn), mark_col(yn), "nested more than %d levels deep",
@@ -234,9 +296,41 @@ static gp_status syntax_error(gp_sp_ctx *c, yaml_parser_t *p, const char *text, 
 /* The document API builds every node before returning, so first the stream is walked with
  * the event parser, in constant memory: a file of a million tiny nodes or one nested
  * thousands deep is refused before libyaml builds (and we convert) it. */
-static gp_status prescan(gp_sp_ctx *c, const char *text, size_t len) {
+static gp_status note_anchor(gp_sp_ctx *c, gp_sp_map *anchors, int **at, int *cap,
+                             const unsigned char *name, int line, int col) {
+  int n = (int)anchors->n;
+  if (n == *cap) {
+    int nc = *cap ? 2 * *cap : 16;
+    int *na = realloc(*at, (size_t)nc * 2 * sizeof *na);
+    if (!na) return gp_sp_nomem();
+    *at = na;
+    *cap = nc;
+  }
+  char *key = gp_sp_strdup(&c->perm, (const char *)name);
+  if (!key || gp_sp_map_set(anchors, key, n) < 0) return gp_sp_nomem();
+  (*at)[2 * n] = line;
+  (*at)[2 * n + 1] = col;
+  return GP_OK;
+}
+
+static gp_status note_alias(aliases *al, int line, int col, const int *anchor) {
+  if (al->n == al->cap) {
+    int nc = al->cap ? 2 * al->cap : 16;
+    alias_at *na = realloc(al->a, (size_t)nc * sizeof *na);
+    if (!na) return gp_sp_nomem();
+    al->a = na;
+    al->cap = nc;
+  }
+  al->a[al->n++] = (alias_at){line, col, anchor ? anchor[0] : 0, anchor ? anchor[1] : 0};
+  return GP_OK;
+}
+
+/* ... and records where aliases and their anchors are (for converting, above). */
+static gp_status prescan(gp_sp_ctx *c, const char *text, size_t len, aliases *al) {
   yaml_parser_t p;
   yaml_event_t ev;
+  gp_sp_map anchors = {0}; /* name -> index in anchor_at */
+  int *anchor_at = NULL, anchor_cap = 0;
   if (!yaml_parser_initialize(&p)) return gp_sp_nomem();
   yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
   int64_t nodes = 0;
@@ -253,7 +347,18 @@ static gp_status prescan(gp_sp_ctx *c, const char *text, size_t len) {
     if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) depth--;
     nodes += t == YAML_SCALAR_EVENT || t == YAML_ALIAS_EVENT || t == YAML_SEQUENCE_START_EVENT ||
              t == YAML_MAPPING_START_EVENT;
+    const unsigned char *anchor = t == YAML_SCALAR_EVENT           ? ev.data.scalar.anchor
+                                  : t == YAML_SEQUENCE_START_EVENT ? ev.data.sequence_start.anchor
+                                  : t == YAML_MAPPING_START_EVENT  ? ev.data.mapping_start.anchor
+                                                                   : NULL;
+    if (anchor) s = note_anchor(c, &anchors, &anchor_at, &anchor_cap, anchor, line, col);
+    if (t == YAML_ALIAS_EVENT) {
+      int k = -1;
+      gp_sp_map_get(&anchors, (const char *)ev.data.alias.anchor, &k);
+      s = note_alias(al, line, col, k >= 0 ? &anchor_at[2 * k] : NULL);
+    }
     yaml_event_delete(&ev);
+    if (s != GP_OK) break;
     if (depth > GP_SP_MAX_DEPTH)
       s = gp_sp_err(c, line, col, "nested more than %d levels deep", GP_SP_MAX_DEPTH);
     else if (nodes > GP_SPEC_MAX_YAML_NODES)
@@ -262,8 +367,12 @@ static gp_status prescan(gp_sp_ctx *c, const char *text, size_t len) {
     if (s != GP_OK || t == YAML_STREAM_END_EVENT) break;
   }
   yaml_parser_delete(&p);
+  gp_sp_map_free(&anchors);
+  free(anchor_at);
   return s;
 }
+
+static gp_status load(gp_sp_ctx *c, const char *text, size_t len, aliases *al, gp_ynode **root);
 
 gp_status gp_sp_tree_load(gp_sp_ctx *c, const char *text, size_t len, gp_ynode **root) {
   if (len > GP_SP_MAX_FILE_BYTES) /* the file's reader stops here: len is not its size */
@@ -274,7 +383,14 @@ gp_status gp_sp_tree_load(gp_sp_ctx *c, const char *text, size_t len, gp_ynode *
     offset_pos(text, len, (size_t)((const char *)memchr(text, 0, len) - text), &line, &col);
     return gp_sp_err(c, line, col, "a NUL byte in the file (is it a text file?)");
   }
-  GP_TRY(prescan(c, text, len));
+  aliases al = {0};
+  gp_status s = prescan(c, text, len, &al);
+  if (s == GP_OK) s = load(c, text, len, &al, root);
+  free(al.a);
+  return s;
+}
+
+static gp_status load(gp_sp_ctx *c, const char *text, size_t len, aliases *al, gp_ynode **root) {
   yaml_document_t *doc = calloc(2, sizeof *doc);
   if (!doc) return gp_sp_nomem();
   yaml_parser_t p;
@@ -312,13 +428,14 @@ gp_status gp_sp_tree_load(gp_sp_ctx *c, const char *text, size_t len, gp_ynode *
                      "the top level must be a mapping (name:, inputs:, layers:, ...), got %s",
                      yroot->type == YAML_SEQUENCE_NODE ? "a list" : "a single value");
   size_t nn = (size_t)(doc[0].nodes.top - doc[0].nodes.start);
-  conv v = {c, &doc[0], calloc(nn, sizeof(gp_ynode *)), calloc(nn, 1), 0};
-  if (!v.memo || !v.state)
+  conv v = {c, &doc[0], calloc(nn, sizeof(gp_ynode *)), calloc(nn, 1), calloc(nn, 1), al, 0};
+  if (!v.memo || !v.state || !v.met)
     s = gp_sp_nomem();
   else
     s = convert(&v, (int)(yroot - doc[0].nodes.start) + 1, 0, root);
   free(v.memo);
   free(v.state);
+  free(v.met);
   return s;
 }
 

@@ -54,7 +54,22 @@ static const bad cases[] = {
     {"recursive alias",
      H "layers: &a [*a]\n" LOSS,
      GP_ERR_SPEC,
-     {"t.yaml:2:9: ", "alias refers to a node that contains it"}},
+     {"t.yaml:2:13: ", "alias refers to a node that contains it"}},
+    {"an error at an alias's use",
+     "inputs: {x: [1, 8, 8], label: {shape: [], dtype: i32}}\n"
+     "layers:\n  - &c {type: conv2d, out_channels: 4, kernel: 3}\n  - {type: flatten}\n"
+     "  - *c\n  - {type: linear, out_features: 3}\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:5:5: ", "conv2d expects input [C, H, W], got [144]"}},
+    {"a name used twice through an alias",
+     H "layers:\n  - &l {name: fc, type: linear, out_features: 4}\n  - {type: relu}\n  - *l\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:5:5: ", "unit name 'fc' is used twice (first at line 3)"}},
+    {"an alias as a key, then an error at an alias",
+     H "layers:\n  - {name: &k out_features, type: linear, out_features: 5}\n"
+     "  - {type: linear, *k : 4}\n  - {type: linear, out_features: *k}\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:5:34: ", "out_features: expected an integer, got 'out_features'"}},
     {"merge of a scalar",
      H "layers: [{<<: 3, type: relu}]\n" LOSS,
      GP_ERR_SPEC,
