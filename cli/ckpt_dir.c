@@ -58,6 +58,13 @@ gp_status gp_ckpt_dir_claim(const char *dir, int *stale, int *made) {
   }
   snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
   *stale = gp_io_temp_remove_stale(path, 1); /* with the lock held no other run writes one */
+  /* checkpoint.safetensors may be a link: then a killed run's temporary lies beside what it
+   * names, where the lock does not reach, so there only those of runs that have exited go */
+  struct stat ls;
+  char real[4096];
+  if (lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode) &&
+      gp_io_write_target(path, real, sizeof real) == GP_OK)
+    *stale += gp_io_temp_remove_stale(real, 0);
   return GP_OK; /* fd stays open: the lock is held until the process exits */
 }
 

@@ -95,6 +95,21 @@ grep -q "^removed 1 temporary checkpoint a killed run left in .*/ck3$" "$tmp/err
   fail "no note of the removed file: $(cat "$tmp/err")"
 [ "$(ls "$tmp/ck3" | tr '\n' ' ')" = "checkpoint.safetensors checkpoint.safetensors.tmp.x lock notes.tmp.1 " ] ||
   fail "stale files: $(ls "$tmp/ck3")"
+# 5b. checkpoint.safetensors a link to a file elsewhere: a killed run's temporary lies beside
+# the target; the next run removes it when its process has exited, and keeps a running one's
+mkdir -p "$tmp/ck4" "$tmp/store"
+cp "$tmp/ck3/checkpoint.safetensors" "$tmp/store/c.safetensors"
+ln -s "$tmp/store/c.safetensors" "$tmp/ck4/checkpoint.safetensors"
+gone=$(sh -c 'echo $$') # a process that has exited
+echo x >"$tmp/store/c.safetensors.tmp.$gone"
+echo x >"$tmp/store/c.safetensors.tmp.$$"
+"$train" "$mlp" "${common[@]}" --steps 2 --checkpoint-dir "$tmp/ck4" --resume >/dev/null \
+  2>"$tmp/err" || fail "training with a linked checkpoint: $(cat "$tmp/err")"
+grep -q "^removed 1 temporary checkpoint a killed run left in .*/ck4$" "$tmp/err" ||
+  fail "no note of the removed file beside the link's target: $(cat "$tmp/err")"
+[ "$(ls "$tmp/store" | tr '\n' ' ')" = "c.safetensors c.safetensors.tmp.$$ " ] ||
+  fail "temporary files beside the link's target: $(ls "$tmp/store" | tr '\n' ' ')"
+[ -L "$tmp/ck4/checkpoint.safetensors" ] || fail "the link was replaced by a file"
 # 6. a run SIGKILLed while writing --save or --trace leaves TARGET.tmp.PID: the next run writing
 # that target removes it when no process has PID here, and keeps one whose PID runs (ours)
 mkdir -p "$tmp/out"
