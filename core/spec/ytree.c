@@ -104,11 +104,7 @@ static gp_status convert_map(conv *v, const yaml_node_t *yn, int depth, gp_ynode
   /* explicit keys first: they win over merged ones wherever they are written */
   for (int i = 0; s == GP_OK && i < np; i++) {
     yaml_node_t *k = yaml_document_get_node(v->doc, ps[i].key);
-    int kl, kc;
-    if (alias_use(v, ps[i].key, &kl, &kc)) {
-      klc[2 * i] = kl;
-      klc[2 * i + 1] = kc;
-    } else {
+    if (!alias_use(v, ps[i].key, &klc[2 * i], &klc[2 * i + 1])) {
       klc[2 * i] = mark_line(k);
       klc[2 * i + 1] = mark_col(k);
     }

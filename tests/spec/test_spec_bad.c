@@ -67,7 +67,7 @@ static const bad cases[] = {
      {"t.yaml:5:5: ", "unit name 'fc' is used twice (first at line 3)"}},
     {"an alias as a key, then an error at an alias",
      H "layers:\n  - {name: &k out_features, type: linear, out_features: 5}\n"
-     "  - {type: linear, *k : 4}\n  - {type: linear, out_features: *k}\n" LOSS,
+       "  - {type: linear, *k : 4}\n  - {type: linear, out_features: *k}\n" LOSS,
      GP_ERR_SPEC,
      {"t.yaml:5:34: ", "out_features: expected an integer, got 'out_features'"}},
     {"merge of a scalar",

@@ -167,7 +167,8 @@ static void inverse_sqrt_spec(void) {
   check(m && m->train.d_model == 512 && m->train.lr == 2, "d_model spec", 0);
   gp_model_free(m);
   /* columns count from 1 on line 4, the train line */
-  spec_fails("train: {schedule: inverse_sqrt}", "t.yaml:4:19: missing required key 'warmup_steps' for the inverse_sqrt schedule");
+  spec_fails("train: {schedule: inverse_sqrt}",
+             "t.yaml:4:19: missing required key 'warmup_steps' for the inverse_sqrt schedule");
   spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: 0}}",
              "t.yaml:4:54: warmup_steps: inverse_sqrt needs at least 1");
   spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: -3}}",
