@@ -430,6 +430,7 @@ gp_status gp_cfg_require(gp_cfg *c, const char *key) {
 }
 
 gp_status gp_cfg_check_unknown(gp_cfg *c, const char *what, const char *const *structural) {
+  if (!what) what = c->what;
   for (int i = 0; i < c->n; i++) {
     entry *e = &c->e[i];
     if (e->asked) continue;

@@ -62,7 +62,8 @@ gp_status gp_cfg_error(gp_cfg *c, const char *key, const char *fmt, ...) GP_PRIN
 gp_status gp_cfg_error_item(gp_cfg *c, const char *key, int i, const char *fmt, ...)
     GP_PRINTF(4, 5);
 /* After reading: the first key never asked for (other than the names in `structural`,
- * NULL-terminated) is an error "unknown key 'x' for <what>; did you mean 'y'?". */
+ * NULL-terminated) is an error "unknown key 'x' for <what>; did you mean 'y'?". A NULL `what`
+ * is the name gp_cfg_set_what gave the mapping. */
 gp_status gp_cfg_check_unknown(gp_cfg *c, const char *what, const char *const *structural);
 
 /* A model file's integer: decimal, as shapes, repeat: and ${...} read numbers ("010" is 10, not

@@ -211,7 +211,7 @@ static gp_status make_layer(gp_sp_ctx *c, const gp_ynode *e, const gp_ynode *tn,
   if (s != GP_OK) s = locate(c, s, e, t->name);
   for (int i = 0; s == GP_OK && structural[i]; i++)
     gp_cfg_has(cfg, structural[i]);
-  if (s == GP_OK) s = gp_cfg_check_unknown(cfg, t->name, structural);
+  if (s == GP_OK) s = gp_cfg_check_unknown(cfg, NULL, structural);
   gp_cfg_free(cfg);
   GP_TRY(s);
   if (n_in < t->min_inputs || n_in > t->max_inputs) {

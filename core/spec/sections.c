@@ -273,7 +273,7 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, const gp_model
     if (!(std[i] > 0))
       s = gp_cfg_error_item(cfg, "std", i, "std: every value must be greater than 0, got %g",
                             std[i]);
-  if (s == GP_OK) s = gp_cfg_check_unknown(cfg, "normalize", NULL);
+  if (s == GP_OK) s = gp_cfg_check_unknown(cfg, NULL, NULL);
   if (s == GP_OK) s = norm_fits(cfg, ds, nm, &m->inputs[0]);
   gp_cfg_free(cfg);
   GP_TRY(s);
@@ -394,7 +394,7 @@ static gp_status lr_schedule(gp_cfg *cfg, gp_train_spec *t) {
                           gp_decimal_shortest(t->warmup_init_lr, a, sizeof a),
                           gp_decimal_shortest(t->lr, b, sizeof b));
   }
-  return gp_cfg_check_unknown(cfg, what, NULL);
+  return gp_cfg_check_unknown(cfg, NULL, NULL);
 }
 
 static gp_status train_section(gp_sp_ctx *c, const gp_ynode *root, gp_train_spec *t) {
