@@ -9,7 +9,12 @@ count and one JSON line of results.
 
     scripts/torch_compare.py models/resnet56-cifar.yaml --device cuda:0 --precision bf16
 
-A second mode turns the raw outputs of scripts/compare-torch.sh into its table:
+A second mode evaluates a sequence model's test split with gpipe's saved weights, to show
+that both networks are the same function (the loss and token accuracy gpipe-train printed):
+
+    scripts/torch_compare.py models/transformer-lm.yaml --eval-text DATA_DIR --load W.safetensors
+
+A third mode turns the raw outputs of scripts/compare-torch.sh into its table:
 
     scripts/torch_compare.py --report OUT_DIR/raw [--peak-tflops 67,989] [--gpu NAME]
 
@@ -22,6 +27,7 @@ import json
 import math
 import operator
 import os
+import random
 import re
 import statistics
 import sys
@@ -62,6 +68,28 @@ SETTINGS = {
     "concat": {"axis": 0},
     "pad": {"channels": None},
     "softmax_cross_entropy": {"label_smoothing": 0.0, "ignore_index": -100},
+    "layernorm": {"eps": 1e-5},
+    "embedding": {"num_embeddings": None, "dim": None, "padding_idx": None, "scale": False},
+    "positional": {"max_len": None, "kind": "sinusoidal"},
+    "attention": {
+        "heads": None,
+        "dim": 0,
+        "bias": True,
+        "causal": False,
+        "mask": "padding",
+        "dropout": 0.0,
+    },
+}
+# Settings whose default is "none" rather than "required".
+OPTIONAL = {("maxpool", "stride"), ("avgpool", "stride"), ("embedding", "padding_idx")}
+
+# The sequence inputs by name, as gpipe's data/seqfeed.c reads them: a language model has
+# tokens (+ seg and pos, or mask) and label; a translation model src and tgt_in with theirs.
+SEQ_ROLES = {
+    "tokens": ("tgt", "ids"), "mask": ("tgt", "mask"), "seg": ("tgt", "seg"),
+    "pos": ("tgt", "pos"), "src": ("src", "ids"), "src_mask": ("src", "mask"),
+    "src_seg": ("src", "seg"), "src_pos": ("src", "pos"), "tgt_in": ("tgt", "ids"),
+    "tgt_mask": ("tgt", "mask"), "tgt_seg": ("tgt", "seg"), "tgt_pos": ("tgt", "pos"),
 }
 
 
@@ -202,7 +230,7 @@ def conf_of(type_, entry):
             raise SpecError(f"{type_}: setting '{k}' is not supported by this script")
         conf[k] = v
     for k, v in conf.items():
-        if v is None and not (k == "stride" and type_ in ("maxpool", "avgpool")):
+        if v is None and (type_, k) not in OPTIONAL:
             raise SpecError(f"{type_}: '{k}' is required")
     return conf
 
@@ -260,6 +288,27 @@ def infer(node):
     if t == "pad":
         b, a = pair(c["channels"], "channels")
         return (x[0] + b + a,) + tuple(x[1:])
+    if t == "layernorm":
+        node.params = 2 * x[-1]
+        return x
+    if t == "embedding":
+        node.params = int(c["num_embeddings"]) * int(c["dim"])
+        return x + (int(c["dim"]),)
+    if t == "positional":
+        if len(x) != 2 or x[0] > int(c["max_len"]):
+            raise SpecError(f"{node.path}: positional over {list(x)}, max_len {c['max_len']}")
+        node.params = int(c["max_len"]) * x[1] if c["kind"] == "learned" else 0
+        return x
+    if t == "attention":
+        # told apart by rank as layers/attention.c: [Tq, d] queries, [Tk, d] keys/values
+        kv = [s for s in xs[1:] if len(s) == 2]
+        tq, d = x
+        tk = kv[0][0] if kv else tq
+        if len(x) != 2 or int(c["dim"]) not in (0, d) or d % int(c["heads"]):
+            raise SpecError(f"{node.path}: attention over {list(x)}")
+        node.macs = 2 * tq * d * d + 2 * tk * d * d + 2 * tq * tk * d
+        node.params = 4 * d * d + (4 * d if c["bias"] else 0)
+        return x
     raise SpecError(f"{node.path}: no shape rule for {t}")
 
 
@@ -284,13 +333,20 @@ class Model:
             self.input_dtypes.append(dtype)
             self.new_tensor(tuple(int(d) for d in shape), -1)
         self.label_input = self.find_label()
-        xs = [i for i in range(len(self.input_names)) if i != self.label_input]
-        if len(xs) != 1 or self.input_dtypes[xs[0]] != "f32":
+        self.data_inputs = [i for i in range(len(self.input_names)) if i != self.label_input]
+        xs = self.data_inputs
+        self.sequence = all(self.input_names[i] in SEQ_ROLES for i in xs)
+        if self.sequence:
+            if doc.get("tied") and any(
+                isinstance(g, dict) and g.get("enabled", True) for g in doc["tied"].values()
+            ):
+                raise SpecError(f"{path}: tied weights are not built by this script")
+        elif len(xs) != 1 or self.input_dtypes[xs[0]] != "f32":
             raise SpecError(
-                f"{path}: this script takes models of one f32 input and i32 labels "
+                f"{path}: this script takes models of one f32 input and i32 labels, or "
+                f"sequence models with gpipe's input names "
                 f"(inputs: {', '.join(self.input_names)})"
             )
-        self.x_input = xs[0]
         top = {n: i for i, n in enumerate(self.input_names)}
         self.n_units = 0
         last = self.expand(doc["layers"], {}, top, 0, None)
@@ -353,7 +409,10 @@ class Model:
         if type_ == "softmax_cross_entropy":
             raise SpecError(f"{path}: softmax_cross_entropy is a loss, not a layer")
         n_in = len(ins)
-        if (type_ in ("add", "concat") and n_in < 2) or (type_ not in ("add", "concat") and n_in != 1):
+        lo, hi = {"add": (2, 99), "concat": (2, 99), "attention": (1, 4), "positional": (1, 2)}.get(
+            type_, (1, 1)
+        )
+        if not lo <= n_in <= hi:
             raise SpecError(f"{path}: {type_} with {n_in} inputs")
         node.out_shape = infer(node)
         self.nodes.append(node)
@@ -401,9 +460,13 @@ class Model:
                 raise SpecError("loss: from: must be [logits, the label input]")
             last = ins[0]
         self.output = last
-        if len(self.shapes[last]) != 1:
-            raise SpecError(f"loss: logits of shape {list(self.shapes[last])}; expected [classes]")
-        self.classes = self.shapes[last][0]
+        logits, label = self.shapes[last], self.shapes[self.label_input]
+        if len(logits) != 1 + len(label) or tuple(logits[:-1]) != tuple(label):
+            raise SpecError(
+                f"loss: logits of shape {list(logits)} and labels {list(label)}; expected "
+                "[classes] and [] or [T, classes] and [T]"
+            )
+        self.classes = logits[-1]
 
     def params(self):
         return sum(n.params for n in self.nodes)
@@ -424,6 +487,98 @@ def consumers(model):
     return count
 
 
+def seq_modules():
+    """The sequence layers gpipe has and torch.nn has not as such (layers/embedding.c,
+    positional.c, attention.c): same parameter names, shapes, initializations and masks."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Embedding(nn.Embedding):
+        def __init__(self, vocab, dim, padding_idx, scale):
+            super().__init__(vocab, dim, padding_idx=padding_idx)
+            self.scale = math.sqrt(dim) if scale else 0.0
+            if scale:
+                with torch.no_grad():
+                    nn.init.normal_(self.weight, std=dim ** -0.5)
+                    if padding_idx is not None:
+                        self.weight[padding_idx].zero_()
+
+        def forward(self, ids):
+            y = super().forward(ids)
+            return y * self.scale if self.scale else y
+
+    class Positional(nn.Module):
+        def __init__(self, max_len, dim, learned):
+            super().__init__()
+            if learned:
+                self.weight = nn.Parameter(torch.randn(max_len, dim))
+            else:
+                pos = torch.arange(max_len, dtype=torch.float32)[:, None]
+                ang = pos / torch.pow(10000.0, torch.arange(0, dim, 2).float() / dim)
+                pe = torch.zeros(max_len, dim)
+                pe[:, 0::2] = torch.sin(ang)
+                pe[:, 1::2] = torch.cos(ang[:, : dim // 2])
+                self.register_buffer("pe", pe)
+
+        def forward(self, x, pos=None):
+            table = self.weight if hasattr(self, "weight") else self.pe
+            return x + (table[pos] if pos is not None else table[: x.shape[1]])
+
+    class Attention(nn.Module):
+        """nn.MultiheadAttention's parameters; F.scaled_dot_product_attention with gpipe's
+        masks (segments: same non-zero segment id; padding: key mask 1; causal: j <= i)."""
+
+        def __init__(self, dim, heads, bias, causal, segments, p):
+            super().__init__()
+            self.h, self.causal, self.segments, self.p = heads, causal, segments, p
+            self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim))
+            nn.init.xavier_uniform_(self.in_proj_weight)
+            self.in_proj_bias = nn.Parameter(torch.zeros(3 * dim)) if bias else None
+            self.out_proj = nn.Linear(dim, dim, bias=bias)
+            if bias:
+                nn.init.zeros_(self.out_proj.bias)
+
+        def forward(self, q, *rest):
+            kv = next((t for t in rest if t.dim() == 3), None)
+            masks = [t for t in rest if t.dim() == 2]
+            B, Tq, d = q.shape
+            h, dh = self.h, d // self.h
+            w, b = self.in_proj_weight, self.in_proj_bias
+            if kv is None:
+                qkv = F.linear(q, w, b).view(B, Tq, 3, h, dh).permute(2, 0, 3, 1, 4)
+                qh, kh, vh = qkv[0], qkv[1], qkv[2]
+            else:
+                qh = F.linear(q, w[:d], None if b is None else b[:d])
+                kvp = F.linear(kv, w[d:], None if b is None else b[d:])
+                Tk = kv.shape[1]
+                qh = qh.view(B, Tq, h, dh).transpose(1, 2)
+                kvp = kvp.view(B, Tk, 2, h, dh).permute(2, 0, 3, 1, 4)
+                kh, vh = kvp[0], kvp[1]
+            Tk = kh.shape[2]
+            allow = None
+            if self.segments:
+                qs, ks = (masks[0], masks[1]) if len(masks) == 2 else (masks[0], masks[0])
+                allow = (qs[:, :, None] == ks[:, None, :]) & (ks[:, None, :] != 0)
+            elif masks:
+                allow = (masks[0] != 0)[:, None, :].expand(B, Tq, Tk)
+            if self.causal:
+                tri = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()
+                allow = tri.expand(B, Tq, Tk) if allow is None else allow & tri
+            if allow is not None:
+                # gpipe gives a query with no key a context of 0; SDPA would give NaN. Such
+                # queries are padding, outside the loss: letting them see key 0 costs the same.
+                allow = allow.clone()
+                allow[:, :, 0] |= ~allow.any(-1)
+                allow = allow[:, None]
+            ctx = F.scaled_dot_product_attention(
+                qh, kh, vh, attn_mask=allow, dropout_p=self.p if self.training else 0.0
+            )
+            return self.out_proj(ctx.transpose(1, 2).reshape(B, Tq, d))
+
+    return Embedding, Positional, Attention
+
+
 def build_torch(model, inplace=True):
     """An fx GraphModule: modules for the layers with parameters or a training mode, plain
     functions for the rest, in-place ReLU and residual adds where that is safe (the input
@@ -436,7 +591,9 @@ def build_torch(model, inplace=True):
 
     uses = consumers(model)
     g = fx.Graph()
-    env = {model.x_input: g.placeholder("x")}
+    env = {i: g.placeholder(model.input_names[i]) for i in model.data_inputs}
+    if model.sequence:
+        Embedding, Positional, Attention = seq_modules()
     mods = {}
     # producers whose backward reads their input (or nothing), never their output
     out_free = ("conv2d", "batchnorm", "linear", "add")
@@ -518,6 +675,24 @@ def build_torch(model, inplace=True):
         elif t == "concat":
             ax = int(c["axis"])
             out = g.call_function(torch.cat, (a,), {"dim": ax + 1 if ax >= 0 else ax})
+        elif t == "layernorm":
+            mods[node.path] = nn.LayerNorm(x[-1], eps=float(c["eps"]))
+            out = g.call_module(node.path, (a[0],))
+        elif t == "embedding":
+            pad = c["padding_idx"]
+            mods[node.path] = Embedding(int(c["num_embeddings"]), int(c["dim"]),
+                                        None if pad is None else int(pad), bool(c["scale"]))
+            out = g.call_module(node.path, (a[0],))
+        elif t == "positional":
+            mods[node.path] = Positional(int(c["max_len"]), x[-1], c["kind"] == "learned")
+            out = g.call_module(node.path, tuple(a))
+        elif t == "attention":
+            if c["mask"] not in ("padding", "segments"):
+                raise SpecError(f"{node.path}: attention mask '{c['mask']}'")
+            mods[node.path] = Attention(x[-1], int(c["heads"]), bool(c["bias"]),
+                                        bool(c["causal"]), c["mask"] == "segments",
+                                        float(c["dropout"]))
+            out = g.call_module(node.path, tuple(a))
         elif t == "pad":
             before, after = pair(c["channels"], "channels")
             pad = (0, 0) * (len(x) - 1) + (before, after)
@@ -575,6 +750,51 @@ def make_optimizer(model, net, impl):
     if unknown:
         raise SpecError(f"optimizer {kind}: settings {sorted(unknown)} are not supported")
     return opt, kind, hp
+
+
+def seq_batch(model, batch, rnd, torch):
+    """Packed rows of random sentences, as gpipe's synthetic sequence data (cli/seqdata.c,
+    data/seqfeed.c): lengths (EOS included) uniform in [2, L], ids in [4, V), a row filled
+    with pairs while both sides have room (the last cut to the room left), segment ids 1, 2,
+    ... per pair (0 = padding), positions within each sentence. With mask inputs instead of
+    segments, one pair per row. Returns the data inputs in the file's order and the labels."""
+    names = model.input_names
+    roles = {SEQ_ROLES[names[i]]: i for i in model.data_inputs}
+    lens = {side: model.shapes[roles[(side, "ids")]][0] for side in ("src", "tgt")
+            if (side, "ids") in roles}
+    vocab = {}
+    for n in model.nodes:
+        if n.type == "embedding":
+            for side in lens:
+                if n.inputs[0] == roles[(side, "ids")]:
+                    vocab[side] = int(n.conf["num_embeddings"])
+    packed = any(k[1] == "seg" for k in roles)
+    cols = {k: [[0] * lens[k[0]] for _ in range(batch)] for k in roles}
+    label = [[-100] * lens["tgt"] for _ in range(batch)]
+    for r in range(batch):
+        used = {side: 0 for side in lens}
+        seg = 0
+        while all(lens[side] - used[side] >= 2 for side in lens) and (packed or seg == 0):
+            seg += 1
+            for side in lens:
+                n = min(rnd.randint(2, lens[side]), lens[side] - used[side])
+                lo = 4 if vocab.get(side, 8) > 4 else 0
+                for j in range(n):
+                    t = used[side] + j
+                    cols[(side, "ids")][r][t] = rnd.randrange(lo, vocab.get(side, lo + 1))
+                    if (side, "seg") in cols:
+                        cols[(side, "seg")][r][t] = seg
+                    if (side, "pos") in cols:
+                        cols[(side, "pos")][r][t] = j
+                    if (side, "mask") in cols:
+                        cols[(side, "mask")][r][t] = 1
+                    if side == "tgt":
+                        label[r][t] = rnd.randrange(lo, model.classes)
+                used[side] += n
+    xs = [None] * len(names)
+    for k, i in roles.items():
+        xs[i] = torch.tensor(cols[k], dtype=torch.long)
+    return [xs[i] for i in model.data_inputs], torch.tensor(label, dtype=torch.long)
 
 
 def sync(torch, dev):
@@ -638,32 +858,38 @@ def measure(args):
     # worth, made before the timing. gpipe's step takes host buffers and copies them to the
     # device inside the step; --input host does the same (from pinned memory, without
     # blocking, as a DataLoader with pin_memory would); --input device leaves them there.
+    # Sequence models get packed rows of random sentences instead (seq_batch).
     g = torch.Generator().manual_seed(seed)
-    xshape = (batch,) + model.shapes[model.x_input]
-    host = [
-        (torch.rand(xshape, generator=g) * 2 - 1,
-         torch.randint(0, model.classes, (batch,), generator=g))
-        for _ in range(4)
-    ]
-    if args.input == "host" and dev.type == "cuda":
-        host = [(x.pin_memory(), y.pin_memory()) for x, y in host]
-        batches = host
-    else:
-        batches = [(x.to(dev).contiguous(memory_format=mem_fmt) if x.dim() == 4 else x.to(dev),
-                    y.to(dev)) for x, y in host]
+    rnd = random.Random(seed)
+    host = []
+    for _ in range(4):
+        if model.sequence:
+            host.append(seq_batch(model, batch, rnd, torch))
+        else:
+            xshape = (batch,) + model.shapes[model.data_inputs[0]]
+            host.append(([torch.rand(xshape, generator=g) * 2 - 1],
+                         torch.randint(0, model.classes, (batch,), generator=g)))
+
+    def place(x):
+        x = x.to(dev, non_blocking=True)
+        return x.contiguous(memory_format=mem_fmt) if x.dim() == 4 else x
+
     copy_in = args.input == "host" and dev.type == "cuda"
+    if copy_in:
+        batches = [([x.pin_memory() for x in xs], y.pin_memory()) for xs, y in host]
+    else:
+        batches = [([place(x) for x in xs], y.to(dev)) for xs, y in host]
     bf16 = args.precision == "bf16"
 
     def step(i):
-        x, y = batches[i % len(batches)]
+        xs, y = batches[i % len(batches)]
         if copy_in:
-            x = x.to(dev, non_blocking=True)
+            xs = [place(x) for x in xs]
             y = y.to(dev, non_blocking=True)
-            if args.channels_last and x.dim() == 4:
-                x = x.contiguous(memory_format=mem_fmt)
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = net(x)
-            loss = F.cross_entropy(logits, y, ignore_index=ignore, label_smoothing=smoothing)
+            logits = net(*xs)
+            loss = F.cross_entropy(logits.reshape(-1, model.classes), y.reshape(-1),
+                                   ignore_index=ignore, label_smoothing=smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip > 0:
@@ -730,6 +956,110 @@ def measure(args):
     if args.json_out:
         with open(args.json_out, "a") as f:
             f.write(line + "\n")
+    return 0
+
+
+# ---- the same function: gpipe's weights, the test split -------------------------------------
+
+
+def read_safetensors(path, torch):
+    """{name: tensor} of an F32/I32/I64 safetensors file (8-byte header length, JSON header,
+    raw little-endian data), without the safetensors package."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = int.from_bytes(blob[:8], "little")
+    head = json.loads(blob[8 : 8 + n])
+    dtypes = {"F32": torch.float32, "I32": torch.int32, "I64": torch.int64}
+    out = {}
+    for name, v in head.items():
+        if name == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        raw = bytearray(blob[8 + n + a : 8 + n + b])
+        t = torch.frombuffer(raw, dtype=dtypes[v["dtype"]]) if raw else torch.empty(0)
+        out[name] = t.reshape(v["shape"]).clone()
+    return out
+
+
+def eval_text(args):
+    """gpipe-train's test evaluation of a sequence model, in PyTorch: the weights of
+    `gpipe-train --save` loaded strictly by name, the test split's sentences (pairs) packed in
+    order into rows (segment ids 1, 2, ... when the model has segment inputs, else one a
+    row), the file's loss summed over real tokens / their count, and the token accuracy.
+    Packing changes no token's loss (attention never crosses sentences), so this is gpipe's
+    number whatever its rows."""
+    import torch
+    import torch.nn.functional as F
+
+    doc = load_doc(args.model, args.set)
+    model = Model(args.model, doc)
+    if not model.sequence:
+        raise SpecError("--eval-text takes a sequence model (transformer-lm, transformer-nmt)")
+    data = doc.get("data") or {}
+    bos, eos, pad = (int(data.get(k, d)) for k, d in (("bos_id", 2), ("eos_id", 3), ("pad_id", 0)))
+    names = model.input_names
+    roles = {SEQ_ROLES[names[i]]: i for i in model.data_inputs}
+    sides = {"tgt": data["target"]}
+    if ("src", "ids") in roles:
+        sides["src"] = data["source"]
+    L = {side: model.shapes[roles[(side, "ids")]][0] for side in sides}
+    seqs = {}
+    for side, lang in sides.items():
+        with open(os.path.join(args.eval_text, f"test.{lang}.ids")) as f:
+            ids = [[int(t) for t in ln.split()] for ln in f.read().splitlines()]
+        for k, x in enumerate(ids):
+            if len(x) + 1 > L[side]:
+                raise SpecError(f"test.{lang}.ids:{k + 1}: longer than the row ({L[side]})")
+        # src: ids EOS; tgt_in: BOS ids; label: ids EOS
+        seqs[side] = [(x + [eos], None) if side == "src" else ([bos] + x, x + [eos]) for x in ids]
+    packed = any(what == "seg" for _, what in roles)
+
+    # rows: columns per role and the labels, sentences (pairs) in order while both sides fit
+    rows, cur = [], None
+    for k in range(len(seqs["tgt"])):
+        fits = cur is not None and packed and all(
+            cur["used"][side] + len(seqs[side][k][0]) <= L[side] for side in sides)
+        if not fits:
+            cur = {"used": {side: 0 for side in sides}, "seg": 0,
+                   "cols": {key: [0] * L[key[0]] for key in roles},
+                   "label": [-100] * L["tgt"]}
+            for key in roles:
+                if key[1] == "ids":
+                    cur["cols"][key] = [pad] * L[key[0]]
+            rows.append(cur)
+        cur["seg"] += 1
+        for side in sides:
+            seq, lab = seqs[side][k]
+            at = cur["used"][side]
+            for j, t in enumerate(seq):
+                for what, v in (("ids", t), ("seg", cur["seg"]), ("pos", j), ("mask", 1)):
+                    if (side, what) in roles:
+                        cur["cols"][(side, what)][at + j] = v
+                if side == "tgt":
+                    cur["label"][at + j] = lab[j]
+            cur["used"][side] += len(seq)
+
+    net = build_torch(model)
+    net.load_state_dict(read_safetensors(args.load, torch), strict=True)
+    net.eval()
+    smoothing = float(model.loss_conf["label_smoothing"])  # gpipe evaluates the file's loss
+    loss_sum, correct, count = 0.0, 0, 0
+    with torch.no_grad():
+        for r0 in range(0, len(rows), 32):
+            chunk = rows[r0 : r0 + 32]
+            xs = [torch.tensor([row["cols"][SEQ_ROLES[names[i]]] for row in chunk]) for i in
+                  model.data_inputs]
+            y = torch.tensor([row["label"] for row in chunk]).reshape(-1)
+            logits = net(*xs).reshape(-1, model.classes)
+            real = y != -100
+            loss_sum += float(F.cross_entropy(logits, y, ignore_index=-100, reduction="sum",
+                                              label_smoothing=smoothing))
+            correct += int((logits.argmax(-1)[real] == y[real]).sum())
+            count += int(real.sum())
+    out = {"model": model.name, "weights": args.load, "sentences": len(seqs["tgt"]),
+           "rows": len(rows), "tokens": count, "loss": loss_sum / count,
+           "accuracy": correct / count}
+    print(json.dumps(out))
     return 0
 
 
@@ -868,7 +1198,7 @@ def report(args):
            ("measured sgemm of the cores (fp32 only)" if args.cpu_peak_gflops else "unknown")),
         "samples/s: median over the repetitions (each: gpipe-bench's batch / median step time; "
         "torch: median of timed windows); ratio = gpipe / torch.",
-        "MFU: 6 x (conv2d + linear multiply-adds per sample) x samples/s / peak.",
+        "MFU: 6 x (conv2d, linear and attention multiply-adds per sample) x samples/s / peak.",
     ]
     seen = set()
     for row in rows:
@@ -926,6 +1256,11 @@ def main(argv):
     ap.add_argument("--expect-params", type=int, help="fail unless the count is this (gpipe's)")
     ap.add_argument("--count-only", action="store_true", help="build, print the count, exit")
     ap.add_argument("--json-out", help="also append the JSON line to this file")
+    ap.add_argument("--eval-text", metavar="DIR",
+                    help="evaluate the test split of this text/translation data directory "
+                    "with the weights of --load (a sequence model), instead of timing")
+    ap.add_argument("--load", metavar="W.safetensors",
+                    help="--eval-text: the weights of gpipe-train --save")
     ap.add_argument("--report", metavar="RAW_DIR", help="make compare-torch.sh's table")
     ap.add_argument("--gpu", help="--report: the GPU's name (nvidia-smi)")
     ap.add_argument("--peak-tflops", help="--report: FP32,BF16 peaks instead of the table's")
@@ -939,6 +1274,10 @@ def main(argv):
             return report(args)
         if not args.model:
             ap.error("a model file is needed (or --report DIR)")
+        if args.eval_text:
+            if not args.load:
+                ap.error("--eval-text needs --load W.safetensors")
+            return eval_text(args)
         return measure(args)
     except SpecError as e:
         msg = str(e) if str(e).startswith(str(args.model)) else f"{args.model}: {e}"
