@@ -2,11 +2,12 @@
 # Runs on a GPU machine what cannot run without one, from the pack scripts/gpu-pack.sh made
 # (carried as .gpu/), in phases, each logged; writes OUT/summary.txt and OUT/logs.tgz.
 # Usage: scripts/gpu-check.sh OUT PHASE...
-#   phases: info suite memcheck torch capacity graph scaling
+#   phases: info suite memcheck torch torchseq capacity graph scaling
 #   info      nvidia-smi, the libraries the programs resolve
 #   suite     every tests/cuda binary (meson suite `cuda`)
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
 #   torch     scripts/compare-torch.sh: samples/s and MFU against PyTorch eager
+#   torchseq  the same for transformer-lm and transformer-nmt
 #   capacity  scripts/capacity.sh: the largest model with and without GPipe on one GPU
 #             (GP_CAPACITY_ARGS="--capacity 8GiB --batch 8" adds options)
 #   graph     which cuDNN API the convolution searches choose (GP_CUDNN_LOG), and ResNet-56
@@ -69,6 +70,13 @@ phase_torch() {
     >"$logs/torch.log" 2>&1
   say "torch: rc=$?"
   sed -n '/^|/p' "$logs/torch/results.md" 2>/dev/null | tee -a "$summary"
+}
+
+phase_torchseq() {
+  timeout 570 scripts/compare-torch.sh "$logs/torchseq" --bin "$bin" --device cuda:0 --reps 2 \
+    --models transformer-lm,transformer-nmt >"$logs/torchseq.log" 2>&1
+  say "torchseq: rc=$?"
+  sed -n '/^|/p' "$logs/torchseq/results.md" 2>/dev/null | tee -a "$summary"
 }
 
 phase_capacity() {
@@ -138,7 +146,7 @@ phase_scaling() {
 
 for p in "$@"; do
   case "$p" in
-  info | suite | memcheck | torch | capacity | graph | scaling) "phase_$p" ;;
+  info | suite | memcheck | torch | torchseq | capacity | graph | scaling) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done
