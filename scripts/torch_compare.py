@@ -752,49 +752,75 @@ def make_optimizer(model, net, impl):
     return opt, kind, hp
 
 
-def seq_batch(model, batch, rnd, torch):
-    """Packed rows of random sentences, as gpipe's synthetic sequence data (cli/seqdata.c,
-    data/seqfeed.c): lengths (EOS included) uniform in [2, L], ids in [4, V), a row filled
-    with pairs while both sides have room (the last cut to the room left), segment ids 1, 2,
-    ... per pair (0 = padding), positions within each sentence. With mask inputs instead of
-    segments, one pair per row. Returns the data inputs in the file's order and the labels."""
-    names = model.input_names
-    roles = {SEQ_ROLES[names[i]]: i for i in model.data_inputs}
+def seq_layout(model):
+    """(roles: (side, what) -> input index, row length per side, packed: segment inputs)."""
+    roles = {SEQ_ROLES[model.input_names[i]]: i for i in model.data_inputs}
     lens = {side: model.shapes[roles[(side, "ids")]][0] for side in ("src", "tgt")
             if (side, "ids") in roles}
-    vocab = {}
-    for n in model.nodes:
-        if n.type == "embedding":
+    return roles, lens, any(what == "seg" for _, what in roles)
+
+
+def pack_rows(model, pairs, pad, max_rows=None):
+    """Rows of the model's sequence inputs from pairs {side: (ids, labels or None)}, in order:
+    a pair joins the open row while both sides have room and the model has segment inputs
+    (segment ids 1, 2, ..., positions within each sentence), else opens the next row (one a
+    row with mask inputs). Padding: `pad` in ids, 0 in segments, positions and masks, -100 in
+    labels. Returns the rows' columns per role and their labels; stops at max_rows rows."""
+    roles, lens, packed = seq_layout(model)
+    rows = []
+    for pair in pairs:
+        row = rows[-1] if rows else None
+        if row is None or not packed or any(
+            row["used"][side] + len(pair[side][0]) > lens[side] for side in lens
+        ):
+            if max_rows is not None and len(rows) == max_rows:
+                break
+            row = {"used": dict.fromkeys(lens, 0), "seg": 0, "label": [-100] * lens["tgt"],
+                   "cols": {k: [pad if k[1] == "ids" else 0] * lens[k[0]] for k in roles}}
+            rows.append(row)
+        row["seg"] += 1
+        for side in lens:
+            seq, lab = pair[side]
+            at = row["used"][side]
+            for j, t in enumerate(seq):
+                for what, v in (("ids", t), ("seg", row["seg"]), ("pos", j), ("mask", 1)):
+                    if (side, what) in roles:
+                        row["cols"][(side, what)][at + j] = v
+                if lab is not None:
+                    row["label"][at + j] = lab[j]
+            row["used"][side] += len(seq)
+    return [{k: row["cols"][k] for k in roles} for row in rows], [row["label"] for row in rows]
+
+
+def seq_tensors(model, cols, labels, torch):
+    """The data inputs in the file's order, and the labels, as tensors of rows."""
+    names = model.input_names
+    xs = [torch.tensor([c[SEQ_ROLES[names[i]]] for c in cols]) for i in model.data_inputs]
+    return xs, torch.tensor(labels)
+
+
+def seq_batch(model, batch, rnd, torch):
+    """`batch` packed rows of random sentences, as gpipe's synthetic sequence data
+    (cli/seqdata.c): lengths (EOS included) uniform in [2, L], ids in [4, V)."""
+    roles, lens, _ = seq_layout(model)
+    vocab = {side: int(n.conf["num_embeddings"]) for n in model.nodes for side in lens
+             if n.type == "embedding" and n.inputs[0] == roles[(side, "ids")]}
+
+    def ids(side, n, hi):
+        lo = 4 if hi > 4 else 0
+        return [rnd.randrange(lo, hi) for _ in range(n)]
+
+    def pairs():
+        while True:
+            pair = {}
             for side in lens:
-                if n.inputs[0] == roles[(side, "ids")]:
-                    vocab[side] = int(n.conf["num_embeddings"])
-    packed = any(k[1] == "seg" for k in roles)
-    cols = {k: [[0] * lens[k[0]] for _ in range(batch)] for k in roles}
-    label = [[-100] * lens["tgt"] for _ in range(batch)]
-    for r in range(batch):
-        used = {side: 0 for side in lens}
-        seg = 0
-        while all(lens[side] - used[side] >= 2 for side in lens) and (packed or seg == 0):
-            seg += 1
-            for side in lens:
-                n = min(rnd.randint(2, lens[side]), lens[side] - used[side])
-                lo = 4 if vocab.get(side, 8) > 4 else 0
-                for j in range(n):
-                    t = used[side] + j
-                    cols[(side, "ids")][r][t] = rnd.randrange(lo, vocab.get(side, lo + 1))
-                    if (side, "seg") in cols:
-                        cols[(side, "seg")][r][t] = seg
-                    if (side, "pos") in cols:
-                        cols[(side, "pos")][r][t] = j
-                    if (side, "mask") in cols:
-                        cols[(side, "mask")][r][t] = 1
-                    if side == "tgt":
-                        label[r][t] = rnd.randrange(lo, model.classes)
-                used[side] += n
-    xs = [None] * len(names)
-    for k, i in roles.items():
-        xs[i] = torch.tensor(cols[k], dtype=torch.long)
-    return [xs[i] for i in model.data_inputs], torch.tensor(label, dtype=torch.long)
+                n = rnd.randint(min(2, lens[side]), lens[side])
+                seq = ids(side, n, vocab.get(side, 8))
+                pair[side] = (seq, ids(side, n, model.classes) if side == "tgt" else None)
+            yield pair
+
+    cols, labels = pack_rows(model, pairs(), 0, max_rows=batch)
+    return seq_tensors(model, cols, labels, torch)
 
 
 def sync(torch, dev):
@@ -997,47 +1023,21 @@ def eval_text(args):
         raise SpecError("--eval-text takes a sequence model (transformer-lm, transformer-nmt)")
     data = doc.get("data") or {}
     bos, eos, pad = (int(data.get(k, d)) for k, d in (("bos_id", 2), ("eos_id", 3), ("pad_id", 0)))
-    names = model.input_names
-    roles = {SEQ_ROLES[names[i]]: i for i in model.data_inputs}
+    _, lens, _ = seq_layout(model)
     sides = {"tgt": data["target"]}
-    if ("src", "ids") in roles:
+    if "src" in lens:
         sides["src"] = data["source"]
-    L = {side: model.shapes[roles[(side, "ids")]][0] for side in sides}
     seqs = {}
     for side, lang in sides.items():
         with open(os.path.join(args.eval_text, f"test.{lang}.ids")) as f:
             ids = [[int(t) for t in ln.split()] for ln in f.read().splitlines()]
         for k, x in enumerate(ids):
-            if len(x) + 1 > L[side]:
-                raise SpecError(f"test.{lang}.ids:{k + 1}: longer than the row ({L[side]})")
+            if len(x) + 1 > lens[side]:
+                raise SpecError(f"test.{lang}.ids:{k + 1}: longer than the row ({lens[side]})")
         # src: ids EOS; tgt_in: BOS ids; label: ids EOS
         seqs[side] = [(x + [eos], None) if side == "src" else ([bos] + x, x + [eos]) for x in ids]
-    packed = any(what == "seg" for _, what in roles)
-
-    # rows: columns per role and the labels, sentences (pairs) in order while both sides fit
-    rows, cur = [], None
-    for k in range(len(seqs["tgt"])):
-        fits = cur is not None and packed and all(
-            cur["used"][side] + len(seqs[side][k][0]) <= L[side] for side in sides)
-        if not fits:
-            cur = {"used": {side: 0 for side in sides}, "seg": 0,
-                   "cols": {key: [0] * L[key[0]] for key in roles},
-                   "label": [-100] * L["tgt"]}
-            for key in roles:
-                if key[1] == "ids":
-                    cur["cols"][key] = [pad] * L[key[0]]
-            rows.append(cur)
-        cur["seg"] += 1
-        for side in sides:
-            seq, lab = seqs[side][k]
-            at = cur["used"][side]
-            for j, t in enumerate(seq):
-                for what, v in (("ids", t), ("seg", cur["seg"]), ("pos", j), ("mask", 1)):
-                    if (side, what) in roles:
-                        cur["cols"][(side, what)][at + j] = v
-                if side == "tgt":
-                    cur["label"][at + j] = lab[j]
-            cur["used"][side] += len(seq)
+    pairs = [{side: seqs[side][k] for side in sides} for k in range(len(seqs["tgt"]))]
+    cols, labels = pack_rows(model, pairs, pad)
 
     net = build_torch(model)
     net.load_state_dict(read_safetensors(args.load, torch), strict=True)
@@ -1045,19 +1045,17 @@ def eval_text(args):
     smoothing = float(model.loss_conf["label_smoothing"])  # gpipe evaluates the file's loss
     loss_sum, correct, count = 0.0, 0, 0
     with torch.no_grad():
-        for r0 in range(0, len(rows), 32):
-            chunk = rows[r0 : r0 + 32]
-            xs = [torch.tensor([row["cols"][SEQ_ROLES[names[i]]] for row in chunk]) for i in
-                  model.data_inputs]
-            y = torch.tensor([row["label"] for row in chunk]).reshape(-1)
+        for r0 in range(0, len(cols), 32):
+            xs, y = seq_tensors(model, cols[r0 : r0 + 32], labels[r0 : r0 + 32], torch)
+            y = y.reshape(-1)
             logits = net(*xs).reshape(-1, model.classes)
             real = y != -100
             loss_sum += float(F.cross_entropy(logits, y, ignore_index=-100, reduction="sum",
                                               label_smoothing=smoothing))
             correct += int((logits.argmax(-1)[real] == y[real]).sum())
             count += int(real.sum())
-    out = {"model": model.name, "weights": args.load, "sentences": len(seqs["tgt"]),
-           "rows": len(rows), "tokens": count, "loss": loss_sum / count,
+    out = {"model": model.name, "weights": args.load, "sentences": len(pairs),
+           "rows": len(cols), "tokens": count, "loss": loss_sum / count,
            "accuracy": correct / count}
     print(json.dumps(out))
     return 0
