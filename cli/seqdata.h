@@ -18,7 +18,8 @@ gp_status gp_data_input(const gp_model *m, const char *data, const gp_model_inpu
 /* The classes m's output scores: the size of its last dimension (1 for a scalar). */
 int64_t gp_model_classes(const gp_model *m);
 /* Whether the training data opened for m fits it: its samples have xi's shape, its classes
- * are the model's outputs, and it holds at least one batch (streams of unknown size pass).
+ * are the model's outputs, and it holds at least one batch (streams of unknown size pass;
+ * batch 0: any number, for a test split checked alone).
  * Errors name the model file, or for the size the data and what was read. */
 gp_status gp_data_fits(const gp_model *m, const gp_model_input *xi, const gp_loader *train,
                        int64_t batch);

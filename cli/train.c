@@ -55,6 +55,7 @@ enum {
   F_PARTITION,
   F_QUIET,
   F_TRANSLATIONS,
+  F_EVAL_ONLY,
   F_HELP,
   F_VERSION,
   F_COUNT
@@ -118,6 +119,10 @@ static gp_flag flags[] = {
                  0},
     [F_TRANSLATIONS] = {"--translations", GP_FLAG_STR, "FILE.txt",
                         "translation models: write the test split's greedy translations", 0},
+    [F_EVAL_ONLY] = {"--eval-only", GP_FLAG_BOOL, NULL,
+                     "evaluate the test split with the weights of --load (or the initial ones) "
+                     "and stop: no training",
+                     0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
     {NULL},
@@ -148,6 +153,7 @@ typedef struct run {
   int64_t ckpt_step;      /* the step of the checkpoint last written or resumed from, or -1 */
   gp_seq_eval final_seq;  /* a sequence model's final evaluation, printed at the end */
   int traced, saved;      /* --trace, --save written (the run's end) */
+  int64_t loaded_step;    /* --load named a checkpoint: its step; else -1 */
 } run;
 
 /* Frees the run; s, or the first error of closing the log. */
@@ -319,6 +325,15 @@ static gp_status apply_flags(gp_model *m) {
                   t->batch_size, flags[F_BATCH].given ? "--batch-size" : "train.batch_size",
                   m->pipeline.micro_batches, plan ? "micro_batches in the plan " : "", mfrom);
   }
+  static const int trains[] = {F_STEPS,    F_EPOCHS,     F_SAVE,   F_EVAL_EVERY,
+                               F_CKPT_DIR, F_CKPT_EVERY, F_RESUME, F_TRACE};
+  for (int i = 0; flags[F_EVAL_ONLY].given && i < (int)(sizeof trains / sizeof trains[0]); i++)
+    if (flags[trains[i]].given)
+      return GP_ERR(
+          GP_ERR_USAGE, "--eval-only trains nothing, so %s does not apply%s", flags[trains[i]].name,
+          trains[i] == F_TRACE ? " (a trace records the training steps)"
+          : i >= 4 ? " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"
+                   : "");
   if (flags[F_RESUME].given && !flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
   if (flags[F_CKPT_EVERY].given && !flags[F_CKPT_DIR].given)
@@ -354,8 +369,10 @@ static gp_status open_seqdata(run *r, int synthetic) {
   return GP_ERR(GP_ERR_USAGE, "--translations: %s is not a translation model", m->file);
 }
 
+/* The training and test splits; --eval-only opens only the test split. */
 static gp_status open_data(run *r) {
   gp_model *m = r->m;
+  int train = !flags[F_EVAL_ONLY].given;
   int64_t classes = gp_model_classes(m);
   int64_t b = m->train.batch_size;
   uint64_t seed = m->train.seed;
@@ -365,8 +382,9 @@ static gp_status open_data(run *r) {
   const gp_model_input *xi;
   if (flags[F_DATA].given || m->data.dataset == GP_DATA_SYNTHETIC) {
     GP_TRY(gp_data_input(m, "synthetic data", &xi));
-    GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 16, GP_SPLIT_TRAIN, seed, NULL,
-                                    &r->train));
+    if (train)
+      GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 16, GP_SPLIT_TRAIN, seed, NULL,
+                                      &r->train));
     return gp_loader_open_synthetic(&xi->shape, classes, b * 2, GP_SPLIT_TEST, seed, NULL,
                                     &r->test);
   }
@@ -376,9 +394,10 @@ static gp_status open_data(run *r) {
                   "not given); name one, or use --data synthetic",
                   m->file);
   GP_TRY(gp_data_input(m, "an image dataset", &xi));
-  GP_TRY(gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TRAIN, seed, NULL, &r->train)));
+  if (train)
+    GP_TRY(gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TRAIN, seed, NULL, &r->train)));
   GP_TRY(gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TEST, seed, NULL, &r->test)));
-  return gp_data_fits(m, xi, r->train, b);
+  return train ? gp_data_fits(m, xi, r->train, b) : gp_data_fits(m, xi, r->test, 0);
 }
 
 /* The training data's position: (epoch, next batch). */
@@ -466,15 +485,28 @@ static gp_status evaluate_seq(run *r, gp_progress *pg, int64_t epoch, int final,
   return GP_OK;
 }
 
+/* What the final line's numbers are of: the step trained to, or --eval-only's weights. */
+static void weights_name(const run *r, char *buf, size_t n) {
+  if (!flags[F_EVAL_ONLY].given)
+    snprintf(buf, n, "step %" PRId64, r->t.step);
+  else if (!flags[F_LOAD].given)
+    snprintf(buf, n, "initial weights (seed %" PRIu64 ")", r->t.seed);
+  else if (r->loaded_step >= 0)
+    snprintf(buf, n, "weights of %s (step %" PRId64 ")", flags[F_LOAD].s, r->loaded_step);
+  else
+    snprintf(buf, n, "weights of %s", flags[F_LOAD].s);
+}
+
 /* The last line of a run: the final evaluation (ev, or a sequence model's final_seq). */
 static void print_final(const run *r, const gp_progress *pg, const gp_metrics *ev) {
   const gp_seq_eval *se = &r->final_seq;
+  char who[PATH_MAX + 64];
+  weights_name(r, who, sizeof who);
   if (!r->sq) {
-    printf("final: step %" PRId64 "  test loss %.4f  test accuracy %.4f", r->t.step, ev->loss,
-           ev->accuracy);
+    printf("final: %s  test loss %.4f  test accuracy %.4f", who, ev->loss, ev->accuracy);
   } else {
-    printf("final: step %" PRId64 "  %s loss %.4f  perplexity %.2f  token accuracy %.4f", r->t.step,
-           se->split, se->loss, se->perplexity, se->accuracy);
+    printf("final: %s  %s loss %.4f  perplexity %.2f  token accuracy %.4f", who, se->split,
+           se->loss, se->perplexity, se->accuracy);
     if (se->left_out)
       printf("  (%lld pair%s longer than a row left out)", (long long)se->left_out,
              se->left_out == 1 ? "" : "s");
@@ -584,6 +616,52 @@ static void note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch) {
                    gp_remat_names()[plan->remat], turns);
 }
 
+/* The trainer of the model's pipeline, on *threads CPU threads, with the weights of --load. */
+static gp_status make_trainer(run *r, gp_plan *plan, int *threads) {
+  gp_model *m = r->m;
+  *threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : gp_cpu_cores();
+  GP_TRY(gp_plan_make(m, &m->pipeline, plan));
+  gp_pipeline_opts po = {.cores = *threads,
+                         .pin = flags[F_PIN].given,
+                         .watchdog_s = flags[F_WATCHDOG].given ? (double)flags[F_WATCHDOG].i : 0,
+                         .trace = flags[F_TRACE].given,
+                         .precision = r->precision,
+                         .nondeterministic = flags[F_NONDET].given,
+                         .mem_limit = r->mem_limit};
+  GP_TRY(gp_trainer_init(&r->t, m, plan, &po, m->train.seed));
+  r->have_trainer = 1;
+  r->loaded_step = -1;
+  if (flags[F_LOAD].given) GP_TRY(gp_trainer_load_weights(&r->t, flags[F_LOAD].s, &r->loaded_step));
+  return GP_OK;
+}
+
+/* The run's first lines: the model, and a sequence model's data. */
+static void note_model(const run *r, gp_progress *pg) {
+  const gp_model *m = r->m;
+  gp_progress_note(pg, "model %s: %d unit%s, %d layer%s, %.3fM parameters (%" PRId64 ")", m->name,
+                   m->n_units, m->n_units == 1 ? "" : "s", m->n_nodes, m->n_nodes == 1 ? "" : "s",
+                   (double)m->n_params / 1e6, m->n_params);
+  if (r->sq) {
+    char desc[512];
+    gp_seqdata_describe(r->sq, desc, sizeof desc);
+    gp_progress_note(pg, "data %s", desc);
+  }
+  if (r->loaded_step >= 0)
+    gp_progress_note(pg,
+                     "loaded the weights of step %" PRId64
+                     " from the checkpoint %s (not its optimizer state or data position: "
+                     "--checkpoint-dir DIR --resume continues that run)",
+                     r->loaded_step, flags[F_LOAD].s);
+}
+
+/* The OpenBLAS kernels gpipe chose in place of OpenBLAS's own pick, for the machine line. */
+static void blas_note(char *buf, size_t n) {
+  buf[0] = 0;
+  if (gp_blas_replaced()) /* see gp_blas_pick_kernels */
+    snprintf(buf, n, " (OpenBLAS %s kernels: it had picked %s for this CPU)", gp_blas_kernels(),
+             gp_blas_replaced());
+}
+
 static gp_status train(run *r) {
   gp_model *m = r->m;
   const gp_train_spec *ts = &m->train;
@@ -597,19 +675,9 @@ static gp_status train(run *r) {
                   "train.steps, or data.train_samples to count in epochs",
                   m->file);
   int64_t total = ts->steps > 0 ? ts->steps : ts->epochs * per_epoch;
-  int threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : gp_cpu_cores();
+  int threads;
   gp_plan plan;
-  GP_TRY(gp_plan_make(m, &m->pipeline, &plan));
-  gp_pipeline_opts po = {.cores = threads,
-                         .pin = flags[F_PIN].given,
-                         .watchdog_s = flags[F_WATCHDOG].given ? (double)flags[F_WATCHDOG].i : 0,
-                         .trace = flags[F_TRACE].given,
-                         .precision = r->precision,
-                         .nondeterministic = flags[F_NONDET].given,
-                         .mem_limit = r->mem_limit};
-  GP_TRY(gp_trainer_init(&r->t, m, &plan, &po, ts->seed));
-  r->have_trainer = 1;
-  if (flags[F_LOAD].given) GP_TRY(gp_trainer_load_weights(&r->t, flags[F_LOAD].s));
+  GP_TRY(make_trainer(r, &plan, &threads));
   r->ckpt_step = -1;
   gp_ckpt_pos pos = {0};
   if (flags[F_RESUME].given) {
@@ -649,18 +717,9 @@ static gp_status train(run *r) {
 
   gp_progress pg;
   gp_progress_init(&pg, flags[F_QUIET].given, r->log, flags[F_LOG].s);
-  gp_progress_note(&pg, "model %s: %d unit%s, %d layer%s, %.3fM parameters (%" PRId64 ")", m->name,
-                   m->n_units, m->n_units == 1 ? "" : "s", m->n_nodes, m->n_nodes == 1 ? "" : "s",
-                   (double)m->n_params / 1e6, m->n_params);
-  if (r->sq) {
-    char desc[512];
-    gp_seqdata_describe(r->sq, desc, sizeof desc);
-    gp_progress_note(&pg, "data %s", desc);
-  }
-  char blas[128] = "";
-  if (gp_blas_replaced()) /* see gp_blas_pick_kernels */
-    snprintf(blas, sizeof blas, " (OpenBLAS %s kernels: it had picked %s for this CPU)",
-             gp_blas_kernels(), gp_blas_replaced());
+  note_model(r, &pg);
+  char blas[128];
+  blas_note(blas, sizeof blas);
   char epoch_size[64] = "epoch size unknown: streamed shards"; /* per_epoch < 0 */
   if (per_epoch >= 0) snprintf(epoch_size, sizeof epoch_size, "%" PRId64 " per epoch", per_epoch);
   gp_progress_note(&pg,
@@ -760,6 +819,51 @@ static gp_status train(run *r) {
   return GP_OK;
 }
 
+/* --eval-only: the test split's evaluation of the weights of --load (or the initial ones), the
+ * lines a training run ends with, and nothing trained or saved. */
+static gp_status eval_only(run *r) {
+  gp_model *m = r->m;
+  int64_t b = m->train.batch_size;
+  int threads;
+  gp_plan plan;
+  GP_TRY(make_trainer(r, &plan, &threads));
+  if (r->loaded_step >= 0) r->t.step = r->loaded_step; /* what the evaluation is of */
+  if (flags[F_LOG].given && !(r->log = fopen(flags[F_LOG].s, "w")))
+    return GP_ERR(GP_ERR_IO, "--log %s: cannot write: %s", flags[F_LOG].s, strerror(errno));
+  if (!r->sq) {
+    gp_shape sample = gp_loader_sample_shape(r->test);
+    r->x = malloc((size_t)(b * gp_shape_numel(&sample)) * sizeof(float));
+    r->y = malloc((size_t)b * sizeof(int32_t));
+    if (!r->x || !r->y) return GP_ERR(GP_ERR_NOMEM, "out of host memory for a batch");
+  }
+  gp_progress pg;
+  gp_progress_init(&pg, flags[F_QUIET].given, r->log, flags[F_LOG].s);
+  note_model(r, &pg);
+  char blas[128], who[PATH_MAX + 64];
+  blas_note(blas, sizeof blas);
+  weights_name(r, who, sizeof who);
+  gp_progress_note(&pg,
+                   "evaluating the %s on the test split (no training), batch %" PRId64
+                   ", %d CPU thread%s%s, precision %s",
+                   who, b, threads, threads == 1 ? "" : "s", blas,
+                   r->precision == GP_PREC_BF16 ? "bf16" : "fp32");
+  note_pipeline(&pg, &plan, b);
+  if (out_stale)
+    gp_progress_note(&pg,
+                     "removed %d temporary file%s that killed runs left beside the output files",
+                     out_stale, out_stale == 1 ? "" : "s");
+  gp_metrics ev = {0};
+  gp_status s = r->sq ? evaluate_seq(r, &pg, 0, 1, &ev) : evaluate(r, &pg, 0, &ev);
+  if (s == GP_ERR_INTERRUPTED)
+    return GP_ERR(s, "%s received: stopped the evaluation; no result",
+                  gp_interrupt_name(gp_interrupted()));
+  GP_TRY(s);
+  gp_progress_done(&pg);
+  report_memory(r);
+  print_final(r, &pg, &ev);
+  return GP_OK;
+}
+
 int main(int argc, char **argv) {
   gp_args_std_fds();
   gp_interrupt_install("gpipe-train",
@@ -800,7 +904,7 @@ int main(int argc, char **argv) {
   if (s == GP_OK && flags[F_MEMORY].given)
     s = gp_args_size("--memory-limit", flags[F_MEMORY].s, &r.mem_limit);
   if (s == GP_OK) s = open_data(&r);
-  if (s == GP_OK) s = train(&r);
+  if (s == GP_OK) s = flags[F_EVAL_ONLY].given ? eval_only(&r) : train(&r);
   s = run_free(&r, s);
   if (s == GP_OK && (fflush(stdout) != 0 || ferror(stdout)))
     s = GP_ERR(GP_ERR_IO, "stdout: writing failed");

@@ -180,11 +180,29 @@ gp_status gp_trainer_save_weights(gp_trainer *t, const char *path) {
   return s;
 }
 
-gp_status gp_trainer_load_weights(gp_trainer *t, const char *path) {
+/* A counter of the checkpoint's metadata: an integer >= 0 (the seed: any int64). */
+static gp_status meta_int(const gp_st_file *f, const char *path, const char *key, int64_t *out) {
+  const char *v = gp_st_meta(f, key);
+  int64_t x = 0;
+  if (!v) return GP_ERR(GP_ERR_DATA, "%s: not a gpipe checkpoint (no %s)", path, key);
+  const int any = strcmp(key, "gpipe.seed") == 0;
+  if (gp_cfg_parse_int(v, &x) != 1 || (x < 0 && !any))
+    return GP_ERR(GP_ERR_DATA, "%s: bad %s '%s' (expected an integer%s)", path, key, v,
+                  any ? "" : " >= 0");
+  *out = x;
+  return GP_OK;
+}
+
+gp_status gp_trainer_load_weights(gp_trainer *t, const char *path, int64_t *ckpt_step) {
   gp_st_file *f;
   GP_TRY(gp_st_read(path, &f));
-  gp_status s = load_weights_from(t, f, path, NULL);
+  /* a checkpoint (gpipe.step): its weights; the optimizer state is --resume's */
+  int64_t step = -1;
+  int ckpt = gp_st_meta(f, "gpipe.step") != NULL;
+  gp_status s = ckpt ? meta_int(f, path, "gpipe.step", &step) : GP_OK;
+  if (s == GP_OK) s = load_weights_from(t, f, path, ckpt ? "optim." : NULL);
   gp_st_free(f);
+  if (s == GP_OK && ckpt_step) *ckpt_step = step;
   return s;
 }
 
@@ -248,19 +266,6 @@ gp_status gp_trainer_save_checkpoint(gp_trainer *t, const char *dir, const gp_ck
   free_staging(stage, k);
   free(slots);
   return s;
-}
-
-/* A counter of the checkpoint's metadata: an integer >= 0 (the seed: any int64). */
-static gp_status meta_int(const gp_st_file *f, const char *path, const char *key, int64_t *out) {
-  const char *v = gp_st_meta(f, key);
-  int64_t x = 0;
-  if (!v) return GP_ERR(GP_ERR_DATA, "%s: not a gpipe checkpoint (no %s)", path, key);
-  const int any = strcmp(key, "gpipe.seed") == 0;
-  if (gp_cfg_parse_int(v, &x) != 1 || (x < 0 && !any))
-    return GP_ERR(GP_ERR_DATA, "%s: bad %s '%s' (expected an integer%s)", path, key, v,
-                  any ? "" : " >= 0");
-  *out = x;
-  return GP_OK;
 }
 
 /* Every "optim." tensor of the file must be a slot of this run's optimizer: state of another

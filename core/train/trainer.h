@@ -55,7 +55,11 @@ gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_fn next, void *ctx, int64_
                               int64_t max_samples, gp_metrics *out);
 
 gp_status gp_trainer_save_weights(gp_trainer *t, const char *path);
-gp_status gp_trainer_load_weights(gp_trainer *t, const char *path);
+/* The weights of a gp_trainer_save_weights file, or of a gpipe checkpoint (its "optim."
+ * tensors, the optimizer state, are left: gp_trainer_load_checkpoint takes them); every other
+ * tensor must be one of the model's. *ckpt_step (NULL: not wanted) is the checkpoint's step,
+ * or -1 for a weights file. */
+gp_status gp_trainer_load_weights(gp_trainer *t, const char *path, int64_t *ckpt_step);
 
 typedef struct gp_ckpt_pos {
   int64_t epoch, index; /* data position */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpipe-train end to end on real Fashion-MNIST (a slice of it, to stay fast):
-# 2N steps in one run == N steps, then --resume for N more (bit for bit); the same seed
-# twice gives identical weights; a different seed does not. Skips (77) without the data.
+# 2N steps in one run == N steps, then --resume for N more (bit for bit); --eval-only of the
+# weights gives the run's final numbers; the same seed twice gives identical weights; a
+# different seed does not. Skips (77) without the data.
 set -u
 train=$1; model=$2
 data=/usr/share/datasets/fashion-mnist
@@ -12,12 +13,31 @@ common=(--quiet --batch-size 32 --threads 1 --set data.train_limit=640 --set dat
 fail() { echo "FAIL: $*"; exit 1; }
 
 "$train" "$model" "${common[@]}" --steps 24 --save "$tmp/full.safetensors" --log "$tmp/full.jsonl" \
-  || fail "the 24-step run exited $?"
+  > "$tmp/full.out" || fail "the 24-step run exited $?"
 "$train" "$model" "${common[@]}" --steps 12 --checkpoint-dir "$tmp/ck" || fail "the 12-step run"
 [ -f "$tmp/ck/checkpoint.safetensors" ] || fail "no checkpoint written"
 "$train" "$model" "${common[@]}" --steps 24 --checkpoint-dir "$tmp/ck" --resume \
   --save "$tmp/resumed.safetensors" || fail "the resumed run"
 cmp "$tmp/full.safetensors" "$tmp/resumed.safetensors" || fail "resumed weights differ from one run"
+
+# --eval-only: the saved weights, or the checkpoint's (its optimizer state left), evaluated
+# without training give the numbers the run ended with, on 2 stages as on 1
+want=$(sed -n 's/^final: step 24  \(test loss [0-9.]*  test accuracy [0-9.]*\)  .*/\1/p' "$tmp/full.out")
+[ -n "$want" ] || fail "no final line: $(cat "$tmp/full.out")"
+for w in full.safetensors ck/checkpoint.safetensors; do
+  "$train" "$model" "${common[@]}" --eval-only --load "$tmp/$w" --stages 2 --micro-batches 4 \
+    --log "$tmp/eval.jsonl" > "$tmp/eval.out" 2> "$tmp/err" || fail "--eval-only $w: $(cat "$tmp/err")"
+  got=$(sed -n 's/^final: weights of .*  \(test loss [0-9.]*  test accuracy [0-9.]*\)  .*/\1/p' \
+    "$tmp/eval.out")
+  [ "$got" = "$want" ] || fail "--eval-only --load $w: '$got', the training run ended with '$want'"
+  [ "$(grep -c . "$tmp/eval.jsonl")" = 1 ] && grep -q '"event": "eval"' "$tmp/eval.jsonl" ||
+    fail "--eval-only's log is not one eval event: $(cat "$tmp/eval.jsonl")"
+done
+grep -q "^final: weights of .*ck/checkpoint.safetensors (step 24)" "$tmp/eval.out" ||
+  fail "--eval-only of a checkpoint does not name its step: $(cat "$tmp/eval.out")"
+"$train" "$model" "${common[@]}" --eval-only --steps 3 2> "$tmp/err"
+[ $? = 2 ] && [ "$(wc -l < "$tmp/err")" = 1 ] && grep -q "eval-only trains nothing" "$tmp/err" ||
+  fail "--eval-only --steps 3: $(cat "$tmp/err")"
 
 "$train" "$model" "${common[@]}" --steps 24 --save "$tmp/again.safetensors" || fail "the repeat run"
 cmp "$tmp/full.safetensors" "$tmp/again.safetensors" || fail "the same seed gave other weights"

@@ -53,7 +53,8 @@ small=(--set data.path="$d" --set blocks.embed.params.vocab=20 --set layers.4.ou
 for i in src src_seg src_pos tgt_in tgt_seg tgt_pos label; do small+=(--set inputs.$i.shape.0=16); done
 "$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 300 --batch-size 16 \
   --set train.eval_every=150 --stages 2 --micro-batches 2 --threads 2 \
-  --translations "$tmp/hyp.txt" --log "$tmp/log.jsonl" > "$tmp/out" 2> "$tmp/err" ||
+  --translations "$tmp/hyp.txt" --log "$tmp/log.jsonl" --save "$tmp/copy.safetensors" \
+  > "$tmp/out" 2> "$tmp/err" ||
   { cat "$tmp/err"; fail "training the copy model"; }
 cat "$tmp/out"
 grep -q "packed rows of 16/16 tokens" "$tmp/err" || { cat "$tmp/err"; fail "no packed-rows line"; }
@@ -68,6 +69,15 @@ if [ -n "$ok" ]; then
   ref=$(python3 -c "import sacrebleu,sys;print('%.2f'%sacrebleu.corpus_bleu(open('$tmp/hyp.txt').read().splitlines(),[open('$d/test.es').read().splitlines()]).score)")
   [ "$ref" = "$bleu" ] || fail "BLEU $bleu, sacreBLEU on --translations gives $ref"
 fi
+
+# --eval-only of the saved weights, on one stage: the same test numbers and translations
+"$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --batch-size 16 --threads 2 \
+  --eval-only --load "$tmp/copy.safetensors" --translations "$tmp/hyp1.txt" > "$tmp/out1" \
+  2> "$tmp/err" || { cat "$tmp/err"; fail "--eval-only of the copy model"; }
+strip() { sed -n 's/^final: .*  \(test loss .*\)  ([0-9.]* s)$/\1/p' "$1"; }
+[ -n "$(strip "$tmp/out")" ] && [ "$(strip "$tmp/out1")" = "$(strip "$tmp/out")" ] ||
+  fail "--eval-only: $(cat "$tmp/out1"), the training run: $(cat "$tmp/out")"
+cmp -s "$tmp/hyp.txt" "$tmp/hyp1.txt" || fail "--eval-only's translations differ from the run's"
 
 # the same with the embeddings and the output projection tied: the copies live on both
 # stages (source embedding on the first, output projection on the last) and must stay equal

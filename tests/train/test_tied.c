@@ -246,7 +246,7 @@ static void sum_check(const char *dir, const char *clip) {
   trainer(mt, 3, 2, &tt); /* the copies on stages 0 and 2 (two on 0) */
   trainer(mu, 1, 2, &tu); /* the same micro-batches: the same order of the gradients' sums */
   if (gp_trainer_save_weights(&tt, wpath) != GP_OK) die("save w0");
-  if (gp_trainer_load_weights(&tu, wpath) != GP_OK) die("load w0 untied");
+  if (gp_trainer_load_weights(&tu, wpath, NULL) != GP_OK) die("load w0 untied");
   int64_t n = VOC * 8;
   /* the untied copies and every other parameter start equal to the tied ones */
   double *w0 = malloc(sizeof(double) * (size_t)n), *gs = calloc((size_t)n, sizeof(double));
@@ -386,22 +386,22 @@ static void files_check(const char *dir) {
   gp_model *m2 = load_tiny(1, "0");
   gp_trainer t2;
   trainer(m2, 3, 1, &t2);
-  CHECK(gp_trainer_load_weights(&t2, part) == GP_OK, "a file with one member loads");
+  CHECK(gp_trainer_load_weights(&t2, part, NULL) == GP_OK, "a file with one member loads");
   int j;
   for (int q = 0; q < 3; q++) {
     gp_layer *l = find_param(m2, members[q], &j);
     CHECK(e[2] && !memcmp(l->param[j], gp_st_data(f, e[2]), e[2]->end - e[2]->begin),
           "%s read from out.weight", members[q]);
   }
-  CHECK(gp_trainer_load_weights(&t2, wpath) == GP_OK, "the tied file loads into K = 3");
+  CHECK(gp_trainer_load_weights(&t2, wpath, NULL) == GP_OK, "the tied file loads into K = 3");
   /* untied training made the copies differ: refused, naming both */
   gp_error_clear();
-  s = gp_trainer_load_weights(&t2, bad);
+  s = gp_trainer_load_weights(&t2, bad, NULL);
   const char *msg = gp_error_message();
   CHECK(s == GP_ERR_DATA && strstr(msg, "tensors 'se.weight' and 'te.weight' are tied (group "
                                         "'emb') but differ in the file"),
         "differing members: %s", msg);
-  CHECK(gp_trainer_load_weights(&tu, wpath) == GP_OK, "the untied model loads the tied file");
+  CHECK(gp_trainer_load_weights(&tu, wpath, NULL) == GP_OK, "the untied model loads the tied file");
   /* a checkpoint of K = 2 resumes at K = 3 */
   char ck[4200];
   snprintf(ck, sizeof ck, "%s/ck", dir);
