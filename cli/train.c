@@ -904,7 +904,12 @@ int main(int argc, char **argv) {
   if (s == GP_OK && flags[F_MEMORY].given)
     s = gp_args_size("--memory-limit", flags[F_MEMORY].s, &r.mem_limit);
   if (s == GP_OK) s = open_data(&r);
-  if (s == GP_OK) s = flags[F_EVAL_ONLY].given ? eval_only(&r) : train(&r);
+  if (s == GP_OK && flags[F_EVAL_ONLY].given) {
+    gp_interrupt_install("gpipe-train", "stopping the evaluation");
+    s = eval_only(&r);
+  } else if (s == GP_OK) {
+    s = train(&r);
+  }
   s = run_free(&r, s);
   if (s == GP_OK && (fflush(stdout) != 0 || ferror(stdout)))
     s = GP_ERR(GP_ERR_IO, "stdout: writing failed");

@@ -4,7 +4,8 @@
 # would; a second signal stops at once and leaves no temporary file; a --log resumed from an
 # earlier checkpoint loses the lines the killed run logged past it; a killed run's temporary
 # checkpoint is removed by the next run given the folder, and its temporary --save or --trace
-# by the next run writing the same file; a signal during an evaluation cuts it short.
+# by the next run writing the same file; a signal during an evaluation cuts it short, and
+# stops --eval-only's with no result.
 set -u
 train=$1; srcdir=$2
 tmp=$(mktemp -d); trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -168,6 +169,18 @@ import json, sys
 ev = [(e["event"], e["step"]) for e in map(json.loads, open(sys.argv[1]))]
 assert ev == [("train", 1), ("interrupted", 1), ("eval", 1), ("train", 2), ("eval", 2)], ev
 PY
+  # 8. --eval-only: a signal stops its evaluation, with no result and nothing logged
+  "$train" "$srcdir/models/fashion-cnn.yaml" --eval-only --threads 1 --batch-size 8 \
+    --log "$tmp/log5.jsonl" >"$tmp/out5" 2>"$tmp/err" &
+  pid=$!
+  for _ in $(seq 1200); do grep -q "^evaluating" "$tmp/err" && break; sleep 0.05; done
+  kill -TERM $pid
+  wait $pid; rc=$?
+  [ $rc = 143 ] && [ "$(tail -1 "$tmp/err")" = "gpipe-train: SIGTERM received: stopped the evaluation; no result" ] ||
+    fail "SIGTERM in --eval-only: exit $rc: $(cat "$tmp/err")"
+  grep -q "^gpipe-train: SIGTERM received: stopping the evaluation; a second signal stops at once$" "$tmp/err" ||
+    fail "SIGTERM in --eval-only: no notice: $(cat "$tmp/err")"
+  [ -s "$tmp/log5.jsonl" ] || [ -s "$tmp/out5" ] && fail "SIGTERM in --eval-only: a result: $(cat "$tmp/out5" "$tmp/log5.jsonl")"
 else
   echo "no $data: the evaluation case left out"
 fi
