@@ -35,8 +35,14 @@ static int list_peak_in_flight(const gp_action *a, int n) {
   return peak;
 }
 
-static int wants_recompute(gp_remat remat, int m, int micro) {
-  return remat == GP_REMAT_ALWAYS || (remat == GP_REMAT_EXCEPT_LAST && m != micro - 1);
+/* except_last keeps the activations of the micro-batch a stage backwards first: under GPipe
+ * the last one, whose backward follows its forward (torchgpipe's rule); under 1F1B the first,
+ * which only forwards (their activations dropped) run beside. Keeping 1F1B's last instead put
+ * its activations beside each recompute of the backwards before it: two sets, as many as
+ * `never` holds at K - s = 2. */
+static int wants_recompute(gp_schedule_kind kind, gp_remat remat, int m, int micro) {
+  int kept = kind == GP_SCHED_1F1B ? 0 : micro - 1;
+  return remat == GP_REMAT_ALWAYS || (remat == GP_REMAT_EXCEPT_LAST && m != kept);
 }
 
 static void put(gp_action *list, int *n, gp_action_kind kind, int m, int rc) {
@@ -49,27 +55,27 @@ static int fill_stage(gp_schedule_kind kind, gp_remat remat, int stages, int mic
   int n = 0;
   if (kind == GP_SCHED_GPIPE) {
     for (int m = 0; m < micro; m++)
-      put(list, &n, GP_A_FORWARD, m, wants_recompute(remat, m, micro));
+      put(list, &n, GP_A_FORWARD, m, wants_recompute(kind, remat, m, micro));
     /* reverse order, as torchgpipe: the last forward's activations are the freshest */
     for (int m = micro - 1; m >= 0; m--)
-      put(list, &n, GP_A_BACKWARD, m, wants_recompute(remat, m, micro));
+      put(list, &n, GP_A_BACKWARD, m, wants_recompute(kind, remat, m, micro));
   } else {
     /* PipeDream-flush: stage s forwards K - s - 1 micro-batches ahead, which is exactly what
      * it takes for the first gradient to come back when it runs its next forward */
     int warm = stages - s - 1 < micro ? stages - s - 1 : micro;
     int nf = 0, nb = 0;
     while (nf < warm) {
-      put(list, &n, GP_A_FORWARD, nf, wants_recompute(remat, nf, micro));
+      put(list, &n, GP_A_FORWARD, nf, wants_recompute(kind, remat, nf, micro));
       nf++;
     }
     while (nf < micro) {
-      put(list, &n, GP_A_FORWARD, nf, wants_recompute(remat, nf, micro));
+      put(list, &n, GP_A_FORWARD, nf, wants_recompute(kind, remat, nf, micro));
       nf++;
-      put(list, &n, GP_A_BACKWARD, nb, wants_recompute(remat, nb, micro));
+      put(list, &n, GP_A_BACKWARD, nb, wants_recompute(kind, remat, nb, micro));
       nb++;
     }
     while (nb < micro) {
-      put(list, &n, GP_A_BACKWARD, nb, wants_recompute(remat, nb, micro));
+      put(list, &n, GP_A_BACKWARD, nb, wants_recompute(kind, remat, nb, micro));
       nb++;
     }
   }

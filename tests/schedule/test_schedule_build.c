@@ -77,9 +77,12 @@ static gp_action expected(gp_schedule_kind kind, int K, int M, int s, int i) {
   return a;
 }
 
-static int want_recompute(gp_remat r, int m, int M) {
+/* except_last keeps (does not re-materialize) the micro-batch the stage backwards first: under
+ * GPipe the last (torchgpipe's), under 1F1B the first, so that it is never held beside a
+ * recompute. */
+static int want_recompute(gp_remat r, gp_schedule_kind kind, int m, int M) {
   if (r == GP_REMAT_ALWAYS) return 1;
-  if (r == GP_REMAT_EXCEPT_LAST) return m != M - 1;
+  if (r == GP_REMAT_EXCEPT_LAST) return m != (kind == GP_SCHED_1F1B ? 0 : M - 1);
   return 0;
 }
 
@@ -128,7 +131,8 @@ static void test_lists(void) {
                   bad_order++ < 5)
                 CHECK(0, "%s K=%d M=%d stage %d action %d: kind %d micro %d, want %d %d", kn, K, M,
                       s, i, a.kind, a.micro, e.kind, e.micro);
-              int rc = a.kind == GP_A_STEP ? a.recompute : want_recompute(REMATS[r], a.micro, M);
+              int rc = a.kind == GP_A_STEP ? a.recompute
+                                           : want_recompute(REMATS[r], KINDS[k], a.micro, M);
               if (a.recompute != rc && bad_rc++ < 5)
                 CHECK(0, "%s remat %d K=%d M=%d stage %d action %d: recompute %d", kn, r, K, M, s,
                       i, a.recompute);

@@ -97,27 +97,32 @@ static void test_memory(void) {
           if (got[j] != want[j] && bad++ < 8)
             CHECK(0, "K=%d M=%d stage %d case %d: peak bytes %g, want %g", K, M, s, j, got[j],
                   want[j]);
-        /* except_last is left out on purpose: 1F1B backwards the kept last micro-batch last,
-         * so it can sit beside a re-materialized one (K=2 M=2 stage 0: 10 + 1000 + 1000 against
-         * GPipe's 1010, which backwards the kept one first) */
-        for (int i = 0; i < 3; i += 2)
+        /* except_last too: both keep the micro-batch they backward first, which never sits
+         * beside a re-materialized one (1F1B kept its last until 2026-11-24: K=2 M=2 stage 0
+         * held 10 + 1000 + 1000 against GPipe's 1010) */
+        for (int i = 0; i < 3; i++)
           if (g[i].stage[s].peak_bytes < f[i].stage[s].peak_bytes && bad++ < 8)
             CHECK(0, "K=%d M=%d stage %d remat %d: gpipe %g < 1f1b %g", K, M, s, i,
                   g[i].stage[s].peak_bytes, f[i].stage[s].peak_bytes);
         /* recompute pays off once two micro-batches are in flight; with one it costs the
-         * input on top (and 1F1B's except_last can cost more than never: the kept last
-         * micro-batch sits beside a re-materialized one) */
+         * input on top */
         if (M >= 2 &&
             (g[0].stage[s].peak_bytes >= g[2].stage[s].peak_bytes ||
              g[1].stage[s].peak_bytes >= g[2].stage[s].peak_bytes) &&
             bad++ < 8)
           CHECK(0, "K=%d M=%d stage %d: gpipe recompute does not save (%g %g vs %g)", K, M, s,
                 g[0].stage[s].peak_bytes, g[1].stage[s].peak_bytes, g[2].stage[s].peak_bytes);
-        if (inf >= 2 && f[0].stage[s].peak_bytes >= f[2].stage[s].peak_bytes && bad++ < 8)
-          CHECK(0, "K=%d M=%d stage %d: 1f1b recompute does not save", K, M, s);
+        if (inf >= 2 &&
+            (f[0].stage[s].peak_bytes >= f[2].stage[s].peak_bytes ||
+             f[1].stage[s].peak_bytes >= f[2].stage[s].peak_bytes) &&
+            bad++ < 8)
+          CHECK(0, "K=%d M=%d stage %d: 1f1b recompute does not save (%g %g vs %g)", K, M, s,
+                f[0].stage[s].peak_bytes, f[1].stage[s].peak_bytes, f[2].stage[s].peak_bytes);
       }
-      if (K == 2 && M == 2 && f[1].stage[0].peak_bytes != 2010 && bad++ < 8)
-        CHECK(0, "1f1b except_last K=2 M=2 stage 0: peak %g, want 2010", f[1].stage[0].peak_bytes);
+      /* K=2 M=2 stage 0 under 1F1B except_last: F0 (kept, 1000), F1 (input, 10), B0, then B1
+       * re-materializes: 1010 at most */
+      if (K == 2 && M == 2 && f[1].stage[0].peak_bytes != 1010 && bad++ < 8)
+        CHECK(0, "1f1b except_last K=2 M=2 stage 0: peak %g, want 1010", f[1].stage[0].peak_bytes);
       for (int i = 0; i < 3; i++) {
         gp_sim_result_free(&g[i]);
         gp_sim_result_free(&f[i]);
