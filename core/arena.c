@@ -10,11 +10,17 @@ struct gp_arena_chunk {
 };
 
 #define ALIGN 64
-#define MIN_CHUNK ((size_t)1 << 20)
+/* While an arena grows (its first step), an allocation of OWN_CHUNK bytes or more gets a chunk
+ * of exactly its size, and smaller ones share chunks of SMALL_CHUNK: the chunks' unused tails
+ * count in the backend's peak, which --memory-limit holds a stage to. With 1 MiB chunks for
+ * all, two 512 KiB activations and a batch norm's statistics between them left 44% of a
+ * ResNet-20 slot unused (13 chunks for a 9 MiB peak). */
+#define OWN_CHUNK ((size_t)64 << 10)
+#define SMALL_CHUNK ((size_t)256 << 10)
 
 void gp_arena_init(gp_arena *a, gp_backend *be, size_t limit) {
   a->be = be;
-  a->chunks = NULL;
+  a->chunks = a->small = NULL;
   a->used = a->peak = a->grown = 0;
   a->limit = limit;
   a->meter = NULL;
@@ -31,6 +37,7 @@ static void meter_sub(gp_arena *a, size_t n) {
 }
 
 static void free_chunks(gp_arena *a) {
+  a->small = NULL;
   while (a->chunks) {
     gp_arena_chunk *c = a->chunks;
     a->chunks = c->next;
@@ -64,11 +71,13 @@ gp_status gp_arena_alloc(gp_arena *a, size_t bytes, void **out) {
     return GP_ERR(GP_ERR_FULL, "arena limit of %zu bytes exceeded (asked for %zu more)", a->limit,
                   bytes);
   gp_arena_chunk *c = a->chunks;
+  if (c && c->off + need > c->cap) c = a->small; /* the newest is full: the small ones' chunk */
   if (!c || c->off + need > c->cap) {
-    size_t cap = need > MIN_CHUNK ? need : MIN_CHUNK;
-    if (c) a->grown += need;
-    GP_TRY(add_chunk(a, cap));
+    int own = need >= OWN_CHUNK;
+    if (a->chunks) a->grown += need;
+    GP_TRY(add_chunk(a, own ? need : SMALL_CHUNK));
     c = a->chunks;
+    if (!own) a->small = c;
   }
   *out = c->base + c->off;
   c->off += need;

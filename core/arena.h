@@ -1,6 +1,7 @@
 /* Bump allocators over backend memory for activations and saved tensors. An arena grows
- * by chunks during the first step, then is coalesced into one chunk at the first reset to
- * the start, so later steps do not allocate. peak is the measured high-water mark. */
+ * by chunks during the first step (a large allocation gets one of its own size, small ones
+ * share), then is coalesced into one chunk at the first reset to the start, so later steps
+ * do not allocate. peak is the measured high-water mark. */
 #ifndef GP_ARENA_H
 #define GP_ARENA_H
 
@@ -20,6 +21,7 @@ typedef struct gp_mem_meter {
 typedef struct gp_arena {
   gp_backend *be;
   gp_arena_chunk *chunks; /* newest first */
+  gp_arena_chunk *small;  /* while growing: the chunk small allocations share, or NULL */
   size_t used;            /* bytes handed out since init or the last full reset */
   size_t peak;            /* high-water mark of used */
   size_t limit;           /* 0 = none; past it, alloc fails with GP_ERR_FULL */

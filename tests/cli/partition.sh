@@ -286,16 +286,19 @@ fi
 # ---- a plan said to fit a limit fits it in gpipe-train: except_last's kept micro-batch holds
 # a set of activations beside the recomputed one, for good (its slot keeps that size). The
 # estimate counted one set under GPipe, said 26.0 of 30 MiB, and training passed the limit on
-# stage 0; under 1F1B it once said 24.9 of 27 MiB, with the same result
+# stage 0; under 1F1B it once said 24.9 of 27 MiB, with the same result. And `never`: an
+# arena's first-step chunks of 1 MiB held 13 MiB for a 9 MiB peak, so plans said to fit 40 MiB
+# (GPipe) and 48 MiB (1F1B) did not
 r20=$srcdir/models/resnet20-cifar.yaml
-for sl in "gpipe 27" "gpipe 30" "1f1b 27" "1f1b 30"; do
-  read -r sched lim <<< "$sl"
-  A=(--stages 3 --micro-batches 4 --batch-size 32 --schedule "$sched" --checkpoint except_last)
+for sl in "gpipe 27 except_last" "gpipe 30 except_last" "1f1b 27 except_last" \
+          "1f1b 30 except_last" "gpipe 40 never" "1f1b 48 never"; do
+  read -r sched lim remat <<< "$sl"
+  A=(--stages 3 --micro-batches 4 --batch-size 32 --schedule "$sched" --checkpoint "$remat")
   if "$part" "$r20" "${A[@]}" --memory-limit "${lim}MiB" -o "$tmp/p27.yaml" >"$tmp/o" 2>"$tmp/e" &&
      grep -q "every stage fits its limit" "$tmp/o" &&
      "$train" "$r20" --batch-size 32 --partition "$tmp/p27.yaml" --memory-limit "${lim}MiB" \
        --data synthetic --steps 2 --threads 1 --quiet >"$tmp/o2" 2>"$tmp/e2"; then ok
-  else bad "$sched except_last under ${lim}MiB: $(cat "$tmp/e" "$tmp/e2")"; fi
+  else bad "$sched $remat under ${lim}MiB: $(cat "$tmp/e" "$tmp/e2")"; fi
 done
 
 # ---- --by params balances weights but predicts from FLOPs: on a split that --by flops also
