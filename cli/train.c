@@ -325,15 +325,23 @@ static gp_status apply_flags(gp_model *m) {
                   t->batch_size, flags[F_BATCH].given ? "--batch-size" : "train.batch_size",
                   m->pipeline.micro_batches, plan ? "micro_batches in the plan " : "", mfrom);
   }
-  static const int trains[] = {F_STEPS,    F_EPOCHS,     F_SAVE,   F_EVAL_EVERY,
-                               F_CKPT_DIR, F_CKPT_EVERY, F_RESUME, F_TRACE};
-  for (int i = 0; flags[F_EVAL_ONLY].given && i < (int)(sizeof trains / sizeof trains[0]); i++)
-    if (flags[trains[i]].given)
-      return GP_ERR(
-          GP_ERR_USAGE, "--eval-only trains nothing, so %s does not apply%s", flags[trains[i]].name,
-          trains[i] == F_TRACE ? " (a trace records the training steps)"
-          : i >= 4 ? " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"
-                   : "");
+  static const struct {
+    int flag;
+    const char *why;
+  } trains[] = {
+      {F_STEPS, ""},
+      {F_EPOCHS, ""},
+      {F_SAVE, ""},
+      {F_EVAL_EVERY, ""},
+      {F_TRACE, " (a trace records the training steps)"},
+      {F_CKPT_DIR, " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"},
+      {F_CKPT_EVERY, " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"},
+      {F_RESUME, " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"},
+  };
+  for (size_t i = 0; flags[F_EVAL_ONLY].given && i < sizeof trains / sizeof trains[0]; i++)
+    if (flags[trains[i].flag].given)
+      return GP_ERR(GP_ERR_USAGE, "--eval-only trains nothing, so %s does not apply%s",
+                    flags[trains[i].flag].name, trains[i].why);
   if (flags[F_RESUME].given && !flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
   if (flags[F_CKPT_EVERY].given && !flags[F_CKPT_DIR].given)
@@ -654,6 +662,22 @@ static void note_model(const run *r, gp_progress *pg) {
                      r->loaded_step, flags[F_LOAD].s);
 }
 
+/* Host buffers for one batch of an image loader's samples. */
+static gp_status alloc_batch(run *r, const gp_loader *l, int64_t b) {
+  gp_shape sample = gp_loader_sample_shape(l);
+  r->x = malloc((size_t)(b * gp_shape_numel(&sample)) * sizeof(float));
+  r->y = malloc((size_t)b * sizeof(int32_t));
+  if (!r->x || !r->y) return GP_ERR(GP_ERR_NOMEM, "out of host memory for a batch");
+  return GP_OK;
+}
+
+static void note_stale_outputs(gp_progress *pg) {
+  if (out_stale)
+    gp_progress_note(pg,
+                     "removed %d temporary file%s that killed runs left beside the output files",
+                     out_stale, out_stale == 1 ? "" : "s");
+}
+
 /* The OpenBLAS kernels gpipe chose in place of OpenBLAS's own pick, for the machine line. */
 static void blas_note(char *buf, size_t n) {
   buf[0] = 0;
@@ -707,13 +731,7 @@ static gp_status train(run *r) {
     else if (!(r->log = fopen(flags[F_LOG].s, "w")))
       return GP_ERR(GP_ERR_IO, "--log %s: cannot write: %s", flags[F_LOG].s, strerror(errno));
   }
-  if (!r->sq) {
-    gp_shape sample = gp_loader_sample_shape(r->train);
-    int64_t per = gp_shape_numel(&sample);
-    r->x = malloc((size_t)(b * per) * sizeof(float));
-    r->y = malloc((size_t)b * sizeof(int32_t));
-    if (!r->x || !r->y) return GP_ERR(GP_ERR_NOMEM, "out of host memory for a batch");
-  }
+  if (!r->sq) GP_TRY(alloc_batch(r, r->train, b));
 
   gp_progress pg;
   gp_progress_init(&pg, flags[F_QUIET].given, r->log, flags[F_LOG].s);
@@ -729,10 +747,7 @@ static gp_status train(run *r) {
                    blas, r->precision == GP_PREC_BF16 ? "bf16" : "fp32",
                    r->t.step ? ", resumed" : "");
   note_pipeline(&pg, &plan, b);
-  if (out_stale)
-    gp_progress_note(&pg,
-                     "removed %d temporary file%s that killed runs left beside the output files",
-                     out_stale, out_stale == 1 ? "" : "s");
+  note_stale_outputs(&pg);
   if (ckpt_stale)
     gp_progress_note(&pg, "removed %d temporary checkpoint%s a killed run left in %s", ckpt_stale,
                      ckpt_stale == 1 ? "" : "s", flags[F_CKPT_DIR].s);
@@ -830,12 +845,7 @@ static gp_status eval_only(run *r) {
   if (r->loaded_step >= 0) r->t.step = r->loaded_step; /* what the evaluation is of */
   if (flags[F_LOG].given && !(r->log = fopen(flags[F_LOG].s, "w")))
     return GP_ERR(GP_ERR_IO, "--log %s: cannot write: %s", flags[F_LOG].s, strerror(errno));
-  if (!r->sq) {
-    gp_shape sample = gp_loader_sample_shape(r->test);
-    r->x = malloc((size_t)(b * gp_shape_numel(&sample)) * sizeof(float));
-    r->y = malloc((size_t)b * sizeof(int32_t));
-    if (!r->x || !r->y) return GP_ERR(GP_ERR_NOMEM, "out of host memory for a batch");
-  }
+  if (!r->sq) GP_TRY(alloc_batch(r, r->test, b));
   gp_progress pg;
   gp_progress_init(&pg, flags[F_QUIET].given, r->log, flags[F_LOG].s);
   note_model(r, &pg);
@@ -848,10 +858,7 @@ static gp_status eval_only(run *r) {
                    who, b, threads, threads == 1 ? "" : "s", blas,
                    r->precision == GP_PREC_BF16 ? "bf16" : "fp32");
   note_pipeline(&pg, &plan, b);
-  if (out_stale)
-    gp_progress_note(&pg,
-                     "removed %d temporary file%s that killed runs left beside the output files",
-                     out_stale, out_stale == 1 ? "" : "s");
+  note_stale_outputs(&pg);
   gp_metrics ev = {0};
   gp_status s = r->sq ? evaluate_seq(r, &pg, 0, 1, &ev) : evaluate(r, &pg, 0, &ev);
   if (s == GP_ERR_INTERRUPTED)
