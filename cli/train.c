@@ -560,9 +560,9 @@ static void report_data(run *r, double wall) {
 }
 
 /* With stages: how busy each was per training step and how much of the steps it waited,
- * against GPipe's bubble (K-1)/(M+K-1) for equal stages and against the schedule simulated
- * with the stages' measured times (the mean idle that unequal stages alone would leave):
- * where the pipeline lost time. */
+ * against GPipe's bubble (K-1)/(M+K-1) for equal stages, the schedule simulated with the
+ * stages' mean times (the idle that unequal stages alone would leave) and the steps replayed
+ * with each action's own time (adding the actions' spread): where the pipeline lost time. */
 static void report_pipeline(run *r) {
   int k = gp_pipeline_stages(r->t.pl), m = r->m->pipeline.micro_batches;
   if (k < 2) return;
@@ -575,10 +575,13 @@ static void report_pipeline(run *r) {
     snprintf(busy + nb, sizeof busy - nb, "%s%.1f", s ? ", " : "", gp_stage_busy_ms(&ss));
     snprintf(idle + ni, sizeof idle - ni, "%s%.1f%%", s ? ", " : "", 100 * gp_stage_idle(&ss));
   }
-  double sim;
-  char simmed[96] = "";
+  double sim, rep = gp_pipeline_bubble_replayed(r->t.pl);
+  char simmed[160] = "";
   if (gp_pipeline_bubble_sim(r->t.pl, &sim) == GP_OK && isfinite(sim))
     snprintf(simmed, sizeof simmed, "; the schedule with these stage times: %.1f%%", 100 * sim);
+  if (isfinite(rep))
+    snprintf(simmed + strlen(simmed), sizeof simmed - strlen(simmed),
+             "; with each action's own time: %.1f%%", 100 * rep);
   printf("pipeline: stages busy %s ms per step, idle %s of the steps (GPipe's bubble for K = %d, "
          "M = %d: %.1f%%%s)\n",
          busy, idle, k, m, 100.0 * (k - 1) / (double)(m + k - 1), simmed);

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """One line from a `gpipe-bench --json` file: each pipelined run's speed-up over naive-K as a
 share of the ideal K*M/(M+K-1), with its measured bubble against the theory (and against the
-schedule simulated with the run's own stage times, where the file has it), and the most that
-the hypervisor took (steal) in any run of the file.
+run's steps replayed with free hand-offs and the schedule simulated with the run's own stage
+times, where the file has them), and the most that the hypervisor took (steal) in any run of
+the file.
 
     scripts/bench-ideal.py BENCH.json
 """
@@ -23,8 +24,10 @@ def main():
         if r["baseline"] or k == 1 or m == 1:
             continue
         ideal = k * m / (m + k - 1)
-        sim = r.get("bubble_simulated")
-        sim = f" (sim {sim:.3f})" if sim is not None else ""
+        extra = [f"{name} {r[key]:.3f}" for name, key in
+                 (("replay", "bubble_replayed"), ("sim", "bubble_simulated"))
+                 if r.get(key) is not None]
+        sim = f" ({', '.join(extra)})" if extra else ""
         cells.append(f"K={k} M={m} {r['schedule']} {r['speedup_vs_naive']:.2f}x of {ideal:.2f} "
                      f"({100 * r['speedup_vs_naive'] / ideal:.0f}%, bubble "
                      f"{r['bubble_measured']:.3f}{sim} vs {r['bubble_theory']:.3f})")

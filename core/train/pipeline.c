@@ -142,7 +142,10 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
   st->slot_arena = calloc((size_t)M, sizeof *st->slot_arena);
   st->pass = calloc((size_t)M, sizeof *st->pass);
   st->box = calloc((size_t)M, sizeof *st->box);
-  if (!st->slot_arena || !st->pass || !st->box)
+  const size_t acts = (size_t)pl->sched.n_actions[st->index];
+  st->act_s = calloc(acts, sizeof *st->act_s);
+  st->rec_s = calloc(acts, sizeof *st->rec_s);
+  if (!st->slot_arena || !st->pass || !st->box || !st->act_s || !st->rec_s)
     return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
   gp_arena_init(&st->scratch, st->be, 0);
   st->scratch.meter = &st->meter;
@@ -288,6 +291,8 @@ int64_t gp_batch_targets(const gp_model *m, const gp_batch *b) {
   return c;
 }
 
+static gp_status replay(gp_pipeline *pl);
+
 gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
                                  gp_step_result *out) {
   GP_TRY(split(pl, b->n, 1));
@@ -302,7 +307,27 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
   GP_TRY(issue(pl, CMD_TRAIN));
   pl->span_s += now_s() - t0;
   *out = pl->st[pl->k - 1].acc;
+  return replay(pl);
+}
+
+/* The step just run, replayed with each action's own time and instant hand-offs. */
+static gp_status replay(gp_pipeline *pl) {
+  const double *dur[GP_MAX_DEVICES], *rdur[GP_MAX_DEVICES];
+  for (int s = 0; s < pl->k; s++) {
+    dur[s] = pl->st[s].act_s;
+    rdur[s] = pl->st[s].rec_s;
+  }
+  double span, busy;
+  GP_TRY(gp_schedule_replay(&pl->sched, dur, rdur, &span, &busy));
+  pl->replay_span_s += span;
+  pl->replay_busy_s += busy;
   return GP_OK;
+}
+
+double gp_pipeline_bubble_replayed(const gp_pipeline *pl) {
+  if (pl->replay_span_s <= 0) return NAN;
+  double idle = 1.0 - pl->replay_busy_s / (pl->k * pl->replay_span_s);
+  return idle < 0 ? 0 : idle;
 }
 
 gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *out) {
@@ -435,6 +460,8 @@ void gp_pipeline_free(gp_pipeline *pl) {
     free(st->in);
     free(st->out);
     free(st->ev);
+    free(st->act_s);
+    free(st->rec_s);
     gp_backend_destroy(st->be);
     pthread_cond_destroy(&st->arrived);
   }

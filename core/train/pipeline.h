@@ -139,6 +139,15 @@ void gp_pipeline_reset_stats(gp_pipeline *pl);
 gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double *out);
 /* gp_bubble_sim of the pipeline's schedule and stages, since the last reset. */
 gp_status gp_pipeline_bubble_sim(const gp_pipeline *pl, double *out);
+/* The idle share of the training steps since the last reset, each replayed with every action
+ * taking the wall time it took and hand-offs none (gp_schedule_replay): at most the measured
+ * idle, since the steps ran the same actions under the same dependencies. Against
+ * gp_bubble_sim it adds what the actions' spread costs (a micro-batch slower than the stage's
+ * mean, a thread descheduled mid-action); the measured idle adds to it what the pipeline's
+ * own work costs: hand-off latency and what runs outside the timed actions (gathering
+ * inputs, summing gradients, the stages meeting for clipping or tied weights). NAN before a
+ * step. */
+double gp_pipeline_bubble_replayed(const gp_pipeline *pl);
 /* Chrome trace JSON (chrome://tracing, Perfetto): one row per stage, one slice per action
  * ("F3", "B3", "R3" for a recompute, "T3" handing a gradient back, "step") in wall time, with
  * args.compute_us the action's compute time (the thread's CPU time when its BLAS is

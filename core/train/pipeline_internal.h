@@ -87,6 +87,10 @@ typedef struct stage {
   double fwd_s, bwd_s;
   double barrier_s; /* wall time in step_barrier during the current optimizer step */
   double wall_kind_s[GP_ACT_KINDS]; /* wall time inside actions, by kind (gp_stage_stats) */
+  /* this step's wall time of each of its schedule's actions (a backward's with its hand-off,
+   * without its recompute, which is in rec_s), for gp_schedule_replay; at: the action running */
+  double *act_s, *rec_s;
+  int at;
   int64_t steps;
   trace_ev *ev;
   int64_t n_ev, cap_ev;
@@ -108,7 +112,8 @@ struct gp_pipeline {
   int nondeterministic;
   size_t mem_limit;
   double t_origin;
-  double span_s; /* wall time of the training steps since the last reset */
+  double span_s;                       /* wall time of the training steps since the last reset */
+  double replay_span_s, replay_busy_s; /* the same steps replayed (gp_schedule_replay) */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* commands, completions, the step barrier, failures */
   /* the current command */

@@ -465,9 +465,13 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
   }
   GP_TRY(gp_params_zero_grad(&st->params));
   const gp_schedule *s = &pl->sched;
-  for (int a = 0; a < s->n_actions[st->index]; a++) {
+  const int n = s->n_actions[st->index];
+  memset(st->act_s, 0, sizeof *st->act_s * (size_t)n);
+  memset(st->rec_s, 0, sizeof *st->rec_s * (size_t)n);
+  for (int a = 0; a < n; a++) {
     const gp_action *ac = &s->actions[st->index][a];
     gp_status r = GP_OK;
+    st->at = a;
     if (ac->kind == GP_A_FORWARD)
       r = do_forward(st, ac->micro, ac->recompute, 1);
     else if (ac->kind == GP_A_BACKWARD)

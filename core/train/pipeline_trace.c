@@ -32,6 +32,7 @@ void gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double 
                         : kind == 'T' ? GP_ACT_TRANSFER
                                       : GP_ACT_STEP;
   st->wall_kind_s[k] += t1 - t0 - waited;
+  (k == GP_ACT_RECOMPUTE ? st->rec_s : st->act_s)[st->at] += t1 - t0 - waited;
   if (st->pl->trace) trace_add(st, (trace_ev){kind, micro, -1, st->pl->step, t0, t1, busy});
 }
 
@@ -66,7 +67,7 @@ void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) 
 }
 
 void gp_pipeline_reset_stats(gp_pipeline *pl) {
-  pl->span_s = 0;
+  pl->span_s = pl->replay_span_s = pl->replay_busy_s = 0;
   for (int i = 0; i < pl->k; i++) {
     pl->st[i].meter.peak = pl->st[i].meter.live;
     pl->st[i].be->mem_peak = pl->st[i].be->mem_used;

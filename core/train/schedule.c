@@ -203,11 +203,12 @@ static gp_status check_shape(const gp_schedule *sc) {
 typedef struct walk {
   const gp_schedule *sc;
   const gp_stage_cost *cost;
-  unsigned char *fdone, *bdone; /* [s * M + m] */
-  double *fend, *bend;          /* end times, [s * M + m] (timing only) */
-  double *free_at, *busy;       /* per stage (timing only) */
-  int *pos;                     /* per stage: index of the next action */
-  gp_sim_events *ev;            /* when asked for: every timed action (timing only) */
+  const double *const *dur, *const *rdur; /* replay: each action's own time (cost is NULL) */
+  unsigned char *fdone, *bdone;           /* [s * M + m] */
+  double *fend, *bend;                    /* end times, [s * M + m] (timing only) */
+  double *free_at, *busy;                 /* per stage (timing only) */
+  int *pos;                               /* per stage: index of the next action */
+  gp_sim_events *ev;                      /* when asked for: every timed action (timing only) */
 } walk;
 
 /* Whether stage s's next action can run; if not, why (written to why). */
@@ -242,26 +243,31 @@ static int ready(const walk *w, int s, char *why, size_t nwhy) {
 static void run_one(walk *w, int s) {
   const gp_schedule *sc = w->sc;
   int M = sc->micro, K = sc->stages;
-  const gp_action *a = &sc->actions[s][w->pos[s]++];
+  const int at = w->pos[s]++;
+  const gp_action *a = &sc->actions[s][at];
   int m = a->micro;
   if (a->kind == GP_A_FORWARD) w->fdone[s * M + m] = 1;
   if (a->kind == GP_A_BACKWARD) w->bdone[s * M + m] = 1;
-  if (!w->cost) return;
-  const gp_stage_cost *c = &w->cost[s];
+  if (!w->cost && !w->dur) return;
+  static const gp_stage_cost none; /* a replay's hand-offs are instant */
+  const gp_stage_cost *c = w->cost ? &w->cost[s] : &none;
   /* A re-materializing backward recomputes first, as soon as the stage is free (its own
    * forward has ended), and only then waits for the gradient, as the pipeline's stages do:
    * the recompute fills time the stage would otherwise idle. */
   double ready = w->free_at[s], arrive = 0, recompute = 0;
   if (a->kind == GP_A_FORWARD) {
-    if (s > 0) arrive = w->fend[(s - 1) * M + m] + w->cost[s - 1].send;
+    if (s > 0) arrive = w->fend[(s - 1) * M + m] + (w->cost ? w->cost[s - 1].send : 0);
   } else if (a->kind == GP_A_BACKWARD) {
-    if (a->recompute) recompute = c->fwd;
+    if (a->recompute) recompute = w->dur ? w->rdur[s][at] : c->fwd;
     ready += recompute;
     /* the gradient crosses the same boundary as the activation, so it costs the same send */
     if (s < K - 1) arrive = w->bend[(s + 1) * M + m] + c->send;
   }
   const double start = ready > arrive ? ready : arrive;
-  const double dur = a->kind == GP_A_FORWARD ? c->fwd : a->kind == GP_A_BACKWARD ? c->bwd : c->step;
+  const double dur = w->dur                     ? w->dur[s][at]
+                     : a->kind == GP_A_FORWARD  ? c->fwd
+                     : a->kind == GP_A_BACKWARD ? c->bwd
+                                                : c->step;
   w->free_at[s] = start + dur;
   w->busy[s] += recompute + dur;
   if (a->kind == GP_A_FORWARD) w->fend[s * M + m] = start + dur;
@@ -301,18 +307,21 @@ static gp_status deadlock(const walk *w) {
   return GP_ERR(GP_ERR_RUNTIME, "%s", msg);
 }
 
-static gp_status walk_run(const gp_schedule *sc, const gp_stage_cost *cost, gp_sim_events *ev,
+static gp_status walk_run(const gp_schedule *sc, const gp_stage_cost *cost,
+                          const double *const *dur, const double *const *rdur, gp_sim_events *ev,
                           walk *w) {
   size_t K = (size_t)sc->stages, cells = K * (size_t)sc->micro;
   memset(w, 0, sizeof *w);
   w->sc = sc;
   w->cost = cost;
+  w->dur = dur;
+  w->rdur = rdur;
   w->ev = cost ? ev : NULL;
   w->fdone = calloc(cells, 1);
   w->bdone = calloc(cells, 1);
   w->pos = calloc(K, sizeof *w->pos);
   int ok = w->fdone && w->bdone && w->pos;
-  if (cost) {
+  if (cost || dur) {
     w->fend = calloc(cells, sizeof *w->fend);
     w->bend = calloc(cells, sizeof *w->bend);
     w->free_at = calloc(K, sizeof *w->free_at);
@@ -348,7 +357,7 @@ static void walk_free(walk *w) {
 gp_status gp_schedule_validate(const gp_schedule *s) {
   GP_TRY(check_shape(s));
   walk w;
-  gp_status st = walk_run(s, NULL, NULL, &w);
+  gp_status st = walk_run(s, NULL, NULL, NULL, NULL, &w);
   walk_free(&w);
   return st;
 }
@@ -389,7 +398,7 @@ static gp_status simulate(const gp_schedule *s, const gp_stage_cost *cost, gp_si
         return GP_ERR(GP_ERR_USAGE, "schedule: stage %d: costs must be finite and >= 0", k);
   }
   walk w;
-  gp_status st = walk_run(s, cost, events, &w);
+  gp_status st = walk_run(s, cost, NULL, NULL, events, &w);
   double *held = st == GP_OK ? malloc(sizeof(double) * (size_t)s->micro) : NULL;
   out->stage = st == GP_OK ? calloc((size_t)s->stages, sizeof *out->stage) : NULL;
   if (st == GP_OK && (!held || !out->stage))
@@ -433,6 +442,27 @@ gp_status gp_schedule_simulate_events(const gp_schedule *s, const gp_stage_cost 
   gp_status st = ok ? simulate(s, cost, out, events)
                     : GP_ERR(GP_ERR_NOMEM, "schedule: out of memory for the timeline");
   if (st != GP_OK) gp_sim_events_free(events);
+  return st;
+}
+
+gp_status gp_schedule_replay(const gp_schedule *s, const double *const *dur,
+                             const double *const *rdur, double *makespan, double *busy) {
+  *makespan = *busy = 0;
+  if (!dur || !rdur) return GP_ERR(GP_ERR_USAGE, "schedule: no action times given");
+  GP_TRY(check_shape(s));
+  for (int k = 0; k < s->stages; k++)
+    for (int a = 0; a < s->n_actions[k]; a++) {
+      const double r = s->actions[k][a].kind == GP_A_BACKWARD ? rdur[k][a] : 0;
+      if (!isfinite(dur[k][a]) || dur[k][a] < 0 || !isfinite(r) || r < 0)
+        return GP_ERR(GP_ERR_USAGE, "schedule: stage %d: action times must be finite and >= 0", k);
+    }
+  walk w;
+  gp_status st = walk_run(s, NULL, dur, rdur, NULL, &w);
+  for (int k = 0; st == GP_OK && k < s->stages; k++) {
+    *busy += w.busy[k];
+    if (w.free_at[k] > *makespan) *makespan = w.free_at[k];
+  }
+  walk_free(&w);
   return st;
 }
 

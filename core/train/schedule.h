@@ -93,4 +93,13 @@ gp_status gp_schedule_simulate_events(const gp_schedule *s, const gp_stage_cost 
                                       gp_sim_result *out, gp_sim_events *events);
 void gp_sim_events_free(gp_sim_events *e);
 
+/* Replays a run of schedule s: each action takes its own time, dur[k][a] for stage k's a-th
+ * action (a backward's without its recompute, which takes rdur[k][a]; rdur is read only
+ * there), and hand-offs take none. *makespan: when the last stage is done; *busy: the sum of
+ * all the times. A step measured on real stages takes at least that makespan, since it ran the
+ * same actions in the same order under the same dependencies; what it took beyond is the
+ * hand-offs and whatever ran outside the timed actions. */
+gp_status gp_schedule_replay(const gp_schedule *s, const double *const *dur,
+                             const double *const *rdur, double *makespan, double *busy);
+
 #endif

@@ -1,5 +1,6 @@
 /* The schedule simulator: the GPipe bubble (K-1)/(M+K-1) for equal costs, peak micro-batches in
- * flight, activation memory under re-materialization, and timelines worked out by hand. */
+ * flight, activation memory under re-materialization, and timelines worked out by hand; the
+ * replay of measured action times against it and by hand. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,6 +307,99 @@ static void test_bad_costs(void) {
   gp_schedule_free(&sc);
 }
 
+/* Fills every action's time for gp_schedule_replay: stage k's forwards fwd[k], backwards
+ * bwd[k] (recompute: fwd[k]), its step step[k], or, where per is given, per[k][kind][micro]
+ * (kind 0 forward, 1 backward, 2 recompute; the step: per[k][0][M]). */
+static void replay_times(const gp_schedule *sc, const gp_stage_cost *c, double per[][3][4],
+                         double **dur, double **rdur) {
+  for (int k = 0; k < sc->stages; k++) {
+    dur[k] = calloc((size_t)sc->n_actions[k], sizeof **dur);
+    rdur[k] = calloc((size_t)sc->n_actions[k], sizeof **rdur);
+    for (int a = 0; a < sc->n_actions[k]; a++) {
+      const gp_action *ac = &sc->actions[k][a];
+      const int m = ac->micro;
+      if (ac->kind == GP_A_FORWARD) dur[k][a] = per ? per[k][0][m] : c[k].fwd;
+      if (ac->kind == GP_A_BACKWARD) {
+        dur[k][a] = per ? per[k][1][m] : c[k].bwd;
+        rdur[k][a] = ac->recompute ? (per ? per[k][2][m] : c[k].fwd) : 0;
+      }
+      if (ac->kind == GP_A_STEP) dur[k][a] = per ? per[k][0][sc->micro] : c[k].step;
+    }
+  }
+}
+
+static void replay_free(int K, double **dur, double **rdur) {
+  for (int k = 0; k < K; k++) {
+    free(dur[k]);
+    free(rdur[k]);
+  }
+}
+
+/* Replaying with every action at its stage's cost (and no sends) is the simulation, for both
+ * schedules, every re-materialization and uneven stages. */
+static void test_replay_is_simulation(void) {
+  const gp_remat REMATS[] = {GP_REMAT_ALWAYS, GP_REMAT_EXCEPT_LAST, GP_REMAT_NEVER};
+  int bad = 0, runs = 0;
+  for (int k = 0; k < 2; k++)
+    for (int r = 0; r < 3; r++)
+      for (int K = 1; K <= 5; K++)
+        for (int M = 1; M <= 9; M += 4) {
+          gp_stage_cost c[5];
+          for (int s = 0; s < K; s++)
+            c[s] = (gp_stage_cost){.fwd = 1 + s % 3, .bwd = 2 + (s * 7) % 4, .step = 0.5 * s};
+          gp_schedule sc;
+          gp_sim_result sim;
+          double *dur[5], *rdur[5], span, busy;
+          if (gp_schedule_build(KINDS[k], REMATS[r], K, M, &sc) != GP_OK) exit(1);
+          replay_times(&sc, c, NULL, dur, rdur);
+          gp_status st1 = gp_schedule_simulate(&sc, c, &sim);
+          gp_status st2 = gp_schedule_replay(&sc, (const double *const *)dur,
+                                             (const double *const *)rdur, &span, &busy);
+          double sum = 0;
+          for (int s = 0; st1 == GP_OK && s < K; s++)
+            sum += sim.stage[s].busy;
+          if (st1 != GP_OK || st2 != GP_OK || span != sim.makespan || busy != sum) {
+            if (bad++ < 5)
+              printf("  %s remat %d K=%d M=%d: replay %g (busy %g), simulation %g (busy %g)\n",
+                     KIND_NAMES[k], r, K, M, span, busy, sim.makespan, sum);
+          }
+          runs++;
+          gp_sim_result_free(&sim);
+          replay_free(K, dur, rdur);
+          gp_schedule_free(&sc);
+        }
+  CHECK(!bad, "%d of %d replays differ from the simulation", bad, runs);
+}
+
+/* A replay by hand, K=2 M=2 GPipe, each action its own time:
+ * never: stage 0 F0 0-1 F1 1-4; stage 1 F0 1-3 F1 4-5 B1 5-6 B0 6-10 step 10-11; stage 0
+ *   B1 6-8 (its gradient at 6) B0 10-12 step 12-12.5: makespan 12.5, busy 8.5 + 9.
+ * always, recomputes 1 (stage 0) and 0.5 (stage 1): stage 1 R1 5-5.5 B1 5.5-6.5 R0 6.5-7
+ *   B0 7-11 step 11-12; stage 0 R1 4-5 B1 6.5-8.5 R0 8.5-9.5 B0 11-13 step 13-13.5: makespan
+ *   13.5, busy 10.5 + 10. A negative time is refused. */
+static void test_replay_by_hand(void) {
+  double per[2][3][4] = {{{1, 3, 0.5}, {2, 2}, {1, 1}}, {{2, 1, 1}, {4, 1}, {0.5, 0.5}}};
+  const gp_remat remat[2] = {GP_REMAT_NEVER, GP_REMAT_ALWAYS};
+  const double want_span[2] = {12.5, 13.5}, want_busy[2] = {17.5, 20.5};
+  for (int i = 0; i < 2; i++) {
+    gp_schedule sc;
+    double *dur[2], *rdur[2], span, busy;
+    if (gp_schedule_build(GP_SCHED_GPIPE, remat[i], 2, 2, &sc) != GP_OK) exit(1);
+    replay_times(&sc, NULL, per, dur, rdur);
+    gp_status st = gp_schedule_replay(&sc, (const double *const *)dur, (const double *const *)rdur,
+                                      &span, &busy);
+    CHECK(st == GP_OK && span == want_span[i] && busy == want_busy[i],
+          "replay by hand %d: makespan %g busy %g, want %g %g", i, span, busy, want_span[i],
+          want_busy[i]);
+    dur[1][2] = -1;
+    CHECK(gp_schedule_replay(&sc, (const double *const *)dur, (const double *const *)rdur, &span,
+                             &busy) == GP_ERR_USAGE,
+          "a negative action time was accepted");
+    replay_free(2, dur, rdur);
+    gp_schedule_free(&sc);
+  }
+}
+
 int main(void) {
   test_equal_costs();
   test_memory();
@@ -315,6 +409,8 @@ int main(void) {
   test_recompute_events();
   test_bubble_from_stats();
   test_bad_costs();
+  test_replay_is_simulation();
+  test_replay_by_hand();
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }
