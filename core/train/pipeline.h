@@ -143,8 +143,9 @@ gp_status gp_pipeline_bubble_sim(const gp_pipeline *pl, double *out);
  * taking the wall time it took and hand-offs none (gp_schedule_replay): at most the measured
  * idle, since the steps ran the same actions under the same dependencies. Against
  * gp_bubble_sim it adds what the actions' spread costs (a micro-batch slower than the stage's
- * mean, a thread descheduled mid-action); the measured idle adds to it what the pipeline's
- * own work costs: hand-off latency and what runs outside the timed actions (gathering
+ * mean, a thread descheduled mid-action), less what a recompute cheaper than the stage's mean
+ * forward saves (the simulation charges it the forward); the measured idle adds to it what the
+ * pipeline's own work costs: hand-off latency and what runs outside the timed actions (gathering
  * inputs, summing gradients, the stages meeting for clipping or tied weights). NAN before a
  * step. */
 double gp_pipeline_bubble_replayed(const gp_pipeline *pl);
