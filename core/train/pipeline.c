@@ -291,7 +291,7 @@ int64_t gp_batch_targets(const gp_model *m, const gp_batch *b) {
   return c;
 }
 
-static gp_status replay(gp_pipeline *pl);
+static void replay(gp_pipeline *pl);
 
 gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
                                  gp_step_result *out) {
@@ -307,25 +307,27 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
   GP_TRY(issue(pl, CMD_TRAIN));
   pl->span_s += now_s() - t0;
   *out = pl->st[pl->k - 1].acc;
-  return replay(pl);
+  replay(pl);
+  return GP_OK;
 }
 
-/* The step just run, replayed with each action's own time and instant hand-offs. */
-static gp_status replay(gp_pipeline *pl) {
+/* The step just run, replayed with each action's own time and instant hand-offs. A statistic:
+ * where it cannot be had (out of memory), the replayed bubble is NAN until the next reset and
+ * the step stands. */
+static void replay(gp_pipeline *pl) {
   const double *dur[GP_MAX_DEVICES], *rdur[GP_MAX_DEVICES];
   for (int s = 0; s < pl->k; s++) {
     dur[s] = pl->st[s].act_s;
     rdur[s] = pl->st[s].rec_s;
   }
   double span, busy;
-  GP_TRY(gp_schedule_replay(&pl->sched, dur, rdur, &span, &busy));
+  if (gp_schedule_replay(&pl->sched, dur, rdur, &span, &busy) != GP_OK) pl->replay_lost = 1;
   pl->replay_span_s += span;
   pl->replay_busy_s += busy;
-  return GP_OK;
 }
 
 double gp_pipeline_bubble_replayed(const gp_pipeline *pl) {
-  if (pl->replay_span_s <= 0) return NAN;
+  if (pl->replay_lost || pl->replay_span_s <= 0) return NAN;
   double idle = 1.0 - pl->replay_busy_s / (pl->k * pl->replay_span_s);
   return idle < 0 ? 0 : idle;
 }

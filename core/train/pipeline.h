@@ -147,7 +147,8 @@ gp_status gp_pipeline_bubble_sim(const gp_pipeline *pl, double *out);
  * forward saves (the simulation charges it the forward); the measured idle adds to it what the
  * pipeline's own work costs: hand-off latency and what runs outside the timed actions (gathering
  * inputs, summing gradients, the stages meeting for clipping or tied weights). NAN before a
- * step. */
+ * step, and where a step since the reset could not be replayed (out of memory: a statistic
+ * does not fail the step). */
 double gp_pipeline_bubble_replayed(const gp_pipeline *pl);
 /* Chrome trace JSON (chrome://tracing, Perfetto): one row per stage, one slice per action
  * ("F3", "B3", "R3" for a recompute, "T3" handing a gradient back, "step") in wall time, with
