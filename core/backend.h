@@ -122,6 +122,12 @@ struct gp_backend {
   gp_status (*event_wait)(gp_backend *be, gp_queue q, gp_event *ev);
   /* The host waits for ev's mark. */
   gp_status (*event_sync)(gp_backend *be, gp_event *ev);
+  /* Timing: a timer is an event (event_record, event_sync, event_destroy) whose mark also
+   * keeps when its queue reached it; event_elapsed gives the seconds from one timer's mark to
+   * another's, both of this instance and both passed (after event_sync or sync). On the CPU a
+   * mark is the moment of its record, when every op queued before it has finished. */
+  gp_status (*timer_create)(gp_backend *be, gp_event **out);
+  gp_status (*event_elapsed)(gp_backend *be, gp_event *from, gp_event *to, double *seconds);
   /* bytes from src (memory of device src_dev) to dst (device dst_dev), both of this kind,
    * queued on q of this instance; peer-to-peer where the devices allow, else staged. */
   gp_status (*copy_peer)(gp_backend *be, gp_queue q, void *dst, int dst_dev, const void *src,

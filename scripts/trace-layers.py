@@ -8,13 +8,16 @@ each forward, recompute and backward, keeps the last N steps (default 3: the war
 come first), and prints per (layer type or layer path, pass): milliseconds per step, calls
 per step and microseconds per call, largest first, with the actions' total beside the
 layers' (the difference is time spent between layers: gradient sums, arena resets). On GPU
-stages the slices are the host launching the layers, not their kernels.
+stages the slices are the host launching the layers, not their kernels, so the actions are
+taken from the host rows too (the device rows hold the same actions in device time).
 """
 import argparse
 import collections
 import json
 import signal
 import sys
+
+DEVICE_ROWS = 64  # GP_MAX_DEVICES: the trace's device rows start there
 
 
 def main():
@@ -31,7 +34,10 @@ def main():
         sys.exit(f"trace-layers: {a.trace}: not a gpipe trace ({e})")
     if a.steps < 1:
         sys.exit("trace-layers: --steps must be at least 1")
-    xs = [e for e in ev if e.get("ph") == "X" and (a.stage is None or e.get("tid") == a.stage)]
+    # host rows only: a GPU stage's device row (tid 64 + stage) repeats its actions in device
+    # time, and its layers are the host's launches
+    xs = [e for e in ev if e.get("ph") == "X" and e.get("tid", 0) < DEVICE_ROWS
+          and (a.stage is None or e.get("tid") == a.stage)]
     layers = [e for e in xs if e.get("cat") == "layer"]
     if not layers:
         sys.exit(f"trace-layers: {a.trace}: no layer slices (a trace from before they existed?)")

@@ -48,19 +48,40 @@ gp_status enable_peer(int from, int to) {
   return s;
 }
 
-gp_status order_event_create(gp_backend *be, gp_event **out) {
+// flags: cudaEventDisableTiming for the ordering events (cheaper to record and wait on),
+// cudaEventDefault for timers.
+gp_status event_make(gp_backend *be, unsigned flags, gp_event **out) {
   *out = NULL;
   GP_TRY(gp_cuda_use(be));
   gp_event *ev = (gp_event *)calloc(1, sizeof *ev);
   if (!ev) return GP_ERR(GP_ERR_NOMEM, "out of host memory for an event");
   ev->device = be->device;
-  gp_status s = gp_cuda_check(cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming),
+  gp_status s = gp_cuda_check(cudaEventCreateWithFlags(&ev->ev, flags),
                               "cudaEventCreateWithFlags", __FILE__, __LINE__);
   if (s != GP_OK) {
     free(ev);
     return s;
   }
   *out = ev;
+  return GP_OK;
+}
+
+gp_status order_event_create(gp_backend *be, gp_event **out) {
+  return event_make(be, cudaEventDisableTiming, out);
+}
+
+gp_status order_timer_create(gp_backend *be, gp_event **out) {
+  return event_make(be, cudaEventDefault, out);
+}
+
+gp_status order_event_elapsed(gp_backend *be, gp_event *from, gp_event *to, double *seconds) {
+  if (from->device != be->device || to->device != be->device)
+    return GP_ERR(GP_ERR_RUNTIME, "timers of CUDA devices %d and %d read on device %d",
+                  from->device, to->device, be->device);
+  GP_TRY(gp_cuda_use(be));
+  float ms = 0;
+  GP_CUDA_TRY(cudaEventElapsedTime(&ms, from->ev, to->ev));
+  *seconds = 1e-3 * (double)ms;
   return GP_OK;
 }
 
@@ -148,6 +169,8 @@ gp_status gp_cuda_order_install(gp_backend *be) {
   be->event_record = order_event_record;
   be->event_wait = order_event_wait;
   be->event_sync = order_event_sync;
+  be->timer_create = order_timer_create;
+  be->event_elapsed = order_event_elapsed;
   be->copy_peer = order_copy_peer;
   be->host_alloc = order_host_alloc;
   be->host_free = order_host_free;

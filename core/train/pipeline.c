@@ -147,6 +147,16 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
   st->rec_s = calloc(acts, sizeof *st->rec_s);
   if (!st->slot_arena || !st->pass || !st->box || !st->act_s || !st->rec_s)
     return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
+  /* a device stage's actions are timed on its queue: at most three spans an action (a
+   * backward's recompute, itself, its hand-off), two timers a span, and the reference */
+  if ((st->be->device >= 0 || pl->device_timing) && st->be->timer_create && st->be->event_elapsed) {
+    st->cap_span = 3 * (int)acts;
+    st->span = calloc((size_t)st->cap_span, sizeof *st->span);
+    st->tm = calloc(2 * (size_t)st->cap_span + 1, sizeof *st->tm);
+    if (!st->span || !st->tm) return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
+    for (int i = 0; i <= 2 * st->cap_span; i++)
+      GP_TRY(st->be->timer_create(st->be, &st->tm[i]));
+  }
   gp_arena_init(&st->scratch, st->be, 0);
   st->scratch.meter = &st->meter;
   for (int m = 0; m < M; m++) {
@@ -370,6 +380,7 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
   pl->pin = o ? o->pin : 0;
   pl->trace = o ? o->trace : 0;
   pl->copy_all = o ? o->copy_all : 0;
+  pl->device_timing = o ? o->device_timing : 0;
   pl->precision = o ? o->precision : GP_PREC_FP32;
   pl->nondeterministic = o ? o->nondeterministic : 0;
   pl->mem_limit = o ? o->mem_limit : 0;
@@ -452,6 +463,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
       events_free(st->be, pl->micro, st->ev_pull);
       events_free(st->be, pl->micro, st->ev_push);
       st->be->event_destroy(st->be, st->stg.done);
+      if (st->tm) events_free(st->be, 2 * st->cap_span + 1, st->tm);
       st->be->host_free(st->be, st->stg.host);
     }
     if (st->have_opt) gp_optimizer_free(&st->opt);
@@ -464,6 +476,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
     free(st->ev);
     free(st->act_s);
     free(st->rec_s);
+    free(st->span);
     gp_backend_destroy(st->be);
     pthread_cond_destroy(&st->arrived);
   }

@@ -25,8 +25,10 @@ typedef struct gp_pipeline_opts {
   gp_precision precision; /* of every stage's GEMMs and convolutions */
   size_t mem_limit;       /* per stage instance (gp_backend.mem_limit); 0 = none */
   int nondeterministic;   /* gp_backend.nondeterministic of every stage */
-  int copy_all; /* tests: hand tensors between stages by copies, as if each stage had its own
-                   device, even where they share memory */
+  int copy_all;      /* tests: hand tensors between stages by copies, as if each stage had its own
+                        device, even where they share memory */
+  int device_timing; /* tests: time CPU stages' actions by the backend's timers, as GPU stages
+                        always are (see gp_stage_stats) */
 } gp_pipeline_opts;
 
 /* Per-step results, summed over micro-batches (on the last stage). */
@@ -64,6 +66,9 @@ typedef struct gp_stage_stats {
                             gradients) held at most since the last reset */
   int64_t sent_bytes;    /* activations and gradients handed to other stages */
   int first_unit, end_unit;
+  /* Times: on a CPU stage the host's; on a GPU stage (whose host only launches the work) the
+   * device's, each action from its start to its end on the stage's compute stream (timers),
+   * read when the step has passed, which the stage then waits for */
   double fwd_s, bwd_s;         /* measured time in forwards, and in backwards (recompute
                                   included), since the last reset; waiting is not counted (thread
                                   CPU time when the stage's BLAS is single-threaded, else wall) */

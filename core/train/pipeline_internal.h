@@ -48,7 +48,16 @@ typedef struct trace_ev {
   int micro, node;
   int64_t step;
   double t0, t1, busy; /* wall start and end; compute time (see busy_s) */
+  int device;          /* a span of the device's queue (device time), not of the host thread */
 } trace_ev;
+
+/* An action of this step whose time the device will tell (device_span): timers 2i and 2i + 1
+ * of the stage mark its start and end on the compute queue. */
+typedef struct device_span {
+  char kind; /* as trace_ev */
+  int micro, at;
+  double waited; /* host time spent waiting for the other stages inside it */
+} device_span;
 
 /* A stage's host staging of its model inputs for asynchronous copies to its device: the
  * whole mini-batch, page-locked, reused once the last command's copies have passed. */
@@ -91,6 +100,13 @@ typedef struct stage {
    * without its recompute, which is in rec_s), for gp_schedule_replay; at: the action running */
   double *act_s, *rec_s;
   int at;
+  /* Device time: on a stage whose backend queues its work (a GPU), the host's wall time of an
+   * action is its launches, so each action is instead timed on the compute queue by a pair of
+   * timers, read once the step has passed (NULL tm: host time) */
+  gp_event **tm;     /* 2 per span, then the step's reference */
+  device_span *span; /* this step's spans */
+  int n_span, cap_span;
+  double ref_host; /* host time when the reference was recorded on the idle queue */
   int64_t steps;
   trace_ev *ev;
   int64_t n_ev, cap_ev;
@@ -106,7 +122,7 @@ struct gp_pipeline {
   stage *st;
   uint64_t seed;
   double watchdog_s;
-  int pin, cores, threads_per_stage, trace, copy_all;
+  int pin, cores, threads_per_stage, trace, copy_all, device_timing;
   int spin; /* stages wait for their inputs by spinning first (each has cores of its own) */
   gp_precision precision;
   int nondeterministic;
@@ -171,9 +187,17 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd);
 
 /* pipeline_trace.c */
 /* Counts an action's wall time as busy, less `waited` (the part it spent waiting for other
- * stages: the optimizer step's barriers), and, when tracing, records it. */
-void gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy,
-                  double waited);
+ * stages: the optimizer step's barriers), and, when tracing, records it. On a device-timed
+ * stage the host span goes to the trace only, and the action's time is its device span,
+ * which gp_pl_span_begin opened and this closes. */
+gp_status gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy,
+                       double waited);
+/* Device-timed stages: the start of the next recorded action; then, around a training
+ * command's actions, the reference at its start and, at its end, the wait for the device and
+ * the spans' times counted as gp_pl_record counts host times. No-ops on other stages. */
+gp_status gp_pl_span_begin(stage *st);
+gp_status gp_pl_device_step_start(stage *st);
+gp_status gp_pl_device_step_end(stage *st);
 /* gp_exec's on_layer when tracing. */
 void gp_pl_record_layer(const gp_exec *e, int node, int backward, int end);
 

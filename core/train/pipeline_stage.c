@@ -218,17 +218,16 @@ static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int 
 
 static gp_status predict_micro(stage *st, int m);
 
-/* Runs pass p's forward ('F', 'R') or backward ('B') of micro-batch m, timed: its compute
- * time goes to *busy and the trace (nothing when busy is NULL: an evaluation). */
-static gp_status timed_pass(stage *st, char kind, int m, gp_pass *p, gp_exec *e, double *busy) {
+/* Runs pass p's forward ('F', 'R') or backward ('B') of micro-batch m, timed when `timed` (a
+ * training step's action, not an evaluation's): its time goes to the statistics and the
+ * trace. */
+static gp_status timed_pass(stage *st, char kind, int m, gp_pass *p, gp_exec *e, int timed) {
   double t0 = now_s(), c0 = busy_s(st->pl);
+  if (timed) GP_TRY(gp_pl_span_begin(st));
   GP_TRY(kind == 'B' ? gp_pass_backward(p, e) : gp_pass_forward(p, e));
+  if (!timed) return GP_OK;
   double t1 = now_s();
-  if (!busy) return GP_OK;
-  double b = busy_s(st->pl) - c0;
-  *busy += b;
-  gp_pl_record(st, kind, m, t0, t1, b, 0);
-  return GP_OK;
+  return gp_pl_record(st, kind, m, t0, t1, busy_s(st->pl) - c0, 0);
 }
 
 static gp_status do_forward(stage *st, int m, int drop, int training) {
@@ -239,7 +238,7 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   pass_clear(p, pl->off[m + 1] - pl->off[m]);
   GP_TRY(gather_inputs(st, m, p, keep));
   gp_exec e = exec_for(st, p, m, training, 0, drop ? &st->scratch : keep);
-  GP_TRY(timed_pass(st, 'F', m, p, &e, training ? &st->fwd_s : NULL));
+  GP_TRY(timed_pass(st, 'F', m, p, &e, training));
   if (training && !isfinite(e.loss_sum))
     return GP_ERR(GP_ERR_RUNTIME, "the loss is %s at step %lld (lower the learning rate?)",
                   isnan(e.loss_sum) ? "NaN" : "infinite", (long long)pl->step + 1);
@@ -269,6 +268,7 @@ static gp_status send_grads(stage *st, int m, gp_pass *p, gp_arena *keep) {
   gp_pipeline *pl = st->pl;
   gp_backend *be = st->be;
   double t0 = now_s(), c0 = busy_s(pl);
+  GP_TRY(gp_pl_span_begin(st)); /* (a hand-off that writes nothing is not recorded) */
   int pushed = 0, any = 0;
   for (int q = 0; q < st->n_in; q++) {
     float *to = st->box[m].grad_to[q];
@@ -305,7 +305,7 @@ static gp_status send_grads(stage *st, int m, gp_pass *p, gp_arena *keep) {
     GP_TRY(be->event_wait(be, GP_Q_COMPUTE, st->ev_push[m]));
   }
   GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->ev_grads[m]));
-  gp_pl_record(st, 'T', m, t0, now_s(), busy_s(pl) - c0, 0);
+  GP_TRY(gp_pl_record(st, 'T', m, t0, now_s(), busy_s(pl) - c0, 0));
   pthread_mutex_lock(&pl->mu);
   for (int q = 0; q < st->n_in; q++) {
     if (st->in[q].producer < 0 || !st->box[m].grad_to[q]) continue;
@@ -330,7 +330,7 @@ static gp_status do_backward(stage *st, int m, int recompute) {
   gp_backend *be = st->be;
   if (recompute) {
     gp_exec e = exec_for(st, p, m, 1, 1, work);
-    GP_TRY(timed_pass(st, 'R', m, p, &e, &st->bwd_s));
+    GP_TRY(timed_pass(st, 'R', m, p, &e, 1));
   }
   GP_TRY(wait_for(st, &st->box[m].grads, st->n_grads_expected, "the gradient", m));
   /* sum the gradients that later stages wrote for this stage's outputs, once their writes
@@ -349,7 +349,7 @@ static gp_status do_backward(stage *st, int m, int recompute) {
     }
   }
   gp_exec e = exec_for(st, p, m, 1, recompute, work);
-  GP_TRY(timed_pass(st, 'B', m, p, &e, &st->bwd_s));
+  GP_TRY(timed_pass(st, 'B', m, p, &e, 1));
   GP_TRY(send_grads(st, m, p, keep));
   GP_TRY(gp_arena_reset(work));
   return gp_arena_reset(keep);
@@ -463,6 +463,7 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
       GP_TRY(do_forward(st, m, 1, 0));
     return GP_OK;
   }
+  GP_TRY(gp_pl_device_step_start(st));
   GP_TRY(gp_params_zero_grad(&st->params));
   const gp_schedule *s = &pl->sched;
   const int n = s->n_actions[st->index];
@@ -479,13 +480,14 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
     else {
       double t0 = now_s(), c0 = busy_s(pl);
       st->barrier_s = 0;
-      r = do_step(st);
+      r = gp_pl_span_begin(st);
+      if (r == GP_OK) r = do_step(st);
       double t1 = now_s();
       /* waiting at the barriers for the other stages is idle, not the step's work */
-      gp_pl_record(st, 'S', -1, t0, t1, busy_s(pl) - c0, st->barrier_s);
+      if (r == GP_OK) r = gp_pl_record(st, 'S', -1, t0, t1, busy_s(pl) - c0, st->barrier_s);
       st->steps++;
     }
     if (r != GP_OK) return gp_pl_fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);
   }
-  return GP_OK;
+  return gp_pl_device_step_end(st);
 }

@@ -22,18 +22,75 @@ static void trace_add(stage *st, trace_ev ev) {
   st->ev[st->n_ev++] = ev;
 }
 
-/* Counts an action's wall time as busy, less `waited` (its waits for other stages), and, when
- * tracing, records it. */
-void gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy,
-                  double waited) {
-  const gp_act_kind k = kind == 'F'   ? GP_ACT_FORWARD
-                        : kind == 'R' ? GP_ACT_RECOMPUTE
-                        : kind == 'B' ? GP_ACT_BACKWARD
-                        : kind == 'T' ? GP_ACT_TRANSFER
-                                      : GP_ACT_STEP;
-  st->wall_kind_s[k] += t1 - t0 - waited;
-  (k == GP_ACT_RECOMPUTE ? st->rec_s : st->act_s)[st->at] += t1 - t0 - waited;
-  if (st->pl->trace) trace_add(st, (trace_ev){kind, micro, -1, st->pl->step, t0, t1, busy});
+static gp_act_kind act_kind(char kind) {
+  return kind == 'F'   ? GP_ACT_FORWARD
+         : kind == 'R' ? GP_ACT_RECOMPUTE
+         : kind == 'B' ? GP_ACT_BACKWARD
+         : kind == 'T' ? GP_ACT_TRANSFER
+                       : GP_ACT_STEP;
+}
+
+/* Adds d seconds of action `at` (of kind `kind`) to the stage's statistics; `compute` (host:
+ * see busy_s; device: d) to its forward or backward time. */
+static void account(stage *st, char kind, int at, double d, double compute) {
+  const gp_act_kind k = act_kind(kind);
+  st->wall_kind_s[k] += d;
+  (k == GP_ACT_RECOMPUTE ? st->rec_s : st->act_s)[at] += d;
+  if (k == GP_ACT_FORWARD) st->fwd_s += compute;
+  if (k == GP_ACT_RECOMPUTE || k == GP_ACT_BACKWARD) st->bwd_s += compute;
+}
+
+gp_status gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy,
+                       double waited) {
+  if (st->pl->trace) trace_add(st, (trace_ev){kind, micro, -1, st->pl->step, t0, t1, busy, 0});
+  if (!st->tm) {
+    account(st, kind, st->at, t1 - t0 - waited, busy);
+    return GP_OK;
+  }
+  if (st->n_span >= st->cap_span)
+    return GP_ERR(GP_ERR_RUNTIME, "stage %d: more timed actions in a step than its schedule has",
+                  st->index);
+  GP_TRY(st->be->event_record(st->be, GP_Q_COMPUTE, st->tm[2 * st->n_span + 1]));
+  st->span[st->n_span++] = (device_span){kind, micro, st->at, waited};
+  return GP_OK;
+}
+
+gp_status gp_pl_span_begin(stage *st) {
+  if (!st->tm || st->n_span >= st->cap_span) return GP_OK; /* gp_pl_record says it */
+  return st->be->event_record(st->be, GP_Q_COMPUTE, st->tm[2 * st->n_span]);
+}
+
+gp_status gp_pl_device_step_start(stage *st) {
+  if (!st->tm) return GP_OK;
+  gp_backend *be = st->be;
+  /* on an idle queue the reference passes as it is recorded, so device times map to host
+   * times by one offset (the host spans of the trace and the device's line up) */
+  GP_TRY(be->sync(be));
+  st->n_span = 0;
+  st->ref_host = now_s();
+  return be->event_record(be, GP_Q_COMPUTE, st->tm[2 * st->cap_span]);
+}
+
+gp_status gp_pl_device_step_end(stage *st) {
+  if (!st->tm) return GP_OK;
+  gp_backend *be = st->be;
+  gp_event *ref = st->tm[2 * st->cap_span];
+  GP_TRY(be->sync(be));
+  for (int i = 0; i < st->n_span; i++) {
+    const device_span *sp = &st->span[i];
+    double a, b;
+    GP_TRY(be->event_elapsed(be, ref, st->tm[2 * i], &a));
+    GP_TRY(be->event_elapsed(be, ref, st->tm[2 * i + 1], &b));
+    /* the host's waits at the step's barriers left the queue idle (each barrier follows a
+     * read of a device value, which drains it) */
+    double d = b - a - sp->waited;
+    if (d < 0) d = 0;
+    account(st, sp->kind, sp->at, d, d);
+    if (st->pl->trace)
+      trace_add(st, (trace_ev){sp->kind, sp->micro, -1, st->pl->step, st->ref_host + a,
+                               st->ref_host + b, d, 1});
+  }
+  return GP_OK;
 }
 
 /* gp_exec's on_layer when tracing: a span per layer, nested in its action's (and not counted
@@ -46,7 +103,8 @@ void gp_pl_record_layer(const gp_exec *e, int node, int backward, int end) {
     return;
   }
   char kind = backward ? 'b' : e->recompute ? 'r' : 'f';
-  trace_add(st, (trace_ev){kind, e->micro, node, st->pl->step, st->layer_t0, t, t - st->layer_t0});
+  trace_add(st,
+            (trace_ev){kind, e->micro, node, st->pl->step, st->layer_t0, t, t - st->layer_t0, 0});
 }
 
 void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) {
@@ -120,17 +178,34 @@ static void write_layer_event(FILE *f, const gp_pipeline *pl, int s, const trace
           pass, l->type->name);
 }
 
+/* The trace row of stage s's device spans. */
+static int device_tid(int s) {
+  return GP_MAX_DEVICES + s;
+}
+
 static gp_status write_events(FILE *f, void *ctx) {
   const gp_pipeline *pl = ctx;
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   const char *sep = "";
   for (int s = 0; s < pl->k; s++) {
     const stage *st = &pl->st[s];
+    /* a device-timed stage has two rows: the host launching the actions (and their layers),
+     * and below it the device running them */
     fprintf(f,
             "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
-            "\"args\": {\"name\": \"stage %d (units %d..%d)\"}}",
-            sep, s, s, pl->plan.st[s].first_unit, pl->plan.st[s].end_unit - 1);
+            "\"args\": {\"name\": \"stage %d (units %d..%d)%s\"}}",
+            sep, s, s, pl->plan.st[s].first_unit, pl->plan.st[s].end_unit - 1,
+            st->tm ? ", host" : "");
     sep = ",\n";
+    if (st->tm)
+      fprintf(f,
+              "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+              "\"args\": {\"name\": \"stage %d on %s, device time\"}},\n"
+              "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+              "\"args\": {\"sort_index\": %d}},\n"
+              "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+              "\"args\": {\"sort_index\": %d}}",
+              sep, device_tid(s), s, pl->plan.st[s].device, device_tid(s), 2 * s + 1, s, 2 * s);
     for (int64_t i = 0; i < st->n_ev; i++) {
       const trace_ev *e = &st->ev[i];
       if (e->node >= 0) {
@@ -151,8 +226,8 @@ static gp_status write_events(FILE *f, void *ctx) {
               "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
               "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %lld, "
               "\"micro_batch\": %d, \"compute_us\": %.3f}}",
-              sep, name, cat, s, (e->t0 - pl->t_origin) * 1e6, (e->t1 - e->t0) * 1e6,
-              (long long)e->step + 1, e->micro, e->busy * 1e6);
+              sep, name, cat, e->device ? device_tid(s) : s, (e->t0 - pl->t_origin) * 1e6,
+              (e->t1 - e->t0) * 1e6, (long long)e->step + 1, e->micro, e->busy * 1e6);
     }
   }
   fprintf(f, "\n]}\n");

@@ -10,8 +10,10 @@
 
 #include "core/cuda/probe.h"
 #include "core/rng.h"
+#include "core/train/pipeline_internal.h"
 #include "core/train/trainer.h"
 #include "tests/check.h"
+#include "tests/train/device_spans.h"
 #include "tests/train/stage_params.h"
 
 static int failures, passes;
@@ -236,6 +238,49 @@ static void no_growth(void) {
   gp_model_free(mo);
 }
 
+/* A GPU stage's actions are timed on its stream: the spans' checks of the CPU's device-timing
+ * test (tests/train/test_pipeline_timing.c) on cuda:0, and, for the log, how the device's time
+ * compares with the host's launches. */
+static void device_time(void) {
+  cfg c = {2, 4, GP_SCHED_GPIPE, GP_REMAT_ALWAYS, "cuda:0", 0};
+  gp_model *mo = load(&c);
+  gp_plan plan;
+  gp_pipeline *pl = NULL;
+  gp_pipeline_opts po = {.cores = 1, .trace = 1};
+  if (!mo || gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK ||
+      gp_pipeline_create(mo, &plan, 42, &po, &pl) != GP_OK) {
+    CHECK(0, "device time setup: %s", gp_error_message());
+    gp_model_free(mo);
+    return;
+  }
+  const int64_t batch = 12;
+  float x[12 * 3 * 8 * 8];
+  int32_t y[12];
+  int ok = 1;
+  for (int s = 0; ok && s < STEPS; s++) {
+    batch_data(mo, batch, s, x, y);
+    gp_batch b = {.in = {x, y}, .n = batch};
+    gp_step_result r;
+    ok = gp_pipeline_train_step(pl, &b, s, 0.01, &r) == GP_OK;
+  }
+  CHECK(ok, "device time training: %s", gp_error_message());
+  if (ok) {
+    int checks = 0, bad = device_spans_check(pl, STEPS, c.m, "cuda:0 K=2 M=4", &checks);
+    CHECK(bad == 0, "device spans: %d of %d checks failed", bad, checks);
+    for (int st = 0; st < c.k; st++) {
+      double host = 0, dev = 0;
+      for (int64_t i = 0; i < pl->st[st].n_ev; i++) {
+        const trace_ev *e = &pl->st[st].ev[i];
+        if (e->node < 0) *(e->device ? &dev : &host) += e->t1 - e->t0;
+      }
+      printf("stage %d: actions %.3f ms on the device, %.3f ms launching them\n", st, 1e3 * dev,
+             1e3 * host);
+    }
+  }
+  gp_pipeline_free(pl);
+  gp_model_free(mo);
+}
+
 int main(void) {
   if (gp_cuda_device_count() < 1) {
     printf("skip: no CUDA device (or this build has no CUDA)\n");
@@ -244,6 +289,7 @@ int main(void) {
   grid();
   devices();
   no_growth();
+  device_time();
   printf("%d passed, %d failed\n", passes, failures);
   return failures != 0;
 }

@@ -1,0 +1,111 @@
+/* Checks of a device-timed pipeline's spans: see device_spans.h. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/train/pipeline_internal.h"
+#include "tests/train/device_spans.h"
+
+static int failed, made;
+
+static void check(int ok, const char *what, const char *cfg) {
+  made++;
+  if (ok) return;
+  failed++;
+  printf("FAIL: %s: %s\n", cfg, what);
+}
+
+static int kind_index(char k) {
+  const char *kinds = "FRBTS";
+  const char *p = strchr(kinds, k);
+  return p && k ? (int)(p - kinds) : -1;
+}
+
+/* The device rows of a timed run against its host rows and statistics. */
+int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *cfg, int *checks) {
+  failed = made = 0;
+  for (int s = 0; s < pl->k; s++) {
+    const stage *st = &pl->st[s];
+    check(st->tm != NULL, "the stage is device-timed", cfg);
+    if (!st->tm) break;
+    int host[5] = {0}, dev[5] = {0};
+    double sum[5] = {0}, prev_end = -INFINITY;
+    int tags = 1, order = 1;
+    const trace_ev *h = st->ev, *end = st->ev + st->n_ev;
+    for (const trace_ev *e = st->ev; e < end; e++) {
+      int k = kind_index(e->kind);
+      if (e->node >= 0 || k < 0) continue;
+      if (!e->device) {
+        host[k]++;
+        continue;
+      }
+      dev[k]++;
+      sum[k] += e->busy;
+      /* the n-th device span of a step is the n-th host action (layers aside) */
+      while (h < end && (h->device || h->node >= 0))
+        h++;
+      tags &= h < end && h->kind == e->kind && h->micro == e->micro && h->step == e->step;
+      if (h < end) h++;
+      order &= e->t0 >= prev_end && e->t1 >= e->t0;
+      prev_end = e->t1;
+      if (e->kind == 'S') prev_end = -INFINITY; /* the next step has its own reference */
+    }
+    char what[160];
+    for (int k = 0; k < 5; k++) {
+      snprintf(what, sizeof what, "stage %d: %d host %c spans, %d device ones", s, host[k],
+               "FRBTS"[k], dev[k]);
+      check(host[k] == dev[k], what, cfg);
+      snprintf(what, sizeof what, "stage %d: %c time %.9f s, its device spans %.9f s", s,
+               "FRBTS"[k], st -> wall_kind_s[k], sum[k]);
+      check(fabs(st->wall_kind_s[k] - sum[k]) <= 1e-9 * (1 + sum[k]), what, cfg);
+    }
+    snprintf(what, sizeof what, "stage %d: %d forwards, %d backwards, %d steps", s, dev[0], dev[2],
+             dev[4]);
+    check(dev[0] == steps * micro && dev[2] == steps * micro && dev[4] == steps, what, cfg);
+    snprintf(what, sizeof what, "stage %d: %d hand-offs back", s, dev[3]);
+    check(dev[3] == (s > 0 ? steps * micro : 0), what, cfg);
+    check(tags, "each device span is tagged as the host action it times", cfg);
+    /* a span's time is its length, less the host's waits at the step's barriers (clipping's:
+     * the queue was idle then); the last step's waits are still there to see */
+    int lengths = 1, last_s = -1;
+    for (int64_t i = 0; i < st->n_ev; i++) {
+      const trace_ev *e = &st->ev[i];
+      if (!e->device) continue;
+      if (e->kind == 'S') last_s = (int)i;
+      lengths &= e->kind == 'S' || fabs(e->busy - (e->t1 - e->t0)) <= 1e-8;
+    }
+    check(lengths, "an action's device time is its span's length", cfg);
+    const double waited = st->span[st->n_span - 1].waited;
+    const trace_ev *ls = &st->ev[last_s > 0 ? last_s : 0];
+    snprintf(what, sizeof what, "stage %d: the last step %.9f s, its span %.9f s, waits %.9f s", s,
+             ls->busy, ls->t1 - ls->t0, waited);
+    check(last_s > 0 && st->span[st->n_span - 1].kind == 'S' && waited > 0 &&
+              fabs(ls->busy - fmax(0, ls->t1 - ls->t0 - waited)) <= 1e-8,
+          what, cfg);
+    check(order, "a stage's device spans follow each other", cfg);
+    double b = st->wall_kind_s[GP_ACT_BACKWARD] + st->wall_kind_s[GP_ACT_RECOMPUTE];
+    check(st->fwd_s == st->wall_kind_s[GP_ACT_FORWARD] && fabs(st->bwd_s - b) <= 1e-9 * (1 + b),
+          "forward and backward times are the device's", cfg);
+  }
+  /* every device span lies inside the run */
+  double d0 = INFINITY, d1 = -INFINITY;
+  for (int s = 0; s < pl->k; s++)
+    for (int64_t i = 0; i < pl->st[s].n_ev; i++)
+      if (pl->st[s].ev[i].device) {
+        d0 = fmin(d0, pl->st[s].ev[i].t0);
+        d1 = fmax(d1, pl->st[s].ev[i].t1);
+      }
+  check(d0 >= pl->t_origin && d1 <= now_s(), "device spans inside the run", cfg);
+  double bubble = 0;
+  for (int s = 0; s < pl->k; s++) {
+    gp_stage_stats ss;
+    gp_pipeline_stats(pl, s, &ss);
+    bubble += gp_stage_idle(&ss) / pl->k;
+  }
+  double rep = gp_pipeline_bubble_replayed(pl);
+  char what[96];
+  snprintf(what, sizeof what, "0 <= replayed bubble %.4f <= measured %.4f < 1", rep, bubble);
+  check(rep >= 0 && rep <= bubble + 1e-9 && bubble < 1, what, cfg);
+  *checks += made;
+  return failed;
+}
