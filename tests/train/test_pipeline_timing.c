@@ -14,19 +14,21 @@
 #include "core/train/pipeline_internal.h"
 #include "tests/train/device_spans.h"
 
-static const char *cnn = "name: cnn\n"
-                         "inputs: {x: [2, 8, 8], label: {shape: [], dtype: i32}}\n"
+/* A skip connection over the stage cuts (so a stage hands gradients back to two producers),
+ * and clipping (so the optimizer step waits at its barrier). */
+static const char *mlp = "name: timed\n"
+                         "inputs: {x: [24], label: {shape: [], dtype: i32}}\n"
                          "layers:\n"
-                         "  - {type: conv2d, out_channels: 4, kernel: 3, padding: 1}\n"
-                         "  - {type: relu}\n"
-                         "  - {type: maxpool, kernel: 2}\n"
-                         "  - {type: conv2d, out_channels: 6, kernel: [1, 3], padding: [0, 1]}\n"
+                         "  - {type: linear, out_features: 32, name: in}\n"
+                         "  - {type: gelu}\n"
+                         "  - {type: linear, out_features: 32}\n"
                          "  - {type: tanh}\n"
-                         "  - {type: flatten}\n"
-                         "  - {type: dropout, p: 0.2}\n"
+                         "  - {type: linear, out_features: 32, name: mid}\n"
+                         "  - {type: add, from: [mid, in]}\n"
+                         "  - {type: dropout, p: 0.1}\n"
                          "  - {type: linear, out_features: 5}\n"
                          "loss: {type: softmax_cross_entropy}\n"
-                         "train: {clip_grad_norm: 1.0, optimizer: {type: adamw, lr: 0.01}}\n";
+                         "train: {clip_grad_norm: 1.0, optimizer: {type: sgd, lr: 0.05}}\n";
 
 #define STEPS 3
 #define BATCH 12
@@ -53,7 +55,7 @@ typedef struct run {
 } run;
 
 static void train(gp_schedule_kind sched, gp_remat remat, int device_timing, run *r) {
-  if (gp_model_load_string(cnn, "timing.yaml", NULL, 0, &r->mo) != GP_OK) die("load");
+  if (gp_model_load_string(mlp, "timing.yaml", NULL, 0, &r->mo) != GP_OK) die("load");
   r->mo->pipeline.stages = K;
   r->mo->pipeline.micro_batches = M;
   r->mo->pipeline.schedule = sched;
@@ -63,7 +65,7 @@ static void train(gp_schedule_kind sched, gp_remat remat, int device_timing, run
   if (gp_plan_make(r->mo, &r->mo->pipeline, &plan) != GP_OK) die("plan");
   gp_pipeline_opts po = {.cores = 1, .trace = 1, .device_timing = device_timing};
   if (gp_pipeline_create(r->mo, &plan, 42, &po, &r->pl) != GP_OK) die("create");
-  float x[BATCH * 2 * 8 * 8];
+  float x[BATCH * 24];
   int32_t y[BATCH];
   for (int s = 0; s < STEPS; s++) {
     gp_rng g;
