@@ -197,20 +197,28 @@ static void devices(void) {
   free_out(&gpu);
 }
 
+/* The model and a trainer of configuration c with options po; NULL (a failed check named
+ * `what`) when they cannot be made. */
+static gp_model *trainer_for(const cfg *c, const gp_pipeline_opts *po, gp_trainer *t,
+                             const char *what) {
+  gp_model *mo = load(c);
+  gp_plan plan;
+  if (!mo || gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK ||
+      gp_trainer_init(t, mo, &plan, po, 42) != GP_OK) {
+    CHECK(0, "%s setup: %s", what, gp_error_message());
+    gp_model_free(mo);
+    return NULL;
+  }
+  return mo;
+}
+
 /* After a few steps the arenas and caches have their size: 20 more steps allocate nothing,
  * by the backends' own count and by the device's free memory. */
 static void no_growth(void) {
   cfg c = {2, 4, GP_SCHED_GPIPE, GP_REMAT_ALWAYS, "cuda:0", 0};
-  gp_model *mo = load(&c);
-  gp_plan plan;
   gp_trainer t;
-  gp_pipeline_opts po = {.cores = 1};
-  if (!mo || gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK ||
-      gp_trainer_init(&t, mo, &plan, &po, 42) != GP_OK) {
-    CHECK(0, "memory check setup: %s", gp_error_message());
-    gp_model_free(mo);
-    return;
-  }
+  gp_model *mo = trainer_for(&c, &(gp_pipeline_opts){.cores = 1}, &t, "memory check");
+  if (!mo) return;
   const int64_t batch = 12;
   float x[12 * 3 * 8 * 8];
   int32_t y[12];
@@ -243,25 +251,18 @@ static void no_growth(void) {
  * compares with the host's launches. */
 static void device_time(void) {
   cfg c = {2, 4, GP_SCHED_GPIPE, GP_REMAT_ALWAYS, "cuda:0", 0};
-  gp_model *mo = load(&c);
-  gp_plan plan;
-  gp_pipeline *pl = NULL;
-  gp_pipeline_opts po = {.cores = 1, .trace = 1};
-  if (!mo || gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK ||
-      gp_pipeline_create(mo, &plan, 42, &po, &pl) != GP_OK) {
-    CHECK(0, "device time setup: %s", gp_error_message());
-    gp_model_free(mo);
-    return;
-  }
+  gp_trainer t;
+  gp_model *mo = trainer_for(&c, &(gp_pipeline_opts){.cores = 1, .trace = 1}, &t, "device time");
+  if (!mo) return;
+  const gp_pipeline *pl = t.pl;
   const int64_t batch = 12;
   float x[12 * 3 * 8 * 8];
   int32_t y[12];
   int ok = 1;
   for (int s = 0; ok && s < STEPS; s++) {
+    gp_metrics mt;
     batch_data(mo, batch, s, x, y);
-    gp_batch b = {.in = {x, y}, .n = batch};
-    gp_step_result r;
-    ok = gp_pipeline_train_step(pl, &b, s, 0.01, &r) == GP_OK;
+    ok = gp_trainer_step(&t, x, y, batch, mo->train.lr, &mt) == GP_OK;
   }
   CHECK(ok, "device time training: %s", gp_error_message());
   if (ok) {
@@ -277,7 +278,7 @@ static void device_time(void) {
              1e3 * host);
     }
   }
-  gp_pipeline_free(pl);
+  gp_trainer_free(&t);
   gp_model_free(mo);
 }
 
