@@ -2,7 +2,7 @@
 # Runs on a GPU machine what cannot run without one, from the pack scripts/gpu-pack.sh made
 # (carried as .gpu/), in phases, each logged; writes OUT/summary.txt and OUT/logs.tgz.
 # Usage: scripts/gpu-check.sh OUT PHASE...
-#   phases: info suite memcheck torch torchseq capacity graph scaling
+#   phases: info suite memcheck torch torchseq capacity graph timing scaling
 #   info      nvidia-smi, the libraries the programs resolve
 #   suite     every tests/cuda binary (meson suite `cuda`)
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
@@ -12,6 +12,9 @@
 #             (GP_CAPACITY_ARGS="--capacity 8GiB --batch 8" adds options)
 #   graph     which cuDNN API the convolution searches choose (GP_CUDNN_LOG), and ResNet-56
 #             with the graph API's engines off and on (GP_CUDNN_GRAPH=0/1), alternating
+#   timing    GPU stages timed on their streams: resnet20-cifar over K = 1, 2, 4 and M = 1, 8 on
+#             cuda:0, alternated with GP_DEVICE_TIMING=0 (host launch times, no wait at the
+#             step's end): the wait's cost, both bubbles, and the trace's device rows
 #   scaling   issue 5's CPU check: gpipe-bench of balanced-cnn over K = 1, 2, 4, 8 at M = 32
 #             (GP_SCALING="8:128 16:1024 8:128:0,2,4,6,8,10,12,14 p1:128:0,2,4,6,8,10,12,14"
 #             picks threads:batch[:cpus] sweeps, pT meaning --threads-per-stage T: K stages on
@@ -51,6 +54,7 @@ phase_suite() {
     say "suite: $name rc=$rc: $(grep -E 'passed|skip' "$logs/$name.log" | tail -1)"
     [ $rc = 0 ] || grep -m 15 FAIL "$logs/$name.log" | tee -a "$summary"
   done
+  grep -h "on the device" "$logs/test_cuda_pipeline.log" | sed 's/^/suite: /' | tee -a "$summary"
   # the convolutions again with cuDNN's legacy algorithms alone (meson's cuda_dnn_legacy)
   GP_CUDNN_GRAPH=0 timeout 300 "$bin/test_cuda_dnn" >"$logs/test_cuda_dnn_legacy.log" 2>&1
   rc=$?
@@ -118,6 +122,52 @@ for prec in ("fp32", "bf16"):
 PY
 }
 
+phase_timing() {
+  for r in 1 2 3; do
+    for dt in 1 0; do
+      local tr=()
+      [ "$r$dt" = 11 ] && tr=(--trace "$logs/timing.trace.json")
+      GP_DEVICE_TIMING=$dt timeout 150 "$bin/gpipe-bench" models/resnet20-cifar.yaml \
+        --stages 1,2,4 --micro-batches 1,8 --checkpoint never --devices cuda:0 --steps 20 \
+        --warmup 3 --json --quiet "${tr[@]}" >"$logs/timing-$dt-$r.json" 2>>"$logs/timing.log"
+      say "timing: GP_DEVICE_TIMING=$dt, repetition $r: rc=$?"
+    done
+  done
+  python3 - "$logs" <<'PY' | tee -a "$summary"
+import glob, json, sys
+d = sys.argv[1]
+best = {}
+for dt in ("1", "0"):
+    for f in glob.glob(f"{d}/timing-{dt}-*.json"):
+        try:
+            runs = json.load(open(f))["runs"]
+        except Exception as e:
+            print(f"timing: {f}: {e}")
+            continue
+        for r in runs:
+            k = (dt, r["stages"], r["micro_batches"])
+            if r["samples_per_s"] and r["samples_per_s"] > best.get(k, {}).get("samples_per_s", 0):
+                best[k] = r
+for (dt, K, M), r in sorted(best.items()):
+    if dt != "1":
+        continue
+    o = best.get(("0", K, M), {})
+    ratio = r["samples_per_s"] / o["samples_per_s"] if o.get("samples_per_s") else float("nan")
+    f = lambda x: "-" if x is None else f"{x:.3f}"
+    print(f"timing: K={K} M={M}: {r['samples_per_s']:.0f} samples/s timed on the device, "
+          f"{ratio:.3f}x of host timing; bubble {f(r['bubble_measured'])} replay "
+          f"{f(r['bubble_replayed'])} sim {f(r.get('bubble_simulated'))} theory "
+          f"{f(r['bubble_theory'])} (host timing: {f(o.get('bubble_measured'))})")
+try:
+    ev = json.load(open(f"{d}/timing.trace.json"))["traceEvents"]
+    rows = sorted({e["args"]["name"] for e in ev if e.get("name") == "thread_name"})
+    dev = sum(1 for e in ev if e.get("ph") == "X" and e.get("tid", 0) >= 64)
+    print(f"timing: trace rows {rows}; {dev} device spans")
+except Exception as e:
+    print(f"timing: trace: {e}")
+PY
+}
+
 # One sweep per "THREADS:BATCH[:CPUS]" of GP_SCALING (default: 8 threads on every other CPU,
 # which on the 16-vCPU machine behaved like one per physical core (docs/bench.md), at batch 128
 # and 512), each pipeline-K's speed-up over naive-K as a share of the ideal K*M/(M+K-1) in the
@@ -146,7 +196,7 @@ phase_scaling() {
 
 for p in "$@"; do
   case "$p" in
-  info | suite | memcheck | torch | torchseq | capacity | graph | scaling) "phase_$p" ;;
+  info | suite | memcheck | torch | torchseq | capacity | graph | timing | scaling) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done

@@ -149,7 +149,8 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
     return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
   /* a device stage's actions are timed on its queue: at most three spans an action (a
    * backward's recompute, itself, its hand-off), two timers a span, and the reference */
-  if ((st->be->device >= 0 || pl->device_timing) && st->be->timer_create && st->be->event_elapsed) {
+  if (((st->be->device >= 0 && pl->device_timing == 0) || pl->device_timing > 0) &&
+      st->be->timer_create && st->be->event_elapsed) {
     st->cap_span = 3 * (int)acts;
     st->span = calloc((size_t)st->cap_span, sizeof *st->span);
     st->tm = calloc(2 * (size_t)st->cap_span + 1, sizeof *st->tm);
@@ -380,7 +381,10 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
   pl->pin = o ? o->pin : 0;
   pl->trace = o ? o->trace : 0;
   pl->copy_all = o ? o->copy_all : 0;
-  pl->device_timing = o ? o->device_timing : 0;
+  /* device timing: always on GPU stages (GP_DEVICE_TIMING=0 turns it off there, to compare:
+   * host launch times, no wait at the step's end); on CPU stages when the tests ask */
+  const char *dt = getenv("GP_DEVICE_TIMING");
+  pl->device_timing = o && o->device_timing ? 1 : dt && dt[0] == '0' ? -1 : 0;
   pl->precision = o ? o->precision : GP_PREC_FP32;
   pl->nondeterministic = o ? o->nondeterministic : 0;
   pl->mem_limit = o ? o->mem_limit : 0;

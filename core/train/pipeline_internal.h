@@ -122,7 +122,8 @@ struct gp_pipeline {
   stage *st;
   uint64_t seed;
   double watchdog_s;
-  int pin, cores, threads_per_stage, trace, copy_all, device_timing;
+  int pin, cores, threads_per_stage, trace, copy_all;
+  int device_timing; /* 1: every stage (tests), 0: GPU stages, -1: none (GP_DEVICE_TIMING=0) */
   int spin; /* stages wait for their inputs by spinning first (each has cores of its own) */
   gp_precision precision;
   int nondeterministic;
