@@ -7,9 +7,9 @@ Reads the `layer` slices that `gpipe-train --trace` and `gpipe-bench --trace` wr
 each forward, recompute and backward, keeps the last N steps (default 3: the warm-up steps
 come first), and prints per (layer type or layer path, pass): milliseconds per step, calls
 per step and microseconds per call, largest first, with the actions' total beside the
-layers' (the difference is time spent between layers: gradient sums, arena resets). On GPU
-stages the slices are the host launching the layers, not their kernels, so the actions are
-taken from the host rows too (the device rows hold the same actions in device time).
+layers' (the difference is time spent between layers: gradient sums, arena resets). A trace
+with GPU stages has their actions and layers twice: as the host launched them and as the GPU
+ran them (the device rows); the GPU's are the ones summed then.
 """
 import argparse
 import collections
@@ -34,10 +34,13 @@ def main():
         sys.exit(f"trace-layers: {a.trace}: not a gpipe trace ({e})")
     if a.steps < 1:
         sys.exit("trace-layers: --steps must be at least 1")
-    # host rows only: a GPU stage's device row (tid 64 + stage) repeats its actions in device
-    # time, and its layers are the host's launches
-    xs = [e for e in ev if e.get("ph") == "X" and e.get("tid", 0) < DEVICE_ROWS
-          and (a.stage is None or e.get("tid") == a.stage)]
+    # a GPU stage's actions and layers are on two rows: the host's launches (tid = stage) and
+    # the GPU's time (tid 64 + stage); where the trace has the GPU's, those are the ones
+    xs = [e for e in ev if e.get("ph") == "X"]
+    on_dev = any(e.get("cat") == "layer" and e.get("tid", 0) >= DEVICE_ROWS for e in xs)
+    base = DEVICE_ROWS if on_dev else 0
+    xs = [e for e in xs if (e.get("tid", 0) >= DEVICE_ROWS) == on_dev
+          and (a.stage is None or e.get("tid") == base + a.stage)]
     layers = [e for e in xs if e.get("cat") == "layer"]
     if not layers:
         sys.exit(f"trace-layers: {a.trace}: no layer slices (a trace from before they existed?)")
@@ -51,7 +54,8 @@ def main():
     acts = sum(e["dur"] for e in xs if e.get("cat") in ("forward", "recompute", "backward")
                and e["args"]["step"] in keep)
     n = len(keep)
-    print(f"{a.trace}: last {n} step(s){'' if a.stage is None else f', stage {a.stage}'}: "
+    print(f"{a.trace}: last {n} step(s){'' if a.stage is None else f', stage {a.stage}'}"
+          f"{', device time' if on_dev else ''}: "
           f"actions {acts / n / 1e3:.2f} ms/step, layers {sum(tot.values()) / n / 1e3:.2f} ms/step")
     width = max(len(k[0]) for k in tot)
     for k, v in sorted(tot.items(), key=lambda kv: -kv[1]):

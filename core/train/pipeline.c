@@ -468,6 +468,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
       events_free(st->be, pl->micro, st->ev_push);
       st->be->event_destroy(st->be, st->stg.done);
       if (st->tm) events_free(st->be, 2 * st->cap_span + 1, st->tm);
+      if (st->ltm) events_free(st->be, 2 * st->cap_lspan, st->ltm);
       st->be->host_free(st->be, st->stg.host);
     }
     if (st->have_opt) gp_optimizer_free(&st->opt);
@@ -481,6 +482,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
     free(st->act_s);
     free(st->rec_s);
     free(st->span);
+    free(st->lspan);
     gp_backend_destroy(st->be);
     pthread_cond_destroy(&st->arrived);
   }

@@ -107,6 +107,11 @@ typedef struct stage {
   device_span *span; /* this step's spans */
   int n_span, cap_span;
   double ref_host; /* host time when the reference was recorded on the idle queue */
+  /* when tracing, each layer too: a pair of timers per layer call (a pool that only grows,
+   * so steady state creates none), trace_ev entries waiting for their times (t0, t1 unset) */
+  gp_event **ltm;
+  trace_ev *lspan;
+  int n_lspan, cap_lspan;
   int64_t steps;
   trace_ev *ev;
   int64_t n_ev, cap_ev;

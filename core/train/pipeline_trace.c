@@ -66,7 +66,7 @@ gp_status gp_pl_device_step_start(stage *st) {
   /* on an idle queue the reference passes as it is recorded, so device times map to host
    * times by one offset (the host spans of the trace and the device's line up) */
   GP_TRY(be->sync(be));
-  st->n_span = 0;
+  st->n_span = st->n_lspan = 0;
   st->ref_host = now_s();
   return be->event_record(be, GP_Q_COMPUTE, st->tm[2 * st->cap_span]);
 }
@@ -76,6 +76,16 @@ gp_status gp_pl_device_step_end(stage *st) {
   gp_backend *be = st->be;
   gp_event *ref = st->tm[2 * st->cap_span];
   GP_TRY(be->sync(be));
+  for (int i = 0; i < st->n_lspan; i++) {
+    trace_ev ev = st->lspan[i];
+    double a, b;
+    GP_TRY(be->event_elapsed(be, ref, st->ltm[2 * i], &a));
+    GP_TRY(be->event_elapsed(be, ref, st->ltm[2 * i + 1], &b));
+    ev.t0 = st->ref_host + a;
+    ev.t1 = st->ref_host + b;
+    ev.busy = b - a;
+    trace_add(st, ev);
+  }
   for (int i = 0; i < st->n_span; i++) {
     const device_span *sp = &st->span[i];
     double a, b;
@@ -93,16 +103,47 @@ gp_status gp_pl_device_step_end(stage *st) {
   return GP_OK;
 }
 
+/* Room for one more layer span's timers on a device-timed stage (0 when it cannot grow:
+ * that layer is left out of the device row, a gap in the trace rather than a failed step). */
+static int layer_room(stage *st) {
+  if (st->n_lspan < st->cap_lspan) return 1;
+  int cap = st->cap_lspan ? 2 * st->cap_lspan : 256;
+  gp_event **ltm = realloc(st->ltm, 2 * (size_t)cap * sizeof *ltm);
+  if (!ltm) return 0;
+  st->ltm = ltm;
+  trace_ev *sp = realloc(st->lspan, (size_t)cap * sizeof *sp);
+  if (!sp) return 0;
+  st->lspan = sp;
+  for (int i = 2 * st->cap_lspan; i < 2 * cap; i++)
+    if (st->be->timer_create(st->be, &ltm[i]) != GP_OK) {
+      for (int j = 2 * st->cap_lspan; j < i; j++)
+        st->be->event_destroy(st->be, ltm[j]);
+      return 0;
+    }
+  st->cap_lspan = cap;
+  return 1;
+}
+
 /* gp_exec's on_layer when tracing: a span per layer, nested in its action's (and not counted
- * as busy time again). On a GPU the span is the host launching the layer, not its kernels. */
+ * as busy time again). On a GPU the host's span is the launch; the device row gets the layer
+ * as the GPU ran it (timers, read with the actions'). */
 void gp_pl_record_layer(const gp_exec *e, int node, int backward, int end) {
   stage *st = e->on_layer_ctx;
   double t = now_s();
+  char kind = backward ? 'b' : e->recompute ? 'r' : 'f';
+  if (st->tm) {
+    /* a timer that cannot be recorded leaves the device row without this layer */
+    if (!end && layer_room(st))
+      st->lspan[st->n_lspan].node =
+          st->be->event_record(st->be, GP_Q_COMPUTE, st->ltm[2 * st->n_lspan]) == GP_OK ? node : -1;
+    else if (end && st->n_lspan < st->cap_lspan && st->lspan[st->n_lspan].node == node &&
+             st->be->event_record(st->be, GP_Q_COMPUTE, st->ltm[2 * st->n_lspan + 1]) == GP_OK)
+      st->lspan[st->n_lspan++] = (trace_ev){kind, e->micro, node, st->pl->step, 0, 0, 0, 1};
+  }
   if (!end) {
     st->layer_t0 = t;
     return;
   }
-  char kind = backward ? 'b' : e->recompute ? 'r' : 'f';
   trace_add(st,
             (trace_ev){kind, e->micro, node, st->pl->step, st->layer_t0, t, t - st->layer_t0, 0});
 }
@@ -164,6 +205,11 @@ gp_status gp_pipeline_bubble_sim(const gp_pipeline *pl, double *out) {
   return gp_bubble_sim(&pl->sched, ss, out);
 }
 
+/* The trace row of stage s's device spans. */
+static int device_tid(int s) {
+  return GP_MAX_DEVICES + s;
+}
+
 /* One layer's span (category "layer", named by the layer's path), nested in its action. */
 static void write_layer_event(FILE *f, const gp_pipeline *pl, int s, const trace_ev *e) {
   const gp_layer *l = &pl->m->nodes[e->node].layer;
@@ -174,13 +220,8 @@ static void write_layer_event(FILE *f, const gp_pipeline *pl, int s, const trace
           ", \"cat\": \"layer\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
           "\"dur\": %.3f, \"args\": {\"step\": %lld, \"micro_batch\": %d, \"pass\": \"%s\", "
           "\"type\": \"%s\"}}",
-          s, (e->t0 - pl->t_origin) * 1e6, (e->t1 - e->t0) * 1e6, (long long)e->step + 1, e->micro,
-          pass, l->type->name);
-}
-
-/* The trace row of stage s's device spans. */
-static int device_tid(int s) {
-  return GP_MAX_DEVICES + s;
+          e->device ? device_tid(s) : s, (e->t0 - pl->t_origin) * 1e6, (e->t1 - e->t0) * 1e6,
+          (long long)e->step + 1, e->micro, pass, l->type->name);
 }
 
 static gp_status write_events(FILE *f, void *ctx) {

@@ -2,9 +2,11 @@
 # test_pipeline_timing's checks, then the Chrome trace of its first device-timed run (K = 3,
 # M = 4, GPipe, re-materialization always, 3 steps): valid trace-event JSON where each stage
 # has its host row and, sorted below it, a device row with one span for each action the host
-# row shows, in order and not overlapping.
+# row shows, in order and not overlapping, and one for each of its layer slices, inside its
+# action's; and scripts/trace-layers.py sums the device row's layers.
 set -u
 exe=$1
+trace_layers=$2 # scripts/trace-layers.py
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$exe" "$tmp/trace.json" || exit 1
@@ -29,6 +31,32 @@ for s in range(3):
     assert all(e["dur"] >= 0 for e in spans)
     for a, b in zip(spans, spans[1:]):
         assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, (a, b)
-assert not [e for e in ev if e["ph"] == "X" and e["cat"] == "layer" and e["tid"] >= dev]
-print("trace: 3 host rows, 3 device rows, every action on both")
+# layer slices: the device row has the host row's, each inside its action's device span
+layers = [e for e in ev if e["ph"] == "X" and e["cat"] == "layer"]
+kind = {"forward": "F", "recompute": "R", "backward": "B"}
+key = lambda e: (e["name"], e["args"]["pass"], e["args"]["micro_batch"], e["args"]["step"])
+for s in range(3):
+    host = sorted(key(e) for e in layers if e["tid"] == s)
+    on_dev = [e for e in layers if e["tid"] == dev + s]
+    assert host and sorted(key(e) for e in on_dev) == host, (s, len(host), len(on_dev))
+    spans = {(e["name"], e["args"]["step"]): e for e in acts if e["tid"] == dev + s}
+    for e in on_dev:
+        a = e["args"]
+        h = spans[(f'{kind[a["pass"]]}{a["micro_batch"]}', a["step"])]
+        assert h["ts"] - 0.01 <= e["ts"] and e["ts"] + e["dur"] <= h["ts"] + h["dur"] + 0.01, (e, h)
+print("trace: 3 host rows, 3 device rows, every action and layer on both")
+PY
+# scripts/trace-layers.py sums the device rows' layer slices when the trace has them
+"$trace_layers" "$tmp/trace.json" --stage 1 --steps 3 >"$tmp/layers" ||
+  { echo "FAIL: trace-layers.py exited $?"; exit 1; }
+python3 - "$tmp/trace.json" "$tmp/layers" <<'PY' || { echo "FAIL: trace-layers.py: $(cat "$tmp/layers")"; exit 1; }
+import json, re, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+out = open(sys.argv[2]).read()
+head = out.splitlines()[0]
+assert ", stage 1, device time:" in head, head
+want = sum(e["dur"] for e in ev if e["ph"] == "X" and e["cat"] == "layer" and e["tid"] == 65)
+got = float(re.search(r"layers ([0-9.]+) ms/step", head).group(1)) * 1e3 * 3
+assert abs(got - want) <= 0.01 * want + 30, (got, want, head)
+print("trace-layers.py: the device row's layers")
 PY
