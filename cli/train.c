@@ -559,18 +559,21 @@ static void report_data(run *r, double wall) {
             st.skipped, st.skipped == 1 ? "" : "s", st.first_skip);
 }
 
-/* With stages: how busy each was per training step and how much of the steps it waited,
- * against GPipe's bubble (K-1)/(M+K-1) for equal stages, the schedule simulated with the
- * stages' mean times (the idle that unequal stages alone would leave) and the steps replayed
- * with each action's own time (adding the actions' spread): where the pipeline lost time. */
+/* With stages: how busy each was per training step (on a GPU, the GPU's time) and how much of
+ * the steps it waited, against GPipe's bubble (K-1)/(M+K-1) for equal stages, the schedule
+ * simulated with the stages' mean times (the idle that unequal stages alone would leave) and
+ * the steps replayed with each action's own time (adding the actions' spread): where the
+ * pipeline lost time. */
 static void report_pipeline(run *r) {
   int k = gp_pipeline_stages(r->t.pl), m = r->m->pipeline.micro_batches;
   if (k < 2) return;
   char busy[GP_MAX_DEVICES * 16] = "", idle[GP_MAX_DEVICES * 16] = "";
+  int on_gpu = 0;
   for (int s = 0; s < k; s++) {
     gp_stage_stats ss;
     gp_pipeline_stats(r->t.pl, s, &ss);
     if (ss.steps < 1 || ss.span_s <= 0) return; /* no training step was timed */
+    on_gpu |= ss.device_time;
     size_t nb = strlen(busy), ni = strlen(idle);
     snprintf(busy + nb, sizeof busy - nb, "%s%.1f", s ? ", " : "", gp_stage_busy_ms(&ss));
     snprintf(idle + ni, sizeof idle - ni, "%s%.1f%%", s ? ", " : "", 100 * gp_stage_idle(&ss));
@@ -582,9 +585,10 @@ static void report_pipeline(run *r) {
   if (isfinite(rep))
     snprintf(simmed + strlen(simmed), sizeof simmed - strlen(simmed),
              "; with each action's own time: %.1f%%", 100 * rep);
-  printf("pipeline: stages busy %s ms per step, idle %s of the steps (GPipe's bubble for K = %d, "
-         "M = %d: %.1f%%%s)\n",
-         busy, idle, k, m, 100.0 * (k - 1) / (double)(m + k - 1), simmed);
+  printf("pipeline: stages busy %s ms per step%s, idle %s of the steps (GPipe's bubble for K = "
+         "%d, M = %d: %.1f%%%s)\n",
+         busy, on_gpu ? " (GPU time)" : "", idle, k, m, 100.0 * (k - 1) / (double)(m + k - 1),
+         simmed);
 }
 
 /* Each stage's measured peak of backend memory (parameters, gradients, optimizer state,

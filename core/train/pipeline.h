@@ -79,6 +79,7 @@ typedef struct gp_stage_stats {
   double span_s;               /* wall time of the whole training steps since the last reset: the
                                   measured bubble of a stage is 1 - wall_busy_s / span_s */
   double wall_s[GP_ACT_KINDS]; /* wall_busy_s by kind of action (gp_act_kind) */
+  int device_time;             /* 1: the times above are the device's (a GPU stage), 0: host */
 } gp_stage_stats;
 
 /* A stage's compute per training step in ms, and its measured bubble: the share of the steps'

@@ -163,6 +163,7 @@ void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) 
   out->bwd_s = st->bwd_s;
   out->steps = st->steps;
   memcpy(out->wall_s, st->wall_kind_s, sizeof out->wall_s);
+  out->device_time = st->tm != NULL;
 }
 
 void gp_pipeline_reset_stats(gp_pipeline *pl) {
