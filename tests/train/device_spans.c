@@ -101,6 +101,7 @@ int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *
     gp_stage_stats ss;
     gp_pipeline_stats(pl, s, &ss);
     bubble += gp_stage_idle(&ss) / pl->k;
+    check(ss.device_time == 1, "the statistics say they are the device's", cfg);
   }
   double rep = gp_pipeline_bubble_replayed(pl);
   char what[96];
