@@ -56,8 +56,8 @@ gp_status event_make(gp_backend *be, unsigned flags, gp_event **out) {
   gp_event *ev = (gp_event *)calloc(1, sizeof *ev);
   if (!ev) return GP_ERR(GP_ERR_NOMEM, "out of host memory for an event");
   ev->device = be->device;
-  gp_status s = gp_cuda_check(cudaEventCreateWithFlags(&ev->ev, flags),
-                              "cudaEventCreateWithFlags", __FILE__, __LINE__);
+  gp_status s = gp_cuda_check(cudaEventCreateWithFlags(&ev->ev, flags), "cudaEventCreateWithFlags",
+                              __FILE__, __LINE__);
   if (s != GP_OK) {
     free(ev);
     return s;
