@@ -84,16 +84,23 @@ static gp_status cpu_sync(gp_backend *be) {
 }
 
 /* Ordering: every op has finished when it returns, so an event marks nothing and waiting on
- * one is immediate; copies between instances are plain copies in one address space. An event
- * keeps the time of its last record, which is all a timer needs. */
+ * one is immediate; copies between instances are plain copies in one address space. A timer
+ * keeps the time of its last record, which is all it needs. */
 struct gp_event {
-  double t; /* CLOCK_MONOTONIC seconds of the last record */
+  int timer;
+  double t; /* a timer's last record, CLOCK_MONOTONIC seconds */
 };
 
 static gp_status cpu_event_create(gp_backend *be, gp_event **out) {
   (void)be;
   *out = calloc(1, sizeof **out);
   return *out ? GP_OK : GP_ERR(GP_ERR_NOMEM, "out of host memory for an event");
+}
+
+static gp_status cpu_timer_create(gp_backend *be, gp_event **out) {
+  GP_TRY(cpu_event_create(be, out));
+  (*out)->timer = 1;
+  return GP_OK;
 }
 
 static void cpu_event_destroy(gp_backend *be, gp_event *ev) {
@@ -103,6 +110,7 @@ static void cpu_event_destroy(gp_backend *be, gp_event *ev) {
 
 static gp_status cpu_event_record(gp_backend *be, gp_queue q, gp_event *ev) {
   (void)be, (void)q;
+  if (!ev->timer) return GP_OK;
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   ev->t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -304,7 +312,7 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->event_record = cpu_event_record;
   be->event_wait = cpu_event_wait;
   be->event_sync = cpu_event_sync;
-  be->timer_create = cpu_event_create;
+  be->timer_create = cpu_timer_create;
   be->event_elapsed = cpu_event_elapsed;
   be->copy_peer = cpu_copy_peer;
   be->host_alloc = cpu_host_alloc;
