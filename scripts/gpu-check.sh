@@ -123,13 +123,13 @@ PY
 }
 
 phase_timing() {
-  for r in 1 2 3; do
+  for r in 1 2; do
     for dt in 1 0; do
       local tr=()
       [ "$r$dt" = 11 ] && tr=(--trace "$logs/timing.trace.json")
       GP_DEVICE_TIMING=$dt timeout 150 "$bin/gpipe-bench" models/resnet20-cifar.yaml \
-        --stages 1,2,4 --micro-batches 1,8 --checkpoint never --devices cuda:0 --steps 20 \
-        --warmup 3 --json --quiet "${tr[@]}" >"$logs/timing-$dt-$r.json" 2>>"$logs/timing.log"
+        --stages 1,2,4 --micro-batches 1,8 --checkpoint never --devices cuda:0 --steps 10 \
+        --warmup 2 --json --quiet "${tr[@]}" >"$logs/timing-$dt-$r.json" 2>>"$logs/timing.log"
       say "timing: GP_DEVICE_TIMING=$dt, repetition $r: rc=$?"
     done
   done
