@@ -71,16 +71,20 @@ gp_status gp_pl_device_step_start(stage *st) {
   return be->event_record(be, GP_Q_COMPUTE, st->tm[2 * st->cap_span]);
 }
 
+/* Where timer pair i of tm passed, in seconds after the step's reference. */
+static gp_status pair_times(stage *st, gp_event **tm, int i, double *a, double *b) {
+  gp_event *ref = st->tm[2 * st->cap_span];
+  GP_TRY(st->be->event_elapsed(st->be, ref, tm[2 * i], a));
+  return st->be->event_elapsed(st->be, ref, tm[2 * i + 1], b);
+}
+
 gp_status gp_pl_device_step_end(stage *st) {
   if (!st->tm) return GP_OK;
-  gp_backend *be = st->be;
-  gp_event *ref = st->tm[2 * st->cap_span];
-  GP_TRY(be->sync(be));
+  GP_TRY(st->be->sync(st->be));
   for (int i = 0; i < st->n_lspan; i++) {
     trace_ev ev = st->lspan[i];
     double a, b;
-    GP_TRY(be->event_elapsed(be, ref, st->ltm[2 * i], &a));
-    GP_TRY(be->event_elapsed(be, ref, st->ltm[2 * i + 1], &b));
+    GP_TRY(pair_times(st, st->ltm, i, &a, &b));
     ev.t0 = st->ref_host + a;
     ev.t1 = st->ref_host + b;
     ev.busy = b - a;
@@ -89,8 +93,7 @@ gp_status gp_pl_device_step_end(stage *st) {
   for (int i = 0; i < st->n_span; i++) {
     const device_span *sp = &st->span[i];
     double a, b;
-    GP_TRY(be->event_elapsed(be, ref, st->tm[2 * i], &a));
-    GP_TRY(be->event_elapsed(be, ref, st->tm[2 * i + 1], &b));
+    GP_TRY(pair_times(st, st->tm, i, &a, &b));
     /* the host's waits at the step's barriers left the queue idle (each barrier follows a
      * read of a device value, which drains it) */
     double d = b - a - sp->waited;
