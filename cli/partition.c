@@ -271,10 +271,16 @@ static double total_time(const gp_partition *p) {
 
 static void print_table(const gp_model *m, const request *q, const gp_unit_costs *c,
                         const gp_partition *p) {
-  printf("model %s: %d unit%s, %.3fM parameters; %d stage%s, %d micro-batch%s of %" PRId64
+  /* the pipeline gives the first batch % M micro-batches one more sample than the rest */
+  char size[48];
+  if (q->batch % q->micro == 0)
+    snprintf(size, sizeof size, "%" PRId64, q->micro_batch);
+  else
+    snprintf(size, sizeof size, "%" PRId64 "-%" PRId64, q->batch / q->micro, q->micro_batch);
+  printf("model %s: %d unit%s, %.3fM parameters; %d stage%s, %d micro-batch%s of %s"
          " (batch %" PRId64 "); %s schedule, re-materialization %s; balanced by %s\n\n",
          m->name, m->n_units, m->n_units == 1 ? "" : "s", (double)m->n_params / 1e6, q->stages,
-         q->stages == 1 ? "" : "s", q->micro, q->micro == 1 ? "" : "es", q->micro_batch, q->batch,
+         q->stages == 1 ? "" : "s", q->micro, q->micro == 1 ? "" : "es", size, q->batch,
          gp_schedule_names()[q->schedule], gp_remat_names()[q->remat], by_titles[q->by]);
   char names[GP_MAX_DEVICES][160];
   int w = 5;

@@ -43,6 +43,12 @@ else
   bad "resnet56 --stages 4 exited $?: $(cat "$tmp/err")"
 fi
 
+# ---- the header names the micro-batch size; uneven when M does not divide the batch (7 = 3+2+2)
+head=$("$part" "$mlp" --stages 2 --batch-size 7 --micro-batches 3 2>&1 | head -1)
+case $head in *"3 micro-batches of 2-3 (batch 7)"*) ok ;; *) bad "uneven header: $head" ;; esac
+head=$("$part" "$mlp" --stages 2 --batch-size 8 --micro-batches 4 2>&1 | head -1)
+case $head in *"4 micro-batches of 2 (batch 8)"*) ok ;; *) bad "even header: $head" ;; esac
+
 # ---- --json: valid, with the keys, consistent with itself
 if "$part" "$resnet" --stages 4 --micro-batches 8 --json >"$tmp/j" 2>"$tmp/err"; then
   python3 - "$tmp/j" <<'PY' && ok || bad "resnet56 --json: $(head -c 600 "$tmp/j")"
