@@ -35,7 +35,56 @@ gp_flag *gp_args_get(gp_flag *flags, const char *name) {
   return NULL;
 }
 
-static gp_status unknown(gp_flag *flags, const char *arg) {
+/* Flags other trainers have for what a gpipe model file sets: "--lr" is answered with the
+ * --set that does it, not with the nearest flag's name ("--log"). */
+static const char *const setting_flags[][2] = {
+    {"lr", "train.optimizer.lr"},
+    {"learning-rate", "train.optimizer.lr"},
+    {"weight-decay", "train.optimizer.weight_decay"},
+    {"wd", "train.optimizer.weight_decay"},
+    {"momentum", "train.optimizer.momentum"},
+    {"optimizer", "train.optimizer.type"},
+    {"optim", "train.optimizer.type"},
+    {"warmup", "train.schedule.warmup_steps"},
+    {"warmup-steps", "train.schedule.warmup_steps"},
+    {"lr-schedule", "train.schedule.type"},
+    {"lr-scheduler", "train.schedule.type"},
+    {"scheduler", "train.schedule.type"},
+    {"log-every", "train.log_every"},
+    {"log-interval", "train.log_every"},
+    {"clip-grad-norm", "train.clip_grad_norm"},
+    {"max-grad-norm", "train.clip_grad_norm"},
+    {"grad-clip", "train.clip_grad_norm"},
+    {"label-smoothing", "loss.label_smoothing"},
+    {"data-dir", "data.path"},
+    {"data-path", "data.path"},
+    {"dataset", "data.dataset"},
+};
+
+/* The model-file key behind a flag such as "--learning_rate", or NULL. */
+static const char *setting_of(const char *name) {
+  char key[64];
+  size_t n = 0;
+  while (*name == '-')
+    name++;
+  for (; *name && n + 1 < sizeof key; name++)
+    key[n++] = *name == '_' ? '-' : (char)tolower((unsigned char)*name);
+  key[n] = 0;
+  for (size_t i = 0; i < sizeof setting_flags / sizeof setting_flags[0]; i++)
+    if (strcmp(key, setting_flags[i][0]) == 0) return setting_flags[i][1];
+  return NULL;
+}
+
+static gp_status unknown(gp_flag *flags, const char *arg, const char *value) {
+  const char *key = gp_args_get(flags, "--set") ? setting_of(arg) : NULL;
+  if (key) {
+    /* the value the user meant, when it reads as one ("--lr 0.1", "--lr=0.1") */
+    int plain = value && *value && strncmp(value, "--", 2) != 0 && strlen(value) < 64;
+    for (const char *c = value; plain && *c; c++)
+      plain = isgraph((unsigned char)*c);
+    return GP_ERR(GP_ERR_USAGE, "unknown flag '%s'; the model file sets it: --set %s=%s", arg, key,
+                  plain ? value : "VALUE");
+  }
   const char *names[128];
   int n = 0;
   for (gp_flag *f = flags; f->name && n < 128; f++)
@@ -74,11 +123,11 @@ gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **posi
     char name[64];
     const char *eq = strchr(arg, '='), *val = NULL;
     size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-    if (len >= sizeof name) return unknown(flags, arg);
+    if (len >= sizeof name) return unknown(flags, arg, NULL);
     memcpy(name, arg, len);
     name[len] = 0;
     gp_flag *f = gp_args_get(flags, name);
-    if (!f) return unknown(flags, name);
+    if (!f) return unknown(flags, name, eq ? eq + 1 : a + 1 < argc ? argv[a + 1] : NULL);
     if (f->kind == GP_FLAG_BOOL) {
       if (eq) return GP_ERR(GP_ERR_USAGE, "%s takes no value", name);
       f->given = 1; /* twice is once */

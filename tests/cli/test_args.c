@@ -101,6 +101,24 @@ int main(void) {
   refused(WORDS("--stpes", "1"), "unknown flag '--stpes'; did you mean '--steps'?");
   refused(WORDS("a.yaml", "b.yaml", "c.yaml"), "unexpected argument 'c.yaml'");
 
+  /* another trainer's flag for what the model file sets: the --set that does it, with the
+   * value when there is one, not the nearest flag's name ("--lr": "--log") */
+  refused(WORDS("--lr", "0.1"), "unknown flag '--lr'; the model file sets it: "
+                                "--set train.optimizer.lr=0.1");
+  refused(WORDS("--learning_rate=3e-4"), "--set train.optimizer.lr=3e-4");
+  refused(WORDS("--Weight-Decay"), "--set train.optimizer.weight_decay=VALUE");
+  refused(WORDS("--lr", "--steps", "2"), "--set train.optimizer.lr=VALUE");
+  refused(WORDS("--data-dir", "a b"), "--set data.path=VALUE");
+  /* ... only where --set exists */
+  table[F_SET].name = NULL;
+  {
+    char *argv[] = {"prog", "--lr", "1"};
+    gp_error_clear();
+    CHECK(gp_args_parse(3, argv, table, pos, 2, &npos) == GP_ERR_USAGE &&
+              strstr(gp_error_message(), "did you mean '--log'?"),
+          "--lr without --set: %s", gp_error_message());
+  }
+
   gp_args_free(table);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;

@@ -31,6 +31,23 @@ expect 2 "empty.yaml" -- "$tmp/empty.yaml"
 expect 1 "nope.yaml" -- "$tmp/nope.yaml"
 expect 2 "unknown flag '--stepz'; did you mean '--steps'" -- "$good" --stepz 3
 expect 2 "--steps: expected an integer" -- "$good" --steps abc
+# another trainer's flag for a model-file setting names the --set that does it, and that --set
+# works on the default model
+cnn=$srcdir/models/fashion-cnn.yaml
+for fv in "--lr 0.01" "--learning-rate=0.01" "--weight_decay 0" "--momentum 0.5" "--warmup 5" \
+  "--lr-schedule constant" "--log-every 10" "--clip-grad-norm 1" "--label-smoothing 0.1" \
+  "--data-dir $tmp" "--dataset fashion-mnist" "--optimizer sgd"; do
+  # shellcheck disable=SC2086
+  expect 2 "unknown flag '--[a-z_-]+'; the model file sets it: --set " -- "$cnn" $fv
+  set=$(sed -n "s/.*the model file sets it: //p" "$tmp/err")
+  # shellcheck disable=SC2086
+  if [ -n "$set" ] && timeout 60 "$train" "$cnn" $set --data synthetic --eval-only --batch-size 4 \
+    --quiet >/dev/null 2>"$tmp/err2"; then
+    passed=$((passed+1))
+  else
+    failed=$((failed+1)); echo "FAIL: $fv suggested '$set', which fails: $(cat "$tmp/err2")"
+  fi
+done
 expect 2 "expected one model file" --
 expect 2 "--set" -- "$good" --set train.optimzer.lr=0.1
 expect 2 "--resume needs --checkpoint-dir" -- "$good" --resume
