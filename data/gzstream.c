@@ -124,8 +124,10 @@ static gp_status read_gzip(gp_gzstream *s, unsigned char *p, size_t n, size_t *g
       st = fill(s);
       if (st != GP_OK) break;
       if (s->z.avail_in == 0) {
-        st = GP_ERR(GP_ERR_DATA, "%s: gzip data ends early (truncated file) after %llu bytes",
-                    s->path, (unsigned long long)(s->offset + done));
+        unsigned long long got = (unsigned long long)(s->offset + done);
+        st = GP_ERR(GP_ERR_DATA,
+                    "%s: gzip data ends early (truncated file) after %llu decompressed byte%s",
+                    s->path, got, got == 1 ? "" : "s");
         break;
       }
     }
