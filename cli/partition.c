@@ -269,6 +269,51 @@ static double total_time(const gp_partition *p) {
   return t;
 }
 
+/* One unit heavier than the largest even share of a stage: no cut between units balances K
+ * stages, whatever the solver does. Says which unit, and, when it is a block instance, that
+ * its layers written as top-level entries become units the partitioner can cut between. */
+static void granularity_hint(const gp_model *m, const request *q, const gp_unit_costs *c) {
+  double total = 0, big = 0, speeds = 0, fastest = 0;
+  int at = 0;
+  for (int u = 0; u < c->n; u++) {
+    double w = c->fwd[u] + c->bwd[u];
+    total += w;
+    if (w > big) big = w, at = u;
+  }
+  for (int s = 0; s < q->stages; s++) {
+    speeds += q->speed[s];
+    if (q->speed[s] > fastest) fastest = q->speed[s];
+  }
+  double share = fastest / speeds; /* the most an even split gives one stage */
+  if (q->stages < 2 || total <= 0 || big / total <= 1.05 * share) return;
+  /* the loss is a node of the last unit, not a layer the file lists in it */
+  int layers = m->unit_first[at + 1] - m->unit_first[at] - (at == m->n_units - 1);
+  printf("hint        unit %d '%s' alone is %.1f%% of the %s, more than an even stage's %.1f%%: "
+         "no cut between units balances %d stages",
+         at, m->unit_names[at], 100 * big / total, by_titles[q->by], 100 * share, q->stages);
+  if (layers > 1) {
+    /* would writing the block out help? its heaviest layer's part of the unit, by the same
+     * measure (parameters, else the analytic FLOPs, also for measured time) */
+    double in_unit = 0, heavy = 0;
+    int hi = m->unit_first[at];
+    for (int i = m->unit_first[at]; i < m->unit_first[at] + layers; i++) {
+      gp_cost k;
+      gp_node_cost(m, i, &k);
+      double w = q->by == GP_COST_PARAMS ? (double)k.params : k.fwd_flops + k.bwd_flops;
+      in_unit += w;
+      if (w > heavy) heavy = w, hi = i;
+    }
+    double heavy_share = in_unit > 0 ? big / total * heavy / in_unit : 0;
+    if (heavy_share <= 1.05 * share)
+      printf("; its %d layers written as top-level entries of layers: are units to cut between",
+             layers);
+    else
+      printf(" (nor would its %d layers written out: '%s' alone is %.1f%%)", layers,
+             m->nodes[hi].layer.path, 100 * heavy_share);
+  }
+  printf("\n");
+}
+
 static void print_table(const gp_model *m, const request *q, const gp_unit_costs *c,
                         const gp_partition *p) {
   /* the pipeline gives the first batch % M micro-batches one more sample than the rest */
@@ -310,6 +355,7 @@ static void print_table(const gp_model *m, const request *q, const gp_unit_costs
          gp_schedule_names()[q->schedule], q->micro);
   printf("speed-up    %.2fx over naive %d-stage model parallelism (M = 1), %.2fx over 1 stage\n",
          p->speedup_naive, q->stages, p->speedup_k1);
+  granularity_hint(m, q, c);
   /* Few micro-batches for K stages: what more would do (GPipe's M >= 4K keeps the bubble low) */
   int64_t more = gp_plan_micro_hint(q->stages, q->batch);
   if (q->stages > 1 && q->micro < 4 * q->stages && more > q->micro)

@@ -49,6 +49,33 @@ case $head in *"3 micro-batches of 2-3 (batch 7)"*) ok ;; *) bad "uneven header:
 head=$("$part" "$mlp" --stages 2 --batch-size 8 --micro-batches 4 2>&1 | head -1)
 case $head in *"4 micro-batches of 2 (batch 8)"*) ok ;; *) bad "even header: $head" ;; esac
 
+# ---- a unit heavier than an even stage's share is named: no cut between units balances K;
+# writing its block out helps only when no single layer of it is that heavy
+cnn=$srcdir/models/fashion-cnn.yaml
+out=$("$part" "$cnn" --stages 2 2>&1)
+case $out in
+  *"hint        unit 1 'block2' alone is 85.2% of the estimated FLOPs, more than an even stage's 50.0%: no cut between units balances 2 stages (nor would its 4 layers written out: 'block2.conv' alone is 84.3%)"*) ok ;;
+  *) bad "fashion-cnn K=2 unit hint: $out" ;;
+esac
+printf '%s\n' 'name: blk' 'inputs: {image: [8, 16, 16], label: {shape: [], dtype: i32}}' \
+  'blocks:' '  two:' '    params: {c: ~}' '    layers:' \
+  '      - {type: conv2d, out_channels: $c, kernel: 3, padding: 1, name: a}' \
+  '      - {type: relu}' '      - {type: conv2d, out_channels: $c, kernel: 3, padding: 1, name: b}' \
+  'layers:' '  - {type: conv2d, out_channels: 32, kernel: 1, name: stem}' \
+  '  - {block: two, c: 32, name: body}' '  - {type: flatten}' \
+  '  - {type: linear, out_features: 10, name: head}' 'loss: {type: softmax_cross_entropy}' \
+  'train: {batch_size: 32}' >"$tmp/blk.yaml"
+out=$("$part" "$tmp/blk.yaml" --stages 2 --micro-batches 8 2>&1)
+case $out in
+  *"unit 1 'body' alone is "*"no cut between units balances 2 stages; its 3 layers written as top-level entries of layers: are units to cut between"*) ok ;;
+  *) bad "block unit hint: $out" ;;
+esac
+# none where the units allow an even split, or where the heavy unit fits the faster device
+out=$("$part" "$resnet" --stages 4 --micro-batches 16 2>&1)
+case $out in *"alone is"*) bad "resnet56 K=4 unit hint: $out" ;; *) ok ;; esac
+out=$("$part" "$cnn" --stages 2 --speeds 1,10 2>&1)
+case $out in *"alone is"*) bad "fashion-cnn --speeds 1,10 unit hint: $out" ;; *) ok ;; esac
+
 # ---- --json: valid, with the keys, consistent with itself
 if "$part" "$resnet" --stages 4 --micro-batches 8 --json >"$tmp/j" 2>"$tmp/err"; then
   python3 - "$tmp/j" <<'PY' && ok || bad "resnet56 --json: $(head -c 600 "$tmp/j")"
