@@ -308,8 +308,9 @@ static void granularity_hint(const gp_model *m, const request *q, const gp_unit_
       printf("; its %d layers written as top-level entries of layers: are units to cut between",
              layers);
     else
-      printf(" (nor would its %d layers written out: '%s' alone is %.1f%%)", layers,
-             m->nodes[hi].layer.path, 100 * heavy_share);
+      printf(" (nor would its %d layers written out: '%s' alone is %s%.1f%%%s)", layers,
+             m->nodes[hi].layer.path, q->by == GP_COST_TIME ? "about " : "", 100 * heavy_share,
+             q->by == GP_COST_TIME ? ", from its share of the unit's FLOPs" : "");
   }
   printf("\n");
 }
