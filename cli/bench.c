@@ -483,6 +483,7 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
     }
     s = gp_pipeline_bubble_sim(t.pl, &out->bubble_sim);
     out->bubble_replay = gp_pipeline_bubble_replayed(t.pl);
+    out->bubble_slowest = gp_pipeline_bubble_bottleneck(t.pl);
   }
   if (s != GP_OK && gp_pipeline_wedged(t.pl)) { /* a stage stuck in a computation: end here */
     fprintf(stderr, "gpipe-bench: %s\n", gp_error_message());
@@ -694,7 +695,8 @@ static void derive(ctx *c, gp_bench_run *r) {
   r->gpus_used = gpus_of(&c->sw, r->k);
   if (r->over_limit) {
     r->samples_per_s = r->speedup_naive = r->speedup_single = NAN;
-    r->bubble_measured = r->bubble_sim = r->bubble_replay = r->gflops = r->utilization = NAN;
+    r->bubble_measured = r->bubble_sim = r->bubble_replay = r->bubble_slowest = NAN;
+    r->gflops = r->utilization = NAN;
     r->steal = -1;
     return;
   }

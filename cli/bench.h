@@ -26,8 +26,9 @@ typedef struct gp_bench_run {
   double speedup_naive, speedup_single;
   double speedup_ideal; /* over naive-K with the theory's bubble: K M / (M + K - 1) */
   double bubble_measured, bubble_theory;
-  double bubble_sim;    /* the schedule simulated with this run's measured stage times */
-  double bubble_replay; /* the run's steps replayed with each action's own time */
+  double bubble_sim;     /* the schedule simulated with this run's measured stage times */
+  double bubble_replay;  /* the run's steps replayed with each action's own time */
+  double bubble_slowest; /* the idle share of each step's busiest stage (the pace-setter) */
   double bubble_stage[GP_MAX_DEVICES];
   double busy_ms[GP_MAX_DEVICES]; /* compute (forward + backward) per step */
   size_t peak_bytes[GP_MAX_DEVICES];

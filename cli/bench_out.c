@@ -44,28 +44,15 @@ static double finite_or_0(double x) {
 /* ---- table --------------------------------------------------------------------------------- */
 
 /* a cell holds any balance (GP_PLAN_BALANCE_LEN) and 64 stages' "%.2f/" of busy ms or MiB */
-enum { NCOL = 18, CELL = 1024 };
+enum { NCOL = 19, CELL = 1024 };
 _Static_assert(CELL >= GP_PLAN_BALANCE_LEN, "a balance fits its cell");
 
-static const char *const col_head[NCOL] = {"K",
-                                           "M",
-                                           "schedule",
-                                           "remat",
-                                           "balance",
-                                           "samples/s",
-                                           "vs naive",
-                                           "of ideal",
-                                           "vs single",
-                                           "bubble",
-                                           "replay",
-                                           "sim",
-                                           "theory",
-                                           "GFLOP/s",
-                                           "util",
-                                           "busy ms per stage",
-                                           "peak MiB per stage",
-                                           ""};
-static const int col_left[NCOL] = {0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
+static const char *const col_head[NCOL] = {
+    "K",        "M",        "schedule",  "remat",  "balance",           "samples/s",
+    "vs naive", "of ideal", "vs single", "bubble", "slowest",           "replay",
+    "sim",      "theory",   "GFLOP/s",   "util",   "busy ms per stage", "peak MiB per stage",
+    ""};
+static const int col_left[NCOL] = {0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
 
 /* A number, or "-" where there is none (a run that did not fit, a speed-up against one). */
 static void cell_num(char *cell, const char *fmt, double v) {
@@ -84,7 +71,7 @@ static const char *fit_what(const gp_bench *b, char *buf, size_t n) {
   return buf;
 }
 
-/* The measured cells of a row: samples/s to peak MiB (columns 5 to 16). "of ideal" is the
+/* The measured cells of a row: samples/s to peak MiB (columns 5 to 17). "of ideal" is the
  * speed-up over naive-K as a share of K M / (M + K - 1), where there is a pipeline (K, M > 1). */
 static void fill_measured(char (*row)[CELL], const gp_bench *b, const gp_bench_run *r) {
   char fit[32];
@@ -97,18 +84,19 @@ static void fill_measured(char (*row)[CELL], const gp_bench *b, const gp_bench_r
            r->k > 1 && r->m > 1 ? 100.0 * r->speedup_naive / r->speedup_ideal : NAN);
   cell_num(row[8], "%.2fx", r->speedup_single);
   cell_num(row[9], "%.3f", r->bubble_measured);
-  cell_num(row[10], "%.3f", r->bubble_replay);
-  cell_num(row[11], "%.3f", r->bubble_sim);
-  snprintf(row[12], CELL, "%.3f", r->bubble_theory);
-  cell_num(row[13], "%.2f", r->gflops);
-  cell_num(row[14], "%.1f%%", 100.0 * r->utilization);
+  cell_num(row[10], "%.3f", r->bubble_slowest);
+  cell_num(row[11], "%.3f", r->bubble_replay);
+  cell_num(row[12], "%.3f", r->bubble_sim);
+  snprintf(row[13], CELL, "%.3f", r->bubble_theory);
+  cell_num(row[14], "%.2f", r->gflops);
+  cell_num(row[15], "%.1f%%", 100.0 * r->utilization);
   if (r->over_limit) {
-    snprintf(row[15], CELL, "-");
     snprintf(row[16], CELL, "-");
+    snprintf(row[17], CELL, "-");
     return;
   }
-  join_ms(row[15], CELL, r->busy_ms, r->k, '/', "%.2f");
-  join_mib(row[16], CELL, r->peak_bytes, r->k, '/');
+  join_ms(row[16], CELL, r->busy_ms, r->k, '/', "%.2f");
+  join_mib(row[17], CELL, r->peak_bytes, r->k, '/');
 }
 
 /* Below the table: each run that did not fit, and each reference that did not, so the runs
@@ -169,7 +157,7 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
     snprintf(row[3], CELL, "%s", gp_bench_remat_name(r->remat));
     snprintf(row[4], CELL, "%s", r->balance);
     fill_measured(row, b, r);
-    snprintf(row[17], CELL, "%s", r->baseline ? "baseline" : "");
+    snprintf(row[18], CELL, "%s", r->baseline ? "baseline" : "");
   }
   int w[NCOL] = {0};
   for (int i = 0; i < rows; i++)
@@ -273,8 +261,8 @@ static void csv_stages(FILE *f, const gp_bench_run *r) {
 gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
   fprintf(f, "model,batch_size,stages,micro_batches,schedule,checkpoint,baseline,balance,"
              "cores_used,samples_per_s,speedup_vs_naive,speedup_vs_single,speedup_ideal,"
-             "bubble_measured,bubble_replayed,bubble_simulated,bubble_theory,gflops,utilization,"
-             "busy_ms,"
+             "bubble_measured,bubble_slowest,bubble_replayed,bubble_simulated,bubble_theory,"
+             "gflops,utilization,busy_ms,"
              "peak_bytes,steal,fits\n");
   for (int i = 0; i < b->n_runs; i++) {
     const gp_bench_run *r = &b->runs[i];
@@ -288,9 +276,10 @@ gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
             r->cores_used);
     csv_num(f, "%.3f", r->samples_per_s);
     const double vals[] = {r->speedup_naive,   r->speedup_single, r->speedup_ideal,
-                           r->bubble_measured, r->bubble_replay,  r->bubble_sim,
-                           r->bubble_theory,   r->gflops,         r->utilization};
-    for (int j = 0; j < 9; j++)
+                           r->bubble_measured, r->bubble_slowest, r->bubble_replay,
+                           r->bubble_sim,      r->bubble_theory,  r->gflops,
+                           r->utilization};
+    for (int j = 0; j < 10; j++)
       csv_num(f, "%.4f", vals[j]);
     csv_stages(f, r);
     csv_num(f, "%.4f", r->steal >= 0 ? r->steal : NAN); /* empty where unknown */
@@ -368,13 +357,12 @@ static void json_run(FILE *f, const gp_bench *b, const gp_bench_run *r) {
   fprintf(f, ", \"samples_per_s\": ");
   jopt(f, r->samples_per_s);
   static const char *const keys[] = {
-      "speedup_vs_naive", "speedup_vs_single", "speedup_ideal", "bubble_measured",
-      "bubble_replayed",  "bubble_simulated",  "bubble_theory", "gflops",
-      "utilization"};
-  const double vals[] = {r->speedup_naive,   r->speedup_single, r->speedup_ideal,
-                         r->bubble_measured, r->bubble_replay,  r->bubble_sim,
-                         r->bubble_theory,   r->gflops,         r->utilization};
-  for (int j = 0; j < 9; j++) {
+      "speedup_vs_naive", "speedup_vs_single", "speedup_ideal", "bubble_measured", "bubble_slowest",
+      "bubble_replayed",  "bubble_simulated",  "bubble_theory", "gflops",          "utilization"};
+  const double vals[] = {r->speedup_naive,  r->speedup_single, r->speedup_ideal, r->bubble_measured,
+                         r->bubble_slowest, r->bubble_replay,  r->bubble_sim,    r->bubble_theory,
+                         r->gflops,         r->utilization};
+  for (int j = 0; j < 10; j++) {
     fprintf(f, ", \"%s\": ", keys[j]);
     jopt(f, vals[j]);
   }

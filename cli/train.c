@@ -560,10 +560,10 @@ static void report_data(run *r, double wall) {
 }
 
 /* With stages: how busy each was per training step (on a GPU, the GPU's time) and how much of
- * the steps it waited, against GPipe's bubble (K-1)/(M+K-1) for equal stages, the schedule
- * simulated with the stages' mean times (the idle that unequal stages alone would leave) and
- * the steps replayed with each action's own time (adding the actions' spread): where the
- * pipeline lost time. */
+ * the steps it waited (and the stage that set each step's pace), against GPipe's bubble
+ * (K-1)/(M+K-1) for equal stages, the schedule simulated with the stages' mean times (the idle that
+ * unequal stages alone would leave) and the steps replayed with each action's own time (adding the
+ * actions' spread): where the pipeline lost time. */
 static void report_pipeline(run *r) {
   int k = gp_pipeline_stages(r->t.pl), m = r->m->pipeline.micro_batches;
   if (k < 2) return;
@@ -585,10 +585,14 @@ static void report_pipeline(run *r) {
   if (isfinite(rep))
     snprintf(simmed + strlen(simmed), sizeof simmed - strlen(simmed),
              "; with each action's own time: %.1f%%", 100 * rep);
-  printf("pipeline: stages busy %s ms per step%s, idle %s of the steps (GPipe's bubble for K = "
-         "%d, M = %d: %.1f%%%s)\n",
-         busy, on_gpu ? " (GPU time)" : "", idle, k, m, 100.0 * (k - 1) / (double)(m + k - 1),
-         simmed);
+  double slow = gp_pipeline_bubble_bottleneck(r->t.pl);
+  char slowest[64] = "";
+  if (isfinite(slow))
+    snprintf(slowest, sizeof slowest, ", each step's busiest stage %.1f%%", 100 * slow);
+  printf("pipeline: stages busy %s ms per step%s, idle %s of the steps%s (GPipe's bubble for K "
+         "= %d, M = %d: %.1f%%%s)\n",
+         busy, on_gpu ? " (GPU time)" : "", idle, slowest, k, m,
+         100.0 * (k - 1) / (double)(m + k - 1), simmed);
 }
 
 /* Each stage's measured peak of backend memory (parameters, gradients, optimizer state,

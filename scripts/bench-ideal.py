@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """One line from a `gpipe-bench --json` file: each pipelined run's speed-up over naive-K as a
 share of the ideal K*M/(M+K-1), with its measured bubble against the theory (and against the
-run's steps replayed with free hand-offs and the schedule simulated with the run's own stage
-times, where the file has them), and the most that the hypervisor took (steal) in any run of
-the file.
+idle share of each step's busiest stage, the run's steps replayed with free hand-offs and the
+schedule simulated with the run's own stage times, where the file has them), and the most that
+the hypervisor took (steal) in any run of the file.
 
     scripts/bench-ideal.py BENCH.json
 """
@@ -25,7 +25,8 @@ def main():
             continue
         ideal = k * m / (m + k - 1)
         extra = [f"{name} {r[key]:.3f}" for name, key in
-                 (("replay", "bubble_replayed"), ("sim", "bubble_simulated"))
+                 (("slowest", "bubble_slowest"), ("replay", "bubble_replayed"),
+                  ("sim", "bubble_simulated"))
                  if r.get(key) is not None]
         sim = f" ({', '.join(extra)})" if extra else ""
         cells.append(f"K={k} M={m} {r['schedule']} {r['speedup_vs_naive']:.2f}x of {ideal:.2f} "

@@ -304,6 +304,15 @@ int64_t gp_batch_targets(const gp_model *m, const gp_batch *b) {
 
 static void replay(gp_pipeline *pl);
 
+/* A stage's time inside actions since the last reset (gp_stage_stats.wall_busy_s); the
+ * stage's thread has finished the command when the main thread reads it. */
+static double stage_busy(const stage *st) {
+  double b = 0;
+  for (int k = 0; k < GP_ACT_KINDS; k++)
+    b += st->wall_kind_s[k];
+  return b;
+}
+
 gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
                                  gp_step_result *out) {
   GP_TRY(split(pl, b->n, 1));
@@ -314,9 +323,16 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
   if (pl->targets == 0) pl->targets = 1;
   pl->step = step;
   pl->lr = lr;
+  double before[GP_MAX_DEVICES];
+  for (int s = 0; s < pl->k; s++)
+    before[s] = stage_busy(&pl->st[s]);
   double t0 = now_s();
   GP_TRY(issue(pl, CMD_TRAIN));
   pl->span_s += now_s() - t0;
+  double pace = 0; /* the stage that set the step's pace: the busiest in it */
+  for (int s = 0; s < pl->k; s++)
+    pace = fmax(pace, stage_busy(&pl->st[s]) - before[s]);
+  pl->pace_busy_s += pace;
   *out = pl->st[pl->k - 1].acc;
   replay(pl);
   return GP_OK;
@@ -340,6 +356,12 @@ static void replay(gp_pipeline *pl) {
 double gp_pipeline_bubble_replayed(const gp_pipeline *pl) {
   if (pl->replay_lost || pl->replay_span_s <= 0) return NAN;
   double idle = 1.0 - pl->replay_busy_s / (pl->k * pl->replay_span_s);
+  return idle < 0 ? 0 : idle;
+}
+
+double gp_pipeline_bubble_bottleneck(const gp_pipeline *pl) {
+  if (pl->span_s <= 0) return NAN;
+  double idle = 1.0 - pl->pace_busy_s / pl->span_s;
   return idle < 0 ? 0 : idle;
 }
 

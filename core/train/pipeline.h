@@ -156,6 +156,13 @@ gp_status gp_pipeline_bubble_sim(const gp_pipeline *pl, double *out);
  * step, and where a step since the reset could not be replayed (out of memory: a statistic
  * does not fail the step). */
 double gp_pipeline_bubble_replayed(const gp_pipeline *pl);
+/* The idle share of the stage that set each training step's pace (the one busiest in it) since
+ * the last reset: 1 - sum of those busy times / the steps' wall time. At most every stage's
+ * idle (gp_stage_idle); with stages of equal speed it is the measured bubble, and (K-1)/(M+K-1)
+ * when the pipeline adds nothing to GPipe's own. Where the stages' speed differs (cores that
+ * run at different speeds, an uneven split) the faster ones wait for the slowest beyond
+ * that: the measured bubble's excess over this one. NAN before a step. */
+double gp_pipeline_bubble_bottleneck(const gp_pipeline *pl);
 /* Chrome trace JSON (chrome://tracing, Perfetto): one row per stage, one slice per action
  * ("F3", "B3", "R3" for a recompute, "T3" handing a gradient back, "step") in wall time, with
  * args.compute_us the action's compute time (the thread's CPU time when its BLAS is

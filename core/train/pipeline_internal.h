@@ -136,7 +136,8 @@ struct gp_pipeline {
   double t_origin;
   double span_s;                       /* wall time of the training steps since the last reset */
   double replay_span_s, replay_busy_s; /* the same steps replayed (gp_schedule_replay) */
-  int replay_lost;                     /* a step since the reset could not be replayed */
+  double pace_busy_s; /* the busiest stage's busy time of each training step, summed */
+  int replay_lost;    /* a step since the reset could not be replayed */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* commands, completions, the step barrier, failures */
   /* the current command */

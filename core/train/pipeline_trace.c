@@ -170,7 +170,7 @@ void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) 
 }
 
 void gp_pipeline_reset_stats(gp_pipeline *pl) {
-  pl->span_s = pl->replay_span_s = pl->replay_busy_s = 0;
+  pl->span_s = pl->replay_span_s = pl->replay_busy_s = pl->pace_busy_s = 0;
   pl->replay_lost = 0;
   for (int i = 0; i < pl->k; i++) {
     pl->st[i].meter.peak = pl->st[i].meter.live;

@@ -25,11 +25,11 @@ for word in ("cores", "fashion-mlp", "batch 32", "2 timed steps", "1 warm-up"):
     assert word in lines[0], word
 head = re.split(r"\s{2,}", lines[1].strip())
 assert head[:4] == ["K", "M", "schedule", "remat"], head
-for col in ("samples/s", "vs naive", "of ideal", "vs single", "bubble", "replay", "sim",
-            "theory", "GFLOP/s", "util", "busy ms per stage", "peak MiB per stage"):
+for col in ("samples/s", "vs naive", "of ideal", "vs single", "bubble", "slowest", "replay",
+            "sim", "theory", "GFLOP/s", "util", "busy ms per stage", "peak MiB per stage"):
     assert col in head, col
-assert head.index("bubble") + 2 == head.index("replay") + 1 == head.index("sim") \
-    == head.index("theory") - 1, head
+assert head.index("bubble") + 3 == head.index("slowest") + 2 == head.index("replay") + 1 \
+    == head.index("sim") == head.index("theory") - 1, head
 rows = [re.split(r"\s{2,}", l.strip()) for l in lines[2:] if re.match(r"^\d+\s", l)]
 got = [(int(r[0]), int(r[1]), r[2], r[3], r[-1] == "baseline") for r in rows]
 assert got == [(1, 1, "gpipe", "never", True), (1, 2, "gpipe", "always", False),
@@ -94,8 +94,9 @@ runs = d["runs"]
 # 3 K x 2 M x 2 schedules; (K, 1, gpipe, never) is asked for, so no extra baselines
 assert len(runs) == 12 and not any(r["baseline"] for r in runs), [r["baseline"] for r in runs]
 keys = ("stages", "micro_batches", "schedule", "checkpoint", "batch_size", "samples_per_s",
-        "speedup_vs_naive", "speedup_vs_single", "bubble_measured", "bubble_replayed",
-        "bubble_simulated", "bubble_theory", "peak_bytes", "busy_ms", "gflops", "utilization")
+        "speedup_vs_naive", "speedup_vs_single", "bubble_measured", "bubble_slowest",
+        "bubble_replayed", "bubble_simulated", "bubble_theory", "peak_bytes", "busy_ms", "gflops",
+        "utilization")
 ref = {}
 for r in runs:
     for k in keys:
@@ -140,6 +141,13 @@ for r in runs:
         assert sim < 1e-9, r
     if K == 2 and M == 1:
         assert 0.3 < sim <= 0.5 + 1e-9, r
+# the idle share of each step's busiest stage: no stage idles less over the steps (each step's
+# busiest idled least in it); on one stage it is that stage's
+for r in runs:
+    slow, per = r["bubble_slowest"], r["bubble_per_stage"]
+    assert 0 <= slow <= min(per) + 1e-9, r
+    if r["stages"] == 1:
+        assert abs(slow - per[0]) < 1e-9, r
 # the steps replayed with each action's own time and instant hand-offs: the same actions under
 # the same dependencies, so never more idle than measured; nothing idle on one stage
 for r in runs:
@@ -156,8 +164,8 @@ rows = list(csv.reader(open(sys.argv[1])))
 runs = json.load(open(sys.argv[2]))["runs"]
 head = rows[0]
 for k in ("stages", "micro_batches", "schedule", "checkpoint", "samples_per_s",
-          "speedup_vs_naive", "bubble_measured", "bubble_replayed", "bubble_simulated",
-          "bubble_theory", "peak_bytes", "busy_ms", "steal"):
+          "speedup_vs_naive", "bubble_measured", "bubble_slowest", "bubble_replayed",
+          "bubble_simulated", "bubble_theory", "peak_bytes", "busy_ms", "steal"):
     assert k in head, k
 assert len(rows) == 1 + len(runs), len(rows)
 for row, r in zip(rows[1:], runs):
@@ -172,6 +180,7 @@ for row, r in zip(rows[1:], runs):
     assert abs(float(c["gflops"]) - r["gflops"]) <= 0.00005 + 1e-12, (c, r)
     assert abs(float(c["bubble_simulated"]) - r["bubble_simulated"]) < 1e-4
     assert abs(float(c["bubble_replayed"]) - r["bubble_replayed"]) < 1e-4
+    assert abs(float(c["bubble_slowest"]) - r["bubble_slowest"]) < 1e-4
     assert abs(float(c["speedup_ideal"]) - r["speedup_ideal"]) < 1e-4
     assert (c["steal"] == "") == (r["steal"] is None), (c, r)
     assert c["steal"] == "" or abs(float(c["steal"]) - r["steal"]) < 1e-4, (c, r)
@@ -329,7 +338,7 @@ for km in ((1, 1), (2, 1)):
     assert r[head.index("samples/s")] == "does not fit 12.00 MiB", r
     assert r[head.index("vs naive")] == "-" and r[head.index("peak MiB per stage")] == "-", r
     assert r[head.index("bubble")] == "-" and r[head.index("sim")] == "-", r
-    assert r[head.index("replay")] == "-", r
+    assert r[head.index("replay")] == "-" and r[head.index("slowest")] == "-", r
 r = rows[(2, 4)]
 assert float(r[head.index("samples/s")]) > 0, r
 assert r[head.index("vs naive")] == "-" and r[head.index("vs single")] == "-", r
@@ -360,8 +369,8 @@ runs = {(r["stages"], r["micro_batches"]): r for r in d["runs"]}
 no = runs[(2, 4)]
 assert no["fits"] is False and "would pass the memory limit" in no["memory_error"], no
 for k in ("samples_per_s", "speedup_vs_naive", "speedup_vs_single", "bubble_measured",
-          "bubble_replayed", "bubble_simulated", "gflops", "utilization", "peak_bytes", "busy_ms",
-          "steal"):
+          "bubble_slowest", "bubble_replayed", "bubble_simulated", "gflops", "utilization",
+          "peak_bytes", "busy_ms", "steal"):
     assert no[k] is None, (k, no)
 assert abs(no["bubble_theory"] - 0.2) < 1e-6, no
 for km in ((1, 1), (1, 4), (2, 1)):

@@ -107,13 +107,22 @@ for cfg in "1 2 stage micro-batches" "2 1 stages micro-batch"; do
     grep -q "^training 1 step of batch 16 " "$tmp/words" || fail "K=$1 M=$2: $(cat "$tmp/words")"
   passed=$((passed+1))
 done
-# the closing summary with stages: each stage's busy time and idle share, and GPipe's bubble
+# the closing summary with stages: each stage's busy time and idle share, the idle share of each
+# step's busiest stage (at most the least idle stage's), and GPipe's bubble
 "$train" "$model" --data synthetic --steps 3 --batch-size 16 --threads 2 --stages 2 \
   --micro-batches 4 --quiet >"$tmp/sum" 2>&1 || fail "K=2 M=4 summary run: $(cat "$tmp/sum")"
 grep -Eq "^pipeline: stages busy [0-9.]+, [0-9.]+ ms per step, idle [0-9.]+%, [0-9.]+% of the \
-steps \(GPipe's bubble for K = 2, M = 4: 20.0%; the schedule with these stage times: [0-9.]+%; \
-with each action's own time: [0-9.]+%\)$" \
+steps, each step's busiest stage [0-9.]+% \(GPipe's bubble for K = 2, M = 4: 20.0%; the \
+schedule with these stage times: [0-9.]+%; with each action's own time: [0-9.]+%\)$" \
   "$tmp/sum" || fail "K=2 summary: $(cat "$tmp/sum")"
+python3 - "$tmp/sum" <<'PY' ||
+import re, sys
+m = re.search(r"idle ([0-9.]+)%, ([0-9.]+)% of the steps, each step's busiest stage ([0-9.]+)% ",
+              open(sys.argv[1]).read())
+# rounded to 0.1%
+assert m and float(m[3]) <= min(float(m[1]), float(m[2])) + 0.1, m
+PY
+  fail "K=2 summary: the busiest stage idles more than a stage: $(cat "$tmp/sum")"
 "$train" "$model" --data synthetic --steps 3 --batch-size 16 --threads 2 --quiet >"$tmp/sum" 2>&1 &&
   ! grep -q "^pipeline:" "$tmp/sum" || fail "K=1 has a pipeline summary: $(cat "$tmp/sum")"
 passed=$((passed+1))

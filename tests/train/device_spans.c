@@ -96,17 +96,23 @@ int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *
         d1 = fmax(d1, pl->st[s].ev[i].t1);
       }
   check(d0 >= pl->t_origin && d1 <= now_s(), "device spans inside the run", cfg);
-  double bubble = 0;
+  double bubble = 0, least = 1;
   for (int s = 0; s < pl->k; s++) {
     gp_stage_stats ss;
     gp_pipeline_stats(pl, s, &ss);
     bubble += gp_stage_idle(&ss) / pl->k;
+    least = fmin(least, gp_stage_idle(&ss));
     check(ss.device_time == 1, "the statistics say they are the device's", cfg);
   }
   double rep = gp_pipeline_bubble_replayed(pl);
-  char what[96];
+  char what[112];
   snprintf(what, sizeof what, "0 <= replayed bubble %.4f <= measured %.4f < 1", rep, bubble);
   check(rep >= 0 && rep <= bubble + 1e-9 && bubble < 1, what, cfg);
+  /* each step's busiest stage idles no more than any stage does over the steps */
+  double slow = gp_pipeline_bubble_bottleneck(pl);
+  snprintf(what, sizeof what, "0 <= the slowest stage's idle %.4f <= the least idle stage's %.4f",
+           slow, least);
+  check(slow >= 0 && slow <= least + 1e-9, what, cfg);
   *checks += made;
   return failed;
 }
