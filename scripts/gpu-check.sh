@@ -2,7 +2,7 @@
 # Runs on a GPU machine what cannot run without one, from the pack scripts/gpu-pack.sh made
 # (carried as .gpu/), in phases, each logged; writes OUT/summary.txt and OUT/logs.tgz.
 # Usage: scripts/gpu-check.sh OUT PHASE...
-#   phases: info suite memcheck torch torchseq capacity graph timing scaling
+#   phases: info suite memcheck torch torchseq capacity graph timing trace scaling
 #   info      nvidia-smi, the libraries the programs resolve
 #   suite     every tests/cuda binary (meson suite `cuda`)
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
@@ -15,6 +15,8 @@
 #   timing    GPU stages timed on their streams: resnet20-cifar over K = 1, 2, 4 and M = 1, 8 on
 #             cuda:0, alternated with GP_DEVICE_TIMING=0 (host launch times, no wait at the
 #             step's end): the wait's cost, both bubbles, and the trace's device rows
+#   trace     issue 5's K = 8 and 4 at M = 32 with a core per stage (8 even CPUs), traced: every
+#             action's wall and CPU time in the logs, for scripts/trace-steps.py
 #   scaling   issue 5's CPU check: gpipe-bench of balanced-cnn over K = 1, 2, 4, 8 at M = 32
 #             (GP_SCALING="8:128 16:1024 8:128:0,2,4,6,8,10,12,14 p1:128:0,2,4,6,8,10,12,14"
 #             picks threads:batch[:cpus] sweeps, pT meaning --threads-per-stage T: K stages on
@@ -194,9 +196,21 @@ phase_scaling() {
   done
 }
 
+phase_trace() {
+  local k
+  for k in 8 4; do
+    timeout 150 taskset -c 0,2,4,6,8,10,12,14 "$bin/gpipe-bench" bench/models/balanced-cnn.yaml \
+      --stages $k --micro-batches 32 --checkpoint never --threads-per-stage 1 --batch-size 128 \
+      --steps 10 --json --trace "$logs/trace-k$k.json" >"$logs/trace-k$k.bench.json" \
+      2>"$logs/trace-k$k.err"
+    say "trace: K=$k rc=$? $(scripts/bench-ideal.py "$logs/trace-k$k.bench.json" 2>&1)"
+    say "trace: K=$k per step: $(scripts/trace-steps.py "$logs/trace-k$k.json" 2>&1 | tail -1)"
+  done
+}
+
 for p in "$@"; do
   case "$p" in
-  info | suite | memcheck | torch | torchseq | capacity | graph | timing | scaling) "phase_$p" ;;
+  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | scaling) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done

@@ -7,6 +7,7 @@
 set -u
 exe=$1
 trace_layers=$2 # scripts/trace-layers.py
+trace_steps=$3  # scripts/trace-steps.py
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$exe" "$tmp/trace.json" || exit 1
@@ -59,4 +60,29 @@ want = sum(e["dur"] for e in ev if e["ph"] == "X" and e["cat"] == "layer" and e[
 got = float(re.search(r"layers ([0-9.]+) ms/step", head).group(1)) * 1e3 * 3
 assert abs(got - want) <= 0.01 * want + 30, (got, want, head)
 print("trace-layers.py: the device row's layers")
+PY
+# scripts/trace-steps.py: each step's span and the device rows' busy time per stage, the mean
+# idle and the busiest stage's, as the trace's slices add up
+"$trace_steps" "$tmp/trace.json" >"$tmp/steps" || { echo "FAIL: trace-steps.py exited $?"; exit 1; }
+python3 - "$tmp/trace.json" "$tmp/steps" <<'PY' || { echo "FAIL: trace-steps.py: $(cat "$tmp/steps")"; exit 1; }
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+lines = open(sys.argv[2]).read().splitlines()
+assert lines[0].endswith("busy ms per stage (device time)"), lines[0]
+rows = [l.split() for l in lines[1:]]
+assert [r[0] for r in rows] == ["1", "2", "3", "all"], rows
+acts = [e for e in ev if e["ph"] == "X" and e["cat"] != "layer" and e["tid"] >= 64]
+for r in rows[:3]:
+    step = int(r[0])
+    sa = [e for e in acts if e["args"]["step"] == step]
+    span = max(e["ts"] + e["dur"] for e in sa) - min(e["ts"] for e in sa)
+    busy = [sum(e["dur"] for e in sa if e["tid"] == 64 + s) for s in range(3)]
+    assert abs(float(r[1]) - span / 1e3) < 0.006, (r, span)
+    got = [float(b) for b in r[4].split("/")]
+    assert all(abs(g - b / 1e3) < 0.06 for g, b in zip(got, busy)), (r, busy)
+    assert abs(float(r[2]) - (1 - sum(busy) / (3 * span))) < 6e-4, (r, busy, span)
+    assert abs(float(r[3]) - (1 - max(busy) / span)) < 6e-4, (r, busy, span)
+    assert float(r[3]) <= float(r[2]), r
+assert lines[-1].endswith("GPipe's bubble for K = 3, M = 4: 0.333"), lines[-1]
+print("trace-steps.py: each step's stages")
 PY
