@@ -2,7 +2,7 @@
 # Runs on a GPU machine what cannot run without one, from the pack scripts/gpu-pack.sh made
 # (carried as .gpu/), in phases, each logged; writes OUT/summary.txt and OUT/logs.tgz.
 # Usage: scripts/gpu-check.sh OUT PHASE...
-#   phases: info suite memcheck torch torchseq capacity graph timing trace scaling
+#   phases: info suite memcheck torch torchseq capacity graph timing trace cores scaling
 #   info      nvidia-smi, the libraries the programs resolve
 #   suite     every tests/cuda binary (meson suite `cuda`)
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
@@ -17,6 +17,8 @@
 #             step's end): the wait's cost, both bubbles, and the trace's device rows
 #   trace     issue 5's K = 8 and 4 at M = 32 with a core per stage (8 even CPUs), traced: every
 #             action's wall and CPU time in the logs, for scripts/trace-steps.py
+#   cores     whether the 8 even CPUs run equal work at equal speed: one one-thread stage of
+#             balanced-cnn (M = 32, batch 128) on each at once, then alone on two of them
 #   scaling   issue 5's CPU check: gpipe-bench of balanced-cnn over K = 1, 2, 4, 8 at M = 32
 #             (GP_SCALING="8:128 16:1024 8:128:0,2,4,6,8,10,12,14 p1:128:0,2,4,6,8,10,12,14"
 #             picks threads:batch[:cpus] sweeps, pT meaning --threads-per-stage T: K stages on
@@ -208,9 +210,43 @@ phase_trace() {
   done
 }
 
+phase_cores() {
+  local c r run=(bench/models/balanced-cnn.yaml --stages 1 --micro-batches 32 --checkpoint never
+    --threads 1 --batch-size 128 --steps 20 --warmup 2 --json --quiet)
+  for r in 1 2; do
+    for c in 0 2 4 6 8 10 12 14; do
+      timeout 150 taskset -c $c "$bin/gpipe-bench" "${run[@]}" >"$logs/cores-all-$r-$c.json" \
+        2>>"$logs/cores.log" &
+    done
+    wait
+    for c in 0 8; do
+      timeout 150 taskset -c $c "$bin/gpipe-bench" "${run[@]}" >"$logs/cores-alone-$r-$c.json" \
+        2>>"$logs/cores.log"
+    done
+  done
+  python3 - "$logs" <<'PY' | tee -a "$summary"
+import glob, json, re, sys
+for mode in ("all", "alone"):
+    for r in ("1", "2"):
+        got = {}
+        for f in glob.glob(f"{sys.argv[1]}/cores-{mode}-{r}-*.json"):
+            try:
+                runs = json.load(open(f))["runs"]
+                got[int(re.search(r"-(\d+)\.json$", f)[1])] = next(
+                    x["samples_per_s"] for x in runs if x["micro_batches"] == 32)
+            except Exception as e:
+                print(f"cores: {f}: {e}")
+        if got:
+            v = [got[c] for c in sorted(got)]
+            how = "all 8 at once" if mode == "all" else "one at a time"
+            print(f"cores: {how}, round {r}, samples/s on CPUs {sorted(got)}: "
+                  f"{' '.join(f'{x:.0f}' for x in v)} (fastest / slowest {max(v) / min(v):.2f})")
+PY
+}
+
 for p in "$@"; do
   case "$p" in
-  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | scaling) "phase_$p" ;;
+  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done
