@@ -45,6 +45,9 @@ static double finite_or_0(double x) {
 
 /* a cell holds any balance (GP_PLAN_BALANCE_LEN) and 64 stages' "%.2f/" of busy ms or MiB */
 enum { NCOL = 19, CELL = 1024 };
+/* a bubble further above GPipe's than this gets a line on where the rest went (issue 5's
+ * tolerance for balanced runs) */
+#define BUBBLE_NOTE_OVER 0.05
 _Static_assert(CELL >= GP_PLAN_BALANCE_LEN, "a balance fits its cell");
 
 static const char *const col_head[NCOL] = {
@@ -142,6 +145,32 @@ static void write_threads_note(FILE *f, const gp_bench *b) {
   fprintf(f, "\n");
 }
 
+/* Each pipelined run whose bubble exceeds GPipe's by more than 0.05: the excess split into
+ * what the stages' unequal mean times cost (sim - theory), the spread of their actions' times
+ * (replay - sim) and the hand-offs with the work between actions (bubble - replay), which add
+ * up to it; and the idle of the stage that set each step's pace, beside. */
+static void write_bubble_notes(FILE *f, const gp_bench *b) {
+  for (int i = 0; i < b->n_runs; i++) {
+    const gp_bench_run *r = &b->runs[i];
+    if (r->over_limit || r->k < 2 || r->m < 2 || !isfinite(r->bubble_measured) ||
+        r->bubble_measured - r->bubble_theory <= BUBBLE_NOTE_OVER)
+      continue;
+    fprintf(f, "bubble K=%d M=%d %s %s: %.3f against GPipe's %.3f", r->k, r->m,
+            gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat), r->bubble_measured,
+            r->bubble_theory);
+    if (isfinite(r->bubble_sim) && isfinite(r->bubble_replay))
+      fprintf(f,
+              ": unequal stages %+.3f (sim), the actions' spread %+.3f (replay), hand-offs and "
+              "work between actions %+.3f",
+              r->bubble_sim - r->bubble_theory, r->bubble_replay - r->bubble_sim,
+              r->bubble_measured - r->bubble_replay);
+    if (isfinite(r->bubble_slowest))
+      fprintf(f, "; each step's busiest stage idled %.3f, the others waited for it",
+              r->bubble_slowest);
+    fprintf(f, "\n");
+  }
+}
+
 gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
   int rows = b->n_runs + 1;
   char(*cell)[NCOL][CELL] = calloc((size_t)rows, sizeof *cell);
@@ -220,6 +249,7 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
             gp_bench_remat_name(most->remat));
   write_fit_notes(f, b);
   write_threads_note(f, b);
+  write_bubble_notes(f, b);
   return gp_bench_stream_status(f, "stdout");
 }
 

@@ -239,6 +239,41 @@ else
   bad "--partition exited $?: $(cat "$tmp/err")"
 fi
 
+# ---- a bubble more than 0.05 above GPipe's gets a line splitting the excess (sim, replay,
+# hand-offs: they add up to it) beside the busiest stage's idle; a plan that leaves stage 0 the
+# flatten alone makes one for sure (stage 0 idles nearly all the step), and no other run has one
+# unless its own bubble is that far above
+printf 'model: fashion-mlp\nstages: 2\nmicro_batches: 4\nschedule: gpipe\ncheckpoint: never\ndevices: [cpu, cpu]\nbalance: [1, 6]\n' \
+  >"$tmp/lopsided.yaml"
+if "$bench" "$mlp" --partition "$tmp/lopsided.yaml" --micro-batches 4 "${fast[@]}" --quiet \
+    --csv "$tmp/l.csv" >"$tmp/l" 2>"$tmp/err"; then
+  python3 - "$tmp/l" "$tmp/l.csv" <<'PY' && ok || bad "bubble notes: $(cat "$tmp/l" "$tmp/l.csv")"
+import csv, re, sys
+notes = [l for l in open(sys.argv[1]).read().splitlines() if l.startswith("bubble ")]
+rows = list(csv.DictReader(open(sys.argv[2])))
+want = [r for r in rows if int(r["stages"]) > 1 and int(r["micro_batches"]) > 1
+        and float(r["bubble_measured"]) - float(r["bubble_theory"]) > 0.05]
+assert len(want) == 1 and want[0]["micro_batches"] == "4", rows
+r = want[0]
+assert len(notes) == 1, notes
+m = re.fullmatch(r"bubble K=2 M=4 gpipe never: ([0-9.]+) against GPipe's ([0-9.]+): unequal "
+                 r"stages ([-+][0-9.]+) \(sim\), the actions' spread ([-+][0-9.]+) \(replay\), "
+                 r"hand-offs and work between actions ([-+][0-9.]+); each step's busiest stage "
+                 r"idled ([0-9.]+), the others waited for it", notes[0])
+assert m, notes[0]
+v = [float(x) for x in m.groups()]
+f = lambda k: float(r[k])
+assert abs(v[0] - f("bubble_measured")) < 6e-4 and abs(v[1] - 0.2) < 1e-9, (v, r)
+assert abs(v[2] - (f("bubble_simulated") - 0.2)) < 1e-3, (v, r)
+assert abs(v[3] - (f("bubble_replayed") - f("bubble_simulated"))) < 1e-3, (v, r)
+assert abs(v[4] - (f("bubble_measured") - f("bubble_replayed"))) < 1e-3, (v, r)
+assert abs(v[2] + v[3] + v[4] - (v[0] - v[1])) < 2e-3, v
+assert abs(v[5] - f("bubble_slowest")) < 6e-4 and v[5] < v[0], (v, r)
+PY
+else
+  bad "lopsided plan exited $?: $(cat "$tmp/err")"
+fi
+
 # ---- --threads past the cores this process may use: accepted, with a note that says the threads
 # take turns and what util is then against (C cores' sgemm peak with fewer cores to run them)
 over=$(( $(nproc) + 1 ))
