@@ -30,7 +30,8 @@ typedef struct gp_bench_run {
   double bubble_replay;  /* the run's steps replayed with each action's own time */
   double bubble_slowest; /* the idle share of each step's busiest stage (the pace-setter) */
   double bubble_stage[GP_MAX_DEVICES];
-  double busy_ms[GP_MAX_DEVICES]; /* compute (forward + backward) per step */
+  double busy_ms[GP_MAX_DEVICES];      /* compute (forward + backward) per step */
+  double wall_busy_ms[GP_MAX_DEVICES]; /* wall time inside actions per step (bubble's busy) */
   size_t peak_bytes[GP_MAX_DEVICES];
   int64_t sent_bytes[GP_MAX_DEVICES]; /* per step */
   double gflops, utilization;

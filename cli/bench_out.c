@@ -48,6 +48,8 @@ enum { NCOL = 19, CELL = 1024 };
 /* a bubble further above GPipe's than this gets a line on where the rest went (issue 5's
  * tolerance for balanced runs) */
 #define BUBBLE_NOTE_OVER 0.05
+/* a pipelined run below this share of its ideal speed-up gets a line on why (issue 5's mark) */
+#define IDEAL_NOTE_UNDER 0.85
 _Static_assert(CELL >= GP_PLAN_BALANCE_LEN, "a balance fits its cell");
 
 static const char *const col_head[NCOL] = {
@@ -171,6 +173,41 @@ static void write_bubble_notes(FILE *f, const gp_bench *b) {
   }
 }
 
+/* Each pipelined run below issue 5's 85% of the ideal speed-up over naive-K: the share as
+ * three factors of the steps' mean time, which multiply to it: the work (naive-K's stages'
+ * busy time over this run's: smaller micro-batches, stages computing at once on cores that
+ * then run slower), this run's bubble against GPipe's, and naive-K's against its (K-1)/K. The
+ * table's share is from the steps' median time, so the product differs from it a little. */
+static double wall_busy_sum(const gp_bench_run *r) {
+  double sum = 0;
+  for (int s = 0; s < r->k; s++)
+    sum += r->wall_busy_ms[s];
+  return sum;
+}
+
+static void write_ideal_notes(FILE *f, const gp_bench *b) {
+  for (int i = 0; i < b->n_runs; i++) {
+    const gp_bench_run *r = &b->runs[i], *n = &b->runs[r->naive];
+    double share = r->speedup_naive / r->speedup_ideal;
+    if (r->over_limit || n->over_limit || r->k < 2 || r->m < 2 || !isfinite(share) ||
+        share >= IDEAL_NOTE_UNDER || !(wall_busy_sum(r) > 0) || !(wall_busy_sum(n) > 0) ||
+        !isfinite(r->bubble_measured) || !isfinite(n->bubble_measured) || r->bubble_measured >= 1 ||
+        n->bubble_measured >= 1)
+      continue;
+    double wr = wall_busy_sum(r), wn = wall_busy_sum(n), work = wn / wr;
+    double bub = (1 - r->bubble_measured) / (1 - r->bubble_theory);
+    double nbub = (1.0 / r->k) / (1 - n->bubble_measured);
+    fprintf(f,
+            "of ideal K=%d M=%d %s %s: %.0f%% = work x%.2f (stages busy %.2f ms a step against "
+            "naive-%d's %.2f) x bubble x%.2f (%.3f against GPipe's %.3f) x naive-%d's bubble "
+            "x%.2f (%.3f against %.3f), by the steps' mean time (the table's %.0f%% is by their "
+            "median)\n",
+            r->k, r->m, gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat),
+            100 * work * bub * nbub, work, wr, r->k, wn, bub, r->bubble_measured, r->bubble_theory,
+            r->k, nbub, n->bubble_measured, (r->k - 1.0) / r->k, 100 * share);
+  }
+}
+
 gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
   int rows = b->n_runs + 1;
   char(*cell)[NCOL][CELL] = calloc((size_t)rows, sizeof *cell);
@@ -250,6 +287,7 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
   write_fit_notes(f, b);
   write_threads_note(f, b);
   write_bubble_notes(f, b);
+  write_ideal_notes(f, b);
   return gp_bench_stream_status(f, "stdout");
 }
 
@@ -344,8 +382,8 @@ static void jopt(FILE *f, double x) {
 /* The per-stage lists of a run that fit (null for one that did not). */
 static void json_stages(FILE *f, const gp_bench_run *r) {
   static const char *const keys[] = {"peak_bytes", "busy_ms", "bubble_per_stage",
-                                     "sent_bytes_per_step"};
-  for (int j = 0; j < 4; j++) {
+                                     "sent_bytes_per_step", "wall_busy_ms"};
+  for (int j = 0; j < 5; j++) {
     fprintf(f, "%s\"%s\": ", j ? ", " : ",\n   ", keys[j]);
     if (r->over_limit) {
       fprintf(f, "null");
@@ -359,7 +397,7 @@ static void json_stages(FILE *f, const gp_bench_run *r) {
       else if (j == 3)
         fprintf(f, "%" PRId64, r->sent_bytes[s]);
       else
-        jnum(f, j == 1 ? r->busy_ms[s] : r->bubble_stage[s]);
+        jnum(f, j == 1 ? r->busy_ms[s] : j == 2 ? r->bubble_stage[s] : r->wall_busy_ms[s]);
     }
     fprintf(f, "]");
   }

@@ -96,7 +96,7 @@ assert len(runs) == 12 and not any(r["baseline"] for r in runs), [r["baseline"] 
 keys = ("stages", "micro_batches", "schedule", "checkpoint", "batch_size", "samples_per_s",
         "speedup_vs_naive", "speedup_vs_single", "bubble_measured", "bubble_slowest",
         "bubble_replayed", "bubble_simulated", "bubble_theory", "peak_bytes", "busy_ms", "gflops",
-        "utilization")
+        "utilization", "wall_busy_ms")
 ref = {}
 for r in runs:
     for k in keys:
@@ -111,6 +111,10 @@ for r in runs:
     assert 0 <= r["bubble_measured"] < 1, r
     assert len(r["peak_bytes"]) == K and len(r["busy_ms"]) == K, r
     assert all(p > 0 for p in r["peak_bytes"]) and all(b > 0 for b in r["busy_ms"]), r
+    # wall time in actions: the forwards' and backwards' compute time and more (hand-offs, the
+    # optimizer step; the compute is thread CPU time on one-thread stages)
+    assert len(r["wall_busy_ms"]) == K, r
+    assert all(w >= b * (1 - 1e-9) for w, b in zip(r["wall_busy_ms"], r["busy_ms"])), r
     # the hypervisor's share, null where /proc/stat has none
     assert r["steal"] is None or 0 <= r["steal"] <= 1, r
     assert r["samples_per_s"] > 0 and r["gflops"] > 0 and 0 < r["utilization"] < 1.5, r
@@ -274,6 +278,41 @@ else
   bad "lopsided plan exited $?: $(cat "$tmp/err")"
 fi
 
+# ---- a pipelined run below 85% of its ideal speed-up gets a line with the three factors of the
+# steps' mean time that multiply to its share: balanced-cnn with stage 0 the batchnorm stem
+# alone is hardly faster than naive-2 (about 1.07x against the ideal 1.6x at M = 4)
+printf 'model: balanced-cnn\nstages: 2\nmicro_batches: 4\nschedule: gpipe\ncheckpoint: never\ndevices: [cpu, cpu]\nbalance: [1, 18]\n' \
+  >"$tmp/stem.yaml"
+if "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --partition "$tmp/stem.yaml" \
+    --micro-batches 4 "${fast[@]}" --quiet --csv "$tmp/s.csv" >"$tmp/s" 2>"$tmp/err"; then
+  python3 - "$tmp/s" "$tmp/s.csv" <<'PY' && ok || bad "of-ideal notes: $(cat "$tmp/s" "$tmp/s.csv")"
+import csv, re, sys
+text = open(sys.argv[1]).read().splitlines()
+rows = {(r["stages"], r["micro_batches"]): r for r in csv.DictReader(open(sys.argv[2]))}
+head = re.split(r"\s{2,}", text[1].strip())
+row = next(re.split(r"\s{2,}", l.strip()) for l in text if l.startswith("2  4 "))
+table = float(row[head.index("of ideal")].rstrip("%"))
+assert table < 85, row
+notes = [l for l in text if l.startswith("of ideal ")]
+assert len(notes) == 1, notes
+m = re.fullmatch(r"of ideal K=2 M=4 gpipe never: (\d+)% = work x([0-9.]+) \(stages busy ([0-9.]+) "
+                 r"ms a step against naive-2's ([0-9.]+)\) x bubble x([0-9.]+) \(([0-9.]+) against "
+                 r"GPipe's ([0-9.]+)\) x naive-2's bubble x([0-9.]+) \(([0-9.]+) against ([0-9.]+)\), "
+                 r"by the steps' mean time \(the table's (\d+)% is by their median\)", notes[0])
+assert m, notes[0]
+pct, work, bp, bn, bub, mp, th, nbub, mn, nth, tab = (float(x) for x in m.groups())
+assert abs(work - bn / bp) < 0.006 and abs(bub - (1 - mp) / (1 - th)) < 0.006, m.groups()
+assert abs(nbub - 0.5 / (1 - mn)) < 0.006 and th == 0.2 and nth == 0.5, m.groups()
+assert abs(pct - 100 * work * bub * nbub) < 1.5 and tab == round(table), (m.groups(), table)
+assert abs(mp - float(rows[("2", "4")]["bubble_measured"])) < 6e-4, rows
+assert abs(mn - float(rows[("2", "1")]["bubble_measured"])) < 6e-4, rows
+# two timed steps: their median is their mean, so the factors give the table's share
+assert abs(pct - table) < 10, (pct, table)
+PY
+else
+  bad "stem-alone plan exited $?: $(cat "$tmp/err")"
+fi
+
 # ---- --threads past the cores this process may use: accepted, with a note that says the threads
 # take turns and what util is then against (C cores' sgemm peak with fewer cores to run them)
 over=$(( $(nproc) + 1 ))
@@ -405,7 +444,7 @@ no = runs[(2, 4)]
 assert no["fits"] is False and "would pass the memory limit" in no["memory_error"], no
 for k in ("samples_per_s", "speedup_vs_naive", "speedup_vs_single", "bubble_measured",
           "bubble_slowest", "bubble_replayed", "bubble_simulated", "gflops", "utilization",
-          "peak_bytes", "busy_ms", "steal"):
+          "peak_bytes", "busy_ms", "wall_busy_ms", "steal"):
     assert no[k] is None, (k, no)
 assert abs(no["bubble_theory"] - 0.2) < 1e-6, no
 for km in ((1, 1), (1, 4), (2, 1)):
