@@ -304,15 +304,6 @@ int64_t gp_batch_targets(const gp_model *m, const gp_batch *b) {
 
 static void replay(gp_pipeline *pl);
 
-/* A stage's time inside actions since the last reset (gp_stage_stats.wall_busy_s); the
- * stage's thread has finished the command when the main thread reads it. */
-static double stage_busy(const stage *st) {
-  double b = 0;
-  for (int k = 0; k < GP_ACT_KINDS; k++)
-    b += st->wall_kind_s[k];
-  return b;
-}
-
 gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
                                  gp_step_result *out) {
   GP_TRY(split(pl, b->n, 1));
@@ -325,13 +316,13 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
   pl->lr = lr;
   double before[GP_MAX_DEVICES];
   for (int s = 0; s < pl->k; s++)
-    before[s] = stage_busy(&pl->st[s]);
+    before[s] = gp_pl_stage_busy(&pl->st[s]);
   double t0 = now_s();
   GP_TRY(issue(pl, CMD_TRAIN));
   pl->span_s += now_s() - t0;
   double pace = 0; /* the stage that set the step's pace: the busiest in it */
   for (int s = 0; s < pl->k; s++)
-    pace = fmax(pace, stage_busy(&pl->st[s]) - before[s]);
+    pace = fmax(pace, gp_pl_stage_busy(&pl->st[s]) - before[s]);
   pl->pace_busy_s += pace;
   *out = pl->st[pl->k - 1].acc;
   replay(pl);

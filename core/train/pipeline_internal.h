@@ -182,6 +182,15 @@ static inline double busy_s(const gp_pipeline *pl) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A stage's wall time inside actions since the last reset (gp_stage_stats.wall_busy_s); read
+ * by the main thread once the stage has finished its command. */
+static inline double gp_pl_stage_busy(const stage *st) {
+  double b = 0;
+  for (int k = 0; k < GP_ACT_KINDS; k++)
+    b += st->wall_kind_s[k];
+  return b;
+}
+
 /* pipeline.c */
 /* An absolute CLOCK_REALTIME deadline s seconds from now, for pthread_cond_timedwait. */
 void gp_pl_deadline_in(double s, struct timespec *ts);

@@ -158,9 +158,7 @@ void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) 
   out->sent_bytes = st->sent_bytes;
   out->first_unit = pl->plan.st[stage_i].first_unit;
   out->end_unit = pl->plan.st[stage_i].end_unit;
-  out->wall_busy_s = 0;
-  for (int k = 0; k < GP_ACT_KINDS; k++)
-    out->wall_busy_s += st->wall_kind_s[k];
+  out->wall_busy_s = gp_pl_stage_busy(st);
   out->span_s = pl->span_s;
   out->fwd_s = st->fwd_s;
   out->bwd_s = st->bwd_s;
