@@ -43,8 +43,8 @@ static const char *const setting_flags[][2] = {
     {"weight-decay", "train.optimizer.weight_decay"},
     {"wd", "train.optimizer.weight_decay"},
     {"momentum", "train.optimizer.momentum"},
-    {"optimizer", "train.optimizer.type"},
-    {"optim", "train.optimizer.type"},
+    {"optimizer", "train.optimizer"}, /* the whole section: sgd's momentum would not fit adamw */
+    {"optim", "train.optimizer"},
     {"warmup", "train.schedule.warmup_steps"},
     {"warmup-steps", "train.schedule.warmup_steps"},
     {"lr-schedule", "train.schedule.type"},

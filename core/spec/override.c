@@ -1,6 +1,7 @@
-/* --set key.path=value: replaces or adds one scalar in the tree before it is interpreted.
- * Nodes may be shared by aliases, so the path to the changed value is copied, never changed
- * in place. Problems are usage errors ("--set train.optimzer.lr=0.1: no key ..."). */
+/* --set key.path=value: replaces or adds one scalar in the tree before it is interpreted (or
+ * replaces a typed section, "--set train.optimizer=adamw", by its type alone). Nodes may be
+ * shared by aliases, so the path to the changed value is copied, never changed in place.
+ * Problems are usage errors ("--set train.optimzer.lr=0.1: no key ..."). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,9 @@ static const struct {
 };
 
 /* Mappings the file may write as just their type ("optimizer: adamw"): "--set
- * train.optimizer.lr=0.01" turns the type into {type: adamw} first. */
+ * train.optimizer.lr=0.01" turns the type into {type: adamw} first, and "--set
+ * train.optimizer=adamw" replaces the whole mapping by its type (the old type's keys, such as
+ * sgd's momentum, would not fit the new one). */
 static const struct {
   const char *parent, *key;
 } typed[] = {{"train", "optimizer"}, {"train", "schedule"}, {"", "loss"}};
@@ -94,7 +97,9 @@ static gp_status set_at(const ovctx *o, const gp_ynode *node, int i, gp_ynode **
 static gp_status leaf(const ovctx *o, const gp_ynode *old, int i, int line, int col,
                       gp_ynode **out) {
   char where[300];
-  if (old && old->kind != GP_Y_SCALAR) {
+  prefix_of(o, i, where, sizeof where);
+  int whole = old && old->kind == GP_Y_MAP && is_typed(where, o->comp[i]);
+  if (old && old->kind != GP_Y_SCALAR && !whole) {
     prefix_of(o, i + 1, where, sizeof where);
     return usage(o, "'%s' is %s; --set changes single values only (set one of its %s)", where,
                  gp_sp_kind_name(old), old->kind == GP_Y_MAP ? "keys" : "entries by index");

@@ -36,7 +36,7 @@ expect 2 "--steps: expected an integer" -- "$good" --steps abc
 cnn=$srcdir/models/fashion-cnn.yaml
 for fv in "--lr 0.01" "--learning-rate=0.01" "--weight_decay 0" "--momentum 0.5" "--warmup 5" \
   "--lr-schedule constant" "--log-every 10" "--clip-grad-norm 1" "--label-smoothing 0.1" \
-  "--data-dir $tmp" "--dataset fashion-mnist" "--optimizer sgd"; do
+  "--data-dir $tmp" "--dataset fashion-mnist" "--optimizer sgd" "--optimizer adamw"; do
   # shellcheck disable=SC2086
   expect 2 "unknown flag '--[a-z_-]+'; the model file sets it: --set " -- "$cnn" $fv
   set=$(sed -n "s/.*the model file sets it: //p" "$tmp/err")

@@ -168,6 +168,19 @@ static void test_defaults(void) {
           "adamw defaults");
     gp_model_free(m);
   }
+  /* a typed section set to a type alone replaces the mapping: sgd's momentum and nesterov go
+   * (adamw has neither), and a later --set adds to the new type */
+  static const char *const sgd_file =
+      MIN_HEAD "layers: [{type: linear, out_features: 3}]\nloss: softmax_cross_entropy\n"
+               "train: {optimizer: {type: sgd, lr: 0.1, momentum: 0.9, nesterov: true}}\n";
+  gp_override whole[] = {{"train.optimizer", "adamw"}, {"train.optimizer.lr", "0.002"}};
+  for (int n = 1; n <= 2; n++) {
+    m = gp_t_load("--set train.optimizer=adamw over an sgd mapping", sgd_file, whole, n);
+    CHECK(m && m->train.optimizer == GP_OPT_ADAMW && m->train.lr == (n == 1 ? 1e-3 : 0.002) &&
+              m->train.weight_decay == 0.01 && m->train.beta1 == 0.9,
+          "--set train.optimizer=adamw%s: adamw with its defaults", n == 2 ? " then lr" : "");
+    gp_model_free(m);
+  }
   m = gp_t_load("rmsprop defaults and a step schedule",
                 MIN_HEAD "layers: [{type: linear, out_features: 3}]\nloss: softmax_cross_entropy\n"
                          "train: {optimizer: rmsprop, schedule: {type: step, step_size: 10, "
