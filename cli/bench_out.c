@@ -173,11 +173,6 @@ static void write_bubble_notes(FILE *f, const gp_bench *b) {
   }
 }
 
-/* Each pipelined run below issue 5's 85% of the ideal speed-up over naive-K: the share as
- * three factors of the steps' mean time, which multiply to it: the work (naive-K's stages'
- * busy time over this run's: smaller micro-batches, stages computing at once on cores that
- * then run slower), this run's bubble against GPipe's, and naive-K's against its (K-1)/K. The
- * table's share is from the steps' median time, so the product differs from it a little. */
 static double wall_busy_sum(const gp_bench_run *r) {
   double sum = 0;
   for (int s = 0; s < r->k; s++)
@@ -185,16 +180,20 @@ static double wall_busy_sum(const gp_bench_run *r) {
   return sum;
 }
 
+/* Each pipelined run below issue 5's 85% of the ideal speed-up over naive-K: the share as
+ * three factors of the steps' mean time, which multiply to it: the work (naive-K's stages'
+ * busy time over this run's: smaller micro-batches, stages computing at once on cores that
+ * then run slower), this run's bubble against GPipe's, and naive-K's against its (K-1)/K. The
+ * table's share is from the steps' median time, so the product differs from it a little. */
 static void write_ideal_notes(FILE *f, const gp_bench *b) {
   for (int i = 0; i < b->n_runs; i++) {
     const gp_bench_run *r = &b->runs[i], *n = &b->runs[r->naive];
+    if (r->over_limit || n->over_limit || r->k < 2 || r->m < 2) continue;
     double share = r->speedup_naive / r->speedup_ideal;
-    if (r->over_limit || n->over_limit || r->k < 2 || r->m < 2 || !isfinite(share) ||
-        share >= IDEAL_NOTE_UNDER || !(wall_busy_sum(r) > 0) || !(wall_busy_sum(n) > 0) ||
-        !isfinite(r->bubble_measured) || !isfinite(n->bubble_measured) || r->bubble_measured >= 1 ||
-        n->bubble_measured >= 1)
-      continue;
     double wr = wall_busy_sum(r), wn = wall_busy_sum(n), work = wn / wr;
+    if (!isfinite(share) || share >= IDEAL_NOTE_UNDER || !(wr > 0) || !(wn > 0) ||
+        !(r->bubble_measured < 1) || !(n->bubble_measured < 1))
+      continue;
     double bub = (1 - r->bubble_measured) / (1 - r->bubble_theory);
     double nbub = (1.0 / r->k) / (1 - n->bubble_measured);
     fprintf(f,
