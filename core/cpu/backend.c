@@ -270,7 +270,7 @@ gp_status gp_cpu_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, int64
     sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return GP_OK;
   }
-  if (g.parts > be->threads) g.parts = be->threads;
+  if (g.parts > gp_cpu_max_parts(be)) g.parts = gp_cpu_max_parts(be);
   return gp_cpu_parallel(be, g.parts, gemm_task, &g);
 }
 

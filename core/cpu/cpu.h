@@ -32,15 +32,21 @@ gp_status gp_cpu_gemm_serial(gp_backend *be, int worker, int trans_a, int trans_
 gp_status gp_cpu_scratch(gp_backend *be, size_t bytes, void **out);
 
 /* team.c: the instance's threads. gp_cpu_parallel runs fn over [0, n) split into contiguous
- * shares [begin, end), one per worker (the caller is worker 0), fixed by n and be->threads
- * alone. Each worker runs its own share, then any share whose worker has not started it, so
- * `worker` is the index of the thread running the call (for its buffers), not of the share.
- * It returns when all are done, with the error of the lowest failing share. Called from
- * inside fn it runs inline on the same worker. */
+ * shares, one per worker (the caller is worker 0), and each share into up to gp_cpu_pieces()
+ * contiguous pieces [begin, end), fixed by n and be->threads alone. Each worker runs the
+ * pieces of its own share, then any piece nobody has started, so `worker` is the index of the
+ * thread running the piece (for its buffers), not of the share. It returns when all are done,
+ * with the error of the lowest failing piece. Called from inside fn it runs inline on the
+ * same worker. */
 typedef gp_status (*gp_cpu_task)(void *ctx, int64_t begin, int64_t end, int worker);
 gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx);
-/* The same over [0, n) in at most be->threads parts of at least `grain` items each (for
- * element-wise loops, whose items are too small to be tasks one by one). */
+/* The most pieces a share is cut into: GP_CPU_PIECES (1 to 64) or 4. */
+int gp_cpu_pieces(void);
+/* The most parts worth asking a call to split into: be->threads x gp_cpu_pieces(). */
+int64_t gp_cpu_max_parts(const gp_backend *be);
+/* The same as gp_cpu_parallel over [0, n) in at most gp_cpu_max_parts parts of at least
+ * `grain` items each (for element-wise loops, whose items are too small to be tasks one by
+ * one). */
 gp_status gp_cpu_parallel_for(gp_backend *be, int64_t n, int64_t grain, gp_cpu_task fn, void *ctx);
 /* Items per part of an element-wise loop over floats: below 2 of them it runs on the caller.
  * 8192 floats (32 KiB) take a few microseconds, against about one to hand a part to a helper

@@ -457,7 +457,7 @@ gp_status gp_cpu_conv2d_backward_filter_unrounded(gp_backend *be, const gp_conv2
       int64_t macs = g.kg * g.ckk * ns * g.ohw;
       f.parts = macs >> 19 < (g.ckk + 15) / 16 ? macs >> 19 : (g.ckk + 15) / 16;
       if (f.parts < 1) f.parts = 1;
-      if (f.parts > be->threads) f.parts = be->threads;
+      if (f.parts > gp_cpu_max_parts(be)) f.parts = gp_cpu_max_parts(be);
       GP_TRY(gp_cpu_parallel(be, f.parts, filter_rows, &f));
     }
   }

@@ -4,21 +4,26 @@
  * its own thread pool is process-global, so stages that each asked it for several threads
  * queued behind one another. Here every instance owns its cores.
  *
- * A call splits [0, n) into one contiguous share per worker, fixed by n and the thread count
- * alone. A worker runs its own share first (so consecutive ops over the same items find them
- * in its caches), then the shares of other workers that have not started theirs. So a call
- * does not wait for a thread that is not running (a vCPU the host took away, a core shared
- * with another process) unless it already started: on the 2-core VM beside a busy process,
- * 2 threads with fixed shares ran balanced-cnn's 4-sample micro-batches at 0.36x the speed
- * of one thread, and at 0.7x with shares taken over. Which thread runs a share changes nothing in
- * what it computes: the ops write each share's results apart, and a worker's buffers are scratch.
- * The caller returns when every share is done, without waiting for the helpers that took
- * none; a helper that wakes late finds the call over (see `claim`).
+ * A call splits [0, n) into one contiguous share per worker, and each share into up to
+ * gp_cpu_pieces() contiguous pieces, all fixed by n and the thread count alone. A worker runs
+ * the pieces of its own share in order (so consecutive ops over the same items find them in
+ * its caches), then the pieces of other shares that nobody has started. So a call does not wait
+ * for a thread that is not running (a vCPU the host took away, a core shared with another
+ * process) or runs slower than the others, beyond the piece it is in. On a 2-core VM beside a
+ * busy process, 2 threads with fixed shares ran balanced-cnn's 4-sample micro-batches at 0.36x
+ * the speed of one thread, and at 0.7x with unstarted shares taken over; with one core made
+ * half as fast (scripts/uneven-cores.py), 4 pieces a share ran 2 threads 1.3x faster at 128
+ * samples an op and 1.1x at 4 than whole shares (docs/bench.md, "Unequal cores").
+ * Which thread runs a piece changes nothing in what it computes: the ops write each piece's
+ * results apart, and a worker's buffers are scratch. The caller returns when every piece is
+ * done, without waiting for the helpers that took none; a helper that wakes late finds the
+ * call over (see `claim`).
  *
  * The call's description (fn, ctx, n, active, base) is published under a sequence lock, and
- * a share is claimed by a compare-and-swap of its worker's counter. Share numbers only grow:
- * call c's shares are [base, base + active), worker v's is base + v, and the next call's base
- * is past them. A helper holding a stale description asks for a number its worker's counter
+ * a piece is claimed by a compare-and-swap of its share's counter. Piece numbers only grow:
+ * call c's share v has the numbers [base + v * P, base + v * P + pieces of v) (P the most
+ * pieces a share has), its counter holds the next one unclaimed, and the next call's base is
+ * past them all. A helper holding a stale description asks for numbers its share's counter
  * has passed, so it gets nothing. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -34,7 +39,7 @@
  * long as a micro-batch's whole convolution at small sizes. */
 #define SPIN 4096
 
-/* The number of a worker's share while it is unclaimed, on a cache line of its own. */
+/* The number of the next unclaimed piece of a worker's share, on a cache line of its own. */
 typedef struct counter {
   _Alignas(64) _Atomic int64_t next;
 } counter;
@@ -54,14 +59,15 @@ struct gp_cpu_team {
   pthread_cond_t go, done;
   _Atomic int quit;
   int takeover;         /* 0 with GP_CPU_TAKEOVER=0: each share waits for its worker (to compare) */
+  int pieces;           /* the most pieces a share is cut into (gp_cpu_pieces()) */
   _Atomic uint64_t seq; /* odd while a call's fields are written; helpers wait for it to move */
   _Atomic(gp_cpu_task) fn;
   _Atomic(void *) ctx;
   _Atomic int64_t n, base;
   _Atomic int active;
-  _Atomic int64_t left; /* shares of the call not finished */
+  _Atomic int64_t left; /* pieces of the call not finished */
   counter *next;        /* per worker */
-  /* the failing share with the lowest number, written under mu */
+  /* the failing piece with the lowest number, written under mu */
   int64_t err_share;
   gp_status err;
   char msg[MSG_MAX];
@@ -104,20 +110,33 @@ static uint64_t snapshot(struct gp_cpu_team *t, call *c) {
   }
 }
 
-/* Claims worker v's share of call c into [*a, *b) and returns its number, or -1 when it is
- * taken (or c is over). */
-static int64_t claim(struct gp_cpu_team *t, const call *c, int v, int64_t *a, int64_t *b) {
-  const int64_t mine = c->base + v;
-  int64_t x = mine;
-  if (!atomic_compare_exchange_strong_explicit(&t->next[v].next, &x, mine + 1, memory_order_acquire,
-                                               memory_order_relaxed))
-    return -1;
+/* Share v of call c: its items [*a, *a + *len) and its pieces' count. */
+static int64_t share_of(const call *c, int pieces, int v, int64_t *a, int64_t *len) {
   *a = c->n * v / c->active;
-  *b = c->n * (v + 1) / c->active;
-  return mine;
+  *len = c->n * (v + 1) / c->active - *a;
+  return *len < pieces ? *len : pieces;
 }
 
-static void run_share(struct gp_cpu_team *t, const call *c, int w, int64_t x, int64_t a,
+/* Claims the next unstarted piece of share v of call c into [*a, *b) and returns its number,
+ * or -1 when all are taken (or c is over). */
+static int64_t claim(struct gp_cpu_team *t, const call *c, int v, int64_t *a, int64_t *b) {
+  int64_t start, len;
+  const int64_t count = share_of(c, t->pieces, v, &start, &len);
+  const int64_t first = c->base + (int64_t)v * t->pieces;
+  int64_t x = atomic_load_explicit(&t->next[v].next, memory_order_relaxed);
+  while (x >= first && x < first + count) {
+    if (atomic_compare_exchange_weak_explicit(&t->next[v].next, &x, x + 1, memory_order_acquire,
+                                              memory_order_relaxed)) {
+      const int64_t i = x - first;
+      *a = start + len * i / count;
+      *b = start + len * (i + 1) / count;
+      return x;
+    }
+  }
+  return -1;
+}
+
+static void run_piece(struct gp_cpu_team *t, const call *c, int w, int64_t x, int64_t a,
                       int64_t b) {
   current_worker = w;
   gp_status s = a < b ? c->fn(c->ctx, a, b, w) : GP_OK;
@@ -139,12 +158,13 @@ static void run_share(struct gp_cpu_team *t, const call *c, int w, int64_t x, in
   }
 }
 
-/* Worker w's part of call c: its own share, then the others' not yet started. */
+/* Worker w's part of call c: the pieces of its own share, then the others' not yet started. */
 static void work(struct gp_cpu_team *t, const call *c, int w) {
   int64_t a, b, x;
   for (int i = 0; i < (t->takeover ? c->active : 1); i++) {
     const int v = (w + i) % c->active;
-    if ((x = claim(t, c, v, &a, &b)) >= 0) run_share(t, c, w, x, a, b);
+    while ((x = claim(t, c, v, &a, &b)) >= 0)
+      run_piece(t, c, w, x, a, b);
   }
 }
 
@@ -204,6 +224,7 @@ static gp_status team_start(gp_backend *be, struct gp_cpu_team **out) {
     atomic_init(&t->next[w].next, 0);
   const char *takeover = getenv("GP_CPU_TAKEOVER");
   t->takeover = !(takeover && takeover[0] == '0');
+  t->pieces = gp_cpu_pieces();
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->go, NULL);
   pthread_cond_init(&t->done, NULL);
@@ -269,13 +290,19 @@ gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx) 
     }
   }
   struct gp_cpu_team *t = im->team;
-  /* The previous call is over: every share it had is claimed and done. */
-  call c = {fn, ctx, n, atomic_load_explicit(&t->base, memory_order_relaxed) + be->threads, active};
-  for (int v = 0; v < active; v++)
-    atomic_store_explicit(&t->next[v].next, c.base + v, memory_order_relaxed);
+  /* The previous call is over: every piece it had is claimed and done. */
+  call c = {fn, ctx, n,
+            atomic_load_explicit(&t->base, memory_order_relaxed) + (int64_t)be->threads * t->pieces,
+            active};
+  int64_t pieces = 0;
+  for (int v = 0; v < active; v++) {
+    int64_t a, len;
+    pieces += share_of(&c, t->pieces, v, &a, &len);
+    atomic_store_explicit(&t->next[v].next, c.base + (int64_t)v * t->pieces, memory_order_relaxed);
+  }
   t->err_share = INT64_MAX;
   t->err = GP_OK;
-  atomic_store_explicit(&t->left, active, memory_order_relaxed);
+  atomic_store_explicit(&t->left, pieces, memory_order_relaxed);
   publish(t, &c);
   pthread_mutex_lock(&t->mu); /* wakes the helpers that went to sleep */
   pthread_cond_broadcast(&t->go);
@@ -291,6 +318,26 @@ gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx) 
   }
   if (t->err != GP_OK) return gp_error_set(t->err, __FILE__, __LINE__, "%s", t->msg);
   return GP_OK;
+}
+
+/* Pieces a share is cut into by default: with 4, 2 threads on a full-speed and a half-speed
+ * core ran 1.1-1.3x faster than with whole shares, and on equal cores within the noise
+ * (0.96-1.02x); 16 were not measurably better on either. */
+#define PIECES 4
+
+int gp_cpu_pieces(void) {
+  static _Atomic int cached; /* 0 until read */
+  int p = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (p == 0) {
+    const char *e = getenv("GP_CPU_PIECES");
+    p = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : PIECES;
+    atomic_store_explicit(&cached, p, memory_order_relaxed);
+  }
+  return p;
+}
+
+int64_t gp_cpu_max_parts(const gp_backend *be) {
+  return (int64_t)be->threads * gp_cpu_pieces();
 }
 
 typedef struct parts_job {
@@ -310,7 +357,7 @@ gp_status gp_cpu_parallel_for(gp_backend *be, int64_t n, int64_t grain, gp_cpu_t
   int64_t parts = grain > 0 ? n / grain : n;
   if (gp_cpu_workers(be, parts) < 2)
     return gp_cpu_parallel(be, 1, part_task, &(parts_job){fn, ctx, n, 1});
-  if (parts > be->threads) parts = be->threads;
+  if (parts > gp_cpu_max_parts(be)) parts = gp_cpu_max_parts(be);
   parts_job p = {fn, ctx, n, parts};
   return gp_cpu_parallel(be, parts, part_task, &p);
 }

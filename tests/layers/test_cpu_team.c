@@ -1,16 +1,19 @@
 /* The CPU backend's team (core/cpu/team.c) through gp_cpu_parallel itself: every item of
- * [0, n) is run once, in the shares fixed by n and the thread count; a worker index always
- * names the same thread (its buffers are its own); a failing call reports the failing share
- * with the lowest number, whichever thread ran it; a nested call runs inline; and a share whose
- * worker has not started is run by another (on one CPU the caller takes over the helpers'
- * shares instead of waiting for them to be scheduled; GP_CPU_TAKEOVER=0 turns that off, for
- * comparisons). The suite runs under ThreadSanitizer. */
+ * [0, n) is run once, in the pieces of the shares fixed by n and the thread count; a worker
+ * index always names the same thread (its buffers are its own); a failing call reports the
+ * failing piece with the lowest number, whichever thread ran it; a nested call runs inline; a
+ * share whose worker has not started is run by another (on one CPU the caller takes over the
+ * helpers' shares instead of waiting for them to be scheduled; GP_CPU_TAKEOVER=0 turns that
+ * off, for comparisons); and the pieces of a share whose worker stalls in its first piece are
+ * run by the others. The suite runs under ThreadSanitizer. */
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/backend.h"
 #include "core/cpu/cpu.h"
@@ -29,8 +32,17 @@ typedef struct job {
   pthread_t thread_of[MAX_T];
   int seen[MAX_T];
   int wrong_thread, fail_at[2];
-  int taken_over[MAX_T]; /* per worker: shares run that were not its own */
+  int taken_over[MAX_T]; /* per worker: pieces run that were not of its own share */
+  int stall;             /* worker 1 sleeps in the first piece of its share */
+  _Atomic int stalling;  /* set by worker 1 as it starts sleeping */
+  int ran_by[MAX_N];     /* the worker that ran the piece starting at an item */
 } job;
+
+/* Share v's first item and the one past its last, as team.c cuts them. */
+static int64_t share_begin(const job *j, int64_t v) {
+  const int64_t active = j->n < j->threads ? j->n : j->threads;
+  return j->n * v / active;
+}
 
 static gp_status count_task(void *ctx, int64_t lo, int64_t hi, int worker) {
   job *j = ctx;
@@ -42,9 +54,20 @@ static gp_status count_task(void *ctx, int64_t lo, int64_t hi, int worker) {
   } else if (!pthread_equal(j->thread_of[worker], pthread_self())) {
     j->wrong_thread = 1;
   }
-  const int64_t active = j->n < j->threads ? j->n : j->threads;
-  if (lo != j->n * worker / active) j->taken_over[worker]++; /* a share other than worker's own */
+  if (lo < share_begin(j, worker) || lo >= share_begin(j, worker + 1))
+    j->taken_over[worker]++; /* a piece of another worker's share */
   j->end_of[lo] = hi;
+  j->ran_by[lo] = worker;
+  if (j->stall && worker == 1 && lo == share_begin(j, 1)) {
+    atomic_store(&j->stalling, 1);
+    struct timespec ms20 = {0, 20 * 1000 * 1000};
+    nanosleep(&ms20, NULL);
+  }
+  if (j->stall && worker == 0 && lo == 0) /* the caller waits (up to 0.2 s) for the stall */
+    for (int i = 0; i < 2000 && !atomic_load(&j->stalling); i++) {
+      struct timespec us100 = {0, 100 * 1000};
+      nanosleep(&us100, NULL);
+    }
   for (int64_t i = lo; i < hi; i++)
     j->hits[i]++;
   int fail = -1; /* the range's lowest failing item */
@@ -61,11 +84,15 @@ static void job_reset(job *j, int64_t n) {
   j->n = n;
 }
 
-/* The ranges of the last call were exactly the shares, each item run once. */
+/* The ranges of the last call were exactly the pieces of the shares, each item run once. */
 static int shares_exact(const job *j) {
   const int64_t active = j->n < j->threads ? j->n : j->threads;
-  for (int64_t v = 0; v < active; v++)
-    if (j->end_of[j->n * v / active] != j->n * (v + 1) / active) return 0;
+  for (int64_t v = 0; v < active; v++) {
+    const int64_t a = share_begin(j, v), len = share_begin(j, v + 1) - a;
+    const int64_t pieces = len < gp_cpu_pieces() ? len : gp_cpu_pieces();
+    for (int64_t i = 0; i < pieces; i++)
+      if (j->end_of[a + len * i / pieces] != a + len * (i + 1) / pieces) return 0;
+  }
   for (int64_t i = 0; i < j->n; i++)
     if (j->hits[i] != 1) return 0;
   return 1;
@@ -87,7 +114,7 @@ static void test_shares(void) {
         job_reset(j, sizes[s]);
         ok = gp_cpu_parallel(be, sizes[s], count_task, j) == GP_OK && shares_exact(j);
       }
-      CHECK(ok, "%d threads, n = %lld: every item once, in the fixed shares", threads[t],
+      CHECK(ok, "%d threads, n = %lld: every item once, in the fixed pieces", threads[t],
             (long long)sizes[s]);
     }
     CHECK(!j->wrong_thread, "%d threads: a worker index always names the same thread", threads[t]);
@@ -102,7 +129,7 @@ static void test_shares(void) {
       snprintf(want, sizeof want, "item %d failed", j->fail_at[1]);
       lowest &= st == GP_ERR_RUNTIME && strcmp(gp_error_message(), want) == 0 && shares_exact(j);
     }
-    CHECK(lowest, "%d threads: the failing share with the lowest number is reported", threads[t]);
+    CHECK(lowest, "%d threads: the failing piece with the lowest number is reported", threads[t]);
     free(j);
     gp_backend_destroy(be);
   }
@@ -166,7 +193,7 @@ static void test_take_over(int takeover) {
     job_reset(j, 16);
     ok = gp_cpu_parallel(be, 16, count_task, j) == GP_OK && shares_exact(j);
   }
-  CHECK(ok, "on one CPU: every item once, in the fixed shares");
+  CHECK(ok, "on one CPU: every item once, in the fixed pieces");
   int taken = 0;
   for (int w = 0; w < MAX_T; w++)
     taken += j->taken_over[w];
@@ -182,11 +209,44 @@ static void test_take_over(int takeover) {
   sched_setaffinity(0, sizeof old, &old);
 }
 
+/* Worker 1 sleeps 20 ms in the first piece of its share: the caller runs the rest of that
+ * share meanwhile, so the call waits for one piece of the stalled worker, not its share. */
+static void test_stall(void) {
+  gp_backend *be = NULL;
+  CHECK(gp_cpu_backend_create(2, &be) == GP_OK, "backend of 2 threads");
+  if (!be) return;
+  job *j = calloc(1, sizeof *j);
+  j->threads = 2;
+  j->fail_at[0] = j->fail_at[1] = -1;
+  j->stall = 1;
+  int stalled = 0, rest_by_caller = 0, ok = 1;
+  for (int rep = 0; rep < 20 && ok; rep++) {
+    job_reset(j, 64);
+    memset(j->ran_by, -1, sizeof j->ran_by);
+    atomic_store(&j->stalling, 0);
+    ok = gp_cpu_parallel(be, 64, count_task, j) == GP_OK && shares_exact(j);
+    if (j->ran_by[32] != 1) continue; /* the caller took the whole share before worker 1 woke */
+    stalled++;
+    int rest = 1; /* share 1's other pieces, [40, 64) in pieces of 8 at 4 pieces a share */
+    for (int64_t lo = 32; lo < 64; lo = j->end_of[lo])
+      if (lo > 32 && j->ran_by[lo] != 0) rest = 0;
+    rest_by_caller += rest;
+  }
+  CHECK(ok, "2 threads, one stalling: every item once, in the fixed pieces");
+  if (gp_cpu_pieces() > 1)
+    CHECK(stalled > 0 && rest_by_caller == stalled,
+          "a stalled worker's other pieces were run by the caller (%d of %d calls)", rest_by_caller,
+          stalled);
+  free(j);
+  gp_backend_destroy(be);
+}
+
 int main(void) {
   test_shares();
   test_nested();
   test_take_over(1);
   test_take_over(0);
+  test_stall();
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }
