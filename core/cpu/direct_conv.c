@@ -55,6 +55,7 @@ typedef struct dconv {
   const float *x, *bias, *wp; /* wp: packed weights [groups][ncob][ckk][MR] */
   const int64_t *koff;        /* per (channel, tap): its offset in the padded sample */
   float *y, *pad;
+  int64_t *padded; /* per worker: the sample in its pad buffer in this call, -1 for none */
   gp_dtile_fn tile[GP_DC_NVMAX][MR]; /* by vectors and channels, less one */
 } dconv;
 
@@ -227,8 +228,10 @@ AVX2 static void pad_sample(const dconv *j, const float *restrict xs, float *res
   put(pad + d->c * j->plane, NULL, SLACK);
 }
 
-/* Units of work: whole samples, or with fewer samples than threads, parts of one (runs of
- * bands); a worker pads a sample when its first unit of that sample comes. */
+/* Units of work: whole samples, or with fewer samples than pieces (team.c), parts of one
+ * (runs of bands); a worker pads a sample unless its pad buffer holds it already (its unit
+ * before, in this piece or its last one, was of the same sample). Padding the sample again
+ * for each piece cost 4% of balanced-cnn's step at 4-sample micro-batches on 2 threads. */
 static gp_status run_units(void *ctx, int64_t lo, int64_t hi, int worker) {
   const dconv *j = ctx;
   const gp_conv2d_desc *d = j->d;
@@ -236,7 +239,10 @@ static gp_status run_units(void *ctx, int64_t lo, int64_t hi, int worker) {
   float *pad = j->pad + worker * j->per_worker;
   for (int64_t u = lo; u < hi; u++) {
     const int64_t s = u / j->parts, part = u % j->parts;
-    if (u == lo || part == 0) pad_sample(j, j->x + s * d->c * d->h * d->w, pad);
+    if (j->padded[worker] != s) {
+      pad_sample(j, j->x + s * d->c * d->h * d->w, pad);
+      j->padded[worker] = s;
+    }
     const int64_t b0 = nb * part / j->parts, b1 = nb * (part + 1) / j->parts;
     for (int64_t grp = 0; grp < d->groups; grp++) {
       const float *pg = pad + grp * j->cg * j->plane;
@@ -349,17 +355,25 @@ static gp_status direct_run(gp_backend *be, const gp_conv2d_desc *d, const float
     for (int mr = 1; mr <= MR; mr++)
       j.tile[nv - 1][mr - 1] = j.nv > NV ? gp_dc512_tile(mr, nv) : tiles[nv - 1][mr - 1];
   const int64_t nb = (j.nvec + SPAN - 1) / SPAN;
-  j.parts = d->n >= be->threads ? 1 : (be->threads + d->n - 1) / d->n;
+  /* enough units for every worker's pieces (team.c): a 4-sample micro-batch on 2 threads is
+   * 8 half samples, 4 pieces a share */
+  const int64_t want = gp_cpu_max_parts(be);
+  j.parts = d->n >= want ? 1 : (want + d->n - 1) / d->n;
   if (j.parts > nb) j.parts = nb;
   const int workers = gp_cpu_workers(be, d->n * j.parts);
   const int64_t wfloats = (d->groups * j.ncob * j.ckk * MR + 15) & ~(int64_t)15;
-  const int64_t kfloats = (j.ckk * 2 + 15) & ~(int64_t)15; /* int64 offsets, as floats */
+  const int64_t kfloats = (j.ckk * 2 + 15) & ~(int64_t)15;   /* int64 offsets, as floats */
+  const int64_t sfloats = (workers * 2 + 15) & ~(int64_t)15; /* int64 sample numbers */
   float *buf = NULL;
-  GP_TRY(gp_cpu_scratch(be, (size_t)(wfloats + kfloats + j.per_worker * workers) * sizeof(float),
-                        (void **)&buf));
+  GP_TRY(gp_cpu_scratch(
+      be, (size_t)(wfloats + kfloats + sfloats + j.per_worker * workers) * sizeof(float),
+      (void **)&buf));
   float *wp = buf;
   int64_t *koff = (int64_t *)(buf + wfloats);
-  j.pad = buf + wfloats + kfloats;
+  j.padded = (int64_t *)(buf + wfloats + kfloats);
+  for (int w = 0; w < workers; w++)
+    j.padded[w] = -1;
+  j.pad = buf + wfloats + kfloats + sfloats;
   pack_job pj = {&j, w, transposed, wp};
   const int64_t per_channel = d->groups * j.ncob * MR * d->kh * d->kw;
   GP_TRY(gp_cpu_parallel_for(be, j.cg, PACK_GRAIN / per_channel + 1, pack_part, &pj));

@@ -112,9 +112,11 @@ for r in runs:
     assert len(r["peak_bytes"]) == K and len(r["busy_ms"]) == K, r
     assert all(p > 0 for p in r["peak_bytes"]) and all(b > 0 for b in r["busy_ms"]), r
     # wall time in actions: the forwards' and backwards' compute time and more (hand-offs, the
-    # optimizer step; the compute is thread CPU time on one-thread stages)
+    # optimizer step). On one-thread stages the compute is thread CPU time, a different clock
+    # (the scheduler's): over sub-millisecond actions on a loaded VM it came out 4% above the
+    # wall time (0.366 against 0.352 ms), hence the 10%
     assert len(r["wall_busy_ms"]) == K, r
-    assert all(w >= b * (1 - 1e-9) for w, b in zip(r["wall_busy_ms"], r["busy_ms"])), r
+    assert all(w >= b * 0.9 for w, b in zip(r["wall_busy_ms"], r["busy_ms"])), r
     # the hypervisor's share, null where /proc/stat has none
     assert r["steal"] is None or 0 <= r["steal"] <= 1, r
     assert r["samples_per_s"] > 0 and r["gflops"] > 0 and 0 < r["utilization"] < 1.5, r
