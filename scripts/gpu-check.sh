@@ -22,7 +22,8 @@
 #   scaling   issue 5's CPU check: gpipe-bench of balanced-cnn over K = 1, 2, 4, 8 at M = 32
 #             (GP_SCALING="8:128 16:1024 8:128:0,2,4,6,8,10,12,14 p1:128:0,2,4,6,8,10,12,14"
 #             picks threads:batch[:cpus] sweeps, pT meaning --threads-per-stage T: K stages on
-#             K x T cores; GP_SCALING_SCHEDULE=gpipe,1f1b adds 1F1B)
+#             K x T cores; GP_SCALING_SCHEDULE=gpipe,1f1b adds 1F1B; GP_CPU_PIECES=1 before
+#             the command gives whole shares, to compare with the default pieces)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${1:?usage: scripts/gpu-check.sh OUT PHASE...}
