@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/decimal.h"
+#include "core/env.h"
 #include "core/io/target.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
@@ -107,7 +108,8 @@ static int looks_like_flag(gp_flag *flags, const char *word) {
 gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **positional,
                         int max_positional, int *n_positional) {
   *n_positional = 0;
-  int flags_end = 0; /* past "--": every word is a positional, "-x.yaml" included */
+  GP_TRY(gp_env_check()); /* the GP_* settings are the programs' input too */
+  int flags_end = 0;      /* past "--": every word is a positional, "-x.yaml" included */
   for (int a = 1; a < argc; a++) {
     const char *arg = argv[a];
     if (!flags_end && strcmp(arg, "--") == 0) {

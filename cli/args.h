@@ -35,7 +35,8 @@ void gp_args_std_fds(void);
  * "--name=value" and "--name value" both work; in the second form a value that is a flag's
  * name or starts with "--" is refused (the flag after a forgotten value, not a value). A flag
  * with a value is given once (a second is refused); a LIST flag repeats; a BOOL flag twice is
- * once. Every word after "--" is positional. Errors are GP_ERR_USAGE. */
+ * once. Every word after "--" is positional. Errors are GP_ERR_USAGE. The GP_* environment
+ * settings are checked first (gp_env_check). */
 gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **positional,
                         int max_positional, int *n_positional);
 gp_flag *gp_args_get(gp_flag *flags, const char *name);

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "core/cpu/cpu.h"
+#include "core/env.h"
 #include "core/cpu/direct_conv.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -81,11 +82,9 @@ int gp_cpu_direct_conv_set(int level) {
 
 static int direct_level(void) {
   if (direct_state < 0) {
-    const char *env = getenv("GP_CPU_DIRECT");
-    int want = GP_CPU_DIRECT_AVX512;
-    if (env && strcmp(env, "0") == 0) want = 0;
-    if (env && strcmp(env, "avx2") == 0) want = GP_CPU_DIRECT_AVX2;
-    gp_cpu_direct_conv_set(want);
+    _Static_assert(GP_CPU_DIRECT_AVX2 == 1 && GP_CPU_DIRECT_AVX512 == 2,
+                   "GP_CPU_DIRECT's words 0, avx2, avx512 are read as the levels 0, 1, 2");
+    gp_cpu_direct_conv_set(gp_env_get(GP_ENV_CPU_DIRECT, GP_CPU_DIRECT_AVX512));
   }
   return direct_state;
 }

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "core/cpu/cpu.h"
+#include "core/env.h"
 #include "core/spin.h"
 
 #define MSG_MAX 512
@@ -222,8 +223,7 @@ static gp_status team_start(gp_backend *be, struct gp_cpu_team **out) {
   }
   for (int w = 0; w < workers; w++)
     atomic_init(&t->next[w].next, 0);
-  const char *takeover = getenv("GP_CPU_TAKEOVER");
-  t->takeover = !(takeover && takeover[0] == '0');
+  t->takeover = gp_env_get(GP_ENV_CPU_TAKEOVER, 1);
   t->pieces = gp_cpu_pieces();
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->go, NULL);
@@ -329,8 +329,7 @@ int gp_cpu_pieces(void) {
   static _Atomic int cached; /* 0 until read */
   int p = atomic_load_explicit(&cached, memory_order_relaxed);
   if (p == 0) {
-    const char *e = getenv("GP_CPU_PIECES");
-    p = e && atoi(e) >= 1 && atoi(e) <= 64 ? atoi(e) : PIECES;
+    p = gp_env_get(GP_ENV_CPU_PIECES, PIECES);
     atomic_store_explicit(&cached, p, memory_order_relaxed);
   }
   return p;

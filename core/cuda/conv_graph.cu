@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/cuda/conv_graph.h"
+#include "core/env.h"
 #include "core/cuda/internal.h"
 
 enum { UID_X = 1, UID_W = 2, UID_Y = 3 };
@@ -453,6 +454,5 @@ int gp_conv_graph_aligned(const void *const ptrs[3]) {
 }
 
 int gp_conv_graph_enabled(void) {
-  const char *v = getenv("GP_CUDNN_GRAPH");
-  return !v || strcmp(v, "0") != 0;
+  return gp_env_get(GP_ENV_CUDNN_GRAPH, 1);
 }

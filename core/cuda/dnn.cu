@@ -19,6 +19,7 @@
 
 #include "core/cuda/bf16.h"
 #include "core/cuda/conv_graph.h"
+#include "core/env.h"
 #include "core/cuda/dnn_internal.h"
 
 #include "core/cuda/dnn.h"
@@ -382,7 +383,7 @@ static void memo_put(const conv_choice *c) { // best effort: without room, nothi
 // deterministic, math type), the chosen one marked.
 static int search_log(void) {
   static int on = -1;
-  if (on < 0) on = getenv("GP_CUDNN_LOG") && strcmp(getenv("GP_CUDNN_LOG"), "0") != 0;
+  if (on < 0) on = gp_env_get(GP_ENV_CUDNN_LOG, 0);
   return on;
 }
 

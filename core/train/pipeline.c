@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/cuda/cuda.h"
+#include "core/env.h"
 #include "core/train/pipeline_internal.h"
 
 void gp_pl_deadline_in(double s, struct timespec *ts) {
@@ -396,8 +397,7 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
   pl->copy_all = o ? o->copy_all : 0;
   /* device timing: always on GPU stages (GP_DEVICE_TIMING=0 turns it off there, to compare:
    * host launch times, no wait at the step's end); on CPU stages when the tests ask */
-  const char *dt = getenv("GP_DEVICE_TIMING");
-  pl->device_timing = o && o->device_timing ? 1 : dt && dt[0] == '0' ? -1 : 0;
+  pl->device_timing = o && o->device_timing ? 1 : gp_env_get(GP_ENV_DEVICE_TIMING, 1) ? 0 : -1;
   pl->precision = o ? o->precision : GP_PREC_FP32;
   pl->nondeterministic = o ? o->nondeterministic : 0;
   pl->mem_limit = o ? o->mem_limit : 0;
@@ -406,8 +406,7 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
   pl->threads_per_stage = pl->cores / pl->k > 1 ? pl->cores / pl->k : 1;
   /* spinning is free only where no other stage needs the core; GP_PIPELINE_SPIN=0 turns it
    * off (to compare) */
-  const char *spin = getenv("GP_PIPELINE_SPIN");
-  pl->spin = pl->cores >= pl->k && !(spin && spin[0] == '0');
+  pl->spin = pl->cores >= pl->k && gp_env_get(GP_ENV_PIPELINE_SPIN, 1);
   pthread_mutex_init(&pl->mu, NULL);
   pthread_cond_init(&pl->cv, NULL);
   gp_status s = gp_schedule_build(plan->schedule, plan->remat, pl->k, pl->micro, &pl->sched);

@@ -252,6 +252,11 @@ refuse() { # pattern, flags...
   else bad "$* -> exit $rc: $(cat "$tmp/e")"; fi
 }
 refuse "--stages: expected an integer >= 1, got '0'" --stages 0
+# the GP_* settings are refused as flags are, by gp_args_parse in all three programs
+GP_CPU_PIECES=0 refuse "^gpipe-partition: GP_CPU_PIECES=0: expected a whole number from 1 to 64 " \
+  --stages 2
+GP_PIPELINE_SPN=0 refuse "GP_PIPELINE_SPN is not a gpipe setting; did you mean GP_PIPELINE_SPIN\?" \
+  --stages 2
 refuse "--stages 99: model resnet56-cifar has 32 units, so K must be 1..32" --stages 99
 refuse "--devices: unknown device 'gpu0'" --stages 2 --devices gpu0
 refuse "devices: 1 of the 2 stages are on CUDA devices and the others on the CPU" \

@@ -5,10 +5,12 @@ set -u
 train=$1; srcdir=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0
-# expect CODE PATTERN -- ARGS...: runs gpipe-train, checks exit code and one-line stderr
+# expect CODE PATTERN -- ARGS...: runs gpipe-train (with the variables in genv set), checks exit
+# code and one-line stderr
+genv=()
 expect() {
   local code=$1 pat=$2; shift 3
-  timeout 60 "$train" "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  timeout 60 env ${genv[@]+"${genv[@]}"} "$train" "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
   local lines; lines=$(wc -l <"$tmp/err")
   if [ "$rc" = "$code" ] && grep -qE -- "$pat" "$tmp/err" && [ "$lines" -le 1 ]; then
     passed=$((passed+1))
@@ -49,6 +51,28 @@ for fv in "--lr 0.01" "--learning-rate=0.01" "--weight_decay 0" "--momentum 0.5"
   fi
 done
 expect 2 "expected one model file" --
+# the GP_* settings (core/env.c): a bad value or a misspelt name is refused before anything
+# runs, as a flag is; the variables of gpipe's scripts, other GP_ names and good values pass
+for gv in "GP_CPU_PIECES=65|GP_CPU_PIECES=65: expected a whole number from 1 to 64 \(pieces" \
+  "GP_CPU_PIECES= 4|GP_CPU_PIECES= 4: expected a whole number" \
+  "GP_CPU_TAKEOVER=off|GP_CPU_TAKEOVER=off: expected 0 or 1 \(0: a CPU thread" \
+  "GP_CPU_DIRECT=avx-2|GP_CPU_DIRECT=avx-2: expected 0, avx2 or avx512 \(" \
+  "GP_DEVICE_TIMING=yes|GP_DEVICE_TIMING=yes: expected 0 or 1" \
+  "GP_CUDNN_GRAPH=2|GP_CUDNN_GRAPH=2: expected 0 or 1" \
+  "GP_CPU_PEICES=1|GP_CPU_PEICES is not a gpipe setting; did you mean GP_CPU_PIECES\? \(unset"; do
+  genv=("${gv%%|*}")
+  expect 2 "^gpipe-train: ${gv#*|}" -- "$good" --data synthetic --steps 1 --batch-size 8
+done
+genv=(GP_CPU_PIECES=1 GP_CPU_TAKEOVER=0 GP_CPU_DIRECT=avx2 GP_PIPELINE_SPIN=0 GP_CUDNN_LOG=0
+  GP_SCALING=8:128 GP_CAPACITY_ARGS=x GP_SOMETHING_ELSE=1)
+if env "${genv[@]}" timeout 60 "$train" "$good" --data synthetic --steps 1 --batch-size 8 \
+  --stages 2 --quiet >"$tmp/out" 2>"$tmp/err" && [ ! -s "$tmp/err" ] &&
+  grep -q "^final: step 1 " "$tmp/out"; then
+  passed=$((passed+1))
+else
+  failed=$((failed+1)); echo "FAIL: good GP_* settings ${genv[*]}: $(cat "$tmp/err")"
+fi
+genv=()
 expect 2 "--set" -- "$good" --set train.optimzer.lr=0.1
 expect 2 "--resume needs --checkpoint-dir" -- "$good" --resume
 expect 2 "--checkpoint-every needs --checkpoint-dir" -- "$good" --checkpoint-every 1
