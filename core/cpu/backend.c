@@ -141,6 +141,9 @@ static gp_status cpu_copy_peer(gp_backend *be, gp_queue q, void *dst, int dst_de
 
 gp_status gp_cpu_scratch(gp_backend *be, size_t bytes, void **out) {
   gp_cpu_impl *im = be->impl;
+  if (gp_cpu_in_task())
+    return GP_ERR(GP_ERR_RUNTIME, "internal: a CPU op that needs the scratch buffer was called "
+                                  "from inside another op's parallel task");
   if (bytes > im->scratch_bytes || !im->scratch) {
     void *p = NULL;
     GP_TRY(cpu_alloc(be, bytes, &p));

@@ -29,6 +29,9 @@ gp_status gp_cpu_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, int64
 gp_status gp_cpu_gemm_serial(gp_backend *be, int worker, int trans_a, int trans_b, int64_t m,
                              int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                              const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* The instance's one scratch buffer, grown to `bytes`, for the op under way: it is the op's
+ * own, sized by gp_cpu_workers before the op's parallel call and shared by its tasks, so asking
+ * for it from inside a task (a nested op would replace or overrun the outer op's) is refused. */
 gp_status gp_cpu_scratch(gp_backend *be, size_t bytes, void **out);
 
 /* team.c: the instance's threads. gp_cpu_parallel runs fn over [0, n) split into contiguous
@@ -62,6 +65,8 @@ static inline int64_t gp_cpu_row_grain(int64_t cols) {
 int gp_cpu_workers(const gp_backend *be, int64_t n);
 /* The calling thread's worker index inside a task, 0 outside. */
 int gp_cpu_worker_index(void);
+/* 1 inside a task of a parallel call, else 0. */
+int gp_cpu_in_task(void);
 /* Stops and joins the helpers (from destroy). */
 void gp_cpu_team_release(gp_backend *be);
 

@@ -264,6 +264,10 @@ int gp_cpu_worker_index(void) {
   return current_worker >= 0 ? current_worker : 0;
 }
 
+int gp_cpu_in_task(void) {
+  return current_worker >= 0;
+}
+
 int gp_cpu_workers(const gp_backend *be, int64_t n) {
   if (current_worker >= 0) return 1;
   return n < be->threads ? (n > 0 ? (int)n : 1) : be->threads;

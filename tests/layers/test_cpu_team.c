@@ -165,6 +165,27 @@ static void test_nested(void) {
   gp_backend_destroy(be);
 }
 
+/* The scratch buffer is the running op's: a task asking for it (a convolution called inside
+ * another op) is refused rather than handed the buffer the outer op is using. */
+static gp_status scratch_task(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)lo, (void)hi, (void)worker;
+  void *buf = NULL;
+  return gp_cpu_scratch(ctx, 64, &buf);
+}
+
+static void test_scratch_in_task(void) {
+  gp_backend *be = NULL;
+  CHECK(gp_cpu_backend_create(2, &be) == GP_OK, "backend of 2 threads");
+  if (!be) return;
+  void *buf = NULL;
+  CHECK(gp_cpu_scratch(be, 64, &buf) == GP_OK && buf, "scratch outside a task");
+  gp_error_clear();
+  CHECK(gp_cpu_parallel(be, 2, scratch_task, be) == GP_ERR_RUNTIME &&
+            strstr(gp_error_message(), "inside another op's parallel task"),
+        "scratch inside a task refused");
+  gp_backend_destroy(be);
+}
+
 /* On one CPU the helpers run only when the caller is not running: the caller must take over
  * their shares rather than wait for them to be scheduled. */
 static void test_take_over(int takeover) {
@@ -244,6 +265,7 @@ static void test_stall(void) {
 int main(void) {
   test_shares();
   test_nested();
+  test_scratch_in_task();
   test_take_over(1);
   test_take_over(0);
   test_stall();
