@@ -305,6 +305,9 @@ gp_status gp_args_precision(const char *flag, const char *text, gp_precision *ou
 }
 
 gp_status gp_args_output_ok(const gp_flag *f, int renamed, int *stale) {
+  if (strcmp(f->s, "-") == 0) /* the usual "standard output" would be a file of that name */
+    return GP_ERR(GP_ERR_USAGE, "%s -: would write a file named '-', not standard output; %s",
+                  f->name, renamed ? "give a file name" : "give a file name or /dev/stdout");
   struct stat st;
   int existed = stat(f->s, &st) == 0;
   if (existed && S_ISDIR(st.st_mode))

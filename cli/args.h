@@ -44,7 +44,8 @@ void gp_args_free(gp_flag *flags);
 void gp_args_usage(const char *prog, const char *synopsis, const gp_flag *flags);
 
 /* Checks an output file's flag before the work that ends in writing it, so that a typo does
- * not cost the run; leaves no file behind. `renamed`: the file is written to a temporary name
+ * not cost the run; leaves no file behind. "-" is refused (it would be a file of that name, not
+ * standard output). `renamed`: the file is written to a temporary name
  * and renamed into place, so it must not be a device or a FIFO (gp_io_write_target); then the
  * temporary files that runs killed while writing it left beside it (TARGET.tmp.PID, PID not
  * running on this machine) are removed, and *stale (when not NULL) grows by their number. */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "cli/args.h"
@@ -622,6 +623,10 @@ static gp_status setup(ctx *c, const char *file) {
   int stale = 0;
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
     if (flags[outs[i]].given) GP_TRY(gp_args_output_ok(&flags[outs[i]], 1, &stale));
+  /* an SVG named plot.png opens as a broken image: browsers go by the name */
+  const char *plot = flags[F_PLOT].s;
+  if (flags[F_PLOT].given && (strlen(plot) < 4 || strcasecmp(plot + strlen(plot) - 4, ".svg")))
+    return GP_ERR(GP_ERR_USAGE, "--plot %s: the plot is SVG; give a name ending in .svg", plot);
   if (stale && !c->quiet)
     fprintf(stderr,
             "gpipe-bench: removed %d temporary file%s that killed runs left beside the "

@@ -687,6 +687,13 @@ grep -q "^gpipe-bench: --plot $tmp/./o: --csv writes that file too" "$tmp/err" &
 expect 2 "bad model override" "$mlp" --set nope.x=1
 expect 1 "unwritable --csv" "$mlp" "${fast[@]}" --csv "$tmp/no/such/dir.csv"
 expect 1 "--plot is a directory" "$mlp" "${fast[@]}" --plot "$tmp"
+# an SVG under another name opens as a broken image; "-" would be a file of that name
+expect 2 "--plot not .svg" "$mlp" "${fast[@]}" --plot "$tmp/speedup.png"
+grep -q "^gpipe-bench: --plot $tmp/speedup.png: the plot is SVG; give a name ending in .svg$" \
+  "$tmp/err" && [ ! -e "$tmp/speedup.png" ] && ok || bad "--plot not .svg: $(cat "$tmp/err")"
+expect 2 "--csv -" "$mlp" "${fast[@]}" --csv -
+grep -q "^gpipe-bench: --csv -: would write a file named '-', not standard output; give a file name$" \
+  "$tmp/err" && [ ! -e ./- ] && ok || bad "--csv -: $(cat "$tmp/err")"
 expect 1 "unwritable --trace" "$mlp" "${fast[@]}" --trace /proc/no-such-trace.json
 # a model name with a comma and a quote stays one CSV field
 "$bench" "$mlp" "${fast[@]}" --stages 1 --micro-batches 1 --set 'name=a,"b' --csv "$tmp/n.csv" \
@@ -743,12 +750,13 @@ expect 1 "missing data" "$mlp" "${fast[@]}" --data real --set data.path="$tmp/no
   bad "--csv with stdout closed: $(cat "$tmp/err")"
 # a write that fails (files limited to 0 bytes, as on a full disk) says why and leaves no file
 # (it left a 0-byte one, and the line had no reason)
-for f in csv plot; do
+for f in csv:csv plot:svg; do
+  x=${f#*:} f=${f%:*}
   err=$( (trap '' XFSZ; ulimit -f 0
           exec "$bench" "$mlp" "${fast[@]}" --stages 1 --micro-batches 1 --quiet \
-            --$f "$tmp/full.$f" 2>&1 >/dev/null) ); rc=$?
-  if [ $rc -eq 1 ] && [ "$err" = "gpipe-bench: --$f $tmp/full.$f: writing failed: File too large" ] &&
-     [ -z "$(ls "$tmp" | grep "^full\.$f")" ]; then ok
+            --$f "$tmp/full.$x" 2>&1 >/dev/null) ); rc=$?
+  if [ $rc -eq 1 ] && [ "$err" = "gpipe-bench: --$f $tmp/full.$x: writing failed: File too large" ] &&
+     [ -z "$(ls "$tmp" | grep "^full\.$x")" ]; then ok
   else bad "--$f on a full disk: exit $rc: $err; $(ls "$tmp" | grep "^full")"; fi
 done
 # a reader of stdout that stops early does not cost the files: they are written before the

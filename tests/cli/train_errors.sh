@@ -81,6 +81,8 @@ expect 2 "name: byte 0xe9 at 3 is not UTF-8 text" -- "$good" --set $'name=caf\xe
   --steps 1 --save "$tmp/latin1.safetensors"
 # a forgotten value is not the next flag (that wrote a log named --quiet); a flag given twice
 # had its first value unchecked; after -- every word is the model file's
+expect 2 "^gpipe-train: --log -: would write a file named '-', not standard output; give a file name or /dev/stdout$" \
+  -- "$good" --data synthetic --steps 1 --log -
 expect 2 "--log needs a value \(FILE.jsonl\), got the flag '--quiet'" -- "$good" --log --quiet
 expect 2 "--data is given twice \('real', then 'synthetic'\)" -- "$good" --data real \
   --data synthetic
