@@ -480,6 +480,7 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
       out->bubble_measured += out->bubble_stage[st] / r->k;
       out->busy_ms[st] = gp_stage_busy_ms(&ss);
       out->wall_busy_ms[st] = 1e3 * ss.wall_busy_s / n;
+      out->recompute_ms[st] = 1e3 * ss.wall_s[GP_ACT_RECOMPUTE] / n;
       out->peak_bytes[st] = ss.peak_act_bytes;
       out->sent_bytes[st] = (int64_t)((double)ss.sent_bytes / n);
     }

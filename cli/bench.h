@@ -32,6 +32,7 @@ typedef struct gp_bench_run {
   double bubble_stage[GP_MAX_DEVICES];
   double busy_ms[GP_MAX_DEVICES];      /* compute (forward + backward) per step */
   double wall_busy_ms[GP_MAX_DEVICES]; /* wall time inside actions per step (bubble's busy) */
+  double recompute_ms[GP_MAX_DEVICES]; /* of it, in re-materializing forwards (0 under never) */
   size_t peak_bytes[GP_MAX_DEVICES];
   int64_t sent_bytes[GP_MAX_DEVICES]; /* per step */
   double gflops, utilization;

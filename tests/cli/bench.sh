@@ -96,7 +96,7 @@ assert len(runs) == 12 and not any(r["baseline"] for r in runs), [r["baseline"] 
 keys = ("stages", "micro_batches", "schedule", "checkpoint", "batch_size", "samples_per_s",
         "speedup_vs_naive", "speedup_vs_single", "bubble_measured", "bubble_slowest",
         "bubble_replayed", "bubble_simulated", "bubble_theory", "peak_bytes", "busy_ms", "gflops",
-        "utilization", "wall_busy_ms")
+        "utilization", "wall_busy_ms", "recompute_ms")
 ref = {}
 for r in runs:
     for k in keys:
@@ -117,6 +117,7 @@ for r in runs:
     # wall time (0.366 against 0.352 ms), hence the 10%
     assert len(r["wall_busy_ms"]) == K, r
     assert all(w >= b * 0.9 for w, b in zip(r["wall_busy_ms"], r["busy_ms"])), r
+    assert r["recompute_ms"] == [0] * K, r  # never re-materializes
     # the hypervisor's share, null where /proc/stat has none
     assert r["steal"] is None or 0 <= r["steal"] <= 1, r
     assert r["samples_per_s"] > 0 and r["gflops"] > 0 and 0 < r["utilization"] < 1.5, r
@@ -313,6 +314,40 @@ assert abs(pct - table) < 10, (pct, table)
 PY
 else
   bad "stem-alone plan exited $?: $(cat "$tmp/err")"
+fi
+# the same under except_last: the work factor's recompute (work naive-K never does) is named,
+# with the factor it would be without it
+sed 's/checkpoint: never/checkpoint: except_last/' "$tmp/stem.yaml" >"$tmp/stem-el.yaml"
+if "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --partition "$tmp/stem-el.yaml" \
+    --micro-batches 4 "${fast[@]}" --quiet >"$tmp/s" 2>"$tmp/err"; then
+  python3 - "$tmp/s" <<'PY' && ok || bad "of-ideal recompute: $(cat "$tmp/s")"
+import re, sys
+notes = [l for l in open(sys.argv[1]).read().splitlines() if l.startswith("of ideal ")]
+assert len(notes) == 1, notes
+m = re.match(r"of ideal K=2 M=4 gpipe except_last: \d+% = work x([0-9.]+) \(stages busy ([0-9.]+) "
+             r"ms a step against naive-2's ([0-9.]+); ([0-9.]+) of them recomputing forwards, "
+             r"x([0-9.]+) without\) x bubble x", notes[0])
+assert m, notes[0]
+work, bp, bn, rec, without = (float(x) for x in m.groups())
+assert 0 < rec < bp and abs(work - bn / bp) < 0.006, m.groups()
+assert abs(without - bn / (bp - rec)) < 0.006 and without > work, m.groups()
+PY
+else
+  bad "stem-alone plan, except_last, exited $?: $(cat "$tmp/err")"
+fi
+# recompute_ms: each stage's time in re-materializing forwards, none without recomputing
+if "$bench" "$mlp" --stages 2 --micro-batches 1,4 --checkpoint never,except_last,always \
+    "${fast[@]}" --json --quiet >"$tmp/rj" 2>"$tmp/err"; then
+  python3 - "$tmp/rj" <<'PY' && ok || bad "recompute_ms: $(cat "$tmp/rj")"
+import json, sys
+for r in json.load(open(sys.argv[1]))["runs"]:
+    rec, wall = r["recompute_ms"], r["wall_busy_ms"]
+    # except_last keeps one micro-batch: at M = 1 nothing is recomputed
+    none = r["checkpoint"] == "never" or (r["checkpoint"] == "except_last" and r["micro_batches"] == 1)
+    assert len(rec) == r["stages"] and all((x == 0) if none else (0 < x < w) for x, w in zip(rec, wall)), r
+PY
+else
+  bad "recompute_ms sweep exited $?: $(cat "$tmp/err")"
 fi
 
 # ---- --threads past the cores this process may use: accepted, with a note that says the threads
