@@ -411,9 +411,25 @@ static gp_status make_runs(ctx *c) {
   return GP_OK;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
+/* a timed step: its time and its stages' wall time in actions and in recomputing, summed */
+typedef struct step_time {
+  double s, busy, rec;
+} step_time;
+
+static int cmp_step(const void *a, const void *b) {
+  double x = ((const step_time *)a)->s, y = ((const step_time *)b)->s;
   return (x > y) - (x < y);
+}
+
+/* The stages' wall time in actions and in recomputing so far, summed. */
+static void stages_busy(const gp_pipeline *pl, int k, double *busy, double *rec) {
+  *busy = *rec = 0;
+  for (int st = 0; st < k; st++) {
+    gp_stage_stats ss;
+    gp_pipeline_stats(pl, st, &ss);
+    *busy += ss.wall_busy_s;
+    *rec += ss.wall_s[GP_ACT_RECOMPUTE];
+  }
 }
 
 /* One repetition of one run: a fresh trainer, W warm-up steps, S timed steps. Fills *out with
@@ -435,7 +451,8 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
                          .nondeterministic = flags[F_NONDET].given};
   gp_trainer t;
   GP_TRY(gp_trainer_init(&t, m, &plan, &po, m->train.seed));
-  double dt[4096];
+  step_time dt[4096];
+  double busy_at = 0, rec_at = 0; /* the stages' sums after the previous step */
   int steps = b->steps;
   gp_metrics mt;
   int64_t got;
@@ -459,7 +476,13 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
       s = gp_trainer_step(&t, c->x, c->y, got, m->train.lr, &mt);
     /* a step's time ends when its work has run, not when it is queued (GPUs) */
     if (s == GP_OK) s = gp_pipeline_sync(t.pl);
-    if (i >= b->warmup) dt[i - b->warmup] = gp_now() - t0;
+    if (s == GP_OK && i >= b->warmup) {
+      step_time *d = &dt[i - b->warmup];
+      d->s = gp_now() - t0;
+      stages_busy(t.pl, r->k, &d->busy, &d->rec);
+      d->busy -= busy_at, busy_at += d->busy;
+      d->rec -= rec_at, rec_at += d->rec;
+    }
   }
   out->steal = -1; /* unknown: no steal field, or steps shorter than one tick (no ticks) */
   if (s == GP_OK && ticks && gp_cpu_ticks_now(&busy1, &steal1) && busy1 >= busy0 &&
@@ -468,9 +491,12 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
   if (s == GP_OK && trace) s = gp_pipeline_write_trace(t.pl, flags[F_TRACE].s);
   if (s == GP_OK && trace) c->traced = 1;
   if (s == GP_OK) {
-    qsort(dt, (size_t)steps, sizeof dt[0], cmp_double);
-    double med = steps % 2 ? dt[steps / 2] : 0.5 * (dt[steps / 2 - 1] + dt[steps / 2]);
-    out->samples_per_s = med > 0 ? (double)b->batch / med : 0;
+    qsort(dt, (size_t)steps, sizeof dt[0], cmp_step);
+    const step_time *lo = &dt[(steps - 1) / 2], *hi = &dt[steps / 2];
+    out->step_s = 0.5 * (lo->s + hi->s);
+    out->step_busy_ms = 1e3 * 0.5 * (lo->busy + hi->busy);
+    out->step_recompute_ms = 1e3 * 0.5 * (lo->rec + hi->rec);
+    out->samples_per_s = out->step_s > 0 ? (double)b->batch / out->step_s : 0;
     out->bubble_measured = 0;
     for (int st = 0; st < r->k; st++) {
       gp_stage_stats ss;

@@ -33,6 +33,9 @@ typedef struct gp_bench_run {
   double busy_ms[GP_MAX_DEVICES];      /* compute (forward + backward) per step */
   double wall_busy_ms[GP_MAX_DEVICES]; /* wall time inside actions per step (bubble's busy) */
   double recompute_ms[GP_MAX_DEVICES]; /* of it, in re-materializing forwards (0 under never) */
+  /* the median step (of an even count, the two middle ones' mean): its time, and its stages'
+   * wall time in actions and in recomputing, summed; samples_per_s is the batch over step_s */
+  double step_s, step_busy_ms, step_recompute_ms;
   size_t peak_bytes[GP_MAX_DEVICES];
   int64_t sent_bytes[GP_MAX_DEVICES]; /* per step */
   double gflops, utilization;
