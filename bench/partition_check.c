@@ -13,7 +13,7 @@
 #include "cli/machine.h"
 #include "core/rng.h"
 #include "core/spec/spec.h"
-#include "core/train/partition.h"
+#include "core/plan/solve.h"
 #include "core/train/trainer.h"
 
 int main(int argc, char **argv) {

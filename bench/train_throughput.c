@@ -12,7 +12,7 @@
 #include "cli/machine.h"
 #include "cli/progress.h"
 #include "core/spec/spec.h"
-#include "core/train/partition.h"
+#include "core/plan/solve.h"
 #include "core/train/trainer.h"
 #include "data/loader.h"
 

@@ -9,7 +9,7 @@
 
 #include "core/spec/spec.h"
 #include "core/status.h"
-#include "core/train/plan.h"
+#include "core/plan/plan.h"
 
 /* One configuration of the sweep and what was measured for it (the best repetition's). */
 typedef struct gp_bench_run {

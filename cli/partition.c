@@ -17,10 +17,10 @@
 #include "core/decimal.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
-#include "core/train/partition.h"
-#include "core/train/plan.h"
-#include "core/train/plan_io.h"
-#include "core/train/schedule.h"
+#include "core/plan/solve.h"
+#include "core/plan/plan.h"
+#include "core/plan/plan_io.h"
+#include "core/schedule/schedule.h"
 #include "gp_config.h"
 
 enum {

@@ -20,7 +20,7 @@
 #include "cli/seqdata.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
-#include "core/train/plan_io.h"
+#include "core/plan/plan_io.h"
 #include "core/train/trainer.h"
 #include "data/loader.h"
 #include "gp_config.h"

@@ -5,7 +5,7 @@
 #ifndef GP_TRAINER_H
 #define GP_TRAINER_H
 
-#include "core/train/pipeline.h"
+#include "core/exec/pipeline.h"
 
 typedef struct gp_metrics {
   double loss;     /* mean over targets (samples, or tokens that are not ignored) */

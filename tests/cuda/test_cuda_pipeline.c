@@ -10,7 +10,7 @@
 
 #include "core/cuda/probe.h"
 #include "core/rng.h"
-#include "core/train/pipeline_internal.h"
+#include "core/exec/internal.h"
 #include "core/train/trainer.h"
 #include "tests/check.h"
 #include "tests/train/device_spans.h"

@@ -11,7 +11,7 @@
 #include "core/io/json.h"
 #include "core/io/safetensors.h"
 #include "core/spec/spec.h"
-#include "core/train/plan_io.h"
+#include "core/plan/plan_io.h"
 #include "data/idx.h"
 #include "tests/data/fuzz_tmp.h"
 

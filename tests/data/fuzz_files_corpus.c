@@ -10,8 +10,8 @@
 #include "core/io/safetensors.h"
 #include "core/rng.h"
 #include "core/spec/spec.h"
-#include "core/train/plan.h"
-#include "core/train/plan_io.h"
+#include "core/plan/plan.h"
+#include "core/plan/plan_io.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/io/safetensors.h"
-#include "core/train/exec.h"
+#include "core/exec/pass.h"
 #include "core/train/params.h"
 #include "tests/layers/harness.h"
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "core/spec/spec.h"
-#include "core/train/partition.h"
+#include "core/plan/solve.h"
 #include "tests/check.h"
 
 static int failures, passes;

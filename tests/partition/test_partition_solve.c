@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "core/rng.h"
-#include "core/train/partition.h"
+#include "core/plan/solve.h"
 #include "tests/check.h"
 
 static int failures, passes;

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/train/plan_io.h"
+#include "core/plan/plan_io.h"
 #include "tests/check.h"
 
 static int failures, passes;

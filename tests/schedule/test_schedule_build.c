@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/train/schedule.h"
+#include "core/schedule/schedule.h"
 #include "tests/check.h"
 
 static int failures, passes;

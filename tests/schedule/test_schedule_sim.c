@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/train/pipeline.h"
-#include "core/train/schedule.h"
+#include "core/exec/pipeline.h"
+#include "core/schedule/schedule.h"
 #include "tests/check.h"
 
 /* Costs in these tests are small integers and halves: sums of them are exact in double, so

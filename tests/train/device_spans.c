@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/train/pipeline_internal.h"
+#include "core/exec/internal.h"
 #include "tests/train/device_spans.h"
 
 static int failed, made;

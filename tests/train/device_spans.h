@@ -3,7 +3,7 @@
 #ifndef GP_TEST_DEVICE_SPANS_H
 #define GP_TEST_DEVICE_SPANS_H
 
-#include "core/train/pipeline.h"
+#include "core/exec/pipeline.h"
 
 /* After `steps` training steps of `micro` micro-batches with trace on and the optimizer's
  * barrier used (clipping) on pipeline pl: every stage is device-timed; every action of every

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "core/rng.h"
-#include "core/train/exec.h"
+#include "core/exec/pass.h"
 #include "core/train/params.h"
 
 static const char *model_text =

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core/rng.h"
-#include "core/train/pipeline_internal.h"
+#include "core/exec/internal.h"
 #include "tests/train/device_spans.h"
 
 /* A skip connection over the stage cuts (so a stage hands gradients back to two producers),

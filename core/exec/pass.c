@@ -1,6 +1,6 @@
 /* Forward and backward over a range of nodes, with gradient summation for tensors that
  * several layers read (skip connections). */
-#include "core/train/exec.h"
+#include "core/exec/pass.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
 
 #include "core/io/json.h"
 #include "core/io/target.h"
-#include "core/train/pipeline_internal.h"
+#include "core/exec/internal.h"
 
 /* Appends a trace event (a gap when out of memory beats a failed step); the array only
  * grows, so steady state does not allocate. */

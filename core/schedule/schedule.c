@@ -1,6 +1,6 @@
 /* Pipeline schedules as data: builds the per-stage action lists (GPipe fill-drain, 1F1B),
  * proves them deadlock-free by a dependency simulation, and times them with an event model. */
-#include "core/train/schedule.h"
+#include "core/schedule/schedule.h"
 
 #include <math.h>
 #include <stdarg.h>

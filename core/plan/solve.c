@@ -2,14 +2,14 @@
  * K contiguous stages with the smallest slowest stage under per-device memory limits, then,
  * among those, the one with the smallest spread; and the evaluation of a split (stage times,
  * memory, simulated bubble and speed-ups). */
-#include "core/train/partition.h"
+#include "core/plan/solve.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/train/schedule.h"
+#include "core/schedule/schedule.h"
 
 /* Splits whose slowest stage is within this of the optimum count as optimal (summation order
  * alone can move a sum by a few ulps). */

@@ -1,6 +1,6 @@
 /* A plan: which units (and so nodes) each stage runs, on which device, with how many
  * micro-batches, which schedule and which re-materialization. An automatic split is the
- * partitioner's (core/train/partition.h) on the layers' analytic costs. */
+ * partitioner's (core/plan/solve.h) on the layers' analytic costs. */
 #ifndef GP_PLAN_H
 #define GP_PLAN_H
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/spin.h"
-#include "core/train/pipeline_internal.h"
+#include "core/exec/internal.h"
 
 /* How long a stage spins on its mailbox before it sleeps: a hand-off through the condition
  * variable costs a wake-up (medians of 15-35 us, means up to 70 us on a 16-core VM; forwards at

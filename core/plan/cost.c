@@ -1,7 +1,7 @@
 /* Per-unit costs for the partitioner: analytic FLOPs, parameters and bytes from the layers'
  * cost(), boundary traffic per cut, and (GP_COST_TIME) forward and backward time measured on
  * the CPU backend, cached on disk per distinct unit. */
-#include "core/train/partition.h"
+#include "core/plan/cost.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -15,7 +15,7 @@
 
 #include "core/io/target.h"
 #include "core/rng.h"
-#include "core/train/exec.h"
+#include "core/exec/pass.h"
 #include "core/train/params.h"
 
 #define MAX_MICRO_BATCH GP_MAX_BATCH

@@ -9,8 +9,8 @@
 
 #include "core/train/optimizer.h"
 #include "core/train/params.h"
-#include "core/train/plan.h"
-#include "core/train/schedule.h"
+#include "core/plan/plan.h"
+#include "core/schedule/schedule.h"
 
 typedef struct gp_pipeline gp_pipeline;
 

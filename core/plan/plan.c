@@ -1,7 +1,7 @@
 /* Stage plans: a given balance, or the partitioner's exact split of estimated costs. */
-#include "core/train/plan.h"
+#include "core/plan/plan.h"
 
-#include "core/train/partition.h"
+#include "core/plan/solve.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Runs forward and backward over a range of nodes for one (micro-)batch. This is what a
  * stage worker interprets its actions with; with one stage it is the whole model. */
-#ifndef GP_EXEC_H
-#define GP_EXEC_H
+#ifndef GP_PASS_H
+#define GP_PASS_H
 
 #include "core/spec/spec.h"
 

@@ -1,6 +1,6 @@
 /* The pipeline executor: setup, the stage threads, the main thread's side (commands, failure,
- * the watchdog and wedged stages). A stage's actions are in pipeline_stage.c, tracing and
- * statistics in pipeline_trace.c. */
+ * the watchdog and wedged stages). A stage's actions are in stage.c, tracing and
+ * statistics in trace.c. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -11,7 +11,7 @@
 
 #include "core/cuda/cuda.h"
 #include "core/env.h"
-#include "core/train/pipeline_internal.h"
+#include "core/exec/internal.h"
 
 void gp_pl_deadline_in(double s, struct timespec *ts) {
   clock_gettime(CLOCK_REALTIME, ts);

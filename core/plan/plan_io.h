@@ -4,7 +4,7 @@
 #ifndef GP_PLAN_IO_H
 #define GP_PLAN_IO_H
 
-#include "core/train/plan.h"
+#include "core/plan/plan.h"
 
 /* Writes p for model m atomically (path.tmp, fsync, rename, fsync of the directory).
  * GP_ERR_IO when the file cannot be written. */

@@ -1,7 +1,7 @@
 /* Plan files: written atomically as a small YAML mapping, read back with libyaml's document
  * API and checked against the model, every complaint located as path:line:col. */
-#include "core/train/plan_io.h"
-#include "core/train/plan.h"
+#include "core/plan/plan_io.h"
+#include "core/plan/plan.h"
 
 #include "core/strbuf.h"
 

@@ -1,16 +1,16 @@
 /* Private to the pipeline executor's three files: pipeline.c (setup, the stage threads, the
- * main thread's side), pipeline_stage.c (a stage's actions and hand-offs) and pipeline_trace.c
+ * main thread's side), stage.c (a stage's actions and hand-offs) and trace.c
  * (busy time, statistics, the Chrome trace). The state they share, and how they call each
  * other. */
-#ifndef GP_PIPELINE_INTERNAL_H
-#define GP_PIPELINE_INTERNAL_H
+#ifndef GP_EXEC_INTERNAL_H
+#define GP_EXEC_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 
-#include "core/train/exec.h"
-#include "core/train/pipeline.h"
+#include "core/exec/pass.h"
+#include "core/exec/pipeline.h"
 #include "core/train/tied.h"
 
 #define MSG_MAX 1024
@@ -198,10 +198,10 @@ void gp_pl_deadline_in(double s, struct timespec *ts);
  * Holds no lock. Returns s. */
 gp_status gp_pl_fail(gp_pipeline *pl, gp_status s, int stage_i, int micro);
 
-/* pipeline_stage.c: runs one command's actions on stage st (its worker thread). */
+/* stage.c: runs one command's actions on stage st (its worker thread). */
 gp_status gp_pl_run_command(stage *st, cmd_kind cmd);
 
-/* pipeline_trace.c */
+/* trace.c */
 /* Counts an action's wall time as busy, less `waited` (the part it spent waiting for other
  * stages: the optimizer step's barriers), and, when tracing, records it. On a device-timed
  * stage the host span goes to the trace only, and the action's time is its device span,

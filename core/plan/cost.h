@@ -1,0 +1,42 @@
+/* Per-unit costs for the partitioner: analytic FLOPs and bytes, parameter counts, or
+ * forward and backward time measured on the CPU backend (cached on disk). */
+#ifndef GP_COST_H
+#define GP_COST_H
+
+#include "core/spec/spec.h"
+
+typedef enum gp_cost_by { GP_COST_FLOPS, GP_COST_PARAMS, GP_COST_TIME } gp_cost_by;
+
+/* Costs of each unit for one micro-batch of `micro_batch` samples. */
+typedef struct gp_unit_costs {
+  int n; /* units */
+  int64_t micro_batch;
+  gp_cost_by by;
+  double *fwd, *bwd;             /* the balancing weight: FLOPs, params (bwd 0) or seconds */
+  double *fwd_flops, *bwd_flops; /* always the analytic FLOPs, for reports */
+  int64_t *params;               /* trainable elements */
+  int64_t *act_bytes;            /* bytes a forward keeps for backward: outputs + saved state */
+  int64_t *out_bytes;            /* bytes of the unit's own output */
+  /* bytes of the input gradients the unit's backward allocates for one micro-batch: a stage
+   * holds those of one backward at a time, beside the activations (NULL: none counted) */
+  int64_t *grad_bytes;
+  /* n + 1 entries: bytes of every tensor made before unit c and read at or after it (the
+   * labels and other model inputs read later included): what a cut before unit c sends per
+   * micro-batch. cut_bytes[0] = the model inputs' bytes, cut_bytes[n] = 0. */
+  int64_t *cut_bytes;
+} gp_unit_costs;
+
+/* Node i's cost() as the executor runs it: a node none of whose inputs takes a gradient
+ * (model inputs, integer tensors) computes no input gradient, and without parameters no
+ * backward at all (core/exec/pass.c), so bwd_flops drops that part. The loss always runs. */
+void gp_node_cost(const gp_model *m, int i, gp_cost *c);
+
+/* Analytic costs from the layers' cost(), or (GP_COST_TIME) forward+backward time measured on
+ * the CPU backend with `threads` threads: warm-up, repetitions, median. Measurements are cached
+ * in cache_dir (NULL: none) keyed by (layer type and settings, input shapes, dtype, device,
+ * micro-batch), so a second run is instant. */
+gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_by by, int threads,
+                                const char *cache_dir, gp_unit_costs *out);
+void gp_unit_costs_free(gp_unit_costs *c);
+
+#endif
