@@ -9,34 +9,26 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "core/exec/channel.h"
 #include "core/exec/pass.h"
 #include "core/exec/pipeline.h"
 #include "core/train/tied.h"
 
 #define MSG_MAX 1024
 
-/* A tensor this stage reads that another stage (or the input) produces. */
+/* A tensor this stage reads: its channel from the producing stage, or from the host batch. */
 typedef struct ext_in {
   int t;        /* tensor id */
   int producer; /* stage, or -1 for a model input */
+  gp_chan *ch;
 } ext_in;
 
-/* A tensor this stage produces that a later stage reads. */
+/* A tensor this stage produces that a later stage reads (one per reader). */
 typedef struct ext_out {
   int t;        /* tensor id */
   int consumer; /* stage */
-  int k;        /* index in the consumer's ext_in */
-  float *grad;  /* send_outputs: the gradient buffer being handed over */
+  gp_chan *ch;
 } ext_out;
-
-/* What stage s has received for micro-batch m. */
-typedef struct mailbox {
-  gp_tensor *val;  /* per ext_in: the value */
-  float **grad_to; /* per ext_in: where the producer wants the gradient (NULL: none) */
-  /* written under pl->mu (release), read by the waiting stage with or without it (acquire) */
-  _Atomic int ready; /* values delivered */
-  _Atomic int grads; /* gradients delivered for this stage's ext_outs */
-} mailbox;
 
 typedef enum cmd_kind { CMD_NONE, CMD_TRAIN, CMD_EVAL, CMD_EXIT } cmd_kind;
 
@@ -59,15 +51,6 @@ typedef struct device_span {
   double waited; /* host time spent waiting for the other stages inside it */
 } device_span;
 
-/* A stage's host staging of its model inputs for asynchronous copies to its device: the
- * whole mini-batch, page-locked, reused once the last command's copies have passed. */
-typedef struct staging {
-  char *host;
-  size_t bytes, cap;
-  size_t at[GP_MAX_MODEL_INPUTS]; /* offset of each model input */
-  gp_event *done;                 /* after the last copy out of it */
-} staging;
-
 typedef struct stage {
   gp_pipeline *pl;
   int index, first, end;
@@ -76,7 +59,6 @@ typedef struct stage {
   /* per micro-batch: outputs ready (compute); gradients written for the producers (compute);
    * the copies of inputs (queue IN) and of gradients (queue OUT) done */
   gp_event **ev_fwd, **ev_grads, **ev_pull, **ev_push;
-  staging stg;
   gp_params params;
   gp_optimizer opt;
   int have_opt;
@@ -87,7 +69,8 @@ typedef struct stage {
   int n_in, n_out, n_grads_expected, n_wait_in;
   ext_in *in;
   ext_out *out;
-  mailbox *box;           /* M */
+  void **grad_to;         /* n_out: send_outputs' gradient buffers of the micro-batch */
+  gp_chan_count *box;     /* M: what the channels delivered for each micro-batch */
   pthread_cond_t arrived; /* with pl->mu: something arrived in box (or a stage failed) */
   pthread_t thread;
   int started;
@@ -127,7 +110,10 @@ struct gp_pipeline {
   stage *st;
   uint64_t seed;
   double watchdog_s;
-  int pin, cores, threads_per_stage, trace, copy_all;
+  int pin, cores, threads_per_stage, trace;
+  gp_chan_policy chan_policy;
+  gp_chan *chan; /* n_chan: every edge, node tensors and model inputs */
+  int n_chan;
   int device_timing; /* 1: every stage (tests), 0: GPU stages, -1: none (GP_DEVICE_TIMING=0) */
   int spin; /* stages wait for their inputs by spinning first (each has cores of its own) */
   gp_precision precision;

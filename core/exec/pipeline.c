@@ -81,18 +81,55 @@ static gp_status find_boundaries(gp_pipeline *pl) {
   for (int s = 0; s < pl->k; s++) {
     stage *st = &pl->st[s];
     st->out = calloc((size_t)(pl->k * (st->end - st->first) + 1), sizeof *st->out);
-    if (!st->out) return GP_ERR(GP_ERR_NOMEM, "out of memory planning the pipeline");
+    st->grad_to = calloc((size_t)(pl->k * (st->end - st->first) + 1), sizeof *st->grad_to);
+    if (!st->out || !st->grad_to) return GP_ERR(GP_ERR_NOMEM, "out of memory planning the pipeline");
     for (int c = s + 1; c < pl->k; c++)
       for (int q = 0; q < pl->st[c].n_in; q++)
         if (pl->st[c].in[q].producer == s) {
           ext_out *o = &st->out[st->n_out++];
           o->t = pl->st[c].in[q].t;
           o->consumer = c;
-          o->k = q;
-          /* every f32 output gets a gradient back, zeros where nothing trains: it is also the
-           * consumer's word that it is done with the producer's slot (see do_backward) */
+          /* every f32 output gets a gradient back, zeros where nothing trains */
           if (m->nodes[o->t - m->n_inputs].layer.out_dtype == GP_F32) st->n_grads_expected++;
         }
+  }
+  return GP_OK;
+}
+
+static gp_chan_inbox inbox_of(gp_pipeline *pl, stage *st) {
+  return (gp_chan_inbox){&pl->mu, &st->arrived, st->box};
+}
+
+/* One channel per edge, of the kind the two ends' memory asks for (or copies, when the
+ * policy forces them), once the stages' backends exist. */
+static gp_status make_channels(gp_pipeline *pl) {
+  int n = 0;
+  for (int s = 0; s < pl->k; s++)
+    n += pl->st[s].n_in;
+  if (!(pl->chan = calloc((size_t)n + 1, sizeof *pl->chan)))
+    return GP_ERR(GP_ERR_NOMEM, "out of memory for the channels");
+  const int copy = pl->chan_policy == GP_CHAN_FORCE_COPY;
+  for (int s = 0; s < pl->k; s++) {
+    stage *st = &pl->st[s];
+    for (int q = 0; q < st->n_in; q++) {
+      ext_in *ei = &st->in[q];
+      gp_chan *c = &pl->chan[pl->n_chan];
+      if (ei->producer < 0) {
+        const gp_model_input *mi = &pl->m->inputs[ei->t];
+        size_t row = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
+        gp_chan_kind kind = st->be->device >= 0 || copy ? GP_CHAN_STAGED : GP_CHAN_HOST;
+        GP_TRY(gp_chan_init_input(c, kind, ei->t, pl->micro, row, st->be));
+      } else {
+        stage *ps = &pl->st[ei->producer];
+        gp_chan_kind kind = ps->place == st->place ? GP_CHAN_SHARED : GP_CHAN_COPY;
+        GP_TRY(gp_chan_init(c, kind, ei->t, pl->micro, ps->be, ps->ev_fwd, inbox_of(pl, ps), st->be,
+                            st->ev_grads, inbox_of(pl, st)));
+        for (int o = 0; o < ps->n_out; o++)
+          if (ps->out[o].t == ei->t && ps->out[o].consumer == s) ps->out[o].ch = c;
+      }
+      ei->ch = c;
+      pl->n_chan++;
+    }
   }
   return GP_OK;
 }
@@ -111,7 +148,7 @@ static gp_status stage_backend(gp_pipeline *pl, stage *st) {
   st->be->precision = pl->precision;
   st->be->nondeterministic = pl->nondeterministic;
   st->be->mem_limit = pl->mem_limit;
-  st->place = pl->copy_all ? st->index : st->be->device;
+  st->place = pl->chan_policy == GP_CHAN_FORCE_COPY ? st->index : st->be->device;
   return GP_OK;
 }
 
@@ -136,7 +173,6 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
   GP_TRY(events_make(st->be, M, &st->ev_grads));
   GP_TRY(events_make(st->be, M, &st->ev_pull));
   GP_TRY(events_make(st->be, M, &st->ev_push));
-  GP_TRY(st->be->event_create(st->be, &st->stg.done));
   GP_TRY(gp_params_init(&st->params, pl->m, st->first, st->end, st->be, pl->seed));
   GP_TRY(gp_optimizer_init(&st->opt, &pl->m->train, &st->params));
   st->have_opt = 1;
@@ -165,10 +201,6 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
     gp_arena_init(&st->slot_arena[m], st->be, 0);
     st->slot_arena[m].meter = &st->meter;
     GP_TRY(gp_pass_init(&st->pass[m], pl->m, st->first, st->end, 0));
-    st->box[m].val = calloc((size_t)(st->n_in + 1), sizeof *st->box[m].val);
-    st->box[m].grad_to = calloc((size_t)(st->n_in + 1), sizeof *st->box[m].grad_to);
-    if (!st->box[m].val || !st->box[m].grad_to)
-      return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
   }
   return GP_OK;
 }
@@ -247,8 +279,9 @@ static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
   }
   for (int s = 0; s < pl->k; s++)
     for (int m = 0; m < pl->micro; m++) {
-      atomic_store_explicit(&pl->st[s].box[m].ready, 0, memory_order_relaxed);
+      atomic_store_explicit(&pl->st[s].box[m].values, 0, memory_order_relaxed);
       atomic_store_explicit(&pl->st[s].box[m].grads, 0, memory_order_relaxed);
+      atomic_store_explicit(&pl->st[s].box[m].released, 0, memory_order_relaxed);
     }
   pl->cmd = cmd;
   pl->done = 0;
@@ -394,7 +427,7 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
   pl->stop_s = o && o->stop_s > 0 ? o->stop_s : 10;
   pl->pin = o ? o->pin : 0;
   pl->trace = o ? o->trace : 0;
-  pl->copy_all = o ? o->copy_all : 0;
+  pl->chan_policy = o ? o->channels : GP_CHAN_AUTO;
   /* device timing: always on GPU stages (GP_DEVICE_TIMING=0 turns it off there, to compare:
    * host launch times, no wait at the step's end); on CPU stages when the tests ask */
   pl->device_timing = o && o->device_timing ? 1 : gp_env_get(GP_ENV_DEVICE_TIMING, 1) ? 0 : -1;
@@ -424,6 +457,7 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
   for (int i = 0; s == GP_OK && i < pl->k; i++)
     if ((s = stage_init(pl, &pl->st[i])) != GP_OK)
       s = gp_error_prefix(s, "stage %d (%s): ", i, plan->st[i].device);
+  if (s == GP_OK) s = make_channels(pl);
   if (s == GP_OK) {
     gp_params *ps[GP_MAX_DEVICES];
     gp_backend *bes[GP_MAX_DEVICES];
@@ -463,13 +497,18 @@ void gp_pipeline_free(gp_pipeline *pl) {
   for (int i = 0; pl->st && i < pl->k; i++) {
     stage *st = &pl->st[i];
     if (st->started) pthread_join(st->thread, NULL);
+    st->started = 0;
+    if (st->be) (void)st->be->sync(st->be); /* nothing queued may still use what is freed */
+  }
+  for (int c = 0; c < pl->n_chan; c++)
+    gp_chan_free(&pl->chan[c]);
+  free(pl->chan);
+  for (int i = 0; pl->st && i < pl->k; i++) {
+    stage *st = &pl->st[i];
+    if (st->started) pthread_join(st->thread, NULL);
     for (int m = 0; m < pl->micro; m++) {
       if (st->slot_arena) gp_arena_free(&st->slot_arena[m]);
       if (st->pass) gp_pass_free(&st->pass[m]);
-      if (st->box) {
-        free(st->box[m].val);
-        free(st->box[m].grad_to);
-      }
     }
     if (st->be) {
       (void)st->be->sync(st->be); /* nothing queued may still use what is freed below */
@@ -478,10 +517,8 @@ void gp_pipeline_free(gp_pipeline *pl) {
       events_free(st->be, pl->micro, st->ev_grads);
       events_free(st->be, pl->micro, st->ev_pull);
       events_free(st->be, pl->micro, st->ev_push);
-      st->be->event_destroy(st->be, st->stg.done);
       if (st->tm) events_free(st->be, 2 * st->cap_span + 1, st->tm);
       if (st->ltm) events_free(st->be, 2 * st->cap_lspan, st->ltm);
-      st->be->host_free(st->be, st->stg.host);
     }
     if (st->have_opt) gp_optimizer_free(&st->opt);
     gp_params_free(&st->params);
@@ -490,6 +527,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
     free(st->box);
     free(st->in);
     free(st->out);
+    free(st->grad_to);
     free(st->ev);
     free(st->act_s);
     free(st->rec_s);

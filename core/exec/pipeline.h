@@ -1,12 +1,13 @@
 /* The pipeline executor: one worker thread per stage, each with its own backend, parameters,
- * optimizer and activation arenas, interpreting its schedule's action list. Activations go
- * forward as pointers into the producer's per-micro-batch arena (alive until the producer's
- * backward of that micro-batch, which comes after every consumer's); gradients come back
- * written into buffers the producer allocated beside them. A tensor used by a stage further
- * than the next (a skip tensor) goes straight to the stage that uses it. */
+ * optimizer and activation arenas, interpreting its schedule's action list. Every tensor that
+ * crosses stages goes through a channel (core/exec/channel.h): values forward into the
+ * reader's memory (in place where the two share it), gradients back into buffers the producer
+ * posted; a producer reuses a micro-batch's memory once every reader released it. A tensor used
+ * by a stage further than the next (a skip tensor) goes straight to the stage that uses it. */
 #ifndef GP_PIPELINE_H
 #define GP_PIPELINE_H
 
+#include "core/exec/channel.h"
 #include "core/train/optimizer.h"
 #include "core/train/params.h"
 #include "core/plan/plan.h"
@@ -25,8 +26,9 @@ typedef struct gp_pipeline_opts {
   gp_precision precision; /* of every stage's GEMMs and convolutions */
   size_t mem_limit;       /* per stage instance (gp_backend.mem_limit); 0 = none */
   int nondeterministic;   /* gp_backend.nondeterministic of every stage */
-  int copy_all;      /* tests: hand tensors between stages by copies, as if each stage had its own
-                        device, even where they share memory */
+  /* tests: GP_CHAN_FORCE_COPY hands every tensor through a copying channel (model inputs
+   * staged, stage tensors copied), as if each stage had its own device */
+  gp_chan_policy channels;
   int device_timing; /* tests: time CPU stages' actions by the backend's timers, as GPU stages
                         always are (see gp_stage_stats) */
 } gp_pipeline_opts;

@@ -83,94 +83,43 @@ static void pass_clear(gp_pass *p, int64_t batch) {
   p->batch = batch;
 }
 
-/* A GPU stage, at the start of a command: its model inputs of the whole mini-batch into its
- * page-locked staging, once the last command's copies out of it have passed, so the
- * per-micro-batch copies to the device need not block the host. */
-static gp_status staging_fill(stage *st) {
+/* At the start of a command: each model input this stage reads, from the caller's batch, into
+ * its channel (which stages it where the stage's device needs that). */
+static gp_status inputs_begin(stage *st) {
   gp_pipeline *pl = st->pl;
-  const gp_model *mo = pl->m;
-  gp_backend *be = st->be;
-  size_t need = 0;
   for (int q = 0; q < st->n_in; q++) {
-    int t = st->in[q].t;
     if (st->in[q].producer >= 0) continue;
-    const gp_model_input *mi = &mo->inputs[t];
+    int t = st->in[q].t;
     if (!pl->in.in[t])
-      return GP_ERR(GP_ERR_USAGE, "the batch has no data for input '%s'", mi->name);
-    size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
-    st->stg.at[t] = need;
-    need += ((size_t)pl->batch * per + 63) & ~(size_t)63;
-  }
-  if (!need) return GP_OK;
-  GP_TRY(be->event_sync(be, st->stg.done));
-  if (need > st->stg.cap) {
-    be->host_free(be, st->stg.host);
-    st->stg.host = NULL;
-    st->stg.cap = 0;
-    GP_TRY(be->host_alloc(be, need, (void **)&st->stg.host));
-    st->stg.cap = need;
-  }
-  for (int q = 0; q < st->n_in; q++) {
-    int t = st->in[q].t;
-    if (st->in[q].producer >= 0) continue;
-    const gp_model_input *mi = &mo->inputs[t];
-    size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
-    memcpy(st->stg.host + st->stg.at[t], pl->in.in[t], (size_t)pl->batch * per);
+      return GP_ERR(GP_ERR_USAGE, "the batch has no data for input '%s'", pl->m->inputs[t].name);
+    GP_TRY(gp_chan_input_begin(st->in[q].ch, pl->in.in[t], pl->batch));
   }
   return GP_OK;
 }
 
-/* Points the pass's inputs at micro-batch m: model inputs at their rows of the host batch (a
- * GPU stage: copied from its staging into the slot's arena, without waiting), other stages' tensors
- * from the mailbox, waiting for them: a producer's tensor is used in place where it shares
- * the memory (the compute queue waits for the producer's), else copied into the slot's arena
- * on queue IN (which waits for the producer; the compute queue waits for the copy). */
+/* Points the pass's inputs at micro-batch m: model inputs at their rows of the batch, other
+ * stages' tensors once they arrived, each through its channel (in place, or copied into the
+ * slot's arena: the compute queue then waits for the copies). */
 static gp_status gather_inputs(stage *st, int m, gp_pass *p, gp_arena *keep) {
   gp_pipeline *pl = st->pl;
   const gp_model *mo = pl->m;
   gp_backend *be = st->be;
   int64_t n = pl->off[m + 1] - pl->off[m];
-  int staged = 0;
   for (int q = 0; q < st->n_in; q++) {
-    int t = st->in[q].t;
+    int t = st->in[q].t, queued = 0;
     if (st->in[q].producer >= 0) continue;
     const gp_model_input *mi = &mo->inputs[t];
     gp_shape sh = gp_shape_batch(n, &mi->shape);
-    size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
-    const char *src = pl->in.in[t];
-    if (!src) return GP_ERR(GP_ERR_USAGE, "the batch has no data for input '%s'", mi->name);
-    size_t at = (size_t)pl->off[m] * per, bytes = (size_t)n * per;
-    if (be->device < 0) {
-      /* read where it is: the step returns only when every stage is done with the batch,
-       * and nothing writes over a model input (gp_node_in_place) */
-      p->val[t] = (gp_tensor){(void *)(src + at), sh, mi->dtype, -1};
-    } else {
-      GP_TRY(gp_arena_tensor(keep, mi->dtype, &sh, &p->val[t]));
-      GP_TRY(be->from_host_async(be, p->val[t].data, st->stg.host + st->stg.at[t] + at, bytes));
-      staged = 1;
-    }
+    GP_TRY(gp_chan_input_get(st->in[q].ch, pl->off[m], n, &sh, mi->dtype, keep, &p->val[t],
+                             &queued));
+    if (queued) GP_TRY(gp_chan_input_end(st->in[q].ch));
   }
-  if (staged) GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->stg.done));
   if (!st->n_wait_in) return GP_OK;
-  GP_TRY(wait_for(st, &st->box[m].ready, st->n_wait_in, "the input", m));
+  GP_TRY(wait_for(st, &st->box[m].values, st->n_wait_in, "the input", m));
   int pulled = 0;
-  for (int q = 0; q < st->n_in; q++) {
-    if (st->in[q].producer < 0) continue;
-    const stage *ps = &pl->st[st->in[q].producer];
-    gp_tensor v = st->box[m].val[q];
-    if (ps->place == st->place) {
-      GP_TRY(be->event_wait(be, GP_Q_COMPUTE, ps->ev_fwd[m]));
-      p->val[st->in[q].t] = v;
-      continue;
-    }
-    gp_tensor mine;
-    GP_TRY(gp_arena_tensor(keep, v.dtype, &v.shape, &mine));
-    GP_TRY(be->event_wait(be, GP_Q_IN, ps->ev_fwd[m]));
-    GP_TRY(be->copy_peer(be, GP_Q_IN, mine.data, be->device, v.data, ps->be->device,
-                         gp_tensor_bytes(&v)));
-    p->val[st->in[q].t] = mine;
-    pulled = 1;
-  }
+  for (int q = 0; q < st->n_in; q++)
+    if (st->in[q].producer >= 0)
+      GP_TRY(gp_chan_recv(st->in[q].ch, m, keep, &p->val[st->in[q].t], &pulled));
   if (pulled) {
     GP_TRY(be->event_record(be, GP_Q_IN, st->ev_pull[m]));
     GP_TRY(be->event_wait(be, GP_Q_COMPUTE, st->ev_pull[m]));
@@ -183,8 +132,8 @@ static gp_status gather_inputs(stage *st, int m, gp_pass *p, gp_arena *keep) {
  * queue's mark ev_fwd[m] is recorded before any is posted: what consumers wait for. */
 static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int copy,
                               int want_grads) {
-  gp_pipeline *pl = st->pl;
   if (!st->n_out) return GP_OK;
+  void **grad_to = st->grad_to;
   for (int o = 0; o < st->n_out; o++) {
     ext_out *eo = &st->out[o];
     gp_tensor v = p->val[eo->t];
@@ -198,21 +147,15 @@ static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int 
       GP_TRY(st->be->copy(st->be, kept.data, v.data, bytes));
       p->val[eo->t] = kept;
     }
-    eo->grad = NULL;
-    if (want_grads && v.dtype == GP_F32) GP_TRY(gp_arena_alloc(keep, bytes, (void **)&eo->grad));
+    grad_to[o] = NULL;
+    if (want_grads && v.dtype == GP_F32) GP_TRY(gp_arena_alloc(keep, bytes, &grad_to[o]));
   }
   GP_TRY(st->be->event_record(st->be, GP_Q_COMPUTE, st->ev_fwd[m]));
-  pthread_mutex_lock(&pl->mu);
   for (int o = 0; o < st->n_out; o++) {
     ext_out *eo = &st->out[o];
-    mailbox *b = &pl->st[eo->consumer].box[m];
-    b->val[eo->k] = p->val[eo->t];
-    b->grad_to[eo->k] = eo->grad;
-    atomic_fetch_add_explicit(&b->ready, 1, memory_order_release);
-    pthread_cond_signal(&pl->st[eo->consumer].arrived);
+    GP_TRY(gp_chan_send(eo->ch, m, &p->val[eo->t], grad_to[o]));
     st->sent_bytes += (int64_t)gp_tensor_bytes(&p->val[eo->t]);
   }
-  pthread_mutex_unlock(&pl->mu);
   return GP_OK;
 }
 
@@ -260,10 +203,10 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   return GP_OK;
 }
 
-/* Writes the gradients of this stage's inputs of micro-batch m where their producers asked:
- * on the compute queue where the producer shares the memory, else by copies on queue OUT
- * (after the backward; the compute queue then waits for them, so the slot's memory is not
- * reused under a copy). ev_grads[m] marks the end of every write, before any is posted. */
+/* Hands the gradients of this stage's inputs of micro-batch m to their producers through the
+ * channels, then tells each producer: ev_grads[m] marks the end of every write (copies on
+ * queue OUT included, which the compute queue then waits for, so the slot's memory is not
+ * reused under a copy) before any is posted. Then this stage is done with the values. */
 static gp_status send_grads(stage *st, int m, gp_pass *p, gp_arena *keep) {
   gp_pipeline *pl = st->pl;
   gp_backend *be = st->be;
@@ -271,50 +214,28 @@ static gp_status send_grads(stage *st, int m, gp_pass *p, gp_arena *keep) {
   GP_TRY(gp_pl_span_begin(st)); /* (a hand-off that writes nothing is not recorded) */
   int pushed = 0, any = 0;
   for (int q = 0; q < st->n_in; q++) {
-    float *to = st->box[m].grad_to[q];
     ext_in *ei = &st->in[q];
-    if (ei->producer < 0 || !to) continue;
-    const stage *ps = &pl->st[ei->producer];
-    gp_tensor *g = &p->grad[ei->t];
-    size_t bytes = gp_tensor_bytes(&st->box[m].val[q]);
+    if (ei->producer < 0 || !gp_chan_wants_grad(ei->ch, m)) continue;
     any = 1;
-    if (ps->place == st->place) {
-      if (g->data)
-        GP_TRY(be->copy(be, to, g->data, bytes));
-      else
-        GP_TRY(be->zero(be, to, bytes));
-      continue;
-    }
-    const void *src = g->data;
-    if (!src) { /* no gradient reached it: send zeros */
-      void *z;
-      GP_TRY(gp_arena_alloc(keep, bytes, &z));
-      GP_TRY(be->zero(be, z, bytes));
-      src = z;
-    }
-    if (!pushed) {
-      GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->ev_grads[m]));
-      GP_TRY(be->event_wait(be, GP_Q_OUT, st->ev_grads[m]));
-      pushed = 1;
-    }
-    GP_TRY(be->copy_peer(be, GP_Q_OUT, to, ps->be->device, src, be->device, bytes));
+    GP_TRY(gp_chan_send_grad(ei->ch, m, &p->grad[ei->t], keep, &pushed));
   }
-  if (!any) return GP_OK;
-  if (pushed) {
-    GP_TRY(be->event_record(be, GP_Q_OUT, st->ev_push[m]));
-    GP_TRY(be->event_wait(be, GP_Q_COMPUTE, st->ev_push[m]));
+  if (any) {
+    if (pushed) {
+      GP_TRY(be->event_record(be, GP_Q_OUT, st->ev_push[m]));
+      GP_TRY(be->event_wait(be, GP_Q_COMPUTE, st->ev_push[m]));
+    }
+    GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->ev_grads[m]));
+    GP_TRY(gp_pl_record(st, 'T', m, t0, now_s(), busy_s(pl) - c0, 0));
   }
-  GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->ev_grads[m]));
-  GP_TRY(gp_pl_record(st, 'T', m, t0, now_s(), busy_s(pl) - c0, 0));
-  pthread_mutex_lock(&pl->mu);
   for (int q = 0; q < st->n_in; q++) {
-    if (st->in[q].producer < 0 || !st->box[m].grad_to[q]) continue;
-    stage *ps = &pl->st[st->in[q].producer];
-    atomic_fetch_add_explicit(&ps->box[m].grads, 1, memory_order_release);
-    pthread_cond_signal(&ps->arrived);
-    st->sent_bytes += (int64_t)gp_tensor_bytes(&st->box[m].val[q]);
+    ext_in *ei = &st->in[q];
+    if (ei->producer < 0) continue;
+    if (gp_chan_wants_grad(ei->ch, m)) {
+      gp_chan_post_grad(ei->ch, m);
+      st->sent_bytes += (int64_t)gp_tensor_bytes(&ei->ch->slot[m].val);
+    }
+    gp_chan_release(ei->ch, m);
   }
-  pthread_mutex_unlock(&pl->mu);
   return GP_OK;
 }
 
@@ -337,9 +258,9 @@ static gp_status do_backward(stage *st, int m, int recompute) {
    * have passed */
   for (int o = 0; o < st->n_out; o++) {
     ext_out *eo = &st->out[o];
-    float *g = pl->st[eo->consumer].box[m].grad_to[eo->k];
+    float *g;
+    GP_TRY(gp_chan_grad(eo->ch, m, &g));
     if (!g) continue;
-    GP_TRY(be->event_wait(be, GP_Q_COMPUTE, pl->st[eo->consumer].ev_grads[m]));
     gp_tensor *dst = &p->grad[eo->t];
     if (!dst->data) {
       *dst = p->val[eo->t];
@@ -352,6 +273,8 @@ static gp_status do_backward(stage *st, int m, int recompute) {
   GP_TRY(timed_pass(st, 'B', m, p, &e, 1));
   GP_TRY(send_grads(st, m, p, keep));
   GP_TRY(gp_arena_reset(work));
+  /* the slot's memory (this stage's outputs of m) is reused only once every reader is done */
+  GP_TRY(wait_for(st, &st->box[m].released, st->n_out, "the release", m));
   return gp_arena_reset(keep);
 }
 
@@ -455,7 +378,7 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
   memset(&st->acc, 0, sizeof st->acc);
   for (int m = 0; m < pl->micro; m++)
     GP_TRY(gp_arena_reset(&st->slot_arena[m]));
-  if (st->be->device >= 0) GP_TRY(staging_fill(st));
+  GP_TRY(inputs_begin(st));
   if (cmd == CMD_EVAL) {
     /* No backward follows: the activations go to scratch and each slot keeps only the
      * tensors it sends, so evaluating needs no more memory than training. */

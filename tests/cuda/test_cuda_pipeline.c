@@ -96,7 +96,7 @@ static int train(const cfg *c, run_out *o) {
   gp_model *mo = load(c);
   gp_plan plan;
   gp_trainer t;
-  gp_pipeline_opts po = {.cores = 1, .copy_all = c->copy_all};
+  gp_pipeline_opts po = {.cores = 1, .channels = c->copy_all ? GP_CHAN_FORCE_COPY : GP_CHAN_AUTO};
   if (!mo || gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK ||
       gp_trainer_init(&t, mo, &plan, &po, 42) != GP_OK) {
     printf("FAIL: K=%d M=%d on %s: %s\n", c->k, c->m, c->dev, gp_error_message());

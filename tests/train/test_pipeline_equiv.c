@@ -107,7 +107,7 @@ typedef struct cfg {
   gp_remat remat;
   const int *balance; /* NULL: automatic */
   int64_t batch;
-  int copy_all; /* hand tensors between stages by copies (gp_pipeline_opts.copy_all) */
+  int copy_all; /* hand tensors between stages by copies (gp_pipeline_opts.channels) */
   int cores;    /* shared by the stages (gp_pipeline_opts.cores); 0: one */
 } cfg;
 
@@ -141,7 +141,7 @@ static void train(const char *text, const cfg *c, run_out *o) {
   }
   gp_plan plan;
   gp_trainer t;
-  gp_pipeline_opts po = {.cores = c->cores > 0 ? c->cores : 1, .copy_all = c->copy_all};
+  gp_pipeline_opts po = {.cores = c->cores > 0 ? c->cores : 1, .channels = c->copy_all ? GP_CHAN_FORCE_COPY : GP_CHAN_AUTO};
   if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
   if (gp_trainer_init(&t, mo, &plan, &po, 42) != GP_OK) die("init");
   int64_t per = gp_shape_numel(&mo->inputs[0].shape);

@@ -70,7 +70,7 @@ void token_fixture_train(const char *file, const gp_override *ov, int nov, int k
   mo->pipeline.remat = remat;
   mo->pipeline.n_balance = 0;
   gp_plan plan;
-  gp_pipeline_opts po = {.cores = 1, .copy_all = token_fixture_copy_all};
+  gp_pipeline_opts po = {.cores = 1, .channels = token_fixture_copy_all ? GP_CHAN_FORCE_COPY : GP_CHAN_AUTO};
   if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
   if (gp_trainer_init(t, mo, &plan, &po, 42) != GP_OK) die("init");
   gp_batch_buffers bufs;

@@ -27,7 +27,7 @@ void token_fixture_train(const char *file, const gp_override *ov, int nov, int k
                          gp_schedule_kind sched, gp_remat remat, int steps, int64_t batch,
                          int64_t len, int32_t vocab, double lr, double *loss, gp_trainer *t);
 /* Nonzero: token_fixture_train hands tensors between stages by copies, as if every stage had
- * its own device (gp_pipeline_opts.copy_all). */
+ * its own device (gp_pipeline_opts.channels). */
 extern int token_fixture_copy_all;
 /* Every stage's trainable parameters back to back (malloc'd; *n floats). */
 float *token_fixture_weights(gp_trainer *t, int64_t *n);

@@ -1,0 +1,178 @@
+/* Channels between stages, and from the host batch to the stages that read model inputs: the
+ * one place that knows whether two stages share memory. */
+#include "core/exec/channel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[GP_CHAN_KINDS] = {"host", "staged", "shared", "copy"};
+_Static_assert(sizeof kind_names / sizeof *kind_names == GP_CHAN_KINDS, "a name per kind");
+
+const char *gp_chan_kind_name(gp_chan_kind k) {
+  return k >= 0 && k < GP_CHAN_KINDS ? kind_names[k] : "?";
+}
+
+static gp_status slots_make(gp_chan *c, int micro) {
+  c->micro = micro;
+  if (!(c->slot = calloc((size_t)micro, sizeof *c->slot)))
+    return GP_ERR(GP_ERR_NOMEM, "out of memory for a channel");
+  return GP_OK;
+}
+
+gp_status gp_chan_init(gp_chan *c, gp_chan_kind kind, int t, int micro, gp_backend *src,
+                       gp_event **src_done, gp_chan_inbox to_producer, gp_backend *dst,
+                       gp_event **dst_done, gp_chan_inbox to_reader) {
+  memset(c, 0, sizeof *c);
+  if (kind != GP_CHAN_SHARED && kind != GP_CHAN_COPY)
+    return GP_ERR(GP_ERR_USAGE, "internal: a stage's tensor goes by a shared or a copy channel");
+  c->kind = kind;
+  c->t = t;
+  c->src = src;
+  c->src_done = src_done;
+  c->to_producer = to_producer;
+  c->dst = dst;
+  c->dst_done = dst_done;
+  c->to_reader = to_reader;
+  GP_TRY(slots_make(c, micro));
+  if (kind == GP_CHAN_COPY)
+    for (int m = 0; m < micro; m++)
+      GP_TRY(dst->event_create(dst, &c->slot[m].mark));
+  return GP_OK;
+}
+
+gp_status gp_chan_init_input(gp_chan *c, gp_chan_kind kind, int t, int micro, size_t row_bytes,
+                             gp_backend *dst) {
+  memset(c, 0, sizeof *c);
+  if (kind != GP_CHAN_HOST && kind != GP_CHAN_STAGED)
+    return GP_ERR(GP_ERR_USAGE, "internal: a model input goes by a host or a staged channel");
+  c->kind = kind;
+  c->t = t;
+  c->dst = dst;
+  c->row_bytes = row_bytes;
+  GP_TRY(slots_make(c, micro));
+  if (kind == GP_CHAN_STAGED) GP_TRY(dst->event_create(dst, &c->host_free));
+  return GP_OK;
+}
+
+void gp_chan_free(gp_chan *c) {
+  if (!c) return;
+  for (int m = 0; c->slot && m < c->micro; m++)
+    if (c->slot[m].mark) c->dst->event_destroy(c->dst, c->slot[m].mark);
+  if (c->host_free) c->dst->event_destroy(c->dst, c->host_free);
+  if (c->host) c->dst->host_free(c->dst, c->host);
+  free(c->slot);
+  memset(c, 0, sizeof *c);
+}
+
+/* ---- model inputs ---- */
+
+gp_status gp_chan_input_begin(gp_chan *c, const void *host, int64_t n) {
+  if (!host) return GP_ERR(GP_ERR_USAGE, "the batch has no data for this input");
+  c->rows = host;
+  if (c->kind != GP_CHAN_STAGED) return GP_OK;
+  gp_backend *be = c->dst;
+  size_t need = (size_t)n * c->row_bytes;
+  GP_TRY(be->event_sync(be, c->host_free));
+  if (need > c->cap) {
+    be->host_free(be, c->host);
+    c->host = NULL;
+    c->cap = 0;
+    GP_TRY(be->host_alloc(be, need, (void **)&c->host));
+    c->cap = need;
+  }
+  memcpy(c->host, host, need);
+  return GP_OK;
+}
+
+gp_status gp_chan_input_get(gp_chan *c, int64_t at, int64_t n, const gp_shape *sh, gp_dtype dt,
+                            gp_arena *own, gp_tensor *out, int *queued) {
+  size_t off = (size_t)at * c->row_bytes, bytes = (size_t)n * c->row_bytes;
+  if (c->kind == GP_CHAN_HOST) {
+    /* read where it is: the step returns only when every stage is done with the batch, and
+     * nothing writes over a model input (gp_node_in_place) */
+    *out = (gp_tensor){(void *)(c->rows + off), *sh, dt, -1};
+    return GP_OK;
+  }
+  GP_TRY(gp_arena_tensor(own, dt, sh, out));
+  GP_TRY(c->dst->from_host_async(c->dst, out->data, c->host + off, bytes));
+  *queued = 1;
+  return GP_OK;
+}
+
+gp_status gp_chan_input_end(gp_chan *c) {
+  if (c->kind != GP_CHAN_STAGED) return GP_OK;
+  return c->dst->event_record(c->dst, GP_Q_COMPUTE, c->host_free);
+}
+
+/* ---- node tensors ---- */
+
+/* Adds one to a counter of the stage behind inbox b and wakes it. */
+static void deliver(const gp_chan_inbox *b, _Atomic int *counter) {
+  pthread_mutex_lock(b->mu);
+  atomic_fetch_add_explicit(counter, 1, memory_order_release);
+  pthread_cond_signal(b->cv);
+  pthread_mutex_unlock(b->mu);
+}
+
+gp_status gp_chan_send(gp_chan *c, int m, const gp_tensor *v, void *grad_to) {
+  c->slot[m].val = *v;
+  c->slot[m].grad_to = grad_to;
+  deliver(&c->to_reader, &c->to_reader.count[m].values);
+  return GP_OK;
+}
+
+gp_status gp_chan_recv(gp_chan *c, int m, gp_arena *own, gp_tensor *out, int *pulled) {
+  gp_backend *be = c->dst;
+  const gp_tensor *v = &c->slot[m].val;
+  if (c->kind == GP_CHAN_SHARED) {
+    GP_TRY(be->event_wait(be, GP_Q_COMPUTE, c->src_done[m]));
+    *out = *v;
+    return GP_OK;
+  }
+  GP_TRY(gp_arena_tensor(own, v->dtype, &v->shape, out));
+  GP_TRY(be->event_wait(be, GP_Q_IN, c->src_done[m]));
+  GP_TRY(be->copy_peer(be, GP_Q_IN, out->data, be->device, v->data, c->src->device,
+                       gp_tensor_bytes(v)));
+  *pulled = 1;
+  return GP_OK;
+}
+
+int gp_chan_wants_grad(const gp_chan *c, int m) {
+  return c->slot[m].grad_to != NULL;
+}
+
+gp_status gp_chan_send_grad(gp_chan *c, int m, const gp_tensor *g, gp_arena *own, int *pushed) {
+  gp_chan_slot *sl = &c->slot[m];
+  if (!sl->grad_to) return GP_OK;
+  gp_backend *be = c->dst;
+  size_t bytes = gp_tensor_bytes(&sl->val);
+  if (c->kind == GP_CHAN_SHARED)
+    return g->data ? be->copy(be, sl->grad_to, g->data, bytes) : be->zero(be, sl->grad_to, bytes);
+  const void *src = g->data;
+  if (!src) { /* no gradient reached it: send zeros */
+    void *z;
+    GP_TRY(gp_arena_alloc(own, bytes, &z));
+    GP_TRY(be->zero(be, z, bytes));
+    src = z;
+  }
+  /* the copy starts after the compute queue's work so far (the backward that made g) */
+  GP_TRY(be->event_record(be, GP_Q_COMPUTE, sl->mark));
+  GP_TRY(be->event_wait(be, GP_Q_OUT, sl->mark));
+  GP_TRY(be->copy_peer(be, GP_Q_OUT, sl->grad_to, c->src->device, src, be->device, bytes));
+  *pushed = 1;
+  return GP_OK;
+}
+
+void gp_chan_post_grad(gp_chan *c, int m) {
+  if (c->slot[m].grad_to) deliver(&c->to_producer, &c->to_producer.count[m].grads);
+}
+
+gp_status gp_chan_grad(gp_chan *c, int m, float **out) {
+  *out = c->slot[m].grad_to;
+  if (!*out) return GP_OK;
+  return c->src->event_wait(c->src, GP_Q_COMPUTE, c->dst_done[m]);
+}
+
+void gp_chan_release(gp_chan *c, int m) {
+  deliver(&c->to_producer, &c->to_producer.count[m].released);
+}

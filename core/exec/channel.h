@@ -1,0 +1,116 @@
+/* Channels: every tensor that crosses stages goes through one, an edge from the stage that makes
+ * it (or the host batch, for a model input) to a stage that reads it: the value forward, its
+ * gradient back, and the reader's word that it is done with a micro-batch. The receiver owns
+ * the memory it receives into: a value is read where it lies only when the two stages share
+ * memory, else copied into the reader's arena; a gradient is written by the channel into the
+ * buffer the producer posted with the value (as MPI would receive into it), never through a
+ * pointer the sender holds. The kind is chosen once per edge when the pipeline is made; stage
+ * code calls the same functions whatever it is. */
+#ifndef GP_CHANNEL_H
+#define GP_CHANNEL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/arena.h"
+#include "core/backend.h"
+
+typedef enum gp_chan_kind {
+  GP_CHAN_HOST,   /* a model input read where it lies in the host batch (a CPU stage) */
+  GP_CHAN_STAGED, /* a model input staged in page-locked host memory, copied asynchronously */
+  GP_CHAN_SHARED, /* stages sharing memory: the reader uses the producer's tensor in place */
+  GP_CHAN_COPY,   /* a copy into the reader's memory (device peer copy, or through the host) */
+  GP_CHAN_KINDS
+} gp_chan_kind;
+
+/* Which kinds the pipeline picks: the natural one per edge, or copies everywhere (tests: as if
+ * every stage had its own device, so the copying kinds run on one machine too). */
+typedef enum gp_chan_policy { GP_CHAN_AUTO, GP_CHAN_FORCE_COPY } gp_chan_policy;
+
+/* What a stage counts per micro-batch, written by the channels that deliver to it (under the
+ * stage's lock, release) and read by the stage with or without it (acquire). */
+typedef struct gp_chan_count {
+  _Atomic int values;   /* values arrived for the stage's inputs */
+  _Atomic int grads;    /* gradients arrived for the stage's outputs */
+  _Atomic int released; /* readers done with the stage's outputs */
+} gp_chan_count;
+
+/* Where a stage is woken: its lock, its condition and its counters (one per micro-batch). */
+typedef struct gp_chan_inbox {
+  pthread_mutex_t *mu;
+  pthread_cond_t *cv;
+  gp_chan_count *count;
+} gp_chan_inbox;
+
+/* Per micro-batch: what is in flight on the edge. */
+typedef struct gp_chan_slot {
+  gp_tensor val;  /* the producer's tensor (in its memory) */
+  void *grad_to;  /* the producer's buffer for the gradient (NULL: none wanted) */
+  void *zeros;    /* GP_CHAN_COPY: zeros sent for a gradient nothing reached (reader's arena) */
+  gp_event *mark; /* GP_CHAN_COPY: the reader's compute mark its gradient copy waits for */
+} gp_chan_slot;
+
+typedef struct gp_chan {
+  gp_chan_kind kind;
+  int t; /* tensor id */
+  int micro;
+  gp_backend *src, *dst;    /* producer's backend (NULL for a model input) and reader's */
+  gp_event **src_done;      /* producer: per micro-batch, after the value was made */
+  gp_event **dst_done;      /* reader: per micro-batch, after its gradients were written */
+  gp_chan_inbox to_reader;  /* values arrive here */
+  gp_chan_inbox to_producer; /* gradients and releases arrive here */
+  gp_chan_slot *slot;       /* micro entries */
+  /* model inputs: this command's rows in the host batch, and (GP_CHAN_STAGED) their
+   * page-locked copy */
+  const char *rows;
+  size_t row_bytes;
+  char *host;
+  size_t cap;
+  gp_event *host_free; /* after the last copy out of the staging */
+} gp_chan;
+
+/* A node tensor's edge: from producer backend src to reader dst, each with its per-micro-batch
+ * marks; kind GP_CHAN_SHARED or GP_CHAN_COPY. */
+gp_status gp_chan_init(gp_chan *c, gp_chan_kind kind, int t, int micro, gp_backend *src,
+                       gp_event **src_done, gp_chan_inbox to_producer, gp_backend *dst,
+                       gp_event **dst_done, gp_chan_inbox to_reader);
+/* A model input's edge to reader dst (kind GP_CHAN_HOST or GP_CHAN_STAGED), rows of row_bytes. */
+gp_status gp_chan_init_input(gp_chan *c, gp_chan_kind kind, int t, int micro, size_t row_bytes,
+                             gp_backend *dst);
+void gp_chan_free(gp_chan *c);
+const char *gp_chan_kind_name(gp_chan_kind k);
+
+/* ---- model inputs ---- */
+/* At the start of a command: the batch's rows of this input (n rows at host), staged when the
+ * kind stages (after the last command's copies out of the staging have passed). */
+gp_status gp_chan_input_begin(gp_chan *c, const void *host, int64_t n);
+/* Rows [at, at + n) of the batch as a tensor of the reader's (shape sh, dtype dt): in place,
+ * or queued as a copy on the reader's compute queue into its arena. *queued: a copy was. */
+gp_status gp_chan_input_get(gp_chan *c, int64_t at, int64_t n, const gp_shape *sh, gp_dtype dt,
+                            gp_arena *own, gp_tensor *out, int *queued);
+/* After the reader queued its copies of this command: marks the staging busy until they pass. */
+gp_status gp_chan_input_end(gp_chan *c);
+
+/* ---- node tensors ---- */
+/* Producer: posts micro-batch m's value, with its own buffer for the gradient (NULL: none).
+ * The producer's src_done[m] must be recorded before. */
+gp_status gp_chan_send(gp_chan *c, int m, const gp_tensor *v, void *grad_to);
+/* Reader, once the value arrived: the tensor in the reader's memory (in place where shared;
+ * else a copy queued on the reader's IN queue into `own`, *pulled set: the reader then orders
+ * its compute queue after IN). */
+gp_status gp_chan_recv(gp_chan *c, int m, gp_arena *own, gp_tensor *out, int *pulled);
+/* Reader: writes the gradient g of micro-batch m (g->data NULL: zeros) into the producer's
+ * buffer, on the compute queue where shared, else by a copy on queue OUT after the compute
+ * queue's work so far (*pushed set: the reader then orders its compute queue after OUT and
+ * records dst_done[m]). `own` holds the zeros a copy needs. No-op when no gradient is wanted. */
+gp_status gp_chan_send_grad(gp_chan *c, int m, const gp_tensor *g, gp_arena *own, int *pushed);
+int gp_chan_wants_grad(const gp_chan *c, int m);
+/* Reader, after dst_done[m] is recorded: tells the producer its gradient is there. */
+void gp_chan_post_grad(gp_chan *c, int m);
+/* Producer, once the gradient arrived: orders its compute queue after the reader's writes and
+ * returns the buffer (NULL where none was wanted). */
+gp_status gp_chan_grad(gp_chan *c, int m, float **out);
+/* Reader: done with micro-batch m's value (it may be reused once every reader said so). */
+void gp_chan_release(gp_chan *c, int m);
+
+#endif
