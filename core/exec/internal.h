@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "core/exec/channel.h"
+#include "core/exec/collective.h"
 #include "core/exec/pass.h"
 #include "core/exec/pipeline.h"
 #include "core/train/tied.h"
@@ -77,7 +78,6 @@ typedef struct stage {
   uint64_t finished; /* the generation of the last command it finished (under pl->mu) */
   int64_t sent_bytes;
   double fwd_s, bwd_s;
-  double barrier_s; /* wall time in step_barrier during the current optimizer step */
   double wall_kind_s[GP_ACT_KINDS]; /* wall time inside actions, by kind (gp_stage_stats) */
   /* this step's wall time of each of its schedule's actions (a backward's with its hand-off,
    * without its recompute, which is in rec_s), for gp_schedule_replay; at: the action running */
@@ -100,7 +100,16 @@ typedef struct stage {
   int64_t n_ev, cap_ev;
   double layer_t0; /* record_layer: when the current layer started */
   gp_step_result acc;
+  double nll_sum; /* gp_prediction's sums, on the stage that predicts */
+  int64_t nll_count;
 } stage;
+
+/* What a command's stages hand the main thread (share_results). */
+typedef struct pl_results {
+  gp_step_result step;
+  double nll_sum;
+  int64_t nll_count;
+} pl_results;
 
 struct gp_pipeline {
   gp_model *m;
@@ -138,10 +147,9 @@ struct gp_pipeline {
   gp_prediction *pred;             /* gp_pipeline_predict: what the last stage fills */
   /* tied parameters: their copies and gradient sums */
   gp_tied tied;
-  /* the optimizer step's barrier (tied gradients, global-norm clipping) */
-  double sumsq;
-  int arrived;
-  uint64_t barrier_gen;
+  /* what the stages combine: tied gradients, the clipping norm, the step's results */
+  gp_coll coll;
+  pl_results results; /* the last command's */
   /* the first failure */
   int failed;
   gp_status fail_status;

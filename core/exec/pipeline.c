@@ -286,8 +286,7 @@ static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
   pl->cmd = cmd;
   pl->done = 0;
   pl->failed = 0;
-  pl->arrived = 0;
-  pl->sumsq = 0;
+  gp_coll_reset(&pl->coll);
   pl->generation++;
   pthread_cond_broadcast(&pl->cv);
   while (pl->done < pl->k && !pl->failed)
@@ -358,7 +357,7 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
   for (int s = 0; s < pl->k; s++)
     pace = fmax(pace, gp_pl_stage_busy(&pl->st[s]) - before[s]);
   pl->pace_busy_s += pace;
-  *out = pl->st[pl->k - 1].acc;
+  *out = pl->results.step;
   replay(pl);
   return GP_OK;
 }
@@ -395,7 +394,7 @@ gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *o
   pl->in = *b;
   pl->batch = b->n;
   GP_TRY(issue(pl, CMD_EVAL));
-  const gp_step_result *r = &pl->st[pl->k - 1].acc;
+  const gp_step_result *r = &pl->results.step;
   out->loss_sum += r->loss_sum;
   out->correct += r->correct;
   out->counted += r->counted;
@@ -408,6 +407,10 @@ gp_status gp_pipeline_predict(gp_pipeline *pl, const gp_batch *b, gp_prediction 
   pl->pred = pred;
   gp_status s = gp_pipeline_eval(pl, b, out);
   pl->pred = NULL;
+  if (s == GP_OK) {
+    pred->nll_sum = pl->results.nll_sum;
+    pred->nll_count = pl->results.nll_count;
+  }
   return s;
 }
 
@@ -469,6 +472,9 @@ gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
     }
     s = gp_tied_init(&pl->tied, m, pl->k, ps, bes, places);
   }
+  if (s == GP_OK)
+    s = gp_coll_threads_init(&pl->coll, pl->k, &pl->mu, &pl->cv, &pl->failed, pl->watchdog_s,
+                             &pl->tied);
   for (int i = 0; s == GP_OK && i < pl->k; i++) {
     if (pthread_create(&pl->st[i].thread, NULL, worker, &pl->st[i]) != 0)
       s = GP_ERR(GP_ERR_RUNTIME, "cannot start the worker thread of stage %d", i);
@@ -537,6 +543,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
     pthread_cond_destroy(&st->arrived);
   }
   free(pl->st);
+  gp_coll_free(&pl->coll);
   gp_schedule_free(&pl->sched);
   pthread_mutex_destroy(&pl->mu);
   pthread_cond_destroy(&pl->cv);

@@ -278,33 +278,6 @@ static gp_status do_backward(stage *st, int m, int recompute) {
   return gp_arena_reset(keep);
 }
 
-/* The optimizer step's barrier: returns when all K stages have arrived, add summed into
- * pl->sumsq on the way (*total, if wanted, is the sum of every stage's add). */
-static gp_status step_barrier(stage *st, double add, double *total) {
-  gp_pipeline *pl = st->pl;
-  const double t0 = now_s();
-  pthread_mutex_lock(&pl->mu);
-  uint64_t gen = pl->barrier_gen;
-  pl->sumsq += add;
-  if (++pl->arrived == pl->k) {
-    pl->arrived = 0;
-    pl->barrier_gen++;
-    pthread_cond_broadcast(&pl->cv);
-  }
-  struct timespec dl;
-  gp_pl_deadline_in(pl->watchdog_s, &dl);
-  while (pl->barrier_gen == gen && !pl->failed)
-    if (pthread_cond_timedwait(&pl->cv, &pl->mu, &dl) == ETIMEDOUT) break;
-  int ok = pl->barrier_gen != gen;
-  if (total) *total = pl->sumsq;
-  pthread_mutex_unlock(&pl->mu);
-  st->barrier_s += now_s() - t0;
-  if (!ok)
-    return GP_ERR(GP_ERR_RUNTIME, "stage %d: the other stages did not reach the optimizer step",
-                  st->index);
-  return GP_OK;
-}
-
 /* Deferred statistics, tied gradients summed over their copies, clipping by the global norm
  * over all stages, the update. */
 static gp_status do_step(stage *st) {
@@ -314,26 +287,16 @@ static gp_status do_step(stage *st) {
     gp_layer *l = &m->nodes[i].layer;
     if (l->type->step_end) GP_TRY(l->type->step_end(l, st->be));
   }
-  /* tied copies: sums written after every gradient is final, read after every sum is (the
-   * syncs order a device's queued work before other stages read its memory) */
-  if (pl->tied.n_groups) {
-    GP_TRY(st->be->sync(st->be));
-    GP_TRY(step_barrier(st, 0, NULL));
-    GP_TRY(gp_tied_sum(&pl->tied, st->index, st->be));
-    GP_TRY(st->be->sync(st->be));
-    GP_TRY(step_barrier(st, 0, NULL));
-    GP_TRY(gp_tied_scatter(&pl->tied, st->index, st->be));
-  }
+  GP_TRY(pl->coll.ops->tied_grads(&pl->coll, st->index, st->be));
   double clip = m->train.clip_grad_norm, ss = 0;
   if (clip > 0) {
     if (pl->tied.n_groups) /* a tied group counts once in the norm */
       GP_TRY(gp_tied_grad_sumsq(&pl->tied, st->index, &st->params, st->be, &ss));
     else if (st->params.n_train)
       GP_TRY(st->be->sumsq(st->be, st->params.n_train, st->params.grad, &ss));
-    double sumsq;
-    GP_TRY(step_barrier(st, ss, &sumsq));
+    GP_TRY(pl->coll.ops->sum(&pl->coll, st->index, &ss, 1));
     /* torch.nn.utils.clip_grad_norm_'s factor: clip / (norm + 1e-6) when below 1 */
-    double coef = clip / (sqrt(sumsq) + 1e-6);
+    double coef = clip / (sqrt(ss) + 1e-6);
     if (coef < 1 && st->params.n_train)
       GP_TRY(st->be->axpby(st->be, st->params.n_train, 0.0f, st->params.grad, (float)coef,
                            st->params.grad));
@@ -346,13 +309,14 @@ static gp_status do_step(stage *st) {
 static gp_status predict_micro(stage *st, int m) {
   gp_pipeline *pl = st->pl;
   const gp_model *mo = pl->m;
-  gp_prediction *pr = pl->pred;
   const gp_tensor *lg = &st->pass[m].val[mo->n_inputs + mo->output_node];
   int64_t rows = pl->off[m + 1] - pl->off[m], n = gp_shape_numel(&lg->shape);
   int64_t v = lg->shape.d[lg->shape.ndim - 1], pos = n / v, per = pos / rows;
   float *h = malloc((size_t)n * sizeof *h);
-  if (!h) return GP_ERR(GP_ERR_NOMEM, "out of host memory for the predictions");
-  gp_status s = st->be->to_host(st->be, h, lg->data, (size_t)n * sizeof *h);
+  int32_t *am = pl->pred->argmax ? malloc((size_t)pos * sizeof *am) : NULL;
+  gp_status s = h && (am || !pl->pred->argmax)
+                    ? st->be->to_host(st->be, h, lg->data, (size_t)n * sizeof *h)
+                    : GP_ERR(GP_ERR_NOMEM, "out of host memory for the predictions");
   const int32_t *lab = NULL;
   if (mo->label_input >= 0 && gp_shape_numel(&mo->inputs[mo->label_input].shape) == per)
     lab = (const int32_t *)pl->in.in[mo->label_input] + pl->off[m] * per;
@@ -361,21 +325,41 @@ static gp_status predict_micro(stage *st, int m) {
     int64_t best = 0;
     for (int64_t j = 1; j < v; j++) /* torch.argmax: the first NaN, else the first maximum */
       if (x[j] > x[best] || (x[j] != x[j] && x[best] == x[best])) best = j;
-    if (pr->argmax) pr->argmax[pl->off[m] * per + i] = (int32_t)best;
+    if (am) am[i] = (int32_t)best;
     if (!lab || lab[i] < 0 || lab[i] >= v) continue;
     double z = 0;
     for (int64_t j = 0; j < v; j++)
       z += exp((double)x[j] - x[best]);
-    pr->nll_sum += log(z) + x[best] - x[lab[i]];
-    pr->nll_count++;
+    st->nll_sum += log(z) + x[best] - x[lab[i]];
+    st->nll_count++;
   }
+  if (s == GP_OK && am)
+    s = pl->coll.ops->to_main(&pl->coll, st->index, pl->pred->argmax + pl->off[m] * per, am,
+                              (size_t)pos * sizeof *am);
   free(h);
+  free(am);
   return s;
+}
+
+/* The command's results, summed over the stages (only the last has a loss) in member order,
+ * to the main thread: the step's loss and accuracy sums, and the predictions' likelihood. */
+static gp_status share_results(stage *st) {
+  gp_pipeline *pl = st->pl;
+  double v[5] = {st->acc.loss_sum, (double)st->acc.correct, (double)st->acc.counted,
+                 st->nll_sum, (double)st->nll_count};
+  GP_TRY(pl->coll.ops->sum(&pl->coll, st->index, v, 5));
+  if (st->index != 0) return GP_OK;
+  pl_results r = {{v[0], (int64_t)v[1], (int64_t)v[2]}, v[3], (int64_t)v[4]};
+  return pl->coll.ops->to_main(&pl->coll, st->index, &pl->results, &r, sizeof r);
 }
 
 gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
   gp_pipeline *pl = st->pl;
   memset(&st->acc, 0, sizeof st->acc);
+  /* the likelihood goes on from the caller's sum, so it adds up in the order it always did */
+  const int predicts = cmd == CMD_EVAL && pl->pred && st->index == pl->k - 1;
+  st->nll_sum = predicts ? pl->pred->nll_sum : 0;
+  st->nll_count = predicts ? pl->pred->nll_count : 0;
   for (int m = 0; m < pl->micro; m++)
     GP_TRY(gp_arena_reset(&st->slot_arena[m]));
   GP_TRY(inputs_begin(st));
@@ -384,7 +368,7 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
      * tensors it sends, so evaluating needs no more memory than training. */
     for (int m = 0; m < pl->micro && pl->off[m + 1] > pl->off[m]; m++)
       GP_TRY(do_forward(st, m, 1, 0));
-    return GP_OK;
+    return share_results(st);
   }
   GP_TRY(gp_pl_device_step_start(st));
   GP_TRY(gp_params_zero_grad(&st->params));
@@ -402,15 +386,17 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
       r = do_backward(st, ac->micro, ac->recompute);
     else {
       double t0 = now_s(), c0 = busy_s(pl);
-      st->barrier_s = 0;
+      const double w0 = pl->coll.waited[st->index];
       r = gp_pl_span_begin(st);
       if (r == GP_OK) r = do_step(st);
       double t1 = now_s();
-      /* waiting at the barriers for the other stages is idle, not the step's work */
-      if (r == GP_OK) r = gp_pl_record(st, 'S', -1, t0, t1, busy_s(pl) - c0, st->barrier_s);
+      /* waiting in the collectives for the other stages is idle, not the step's work */
+      if (r == GP_OK)
+        r = gp_pl_record(st, 'S', -1, t0, t1, busy_s(pl) - c0, pl->coll.waited[st->index] - w0);
       st->steps++;
     }
     if (r != GP_OK) return gp_pl_fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);
   }
-  return gp_pl_device_step_end(st);
+  GP_TRY(gp_pl_device_step_end(st));
+  return share_results(st);
 }
