@@ -428,7 +428,7 @@ static void stages_busy(const gp_pipeline *pl, int k, double *busy, double *rec)
     gp_stage_stats ss;
     gp_pipeline_stats(pl, st, &ss);
     *busy += ss.wall_busy_s;
-    *rec += ss.wall_s[GP_ACT_RECOMPUTE];
+    *rec += ss.wall_s[GP_A_RECOMPUTE];
   }
 }
 
@@ -506,7 +506,7 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
       out->bubble_measured += out->bubble_stage[st] / r->k;
       out->busy_ms[st] = gp_stage_busy_ms(&ss);
       out->wall_busy_ms[st] = 1e3 * ss.wall_busy_s / n;
-      out->recompute_ms[st] = 1e3 * ss.wall_s[GP_ACT_RECOMPUTE] / n;
+      out->recompute_ms[st] = 1e3 * ss.wall_s[GP_A_RECOMPUTE] / n;
       out->peak_bytes[st] = ss.peak_act_bytes;
       out->sent_bytes[st] = (int64_t)((double)ss.sent_bytes / n);
     }

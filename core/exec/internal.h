@@ -33,11 +33,10 @@ typedef struct ext_out {
 
 typedef enum cmd_kind { CMD_NONE, CMD_TRAIN, CMD_EVAL, CMD_EXIT } cmd_kind;
 
-/* One traced action: 'F', 'B', 'R' (a backward's recompute), 'T' (gradients handed back) or
- * 'S' (optimizer step); or one layer inside an action: 'f', 'b', 'r' (forward, backward,
- * recompute of node `node`). */
+/* One traced action (node < 0), or one layer inside an action: node `node`'s forward,
+ * backward or recompute. */
 typedef struct trace_ev {
-  char kind;
+  gp_action_kind kind;
   int micro, node;
   int64_t step;
   double t0, t1, busy; /* wall start and end; compute time (see busy_s) */
@@ -47,7 +46,7 @@ typedef struct trace_ev {
 /* An action of this step whose time the device will tell (device_span): timers 2i and 2i + 1
  * of the stage mark its start and end on the compute queue. */
 typedef struct device_span {
-  char kind; /* as trace_ev */
+  gp_action_kind kind;
   int micro, at;
   double waited; /* host time spent waiting for the other stages inside it */
 } device_span;
@@ -78,7 +77,7 @@ typedef struct stage {
   uint64_t finished; /* the generation of the last command it finished (under pl->mu) */
   int64_t sent_bytes;
   double fwd_s, bwd_s;
-  double wall_kind_s[GP_ACT_KINDS]; /* wall time inside actions, by kind (gp_stage_stats) */
+  double wall_kind_s[GP_A_KINDS]; /* wall time inside actions, by kind (gp_stage_stats) */
   /* this step's wall time of each of its schedule's actions (a backward's with its hand-off,
    * without its recompute, which is in rec_s), for gp_schedule_replay; at: the action running */
   double *act_s, *rec_s;
@@ -180,7 +179,7 @@ static inline double busy_s(const gp_pipeline *pl) {
  * by the main thread once the stage has finished its command. */
 static inline double gp_pl_stage_busy(const stage *st) {
   double b = 0;
-  for (int k = 0; k < GP_ACT_KINDS; k++)
+  for (int k = 0; k < GP_A_KINDS; k++)
     b += st->wall_kind_s[k];
   return b;
 }
@@ -200,8 +199,8 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd);
  * stages: the optimizer step's barriers), and, when tracing, records it. On a device-timed
  * stage the host span goes to the trace only, and the action's time is its device span,
  * which gp_pl_span_begin opened and this closes. */
-gp_status gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy,
-                       double waited);
+gp_status gp_pl_record(stage *st, gp_action_kind kind, int micro, double t0, double t1,
+                       double busy, double waited);
 /* Device-timed stages: the start of the next recorded action; then, around a training
  * command's actions, the reference at its start and, at its end, the wait for the device and
  * the spans' times counted as gp_pl_record counts host times. No-ops on other stages. */

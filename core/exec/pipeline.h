@@ -50,17 +50,6 @@ typedef struct gp_batch {
   int64_t n;
 } gp_batch;
 
-/* The actions a stage's wall time is spent in: forward, recompute, backward, handing a
- * gradient back, optimizer step (the trace's F, R, B, T and step). */
-typedef enum gp_act_kind {
-  GP_ACT_FORWARD,
-  GP_ACT_RECOMPUTE,
-  GP_ACT_BACKWARD,
-  GP_ACT_TRANSFER,
-  GP_ACT_STEP,
-  GP_ACT_KINDS
-} gp_act_kind;
-
 typedef struct gp_stage_stats {
   size_t mem_peak;       /* measured: the stage's backend memory high-water mark (parameters,
                             optimizer state, activations, scratch); see gp_backend.mem_peak */
@@ -80,7 +69,7 @@ typedef struct gp_stage_stats {
                                   last reset */
   double span_s;               /* wall time of the whole training steps since the last reset: the
                                   measured bubble of a stage is 1 - wall_busy_s / span_s */
-  double wall_s[GP_ACT_KINDS]; /* wall_busy_s by kind of action (gp_act_kind) */
+  double wall_s[GP_A_KINDS]; /* wall_busy_s by kind of action (gp_action_kind) */
   int device_time;             /* 1: the times above are the device's (a GPU stage), 0: host */
 } gp_stage_stats;
 

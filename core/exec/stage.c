@@ -161,13 +161,14 @@ static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int 
 
 static gp_status predict_micro(stage *st, int m);
 
-/* Runs pass p's forward ('F', 'R') or backward ('B') of micro-batch m, timed when `timed` (a
+/* Runs pass p's forward (F, R) or backward (B) of micro-batch m, timed when `timed` (a
  * training step's action, not an evaluation's): its time goes to the statistics and the
  * trace. */
-static gp_status timed_pass(stage *st, char kind, int m, gp_pass *p, gp_exec *e, int timed) {
+static gp_status timed_pass(stage *st, gp_action_kind kind, int m, gp_pass *p, gp_exec *e,
+                            int timed) {
   double t0 = now_s(), c0 = busy_s(st->pl);
   if (timed) GP_TRY(gp_pl_span_begin(st));
-  GP_TRY(kind == 'B' ? gp_pass_backward(p, e) : gp_pass_forward(p, e));
+  GP_TRY(kind == GP_A_BACKWARD ? gp_pass_backward(p, e) : gp_pass_forward(p, e));
   if (!timed) return GP_OK;
   double t1 = now_s();
   return gp_pl_record(st, kind, m, t0, t1, busy_s(st->pl) - c0, 0);
@@ -181,7 +182,7 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   pass_clear(p, pl->off[m + 1] - pl->off[m]);
   GP_TRY(gather_inputs(st, m, p, keep));
   gp_exec e = exec_for(st, p, m, training, 0, drop ? &st->scratch : keep);
-  GP_TRY(timed_pass(st, 'F', m, p, &e, training));
+  GP_TRY(timed_pass(st, GP_A_FORWARD, m, p, &e, training));
   if (training && !isfinite(e.loss_sum))
     return GP_ERR(GP_ERR_RUNTIME, "the loss is %s at step %lld (lower the learning rate?)",
                   isnan(e.loss_sum) ? "NaN" : "infinite", (long long)pl->step + 1);
@@ -225,7 +226,7 @@ static gp_status send_grads(stage *st, int m, gp_pass *p, gp_arena *keep) {
       GP_TRY(be->event_wait(be, GP_Q_COMPUTE, st->ev_push[m]));
     }
     GP_TRY(be->event_record(be, GP_Q_COMPUTE, st->ev_grads[m]));
-    GP_TRY(gp_pl_record(st, 'T', m, t0, now_s(), busy_s(pl) - c0, 0));
+    GP_TRY(gp_pl_record(st, GP_A_TRANSFER, m, t0, now_s(), busy_s(pl) - c0, 0));
   }
   for (int q = 0; q < st->n_in; q++) {
     ext_in *ei = &st->in[q];
@@ -251,7 +252,7 @@ static gp_status do_backward(stage *st, int m, int recompute) {
   gp_backend *be = st->be;
   if (recompute) {
     gp_exec e = exec_for(st, p, m, 1, 1, work);
-    GP_TRY(timed_pass(st, 'R', m, p, &e, 1));
+    GP_TRY(timed_pass(st, GP_A_RECOMPUTE, m, p, &e, 1));
   }
   GP_TRY(wait_for(st, &st->box[m].grads, st->n_grads_expected, "the gradient", m));
   /* sum the gradients that later stages wrote for this stage's outputs, once their writes
@@ -270,7 +271,7 @@ static gp_status do_backward(stage *st, int m, int recompute) {
     }
   }
   gp_exec e = exec_for(st, p, m, 1, recompute, work);
-  GP_TRY(timed_pass(st, 'B', m, p, &e, 1));
+  GP_TRY(timed_pass(st, GP_A_BACKWARD, m, p, &e, 1));
   GP_TRY(send_grads(st, m, p, keep));
   GP_TRY(gp_arena_reset(work));
   /* the slot's memory (this stage's outputs of m) is reused only once every reader is done */
@@ -392,7 +393,7 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
       double t1 = now_s();
       /* waiting in the collectives for the other stages is idle, not the step's work */
       if (r == GP_OK)
-        r = gp_pl_record(st, 'S', -1, t0, t1, busy_s(pl) - c0, pl->coll.waited[st->index] - w0);
+        r = gp_pl_record(st, GP_A_STEP, -1, t0, t1, busy_s(pl) - c0, pl->coll.waited[st->index] - w0);
       st->steps++;
     }
     if (r != GP_OK) return gp_pl_fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);

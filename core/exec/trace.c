@@ -22,26 +22,17 @@ static void trace_add(stage *st, trace_ev ev) {
   st->ev[st->n_ev++] = ev;
 }
 
-static gp_act_kind act_kind(char kind) {
-  return kind == 'F'   ? GP_ACT_FORWARD
-         : kind == 'R' ? GP_ACT_RECOMPUTE
-         : kind == 'B' ? GP_ACT_BACKWARD
-         : kind == 'T' ? GP_ACT_TRANSFER
-                       : GP_ACT_STEP;
-}
-
 /* Adds d seconds of action `at` (of kind `kind`) to the stage's statistics; `compute` (host:
  * see busy_s; device: d) to its forward or backward time. */
-static void account(stage *st, char kind, int at, double d, double compute) {
-  const gp_act_kind k = act_kind(kind);
+static void account(stage *st, gp_action_kind k, int at, double d, double compute) {
   st->wall_kind_s[k] += d;
-  (k == GP_ACT_RECOMPUTE ? st->rec_s : st->act_s)[at] += d;
-  if (k == GP_ACT_FORWARD) st->fwd_s += compute;
-  if (k == GP_ACT_RECOMPUTE || k == GP_ACT_BACKWARD) st->bwd_s += compute;
+  (k == GP_A_RECOMPUTE ? st->rec_s : st->act_s)[at] += d;
+  if (k == GP_A_FORWARD) st->fwd_s += compute;
+  if (k == GP_A_RECOMPUTE || k == GP_A_BACKWARD) st->bwd_s += compute;
 }
 
-gp_status gp_pl_record(stage *st, char kind, int micro, double t0, double t1, double busy,
-                       double waited) {
+gp_status gp_pl_record(stage *st, gp_action_kind kind, int micro, double t0, double t1,
+                       double busy, double waited) {
   if (st->pl->trace) trace_add(st, (trace_ev){kind, micro, -1, st->pl->step, t0, t1, busy, 0});
   if (!st->tm) {
     account(st, kind, st->at, t1 - t0 - waited, busy);
@@ -133,7 +124,7 @@ static int layer_room(stage *st) {
 void gp_pl_record_layer(const gp_exec *e, int node, int backward, int end) {
   stage *st = e->on_layer_ctx;
   double t = now_s();
-  char kind = backward ? 'b' : e->recompute ? 'r' : 'f';
+  gp_action_kind kind = backward ? GP_A_BACKWARD : e->recompute ? GP_A_RECOMPUTE : GP_A_FORWARD;
   if (st->tm) {
     /* a timer that cannot be recorded leaves the device row without this layer */
     if (!end && layer_room(st))
@@ -189,9 +180,9 @@ gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double 
   for (int s = 0; s < K; s++) {
     if (ss[s].steps < 1) return GP_OK;
     const double *w = ss[s].wall_s, per = (double)ss[s].steps * M;
-    cost[s] = (gp_stage_cost){.fwd = w[GP_ACT_FORWARD] / per,
-                              .bwd = (w[GP_ACT_BACKWARD] + w[GP_ACT_TRANSFER]) / per,
-                              .step = w[GP_ACT_STEP] / (double)ss[s].steps};
+    cost[s] = (gp_stage_cost){.fwd = w[GP_A_FORWARD] / per,
+                              .bwd = (w[GP_A_BACKWARD] + w[GP_A_TRANSFER]) / per,
+                              .step = w[GP_A_STEP] / (double)ss[s].steps};
   }
   gp_sim_result r;
   GP_TRY(gp_schedule_simulate(sc, cost, &r));
@@ -215,7 +206,7 @@ static int device_tid(int s) {
 /* One layer's span (category "layer", named by the layer's path), nested in its action. */
 static void write_layer_event(FILE *f, const gp_pipeline *pl, int s, const trace_ev *e) {
   const gp_layer *l = &pl->m->nodes[e->node].layer;
-  const char *pass = e->kind == 'b' ? "backward" : e->kind == 'r' ? "recompute" : "forward";
+  const char *pass = gp_action_name(e->kind);
   fprintf(f, ",\n{\"name\": ");
   gp_json_write_str(f, l->path);
   fprintf(f,
@@ -255,16 +246,13 @@ static gp_status write_events(FILE *f, void *ctx) {
         write_layer_event(f, pl, s, e);
         continue;
       }
-      const char *cat = e->kind == 'F'   ? "forward"
-                        : e->kind == 'B' ? "backward"
-                        : e->kind == 'R' ? "recompute"
-                        : e->kind == 'T' ? "transfer"
-                                         : "optimizer";
+      /* the trace's names as before: "optimizer" for the step's category, "step" its name */
+      const char *cat = e->kind == GP_A_STEP ? "optimizer" : gp_action_name(e->kind);
       char name[32];
-      if (e->kind == 'S')
+      if (e->kind == GP_A_STEP)
         snprintf(name, sizeof name, "step");
       else
-        snprintf(name, sizeof name, "%c%d", e->kind, e->micro);
+        snprintf(name, sizeof name, "%s%d", gp_action_letter(e->kind), e->micro);
       fprintf(f,
               "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
               "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %lld, "

@@ -8,22 +8,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const char *const letters[GP_A_KINDS] = {"F", "B", "W", "S", "R", "T"};
+static const char *const names[GP_A_KINDS] = {"forward", "backward", "weight",
+                                              "step",    "recompute", "transfer"};
+_Static_assert(sizeof letters / sizeof *letters == GP_A_KINDS, "a letter per action kind");
+_Static_assert(sizeof names / sizeof *names == GP_A_KINDS, "a name per action kind");
+
+const char *gp_action_letter(gp_action_kind k) {
+  return k >= 0 && k < GP_A_KINDS ? letters[k] : "?";
+}
+
+const char *gp_action_name(gp_action_kind k) {
+  return k >= 0 && k < GP_A_KINDS ? names[k] : "?";
+}
+
 /* Beyond these a schedule is a typo, not a plan: 2^20 stages or micro-batches, and a list total
  * that keeps the per-stage arrays well inside memory. */
 #define GP_SCHED_MAX_DIM (1 << 20)
 #define GP_SCHED_MAX_CELLS (1LL << 26)
-
-static const char *kind_name(gp_action_kind k) {
-  switch (k) {
-  case GP_A_FORWARD:
-    return "forward";
-  case GP_A_BACKWARD:
-    return "backward";
-  case GP_A_STEP:
-    return "step";
-  }
-  return "unknown";
-}
 
 /* Micro-batches forwarded and not yet backwarded, at most, walking the list in order. */
 static int list_peak_in_flight(const gp_action *a, int n) {
@@ -149,10 +151,14 @@ static gp_status check_stage(const gp_schedule *sc, int s, int *seen) {
       continue;
     }
     if (a[i].kind != GP_A_FORWARD && a[i].kind != GP_A_BACKWARD)
-      return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: action %d has unknown kind %d", s, i,
-                    (int)a[i].kind);
+      return a[i].kind >= 0 && a[i].kind < GP_A_KINDS
+                 ? GP_ERR(GP_ERR_RUNTIME,
+                          "schedule: stage %d: action %d is a %s, which no schedule here runs", s,
+                          i, gp_action_name(a[i].kind))
+                 : GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: action %d has unknown kind %d",
+                          s, i, (int)a[i].kind);
     int m = a[i].micro, bw = a[i].kind == GP_A_BACKWARD;
-    const char *what = kind_name(a[i].kind);
+    const char *what = gp_action_name(a[i].kind);
     if (m < 0 || m >= M)
       return GP_ERR(GP_ERR_RUNTIME,
                     "schedule: stage %d: action %d %s(%d): micro-batch out of range 0..%d", s, i,
@@ -297,7 +303,7 @@ static gp_status deadlock(const walk *w) {
     if (a->kind == GP_A_STEP)
       snprintf(act, sizeof act, "step");
     else
-      snprintf(act, sizeof act, "%s(%d)", kind_name(a->kind), a->micro);
+      snprintf(act, sizeof act, "%s(%d)", gp_action_name(a->kind), a->micro);
     len += snprintf(msg + len, sizeof msg - (size_t)len, "%s stage %d at action %d %s waits for %s",
                     listed ? ";" : "", s, w->pos[s], act, why);
     listed++;

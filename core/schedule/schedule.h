@@ -7,15 +7,29 @@
 
 #include "core/spec/spec.h"
 
+/* The one list of actions, for schedules, the executor, its statistics and the trace. A
+ * schedule's lists hold the first four; the executor also times the parts of a backward. */
 typedef enum gp_action_kind {
-  GP_A_FORWARD,  /* forward of micro-batch `micro` */
-  GP_A_BACKWARD, /* backward of `micro`, preceded by its recompute when `recompute` */
-  GP_A_STEP,     /* the optimizer step, once per mini-batch, last */
+  GP_A_FORWARD,   /* F: forward of micro-batch `micro` */
+  GP_A_BACKWARD,  /* B: backward of `micro` (input and, unless a W follows, weight gradients),
+                     preceded by its recompute when `recompute` */
+  GP_A_WEIGHT,    /* W: the weight-gradient half of a backward, deferred (zero-bubble
+                     schedules; no schedule here makes one yet) */
+  GP_A_STEP,      /* S: the optimizer step, once per mini-batch, last */
+  GP_A_RECOMPUTE, /* R: a backward's re-materializing forward (timed apart) */
+  GP_A_TRANSFER,  /* T: handing a backward's input gradients to their producers */
+  GP_A_KINDS
 } gp_action_kind;
+
+/* "F", "B", "W", "S", "R", "T" (trace names and tables); "?" outside the enum. */
+const char *gp_action_letter(gp_action_kind k);
+/* "forward", "backward", "weight", "step", "recompute", "transfer". */
+const char *gp_action_name(gp_action_kind k);
 
 typedef struct gp_action {
   gp_action_kind kind;
   int micro;
+  int chunk;     /* the model chunk (a stage's part of an interleaved schedule); 0 */
   int recompute; /* forward: activations are dropped (only the input is kept);
                     backward: re-materialize the forward first */
 } gp_action;

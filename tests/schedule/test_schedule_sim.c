@@ -257,22 +257,22 @@ static void test_bubble_from_stats(void) {
   if (gp_schedule_build(GP_SCHED_GPIPE, GP_REMAT_NEVER, 2, 2, &sc) != GP_OK) exit(1);
   gp_stage_stats ss[2] = {{.steps = 2}, {.steps = 2}};
   for (int s = 0; s < 2; s++)
-    ss[s].wall_s[GP_ACT_FORWARD] = 4;
-  ss[0].wall_s[GP_ACT_BACKWARD] = 8; /* the first stage hands no gradient back */
-  ss[1].wall_s[GP_ACT_BACKWARD] = 6;
-  ss[1].wall_s[GP_ACT_TRANSFER] = 2;
+    ss[s].wall_s[GP_A_FORWARD] = 4;
+  ss[0].wall_s[GP_A_BACKWARD] = 8; /* the first stage hands no gradient back */
+  ss[1].wall_s[GP_A_BACKWARD] = 6;
+  ss[1].wall_s[GP_A_TRANSFER] = 2;
   double b = -1;
   CHECK(gp_bubble_sim(&sc, ss, &b) == GP_OK && fabs(b - 1.0 / 3) < TOL_BUBBLE,
         "equal stages: bubble %.15g, want 1/3", b);
-  ss[0].wall_s[GP_ACT_STEP] = 2;
-  ss[1].wall_s[GP_ACT_STEP] = 8;
+  ss[0].wall_s[GP_A_STEP] = 2;
+  ss[1].wall_s[GP_A_STEP] = 8;
   CHECK(gp_bubble_sim(&sc, ss, &b) == GP_OK && fabs(b - (1 - 17.0 / 22)) < TOL_BUBBLE,
         "with optimizer steps: bubble %.15g, want 5/22", b);
   gp_stage_stats un[2] = {{.steps = 1}, {.steps = 1}};
-  un[0].wall_s[GP_ACT_FORWARD] = 2;
-  un[0].wall_s[GP_ACT_BACKWARD] = 4;
-  un[1].wall_s[GP_ACT_FORWARD] = 4;
-  un[1].wall_s[GP_ACT_BACKWARD] = 8;
+  un[0].wall_s[GP_A_FORWARD] = 2;
+  un[0].wall_s[GP_A_BACKWARD] = 4;
+  un[1].wall_s[GP_A_FORWARD] = 4;
+  un[1].wall_s[GP_A_BACKWARD] = 8;
   CHECK(gp_bubble_sim(&sc, un, &b) == GP_OK && fabs(b - 0.4) < TOL_BUBBLE,
         "unequal stages: bubble %.15g, want 0.4", b);
   un[1].steps = 0;

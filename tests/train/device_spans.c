@@ -15,12 +15,6 @@ static void check(int ok, const char *what, const char *cfg) {
   printf("FAIL: %s: %s\n", cfg, what);
 }
 
-static int kind_index(char k) {
-  const char *kinds = "FRBTS";
-  const char *p = strchr(kinds, k);
-  return p && k ? (int)(p - kinds) : -1;
-}
-
 /* The device rows of a timed run against its host rows and statistics. */
 int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *cfg, int *checks) {
   failed = made = 0;
@@ -28,13 +22,13 @@ int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *
     const stage *st = &pl->st[s];
     check(st->tm != NULL, "the stage is device-timed", cfg);
     if (!st->tm) break;
-    int host[5] = {0}, dev[5] = {0};
-    double sum[5] = {0}, prev_end = -INFINITY;
+    int host[GP_A_KINDS] = {0}, dev[GP_A_KINDS] = {0};
+    double sum[GP_A_KINDS] = {0}, prev_end = -INFINITY;
     int tags = 1, order = 1;
     const trace_ev *h = st->ev, *end = st->ev + st->n_ev;
     for (const trace_ev *e = st->ev; e < end; e++) {
-      int k = kind_index(e->kind);
-      if (e->node >= 0 || k < 0) continue;
+      int k = (int)e->kind;
+      if (e->node >= 0) continue;
       if (!e->device) {
         host[k]++;
         continue;
@@ -48,22 +42,24 @@ int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *
       if (h < end) h++;
       order &= e->t0 >= prev_end && e->t1 >= e->t0;
       prev_end = e->t1;
-      if (e->kind == 'S') prev_end = -INFINITY; /* the next step has its own reference */
+      if (e->kind == GP_A_STEP) prev_end = -INFINITY; /* the next step has its own reference */
     }
     char what[160];
-    for (int k = 0; k < 5; k++) {
-      snprintf(what, sizeof what, "stage %d: %d host %c spans, %d device ones", s, host[k],
-               "FRBTS"[k], dev[k]);
+    for (int k = 0; k < GP_A_KINDS; k++) {
+      snprintf(what, sizeof what, "stage %d: %d host %s spans, %d device ones", s, host[k],
+               gp_action_letter(k), dev[k]);
       check(host[k] == dev[k], what, cfg);
-      snprintf(what, sizeof what, "stage %d: %c time %.9f s, its device spans %.9f s", s,
-               "FRBTS"[k], st -> wall_kind_s[k], sum[k]);
+      snprintf(what, sizeof what, "stage %d: %s time %.9f s, its device spans %.9f s", s,
+               gp_action_letter(k), st->wall_kind_s[k], sum[k]);
       check(fabs(st->wall_kind_s[k] - sum[k]) <= 1e-9 * (1 + sum[k]), what, cfg);
     }
-    snprintf(what, sizeof what, "stage %d: %d forwards, %d backwards, %d steps", s, dev[0], dev[2],
-             dev[4]);
-    check(dev[0] == steps * micro && dev[2] == steps * micro && dev[4] == steps, what, cfg);
-    snprintf(what, sizeof what, "stage %d: %d hand-offs back", s, dev[3]);
-    check(dev[3] == (s > 0 ? steps * micro : 0), what, cfg);
+    snprintf(what, sizeof what, "stage %d: %d forwards, %d backwards, %d steps", s, dev[GP_A_FORWARD],
+             dev[GP_A_BACKWARD], dev[GP_A_STEP]);
+    check(dev[GP_A_FORWARD] == steps * micro && dev[GP_A_BACKWARD] == steps * micro &&
+              dev[GP_A_STEP] == steps,
+          what, cfg);
+    snprintf(what, sizeof what, "stage %d: %d hand-offs back", s, dev[GP_A_TRANSFER]);
+    check(dev[GP_A_TRANSFER] == (s > 0 ? steps * micro : 0), what, cfg);
     check(tags, "each device span is tagged as the host action it times", cfg);
     /* a span's time is its length, less the host's waits at the step's barriers (clipping's:
      * the queue was idle then); the last step's waits are still there to see */
@@ -71,20 +67,20 @@ int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *
     for (int64_t i = 0; i < st->n_ev; i++) {
       const trace_ev *e = &st->ev[i];
       if (!e->device) continue;
-      if (e->kind == 'S') last_s = (int)i;
-      lengths &= e->kind == 'S' || fabs(e->busy - (e->t1 - e->t0)) <= 1e-8;
+      if (e->kind == GP_A_STEP) last_s = (int)i;
+      lengths &= e->kind == GP_A_STEP || fabs(e->busy - (e->t1 - e->t0)) <= 1e-8;
     }
     check(lengths, "an action's device time is its span's length", cfg);
     const double waited = st->span[st->n_span - 1].waited;
     const trace_ev *ls = &st->ev[last_s > 0 ? last_s : 0];
     snprintf(what, sizeof what, "stage %d: the last step %.9f s, its span %.9f s, waits %.9f s", s,
              ls->busy, ls->t1 - ls->t0, waited);
-    check(last_s > 0 && st->span[st->n_span - 1].kind == 'S' && waited > 0 &&
+    check(last_s > 0 && st->span[st->n_span - 1].kind == GP_A_STEP && waited > 0 &&
               fabs(ls->busy - fmax(0, ls->t1 - ls->t0 - waited)) <= 1e-8,
           what, cfg);
     check(order, "a stage's device spans follow each other", cfg);
-    double b = st->wall_kind_s[GP_ACT_BACKWARD] + st->wall_kind_s[GP_ACT_RECOMPUTE];
-    check(st->fwd_s == st->wall_kind_s[GP_ACT_FORWARD] && fabs(st->bwd_s - b) <= 1e-9 * (1 + b),
+    double b = st->wall_kind_s[GP_A_BACKWARD] + st->wall_kind_s[GP_A_RECOMPUTE];
+    check(st->fwd_s == st->wall_kind_s[GP_A_FORWARD] && fabs(st->bwd_s - b) <= 1e-9 * (1 + b),
           "forward and backward times are the device's", cfg);
   }
   /* every device span lies inside the run */
