@@ -83,6 +83,17 @@ const char *gp_setting_type_str(const gp_setting *s, char *buf, size_t n) {
   return buf;
 }
 
+/* "1e-05" as "1e-5", "1e+09" as "1e9": the exponent as one writes it in a model file. */
+static void tidy_exponent(char *s) {
+  char *e = strchr(s, 'e');
+  if (!e) return;
+  char *d = e + 1, *from = d + (*d == '+');
+  if (*from == '-') *d++ = *from++;
+  while (from[0] == '0' && from[1])
+    from++;
+  memmove(d, from, strlen(from) + 1);
+}
+
 const char *gp_setting_default_str(const gp_setting *s, char *buf, size_t n) {
   char num[32];
   if (s->dflt_doc)
@@ -93,8 +104,11 @@ const char *gp_setting_default_str(const gp_setting *s, char *buf, size_t n) {
     snprintf(buf, n, "none");
   else if (s->same_as)
     snprintf(buf, n, "= %s", s->same_as);
-  else if (s->kind == GP_SETTING_FLOAT)
-    snprintf(buf, n, "%s", gp_decimal_shortest(s->fdflt, num, sizeof num));
+  else if (s->kind == GP_SETTING_FLOAT) {
+    gp_decimal_shortest(s->fdflt, num, sizeof num);
+    tidy_exponent(num);
+    snprintf(buf, n, "%s", num);
+  }
   else if (s->kind == GP_SETTING_BOOL)
     snprintf(buf, n, "%s", s->idflt ? "true" : "false");
   else if (s->kind == GP_SETTING_CHOICE && s->choices)
