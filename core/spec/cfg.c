@@ -253,14 +253,28 @@ static int parse_float(const char *s, double *out) {
   return 1;
 }
 
-/* " (0.99999999999 is 1 as float32)" for an error about a number that the
- * rounding changed as %g shows it, else "". */
+/* d's float32 as the shortest text that reads back to it: 1000001 (not %g's 1e+06), 0.1, 0. */
+static const char *float32_str(double d, char *buf, size_t n) {
+  const float f = (float)d;
+  if (f > -9.0e15f && f < 9.0e15f && f == (float)(long long)f) {
+    snprintf(buf, n, "%lld", (long long)f);
+    return buf;
+  }
+  for (int p = 1; p <= 9; p++) {
+    snprintf(buf, n, "%.*g", p, (double)f);
+    if ((float)strtod(buf, NULL) == f) break;
+  }
+  return buf;
+}
+
+/* " (0.99999999999 is 1 as float32)" for an error about a number that float32's rounding
+ * changed (as the shortest text shows it: 0.1 is 0.1), else "". */
 static const char *float_note(const char *text, char *buf, size_t n) {
   double d;
   char shown[64];
   buf[0] = 0;
   if (parse_float(text, &d) != 1) return buf;
-  snprintf(shown, sizeof shown, "%g", (double)(float)d);
+  float32_str(d, shown, sizeof shown);
   if (strtod(shown, NULL) != d) snprintf(buf, n, " (%.40s is %.24s as float32)", text, shown);
   return buf;
 }
@@ -356,11 +370,15 @@ static gp_status float_item(gp_cfg *c, entry *e, int i, const char *key, gp_rang
   if (!p)
     return at_error(c, e->line[i], e->col[i], "%s: expected a number, got '%s'", key, e->items[i]);
   if (gp_range_holds(r, *out)) return GP_OK;
-  char rs[96];
-  const int item = e->is_list ? i : -1;
+  /* refused for its float32 alone (an open bound): say so; else the value itself is out */
+  const gp_range as_written = {r.lo, r.hi, 0, 0};
+  const int by_float = gp_range_holds(as_written, *out) && *out != r.lo && *out != r.hi;
+  char rs[96], note[160] = "";
+  if (by_float) float_note(e->items[i], note, sizeof note);
   if (gp_range_str(r, rs, sizeof rs))
-    return gp_cfg_error_item(c, key, item, "%s: %s must be %s", key, e->items[i], rs);
-  return gp_cfg_error_item(c, key, item, "%s: %s is out of range %s", key, e->items[i], rs);
+    return at_error(c, e->line[i], e->col[i], "%s: %s must be %s%s", key, e->items[i], rs, note);
+  return at_error(c, e->line[i], e->col[i], "%s: %s is out of range %s%s", key, e->items[i], rs,
+                  note);
 }
 
 gp_status gp_cfg_float_in(gp_cfg *c, const char *key, double dflt, gp_range r, double *out) {

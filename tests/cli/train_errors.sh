@@ -193,6 +193,19 @@ expect 2 "betas.yaml:26:41: betas: 0.99999999999 is out of range \[0, 1\) \(0.99
   -- "$tmp/betas.yaml" --data synthetic --steps 1
 expect 2 "transformer-nmt.yaml:[0-9]+:[0-9]+: decode_len_a: 1000000.0001 is out of range \[0, 1000000\]" \
   -- "$srcdir/models/transformer-nmt.yaml" --data synthetic --steps 1 --set data.decode_len_a=1000000.0001
+# a range message states the rule it applied, open bounds as open; a positive setting whose
+# float32 is 0 is refused where it is written (batchnorm trained on, eps 0 as float32, and std
+# 1e-50 passed synthetic data); an unknown key with no near match lists the keys there are
+expect 2 "fashion-cnn.yaml:13:[0-9]+: eps: 1e-50 is out of range \(0, 1\] \(1e-50 is 0 as float32\) " \
+  -- "$cnn" --data synthetic --steps 1 --set blocks.conv_bn_relu.layers.1.eps=1e-50
+expect 2 "fashion-cnn.yaml:30:37: std: 1e-50 must be > 0 \(1e-50 is 0 as float32\) \(set by" \
+  -- "$cnn" --data synthetic --steps 1 --set data.normalize.std.0=1e-50
+expect 2 "fashion-cnn.yaml:23:24: p: 1 is out of range \[0, 1\) \(set by --set layers.5.p=1\)$" \
+  -- "$cnn" --data synthetic --steps 1 --set layers.5.p=1
+expect 2 "fashion-cnn.yaml:37:30: lr: -1 must be > 0 \(set by" \
+  -- "$cnn" --data synthetic --steps 1 --set train.optimizer.lr=-1
+expect 2 "fashion-cnn.yaml:23:5: unknown key 'zzzz' for dropout \(its keys: p, name, from, repeat, type\)" \
+  -- "$cnn" --data synthetic --steps 1 --set layers.5.zzzz=1
 # a --set of one list item is named when that item is refused
 expect 2 "fashion-cnn.yaml:[0-9]+:[0-9]+: std: 0 must be > 0 \(set by --set data.normalize.std.0=0\)" \
   -- "$srcdir/models/fashion-cnn.yaml" --set data.normalize.std.0=0 --steps 1
