@@ -159,7 +159,7 @@ struct gp_layer {
                           (kept here so conf stays read-only settings) */
 };
 
-#define GP_LAYER_SETTINGS(table)                                                                  \
+#define GP_LAYER_SETTINGS(table)                                                                   \
   .settings = (table), .n_settings = (int)(sizeof(table) / sizeof((table)[0]))
 
 /* The registry (layers/registry.c). */

@@ -8,8 +8,10 @@ typedef struct act_conf {
 } act_conf;
 
 static const gp_setting gelu_settings[] = {
-    {.key = "approximate", GP_SETTING_CHOICE_AT(act_conf, approximate),
-     .choices = (const char *const[]){"none", "tanh", NULL}, .idflt = 0,
+    {.key = "approximate",
+     GP_SETTING_CHOICE_AT(act_conf, approximate),
+     .choices = (const char *const[]){"none", "tanh", NULL},
+     .idflt = 0,
      .doc = "`tanh`: the tanh approximation (PyTorch's `approximate='tanh'`); `none`: erf"},
 };
 
@@ -88,8 +90,8 @@ static gp_status act_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, cons
 /* In place where the backward reads nothing x alone holds: ReLU's mask x > 0 is y > 0,
  * tanh's and sigmoid's derivatives are of y. GELU's backward needs x itself. */
 ACT_TYPE(gp_layer_relu, "relu", "max(x, 0), element-wise", relu_configure, 1, .n_settings = 0);
-ACT_TYPE(gp_layer_gelu, "gelu", "x * Phi(x), element-wise, Phi the standard normal CDF", gelu_configure, 0,
-         GP_LAYER_SETTINGS(gelu_settings));
+ACT_TYPE(gp_layer_gelu, "gelu", "x * Phi(x), element-wise, Phi the standard normal CDF",
+         gelu_configure, 0, GP_LAYER_SETTINGS(gelu_settings));
 ACT_TYPE(gp_layer_tanh, "tanh", "tanh(x), element-wise", tanh_configure, 1, .n_settings = 0);
 ACT_TYPE(gp_layer_sigmoid, "sigmoid", "1 / (1 + exp(-x)), element-wise", sigmoid_configure, 1,
          .n_settings = 0);

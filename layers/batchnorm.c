@@ -14,9 +14,14 @@ typedef struct batchnorm_conf {
 enum { P_WEIGHT, P_BIAS, P_MEAN, P_VAR };
 
 static const gp_setting batchnorm_settings[] = {
-    {.key = "eps", GP_SETTING_FLOAT_AT(batchnorm_conf, eps), .fdflt = 1e-5, .range = {0, 1, 1, 0},
+    {.key = "eps",
+     GP_SETTING_FLOAT_AT(batchnorm_conf, eps),
+     .fdflt = 1e-5,
+     .range = {0, 1, 1, 0},
      .doc = "added to the variance before its square root"},
-    {.key = "momentum", GP_SETTING_FLOAT_AT(batchnorm_conf, momentum), .fdflt = 0.1,
+    {.key = "momentum",
+     GP_SETTING_FLOAT_AT(batchnorm_conf, momentum),
+     .fdflt = 0.1,
      .range = {0, 1, 0, 0},
      .doc = "running statistics: new = (1 - momentum) old + momentum batch (PyTorch's)"},
 };
@@ -117,7 +122,8 @@ static gp_status batchnorm_step_end(gp_layer *l, gp_backend *be) {
 
 const gp_layer_type gp_layer_batchnorm = {
     .name = "batchnorm",
-    .doc = "per-channel batch normalization over `[C, ...]` with an affine weight and bias (PyTorch's BatchNorm1d/2d)",
+    .doc = "per-channel batch normalization over `[C, ...]` with an affine weight and bias "
+           "(PyTorch's BatchNorm1d/2d)",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(batchnorm_conf),

@@ -8,7 +8,10 @@ typedef struct concat_conf {
 } concat_conf;
 
 static const gp_setting concat_settings[] = {
-    {.key = "axis", GP_SETTING_INT_AT(concat_conf, axis), .idflt = 0, .min = -GP_MAX_DIMS,
+    {.key = "axis",
+     GP_SETTING_INT_AT(concat_conf, axis),
+     .idflt = 0,
+     .min = -GP_MAX_DIMS,
      .max = GP_MAX_DIMS - 1,
      .doc = "the per-sample dimension joined along; negative counts from the end"},
 };

@@ -9,7 +9,10 @@ typedef struct dropout_conf {
 } dropout_conf;
 
 static const gp_setting dropout_settings[] = {
-    {.key = "p", GP_SETTING_FLOAT_AT(dropout_conf, p), .fdflt = 0.5, .range = GP_RANGE_BELOW_ONE,
+    {.key = "p",
+     GP_SETTING_FLOAT_AT(dropout_conf, p),
+     .fdflt = 0.5,
+     .range = GP_RANGE_BELOW_ONE,
      .doc = "probability of zeroing an element while training (the rest are scaled by "
             "1/(1-p)); off in evaluation"},
 };

@@ -15,15 +15,28 @@ typedef struct embedding_conf {
 } embedding_conf;
 
 static const gp_setting embedding_settings[] = {
-    {.key = "num_embeddings", GP_SETTING_INT_AT(embedding_conf, vocab), .required = 1, .min = 1,
-     .max = INT32_MAX, .doc = "vocabulary size (rows of the weight)"},
-    {.key = "dim", GP_SETTING_INT_AT(embedding_conf, dim), .required = 1, .min = 1,
-     .max = GP_LAYER_MAX_DIM, .doc = "embedding size"},
-    {.key = "padding_idx", GP_SETTING_INT_AT(embedding_conf, padding_written),
-     GP_SETTING_HAS_AT(embedding_conf, has_padding), .min = INT32_MIN, .max = INT32_MAX,
+    {.key = "num_embeddings",
+     GP_SETTING_INT_AT(embedding_conf, vocab),
+     .required = 1,
+     .min = 1,
+     .max = INT32_MAX,
+     .doc = "vocabulary size (rows of the weight)"},
+    {.key = "dim",
+     GP_SETTING_INT_AT(embedding_conf, dim),
+     .required = 1,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "embedding size"},
+    {.key = "padding_idx",
+     GP_SETTING_INT_AT(embedding_conf, padding_written),
+     GP_SETTING_HAS_AT(embedding_conf, has_padding),
+     .min = INT32_MIN,
+     .max = INT32_MAX,
      .doc = "a row that starts at zero and gets no gradient, in [-num_embeddings, "
             "num_embeddings) (negative counts from the end)"},
-    {.key = "scale", GP_SETTING_BOOL_AT(embedding_conf, scale), .idflt = 0,
+    {.key = "scale",
+     GP_SETTING_BOOL_AT(embedding_conf, scale),
+     .idflt = 0,
      .doc = "multiply the output by sqrt(dim) (Vaswani et al.); the weight starts N(0, 1/dim)"},
 };
 
@@ -106,7 +119,8 @@ static gp_status embedding_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
 
 const gp_layer_type gp_layer_embedding = {
     .name = "embedding",
-    .doc = "i32 token ids `[...]` to vectors `[..., dim]`, a row of the weight per id (PyTorch's `nn.Embedding`)",
+    .doc = "i32 token ids `[...]` to vectors `[..., dim]`, a row of the weight per id (PyTorch's "
+           "`nn.Embedding`)",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(embedding_conf),

@@ -7,7 +7,10 @@ typedef struct layernorm_conf {
 } layernorm_conf;
 
 static const gp_setting layernorm_settings[] = {
-    {.key = "eps", GP_SETTING_FLOAT_AT(layernorm_conf, eps), .fdflt = 1e-5, .range = {0, 1, 1, 0},
+    {.key = "eps",
+     GP_SETTING_FLOAT_AT(layernorm_conf, eps),
+     .fdflt = 1e-5,
+     .range = {0, 1, 1, 0},
      .doc = "added to the variance before its square root"},
 };
 
@@ -63,7 +66,8 @@ static gp_status layernorm_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
 
 const gp_layer_type gp_layer_layernorm = {
     .name = "layernorm",
-    .doc = "normalization over the last dimension with an affine weight and bias (PyTorch's LayerNorm)",
+    .doc = "normalization over the last dimension with an affine weight and bias (PyTorch's "
+           "LayerNorm)",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(layernorm_conf),

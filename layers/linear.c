@@ -8,10 +8,16 @@ typedef struct linear_conf {
 } linear_conf;
 
 static const gp_setting linear_settings[] = {
-    {.key = "out_features", GP_SETTING_INT_AT(linear_conf, out_features), .required = 1,
-     .min = 1, .max = GP_LAYER_MAX_DIM, .doc = "output features (rows of the weight)"},
+    {.key = "out_features",
+     GP_SETTING_INT_AT(linear_conf, out_features),
+     .required = 1,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "output features (rows of the weight)"},
     {.key = "bias", GP_SETTING_BOOL_AT(linear_conf, bias), .idflt = 1, .doc = "add a bias"},
-    {.key = "init", GP_SETTING_CHOICE_AT(linear_conf, he), .choices = gp_layers_inits,
+    {.key = "init",
+     GP_SETTING_CHOICE_AT(linear_conf, he),
+     .choices = gp_layers_inits,
      .idflt = 0,
      .doc = "weight init: `default` U(-b, b), b = 1/sqrt(in) (PyTorch's); `he` N(0, 2/in)"},
 };

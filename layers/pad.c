@@ -12,8 +12,12 @@ typedef struct pad_conf {
 } pad_conf;
 
 static const gp_setting pad_settings[] = {
-    {.key = "channels", GP_SETTING_INTS_AT(pad_conf, channels), .required = 1, .min = 0,
-     .max = GP_LAYER_MAX_DIM, .doc = "zero channels added [before, after] dim 0"},
+    {.key = "channels",
+     GP_SETTING_INTS_AT(pad_conf, channels),
+     .required = 1,
+     .min = 0,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "zero channels added [before, after] dim 0"},
 };
 
 static gp_status pad_shape(gp_layer *l) {

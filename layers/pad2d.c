@@ -8,14 +8,30 @@ typedef struct pad2d_conf {
 } pad2d_conf;
 
 static const gp_setting pad2d_settings[] = {
-    {.key = "top", GP_SETTING_INT_AT(pad2d_conf, top), .idflt = 0, .min = -GP_LAYER_MAX_DIM,
-     .max = GP_LAYER_MAX_DIM, .doc = "rows or columns added at the top (negative: removed)"},
-    {.key = "bottom", GP_SETTING_INT_AT(pad2d_conf, bottom), .idflt = 0, .min = -GP_LAYER_MAX_DIM,
-     .max = GP_LAYER_MAX_DIM, .doc = "rows or columns added at the bottom (negative: removed)"},
-    {.key = "left", GP_SETTING_INT_AT(pad2d_conf, left), .idflt = 0, .min = -GP_LAYER_MAX_DIM,
-     .max = GP_LAYER_MAX_DIM, .doc = "rows or columns added at the left (negative: removed)"},
-    {.key = "right", GP_SETTING_INT_AT(pad2d_conf, right), .idflt = 0, .min = -GP_LAYER_MAX_DIM,
-     .max = GP_LAYER_MAX_DIM, .doc = "rows or columns added at the right (negative: removed)"},
+    {.key = "top",
+     GP_SETTING_INT_AT(pad2d_conf, top),
+     .idflt = 0,
+     .min = -GP_LAYER_MAX_DIM,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "rows or columns added at the top (negative: removed)"},
+    {.key = "bottom",
+     GP_SETTING_INT_AT(pad2d_conf, bottom),
+     .idflt = 0,
+     .min = -GP_LAYER_MAX_DIM,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "rows or columns added at the bottom (negative: removed)"},
+    {.key = "left",
+     GP_SETTING_INT_AT(pad2d_conf, left),
+     .idflt = 0,
+     .min = -GP_LAYER_MAX_DIM,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "rows or columns added at the left (negative: removed)"},
+    {.key = "right",
+     GP_SETTING_INT_AT(pad2d_conf, right),
+     .idflt = 0,
+     .min = -GP_LAYER_MAX_DIM,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "rows or columns added at the right (negative: removed)"},
 };
 
 static gp_status pad2d_shape(gp_layer *l) {

@@ -26,19 +26,24 @@ typedef struct pool_conf {
   int count_pad;
 } pool_conf;
 
+/* The settings maxpool and avgpool share (clang-format would scatter a macro's entries). */
+/* clang-format off */
 #define WINDOW_SETTINGS                                                                            \
   {.key = "kernel", GP_SETTING_INTS_AT(pool_conf, kernel), .required = 1, .min = 1,                \
    .max = GP_LAYER_MAX_DIM, .doc = "window size [height, width]"},                                 \
-      {.key = "stride", GP_SETTING_INTS_AT(pool_conf, stride), .same_as = "kernel", .min = 1,      \
-       .max = GP_LAYER_MAX_DIM, .doc = "step between windows [height, width]"},                    \
-      {.key = "padding", GP_SETTING_INTS_AT(pool_conf, padding), .idflt = 0, .min = 0,             \
-       .max = GP_LAYER_MAX_DIM,                                                                    \
-       .doc = "cells added on both sides [height, width], at most half the kernel"}
+  {.key = "stride", GP_SETTING_INTS_AT(pool_conf, stride), .same_as = "kernel", .min = 1,          \
+   .max = GP_LAYER_MAX_DIM, .doc = "step between windows [height, width]"},                        \
+  {.key = "padding", GP_SETTING_INTS_AT(pool_conf, padding), .idflt = 0, .min = 0,                 \
+   .max = GP_LAYER_MAX_DIM,                                                                        \
+   .doc = "cells added on both sides [height, width], at most half the kernel"}
+/* clang-format on */
 
 static const gp_setting maxpool_settings[] = {WINDOW_SETTINGS};
 static const gp_setting avgpool_settings[] = {
     WINDOW_SETTINGS,
-    {.key = "count_pad", GP_SETTING_BOOL_AT(pool_conf, count_pad), .idflt = 0,
+    {.key = "count_pad",
+     GP_SETTING_BOOL_AT(pool_conf, count_pad),
+     .idflt = 0,
      .doc = "padding cells count in the average (PyTorch's `count_include_pad`)"},
 };
 
@@ -176,5 +181,5 @@ POOL_TYPE(gp_layer_maxpool, "maxpool", "the maximum of each window of `[C, H, W]
           maxpool_configure, GP_LAYER_SETTINGS(maxpool_settings));
 POOL_TYPE(gp_layer_avgpool, "avgpool", "the mean of each window of `[C, H, W]`", avgpool_configure,
           GP_LAYER_SETTINGS(avgpool_settings));
-POOL_TYPE(gp_layer_global_avgpool, "global_avgpool", "the mean of each channel: `[C, H, W]` to `[C]`",
-          global_configure, .n_settings = 0);
+POOL_TYPE(gp_layer_global_avgpool, "global_avgpool",
+          "the mean of each channel: `[C, H, W]` to `[C]`", global_configure, .n_settings = 0);

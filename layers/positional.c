@@ -15,10 +15,16 @@ typedef struct positional_conf {
 } positional_conf;
 
 static const gp_setting positional_settings[] = {
-    {.key = "max_len", GP_SETTING_INT_AT(positional_conf, max_len), .required = 1, .min = 1,
-     .max = GP_LAYER_MAX_DIM, .doc = "rows of the position table (the longest sequence)"},
-    {.key = "kind", GP_SETTING_CHOICE_AT(positional_conf, learned),
-     .choices = (const char *const[]){"sinusoidal", "learned", NULL}, .idflt = 0,
+    {.key = "max_len",
+     GP_SETTING_INT_AT(positional_conf, max_len),
+     .required = 1,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "rows of the position table (the longest sequence)"},
+    {.key = "kind",
+     GP_SETTING_CHOICE_AT(positional_conf, learned),
+     .choices = (const char *const[]){"sinusoidal", "learned", NULL},
+     .idflt = 0,
      .doc = "`sinusoidal`: Vaswani et al.'s fixed table; `learned`: a trained weight"},
 };
 

@@ -12,12 +12,24 @@ typedef struct slice_conf {
 } slice_conf;
 
 static const gp_setting slice_settings[] = {
-    {.key = "axis", GP_SETTING_INT_AT(slice_conf, axis), .idflt = 0, .min = -GP_MAX_DIMS,
-     .max = GP_MAX_DIMS - 1, .doc = "the per-sample dimension sliced; negative counts from the end"},
-    {.key = "start", GP_SETTING_INT_AT(slice_conf, start), .idflt = 0, .min = -GP_LAYER_MAX_DIM,
-     .max = GP_LAYER_MAX_DIM, .doc = "first index; negative counts from the end"},
-    {.key = "end", GP_SETTING_INT_AT(slice_conf, end), GP_SETTING_HAS_AT(slice_conf, has_end),
-     .min = -GP_LAYER_MAX_DIM, .max = GP_LAYER_MAX_DIM, .dflt_doc = "the axis's end",
+    {.key = "axis",
+     GP_SETTING_INT_AT(slice_conf, axis),
+     .idflt = 0,
+     .min = -GP_MAX_DIMS,
+     .max = GP_MAX_DIMS - 1,
+     .doc = "the per-sample dimension sliced; negative counts from the end"},
+    {.key = "start",
+     GP_SETTING_INT_AT(slice_conf, start),
+     .idflt = 0,
+     .min = -GP_LAYER_MAX_DIM,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "first index; negative counts from the end"},
+    {.key = "end",
+     GP_SETTING_INT_AT(slice_conf, end),
+     GP_SETTING_HAS_AT(slice_conf, has_end),
+     .min = -GP_LAYER_MAX_DIM,
+     .max = GP_LAYER_MAX_DIM,
+     .dflt_doc = "the axis's end",
      .doc = "index after the last; negative counts from the end"},
 };
 

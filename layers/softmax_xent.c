@@ -14,13 +14,18 @@ typedef struct xent_conf {
 } xent_conf;
 
 static const gp_setting xent_settings[] = {
-    {.key = "label_smoothing", GP_SETTING_FLOAT_AT(xent_conf, smoothing), .fdflt = 0,
+    {.key = "label_smoothing",
+     GP_SETTING_FLOAT_AT(xent_conf, smoothing),
+     .fdflt = 0,
      .range = GP_RANGE_BELOW_ONE,
      .doc = "the target puts 1 - s on the label and s/K on every class (PyTorch's)"},
     /* Negative, so that the pipeline, which counts a mini-batch's targets from the host labels
      * before any stage runs, counts exactly the labels this layer does not ignore. */
-    {.key = "ignore_index", GP_SETTING_INT_AT(xent_conf, ignore_index), .idflt = -100,
-     .min = INT32_MIN, .max = -1,
+    {.key = "ignore_index",
+     GP_SETTING_INT_AT(xent_conf, ignore_index),
+     .idflt = -100,
+     .min = INT32_MIN,
+     .max = -1,
      .doc = "a label with this value adds no loss, no gradient and no count"},
 };
 
@@ -184,7 +189,8 @@ static gp_status xent_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, con
 
 const gp_layer_type gp_layer_softmax_cross_entropy = {
     .name = "softmax_cross_entropy",
-    .doc = "the loss: softmax of logits `[..., K]` against i32 labels `[...]`, averaged over the targets",
+    .doc = "the loss: softmax of logits `[..., K]` against i32 labels `[...]`, averaged over the "
+           "targets",
     .is_loss = 1,
     .min_inputs = 2,
     .max_inputs = 2,

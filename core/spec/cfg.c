@@ -301,9 +301,12 @@ int gp_range_str(gp_range r, char *buf, size_t n) {
     snprintf(buf, n, "%c%s, %s%c", r.lo_open ? '(' : '[', lo, hi, r.hi_open ? ')' : ']');
     return 0;
   }
-  if (has_lo) snprintf(buf, n, ">%s %s", r.lo_open ? "" : "=", lo);
-  else if (has_hi) snprintf(buf, n, "<%s %s", r.hi_open ? "" : "=", hi);
-  else snprintf(buf, n, "any");
+  if (has_lo)
+    snprintf(buf, n, ">%s %s", r.lo_open ? "" : "=", lo);
+  else if (has_hi)
+    snprintf(buf, n, "<%s %s", r.hi_open ? "" : "=", hi);
+  else
+    snprintf(buf, n, "any");
   return has_lo || has_hi;
 }
 
@@ -312,9 +315,12 @@ int gp_int_range_str(int64_t min, int64_t max, char *buf, size_t n) {
     snprintf(buf, n, "[%lld, %lld]", (long long)min, (long long)max);
     return 0;
   }
-  if (min > INT64_MIN) snprintf(buf, n, ">= %lld", (long long)min);
-  else if (max < INT64_MAX) snprintf(buf, n, "<= %lld", (long long)max);
-  else snprintf(buf, n, "any");
+  if (min > INT64_MIN)
+    snprintf(buf, n, ">= %lld", (long long)min);
+  else if (max < INT64_MAX)
+    snprintf(buf, n, "<= %lld", (long long)max);
+  else
+    snprintf(buf, n, "any");
   return min > INT64_MIN || max < INT64_MAX;
 }
 
@@ -361,8 +367,7 @@ gp_status gp_cfg_int(gp_cfg *c, const char *key, int64_t dflt, int64_t min, int6
 }
 
 /* Item i of e, a number in r; errors at the item, with the float32 note (gp_cfg_error_item). */
-static gp_status float_item(gp_cfg *c, entry *e, int i, const char *key, gp_range r,
-                            double *out) {
+static gp_status float_item(gp_cfg *c, entry *e, int i, const char *key, gp_range r, double *out) {
   const int p = parse_float(e->items[i], out);
   if (p < 0)
     return at_error(c, e->line[i], e->col[i], "%s: %s is beyond float32's range (about 3.4e38)",

@@ -24,10 +24,14 @@ typedef struct gp_range {
 } gp_range;
 
 /* The ranges most settings take, as initializers (usable in static tables). */
-#define GP_RANGE_ANY {-INFINITY, INFINITY, 0, 0}
-#define GP_RANGE_POSITIVE {0, INFINITY, 1, 0}     /* > 0 */
-#define GP_RANGE_NONNEGATIVE {0, INFINITY, 0, 0}  /* >= 0 */
-#define GP_RANGE_BELOW_ONE {0, 1, 0, 1}           /* [0, 1): probabilities, momenta, betas */
+#define GP_RANGE_ANY                                                                               \
+  { -INFINITY, INFINITY, 0, 0 }
+#define GP_RANGE_POSITIVE                                                                          \
+  { 0, INFINITY, 1, 0 } /* > 0 */
+#define GP_RANGE_NONNEGATIVE                                                                       \
+  { 0, INFINITY, 0, 0 } /* >= 0 */
+#define GP_RANGE_BELOW_ONE                                                                         \
+  { 0, 1, 0, 1 } /* [0, 1): probabilities, momenta, betas */
 
 /* 1 when v lies in r (its float32 too, at an open bound). */
 int gp_range_holds(gp_range r, double v);

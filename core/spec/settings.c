@@ -108,8 +108,7 @@ const char *gp_setting_default_str(const gp_setting *s, char *buf, size_t n) {
     gp_decimal_shortest(s->fdflt, num, sizeof num);
     tidy_exponent(num);
     snprintf(buf, n, "%s", num);
-  }
-  else if (s->kind == GP_SETTING_BOOL)
+  } else if (s->kind == GP_SETTING_BOOL)
     snprintf(buf, n, "%s", s->idflt ? "true" : "false");
   else if (s->kind == GP_SETTING_CHOICE && s->choices)
     snprintf(buf, n, "%s", s->choices[s->idflt]);

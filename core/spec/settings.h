@@ -23,9 +23,9 @@ typedef enum gp_setting_kind {
 typedef struct gp_setting {
   const char *key;
   gp_setting_kind kind;
-  size_t at;   /* offset of the value in the settings struct */
-  size_t size; /* its bytes (INTS: n values) */
-  int n;       /* INTS: how many values */
+  size_t at;    /* offset of the value in the settings struct */
+  size_t size;  /* its bytes (INTS: n values) */
+  int n;        /* INTS: how many values */
   int required; /* 1: no default; absent is an error naming the key */
   /* 1: no default either, and absent is fine: the int at has_at says whether it was given
    * (the value is read only then; else it stays 0) */
@@ -43,19 +43,19 @@ typedef struct gp_setting {
 
 /* Where a setting's value lives, with its C type checked at compile time: a table entry that
  * says INT for a double field does not build. */
-#define GP_SETTING_AT_(T, f, ctype)                                                               \
-  .at = offsetof(T, f) + 0 * sizeof(_Generic(((T *)0)->f, ctype: 1)), .size = sizeof(((T *)0)->f)
+#define GP_SETTING_AT_(T, f, ctype)                                                                \
+  .at = offsetof(T, f) + 0 * sizeof(_Generic(((T *)0)->f, ctype : 1)), .size = sizeof(((T *)0)->f)
 #define GP_SETTING_INT_AT(T, f) .kind = GP_SETTING_INT, GP_SETTING_AT_(T, f, int64_t)
 /* f is an int64_t array (a union with named fields keeps the code readable: kernel[2] is
  * kh, kw); n is its length. */
-#define GP_SETTING_INTS_AT(T, f)                                                                  \
-  .kind = GP_SETTING_INTS, GP_SETTING_AT_(T, f, int64_t *),                                      \
+#define GP_SETTING_INTS_AT(T, f)                                                                   \
+  .kind = GP_SETTING_INTS, GP_SETTING_AT_(T, f, int64_t *),                                        \
   .n = (int)(sizeof(((T *)0)->f) / sizeof(int64_t))
 #define GP_SETTING_FLOAT_AT(T, f) .kind = GP_SETTING_FLOAT, GP_SETTING_AT_(T, f, double)
 #define GP_SETTING_BOOL_AT(T, f) .kind = GP_SETTING_BOOL, GP_SETTING_AT_(T, f, int)
 #define GP_SETTING_CHOICE_AT(T, f) .kind = GP_SETTING_CHOICE, GP_SETTING_AT_(T, f, int)
-#define GP_SETTING_HAS_AT(T, f)                                                                   \
-  .optional = 1, .has_at = offsetof(T, f) + 0 * sizeof(_Generic(((T *)0)->f, int: 1))
+#define GP_SETTING_HAS_AT(T, f)                                                                    \
+  .optional = 1, .has_at = offsetof(T, f) + 0 * sizeof(_Generic(((T *)0)->f, int : 1))
 
 /* Reads every setting of the table, in its order, from cfg into conf (a zeroed settings
  * struct): absent ones take their defaults; errors are located by the cfg readers. Every key

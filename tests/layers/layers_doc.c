@@ -23,8 +23,9 @@ static void page(gp_strbuf *b) {
   char in[32];
   const char *const *names = gp_layer_type_names();
   gp_strbuf_printf(b, "# Layer types and their settings\n\n");
-  gp_strbuf_printf(b, "<!-- Generated from the layers' settings tables (layers/*.c) by "
-                      "tests/layers/layers_doc.c; do not edit. Regenerate: %s. -->\n\n",
+  gp_strbuf_printf(b,
+                   "<!-- Generated from the layers' settings tables (layers/*.c) by "
+                   "tests/layers/layers_doc.c; do not edit. Regenerate: %s. -->\n\n",
                    REGENERATE);
   gp_strbuf_printf(
       b, "Each entry of `layers:` (or `loss:`) names its layer type with `type:`; its other keys "
@@ -41,8 +42,7 @@ static void page(gp_strbuf *b) {
   for (int i = 0; names[i]; i++) {
     const gp_layer_type *t = gp_layer_type_find(names[i]);
     gp_strbuf_printf(b, "| [`%s`](#%s) | %s | %s%s |\n", t->name, t->name, inputs(t, in, sizeof in),
-                     t->doc,
-                     t->is_loss ? " (a loss: it goes under `loss:`)" : "");
+                     t->doc, t->is_loss ? " (a loss: it goes under `loss:`)" : "");
   }
   for (int i = 0; names[i]; i++) {
     const gp_layer_type *t = gp_layer_type_find(names[i]);
@@ -112,8 +112,9 @@ int main(int argc, char **argv) {
     const int same = *h == *w && strlen(file.p) == file.n;
     gp_strbuf_free(&file);
     if (!same) {
-      fprintf(stderr, "layers_doc: %s is out of date (from line %d) with the layers' settings "
-                      "tables; regenerate it: %s\n",
+      fprintf(stderr,
+              "layers_doc: %s is out of date (from line %d) with the layers' settings "
+              "tables; regenerate it: %s\n",
               argv[2], line, REGENERATE);
       return 1;
     }

@@ -14,8 +14,11 @@ typedef struct scale_conf {
 } scale_conf;
 
 static const gp_setting scale_settings[] = {
-    {.key = "bug", GP_SETTING_CHOICE_AT(scale_conf, bug), .choices = lt_selftest_bugs,
-     .idflt = BUG_NONE, .doc = "which mistake the layer makes"},
+    {.key = "bug",
+     GP_SETTING_CHOICE_AT(scale_conf, bug),
+     .choices = lt_selftest_bugs,
+     .idflt = BUG_NONE,
+     .doc = "which mistake the layer makes"},
 };
 
 static gp_status scale_configure(gp_layer *l, gp_cfg *cfg) {

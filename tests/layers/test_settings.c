@@ -81,7 +81,8 @@ static void check_table(const gp_layer_type *t) {
       FAIL("%s.%s: default %g outside its range", t->name, k, s->fdflt);
     if (s->kind == GP_SETTING_BOOL && (s->idflt < 0 || s->idflt > 1))
       FAIL("%s.%s: bool default %lld", t->name, k, (long long)s->idflt);
-    if (s->kind == GP_SETTING_CHOICE && (n_choices(s) < 2 || s->idflt < 0 || s->idflt >= n_choices(s)))
+    if (s->kind == GP_SETTING_CHOICE &&
+        (n_choices(s) < 2 || s->idflt < 0 || s->idflt >= n_choices(s)))
       FAIL("%s.%s: %d choices, default %lld", t->name, k, n_choices(s), (long long)s->idflt);
     if (s->same_as) {
       int found = 0;

@@ -73,7 +73,8 @@ static const refused cases[] = {
     {"seed beyond 64 bits", H LIN LOSS "train: {seed: 99999999999999999999}\n",
      "t.yaml:4:15: seed: 99999999999999999999 is beyond 64-bit integers (at most "
      "9223372036854775807)"},
-    {"a limit far below 0", H LIN LOSS "data: {dataset: mnist, train_limit: -99999999999999999999}\n",
+    {"a limit far below 0",
+     H LIN LOSS "data: {dataset: mnist, train_limit: -99999999999999999999}\n",
      "t.yaml:4:37: train_limit: -99999999999999999999 must be >= 0"},
     {"decode_len_a above 1e6",
      H LIN LOSS "data: {dataset: translation, source: en, target: es, decode_len_a: 1000001}\n",
@@ -86,7 +87,8 @@ static const refused cases[] = {
      "t.yaml:2:33: eps: 1e-50 is out of range (0, 1] (1e-50 is 0 as float32)"},
     {"normalize std 1e-50", H LIN LOSS "data: {normalize: {mean: [0.5], std: [1e-50]}}\n",
      "t.yaml:4:39: std: 1e-50 must be > 0 (1e-50 is 0 as float32)"},
-    {"normalize std, the second item", "inputs: {x: [2, 2, 2], label: {shape: [], dtype: i32}}\n"
+    {"normalize std, the second item",
+     "inputs: {x: [2, 2, 2], label: {shape: [], dtype: i32}}\n"
      "layers: [{type: flatten}, {type: linear, out_features: 3}]\n" LOSS
      "data: {normalize: {mean: [0.5, 0.5], std: [1, 1e-46]}}\n",
      "t.yaml:4:47: std: 1e-46 must be > 0 (1e-46 is 0 as float32)"},
