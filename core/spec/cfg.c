@@ -366,7 +366,8 @@ gp_status gp_cfg_int(gp_cfg *c, const char *key, int64_t dflt, int64_t min, int6
   return int_item(c, e, 0, key, min, max, out);
 }
 
-/* Item i of e, a number in r; errors at the item, with the float32 note (gp_cfg_error_item). */
+/* Item i of e, a number in r; errors at the item, with the float32 note where float32 alone
+ * refused it. */
 static gp_status float_item(gp_cfg *c, entry *e, int i, const char *key, gp_range r, double *out) {
   const int p = parse_float(e->items[i], out);
   if (p < 0)

@@ -140,8 +140,8 @@ static gp_status text_keys(gp_cfg *cfg, int ds, gp_data_spec *d) {
   GP_TRY(gp_cfg_int(cfg, "bos_id", 2, 0, INT32_MAX, &d->bos_id));
   GP_TRY(gp_cfg_int(cfg, "eos_id", 3, 0, INT32_MAX, &d->eos_id));
   GP_TRY(gp_cfg_int(cfg, "bleu_samples", 0, -1, INT64_MAX, &d->bleu_samples));
-  GP_TRY(gp_cfg_float(cfg, "decode_len_a", 1.5, 0, 1e6, &d->decode_len_a));
-  GP_TRY(gp_cfg_float(cfg, "decode_len_b", 10.0, 0, 1e9, &d->decode_len_b));
+  GP_TRY(gp_cfg_float(cfg, "decode_len_a", 1.5, 0.0, 1e6, &d->decode_len_a));
+  GP_TRY(gp_cfg_float(cfg, "decode_len_b", 10.0, 0.0, 1e9, &d->decode_len_b));
   GP_TRY(gp_cfg_choice(cfg, "eval_split", splits, 0, &split));
   snprintf(d->eval_split, sizeof d->eval_split, "%s", splits[split]);
   return GP_OK;
