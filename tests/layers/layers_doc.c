@@ -79,48 +79,54 @@ static int read_file(const char *path, gp_strbuf *b) {
   return ok && !b->oom;
 }
 
+static int write_page(const char *path, const char *want) {
+  FILE *f = fopen(path, "wb");
+  int ok = f && fputs(want, f) >= 0;
+  if (f && fclose(f) != 0) ok = 0;
+  if (!ok) fprintf(stderr, "layers_doc: cannot write %s\n", path);
+  return ok ? 0 : 1;
+}
+
+static int check_page(const char *path, const char *want) {
+  gp_strbuf file = {0};
+  if (!read_file(path, &file) || !file.p) {
+    gp_strbuf_free(&file);
+    fprintf(stderr, "layers_doc: cannot read %s; write it: %s\n", path, REGENERATE);
+    return 1;
+  }
+  int line = 1;
+  const char *h = file.p, *w = want;
+  for (; *h && *w && *h == *w; h++, w++)
+    line += *h == '\n';
+  const int same = *h == *w && strlen(file.p) == file.n; /* a NUL inside is a difference */
+  gp_strbuf_free(&file);
+  if (!same) {
+    fprintf(stderr,
+            "layers_doc: %s is out of date (from line %d) with the layers' settings tables; "
+            "regenerate it: %s\n",
+            path, line, REGENERATE);
+    return 1;
+  }
+  printf("layers_doc: %s is up to date\n", path);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   gp_strbuf b = {0};
+  int rc = 2;
   page(&b);
   if (b.oom || !b.p) {
     fprintf(stderr, "layers_doc: out of memory\n");
-    return 1;
+    rc = 1;
+  } else if (argc == 1) {
+    rc = fputs(b.p, stdout) >= 0 ? 0 : 1;
+  } else if (argc == 3 && !strcmp(argv[1], "-o")) {
+    rc = write_page(argv[2], b.p);
+  } else if (argc == 3 && !strcmp(argv[1], "--check")) {
+    rc = check_page(argv[2], b.p);
+  } else {
+    fprintf(stderr, "usage: layers_doc [-o FILE | --check FILE]\n");
   }
-  const char *want = b.p;
-  if (argc == 1) {
-    fputs(want, stdout);
-    return 0;
-  }
-  if (argc == 3 && !strcmp(argv[1], "-o")) {
-    FILE *f = fopen(argv[2], "wb");
-    if (!f || fputs(want, f) < 0 || fclose(f) != 0) {
-      fprintf(stderr, "layers_doc: cannot write %s\n", argv[2]);
-      return 1;
-    }
-    return 0;
-  }
-  if (argc == 3 && !strcmp(argv[1], "--check")) {
-    gp_strbuf file = {0};
-    if (!read_file(argv[2], &file) || !file.p) {
-      fprintf(stderr, "layers_doc: cannot read %s; write it: %s\n", argv[2], REGENERATE);
-      return 1;
-    }
-    int line = 1;
-    const char *h = file.p, *w = want;
-    for (; *h && *w && *h == *w; h++, w++)
-      line += *h == '\n';
-    const int same = *h == *w && strlen(file.p) == file.n;
-    gp_strbuf_free(&file);
-    if (!same) {
-      fprintf(stderr,
-              "layers_doc: %s is out of date (from line %d) with the layers' settings "
-              "tables; regenerate it: %s\n",
-              argv[2], line, REGENERATE);
-      return 1;
-    }
-    printf("layers_doc: %s is up to date\n", argv[2]);
-    return 0;
-  }
-  fprintf(stderr, "usage: layers_doc [-o FILE | --check FILE]\n");
-  return 2;
+  gp_strbuf_free(&b);
+  return rc;
 }
