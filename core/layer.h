@@ -10,6 +10,7 @@
 #include "core/arena.h"
 #include "core/backend.h"
 #include "core/spec/cfg.h"
+#include "core/spec/settings.h"
 #include "core/tensor.h"
 
 #define GP_MAX_INPUTS 8
@@ -99,10 +100,17 @@ static inline const void *gp_exec_host_copy(const gp_exec *e, const void *dev) {
 
 typedef struct gp_layer_type {
   const char *name;
+  const char *doc; /* one line on what it computes (docs/layers.md) */
   int min_inputs, max_inputs;
   size_t conf_size; /* bytes of the type's settings struct at gp_layer.conf (zeroed) */
-  /* Reads settings through cfg (every key the type knows is asked for, so unknown keys are
-   * found). Errors come located from the cfg getters. */
+  /* Every key its YAML mapping may hold besides the structural ones (type, name, from,
+   * repeat): the one declaration of each setting, read into conf by gp_settings_read and
+   * written out as docs/layers.md. GP_LAYER_SETTINGS(table) fills both fields. */
+  const gp_setting *settings;
+  int n_settings;
+  /* Reads the settings table through cfg (so every key the type knows is asked for and
+   * unknown keys are found), then checks what relates settings to each other. Errors come
+   * located from the cfg getters. */
   gp_status (*configure)(gp_layer *l, gp_cfg *cfg);
   /* From l->n_in, l->in_shape[] and l->in_dtype[], sets l->out_shape, and fills
    * l->pdesc/l->n_params. Errors say what is wrong with both shapes (unlocated: the loader
@@ -151,9 +159,12 @@ struct gp_layer {
                           (kept here so conf stays read-only settings) */
 };
 
+#define GP_LAYER_SETTINGS(table)                                                                   \
+  .settings = (table), .n_settings = (int)(sizeof(table) / sizeof((table)[0]))
+
 /* The registry (layers/registry.c). */
 const gp_layer_type *gp_layer_type_find(const char *name);
-/* All registered names, NULL-terminated, for suggestions. */
+/* All registered names, NULL-terminated, for suggestions: the types' own names. */
 const char *const *gp_layer_type_names(void);
 
 /* Dropout key for this layer in this step (the same for every micro-batch). */

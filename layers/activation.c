@@ -4,32 +4,35 @@
 
 typedef struct act_conf {
   gp_act act;
+  int approximate; /* gelu: 1 = the tanh form */
 } act_conf;
 
+static const gp_setting gelu_settings[] = {
+    {.key = "approximate",
+     GP_SETTING_CHOICE_AT(act_conf, approximate),
+     .choices = (const char *const[]){"none", "tanh", NULL},
+     .idflt = 0,
+     .doc = "`tanh`: the tanh approximation (PyTorch's `approximate='tanh'`); `none`: erf"},
+};
+
+static gp_status act_configure(gp_layer *l, gp_cfg *cfg, gp_act act) {
+  act_conf *k = l->conf;
+  GP_TRY(gp_layers_configure(l, cfg));
+  k->act = act == GP_ACT_GELU && k->approximate ? GP_ACT_GELU_TANH : act;
+  return GP_OK;
+}
+
 static gp_status relu_configure(gp_layer *l, gp_cfg *cfg) {
-  (void)cfg;
-  ((act_conf *)l->conf)->act = GP_ACT_RELU;
-  return GP_OK;
+  return act_configure(l, cfg, GP_ACT_RELU);
 }
-
 static gp_status tanh_configure(gp_layer *l, gp_cfg *cfg) {
-  (void)cfg;
-  ((act_conf *)l->conf)->act = GP_ACT_TANH;
-  return GP_OK;
+  return act_configure(l, cfg, GP_ACT_TANH);
 }
-
 static gp_status sigmoid_configure(gp_layer *l, gp_cfg *cfg) {
-  (void)cfg;
-  ((act_conf *)l->conf)->act = GP_ACT_SIGMOID;
-  return GP_OK;
+  return act_configure(l, cfg, GP_ACT_SIGMOID);
 }
-
 static gp_status gelu_configure(gp_layer *l, gp_cfg *cfg) {
-  static const char *const choices[] = {"none", "tanh", NULL};
-  int which;
-  GP_TRY(gp_cfg_choice(cfg, "approximate", choices, 0, &which));
-  ((act_conf *)l->conf)->act = which ? GP_ACT_GELU_TANH : GP_ACT_GELU;
-  return GP_OK;
+  return act_configure(l, cfg, GP_ACT_GELU);
 }
 
 static gp_status act_shape(gp_layer *l) {
@@ -68,9 +71,11 @@ static gp_status act_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, cons
                              GP_F32P(&din[0]));
 }
 
-#define ACT_TYPE(var, nm, conf_fn, in_place)                                                       \
+#define ACT_TYPE(var, nm, what, conf_fn, in_place, ...)                                            \
   const gp_layer_type var = {                                                                      \
       .name = (nm),                                                                                \
+      .doc = (what),                                                                               \
+      __VA_ARGS__,                                                                                 \
       .min_inputs = 1,                                                                             \
       .max_inputs = 1,                                                                             \
       .conf_size = sizeof(act_conf),                                                               \
@@ -84,7 +89,9 @@ static gp_status act_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, cons
 
 /* In place where the backward reads nothing x alone holds: ReLU's mask x > 0 is y > 0,
  * tanh's and sigmoid's derivatives are of y. GELU's backward needs x itself. */
-ACT_TYPE(gp_layer_relu, "relu", relu_configure, 1);
-ACT_TYPE(gp_layer_gelu, "gelu", gelu_configure, 0);
-ACT_TYPE(gp_layer_tanh, "tanh", tanh_configure, 1);
-ACT_TYPE(gp_layer_sigmoid, "sigmoid", sigmoid_configure, 1);
+ACT_TYPE(gp_layer_relu, "relu", "max(x, 0), element-wise", relu_configure, 1, .n_settings = 0);
+ACT_TYPE(gp_layer_gelu, "gelu", "x * Phi(x), element-wise, Phi the standard normal CDF",
+         gelu_configure, 0, GP_LAYER_SETTINGS(gelu_settings));
+ACT_TYPE(gp_layer_tanh, "tanh", "tanh(x), element-wise", tanh_configure, 1, .n_settings = 0);
+ACT_TYPE(gp_layer_sigmoid, "sigmoid", "1 / (1 + exp(-x)), element-wise", sigmoid_configure, 1,
+         .n_settings = 0);

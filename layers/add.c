@@ -1,12 +1,6 @@
 /* add: the element-wise sum of 2..8 inputs of one shape (residual connections). */
 #include "layers/layers.h"
 
-static gp_status add_configure(gp_layer *l, gp_cfg *cfg) {
-  (void)l;
-  (void)cfg;
-  return GP_OK;
-}
-
 static gp_status add_shape(gp_layer *l) {
   char b1[GP_LAYER_SHAPE_STR], b2[GP_LAYER_SHAPE_STR];
   l->n_params = 0;
@@ -51,10 +45,11 @@ static gp_status add_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, cons
 
 const gp_layer_type gp_layer_add = {
     .name = "add",
+    .doc = "the element-wise sum of 2 to 8 inputs of one shape (residual connections)",
     .min_inputs = 2,
     .max_inputs = GP_MAX_INPUTS,
     .conf_size = 0,
-    .configure = add_configure,
+    .configure = gp_layers_configure,
     .shape = add_shape,
     .cost = add_cost,
     .forward = add_forward,

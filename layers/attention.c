@@ -46,19 +46,47 @@ typedef struct attn_saved {
   float *q, *k, *v; /* views into qkv */
 } attn_saved;
 
+static const gp_setting attention_settings[] = {
+    {.key = "heads",
+     GP_SETTING_INT_AT(attention_conf, heads),
+     .required = 1,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "number of heads; must divide dim"},
+    {.key = "dim",
+     GP_SETTING_INT_AT(attention_conf, dim),
+     .idflt = 0,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .dflt_doc = "the input's",
+     .doc = "model width; when given, it must equal the last dimension of the queries"},
+    {.key = "bias",
+     GP_SETTING_BOOL_AT(attention_conf, bias),
+     .idflt = 1,
+     .doc = "biases of the input and output projections"},
+    {.key = "causal",
+     GP_SETTING_BOOL_AT(attention_conf, causal),
+     .idflt = 0,
+     .doc = "query i may not attend to key j > i"},
+    {.key = "mask",
+     GP_SETTING_CHOICE_AT(attention_conf, segments),
+     .choices = (const char *const[]){"padding", "segments", NULL},
+     .idflt = 0,
+     .doc = "the i32 inputs after the f32 ones: `padding`, a key-padding mask; `segments`, the "
+            "segment ids of packed rows"},
+    {.key = "dropout",
+     GP_SETTING_FLOAT_AT(attention_conf, dropout),
+     .fdflt = 0,
+     .range = GP_RANGE_BELOW_ONE,
+     .doc = "dropout on the attention probabilities while training"},
+};
+
 static gp_status attention_configure(gp_layer *l, gp_cfg *cfg) {
-  static const char *const masks[] = {"padding", "segments", NULL};
   attention_conf *k = l->conf;
-  GP_TRY(gp_cfg_require(cfg, "heads"));
-  GP_TRY(gp_cfg_int(cfg, "heads", 0, 1, GP_LAYER_MAX_DIM, &k->heads));
-  GP_TRY(gp_cfg_int(cfg, "dim", 0, 1, GP_LAYER_MAX_DIM, &k->dim));
+  GP_TRY(gp_layers_configure(l, cfg));
   if (k->dim && k->dim % k->heads)
     return gp_cfg_error(cfg, "heads", "heads: dim %lld is not divisible by %lld heads",
                         (long long)k->dim, (long long)k->heads);
-  GP_TRY(gp_cfg_bool(cfg, "bias", 1, &k->bias));
-  GP_TRY(gp_cfg_bool(cfg, "causal", 0, &k->causal));
-  GP_TRY(gp_cfg_choice(cfg, "mask", masks, 0, &k->segments));
-  GP_TRY(gp_cfg_below_one(cfg, "dropout", 0.0, &k->dropout));
   return GP_OK;
 }
 
@@ -389,9 +417,12 @@ static gp_status attention_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
 
 const gp_layer_type gp_layer_attention = {
     .name = "attention",
+    .doc = "multi-head scaled dot-product attention with its projections (PyTorch's "
+           "`nn.MultiheadAttention`)",
     .min_inputs = 1,
     .max_inputs = 4,
     .conf_size = sizeof(attention_conf),
+    GP_LAYER_SETTINGS(attention_settings),
     .configure = attention_configure,
     .shape = attention_shape,
     .cost = attention_cost,

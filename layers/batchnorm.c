@@ -13,13 +13,18 @@ typedef struct batchnorm_conf {
 
 enum { P_WEIGHT, P_BIAS, P_MEAN, P_VAR };
 
-static gp_status batchnorm_configure(gp_layer *l, gp_cfg *cfg) {
-  batchnorm_conf *k = l->conf;
-  GP_TRY(gp_cfg_float(cfg, "eps", 1e-5, 0.0, 1.0, &k->eps));
-  GP_TRY(gp_cfg_float(cfg, "momentum", 0.1, 0.0, 1.0, &k->momentum));
-  if (!(k->eps > 0.0)) return gp_cfg_error(cfg, "eps", "eps: must be greater than 0");
-  return GP_OK;
-}
+static const gp_setting batchnorm_settings[] = {
+    {.key = "eps",
+     GP_SETTING_FLOAT_AT(batchnorm_conf, eps),
+     .fdflt = 1e-5,
+     .range = {0, 1, 1, 0},
+     .doc = "added to the variance before its square root"},
+    {.key = "momentum",
+     GP_SETTING_FLOAT_AT(batchnorm_conf, momentum),
+     .fdflt = 0.1,
+     .range = {0, 1, 0, 0},
+     .doc = "running statistics: new = (1 - momentum) old + momentum batch (PyTorch's)"},
+};
 
 static gp_status batchnorm_shape(gp_layer *l) {
   const gp_shape *x = &l->in_shape[0];
@@ -117,10 +122,13 @@ static gp_status batchnorm_step_end(gp_layer *l, gp_backend *be) {
 
 const gp_layer_type gp_layer_batchnorm = {
     .name = "batchnorm",
+    .doc = "per-channel batch normalization over `[C, ...]` with an affine weight and bias "
+           "(PyTorch's BatchNorm1d/2d)",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(batchnorm_conf),
-    .configure = batchnorm_configure,
+    GP_LAYER_SETTINGS(batchnorm_settings),
+    .configure = gp_layers_configure,
     .shape = batchnorm_shape,
     .cost = batchnorm_cost,
     .forward = batchnorm_forward,

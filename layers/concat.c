@@ -7,10 +7,14 @@ typedef struct concat_conf {
   int ax;       /* resolved by shape() */
 } concat_conf;
 
-static gp_status concat_configure(gp_layer *l, gp_cfg *cfg) {
-  concat_conf *k = l->conf;
-  return gp_cfg_int(cfg, "axis", 0, -GP_MAX_DIMS, GP_MAX_DIMS - 1, &k->axis);
-}
+static const gp_setting concat_settings[] = {
+    {.key = "axis",
+     GP_SETTING_INT_AT(concat_conf, axis),
+     .idflt = 0,
+     .min = -GP_MAX_DIMS,
+     .max = GP_MAX_DIMS - 1,
+     .doc = "the per-sample dimension joined along; negative counts from the end"},
+};
 
 static gp_status concat_shape(gp_layer *l) {
   concat_conf *k = l->conf;
@@ -91,10 +95,12 @@ static gp_status concat_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, c
 
 const gp_layer_type gp_layer_concat = {
     .name = "concat",
+    .doc = "joins 2 to 8 inputs along one axis; every other dimension must match",
     .min_inputs = 2,
     .max_inputs = GP_MAX_INPUTS,
     .conf_size = sizeof(concat_conf),
-    .configure = concat_configure,
+    GP_LAYER_SETTINGS(concat_settings),
+    .configure = gp_layers_configure,
     .shape = concat_shape,
     .cost = concat_cost,
     .forward = concat_forward,

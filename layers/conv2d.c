@@ -3,28 +3,84 @@
 #include "layers/layers.h"
 
 typedef struct conv2d_conf {
-  int64_t k, kh, kw, sh, sw, ph, pw, dh, dw, groups;
+  int64_t k;
+  union { /* the table reads the arrays; the code uses the names */
+    int64_t kernel[2];
+    struct {
+      int64_t kh, kw;
+    };
+  };
+  union {
+    int64_t stride[2];
+    struct {
+      int64_t sh, sw;
+    };
+  };
+  union {
+    int64_t padding[2];
+    struct {
+      int64_t ph, pw;
+    };
+  };
+  union {
+    int64_t dilation[2];
+    struct {
+      int64_t dh, dw;
+    };
+  };
+  int64_t groups;
   int bias, he;
 } conv2d_conf;
 
+static const gp_setting conv2d_settings[] = {
+    {.key = "out_channels",
+     GP_SETTING_INT_AT(conv2d_conf, k),
+     .required = 1,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "output channels"},
+    {.key = "kernel",
+     GP_SETTING_INTS_AT(conv2d_conf, kernel),
+     .required = 1,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "kernel size [height, width]"},
+    {.key = "stride",
+     GP_SETTING_INTS_AT(conv2d_conf, stride),
+     .idflt = 1,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "stride [height, width]"},
+    {.key = "padding",
+     GP_SETTING_INTS_AT(conv2d_conf, padding),
+     .idflt = 0,
+     .min = 0,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "zeros added on both sides [height, width]"},
+    {.key = "dilation",
+     GP_SETTING_INTS_AT(conv2d_conf, dilation),
+     .idflt = 1,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "spacing of the kernel's taps [height, width]"},
+    {.key = "groups",
+     GP_SETTING_INT_AT(conv2d_conf, groups),
+     .idflt = 1,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "channel groups: must divide the input and the output channels"},
+    {.key = "bias", GP_SETTING_BOOL_AT(conv2d_conf, bias), .idflt = 1, .doc = "add a bias"},
+    {.key = "init",
+     GP_SETTING_CHOICE_AT(conv2d_conf, he),
+     .choices = gp_layers_inits,
+     .idflt = 0,
+     .doc = "weight init: `default` U(-b, b), b = 1/sqrt(fan_in) (PyTorch's); `he` "
+            "N(0, 2/fan_in)"},
+};
+
 static gp_status conv2d_configure(gp_layer *l, gp_cfg *cfg) {
-  static const char *const inits[] = {"default", "he", NULL};
-  static const int64_t one[2] = {1, 1}, zero[2] = {0, 0};
   conv2d_conf *k = l->conf;
-  int64_t v[2];
-  GP_TRY(gp_cfg_require(cfg, "out_channels"));
-  GP_TRY(gp_cfg_int(cfg, "out_channels", 0, 1, GP_LAYER_MAX_DIM, &k->k));
-  GP_TRY(gp_cfg_ints(cfg, "kernel", 2, NULL, 1, GP_LAYER_MAX_DIM, v));
-  k->kh = v[0], k->kw = v[1];
-  GP_TRY(gp_cfg_ints(cfg, "stride", 2, one, 1, GP_LAYER_MAX_DIM, v));
-  k->sh = v[0], k->sw = v[1];
-  GP_TRY(gp_cfg_ints(cfg, "padding", 2, zero, 0, GP_LAYER_MAX_DIM, v));
-  k->ph = v[0], k->pw = v[1];
-  GP_TRY(gp_cfg_ints(cfg, "dilation", 2, one, 1, GP_LAYER_MAX_DIM, v));
-  k->dh = v[0], k->dw = v[1];
-  GP_TRY(gp_cfg_int(cfg, "groups", 1, 1, GP_LAYER_MAX_DIM, &k->groups));
-  GP_TRY(gp_cfg_bool(cfg, "bias", 1, &k->bias));
-  GP_TRY(gp_cfg_choice(cfg, "init", inits, 0, &k->he));
+  GP_TRY(gp_layers_configure(l, cfg));
   if (k->k % k->groups)
     return gp_cfg_error(cfg, "groups", "out_channels %lld is not divisible by groups %lld",
                         (long long)k->k, (long long)k->groups);
@@ -129,9 +185,11 @@ static gp_status conv2d_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, c
 
 const gp_layer_type gp_layer_conv2d = {
     .name = "conv2d",
+    .doc = "2-D convolution, `[C, H, W]` to `[out_channels, H', W']` (PyTorch's `nn.Conv2d`)",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(conv2d_conf),
+    GP_LAYER_SETTINGS(conv2d_settings),
     .configure = conv2d_configure,
     .shape = conv2d_shape,
     .cost = conv2d_cost,

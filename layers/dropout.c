@@ -8,11 +8,14 @@ typedef struct dropout_conf {
   double p;
 } dropout_conf;
 
-static gp_status dropout_configure(gp_layer *l, gp_cfg *cfg) {
-  dropout_conf *k = l->conf;
-  GP_TRY(gp_cfg_below_one(cfg, "p", 0.5, &k->p));
-  return GP_OK;
-}
+static const gp_setting dropout_settings[] = {
+    {.key = "p",
+     GP_SETTING_FLOAT_AT(dropout_conf, p),
+     .fdflt = 0.5,
+     .range = GP_RANGE_BELOW_ONE,
+     .doc = "probability of zeroing an element while training (the rest are scaled by "
+            "1/(1-p)); off in evaluation"},
+};
 
 static gp_status dropout_shape(gp_layer *l) {
   l->n_params = 0;
@@ -58,10 +61,12 @@ static gp_status dropout_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
 
 const gp_layer_type gp_layer_dropout = {
     .name = "dropout",
+    .doc = "inverted dropout while training, the identity in evaluation",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(dropout_conf),
-    .configure = dropout_configure,
+    GP_LAYER_SETTINGS(dropout_settings),
+    .configure = gp_layers_configure,
     .shape = dropout_shape,
     .cost = dropout_cost,
     .forward = dropout_forward,

@@ -10,26 +10,49 @@ typedef struct embedding_conf {
   int64_t vocab, dim;
   int64_t padding_idx; /* -1: none (after resolving a negative index as PyTorch does) */
   int scale;
+  int64_t padding_written; /* padding_idx as written, when has_padding */
+  int has_padding;
 } embedding_conf;
+
+static const gp_setting embedding_settings[] = {
+    {.key = "num_embeddings",
+     GP_SETTING_INT_AT(embedding_conf, vocab),
+     .required = 1,
+     .min = 1,
+     .max = INT32_MAX,
+     .doc = "vocabulary size (rows of the weight)"},
+    {.key = "dim",
+     GP_SETTING_INT_AT(embedding_conf, dim),
+     .required = 1,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "embedding size"},
+    {.key = "padding_idx",
+     GP_SETTING_INT_AT(embedding_conf, padding_written),
+     GP_SETTING_HAS_AT(embedding_conf, has_padding),
+     .min = INT32_MIN,
+     .max = INT32_MAX,
+     .doc = "a row that starts at zero and gets no gradient, in [-num_embeddings, "
+            "num_embeddings) (negative counts from the end)"},
+    {.key = "scale",
+     GP_SETTING_BOOL_AT(embedding_conf, scale),
+     .idflt = 0,
+     .doc = "multiply the output by sqrt(dim) (Vaswani et al.); the weight starts N(0, 1/dim)"},
+};
 
 static gp_status embedding_configure(gp_layer *l, gp_cfg *cfg) {
   embedding_conf *k = l->conf;
-  GP_TRY(gp_cfg_require(cfg, "num_embeddings"));
-  GP_TRY(gp_cfg_int(cfg, "num_embeddings", 0, 1, INT32_MAX, &k->vocab));
-  GP_TRY(gp_cfg_require(cfg, "dim"));
-  GP_TRY(gp_cfg_int(cfg, "dim", 0, 1, GP_LAYER_MAX_DIM, &k->dim));
+  GP_TRY(gp_layers_configure(l, cfg));
   k->padding_idx = -1;
-  if (gp_cfg_has(cfg, "padding_idx")) {
-    int64_t p;
-    GP_TRY(gp_cfg_int(cfg, "padding_idx", 0, INT32_MIN, INT32_MAX, &p));
+  if (k->has_padding) {
+    const int64_t p = k->padding_written;
     if (p < -k->vocab || p >= k->vocab)
       return gp_cfg_error(cfg, "padding_idx",
-                          "padding_idx: must be in [-%lld, %lld) (num_embeddings %lld), got %lld",
-                          (long long)k->vocab, (long long)k->vocab, (long long)k->vocab,
-                          (long long)p);
+                          "padding_idx: %lld is out of range [-%lld, %lld) (num_embeddings %lld)",
+                          (long long)p, (long long)k->vocab, (long long)k->vocab,
+                          (long long)k->vocab);
     k->padding_idx = p < 0 ? p + k->vocab : p;
   }
-  GP_TRY(gp_cfg_bool(cfg, "scale", 0, &k->scale));
   return GP_OK;
 }
 
@@ -96,9 +119,12 @@ static gp_status embedding_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
 
 const gp_layer_type gp_layer_embedding = {
     .name = "embedding",
+    .doc = "i32 token ids `[...]` to vectors `[..., dim]`, a row of the weight per id (PyTorch's "
+           "`nn.Embedding`)",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(embedding_conf),
+    GP_LAYER_SETTINGS(embedding_settings),
     .configure = embedding_configure,
     .shape = embedding_shape,
     .cost = embedding_cost,

@@ -2,12 +2,6 @@
  * order, so it is a copy). */
 #include "layers/layers.h"
 
-static gp_status flatten_configure(gp_layer *l, gp_cfg *cfg) {
-  (void)l;
-  (void)cfg;
-  return GP_OK;
-}
-
 static gp_status flatten_shape(gp_layer *l) {
   l->n_params = 0;
   GP_TRY(gp_layers_check_f32(l));
@@ -27,10 +21,11 @@ static void flatten_cost(const gp_layer *l, gp_cost *c) {
 
 const gp_layer_type gp_layer_flatten = {
     .name = "flatten",
+    .doc = "`[d0, d1, ...]` to `[d0 * d1 * ...]` per sample",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = 0,
-    .configure = flatten_configure,
+    .configure = gp_layers_configure,
     .shape = flatten_shape,
     .cost = flatten_cost,
     .forward = gp_layers_copy_forward,

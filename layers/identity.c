@@ -1,12 +1,6 @@
 /* identity: passes its one input through (a named tap point, or a no-op shortcut). */
 #include "layers/layers.h"
 
-static gp_status identity_configure(gp_layer *l, gp_cfg *cfg) {
-  (void)l;
-  (void)cfg;
-  return GP_OK;
-}
-
 static gp_status identity_shape(gp_layer *l) {
   l->n_params = 0;
   GP_TRY(gp_layers_set_out(l, &l->in_shape[0]));
@@ -23,10 +17,11 @@ static void identity_cost(const gp_layer *l, gp_cost *c) {
 
 const gp_layer_type gp_layer_identity = {
     .name = "identity",
+    .doc = "its one input, unchanged (a named tap point)",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = 0,
-    .configure = identity_configure,
+    .configure = gp_layers_configure,
     .shape = identity_shape,
     .cost = identity_cost,
     .forward = gp_layers_copy_forward,

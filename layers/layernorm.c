@@ -6,12 +6,13 @@ typedef struct layernorm_conf {
   double eps;
 } layernorm_conf;
 
-static gp_status layernorm_configure(gp_layer *l, gp_cfg *cfg) {
-  layernorm_conf *k = l->conf;
-  GP_TRY(gp_cfg_float(cfg, "eps", 1e-5, 0.0, 1.0, &k->eps));
-  if (!(k->eps > 0.0)) return gp_cfg_error(cfg, "eps", "eps: must be greater than 0");
-  return GP_OK;
-}
+static const gp_setting layernorm_settings[] = {
+    {.key = "eps",
+     GP_SETTING_FLOAT_AT(layernorm_conf, eps),
+     .fdflt = 1e-5,
+     .range = {0, 1, 1, 0},
+     .doc = "added to the variance before its square root"},
+};
 
 static gp_status layernorm_shape(gp_layer *l) {
   const gp_shape *x = &l->in_shape[0];
@@ -65,10 +66,13 @@ static gp_status layernorm_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
 
 const gp_layer_type gp_layer_layernorm = {
     .name = "layernorm",
+    .doc = "normalization over the last dimension with an affine weight and bias (PyTorch's "
+           "LayerNorm)",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(layernorm_conf),
-    .configure = layernorm_configure,
+    GP_LAYER_SETTINGS(layernorm_settings),
+    .configure = gp_layers_configure,
     .shape = layernorm_shape,
     .cost = layernorm_cost,
     .forward = layernorm_forward,

@@ -35,6 +35,13 @@ extern const gp_layer_type gp_layer_attention;
  * model, small enough that products of a few of them cannot overflow int64. */
 #define GP_LAYER_MAX_DIM ((int64_t)1 << 30)
 
+/* The weight inits of linear and conv2d: default (PyTorch's), he. */
+extern const char *const gp_layers_inits[];
+
+/* A configure for a type whose settings need no check beyond their table's: reads
+ * l->type->settings into l->conf. Other configures call it first, then check the rest. */
+gp_status gp_layers_configure(gp_layer *l, gp_cfg *cfg);
+
 /* "[1, 28, 28]" into a caller buffer of at least GP_LAYER_SHAPE_STR bytes. */
 #define GP_LAYER_SHAPE_STR 160
 const char *gp_layers_shape_str(const gp_shape *s, char *buf);

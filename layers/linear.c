@@ -7,15 +7,20 @@ typedef struct linear_conf {
   int bias, he;
 } linear_conf;
 
-static gp_status linear_configure(gp_layer *l, gp_cfg *cfg) {
-  static const char *const inits[] = {"default", "he", NULL};
-  linear_conf *k = l->conf;
-  GP_TRY(gp_cfg_require(cfg, "out_features"));
-  GP_TRY(gp_cfg_int(cfg, "out_features", 0, 1, GP_LAYER_MAX_DIM, &k->out_features));
-  GP_TRY(gp_cfg_bool(cfg, "bias", 1, &k->bias));
-  GP_TRY(gp_cfg_choice(cfg, "init", inits, 0, &k->he));
-  return GP_OK;
-}
+static const gp_setting linear_settings[] = {
+    {.key = "out_features",
+     GP_SETTING_INT_AT(linear_conf, out_features),
+     .required = 1,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "output features (rows of the weight)"},
+    {.key = "bias", GP_SETTING_BOOL_AT(linear_conf, bias), .idflt = 1, .doc = "add a bias"},
+    {.key = "init",
+     GP_SETTING_CHOICE_AT(linear_conf, he),
+     .choices = gp_layers_inits,
+     .idflt = 0,
+     .doc = "weight init: `default` U(-b, b), b = 1/sqrt(in) (PyTorch's); `he` N(0, 2/in)"},
+};
 
 static gp_status linear_shape(gp_layer *l) {
   const linear_conf *k = l->conf;
@@ -89,10 +94,12 @@ static gp_status linear_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, c
 
 const gp_layer_type gp_layer_linear = {
     .name = "linear",
+    .doc = "y = x W^T + b over the last dimension: `[..., in]` to `[..., out_features]`",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(linear_conf),
-    .configure = linear_configure,
+    GP_LAYER_SETTINGS(linear_settings),
+    .configure = gp_layers_configure,
     .shape = linear_shape,
     .cost = linear_cost,
     .forward = linear_forward,

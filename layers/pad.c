@@ -3,17 +3,22 @@
 #include "layers/layers.h"
 
 typedef struct pad_conf {
-  int64_t before, after;
+  union { /* the table reads the array; the code uses the names */
+    int64_t channels[2];
+    struct {
+      int64_t before, after;
+    };
+  };
 } pad_conf;
 
-static gp_status pad_configure(gp_layer *l, gp_cfg *cfg) {
-  pad_conf *k = l->conf;
-  int64_t v[2];
-  GP_TRY(gp_cfg_ints(cfg, "channels", 2, NULL, 0, GP_LAYER_MAX_DIM, v));
-  k->before = v[0];
-  k->after = v[1];
-  return GP_OK;
-}
+static const gp_setting pad_settings[] = {
+    {.key = "channels",
+     GP_SETTING_INTS_AT(pad_conf, channels),
+     .required = 1,
+     .min = 0,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "zero channels added [before, after] dim 0"},
+};
 
 static gp_status pad_shape(gp_layer *l) {
   const pad_conf *k = l->conf;
@@ -59,10 +64,12 @@ static gp_status pad_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, cons
 
 const gp_layer_type gp_layer_pad = {
     .name = "pad",
+    .doc = "adds zero channels before and after dim 0 of `[C, ...]`",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(pad_conf),
-    .configure = pad_configure,
+    GP_LAYER_SETTINGS(pad_settings),
+    .configure = gp_layers_configure,
     .shape = pad_shape,
     .cost = pad_cost,
     .forward = pad_forward,

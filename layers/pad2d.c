@@ -7,14 +7,32 @@ typedef struct pad2d_conf {
   int64_t top, bottom, left, right;
 } pad2d_conf;
 
-static gp_status pad2d_configure(gp_layer *l, gp_cfg *cfg) {
-  pad2d_conf *k = l->conf;
-  GP_TRY(gp_cfg_int(cfg, "top", 0, -GP_LAYER_MAX_DIM, GP_LAYER_MAX_DIM, &k->top));
-  GP_TRY(gp_cfg_int(cfg, "bottom", 0, -GP_LAYER_MAX_DIM, GP_LAYER_MAX_DIM, &k->bottom));
-  GP_TRY(gp_cfg_int(cfg, "left", 0, -GP_LAYER_MAX_DIM, GP_LAYER_MAX_DIM, &k->left));
-  GP_TRY(gp_cfg_int(cfg, "right", 0, -GP_LAYER_MAX_DIM, GP_LAYER_MAX_DIM, &k->right));
-  return GP_OK;
-}
+static const gp_setting pad2d_settings[] = {
+    {.key = "top",
+     GP_SETTING_INT_AT(pad2d_conf, top),
+     .idflt = 0,
+     .min = -GP_LAYER_MAX_DIM,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "rows or columns added at the top (negative: removed)"},
+    {.key = "bottom",
+     GP_SETTING_INT_AT(pad2d_conf, bottom),
+     .idflt = 0,
+     .min = -GP_LAYER_MAX_DIM,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "rows or columns added at the bottom (negative: removed)"},
+    {.key = "left",
+     GP_SETTING_INT_AT(pad2d_conf, left),
+     .idflt = 0,
+     .min = -GP_LAYER_MAX_DIM,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "rows or columns added at the left (negative: removed)"},
+    {.key = "right",
+     GP_SETTING_INT_AT(pad2d_conf, right),
+     .idflt = 0,
+     .min = -GP_LAYER_MAX_DIM,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "rows or columns added at the right (negative: removed)"},
+};
 
 static gp_status pad2d_shape(gp_layer *l) {
   const pad2d_conf *k = l->conf;
@@ -107,10 +125,12 @@ static gp_status pad2d_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, co
 
 const gp_layer_type gp_layer_pad2d = {
     .name = "pad2d",
+    .doc = "zero-pads or, with negative amounts, crops H and W of `[C, H, W]` (PyTorch's `F.pad`)",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(pad2d_conf),
-    .configure = pad2d_configure,
+    GP_LAYER_SETTINGS(pad2d_settings),
+    .configure = gp_layers_configure,
     .shape = pad2d_shape,
     .cost = pad2d_cost,
     .forward = pad2d_forward,

@@ -5,27 +5,57 @@
 typedef struct pool_conf {
   gp_pool kind;
   int global;
-  int64_t kh, kw, sh, sw, ph, pw;
+  union { /* the table reads the arrays; the code uses the names */
+    int64_t kernel[2];
+    struct {
+      int64_t kh, kw;
+    };
+  };
+  union {
+    int64_t stride[2];
+    struct {
+      int64_t sh, sw;
+    };
+  };
+  union {
+    int64_t padding[2];
+    struct {
+      int64_t ph, pw;
+    };
+  };
   int count_pad;
 } pool_conf;
 
+/* The settings maxpool and avgpool share (clang-format would scatter a macro's entries). */
+/* clang-format off */
+#define WINDOW_SETTINGS                                                                            \
+  {.key = "kernel", GP_SETTING_INTS_AT(pool_conf, kernel), .required = 1, .min = 1,                \
+   .max = GP_LAYER_MAX_DIM, .doc = "window size [height, width]"},                                 \
+  {.key = "stride", GP_SETTING_INTS_AT(pool_conf, stride), .same_as = "kernel", .min = 1,          \
+   .max = GP_LAYER_MAX_DIM, .doc = "step between windows [height, width]"},                        \
+  {.key = "padding", GP_SETTING_INTS_AT(pool_conf, padding), .idflt = 0, .min = 0,                 \
+   .max = GP_LAYER_MAX_DIM,                                                                        \
+   .doc = "cells added on both sides [height, width], at most half the kernel"}
+/* clang-format on */
+
+static const gp_setting maxpool_settings[] = {WINDOW_SETTINGS};
+static const gp_setting avgpool_settings[] = {
+    WINDOW_SETTINGS,
+    {.key = "count_pad",
+     GP_SETTING_BOOL_AT(pool_conf, count_pad),
+     .idflt = 0,
+     .doc = "padding cells count in the average (PyTorch's `count_include_pad`)"},
+};
+
 static gp_status window_configure(gp_layer *l, gp_cfg *cfg, gp_pool kind) {
-  static const int64_t zero[2] = {0, 0};
   pool_conf *k = l->conf;
-  int64_t v[2];
   k->kind = kind;
-  GP_TRY(gp_cfg_ints(cfg, "kernel", 2, NULL, 1, GP_LAYER_MAX_DIM, v));
-  k->kh = v[0], k->kw = v[1];
-  GP_TRY(gp_cfg_ints(cfg, "stride", 2, v, 1, GP_LAYER_MAX_DIM, v)); /* default: the kernel */
-  k->sh = v[0], k->sw = v[1];
-  GP_TRY(gp_cfg_ints(cfg, "padding", 2, zero, 0, GP_LAYER_MAX_DIM, v));
-  k->ph = v[0], k->pw = v[1];
+  GP_TRY(gp_layers_configure(l, cfg));
   /* PyTorch's rule: a window must always hold at least one real cell. */
   if (2 * k->ph > k->kh || 2 * k->pw > k->kw)
     return gp_cfg_error(cfg, "padding",
                         "padding: [%lld, %lld] is more than half the kernel [%lld, %lld]",
                         (long long)k->ph, (long long)k->pw, (long long)k->kh, (long long)k->kw);
-  if (kind == GP_POOL_AVG) GP_TRY(gp_cfg_bool(cfg, "count_pad", 0, &k->count_pad));
   return GP_OK;
 }
 
@@ -38,8 +68,8 @@ static gp_status avgpool_configure(gp_layer *l, gp_cfg *cfg) {
 }
 
 static gp_status global_configure(gp_layer *l, gp_cfg *cfg) {
-  (void)cfg;
   pool_conf *k = l->conf;
+  GP_TRY(gp_layers_configure(l, cfg));
   k->kind = GP_POOL_AVG;
   k->global = 1;
   return GP_OK;
@@ -131,9 +161,11 @@ static gp_status pool_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, con
   return e->be->pool2d_backward(e->be, k->kind, &d, GP_F32P(dout), saved, GP_F32P(&din[0]));
 }
 
-#define POOL_TYPE(var, nm, conf_fn)                                                                \
+#define POOL_TYPE(var, nm, what, conf_fn, ...)                                                     \
   const gp_layer_type var = {                                                                      \
       .name = (nm),                                                                                \
+      .doc = (what),                                                                               \
+      __VA_ARGS__,                                                                                 \
       .min_inputs = 1,                                                                             \
       .max_inputs = 1,                                                                             \
       .conf_size = sizeof(pool_conf),                                                              \
@@ -145,6 +177,9 @@ static gp_status pool_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, con
       .backward_ignores_out = 1,                                                                   \
   }
 
-POOL_TYPE(gp_layer_maxpool, "maxpool", maxpool_configure);
-POOL_TYPE(gp_layer_avgpool, "avgpool", avgpool_configure);
-POOL_TYPE(gp_layer_global_avgpool, "global_avgpool", global_configure);
+POOL_TYPE(gp_layer_maxpool, "maxpool", "the maximum of each window of `[C, H, W]`",
+          maxpool_configure, GP_LAYER_SETTINGS(maxpool_settings));
+POOL_TYPE(gp_layer_avgpool, "avgpool", "the mean of each window of `[C, H, W]`", avgpool_configure,
+          GP_LAYER_SETTINGS(avgpool_settings));
+POOL_TYPE(gp_layer_global_avgpool, "global_avgpool",
+          "the mean of each channel: `[C, H, W]` to `[C]`", global_configure, .n_settings = 0);

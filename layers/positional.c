@@ -14,14 +14,19 @@ typedef struct positional_conf {
   int learned;
 } positional_conf;
 
-static gp_status positional_configure(gp_layer *l, gp_cfg *cfg) {
-  static const char *const kinds[] = {"sinusoidal", "learned", NULL};
-  positional_conf *k = l->conf;
-  GP_TRY(gp_cfg_require(cfg, "max_len"));
-  GP_TRY(gp_cfg_int(cfg, "max_len", 0, 1, GP_LAYER_MAX_DIM, &k->max_len));
-  GP_TRY(gp_cfg_choice(cfg, "kind", kinds, 0, &k->learned));
-  return GP_OK;
-}
+static const gp_setting positional_settings[] = {
+    {.key = "max_len",
+     GP_SETTING_INT_AT(positional_conf, max_len),
+     .required = 1,
+     .min = 1,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "rows of the position table (the longest sequence)"},
+    {.key = "kind",
+     GP_SETTING_CHOICE_AT(positional_conf, learned),
+     .choices = (const char *const[]){"sinusoidal", "learned", NULL},
+     .idflt = 0,
+     .doc = "`sinusoidal`: Vaswani et al.'s fixed table; `learned`: a trained weight"},
+};
 
 static gp_status positional_shape(gp_layer *l) {
   const positional_conf *k = l->conf;
@@ -126,10 +131,12 @@ static gp_status positional_backward(gp_layer *l, gp_exec *e, const gp_tensor *i
 
 const gp_layer_type gp_layer_positional = {
     .name = "positional",
+    .doc = "adds position vectors: `[T, dim]` to `[T, dim]`, optionally at given positions",
     .min_inputs = 1,
     .max_inputs = 2,
     .conf_size = sizeof(positional_conf),
-    .configure = positional_configure,
+    GP_LAYER_SETTINGS(positional_settings),
+    .configure = gp_layers_configure,
     .shape = positional_shape,
     .cost = positional_cost,
     .forward = positional_forward,

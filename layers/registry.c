@@ -1,5 +1,6 @@
 /* The layer registry: every layer type by the name a model file uses. A type is listed
  * here only once it works end to end (configure, shape, cost, forward, backward). */
+#include <pthread.h>
 #include <string.h>
 
 #include "layers/layers.h"
@@ -17,14 +18,16 @@ static const gp_layer_type *const types[] = {
 
 #define N_TYPES (sizeof types / sizeof types[0])
 
-static const char *const names[] = {
-    "identity",       "relu",    "gelu",      "tanh",       "sigmoid",   "flatten",
-    "linear",         "conv2d",  "batchnorm", "layernorm",  "maxpool",   "avgpool",
-    "global_avgpool", "dropout", "add",       "concat",     "pad",       "softmax_cross_entropy",
-    "pad2d",          "slice",   "embedding", "positional", "attention", NULL,
-};
+/* The names are the tables' own (C cannot take them at compile time from other objects), so
+ * no second list can drift from them; filled once, by whichever thread asks first. */
+static const char *names[N_TYPES + 1];
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
 
-_Static_assert(sizeof names / sizeof names[0] == N_TYPES + 1, "one name per registered type");
+static void fill_names(void) {
+  for (size_t i = 0; i < N_TYPES; i++)
+    names[i] = types[i]->name;
+  names[N_TYPES] = NULL;
+}
 
 const gp_layer_type *gp_layer_type_find(const char *name) {
   if (!name) return NULL;
@@ -34,5 +37,6 @@ const gp_layer_type *gp_layer_type_find(const char *name) {
 }
 
 const char *const *gp_layer_type_names(void) {
+  pthread_once(&names_once, fill_names);
   return names;
 }

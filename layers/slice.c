@@ -11,14 +11,27 @@ typedef struct slice_conf {
   int64_t s0, s1; /* resolved range */
 } slice_conf;
 
-static gp_status slice_configure(gp_layer *l, gp_cfg *cfg) {
-  slice_conf *k = l->conf;
-  GP_TRY(gp_cfg_int(cfg, "axis", 0, -GP_MAX_DIMS, GP_MAX_DIMS - 1, &k->axis));
-  GP_TRY(gp_cfg_int(cfg, "start", 0, -GP_LAYER_MAX_DIM, GP_LAYER_MAX_DIM, &k->start));
-  k->has_end = gp_cfg_has(cfg, "end");
-  if (k->has_end) GP_TRY(gp_cfg_int(cfg, "end", 0, -GP_LAYER_MAX_DIM, GP_LAYER_MAX_DIM, &k->end));
-  return GP_OK;
-}
+static const gp_setting slice_settings[] = {
+    {.key = "axis",
+     GP_SETTING_INT_AT(slice_conf, axis),
+     .idflt = 0,
+     .min = -GP_MAX_DIMS,
+     .max = GP_MAX_DIMS - 1,
+     .doc = "the per-sample dimension sliced; negative counts from the end"},
+    {.key = "start",
+     GP_SETTING_INT_AT(slice_conf, start),
+     .idflt = 0,
+     .min = -GP_LAYER_MAX_DIM,
+     .max = GP_LAYER_MAX_DIM,
+     .doc = "first index; negative counts from the end"},
+    {.key = "end",
+     GP_SETTING_INT_AT(slice_conf, end),
+     GP_SETTING_HAS_AT(slice_conf, has_end),
+     .min = -GP_LAYER_MAX_DIM,
+     .max = GP_LAYER_MAX_DIM,
+     .dflt_doc = "the axis's end",
+     .doc = "index after the last; negative counts from the end"},
+};
 
 static gp_status slice_shape(gp_layer *l) {
   slice_conf *k = l->conf;
@@ -94,10 +107,12 @@ static gp_status slice_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, co
 
 const gp_layer_type gp_layer_slice = {
     .name = "slice",
+    .doc = "the range `[start, end)` of one axis of the per-sample shape, like `x[:, start:end]`",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(slice_conf),
-    .configure = slice_configure,
+    GP_LAYER_SETTINGS(slice_settings),
+    .configure = gp_layers_configure,
     .shape = slice_shape,
     .cost = slice_cost,
     .forward = slice_forward,

@@ -13,14 +13,21 @@ typedef struct xent_conf {
   int64_t ignore_index;
 } xent_conf;
 
-static gp_status xent_configure(gp_layer *l, gp_cfg *cfg) {
-  xent_conf *k = l->conf;
-  GP_TRY(gp_cfg_below_one(cfg, "label_smoothing", 0.0, &k->smoothing));
-  /* Negative, so that the pipeline, which counts a mini-batch's targets from the host labels
-   * before any stage runs, counts exactly the labels this layer does not ignore. */
-  GP_TRY(gp_cfg_int(cfg, "ignore_index", -100, INT32_MIN, -1, &k->ignore_index));
-  return GP_OK;
-}
+static const gp_setting xent_settings[] = {
+    {.key = "label_smoothing",
+     GP_SETTING_FLOAT_AT(xent_conf, smoothing),
+     .fdflt = 0,
+     .range = GP_RANGE_BELOW_ONE,
+     .doc = "the target puts 1 - s on the label and s/K on every class (PyTorch's)"},
+    /* Negative, so that the pipeline, which counts a mini-batch's targets from the host labels
+     * before any stage runs, counts exactly the labels this layer does not ignore. */
+    {.key = "ignore_index",
+     GP_SETTING_INT_AT(xent_conf, ignore_index),
+     .idflt = -100,
+     .min = INT32_MIN,
+     .max = -1,
+     .doc = "a label with this value adds no loss, no gradient and no count"},
+};
 
 static gp_status xent_shape(gp_layer *l) {
   char b1[GP_LAYER_SHAPE_STR], b2[GP_LAYER_SHAPE_STR];
@@ -182,11 +189,14 @@ static gp_status xent_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, con
 
 const gp_layer_type gp_layer_softmax_cross_entropy = {
     .name = "softmax_cross_entropy",
+    .doc = "the loss: softmax of logits `[..., K]` against i32 labels `[...]`, averaged over the "
+           "targets",
     .is_loss = 1,
     .min_inputs = 2,
     .max_inputs = 2,
     .conf_size = sizeof(xent_conf),
-    .configure = xent_configure,
+    GP_LAYER_SETTINGS(xent_settings),
+    .configure = gp_layers_configure,
     .shape = xent_shape,
     .cost = xent_cost,
     .forward = xent_forward,

@@ -1,9 +1,15 @@
-/* Helpers shared by the layer files: checked shapes, parameter descriptions. */
+/* Helpers shared by the layer files: settings, checked shapes, parameter descriptions. */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/spec/spec.h"
 #include "layers/layers.h"
+
+const char *const gp_layers_inits[] = {"default", "he", NULL};
+
+gp_status gp_layers_configure(gp_layer *l, gp_cfg *cfg) {
+  return gp_settings_read(cfg, l->type->settings, l->type->n_settings, l->conf);
+}
 
 const char *gp_layers_shape_str(const gp_shape *s, char *buf) {
   return gp_shape_str(s, buf, GP_LAYER_SHAPE_STR);

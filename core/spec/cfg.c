@@ -253,14 +253,28 @@ static int parse_float(const char *s, double *out) {
   return 1;
 }
 
-/* " (0.99999999999 is 1 as float32)" for an error about a number that the
- * rounding changed as %g shows it, else "". */
+/* d's float32 as the shortest text that reads back to it: 1000001 (not %g's 1e+06), 0.1, 0. */
+static const char *float32_str(double d, char *buf, size_t n) {
+  const float f = (float)d;
+  if (f > -9.0e15f && f < 9.0e15f && f == (float)(long long)f) {
+    snprintf(buf, n, "%lld", (long long)f);
+    return buf;
+  }
+  for (int p = 1; p <= 9; p++) {
+    snprintf(buf, n, "%.*g", p, (double)f);
+    if ((float)strtod(buf, NULL) == f) break;
+  }
+  return buf;
+}
+
+/* " (0.99999999999 is 1 as float32)" for an error about a number that float32's rounding
+ * changed (as the shortest text shows it: 0.1 is 0.1), else "". */
 static const char *float_note(const char *text, char *buf, size_t n) {
   double d;
   char shown[64];
   buf[0] = 0;
   if (parse_float(text, &d) != 1) return buf;
-  snprintf(shown, sizeof shown, "%g", (double)(float)d);
+  float32_str(d, shown, sizeof shown);
   if (strtod(shown, NULL) != d) snprintf(buf, n, " (%.40s is %.24s as float32)", text, shown);
   return buf;
 }
@@ -271,18 +285,73 @@ static gp_status scalar_of(gp_cfg *c, entry *e, const char *key) {
   return GP_OK;
 }
 
+int gp_range_holds(gp_range r, double v) {
+  const float f = (float)v;
+  if (r.lo_open ? !(v > r.lo && f > (float)r.lo) : !(v >= r.lo)) return 0;
+  if (r.hi_open ? !(v < r.hi && f < (float)r.hi) : !(v <= r.hi)) return 0;
+  return 1;
+}
+
+int gp_range_str(gp_range r, char *buf, size_t n) {
+  char lo[32], hi[32];
+  const int has_lo = isfinite(r.lo), has_hi = isfinite(r.hi);
+  if (has_lo) gp_decimal_shortest(r.lo, lo, sizeof lo);
+  if (has_hi) gp_decimal_shortest(r.hi, hi, sizeof hi);
+  if (has_lo && has_hi) {
+    snprintf(buf, n, "%c%s, %s%c", r.lo_open ? '(' : '[', lo, hi, r.hi_open ? ')' : ']');
+    return 0;
+  }
+  if (has_lo)
+    snprintf(buf, n, ">%s %s", r.lo_open ? "" : "=", lo);
+  else if (has_hi)
+    snprintf(buf, n, "<%s %s", r.hi_open ? "" : "=", hi);
+  else
+    snprintf(buf, n, "any");
+  return has_lo || has_hi;
+}
+
+int gp_int_range_str(int64_t min, int64_t max, char *buf, size_t n) {
+  if (min > INT64_MIN && max < INT64_MAX) {
+    snprintf(buf, n, "[%lld, %lld]", (long long)min, (long long)max);
+    return 0;
+  }
+  if (min > INT64_MIN)
+    snprintf(buf, n, ">= %lld", (long long)min);
+  else if (max < INT64_MAX)
+    snprintf(buf, n, "<= %lld", (long long)max);
+  else
+    snprintf(buf, n, "any");
+  return min > INT64_MIN || max < INT64_MAX;
+}
+
+/* "key: 5000 is out of range [1, 4096]", "key: -1 must be >= 0", at item i. */
+static gp_status int_range_error(gp_cfg *c, entry *e, int i, const char *key, const char *shown,
+                                 int64_t min, int64_t max) {
+  char r[96];
+  if (gp_int_range_str(min, max, r, sizeof r))
+    return at_error(c, e->line[i], e->col[i], "%s: %s must be %s", key, shown, r);
+  return at_error(c, e->line[i], e->col[i], "%s: %s is out of range %s", key, shown, r);
+}
+
 static gp_status int_item(gp_cfg *c, entry *e, int i, const char *key, int64_t min, int64_t max,
                           int64_t *out) {
   const int r = gp_cfg_parse_int(e->items[i], out);
-  if (r < 0)
-    return at_error(c, e->line[i], e->col[i], "%s: %s is out of range [%lld, %lld]", key,
-                    e->items[i], (long long)min, (long long)max);
+  if (r < 0) { /* beyond 64 bits: out of the range unless the range reaches that far */
+    const int neg = e->items[i][0] == '-';
+    if (neg ? min > INT64_MIN : max < INT64_MAX)
+      return int_range_error(c, e, i, key, e->items[i], min, max);
+    return at_error(c, e->line[i], e->col[i], "%s: %s is beyond 64-bit integers (%s %lld)", key,
+                    e->items[i], neg ? "at least" : "at most",
+                    (long long)(neg ? INT64_MIN : INT64_MAX));
+  }
   if (!r)
     return at_error(c, e->line[i], e->col[i], "%s: expected an integer, got '%s'", key,
                     e->items[i]);
-  if (*out < min || *out > max)
-    return at_error(c, e->line[i], e->col[i], "%s: %lld is out of range [%lld, %lld]", key,
-                    (long long)*out, (long long)min, (long long)max);
+  if (*out < min || *out > max) {
+    char shown[32];
+    snprintf(shown, sizeof shown, "%lld", (long long)*out);
+    return int_range_error(c, e, i, key, shown, min, max);
+  }
   return GP_OK;
 }
 
@@ -297,33 +366,41 @@ gp_status gp_cfg_int(gp_cfg *c, const char *key, int64_t dflt, int64_t min, int6
   return int_item(c, e, 0, key, min, max, out);
 }
 
-gp_status gp_cfg_float(gp_cfg *c, const char *key, double dflt, double min, double max,
-                       double *out) {
+/* Item i of e, a number in r; errors at the item, with the float32 note where float32 alone
+ * refused it. */
+static gp_status float_item(gp_cfg *c, entry *e, int i, const char *key, gp_range r, double *out) {
+  const int p = parse_float(e->items[i], out);
+  if (p < 0)
+    return at_error(c, e->line[i], e->col[i], "%s: %s is beyond float32's range (about 3.4e38)",
+                    key, e->items[i]);
+  if (!p)
+    return at_error(c, e->line[i], e->col[i], "%s: expected a number, got '%s'", key, e->items[i]);
+  if (gp_range_holds(r, *out)) return GP_OK;
+  /* refused for its float32 alone (an open bound): say so; else the value itself is out */
+  const gp_range as_written = {r.lo, r.hi, 0, 0};
+  const int by_float = gp_range_holds(as_written, *out) && *out != r.lo && *out != r.hi;
+  char rs[96], note[160] = "";
+  if (by_float) float_note(e->items[i], note, sizeof note);
+  if (gp_range_str(r, rs, sizeof rs))
+    return at_error(c, e->line[i], e->col[i], "%s: %s must be %s%s", key, e->items[i], rs, note);
+  return at_error(c, e->line[i], e->col[i], "%s: %s is out of range %s%s", key, e->items[i], rs,
+                  note);
+}
+
+gp_status gp_cfg_float_in(gp_cfg *c, const char *key, double dflt, gp_range r, double *out) {
   entry *e = lookup(c, key);
   if (!e) {
     *out = dflt;
     return GP_OK;
   }
   GP_TRY(scalar_of(c, e, key));
-  int r = parse_float(e->items[0], out);
-  if (r < 0)
-    return at_error(c, e->line[0], e->col[0], "%s: %s is beyond float32's range (about 3.4e38)",
-                    key, e->items[0]);
-  if (!r)
-    return at_error(c, e->line[0], e->col[0], "%s: expected a number, got '%s'", key, e->items[0]);
-  if (*out < min || *out > max)
-    return at_error(c, e->line[0], e->col[0], "%s: %s is out of range [%g, %g]", key, e->items[0],
-                    min, max);
-  return GP_OK;
+  return float_item(c, e, 0, key, r, out);
 }
 
-gp_status gp_cfg_below_one(gp_cfg *c, const char *key, double dflt, double *out) {
-  GP_TRY(gp_cfg_float(c, key, dflt, 0.0, 1.0, out));
-  char shown[32];
-  if ((float)*out >= 1.0f)
-    return gp_cfg_error(c, key, "%s: must be below 1, got %s", key,
-                        gp_decimal_shortest(*out, shown, sizeof shown));
-  return GP_OK;
+gp_status gp_cfg_float(gp_cfg *c, const char *key, double dflt, double min, double max,
+                       double *out) {
+  const gp_range r = {min, max, 0, 0};
+  return gp_cfg_float_in(c, key, dflt, r, out);
 }
 
 gp_status gp_cfg_bool(gp_cfg *c, const char *key, int dflt, int *out) {
@@ -404,24 +481,23 @@ gp_status gp_cfg_ints(gp_cfg *c, const char *key, int n, const int64_t *dflt, in
   return GP_OK;
 }
 
-gp_status gp_cfg_floats(gp_cfg *c, const char *key, int max_n, double *out, int *n_out) {
+gp_status gp_cfg_floats_in(gp_cfg *c, const char *key, int max_n, gp_range r, double *out,
+                           int *n_out) {
   entry *e = lookup(c, key);
   *n_out = 0;
   if (!e) return GP_OK;
   if (e->n > max_n)
     return at_error(c, e->kline, e->kcol, "%s: expected at most %d values, got %d", key, max_n,
                     e->n);
-  for (int i = 0; i < e->n; i++) {
-    int r = parse_float(e->items[i], &out[i]);
-    if (r < 0)
-      return at_error(c, e->line[i], e->col[i], "%s: %s is beyond float32's range (about 3.4e38)",
-                      key, e->items[i]);
-    if (!r)
-      return at_error(c, e->line[i], e->col[i], "%s: expected a number, got '%s'", key,
-                      e->items[i]);
-  }
+  for (int i = 0; i < e->n; i++)
+    GP_TRY(float_item(c, e, i, key, r, &out[i]));
   *n_out = e->n;
   return GP_OK;
+}
+
+gp_status gp_cfg_floats(gp_cfg *c, const char *key, int max_n, double *out, int *n_out) {
+  const gp_range any = GP_RANGE_ANY;
+  return gp_cfg_floats_in(c, key, max_n, any, out, n_out);
 }
 
 gp_status gp_cfg_require(gp_cfg *c, const char *key) {
@@ -442,7 +518,17 @@ gp_status gp_cfg_check_unknown(gp_cfg *c, const char *what, const char *const *s
     if (near)
       return at_error(c, e->kline, e->kcol, "unknown key '%s' for %s; did you mean '%s'?", e->key,
                       what, near);
-    return at_error(c, e->kline, e->kcol, "unknown key '%s' for %s", e->key, what);
+    if (!c->n_asked)
+      return at_error(c, e->kline, e->kcol, "unknown key '%s' for %s (it takes no keys)", e->key,
+                      what);
+    /* no near one: the keys it does take, so a guess becomes a choice */
+    char keys[512] = "";
+    for (int j = 0; j < c->n_asked; j++) {
+      size_t at = strlen(keys);
+      snprintf(keys + at, sizeof keys - at, "%s%s", j ? ", " : "", c->asked[j]);
+    }
+    return at_error(c, e->kline, e->kcol, "unknown key '%s' for %s (its keys: %s)", e->key, what,
+                    keys);
   }
   return GP_OK;
 }

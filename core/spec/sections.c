@@ -2,7 +2,6 @@
  * values and unknown keys are located), defaults filled in, values checked. */
 #include <ctype.h>
 #include <errno.h>
-#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,23 +99,10 @@ static gp_status section(gp_sp_ctx *c, const gp_ynode *parent, const char *key, 
   return GP_OK;
 }
 
-static gp_status positive(gp_cfg *cfg, const char *key, double dflt, double *out) {
-  char shown[32];
-  GP_TRY(gp_cfg_float(cfg, key, dflt, 0, DBL_MAX, out));
-  if (*out <= 0 || (float)*out <= 0) /* the kernels' float32: 1e-50 is 0 */
-    return gp_cfg_error(cfg, key, "%s: must be greater than 0, got %s", key,
-                        gp_decimal_shortest(*out, shown, sizeof shown));
-  return GP_OK;
-}
-
-/* [0, 1): momentum, alpha, the betas (item: the list item, or -1 for a single value) */
-static gp_status fraction(gp_cfg *cfg, const char *key, int item, double v) {
-  char shown[32];
-  if (v < 0 || (float)v >= 1) /* the kernels' float32: 0.99999999999 is 1 */
-    return gp_cfg_error_item(cfg, key, item, "%s: must be in [0, 1), got %s", key,
-                             gp_decimal_shortest(v, shown, sizeof shown));
-  return GP_OK;
-}
+/* The ranges of the sections' numbers (gp_range: checked on the float32 at open bounds,
+ * so lr: 1e-50 is refused as 0 and momentum: 0.99999999999 as 1). */
+static const gp_range positive = GP_RANGE_POSITIVE, nonnegative = GP_RANGE_NONNEGATIVE,
+                      below_one = GP_RANGE_BELOW_ONE, up_to_one = {0, 1, 1, 0};
 
 /* A string setting copied into a fixed buffer (the cfg owns the parsed text). */
 static gp_status str_key(gp_cfg *cfg, const char *key, char *out, size_t n) {
@@ -263,16 +249,13 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, const gp_model
   s = gp_cfg_require(cfg, "mean");
   if (s == GP_OK) s = gp_cfg_require(cfg, "std");
   if (s == GP_OK) s = gp_cfg_floats(cfg, "mean", 4, mean, &nm);
-  if (s == GP_OK) s = gp_cfg_floats(cfg, "std", 4, std, &ns);
+  /* the images are divided by it as float32: 1e-50 would be 0 */
+  if (s == GP_OK) s = gp_cfg_floats_in(cfg, "std", 4, positive, std, &ns);
   if (s == GP_OK && (nm != ns || nm < 1))
     s = gp_cfg_error(cfg, "std",
                      "normalize: mean and std need the same number of values (1 to 4, one per "
                      "channel), got %d and %d",
                      nm, ns);
-  for (int i = 0; s == GP_OK && i < ns; i++)
-    if (!(std[i] > 0))
-      s = gp_cfg_error_item(cfg, "std", i, "std: every value must be greater than 0, got %g",
-                            std[i]);
   if (s == GP_OK) s = gp_cfg_check_unknown(cfg, NULL, NULL);
   if (s == GP_OK) s = norm_fits(cfg, ds, nm, &m->inputs[0]);
   gp_cfg_free(cfg);
@@ -315,12 +298,10 @@ static gp_status optimizer(gp_cfg *cfg, gp_train_spec *t) {
   GP_TRY(gp_cfg_choice(cfg, "type", kinds, 0, &k));
   t->optimizer = (gp_optim_kind)k;
   static const double lr0[] = {0.1, 1e-3, 0.01}, wd0[] = {0, 0.01, 0};
-  GP_TRY(positive(cfg, "lr", lr0[k], &t->lr));
-  GP_TRY(gp_cfg_float(cfg, "weight_decay", wd0[k], 0, DBL_MAX, &t->weight_decay));
-  if (k == GP_OPT_SGD || k == GP_OPT_RMSPROP) {
-    GP_TRY(gp_cfg_float(cfg, "momentum", 0, -DBL_MAX, DBL_MAX, &t->momentum));
-    GP_TRY(fraction(cfg, "momentum", -1, t->momentum));
-  }
+  GP_TRY(gp_cfg_float_in(cfg, "lr", lr0[k], positive, &t->lr));
+  GP_TRY(gp_cfg_float_in(cfg, "weight_decay", wd0[k], nonnegative, &t->weight_decay));
+  if (k == GP_OPT_SGD || k == GP_OPT_RMSPROP)
+    GP_TRY(gp_cfg_float_in(cfg, "momentum", 0, below_one, &t->momentum));
   if (k == GP_OPT_SGD) {
     GP_TRY(gp_cfg_bool(cfg, "nesterov", 0, &t->nesterov));
     if (t->nesterov && t->momentum <= 0)
@@ -329,20 +310,16 @@ static gp_status optimizer(gp_cfg *cfg, gp_train_spec *t) {
   if (k == GP_OPT_ADAMW) {
     double b[2];
     int nb = 0;
-    GP_TRY(gp_cfg_floats(cfg, "betas", 2, b, &nb));
+    GP_TRY(gp_cfg_floats_in(cfg, "betas", 2, below_one, b, &nb));
     if (nb == 1) return gp_cfg_error(cfg, "betas", "betas: expected two values [b1, b2]");
     if (nb == 2) {
-      GP_TRY(fraction(cfg, "betas", 0, b[0]));
-      GP_TRY(fraction(cfg, "betas", 1, b[1]));
       t->beta1 = b[0];
       t->beta2 = b[1];
     }
   }
-  if (k == GP_OPT_ADAMW || k == GP_OPT_RMSPROP) GP_TRY(positive(cfg, "eps", 1e-8, &t->eps));
-  if (k == GP_OPT_RMSPROP) {
-    GP_TRY(gp_cfg_float(cfg, "alpha", 0.99, -DBL_MAX, DBL_MAX, &t->alpha));
-    GP_TRY(fraction(cfg, "alpha", -1, t->alpha));
-  }
+  if (k == GP_OPT_ADAMW || k == GP_OPT_RMSPROP)
+    GP_TRY(gp_cfg_float_in(cfg, "eps", 1e-8, positive, &t->eps));
+  if (k == GP_OPT_RMSPROP) GP_TRY(gp_cfg_float_in(cfg, "alpha", 0.99, below_one, &t->alpha));
   return gp_cfg_check_unknown(cfg, kinds[k], NULL);
 }
 
@@ -364,13 +341,10 @@ static gp_status lr_schedule(gp_cfg *cfg, gp_train_spec *t) {
   if (k == GP_LR_STEP) {
     GP_TRY(gp_cfg_require(cfg, "step_size"));
     GP_TRY(gp_cfg_int(cfg, "step_size", 1, 1, INT64_MAX, &t->step_size));
-    GP_TRY(positive(cfg, "gamma", 0.1, &t->gamma));
-    if (t->gamma > 1)
-      return gp_cfg_error(cfg, "gamma", "gamma: must be at most 1, got %s",
-                          gp_decimal_shortest(t->gamma, a, sizeof a));
+    GP_TRY(gp_cfg_float_in(cfg, "gamma", 0.1, up_to_one, &t->gamma));
   }
   if (k == GP_LR_COSINE) {
-    GP_TRY(gp_cfg_float(cfg, "min_lr", 0, 0, DBL_MAX, &t->min_lr));
+    GP_TRY(gp_cfg_float_in(cfg, "min_lr", 0, nonnegative, &t->min_lr));
     if (t->min_lr > t->lr)
       return gp_cfg_error(cfg, "min_lr", "min_lr: %s is more than lr %s",
                           gp_decimal_shortest(t->min_lr, a, sizeof a),
@@ -385,10 +359,7 @@ static gp_status lr_schedule(gp_cfg *cfg, gp_train_spec *t) {
     if (t->d_model > 0 && gp_cfg_has(cfg, "warmup_init_lr"))
       return gp_cfg_error(cfg, "warmup_init_lr",
                           "warmup_init_lr: not with d_model (that form starts from 0)");
-    GP_TRY(gp_cfg_float(cfg, "warmup_init_lr", 0, -DBL_MAX, DBL_MAX, &t->warmup_init_lr));
-    if (t->warmup_init_lr < 0)
-      return gp_cfg_error(cfg, "warmup_init_lr", "warmup_init_lr: must be at least 0, got %g",
-                          t->warmup_init_lr);
+    GP_TRY(gp_cfg_float_in(cfg, "warmup_init_lr", 0, nonnegative, &t->warmup_init_lr));
     if (t->warmup_init_lr > t->lr)
       return gp_cfg_error(cfg, "warmup_init_lr", "warmup_init_lr: %s is more than lr %s",
                           gp_decimal_shortest(t->warmup_init_lr, a, sizeof a),
@@ -412,7 +383,7 @@ static gp_status train_section(gp_sp_ctx *c, const gp_ynode *root, gp_train_spec
   if (s == GP_OK) s = gp_cfg_int(cfg, "seed", 0, 0, INT64_MAX, &seed);
   if (s == GP_OK) s = gp_cfg_int(cfg, "eval_every", 0, 0, INT64_MAX, &t->eval_every);
   if (s == GP_OK) s = gp_cfg_int(cfg, "log_every", 50, 1, INT64_MAX, &t->log_every);
-  if (s == GP_OK) s = gp_cfg_float(cfg, "clip_grad_norm", 0, 0, DBL_MAX, &t->clip_grad_norm);
+  if (s == GP_OK) s = gp_cfg_float_in(cfg, "clip_grad_norm", 0, nonnegative, &t->clip_grad_norm);
   if (s == GP_OK) {
     gp_cfg_has(cfg, "optimizer");
     gp_cfg_has(cfg, "schedule");

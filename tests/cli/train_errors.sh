@@ -175,26 +175,39 @@ for sp in train valid test; do printf '5 6 7\n8 9\n' >"$tmp/txt/$sp.es.ids"; don
 expect 1 "txt: the train split: the training data fills 1 rows, fewer than one batch of 32" \
   -- "$srcdir/models/transformer-lm.yaml" --set data.path="$tmp/txt" --steps 1
 # numbers are checked as the kernels take them, float32: no NaN or a silent lr of 0 later
-expect 2 "fashion-mlp.yaml:[0-9]+:[0-9]+: lr: must be greater than 0, got 1e-50 \(1e-50 is 0 as float32\)" \
+expect 2 "fashion-mlp.yaml:[0-9]+:[0-9]+: lr: 1e-50 must be > 0 \(1e-50 is 0 as float32\)" \
   -- "$good" --data synthetic --steps 1 --set train.optimizer.lr=1e-50
 expect 2 "fashion-mlp.yaml:[0-9]+:[0-9]+: weight_decay: 1e39 is beyond float32's range" \
   -- "$good" --data synthetic --steps 1 --set train.optimizer.weight_decay=1e39
-expect 2 "fashion-mlp.yaml:[0-9]+:[0-9]+: p: must be below 1, got 0.99999999999 \(0.99999999999 is 1 as float32\)" \
+expect 2 "fashion-mlp.yaml:[0-9]+:[0-9]+: p: 0.99999999999 is out of range \[0, 1\) \(0.99999999999 is 1 as float32\)" \
   -- "$good" --data synthetic --steps 1 --set layers.3.p=0.99999999999
 # numbers in messages as written, not %g's six digits (two different numbers showed alike)
 expect 2 "fashion-mlp.yaml:[0-9]+:[0-9]+: min_lr: 0.0500000001 is more than lr 0.05 " \
   -- "$good" --data synthetic --steps 1 --set train.schedule.type=cosine \
   --set train.optimizer.lr=0.05 --set train.schedule.min_lr=0.0500000001
-expect 2 "fashion-cnn.yaml:[0-9]+:[0-9]+: momentum: must be in \[0, 1\), got 1.00000001 " \
+expect 2 "fashion-cnn.yaml:[0-9]+:[0-9]+: momentum: 1.00000001 is out of range \[0, 1\) " \
   -- "$srcdir/models/fashion-cnn.yaml" --data synthetic --steps 1 --set train.optimizer.momentum=1.00000001
 # a list item is pointed at, with the float32 note
 echo "${base/type: adamw,/type: adamw, betas: [0.9, 0.99999999999],}" >"$tmp/betas.yaml"
-expect 2 "betas.yaml:26:41: betas: must be in \[0, 1\), got 0.99999999999 \(0.99999999999 is 1 as float32\)$" \
+expect 2 "betas.yaml:26:41: betas: 0.99999999999 is out of range \[0, 1\) \(0.99999999999 is 1 as float32\)$" \
   -- "$tmp/betas.yaml" --data synthetic --steps 1
-expect 2 "transformer-nmt.yaml:[0-9]+:[0-9]+: decode_len_a: 1000000.0001 is out of range \[0, 1e\+06\]" \
+expect 2 "transformer-nmt.yaml:[0-9]+:[0-9]+: decode_len_a: 1000000.0001 is out of range \[0, 1000000\]" \
   -- "$srcdir/models/transformer-nmt.yaml" --data synthetic --steps 1 --set data.decode_len_a=1000000.0001
+# a range message states the rule it applied, open bounds as open; a positive setting whose
+# float32 is 0 is refused where it is written (batchnorm trained on, eps 0 as float32, and std
+# 1e-50 passed synthetic data); an unknown key with no near match lists the keys there are
+expect 2 "fashion-cnn.yaml:13:[0-9]+: eps: 1e-50 is out of range \(0, 1\] \(1e-50 is 0 as float32\) " \
+  -- "$cnn" --data synthetic --steps 1 --set blocks.conv_bn_relu.layers.1.eps=1e-50
+expect 2 "fashion-cnn.yaml:30:37: std: 1e-50 must be > 0 \(1e-50 is 0 as float32\) \(set by" \
+  -- "$cnn" --data synthetic --steps 1 --set data.normalize.std.0=1e-50
+expect 2 "fashion-cnn.yaml:23:24: p: 1 is out of range \[0, 1\) \(set by --set layers.5.p=1\)$" \
+  -- "$cnn" --data synthetic --steps 1 --set layers.5.p=1
+expect 2 "fashion-cnn.yaml:37:30: lr: -1 must be > 0 \(set by" \
+  -- "$cnn" --data synthetic --steps 1 --set train.optimizer.lr=-1
+expect 2 "fashion-cnn.yaml:23:5: unknown key 'zzzz' for dropout \(its keys: p, name, from, repeat, type\)" \
+  -- "$cnn" --data synthetic --steps 1 --set layers.5.zzzz=1
 # a --set of one list item is named when that item is refused
-expect 2 "fashion-cnn.yaml:[0-9]+:[0-9]+: std: every value must be greater than 0, got 0 \(set by --set data.normalize.std.0=0\)" \
+expect 2 "fashion-cnn.yaml:[0-9]+:[0-9]+: std: 0 must be > 0 \(set by --set data.normalize.std.0=0\)" \
   -- "$srcdir/models/fashion-cnn.yaml" --set data.normalize.std.0=0 --steps 1
 # the log is an output like the others: checked before any work, the new folder taken away
 expect 1 "^gpipe-train: --log .*/nowhere/l.jsonl: cannot write: No such file or directory$" \

@@ -13,9 +13,16 @@ typedef struct scale_conf {
   int bug;
 } scale_conf;
 
+static const gp_setting scale_settings[] = {
+    {.key = "bug",
+     GP_SETTING_CHOICE_AT(scale_conf, bug),
+     .choices = lt_selftest_bugs,
+     .idflt = BUG_NONE,
+     .doc = "which mistake the layer makes"},
+};
+
 static gp_status scale_configure(gp_layer *l, gp_cfg *cfg) {
-  scale_conf *k = l->conf;
-  return gp_cfg_choice(cfg, "bug", lt_selftest_bugs, BUG_NONE, &k->bug);
+  return gp_settings_read(cfg, l->type->settings, l->type->n_settings, l->conf);
 }
 
 static gp_status scale_shape(gp_layer *l) {
@@ -79,9 +86,11 @@ static gp_status scale_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, co
 
 const gp_layer_type lt_selftest_scale = {
     .name = "selftest_scale",
+    .doc = "y = w x, right or wrong in one chosen way (the gradient checks' own test)",
     .min_inputs = 1,
     .max_inputs = 1,
     .conf_size = sizeof(scale_conf),
+    GP_LAYER_SETTINGS(scale_settings),
     .configure = scale_configure,
     .shape = scale_shape,
     .cost = scale_cost,

@@ -127,7 +127,7 @@ int main(void) {
                                        "layers: [{type: linear, out_features: 3}]\n"
                                        "loss: softmax_cross_entropy\n";
   gp_override smooth = {"loss.label_smoothing", "1"};
-  static const char *const below[] = {"t.yaml:3:7: label_smoothing: must be below 1",
+  static const char *const below[] = {"t.yaml:3:7: label_smoothing: 1 is out of range [0, 1)",
                                       "(set by --set loss.label_smoothing=1)"};
   gp_t_load_fails("a key under 'loss: TYPE'", loss_type, &smooth, 1, GP_ERR_SPEC, below, 2);
   /* NULL parts are refused, not dereferenced */

@@ -172,7 +172,7 @@ static void inverse_sqrt_spec(void) {
   spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: 0}}",
              "t.yaml:4:54: warmup_steps: inverse_sqrt needs at least 1");
   spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: -3}}",
-             "t.yaml:4:54: warmup_steps: -3 is out of range");
+             "t.yaml:4:54: warmup_steps: -3 must be >= 0");
   spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: 10, d_model: 0}}",
              "t.yaml:4:67: d_model: 0 is out of range");
   spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: 10, d_model: abc}}",
@@ -181,7 +181,7 @@ static void inverse_sqrt_spec(void) {
              "warmup_steps: 10, warmup_init_lr: 1e-3}}",
              "t.yaml:4:110: warmup_init_lr: 0.001 is more than lr 0.0005");
   spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: 10, warmup_init_lr: -1}}",
-             "t.yaml:4:74: warmup_init_lr: must be at least 0, got -1");
+             "t.yaml:4:74: warmup_init_lr: -1 must be >= 0");
   spec_fails("train: {schedule: {type: inverse_sqrt, warmup_steps: 10, d_model: 512, "
              "warmup_init_lr: 0}}",
              "t.yaml:4:88: warmup_init_lr: not with d_model");
