@@ -57,8 +57,12 @@ gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *worker
                   "--data-only: %s reads %s token data, which has no decode threads to measure "
                   "(--data-only is for image datasets)",
                   m->file, m->data.dataset == GP_DATA_TEXT ? "text" : "translation");
-  /* the data fits the model (its sample shape is the input's) and holds a batch: checked by
-   * each run's opening, first before any is timed */
+  /* opened once first, so that what does not fit (its sample shape is then the model
+   * input's, and it holds a batch) is said before the runs start */
+  gp_data_opts po = {.train = 1, .batch = batch, .seed = m->train.seed};
+  gp_data probe;
+  GP_TRY(gp_data_open(m, &po, &probe));
+  gp_data_close(&probe);
   const gp_model_input *xi;
   GP_TRY(gp_data_input(m, "an image dataset", &xi));
   gp_shape sh = xi->shape;

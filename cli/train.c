@@ -147,10 +147,12 @@ typedef struct run {
   gp_precision precision; /* --precision */
   size_t mem_limit;       /* --memory-limit: per stage, 0 = none */
   int64_t ckpt_step;      /* the step of the checkpoint last written or resumed from, or -1 */
-  gp_metrics last;        /* the last evaluation, printed at the end, */
-  gp_batch_source_stats last_st; /* of this split */
-  double last_bleu;              /* and its BLEU (< 0: none decoded) of */
-  int64_t last_sentences;        /* sentences */
+  /* the last evaluation, which the final line shows: its numbers, its split, and BLEU over
+   * last_sentences (last_bleu < 0: none decoded) */
+  gp_metrics last;
+  gp_batch_source_stats last_st;
+  double last_bleu;
+  int64_t last_sentences;
   int traced, saved;      /* --trace, --save written (the run's end) */
   int64_t loaded_step;    /* --load named a checkpoint: its step; else -1 */
 } run;
@@ -518,7 +520,7 @@ static void weights_name(const run *r, char *buf, size_t n) {
     snprintf(buf, n, "weights of %s", flags[F_LOAD].s);
 }
 
-/* The last line of a run: the final evaluation (ev, or a sequence model's final_seq). */
+/* The last line of a run: the last evaluation (of the test split). */
 static void print_final(const run *r, const gp_progress *pg) {
   const gp_metrics *ev = &r->last;
   const gp_batch_source_stats *st = &r->last_st;
