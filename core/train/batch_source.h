@@ -43,7 +43,8 @@ typedef struct gp_batch_source {
   int replica, replicas;                 /* this reads slice `replica` of `replicas` (0 of 1) */
 } gp_batch_source;
 
-/* A source over ctx (its ops->free frees ctx with the source) for batches of m's inputs. */
+/* A source over ctx for batches of m's inputs; ops->free frees ctx with the source, or at
+ * once when making the source fails. Optional ops: describe, stats, free (NULL). */
 gp_status gp_batch_source_new(const gp_batch_source_ops *ops, void *ctx, const gp_model *m,
                               gp_batch_source **out);
 void gp_batch_source_free(gp_batch_source *s); /* accepts NULL */
