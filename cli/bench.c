@@ -19,13 +19,12 @@
 #include "cli/bench.h"
 #include "cli/interrupt.h"
 #include "cli/progress.h"
-#include "cli/seqdata.h"
 #include "core/backend.h"
 #include "core/spec/cfg.h"
 #include "core/plan/solve.h"
 #include "core/plan/plan_io.h"
 #include "core/train/trainer.h"
-#include "data/loader.h"
+#include "data/data.h"
 #include "gp_config.h"
 
 enum {
@@ -137,10 +136,7 @@ typedef struct sweep {
 
 typedef struct ctx {
   gp_model *m;
-  gp_loader *data;
-  gp_seqdata *sq; /* sequence models: rows of token ids instead of (x, y) */
-  float *x;
-  int32_t *y;
+  gp_data data; /* its training split: image samples or token rows */
   sweep sw;
   gp_bench b;
   int tty, quiet, progress_open;
@@ -455,25 +451,18 @@ static gp_status measure(ctx *c, const gp_bench_run *r, int trace, gp_bench_run 
   double busy_at = 0, rec_at = 0; /* the stages' sums after the previous step */
   int steps = b->steps;
   gp_metrics mt;
-  int64_t got;
   unsigned long long busy0 = 0, steal0 = 0, busy1, steal1;
   int ticks = 0;
-  gp_status s = c->sq ? gp_seqdata_seek(c->sq, 0, 0) : gp_loader_seek(c->data, 0, 0);
+  gp_status s = gp_batch_source_seek(c->data.train, 0, 0);
   for (int i = 0; s == GP_OK && i < b->warmup + steps; i++) {
     if (i == b->warmup) {
       gp_pipeline_reset_stats(t.pl);
       ticks = gp_cpu_ticks_now(&busy0, &steal0);
     }
     gp_batch sb;
-    if (c->sq)
-      s = gp_seqdata_next(c->sq, &sb);
-    else
-      s = gp_loader_next(c->data, b->batch, c->x, c->y, &got);
+    s = gp_batch_source_next(c->data.train, &sb, NULL);
     double t0 = gp_now();
-    if (s == GP_OK && c->sq)
-      s = gp_trainer_step_batch(&t, &sb, m->train.lr, &mt);
-    else if (s == GP_OK)
-      s = gp_trainer_step(&t, c->x, c->y, got, m->train.lr, &mt);
+    if (s == GP_OK) s = gp_trainer_step(&t, &sb, m->train.lr, &mt);
     /* a step's time ends when its work has run, not when it is queued (GPUs) */
     if (s == GP_OK) s = gp_pipeline_sync(t.pl);
     if (s == GP_OK && i >= b->warmup) {
@@ -556,31 +545,19 @@ static void progress_clear(ctx *c) {
 
 /* ---- setup --------------------------------------------------------------------------------- */
 
+/* The training split (synthetic: 4 batches of images; token data has 16). */
 static gp_status open_data(ctx *c) {
   gp_model *m = c->m;
-  if (gp_seq_is_sequence_model(m))
-    return gp_data_error_at(m, gp_seqdata_open(m, strcmp(c->b.data, "synthetic") == 0,
-                                               m->train.seed, c->b.batch, &c->sq));
-  const gp_model_input *xi;
-  GP_TRY(gp_data_input(
-      m, strcmp(c->b.data, "synthetic") == 0 ? "synthetic data" : "an image dataset", &xi));
-  int64_t classes = gp_model_classes(m);
-  int64_t b = c->b.batch;
-  if (strcmp(c->b.data, "synthetic") == 0) {
-    GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 4, GP_SPLIT_TRAIN, m->train.seed, NULL,
-                                    &c->data));
-  } else {
-    if (m->data.dataset == GP_DATA_NONE || m->data.dataset == GP_DATA_SYNTHETIC)
-      return GP_ERR(GP_ERR_USAGE, "--data real: %s has no data section naming a dataset", m->file);
-    GP_TRY(gp_data_error_at(
-        m, gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, NULL, &c->data)));
-    GP_TRY(gp_data_fits(m, xi, c->data, b));
-  }
-  int64_t per = gp_shape_numel(&xi->shape);
-  c->x = malloc((size_t)(b * per) * sizeof(float));
-  c->y = malloc((size_t)b * sizeof(int32_t));
-  if (!c->x || !c->y) return GP_ERR(GP_ERR_NOMEM, "out of host memory for a batch of %" PRId64, b);
-  return GP_OK;
+  int synthetic = strcmp(c->b.data, "synthetic") == 0;
+  if (!synthetic && !gp_seq_is_sequence_model(m) &&
+      (m->data.dataset == GP_DATA_NONE || m->data.dataset == GP_DATA_SYNTHETIC))
+    return GP_ERR(GP_ERR_USAGE, "--data real: %s has no data section naming a dataset", m->file);
+  gp_data_opts o = {.synthetic = synthetic,
+                    .train = 1,
+                    .batch = c->b.batch,
+                    .seed = m->train.seed,
+                    .synthetic_batches = 4};
+  return gp_data_open(m, &o, &c->data);
 }
 
 /* --batch-size goes in as a setting: the load checks the file's micro_batches against it.
@@ -870,11 +847,8 @@ int main(int argc, char **argv) {
     if (s == GP_OK) s = sweep_all(&c);
     if (s == GP_OK) s = report(&c);
   }
-  gp_loader_free(c.data);
-  gp_seqdata_free(c.sq);
+  gp_data_close(&c.data);
   gp_model_free(c.m);
-  free(c.x);
-  free(c.y);
   free(c.b.runs);
   gp_args_free(flags);
   if (s != GP_OK) {

@@ -9,10 +9,9 @@
 #include "cli/bench.h"
 #include "cli/machine.h"
 #include "cli/progress.h"
-#include "cli/seqdata.h"
 #include "core/backend.h"
 #include "core/io/json.h"
-#include "data/loader.h"
+#include "data/data.h"
 
 typedef struct data_run {
   int workers;
@@ -20,23 +19,25 @@ typedef struct data_run {
 } data_run;
 
 static gp_status one_run(const gp_model *m, int64_t batch, int workers, int steps, int warmup,
-                         float *x, int32_t *y, data_run *out) {
-  gp_loader_opts o = gp_loader_opts_of(&m->data);
-  o.workers = workers;
-  gp_loader *l = NULL;
-  GP_TRY(gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, &o, &l));
+                         data_run *out) {
+  gp_loader_opts lo = gp_loader_opts_of(&m->data);
+  lo.workers = workers;
+  gp_data_opts o = {.train = 1, .batch = batch, .seed = m->train.seed, .loader = &lo};
+  gp_data d;
+  GP_TRY(gp_data_open(m, &o, &d));
   gp_status s = GP_OK;
   double t0 = 0;
-  int64_t got, n = 0;
+  int64_t n = 0;
   for (int i = 0; s == GP_OK && i < warmup + steps; i++) {
+    gp_batch b;
     if (i == warmup) t0 = gp_now();
-    s = gp_loader_next(l, batch, x, y, &got);
-    if (i >= warmup) n += got;
+    s = gp_batch_source_next(d.train, &b, NULL);
+    if (i >= warmup) n += b.n;
   }
   double dt = gp_now() - t0;
-  gp_loader_stats st;
-  gp_loader_stats_get(l, &st);
-  gp_loader_free(l);
+  gp_batch_source_stats st;
+  gp_batch_source_stats_get(d.train, &st);
+  gp_data_close(&d);
   GP_TRY(s);
   out->workers = st.workers;
   out->samples_per_s = dt > 0 ? (double)n / dt : 0;
@@ -56,28 +57,23 @@ gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *worker
                   "--data-only: %s reads %s token data, which has no decode threads to measure "
                   "(--data-only is for image datasets)",
                   m->file, m->data.dataset == GP_DATA_TEXT ? "text" : "translation");
-  gp_loader *probe = NULL;
-  GP_TRY(
-      gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TRAIN, m->train.seed, NULL, &probe)));
-  gp_shape sh = gp_loader_sample_shape(probe);
-  int64_t n = gp_loader_samples(probe);
-  gp_loader_free(probe);
-  if (n >= 0 && n < batch)
-    return GP_ERR(GP_ERR_DATA,
-                  "--data-only: the training set has %" PRId64 " samples, fewer than one batch of "
-                  "%" PRId64,
-                  n, batch);
-  int64_t per = gp_shape_numel(&sh);
-  float *x = malloc((size_t)(batch * per) * sizeof *x);
-  int32_t *y = malloc((size_t)batch * sizeof *y);
+  /* opened once first, so that what does not fit (its sample shape is then the model
+   * input's, and it holds a batch) is said before the runs start */
+  gp_data_opts po = {.train = 1, .batch = batch, .seed = m->train.seed};
+  gp_data probe;
+  GP_TRY(gp_data_open(m, &po, &probe));
+  gp_data_close(&probe);
+  const gp_model_input *xi;
+  GP_TRY(gp_data_input(m, "an image dataset", &xi));
+  gp_shape sh = xi->shape;
   data_run *runs = calloc((size_t)n_workers, sizeof *runs);
-  gp_status s = x && y && runs ? GP_OK : GP_ERR(GP_ERR_NOMEM, "out of memory for a batch");
+  gp_status s = runs ? GP_OK : GP_ERR(GP_ERR_NOMEM, "out of memory");
   for (int i = 0; s == GP_OK && i < n_workers; i++) {
     if (!quiet && workers[i] < 0)
       fprintf(stderr, "gpipe-bench: data only, the automatic number of decode threads...\n");
     else if (!quiet)
       fprintf(stderr, "gpipe-bench: data only, %d decode threads...\n", workers[i]);
-    s = one_run(m, batch, workers[i], steps, warmup, x, y, &runs[i]);
+    s = one_run(m, batch, workers[i], steps, warmup, &runs[i]);
   }
   char cpu[128], shape[96];
   gp_cpu_model(cpu, sizeof cpu);
@@ -112,8 +108,6 @@ gp_status gp_bench_data_only(const gp_model *m, int64_t batch, const int *worker
         break;
       }
   }
-  free(x);
-  free(y);
   free(runs);
   GP_TRY(s);
   return gp_bench_stream_status(stdout, "stdout"); /* as the sweep's table: a full disk fails */

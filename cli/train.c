@@ -17,12 +17,11 @@
 #include "cli/interrupt.h"
 #include "cli/machine.h"
 #include "cli/progress.h"
-#include "cli/seqdata.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
 #include "core/plan/plan_io.h"
 #include "core/train/trainer.h"
-#include "data/loader.h"
+#include "data/data.h"
 #include "gp_config.h"
 
 enum {
@@ -141,17 +140,19 @@ static int fail(gp_status s) {
 
 typedef struct run {
   gp_model *m;
-  gp_loader *train, *test;
-  gp_seqdata *sq; /* sequence models: instead of the loaders */
+  gp_data d; /* the batch sources: training, evaluated, final */
   gp_trainer t;
   int have_trainer;
   FILE *log;
-  float *x;
-  int32_t *y;
   gp_precision precision; /* --precision */
   size_t mem_limit;       /* --memory-limit: per stage, 0 = none */
   int64_t ckpt_step;      /* the step of the checkpoint last written or resumed from, or -1 */
-  gp_seq_eval final_seq;  /* a sequence model's final evaluation, printed at the end */
+  /* the last evaluation, which the final line shows: its numbers, its split, and BLEU over
+   * last_sentences (last_bleu < 0: none decoded) */
+  gp_metrics last;
+  gp_batch_source_stats last_st;
+  double last_bleu;
+  int64_t last_sentences;
   int traced, saved;      /* --trace, --save written (the run's end) */
   int64_t loaded_step;    /* --load named a checkpoint: its step; else -1 */
 } run;
@@ -164,21 +165,11 @@ static gp_status run_free(run *r, gp_status s) {
     _exit(fail(s));
   }
   if (r->have_trainer) gp_trainer_free(&r->t);
-  gp_loader_free(r->train);
-  gp_loader_free(r->test);
-  gp_seqdata_free(r->sq);
+  gp_data_close(&r->d);
   gp_model_free(r->m);
   if (r->log && (ferror(r->log) | fclose(r->log)) && s == GP_OK)
     s = GP_ERR(GP_ERR_IO, "%s: writing the log failed", flags[F_LOG].s);
-  free(r->x);
-  free(r->y);
   return s;
-}
-
-/* The test split's batches; a signal ends the evaluation within a batch (see evaluate). */
-static gp_status test_batches(void *ctx, int64_t max, float *x, int32_t *y, int64_t *got) {
-  GP_TRY(gp_interrupt_check());
-  return gp_loader_next((gp_loader *)ctx, max, x, y, got);
 }
 
 /* "a,b,c" -> ints; GP_ERR_USAGE naming the flag otherwise. */
@@ -364,56 +355,30 @@ static gp_status apply_flags(gp_model *m) {
   return s;
 }
 
-/* A sequence model's data; --translations needs a translation model on real text. */
-static gp_status open_seqdata(run *r, int synthetic) {
+/* The training and evaluated splits (--eval-only: the test split); --translations needs a
+ * translation model on real text. */
+static gp_status open_data(run *r) {
   gp_model *m = r->m;
-  GP_TRY(gp_data_error_at(
-      m, gp_seqdata_open(m, synthetic, m->train.seed, m->train.batch_size, &r->sq)));
-  if (!flags[F_TRANSLATIONS].given || gp_seqdata_translates(r->sq)) return GP_OK;
-  if (synthetic || m->data.dataset == GP_DATA_SYNTHETIC)
+  int seq = gp_seq_is_sequence_model(m);
+  if (flags[F_TRANSLATIONS].given && !seq)
+    return GP_ERR(GP_ERR_USAGE, "--translations: %s is not a translation model", m->file);
+  gp_data_opts o = {.synthetic = flags[F_DATA].given,
+                    .train = !flags[F_EVAL_ONLY].given,
+                    .eval = 1,
+                    .batch = m->train.batch_size,
+                    .seed = m->train.seed};
+  GP_TRY(gp_data_open(m, &o, &r->d));
+  if (!flags[F_TRANSLATIONS].given || gp_data_translates(&r->d)) return GP_OK;
+  if (flags[F_DATA].given || m->data.dataset == GP_DATA_SYNTHETIC)
     return GP_ERR(GP_ERR_USAGE,
                   "--translations: synthetic data has no text to translate (drop --data "
                   "synthetic or --translations)");
   return GP_ERR(GP_ERR_USAGE, "--translations: %s is not a translation model", m->file);
 }
 
-/* The training and test splits; --eval-only opens only the test split. */
-static gp_status open_data(run *r) {
-  gp_model *m = r->m;
-  int train = !flags[F_EVAL_ONLY].given;
-  int64_t classes = gp_model_classes(m);
-  int64_t b = m->train.batch_size;
-  uint64_t seed = m->train.seed;
-  if (gp_seq_is_sequence_model(m)) return open_seqdata(r, flags[F_DATA].given);
-  if (flags[F_TRANSLATIONS].given)
-    return GP_ERR(GP_ERR_USAGE, "--translations: %s is not a translation model", m->file);
-  const gp_model_input *xi;
-  if (flags[F_DATA].given || m->data.dataset == GP_DATA_SYNTHETIC) {
-    GP_TRY(gp_data_input(m, "synthetic data", &xi));
-    if (train)
-      GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 16, GP_SPLIT_TRAIN, seed, NULL,
-                                      &r->train));
-    return gp_loader_open_synthetic(&xi->shape, classes, b * 2, GP_SPLIT_TEST, seed, NULL,
-                                    &r->test);
-  }
-  if (m->data.dataset == GP_DATA_NONE)
-    return GP_ERR(GP_ERR_SPEC,
-                  "%s: the model file names no dataset to train on (data.dataset is none or "
-                  "not given); name one, or use --data synthetic",
-                  m->file);
-  GP_TRY(gp_data_input(m, "an image dataset", &xi));
-  if (train)
-    GP_TRY(gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TRAIN, seed, NULL, &r->train)));
-  GP_TRY(gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TEST, seed, NULL, &r->test)));
-  return train ? gp_data_fits(m, xi, r->train, b) : gp_data_fits(m, xi, r->test, 0);
-}
-
 /* The training data's position: (epoch, next batch). */
 static void data_tell(const run *r, int64_t *epoch, int64_t *index) {
-  if (r->sq)
-    gp_seqdata_tell(r->sq, epoch, index);
-  else
-    gp_loader_tell(r->train, epoch, index);
+  gp_batch_source_tell(r->d.train, epoch, index);
 }
 
 /* Whether the training loop evaluates after step s (the run's end evaluates besides). */
@@ -473,23 +438,73 @@ static gp_status eval_finite(const run *r, const char *split, double loss) {
                 isnan(loss) ? "NaN" : "infinite", r->t.step);
 }
 
-/* A sequence model's evaluation: the eval split (final 0) or the test split (final 1). */
-static gp_status evaluate_seq(run *r, gp_progress *pg, int64_t epoch, int final, gp_metrics *ev) {
+/* The translations in corpus order, one a line (a sentence not decoded has none). */
+static gp_status write_hyps(FILE *fp, const char *path, const void *arg) {
+  (void)path; /* gp_args_write_output checks the stream */
+  const gp_decode_result *h = arg;
+  for (int64_t p = 0; p < h->n_text; p++)
+    if (h->text[p]) fprintf(fp, "%s\n", h->text[p]);
+  return GP_OK;
+}
+
+/* BLEU of the greedy translations of an evaluated split. */
+typedef struct bleu_eval {
+  double bleu; /* < 0: nothing decoded */
+  int64_t sentences;
+  char line[160]; /* sacreBLEU's verbose line */
+  double seconds;
+} bleu_eval;
+
+/* Where the data decodes translations: greedy decoding of the evaluated split, scored by
+ * BLEU; the final split's translations go to --translations. */
+static gp_status translate(run *r, int final, bleu_eval *out) {
+  memset(out, 0, sizeof *out);
+  out->bleu = -1;
+  gp_decode_set set;
+  int any;
+  GP_TRY(gp_data_decode_set(&r->d, final, &set, &any));
+  if (!any) return GP_OK;
   double t0 = gp_now();
-  gp_seq_eval se;
-  GP_TRY(gp_seqdata_evaluate(r->sq, &r->t, final,
-                             final && flags[F_TRANSLATIONS].given ? flags[F_TRANSLATIONS].s : NULL,
-                             &se));
-  ev->loss = se.loss;
-  ev->accuracy = se.accuracy;
-  ev->targets = ev->samples = se.tokens;
-  GP_TRY(gp_progress_eval_seq(pg, r->t.step, epoch, se.split, se.loss, se.accuracy, se.perplexity,
-                              se.tokens, se.left_out, se.bleu, se.sentences, gp_now() - t0));
-  GP_TRY(eval_finite(r, se.split, se.loss));
-  if (se.bleu >= 0)
-    gp_progress_note(pg, "  %s: %s (%lld sentence%s, greedy, %.1f s)", se.split, se.bleu_line,
-                     (long long)se.sentences, se.sentences == 1 ? "" : "s", se.decode_s);
-  if (final) r->final_seq = se;
+  gp_decode_result res;
+  gp_status s = gp_decode_bleu(&r->t, &set, &res);
+  gp_decode_set_free(&set);
+  GP_TRY(s);
+  const gp_flag hyps = {.name = "--translations", .s = flags[F_TRANSLATIONS].s};
+  if (final && flags[F_TRANSLATIONS].given) s = gp_args_write_output(&hyps, write_hyps, &res);
+  out->bleu = res.bleu;
+  out->sentences = res.sentences;
+  snprintf(out->line, sizeof out->line, "%s", res.bleu_line);
+  out->seconds = gp_now() - t0;
+  gp_decode_result_free(&res);
+  return s;
+}
+
+/* An evaluation of the split evaluated during training (final 0) or of the final one
+ * (final 1; for images they are the same test split): loss and accuracy, and for tokens
+ * perplexity and, for translations, BLEU. */
+static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, int final, gp_metrics *ev) {
+  gp_batch_source *src = final ? r->d.test : r->d.eval;
+  gp_batch_source_stats st;
+  gp_batch_source_stats_get(src, &st);
+  double t0 = gp_now();
+  bleu_eval be;
+  GP_TRY(gp_trainer_evaluate(&r->t, src, ev));
+  GP_TRY(translate(r, final, &be));
+  if (st.tokens)
+    GP_TRY(gp_progress_eval_seq(pg, r->t.step, epoch, st.split, ev->loss, ev->accuracy,
+                                ev->perplexity, ev->ppl_targets, st.left_out, be.bleu, be.sentences,
+                                gp_now() - t0));
+  else
+    GP_TRY(
+        gp_progress_eval(pg, r->t.step, epoch, ev->loss, ev->accuracy, ev->samples, gp_now() - t0));
+  GP_TRY(eval_finite(r, st.split, ev->loss));
+  if (be.bleu >= 0)
+    gp_progress_note(pg, "  %s: %s (%lld sentence%s, greedy, %.1f s)", st.split, be.line,
+                     (long long)be.sentences, be.sentences == 1 ? "" : "s", be.seconds);
+  r->last = *ev;
+  r->last_st = st;
+  r->last_bleu = be.bleu;
+  r->last_sentences = be.sentences;
   return GP_OK;
 }
 
@@ -505,55 +520,46 @@ static void weights_name(const run *r, char *buf, size_t n) {
     snprintf(buf, n, "weights of %s", flags[F_LOAD].s);
 }
 
-/* The last line of a run: the final evaluation (ev, or a sequence model's final_seq). */
-static void print_final(const run *r, const gp_progress *pg, const gp_metrics *ev) {
-  const gp_seq_eval *se = &r->final_seq;
+/* The last line of a run: the last evaluation (of the test split). */
+static void print_final(const run *r, const gp_progress *pg) {
+  const gp_metrics *ev = &r->last;
+  const gp_batch_source_stats *st = &r->last_st;
   char who[PATH_MAX + 64];
   weights_name(r, who, sizeof who);
-  if (!r->sq) {
+  if (!st->tokens) {
     printf("final: %s  test loss %.4f  test accuracy %.4f", who, ev->loss, ev->accuracy);
   } else {
-    printf("final: %s  %s loss %.4f  perplexity %.2f  token accuracy %.4f", who, se->split,
-           se->loss, se->perplexity, se->accuracy);
-    if (se->left_out)
-      printf("  (%lld pair%s longer than a row left out)", (long long)se->left_out,
-             se->left_out == 1 ? "" : "s");
-    if (se->bleu >= 0)
-      printf("  BLEU %.2f (%lld sentence%s)", se->bleu, (long long)se->sentences,
-             se->sentences == 1 ? "" : "s");
+    printf("final: %s  %s loss %.4f  perplexity %.2f  token accuracy %.4f", who, st->split,
+           ev->loss, ev->perplexity, ev->accuracy);
+    if (st->left_out)
+      printf("  (%lld pair%s longer than a row left out)", (long long)st->left_out,
+             st->left_out == 1 ? "" : "s");
+    if (r->last_bleu >= 0)
+      printf("  BLEU %.2f (%lld sentence%s)", r->last_bleu, (long long)r->last_sentences,
+             r->last_sentences == 1 ? "" : "s");
   }
   printf("  (%.1f s)\n", gp_now() - pg->t0);
-}
-
-static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, gp_metrics *ev) {
-  if (r->sq) return evaluate_seq(r, pg, epoch, 0, ev);
-  double t0 = gp_now();
-  GP_TRY(gp_loader_seek(r->test, 0, 0));
-  GP_TRY(gp_trainer_evaluate(&r->t, test_batches, r->test, r->m->train.batch_size, 0, ev));
-  GP_TRY(
-      gp_progress_eval(pg, r->t.step, epoch, ev->loss, ev->accuracy, ev->samples, gp_now() - t0));
-  return eval_finite(r, "test", ev->loss);
 }
 
 /* An evaluation that a signal drops, to stop with what was trained (stop_interrupted). */
 static gp_status evaluate_or_stop(run *r, gp_progress *pg, int64_t epoch, gp_metrics *ev,
                                   int64_t total) {
-  gp_status s = evaluate(r, pg, epoch, ev);
+  gp_status s = evaluate(r, pg, epoch, 0, ev);
   return s == GP_ERR_INTERRUPTED ? stop_interrupted(r, pg, total, "in the evaluation ") : s;
 }
 
 /* Where the data time went: the trainer's wait for batches, and skipped bad samples. */
 static void report_data(run *r, double wall) {
-  if (r->sq) return;
-  gp_loader_stats st;
-  gp_loader_stats_get(r->train, &st);
+  gp_batch_source_stats st;
+  gp_batch_source_stats_get(r->d.train, &st);
+  if (st.workers < 0) return; /* no decode threads: token rows are made as they are asked for */
   printf("data: %d decode thread%s, waited %.2f s for %" PRId64 " batch%s (%.1f%% of %.1f s)\n",
          st.workers, st.workers == 1 ? "" : "s", st.wait_s, st.batches, st.batches == 1 ? "" : "es",
          wall > 0 ? 100.0 * st.wait_s / wall : 0.0, wall);
   if (st.skipped > 0)
     fprintf(stderr, "gpipe-train: warning: skipped %" PRId64 " bad training sample%s (first: %s)\n",
             st.skipped, st.skipped == 1 ? "" : "s", st.first_skip);
-  gp_loader_stats_get(r->test, &st);
+  gp_batch_source_stats_get(r->d.test, &st);
   if (st.skipped > 0)
     fprintf(stderr, "gpipe-train: warning: skipped %" PRId64 " bad test sample%s (first: %s)\n",
             st.skipped, st.skipped == 1 ? "" : "s", st.first_skip);
@@ -648,6 +654,7 @@ static gp_status make_trainer(run *r, gp_plan *plan, int *threads) {
                          .nondeterministic = flags[F_NONDET].given,
                          .mem_limit = r->mem_limit};
   GP_TRY(gp_trainer_init(&r->t, m, plan, &po, m->train.seed));
+  r->t.check = gp_interrupt_check; /* a signal ends an evaluation within a batch */
   r->have_trainer = 1;
   r->loaded_step = -1;
   if (flags[F_LOAD].given) GP_TRY(gp_trainer_load_weights(&r->t, flags[F_LOAD].s, &r->loaded_step));
@@ -660,26 +667,15 @@ static void note_model(const run *r, gp_progress *pg) {
   gp_progress_note(pg, "model %s: %d unit%s, %d layer%s, %.3fM parameters (%" PRId64 ")", m->name,
                    m->n_units, m->n_units == 1 ? "" : "s", m->n_nodes, m->n_nodes == 1 ? "" : "s",
                    (double)m->n_params / 1e6, m->n_params);
-  if (r->sq) {
-    char desc[512];
-    gp_seqdata_describe(r->sq, desc, sizeof desc);
-    gp_progress_note(pg, "data %s", desc);
-  }
+  char desc[512] = "";
+  if (r->d.train) gp_batch_source_describe(r->d.train, desc, sizeof desc);
+  if (desc[0]) gp_progress_note(pg, "data %s", desc);
   if (r->loaded_step >= 0)
     gp_progress_note(pg,
                      "loaded the weights of step %" PRId64
                      " from the checkpoint %s (not its optimizer state or data position: "
                      "--checkpoint-dir DIR --resume continues that run)",
                      r->loaded_step, flags[F_LOAD].s);
-}
-
-/* Host buffers for one batch of an image loader's samples. */
-static gp_status alloc_batch(run *r, const gp_loader *l, int64_t b) {
-  gp_shape sample = gp_loader_sample_shape(l);
-  r->x = malloc((size_t)(b * gp_shape_numel(&sample)) * sizeof(float));
-  r->y = malloc((size_t)b * sizeof(int32_t));
-  if (!r->x || !r->y) return GP_ERR(GP_ERR_NOMEM, "out of host memory for a batch");
-  return GP_OK;
 }
 
 static void note_stale_outputs(gp_progress *pg) {
@@ -701,9 +697,7 @@ static gp_status train(run *r) {
   gp_model *m = r->m;
   const gp_train_spec *ts = &m->train;
   int64_t b = ts->batch_size;
-  int64_t n_train = r->sq ? gp_seqdata_batches(r->sq) * b
-                          : gp_loader_samples(r->train); /* < 0: a stream of unknown size */
-  int64_t per_epoch = n_train < 0 ? -1 : n_train / b;
+  int64_t per_epoch = gp_batch_source_batches(r->d.train); /* < 0: a stream of unknown size */
   if (per_epoch < 0 && ts->steps <= 0)
     return GP_ERR(GP_ERR_SPEC,
                   "%s: the training shards are streamed and their size is unknown: set "
@@ -723,8 +717,7 @@ static gp_status train(run *r) {
                     "%s/checkpoint.safetensors is at step %" PRId64 ", past the %" PRId64
                     " steps of this run",
                     flags[F_CKPT_DIR].s, r->t.step, total);
-    gp_status sk = r->sq ? gp_seqdata_seek(r->sq, pos.epoch, pos.index)
-                         : gp_loader_seek(r->train, pos.epoch, pos.index);
+    gp_status sk = gp_batch_source_seek(r->d.train, pos.epoch, pos.index);
     if (sk != GP_OK)
       return gp_error_prefix(GP_ERR_DATA,
                              "%s/checkpoint.safetensors: its data position (gpipe.epoch %" PRId64
@@ -742,7 +735,6 @@ static gp_status train(run *r) {
     else if (!(r->log = fopen(flags[F_LOG].s, "w")))
       return GP_ERR(GP_ERR_IO, "--log %s: cannot write: %s", flags[F_LOG].s, strerror(errno));
   }
-  if (!r->sq) GP_TRY(alloc_batch(r, r->train, b));
 
   gp_progress pg;
   gp_progress_init(&pg, flags[F_QUIET].given, r->log, flags[F_LOG].s);
@@ -786,22 +778,14 @@ static gp_status train(run *r) {
   }
   while (r->t.step < total) {
     if (gp_interrupted()) return stop_interrupted(r, &pg, total, NULL);
-    int64_t got, epoch, idx;
+    int64_t epoch, idx;
     gp_batch sb;
-    if (r->sq) {
-      GP_TRY(gp_seqdata_next(r->sq, &sb));
-      got = sb.n;
-    } else {
-      GP_TRY(gp_loader_next(r->train, b, r->x, r->y, &got));
-    }
+    GP_TRY(gp_batch_source_next(r->d.train, &sb, NULL));
     data_tell(r, &epoch, &idx); /* the epoch this batch came from */
     if (idx == 0 && epoch > 0) epoch--;
     double lr = gp_lr_at(ts, r->t.step, total);
-    if (r->sq)
-      GP_TRY(gp_trainer_step_batch(&r->t, &sb, lr, &tr));
-    else
-      GP_TRY(gp_trainer_step(&r->t, r->x, r->y, got, lr, &tr));
-    double shown = gp_rate_add(&rate, got, gp_now());
+    GP_TRY(gp_trainer_step(&r->t, &sb, lr, &tr));
+    double shown = gp_rate_add(&rate, sb.n, gp_now());
     int64_t s = r->t.step;
     GP_TRY(gp_progress_step(&pg, s, total, epoch, tr.loss, tr.accuracy, lr, shown,
                             s % every == 0 || s == total));
@@ -817,9 +801,10 @@ static gp_status train(run *r) {
   }
   int64_t epoch, idx;
   data_tell(r, &epoch, &idx);
-  if (!evaluated_last && !r->sq) GP_TRY(evaluate_or_stop(r, &pg, epoch, &ev, total));
-  if (r->sq) { /* the test split */
-    gp_status es = evaluate_seq(r, &pg, epoch, 1, &ev);
+  if (!evaluated_last && r->d.test == r->d.eval)
+    GP_TRY(evaluate_or_stop(r, &pg, epoch, &ev, total));
+  if (r->d.test != r->d.eval) { /* the test split, apart from the one evaluated so far */
+    gp_status es = evaluate(r, &pg, epoch, 1, &ev);
     if (es == GP_ERR_INTERRUPTED)
       return stop_interrupted(r, &pg, total, "in the final evaluation ");
     GP_TRY(es);
@@ -841,7 +826,7 @@ static gp_status train(run *r) {
   report_data(r, gp_now() - pg.t0);
   report_memory(r);
   report_pipeline(r);
-  print_final(r, &pg, &ev);
+  print_final(r, &pg);
   return GP_OK;
 }
 
@@ -856,7 +841,6 @@ static gp_status eval_only(run *r) {
   if (r->loaded_step >= 0) r->t.step = r->loaded_step; /* what the evaluation is of */
   if (flags[F_LOG].given && !(r->log = fopen(flags[F_LOG].s, "w")))
     return GP_ERR(GP_ERR_IO, "--log %s: cannot write: %s", flags[F_LOG].s, strerror(errno));
-  if (!r->sq) GP_TRY(alloc_batch(r, r->test, b));
   gp_progress pg;
   gp_progress_init(&pg, flags[F_QUIET].given, r->log, flags[F_LOG].s);
   note_model(r, &pg);
@@ -871,14 +855,14 @@ static gp_status eval_only(run *r) {
   note_pipeline(&pg, &plan, b);
   note_stale_outputs(&pg);
   gp_metrics ev = {0};
-  gp_status s = r->sq ? evaluate_seq(r, &pg, 0, 1, &ev) : evaluate(r, &pg, 0, &ev);
+  gp_status s = evaluate(r, &pg, 0, 1, &ev);
   if (s == GP_ERR_INTERRUPTED)
     return GP_ERR(s, "%s received: stopped the evaluation; no result",
                   gp_interrupt_name(gp_interrupted()));
   GP_TRY(s);
   gp_progress_done(&pg);
   report_memory(r);
-  print_final(r, &pg, &ev);
+  print_final(r, &pg);
   return GP_OK;
 }
 

@@ -801,7 +801,7 @@ def seq_tensors(model, cols, labels, torch):
 
 def seq_batch(model, batch, rnd, torch):
     """`batch` packed rows of random sentences, as gpipe's synthetic sequence data
-    (cli/seqdata.c): lengths (EOS included) uniform in [2, L], ids in [4, V)."""
+    (data/seqdata.c): lengths (EOS included) uniform in [2, L], ids in [4, V)."""
     roles, lens, _ = seq_layout(model)
     vocab = {side: int(n.conf["num_embeddings"]) for n in model.nodes for side in lens
              if n.type == "embedding" and n.inputs[0] == roles[(side, "ids")]}

@@ -48,6 +48,10 @@ typedef struct gp_step_result {
 typedef struct gp_batch {
   const void *in[GP_MAX_MODEL_INPUTS];
   int64_t n;
+  /* f32 targets beside the labels (regression), n x target_numel, or NULL: carried by the
+   * batch sources (core/train/batch_source.h); no loss reads them yet */
+  const float *target;
+  int64_t target_numel;
 } gp_batch;
 
 typedef struct gp_stage_stats {

@@ -79,7 +79,7 @@ typedef struct gp_data_spec {
   int64_t pad_id, bos_id, eos_id, bleu_samples;
   double decode_len_a, decode_len_b;
   /* Where the file's data section is (line 0: it has none), for the errors in it that only
-   * opening the data finds (CIFAR without a path): gp_data_error_at (cli/seqdata.h). */
+   * opening the data finds (CIFAR without a path): gp_data_error_at (data/data.h). */
   int line, col;
 } gp_data_spec;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/eval/perplexity.h"
 #include "core/io/safetensors.h"
 #include "core/spec/cfg.h"
 
@@ -33,7 +34,7 @@ void gp_trainer_free(gp_trainer *t) {
   memset(t, 0, sizeof *t);
 }
 
-gp_status gp_trainer_step_batch(gp_trainer *t, const gp_batch *b, double lr, gp_metrics *out) {
+gp_status gp_trainer_step(gp_trainer *t, const gp_batch *b, double lr, gp_metrics *out) {
   gp_step_result r;
   gp_status s = gp_pipeline_train_step(t->pl, b, t->step, lr, &r);
   if (s == GP_OK && !isfinite(r.loss_sum))
@@ -50,13 +51,11 @@ gp_status gp_trainer_step_batch(gp_trainer *t, const gp_batch *b, double lr, gp_
   return GP_OK;
 }
 
-/* The (x, y) form: x feeds the one input that is not the labels. */
-static gp_status xy_batch(const gp_model *m, const float *x, const int32_t *y, int64_t n,
-                          gp_batch *b) {
+gp_status gp_batch_xy(const gp_model *m, const float *x, const int32_t *y, int64_t n, gp_batch *b) {
   memset(b, 0, sizeof *b);
   b->n = n;
   int xi = m->label_input == 0 ? 1 : 0;
-  if (m->n_inputs != 2 || m->inputs[xi].dtype != GP_F32)
+  if (m->n_inputs != 2 || m->label_input < 0 || m->inputs[xi].dtype != GP_F32)
     return GP_ERR(GP_ERR_USAGE,
                   "%s: (x, y) batches are for models of one f32 input and labels; give this "
                   "model one buffer per input (gp_batch)",
@@ -64,13 +63,6 @@ static gp_status xy_batch(const gp_model *m, const float *x, const int32_t *y, i
   b->in[xi] = x;
   b->in[m->label_input] = y;
   return GP_OK;
-}
-
-gp_status gp_trainer_step(gp_trainer *t, const float *x, const int32_t *y, int64_t batch, double lr,
-                          gp_metrics *out) {
-  gp_batch b;
-  GP_TRY(xy_batch(t->m, x, y, batch, &b));
-  return gp_trainer_step_batch(t, &b, lr, out);
 }
 
 gp_status gp_batch_buffers_alloc(const gp_model *m, int64_t cap, gp_batch_buffers *out) {
@@ -101,49 +93,31 @@ gp_batch gp_batch_of(const gp_batch_buffers *b, int64_t n) {
   return r;
 }
 
-gp_status gp_trainer_evaluate_inputs(gp_trainer *t, gp_inputs_fn next, void *ctx, int64_t batch,
-                                     int64_t max_samples, gp_metrics *out) {
-  gp_batch_buffers bufs;
-  GP_TRY(gp_batch_buffers_alloc(t->m, batch, &bufs));
-  gp_status s = GP_OK;
+gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_source *src, gp_metrics *out) {
+  gp_batch_source_stats st;
+  gp_batch_source_stats_get(src, &st);
+  GP_TRY(gp_batch_source_seek(src, 0, 0));
   gp_step_result r = {0};
+  gp_prediction pr = {0};
   int64_t total = 0;
-  while (s == GP_OK && (max_samples == 0 || total < max_samples)) {
-    int64_t want = batch, got = 0;
-    if (max_samples && max_samples - total < want) want = max_samples - total;
-    s = next(ctx, want, bufs.in, &got);
-    if (s != GP_OK || got == 0) break;
-    gp_batch b = gp_batch_of(&bufs, got);
-    s = gp_pipeline_eval(t->pl, &b, &r);
-    total += got;
+  for (;;) {
+    gp_batch b;
+    int end;
+    if (t->check) GP_TRY(t->check());
+    GP_TRY(gp_batch_source_next(src, &b, &end));
+    if (end) break;
+    if (b.n == 0) continue; /* this replica's share of a batch smaller than the replicas */
+    /* perplexity needs the logits on the host: asked only where the targets are tokens */
+    GP_TRY(st.tokens ? gp_pipeline_predict(t->pl, &b, &pr, &r) : gp_pipeline_eval(t->pl, &b, &r));
+    total += b.n;
   }
-  gp_batch_buffers_free(&bufs);
-  if (s != GP_OK) return s;
   out->samples = total;
   out->targets = r.counted;
   out->loss = r.counted ? r.loss_sum / (double)r.counted : 0.0;
   out->accuracy = r.counted ? (double)r.correct / (double)r.counted : 0.0;
+  out->perplexity = st.tokens ? gp_perplexity(pr.nll_sum, pr.nll_count) : NAN;
+  out->ppl_targets = pr.nll_count;
   return GP_OK;
-}
-
-typedef struct xy_src {
-  const gp_model *m;
-  gp_batch_fn next;
-  void *ctx;
-} xy_src;
-
-static gp_status xy_next(void *ctx, int64_t max, void *const *in, int64_t *got) {
-  xy_src *c = ctx;
-  int y = c->m->label_input, x = y == 0 ? 1 : 0;
-  return c->next(c->ctx, max, in[x], in[y], got);
-}
-
-gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_fn next, void *ctx, int64_t batch,
-                              int64_t max_samples, gp_metrics *out) {
-  gp_batch b;
-  GP_TRY(xy_batch(t->m, NULL, NULL, 0, &b)); /* refuses models that are not (x, y) */
-  xy_src c = {t->m, next, ctx};
-  return gp_trainer_evaluate_inputs(t, xy_next, &c, batch, max_samples, out);
 }
 
 /* Stages' parameters into one writer; host staging per stage in stage[] (free after). */

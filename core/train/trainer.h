@@ -6,12 +6,17 @@
 #define GP_TRAINER_H
 
 #include "core/exec/pipeline.h"
+#include "core/train/batch_source.h"
 
 typedef struct gp_metrics {
   double loss;     /* mean over targets (samples, or tokens that are not ignored) */
   double accuracy; /* fraction of the targets predicted correctly */
   int64_t samples;
   int64_t targets;
+  /* evaluations of a source whose targets are tokens (gp_batch_source_stats.tokens): exp of
+   * the mean plain negative log-likelihood (no label smoothing) over ppl_targets; else NAN, 0 */
+  double perplexity;
+  int64_t ppl_targets;
 } gp_metrics;
 
 typedef struct gp_trainer {
@@ -20,6 +25,9 @@ typedef struct gp_trainer {
   gp_pipeline *pl;
   uint64_t seed;
   int64_t step; /* optimizer steps done */
+  /* asked before each evaluation batch (NULL: never): an error drops the evaluation (a signal
+   * that stops the program) */
+  gp_status (*check)(void);
 } gp_trainer;
 
 /* Weights are initialized from seed (the same for every K and M). */
@@ -28,10 +36,11 @@ gp_status gp_trainer_init(gp_trainer *t, gp_model *m, const gp_plan *plan,
 void gp_trainer_free(gp_trainer *t);
 
 /* One optimizer step on a host mini-batch (one buffer per model input, see gp_batch). */
-gp_status gp_trainer_step_batch(gp_trainer *t, const gp_batch *b, double lr, gp_metrics *out);
-/* The same for a model of one f32 input and labels (x: batch x sample f32, y: int32). */
-gp_status gp_trainer_step(gp_trainer *t, const float *x, const int32_t *y, int64_t batch, double lr,
-                          gp_metrics *out);
+gp_status gp_trainer_step(gp_trainer *t, const gp_batch *b, double lr, gp_metrics *out);
+/* The batch of a model of one f32 input and labels: x (n x sample f32) feeds the input that
+ * is not the labels, y (int32) the labels. GP_ERR_USAGE for other models. */
+gp_status gp_batch_xy(const gp_model *m, const float *x, const int32_t *y, int64_t n,
+                      gp_batch *out);
 
 /* Host buffers for mini-batches of up to cap samples of every model input, in the model's
  * input order; gp_batch_buffers_free accepts a zeroed struct. */
@@ -43,16 +52,9 @@ gp_status gp_batch_buffers_alloc(const gp_model *m, int64_t cap, gp_batch_buffer
 void gp_batch_buffers_free(gp_batch_buffers *b);
 gp_batch gp_batch_of(const gp_batch_buffers *b, int64_t n);
 
-/* A source of evaluation batches (core does not know data/): fills up to max samples into
- * the buffers (one per model input), *got = 0 at the end. */
-typedef gp_status (*gp_inputs_fn)(void *ctx, int64_t max, void *const *in, int64_t *got);
-/* Loss and accuracy over up to max_samples (0 = all) of the source, in batches. */
-gp_status gp_trainer_evaluate_inputs(gp_trainer *t, gp_inputs_fn next, void *ctx, int64_t batch,
-                                     int64_t max_samples, gp_metrics *out);
-/* The same for a model of one f32 input and labels. */
-typedef gp_status (*gp_batch_fn)(void *ctx, int64_t max, float *x, int32_t *y, int64_t *got);
-gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_fn next, void *ctx, int64_t batch,
-                              int64_t max_samples, gp_metrics *out);
+/* Loss and accuracy (and, for tokens, perplexity) over one pass of src from its start
+ * (seeks it to (0, 0)), forward only. */
+gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_source *src, gp_metrics *out);
 
 gp_status gp_trainer_save_weights(gp_trainer *t, const char *path);
 /* The weights of a gp_trainer_save_weights file, or of a gpipe checkpoint (its "optim."

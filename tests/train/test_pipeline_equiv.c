@@ -16,6 +16,14 @@
 #include "core/train/trainer.h"
 #include "tests/train/stage_params.h"
 
+/* One step on (x, y) arrays, through the trainer's one step function. */
+static gp_status step_xy(gp_trainer *t, const float *x, const int32_t *y, int64_t n, double lr,
+                         gp_metrics *out) {
+  gp_batch b;
+  GP_TRY(gp_batch_xy(t->m, x, y, n, &b));
+  return gp_trainer_step(t, &b, lr, out);
+}
+
 /* Summation order over micro-batches only: a few float roundings per step. */
 #define TOL_REL 1e-5
 
@@ -150,7 +158,7 @@ static void train(const char *text, const cfg *c, run_out *o) {
   for (int s = 0; s < STEPS; s++) {
     gp_metrics mt;
     batch_data(mo, c->batch, s, x, y);
-    if (gp_trainer_step(&t, x, y, c->batch, mo->train.lr, &mt) != GP_OK) die("step");
+    if (step_xy(&t, x, y, c->batch, mo->train.lr, &mt) != GP_OK) die("step");
     o->loss[s] = mt.loss;
   }
   o->w = stage_params_gather(&t, 0, &o->n_w);
@@ -364,7 +372,7 @@ static void failure(void) {
   batch_data(mo, 8, 0, x, y);
   y[5] = 99; /* micro-batch 2 holds samples 4 and 5 */
   gp_metrics mt;
-  gp_status s = gp_trainer_step(&t, x, y, 8, 0.1, &mt);
+  gp_status s = step_xy(&t, x, y, 8, 0.1, &mt);
   const char *msg = gp_error_message();
   if (s == GP_OK || !strstr(msg, "stage 2, micro-batch 2") || !strstr(msg, "loss")) {
     printf("FAIL: a bad label should stop the pipeline naming stage 2, micro-batch 2 and the "
@@ -376,7 +384,7 @@ static void failure(void) {
   }
   /* the pipeline is usable again after a failure */
   batch_data(mo, 8, 1, x, y);
-  if (gp_trainer_step(&t, x, y, 8, 0.1, &mt) != GP_OK) {
+  if (step_xy(&t, x, y, 8, 0.1, &mt) != GP_OK) {
     printf("FAIL: a step after a failed one: %s\n", gp_error_message());
     failed++;
   } else {
@@ -411,7 +419,7 @@ static void watchdog(void) {
   int32_t y[64];
   batch_data(mo, 64, 0, x, y);
   gp_metrics mt;
-  gp_status s = gp_trainer_step(&t, x, y, 64, 0.1, &mt);
+  gp_status s = step_xy(&t, x, y, 64, 0.1, &mt);
   const char *msg = gp_error_message();
   if (s == GP_OK || !strstr(msg, "watchdog: stage 1 waited")) {
     printf("FAIL: the watchdog should report stage 1 waiting; got status %d: %s\n", (int)s, msg);
@@ -455,11 +463,11 @@ static void stuck_stage(void) {
   batch_data(mo, B, 0, x, y);
   y[0] = 99;
   gp_metrics mt;
-  gp_status s = gp_trainer_step(&t, x, y, B, 0.1, &mt);
+  gp_status s = step_xy(&t, x, y, B, 0.1, &mt);
   const char *msg = gp_error_message();
   if (s != GP_OK && strstr(msg, "stage 1, micro-batch 0") &&
       strstr(msg, "stage 0 did not stop within 0.02 s") && gp_pipeline_wedged(t.pl) &&
-      gp_trainer_step(&t, x, y, B, 0.1, &mt) != GP_OK &&
+      step_xy(&t, x, y, B, 0.1, &mt) != GP_OK &&
       strstr(gp_error_message(), "the pipeline is stopped")) {
     passed++;
   } else {

@@ -260,8 +260,8 @@ static void sum_check(const char *dir, const char *clip) {
   tiny_batch(mt, 11, &bufs);
   gp_batch b = gp_batch_of(&bufs, BATCH);
   gp_metrics a, c;
-  if (gp_trainer_step_batch(&tt, &b, lr, &a) != GP_OK) die("tied step");
-  if (gp_trainer_step_batch(&tu, &b, lr, &c) != GP_OK) die("untied step");
+  if (gp_trainer_step(&tt, &b, lr, &a) != GP_OK) die("tied step");
+  if (gp_trainer_step(&tu, &b, lr, &c) != GP_OK) die("untied step");
   CHECK(fabs(a.loss - c.loss) <= TOL_KM * fabs(c.loss), "clip %s: losses %.9g and %.9g", clip,
         a.loss, c.loss);
   /* the untied gradients (kept after the step): the group's sum and the global norm */
@@ -357,8 +357,8 @@ static void files_check(const char *dir) {
   for (int s = 0; s < 2; s++) {
     tiny_batch(mt, 20 + (uint64_t)s, &bufs);
     gp_batch b = gp_batch_of(&bufs, BATCH);
-    if (gp_trainer_step_batch(&tt, &b, 0.5, &r) != GP_OK) die("tied step");
-    if (gp_trainer_step_batch(&tu, &b, 0.5, &r) != GP_OK) die("untied step");
+    if (gp_trainer_step(&tt, &b, 0.5, &r) != GP_OK) die("tied step");
+    if (gp_trainer_step(&tu, &b, 0.5, &r) != GP_OK) die("untied step");
   }
   if (gp_trainer_save_weights(&tt, wpath) != GP_OK) die("save tied");
   if (gp_trainer_save_weights(&tu, bad) != GP_OK) die("save untied");

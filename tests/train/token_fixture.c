@@ -79,7 +79,7 @@ void token_fixture_train(const char *file, const gp_override *ov, int nov, int k
     gp_metrics mt;
     token_fixture_batch(mo, s, batch, len, vocab, &bufs);
     gp_batch b = gp_batch_of(&bufs, batch);
-    if (gp_trainer_step_batch(t, &b, lr, &mt) != GP_OK) die("step");
+    if (gp_trainer_step(t, &b, lr, &mt) != GP_OK) die("step");
     loss[s] = mt.loss;
   }
   gp_batch_buffers_free(&bufs);
