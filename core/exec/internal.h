@@ -1,6 +1,6 @@
-/* Private to the pipeline executor's three files: pipeline.c (setup, the stage threads, the
- * main thread's side), stage.c (a stage's actions and hand-offs) and trace.c
- * (busy time, statistics, the Chrome trace). The state they share, and how they call each
+/* Private to the pipeline executor's files: pipeline.c (setup, the stage threads, the main
+ * thread's side), stage.c (a stage's actions and hand-offs), stats.c (busy time, statistics,
+ * bubbles) and trace.c (the Chrome trace). The state they share, and how they call each
  * other. */
 #ifndef GP_EXEC_INTERNAL_H
 #define GP_EXEC_INTERNAL_H
@@ -51,6 +51,34 @@ typedef struct device_span {
   double waited; /* host time spent waiting for the other stages inside it */
 } device_span;
 
+/* Where a stage's time goes: what its statistics and the trace are made of, kept apart from
+ * the state its actions run on (core/exec/stats.c counts, core/exec/trace.c writes). */
+typedef struct stage_meter {
+  int64_t sent_bytes;
+  double fwd_s, bwd_s;
+  double wall_kind_s[GP_A_KINDS]; /* wall time inside actions, by kind (gp_stage_stats) */
+  /* this step's wall time of each of its schedule's actions (a backward's with its hand-off,
+   * without its recompute, which is in rec_s), for gp_schedule_replay; at: the action running */
+  double *act_s, *rec_s;
+  int at;
+  /* Device time: on a stage whose backend queues its work (a GPU), the host's wall time of an
+   * action is its launches, so each action is instead timed on the compute queue by a pair of
+   * timers, read once the step has passed (NULL tm: host time) */
+  gp_event **tm;     /* 2 per span, then the step's reference */
+  device_span *span; /* this step's spans */
+  int n_span, cap_span;
+  double ref_host; /* host time when the reference was recorded on the idle queue */
+  /* when tracing, each layer too: a pair of timers per layer call (a pool that only grows,
+   * so steady state creates none), trace_ev entries waiting for their times (t0, t1 unset) */
+  gp_event **ltm;
+  trace_ev *lspan;
+  int n_lspan, cap_lspan;
+  int64_t steps;
+  trace_ev *ev;
+  int64_t n_ev, cap_ev;
+  double layer_t0; /* record_layer: when the current layer started */
+} stage_meter;
+
 typedef struct stage {
   gp_pipeline *pl;
   int index, first, end;
@@ -75,29 +103,7 @@ typedef struct stage {
   pthread_t thread;
   int started;
   uint64_t finished; /* the generation of the last command it finished (under pl->mu) */
-  int64_t sent_bytes;
-  double fwd_s, bwd_s;
-  double wall_kind_s[GP_A_KINDS]; /* wall time inside actions, by kind (gp_stage_stats) */
-  /* this step's wall time of each of its schedule's actions (a backward's with its hand-off,
-   * without its recompute, which is in rec_s), for gp_schedule_replay; at: the action running */
-  double *act_s, *rec_s;
-  int at;
-  /* Device time: on a stage whose backend queues its work (a GPU), the host's wall time of an
-   * action is its launches, so each action is instead timed on the compute queue by a pair of
-   * timers, read once the step has passed (NULL tm: host time) */
-  gp_event **tm;     /* 2 per span, then the step's reference */
-  device_span *span; /* this step's spans */
-  int n_span, cap_span;
-  double ref_host; /* host time when the reference was recorded on the idle queue */
-  /* when tracing, each layer too: a pair of timers per layer call (a pool that only grows,
-   * so steady state creates none), trace_ev entries waiting for their times (t0, t1 unset) */
-  gp_event **ltm;
-  trace_ev *lspan;
-  int n_lspan, cap_lspan;
-  int64_t steps;
-  trace_ev *ev;
-  int64_t n_ev, cap_ev;
-  double layer_t0; /* record_layer: when the current layer started */
+  stage_meter rec; /* statistics and trace */
   gp_step_result acc;
   double nll_sum; /* gp_prediction's sums, on the stage that predicts */
   int64_t nll_count;
@@ -180,7 +186,7 @@ static inline double busy_s(const gp_pipeline *pl) {
 static inline double gp_pl_stage_busy(const stage *st) {
   double b = 0;
   for (int k = 0; k < GP_A_KINDS; k++)
-    b += st->wall_kind_s[k];
+    b += st->rec.wall_kind_s[k];
   return b;
 }
 
@@ -194,7 +200,7 @@ gp_status gp_pl_fail(gp_pipeline *pl, gp_status s, int stage_i, int micro);
 /* stage.c: runs one command's actions on stage st (its worker thread). */
 gp_status gp_pl_run_command(stage *st, cmd_kind cmd);
 
-/* trace.c */
+/* stats.c */
 /* Counts an action's wall time as busy, less `waited` (the part it spent waiting for other
  * stages: the optimizer step's barriers), and, when tracing, records it. On a device-timed
  * stage the host span goes to the trace only, and the action's time is its device span,
@@ -207,7 +213,13 @@ gp_status gp_pl_record(stage *st, gp_action_kind kind, int micro, double t0, dou
 gp_status gp_pl_span_begin(stage *st);
 gp_status gp_pl_device_step_start(stage *st);
 gp_status gp_pl_device_step_end(stage *st);
+/* trace.c */
+/* Appends an event (a gap when out of memory beats a failed step). */
+void gp_pl_trace_add(stage *st, trace_ev ev);
 /* gp_exec's on_layer when tracing. */
 void gp_pl_record_layer(const gp_exec *e, int node, int backward, int end);
+/* The training step just run, replayed with each action's own time (stats.c; a statistic:
+ * where it cannot be had, the replayed bubble is NAN until the next reset). */
+void gp_pl_replay(gp_pipeline *pl);
 
 #endif

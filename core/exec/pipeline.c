@@ -180,20 +180,20 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
   st->pass = calloc((size_t)M, sizeof *st->pass);
   st->box = calloc((size_t)M, sizeof *st->box);
   const size_t acts = (size_t)pl->sched.n_actions[st->index];
-  st->act_s = calloc(acts, sizeof *st->act_s);
-  st->rec_s = calloc(acts, sizeof *st->rec_s);
-  if (!st->slot_arena || !st->pass || !st->box || !st->act_s || !st->rec_s)
+  st->rec.act_s = calloc(acts, sizeof *st->rec.act_s);
+  st->rec.rec_s = calloc(acts, sizeof *st->rec.rec_s);
+  if (!st->slot_arena || !st->pass || !st->box || !st->rec.act_s || !st->rec.rec_s)
     return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
   /* a device stage's actions are timed on its queue: at most three spans an action (a
    * backward's recompute, itself, its hand-off), two timers a span, and the reference */
   if (((st->be->device >= 0 && pl->device_timing == 0) || pl->device_timing > 0) &&
       st->be->timer_create && st->be->event_elapsed) {
-    st->cap_span = 3 * (int)acts;
-    st->span = calloc((size_t)st->cap_span, sizeof *st->span);
-    st->tm = calloc(2 * (size_t)st->cap_span + 1, sizeof *st->tm);
-    if (!st->span || !st->tm) return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
-    for (int i = 0; i <= 2 * st->cap_span; i++)
-      GP_TRY(st->be->timer_create(st->be, &st->tm[i]));
+    st->rec.cap_span = 3 * (int)acts;
+    st->rec.span = calloc((size_t)st->rec.cap_span, sizeof *st->rec.span);
+    st->rec.tm = calloc(2 * (size_t)st->rec.cap_span + 1, sizeof *st->rec.tm);
+    if (!st->rec.span || !st->rec.tm) return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
+    for (int i = 0; i <= 2 * st->rec.cap_span; i++)
+      GP_TRY(st->be->timer_create(st->be, &st->rec.tm[i]));
   }
   gp_arena_init(&st->scratch, st->be, 0);
   st->scratch.meter = &st->meter;
@@ -335,8 +335,6 @@ int64_t gp_batch_targets(const gp_model *m, const gp_batch *b) {
   return c;
 }
 
-static void replay(gp_pipeline *pl);
-
 gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
                                  gp_step_result *out) {
   GP_TRY(split(pl, b->n, 1));
@@ -358,35 +356,8 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
     pace = fmax(pace, gp_pl_stage_busy(&pl->st[s]) - before[s]);
   pl->pace_busy_s += pace;
   *out = pl->results.step;
-  replay(pl);
+  gp_pl_replay(pl);
   return GP_OK;
-}
-
-/* The step just run, replayed with each action's own time and instant hand-offs. A statistic:
- * where it cannot be had (out of memory), the replayed bubble is NAN until the next reset and
- * the step stands. */
-static void replay(gp_pipeline *pl) {
-  const double *dur[GP_MAX_DEVICES], *rdur[GP_MAX_DEVICES];
-  for (int s = 0; s < pl->k; s++) {
-    dur[s] = pl->st[s].act_s;
-    rdur[s] = pl->st[s].rec_s;
-  }
-  double span, busy;
-  if (gp_schedule_replay(&pl->sched, dur, rdur, &span, &busy) != GP_OK) pl->replay_lost = 1;
-  pl->replay_span_s += span;
-  pl->replay_busy_s += busy;
-}
-
-double gp_pipeline_bubble_replayed(const gp_pipeline *pl) {
-  if (pl->replay_lost || pl->replay_span_s <= 0) return NAN;
-  double idle = 1.0 - pl->replay_busy_s / (pl->k * pl->replay_span_s);
-  return idle < 0 ? 0 : idle;
-}
-
-double gp_pipeline_bubble_bottleneck(const gp_pipeline *pl) {
-  if (pl->span_s <= 0) return NAN;
-  double idle = 1.0 - pl->pace_busy_s / pl->span_s;
-  return idle < 0 ? 0 : idle;
 }
 
 gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *out) {
@@ -523,8 +494,8 @@ void gp_pipeline_free(gp_pipeline *pl) {
       events_free(st->be, pl->micro, st->ev_grads);
       events_free(st->be, pl->micro, st->ev_pull);
       events_free(st->be, pl->micro, st->ev_push);
-      if (st->tm) events_free(st->be, 2 * st->cap_span + 1, st->tm);
-      if (st->ltm) events_free(st->be, 2 * st->cap_lspan, st->ltm);
+      if (st->rec.tm) events_free(st->be, 2 * st->rec.cap_span + 1, st->rec.tm);
+      if (st->rec.ltm) events_free(st->be, 2 * st->rec.cap_lspan, st->rec.ltm);
     }
     if (st->have_opt) gp_optimizer_free(&st->opt);
     gp_params_free(&st->params);
@@ -534,11 +505,11 @@ void gp_pipeline_free(gp_pipeline *pl) {
     free(st->in);
     free(st->out);
     free(st->grad_to);
-    free(st->ev);
-    free(st->act_s);
-    free(st->rec_s);
-    free(st->span);
-    free(st->lspan);
+    free(st->rec.ev);
+    free(st->rec.act_s);
+    free(st->rec.rec_s);
+    free(st->rec.span);
+    free(st->rec.lspan);
     gp_backend_destroy(st->be);
     pthread_cond_destroy(&st->arrived);
   }

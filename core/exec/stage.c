@@ -154,7 +154,7 @@ static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int 
   for (int o = 0; o < st->n_out; o++) {
     ext_out *eo = &st->out[o];
     GP_TRY(gp_chan_send(eo->ch, m, &p->val[eo->t], grad_to[o]));
-    st->sent_bytes += (int64_t)gp_tensor_bytes(&p->val[eo->t]);
+    st->rec.sent_bytes += (int64_t)gp_tensor_bytes(&p->val[eo->t]);
   }
   return GP_OK;
 }
@@ -233,7 +233,7 @@ static gp_status send_grads(stage *st, int m, gp_pass *p, gp_arena *keep) {
     if (ei->producer < 0) continue;
     if (gp_chan_wants_grad(ei->ch, m)) {
       gp_chan_post_grad(ei->ch, m);
-      st->sent_bytes += (int64_t)gp_tensor_bytes(&ei->ch->slot[m].val);
+      st->rec.sent_bytes += (int64_t)gp_tensor_bytes(&ei->ch->slot[m].val);
     }
     gp_chan_release(ei->ch, m);
   }
@@ -375,12 +375,12 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
   GP_TRY(gp_params_zero_grad(&st->params));
   const gp_schedule *s = &pl->sched;
   const int n = s->n_actions[st->index];
-  memset(st->act_s, 0, sizeof *st->act_s * (size_t)n);
-  memset(st->rec_s, 0, sizeof *st->rec_s * (size_t)n);
+  memset(st->rec.act_s, 0, sizeof *st->rec.act_s * (size_t)n);
+  memset(st->rec.rec_s, 0, sizeof *st->rec.rec_s * (size_t)n);
   for (int a = 0; a < n; a++) {
     const gp_action *ac = &s->actions[st->index][a];
     gp_status r = GP_OK;
-    st->at = a;
+    st->rec.at = a;
     if (ac->kind == GP_A_FORWARD)
       r = do_forward(st, ac->micro, ac->recompute, 1);
     else if (ac->kind == GP_A_BACKWARD)
@@ -394,7 +394,7 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
       /* waiting in the collectives for the other stages is idle, not the step's work */
       if (r == GP_OK)
         r = gp_pl_record(st, GP_A_STEP, -1, t0, t1, busy_s(pl) - c0, pl->coll.waited[st->index] - w0);
-      st->steps++;
+      st->rec.steps++;
     }
     if (r != GP_OK) return gp_pl_fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);
   }

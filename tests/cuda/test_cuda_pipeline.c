@@ -277,8 +277,8 @@ static void device_time(void) {
     CHECK(bad == 0, "device spans: %d of %d checks failed", bad, checks);
     for (int st = 0; st < c.k; st++) {
       double host = 0, dev = 0;
-      for (int64_t i = 0; i < pl->st[st].n_ev; i++) {
-        const trace_ev *e = &pl->st[st].ev[i];
+      for (int64_t i = 0; i < pl->st[st].rec.n_ev; i++) {
+        const trace_ev *e = &pl->st[st].rec.ev[i];
         if (e->node < 0) *(e->device ? &dev : &host) += e->t1 - e->t0;
       }
       printf("stage %d: actions %.3f ms on the device, %.3f ms launching them\n", st, 1e3 * dev,

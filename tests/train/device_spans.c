@@ -20,13 +20,13 @@ int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *
   failed = made = 0;
   for (int s = 0; s < pl->k; s++) {
     const stage *st = &pl->st[s];
-    check(st->tm != NULL, "the stage is device-timed", cfg);
-    if (!st->tm) break;
+    check(st->rec.tm != NULL, "the stage is device-timed", cfg);
+    if (!st->rec.tm) break;
     int host[GP_A_KINDS] = {0}, dev[GP_A_KINDS] = {0};
     double sum[GP_A_KINDS] = {0}, prev_end = -INFINITY;
     int tags = 1, order = 1;
-    const trace_ev *h = st->ev, *end = st->ev + st->n_ev;
-    for (const trace_ev *e = st->ev; e < end; e++) {
+    const trace_ev *h = st->rec.ev, *end = st->rec.ev + st->rec.n_ev;
+    for (const trace_ev *e = st->rec.ev; e < end; e++) {
       int k = (int)e->kind;
       if (e->node >= 0) continue;
       if (!e->device) {
@@ -50,8 +50,8 @@ int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *
                gp_action_letter(k), dev[k]);
       check(host[k] == dev[k], what, cfg);
       snprintf(what, sizeof what, "stage %d: %s time %.9f s, its device spans %.9f s", s,
-               gp_action_letter(k), st->wall_kind_s[k], sum[k]);
-      check(fabs(st->wall_kind_s[k] - sum[k]) <= 1e-9 * (1 + sum[k]), what, cfg);
+               gp_action_letter(k), st->rec.wall_kind_s[k], sum[k]);
+      check(fabs(st->rec.wall_kind_s[k] - sum[k]) <= 1e-9 * (1 + sum[k]), what, cfg);
     }
     snprintf(what, sizeof what, "stage %d: %d forwards, %d backwards, %d steps", s, dev[GP_A_FORWARD],
              dev[GP_A_BACKWARD], dev[GP_A_STEP]);
@@ -64,32 +64,32 @@ int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *
     /* a span's time is its length, less the host's waits at the step's barriers (clipping's:
      * the queue was idle then); the last step's waits are still there to see */
     int lengths = 1, last_s = -1;
-    for (int64_t i = 0; i < st->n_ev; i++) {
-      const trace_ev *e = &st->ev[i];
+    for (int64_t i = 0; i < st->rec.n_ev; i++) {
+      const trace_ev *e = &st->rec.ev[i];
       if (!e->device) continue;
       if (e->kind == GP_A_STEP) last_s = (int)i;
       lengths &= e->kind == GP_A_STEP || fabs(e->busy - (e->t1 - e->t0)) <= 1e-8;
     }
     check(lengths, "an action's device time is its span's length", cfg);
-    const double waited = st->span[st->n_span - 1].waited;
-    const trace_ev *ls = &st->ev[last_s > 0 ? last_s : 0];
+    const double waited = st->rec.span[st->rec.n_span - 1].waited;
+    const trace_ev *ls = &st->rec.ev[last_s > 0 ? last_s : 0];
     snprintf(what, sizeof what, "stage %d: the last step %.9f s, its span %.9f s, waits %.9f s", s,
              ls->busy, ls->t1 - ls->t0, waited);
-    check(last_s > 0 && st->span[st->n_span - 1].kind == GP_A_STEP && waited > 0 &&
+    check(last_s > 0 && st->rec.span[st->rec.n_span - 1].kind == GP_A_STEP && waited > 0 &&
               fabs(ls->busy - fmax(0, ls->t1 - ls->t0 - waited)) <= 1e-8,
           what, cfg);
     check(order, "a stage's device spans follow each other", cfg);
-    double b = st->wall_kind_s[GP_A_BACKWARD] + st->wall_kind_s[GP_A_RECOMPUTE];
-    check(st->fwd_s == st->wall_kind_s[GP_A_FORWARD] && fabs(st->bwd_s - b) <= 1e-9 * (1 + b),
+    double b = st->rec.wall_kind_s[GP_A_BACKWARD] + st->rec.wall_kind_s[GP_A_RECOMPUTE];
+    check(st->rec.fwd_s == st->rec.wall_kind_s[GP_A_FORWARD] && fabs(st->rec.bwd_s - b) <= 1e-9 * (1 + b),
           "forward and backward times are the device's", cfg);
   }
   /* every device span lies inside the run */
   double d0 = INFINITY, d1 = -INFINITY;
   for (int s = 0; s < pl->k; s++)
-    for (int64_t i = 0; i < pl->st[s].n_ev; i++)
-      if (pl->st[s].ev[i].device) {
-        d0 = fmin(d0, pl->st[s].ev[i].t0);
-        d1 = fmax(d1, pl->st[s].ev[i].t1);
+    for (int64_t i = 0; i < pl->st[s].rec.n_ev; i++)
+      if (pl->st[s].rec.ev[i].device) {
+        d0 = fmin(d0, pl->st[s].rec.ev[i].t0);
+        d1 = fmax(d1, pl->st[s].rec.ev[i].t1);
       }
   check(d0 >= pl->t_origin && d1 <= now_s(), "device spans inside the run", cfg);
   double bubble = 0, least = 1;

@@ -106,10 +106,10 @@ int main(int argc, char **argv) {
       for (int s = 0; s < K; s++) {
         gp_stage_stats ss;
         gp_pipeline_stats(host.pl, s, &ss);
-        check(host.pl->st[s].tm == NULL && ss.device_time == 0, "a CPU stage keeps host times",
+        check(host.pl->st[s].rec.tm == NULL && ss.device_time == 0, "a CPU stage keeps host times",
               cfg);
-        for (int64_t i = 0; i < host.pl->st[s].n_ev; i++)
-          rows += host.pl->st[s].ev[i].device;
+        for (int64_t i = 0; i < host.pl->st[s].rec.n_ev; i++)
+          rows += host.pl->st[s].rec.ev[i].device;
       }
       check(rows == 0, "no device rows without device timing", cfg);
       run_free(&host);
