@@ -64,6 +64,16 @@ typedef struct gp_layer gp_layer;
 /* What a forward or backward pass runs in. */
 #define GP_EXEC_MAX_HOST 8 /* = GP_MAX_MODEL_INPUTS */
 
+/* A layer's runtime bindings in one stage: where its parameters, their gradients and its
+ * statistics live. They belong to the stage (gp_params), not to the layer, so a loaded model
+ * stays const and several stages or pipelines can run one model. */
+typedef struct gp_layer_bind {
+  float *param[GP_MAX_PARAMS]; /* device pointers into the stage's contiguous buffers */
+  float *grad[GP_MAX_PARAMS];  /* NULL for buffers */
+  float *stats;                /* stats_floats() floats, or NULL */
+  int64_t stats_count; /* values per channel pooled in stats since the last step_end */
+} gp_layer_bind;
+
 typedef struct gp_exec {
   gp_backend *be;
   gp_arena *arena; /* saved state lives here until the micro-batch's backward is done */
@@ -87,6 +97,11 @@ typedef struct gp_exec {
    * backward, e.g. to trace layers; on_layer_ctx is the caller's. */
   void (*on_layer)(const struct gp_exec *e, int node, int backward, int end);
   void *on_layer_ctx;
+  /* The bindings of nodes [bind_first, ...) (the stage's gp_params.bind); the pass points bind
+   * at the running layer's before calling it. */
+  gp_layer_bind *binds;
+  int bind_first;
+  gp_layer_bind *bind;
 } gp_exec;
 
 /* The host copy of a tensor the pass got from a model input (labels, positions), or NULL:
@@ -119,8 +134,9 @@ typedef struct gp_layer_type {
   void (*cost)(const gp_layer *l, gp_cost *c);
   /* out is allocated by the caller (batch + out_shape). *saved may be set to state allocated
    * from e->arena that backward needs. */
-  gp_status (*forward)(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out, void **saved);
-  gp_status (*backward)(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+  gp_status (*forward)(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+                       void **saved);
+  gp_status (*backward)(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                         const gp_tensor *dout, gp_tensor *din, void *saved);
   /* 1: the gradient of every input is dout itself, reshaped (add, identity, flatten). The
    * executor then gives the first input whose gradient is not yet held dout's memory instead
@@ -135,10 +151,10 @@ typedef struct gp_layer_type {
   int backward_ignores_out;
   /* 1: a loss (the model file's `loss:`, which takes only these; `layers:` takes the others). */
   int is_loss;
-  /* Optional: floats of non-persistent accumulator state at l->stats (batchnorm). */
+  /* Optional: floats of non-persistent accumulator state at the bind's stats (batchnorm). */
   int64_t (*stats_floats)(const gp_layer *l);
   /* Optional: once per mini-batch after all backwards (apply deferred running stats). */
-  gp_status (*step_end)(gp_layer *l, gp_backend *be);
+  gp_status (*step_end)(const gp_layer *l, gp_layer_bind *b, gp_backend *be);
 } gp_layer_type;
 
 struct gp_layer {
@@ -152,11 +168,6 @@ struct gp_layer {
   gp_dtype out_dtype; /* GP_F32 unless shape() says otherwise */
   int n_params;
   gp_param_desc pdesc[GP_MAX_PARAMS];
-  float *param[GP_MAX_PARAMS]; /* device pointers into the stage's contiguous buffers */
-  float *grad[GP_MAX_PARAMS];  /* NULL for buffers */
-  float *stats;                /* stats_floats() floats, or NULL */
-  int64_t stats_count; /* runtime: values per channel pooled in stats since the last step_end
-                          (kept here so conf stays read-only settings) */
 };
 
 #define GP_LAYER_SETTINGS(table)                                                                   \

@@ -53,7 +53,7 @@ static void act_cost(const gp_layer *l, gp_cost *c) {
   c->out_bytes = (int64_t)n * 4;
 }
 
-static gp_status act_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status act_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                              void **saved) {
   (void)saved;
   const act_conf *k = l->conf;
@@ -61,7 +61,7 @@ static gp_status act_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_te
   return e->be->act_forward(e->be, k->act, n, GP_F32P(&in[0]), GP_F32P(out));
 }
 
-static gp_status act_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+static gp_status act_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                               const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)saved;
   const act_conf *k = l->conf;

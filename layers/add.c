@@ -22,7 +22,7 @@ static void add_cost(const gp_layer *l, gp_cost *c) {
   c->out_bytes = (int64_t)n * 4;
 }
 
-static gp_status add_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status add_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                              void **saved) {
   (void)saved;
   gp_backend *be = e->be;
@@ -33,7 +33,7 @@ static gp_status add_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_te
   return GP_OK;
 }
 
-static gp_status add_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+static gp_status add_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                               const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)in;
   (void)out;

@@ -233,7 +233,7 @@ static uint64_t mask_offset(const geo *g, const gp_exec *e) {
   return (uint64_t)e->sample_offset * (uint64_t)(g->h * g->tq * g->tk);
 }
 
-static gp_status attention_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status attention_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                    void **saved) {
   const attention_conf *k = l->conf;
   gp_backend *be = e->be;
@@ -243,7 +243,7 @@ static gp_status attention_forward(gp_layer *l, gp_exec *e, const gp_tensor *in,
   param_ix(l, &w_in, &b_in, &w_out, &b_out);
   const int64_t nb = in[0].shape.d[0], d = g.d, dh = g.dh, H = g.h, tq = g.tq, tk = g.tk;
   const int64_t rq = nb * tq, rk = nb * tk, nscore = nb * H * tq * tk;
-  const float *W = l->param[w_in], *bw = b_in >= 0 ? l->param[b_in] : NULL;
+  const float *W = e->bind->param[w_in], *bw = b_in >= 0 ? e->bind->param[b_in] : NULL;
   const float *xq = GP_F32P(&in[0]);
   attn_saved *s;
   GP_TRY(gp_arena_alloc(e->arena, sizeof *s, (void **)&s));
@@ -310,13 +310,13 @@ static gp_status attention_forward(gp_layer *l, gp_exec *e, const gp_tensor *in,
       GP_TRY(be->gemm(be, 0, 0, tq, dh, tk, 1.0f, pd + (b * H + h) * tq * tk, tk,
                       s->v + b * tk * s->ldk + h * dh, s->ldk, 0.0f, s->ctx + b * tq * d + h * dh,
                       d));
-  GP_TRY(be->gemm(be, 0, 1, rq, d, d, 1.0f, s->ctx, d, l->param[w_out], d, 0.0f, GP_F32P(out), d));
-  if (b_out >= 0) GP_TRY(be->bias_add(be, rq, d, 1, l->param[b_out], GP_F32P(out)));
+  GP_TRY(be->gemm(be, 0, 1, rq, d, d, 1.0f, s->ctx, d, e->bind->param[w_out], d, 0.0f, GP_F32P(out), d));
+  if (b_out >= 0) GP_TRY(be->bias_add(be, rq, d, 1, e->bind->param[b_out], GP_F32P(out)));
   *saved = s;
   return GP_OK;
 }
 
-static gp_status attention_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+static gp_status attention_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
                                     const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
                                     void *saved) {
   (void)out;
@@ -331,7 +331,7 @@ static gp_status attention_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
   const int64_t nb = in[0].shape.d[0], d = g.d, dh = g.dh, H = g.h, tq = g.tq, tk = g.tk;
   const int64_t rq = nb * tq, rk = nb * tk, nscore = nb * H * tq * tk;
   const int drop = dropout_on(k, e);
-  const float *dy = GP_F32P(dout), *W = l->param[w_in];
+  const float *dy = GP_F32P(dout), *W = e->bind->param[w_in];
   const float scale = (float)(1.0 / sqrt((double)dh));
 
   /* Scratch: the bias gradients of this pass [4d], dctx [rq, d], d(projections) laid out like
@@ -350,9 +350,9 @@ static gp_status attention_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
   float *dq = dqkv, *dk = dqkv + (s->k - s->qkv), *dv = dqkv + (s->v - s->qkv);
 
   /* Output projection. */
-  GP_TRY(be->gemm(be, 1, 0, d, d, rq, 1.0f, dy, d, s->ctx, d, 1.0f, l->grad[w_out], d));
+  GP_TRY(be->gemm(be, 1, 0, d, d, rq, 1.0f, dy, d, s->ctx, d, 1.0f, e->bind->grad[w_out], d));
   if (b_out >= 0) GP_TRY(be->bias_grad(be, rq, d, 1, dy, gbias + 3 * d));
-  GP_TRY(be->gemm(be, 0, 0, rq, d, d, 1.0f, dy, d, l->param[w_out], d, 0.0f, dctx, d));
+  GP_TRY(be->gemm(be, 0, 0, rq, d, d, 1.0f, dy, d, e->bind->param[w_out], d, 0.0f, dctx, d));
 
   /* Through P V: dP (after dropout) and dV per head. */
   if (drop)
@@ -381,7 +381,7 @@ static gp_status attention_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
     }
 
   /* Input projections: weight and bias gradients, then the inputs'. */
-  float *gw = l->grad[w_in], *gb = b_in >= 0 ? gbias : NULL;
+  float *gw = e->bind->grad[w_in], *gb = b_in >= 0 ? gbias : NULL;
   const float *xq = GP_F32P(&in[0]);
   if (!g.cross) {
     GP_TRY(be->gemm(be, 1, 0, 3 * d, d, rq, 1.0f, dqkv, 3 * d, xq, d, 1.0f, gw, d));
@@ -404,8 +404,8 @@ static gp_status attention_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
                       GP_F32P(&din[1]), d));
   }
   if (gb) {
-    GP_TRY(be->axpby(be, 3 * d, 1.0f, gbias, 1.0f, l->grad[b_in]));
-    GP_TRY(be->axpby(be, d, 1.0f, gbias + 3 * d, 1.0f, l->grad[b_out]));
+    GP_TRY(be->axpby(be, 3 * d, 1.0f, gbias, 1.0f, e->bind->grad[b_in]));
+    GP_TRY(be->axpby(be, d, 1.0f, gbias + 3 * d, 1.0f, e->bind->grad[b_out]));
   }
   /* A mask or segment ids are piecewise constant: their gradient is 0. */
   const int consts[3] = {g.mask, g.seg_q, g.seg_k};

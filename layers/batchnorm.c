@@ -1,6 +1,6 @@
 /* batchnorm: per-channel batch normalization over [C, ...] (BatchNorm1d for [C] and
  * [C, L], BatchNorm2d for [C, H, W]). Running statistics are updated once per mini-batch:
- * each micro-batch's forward pools its mean and variance into l->stats (so they hold the
+ * each micro-batch's forward pools its mean and variance into e->bind->stats (so they hold the
  * statistics of all the values seen so far in the step, however they were split), and
  * step_end applies them with the momentum: PyTorch's update for the whole mini-batch, as
  * torchgpipe's DeferredBatchNorm. Normalizing uses each micro-batch's own statistics, as in
@@ -63,7 +63,7 @@ static void dims(const gp_layer *l, const gp_tensor *x, int64_t *n, int64_t *c, 
   *inner = gp_layers_numel(&l->in_shape[0]) / *c;
 }
 
-static gp_status batchnorm_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status batchnorm_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                    void **saved) {
   batchnorm_conf *k = l->conf;
   gp_backend *be = e->be;
@@ -71,8 +71,8 @@ static gp_status batchnorm_forward(gp_layer *l, gp_exec *e, const gp_tensor *in,
   dims(l, &in[0], &n, &c, &inner);
   if (!e->training)
     return be->batchnorm_forward_eval(be, n, c, inner, (float)k->eps, GP_F32P(&in[0]),
-                                      l->param[P_WEIGHT], l->param[P_BIAS], l->param[P_MEAN],
-                                      l->param[P_VAR], GP_F32P(out));
+                                      e->bind->param[P_WEIGHT], e->bind->param[P_BIAS], e->bind->param[P_MEAN],
+                                      e->bind->param[P_VAR], GP_F32P(out));
   char sh[GP_LAYER_SHAPE_STR];
   if (n * inner == 1)
     return GP_ERR(GP_ERR_USAGE,
@@ -83,21 +83,21 @@ static gp_status batchnorm_forward(gp_layer *l, gp_exec *e, const gp_tensor *in,
   float *st;
   GP_TRY(gp_arena_alloc(e->arena, (size_t)(2 * c) * sizeof(float), (void **)&st));
   GP_TRY(be->batchnorm_forward_train(be, n, c, inner, (float)k->eps, GP_F32P(&in[0]),
-                                     l->param[P_WEIGHT], l->param[P_BIAS], GP_F32P(out), st,
+                                     e->bind->param[P_WEIGHT], e->bind->param[P_BIAS], GP_F32P(out), st,
                                      st + c));
   *saved = st;
   /* A re-materializing forward sees the same micro-batch again: count it only once. */
   if (!e->recompute) {
-    if (!l->stats)
+    if (!e->bind->stats)
       return GP_ERR(GP_ERR_RUNTIME, "batchnorm %s: no statistics buffer (stats_floats)", l->path);
-    GP_TRY(be->batchnorm_stats_accumulate(be, c, l->stats_count, n * inner, (float)k->eps, st,
-                                          st + c, l->stats));
-    l->stats_count += n * inner;
+    GP_TRY(be->batchnorm_stats_accumulate(be, c, e->bind->stats_count, n * inner, (float)k->eps, st,
+                                          st + c, e->bind->stats));
+    e->bind->stats_count += n * inner;
   }
   return GP_OK;
 }
 
-static gp_status batchnorm_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+static gp_status batchnorm_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
                                     const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
                                     void *saved) {
   (void)out;
@@ -107,17 +107,17 @@ static gp_status batchnorm_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
     return GP_ERR(GP_ERR_RUNTIME, "batchnorm %s: backward needs a training forward", l->path);
   dims(l, &in[0], &n, &c, &inner);
   return e->be->batchnorm_backward(
-      e->be, n, c, inner, GP_F32P(&in[0]), GP_F32P(dout), l->param[P_WEIGHT], st, st + c,
-      din[0].data ? GP_F32P(&din[0]) : NULL, l->grad[P_WEIGHT], l->grad[P_BIAS]);
+      e->be, n, c, inner, GP_F32P(&in[0]), GP_F32P(dout), e->bind->param[P_WEIGHT], st, st + c,
+      din[0].data ? GP_F32P(&din[0]) : NULL, e->bind->grad[P_WEIGHT], e->bind->grad[P_BIAS]);
 }
 
-static gp_status batchnorm_step_end(gp_layer *l, gp_backend *be) {
-  batchnorm_conf *k = l->conf;
-  if (l->stats_count == 0 || !l->stats) return GP_OK;
-  int64_t n = l->stats_count;
-  l->stats_count = 0;
-  return be->batchnorm_stats_apply(be, l->in_shape[0].d[0], (float)k->momentum, n, l->stats,
-                                   l->param[P_MEAN], l->param[P_VAR]);
+static gp_status batchnorm_step_end(const gp_layer *l, gp_layer_bind *b, gp_backend *be) {
+  const batchnorm_conf *k = l->conf;
+  if (b->stats_count == 0 || !b->stats) return GP_OK;
+  int64_t n = b->stats_count;
+  b->stats_count = 0;
+  return be->batchnorm_stats_apply(be, l->in_shape[0].d[0], (float)k->momentum, n, b->stats,
+                                   b->param[P_MEAN], b->param[P_VAR]);
 }
 
 const gp_layer_type gp_layer_batchnorm = {

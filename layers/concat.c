@@ -65,7 +65,7 @@ static int64_t outer(const gp_layer *l, int64_t batch) {
   return n;
 }
 
-static gp_status concat_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status concat_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                 void **saved) {
   (void)saved;
   const concat_conf *k = l->conf;
@@ -78,7 +78,7 @@ static gp_status concat_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp
   return GP_OK;
 }
 
-static gp_status concat_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+static gp_status concat_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                                  const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)in;
   (void)saved;

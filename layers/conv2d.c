@@ -159,27 +159,27 @@ static gp_conv2d_desc conv2d_desc(const gp_layer *l, const gp_tensor *x) {
   return d;
 }
 
-static gp_status conv2d_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status conv2d_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                 void **saved) {
   (void)saved;
   const conv2d_conf *k = l->conf;
   gp_conv2d_desc d = conv2d_desc(l, &in[0]);
-  return e->be->conv2d_forward(e->be, &d, GP_F32P(&in[0]), l->param[0],
-                               k->bias ? l->param[1] : NULL, GP_F32P(out));
+  return e->be->conv2d_forward(e->be, &d, GP_F32P(&in[0]), e->bind->param[0],
+                               k->bias ? e->bind->param[1] : NULL, GP_F32P(out));
 }
 
-static gp_status conv2d_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+static gp_status conv2d_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                                  const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)out;
   (void)saved;
   const conv2d_conf *k = l->conf;
   gp_backend *be = e->be;
   gp_conv2d_desc d = conv2d_desc(l, &in[0]);
-  GP_TRY(be->conv2d_backward_filter(be, &d, GP_F32P(&in[0]), GP_F32P(dout), l->grad[0],
-                                    k->bias ? l->grad[1] : NULL));
+  GP_TRY(be->conv2d_backward_filter(be, &d, GP_F32P(&in[0]), GP_F32P(dout), e->bind->grad[0],
+                                    k->bias ? e->bind->grad[1] : NULL));
   /* A first layer's input needs no gradient: skip the data GEMM and col2im entirely. */
   if (din[0].data)
-    GP_TRY(be->conv2d_backward_data(be, &d, GP_F32P(dout), l->param[0], GP_F32P(&din[0])));
+    GP_TRY(be->conv2d_backward_data(be, &d, GP_F32P(dout), e->bind->param[0], GP_F32P(&din[0])));
   return GP_OK;
 }
 

@@ -36,7 +36,7 @@ static uint64_t mask_offset(const gp_layer *l, const gp_exec *e) {
   return (uint64_t)e->sample_offset * (uint64_t)gp_shape_numel(&l->in_shape[0]);
 }
 
-static gp_status dropout_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status dropout_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                  void **saved) {
   (void)saved;
   const dropout_conf *k = l->conf;
@@ -46,7 +46,7 @@ static gp_status dropout_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, g
                                 GP_F32P(out));
 }
 
-static gp_status dropout_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+static gp_status dropout_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
                                   const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
                                   void *saved) {
   (void)out;

@@ -97,15 +97,15 @@ static float scale_of(const embedding_conf *k) {
   return k->scale ? (float)sqrt((double)k->dim) : 1.0f;
 }
 
-static gp_status embedding_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status embedding_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                    void **saved) {
   (void)saved;
   const embedding_conf *k = l->conf;
   return e->be->embedding_forward(e->be, gp_shape_numel(&in[0].shape), k->dim, k->vocab,
-                                  GP_I32P(&in[0]), l->param[0], scale_of(k), GP_F32P(out));
+                                  GP_I32P(&in[0]), e->bind->param[0], scale_of(k), GP_F32P(out));
 }
 
-static gp_status embedding_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+static gp_status embedding_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
                                     const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
                                     void *saved) {
   (void)out;
@@ -114,7 +114,7 @@ static gp_status embedding_backward(gp_layer *l, gp_exec *e, const gp_tensor *in
   const embedding_conf *k = l->conf;
   return e->be->embedding_backward(e->be, gp_shape_numel(&in[0].shape), k->dim, k->vocab,
                                    GP_I32P(&in[0]), GP_F32P(dout), scale_of(k), k->padding_idx,
-                                   l->grad[0]);
+                                   e->bind->grad[0]);
 }
 
 const gp_layer_type gp_layer_embedding = {

@@ -60,9 +60,9 @@ int64_t gp_layers_rows(const gp_tensor *t);
 /* Copies bytes of src into dst through the backend (identity-like layers). */
 gp_status gp_layers_copy(gp_backend *be, const gp_tensor *src, gp_tensor *dst);
 /* forward/backward of layers whose output is their input's data (identity, flatten) */
-gp_status gp_layers_copy_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+gp_status gp_layers_copy_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                  void **saved);
-gp_status gp_layers_copy_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+gp_status gp_layers_copy_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
                                   const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
                                   void *saved);
 

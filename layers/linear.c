@@ -59,20 +59,20 @@ static void linear_cost(const gp_layer *l, gp_cost *c) {
   c->out_bytes = gp_layers_numel(&l->out_shape) * 4;
 }
 
-static gp_status linear_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status linear_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                 void **saved) {
   (void)saved;
   const linear_conf *k = l->conf;
   gp_backend *be = e->be;
   int64_t rows = gp_layers_rows(&in[0]), nin = in[0].shape.d[in[0].shape.ndim - 1];
   int64_t nout = k->out_features;
-  GP_TRY(be->gemm(be, 0, 1, rows, nout, nin, 1.0f, GP_F32P(&in[0]), nin, l->param[0], nin, 0.0f,
+  GP_TRY(be->gemm(be, 0, 1, rows, nout, nin, 1.0f, GP_F32P(&in[0]), nin, e->bind->param[0], nin, 0.0f,
                   GP_F32P(out), nout));
-  if (k->bias) GP_TRY(be->bias_add(be, rows, nout, 1, l->param[1], GP_F32P(out)));
+  if (k->bias) GP_TRY(be->bias_add(be, rows, nout, 1, e->bind->param[1], GP_F32P(out)));
   return GP_OK;
 }
 
-static gp_status linear_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+static gp_status linear_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                                  const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)out;
   (void)saved;
@@ -82,12 +82,12 @@ static gp_status linear_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, c
   int64_t nout = k->out_features;
   const float *dy = GP_F32P(dout);
   /* dW[out, in] += dY^T X */
-  GP_TRY(be->gemm(be, 1, 0, nout, nin, rows, 1.0f, dy, nout, GP_F32P(&in[0]), nin, 1.0f, l->grad[0],
+  GP_TRY(be->gemm(be, 1, 0, nout, nin, rows, 1.0f, dy, nout, GP_F32P(&in[0]), nin, 1.0f, e->bind->grad[0],
                   nin));
-  if (k->bias) GP_TRY(be->bias_grad(be, rows, nout, 1, dy, l->grad[1]));
+  if (k->bias) GP_TRY(be->bias_grad(be, rows, nout, 1, dy, e->bind->grad[1]));
   /* dX = dY W, skipped for a first layer whose input needs no gradient. */
   if (din[0].data)
-    GP_TRY(be->gemm(be, 0, 0, rows, nin, nout, 1.0f, dy, nout, l->param[0], nin, 0.0f,
+    GP_TRY(be->gemm(be, 0, 0, rows, nin, nout, 1.0f, dy, nout, e->bind->param[0], nin, 0.0f,
                     GP_F32P(&din[0]), nin));
   return GP_OK;
 }

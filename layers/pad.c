@@ -40,7 +40,7 @@ static void pad_cost(const gp_layer *l, gp_cost *c) {
   c->out_bytes = gp_layers_numel(&l->out_shape) * 4;
 }
 
-static gp_status pad_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status pad_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                              void **saved) {
   (void)saved;
   const pad_conf *k = l->conf;
@@ -51,7 +51,7 @@ static gp_status pad_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_te
   return be->copy2d(be, n, xs, GP_F32P(&in[0]), xs, GP_F32P(out) + k->before * inner, ys);
 }
 
-static gp_status pad_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+static gp_status pad_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                               const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)out;
   (void)saved;

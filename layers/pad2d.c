@@ -103,7 +103,7 @@ static gp_status move(const gp_layer *l, gp_backend *be, int64_t batch, float *x
   return GP_OK;
 }
 
-static gp_status pad2d_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status pad2d_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                void **saved) {
   (void)saved;
   overlap o = overlap_of(l);
@@ -112,7 +112,7 @@ static gp_status pad2d_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_
   return move(l, e->be, in[0].shape.d[0], GP_F32P(&in[0]), GP_F32P(out), 1);
 }
 
-static gp_status pad2d_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+static gp_status pad2d_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                                 const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)out;
   (void)saved;

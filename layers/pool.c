@@ -137,7 +137,7 @@ static gp_pool2d_desc pool_desc(const gp_layer *l, const gp_tensor *x) {
   return d;
 }
 
-static gp_status pool_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status pool_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                               void **saved) {
   const pool_conf *k = l->conf;
   gp_pool2d_desc d = pool_desc(l, &in[0]);
@@ -150,7 +150,7 @@ static gp_status pool_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_t
   return e->be->pool2d_forward(e->be, k->kind, &d, GP_F32P(&in[0]), GP_F32P(out), am);
 }
 
-static gp_status pool_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+static gp_status pool_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                                const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)out;
   const pool_conf *k = l->conf;

@@ -92,7 +92,7 @@ static gp_status check_positions(const gp_layer *l, const gp_exec *e, const gp_t
   return GP_OK;
 }
 
-static gp_status positional_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status positional_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                     void **saved) {
   (void)saved;
   const positional_conf *k = l->conf;
@@ -102,27 +102,27 @@ static gp_status positional_forward(gp_layer *l, gp_exec *e, const gp_tensor *in
     /* out = P[pos] (a lookup), then out += x: the same sum x + P[p] as without positions */
     int64_t n = gp_shape_numel(&in[1].shape), dim = l->in_shape[0].d[1];
     GP_TRY(check_positions(l, e, &in[1]));
-    GP_TRY(be->embedding_forward(be, n, dim, k->max_len, GP_I32P(&in[1]), l->param[0], 1.0f,
+    GP_TRY(be->embedding_forward(be, n, dim, k->max_len, GP_I32P(&in[1]), e->bind->param[0], 1.0f,
                                  GP_F32P(out)));
     return be->axpby(be, n * dim, 1.0f, GP_F32P(&in[0]), 1.0f, GP_F32P(out));
   }
   GP_TRY(gp_layers_copy(be, &in[0], out));
-  return be->bias_add(be, in[0].shape.d[0], per, 1, l->param[0], GP_F32P(out));
+  return be->bias_add(be, in[0].shape.d[0], per, 1, e->bind->param[0], GP_F32P(out));
 }
 
-static gp_status positional_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+static gp_status positional_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
                                      const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
                                      void *saved) {
   (void)out;
   (void)saved;
   const positional_conf *k = l->conf;
   gp_backend *be = e->be;
-  if (l->grad[0] && l->n_in == 2) /* row p sums its tokens in their order: deterministic */
+  if (e->bind->grad[0] && l->n_in == 2) /* row p sums its tokens in their order: deterministic */
     GP_TRY(be->embedding_backward(be, gp_shape_numel(&in[1].shape), l->in_shape[0].d[1], k->max_len,
-                                  GP_I32P(&in[1]), GP_F32P(dout), 1.0f, -1, l->grad[0]));
-  else if (l->grad[0])
+                                  GP_I32P(&in[1]), GP_F32P(dout), 1.0f, -1, e->bind->grad[0]));
+  else if (e->bind->grad[0])
     GP_TRY(be->bias_grad(be, in[0].shape.d[0], gp_shape_numel(&l->in_shape[0]), 1, GP_F32P(dout),
-                         l->grad[0]));
+                         e->bind->grad[0]));
   if (din[0].data) GP_TRY(gp_layers_copy(be, dout, &din[0]));
   if (l->n_in == 2 && din[1].data) /* positions take no gradient */
     GP_TRY(be->zero(be, din[1].data, gp_tensor_bytes(&din[1])));

@@ -79,7 +79,7 @@ static void geometry(const gp_layer *l, int64_t batch, int64_t *rows, int64_t *i
     *inner *= x->d[j];
 }
 
-static gp_status slice_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status slice_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                void **saved) {
   (void)saved;
   const slice_conf *k = l->conf;
@@ -90,7 +90,7 @@ static gp_status slice_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_
                        cols);
 }
 
-static gp_status slice_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+static gp_status slice_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                                 const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)out;
   (void)saved;

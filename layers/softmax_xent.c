@@ -127,7 +127,7 @@ static gp_status zero_ignored(gp_backend *be, const rows *r, int64_t n, int64_t 
  * arena. One softmax over all rows, the logits read where they are (an ignored row's loss and
  * gradient are then zeroed): the backend's calls stay one per pass, whatever the padding.
  * count_correct reads the labels as given (an ignored label is negative: never the argmax). */
-static gp_status xent_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status xent_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                               void **saved) {
   const xent_conf *k = l->conf;
   gp_backend *be = e->be;
@@ -162,7 +162,7 @@ static gp_status xent_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_t
   return GP_OK;
 }
 
-static gp_status xent_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+static gp_status xent_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                                const gp_tensor *dout, gp_tensor *din, void *saved) {
   (void)out;
   (void)dout; /* the loss is the end of the graph: its gradient is 1 / loss_count */

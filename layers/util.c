@@ -75,14 +75,14 @@ gp_status gp_layers_copy(gp_backend *be, const gp_tensor *src, gp_tensor *dst) {
   return be->copy(be, dst->data, src->data, bytes);
 }
 
-gp_status gp_layers_copy_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+gp_status gp_layers_copy_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                  void **saved) {
   (void)l;
   (void)saved;
   return gp_layers_copy(e->be, &in[0], out);
 }
 
-gp_status gp_layers_copy_backward(gp_layer *l, gp_exec *e, const gp_tensor *in,
+gp_status gp_layers_copy_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
                                   const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
                                   void *saved) {
   (void)l;

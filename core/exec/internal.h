@@ -117,7 +117,7 @@ typedef struct pl_results {
 } pl_results;
 
 struct gp_pipeline {
-  gp_model *m;
+  const gp_model *m; /* read only: each stage binds its own parameters */
   gp_plan plan;
   gp_schedule sched;
   int k, micro;

@@ -99,7 +99,7 @@ gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
   gp_tensor in[GP_MAX_INPUTS];
   for (int i = p->first; i < p->end; i++) {
     const gp_node *n = &m->nodes[i];
-    gp_layer *l = (gp_layer *)&n->layer;
+    const gp_layer *l = &n->layer;
     for (int j = 0; j < n->n_in; j++) {
       in[j] = p->val[n->in[j]];
       if (!in[j].data)
@@ -115,6 +115,7 @@ gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
       GP_TRY(gp_arena_tensor(e->arena, l->out_dtype, &s, &p->val[t]));
     }
     p->saved[i] = NULL;
+    e->bind = e->binds ? &e->binds[i - e->bind_first] : NULL;
     if (e->on_layer) e->on_layer(e, i, 0, 0);
     gp_status st = l->type->forward(l, e, in, &p->val[t], &p->saved[i]);
     if (st != GP_OK) return node_error(m, i, "forward", st);
@@ -130,7 +131,7 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
   int fresh[GP_MAX_INPUTS];
   for (int i = p->end - 1; i >= p->first; i--) {
     const gp_node *n = &m->nodes[i];
-    gp_layer *l = (gp_layer *)&n->layer;
+    const gp_layer *l = &n->layer;
     int t = m->n_inputs + i;
     int is_loss = (i == m->n_nodes - 1);
     if (!is_loss && !p->grad[t].data) continue; /* nothing downstream needs it */
@@ -171,6 +172,7 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
       }
     }
     if (!any && l->n_params == 0) continue;
+    e->bind = e->binds ? &e->binds[i - e->bind_first] : NULL;
     if (e->on_layer) e->on_layer(e, i, 1, 0);
     gp_status st = l->type->backward(l, e, in, &p->val[t], &p->grad[t], din, p->saved[i]);
     if (st != GP_OK) return node_error(m, i, "backward", st);

@@ -385,7 +385,7 @@ gp_status gp_pipeline_predict(gp_pipeline *pl, const gp_batch *b, gp_prediction 
   return s;
 }
 
-gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
+gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t seed,
                              const gp_pipeline_opts *o, gp_pipeline **out) {
   *out = NULL;
   if (plan->micro > GP_SPEC_MAX_REPEAT - 1)

@@ -55,7 +55,7 @@ typedef struct gp_batch {
   int64_t target_numel;
 } gp_batch;
 
-gp_status gp_pipeline_create(gp_model *m, const gp_plan *plan, uint64_t seed,
+gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t seed,
                              const gp_pipeline_opts *o, gp_pipeline **out);
 void gp_pipeline_free(gp_pipeline *pl);
 

@@ -63,7 +63,9 @@ static gp_exec exec_for(stage *st, const gp_pass *p, int micro, int training, in
                .sample_offset = pl->off[micro],
                .loss_count = training ? pl->targets : 1,
                .on_layer = pl->trace && training ? gp_pl_record_layer : NULL,
-               .on_layer_ctx = st};
+               .on_layer_ctx = st,
+               .binds = st->params.bind,
+               .bind_first = st->first};
   for (int q = 0; q < st->n_in; q++) {
     int t = st->in[q].t;
     if (st->in[q].producer >= 0 || !p->val[t].data) continue;
@@ -285,8 +287,9 @@ static gp_status do_step(stage *st) {
   gp_pipeline *pl = st->pl;
   const gp_model *m = pl->m;
   for (int i = st->first; i < st->end; i++) {
-    gp_layer *l = &m->nodes[i].layer;
-    if (l->type->step_end) GP_TRY(l->type->step_end(l, st->be));
+    const gp_layer *l = &m->nodes[i].layer;
+    if (l->type->step_end)
+      GP_TRY(l->type->step_end(l, gp_params_bind(&st->params, i), st->be));
   }
   GP_TRY(pl->coll.ops->tied_grads(&pl->coll, st->index, st->be));
   double clip = m->train.clip_grad_norm, ss = 0;

@@ -13,14 +13,16 @@ static void param_name(const gp_layer *l, int i, char *buf, size_t n) {
   snprintf(buf, n, "%s.%s", l->path, l->pdesc[i].name);
 }
 
-gp_status gp_params_init(gp_params *p, gp_model *m, int first, int end, gp_backend *be,
+gp_status gp_params_init(gp_params *p, const gp_model *m, int first, int end, gp_backend *be,
                          uint64_t seed) {
   memset(p, 0, sizeof *p);
   p->be = be;
   p->first_node = first;
   p->end_node = end;
+  if (!(p->bind = calloc((size_t)(end > first ? end - first : 1), sizeof *p->bind)))
+    return GP_ERR(GP_ERR_NOMEM, "out of host memory for the parameters' bindings");
   for (int i = first; i < end; i++) {
-    gp_layer *l = &m->nodes[i].layer;
+    const gp_layer *l = &m->nodes[i].layer;
     for (int j = 0; j < l->n_params; j++) {
       int64_t n = gp_shape_numel(&l->pdesc[j].shape);
       if (l->pdesc[j].trainable)
@@ -43,24 +45,24 @@ gp_status gp_params_init(gp_params *p, gp_model *m, int first, int end, gp_backe
   }
   int64_t ot = 0, ob = 0, os = 0, biggest = 0;
   for (int i = first; i < end; i++) {
-    gp_layer *l = &m->nodes[i].layer;
+    const gp_layer *l = &m->nodes[i].layer;
+    gp_layer_bind *b = &p->bind[i - first];
     for (int j = 0; j < l->n_params; j++) {
       int64_t n = gp_shape_numel(&l->pdesc[j].shape);
       if (n > biggest) biggest = n;
       if (l->pdesc[j].trainable) {
-        l->param[j] = p->train + ot;
-        l->grad[j] = p->grad + ot;
+        b->param[j] = p->train + ot;
+        b->grad[j] = p->grad + ot;
         ot += n;
       } else {
-        l->param[j] = p->buffers + ob;
-        l->grad[j] = NULL;
+        b->param[j] = p->buffers + ob;
+        b->grad[j] = NULL;
         ob += n;
       }
     }
-    l->stats = NULL;
     if (l->type->stats_floats) {
       int64_t n = l->type->stats_floats(l);
-      if (n) l->stats = p->stats + os;
+      if (n) b->stats = p->stats + os;
       os += n;
     }
   }
@@ -68,7 +70,7 @@ gp_status gp_params_init(gp_params *p, gp_model *m, int first, int end, gp_backe
   if (!host) return GP_ERR(GP_ERR_NOMEM, "out of host memory initializing parameters");
   gp_status s = GP_OK;
   for (int i = first; i < end && s == GP_OK; i++) {
-    gp_layer *l = &m->nodes[i].layer;
+    const gp_layer *l = &m->nodes[i].layer;
     for (int j = 0; j < l->n_params && s == GP_OK; j++) {
       /* a tied copy starts as the group's first member, on every stage */
       int g = gp_model_tied_group(m, i, j, NULL);
@@ -77,7 +79,7 @@ gp_status gp_params_init(gp_params *p, gp_model *m, int first, int end, gp_backe
         gp_param_init_host(&m->nodes[r0->node].layer, r0->param, seed, host);
       else
         gp_param_init_host(l, j, seed, host);
-      s = be->from_host(be, l->param[j], host, (size_t)gp_shape_numel(&l->pdesc[j].shape) * f);
+      s = be->from_host(be, p->bind[i - first].param[j], host, (size_t)gp_shape_numel(&l->pdesc[j].shape) * f);
     }
   }
   free(host);
@@ -90,6 +92,7 @@ void gp_params_free(gp_params *p) {
   p->be->free(p->be, p->grad);
   p->be->free(p->be, p->buffers);
   p->be->free(p->be, p->stats);
+  free(p->bind);
   memset(p, 0, sizeof *p);
 }
 
@@ -109,7 +112,7 @@ gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, gp_st_writer 
     const gp_layer *l = &m->nodes[i].layer;
     for (int j = 0; j < l->n_params; j++) {
       size_t n = (size_t)gp_shape_numel(&l->pdesc[j].shape);
-      GP_TRY(p->be->to_host(p->be, h + off, l->param[j], n * sizeof(float)));
+      GP_TRY(p->be->to_host(p->be, h + off, p->bind[i - p->first_node].param[j], n * sizeof(float)));
       param_name(l, j, name, sizeof name);
       for (size_t e = 0; e < n; e++)
         if (!isfinite(h[off + e]))
@@ -173,7 +176,8 @@ gp_status gp_params_load_from(gp_params *p, const gp_model *m, const gp_st_file 
                       gp_shape_str(&l->pdesc[j].shape, b, 128));
       GP_TRY(
           gp_params_check_finite(file_name, e->name, gp_st_data(f, e), gp_shape_numel(&e->shape)));
-      GP_TRY(p->be->from_host(p->be, l->param[j], gp_st_data(f, e), e->end - e->begin));
+      GP_TRY(p->be->from_host(p->be, p->bind[i - p->first_node].param[j], gp_st_data(f, e),
+                              e->end - e->begin));
     }
   }
   return GP_OK;

@@ -14,13 +14,18 @@ typedef struct gp_params {
   float *stats;   /* n_stats floats */
   int64_t n_train, n_buffers, n_stats;
   int first_node, end_node;
+  gp_layer_bind *bind; /* end_node - first_node: each layer's pointers into the buffers */
 } gp_params;
 
-/* Lays out and allocates the parameters of nodes [first, end) of m, sets every layer's
- * param/grad/stats pointers, and initializes values from seed (a tied copy as its group's
- * first member). */
-gp_status gp_params_init(gp_params *p, gp_model *m, int first, int end, gp_backend *be,
+/* Lays out and allocates the parameters of nodes [first, end) of m, binds every layer's
+ * param/grad/stats pointers in p->bind (the model is not written), and initializes values from
+ * seed (a tied copy as its group's first member). */
+gp_status gp_params_init(gp_params *p, const gp_model *m, int first, int end, gp_backend *be,
                          uint64_t seed);
+/* Node i's bindings (first_node <= i < end_node). */
+static inline gp_layer_bind *gp_params_bind(const gp_params *p, int node) {
+  return &p->bind[node - p->first_node];
+}
 void gp_params_free(gp_params *p);
 gp_status gp_params_zero_grad(gp_params *p);
 

@@ -42,7 +42,7 @@ gp_status gp_tied_init(gp_tied *t, const gp_model *m, int k, gp_params *const *p
       c->stage = s;
       c->place = place[s];
       c->device = be[s]->device;
-      c->g = m->nodes[r->node].layer.grad[r->param];
+      c->g = gp_params_bind(params[s], r->node)->grad[r->param];
       c->off = c->g - params[s]->grad;
       if (j == 0) continue;
       gp_tied_stage *ts = &t->st[s];

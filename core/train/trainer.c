@@ -13,7 +13,7 @@
 #include "core/io/safetensors.h"
 #include "core/spec/cfg.h"
 
-gp_status gp_trainer_init(gp_trainer *t, gp_model *m, const gp_plan *plan,
+gp_status gp_trainer_init(gp_trainer *t, const gp_model *m, const gp_plan *plan,
                           const gp_pipeline_opts *o, uint64_t seed) {
   memset(t, 0, sizeof *t);
   t->m = m;

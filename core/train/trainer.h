@@ -20,7 +20,7 @@ typedef struct gp_metrics {
 } gp_metrics;
 
 typedef struct gp_trainer {
-  gp_model *m;
+  const gp_model *m; /* read only */
   gp_plan plan;
   gp_pipeline *pl;
   uint64_t seed;
@@ -31,7 +31,7 @@ typedef struct gp_trainer {
 } gp_trainer;
 
 /* Weights are initialized from seed (the same for every K and M). */
-gp_status gp_trainer_init(gp_trainer *t, gp_model *m, const gp_plan *plan,
+gp_status gp_trainer_init(gp_trainer *t, const gp_model *m, const gp_plan *plan,
                           const gp_pipeline_opts *o, uint64_t seed);
 void gp_trainer_free(gp_trainer *t);
 

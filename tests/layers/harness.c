@@ -96,22 +96,22 @@ gp_status lt_layer_alloc(lt_layer *t, gp_backend *be, int64_t batch) {
   t->be = be;
   t->batch = batch;
   gp_arena_init(&t->arena, be, 0);
+  memset(&t->b, 0, sizeof t->b);
   for (int i = 0; i < l->n_params; i++) {
     const gp_param_desc *p = &l->pdesc[i];
     size_t bytes = (size_t)gp_shape_numel(&p->shape) * sizeof(float);
     snprintf(name, sizeof name, "param %s", p->name);
-    GP_TRY(buf_alloc(t, bytes, name, (void **)&l->param[i]));
-    gp_param_init_host(l, i, 1, l->param[i]);
-    l->grad[i] = NULL;
+    GP_TRY(buf_alloc(t, bytes, name, (void **)&t->b.param[i]));
+    gp_param_init_host(l, i, 1, t->b.param[i]);
+    t->b.grad[i] = NULL;
     if (p->trainable) {
       snprintf(name, sizeof name, "grad %s", p->name);
-      GP_TRY(buf_alloc(t, bytes, name, (void **)&l->grad[i]));
+      GP_TRY(buf_alloc(t, bytes, name, (void **)&t->b.grad[i]));
     }
   }
-  l->stats = NULL;
   if (l->type->stats_floats) {
     int64_t n = l->type->stats_floats(l);
-    if (n > 0) GP_TRY(buf_alloc(t, (size_t)n * sizeof(float), "stats", (void **)&l->stats));
+    if (n > 0) GP_TRY(buf_alloc(t, (size_t)n * sizeof(float), "stats", (void **)&t->b.stats));
   }
   for (int i = 0; i < l->n_in; i++) {
     gp_shape s = gp_shape_batch(batch, &l->in_shape[i]);
@@ -129,7 +129,8 @@ gp_status lt_layer_alloc(lt_layer *t, gp_backend *be, int64_t batch) {
   t->dout = (gp_tensor){NULL, os, l->out_dtype, be->device};
   GP_TRY(buf_alloc(t, gp_tensor_bytes(&t->out), "output", &t->out.data));
   GP_TRY(buf_alloc(t, gp_tensor_bytes(&t->dout), "dout", &t->dout.data));
-  t->e = (gp_exec){.be = be, .arena = &t->arena, .training = 1, .seed = 1234, .loss_count = batch};
+  t->e = (gp_exec){.be = be, .arena = &t->arena, .training = 1, .seed = 1234, .loss_count = batch,
+                   .bind = &t->b};
   return GP_OK;
 }
 

@@ -14,6 +14,7 @@ typedef struct lt_buf lt_buf;
 
 typedef struct lt_layer {
   gp_layer l;
+  gp_layer_bind b; /* l's parameters, gradients and statistics (e.bind points here) */
   gp_cfg *cfg;
   gp_backend *be;
   gp_arena arena;

@@ -45,13 +45,13 @@ static void scale_cost(const gp_layer *l, gp_cost *c) {
   c->out_bytes = gp_shape_numel(&l->out_shape) * 4;
 }
 
-static gp_status scale_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+static gp_status scale_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                                void **saved) {
   const scale_conf *k = l->conf;
   (void)saved;
   int64_t n = gp_shape_numel(&in[0].shape);
   const float *x = GP_F32P(&in[0]);
-  float *y = GP_F32P(out), w = l->param[0][0];
+  float *y = GP_F32P(out), w = e->bind->param[0][0];
   for (int64_t i = 0; i < n; i++)
     y[i] = w * x[i];
   if (k->bug == BUG_RECOMPUTE && e->recompute) y[0] += 1e-3f;
@@ -59,22 +59,21 @@ static gp_status scale_forward(gp_layer *l, gp_exec *e, const gp_tensor *in, gp_
   return GP_OK;
 }
 
-static gp_status scale_backward(gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
+static gp_status scale_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                                 const gp_tensor *dout, gp_tensor *din, void *saved) {
   const scale_conf *k = l->conf;
-  (void)e;
   (void)out;
   (void)saved;
   int64_t n = gp_shape_numel(&in[0].shape);
   const float *x = GP_F32P(&in[0]), *dy = GP_F32P(dout);
-  float w = l->param[0][0];
+  float w = e->bind->param[0][0];
   double dw = 0;
   for (int64_t i = 0; i < n; i++)
     dw += (double)x[i] * dy[i];
   if (k->bug == BUG_PARAM_ASSIGN)
-    l->grad[0][0] = (float)dw;
+    e->bind->grad[0][0] = (float)dw;
   else
-    l->grad[0][0] += (float)dw;
+    e->bind->grad[0][0] += (float)dw;
   if (!din[0].data) return GP_OK;
   float *dx = GP_F32P(&din[0]);
   for (int64_t i = 0; i < n; i++) {

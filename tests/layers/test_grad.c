@@ -272,11 +272,11 @@ static void fill_inputs(lt_layer *t, const grad_case *c, uint64_t seed) {
     const gp_param_desc *p = &t->l.pdesc[i];
     int64_t n = lt_param_numel(t, i);
     if (p->trainable)
-      lt_fill_uniform(seed + 100 + (uint64_t)i, t->l.param[i], n, -1.0f, 1.0f);
+      lt_fill_uniform(seed + 100 + (uint64_t)i, t->b.param[i], n, -1.0f, 1.0f);
     else if (strstr(p->name, "var"))
-      lt_fill_uniform(seed + 100 + (uint64_t)i, t->l.param[i], n, 0.5f, 1.5f);
+      lt_fill_uniform(seed + 100 + (uint64_t)i, t->b.param[i], n, 0.5f, 1.5f);
     else
-      lt_fill_uniform(seed + 100 + (uint64_t)i, t->l.param[i], n, -0.5f, 0.5f);
+      lt_fill_uniform(seed + 100 + (uint64_t)i, t->b.param[i], n, -0.5f, 0.5f);
   }
 }
 
@@ -320,7 +320,7 @@ static int check_init(const lt_layer *t, const char *name) {
   int is_fan = strcmp(ty, "conv2d") == 0 || strcmp(ty, "linear") == 0;
   for (int i = 0; i < t->l.n_params; i++) {
     const gp_param_desc *p = &t->l.pdesc[i];
-    const float *v = t->l.param[i];
+    const float *v = t->b.param[i];
     int64_t n = lt_param_numel(t, i);
     double want = -1, lo = 0, hi = 0, vmax = 0;
     if (strcmp(p->name, "running_var") == 0 || (is_norm && strcmp(p->name, "weight") == 0))
@@ -406,13 +406,13 @@ static int run_case(gp_backend *be, const grad_case *c, const gp_layer_type *typ
   else
     lt_fill_uniform(seed + 50, GP_F32P(&t.dout), ny, -1.0f, 1.0f);
   t.e.training = !c->eval;
-  int64_t nst = t.l.stats ? t.l.type->stats_floats(&t.l) : 0;
+  int64_t nst = t.b.stats ? t.l.type->stats_floats(&t.l) : 0;
 
   /* A normal forward, then a recompute one: same output, statistics untouched. */
   t.e.recompute = 0;
   if (lt_forward(&t) != GP_OK) goto fail_status;
   y0 = dup_floats(GP_F32P(&t.out), ny);
-  st0 = dup_floats(t.l.stats, nst);
+  st0 = dup_floats(t.b.stats, nst);
   fails += !check_loss_counts(&t, c, 0);
   t.e.recompute = 1;
   if (lt_forward(&t) != GP_OK) goto fail_status;
@@ -421,7 +421,7 @@ static int run_case(gp_backend *be, const grad_case *c, const gp_layer_type *typ
   fails += !lt_compare_f(what, GP_F32P(&t.out), y0, ny, LT_TOL_EXACT, NULL);
   if (nst) {
     snprintf(what, sizeof what, "%s: statistics after a recompute forward", c->name);
-    fails += !lt_compare_f(what, t.l.stats, st0, nst, LT_TOL_EXACT, NULL);
+    fails += !lt_compare_f(what, t.b.stats, st0, nst, LT_TOL_EXACT, NULL);
   }
 
   /* Backward twice: input grads are written (a sentinel must vanish, the second pass gives
@@ -434,7 +434,7 @@ static int run_case(gp_backend *be, const grad_case *c, const gp_layer_type *typ
   for (int i = 0; i < t.l.n_in; i++)
     if (t.din[i].data) din1[i] = dup_floats(GP_F32P(&t.din[i]), gp_shape_numel(&t.din[i].shape));
   for (int i = 0; i < t.l.n_params; i++)
-    if (t.l.grad[i]) g1[i] = dup_floats(t.l.grad[i], lt_param_numel(&t, i));
+    if (t.b.grad[i]) g1[i] = dup_floats(t.b.grad[i], lt_param_numel(&t, i));
   if (lt_backward(&t) != GP_OK) goto fail_status;
   for (int i = 0; i < t.l.n_in; i++) {
     if (!din1[i]) continue;
@@ -450,7 +450,7 @@ static int run_case(gp_backend *be, const grad_case *c, const gp_layer_type *typ
       two[j] = 2.0 * g1[i][j];
     snprintf(what, sizeof what, "%s: grad.%s after two backwards (must be +=)", c->name,
              t.l.pdesc[i].name);
-    fails += !lt_compare(what, t.l.grad[i], two, n, LT_TOL_ACCUM, NULL);
+    fails += !lt_compare(what, t.b.grad[i], two, n, LT_TOL_ACCUM, NULL);
     free(two);
   }
 
@@ -510,7 +510,7 @@ static int run_case(gp_backend *be, const grad_case *c, const gp_layer_type *typ
     int64_t n = lt_param_numel(&t, i);
     double *fd = malloc((size_t)n * sizeof *fd);
     for (int64_t j = 0; j < n && s == GP_OK; j++)
-      s = fd_at(&t, &t.l.param[i][j], is_loss, &fd[j]);
+      s = fd_at(&t, &t.b.param[i][j], is_loss, &fd[j]);
     if (s == GP_OK) {
       snprintf(what, sizeof what, "%s: grad.%s vs finite differences", c->name, t.l.pdesc[i].name);
       double e;
@@ -558,7 +558,7 @@ static int check_batchnorm_micro(gp_backend *be) {
     lt_layer_free(&t);
     return 1;
   }
-  float *rm = t.l.param[im], *rv = t.l.param[iv], *x = GP_F32P(&t.in[0]);
+  float *rm = t.b.param[im], *rv = t.b.param[iv], *x = GP_F32P(&t.in[0]);
   float xs[2][N * C * INNER];
   double want_m[C], want_v[C], rm0[C], rv0[C];
   for (int c = 0; c < C; c++) {
@@ -599,7 +599,7 @@ static int check_batchnorm_micro(gp_backend *be) {
     t.e.micro = order[k][0];
     s = lt_forward(&t);
   }
-  if (s == GP_OK) s = t.l.type->step_end(&t.l, be);
+  if (s == GP_OK) s = t.l.type->step_end(&t.l, &t.b, be);
   if (s != GP_OK) {
     printf("FAIL batchnorm micro-batches: %s\n", gp_error_message());
     lt_layer_free(&t);
@@ -613,7 +613,7 @@ static int check_batchnorm_micro(gp_backend *be) {
   float keep[2 * C];
   memcpy(keep, rm, C * sizeof *rm);
   memcpy(keep + C, rv, C * sizeof *rv);
-  if (t.l.type->step_end(&t.l, be) != GP_OK) fails++;
+  if (t.l.type->step_end(&t.l, &t.b, be) != GP_OK) fails++;
   fails +=
       !lt_compare_f("batchnorm running_mean after an empty step", rm, keep, C, LT_TOL_EXACT, NULL);
   fails += !lt_compare_f("batchnorm running_var after an empty step", rv, keep + C, C, LT_TOL_EXACT,

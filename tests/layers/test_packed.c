@@ -93,7 +93,7 @@ static void want_alloc(want *w, const lt_layer *p, int cross) {
   w->dx = calloc((size_t)gp_shape_numel(&p->in[0].shape), sizeof(double));
   if (cross) w->dm = calloc((size_t)gp_shape_numel(&p->in[1].shape), sizeof(double));
   for (int i = 0; i < p->l.n_params; i++)
-    if (p->l.grad[i]) w->g[i] = calloc((size_t)lt_param_numel(p, i), sizeof(double));
+    if (p->b.grad[i]) w->g[i] = calloc((size_t)lt_param_numel(p, i), sizeof(double));
 }
 
 static void add_rows(double *dst, const float *src, int64_t n) {
@@ -110,13 +110,13 @@ static void want_padding(want *w, const lt_layer *p, const packing *pk) {
   for (int64_t i = 0; i < pk->rows * pk->tq; i++)
     if (!seg[i] && ob >= 0)
       for (int j = 0; j < D; j++)
-        w->out[i * D + j] = p->l.param[ob][j];
+        w->out[i * D + j] = p->b.param[ob][j];
   free(seg);
 }
 
 static void copy_params(lt_layer *dst, const lt_layer *src) {
   for (int i = 0; i < src->l.n_params; i++)
-    memcpy(dst->l.param[i], src->l.param[i], (size_t)lt_param_numel(src, i) * sizeof(float));
+    memcpy(dst->b.param[i], src->b.param[i], (size_t)lt_param_numel(src, i) * sizeof(float));
 }
 
 /* Compares the packed run with the wanted values: every token's output and input gradients,
@@ -143,7 +143,7 @@ static int compare_run(const lt_layer *p, const want *w, int cross, const char *
   for (int i = 0; i < p->l.n_params; i++) {
     if (!w->g[i]) continue;
     snprintf(buf, sizeof buf, "%s: grad.%s", what, p->l.pdesc[i].name);
-    ok &= lt_compare(buf, p->l.grad[i], w->g[i], lt_param_numel(p, i), LT_TOL_MICRO, &e);
+    ok &= lt_compare(buf, p->b.grad[i], w->g[i], lt_param_numel(p, i), LT_TOL_MICRO, &e);
     *worst = fmax(*worst, e);
   }
   return ok;
@@ -173,7 +173,7 @@ static int lone_unpadded(gp_backend *be, const lt_layer *p, const packing *pk, i
     add_rows(w->dx + qo, GP_F32P(&t.din[0]), q->len * D);
     if (cross) add_rows(w->dm + ko, GP_F32P(&t.din[1]), k->len * D);
     for (int j = 0; j < t.l.n_params; j++)
-      if (w->g[j]) add_rows(w->g[j], t.l.grad[j], lt_param_numel(&t, j));
+      if (w->g[j]) add_rows(w->g[j], t.b.grad[j], lt_param_numel(&t, j));
     lt_layer_free(&t);
   }
   return 1;
@@ -222,7 +222,7 @@ static int lone_padded(gp_backend *be, const lt_layer *p, const packing *pk, int
     if (cross) add_rows(w->dm + ko, row_at(&t.din[1], &lk[i], pk->tk, D), k->len * D);
   }
   for (int j = 0; ok && j < t.l.n_params; j++)
-    if (w->g[j]) add_rows(w->g[j], t.l.grad[j], lt_param_numel(&t, j));
+    if (w->g[j]) add_rows(w->g[j], t.b.grad[j], lt_param_numel(&t, j));
   lt_layer_free(&t);
   return ok;
 }
@@ -246,7 +246,7 @@ static void attention_packed(gp_backend *be, const packing *pk, int cross, const
   /* Weights larger than the default init: attention far from uniform, so a key let through
    * or left out changes the numbers. */
   for (int i = 0; i < p.l.n_params; i++)
-    lt_fill_uniform(70 + (uint64_t)i, p.l.param[i], lt_param_numel(&p, i), -0.8f, 0.8f);
+    lt_fill_uniform(70 + (uint64_t)i, p.b.param[i], lt_param_numel(&p, i), -0.8f, 0.8f);
   lt_fill_uniform(81, GP_F32P(&p.in[0]), gp_shape_numel(&p.in[0].shape), -1.5f, 1.5f);
   if (cross) lt_fill_uniform(82, GP_F32P(&p.in[1]), gp_shape_numel(&p.in[1].shape), -1.5f, 1.5f);
   pack_ids(pk->q, pk->n, pk->tq, pk->rows, GP_I32P(&p.in[cross ? 2 : 1]), NULL);
@@ -328,7 +328,7 @@ static void positional_packed(gp_backend *be, int learned) {
     if (!seg[i])
       for (int j = 0; j < PD; j++)
         GP_F32P(&p.dout)[i * PD + j] = 0.0f;
-  if (learned) lt_fill_uniform(13, p.l.param[0], MAXLEN * PD, -1.0f, 1.0f);
+  if (learned) lt_fill_uniform(13, p.b.param[0], MAXLEN * PD, -1.0f, 1.0f);
   int ok = lt_forward(&p) == GP_OK && lt_backward(&p) == GP_OK;
   if (!ok) printf("  FAIL packed run: %s\n", gp_error_message());
   ok = ok && all_finite(GP_F32P(&p.out), 2 * T * PD);
@@ -340,7 +340,7 @@ static void positional_packed(gp_backend *be, int learned) {
   double out[2 * T * PD], dx[2 * T * PD], g[MAXLEN * PD];
   memset(g, 0, sizeof g);
   for (int i = 0; i < 2 * T * PD; i++) { /* padding: x[t] + P[0], dx = dout = 0 */
-    out[i] = (double)(GP_F32P(&p.in[0])[i] + p.l.param[0][i % PD]);
+    out[i] = (double)(GP_F32P(&p.in[0])[i] + p.b.param[0][i % PD]);
     dx[i] = 0.0;
   }
   for (int k = 0; ok && k < 4; k++) {
@@ -361,7 +361,7 @@ static void positional_packed(gp_backend *be, int learned) {
     }
     if (learned)
       for (int i = 0; ok && i < MAXLEN * PD; i++)
-        g[i] += t.l.grad[0][i];
+        g[i] += t.b.grad[0][i];
     lt_layer_free(&t);
   }
   if (ok) {
@@ -371,7 +371,7 @@ static void positional_packed(gp_backend *be, int learned) {
     ok &= lt_compare(buf, GP_F32P(&p.din[0]), dx, 2 * T * PD, LT_TOL_EXACT, NULL);
     if (learned) {
       snprintf(buf, sizeof buf, "%s: grad.weight", what);
-      ok &= lt_compare(buf, p.l.grad[0], g, MAXLEN * PD, LT_TOL_MICRO, NULL);
+      ok &= lt_compare(buf, p.b.grad[0], g, MAXLEN * PD, LT_TOL_MICRO, NULL);
     }
   }
   snprintf(buf, sizeof buf,
@@ -382,9 +382,9 @@ static void positional_packed(gp_backend *be, int learned) {
   /* Determinism: backward again from zero gives the same bits. */
   if (learned && ok) {
     float g1[MAXLEN * PD];
-    memcpy(g1, p.l.grad[0], sizeof g1);
-    memset(p.l.grad[0], 0, sizeof g1);
-    ok = lt_backward(&p) == GP_OK && memcmp(g1, p.l.grad[0], sizeof g1) == 0;
+    memcpy(g1, p.b.grad[0], sizeof g1);
+    memset(p.b.grad[0], 0, sizeof g1);
+    ok = lt_backward(&p) == GP_OK && memcmp(g1, p.b.grad[0], sizeof g1) == 0;
     tally(ok, "positional learned, packed: the weight gradient is the same bits again");
   }
   lt_layer_free(&p);

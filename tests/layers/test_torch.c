@@ -194,9 +194,9 @@ static int run_fixture(gp_backend *be, fixture *fx, int perturb, char *type_out,
       fails++;
       goto done;
     }
-    memcpy(t.l.param[i], v, (size_t)lt_param_numel(&t, i) * sizeof(float));
+    memcpy(t.b.param[i], v, (size_t)lt_param_numel(&t, i) * sizeof(float));
   }
-  if (perturb && t.l.n_params) t.l.param[0][0] += 1e-2f; /* the self-test's deliberate bug */
+  if (perturb && t.l.n_params) t.b.param[0][0] += 1e-2f; /* the self-test's deliberate bug */
   t.e.training = !(training && strcmp(training, "false") == 0);
   int is_loss = loss && strcmp(loss, "true") == 0;
   const char *bw = gp_st_meta(fx->f, "backward");
@@ -226,10 +226,10 @@ static int run_fixture(gp_backend *be, fixture *fx, int perturb, char *type_out,
     fails += !check(fx, nm, GP_F32P(&t.din[i]), &t.din[i].shape, LT_TOL_TORCH_GRAD, &worst);
   }
   for (int i = 0; i < t.l.n_params && do_backward; i++) {
-    if (!t.l.grad[i]) continue;
+    if (!t.b.grad[i]) continue;
     char nm[64];
     snprintf(nm, sizeof nm, "grad.%s", t.l.pdesc[i].name);
-    fails += !check(fx, nm, t.l.grad[i], &t.l.pdesc[i].shape, LT_TOL_TORCH_GRAD, &worst);
+    fails += !check(fx, nm, t.b.grad[i], &t.l.pdesc[i].shape, LT_TOL_TORCH_GRAD, &worst);
   }
   int has_after = 0;
   for (int i = 0; i < t.l.n_params; i++) {
@@ -238,12 +238,12 @@ static int run_fixture(gp_backend *be, fixture *fx, int perturb, char *type_out,
     has_after |= gp_st_find(fx->f, nm) != NULL;
   }
   if (has_after) {
-    if (t.l.type->step_end && t.l.type->step_end(&t.l, be) != GP_OK) goto fail_status;
+    if (t.l.type->step_end && t.l.type->step_end(&t.l, &t.b, be) != GP_OK) goto fail_status;
     for (int i = 0; i < t.l.n_params; i++) {
       char nm[64];
       snprintf(nm, sizeof nm, "after.%s", t.l.pdesc[i].name);
       if (gp_st_find(fx->f, nm))
-        fails += !check(fx, nm, t.l.param[i], &t.l.pdesc[i].shape, LT_TOL_TORCH_STAT, &worst);
+        fails += !check(fx, nm, t.b.param[i], &t.l.pdesc[i].shape, LT_TOL_TORCH_STAT, &worst);
     }
   }
   for (int i = 0; i < gp_st_count(fx->f); i++)

@@ -78,8 +78,8 @@ static void embedding_padding(gp_backend *be) {
     tally(0, "embedding: padding row");
     return;
   }
-  const float *w = t.l.param[0];
-  float *g = t.l.grad[0];
+  const float *w = t.b.param[0];
+  float *g = t.b.grad[0];
   int ok = 1;
   for (int r = 0; r < V; r++) {
     int zeros = 0;
@@ -124,7 +124,7 @@ static void embedding_padding(gp_backend *be) {
   }
   ok = 1;
   for (int j = 0; j < D; j++)
-    ok &= t.l.param[0][5 * D + j] == 0.0f && t.l.param[0][4 * D + j] != 0.0f;
+    ok &= t.b.param[0][5 * D + j] == 0.0f && t.b.param[0][4 * D + j] != 0.0f;
   tally(ok, "embedding: padding_idx -1 is the last row (as PyTorch)");
   lt_layer_free(&t);
 }
@@ -162,11 +162,11 @@ static void positional_table(gp_backend *be, const char *fixtures) {
       continue;
     }
     const int64_t L = cases[c].max_len, D = cases[c].dim, n = L * D;
-    const float *pe = t.l.param[0];
+    const float *pe = t.b.param[0];
     gp_cost cost;
     t.l.type->cost(&t.l, &cost);
     int ok = t.l.n_params == 1 && strcmp(t.l.pdesc[0].name, "pe") == 0 && !t.l.pdesc[0].trainable &&
-             !t.l.grad[0] && cost.params == 0;
+             !t.b.grad[0] && cost.params == 0;
     double *want = malloc((size_t)n * sizeof *want);
     for (int64_t p = 0; p < L; p++)
       for (int64_t j = 0; j < D; j++) {
@@ -231,15 +231,15 @@ static void attention_fully_masked(gp_backend *be) {
       continue;
     }
     for (int i = 0; i < t.l.n_params; i++)
-      lt_fill_uniform(40 + (uint64_t)i, t.l.param[i], lt_param_numel(&t, i), -1.0f, 1.0f);
+      lt_fill_uniform(40 + (uint64_t)i, t.b.param[i], lt_param_numel(&t, i), -1.0f, 1.0f);
     lt_fill_uniform(50, GP_F32P(&t.in[0]), B * T * D, -2.0f, 2.0f);
     memcpy(t.in[1].data, cases[c].mask, sizeof cases[c].mask);
     lt_fill_uniform(51, GP_F32P(&t.dout), B * T * D, -1.0f, 1.0f);
     int ok = lt_forward(&t) == GP_OK && lt_backward(&t) == GP_OK;
-    const float *y = GP_F32P(&t.out), *bias = t.l.param[ob], *dx = GP_F32P(&t.din[0]);
+    const float *y = GP_F32P(&t.out), *bias = t.b.param[ob], *dx = GP_F32P(&t.din[0]);
     ok &= all_finite(y, B * T * D) && all_finite(dx, B * T * D);
     for (int i = 0; i < t.l.n_params; i++)
-      ok &= all_finite(t.l.grad[i], lt_param_numel(&t, i));
+      ok &= all_finite(t.b.grad[i], lt_param_numel(&t, i));
     for (int r = 0; r < B * T; r++) {
       int same = 1;
       for (int j = 0; j < D; j++)
@@ -261,7 +261,7 @@ static void attention_fully_masked(gp_backend *be) {
     return;
   }
   for (int i = 0; i < t.l.n_params; i++)
-    lt_fill_uniform(60 + (uint64_t)i, t.l.param[i], lt_param_numel(&t, i), -1.0f, 1.0f);
+    lt_fill_uniform(60 + (uint64_t)i, t.b.param[i], lt_param_numel(&t, i), -1.0f, 1.0f);
   lt_fill_uniform(61, GP_F32P(&t.in[0]), T * D, -300.0f, 300.0f);
   lt_fill_uniform(62, GP_F32P(&t.dout), T * D, -1.0f, 1.0f);
   int ok = lt_forward(&t) == GP_OK && lt_backward(&t) == GP_OK &&
@@ -321,9 +321,9 @@ static void attention_dropout(gp_backend *be) {
   }
   for (int i = 0; i < full.l.n_params; i++) {
     int64_t n = lt_param_numel(&full, i);
-    lt_fill_uniform(70 + (uint64_t)i, full.l.param[i], n, -1.0f, 1.0f);
-    memcpy(micro.l.param[i], full.l.param[i], (size_t)n * sizeof(float));
-    memcpy(plain.l.param[i], full.l.param[i], (size_t)n * sizeof(float));
+    lt_fill_uniform(70 + (uint64_t)i, full.b.param[i], n, -1.0f, 1.0f);
+    memcpy(micro.b.param[i], full.b.param[i], (size_t)n * sizeof(float));
+    memcpy(plain.b.param[i], full.b.param[i], (size_t)n * sizeof(float));
   }
   lt_fill_uniform(80, GP_F32P(&full.in[0]), B * per, -1.0f, 1.0f);
   memcpy(micro.in[0].data, GP_F32P(&full.in[0]) + 2 * per, 2 * per * sizeof(float));
@@ -401,7 +401,8 @@ static gp_status loss_of(rig *r, int first, int n, int backward, double *loss) {
                .seed = 9,
                .step = 2,
                .sample_offset = first,
-               .loss_count = MB};
+               .loss_count = MB,
+               .binds = r->params.bind};
   GP_TRY(gp_pass_init(&p, m, 0, m->n_nodes, n));
   const void *src[3] = {tokens + first * MT, mask + first * MT, labels + first};
   for (int i = 0; i < 3; i++)
@@ -475,7 +476,7 @@ static void tiny_transformer(gp_backend *be, const char *yaml) {
    * but gets no gradient by definition; every other element is compared. */
   const gp_node *emb = node_named(m, "embed");
   int64_t pad = d;
-  ok = emb && emb->layer.param[0] == r.params.train;
+  ok = emb && gp_params_bind(&r.params, (int)(emb - m->nodes))->param[0] == r.params.train;
   for (int64_t i = 0; ok && i < pad; i++)
     ok &= g[i] == 0.0f && r.params.train[i] == 0.0f;
   double err = 0;

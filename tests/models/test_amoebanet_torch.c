@@ -95,6 +95,15 @@ static void fixture_values(const char *key, float *out, int64_t n, double scale,
 /* Every parameter and buffer of the model from its name, as the fixture script makes them:
  * conv and linear U(-b, b) with b = 1/sqrt(fan_in); batch norm weight 1 +- 0.25, bias
  * +- 0.25, running mean 0 and variance 1. */
+/* The one stage's parameters (K = 1), and layer l's bindings in it. */
+static gp_params *stage_params;
+static gp_layer_bind *bind_of(const gp_model *m, const gp_layer *l) {
+  int i = 0;
+  while (&m->nodes[i].layer != l)
+    i++;
+  return gp_params_bind(stage_params, i);
+}
+
 static int fill_weights(gp_model *m) {
   for (int i = 0; i < m->n_nodes; i++) {
     gp_layer *l = &m->nodes[i].layer;
@@ -105,15 +114,15 @@ static int fill_weights(gp_model *m) {
       char name[512];
       snprintf(name, sizeof name, "%s.%s", l->path, p->name);
       if (!strcmp(ty, "conv2d") || !strcmp(ty, "linear")) {
-        fixture_values(name, l->param[j], n, 1.0 / sqrt((double)l->pdesc[0].fan_in), 0.0);
+        fixture_values(name, bind_of(m, l)->param[j], n, 1.0 / sqrt((double)l->pdesc[0].fan_in), 0.0);
       } else if (!strcmp(ty, "batchnorm")) {
         if (!strcmp(p->name, "weight"))
-          fixture_values(name, l->param[j], n, 0.25, 1.0);
+          fixture_values(name, bind_of(m, l)->param[j], n, 0.25, 1.0);
         else if (!strcmp(p->name, "bias"))
-          fixture_values(name, l->param[j], n, 0.25, 0.0);
+          fixture_values(name, bind_of(m, l)->param[j], n, 0.25, 0.0);
         else
           for (int64_t k = 0; k < n; k++)
-            l->param[j][k] = strcmp(p->name, "running_var") ? 0.0f : 1.0f;
+            bind_of(m, l)->param[j][k] = strcmp(p->name, "running_var") ? 0.0f : 1.0f;
       } else {
         printf("FAIL: %s: a parameter of a %s layer; the fixture knows conv2d, linear and "
                "batchnorm\n",
@@ -210,7 +219,7 @@ static void compare_prefixed(gp_model *m, const gp_st_file *f, const char *prefi
     int64_t cnt = gp_shape_numel(&l->pdesc[j].shape);
     const float *want = expect(f, e->name, cnt);
     if (!want) continue;
-    const float *got = grads ? l->grad[j] : l->param[j];
+    const float *got = grads ? bind_of(m, l)->grad[j] : bind_of(m, l)->param[j];
     if (grads) {
       double big = 0, err = 0;
       for (int64_t k = 0; k < cnt; k++) {
@@ -248,7 +257,7 @@ static void compare_norms(gp_model *m, const gp_st_file *f) {
     if (!l || !l->pdesc[j].trainable || count >= gp_shape_numel(&norms->shape)) continue;
     double ss = 0;
     for (int64_t k = 0; k < gp_shape_numel(&l->pdesc[j].shape); k++)
-      ss += (double)l->grad[j][k] * l->grad[j][k];
+      ss += (double)bind_of(m, l)->grad[j][k] * bind_of(m, l)->grad[j][k];
     float got = (float)sqrt(ss);
     char what[560];
     snprintf(what, sizeof what, "gradient norm of %s", full);
@@ -287,6 +296,7 @@ int main(int argc, char **argv) {
     printf("FAIL: trainer: %s\n", gp_error_message());
     return 1;
   }
+  stage_params = gp_pipeline_params(t.pl, 0);
   int ok = fill_weights(m);
   CHECK(ok, "weights");
   int64_t per = 3 * IMAGE * IMAGE;

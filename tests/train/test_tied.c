@@ -29,6 +29,19 @@
  * places moved it over that range), so that would test the rounding's luck. */
 #define TOL_SUM 5e-7
 
+/* Layer l's bindings (parameters, gradients) in the stage of trainer t that runs it. */
+static gp_layer_bind *bind_in(gp_trainer *t, const gp_layer *l) {
+  const gp_model *m = t->m;
+  int i = 0;
+  while (&m->nodes[i].layer != l)
+    i++;
+  for (int s = 0; s < gp_pipeline_stages(t->pl); s++) {
+    gp_params *p = gp_pipeline_params(t->pl, s);
+    if (i >= p->first_node && i < p->end_node) return gp_params_bind(p, i);
+  }
+  return NULL;
+}
+
 static int passes, failures;
 
 static void die(const char *what) {
@@ -254,7 +267,7 @@ static void sum_check(const char *dir, const char *clip) {
   int j;
   gp_layer *l0 = find_param(mt, members[0], &j);
   for (int64_t e = 0; e < n; e++)
-    w0[e] = l0->param[j][e];
+    w0[e] = bind_in(&tt, l0)->param[j][e];
   gp_batch_buffers bufs;
   if (gp_batch_buffers_alloc(mt, BATCH, &bufs) != GP_OK) die("buffers");
   tiny_batch(mt, 11, &bufs);
@@ -277,7 +290,7 @@ static void sum_check(const char *dir, const char *clip) {
         tied |= !strcmp(name, members[q]);
       int64_t k = gp_shape_numel(&l->pdesc[p].shape);
       for (int64_t e = 0; e < k; e++) {
-        double g = l->grad[p][e];
+        double g = bind_in(&tu, l)->grad[p][e];
         if (!tied) {
           others += g * g;
           continue;
@@ -303,7 +316,7 @@ static void sum_check(const char *dir, const char *clip) {
     for (int64_t e = 0; e < n; e++) {
       double want = w0[e] - lr * scale * gs[e];
       double tol = TOL_SUM * (fabs(w0[e]) + lr * scale * bound[e]) + 1e-30;
-      worst = fmax(worst, fabs(l->param[j][e] - want) / tol);
+      worst = fmax(worst, fabs(bind_in(&tt, l)->param[j][e] - want) / tol);
       moved = fmax(moved, lr * scale * fabs(gs[e]) / tol);
       off = fmax(off, lr * fabs(scale - wrong) * fabs(gs[e]) / tol);
     }
@@ -322,8 +335,8 @@ static void sum_check(const char *dir, const char *clip) {
     for (int p = 0; p < lt->n_params; p++) {
       if (!lt->pdesc[p].trainable || gp_model_tied_group(mt, i, p, NULL) >= 0) continue;
       for (int64_t e = 0; e < gp_shape_numel(&lt->pdesc[p].shape); e++) {
-        double want = lu->param[p][e] + lr * (1 - scale) * lu->grad[p][e];
-        dw = fmax(dw, fabs(lt->param[p][e] - want));
+        double want = bind_in(&tu, lu)->param[p][e] + lr * (1 - scale) * bind_in(&tu, lu)->grad[p][e];
+        dw = fmax(dw, fabs(bind_in(&tt, lt)->param[p][e] - want));
         ref = fmax(ref, fabs(want));
       }
     }
@@ -390,7 +403,7 @@ static void files_check(const char *dir) {
   int j;
   for (int q = 0; q < 3; q++) {
     gp_layer *l = find_param(m2, members[q], &j);
-    CHECK(e[2] && !memcmp(l->param[j], gp_st_data(f, e[2]), e[2]->end - e[2]->begin),
+    CHECK(e[2] && !memcmp(bind_in(&t2, l)->param[j], gp_st_data(f, e[2]), e[2]->end - e[2]->begin),
           "%s read from out.weight", members[q]);
   }
   CHECK(gp_trainer_load_weights(&t2, wpath, NULL) == GP_OK, "the tied file loads into K = 3");
@@ -409,12 +422,12 @@ static void files_check(const char *dir) {
   CHECK(gp_trainer_save_checkpoint(&tt, ck, &pos) == GP_OK, "save a checkpoint");
   CHECK(gp_trainer_load_checkpoint(&t2, ck, &pos) == GP_OK && t2.step == 2, "load it at K = 3");
   gp_layer *l = find_param(m2, members[1], &j);
-  CHECK(e[1] && !memcmp(l->param[j], gp_st_data(f, e[1]), e[1]->end - e[1]->begin),
+  CHECK(e[1] && !memcmp(bind_in(&t2, l)->param[j], gp_st_data(f, e[1]), e[1]->end - e[1]->begin),
         "te.weight from the checkpoint");
   /* a NaN weight is refused, naming it, and nothing is written */
   char nanpath[4200];
   snprintf(nanpath, sizeof nanpath, "%s/nan.safetensors", dir);
-  ((float *)l->param[j])[1] = NAN;
+  ((float *)bind_in(&t2, l)->param[j])[1] = NAN;
   gp_error_clear();
   s = gp_trainer_save_weights(&t2, nanpath);
   msg = gp_error_message();
@@ -459,7 +472,7 @@ static int copies_identical(gp_trainer *t, int *stages_used) {
     size_t bytes = (size_t)tg->numel * sizeof(float);
     for (int i = 0; i < tg->n; i++) {
       const gp_param_ref *r = &tg->members[i];
-      const float *w = m->nodes[r->node].layer.param[r->param];
+      const float *w = bind_in(t, &m->nodes[r->node].layer)->param[r->param];
       int s = 0;
       while (s < gp_pipeline_stages(t->pl) &&
              !(w >= gp_pipeline_params(t->pl, s)->train &&
@@ -488,7 +501,7 @@ static void train_nmt(const char *file, const gp_override *ov, int nov, int k, i
   CHECK(copies_identical(&t, &o->stages_used),
         "K=%d M=%d: the tied copies are bit-identical (weights and optimizer state)", k, m);
   o->w = token_fixture_weights(&t, &o->n_w);
-  gp_model *mo = t.m;
+  gp_model *mo = (gp_model *)t.m; /* the fixture loaded it: ours to free */
   gp_trainer_free(&t);
   gp_model_free(mo);
 }

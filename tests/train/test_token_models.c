@@ -166,7 +166,7 @@ static void train(const char *file, const gp_override *ov, int nov, int k, int m
   token_fixture_train(file, ov, nov, k, m, sched, remat, STEPS, BATCH, LEN, VOCAB, 1e-2, o->loss,
                       &t);
   o->w = token_fixture_weights(&t, &o->n_w);
-  gp_model *mo = t.m;
+  gp_model *mo = (gp_model *)t.m; /* the fixture loaded it: ours to free */
   gp_trainer_free(&t);
   gp_model_free(mo);
 }
