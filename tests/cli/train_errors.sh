@@ -50,6 +50,14 @@ for fv in "--lr 0.01" "--learning-rate=0.01" "--weight_decay 0" "--momentum 0.5"
     failed=$((failed+1)); echo "FAIL: $fv suggested '$set', which fails: $(cat "$tmp/err2")"
   fi
 done
+# another trainer's flag for what a gpipe flag does is pointed to ours in one line
+for f in --bf16 --amp --fp16 --mixed_precision; do
+  expect 2 "^gpipe-train: unknown flag '$f'; use --precision bf16" -- "$good" "$f"
+done
+for f in "--grad-accum 4" "--gradient-accumulation-steps=4" "--gradient_accumulation_steps 2"; do
+  # shellcheck disable=SC2086
+  expect 2 "^gpipe-train: unknown flag '--[a-z_-]+'; use --micro-batches M" -- "$good" $f
+done
 expect 2 "expected one model file" --
 # the GP_* settings (core/env.c): a bad value or a misspelt name is refused before anything
 # runs, as a flag is; the variables of gpipe's scripts, other GP_ names and good values pass
