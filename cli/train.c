@@ -38,6 +38,7 @@ enum {
   F_CKPT_DIR,
   F_CKPT_EVERY,
   F_RESUME,
+  F_OVERWRITE,
   F_THREADS,
   F_EVAL_EVERY,
   F_STAGES,
@@ -82,6 +83,10 @@ static gp_flag flags[] = {
                       "also write a checkpoint every N steps", 1},
     [F_RESUME] = {"--resume", GP_FLAG_BOOL, NULL,
                   "continue from the checkpoint in --checkpoint-dir", 0},
+    [F_OVERWRITE] = {"--overwrite", GP_FLAG_BOOL, NULL,
+                     "start afresh and replace the checkpoint --checkpoint-dir holds (without "
+                     "it, or --resume, a run refuses a folder that holds one)",
+                     0},
     [F_THREADS] = {"--threads", GP_FLAG_INT, "N", "CPU threads (default: all cores)", 1,
                    .max = 1024},
     [F_EVAL_EVERY] = {"--eval-every", GP_FLAG_INT, "N",
@@ -337,6 +342,7 @@ static gp_status apply_flags(gp_model *m) {
       {F_CKPT_DIR, " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"},
       {F_CKPT_EVERY, " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"},
       {F_RESUME, " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"},
+      {F_OVERWRITE, ""},
   };
   for (size_t i = 0; flags[F_EVAL_ONLY].given && i < sizeof trains / sizeof trains[0]; i++)
     if (flags[trains[i].flag].given)
@@ -348,11 +354,18 @@ static gp_status apply_flags(gp_model *m) {
     return GP_ERR(GP_ERR_USAGE, "--checkpoint-every needs --checkpoint-dir DIR");
   if (flags[F_RESUME].given && flags[F_LOAD].given)
     return GP_ERR(GP_ERR_USAGE, "--resume and --load both set the weights; use one");
+  if (flags[F_OVERWRITE].given && (flags[F_RESUME].given || !flags[F_CKPT_DIR].given))
+    return GP_ERR(GP_ERR_USAGE, "--overwrite %s",
+                  flags[F_RESUME].given ? "and --resume: one replaces the checkpoint, "
+                                          "the other continues it; use one"
+                                        : "needs --checkpoint-dir DIR");
   /* the folder first: outputs may go into it, and the checks compare files in it; one this
    * run made goes again when they refuse */
   int made = 0;
   if (flags[F_CKPT_DIR].given) GP_TRY(gp_ckpt_dir_claim(flags[F_CKPT_DIR].s, &ckpt_stale, &made));
   gp_status s = check_files(m);
+  if (s == GP_OK && flags[F_CKPT_DIR].given && !flags[F_RESUME].given)
+    s = gp_ckpt_dir_fresh(flags[F_CKPT_DIR].s, flags[F_OVERWRITE].given);
   if (s == GP_OK && flags[F_RESUME].given) {
     char ck[PATH_MAX];
     snprintf(ck, sizeof ck, "%.4000s/checkpoint.safetensors", flags[F_CKPT_DIR].s);

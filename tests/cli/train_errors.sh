@@ -161,6 +161,23 @@ if timeout 60 "$train" "$good" --quiet --data synthetic --steps 1 --batch-size 8
 else
   failed=$((failed+1)); echo "FAIL: --save into a new --checkpoint-dir: $(cat "$tmp/err")"
 fi
+# a folder holding a checkpoint is refused without --resume (a preempted run restarted
+# without it replaced the checkpoint at its first one); --overwrite starts afresh
+cp "$tmp/cknew/checkpoint.safetensors" "$tmp/ck1.safetensors"
+expect 2 "^gpipe-train: --checkpoint-dir .*/cknew already holds a checkpoint of step 1; --resume continues it, another folder keeps it, --overwrite replaces it$" \
+  -- "$good" --data synthetic --steps 2 --batch-size 8 --checkpoint-dir "$tmp/cknew"
+cmp -s "$tmp/cknew/checkpoint.safetensors" "$tmp/ck1.safetensors" ||
+  { failed=$((failed+1)); echo "FAIL: a refused run changed the checkpoint"; }
+expect 2 "^gpipe-train: --overwrite and --resume: .*; use one$" \
+  -- "$good" --data synthetic --steps 2 --checkpoint-dir "$tmp/cknew" --overwrite --resume
+expect 2 "^gpipe-train: --overwrite needs --checkpoint-dir DIR$" -- "$good" --steps 2 --overwrite
+if timeout 60 "$train" "$good" --quiet --data synthetic --steps 2 --batch-size 8 \
+    --checkpoint-dir "$tmp/cknew" --overwrite >/dev/null 2>"$tmp/err" &&
+    ! cmp -s "$tmp/cknew/checkpoint.safetensors" "$tmp/ck1.safetensors"; then
+  passed=$((passed+1))
+else
+  failed=$((failed+1)); echo "FAIL: --overwrite: $(cat "$tmp/err")"
+fi
 expect 1 "^gpipe-train: --trace .*/nowhere/t.json: cannot write: No such file or directory$" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cknew2" --trace "$tmp/nowhere/t.json"
 [ -e "$tmp/cknew2" ] && { failed=$((failed+1)); echo "FAIL: a refused run left its new folder"; }

@@ -130,7 +130,7 @@ grep -q "^removed 2 temporary files that killed runs left beside the output file
 data=/usr/share/datasets/fashion-mnist
 if [ -f $data/t10k-images-idx3-ubyte.gz ]; then
   "$train" "$srcdir/models/fashion-cnn.yaml" --threads 2 --steps 1000 --eval-every 1 \
-    --set train.log_every=1 --checkpoint-dir "$tmp/ck4" --log "$tmp/log4.jsonl" \
+    --set train.log_every=1 --checkpoint-dir "$tmp/ck4" --overwrite --log "$tmp/log4.jsonl" \
     >/dev/null 2>"$tmp/err" &
   pid=$!
   wait_steps "$tmp/log4.jsonl" 1 $pid # step 1 is logged, then its evaluation of 10000 begins
