@@ -259,6 +259,11 @@ static gp_status apply_plan_file(gp_model *m) {
                     flags[clash[i]].name);
   gp_plan plan;
   GP_TRY(gp_plan_read(flags[F_PARTITION].s, m, &plan));
+  if (!plan.batch && !flags[F_QUIET].given)
+    fprintf(stderr,
+            "%s: the plan records no batch_size (written before plans did); its %d "
+            "micro-batches split this run's batch of %" PRId64 "\n",
+            flags[F_PARTITION].s, plan.micro, m->train.batch_size);
   gp_pipeline_spec *ps = &m->pipeline;
   ps->stages = plan.stages;
   ps->micro_batches = plan.micro;

@@ -192,9 +192,20 @@ if [ -s "$plan" ]; then
   refused "edited.yaml:[0-9]+:1: a second YAML document starts here" \
     "$(cat "$plan"; printf -- '---\nmodel: fashion-cnn\n')" # it was ignored
   refused "--partition and --stages both set the pipeline" "$(cat "$plan")" --stages 2
-  # the plan's M against the batch: the message said where neither number came from
-  refused "a batch of 2 \(--batch-size\) cannot be split into 4 micro-batches \(micro_batches in the plan .*edited.yaml\)" \
-    "$(cat "$plan")" --batch-size 2
+  # the plan's M against the batch, located in the plan (it named the file alone); a plan
+  # records the batch its M was made for: another batch is refused, naming both (it changed
+  # the micro-batches' size unseen)
+  refused "edited.yaml:[0-9]+:13: batch_size: the plan was made for batch 128, this run's is 32 \(" \
+    "$(cat "$plan")" --batch-size 32
+  refused "edited.yaml:4:16: micro_batches: 4 micro-batches cannot split this run's batch of 2$" \
+    "$(sed 's/^batch_size: .*/batch_size: 2/' "$plan")" --batch-size 2
+  refused "edited.yaml:4:16: micro_batches: 4 micro-batches cannot split this run's batch of 2$" \
+    "$(sed '/^batch_size:/d' "$plan")" --batch-size 2
+  # ... and one written before plans recorded it loads, with a note
+  sed '/^batch_size:/d' "$plan" >"$tmp/old.yaml"
+  if "$train" "$mlp" --data synthetic --steps 1 --partition "$tmp/old.yaml" >/dev/null 2>"$tmp/e" &&
+     [ "$(grep -c "old.yaml: the plan records no batch_size" "$tmp/e")" = 1 ]; then ok
+  else bad "a plan without batch_size: $(cat "$tmp/e")"; fi
   # integers by the model file's rule (strtol took "+3" and " 3"), and a null said to be one
   # (it was "expected an integer, got '~'")
   refused "edited.yaml:3:9: stages: expected an integer, got '\+3'$" "$(sed 's/^stages: 3/stages: +3/' "$plan")"
