@@ -442,7 +442,7 @@ static int eval_at(const gp_train_spec *ts, int64_t s, int64_t per_epoch) {
 
 /* eval_due: the evaluation after this step was cut short, and a resumed run does it first. */
 static gp_status checkpoint(run *r, gp_progress *pg, int eval_due) {
-  gp_ckpt_pos pos = {.eval_due = eval_due};
+  gp_ckpt_pos pos = {.eval_due = eval_due, .elapsed_s = gp_progress_elapsed(pg)};
   data_tell(r, &pos.epoch, &pos.index);
   GP_TRY(gp_trainer_save_checkpoint(&r->t, flags[F_CKPT_DIR].s, &pos));
   r->ckpt_step = r->t.step;
@@ -531,8 +531,9 @@ static void print_final(const run *r, const gp_progress *pg, const gp_metrics *e
   if (!r->sq) {
     printf("final: %s  test loss %.4f  test accuracy %.4f", who, ev->loss, ev->accuracy);
   } else {
-    printf("final: %s  %s loss %.4f  perplexity %.2f  token accuracy %.4f", who, se->split,
-           se->loss, se->perplexity, se->accuracy);
+    char pp[32];
+    printf("final: %s  %s loss %.4f  perplexity %s  token accuracy %.4f", who, se->split, se->loss,
+           gp_progress_ppl(pp, se->perplexity), se->accuracy);
     if (se->left_out)
       printf("  (%lld pair%s longer than a row left out)", (long long)se->left_out,
              se->left_out == 1 ? "" : "s");
@@ -764,6 +765,7 @@ static gp_status train(run *r) {
 
   gp_progress pg;
   gp_progress_init(&pg, flags[F_QUIET].given, r->log, flags[F_LOG].s);
+  if (flags[F_RESUME].given) GP_TRY(gp_progress_resumed(&pg, r->t.step, pos.elapsed_s));
   note_model(r, &pg);
   char blas[128];
   blas_note(blas, sizeof blas);
