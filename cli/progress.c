@@ -198,9 +198,11 @@ gp_status gp_progress_log_resume(const char *path, int64_t step, int redo_eval, 
     ssize_t n;
     while ((n = getline(&line, &cap, f)) > 0) {
       int64_t at = line[n - 1] == '\n' ? line_step(line) : INT64_MAX;
-      static const char ev[] = "{\"event\": \"eval\",";
+      static const char ev[] = "{\"event\": \"eval\",", re[] = "{\"event\": \"resumed\",";
       int eval = strncmp(line, ev, sizeof ev - 1) == 0;
-      if (*dropped || at > step || (redo_eval && eval && at == step))
+      /* a run resumed at this step before: what it logged is cut, its mark goes with it */
+      int resumed = strncmp(line, re, sizeof re - 1) == 0;
+      if (*dropped || at > step || (redo_eval && eval && at == step) || (resumed && at == step))
         ++*dropped;
       else
         keep += (long)n;

@@ -65,7 +65,8 @@ gp_status gp_progress_interrupted(gp_progress *p, int64_t step, const char *sig_
  * earlier run logged after that step (it was killed past its last checkpoint, and those
  * steps are trained again): each line from the first whose "step" is greater, or that is
  * not a whole line, on; with redo_eval (the resumed run evaluates at `step` again) also
- * from the first "eval" event of that step. *dropped: the lines cut. */
+ * from the first "eval" event of that step; and from a "resumed" event of that step (a run
+ * resumed there before, whose lines go). *dropped: the lines cut. */
 gp_status gp_progress_log_resume(const char *path, int64_t step, int redo_eval, FILE **log,
                                  int64_t *dropped);
 /* A plain message line (clears a live line first). */
