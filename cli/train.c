@@ -20,6 +20,7 @@
 #include "cli/seqdata.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
+#include "core/train/fit.h"
 #include "core/train/plan_io.h"
 #include "core/train/trainer.h"
 #include "data/loader.h"
@@ -729,6 +730,7 @@ static gp_status train(run *r) {
                   "train.steps, or data.train_samples to count in epochs",
                   m->file);
   int64_t total = ts->steps > 0 ? ts->steps : ts->epochs * per_epoch;
+  GP_TRY(gp_fit_check_batchnorm(m, b, m->pipeline.micro_batches)); /* training only */
   int threads;
   gp_plan plan;
   GP_TRY(make_trainer(r, &plan, &threads));

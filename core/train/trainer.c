@@ -1,5 +1,6 @@
 /* Training through the pipeline: steps, evaluation, weights and exact checkpoints. */
 #include "core/train/trainer.h"
+#include "core/train/fit.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -24,6 +25,7 @@ gp_status gp_trainer_init(gp_trainer *t, gp_model *m, const gp_plan *plan,
                     m->inputs[i].name, gp_dtype_spec_name(m->inputs[i].dtype));
   if (m->label_input < 0 || m->inputs[m->label_input].dtype != GP_I32)
     return GP_ERR(GP_ERR_SPEC, "%s: the model needs an i32 label input to be trained", m->file);
+  GP_TRY(gp_pipeline_check_fit(m, plan, o ? o->mem_limit : 0)); /* before any memory is taken */
   return gp_pipeline_create(m, plan, seed, o, &t->pl);
 }
 

@@ -430,5 +430,10 @@ if "$part" "$mlp" --stages 2 -o "$tmp/closed.yaml" >&- 2>"$tmp/err" &&
    grep -q "^stages: 2" "$tmp/closed.yaml"; then ok
 else bad "-o with stdout closed: $(cat "$tmp/err")"; fi
 
+# ---- a model larger than this machine is still described (gpipe-train refuses to run it)
+printf 'inputs: {x: [1000000], label: {shape: [], dtype: i32}}\nlayers:\n  - {type: linear, out_features: 1000000, name: huge}\nloss: softmax_cross_entropy\n' >"$tmp/huge.yaml"
+if "$part" "$tmp/huge.yaml" --stages 1 >"$tmp/o" 2>"$tmp/err" && grep -q "1000001.000M parameters\|1000001000000" "$tmp/o"; then ok
+else bad "a model larger than the machine: $(cat "$tmp/err" "$tmp/o" | head -5)"; fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -58,6 +58,25 @@ for f in "--grad-accum 4" "--gradient-accumulation-steps=4" "--gradient_accumula
   # shellcheck disable=SC2086
   expect 2 "^gpipe-train: unknown flag '--[a-z_-]+'; use --micro-batches M" -- "$good" $f
 done
+# what cannot fit is refused before training, naming the layer: a stage that cannot hold its
+# parameters (a 10^6 x 10^6 linear: malloc was asked for 8 TB), and a batch norm that would see
+# one value per channel in a micro-batch (variance 0; evaluation, on running statistics, is fine)
+printf 'inputs: {x: [1000000], label: {shape: [], dtype: i32}}\nlayers:\n  - {type: linear, out_features: 1000000, name: huge}\nloss: softmax_cross_entropy\n' >"$tmp/huge.yaml"
+expect 1 "^gpipe-train: stage 0 \(cpu\) cannot fit: .*, at least [0-9.]+ TiB in all \(the largest layer: 'huge' \(linear\) at .*huge.yaml:3:5\), more than the machine's memory of [0-9]+ bytes" \
+  -- "$tmp/huge.yaml" --data synthetic --steps 1 --batch-size 1
+expect 1 "^gpipe-train: stage 0 \(cpu\) cannot fit: .*'huge' \(linear\).*its memory limit of 1048576 bytes" \
+  -- "$tmp/huge.yaml" --data synthetic --steps 1 --batch-size 1 --memory-limit 1MiB --stages 1
+printf 'inputs: {x: [6], label: {shape: [], dtype: i32}}\nlayers:\n  - {type: linear, out_features: 4}\n  - {type: batchnorm, name: bn}\n  - {type: linear, out_features: 3}\nloss: softmax_cross_entropy\n' >"$tmp/bn.yaml"
+expect 2 "^gpipe-train: .*bn.yaml:4:5: batchnorm 'bn' would normalize 1 value per channel in a micro-batch of 1 sample \(batch 4 in 4 micro-batches" \
+  -- "$tmp/bn.yaml" --data synthetic --steps 1 --batch-size 4 --micro-batches 4
+for ok in "--steps 1 --batch-size 4 --micro-batches 2" "--eval-only --batch-size 4 --micro-batches 4"; do
+  # shellcheck disable=SC2086
+  if timeout 60 "$train" "$tmp/bn.yaml" --data synthetic --quiet $ok >/dev/null 2>"$tmp/err"; then
+    passed=$((passed+1))
+  else
+    failed=$((failed+1)); echo "FAIL: batch norm with $ok: $(cat "$tmp/err")"
+  fi
+done
 expect 2 "expected one model file" --
 # the GP_* settings (core/env.c): a bad value or a misspelt name is refused before anything
 # runs, as a flag is; the variables of gpipe's scripts, other GP_ names and good values pass
