@@ -340,6 +340,12 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
       snprintf(out->st[s].device, sizeof out->st[s].device, "%s", scalar(items[n == 1 ? 0 : s]));
       gp_device_canonical(out->st[s].device);
     }
+    /* CPU and CUDA stages mixed: refused by gp_plan_make too, but there without the line */
+    if (gp_devices_check(k, out->st[0].device, sizeof out->st[0]) != GP_OK) {
+      char why[400];
+      snprintf(why, sizeof why, "%s", gp_error_message());
+      return at(r, val[K_DEVICES], GP_ERR_USAGE, "%s", why);
+    }
   } else {
     if (ps->n_devices > 1 && ps->n_devices != k)
       return at(r, val[K_STAGES], GP_ERR_USAGE,

@@ -201,6 +201,9 @@ if [ -s "$plan" ]; then
     "$(sed 's/^batch_size: .*/batch_size: 2/' "$plan")" --batch-size 2
   refused "edited.yaml:4:16: micro_batches: 4 micro-batches cannot split this run's batch of 2$" \
     "$(sed '/^batch_size:/d' "$plan")" --batch-size 2
+  # devices mixing the CPU and CUDA: located in the plan too (it named no line)
+  refused "edited.yaml:7:10: devices: 1 of the 3 stages are on CUDA devices and the others on the CPU" \
+    "$(sed 's/^devices: .*/devices: [cpu, cuda:0, cpu]/' "$plan")"
   # ... and one written before plans recorded it loads, with a note
   sed '/^batch_size:/d' "$plan" >"$tmp/old.yaml"
   if "$train" "$mlp" --data synthetic --steps 1 --partition "$tmp/old.yaml" >/dev/null 2>"$tmp/e" &&
