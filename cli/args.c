@@ -62,21 +62,46 @@ static const char *const setting_flags[][2] = {
     {"dataset", "data.dataset"},
 };
 
-/* The model-file key behind a flag such as "--learning_rate", or NULL. */
-static const char *setting_of(const char *name) {
-  char key[64];
+/* Other trainers' flags for what a gpipe flag does: "--bf16" is answered with "--precision
+ * bf16", not with the nearest name ("--pin"); {their flag, our flag, how to use ours}. */
+static const char *const flag_twins[][3] = {
+    {"bf16", "--precision", "--precision bf16"},
+    {"amp", "--precision", "--precision bf16 (bfloat16 GEMMs and convolutions)"},
+    {"fp16", "--precision", "--precision bf16 (gpipe's half precision is bfloat16)"},
+    {"half", "--precision", "--precision bf16 (gpipe's half precision is bfloat16)"},
+    {"mixed-precision", "--precision", "--precision bf16"},
+    {"grad-accum", "--micro-batches", "--micro-batches M (gradients are summed over them)"},
+    {"gradient-accumulation-steps", "--micro-batches",
+     "--micro-batches M (gradients are summed over them)"},
+    {"accumulate-grad-batches", "--micro-batches",
+     "--micro-batches M (gradients are summed over them)"},
+};
+
+/* A flag's name without its dashes, lower case, '_' read as '-': "--Grad_Accum" -> "grad-accum". */
+static void flag_key(const char *name, char *key, size_t cap) {
   size_t n = 0;
   while (*name == '-')
     name++;
-  for (; *name && n + 1 < sizeof key; name++)
+  for (; *name && n + 1 < cap; name++)
     key[n++] = *name == '_' ? '-' : (char)tolower((unsigned char)*name);
   key[n] = 0;
+}
+
+/* The model-file key behind a flag such as "--learning_rate", or NULL. */
+static const char *setting_of(const char *name) {
+  char key[64];
+  flag_key(name, key, sizeof key);
   for (size_t i = 0; i < sizeof setting_flags / sizeof setting_flags[0]; i++)
     if (strcmp(key, setting_flags[i][0]) == 0) return setting_flags[i][1];
   return NULL;
 }
 
 static gp_status unknown(gp_flag *flags, const char *arg, const char *value) {
+  char twin[64];
+  flag_key(arg, twin, sizeof twin);
+  for (size_t i = 0; i < sizeof flag_twins / sizeof flag_twins[0]; i++)
+    if (strcmp(twin, flag_twins[i][0]) == 0 && gp_args_get(flags, flag_twins[i][1]))
+      return GP_ERR(GP_ERR_USAGE, "unknown flag '%s'; use %s", arg, flag_twins[i][2]);
   const char *key = gp_args_get(flags, "--set") ? setting_of(arg) : NULL;
   if (key) {
     /* the value the user meant, when it reads as one ("--lr 0.1", "--lr=0.1") */

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/io/safetensors.h"
 #include "core/io/target.h"
 
 /* The pid the holder wrote, or "" (one line of digits at most). */
@@ -73,4 +74,24 @@ void gp_ckpt_dir_unmake(const char *dir) {
   snprintf(path, sizeof path, "%s/lock", dir);
   unlink(path);
   rmdir(dir); /* fails, and keeps it, if anything else is in it */
+}
+
+gp_status gp_ckpt_dir_fresh(const char *dir, int overwrite) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
+  struct stat st;
+  if (overwrite || stat(path, &st) != 0) return GP_OK;
+  /* its step, so the user sees what would be lost; an unreadable file is refused as well */
+  char held[96] = "";
+  gp_st_file *f;
+  if (gp_st_read(path, &f) == GP_OK) {
+    const char *step = gp_st_meta(f, "gpipe.step");
+    if (step && strlen(step) < 24) snprintf(held, sizeof held, " of step %s", step);
+    gp_st_free(f);
+  }
+  gp_error_clear();
+  return GP_ERR(GP_ERR_USAGE,
+                "--checkpoint-dir %s already holds a checkpoint%s; --resume continues it, another "
+                "folder keeps it, --overwrite replaces it",
+                dir, held);
 }

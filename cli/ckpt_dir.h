@@ -16,5 +16,9 @@ gp_status gp_ckpt_dir_claim(const char *dir, int *stale, int *made);
 /* Undoes a claim that made dir, when the run stops before it starts (a later bad flag): the
  * lock file and the folder go, so the refused command leaves nothing behind. */
 void gp_ckpt_dir_unmake(const char *dir);
+/* A run that does not --resume would replace dir/checkpoint.safetensors at its first
+ * checkpoint: a preempted run restarted without --resume lost everything. Refused
+ * (GP_ERR_USAGE, naming the step it holds) unless overwrite (--overwrite) says so. */
+gp_status gp_ckpt_dir_fresh(const char *dir, int overwrite);
 
 #endif

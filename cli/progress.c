@@ -38,6 +38,7 @@ void gp_progress_init(gp_progress *p, int quiet, FILE *log, const char *log_path
   p->log = log;
   p->log_path = log_path;
   p->t0 = gp_now();
+  p->t_before = 0;
   p->last_draw = 0;
   p->line_open = 0;
 }
@@ -54,6 +55,23 @@ static gp_status log_flush(const gp_progress *p) {
 static const char *jnum(char buf[32], double v) {
   if (!isfinite(v)) return "null";
   snprintf(buf, 32, "%.6g", v);
+  return buf;
+}
+
+double gp_progress_elapsed(const gp_progress *p) {
+  return p->t_before + (gp_now() - p->t0);
+}
+
+gp_status gp_progress_resumed(gp_progress *p, int64_t step, double t_before) {
+  p->t_before = t_before;
+  if (!p->log) return GP_OK;
+  fprintf(p->log, "{\"event\": \"resumed\", \"step\": %lld, \"time_s\": %.3f}\n", (long long)step,
+          gp_progress_elapsed(p));
+  return log_flush(p);
+}
+
+const char *gp_progress_ppl(char buf[32], double ppl) {
+  snprintf(buf, 32, isfinite(ppl) && fabs(ppl) >= 1e6 ? "%.2g" : "%.2f", ppl);
   return buf;
 }
 
@@ -85,7 +103,7 @@ gp_status gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t 
             "{\"event\": \"train\", \"step\": %lld, \"epoch\": %lld, \"loss\": %s, "
             "\"accuracy\": %s, \"lr\": %s, \"samples_per_s\": %.1f, \"time_s\": %.3f}\n",
             (long long)step, (long long)epoch + 1, jnum(l, loss), jnum(a, acc), jnum(r, lr),
-            samples_per_s, el);
+            samples_per_s, p->t_before + el);
     GP_TRY(log_flush(p));
   }
   if (p->quiet) return GP_OK;
@@ -113,7 +131,7 @@ gp_status gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double l
             "{\"event\": \"eval\", \"step\": %lld, \"epoch\": %lld, \"loss\": %s, "
             "\"accuracy\": %s, \"samples\": %lld, \"time_s\": %.3f}\n",
             (long long)step, (long long)epoch + 1, jnum(l, loss), jnum(a, acc), (long long)samples,
-            gp_now() - p->t0);
+            gp_progress_elapsed(p));
     GP_TRY(log_flush(p));
   }
   if (p->quiet) return GP_OK;
@@ -138,13 +156,14 @@ gp_status gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, cons
             (long long)tokens, (long long)left_out);
     if (bleu >= 0)
       fprintf(p->log, ", \"bleu\": %.4f, \"sentences\": %lld", bleu, (long long)sentences);
-    fprintf(p->log, ", \"time_s\": %.3f}\n", gp_now() - p->t0);
+    fprintf(p->log, ", \"time_s\": %.3f}\n", gp_progress_elapsed(p));
     GP_TRY(log_flush(p));
   }
   if (p->quiet) return GP_OK;
   clear_line(p);
-  fprintf(stderr, "eval  step %lld  epoch %lld  %s loss %.4f  perplexity %.2f  token accuracy %.4f",
-          (long long)step, (long long)epoch + 1, split, loss, ppl, acc);
+  char pp[32];
+  fprintf(stderr, "eval  step %lld  epoch %lld  %s loss %.4f  perplexity %s  token accuracy %.4f",
+          (long long)step, (long long)epoch + 1, split, loss, gp_progress_ppl(pp, ppl), acc);
   if (bleu >= 0) fprintf(stderr, "  BLEU %.2f", bleu);
   fprintf(stderr, "  (%lld token%s", (long long)tokens, tokens == 1 ? "" : "s");
   if (left_out)
@@ -158,7 +177,7 @@ gp_status gp_progress_interrupted(gp_progress *p, int64_t step, const char *sig_
   if (!p->log) return GP_OK;
   fprintf(p->log,
           "{\"event\": \"interrupted\", \"step\": %lld, \"signal\": \"%s\", \"time_s\": %.3f}\n",
-          (long long)step, sig_name, gp_now() - p->t0);
+          (long long)step, sig_name, gp_progress_elapsed(p));
   return log_flush(p);
 }
 
@@ -179,9 +198,11 @@ gp_status gp_progress_log_resume(const char *path, int64_t step, int redo_eval, 
     ssize_t n;
     while ((n = getline(&line, &cap, f)) > 0) {
       int64_t at = line[n - 1] == '\n' ? line_step(line) : INT64_MAX;
-      static const char ev[] = "{\"event\": \"eval\",";
+      static const char ev[] = "{\"event\": \"eval\",", re[] = "{\"event\": \"resumed\",";
       int eval = strncmp(line, ev, sizeof ev - 1) == 0;
-      if (*dropped || at > step || (redo_eval && eval && at == step))
+      /* a run resumed at this step before: what it logged is cut, its mark goes with it */
+      int resumed = strncmp(line, re, sizeof re - 1) == 0;
+      if (*dropped || at > step || (redo_eval && eval && at == step) || (resumed && at == step))
         ++*dropped;
       else
         keep += (long)n;

@@ -14,6 +14,8 @@ typedef struct gp_progress {
   FILE *log;            /* --log FILE.jsonl, or NULL */
   const char *log_path; /* its name, for errors */
   double t0;            /* run start, seconds */
+  double t_before;      /* seconds the run took before a --resume (the checkpoint's): the log's
+                         * time_s goes on from them */
   double last_draw;
   int line_open; /* a live line is on screen */
 } gp_progress;
@@ -49,13 +51,22 @@ gp_status gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double l
 gp_status gp_progress_eval_seq(gp_progress *p, int64_t step, int64_t epoch, const char *split,
                                double loss, double acc, double ppl, int64_t tokens,
                                int64_t left_out, double bleu, int64_t sentences, double seconds);
+/* The run's time so far (the log's time_s): t_before and this process's. */
+double gp_progress_elapsed(const gp_progress *p);
+/* A run resumed from a checkpoint at `step` that had run `t_before` seconds: the log's time_s
+ * goes on from there, and a "resumed" event marks where this process's lines begin. */
+gp_status gp_progress_resumed(gp_progress *p, int64_t step, double t_before);
+/* A perplexity for the console: two decimals, in scientific notation once large (an
+ * untrained model's 3.2e+12, not a 13-digit number). */
+const char *gp_progress_ppl(char buf[32], double ppl);
 /* A run stopped by a signal (sig_name "SIGINT") after `step`: an "interrupted" event. */
 gp_status gp_progress_interrupted(gp_progress *p, int64_t step, const char *sig_name);
 /* Opens the --log of a run resumed at `step` for appending, first cutting off what the
  * earlier run logged after that step (it was killed past its last checkpoint, and those
  * steps are trained again): each line from the first whose "step" is greater, or that is
  * not a whole line, on; with redo_eval (the resumed run evaluates at `step` again) also
- * from the first "eval" event of that step. *dropped: the lines cut. */
+ * from the first "eval" event of that step; and from a "resumed" event of that step (a run
+ * resumed there before, whose lines go). *dropped: the lines cut. */
 gp_status gp_progress_log_resume(const char *path, int64_t step, int redo_eval, FILE **log,
                                  int64_t *dropped);
 /* A plain message line (clears a live line first). */

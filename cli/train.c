@@ -20,6 +20,7 @@
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
 #include "core/plan/plan_io.h"
+#include "core/train/fit.h"
 #include "core/train/trainer.h"
 #include "data/data.h"
 #include "gp_config.h"
@@ -37,6 +38,7 @@ enum {
   F_CKPT_DIR,
   F_CKPT_EVERY,
   F_RESUME,
+  F_OVERWRITE,
   F_THREADS,
   F_EVAL_EVERY,
   F_STAGES,
@@ -81,6 +83,10 @@ static gp_flag flags[] = {
                       "also write a checkpoint every N steps", 1},
     [F_RESUME] = {"--resume", GP_FLAG_BOOL, NULL,
                   "continue from the checkpoint in --checkpoint-dir", 0},
+    [F_OVERWRITE] = {"--overwrite", GP_FLAG_BOOL, NULL,
+                     "start afresh and replace the checkpoint --checkpoint-dir holds (without "
+                     "it, or --resume, a run refuses a folder that holds one)",
+                     0},
     [F_THREADS] = {"--threads", GP_FLAG_INT, "N", "CPU threads (default: all cores)", 1,
                    .max = 1024},
     [F_EVAL_EVERY] = {"--eval-every", GP_FLAG_INT, "N",
@@ -245,6 +251,11 @@ static gp_status apply_plan_file(gp_model *m) {
                     flags[clash[i]].name);
   gp_plan plan;
   GP_TRY(gp_plan_read(flags[F_PARTITION].s, m, &plan));
+  if (!plan.batch && !flags[F_QUIET].given)
+    fprintf(stderr,
+            "%s: the plan records no batch_size (written before plans did); its %d "
+            "micro-batches split this run's batch of %" PRId64 "\n",
+            flags[F_PARTITION].s, plan.micro, m->train.batch_size);
   gp_pipeline_spec *ps = &m->pipeline;
   ps->stages = plan.stages;
   ps->micro_batches = plan.micro;
@@ -328,6 +339,7 @@ static gp_status apply_flags(gp_model *m) {
       {F_CKPT_DIR, " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"},
       {F_CKPT_EVERY, " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"},
       {F_RESUME, " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"},
+      {F_OVERWRITE, ""},
   };
   for (size_t i = 0; flags[F_EVAL_ONLY].given && i < sizeof trains / sizeof trains[0]; i++)
     if (flags[trains[i].flag].given)
@@ -339,11 +351,18 @@ static gp_status apply_flags(gp_model *m) {
     return GP_ERR(GP_ERR_USAGE, "--checkpoint-every needs --checkpoint-dir DIR");
   if (flags[F_RESUME].given && flags[F_LOAD].given)
     return GP_ERR(GP_ERR_USAGE, "--resume and --load both set the weights; use one");
+  if (flags[F_OVERWRITE].given && (flags[F_RESUME].given || !flags[F_CKPT_DIR].given))
+    return GP_ERR(GP_ERR_USAGE, "--overwrite %s",
+                  flags[F_RESUME].given ? "and --resume: one replaces the checkpoint, "
+                                          "the other continues it; use one"
+                                        : "needs --checkpoint-dir DIR");
   /* the folder first: outputs may go into it, and the checks compare files in it; one this
    * run made goes again when they refuse */
   int made = 0;
   if (flags[F_CKPT_DIR].given) GP_TRY(gp_ckpt_dir_claim(flags[F_CKPT_DIR].s, &ckpt_stale, &made));
   gp_status s = check_files(m);
+  if (s == GP_OK && flags[F_CKPT_DIR].given && !flags[F_RESUME].given)
+    s = gp_ckpt_dir_fresh(flags[F_CKPT_DIR].s, flags[F_OVERWRITE].given);
   if (s == GP_OK && flags[F_RESUME].given) {
     char ck[PATH_MAX];
     snprintf(ck, sizeof ck, "%.4000s/checkpoint.safetensors", flags[F_CKPT_DIR].s);
@@ -389,7 +408,7 @@ static int eval_at(const gp_train_spec *ts, int64_t s, int64_t per_epoch) {
 
 /* eval_due: the evaluation after this step was cut short, and a resumed run does it first. */
 static gp_status checkpoint(run *r, gp_progress *pg, int eval_due) {
-  gp_ckpt_pos pos = {.eval_due = eval_due};
+  gp_ckpt_pos pos = {.eval_due = eval_due, .elapsed_s = gp_progress_elapsed(pg)};
   data_tell(r, &pos.epoch, &pos.index);
   GP_TRY(gp_trainer_save_checkpoint(&r->t, flags[F_CKPT_DIR].s, &pos));
   r->ckpt_step = r->t.step;
@@ -529,8 +548,9 @@ static void print_final(const run *r, const gp_progress *pg) {
   if (!st->tokens) {
     printf("final: %s  test loss %.4f  test accuracy %.4f", who, ev->loss, ev->accuracy);
   } else {
-    printf("final: %s  %s loss %.4f  perplexity %.2f  token accuracy %.4f", who, st->split,
-           ev->loss, ev->perplexity, ev->accuracy);
+    char pp[32];
+    printf("final: %s  %s loss %.4f  perplexity %s  token accuracy %.4f", who, st->split,
+           ev->loss, gp_progress_ppl(pp, ev->perplexity), ev->accuracy);
     if (st->left_out)
       printf("  (%lld pair%s longer than a row left out)", (long long)st->left_out,
              st->left_out == 1 ? "" : "s");
@@ -704,6 +724,7 @@ static gp_status train(run *r) {
                   "train.steps, or data.train_samples to count in epochs",
                   m->file);
   int64_t total = ts->steps > 0 ? ts->steps : ts->epochs * per_epoch;
+  GP_TRY(gp_fit_check_batchnorm(m, b, m->pipeline.micro_batches)); /* training only */
   int threads;
   gp_plan plan;
   GP_TRY(make_trainer(r, &plan, &threads));
@@ -738,6 +759,7 @@ static gp_status train(run *r) {
 
   gp_progress pg;
   gp_progress_init(&pg, flags[F_QUIET].given, r->log, flags[F_LOG].s);
+  if (flags[F_RESUME].given) GP_TRY(gp_progress_resumed(&pg, r->t.step, pos.elapsed_s));
   note_model(r, &pg);
   char blas[128];
   blas_note(blas, sizeof blas);

@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "data/gzstream.h"
@@ -19,6 +20,7 @@ struct gp_tar {
   uint64_t hdr_off; /* offset of the current member's header */
   uint64_t left;    /* data bytes of the current member not yet read */
   uint64_t pad;     /* padding after them */
+  uint64_t size;    /* data bytes of the current member */
   int ended;
   char *name;       /* current member's path */
   char *long_name;  /* from a GNU 'L' or pax 'x' header, for the next member */
@@ -52,14 +54,43 @@ gp_status gp_tar_open(const char *path, gp_tar **out) {
   return GP_OK;
 }
 
+/* "member N (NAME) at offset X" of the member being read, or "member N at offset X" while its
+ * headers are (its name is not known yet: t->name is NULL then). */
+static void member_str(const gp_tar *t, char *buf, size_t n) {
+  if (t->name)
+    snprintf(buf, n, "member %lld (%s) at offset %llu", (long long)t->member, t->name,
+             (unsigned long long)t->hdr_off);
+  else
+    snprintf(buf, n, "member %lld at offset %llu", (long long)t->member,
+             (unsigned long long)t->hdr_off);
+}
+
+/* A failed read of the stream (a cut or damaged gzip stream: "PATH: what"), said of the
+ * member being read: "PATH: member N (NAME) at offset X: what". */
+static gp_status stream_error(const gp_tar *t, gp_status code) {
+  char who[1200], msg[1024];
+  member_str(t, who, sizeof who);
+  const char *m = gp_error_message(), *path = gp_tar_path(t);
+  size_t np = strlen(path);
+  if (strncmp(m, path, np) == 0 && m[np] == ':' && m[np + 1] == ' ') m += np + 2;
+  snprintf(msg, sizeof msg, "%s", m);
+  return GP_ERR(code, "%s: %s: %s", path, who, msg);
+}
+
 /* Exactly n bytes, or an error saying what was being read. */
 static gp_status read_full(gp_tar *t, void *buf, size_t n, const char *what) {
   size_t got = 0;
-  GP_TRY(gp_gzstream_read(t->s, buf, n, &got));
-  if (got < n)
-    return GP_ERR(GP_ERR_DATA, "%s: member %lld (%s) at offset %llu: truncated %s", gp_tar_path(t),
-                  (long long)t->member, t->name ? t->name : "?", (unsigned long long)t->hdr_off,
-                  what);
+  gp_status st = gp_gzstream_read(t->s, buf, n, &got);
+  if (st != GP_OK) return stream_error(t, st);
+  if (got < n) {
+    char who[1200];
+    member_str(t, who, sizeof who);
+    if (t->name) /* a member's data being skipped: its size is the header's word */
+      return GP_ERR(GP_ERR_DATA,
+                    "%s: %s: its %llu bytes run past the end of the archive (a truncated file)",
+                    gp_tar_path(t), who, (unsigned long long)t->size);
+    return GP_ERR(GP_ERR_DATA, "%s: %s: truncated %s", gp_tar_path(t), who, what);
+  }
   return GP_OK;
 }
 
@@ -168,12 +199,16 @@ gp_status gp_tar_next(gp_tar *t, const char **name, uint64_t *size) {
   if (t->ended) return GP_OK;
   GP_TRY(skip(t, t->left + t->pad, "member data"));
   t->left = t->pad = 0;
+  /* the next member's headers are read without a name: a cut one named the member before */
+  free(t->name);
+  t->name = NULL;
   unsigned char h[TAR_BLOCK];
   for (;;) {
     t->member++;
     t->hdr_off = gp_gzstream_offset(t->s);
     size_t got = 0;
-    GP_TRY(gp_gzstream_read(t->s, h, TAR_BLOCK, &got));
+    gp_status st = gp_gzstream_read(t->s, h, TAR_BLOCK, &got);
+    if (st != GP_OK) return stream_error(t, st);
     if (got == 0 && t->hdr_off == 0)
       return GP_ERR(GP_ERR_DATA, "%s: an empty file (no tar data), not an archive", gp_tar_path(t));
     if (got == 0 && !t->long_name && t->pax_size < 0) {
@@ -192,7 +227,8 @@ gp_status gp_tar_next(gp_tar *t, const char **name, uint64_t *size) {
       unsigned char rest[4096];
       int data = 0;
       do {
-        GP_TRY(gp_gzstream_read(t->s, rest, sizeof rest, &got));
+        st = gp_gzstream_read(t->s, rest, sizeof rest, &got);
+        if (st != GP_OK) return stream_error(t, st);
         for (size_t i = 0; i < got && !data; i++)
           data = rest[i] != 0;
       } while (got == sizeof rest);
@@ -255,7 +291,7 @@ gp_status gp_tar_next(gp_tar *t, const char **name, uint64_t *size) {
     /* As Python's tarfile does: links, devices, fifos and directories have no data
      * blocks whatever their size field says; unknown types are skipped by size. */
     uint64_t data = strchr("123456", type) && type ? 0 : (uint64_t)sz;
-    t->left = data;
+    t->left = t->size = data;
     t->pad = (TAR_BLOCK - data % TAR_BLOCK) % TAR_BLOCK;
     if (type == '0' || type == 0 || type == '7') {
       *name = t->name;
@@ -272,12 +308,16 @@ gp_status gp_tar_read(gp_tar *t, void *buf, size_t n, size_t *got) {
   if (n > t->left) n = (size_t)t->left;
   if (n == 0) return GP_OK;
   size_t k = 0;
-  GP_TRY(gp_gzstream_read(t->s, buf, n, &k));
+  gp_status st = gp_gzstream_read(t->s, buf, n, &k);
+  if (st != GP_OK) return stream_error(t, st);
   t->left -= k;
   *got = k;
-  if (k < n)
-    return GP_ERR(GP_ERR_DATA, "%s: member %lld (%s) at offset %llu: truncated member data",
-                  gp_tar_path(t), (long long)t->member, t->name ? t->name : "?",
-                  (unsigned long long)t->hdr_off);
+  if (k < n) { /* the stream ended inside the member: its header's size says more */
+    char who[1200];
+    member_str(t, who, sizeof who);
+    return GP_ERR(GP_ERR_DATA,
+                  "%s: %s: its %llu bytes run past the end of the archive (a truncated file)",
+                  gp_tar_path(t), who, (unsigned long long)t->size);
+  }
   return GP_OK;
 }

@@ -17,6 +17,7 @@ typedef struct gp_plan {
   gp_schedule_kind schedule;
   gp_remat remat;
   gp_stage_range st[GP_MAX_DEVICES];
+  int64_t batch; /* gp_plan_read: the batch_size the file was made for; 0 where it records none */
 } gp_plan;
 
 /* From the model's pipeline section (already overridden by flags). GP_ERR_USAGE for splits

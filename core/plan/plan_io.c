@@ -6,6 +6,7 @@
 #include "core/strbuf.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,10 @@ static void format_plan(gp_strbuf *b, const gp_model *m, const gp_plan *p) {
     gp_strbuf_printf(b, "# stage %d: units %d..%d (%s .. %s)\n", s, p->st[s].first_unit,
                      p->st[s].end_unit - 1, m->unit_names[p->st[s].first_unit],
                      m->unit_names[p->st[s].end_unit - 1]);
+  /* M cuts this batch: read at another, the micro-batches would change size unseen */
+  gp_strbuf_printf(b, "batch_size: %" PRId64 "  # micro-batches of %s%" PRId64 " samples\n",
+                   m->train.batch_size, m->train.batch_size % p->micro ? "up to " : "",
+                   (m->train.batch_size + p->micro - 1) / p->micro);
   gp_strbuf_printf(b, "units: [");
   /* wrapped at about 100 columns: a flow sequence may continue on indented lines */
   size_t line_start = b->n - 8;
@@ -227,10 +232,21 @@ static int device_name_ok(const char *s) {
   return 0;
 }
 
-enum { K_MODEL, K_STAGES, K_MICRO, K_SCHEDULE, K_CHECKPOINT, K_DEVICES, K_BALANCE, K_UNITS, K_N };
-static const char *const key_names[] = {"model",    "stages",     "micro_batches",
-                                        "schedule", "checkpoint", "devices",
-                                        "balance",  "units",      NULL};
+enum {
+  K_MODEL,
+  K_STAGES,
+  K_MICRO,
+  K_SCHEDULE,
+  K_CHECKPOINT,
+  K_DEVICES,
+  K_BALANCE,
+  K_BATCH,
+  K_UNITS,
+  K_N
+};
+static const char *const key_names[] = {"model",      "stages",  "micro_batches", "schedule",
+                                        "checkpoint", "devices", "balance",       "batch_size",
+                                        "units",      NULL};
 
 static gp_status check_units(const reader *r, yaml_node_t *v, const gp_model *m) {
   int cap = m->n_units + 1, n = 0;
@@ -268,6 +284,22 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
   out->micro = ps->micro_batches;
   if (val[K_MICRO])
     GP_TRY(get_int(r, val[K_MICRO], "micro_batches", 1, GP_MAX_MICRO_BATCHES, &out->micro));
+  const int64_t batch = m->train.batch_size; /* with --batch-size applied */
+  if (val[K_BATCH]) {
+    int made_for;
+    GP_TRY(get_int(r, val[K_BATCH], "batch_size", 1, GP_MAX_BATCH, &made_for));
+    if (made_for != batch)
+      return at(r, val[K_BATCH], GP_ERR_USAGE,
+                "batch_size: the plan was made for batch %d, this run's is %" PRId64
+                " (its %d micro-batches would change size); train at --batch-size %d or make "
+                "the plan again at %" PRId64,
+                made_for, batch, out->micro, made_for, batch);
+    out->batch = made_for;
+  }
+  if (out->micro > batch)
+    return at(r, val[K_MICRO] ? val[K_MICRO] : root, GP_ERR_USAGE,
+              "micro_batches: %d micro-batches cannot split this run's batch of %" PRId64,
+              out->micro, batch);
   int choice = (int)ps->schedule;
   if (val[K_SCHEDULE])
     GP_TRY(get_choice(r, val[K_SCHEDULE], "schedule", gp_schedule_names(), &choice));
@@ -307,6 +339,12 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
     for (int s = 0; s < k; s++) {
       snprintf(out->st[s].device, sizeof out->st[s].device, "%s", scalar(items[n == 1 ? 0 : s]));
       gp_device_canonical(out->st[s].device);
+    }
+    /* CPU and CUDA stages mixed: refused by gp_plan_make too, but there without the line */
+    if (gp_devices_check(k, out->st[0].device, sizeof out->st[0]) != GP_OK) {
+      char why[400];
+      snprintf(why, sizeof why, "%s", gp_error_message());
+      return at(r, val[K_DEVICES], GP_ERR_USAGE, "%s", why);
     }
   } else {
     if (ps->n_devices > 1 && ps->n_devices != k)

@@ -55,16 +55,23 @@ static void sums_add(sums *z, const gp_unit_costs *c, int u) {
   if ((double)c->act_bytes[u] > z->big) z->big = (double)c->act_bytes[u];
 }
 
+/* Whether stage s of K re-materializes, as gp_schedule_build lists it: except_last does not
+ * where at most one micro-batch is in flight (1F1B's last stage; every stage at M = 1). */
+static int remats(const gp_partition_req *r, int K, int s) {
+  if (r->remat == GP_REMAT_NEVER) return 0;
+  return r->remat == GP_REMAT_ALWAYS || in_flight(r, K, s) > 1;
+}
+
 /* Forward, backward and the re-materializing forward. except_last recomputes all but one of
  * the M micro-batches; it is counted as a full recompute (the difference is 1/M of it). */
-static double compute_time(const ctx *x, const sums *z, int s) {
-  double comp = z->f + z->b + (x->r->remat != GP_REMAT_NEVER ? z->f : 0.0);
+static double compute_time(const ctx *x, const sums *z, int K, int s) {
+  double comp = z->f + z->b + (remats(x->r, K, s) ? z->f : 0.0);
   return comp / speed_of(x->r, s);
 }
 
 /* Per micro-batch: compute, plus receiving the stage's inputs and sending its outputs. */
-static double stage_time(const ctx *x, const sums *z, int s, int a, int b) {
-  double t = compute_time(x, z, s);
+static double stage_time(const ctx *x, const sums *z, int K, int s, int a, int b) {
+  double t = compute_time(x, z, K, s);
   if (x->r->bytes_per_s > 0) {
     double bytes = (double)((a > 0 ? x->c->cut_bytes[a] : 0) + (b < x->n ? x->c->cut_bytes[b] : 0));
     t += bytes / x->r->bytes_per_s;
@@ -79,7 +86,7 @@ static double stage_time(const ctx *x, const sums *z, int s, int a, int b) {
  * resnet20-cifar K = 3, M = 4, stage 0 of 6 units, 31.7 MiB against 23.2 with `always`, under
  * GPipe and 1F1B alike). */
 static double act_and_grad(const gp_partition_req *r, int K, int s, const sums *z) {
-  if (r->remat == GP_REMAT_NEVER) return in_flight(r, K, s) * z->act + z->grad;
+  if (!remats(r, K, s)) return in_flight(r, K, s) * z->act + z->grad;
   return (r->remat == GP_REMAT_EXCEPT_LAST && r->micro > 1 ? 2 : 1) * z->act + z->grad;
 }
 
@@ -99,7 +106,7 @@ static double mem_floor(const ctx *x, const sums *z, int K, int s) {
 static double stage_mem(const ctx *x, const sums *z, int K, int s, int a, int b) {
   double m = mem_floor(x, z, K, s), fl = in_flight(x->r, K, s);
   double out = b < x->n ? (double)x->c->cut_bytes[b] : 0.0;
-  if (x->r->remat != GP_REMAT_NEVER) m += fl * ((double)x->c->cut_bytes[a] + out);
+  if (remats(x->r, K, s)) m += fl * ((double)x->c->cut_bytes[a] + out);
   return m + fl * out;
 }
 
@@ -137,7 +144,7 @@ static int dp(const ctx *x, int K, dp_mode mode, double thr, int *first, double 
         sums_add(&z, x->c, a);
         /* the memory DP may try more stages than the request has speeds for */
         double floor_mem = mem_floor(x, &z, K, s);
-        double comp = mode == DP_MIN_MAX_MEM ? 0.0 : compute_time(x, &z, s);
+        double comp = mode == DP_MIN_MAX_MEM ? 0.0 : compute_time(x, &z, K, s);
         if (lim > 0 && floor_mem > lim) break;
         if (mode == DP_MIN_MAX_TIME && comp >= best) break;
         if (mode == DP_MAX_MIN_TIME && comp > thr) break;
@@ -145,7 +152,7 @@ static int dp(const ctx *x, int K, dp_mode mode, double thr, int *first, double 
         if (s == 0 ? a != 0 : prev[a] == none) continue;
         double mem = stage_mem(x, &z, K, s, a, b);
         if (lim > 0 && mem > lim) continue;
-        double v = mode == DP_MIN_MAX_MEM ? mem : stage_time(x, &z, s, a, b);
+        double v = mode == DP_MIN_MAX_MEM ? mem : stage_time(x, &z, K, s, a, b);
         if (mode == DP_MAX_MIN_TIME && v > thr) continue;
         double p = s == 0 ? (maximize ? INFINITY : -INFINITY) : prev[a];
         double obj = maximize ? fmin(p, v) : fmax(p, v);
@@ -314,7 +321,7 @@ gp_status gp_partition_evaluate(const gp_unit_costs *c, const gp_partition_req *
     for (int u = b - 1; u >= a; u--)
       sums_add(&z, c, u);
     out->first[s] = a;
-    out->time[s] = stage_time(&x, &z, s, a, b);
+    out->time[s] = stage_time(&x, &z, K, s, a, b);
     out->memory[s] = stage_mem(&x, &z, K, s, a, b);
     lo = fmin(lo, out->time[s]);
     hi = fmax(hi, out->time[s]);

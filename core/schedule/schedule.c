@@ -115,6 +115,12 @@ gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, i
     if (!out->actions[s]) goto nomem;
     out->n_actions[s] = fill_stage(kind, remat, stages, micro, s, out->actions[s]);
     out->slots[s] = list_peak_in_flight(out->actions[s], out->n_actions[s]);
+    /* except_last recomputes where that saves memory: a stage that holds one micro-batch at a
+     * time (1F1B's last, each backward right after its forward) would rebuild the only
+     * activations it holds, paying a forward for nothing. (`always` is asked for by name.) */
+    if (remat == GP_REMAT_EXCEPT_LAST && out->slots[s] <= 1)
+      for (int a = 0; a < out->n_actions[s]; a++)
+        out->actions[s][a].recompute = 0;
   }
   return GP_OK;
 nomem:

@@ -46,7 +46,8 @@ typedef struct gp_schedule {
 /* GPipe (fill-drain: all forwards, then backwards in reverse micro-batch order) or 1F1B
  * (PipeDream-flush: at most K - s micro-batches in flight on stage s). remat: always = every
  * micro-batch recomputes; except_last = all but the one each stage backwards first (GPipe: the
- * last micro-batch, 1F1B: the first); never = none. */
+ * last micro-batch, 1F1B: the first), and none on a stage that keeps at most one micro-batch
+ * in flight (1F1B's last), where it would save no memory; never = none. */
 gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, int micro,
                             gp_schedule *out);
 void gp_schedule_free(gp_schedule *s);

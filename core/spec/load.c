@@ -51,6 +51,29 @@ static void name_from_file(const char *file, char *out, size_t n) {
   }
 }
 
+/* A layer whose output no later layer reads (a block's output: naming an inner layer, a from:
+ * passing it by) is a slip: it would be computed, and its parameters trained, for nothing.
+ * The loss is the one output the trainer reads. */
+static gp_status unread_outputs(const gp_sp_ctx *c, const gp_model *m) {
+  char *read = calloc((size_t)m->n_nodes + 1, 1);
+  if (!read) return gp_sp_nomem();
+  for (int j = 0; j < m->n_nodes; j++)
+    for (int k = 0; k < m->nodes[j].n_in; k++) {
+      int t = m->nodes[j].in[k] - m->n_inputs;
+      if (t >= 0 && t < m->n_nodes) read[t] = 1;
+    }
+  int unread = -1;
+  for (int i = 0; i < m->n_nodes && unread < 0; i++)
+    if (!read[i] && !m->nodes[i].layer.type->is_loss) unread = i;
+  free(read);
+  if (unread < 0) return GP_OK;
+  const gp_node *n = &m->nodes[unread];
+  return gp_sp_err(c, n->line, n->col,
+                   "the output of '%s' (%s) is never used: no layer after it reads it (a "
+                   "block's output: or a from: that passes it by?)",
+                   n->layer.path, n->layer.type->name);
+}
+
 static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
   GP_TRY(gp_sp_check_keys(c, root, top_keys, "at the top level"));
   const gp_ypair *np = gp_sp_get(root, "name");
@@ -88,7 +111,8 @@ static gp_status interpret(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
   GP_TRY(gp_sp_inputs(c, ip->val, m));
   GP_TRY(gp_sp_expand(c, root, m));
   GP_TRY(gp_sp_tied(c, root, m));
-  return gp_sp_sections(c, root, m);
+  GP_TRY(gp_sp_sections(c, root, m));
+  return unread_outputs(c, m);
 }
 
 /* Whether text has word as a whole word ("steps", not "warmup_steps"). */

@@ -1,5 +1,6 @@
 /* Training through the pipeline: steps, evaluation, weights and exact checkpoints. */
 #include "core/train/trainer.h"
+#include "core/train/fit.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -25,6 +26,7 @@ gp_status gp_trainer_init(gp_trainer *t, const gp_model *m, const gp_plan *plan,
                     m->inputs[i].name, gp_dtype_spec_name(m->inputs[i].dtype));
   if (m->label_input < 0 || m->inputs[m->label_input].dtype != GP_I32)
     return GP_ERR(GP_ERR_SPEC, "%s: the model needs an i32 label input to be trained", m->file);
+  GP_TRY(gp_pipeline_check_fit(m, plan, o ? o->mem_limit : 0)); /* before any memory is taken */
   return gp_pipeline_create(m, plan, seed, o, &t->pl);
 }
 
@@ -235,6 +237,10 @@ gp_status gp_trainer_save_checkpoint(gp_trainer *t, const char *dir, const gp_ck
     s = gp_st_meta_set(w, meta[i].k, v);
   }
   if (s == GP_OK) s = gp_st_meta_set(w, "gpipe.model", t->m->name);
+  if (s == GP_OK && isfinite(pos->elapsed_s) && pos->elapsed_s >= 0) {
+    snprintf(v, sizeof v, "%.3f", pos->elapsed_s);
+    s = gp_st_meta_set(w, "gpipe.elapsed_s", v);
+  }
   if (s == GP_OK) s = gp_st_write(w, path);
   gp_st_writer_free(w);
   free_staging(stage, k);
@@ -279,6 +285,14 @@ gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos
   if (s == GP_OK && pos->eval_due > 1)
     s = GP_ERR(GP_ERR_DATA, "%s: bad gpipe.eval_due '%" PRId64 "' (expected 0 or 1)", path,
                pos->eval_due);
+  pos->elapsed_s = 0;
+  const char *el = gp_st_meta(f, "gpipe.elapsed_s");
+  if (s == GP_OK && el) {
+    char *end;
+    pos->elapsed_s = strtod(el, &end);
+    if (end == el || *end || !isfinite(pos->elapsed_s) || pos->elapsed_s < 0)
+      s = GP_ERR(GP_ERR_DATA, "%s: bad gpipe.elapsed_s '%s' (expected seconds >= 0)", path, el);
+  }
   if (s == GP_OK && gp_st_meta(f, "gpipe.batch_size"))
     s = meta_int(f, path, "gpipe.batch_size", &batch);
   if (s == GP_OK && batch != t->m->train.batch_size)

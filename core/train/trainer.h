@@ -67,11 +67,13 @@ typedef struct gp_ckpt_pos {
   int64_t epoch, index; /* data position */
   int64_t eval_due;     /* 1: the evaluation due after the step was cut short (by a signal) and
                          * is still to be done; 0 otherwise */
+  double elapsed_s;     /* the run's time up to the checkpoint, seconds (0 in checkpoints
+                         * written before it was stored), so a resumed run's clock goes on */
 } gp_ckpt_pos;
 /* DIR/checkpoint.safetensors: weights, optimizer state ("optim.<slot>"), and in its metadata
- * the step, data position, eval_due, batch size, seed and model name. Loading refuses a
- * checkpoint of another model, seed or batch size (the step count, epochs and data position
- * all depend on the batch size); one written before the batch size was stored is taken. */
+ * the step, data position, eval_due, elapsed time, batch size, seed and model name. Loading refuses
+ * a checkpoint of another model, seed or batch size (the step count, epochs and data position all
+ * depend on the batch size); one written before the batch size was stored is taken. */
 gp_status gp_trainer_save_checkpoint(gp_trainer *t, const char *dir, const gp_ckpt_pos *pos);
 gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos *pos);
 

@@ -231,7 +231,7 @@ else
 fi
 
 # ---- --partition: the plan's split for every M swept, its references still run
-"$part" "$mlp" --stages 3 --micro-batches 4 -o "$tmp/plan.yaml" >/dev/null 2>&1 ||
+"$part" "$mlp" --stages 3 --micro-batches 4 --batch-size 32 -o "$tmp/plan.yaml" >/dev/null 2>&1 ||
   bad "gpipe-partition -o failed"
 if "$bench" "$mlp" --partition "$tmp/plan.yaml" --micro-batches 2 "${fast[@]}" --json \
     --quiet >"$tmp/pj" 2>"$tmp/err"; then

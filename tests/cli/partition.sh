@@ -192,9 +192,23 @@ if [ -s "$plan" ]; then
   refused "edited.yaml:[0-9]+:1: a second YAML document starts here" \
     "$(cat "$plan"; printf -- '---\nmodel: fashion-cnn\n')" # it was ignored
   refused "--partition and --stages both set the pipeline" "$(cat "$plan")" --stages 2
-  # the plan's M against the batch: the message said where neither number came from
-  refused "a batch of 2 \(--batch-size\) cannot be split into 4 micro-batches \(micro_batches in the plan .*edited.yaml\)" \
-    "$(cat "$plan")" --batch-size 2
+  # the plan's M against the batch, located in the plan (it named the file alone); a plan
+  # records the batch its M was made for: another batch is refused, naming both (it changed
+  # the micro-batches' size unseen)
+  refused "edited.yaml:[0-9]+:13: batch_size: the plan was made for batch 128, this run's is 32 \(" \
+    "$(cat "$plan")" --batch-size 32
+  refused "edited.yaml:4:16: micro_batches: 4 micro-batches cannot split this run's batch of 2$" \
+    "$(sed 's/^batch_size: .*/batch_size: 2/' "$plan")" --batch-size 2
+  refused "edited.yaml:4:16: micro_batches: 4 micro-batches cannot split this run's batch of 2$" \
+    "$(sed '/^batch_size:/d' "$plan")" --batch-size 2
+  # devices mixing the CPU and CUDA: located in the plan too (it named no line)
+  refused "edited.yaml:7:10: devices: 1 of the 3 stages are on CUDA devices and the others on the CPU" \
+    "$(sed 's/^devices: .*/devices: [cpu, cuda:0, cpu]/' "$plan")"
+  # ... and one written before plans recorded it loads, with a note
+  sed '/^batch_size:/d' "$plan" >"$tmp/old.yaml"
+  if "$train" "$mlp" --data synthetic --steps 1 --partition "$tmp/old.yaml" >/dev/null 2>"$tmp/e" &&
+     [ "$(grep -c "old.yaml: the plan records no batch_size" "$tmp/e")" = 1 ]; then ok
+  else bad "a plan without batch_size: $(cat "$tmp/e")"; fi
   # integers by the model file's rule (strtol took "+3" and " 3"), and a null said to be one
   # (it was "expected an integer, got '~'")
   refused "edited.yaml:3:9: stages: expected an integer, got '\+3'$" "$(sed 's/^stages: 3/stages: +3/' "$plan")"
@@ -418,6 +432,11 @@ cp "$mlp" "$tmp/m.yaml"
 if "$part" "$mlp" --stages 2 -o "$tmp/closed.yaml" >&- 2>"$tmp/err" &&
    grep -q "^stages: 2" "$tmp/closed.yaml"; then ok
 else bad "-o with stdout closed: $(cat "$tmp/err")"; fi
+
+# ---- a model larger than this machine is still described (gpipe-train refuses to run it)
+printf 'inputs: {x: [1000000], label: {shape: [], dtype: i32}}\nlayers:\n  - {type: linear, out_features: 1000000, name: huge}\nloss: softmax_cross_entropy\n' >"$tmp/huge.yaml"
+if "$part" "$tmp/huge.yaml" --stages 1 >"$tmp/o" 2>"$tmp/err" && grep -q "1000001.000M parameters\|1000001000000" "$tmp/o"; then ok
+else bad "a model larger than the machine: $(cat "$tmp/err" "$tmp/o" | head -5)"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

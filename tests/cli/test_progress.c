@@ -2,7 +2,9 @@
  * open (updated every step, not frozen at the first step's), then per closed window. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/progress.h"
 #include "tests/check.h"
@@ -59,6 +61,34 @@ static void check_log_nonfinite(void) {
         "eval_seq: %s", text);
 }
 
+/* A large perplexity (an untrained or diverging model's) reads in scientific notation on the
+ * console: it printed 3200000000000.00; a small one keeps two decimals. */
+static void check_ppl_console(void) {
+  char path[] = "/tmp/gp_progress_XXXXXX";
+  int fd = mkstemp(path), saved = dup(2);
+  if (fd < 0 || saved < 0 || dup2(fd, 2) < 0) {
+    CHECK(0, "cannot redirect stderr");
+    return;
+  }
+  gp_progress p;
+  gp_progress_init(&p, 0, NULL, NULL);
+  gp_progress_eval_seq(&p, 1, 0, "valid", 28.8, 0.0, 3.2e12, 64, 0, -1, 0, 0.1);
+  gp_progress_eval_seq(&p, 2, 0, "valid", 2.5, 0.3, 12.182, 64, 0, -1, 0, 0.1);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char text[1024] = "";
+  FILE *f = fdopen(fd, "r");
+  rewind(f);
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  unlink(path);
+  CHECK(strstr(text, "perplexity 3.2e+12  ") && !strstr(text, "3200000000000"),
+        "a large perplexity: %s", text);
+  CHECK(strstr(text, "perplexity 12.18  "), "a small perplexity: %s", text);
+}
+
 int main(void) {
   gp_rate r;
   gp_rate_init(&r, 100.0);
@@ -82,6 +112,7 @@ int main(void) {
   double g = gp_rate_add(&r, 8, 5.0);
   CHECK(g == 0 && !isnan(g), "zero time: %g", g);
   check_log_full();
+  check_ppl_console();
   check_log_nonfinite();
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;

@@ -50,6 +50,33 @@ for fv in "--lr 0.01" "--learning-rate=0.01" "--weight_decay 0" "--momentum 0.5"
     failed=$((failed+1)); echo "FAIL: $fv suggested '$set', which fails: $(cat "$tmp/err2")"
   fi
 done
+# another trainer's flag for what a gpipe flag does is pointed to ours in one line
+for f in --bf16 --amp --fp16 --mixed_precision; do
+  expect 2 "^gpipe-train: unknown flag '$f'; use --precision bf16" -- "$good" "$f"
+done
+for f in "--grad-accum 4" "--gradient-accumulation-steps=4" "--gradient_accumulation_steps 2"; do
+  # shellcheck disable=SC2086
+  expect 2 "^gpipe-train: unknown flag '--[a-z_-]+'; use --micro-batches M" -- "$good" $f
+done
+# what cannot fit is refused before training, naming the layer: a stage that cannot hold its
+# parameters (a 10^6 x 10^6 linear: malloc was asked for 8 TB), and a batch norm that would see
+# one value per channel in a micro-batch (variance 0; evaluation, on running statistics, is fine)
+printf 'inputs: {x: [1000000], label: {shape: [], dtype: i32}}\nlayers:\n  - {type: linear, out_features: 1000000, name: huge}\nloss: softmax_cross_entropy\n' >"$tmp/huge.yaml"
+expect 1 "^gpipe-train: stage 0 \(cpu\) cannot fit: .*, at least [0-9.]+ TiB in all \(the largest layer: 'huge' \(linear\) at .*huge.yaml:3:5\), more than the machine's memory of [0-9]+ bytes" \
+  -- "$tmp/huge.yaml" --data synthetic --steps 1 --batch-size 1
+expect 1 "^gpipe-train: stage 0 \(cpu\) cannot fit: .*'huge' \(linear\).*its memory limit of 1048576 bytes" \
+  -- "$tmp/huge.yaml" --data synthetic --steps 1 --batch-size 1 --memory-limit 1MiB --stages 1
+printf 'inputs: {x: [6], label: {shape: [], dtype: i32}}\nlayers:\n  - {type: linear, out_features: 4}\n  - {type: batchnorm, name: bn}\n  - {type: linear, out_features: 3}\nloss: softmax_cross_entropy\n' >"$tmp/bn.yaml"
+expect 2 "^gpipe-train: .*bn.yaml:4:5: batchnorm 'bn' would normalize 1 value per channel in a micro-batch of 1 sample \(batch 4 in 4 micro-batches" \
+  -- "$tmp/bn.yaml" --data synthetic --steps 1 --batch-size 4 --micro-batches 4
+for ok in "--steps 1 --batch-size 4 --micro-batches 2" "--eval-only --batch-size 4 --micro-batches 4"; do
+  # shellcheck disable=SC2086
+  if timeout 60 "$train" "$tmp/bn.yaml" --data synthetic --quiet $ok >/dev/null 2>"$tmp/err"; then
+    passed=$((passed+1))
+  else
+    failed=$((failed+1)); echo "FAIL: batch norm with $ok: $(cat "$tmp/err")"
+  fi
+done
 expect 2 "expected one model file" --
 # the GP_* settings (core/env.c): a bad value or a misspelt name is refused before anything
 # runs, as a flag is; the variables of gpipe's scripts, other GP_ names and good values pass
@@ -152,6 +179,23 @@ if timeout 60 "$train" "$good" --quiet --data synthetic --steps 1 --batch-size 8
   passed=$((passed+1))
 else
   failed=$((failed+1)); echo "FAIL: --save into a new --checkpoint-dir: $(cat "$tmp/err")"
+fi
+# a folder holding a checkpoint is refused without --resume (a preempted run restarted
+# without it replaced the checkpoint at its first one); --overwrite starts afresh
+cp "$tmp/cknew/checkpoint.safetensors" "$tmp/ck1.safetensors"
+expect 2 "^gpipe-train: --checkpoint-dir .*/cknew already holds a checkpoint of step 1; --resume continues it, another folder keeps it, --overwrite replaces it$" \
+  -- "$good" --data synthetic --steps 2 --batch-size 8 --checkpoint-dir "$tmp/cknew"
+cmp -s "$tmp/cknew/checkpoint.safetensors" "$tmp/ck1.safetensors" ||
+  { failed=$((failed+1)); echo "FAIL: a refused run changed the checkpoint"; }
+expect 2 "^gpipe-train: --overwrite and --resume: .*; use one$" \
+  -- "$good" --data synthetic --steps 2 --checkpoint-dir "$tmp/cknew" --overwrite --resume
+expect 2 "^gpipe-train: --overwrite needs --checkpoint-dir DIR$" -- "$good" --steps 2 --overwrite
+if timeout 60 "$train" "$good" --quiet --data synthetic --steps 2 --batch-size 8 \
+    --checkpoint-dir "$tmp/cknew" --overwrite >/dev/null 2>"$tmp/err" &&
+    ! cmp -s "$tmp/cknew/checkpoint.safetensors" "$tmp/ck1.safetensors"; then
+  passed=$((passed+1))
+else
+  failed=$((failed+1)); echo "FAIL: --overwrite: $(cat "$tmp/err")"
 fi
 expect 1 "^gpipe-train: --trace .*/nowhere/t.json: cannot write: No such file or directory$" \
   -- "$good" --data synthetic --steps 1 --checkpoint-dir "$tmp/cknew2" --trace "$tmp/nowhere/t.json"

@@ -63,7 +63,8 @@ cp "$tmp/early.safetensors" "$tmp/ck/checkpoint.safetensors" # as if killed afte
 printf '{"event": "train", "step": 9' >>"$tmp/log.jsonl"       # and mid-line
 "$train" "$mlp" "${common[@]}" --steps $((n + 10)) --checkpoint-dir "$tmp/ck" --resume \
   --log "$tmp/log.jsonl" >/dev/null 2>"$tmp/err" || fail "resuming to n + 10: $(cat "$tmp/err")"
-grep -q "^log: cut 7 lines logged after step $((n + 3)) (the checkpoint's) from" "$tmp/err" ||
+# (8: the resumed run's mark, 5 train lines, its final eval, the cut line)
+grep -q "^log: cut 8 lines logged after step $((n + 3)) (the checkpoint's) from" "$tmp/err" ||
   fail "no note of the cut lines: $(cat "$tmp/err")"
 python3 - "$tmp/log.jsonl" "$n" <<'PY' || fail "the resumed log"
 import json, sys
@@ -71,6 +72,9 @@ ev = [json.loads(l) for l in open(sys.argv[1])]
 n = int(sys.argv[2])
 steps = [e["step"] for e in ev if e["event"] == "train"]
 assert steps == list(range(1, n + 11)), steps
+# one mark per resumed run whose lines stayed: at n (the first), at n + 3 (the last)
+marks = [e["step"] for e in ev if e["event"] == "resumed"]
+assert marks == [n, n + 3], marks
 PY
 
 # 4. a second signal stops at once, mid-step or mid-write: exit 143, no temporary file left
@@ -130,7 +134,7 @@ grep -q "^removed 2 temporary files that killed runs left beside the output file
 data=/usr/share/datasets/fashion-mnist
 if [ -f $data/t10k-images-idx3-ubyte.gz ]; then
   "$train" "$srcdir/models/fashion-cnn.yaml" --threads 2 --steps 1000 --eval-every 1 \
-    --set train.log_every=1 --checkpoint-dir "$tmp/ck4" --log "$tmp/log4.jsonl" \
+    --set train.log_every=1 --checkpoint-dir "$tmp/ck4" --overwrite --log "$tmp/log4.jsonl" \
     >/dev/null 2>"$tmp/err" &
   pid=$!
   wait_steps "$tmp/log4.jsonl" 1 $pid # step 1 is logged, then its evaluation of 10000 begins
@@ -155,7 +159,7 @@ if [ -f $data/t10k-images-idx3-ubyte.gz ]; then
   resume4 >/dev/null
   cp "$tmp/due.safetensors" "$tmp/ck4/checkpoint.safetensors"
   resume4 >"$tmp/final1"
-  grep -q "^log: cut 3 lines logged after step 1 (the checkpoint's) or by its evaluation (done again) from " "$tmp/err" ||
+  grep -q "^log: cut 4 lines logged after step 1 (the checkpoint's) or by its evaluation (done again) from " "$tmp/err" ||
     fail "resumed twice: the log note: $(cat "$tmp/err")"
   cp "$tmp/log4.jsonl" "$tmp/log4.before"
   resume4 >"$tmp/final2"
@@ -167,7 +171,8 @@ if [ -f $data/t10k-images-idx3-ubyte.gz ]; then
   python3 - "$tmp/log4.jsonl" <<'PY' || fail "the log of the resumed evaluation: $(cat "$tmp/log4.jsonl")"
 import json, sys
 ev = [(e["event"], e["step"]) for e in map(json.loads, open(sys.argv[1]))]
-assert ev == [("train", 1), ("interrupted", 1), ("eval", 1), ("train", 2), ("eval", 2)], ev
+assert ev == [("train", 1), ("interrupted", 1), ("resumed", 1), ("eval", 1), ("train", 2),
+              ("eval", 2)], ev
 PY
   # 8. --eval-only: a signal stops its evaluation, with no result and nothing logged
   "$train" "$srcdir/models/fashion-cnn.yaml" --eval-only --threads 1 --batch-size 8 \

@@ -35,4 +35,43 @@ PY
   --log "$tmp/closed.jsonl" >/dev/null 2>&- || fail "training with stderr closed"
 python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$tmp/closed.jsonl" ||
   fail "stderr closed: the log holds more than JSON: $(head -3 "$tmp/closed.jsonl")"
+# --resume: the log says so with a "resumed" event, and time_s goes on from the checkpoint's
+# (it began again at 0); a checkpoint written before it stored its time resumes from 0
+"$train" "$mlp" --data synthetic --steps 3 --batch-size 16 --threads 1 --set train.log_every=1 \
+  --checkpoint-dir "$tmp/ck" --log "$tmp/r.jsonl" >/dev/null 2>"$tmp/err" ||
+  fail "3 steps: $(cat "$tmp/err")"
+python3 - "$tmp/ck/checkpoint.safetensors" "$tmp/old.safetensors" <<'PY' || fail "old checkpoint"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h["__metadata__"].pop("gpipe.elapsed_s", None)
+j = json.dumps(h).encode()
+j += b" " * (-len(j) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
+PY
+mkdir -p "$tmp/ckold"
+cp "$tmp/old.safetensors" "$tmp/ckold/checkpoint.safetensors"
+cp "$tmp/r.jsonl" "$tmp/rold.jsonl"
+for d in ck ckold; do
+  log=$tmp/r.jsonl; [ $d = ckold ] && log=$tmp/rold.jsonl
+  "$train" "$mlp" --data synthetic --steps 6 --batch-size 16 --threads 1 --set train.log_every=1 \
+    --checkpoint-dir "$tmp/$d" --resume --log "$log" >/dev/null 2>"$tmp/err" ||
+    fail "resumed from $d: $(cat "$tmp/err")"
+done
+python3 - "$tmp/r.jsonl" "$tmp/rold.jsonl" <<'PY' || fail "the resumed logs"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+kinds = [e["event"] for e in ev]
+assert kinds.count("resumed") == 1, kinds
+i = kinds.index("resumed")
+assert ev[i]["step"] == 3 and [e["step"] for e in ev[i + 1:] if e["event"] == "train"] == [4, 5, 6], ev
+before = max(e["time_s"] for e in ev[:i])
+after = [e["time_s"] for e in ev[i:]]
+assert after[0] >= before and after == sorted(after), (before, after)
+old = [json.loads(l) for l in open(sys.argv[2])]
+j = [e["event"] for e in old].index("resumed")
+assert old[j]["step"] == 3 and old[j]["time_s"] < before, (old[j], before)
+print("resumed at %.3f s after %.3f s; from an old checkpoint at %.3f s" % (after[0], before, old[j]["time_s"]))
+PY
 echo "ok"

@@ -77,7 +77,7 @@ refused() { # refused DIR PATTERN [FLAGS...]: resuming from DIR fails with exit 
   [ $rc = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -qE -- "$pat" "$tmp/err" ||
     fail "resume from $dir $*: exit $rc: $(cat "$tmp/err")"
 }
-for kv in "gpipe.step=-5" "gpipe.optimizer_t=-1" "gpipe.epoch=x" "gpipe.step= 2"; do
+for kv in "gpipe.step=-5" "gpipe.optimizer_t=-1" "gpipe.epoch=x" "gpipe.step= 2" "gpipe.elapsed_s=-1"; do
   mkdir -p "$tmp/m-$kv"
   meta "$tmp/ck/checkpoint.safetensors" "$tmp/m-$kv/checkpoint.safetensors" "${kv%%=*}" "${kv#*=}"
   refused "$tmp/m-$kv" "bad ${kv%%=*} '${kv#*=}'"

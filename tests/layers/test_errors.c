@@ -160,7 +160,9 @@ static int run_case(const err_case *c) {
   } else {
     for (int i = 0; i < 5 && c->needles[i]; i++)
       if (!strstr(msg, c->needles[i])) {
-        printf("  FAIL %s: the message lacks \"%s\": '%s'\n", c->name, c->needles[i], msg);
+        /* the message is on the case's last line: printed here too, GCC's -O3 with the
+         * sanitizers took it for a possible NULL and failed the build (-Werror=format-overflow) */
+        printf("  FAIL %s: the message lacks \"%s\"\n", c->name, c->needles[i]);
         fails++;
       }
     if (c->forbid && strstr(msg, c->forbid)) {

@@ -81,16 +81,18 @@ static void stage_eval(const inst *in, int K, int s, int a, int b, double *time,
     big = fmax(big, (double)in->act[u]);
   }
   double sp = r->speed ? r->speed[s] : 1.0;
-  *time = (f + bw + (r->remat != GP_REMAT_NEVER ? f : 0)) / sp;
+  double fl = r->schedule == GP_SCHED_1F1B ? fmin(r->micro, K - s) : r->micro;
+  /* except_last re-materializes nothing where one micro-batch at most is in flight */
+  int rm = r->remat == GP_REMAT_ALWAYS || (r->remat == GP_REMAT_EXCEPT_LAST && fl > 1);
+  *time = (f + bw + (rm ? f : 0)) / sp;
   if (r->bytes_per_s > 0)
     *time += (double)((a > 0 ? in->cut[a] : 0) + (b < in->c.n ? in->cut[b] : 0)) / r->bytes_per_s;
-  double fl = r->schedule == GP_SCHED_1F1B ? fmin(r->micro, K - s) : r->micro;
   double out = b < in->c.n ? (double)in->cut[b] : 0.0; /* the outputs' gradient buffers */
   /* with re-materialization the recomputed set, and under except_last (M >= 2) the kept
    * micro-batch's too: its slot keeps that size */
   double copies = r->remat == GP_REMAT_EXCEPT_LAST && r->micro > 1 ? 2.0 : 1.0;
   *mem = 4.0 * p * (2.0 + r->optim_slots) + big + fl * out +
-         (r->remat == GP_REMAT_NEVER ? fl * act : fl * ((double)in->cut[a] + out) + copies * act);
+         (!rm ? fl * act : fl * ((double)in->cut[a] + out) + copies * act);
 }
 
 typedef struct brute {

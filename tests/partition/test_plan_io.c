@@ -86,6 +86,8 @@ static void round_trip(const char *name, const char *what, int refused) {
   CHECK(s != GP_OK || (q.stages == 2 && q.micro == 2 && q.st[0].end_unit == p.st[0].end_unit &&
                        q.st[1].end_unit == 3),
         "%s: the plan read back differs", what);
+  CHECK(s != GP_OK || q.batch == m->train.batch_size, "%s: the batch size read back is %lld", what,
+        (long long)q.batch);
   gp_model_free(m);
   unlink(path);
 }

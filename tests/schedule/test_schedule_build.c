@@ -79,9 +79,10 @@ static gp_action expected(gp_schedule_kind kind, int K, int M, int s, int i) {
 
 /* except_last keeps (does not re-materialize) the micro-batch the stage backwards first: under
  * GPipe the last (torchgpipe's), under 1F1B the first, so that it is never held beside a
- * recompute. */
-static int want_recompute(gp_remat r, gp_schedule_kind kind, int m, int M) {
+ * recompute; nothing on a stage with one micro-batch in flight at most (in_flight). */
+static int want_recompute(gp_remat r, gp_schedule_kind kind, int m, int M, int in_flight) {
   if (r == GP_REMAT_ALWAYS) return 1;
+  if (in_flight <= 1) return 0;
   if (r == GP_REMAT_EXCEPT_LAST) return m != (kind == GP_SCHED_1F1B ? 0 : M - 1);
   return 0;
 }
@@ -125,6 +126,7 @@ static void test_lists(void) {
               CHECK(0, "%s K=%d M=%d stage %d: %d actions", kn, K, M, s, sc.n_actions[s]);
               continue;
             }
+            int peak = KINDS[k] == GP_SCHED_GPIPE ? M : imin(M, K - s);
             for (int i = 0; i < 2 * M + 1; i++) {
               gp_action a = sc.actions[s][i], e = expected(KINDS[k], K, M, s, i);
               if ((a.kind != e.kind || (a.kind != GP_A_STEP && a.micro != e.micro)) &&
@@ -132,12 +134,11 @@ static void test_lists(void) {
                 CHECK(0, "%s K=%d M=%d stage %d action %d: kind %d micro %d, want %d %d", kn, K, M,
                       s, i, a.kind, a.micro, e.kind, e.micro);
               int rc = a.kind == GP_A_STEP ? a.recompute
-                                           : want_recompute(REMATS[r], KINDS[k], a.micro, M);
+                                           : want_recompute(REMATS[r], KINDS[k], a.micro, M, peak);
               if (a.recompute != rc && bad_rc++ < 5)
                 CHECK(0, "%s remat %d K=%d M=%d stage %d action %d: recompute %d", kn, r, K, M, s,
                       i, a.recompute);
             }
-            int peak = KINDS[k] == GP_SCHED_GPIPE ? M : imin(M, K - s);
             if ((sc.slots[s] != peak || sc.slots[s] > (KINDS[k] == GP_SCHED_1F1B ? K - s : M)) &&
                 bad_peak++ < 5)
               CHECK(0, "%s K=%d M=%d stage %d: slots %d, want %d", kn, K, M, s, sc.slots[s], peak);
@@ -152,6 +153,55 @@ static void test_lists(void) {
   CHECK(!bad_peak, "%d slot count errors", bad_peak);
   CHECK(!bad_slots, "%d slot collisions", bad_slots);
   CHECK(!bad_valid, "%d valid schedules rejected", bad_valid);
+}
+
+/* No recompute action on a stage that keeps at most one micro-batch in flight: there the
+ * activations a recompute rebuilds are the only ones the stage holds, so dropping them saved
+ * nothing (1F1B's last stage under except_last recomputed every micro-batch but the first,
+ * right after its forward). The other stages keep theirs; `always` recomputes by request. */
+static int list_in_flight(const gp_schedule *sc, int s) {
+  int cur = 0, peak = 0;
+  for (int i = 0; i < sc->n_actions[s]; i++) {
+    if (sc->actions[s][i].kind == GP_A_FORWARD && ++cur > peak) peak = cur;
+    if (sc->actions[s][i].kind == GP_A_BACKWARD) cur--;
+  }
+  return peak;
+}
+
+static void test_no_recompute_one_in_flight(void) {
+  int bad = 0;
+  for (int k = 0; k < 2; k++)
+    for (int r = 0; r < 3; r++)
+      for (int K = 1; K <= 6; K++)
+        for (int M = 1; M <= 12; M++) {
+          if (REMATS[r] == GP_REMAT_ALWAYS) continue;
+          gp_schedule sc = build(KINDS[k], REMATS[r], K, M);
+          for (int s = 0; s < sc.stages; s++) {
+            if (list_in_flight(&sc, s) > 1) continue;
+            for (int i = 0; i < sc.n_actions[s]; i++)
+              if (sc.actions[s][i].recompute && bad++ < 5)
+                CHECK(0,
+                      "%s remat %d K=%d M=%d stage %d (one micro-batch in flight): action %d "
+                      "(%s %d) recomputes",
+                      KIND_NAMES[k], r, K, M, s, i,
+                      sc.actions[s][i].kind == GP_A_FORWARD ? "forward" : "backward",
+                      sc.actions[s][i].micro);
+          }
+          gp_schedule_free(&sc);
+        }
+  CHECK(!bad, "%d recompute actions on stages with one micro-batch in flight", bad);
+  /* the case of the issue, and that the rule leaves the first stage alone */
+  gp_schedule sc = build(GP_SCHED_1F1B, GP_REMAT_EXCEPT_LAST, 2, 2);
+  int last = 0, first = 0;
+  for (int i = 0; i < sc.n_actions[1]; i++)
+    last += sc.actions[1][i].recompute;
+  for (int i = 0; i < sc.n_actions[0]; i++)
+    first += sc.actions[0][i].kind == GP_A_BACKWARD && sc.actions[0][i].recompute;
+  CHECK(last == 0 && first == 1,
+        "1f1b except_last K=2 M=2: %d recompute flags on stage 1, %d "
+        "recomputing backwards on stage 0 (want 0 and 1)",
+        last, first);
+  gp_schedule_free(&sc);
 }
 
 /* The slot check itself must be able to fail: one slot too few collides. */
@@ -273,6 +323,7 @@ static void test_malformed(void) {
 int main(void) {
   test_bad_arguments();
   test_lists();
+  test_no_recompute_one_in_flight();
   test_slot_check_can_fail();
   test_deadlocks();
   test_malformed();

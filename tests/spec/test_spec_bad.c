@@ -17,6 +17,23 @@ typedef struct bad {
 } bad;
 
 static const bad cases[] = {
+    /* ---- outputs nothing reads: computed (and trained) for nothing ---- */
+    {"a block's output skips its last layers (docs/model-format.md's example did)",
+     "inputs: {x: [1, 8, 8], label: {shape: [], dtype: i32}}\n"
+     "blocks:\n  cbr:\n    layers:\n"
+     "      - {type: conv2d, out_channels: 4, kernel: 3, name: conv}\n"
+     "      - {type: batchnorm, name: bn}\n"
+     "      - {type: relu}\n"
+     "    output: conv\n"
+     "layers: [{block: cbr}, {type: flatten}, {type: linear, out_features: 3}]\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:7:9: ", "the output of '0.2' (relu) is never used"}},
+    {"a from: that passes a layer by",
+     H "layers:\n  - {type: linear, out_features: 5, name: a}\n"
+       "  - {type: relu, name: r}\n"
+       "  - {type: linear, out_features: 3, from: a}\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:4:5: ", "the output of 'r' (relu) is never used"}},
     /* ---- YAML ---- */
     {"syntax error", H "layers: [\n", GP_ERR_SPEC, {"t.yaml:3:1: ", "YAML syntax error"}},
     {"syntax error: bad indentation",

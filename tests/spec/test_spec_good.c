@@ -48,8 +48,8 @@ static void test_example(const char *file) {
   for (int u = 0; u <= 6 && u <= m->n_units; u++)
     CHECK(m->unit_first[u] == first[u], "unit_first[%d] = %d", u, m->unit_first[u]);
 
-  static const char *const paths[] = {"0.conv", "0.1", "0.2", "1", "2.conv", "2.1", "2.2",
-                                      "3.conv", "3.1", "3.2", "4", "logits", "loss"};
+  static const char *const paths[] = {"0.conv", "0.1", "0.act", "1", "2.conv", "2.1", "2.act",
+                                      "3.conv", "3.1", "3.act", "4", "logits", "loss"};
   static const char *const types[] = {"conv2d",
                                       "batchnorm",
                                       "relu",
@@ -72,13 +72,13 @@ static void test_example(const char *file) {
   CHECK_OUT(m, "0.conv", "[32, 28, 28]");
   CHECK_OUT(m, "1", "[32, 14, 14]");
   CHECK_OUT(m, "2.conv", "[64, 14, 14]");
-  CHECK_OUT(m, "3.2", "[64, 14, 14]");
+  CHECK_OUT(m, "3.act", "[64, 14, 14]");
   CHECK_OUT(m, "4", "[12544]");
   CHECK_OUT(m, "logits", "[10]");
   CHECK_OUT(m, "loss", "[]");
-  /* output: conv -> the next unit takes the conv's output, not the relu's */
-  CHECK(input_of(m, "1", 0) == tensor(m, "0.conv"), "maxpool input %d", input_of(m, "1", 0));
-  CHECK(input_of(m, "3.conv", 0) == tensor(m, "2.conv"), "repeat chains on the block output");
+  /* output: act -> the next unit takes the named layer's output */
+  CHECK(input_of(m, "1", 0) == tensor(m, "0.act"), "maxpool input %d", input_of(m, "1", 0));
+  CHECK(input_of(m, "3.conv", 0) == tensor(m, "2.act"), "repeat chains on the block output");
   CHECK(input_of(m, "0.conv", 0) == 0, "the first layer takes the first model input");
   CHECK(input_of(m, "2.1", 0) == tensor(m, "2.conv"), "inside a block: the previous layer");
   CHECK(m->nodes[m->n_nodes - 1].unit == 5, "loss unit %d", m->nodes[m->n_nodes - 1].unit);
@@ -423,8 +423,9 @@ static const char *const multi_yaml = "inputs: {x: [8], label: {shape: [], dtype
                                       "    inputs: [a, b]\n"
                                       "    layers:\n"
                                       "      - {type: add, from: [a, b], name: sum}\n"
-                                      "      - {type: linear, out_features: 8}\n"
-                                      "      - {type: relu, from: sum}\n"
+                                      "      - {type: linear, out_features: 8, name: lin}\n"
+                                      "      - {type: relu, from: sum, name: r}\n"
+                                      "      - {type: add, from: [lin, r], name: out}\n"
                                       "    output: '1'\n"
                                       "layers:\n"
                                       "  - {type: linear, out_features: 8, name: p}\n"
@@ -435,20 +436,21 @@ static const char *const multi_yaml = "inputs: {x: [8], label: {shape: [], dtype
 
 static void test_multi_input(void) {
   /* output: '1' is not a name (unnamed entries have no tensor name) */
-  static const char *const parts[] = {"t.yaml:9:13: ", "output: no tensor named '1'",
+  static const char *const parts[] = {"t.yaml:10:13: ", "output: no tensor named '1'",
                                       "in block 'merge'"};
   gp_t_load_fails("block output must be a name", multi_yaml, NULL, 0, GP_ERR_SPEC, parts, 3);
-  gp_override ov[] = {{"blocks.merge.output", "sum"}};
+  /* (output: sum would leave lin, r and out unread: refused, see spec_bad) */
+  gp_override ov[] = {{"blocks.merge.output", "out"}};
   gp_model *m = gp_t_load("multi-input block", multi_yaml, ov, 1);
   if (!m) return;
   CHECK(input_of(m, "q", 0) == 0, "from: x is the model input");
   CHECK(input_of(m, "m.0.sum", 0) == tensor(m, "p") && input_of(m, "m.0.sum", 1) == tensor(m, "q"),
         "from: [p, q] gives the inputs in order");
-  CHECK(input_of(m, "m.1.sum", 0) == tensor(m, "m.0.sum") &&
+  CHECK(input_of(m, "m.1.sum", 0) == tensor(m, "m.0.out") &&
             input_of(m, "m.1.sum", 1) == tensor(m, "q"),
         "the next copy takes the previous output first and keeps the other inputs");
-  CHECK(input_of(m, "m.0.2", 0) == tensor(m, "m.0.sum"), "from: inside the block");
-  CHECK(input_of(m, "4", 0) == tensor(m, "m.1.sum"), "output: sum is the block's output");
+  CHECK(input_of(m, "m.0.r", 0) == tensor(m, "m.0.sum"), "from: inside the block");
+  CHECK(input_of(m, "4", 0) == tensor(m, "m.1.out"), "output: out is the block's output");
   gp_model_free(m);
 }
 
