@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
                           .micro = mb,
                           .schedule = GP_SCHED_GPIPE,
                           .remat = GP_REMAT_NEVER,
-                          .optim_slots = 1};
+                          .optim_slots = m ? gp_optimizer_slots(&m->train) : 0};
   if (s == GP_OK) s = gp_partition_solve(&c, &req, &part);
   gp_plan plan;
   if (s == GP_OK) {

@@ -106,6 +106,12 @@ typedef struct gp_train_spec {
   uint64_t seed;
 } gp_train_spec;
 
+/* Optimizer state buffers per trainable parameter, each as large as the parameters: SGD with
+ * momentum 1 (without 0), AdamW 2, RMSProp 1 (2 with momentum). The one count that the
+ * optimizer allocates and the planner and gpipe-partition predict memory from. */
+#define GP_OPT_MAX_SLOTS 2
+int gp_optimizer_slots(const gp_train_spec *t);
+
 typedef enum gp_schedule_kind { GP_SCHED_GPIPE, GP_SCHED_1F1B } gp_schedule_kind;
 typedef enum gp_remat { GP_REMAT_ALWAYS, GP_REMAT_EXCEPT_LAST, GP_REMAT_NEVER } gp_remat;
 
