@@ -13,7 +13,9 @@
 /* A batch beyond this is a typo; it also keeps byte products far from overflow. */
 #define GP_MAX_BATCH ((int64_t)1 << 24)
 #define GP_SPEC_NAME 64
-/* Micro-batches per mini-batch, as the flags (--micro-batches) and plan files allow. */
+/* Micro-batches per mini-batch: the one limit of M, wherever M comes from (model files, plan
+ * files, --micro-batches, gpipe-bench's lists) and of the executor, which keeps a per-step
+ * table of M + 1 sample offsets. */
 #define GP_MAX_MICRO_BATCHES 4096
 
 /* Limits of expansion: a model file beyond them is refused with an error. */
