@@ -170,9 +170,10 @@ gp_status gp_cpu_layernorm_backward(gp_backend *be, int64_t rows, int64_t cols, 
                                     const float *rstd, float *dx, float *dgamma, float *dbeta);
 
 /* eltwise.c */
-gp_status gp_cpu_act_forward(gp_backend *be, gp_act act, int64_t n, const float *x, float *y);
-gp_status gp_cpu_act_backward(gp_backend *be, gp_act act, int64_t n, const float *x, const float *y,
-                              const float *dy, float *dx);
+gp_status gp_cpu_act_forward(gp_backend *be, gp_activation act, int64_t n, const float *x,
+                             float *y);
+gp_status gp_cpu_act_backward(gp_backend *be, gp_activation act, int64_t n, const float *x,
+                              const float *y, const float *dy, float *dx);
 gp_status gp_cpu_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
                                  const float *x, float *y);
 gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
