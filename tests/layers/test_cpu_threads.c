@@ -15,7 +15,7 @@
 
 #include "core/backend.h"
 #include "core/cpu/cpu.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 static int exact_cases; /* convolutions checked for the same bytes */

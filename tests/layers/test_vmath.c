@@ -14,7 +14,7 @@
 
 #include "core/backend.h"
 #include "core/cpu/vmath.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

@@ -8,7 +8,7 @@
 #include "core/plan/plan.h"
 #include "core/plan/solve.h"
 #include "core/train/optimizer.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 
