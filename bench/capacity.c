@@ -18,14 +18,7 @@
 #include "core/spec/spec.h"
 #include "core/train/trainer.h"
 #include "data/loader.h"
-
-/* One step on (x, y) arrays, through the trainer's one step function. */
-static gp_status step_xy(gp_trainer *t, const float *x, const int32_t *y, int64_t n, double lr,
-                         gp_metrics *out) {
-  gp_batch b;
-  GP_TRY(gp_batch_xy(t->m, x, y, n, &b));
-  return gp_trainer_step(t, &b, lr, out);
-}
+#include "tests/support/train.h"
 
 enum {
   F_SET,
@@ -45,7 +38,8 @@ static gp_flag flags[] = {
     [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE", "override a scalar of the model file", 0},
     [F_BATCH] = {"--batch-size", GP_FLAG_INT, "N", "mini-batch (default: the model file's)", 1},
     [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "stages (default 1)", 1},
-    [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches (default 1)", 1},
+    [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches (default 1)", 1,
+                 .max = GP_MAX_MICRO_BATCHES},
     [F_REMAT] = {"--checkpoint", GP_FLAG_STR, "always|except_last|never",
                  "re-materialization (default never)", 0},
     [F_DEVICES] = {"--devices", GP_FLAG_STR, "DEV[,DEV...]", "cpu or cuda:N (default cpu)", 0},
@@ -151,7 +145,7 @@ int main(int argc, char **argv) {
     gp_metrics mt;
     s = gp_loader_seek(l, 0, 0);
     if (s == GP_OK) s = gp_loader_next(l, b, x, y, &got);
-    if (s == GP_OK) s = step_xy(&t, x, y, got, m->train.lr, &mt);
+    if (s == GP_OK) s = gp_t_step_xy(&t, x, y, got, m->train.lr, &mt);
   }
   int k = m ? m->pipeline.stages : 0;
   if (s == GP_OK) {

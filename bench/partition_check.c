@@ -15,14 +15,7 @@
 #include "core/spec/spec.h"
 #include "core/plan/solve.h"
 #include "core/train/trainer.h"
-
-/* One step on (x, y) arrays, through the trainer's one step function. */
-static gp_status step_xy(gp_trainer *t, const float *x, const int32_t *y, int64_t n, double lr,
-                         gp_metrics *out) {
-  gp_batch b;
-  GP_TRY(gp_batch_xy(t->m, x, y, n, &b));
-  return gp_trainer_step(t, &b, lr, out);
-}
+#include "tests/support/train.h"
 
 int main(int argc, char **argv) {
   gp_flag flags[] = {
@@ -67,7 +60,7 @@ int main(int argc, char **argv) {
                           .micro = mb,
                           .schedule = GP_SCHED_GPIPE,
                           .remat = GP_REMAT_NEVER,
-                          .optim_slots = 1};
+                          .optim_slots = m ? gp_optimizer_slots(&m->train) : 0};
   if (s == GP_OK) s = gp_partition_solve(&c, &req, &part);
   gp_plan plan;
   if (s == GP_OK) {
@@ -98,10 +91,10 @@ int main(int argc, char **argv) {
   }
   gp_metrics mt;
   for (int i = 0; s == GP_OK && i < 2; i++)
-    s = step_xy(&t, x, y, b, 1e-4, &mt);
+    s = gp_t_step_xy(&t, x, y, b, 1e-4, &mt);
   if (s == GP_OK) gp_pipeline_reset_stats(t.pl);
   for (int i = 0; s == GP_OK && i < steps; i++)
-    s = step_xy(&t, x, y, b, 1e-4, &mt);
+    s = gp_t_step_xy(&t, x, y, b, 1e-4, &mt);
   if (s == GP_OK) {
     printf("model %s: %d units, K=%d, M=%d, micro-batch %" PRId64 ", costs by %s, %d steps\n",
            m->name, m->n_units, k, mb, micro, by == GP_COST_TIME ? "measured time" : "FLOPs",

@@ -15,14 +15,7 @@
 #include "core/plan/solve.h"
 #include "core/train/trainer.h"
 #include "data/loader.h"
-
-/* One step on (x, y) arrays, through the trainer's one step function. */
-static gp_status step_xy(gp_trainer *t, const float *x, const int32_t *y, int64_t n, double lr,
-                         gp_metrics *out) {
-  gp_batch b;
-  GP_TRY(gp_batch_xy(t->m, x, y, n, &b));
-  return gp_trainer_step(t, &b, lr, out);
-}
+#include "tests/support/train.h"
 
 static double model_flops_per_sample(const gp_model *m) {
   double f = 0;
@@ -85,7 +78,7 @@ int main(int argc, char **argv) {
     int64_t got;
     gp_metrics mt;
     s = gp_loader_next(l, b, x, y, &got);
-    if (s == GP_OK) s = step_xy(&t, x, y, got, 0.01, &mt);
+    if (s == GP_OK) s = gp_t_step_xy(&t, x, y, got, 0.01, &mt);
   }
   if (s == GP_OK) {
     double dt = gp_now() - t0, sps = (double)(steps * b) / dt;

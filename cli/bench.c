@@ -260,7 +260,7 @@ static gp_status make_sweep(ctx *c) {
     }
   }
   if (flags[F_STAGES].given) GP_TRY(parse_ints(F_STAGES, 1, GP_MAX_DEVICES, w->ks, &w->nk));
-  if (flags[F_MICRO].given) GP_TRY(parse_ints(F_MICRO, 1, 4096, w->ms, &w->nm));
+  if (flags[F_MICRO].given) GP_TRY(parse_ints(F_MICRO, 1, GP_MAX_MICRO_BATCHES, w->ms, &w->nm));
   if (flags[F_SCHEDULE].given)
     GP_TRY(parse_names(F_SCHEDULE, gp_schedule_names(), w->scheds, &w->ns));
   if (flags[F_REMAT].given) GP_TRY(parse_names(F_REMAT, gp_remat_names(), w->remats, &w->nr));

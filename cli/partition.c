@@ -232,18 +232,6 @@ static gp_status make_request(const gp_model *m, request *q) {
   return GP_OK;
 }
 
-static double optim_slots(const gp_train_spec *t) {
-  switch (t->optimizer) {
-  case GP_OPT_SGD:
-    return t->momentum != 0.0 ? 1 : 0;
-  case GP_OPT_ADAMW:
-    return 2;
-  case GP_OPT_RMSPROP:
-    return t->momentum != 0.0 ? 2 : 1;
-  }
-  return 2;
-}
-
 /* ---- output ------------------------------------------------------------------------------ */
 
 typedef struct stage_sums {
@@ -619,7 +607,7 @@ static gp_status run(const gp_model *m) {
                         .speed = q.speed,
                         .mem_limit = q.has_limit ? q.mem_limit : NULL,
                         .bytes_per_s = 0, /* CPU stages hand over pointers */
-                        .optim_slots = optim_slots(&m->train)};
+                        .optim_slots = gp_optimizer_slots(&m->train)};
   gp_partition p;
   gp_sim_events ev = {0};
   double makespan = 0;

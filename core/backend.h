@@ -50,14 +50,14 @@ typedef struct gp_pool2d_desc {
 } gp_pool2d_desc;
 
 /* GELU is the exact erf form (PyTorch's default); GELU_TANH its tanh approximation. */
-typedef enum gp_act {
-  GP_ACT_RELU,
-  GP_ACT_GELU,
-  GP_ACT_TANH,
-  GP_ACT_SIGMOID,
-  GP_ACT_GELU_TANH,
-  GP_ACT_COUNT
-} gp_act;
+typedef enum gp_activation {
+  GP_ACTIVATION_RELU,
+  GP_ACTIVATION_GELU,
+  GP_ACTIVATION_TANH,
+  GP_ACTIVATION_SIGMOID,
+  GP_ACTIVATION_GELU_TANH,
+  GP_ACTIVATION_COUNT
+} gp_activation;
 
 /* The softmax of attention scores [batch, heads, tq, tk] over the last dim, with masked keys
  * left out: key j of query i is masked when causal and j > i, or when the key-padding mask of
@@ -199,9 +199,9 @@ struct gp_backend {
                                   float *dbeta); /* dx = (NULL: skip), dgamma/dbeta += */
 
   /* ---- element-wise ---- */
-  gp_status (*act_forward)(gp_backend *be, gp_act act, int64_t n, const float *x, float *y);
-  gp_status (*act_backward)(gp_backend *be, gp_act act, int64_t n, const float *x, const float *y,
-                            const float *dy, float *dx); /* dx = */
+  gp_status (*act_forward)(gp_backend *be, gp_activation act, int64_t n, const float *x, float *y);
+  gp_status (*act_backward)(gp_backend *be, gp_activation act, int64_t n, const float *x,
+                            const float *y, const float *dy, float *dx); /* dx = */
   /* Inverted dropout with a counter-based mask: element i is kept iff
    * gp_counter_uniform(key, offset + i) >= p (core/rng.h), so recompute and every backend
    * agree, and a micro-batch (offset = its first element in the mini-batch) gets the same

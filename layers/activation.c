@@ -1,9 +1,9 @@
 /* The activation layers relu, gelu, tanh and sigmoid: one element-wise backend op each,
- * sharing everything else (they differ only in which gp_act they run). */
+ * sharing everything else (they differ only in which gp_activation they run). */
 #include "layers/layers.h"
 
 typedef struct act_conf {
-  gp_act act;
+  gp_activation act;
   int approximate; /* gelu: 1 = the tanh form */
 } act_conf;
 
@@ -15,24 +15,24 @@ static const gp_setting gelu_settings[] = {
      .doc = "`tanh`: the tanh approximation (PyTorch's `approximate='tanh'`); `none`: erf"},
 };
 
-static gp_status act_configure(gp_layer *l, gp_cfg *cfg, gp_act act) {
+static gp_status act_configure(gp_layer *l, gp_cfg *cfg, gp_activation act) {
   act_conf *k = l->conf;
   GP_TRY(gp_layers_configure(l, cfg));
-  k->act = act == GP_ACT_GELU && k->approximate ? GP_ACT_GELU_TANH : act;
+  k->act = act == GP_ACTIVATION_GELU && k->approximate ? GP_ACTIVATION_GELU_TANH : act;
   return GP_OK;
 }
 
 static gp_status relu_configure(gp_layer *l, gp_cfg *cfg) {
-  return act_configure(l, cfg, GP_ACT_RELU);
+  return act_configure(l, cfg, GP_ACTIVATION_RELU);
 }
 static gp_status tanh_configure(gp_layer *l, gp_cfg *cfg) {
-  return act_configure(l, cfg, GP_ACT_TANH);
+  return act_configure(l, cfg, GP_ACTIVATION_TANH);
 }
 static gp_status sigmoid_configure(gp_layer *l, gp_cfg *cfg) {
-  return act_configure(l, cfg, GP_ACT_SIGMOID);
+  return act_configure(l, cfg, GP_ACTIVATION_SIGMOID);
 }
 static gp_status gelu_configure(gp_layer *l, gp_cfg *cfg) {
-  return act_configure(l, cfg, GP_ACT_GELU);
+  return act_configure(l, cfg, GP_ACTIVATION_GELU);
 }
 
 static gp_status act_shape(gp_layer *l) {
@@ -45,7 +45,7 @@ static gp_status act_shape(gp_layer *l) {
 static void act_cost(const gp_layer *l, gp_cost *c) {
   const act_conf *k = l->conf;
   double n = (double)gp_layers_numel(&l->out_shape);
-  double per = k->act == GP_ACT_RELU ? 1.0 : k->act == GP_ACT_SIGMOID ? 4.0 : 8.0;
+  double per = k->act == GP_ACTIVATION_RELU ? 1.0 : k->act == GP_ACTIVATION_SIGMOID ? 4.0 : 8.0;
   c->fwd_flops = n * per;
   c->bwd_flops = n * (per + 2.0);
   c->params = 0;

@@ -91,7 +91,8 @@ gp_status gp_cpu_conv2d_backward_filter_unrounded(gp_backend *be, const gp_conv2
  * AVX-512F tiles in direct_conv512.c where the CPU has them). _ok says whether it runs d on be
  * (the CPU has the instructions, the shape suits it), for the filter gradient when `filter`,
  * else for a forward; _transposed is the forward convolution t of backward-data, packed from
- * the original filters w. */
+ * the original filters w. Their descriptors were checked by gemm_conv.c's entry points, the
+ * only callers (a transposed one is made there from a checked one), so they do not check again. */
 int gp_cpu_direct_conv_ok(const gp_backend *be, const gp_conv2d_desc *d, int filter);
 /* For tests and benchmarks: the widest tiles to use, 0 sending every convolution to
  * gemm_conv.c; returns the level now on, at most what the CPU has (0 without AVX2 and FMA). */
@@ -169,9 +170,10 @@ gp_status gp_cpu_layernorm_backward(gp_backend *be, int64_t rows, int64_t cols, 
                                     const float *rstd, float *dx, float *dgamma, float *dbeta);
 
 /* eltwise.c */
-gp_status gp_cpu_act_forward(gp_backend *be, gp_act act, int64_t n, const float *x, float *y);
-gp_status gp_cpu_act_backward(gp_backend *be, gp_act act, int64_t n, const float *x, const float *y,
-                              const float *dy, float *dx);
+gp_status gp_cpu_act_forward(gp_backend *be, gp_activation act, int64_t n, const float *x,
+                             float *y);
+gp_status gp_cpu_act_backward(gp_backend *be, gp_activation act, int64_t n, const float *x,
+                              const float *y, const float *dy, float *dx);
 gp_status gp_cpu_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
                                  const float *x, float *y);
 gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,

@@ -66,24 +66,24 @@ static inline void map4_2(int64_t n, const float *x, const float *g, float *y,
 }
 
 /* y may be x (an in-place ReLU: gp_layer_type.forward_in_place). */
-static gp_status act_forward(gp_act act, int64_t n, const float *x, float *y) {
+static gp_status act_forward(gp_activation act, int64_t n, const float *x, float *y) {
   switch (act) {
-  case GP_ACT_RELU:
+  case GP_ACTIVATION_RELU:
     /* As PyTorch: a NaN stays a NaN (a diverged value must reach the loss), -0 stays -0. */
     for (int64_t i = 0; i < n; i++)
       y[i] = x[i] < 0.0f ? 0.0f : x[i];
     return GP_OK;
-  case GP_ACT_GELU:
+  case GP_ACTIVATION_GELU:
     map4(n, x, y, gelu);
     return GP_OK;
-  case GP_ACT_GELU_TANH:
+  case GP_ACTIVATION_GELU_TANH:
     map4(n, x, y, gelu_tanh);
     return GP_OK;
-  case GP_ACT_TANH:
+  case GP_ACTIVATION_TANH:
     for (int64_t i = 0; i < n; i++)
       y[i] = tanhf(x[i]);
     return GP_OK;
-  case GP_ACT_SIGMOID:
+  case GP_ACTIVATION_SIGMOID:
     /* Two forms so exp never overflows into inf/inf for large |x|. */
     for (int64_t i = 0; i < n; i++) {
       float v = x[i];
@@ -95,18 +95,18 @@ static gp_status act_forward(gp_act act, int64_t n, const float *x, float *y) {
       }
     }
     return GP_OK;
-  case GP_ACT_COUNT:
+  case GP_ACTIVATION_COUNT:
     break;
   }
   return GP_ERR(GP_ERR_RUNTIME, "unknown activation %d", (int)act);
 }
 
 /* relu and both gelus read x; tanh and sigmoid read y (the forward output). */
-static gp_status act_backward(gp_act act, int64_t n, const float *restrict x,
+static gp_status act_backward(gp_activation act, int64_t n, const float *restrict x,
                               const float *restrict y, const float *restrict dy,
                               float *restrict dx) {
   switch (act) {
-  case GP_ACT_RELU:
+  case GP_ACTIVATION_RELU:
     /* dy is loaded unconditionally so the select vectorizes instead of branching. A NaN passes
      * the gradient, as PyTorch's threshold_backward (x is x or y: the same sign and NaNs). */
     for (int64_t i = 0; i < n; i++) {
@@ -114,21 +114,21 @@ static gp_status act_backward(gp_act act, int64_t n, const float *restrict x,
       dx[i] = x[i] <= 0.0f ? 0.0f : g;
     }
     return GP_OK;
-  case GP_ACT_GELU:
+  case GP_ACTIVATION_GELU:
     map4_2(n, x, dy, dx, gelu_grad);
     return GP_OK;
-  case GP_ACT_GELU_TANH:
+  case GP_ACTIVATION_GELU_TANH:
     map4_2(n, x, dy, dx, gelu_tanh_grad);
     return GP_OK;
-  case GP_ACT_TANH:
+  case GP_ACTIVATION_TANH:
     for (int64_t i = 0; i < n; i++)
       dx[i] = dy[i] * (1.0f - y[i] * y[i]);
     return GP_OK;
-  case GP_ACT_SIGMOID:
+  case GP_ACTIVATION_SIGMOID:
     for (int64_t i = 0; i < n; i++)
       dx[i] = dy[i] * y[i] * (1.0f - y[i]);
     return GP_OK;
-  case GP_ACT_COUNT:
+  case GP_ACTIVATION_COUNT:
     break;
   }
   return GP_ERR(GP_ERR_RUNTIME, "unknown activation %d", (int)act);
@@ -137,7 +137,7 @@ static gp_status act_backward(gp_act act, int64_t n, const float *restrict x,
 /* The table's entries split the loops over the instance's threads (team.c): each part is
  * the same loop over a slice, so the results do not depend on the split. */
 typedef struct ew_args {
-  gp_act act;
+  gp_activation act;
   float p, a, b;
   uint64_t key, offset;
   const float *x, *y, *dy;
@@ -150,7 +150,8 @@ static gp_status act_forward_part(void *ctx, int64_t lo, int64_t hi, int worker)
   return act_forward(e->act, hi - lo, e->x + lo, e->out + lo);
 }
 
-gp_status gp_cpu_act_forward(gp_backend *be, gp_act act, int64_t n, const float *x, float *y) {
+gp_status gp_cpu_act_forward(gp_backend *be, gp_activation act, int64_t n, const float *x,
+                             float *y) {
   ew_args e = {.act = act, .x = x, .out = y};
   if (n <= 0) return act_forward(act, 0, x, y); /* still reports an unknown activation */
   return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN, act_forward_part, &e);
@@ -163,8 +164,8 @@ static gp_status act_backward_part(void *ctx, int64_t lo, int64_t hi, int worker
                       e->out + lo);
 }
 
-gp_status gp_cpu_act_backward(gp_backend *be, gp_act act, int64_t n, const float *x, const float *y,
-                              const float *dy, float *dx) {
+gp_status gp_cpu_act_backward(gp_backend *be, gp_activation act, int64_t n, const float *x,
+                              const float *y, const float *dy, float *dx) {
   ew_args e = {.act = act, .x = x, .y = y, .dy = dy, .out = dx};
   if (n <= 0) return act_backward(act, 0, x, y, dy, dx);
   return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN, act_backward_part, &e);

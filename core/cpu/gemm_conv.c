@@ -36,8 +36,8 @@ typedef struct conv_geom {
   int64_t chunk;   /* samples per GEMM */
 } conv_geom;
 
-static gp_status check_desc(const gp_conv2d_desc *d, conv_geom *g) {
-  GP_TRY(gp_conv2d_desc_check(d));
+/* d was checked (gp_conv2d_desc_check) by the entry point that calls this. */
+static gp_status geometry(const gp_conv2d_desc *d, conv_geom *g) {
   g->cg = d->c / d->groups;
   g->kg = d->k / d->groups;
   g->ckk = g->cg * d->kh * d->kw;
@@ -78,7 +78,7 @@ typedef struct conv_job {
 static gp_status job_plan(gp_backend *be, const gp_conv2d_desc *d, int64_t lead, conv_job *j) {
   j->be = be;
   j->d = d;
-  GP_TRY(check_desc(d, &j->g));
+  GP_TRY(geometry(d, &j->g));
   set_chunk(d, &j->g, MIN_GEMM_N);
   j->chunks = (d->n + j->g.chunk - 1) / j->g.chunk;
   int workers = gp_cpu_workers(be, j->chunks);
@@ -431,7 +431,8 @@ gp_status gp_cpu_conv2d_backward_filter_unrounded(gp_backend *be, const gp_conv2
                                                   const float *x, const float *dy, float *dw,
                                                   float *dbias) {
   conv_geom g = {0};
-  GP_TRY(check_desc(d, &g));
+  GP_TRY(gp_conv2d_desc_check(d));
+  GP_TRY(geometry(d, &g));
   if (d->n == 0) return GP_OK;
   if (gp_cpu_direct_conv_ok(be, d, 1)) {
     GP_TRY(gp_cpu_direct_conv_filter(be, d, x, dy, dw));

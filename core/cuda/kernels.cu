@@ -38,15 +38,15 @@ __device__ __forceinline__ float gelu_tanh_s(float v) {
 
 template <int ACT> __device__ __forceinline__ float act_f(float v) {
   switch (ACT) {
-  case GP_ACT_RELU: // as the CPU and PyTorch: a NaN stays a NaN, -0 stays -0
+  case GP_ACTIVATION_RELU: // as the CPU and PyTorch: a NaN stays a NaN, -0 stays -0
     return v < 0.0f ? 0.0f : v;
-  case GP_ACT_GELU:
+  case GP_ACTIVATION_GELU:
     return 0.5f * v * (1.0f + erff(v * SQRT1_2));
-  case GP_ACT_GELU_TANH: // v s, s = 0.5 (1 + tanh(u)) = 1 / (1 + e^-2u): the CPU's form
+  case GP_ACTIVATION_GELU_TANH: // v s, s = 0.5 (1 + tanh(u)) = 1 / (1 + e^-2u): the CPU's form
     return v * gelu_tanh_s(v);
-  case GP_ACT_TANH:
+  case GP_ACTIVATION_TANH:
     return tanhf(v);
-  default: // GP_ACT_SIGMOID: two forms so exp never overflows into inf/inf
+  default: // GP_ACTIVATION_SIGMOID: two forms so exp never overflows into inf/inf
     if (v >= 0.0f) return 1.0f / (1.0f + expf(-v));
     float z = expf(v);
     return z / (1.0f + z);
@@ -63,21 +63,21 @@ __global__ void act_backward_k(int64_t n, const float *x, const float *y, const 
                                float *dx) {
   GRID_LOOP(i, n) {
     float g = dy[i], d;
-    if (ACT == GP_ACT_RELU) {
+    if (ACT == GP_ACTIVATION_RELU) {
       d = x[i] <= 0.0f ? 0.0f : g; // a NaN passes the gradient, as on the CPU
-    } else if (ACT == GP_ACT_GELU) {
+    } else if (ACT == GP_ACTIVATION_GELU) {
       float v = x[i];
       float cdf = 0.5f * (1.0f + erff(v * SQRT1_2));
       float pdf = INV_SQRT_2PI * expf(-0.5f * v * v);
       d = g * (cdf + v * pdf);
-    } else if (ACT == GP_ACT_GELU_TANH) {
+    } else if (ACT == GP_ACTIVATION_GELU_TANH) {
       float v = x[i];
       // s + v s', s' = 2 s (1 - s) du/dv, 1 - s = 1 / (1 + e^2u): the CPU's form
       float u = GELU_TANH_C * (v + GELU_TANH_A * v * v * v);
       float s = 1.0f / (1.0f + expf(-2.0f * u)), r = 1.0f / (1.0f + expf(2.0f * u));
       float du = GELU_TANH_C * (1.0f + 3.0f * GELU_TANH_A * v * v);
       d = g * (s + 2.0f * v * du * (s * r));
-    } else if (ACT == GP_ACT_TANH) {
+    } else if (ACT == GP_ACTIVATION_TANH) {
       d = mul(g, sub(1.0f, mul(y[i], y[i])));
     } else {
       d = mul(mul(g, y[i]), sub(1.0f, y[i]));
@@ -180,57 +180,58 @@ cudaStream_t stream_of(gp_backend *be) {
 
 } // namespace
 
-gp_status gp_cuda_act_forward(gp_backend *be, gp_act act, int64_t n, const float *x, float *y) {
-  if ((int)act < 0 || (int)act >= (int)GP_ACT_COUNT)
+gp_status gp_cuda_act_forward(gp_backend *be, gp_activation act, int64_t n, const float *x,
+                              float *y) {
+  if ((int)act < 0 || (int)act >= (int)GP_ACTIVATION_COUNT)
     return GP_ERR(GP_ERR_RUNTIME, "unknown activation %d", (int)act);
   if (n <= 0) return GP_OK;
   GP_TRY(gp_cuda_use(be));
   const unsigned nb = gp_cuda_blocks(be, n);
   cudaStream_t st = stream_of(be);
   switch (act) {
-  case GP_ACT_RELU:
-    act_forward_k<GP_ACT_RELU><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
+  case GP_ACTIVATION_RELU:
+    act_forward_k<GP_ACTIVATION_RELU><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
     break;
-  case GP_ACT_GELU:
-    act_forward_k<GP_ACT_GELU><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
+  case GP_ACTIVATION_GELU:
+    act_forward_k<GP_ACTIVATION_GELU><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
     break;
-  case GP_ACT_GELU_TANH:
-    act_forward_k<GP_ACT_GELU_TANH><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
+  case GP_ACTIVATION_GELU_TANH:
+    act_forward_k<GP_ACTIVATION_GELU_TANH><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
     break;
-  case GP_ACT_TANH:
-    act_forward_k<GP_ACT_TANH><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
+  case GP_ACTIVATION_TANH:
+    act_forward_k<GP_ACTIVATION_TANH><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
     break;
   default:
-    act_forward_k<GP_ACT_SIGMOID><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
+    act_forward_k<GP_ACTIVATION_SIGMOID><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
     break;
   }
   GP_CUDA_LAUNCHED("act_forward kernel");
   return GP_OK;
 }
 
-gp_status gp_cuda_act_backward(gp_backend *be, gp_act act, int64_t n, const float *x,
+gp_status gp_cuda_act_backward(gp_backend *be, gp_activation act, int64_t n, const float *x,
                                const float *y, const float *dy, float *dx) {
-  if ((int)act < 0 || (int)act >= (int)GP_ACT_COUNT)
+  if ((int)act < 0 || (int)act >= (int)GP_ACTIVATION_COUNT)
     return GP_ERR(GP_ERR_RUNTIME, "unknown activation %d", (int)act);
   if (n <= 0) return GP_OK;
   GP_TRY(gp_cuda_use(be));
   const unsigned nb = gp_cuda_blocks(be, n);
   cudaStream_t st = stream_of(be);
   switch (act) {
-  case GP_ACT_RELU:
-    act_backward_k<GP_ACT_RELU><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
+  case GP_ACTIVATION_RELU:
+    act_backward_k<GP_ACTIVATION_RELU><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
     break;
-  case GP_ACT_GELU:
-    act_backward_k<GP_ACT_GELU><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
+  case GP_ACTIVATION_GELU:
+    act_backward_k<GP_ACTIVATION_GELU><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
     break;
-  case GP_ACT_GELU_TANH:
-    act_backward_k<GP_ACT_GELU_TANH><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
+  case GP_ACTIVATION_GELU_TANH:
+    act_backward_k<GP_ACTIVATION_GELU_TANH><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
     break;
-  case GP_ACT_TANH:
-    act_backward_k<GP_ACT_TANH><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
+  case GP_ACTIVATION_TANH:
+    act_backward_k<GP_ACTIVATION_TANH><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
     break;
   default:
-    act_backward_k<GP_ACT_SIGMOID><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
+    act_backward_k<GP_ACTIVATION_SIGMOID><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
     break;
   }
   GP_CUDA_LAUNCHED("act_backward kernel");

@@ -18,8 +18,9 @@ gp_status gp_cuda_workspace(gp_backend *be, size_t bytes, void **out);
 void *gp_cuda_host_result(gp_backend *be);
 
 /* kernels.cu */
-gp_status gp_cuda_act_forward(gp_backend *be, gp_act act, int64_t n, const float *x, float *y);
-gp_status gp_cuda_act_backward(gp_backend *be, gp_act act, int64_t n, const float *x,
+gp_status gp_cuda_act_forward(gp_backend *be, gp_activation act, int64_t n, const float *x,
+                              float *y);
+gp_status gp_cuda_act_backward(gp_backend *be, gp_activation act, int64_t n, const float *x,
                                const float *y, const float *dy, float *dx);
 gp_status gp_cuda_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
                                   const float *x, float *y);

@@ -148,7 +148,7 @@ struct gp_pipeline {
   int64_t batch, step;
   int64_t targets; /* the mini-batch's targets: the loss's normalizer */
   double lr;
-  int64_t off[GP_SPEC_MAX_REPEAT]; /* micro-batch m: samples [off[m], off[m+1]) */
+  int64_t off[GP_MAX_MICRO_BATCHES + 1]; /* micro-batch m: samples [off[m], off[m+1]) */
   gp_prediction *pred;             /* gp_pipeline_predict: what the last stage fills */
   /* tied parameters: their copies and gradient sums */
   gp_tied tied;

@@ -388,8 +388,8 @@ gp_status gp_pipeline_predict(gp_pipeline *pl, const gp_batch *b, gp_prediction 
 gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t seed,
                              const gp_pipeline_opts *o, gp_pipeline **out) {
   *out = NULL;
-  if (plan->micro > GP_SPEC_MAX_REPEAT - 1)
-    return GP_ERR(GP_ERR_USAGE, "at most %d micro-batches", GP_SPEC_MAX_REPEAT - 1);
+  if (plan->micro > GP_MAX_MICRO_BATCHES)
+    return GP_ERR(GP_ERR_USAGE, "at most %d micro-batches", GP_MAX_MICRO_BATCHES);
   gp_pipeline *pl = calloc(1, sizeof *pl);
   if (!pl) return GP_ERR(GP_ERR_NOMEM, "out of memory for the pipeline");
   pl->m = m;

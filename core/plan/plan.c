@@ -9,15 +9,20 @@
 
 /* The automatic split: the partitioner's exact solution on the layers' analytic costs for a
  * micro-batch of the model's batch size / M, under the plan's schedule and re-materialization. */
+void gp_plan_partition_req(const gp_model *m, const gp_pipeline_spec *ps, gp_partition_req *r) {
+  *r = (gp_partition_req){.stages = ps->stages,
+                          .micro = ps->micro_batches,
+                          .schedule = ps->schedule,
+                          .remat = ps->remat,
+                          .optim_slots = gp_optimizer_slots(&m->train)};
+}
+
 static gp_status auto_split(const gp_model *m, const gp_pipeline_spec *ps, int *first) {
   int64_t micro = (m->train.batch_size + ps->micro_batches - 1) / ps->micro_batches;
   gp_unit_costs c;
   GP_TRY(gp_unit_costs_compute(m, micro > 0 ? micro : 1, GP_COST_FLOPS, 1, NULL, &c));
-  gp_partition_req req = {.stages = ps->stages,
-                          .micro = ps->micro_batches,
-                          .schedule = ps->schedule,
-                          .remat = ps->remat,
-                          .optim_slots = m->train.optimizer == GP_OPT_ADAMW ? 2 : 1};
+  gp_partition_req req;
+  gp_plan_partition_req(m, ps, &req);
   gp_partition part;
   gp_status s = gp_partition_solve(&c, &req, &part);
   gp_unit_costs_free(&c);

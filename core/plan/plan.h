@@ -23,6 +23,12 @@ typedef struct gp_plan {
 /* From the model's pipeline section (already overridden by flags). GP_ERR_USAGE for splits
  * that cannot be: more stages than units, a balance that does not sum to the units. */
 gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out);
+/* The partitioner's request (core/plan/solve.h) behind gp_plan_make's automatic split: ps's
+ * stages, micro-batches, schedule and re-materialization, and m's optimizer state slots; no
+ * speeds, memory limits or transfer costs. */
+struct gp_partition_req;
+void gp_plan_partition_req(const gp_model *m, const gp_pipeline_spec *ps,
+                           struct gp_partition_req *r);
 /* GP_ERR_USAGE unless dev names a device: "cpu", "cuda" or "cuda:N". Whether the device
  * exists is checked when a pipeline is made on it. */
 gp_status gp_device_check(const char *dev);

@@ -13,7 +13,7 @@ typedef struct gp_partition_req {
   const double *speed;     /* per stage, relative (NULL: all 1) */
   const double *mem_limit; /* per stage, bytes (NULL or 0 entries: no limit) */
   double bytes_per_s;      /* boundary transfer bandwidth (0: transfers are free) */
-  double optim_slots;      /* optimizer state per parameter: sgd+momentum 1, adamw 2 */
+  double optim_slots;      /* optimizer state per parameter: gp_optimizer_slots */
 } gp_partition_req;
 
 typedef struct gp_partition {

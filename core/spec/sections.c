@@ -283,6 +283,18 @@ static gp_status typed(gp_sp_ctx *c, const gp_ynode *parent, const char *key, gp
   return gp_sp_cfg_of(c, p->val, NULL, out);
 }
 
+int gp_optimizer_slots(const gp_train_spec *t) {
+  switch (t->optimizer) {
+  case GP_OPT_SGD:
+    return t->momentum != 0.0 ? 1 : 0;
+  case GP_OPT_ADAMW:
+    return 2;
+  case GP_OPT_RMSPROP:
+    return t->momentum != 0.0 ? 2 : 1;
+  }
+  return GP_OPT_MAX_SLOTS; /* not reached: the loader admits only the kinds above */
+}
+
 static gp_status optimizer(gp_cfg *cfg, gp_train_spec *t) {
   static const char *const kinds[] = {"sgd", "adamw", "rmsprop", NULL};
   int k = 0;

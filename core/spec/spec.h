@@ -13,7 +13,9 @@
 /* A batch beyond this is a typo; it also keeps byte products far from overflow. */
 #define GP_MAX_BATCH ((int64_t)1 << 24)
 #define GP_SPEC_NAME 64
-/* Micro-batches per mini-batch, as the flags (--micro-batches) and plan files allow. */
+/* Micro-batches per mini-batch: the one limit of M, wherever M comes from (model files, plan
+ * files, --micro-batches, gpipe-bench's lists) and of the executor, which keeps a per-step
+ * table of M + 1 sample offsets. */
 #define GP_MAX_MICRO_BATCHES 4096
 
 /* Limits of expansion: a model file beyond them is refused with an error. */
@@ -105,6 +107,12 @@ typedef struct gp_train_spec {
   int64_t log_every;  /* steps between log lines */
   uint64_t seed;
 } gp_train_spec;
+
+/* Optimizer state buffers per trainable parameter, each as large as the parameters: SGD with
+ * momentum 1 (without 0), AdamW 2, RMSProp 1 (2 with momentum). The one count that the
+ * optimizer allocates and the planner and gpipe-partition predict memory from. */
+#define GP_OPT_MAX_SLOTS 2
+int gp_optimizer_slots(const gp_train_spec *t);
 
 typedef enum gp_schedule_kind { GP_SCHED_GPIPE, GP_SCHED_1F1B } gp_schedule_kind;
 typedef enum gp_remat { GP_REMAT_ALWAYS, GP_REMAT_EXCEPT_LAST, GP_REMAT_NEVER } gp_remat;

@@ -8,18 +8,16 @@ gp_status gp_optimizer_init(gp_optimizer *o, const gp_train_spec *hp, gp_params 
   memset(o, 0, sizeof *o);
   o->hp = *hp;
   o->p = p;
+  o->n_slots = gp_optimizer_slots(hp);
   switch (hp->optimizer) {
   case GP_OPT_SGD:
-    o->n_slots = hp->momentum != 0.0 ? 1 : 0;
     o->slot_name[0] = "momentum";
     break;
   case GP_OPT_ADAMW:
-    o->n_slots = 2;
     o->slot_name[0] = "exp_avg";
     o->slot_name[1] = "exp_avg_sq";
     break;
   case GP_OPT_RMSPROP:
-    o->n_slots = hp->momentum != 0.0 ? 2 : 1;
     o->slot_name[0] = "square_avg";
     o->slot_name[1] = "momentum";
     break;

@@ -5,12 +5,10 @@
 #include "core/spec/spec.h"
 #include "core/train/params.h"
 
-#define GP_OPT_MAX_SLOTS 2
-
 typedef struct gp_optimizer {
   gp_train_spec hp;
   gp_params *p;
-  int n_slots;                   /* state buffers, each p->n_train floats */
+  int n_slots;                   /* gp_optimizer_slots: state buffers, each p->n_train floats */
   float *slot[GP_OPT_MAX_SLOTS]; /* sgd: momentum; adamw: m, v; rmsprop: square avg, momentum */
   const char *slot_name[GP_OPT_MAX_SLOTS];
   int64_t t; /* updates done */

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli/machine.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "cli/progress.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

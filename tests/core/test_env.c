@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/env.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

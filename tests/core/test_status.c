@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

@@ -13,19 +13,12 @@
 #include "core/rng.h"
 #include "core/train/trainer.h"
 #include "gp_config.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 #include "tests/cuda/cuda_check.h"
+#include "tests/support/train.h"
 
 #if GP_HAVE_CUDA
 #include "core/cuda/dnn.h"
-
-/* One step on (x, y) arrays, through the trainer's one step function. */
-static gp_status step_xy(gp_trainer *t, const float *x, const int32_t *y, int64_t n, double lr,
-                         gp_metrics *out) {
-  gp_batch b;
-  GP_TRY(gp_batch_xy(t->m, x, y, n, &b));
-  return gp_trainer_step(t, &b, lr, out);
-}
 #endif
 
 static int failures, passes;
@@ -392,7 +385,7 @@ static int train_cnn(const char *device, double *loss, float **w, int64_t *n_w) 
     for (int i = 0; i < BATCH; i++)
       y[i] = (int32_t)gp_rng_below(&r, 5);
     gp_metrics mt;
-    ok = step_xy(&t, x, y, BATCH, mo->train.lr, &mt) == GP_OK;
+    ok = gp_t_step_xy(&t, x, y, BATCH, mo->train.lr, &mt) == GP_OK;
     if (ok) loss[s] = mt.loss;
   }
   ok = ok && gp_pipeline_sync(t.pl) == GP_OK;

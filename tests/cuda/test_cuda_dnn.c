@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "gp_config.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 #include "tests/cuda/cuda_check.h"
 
 #if GP_HAVE_CUDA

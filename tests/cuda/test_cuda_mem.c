@@ -13,7 +13,7 @@
 #include "core/backend.h"
 #include "core/cuda/cuda.h"
 #include "core/cuda/probe.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

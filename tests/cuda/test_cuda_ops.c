@@ -9,7 +9,7 @@
 
 #include "core/cuda/cuda.h"
 #include "gp_config.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 #include "tests/cuda/cuda_check.h"
 
 #if GP_HAVE_CUDA
@@ -201,8 +201,8 @@ static void test_gemm(cc_ctx *c) {
 }
 
 static void test_act(cc_ctx *c) {
-  static const char *names[GP_ACT_COUNT] = {"relu", "gelu", "tanh", "sigmoid", "gelu_tanh"};
-  for (int act = 0; act < GP_ACT_COUNT; act++)
+  static const char *names[GP_ACTIVATION_COUNT] = {"relu", "gelu", "tanh", "sigmoid", "gelu_tanh"};
+  for (int act = 0; act < GP_ACTIVATION_COUNT; act++)
     for (int64_t si = 0; si < NSIZES; si++) {
       const int64_t n = sizes[si];
       const size_t bytes = (size_t)n * sizeof(float);
@@ -217,16 +217,17 @@ static void test_act(cc_ctx *c) {
       pair(c, bytes, NULL, &dx);
       char what[64];
       snprintf(what, sizeof what, "act_forward %s n=%lld", names[act], (long long)n);
-      int ok = both_ok(c->cpu->act_forward(c->cpu, (gp_act)act, n, CPUF(x), CPUF(y)),
-                       c->gpu->act_forward(c->gpu, (gp_act)act, n, GPUF(x), GPUF(y)), what);
+      int ok = both_ok(c->cpu->act_forward(c->cpu, (gp_activation)act, n, CPUF(x), CPUF(y)),
+                       c->gpu->act_forward(c->gpu, (gp_activation)act, n, GPUF(x), GPUF(y)), what);
       CHECK(ok && cc_pair_compare(&y, what, n, TOL_TRANSCENDENTAL), "%s", what);
       /* The CUDA backward gets the CPU's forward output, so only backward is compared. */
       float *hy = host_floats(n);
       if (cc_buf_download(&y.cpu, hy, bytes) == GP_OK) (void)cc_pair_upload(&y, hy);
       snprintf(what, sizeof what, "act_backward %s n=%lld", names[act], (long long)n);
       ok = both_ok(
-          c->cpu->act_backward(c->cpu, (gp_act)act, n, CPUF(x), CPUF(y), CPUF(dy), CPUF(dx)),
-          c->gpu->act_backward(c->gpu, (gp_act)act, n, GPUF(x), GPUF(y), GPUF(dy), GPUF(dx)), what);
+          c->cpu->act_backward(c->cpu, (gp_activation)act, n, CPUF(x), CPUF(y), CPUF(dy), CPUF(dx)),
+          c->gpu->act_backward(c->gpu, (gp_activation)act, n, GPUF(x), GPUF(y), GPUF(dy), GPUF(dx)),
+          what);
       CHECK(ok && cc_pair_compare(&dx, what, n, TOL_TRANSCENDENTAL), "%s", what);
       cc_pair_free(&x);
       cc_pair_free(&y);
@@ -510,7 +511,7 @@ static gp_status one_round(gp_backend *be, float *a, float *b, float *cm, int32_
   GP_TRY(be->sum(be, 4096, cm, &d));
   GP_TRY(be->sumsq(be, 4096, cm, &d));
   GP_TRY(be->count_correct(be, 64, 64, cm, labels, &k));
-  GP_TRY(be->act_forward(be, GP_ACT_GELU, 4096, cm, cm));
+  GP_TRY(be->act_forward(be, GP_ACTIVATION_GELU, 4096, cm, cm));
   GP_TRY(be->dropout_forward(be, 4096, 0.1f, 1, 0, cm, cm));
   gp_sgd_hp hp = {1e-3f, 0.9f, 0.0f, 0};
   GP_TRY(be->sgd_update(be, 4096, &hp, cm, a, b));
@@ -568,8 +569,8 @@ static void test_errors(cc_ctx *c) {
   CHECK(be->dropout_forward(be, 8, 1.0f, 1, 0, buf, buf) == GP_ERR_RUNTIME &&
             be->dropout_backward(be, 8, NAN, 1, 0, buf, buf) == GP_ERR_RUNTIME,
         "dropout with p outside [0, 1) is a status");
-  CHECK(be->act_forward(be, GP_ACT_COUNT, 8, buf, buf) == GP_ERR_RUNTIME &&
-            be->act_backward(be, (gp_act)-1, 8, buf, buf, buf, buf) == GP_ERR_RUNTIME,
+  CHECK(be->act_forward(be, GP_ACTIVATION_COUNT, 8, buf, buf) == GP_ERR_RUNTIME &&
+            be->act_backward(be, (gp_activation)-1, 8, buf, buf, buf, buf) == GP_ERR_RUNTIME,
         "an unknown activation is a status");
   void *huge = NULL;
   gp_error_clear();

@@ -12,17 +12,10 @@
 #include "core/rng.h"
 #include "core/exec/internal.h"
 #include "core/train/trainer.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 #include "tests/train/device_spans.h"
 #include "tests/train/stage_params.h"
-
-/* One step on (x, y) arrays, through the trainer's one step function. */
-static gp_status step_xy(gp_trainer *t, const float *x, const int32_t *y, int64_t n, double lr,
-                         gp_metrics *out) {
-  gp_batch b;
-  GP_TRY(gp_batch_xy(t->m, x, y, n, &b));
-  return gp_trainer_step(t, &b, lr, out);
-}
+#include "tests/support/train.h"
 
 static int failures, passes;
 
@@ -118,7 +111,7 @@ static int train(const cfg *c, run_out *o) {
   for (int s = 0; ok && s < STEPS; s++) {
     gp_metrics mt;
     batch_data(mo, batch, s, x, y);
-    ok = step_xy(&t, x, y, batch, mo->train.lr, &mt) == GP_OK;
+    ok = gp_t_step_xy(&t, x, y, batch, mo->train.lr, &mt) == GP_OK;
     o->loss[s] = mt.loss;
   }
   if (!ok) printf("FAIL: K=%d M=%d on %s: %s\n", c->k, c->m, c->dev, gp_error_message());
@@ -235,7 +228,8 @@ static void no_growth(void) {
   for (int s = 0; ok && s < 25; s++) {
     gp_metrics mt;
     batch_data(mo, batch, s, x, y);
-    ok = step_xy(&t, x, y, batch, mo->train.lr, &mt) == GP_OK && gp_pipeline_sync(t.pl) == GP_OK;
+    ok = gp_t_step_xy(&t, x, y, batch, mo->train.lr, &mt) == GP_OK &&
+         gp_pipeline_sync(t.pl) == GP_OK;
     if (s == 4 || s == 24) {
       int w = s == 24;
       for (int st = 0; st < 2; st++)
@@ -269,7 +263,7 @@ static void device_time(void) {
   for (int s = 0; ok && s < STEPS; s++) {
     gp_metrics mt;
     batch_data(mo, batch, s, x, y);
-    ok = step_xy(&t, x, y, batch, mo->train.lr, &mt) == GP_OK;
+    ok = gp_t_step_xy(&t, x, y, batch, mo->train.lr, &mt) == GP_OK;
   }
   CHECK(ok, "device time training: %s", gp_error_message());
   if (ok) {

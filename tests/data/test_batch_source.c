@@ -10,7 +10,7 @@
 #include "core/spec/spec.h"
 #include "core/train/batch_source.h"
 #include "data/data.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

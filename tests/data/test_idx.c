@@ -9,7 +9,7 @@
 #include "data/gzstream.h"
 #include "data/idx.h"
 #include "idx_fixture.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

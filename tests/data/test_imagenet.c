@@ -14,7 +14,7 @@
 #include "data/loader.h"
 #include "jpeg_fixture.h"
 #include "tar_fixture.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

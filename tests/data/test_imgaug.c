@@ -13,7 +13,7 @@
 #include "core/rng.h"
 #include "data/imgaug.h"
 #include "data/jpeg.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 #include "tests/data/jpeg_fixture.h"
 
 static int failures, passes;

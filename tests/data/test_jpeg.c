@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "data/jpeg.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 #include "tests/data/jpeg_fixture.h"
 
 static int failures, passes;

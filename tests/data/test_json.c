@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/io/json.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

@@ -9,7 +9,7 @@
 
 #include "core/io/safetensors.h"
 #include "core/io/target.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

@@ -12,7 +12,7 @@
 #include "core/rng.h"
 #include "core/spec/spec.h"
 #include "data/seqfeed.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

@@ -15,7 +15,7 @@
 #include "data/imagefolder.h"
 #include "data/wds.h"
 #include "tar_fixture.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 static char root[256];

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/eval/bleu.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 #include "tests/eval/fixture.h"
 
 /* Tolerances. The score is computed with the same double operations in the same order as

@@ -2,7 +2,7 @@
 #include <math.h>
 
 #include "core/eval/perplexity.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/eval/spm_detok.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 #include "tests/eval/fixture.h"
 
 static int failures, passes;

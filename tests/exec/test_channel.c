@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/exec/channel.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

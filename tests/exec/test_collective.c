@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "core/exec/collective.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

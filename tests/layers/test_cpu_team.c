@@ -17,7 +17,7 @@
 
 #include "core/backend.h"
 #include "core/cpu/cpu.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

@@ -15,7 +15,7 @@
 
 #include "core/backend.h"
 #include "core/cpu/cpu.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 static int exact_cases; /* convolutions checked for the same bytes */
@@ -96,9 +96,9 @@ static gp_status run_bias(gp_backend *be, const op_case *c, float *out) {
 }
 static gp_status run_act(gp_backend *be, const op_case *c, float *out) {
   int64_t n = c->m;
-  GP_TRY(be->act_forward(be, GP_ACT_GELU, n, c->x, out));
-  GP_TRY(be->act_backward(be, GP_ACT_RELU, n, c->x, NULL, c->y, out + n));
-  GP_TRY(be->act_backward(be, GP_ACT_TANH, n, NULL, c->x, c->y, out + 2 * n));
+  GP_TRY(be->act_forward(be, GP_ACTIVATION_GELU, n, c->x, out));
+  GP_TRY(be->act_backward(be, GP_ACTIVATION_RELU, n, c->x, NULL, c->y, out + n));
+  GP_TRY(be->act_backward(be, GP_ACTIVATION_TANH, n, NULL, c->x, c->y, out + 2 * n));
   GP_TRY(be->dropout_forward(be, n, 0.25f, 7, 1000, c->x, out + 3 * n));
   GP_TRY(be->dropout_backward(be, n, 0.25f, 7, 1000, c->y, out + 4 * n));
   return be->axpby(be, n, 0.5f, c->x, 0.25f, out + 5 * n);
@@ -369,7 +369,7 @@ static void *drive(void *arg) {
   s->st = gp_cpu_backend_create(2, &be);
   for (int i = 0; s->st == GP_OK && i < 3; i++)
     s->st = be->conv2d_forward(be, &d, x, w, NULL, s->out);
-  if (s->st == GP_OK) s->st = be->act_forward(be, GP_ACT_RELU, conv_y(&d), s->out, s->out);
+  if (s->st == GP_OK) s->st = be->act_forward(be, GP_ACTIVATION_RELU, conv_y(&d), s->out, s->out);
   gp_backend_destroy(be);
   free(x), free(w);
   return NULL;

@@ -12,24 +12,24 @@
 
 #include "core/rng.h"
 #include "tests/layers/harness.h"
+#include "tests/support/check.h"
 
 #define N_FEAT 5000
 #define BATCH 4
 #define P 0.3
 #define OFFSET 6 /* the micro-batch's first sample in the mini-batch */
 
-static int passed, failed;
+static int failures, passes;
 
 static void tally(int ok) {
   if (ok)
-    passed++;
+    passes++;
   else
-    failed++;
+    failures++;
 }
 
 static void expect(int ok, const char *what) {
-  if (!ok) printf("  FAIL %s\n", what);
-  tally(ok);
+  CHECK(ok, "%s", what);
 }
 
 /* Builds dropout with p on [BATCH, N_FEAT]; x in [0.5, 1.5] so a zero output is a drop. */
@@ -61,7 +61,7 @@ static int run(lt_layer *t, int backward) {
   if (s == GP_OK && backward) s = lt_backward(t);
   if (s != GP_OK) {
     printf("  FAIL dropout: %s (%s)\n", gp_error_message(), gp_error_origin());
-    failed++;
+    failures++;
     return 0;
   }
   return 1;
@@ -145,7 +145,7 @@ int main(void) {
     gp_shape fs = {1, {N_FEAT}};
     if (lt_layer_build(&h, be, "{type: dropout, p: 0.3}", 1, &fs, NULL, BATCH / 2) != GP_OK) {
       printf("  FAIL dropout half batch: %s\n", gp_error_message());
-      failed++;
+      failures++;
     } else {
       const int64_t half = (BATCH / 2) * N_FEAT;
       memcpy(h.in[0].data, x + half, (size_t)half * sizeof(float));
@@ -223,7 +223,7 @@ int main(void) {
 
   /* p = 0 in training: the identity too. */
   if (!build(&t, be, 0.0)) {
-    failed++;
+    failures++;
     goto done;
   }
   if (!run(&t, 1)) goto out;
@@ -238,6 +238,6 @@ done:
   free(m0);
   free(m1);
   gp_backend_destroy(be);
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  printf("%d passed, %d failed\n", passes, failures);
+  return failures ? 1 : 0;
 }

@@ -14,7 +14,7 @@
 
 #include "core/backend.h"
 #include "core/cpu/vmath.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 
@@ -126,8 +126,8 @@ static void check_xent_neg_inf(gp_backend *be) {
  * erf: forward within 1e-6 of max(1, |x|) (the rational erf is 5e-7 absolute). tanh: a small
  * relative error also where v < 0, where 0.5 v (1 + tanh(u)) cancels; it grows only with |u|
  * (u is rounded to float before the exponential). */
-static void check_gelu(gp_backend *be, gp_act act, int64_t n) {
-  const int tanh_form = act == GP_ACT_GELU_TANH;
+static void check_gelu(gp_backend *be, gp_activation act, int64_t n) {
+  const int tanh_form = act == GP_ACTIVATION_GELU_TANH;
   float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
   float *g = malloc(sizeof(float) * (size_t)n), *dx = malloc(sizeof(float) * (size_t)n);
   for (int64_t i = 0; i < n; i++) {
@@ -323,8 +323,8 @@ int main(void) {
   }
   check_xent_neg_inf(be);
   for (int t = 0; t < 2; t++) {
-    check_gelu(be, t ? GP_ACT_GELU_TANH : GP_ACT_GELU, 3);
-    check_gelu(be, t ? GP_ACT_GELU_TANH : GP_ACT_GELU, 100003);
+    check_gelu(be, t ? GP_ACTIVATION_GELU_TANH : GP_ACTIVATION_GELU, 3);
+    check_gelu(be, t ? GP_ACTIVATION_GELU_TANH : GP_ACTIVATION_GELU, 100003);
   }
   for (int64_t w = 2; w <= 21; w++) {
     check_pool(be, w % 3 ? 6 : 7, w, 2, 2, 0, 0);

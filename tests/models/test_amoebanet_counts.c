@@ -10,7 +10,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "tests/check.h"
+#include "tests/support/check.h"
 #include "tests/models/amoeba_set.h"
 
 static int failures, passes;

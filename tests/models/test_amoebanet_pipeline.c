@@ -24,16 +24,9 @@
 #include "core/rng.h"
 #include "core/train/trainer.h"
 #include "tests/train/stage_params.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 #include "tests/models/amoeba_set.h"
-
-/* One step on (x, y) arrays, through the trainer's one step function. */
-static gp_status step_xy(gp_trainer *t, const float *x, const int32_t *y, int64_t n, double lr,
-                         gp_metrics *out) {
-  gp_batch b;
-  GP_TRY(gp_batch_xy(t->m, x, y, n, &b));
-  return gp_trainer_step(t, &b, lr, out);
-}
+#include "tests/support/train.h"
 
 static int failures, passes;
 
@@ -70,11 +63,6 @@ static void batch_data(int64_t per, int step, float *x, int32_t *y) {
     y[i] = (int32_t)gp_rng_below(&r, CLASSES);
 }
 
-static void die(const char *what) {
-  printf("FAIL: %s: %s\n", what, gp_error_message());
-  exit(1);
-}
-
 static void train(const cfg *c, run_out *o) {
   gp_model *mo = amoeba_load(model_file, 6, 16, CLASSES, 32);
   if (!mo) exit(1);
@@ -86,15 +74,15 @@ static void train(const cfg *c, run_out *o) {
   gp_plan plan;
   gp_trainer t;
   gp_pipeline_opts po = {.cores = 1};
-  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
-  if (gp_trainer_init(&t, mo, &plan, &po, 42) != GP_OK) die("init");
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
+  if (gp_trainer_init(&t, mo, &plan, &po, 42) != GP_OK) gp_t_die("init");
   int64_t per = gp_shape_numel(&mo->inputs[0].shape);
   float *x = malloc(sizeof(float) * (size_t)(BATCH * per));
   int32_t *y = malloc(sizeof(int32_t) * BATCH);
   for (int s = 0; s < c->steps; s++) {
     gp_metrics mt;
     batch_data(per, s, x, y);
-    if (step_xy(&t, x, y, BATCH, LR, &mt) != GP_OK) die("step");
+    if (gp_t_step_xy(&t, x, y, BATCH, LR, &mt) != GP_OK) gp_t_die("step");
     o->loss[s] = mt.loss;
   }
   o->w = stage_params_gather(&t, 0, &o->n_w);

@@ -25,16 +25,9 @@
 
 #include "core/io/safetensors.h"
 #include "core/train/trainer.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 #include "tests/models/amoeba_set.h"
-
-/* One step on (x, y) arrays, through the trainer's one step function. */
-static gp_status step_xy(gp_trainer *t, const float *x, const int32_t *y, int64_t n, double lr,
-                         gp_metrics *out) {
-  gp_batch b;
-  GP_TRY(gp_batch_xy(t->m, x, y, n, &b));
-  return gp_trainer_step(t, &b, lr, out);
-}
+#include "tests/support/train.h"
 
 static int failures, passes;
 static int64_t widened, compared; /* values whose tolerance is the spread's, and all */
@@ -310,7 +303,7 @@ int main(int argc, char **argv) {
   const float *spread = spread_of(f, "loss", STEPS, &ns);
   for (int s = 0; ok && want_loss && s < STEPS; s++) {
     gp_metrics mt;
-    gp_status st = step_xy(&t, x, y, BATCH, LR, &mt);
+    gp_status st = gp_t_step_xy(&t, x, y, BATCH, LR, &mt);
     CHECK(st == GP_OK, "step %d", s + 1);
     if (st != GP_OK) break;
     char what[32];

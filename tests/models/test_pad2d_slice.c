@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/check.h"
+#include "tests/support/check.h"
 #include "tests/layers/harness.h"
 
 static int failures, passes;

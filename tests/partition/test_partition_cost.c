@@ -14,7 +14,7 @@
 
 #include "core/spec/spec.h"
 #include "core/plan/solve.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

@@ -11,7 +11,7 @@
 
 #include "core/rng.h"
 #include "core/plan/solve.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

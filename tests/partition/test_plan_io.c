@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "core/plan/plan_io.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 static char dir[256];

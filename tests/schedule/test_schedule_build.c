@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/schedule/schedule.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 static int failures, passes;
 

@@ -7,7 +7,7 @@
 
 #include "core/exec/pipeline.h"
 #include "core/schedule/schedule.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 /* Costs in these tests are small integers and halves: sums of them are exact in double, so
  * times compare exactly; the bubble is a quotient, so it gets rounding room. */

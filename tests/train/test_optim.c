@@ -7,6 +7,7 @@
 
 #include "core/io/safetensors.h"
 #include "core/train/optimizer.h"
+#include "tests/support/check.h"
 
 /* f32 updates vs PyTorch's f32 updates over 5 steps: rounding differences only. */
 #define TOL_UPDATE 2e-6
@@ -16,12 +17,7 @@
 static int failures, passes;
 
 static void check(int ok, const char *what, double err) {
-  if (!ok) {
-    printf("FAIL: %s (max error %.3g)\n", what, err);
-    failures++;
-  } else {
-    passes++;
-  }
+  CHECK(ok, "%s (max error %.3g)", what, err);
 }
 
 static const float *tensor(gp_st_file *f, const char *name, int64_t n) {

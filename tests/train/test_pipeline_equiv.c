@@ -15,14 +15,8 @@
 #include "core/rng.h"
 #include "core/train/trainer.h"
 #include "tests/train/stage_params.h"
-
-/* One step on (x, y) arrays, through the trainer's one step function. */
-static gp_status step_xy(gp_trainer *t, const float *x, const int32_t *y, int64_t n, double lr,
-                         gp_metrics *out) {
-  gp_batch b;
-  GP_TRY(gp_batch_xy(t->m, x, y, n, &b));
-  return gp_trainer_step(t, &b, lr, out);
-}
+#include "tests/support/check.h"
+#include "tests/support/train.h"
 
 /* Summation order over micro-batches only: a few float roundings per step. */
 #define TOL_REL 1e-5
@@ -129,14 +123,9 @@ static void batch_data(const gp_model *mo, int64_t batch, int step, float *x, in
     y[i] = (int32_t)gp_rng_below(&r, 5);
 }
 
-static void die(const char *what) {
-  printf("FAIL: %s: %s\n", what, gp_error_message());
-  exit(1);
-}
-
 static void train(const char *text, const cfg *c, run_out *o) {
   gp_model *mo;
-  if (gp_model_load_string(text, "equiv.yaml", NULL, 0, &mo) != GP_OK) die("load");
+  if (gp_model_load_string(text, "equiv.yaml", NULL, 0, &mo) != GP_OK) gp_t_die("load");
   mo->pipeline.stages = c->k;
   mo->pipeline.micro_batches = c->m;
   mo->pipeline.schedule = c->sched;
@@ -150,15 +139,15 @@ static void train(const char *text, const cfg *c, run_out *o) {
   gp_plan plan;
   gp_trainer t;
   gp_pipeline_opts po = {.cores = c->cores > 0 ? c->cores : 1, .channels = c->copy_all ? GP_CHAN_FORCE_COPY : GP_CHAN_AUTO};
-  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
-  if (gp_trainer_init(&t, mo, &plan, &po, 42) != GP_OK) die("init");
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
+  if (gp_trainer_init(&t, mo, &plan, &po, 42) != GP_OK) gp_t_die("init");
   int64_t per = gp_shape_numel(&mo->inputs[0].shape);
   float *x = malloc(sizeof(float) * (size_t)(c->batch * per));
   int32_t *y = malloc(sizeof(int32_t) * (size_t)c->batch);
   for (int s = 0; s < STEPS; s++) {
     gp_metrics mt;
     batch_data(mo, c->batch, s, x, y);
-    if (step_xy(&t, x, y, c->batch, mo->train.lr, &mt) != GP_OK) die("step");
+    if (gp_t_step_xy(&t, x, y, c->batch, mo->train.lr, &mt) != GP_OK) gp_t_die("step");
     o->loss[s] = mt.loss;
   }
   o->w = stage_params_gather(&t, 0, &o->n_w);
@@ -359,20 +348,20 @@ static void threaded_stages(void) {
  * stops, the error names the stage and micro-batch, and the call returns (no hang). */
 static void failure(void) {
   gp_model *mo;
-  if (gp_model_load_string(mlp, "fail.yaml", NULL, 0, &mo) != GP_OK) die("load");
+  if (gp_model_load_string(mlp, "fail.yaml", NULL, 0, &mo) != GP_OK) gp_t_die("load");
   mo->pipeline.stages = 3;
   mo->pipeline.micro_batches = 4;
   gp_plan plan;
   gp_trainer t;
   gp_pipeline_opts po = {.cores = 1, .watchdog_s = 20};
-  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
-  if (gp_trainer_init(&t, mo, &plan, &po, 1) != GP_OK) die("init");
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
+  if (gp_trainer_init(&t, mo, &plan, &po, 1) != GP_OK) gp_t_die("init");
   float x[8 * 12];
   int32_t y[8];
   batch_data(mo, 8, 0, x, y);
   y[5] = 99; /* micro-batch 2 holds samples 4 and 5 */
   gp_metrics mt;
-  gp_status s = step_xy(&t, x, y, 8, 0.1, &mt);
+  gp_status s = gp_t_step_xy(&t, x, y, 8, 0.1, &mt);
   const char *msg = gp_error_message();
   if (s == GP_OK || !strstr(msg, "stage 2, micro-batch 2") || !strstr(msg, "loss")) {
     printf("FAIL: a bad label should stop the pipeline naming stage 2, micro-batch 2 and the "
@@ -384,7 +373,7 @@ static void failure(void) {
   }
   /* the pipeline is usable again after a failure */
   batch_data(mo, 8, 1, x, y);
-  if (step_xy(&t, x, y, 8, 0.1, &mt) != GP_OK) {
+  if (gp_t_step_xy(&t, x, y, 8, 0.1, &mt) != GP_OK) {
     printf("FAIL: a step after a failed one: %s\n", gp_error_message());
     failed++;
   } else {
@@ -405,7 +394,7 @@ static void watchdog(void) {
                             "  - {type: linear, out_features: 5}\n"
                             "loss: {type: softmax_cross_entropy}\n";
   gp_model *mo;
-  if (gp_model_load_string(slow, "slow.yaml", NULL, 0, &mo) != GP_OK) die("load");
+  if (gp_model_load_string(slow, "slow.yaml", NULL, 0, &mo) != GP_OK) gp_t_die("load");
   mo->pipeline.stages = 2;
   mo->pipeline.n_balance = 2;
   mo->pipeline.balance[0] = 2;
@@ -413,13 +402,13 @@ static void watchdog(void) {
   gp_plan plan;
   gp_trainer t;
   gp_pipeline_opts po = {.cores = 1, .watchdog_s = 1e-5};
-  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
-  if (gp_trainer_init(&t, mo, &plan, &po, 1) != GP_OK) die("init");
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
+  if (gp_trainer_init(&t, mo, &plan, &po, 1) != GP_OK) gp_t_die("init");
   float x[64 * 12];
   int32_t y[64];
   batch_data(mo, 64, 0, x, y);
   gp_metrics mt;
-  gp_status s = step_xy(&t, x, y, 64, 0.1, &mt);
+  gp_status s = gp_t_step_xy(&t, x, y, 64, 0.1, &mt);
   const char *msg = gp_error_message();
   if (s == GP_OK || !strstr(msg, "watchdog: stage 1 waited")) {
     printf("FAIL: the watchdog should report stage 1 waiting; got status %d: %s\n", (int)s, msg);
@@ -450,7 +439,7 @@ static void stuck_stage(void) {
   enum { B = 2048 };
   static float x[B * 12];
   static int32_t y[B];
-  if (gp_model_load_string(wide, "wide.yaml", NULL, 0, &mo) != GP_OK) die("load");
+  if (gp_model_load_string(wide, "wide.yaml", NULL, 0, &mo) != GP_OK) gp_t_die("load");
   mo->pipeline.stages = 2;
   mo->pipeline.micro_batches = 2;
   mo->pipeline.n_balance = 2;
@@ -458,16 +447,16 @@ static void stuck_stage(void) {
   mo->pipeline.balance[1] = 1;
   gp_plan plan;
   gp_pipeline_opts po = {.cores = 1, .stop_s = 0.02};
-  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
-  if (gp_trainer_init(&t, mo, &plan, &po, 1) != GP_OK) die("init");
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
+  if (gp_trainer_init(&t, mo, &plan, &po, 1) != GP_OK) gp_t_die("init");
   batch_data(mo, B, 0, x, y);
   y[0] = 99;
   gp_metrics mt;
-  gp_status s = step_xy(&t, x, y, B, 0.1, &mt);
+  gp_status s = gp_t_step_xy(&t, x, y, B, 0.1, &mt);
   const char *msg = gp_error_message();
   if (s != GP_OK && strstr(msg, "stage 1, micro-batch 0") &&
       strstr(msg, "stage 0 did not stop within 0.02 s") && gp_pipeline_wedged(t.pl) &&
-      step_xy(&t, x, y, B, 0.1, &mt) != GP_OK &&
+      gp_t_step_xy(&t, x, y, B, 0.1, &mt) != GP_OK &&
       strstr(gp_error_message(), "the pipeline is stopped")) {
     passed++;
   } else {

@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "core/exec/internal.h"
 #include "tests/train/device_spans.h"
+#include "tests/support/check.h"
 
 /* A skip connection over the stage cuts (so a stage hands gradients back to two producers),
  * and clipping (so the optimizer step waits at its barrier). */
@@ -43,11 +44,6 @@ static void check(int ok, const char *what, const char *cfg) {
   printf("FAIL: %s: %s\n", cfg, what);
 }
 
-static void die(const char *what) {
-  printf("FAIL: %s: %s\n", what, gp_error_message());
-  exit(1);
-}
-
 typedef struct run {
   double loss[STEPS];
   gp_pipeline *pl;
@@ -55,16 +51,16 @@ typedef struct run {
 } run;
 
 static void train(gp_schedule_kind sched, gp_remat remat, int device_timing, run *r) {
-  if (gp_model_load_string(mlp, "timing.yaml", NULL, 0, &r->mo) != GP_OK) die("load");
+  if (gp_model_load_string(mlp, "timing.yaml", NULL, 0, &r->mo) != GP_OK) gp_t_die("load");
   r->mo->pipeline.stages = K;
   r->mo->pipeline.micro_batches = M;
   r->mo->pipeline.schedule = sched;
   r->mo->pipeline.remat = remat;
   r->mo->pipeline.n_balance = 0;
   gp_plan plan;
-  if (gp_plan_make(r->mo, &r->mo->pipeline, &plan) != GP_OK) die("plan");
+  if (gp_plan_make(r->mo, &r->mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
   gp_pipeline_opts po = {.cores = 1, .trace = 1, .device_timing = device_timing};
-  if (gp_pipeline_create(r->mo, &plan, 42, &po, &r->pl) != GP_OK) die("create");
+  if (gp_pipeline_create(r->mo, &plan, 42, &po, &r->pl) != GP_OK) gp_t_die("create");
   float x[BATCH * 24];
   int32_t y[BATCH];
   for (int s = 0; s < STEPS; s++) {
@@ -76,7 +72,7 @@ static void train(gp_schedule_kind sched, gp_remat remat, int device_timing, run
       y[i] = (int32_t)gp_rng_below(&g, 5);
     gp_batch b = {.in = {x, y}, .n = BATCH};
     gp_step_result res;
-    if (gp_pipeline_train_step(r->pl, &b, s, 0.01, &res) != GP_OK) die("step");
+    if (gp_pipeline_train_step(r->pl, &b, s, 0.01, &res) != GP_OK) gp_t_die("step");
     r->loss[s] = res.loss_sum;
   }
 }
@@ -101,7 +97,7 @@ int main(int argc, char **argv) {
             cfg);
       failed += device_spans_check(dev.pl, STEPS, M, cfg, &checks);
       if (argc > 1 && sc == 0 && rm == 0 && gp_pipeline_write_trace(dev.pl, argv[1]) != GP_OK)
-        die("trace");
+        gp_t_die("trace");
       int rows = 0;
       for (int s = 0; s < K; s++) {
         gp_stage_stats ss;

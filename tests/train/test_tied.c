@@ -17,7 +17,7 @@
 #include "core/rng.h"
 #include "core/train/trainer.h"
 #include "tests/train/token_fixture.h"
-#include "tests/check.h"
+#include "tests/support/check.h"
 
 /* Tolerances, with why. */
 /* K x M: summation order over micro-batches and stages only (as test_token_models). */
@@ -43,11 +43,6 @@ static gp_layer_bind *bind_in(gp_trainer *t, const gp_layer *l) {
 }
 
 static int passes, failures;
-
-static void die(const char *what) {
-  printf("FAIL: %s: %s\n", what, gp_error_message());
-  exit(1);
-}
 
 /* ---- (a) errors ---- */
 
@@ -172,7 +167,7 @@ static gp_model *load_tiny(int tied, const char *clip) {
   gp_override ov[2] = {{"tied.emb.enabled", tied ? "true" : "false"},
                        {"train.clip_grad_norm", clip}};
   gp_model *m;
-  if (gp_model_load_string(tiny, "tiny.yaml", ov, 2, &m) != GP_OK) die("load tiny");
+  if (gp_model_load_string(tiny, "tiny.yaml", ov, 2, &m) != GP_OK) gp_t_die("load tiny");
   return m;
 }
 
@@ -182,8 +177,8 @@ static void trainer(gp_model *m, int k, int micro, gp_trainer *t) {
   m->pipeline.n_balance = 0;
   gp_plan plan;
   gp_pipeline_opts po = {.cores = 1};
-  if (gp_plan_make(m, &m->pipeline, &plan) != GP_OK) die("plan");
-  if (gp_trainer_init(t, m, &plan, &po, 42) != GP_OK) die("trainer");
+  if (gp_plan_make(m, &m->pipeline, &plan) != GP_OK) gp_t_die("plan");
+  if (gp_trainer_init(t, m, &plan, &po, 42) != GP_OK) gp_t_die("trainer");
 }
 
 /* Ids in [1, VOC) then pad 0 and labels -100, a random real length per sequence. */
@@ -234,9 +229,9 @@ static void count_check(const char *nmt_file) {
   gp_model_free(u);
   gp_model_free(t);
   const gp_override on = {"tied.embeddings.enabled", "true"};
-  gp_model *a = NULL, *b = NULL; /* die() exits before either is read unset */
+  gp_model *a = NULL, *b = NULL; /* gp_t_die() exits before either is read unset */
   if (gp_model_load(nmt_file, NULL, 0, &a) != GP_OK || gp_model_load(nmt_file, &on, 1, &b) != GP_OK)
-    die("load nmt");
+    gp_t_die("load nmt");
   CHECK(a->n_tied == 0 && b->n_tied == 1, "transformer-nmt: tied off by default, on with --set");
   CHECK(b->n_params == a->n_params - 2 * 8000 * 256,
         "transformer-nmt tied: %lld parameters, untied %lld", (long long)b->n_params,
@@ -258,8 +253,8 @@ static void sum_check(const char *dir, const char *clip) {
   gp_trainer tt, tu;
   trainer(mt, 3, 2, &tt); /* the copies on stages 0 and 2 (two on 0) */
   trainer(mu, 1, 2, &tu); /* the same micro-batches: the same order of the gradients' sums */
-  if (gp_trainer_save_weights(&tt, wpath) != GP_OK) die("save w0");
-  if (gp_trainer_load_weights(&tu, wpath, NULL) != GP_OK) die("load w0 untied");
+  if (gp_trainer_save_weights(&tt, wpath) != GP_OK) gp_t_die("save w0");
+  if (gp_trainer_load_weights(&tu, wpath, NULL) != GP_OK) gp_t_die("load w0 untied");
   int64_t n = VOC * 8;
   /* the untied copies and every other parameter start equal to the tied ones */
   double *w0 = malloc(sizeof(double) * (size_t)n), *gs = calloc((size_t)n, sizeof(double));
@@ -269,12 +264,12 @@ static void sum_check(const char *dir, const char *clip) {
   for (int64_t e = 0; e < n; e++)
     w0[e] = bind_in(&tt, l0)->param[j][e];
   gp_batch_buffers bufs;
-  if (gp_batch_buffers_alloc(mt, BATCH, &bufs) != GP_OK) die("buffers");
+  if (gp_batch_buffers_alloc(mt, BATCH, &bufs) != GP_OK) gp_t_die("buffers");
   tiny_batch(mt, 11, &bufs);
   gp_batch b = gp_batch_of(&bufs, BATCH);
   gp_metrics a, c;
-  if (gp_trainer_step(&tt, &b, lr, &a) != GP_OK) die("tied step");
-  if (gp_trainer_step(&tu, &b, lr, &c) != GP_OK) die("untied step");
+  if (gp_trainer_step(&tt, &b, lr, &a) != GP_OK) gp_t_die("tied step");
+  if (gp_trainer_step(&tu, &b, lr, &c) != GP_OK) gp_t_die("untied step");
   CHECK(fabs(a.loss - c.loss) <= TOL_KM * fabs(c.loss), "clip %s: losses %.9g and %.9g", clip,
         a.loss, c.loss);
   /* the untied gradients (kept after the step): the group's sum and the global norm */
@@ -365,18 +360,18 @@ static void files_check(const char *dir) {
   trainer(mt, 2, 1, &tt);
   trainer(mu, 2, 1, &tu);
   gp_batch_buffers bufs;
-  if (gp_batch_buffers_alloc(mt, BATCH, &bufs) != GP_OK) die("buffers");
+  if (gp_batch_buffers_alloc(mt, BATCH, &bufs) != GP_OK) gp_t_die("buffers");
   gp_metrics r;
   for (int s = 0; s < 2; s++) {
     tiny_batch(mt, 20 + (uint64_t)s, &bufs);
     gp_batch b = gp_batch_of(&bufs, BATCH);
-    if (gp_trainer_step(&tt, &b, 0.5, &r) != GP_OK) die("tied step");
-    if (gp_trainer_step(&tu, &b, 0.5, &r) != GP_OK) die("untied step");
+    if (gp_trainer_step(&tt, &b, 0.5, &r) != GP_OK) gp_t_die("tied step");
+    if (gp_trainer_step(&tu, &b, 0.5, &r) != GP_OK) gp_t_die("untied step");
   }
-  if (gp_trainer_save_weights(&tt, wpath) != GP_OK) die("save tied");
-  if (gp_trainer_save_weights(&tu, bad) != GP_OK) die("save untied");
+  if (gp_trainer_save_weights(&tt, wpath) != GP_OK) gp_t_die("save tied");
+  if (gp_trainer_save_weights(&tu, bad) != GP_OK) gp_t_die("save untied");
   gp_st_file *f;
-  if (gp_st_read(wpath, &f) != GP_OK) die("read tied");
+  if (gp_st_read(wpath, &f) != GP_OK) gp_t_die("read tied");
   const gp_st_entry *e[3];
   for (int q = 0; q < 3; q++)
     e[q] = gp_st_find(f, members[q]);
@@ -395,7 +390,7 @@ static void files_check(const char *dir) {
   }
   if (s == GP_OK) s = gp_st_write(w, part);
   gp_st_writer_free(w);
-  if (s != GP_OK) die("write one-member file");
+  if (s != GP_OK) gp_t_die("write one-member file");
   gp_model *m2 = load_tiny(1, "0");
   gp_trainer t2;
   trainer(m2, 3, 1, &t2);

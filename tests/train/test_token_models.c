@@ -13,14 +13,8 @@
 #include "core/rng.h"
 #include "core/train/trainer.h"
 #include "tests/train/token_fixture.h"
-
-/* One step on (x, y) arrays, through the trainer's one step function. */
-static gp_status step_xy(gp_trainer *t, const float *x, const int32_t *y, int64_t n, double lr,
-                         gp_metrics *out) {
-  gp_batch b;
-  GP_TRY(gp_batch_xy(t->m, x, y, n, &b));
-  return gp_trainer_step(t, &b, lr, out);
-}
+#include "tests/support/check.h"
+#include "tests/support/train.h"
 
 /* Summation order over micro-batches and stages only: a few float roundings per step. */
 #define TOL_REL 2e-5
@@ -28,22 +22,10 @@ static gp_status step_xy(gp_trainer *t, const float *x, const int32_t *y, int64_
 #define TOL_LOSS 1e-5
 #define TOL_GRAD 1e-5
 
-static int passed, failed;
-
-static void die(const char *what) {
-  printf("FAIL: %s: %s\n", what, gp_error_message());
-  exit(1);
-}
+static int failures, passes;
 
 static void check(int ok, const char *fmt, double a, double b) {
-  if (ok) {
-    passed++;
-    return;
-  }
-  failed++;
-  printf("FAIL: ");
-  printf(fmt, a, b);
-  printf("\n");
+  CHECK(ok, fmt, a, b);
 }
 
 /* ---- (1) the loss against its definition ---- */
@@ -103,15 +85,15 @@ static double reference(const float *w, const float *bias, const float *x, const
 
 static void xent_check(int micro) {
   gp_model *mo;
-  if (gp_model_load_string(xent_model, "xent.yaml", NULL, 0, &mo) != GP_OK) die("load xent");
+  if (gp_model_load_string(xent_model, "xent.yaml", NULL, 0, &mo) != GP_OK) gp_t_die("load xent");
   mo->pipeline.micro_batches = micro;
   gp_plan plan;
   gp_trainer t;
   gp_pipeline_opts po = {.cores = 1};
-  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
-  if (gp_trainer_init(&t, mo, &plan, &po, 7) != GP_OK) die("init");
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
+  if (gp_trainer_init(&t, mo, &plan, &po, 7) != GP_OK) gp_t_die("init");
   gp_params *p = gp_pipeline_params(t.pl, 0);
-  if (p->n_train != V * D + V) die("the linear layer's parameter layout");
+  if (p->n_train != V * D + V) gp_t_die("the linear layer's parameter layout");
   float w0[V * D + V], x[B * T * D];
   int32_t y[B * T];
   memcpy(w0, p->train, sizeof w0);
@@ -127,7 +109,7 @@ static void xent_check(int micro) {
   int64_t n, correct;
   double want = reference(w0, w0 + V * D, x, y, dw, &n, &correct);
   gp_metrics mt;
-  if (step_xy(&t, x, y, B, 1.0, &mt) != GP_OK) die("xent step");
+  if (gp_t_step_xy(&t, x, y, B, 1.0, &mt) != GP_OK) gp_t_die("xent step");
   char what[160];
   snprintf(what, sizeof what, "M=%d: loss %%.9g, want %%.9g (mean over non-ignored tokens)", micro);
   check(fabs(mt.loss - want) <= TOL_LOSS * fabs(want), what, mt.loss, want);
@@ -187,13 +169,8 @@ static void grid(const char *name, const char *file, const gp_override *ov, int 
         dw = fmax(dw, fabs((double)got.w[j] - want.w[j]));
         ref = fmax(ref, fabs((double)want.w[j]));
       }
-      if (got.n_w == want.n_w && dl <= TOL_REL && dw / ref <= TOL_REL) {
-        passed++;
-      } else {
-        failed++;
-        printf("FAIL: %s K=%d M=%d: loss rel diff %.3g, weight rel diff %.3g\n", name, k, m, dl,
-               dw / ref);
-      }
+      CHECK(got.n_w == want.n_w && dl <= TOL_REL && dw / ref <= TOL_REL,
+            "%s K=%d M=%d: loss rel diff %.3g, weight rel diff %.3g", name, k, m, dl, dw / ref);
       free(got.w);
     }
   free(want.w);
@@ -218,6 +195,6 @@ int main(int argc, char **argv) {
   };
   grid("transformer-nmt", argv[1], token_fixture_tiny_nmt, TOKEN_TINY_NMT_N);
   grid("transformer-lm", argv[2], lm, (int)(sizeof lm / sizeof lm[0]));
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed != 0;
+  printf("%d passed, %d failed\n", passes, failures);
+  return failures != 0;
 }

@@ -6,6 +6,7 @@
 
 #include "core/rng.h"
 #include "tests/train/stage_params.h"
+#include "tests/support/check.h"
 
 void token_fixture_batch(const gp_model *mo, int step, int64_t batch, int64_t len, int32_t vocab,
                          gp_batch_buffers *bufs) {
@@ -52,18 +53,13 @@ gp_override token_fixture_tiny_nmt[TOKEN_TINY_NMT_N + 1] = {
     {"train.optimizer.eps", "1e-4"},
 };
 
-static void die(const char *what) {
-  printf("FAIL: %s: %s\n", what, gp_error_message());
-  exit(1);
-}
-
 int token_fixture_copy_all;
 
 void token_fixture_train(const char *file, const gp_override *ov, int nov, int k, int m,
                          gp_schedule_kind sched, gp_remat remat, int steps, int64_t batch,
                          int64_t len, int32_t vocab, double lr, double *loss, gp_trainer *t) {
   gp_model *mo;
-  if (gp_model_load(file, ov, nov, &mo) != GP_OK) die("load");
+  if (gp_model_load(file, ov, nov, &mo) != GP_OK) gp_t_die("load");
   mo->pipeline.stages = k;
   mo->pipeline.micro_batches = m;
   mo->pipeline.schedule = sched;
@@ -71,15 +67,15 @@ void token_fixture_train(const char *file, const gp_override *ov, int nov, int k
   mo->pipeline.n_balance = 0;
   gp_plan plan;
   gp_pipeline_opts po = {.cores = 1, .channels = token_fixture_copy_all ? GP_CHAN_FORCE_COPY : GP_CHAN_AUTO};
-  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) die("plan");
-  if (gp_trainer_init(t, mo, &plan, &po, 42) != GP_OK) die("init");
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
+  if (gp_trainer_init(t, mo, &plan, &po, 42) != GP_OK) gp_t_die("init");
   gp_batch_buffers bufs;
-  if (gp_batch_buffers_alloc(mo, batch, &bufs) != GP_OK) die("buffers");
+  if (gp_batch_buffers_alloc(mo, batch, &bufs) != GP_OK) gp_t_die("buffers");
   for (int s = 0; s < steps; s++) {
     gp_metrics mt;
     token_fixture_batch(mo, s, batch, len, vocab, &bufs);
     gp_batch b = gp_batch_of(&bufs, batch);
-    if (gp_trainer_step(t, &b, lr, &mt) != GP_OK) die("step");
+    if (gp_trainer_step(t, &b, lr, &mt) != GP_OK) gp_t_die("step");
     loss[s] = mt.loss;
   }
   gp_batch_buffers_free(&bufs);
