@@ -81,6 +81,17 @@ typedef struct gp_sp_env {
 } gp_sp_env;
 
 typedef struct gp_sp_block gp_sp_block;
+/* A block definition (blocks.c reads it, expand.c instantiates it). */
+struct gp_sp_block {
+  const char *name;
+  int line, col;
+  const gp_ynode *params; /* mapping or NULL */
+  const gp_ynode *layers;
+  const char *inputs[GP_MAX_INPUTS];
+  int n_inputs;
+  const gp_ynode *output; /* scalar or NULL */
+  int used;               /* expanded at least once (else check_unused_blocks reads it) */
+};
 
 /* Where a --set put its value: an error reported there names the override. A value under a
  * key the --set added takes its mapping's place, where other errors are reported too, so those
@@ -151,5 +162,10 @@ gp_status gp_sp_sections(gp_sp_ctx *c, const gp_ynode *root, gp_model *m);
 /* The tied: section (tied.c), after the graph: fills m->tied and counts each group once in
  * m->n_params. */
 gp_status gp_sp_tied(gp_sp_ctx *c, const gp_ynode *root, gp_model *m);
+
+/* The blocks: section (blocks.c): every definition read and checked into c->blocks. */
+gp_status gp_sp_parse_blocks(gp_sp_ctx *c, const gp_ynode *root);
+/* The keys of an entry that instantiates a block (besides the block's params). */
+extern const char *const gp_sp_block_entry_keys[];
 
 #endif
