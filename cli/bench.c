@@ -66,7 +66,7 @@ static gp_flag flags[] = {
                  .max = GP_MAX_BATCH},
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe,1f1b",
                     "schedules (default: the model file's)", 0},
-    [F_REMAT] = {"--checkpoint", GP_FLAG_STR, "MODE,...",
+    [F_REMAT] = {"--remat", GP_FLAG_STR, "MODE,...",
                  "re-materialization: always, except_last, never (default: the model file's)", 0},
     [F_STEPS] = {"--steps", GP_FLAG_INT, "S", "timed steps per run (default 10)", 1, .max = 4096},
     [F_WARMUP] = {"--warmup", GP_FLAG_INT, "W", "untimed steps before them (default 2)", 0,
@@ -250,6 +250,7 @@ static gp_status make_sweep(ctx *c) {
                     flags[F_STAGES].given ? "--stages" : "--devices");
     gp_plan plan;
     GP_TRY(gp_plan_read(flags[F_PARTITION].s, m, &plan));
+    gp_args_note("gpipe-bench", plan.renamed);
     w->ks[0] = w->bal_k = w->n_dev = plan.stages;
     w->ms[0] = plan.micro;
     w->scheds[0] = (int)plan.schedule;
@@ -571,6 +572,7 @@ static gp_status load_model(const char *file, gp_model **out) {
   if (s == GP_OK)
     s = gp_args_setting(&flags[F_MICRO], "pipeline.micro_batches", "1", ov, 258, &nov);
   if (s == GP_OK) s = gp_model_load(file, ov, nov, out);
+  if (s == GP_OK) gp_args_note("gpipe-bench", (*out)->pipeline.renamed);
   gp_args_overrides_free(ov, nov);
   return s;
 }

@@ -325,7 +325,7 @@ static void csv_stages(FILE *f, const gp_bench_run *r) {
 }
 
 gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
-  fprintf(f, "model,batch_size,stages,micro_batches,schedule,checkpoint,baseline,balance,"
+  fprintf(f, "model,batch_size,stages,micro_batches,schedule,remat,baseline,balance,"
              "cores_used,samples_per_s,speedup_vs_naive,speedup_vs_single,speedup_ideal,"
              "bubble_measured,bubble_slowest,bubble_replayed,bubble_simulated,bubble_theory,"
              "gflops,utilization,busy_ms,"
@@ -407,7 +407,7 @@ static void json_stages(FILE *f, const gp_bench_run *r) {
 static void json_run(FILE *f, const gp_bench *b, const gp_bench_run *r) {
   fprintf(f,
           "  {\"stages\": %d, \"micro_batches\": %d, \"schedule\": \"%s\", "
-          "\"checkpoint\": \"%s\", \"batch_size\": %" PRId64 ", \"baseline\": %s, ",
+          "\"remat\": \"%s\", \"batch_size\": %" PRId64 ", \"baseline\": %s, ",
           r->k, r->m, gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat), b->batch,
           r->baseline ? "true" : "false");
   fprintf(f, "\"balance\": ");

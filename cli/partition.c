@@ -52,7 +52,7 @@ static gp_flag flags[] = {
     [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE[,SIZE...]",
                   "per-device memory limit: 16GiB, 512MiB, 1.5GB, bytes", 0},
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b", "pipeline schedule", 0},
-    [F_REMAT] = {"--checkpoint", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
+    [F_REMAT] = {"--remat", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
     [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)",
                    0},
     [F_SPEEDS] = {"--speeds", GP_FLAG_STR, "1,1.5,...",
@@ -388,7 +388,7 @@ static void print_json(const gp_model *m, const request *q, const gp_unit_costs 
   printf("{\"model\": ");
   gp_json_write_str(stdout, m->name);
   printf(", \"stages\": %d, \"micro_batches\": %d, \"batch_size\": %" PRId64
-         ", \"micro_batch_size\": %" PRId64 ", \"schedule\": \"%s\", \"checkpoint\": \"%s\", "
+         ", \"micro_batch_size\": %" PRId64 ", \"schedule\": \"%s\", \"remat\": \"%s\", "
          "\"cost_basis\": \"%s\", \"params\": %" PRId64 ",\n \"devices\": [",
          q->stages, q->micro, q->batch, q->micro_batch, gp_schedule_names()[q->schedule],
          gp_remat_names()[q->remat], by_names[q->by], m->n_params);
@@ -700,6 +700,7 @@ int main(int argc, char **argv) {
     s = gp_args_setting(&flags[F_MICRO], "pipeline.micro_batches", NULL, ov, 258, &nov);
   gp_model *m = NULL;
   if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &m);
+  if (s == GP_OK) gp_args_note("gpipe-partition", m->pipeline.renamed);
   gp_args_overrides_free(ov, nov);
   if (s == GP_OK) s = run(m);
   if (s == GP_OK && (fflush(stdout) != 0 || ferror(stdout)))

@@ -88,7 +88,7 @@ static gp_flag flags[] = {
     [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "pipeline stages (default: the model file's)", 1},
     [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches per mini-batch", 1},
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b", "pipeline schedule", 0},
-    [F_REMAT] = {"--checkpoint", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
+    [F_REMAT] = {"--remat", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
     [F_BALANCE] = {"--balance", GP_FLAG_STR, "a,b,...", "units per stage (default: even by FLOPs)",
                    0},
     [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)",
@@ -130,7 +130,7 @@ _Static_assert(sizeof flags / sizeof flags[0] == F_COUNT + 1, "flag table");
 
 static int fail(gp_status s) {
   /* a stage that does not fit its device: what lowers a stage's memory, on the same line */
-  const char *hint = s == GP_ERR_FULL ? "; more --stages, --checkpoint always or a smaller "
+  const char *hint = s == GP_ERR_FULL ? "; more --stages, --remat always or a smaller "
                                         "--batch-size lower each stage's memory (gpipe-partition "
                                         "MODEL.yaml --stages K shows it per stage)"
                                       : "";
@@ -245,6 +245,7 @@ static gp_status apply_plan_file(gp_model *m) {
                     flags[clash[i]].name);
   gp_plan plan;
   GP_TRY(gp_plan_read(flags[F_PARTITION].s, m, &plan));
+  gp_args_note("gpipe-train", plan.renamed);
   gp_pipeline_spec *ps = &m->pipeline;
   ps->stages = plan.stages;
   ps->micro_batches = plan.micro;
@@ -899,6 +900,7 @@ int main(int argc, char **argv) {
   if (s == GP_OK)
     s = gp_args_setting(&flags[F_MICRO], "pipeline.micro_batches", NULL, ov, 258, &nov);
   if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &r.m);
+  if (s == GP_OK) gp_args_note("gpipe-train", r.m->pipeline.renamed);
   gp_args_overrides_free(ov, nov);
   if (s == GP_OK) s = apply_flags(r.m);
   if (s == GP_OK && flags[F_PRECISION].given)

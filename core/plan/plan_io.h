@@ -14,8 +14,9 @@ gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p);
  * balance (one entry per stage, each >= 1, summing to the units) and the device names.
  * Errors are "path:line:col: what": GP_ERR_SPEC for malformed YAML or a value of the wrong
  * type, GP_ERR_USAGE for a plan that does not fit the model, GP_ERR_IO when unreadable.
- * Keys left out (schedule, checkpoint, devices, micro_batches, units) take the model's
- * pipeline section's values; stages and balance are required. */
+ * Keys left out (schedule, remat, devices, micro_batches, units) take the model's
+ * pipeline section's values; stages and balance are required. The old name checkpoint: is
+ * read as remat: and noted in out->renamed (giving both is GP_ERR_SPEC). */
 gp_status gp_plan_read(const char *path, const gp_model *m, gp_plan *out);
 
 #endif

@@ -13,7 +13,7 @@ i=0
 for cfg in "2 4 gpipe never" "3 8 1f1b always" "4 2 gpipe except_last" "7 3 1f1b except_last"; do
   set -- $cfg
   "$train" "$model" "${common[@]}" --stages "$1" --micro-batches "$2" --schedule "$3" \
-    --checkpoint "$4" --save "$tmp/p$i.safetensors" || fail "K=$1 M=$2 $3 $4"
+    --remat "$4" --save "$tmp/p$i.safetensors" || fail "K=$1 M=$2 $3 $4"
   python3 - "$tmp/k1.safetensors" "$tmp/p$i.safetensors" <<'PY' || fail "K=$1 M=$2 $3 $4: weights differ"
 import json, struct, sys
 def load(p):
@@ -34,7 +34,7 @@ PY
 done
 passed=5
 # a Chrome trace: one named row per stage, F/B/R slices for every micro-batch of every step
-"$train" "$model" "${common[@]}" --stages 3 --micro-batches 4 --checkpoint always \
+"$train" "$model" "${common[@]}" --stages 3 --micro-batches 4 --remat always \
   --trace "$tmp/trace.json" || fail "traced run"
 python3 - "$tmp/trace.json" <<'PY' || fail "the trace is not what it should be"
 import json, sys, collections
