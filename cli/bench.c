@@ -3,8 +3,6 @@
  * one stage, the measured and theoretical bubble, per-stage compute and peak memory, and the
  * FLOP rate against this machine's sgemm. Exit codes: 0 ok, 2 usage or model file, 1 a
  * failure while running (data, I/O). */
-#include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/args.h"
+#include "cli/common.h"
 #include "cli/bench_data.h"
 #include "cli/machine.h"
 #include "cli/bench.h"
@@ -148,82 +147,9 @@ typedef struct ctx {
 
 /* ---- flags --------------------------------------------------------------------------------- */
 
-/* Each item is read as gp_args_parse reads a single integer flag: digits, with a '-' at most
- * (strtol alone would take " 2" and "+2"). */
+/* A list flag's values, none twice (cli/common.h reads them as every program does). */
 static gp_status parse_ints(int f, int min_value, int max_value, int *out, int *n) {
-  const char *text = flags[f].s, *p = text;
-  *n = 0;
-  for (;;) {
-    char *end;
-    errno = 0;
-    long v = strtol(p, &end, 10);
-    int digits = isdigit((unsigned char)p[0]) || (p[0] == '-' && isdigit((unsigned char)p[1]));
-    if (!digits || end == p || (*end && *end != ',') || (!errno && v < min_value) ||
-        (errno == ERANGE && v < 0))
-      return GP_ERR(GP_ERR_USAGE, "%s: expected integers >= %d separated by commas, got '%s'",
-                    flags[f].name, min_value, text);
-    if (errno || v > max_value)
-      return GP_ERR(GP_ERR_USAGE, "%s: %.*s is too large (at most %d)", flags[f].name,
-                    (int)(end - p), p, max_value);
-    for (int i = 0; i < *n; i++)
-      if (out[i] == v)
-        return GP_ERR(GP_ERR_USAGE, "%s: %ld is listed twice in '%s'", flags[f].name, v, text);
-    if (*n >= MAX_LIST)
-      return GP_ERR(GP_ERR_USAGE, "%s: at most %d values", flags[f].name, MAX_LIST);
-    out[(*n)++] = (int)v;
-    if (!*end) return GP_OK;
-    p = end + 1;
-  }
-}
-
-static gp_status parse_names(int f, const char *const *names, int *out, int *n) {
-  const char *text = flags[f].s, *p = text;
-  int count = 0;
-  while (names[count])
-    count++;
-  *n = 0;
-  for (;;) {
-    char word[64];
-    size_t len = strcspn(p, ",");
-    if (len == 0 || len >= sizeof word)
-      return GP_ERR(GP_ERR_USAGE, "%s: expected names separated by commas, got '%s'", flags[f].name,
-                    text);
-    memcpy(word, p, len);
-    word[len] = 0;
-    int found = -1;
-    for (int i = 0; i < count; i++)
-      if (strcmp(word, names[i]) == 0) found = i;
-    if (found < 0) {
-      const char *near = gp_nearest(word, names, count);
-      char all[96] = "";
-      for (int i = 0; i < count; i++)
-        snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? ", " : "", names[i]);
-      return GP_ERR(GP_ERR_USAGE, "%s: unknown value '%s'%s%s%s (expected %s)", flags[f].name, word,
-                    near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", all);
-    }
-    for (int i = 0; i < *n; i++)
-      if (out[i] == found)
-        return GP_ERR(GP_ERR_USAGE, "%s: '%s' is listed twice", flags[f].name, word);
-    out[(*n)++] = found;
-    if (!p[len]) return GP_OK;
-    p += len + 1;
-  }
-}
-
-static gp_status parse_devices(sweep *w, const char *text) {
-  w->n_dev = 0;
-  for (const char *p = text;;) {
-    size_t len = strcspn(p, ",");
-    if (len == 0 || len >= sizeof w->devices[0] || w->n_dev >= GP_MAX_DEVICES)
-      return GP_ERR(GP_ERR_USAGE,
-                    "--devices: expected names like cpu or cuda:0 separated by commas, got '%s'",
-                    text);
-    memcpy(w->devices[w->n_dev], p, len);
-    w->devices[w->n_dev][len] = 0;
-    gp_device_canonical(w->devices[w->n_dev++]);
-    if (!p[len]) return GP_OK;
-    p += len + 1;
-  }
+  return gp_cli_ints(flags[f].name, flags[f].s, min_value, max_value, 1, out, MAX_LIST, n);
 }
 
 /* The sweep's lists from the flags, a plan, and the model file's pipeline section. */
@@ -231,7 +157,6 @@ static gp_status make_sweep(ctx *c) {
   gp_model *m = c->m;
   sweep *w = &c->sw;
   const gp_pipeline_spec *ps = &m->pipeline;
-  int kmax = m->n_units < GP_MAX_DEVICES ? m->n_units : GP_MAX_DEVICES;
   w->ks[0] = ps->stages;
   w->nk = 1;
   w->ms[0] = ps->micro_batches;
@@ -263,14 +188,16 @@ static gp_status make_sweep(ctx *c) {
   if (flags[F_STAGES].given) GP_TRY(parse_ints(F_STAGES, 1, GP_MAX_DEVICES, w->ks, &w->nk));
   if (flags[F_MICRO].given) GP_TRY(parse_ints(F_MICRO, 1, 4096, w->ms, &w->nm));
   if (flags[F_SCHEDULE].given)
-    GP_TRY(parse_names(F_SCHEDULE, gp_schedule_names(), w->scheds, &w->ns));
-  if (flags[F_REMAT].given) GP_TRY(parse_names(F_REMAT, gp_remat_names(), w->remats, &w->nr));
-  if (flags[F_DEVICES].given) GP_TRY(parse_devices(w, flags[F_DEVICES].s));
+    GP_TRY(gp_cli_choices(flags[F_SCHEDULE].name, flags[F_SCHEDULE].s, gp_schedule_names(),
+                          w->scheds, 2, &w->ns));
+  if (flags[F_REMAT].given)
+    GP_TRY(gp_cli_choices(flags[F_REMAT].name, flags[F_REMAT].s, gp_remat_names(), w->remats, 3,
+                          &w->nr));
+  if (flags[F_DEVICES].given)
+    GP_TRY(gp_cli_devices(flags[F_DEVICES].name, flags[F_DEVICES].s, w->devices, &w->n_dev));
   int kbig = 1;
   for (int i = 0; i < w->nk; i++) {
-    if (w->ks[i] > kmax)
-      return GP_ERR(GP_ERR_USAGE, "--stages %d: model %s has %d unit%s, so K must be 1..%d",
-                    w->ks[i], m->name, m->n_units, m->n_units == 1 ? "" : "s", kmax);
+    GP_TRY(gp_cli_stages_check(m, w->ks[i]));
     if (w->ks[i] > kbig) kbig = w->ks[i];
   }
   if (w->n_dev == 0) {
@@ -565,16 +492,8 @@ static gp_status open_data(ctx *c) {
  * The file's M is not run when --micro-batches is given: it goes in as 1, and the sweep says
  * which of the M a batch cannot be split into. */
 static gp_status load_model(const char *file, gp_model **out) {
-  gp_override ov[258];
-  int nov = 0;
-  gp_status s = gp_args_overrides(&flags[F_SET], ov, 256, &nov);
-  if (s == GP_OK) s = gp_args_setting(&flags[F_BATCH], "train.batch_size", NULL, ov, 258, &nov);
-  if (s == GP_OK)
-    s = gp_args_setting(&flags[F_MICRO], "pipeline.micro_batches", "1", ov, 258, &nov);
-  if (s == GP_OK) s = gp_model_load(file, ov, nov, out);
-  if (s == GP_OK) gp_args_note("gpipe-bench", (*out)->pipeline.renamed);
-  gp_args_overrides_free(ov, nov);
-  return s;
+  const gp_cli_load load = {"gpipe-bench", &flags[F_SET], &flags[F_BATCH], &flags[F_MICRO], "1"};
+  return gp_cli_model_load(&load, file, out);
 }
 
 static gp_status setup(ctx *c, const char *file) {
@@ -609,12 +528,9 @@ static gp_status setup(ctx *c, const char *file) {
   b->precision = c->precision == GP_PREC_BF16 ? "bf16" : "fp32";
   b->nondeterministic = flags[F_NONDET].given;
   b->data = flags[F_DATA].given ? flags[F_DATA].s : "synthetic";
-  if (strcmp(b->data, "synthetic") != 0 && strcmp(b->data, "real") != 0) {
-    static const char *const kinds[] = {"synthetic", "real"};
-    const char *near = gp_nearest(b->data, kinds, 2);
-    return GP_ERR(GP_ERR_USAGE, "--data: unknown value '%s'%s%s%s (expected synthetic or real)",
-                  b->data, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
-  }
+  static const char *const kinds[] = {"synthetic", "real", NULL};
+  int kind;
+  GP_TRY(gp_cli_choice("--data", b->data, kinds, &kind));
   GP_TRY(make_sweep(c));
   GP_TRY(make_runs(c));
   if (b->per_stage) { /* the most cores a run gives its stages */
@@ -853,9 +769,6 @@ int main(int argc, char **argv) {
   gp_model_free(c.m);
   free(c.b.runs);
   gp_args_free(flags);
-  if (s != GP_OK) {
-    fprintf(stderr, "gpipe-bench: %s\n", gp_error_message());
-    return gp_status_exit_code(s);
-  }
+  if (s != GP_OK) return gp_cli_fail("gpipe-bench", s, NULL);
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "cli/common.h"
 #include "cli/interrupt.h"
 #include "cli/machine.h"
 #include "core/io/json.h"
@@ -94,20 +95,7 @@ typedef struct request {
 /* ---- parsing ----------------------------------------------------------------------------- */
 
 static gp_status choice(int f, const char *const *names, int *out) {
-  if (!flags[f].given) return GP_OK;
-  int n = 0;
-  for (; names[n]; n++)
-    if (strcmp(names[n], flags[f].s) == 0) {
-      *out = n;
-      return GP_OK;
-    }
-  const char *near = gp_nearest(flags[f].s, names, n);
-  char all[128] = "";
-  for (int i = 0; i < n; i++)
-    snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? ", " : "", names[i]);
-  return GP_ERR(GP_ERR_USAGE, "%s: unknown value '%s'%s%s%s (expected one of %s)", flags[f].name,
-                flags[f].s, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "",
-                all);
+  return flags[f].given ? gp_cli_choice(flags[f].name, flags[f].s, names, out) : GP_OK;
 }
 
 /* Splits a comma list into at most max fields of at most 63 characters. */
@@ -127,21 +115,6 @@ static gp_status split(const char *flag, const char *text, char fields[][64], in
     if (!p[len]) return GP_OK;
     p += len + 1;
   }
-}
-
-static gp_status parse_devices(request *q, const char *text) {
-  char f[GP_MAX_DEVICES][64];
-  int n;
-  GP_TRY(split("--devices", text, f, GP_MAX_DEVICES, &n));
-  for (int i = 0; i < n; i++) {
-    if (gp_device_check(f[i]) != GP_OK) return gp_error_prefix(GP_ERR_USAGE, "--devices: ");
-    size_t len = strlen(f[i]); /* a checked name fits ("cuda:15"); -O0 cannot tell */
-    if (len >= sizeof q->devices[i])
-      return GP_ERR(GP_ERR_USAGE, "--devices: '%s' is too long for a device name", f[i]);
-    memcpy(q->devices[i], f[i], len + 1);
-  }
-  q->n_devices = n;
-  return GP_OK;
 }
 
 /* One value for every stage, or one per stage. */
@@ -174,35 +147,21 @@ static gp_status per_stage(const char *flag, const char *text, int k, int is_siz
   return GP_OK;
 }
 
-static gp_status make_request(const gp_model *m, request *q) {
-  const gp_pipeline_spec *ps = &m->pipeline;
-  memset(q, 0, sizeof *q);
-  q->stages = flags[F_STAGES].given ? (int)flags[F_STAGES].i : ps->stages;
-  int kmax = m->n_units < GP_MAX_DEVICES ? m->n_units : GP_MAX_DEVICES;
-  if (q->stages < 1 || q->stages > kmax)
-    return GP_ERR(GP_ERR_USAGE, "--stages %d: model %s has %d unit%s, so K must be 1..%d",
-                  q->stages, m->name, m->n_units, m->n_units == 1 ? "" : "s", kmax);
+static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, request *q) {
+  q->stages = ps->stages;
   /* --micro-batches and --batch-size went into the load, which checked them */
   q->micro = ps->micro_batches;
   q->batch = m->train.batch_size;
   /* uneven splits give the first batch % M micro-batches one more sample: size for those */
   q->micro_batch = (q->batch + q->micro - 1) / q->micro;
-  int v = (int)ps->schedule;
-  GP_TRY(choice(F_SCHEDULE, gp_schedule_names(), &v));
-  q->schedule = (gp_schedule_kind)v;
-  v = (int)ps->remat;
-  GP_TRY(choice(F_REMAT, gp_remat_names(), &v));
-  q->remat = (gp_remat)v;
-  v = GP_COST_FLOPS;
+  q->schedule = ps->schedule;
+  q->remat = ps->remat;
+  int v = GP_COST_FLOPS;
   GP_TRY(choice(F_BY, by_names, &v));
   q->by = (gp_cost_by)v;
-  if (flags[F_DEVICES].given) {
-    GP_TRY(parse_devices(q, flags[F_DEVICES].s));
-  } else {
-    q->n_devices = ps->n_devices ? ps->n_devices : 1;
-    for (int i = 0; i < q->n_devices; i++)
-      snprintf(q->devices[i], sizeof q->devices[i], "%s", ps->n_devices ? ps->devices[i] : "cpu");
-  }
+  q->n_devices = ps->n_devices ? ps->n_devices : 1;
+  for (int i = 0; i < q->n_devices; i++)
+    snprintf(q->devices[i], sizeof q->devices[i], "%s", ps->n_devices ? ps->devices[i] : "cpu");
   if (q->n_devices != 1 && q->n_devices != q->stages)
     return GP_ERR(GP_ERR_USAGE, "%s%d devices for %d stage%s (give one, or one per stage)",
                   flags[F_DEVICES].given ? "--devices: " : "the model file's pipeline section: ",
@@ -230,6 +189,18 @@ static gp_status make_request(const gp_model *m, request *q) {
   else if (home && *home)
     snprintf(q->cache_dir, sizeof q->cache_dir, "%s/.cache/gpipe", home);
   return GP_OK;
+}
+
+/* The request: the model file's pipeline section with the pipeline flags applied, then the
+ * flags of the preview. */
+static gp_status make_request(const gp_model *m, request *q) {
+  memset(q, 0, sizeof *q);
+  gp_pipeline_spec ps = m->pipeline; /* the file's, with the flags applied */
+  GP_TRY(gp_cli_pipeline_apply(&(gp_cli_pipeline){&flags[F_STAGES], &flags[F_SCHEDULE],
+                                                  &flags[F_REMAT], NULL, &flags[F_DEVICES]},
+                               m, &ps));
+  GP_TRY(gp_cli_stages_check(m, ps.stages));
+  return fill_request(m, &ps, q);
 }
 
 static double optim_slots(const gp_train_spec *t) {
@@ -553,8 +524,7 @@ static void print_timeline(const request *q, const gp_sim_events *ev, double mak
 /* ---- main -------------------------------------------------------------------------------- */
 
 static int fail(gp_status s) {
-  fprintf(stderr, "gpipe-partition: %s\n", gp_error_message());
-  return gp_status_exit_code(s);
+  return gp_cli_fail("gpipe-partition", s, NULL);
 }
 
 /* " --batch-size B" where the run's batch is not the model file's, else "". */
@@ -691,17 +661,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   gp_blas_pick_kernels(argv); /* --by time times the layers with the kernels gpipe-train uses */
-  gp_override ov[258];
-  int nov = 0;
-  if (s == GP_OK) s = gp_args_overrides(&flags[F_SET], ov, 256, &nov);
-  /* the two that the load checks against each other */
-  if (s == GP_OK) s = gp_args_setting(&flags[F_BATCH], "train.batch_size", NULL, ov, 258, &nov);
-  if (s == GP_OK)
-    s = gp_args_setting(&flags[F_MICRO], "pipeline.micro_batches", NULL, ov, 258, &nov);
+  const gp_cli_load load = {"gpipe-partition", &flags[F_SET], &flags[F_BATCH], &flags[F_MICRO],
+                            NULL};
   gp_model *m = NULL;
-  if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &m);
-  if (s == GP_OK) gp_args_note("gpipe-partition", m->pipeline.renamed);
-  gp_args_overrides_free(ov, nov);
+  if (s == GP_OK) s = gp_cli_model_load(&load, pos[0], &m);
   if (s == GP_OK) s = run(m);
   if (s == GP_OK && (fflush(stdout) != 0 || ferror(stdout)))
     s = GP_ERR(GP_ERR_IO, "stdout: writing failed");

@@ -280,7 +280,7 @@ refuse "--batch-size: at most 16777216, got '16777217'" --batch-size 16777217
 # an empty item is named as one (it said "expected at most 64 values")
 refuse "--memory-limit: an empty value in '1GiB,,2GiB'" --stages 3 --memory-limit 1GiB,,2GiB
 refuse "--speeds: an empty value in '1,'" --stages 2 --speeds 1,
-refuse "--devices: an empty value in ',cpu'" --stages 2 --devices ,cpu
+refuse "--devices: expected names like cpu or cuda:0 separated by commas, got ',cpu'" --stages 2 --devices ,cpu
 refuse "--speeds: '1{70}' is too long" --stages 2 --speeds "$(printf '1%.0s' {1..70})"
 refuse "--speeds: expected at most 64 values" --stages 2 --speeds "$(printf '1,%.0s' {1..64})1"
 refuse "resnet56-cifar.yaml:[0-9]+:[0-9]+: micro_batches: 500 is more than batch_size 128 .*\(set by --micro-batches 500\)$" \

@@ -91,12 +91,12 @@ check() {
     fail "$* -> exit $rc: $(cat "$tmp/err")"
   fi
 }
-check "cannot cut 7 units into 9 stages" --stages 9
+check "--stages 9: model fashion-mlp has 7 units, so K must be 1..7" --stages 9
 check "balance sums to 4 units, the model has 7" --stages 2 --balance 2,2
 check "unknown value 'gpipee'; did you mean 'gpipe'" --schedule gpipee
 check "fashion-mlp.yaml:[0-9]+:[0-9]+: micro_batches: 8 is more than batch_size 4 .*\\(set by --micro-batches 8\\)$" \
   --batch-size 4 --micro-batches 8
-check "--balance: expected positive integers" --stages 2 --balance 3,x
+check "--balance: expected integers >= 1 separated by commas" --stages 2 --balance 3,x
 check "balance has 2 entries for 1 stage$" --stages 1 --balance 3,4 # it said "1 stages"
 # the pipeline and training lines count in words: 1 stage, 1 micro-batch, 1 step
 for cfg in "1 2 stage micro-batches" "2 1 stages micro-batch"; do
