@@ -40,7 +40,7 @@ static gp_flag flags[] = {
     [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "stages (default 1)", 1},
     [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches (default 1)", 1,
                  .max = GP_MAX_MICRO_BATCHES},
-    [F_REMAT] = {"--checkpoint", GP_FLAG_STR, "always|except_last|never",
+    [F_REMAT] = {"--remat", GP_FLAG_STR, "always|except_last|never",
                  "re-materialization (default never)", 0},
     [F_DEVICES] = {"--devices", GP_FLAG_STR, "DEV[,DEV...]", "cpu or cuda:N (default cpu)", 0},
     [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE", "cap of each stage's memory", 0},
@@ -65,7 +65,7 @@ static gp_status pipeline_flags(gp_pipeline_spec *ps) {
     for (int i = 0; names[i]; i++)
       if (strcmp(names[i], flags[F_REMAT].s) == 0) found = i;
     if (found < 0)
-      return GP_ERR(GP_ERR_USAGE, "--checkpoint: unknown value '%s' (always, except_last, never)",
+      return GP_ERR(GP_ERR_USAGE, "--remat: unknown value '%s' (always, except_last, never)",
                     flags[F_REMAT].s);
     ps->remat = (gp_remat)found;
   }

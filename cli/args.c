@@ -120,6 +120,29 @@ static gp_status unknown(gp_flag *flags, const char *arg, const char *value) {
   return GP_ERR(GP_ERR_USAGE, "unknown flag '%s' (see --help)", arg);
 }
 
+/* Flags that were renamed, old name first: still read, with a note, so that scripts written
+ * for the old name keep working. */
+static const char *const renamed_flags[][2] = {
+    {"--checkpoint", "--remat"},
+};
+
+/* The flag `name` is the old name of, noting the rename on stderr; or NULL. */
+static gp_flag *renamed_flag(gp_flag *flags, const char *argv0, const char *name) {
+  for (size_t i = 0; i < sizeof renamed_flags / sizeof renamed_flags[0]; i++) {
+    gp_flag *f =
+        strcmp(name, renamed_flags[i][0]) == 0 ? gp_args_get(flags, renamed_flags[i][1]) : NULL;
+    if (!f) continue;
+    const char *prog = strrchr(argv0, '/');
+    fprintf(stderr, "%s: note: %s is now %s\n", prog ? prog + 1 : argv0, name, f->name);
+    return f;
+  }
+  return NULL;
+}
+
+void gp_args_note(const char *prog, const char *text) {
+  if (text[0]) fprintf(stderr, "%s: note: %s\n", prog, text);
+}
+
 /* A word that is a flag's name, or "--" and more: not a value for the flag before it. */
 static int looks_like_flag(gp_flag *flags, const char *word) {
   if (strncmp(word, "--", 2) == 0) return 1;
@@ -154,6 +177,8 @@ gp_status gp_args_parse(int argc, char **argv, gp_flag *flags, const char **posi
     memcpy(name, arg, len);
     name[len] = 0;
     gp_flag *f = gp_args_get(flags, name);
+    if (!f) f = renamed_flag(flags, argv[0], name);
+    if (f) memcpy(name, f->name, strlen(f->name) + 1); /* messages name the flag as it is now */
     if (!f) return unknown(flags, name, eq ? eq + 1 : a + 1 < argc ? argv[a + 1] : NULL);
     if (f->kind == GP_FLAG_BOOL) {
       if (eq) return GP_ERR(GP_ERR_USAGE, "%s takes no value", name);

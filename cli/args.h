@@ -43,6 +43,10 @@ gp_flag *gp_args_get(gp_flag *flags, const char *name);
 void gp_args_free(gp_flag *flags);
 void gp_args_usage(const char *prog, const char *synopsis, const gp_flag *flags);
 
+/* A note for the user on stderr, "PROG: note: TEXT" (an old name read under its new one);
+ * nothing when text is empty. */
+void gp_args_note(const char *prog, const char *text);
+
 /* Checks an output file's flag before the work that ends in writing it, so that a typo does
  * not cost the run; leaves no file behind. "-" is refused (it would be a file of that name, not
  * standard output). `renamed`: the file is written to a temporary name

@@ -76,7 +76,7 @@ typedef struct gp_bench {
   int n_runs;
   gp_bench_run *runs;
   /* configurations left out (M > batch; K x T > cores), as text for the notes: each M and
-   * each K of the lists at most once, so room for two lists of cli/bench.c's MAX_LIST */
+   * each K of the lists at most once, so room for two lists of cli/bench_sweep.h's MAX_LIST */
   int n_skipped;
   char skipped[128][128];
 } gp_bench;
@@ -89,6 +89,9 @@ const char *gp_bench_remat_name(gp_remat r);
 gp_status gp_bench_stream_status(FILE *f, const char *path);
 
 /* Each returns GP_ERR_IO naming path when the stream fails. */
+/* What a run that does not fit did not fit: "12.00 MiB" (--memory-limit), else its GPU's
+ * memory. */
+const char *gp_bench_fit_what(const gp_bench *b, char *buf, size_t n);
 gp_status gp_bench_write_table(FILE *f, const gp_bench *b);
 gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b);
 gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b);

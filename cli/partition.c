@@ -10,8 +10,10 @@
 #include <string.h>
 
 #include "cli/args.h"
+#include "cli/common.h"
 #include "cli/interrupt.h"
 #include "cli/machine.h"
+#include "cli/partition.h"
 #include "core/io/json.h"
 #include "core/backend.h"
 #include "core/decimal.h"
@@ -52,7 +54,7 @@ static gp_flag flags[] = {
     [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE[,SIZE...]",
                   "per-device memory limit: 16GiB, 512MiB, 1.5GB, bytes", 0},
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b", "pipeline schedule", 0},
-    [F_REMAT] = {"--checkpoint", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
+    [F_REMAT] = {"--remat", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
     [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)",
                    0},
     [F_SPEEDS] = {"--speeds", GP_FLAG_STR, "1,1.5,...",
@@ -75,39 +77,10 @@ static gp_flag flags[] = {
 };
 _Static_assert(sizeof flags / sizeof flags[0] == F_COUNT + 1, "flag table");
 
-static const char *const by_names[] = {"flops", "params", "time", NULL};
-static const char *const by_titles[] = {"estimated FLOPs", "parameters", "measured time"};
-
-/* Everything the request is made of, after flags and the model file's defaults. */
-typedef struct request {
-  int stages, micro, n_devices, threads;
-  int64_t batch, micro_batch;
-  gp_schedule_kind schedule;
-  gp_remat remat;
-  gp_cost_by by;
-  char devices[GP_MAX_DEVICES][16];
-  double speed[GP_MAX_DEVICES], mem_limit[GP_MAX_DEVICES];
-  int has_limit;
-  char cache_dir[4096];
-} request;
-
 /* ---- parsing ----------------------------------------------------------------------------- */
 
 static gp_status choice(int f, const char *const *names, int *out) {
-  if (!flags[f].given) return GP_OK;
-  int n = 0;
-  for (; names[n]; n++)
-    if (strcmp(names[n], flags[f].s) == 0) {
-      *out = n;
-      return GP_OK;
-    }
-  const char *near = gp_nearest(flags[f].s, names, n);
-  char all[128] = "";
-  for (int i = 0; i < n; i++)
-    snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? ", " : "", names[i]);
-  return GP_ERR(GP_ERR_USAGE, "%s: unknown value '%s'%s%s%s (expected one of %s)", flags[f].name,
-                flags[f].s, near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "",
-                all);
+  return flags[f].given ? gp_cli_choice(flags[f].name, flags[f].s, names, out) : GP_OK;
 }
 
 /* Splits a comma list into at most max fields of at most 63 characters. */
@@ -127,21 +100,6 @@ static gp_status split(const char *flag, const char *text, char fields[][64], in
     if (!p[len]) return GP_OK;
     p += len + 1;
   }
-}
-
-static gp_status parse_devices(request *q, const char *text) {
-  char f[GP_MAX_DEVICES][64];
-  int n;
-  GP_TRY(split("--devices", text, f, GP_MAX_DEVICES, &n));
-  for (int i = 0; i < n; i++) {
-    if (gp_device_check(f[i]) != GP_OK) return gp_error_prefix(GP_ERR_USAGE, "--devices: ");
-    size_t len = strlen(f[i]); /* a checked name fits ("cuda:15"); -O0 cannot tell */
-    if (len >= sizeof q->devices[i])
-      return GP_ERR(GP_ERR_USAGE, "--devices: '%s' is too long for a device name", f[i]);
-    memcpy(q->devices[i], f[i], len + 1);
-  }
-  q->n_devices = n;
-  return GP_OK;
 }
 
 /* One value for every stage, or one per stage. */
@@ -174,35 +132,21 @@ static gp_status per_stage(const char *flag, const char *text, int k, int is_siz
   return GP_OK;
 }
 
-static gp_status make_request(const gp_model *m, request *q) {
-  const gp_pipeline_spec *ps = &m->pipeline;
-  memset(q, 0, sizeof *q);
-  q->stages = flags[F_STAGES].given ? (int)flags[F_STAGES].i : ps->stages;
-  int kmax = m->n_units < GP_MAX_DEVICES ? m->n_units : GP_MAX_DEVICES;
-  if (q->stages < 1 || q->stages > kmax)
-    return GP_ERR(GP_ERR_USAGE, "--stages %d: model %s has %d unit%s, so K must be 1..%d",
-                  q->stages, m->name, m->n_units, m->n_units == 1 ? "" : "s", kmax);
+static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_part_request *q) {
+  q->stages = ps->stages;
   /* --micro-batches and --batch-size went into the load, which checked them */
   q->micro = ps->micro_batches;
   q->batch = m->train.batch_size;
   /* uneven splits give the first batch % M micro-batches one more sample: size for those */
   q->micro_batch = (q->batch + q->micro - 1) / q->micro;
-  int v = (int)ps->schedule;
-  GP_TRY(choice(F_SCHEDULE, gp_schedule_names(), &v));
-  q->schedule = (gp_schedule_kind)v;
-  v = (int)ps->remat;
-  GP_TRY(choice(F_REMAT, gp_remat_names(), &v));
-  q->remat = (gp_remat)v;
-  v = GP_COST_FLOPS;
-  GP_TRY(choice(F_BY, by_names, &v));
+  q->schedule = ps->schedule;
+  q->remat = ps->remat;
+  int v = GP_COST_FLOPS;
+  GP_TRY(choice(F_BY, gp_part_by_names, &v));
   q->by = (gp_cost_by)v;
-  if (flags[F_DEVICES].given) {
-    GP_TRY(parse_devices(q, flags[F_DEVICES].s));
-  } else {
-    q->n_devices = ps->n_devices ? ps->n_devices : 1;
-    for (int i = 0; i < q->n_devices; i++)
-      snprintf(q->devices[i], sizeof q->devices[i], "%s", ps->n_devices ? ps->devices[i] : "cpu");
-  }
+  q->n_devices = ps->n_devices ? ps->n_devices : 1;
+  for (int i = 0; i < q->n_devices; i++)
+    snprintf(q->devices[i], sizeof q->devices[i], "%s", ps->n_devices ? ps->devices[i] : "cpu");
   if (q->n_devices != 1 && q->n_devices != q->stages)
     return GP_ERR(GP_ERR_USAGE, "%s%d devices for %d stage%s (give one, or one per stage)",
                   flags[F_DEVICES].given ? "--devices: " : "the model file's pipeline section: ",
@@ -232,321 +176,26 @@ static gp_status make_request(const gp_model *m, request *q) {
   return GP_OK;
 }
 
-/* ---- output ------------------------------------------------------------------------------ */
-
-typedef struct stage_sums {
-  int64_t params;
-  double flops, fwd, bwd; /* flops: analytic fwd + bwd; fwd, bwd: the balancing weight */
-} stage_sums;
-
-static stage_sums sums(const gp_unit_costs *c, const gp_partition *p, int s) {
-  stage_sums r = {0};
-  for (int u = p->first[s]; u < p->first[s + 1]; u++) {
-    r.params += c->params[u];
-    r.flops += c->fwd_flops[u] + c->bwd_flops[u];
-    r.fwd += c->fwd[u];
-    r.bwd += c->bwd[u];
-  }
-  return r;
-}
-
-static double total_time(const gp_partition *p) {
-  double t = 0;
-  for (int s = 0; s < p->stages; s++)
-    t += p->time[s];
-  return t;
-}
-
-/* One unit heavier than the largest even share of a stage: no cut between units balances K
- * stages, whatever the solver does. Says which unit, and, when it is a block instance, that
- * its layers written as top-level entries become units the partitioner can cut between. */
-static void granularity_hint(const gp_model *m, const request *q, const gp_unit_costs *c) {
-  double total = 0, big = 0, speeds = 0, fastest = 0;
-  int at = 0;
-  for (int u = 0; u < c->n; u++) {
-    double w = c->fwd[u] + c->bwd[u];
-    total += w;
-    if (w > big) big = w, at = u;
-  }
-  for (int s = 0; s < q->stages; s++) {
-    speeds += q->speed[s];
-    if (q->speed[s] > fastest) fastest = q->speed[s];
-  }
-  double share = fastest / speeds; /* the most an even split gives one stage */
-  if (q->stages < 2 || total <= 0 || big / total <= 1.05 * share) return;
-  /* the loss is a node of the last unit, not a layer the file lists in it */
-  int layers = m->unit_first[at + 1] - m->unit_first[at] - (at == m->n_units - 1);
-  printf("hint        unit %d '%s' alone is %.1f%% of the %s, more than an even stage's %.1f%%: "
-         "no cut between units balances %d stages",
-         at, m->unit_names[at], 100 * big / total, by_titles[q->by], 100 * share, q->stages);
-  if (layers > 1) {
-    /* would writing the block out help? its heaviest layer's part of the unit, by the same
-     * measure (parameters, else the analytic FLOPs, also for measured time) */
-    double in_unit = 0, heavy = 0;
-    int hi = m->unit_first[at];
-    for (int i = m->unit_first[at]; i < m->unit_first[at] + layers; i++) {
-      gp_cost k;
-      gp_node_cost(m, i, &k);
-      double w = q->by == GP_COST_PARAMS ? (double)k.params : k.fwd_flops + k.bwd_flops;
-      in_unit += w;
-      if (w > heavy) heavy = w, hi = i;
-    }
-    double heavy_share = in_unit > 0 ? big / total * heavy / in_unit : 0;
-    if (heavy_share <= 1.05 * share)
-      printf("; its %d layers written as top-level entries of layers: are units to cut between",
-             layers);
-    else
-      printf(" (nor would its %d layers written out: '%s' alone is %s%.1f%%%s)", layers,
-             m->nodes[hi].layer.path, q->by == GP_COST_TIME ? "about " : "", 100 * heavy_share,
-             q->by == GP_COST_TIME ? ", from its share of the unit's FLOPs" : "");
-  }
-  printf("\n");
-}
-
-static void print_table(const gp_model *m, const request *q, const gp_unit_costs *c,
-                        const gp_partition *p) {
-  /* the pipeline gives the first batch % M micro-batches one more sample than the rest */
-  char size[48];
-  if (q->batch % q->micro == 0)
-    snprintf(size, sizeof size, "%" PRId64, q->micro_batch);
-  else
-    snprintf(size, sizeof size, "%" PRId64 "-%" PRId64, q->batch / q->micro, q->micro_batch);
-  printf("model %s: %d unit%s, %.3fM parameters; %d stage%s, %d micro-batch%s of %s"
-         " (batch %" PRId64 "); %s schedule, re-materialization %s; balanced by %s\n\n",
-         m->name, m->n_units, m->n_units == 1 ? "" : "s", (double)m->n_params / 1e6, q->stages,
-         q->stages == 1 ? "" : "s", q->micro, q->micro == 1 ? "" : "es", size, q->batch,
-         gp_schedule_names()[q->schedule], gp_remat_names()[q->remat], by_titles[q->by]);
-  char names[GP_MAX_DEVICES][160];
-  int w = 5;
-  for (int s = 0; s < p->stages; s++) {
-    int a = p->first[s], b = p->first[s + 1] - 1;
-    if (a == b)
-      snprintf(names[s], sizeof names[s], "%d %s", a, m->unit_names[a]);
-    else
-      snprintf(names[s], sizeof names[s], "%d-%d %s .. %s", a, b, m->unit_names[a],
-               m->unit_names[b]);
-    if ((int)strlen(names[s]) > w) w = (int)strlen(names[s]);
-  }
-  double tt = total_time(p);
-  printf("stage  %-*s  count     params   GFLOPs  time %%  memory MiB  sends/micro-batch\n", w,
-         "units");
-  for (int s = 0; s < p->stages; s++) {
-    stage_sums r = sums(c, p, s);
-    char out[32] = "-";
-    if (s < p->stages - 1)
-      gp_args_bytes_str((double)c->cut_bytes[p->first[s + 1]], 1, out, sizeof out);
-    printf("%5d  %-*s  %5d  %9" PRId64 "  %7.3f  %6.1f  %10.1f  %s\n", s, w, names[s],
-           p->first[s + 1] - p->first[s], r.params, r.flops / 1e9,
-           tt > 0 ? 100 * p->time[s] / tt : 0.0, p->memory[s] / 1048576.0, out);
-  }
-  printf("\nimbalance   %.3f (slowest stage / mean stage time)\n", p->imbalance);
-  printf("bubble      %.1f%% of the stages' time idle (predicted, %s, M = %d)\n", 100 * p->bubble,
-         gp_schedule_names()[q->schedule], q->micro);
-  printf("speed-up    %.2fx over naive %d-stage model parallelism (M = 1), %.2fx over 1 stage\n",
-         p->speedup_naive, q->stages, p->speedup_k1);
-  granularity_hint(m, q, c);
-  /* Few micro-batches for K stages: what more would do (GPipe's M >= 4K keeps the bubble low) */
-  int64_t more = gp_plan_micro_hint(q->stages, q->batch);
-  if (q->stages > 1 && q->micro < 4 * q->stages && more > q->micro)
-    printf("hint        M = %d is few for %d stages: --micro-batches %" PRId64
-           " (the GPipe paper's M >= 4K) brings the ideal bubble (K-1)/(M+K-1) down to %.1f%%\n",
-           q->micro, q->stages, more, 100.0 * (q->stages - 1) / (double)(more + q->stages - 1));
-  if (q->has_limit) {
-    char a[32], b[32];
-    double worst = 0;
-    int at = 0;
-    for (int s = 0; s < p->stages; s++)
-      if (p->memory[s] / q->mem_limit[s] > worst) worst = p->memory[s] / q->mem_limit[s], at = s;
-    printf("memory      every stage fits its limit; the fullest, stage %d, needs %s of %s\n", at,
-           gp_args_bytes_str(p->memory[at], 1, a, sizeof a),
-           gp_args_bytes_str(q->mem_limit[at], 1, b, sizeof b));
-  }
-}
-
-static void json_num(double v) {
-  char buf[32];
-  if (isfinite(v))
-    fputs(gp_decimal_shortest(v, buf, sizeof buf), stdout);
-  else
-    printf("null");
-}
-
-static void print_json(const gp_model *m, const request *q, const gp_unit_costs *c,
-                       const gp_partition *p, const gp_sim_events *ev) {
-  printf("{\"model\": ");
-  gp_json_write_str(stdout, m->name);
-  printf(", \"stages\": %d, \"micro_batches\": %d, \"batch_size\": %" PRId64
-         ", \"micro_batch_size\": %" PRId64 ", \"schedule\": \"%s\", \"checkpoint\": \"%s\", "
-         "\"cost_basis\": \"%s\", \"params\": %" PRId64 ",\n \"devices\": [",
-         q->stages, q->micro, q->batch, q->micro_batch, gp_schedule_names()[q->schedule],
-         gp_remat_names()[q->remat], by_names[q->by], m->n_params);
-  for (int s = 0; s < q->stages; s++) {
-    printf(s ? ", " : "");
-    gp_json_write_str(stdout, q->devices[s]);
-  }
-  printf("],\n \"units\": [");
-  for (int u = 0; u < c->n; u++) {
-    printf(u ? ",\n   {\"name\": " : "\n   {\"name\": ");
-    gp_json_write_str(stdout, m->unit_names[u]);
-    printf(", \"flops_fwd\": ");
-    json_num(c->fwd_flops[u]);
-    printf(", \"flops_bwd\": ");
-    json_num(c->bwd_flops[u]);
-    printf(", \"params\": %" PRId64 ", \"activation_bytes\": %" PRId64
-           ", \"gradient_bytes\": %" PRId64 ", \"output_bytes\": %" PRId64
-           ", \"cut_bytes_before\": %" PRId64 ", \"weight_fwd\": ",
-           c->params[u], c->act_bytes[u], c->grad_bytes[u], c->out_bytes[u], c->cut_bytes[u]);
-    json_num(c->fwd[u]);
-    printf(", \"weight_bwd\": ");
-    json_num(c->bwd[u]);
-    printf("}");
-  }
-  printf("],\n \"partition\": [");
-  double tt = total_time(p);
-  for (int s = 0; s < p->stages; s++) {
-    stage_sums r = sums(c, p, s);
-    printf("%s{\"stage\": %d, \"device\": ", s ? ",\n   " : "\n   ", s);
-    gp_json_write_str(stdout, q->devices[s]);
-    printf(", \"first_unit\": %d, \"last_unit\": %d, \"units\": %d, \"params\": %" PRId64
-           ", \"flops\": ",
-           p->first[s], p->first[s + 1] - 1, p->first[s + 1] - p->first[s], r.params);
-    json_num(r.flops);
-    printf(", \"time\": ");
-    json_num(p->time[s]);
-    printf(", \"time_share\": ");
-    json_num(tt > 0 ? p->time[s] / tt : 0);
-    printf(", \"memory_bytes\": ");
-    json_num(p->memory[s]);
-    printf(", \"memory_limit_bytes\": ");
-    json_num(q->has_limit ? q->mem_limit[s] : NAN);
-    printf(", \"boundary_bytes\": %" PRId64 "}",
-           s < p->stages - 1 ? c->cut_bytes[p->first[s + 1]] : (int64_t)0);
-  }
-  printf("],\n \"imbalance\": ");
-  json_num(p->imbalance);
-  printf(", \"bubble\": ");
-  json_num(p->bubble);
-  printf(", \"predicted_speedup\": {\"naive\": ");
-  json_num(p->speedup_naive);
-  printf(", \"k1\": ");
-  json_num(p->speedup_k1);
-  printf("}");
-  if (ev) {
-    static const char kind[] = {'F', 'B'};
-    printf(",\n \"timeline\": [");
-    for (int s = 0; s < ev->stages; s++) {
-      printf(s ? ",\n   [" : "\n   [");
-      for (int i = 0; i < ev->n[s]; i++) {
-        const gp_sim_event *e = &ev->event[s][i];
-        printf("%s{\"kind\": \"%c\", \"micro\": %d, \"recompute\": %s, \"start\": ", i ? ", " : "",
-               kind[e->kind == GP_A_BACKWARD], e->micro, e->recompute ? "true" : "false");
-        json_num(e->start);
-        printf(", \"end\": ");
-        json_num(e->end);
-        if (e->kind == GP_A_BACKWARD && e->recompute) {
-          printf(", \"recompute_start\": ");
-          json_num(e->rstart);
-          printf(", \"recompute_end\": ");
-          json_num(e->rend);
-        }
-        printf("}");
-      }
-      printf("]");
-    }
-    printf("]");
-  }
-  printf("}\n");
-}
-
-/* ---- the timeline ------------------------------------------------------------------------ */
-
-#define TL_WIDTH 100
-
-/* The costs predictions are made from: under --by params the weights are no time, so the
- * stage times, bubble, speed-ups and timeline use the analytic FLOPs there. */
-static gp_unit_costs time_costs(const request *q, const gp_unit_costs *c) {
-  gp_unit_costs t = *c;
-  if (q->by == GP_COST_PARAMS) t.fwd = c->fwd_flops, t.bwd = c->bwd_flops;
-  return t;
-}
-
-/* The simulated schedule of this partition (tc: time_costs). */
-static gp_status simulate(const request *q, const gp_unit_costs *tc, const gp_partition *p,
-                          gp_sim_events *ev, double *makespan) {
-  gp_stage_cost cost[GP_MAX_DEVICES];
-  for (int s = 0; s < p->stages; s++) {
-    double f = 0, b = 0;
-    for (int u = p->first[s]; u < p->first[s + 1]; u++) {
-      f += tc->fwd[u];
-      b += tc->bwd[u];
-    }
-    cost[s] = (gp_stage_cost){.fwd = f / q->speed[s], .bwd = b / q->speed[s]};
-  }
-  gp_schedule sc;
-  GP_TRY(gp_schedule_build(q->schedule, q->remat, p->stages, q->micro, &sc));
-  gp_sim_result res;
-  gp_status st = gp_schedule_simulate_events(&sc, cost, &res, ev);
-  if (st == GP_OK) *makespan = res.makespan;
-  gp_sim_result_free(&res);
-  gp_schedule_free(&sc);
-  return st;
-}
-
-/* One segment of a row: the letter, then the micro-batch number where it fits. */
-static void paint(char *row, double scale, double t0, double t1, char ch, int micro) {
-  int a = (int)lround(t0 * scale), b = (int)lround(t1 * scale);
-  if (a >= TL_WIDTH) a = TL_WIDTH - 1;
-  if (b <= a) b = a + 1; /* everything that ran shows, if only as one cell */
-  if (b > TL_WIDTH) b = TL_WIDTH;
-  memset(row + a, ch, (size_t)(b - a));
-  char num[16];
-  int len = snprintf(num, sizeof num, "%d", micro);
-  if (b - a >= len + 1) memcpy(row + a + 1, num, (size_t)len);
-}
-
-static void print_timeline(const request *q, const gp_sim_events *ev, double makespan) {
-  static const char *const unit[] = {"FLOP", "FLOP", "s"};
-  double scale = makespan > 0 ? TL_WIDTH / makespan : 0;
-  char col[32];
-  double per = makespan / TL_WIDTH;
-  if (q->by == GP_COST_TIME)
-    snprintf(col, sizeof col, "%.3g ms", per * 1e3);
-  else
-    snprintf(col, sizeof col, "%.3g G%s", per / 1e9, unit[q->by]);
-  printf("\ntimeline (%s, %d stage%s x %d micro-batch%s; one column = %s%s)\n",
-         gp_schedule_names()[q->schedule], q->stages, q->stages == 1 ? "" : "s", q->micro,
-         q->micro == 1 ? "" : "es", col,
-         q->by == GP_COST_FLOPS    ? " of work"
-         : q->by == GP_COST_PARAMS ? " of work (by FLOPs)"
-                                   : "");
-  for (int s = 0; s < ev->stages; s++) {
-    char row[TL_WIDTH + 1];
-    memset(row, '.', TL_WIDTH);
-    row[TL_WIDTH] = 0;
-    for (int i = 0; i < ev->n[s]; i++) {
-      const gp_sim_event *e = &ev->event[s][i];
-      if (e->kind == GP_A_FORWARD) {
-        paint(row, scale, e->start, e->end, 'F', e->micro);
-      } else {
-        if (e->rend > e->rstart) paint(row, scale, e->rstart, e->rend, 'R', e->micro);
-        paint(row, scale, e->start, e->end, 'B', e->micro);
-      }
-    }
-    printf("%5d |%s|\n", s, row);
-  }
-  printf("legend: F forward, R recompute, B backward, each followed by its micro-batch where it "
-         "fits; . idle\n");
+/* The request: the model file's pipeline section with the pipeline flags applied, then the
+ * flags of the preview. */
+static gp_status make_request(const gp_model *m, gp_part_request *q) {
+  memset(q, 0, sizeof *q);
+  gp_pipeline_spec ps = m->pipeline; /* the file's, with the flags applied */
+  GP_TRY(gp_cli_pipeline_apply(&(gp_cli_pipeline){&flags[F_STAGES], &flags[F_SCHEDULE],
+                                                  &flags[F_REMAT], NULL, &flags[F_DEVICES]},
+                               m, &ps));
+  GP_TRY(gp_cli_stages_check(m, ps.stages));
+  return fill_request(m, &ps, q);
 }
 
 /* ---- main -------------------------------------------------------------------------------- */
 
 static int fail(gp_status s) {
-  fprintf(stderr, "gpipe-partition: %s\n", gp_error_message());
-  return gp_status_exit_code(s);
+  return gp_cli_fail("gpipe-partition", s, NULL);
 }
 
 /* " --batch-size B" where the run's batch is not the model file's, else "". */
-static const char *batch_hint(const request *q) {
+static const char *batch_hint(const gp_part_request *q) {
   static char buf[48];
   buf[0] = 0;
   int set = flags[F_BATCH].given; /* the model as loaded holds the batch of the flags */
@@ -575,7 +224,7 @@ static const char *sh_path(const char *path, char *buf, size_t n) {
 /* The unit costs. The default cache folder is only a cache: one that cannot be made or
  * written (a read-only home) costs a warning and a measurement without it. An explicit
  * --cache-dir that cannot be used stays an error: the user asked for the cache there. */
-static gp_status unit_costs(const gp_model *m, const request *q, gp_unit_costs *c) {
+static gp_status unit_costs(const gp_model *m, const gp_part_request *q, gp_unit_costs *c) {
   const char *cache = q->cache_dir[0] ? q->cache_dir : NULL;
   gp_status s = gp_unit_costs_compute(m, q->micro_batch, q->by, q->threads, cache, c);
   if (s != GP_ERR_IO || !cache || flags[F_CACHE].given) return s;
@@ -585,7 +234,7 @@ static gp_status unit_costs(const gp_model *m, const request *q, gp_unit_costs *
 }
 
 static gp_status run(const gp_model *m) {
-  request q;
+  gp_part_request q;
   GP_TRY(make_request(m, &q));
   /* a bad -o is found before --by time's measurements, named as given (not its .tmp) */
   int stale = 0;
@@ -612,13 +261,13 @@ static gp_status run(const gp_model *m) {
   gp_sim_events ev = {0};
   double makespan = 0;
   gp_status st = gp_partition_solve(&c, &r, &p);
-  gp_unit_costs tc = time_costs(&q, &c);
+  gp_unit_costs tc = gp_part_time_costs(&q, &c);
   if (st == GP_OK && q.by == GP_COST_PARAMS) { /* the same split, predicted from FLOPs */
     int first[GP_MAX_DEVICES + 1];
     memcpy(first, p.first, sizeof first);
     st = gp_partition_evaluate(&tc, &r, first, &p);
   }
-  if (st == GP_OK && flags[F_TIMELINE].given) st = simulate(&q, &tc, &p, &ev, &makespan);
+  if (st == GP_OK && flags[F_TIMELINE].given) st = gp_part_simulate(&q, &tc, &p, &ev, &makespan);
   if (st == GP_OK && flags[F_OUT].given) {
     gp_pipeline_spec ps = {.stages = q.stages,
                            .micro_batches = q.micro,
@@ -635,10 +284,10 @@ static gp_status run(const gp_model *m) {
     if (st == GP_OK) st = gp_plan_write(flags[F_OUT].s, m, &plan);
   }
   if (st == GP_OK && flags[F_JSON].given) {
-    print_json(m, &q, &c, &p, flags[F_TIMELINE].given ? &ev : NULL);
+    gp_part_print_json(m, &q, &c, &p, flags[F_TIMELINE].given ? &ev : NULL);
   } else if (st == GP_OK) {
-    print_table(m, &q, &c, &p);
-    if (flags[F_TIMELINE].given) print_timeline(&q, &ev, makespan);
+    gp_part_print_table(m, &q, &c, &p);
+    if (flags[F_TIMELINE].given) gp_part_print_timeline(&q, &ev, makespan);
     if (flags[F_OUT].given) /* the plan holds M, not the batch: name one the run must use */
     {
       char mw[8192], pw[8192];
@@ -679,16 +328,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   gp_blas_pick_kernels(argv); /* --by time times the layers with the kernels gpipe-train uses */
-  gp_override ov[258];
-  int nov = 0;
-  if (s == GP_OK) s = gp_args_overrides(&flags[F_SET], ov, 256, &nov);
-  /* the two that the load checks against each other */
-  if (s == GP_OK) s = gp_args_setting(&flags[F_BATCH], "train.batch_size", NULL, ov, 258, &nov);
-  if (s == GP_OK)
-    s = gp_args_setting(&flags[F_MICRO], "pipeline.micro_batches", NULL, ov, 258, &nov);
+  const gp_cli_load load = {"gpipe-partition", &flags[F_SET], &flags[F_BATCH], &flags[F_MICRO],
+                            NULL};
   gp_model *m = NULL;
-  if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &m);
-  gp_args_overrides_free(ov, nov);
+  if (s == GP_OK) s = gp_cli_model_load(&load, pos[0], &m);
   if (s == GP_OK) s = run(m);
   if (s == GP_OK && (fflush(stdout) != 0 || ferror(stdout)))
     s = GP_ERR(GP_ERR_IO, "stdout: writing failed");

@@ -1,7 +1,6 @@
 /* gpipe-train: trains and evaluates a model file. The only place (with the other programs)
  * that prints for users and chooses exit codes: 0 ok, 2 bad model file or usage, 1 failure,
  * 128 + the signal when SIGINT or SIGTERM stopped it. */
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/args.h"
+#include "cli/common.h"
 #include "cli/ckpt_dir.h"
 #include "cli/interrupt.h"
 #include "cli/machine.h"
@@ -94,7 +94,7 @@ static gp_flag flags[] = {
     [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "pipeline stages (default: the model file's)", 1},
     [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches per mini-batch", 1},
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b", "pipeline schedule", 0},
-    [F_REMAT] = {"--checkpoint", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
+    [F_REMAT] = {"--remat", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
     [F_BALANCE] = {"--balance", GP_FLAG_STR, "a,b,...", "units per stage (default: even by FLOPs)",
                    0},
     [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)",
@@ -136,12 +136,12 @@ _Static_assert(sizeof flags / sizeof flags[0] == F_COUNT + 1, "flag table");
 
 static int fail(gp_status s) {
   /* a stage that does not fit its device: what lowers a stage's memory, on the same line */
-  const char *hint = s == GP_ERR_FULL ? "; more --stages, --checkpoint always or a smaller "
+  const char *hint = s == GP_ERR_FULL ? "; more --stages, --remat always or a smaller "
                                         "--batch-size lower each stage's memory (gpipe-partition "
                                         "MODEL.yaml --stages K shows it per stage)"
                                       : "";
-  fprintf(stderr, "gpipe-train: %s%s\n", gp_error_message(), hint);
-  return s == GP_ERR_INTERRUPTED ? gp_interrupt_exit_code() : gp_status_exit_code(s);
+  int code = gp_cli_fail("gpipe-train", s, hint);
+  return s == GP_ERR_INTERRUPTED ? gp_interrupt_exit_code() : code;
 }
 
 typedef struct run {
@@ -178,69 +178,6 @@ static gp_status run_free(run *r, gp_status s) {
   return s;
 }
 
-/* "a,b,c" -> ints; GP_ERR_USAGE naming the flag otherwise. */
-static gp_status parse_list(const char *flag, const char *text, int max, int *out, int *n) {
-  *n = 0;
-  const char *p = text;
-  while (*p) {
-    char *end;
-    long v = strtol(p, &end, 10); /* digits only: no " 2", "+2", empty item or trailing comma */
-    if (!isdigit((unsigned char)*p) || end == p || v < 1 || v > 1000000 ||
-        (*end && (*end != ',' || !end[1])) || *n >= max)
-      return GP_ERR(GP_ERR_USAGE, "%s: expected positive integers separated by commas, got '%s'",
-                    flag, text);
-    out[(*n)++] = (int)v;
-    p = *end ? end + 1 : end;
-  }
-  return GP_OK;
-}
-
-static gp_status apply_pipeline_flags(gp_pipeline_spec *ps) {
-  const char *const *schedules = gp_schedule_names(), *const *remats = gp_remat_names();
-  if (flags[F_STAGES].given) {
-    if (flags[F_STAGES].i > GP_MAX_DEVICES)
-      return GP_ERR(GP_ERR_USAGE, "--stages: at most %d", GP_MAX_DEVICES);
-    if (ps->stages != (int)flags[F_STAGES].i) ps->n_balance = 0;
-    ps->stages = (int)flags[F_STAGES].i;
-  }
-  const char *const *names[] = {schedules, remats};
-  int which[] = {F_SCHEDULE, F_REMAT}, *dst[] = {(int *)&ps->schedule, (int *)&ps->remat};
-  for (int i = 0; i < 2; i++) {
-    if (!flags[which[i]].given) continue;
-    int n = 0, found = -1;
-    for (; names[i][n]; n++)
-      if (strcmp(names[i][n], flags[which[i]].s) == 0) found = n;
-    if (found < 0) {
-      const char *near = gp_nearest(flags[which[i]].s, names[i], n);
-      return GP_ERR(GP_ERR_USAGE, "%s: unknown value '%s'%s%s%s", flags[which[i]].name,
-                    flags[which[i]].s, near ? "; did you mean '" : "", near ? near : "",
-                    near ? "'?" : "");
-    }
-    *dst[i] = found;
-  }
-  if (flags[F_BALANCE].given)
-    GP_TRY(
-        parse_list("--balance", flags[F_BALANCE].s, GP_MAX_DEVICES, ps->balance, &ps->n_balance));
-  if (flags[F_DEVICES].given) {
-    ps->n_devices = 0;
-    const char *p = flags[F_DEVICES].s;
-    while (*p) {
-      size_t len = strcspn(p, ",");
-      if (len == 0 || len >= sizeof ps->devices[0] || ps->n_devices >= GP_MAX_DEVICES ||
-          (p[len] == ',' && !p[len + 1]))
-        return GP_ERR(GP_ERR_USAGE,
-                      "--devices: expected names like cpu or cuda:0 separated by "
-                      "commas, got '%s'",
-                      flags[F_DEVICES].s);
-      memcpy(ps->devices[ps->n_devices], p, len);
-      ps->devices[ps->n_devices][len] = 0;
-      gp_device_canonical(ps->devices[ps->n_devices++]);
-      p += len + (p[len] == ',');
-    }
-  }
-  return GP_OK;
-}
-
 /* --partition: the plan replaces the model file's pipeline section; gp_plan_make then
  * rebuilds the same plan from it (and checks the devices as for any other pipeline). */
 static gp_status apply_plan_file(gp_model *m) {
@@ -251,6 +188,7 @@ static gp_status apply_plan_file(gp_model *m) {
                     flags[clash[i]].name);
   gp_plan plan;
   GP_TRY(gp_plan_read(flags[F_PARTITION].s, m, &plan));
+  gp_args_note("gpipe-train", plan.renamed);
   if (!plan.batch && !flags[F_QUIET].given)
     fprintf(stderr,
             "%s: the plan records no batch_size (written before plans did); its %d "
@@ -314,7 +252,9 @@ static gp_status apply_flags(gp_model *m) {
                   "--data: only 'synthetic' is accepted (the model file's data "
                   "section names real data), got '%s'",
                   flags[F_DATA].s);
-  GP_TRY(apply_pipeline_flags(&m->pipeline));
+  const gp_cli_pipeline pf = {&flags[F_STAGES], &flags[F_SCHEDULE], &flags[F_REMAT],
+                              &flags[F_BALANCE], &flags[F_DEVICES]};
+  GP_TRY(gp_cli_pipeline_apply(&pf, m, &m->pipeline));
   if (flags[F_PARTITION].given) GP_TRY(apply_plan_file(m));
   if (t->batch_size < m->pipeline.micro_batches) {
     /* either may come from a flag, the model file or (M) the plan: name where */
@@ -913,15 +853,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   gp_blas_pick_kernels(argv);
-  gp_override ov[258];
-  int nov = 0;
-  if (s == GP_OK) s = gp_args_overrides(&flags[F_SET], ov, 256, &nov);
-  /* the two that the load checks against each other */
-  if (s == GP_OK) s = gp_args_setting(&flags[F_BATCH], "train.batch_size", NULL, ov, 258, &nov);
-  if (s == GP_OK)
-    s = gp_args_setting(&flags[F_MICRO], "pipeline.micro_batches", NULL, ov, 258, &nov);
-  if (s == GP_OK) s = gp_model_load(pos[0], ov, nov, &r.m);
-  gp_args_overrides_free(ov, nov);
+  const gp_cli_load load = {"gpipe-train", &flags[F_SET], &flags[F_BATCH], &flags[F_MICRO], NULL};
+  if (s == GP_OK) s = gp_cli_model_load(&load, pos[0], &r.m);
   if (s == GP_OK) s = apply_flags(r.m);
   if (s == GP_OK && flags[F_PRECISION].given)
     s = gp_args_precision("--precision", flags[F_PRECISION].s, &r.precision);

@@ -32,7 +32,7 @@ best = {}
 for side in "ab":
     for r in range(reps):
         for run in json.load(open(f"{out}/{side}.{r}.json"))["runs"]:
-            key = (run["stages"], run["micro_batches"], run["schedule"], run["checkpoint"])
+            key = (run["stages"], run["micro_batches"], run["schedule"], run["remat"])
             cur = best.setdefault(key, {})
             cur[side] = max(cur.get(side, 0.0), run["samples_per_s"])
 print(f"A = {a}, B = {b}: best samples/s of {reps} alternating runs each")

@@ -21,7 +21,7 @@ def main():
         sys.exit(f"{sys.argv[1]}: not gpipe-bench --json output ({e})")
     cells = []
     naive = {r["stages"]: r for r in runs if r["micro_batches"] == 1
-             and r["schedule"] == "gpipe" and r["checkpoint"] == "never"}
+             and r["schedule"] == "gpipe" and r["remat"] == "never"}
     for r in runs:
         k, m = r["stages"], r["micro_batches"]
         if r["baseline"] or k == 1 or m == 1:

@@ -124,7 +124,7 @@ trial() {
   t_status=error t_params="" t_sum="" t_peak="" t_act="" t_note="" t_secs=""
   rc=0
   timeout "$trial_timeout" "$exe" "$model" "${common[@]}" --stages "$k" --micro-batches "$m" \
-    --checkpoint "$mode" --set "layers.4.repeat=$r" --set "layers.7.repeat=$r" \
+    --remat "$mode" --set "layers.4.repeat=$r" --set "layers.7.repeat=$r" \
     --set "layers.10.repeat=$r" >"$log" 2>&1 || rc=$?
   line=$(grep -E '^(ok|oom) ' "$log" | tail -n 1 || true)
   t_params=$(sed -n 's/.* params=\([0-9]*\).*/\1/p' <<<"$line")

@@ -172,7 +172,7 @@ done
 run_gpipe() { # model precision rep
   local m=$1 p=$2 r=$3 b=${batch_of[$1]:-}
   local base=$raw/gpipe.$m.$p.r$r
-  local args=("models/$m.yaml" --stages 1 --micro-batches 1 --schedule gpipe --checkpoint never
+  local args=("models/$m.yaml" --stages 1 --micro-batches 1 --schedule gpipe --remat never
     --devices "$device" --steps "$steps" --warmup "$warmup" --threads "$threads" --json --quiet)
   [ -n "$b" ] && args+=(--batch-size "$b")
   args+=("${gpipe_args[@]}")

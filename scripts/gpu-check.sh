@@ -105,7 +105,7 @@ phase_graph() {
     for r in 1 2 3; do
       for g in 0 1; do
         GP_CUDNN_GRAPH=$g timeout 150 "$bin/gpipe-bench" models/resnet56-cifar.yaml --stages 1 \
-          --micro-batches 1 --checkpoint never --devices cuda:0 --precision $prec --steps 40 \
+          --micro-batches 1 --remat never --devices cuda:0 --precision $prec --steps 40 \
           --warmup 5 --json --quiet >"$logs/graph-$prec-$g-$r.json" 2>>"$logs/graph.log"
       done
     done
@@ -133,7 +133,7 @@ phase_timing() {
       local tr=()
       [ "$r$dt" = 11 ] && tr=(--trace "$logs/timing.trace.json")
       GP_DEVICE_TIMING=$dt timeout 150 "$bin/gpipe-bench" models/resnet20-cifar.yaml \
-        --stages 1,2,4 --micro-batches 1,8 --checkpoint never --devices cuda:0 --steps 10 \
+        --stages 1,2,4 --micro-batches 1,8 --remat never --devices cuda:0 --steps 10 \
         --warmup 2 --json --quiet "${tr[@]}" >"$logs/timing-$dt-$r.json" 2>>"$logs/timing.log"
       say "timing: GP_DEVICE_TIMING=$dt, repetition $r: rc=$?"
     done
@@ -190,7 +190,7 @@ phase_scaling() {
     threads=(--threads "$th")
     [ "${th#p}" != "$th" ] && threads=(--threads-per-stage "${th#p}")
     timeout 300 "${run[@]}" "$bin/gpipe-bench" bench/models/balanced-cnn.yaml --stages 1,2,4,8 \
-      --micro-batches 32 --checkpoint never "${threads[@]}" --batch-size "$batch" \
+      --micro-batches 32 --remat never "${threads[@]}" --batch-size "$batch" \
       --schedule "${GP_SCALING_SCHEDULE:-gpipe}" \
       --steps "${GP_SCALING_STEPS:-10}" --reps "${GP_SCALING_REPS:-3}" --json \
       >"$log.json" 2>"$log.err"
@@ -203,7 +203,7 @@ phase_trace() {
   local k
   for k in 8 4; do
     timeout 150 taskset -c 0,2,4,6,8,10,12,14 "$bin/gpipe-bench" bench/models/balanced-cnn.yaml \
-      --stages $k --micro-batches 32 --checkpoint never --threads-per-stage 1 --batch-size 128 \
+      --stages $k --micro-batches 32 --remat never --threads-per-stage 1 --batch-size 128 \
       --steps 10 --json --trace "$logs/trace-k$k.json" >"$logs/trace-k$k.bench.json" \
       2>"$logs/trace-k$k.err"
     say "trace: K=$k rc=$? $(scripts/bench-ideal.py "$logs/trace-k$k.bench.json" 2>&1)"
@@ -212,7 +212,7 @@ phase_trace() {
 }
 
 phase_cores() {
-  local c r run=(bench/models/balanced-cnn.yaml --stages 1 --micro-batches 32 --checkpoint never
+  local c r run=(bench/models/balanced-cnn.yaml --stages 1 --micro-batches 32 --remat never
     --threads 1 --batch-size 128 --steps 20 --warmup 2 --json --quiet)
   for r in 1 2; do
     for c in 0 2 4 6 8 10 12 14; do

@@ -18,6 +18,9 @@ typedef struct gp_plan {
   gp_remat remat;
   gp_stage_range st[GP_MAX_DEVICES];
   int64_t batch; /* gp_plan_read: the batch_size the file was made for; 0 where it records none */
+  /* gp_plan_read: "plan.yaml:4:13: checkpoint: is now remat:" when the file used the old
+   * name (the program tells the user); "" otherwise */
+  char renamed[320];
 } gp_plan;
 
 /* From the model's pipeline section (already overridden by flags). GP_ERR_USAGE for splits

@@ -74,7 +74,7 @@ static void format_plan(gp_strbuf *b, const gp_model *m, const gp_plan *p) {
   gp_strbuf_printf(b, " (written by gpipe-partition; gpipe-train --partition reads it)\n");
   gp_strbuf_printf(b, "model: ");
   sb_name(b, m->name);
-  gp_strbuf_printf(b, "\nstages: %d\nmicro_batches: %d\nschedule: %s\ncheckpoint: %s\ndevices: [",
+  gp_strbuf_printf(b, "\nstages: %d\nmicro_batches: %d\nschedule: %s\nremat: %s\ndevices: [",
                    p->stages, p->micro, gp_schedule_names()[p->schedule],
                    gp_remat_names()[p->remat]);
   for (int s = 0; s < p->stages; s++) {
@@ -232,11 +232,13 @@ static int device_name_ok(const char *s) {
   return 0;
 }
 
+/* checkpoint: is remat:'s old name, still read (with a note) so that older plans load */
 enum {
   K_MODEL,
   K_STAGES,
   K_MICRO,
   K_SCHEDULE,
+  K_REMAT,
   K_CHECKPOINT,
   K_DEVICES,
   K_BALANCE,
@@ -245,8 +247,8 @@ enum {
   K_N
 };
 static const char *const key_names[] = {"model",      "stages",  "micro_batches", "schedule",
-                                        "checkpoint", "devices", "balance",       "batch_size",
-                                        "units",      NULL};
+                                        "remat",      "checkpoint", "devices",    "balance",
+                                        "batch_size", "units",   NULL};
 
 static gp_status check_units(const reader *r, yaml_node_t *v, const gp_model *m) {
   int cap = m->n_units + 1, n = 0;
@@ -305,8 +307,17 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
     GP_TRY(get_choice(r, val[K_SCHEDULE], "schedule", gp_schedule_names(), &choice));
   out->schedule = (gp_schedule_kind)choice;
   choice = (int)ps->remat;
-  if (val[K_CHECKPOINT])
+  out->renamed[0] = 0;
+  if (val[K_REMAT] && val[K_CHECKPOINT])
+    return at(r, val[K_CHECKPOINT], GP_ERR_SPEC,
+              "checkpoint: is the old name of remat:, which the plan gives too; keep remat: alone");
+  if (val[K_REMAT]) GP_TRY(get_choice(r, val[K_REMAT], "remat", gp_remat_names(), &choice));
+  if (val[K_CHECKPOINT]) {
     GP_TRY(get_choice(r, val[K_CHECKPOINT], "checkpoint", gp_remat_names(), &choice));
+    snprintf(out->renamed, sizeof out->renamed, "%s:%d:%d: checkpoint: is now remat:", r->path,
+             (int)val[K_CHECKPOINT]->start_mark.line + 1,
+             (int)val[K_CHECKPOINT]->start_mark.column + 1);
+  }
   out->remat = (gp_remat)choice;
 
   yaml_node_t *items[GP_MAX_DEVICES];

@@ -14,9 +14,10 @@ gp_status gp_plan_write(const char *path, const gp_model *m, const gp_plan *p);
  * balance (one entry per stage, each >= 1, summing to the units) and the device names.
  * Errors are "path:line:col: what": GP_ERR_SPEC for malformed YAML or a value of the wrong
  * type, GP_ERR_USAGE for a plan that does not fit the model, GP_ERR_IO when unreadable.
- * Keys left out (schedule, checkpoint, devices, micro_batches, units) take the model's
- * pipeline section's values; stages and balance are required. batch_size (the batch M was
- * chosen for) must be m's train.batch_size: another would change the micro-batches' size
+ * Keys left out (schedule, remat, devices, micro_batches, units) take the model's
+ * pipeline section's values; stages and balance are required. The old name checkpoint: is
+ * read as remat: and noted in out->renamed (giving both is GP_ERR_SPEC). batch_size (the batch
+ * M was chosen for) must be m's train.batch_size: another would change the micro-batches' size
  * unseen; a plan without it (older files) gets out->batch 0. M larger than the batch is
  * refused at micro_batches. */
 gp_status gp_plan_read(const char *path, const gp_model *m, gp_plan *out);

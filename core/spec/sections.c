@@ -453,6 +453,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   p->micro_batches = 1;
   p->schedule = GP_SCHED_GPIPE;
   p->remat = GP_REMAT_EXCEPT_LAST;
+  p->renamed[0] = 0;
   p->n_devices = 1;
   snprintf(p->devices[0], sizeof p->devices[0], "cpu");
   const gp_ynode *sec;
@@ -473,7 +474,22 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
                      "least one sample)",
                      (long long)micro, (long long)m->train.batch_size);
   if (s == GP_OK) s = gp_cfg_choice(cfg, "schedule", scheds, 0, &sched);
-  if (s == GP_OK) s = gp_cfg_choice(cfg, "checkpoint", remats, 1, &remat);
+  /* checkpoint: is remat:'s old name, still read so that older model files load; the note
+   * goes to the program (p->renamed), which tells the user */
+  if (s == GP_OK && gp_cfg_has(cfg, "checkpoint")) {
+    if (gp_cfg_has(cfg, "remat"))
+      s = gp_cfg_error(cfg, "checkpoint",
+                       "checkpoint: is the old name of remat:, which the section gives too; keep "
+                       "remat: alone");
+    if (s == GP_OK) s = gp_cfg_choice(cfg, "checkpoint", remats, 1, &remat);
+    if (s == GP_OK) {
+      gp_cfg_error(cfg, "checkpoint", "pipeline.checkpoint is now pipeline.remat");
+      snprintf(p->renamed, sizeof p->renamed, "%s", gp_error_message());
+      gp_error_clear();
+    }
+  } else if (s == GP_OK) {
+    s = gp_cfg_choice(cfg, "remat", remats, 1, &remat);
+  }
   if (s == GP_OK && gp_cfg_has(cfg, "balance")) {
     s = gp_cfg_ints(cfg, "balance", (int)stages, NULL, 1, INT32_MAX, bal);
     int64_t sum = 0;

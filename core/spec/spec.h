@@ -126,6 +126,9 @@ typedef struct gp_pipeline_spec {
   char devices[GP_MAX_DEVICES][16]; /* "cpu", "cuda:0" */
   int n_balance;                    /* 0 = automatic */
   int balance[GP_MAX_DEVICES];      /* units per stage */
+  /* "model.yaml:12:15: pipeline.checkpoint is now pipeline.remat" when the file used the old
+   * name (the program tells the user); "" otherwise */
+  char renamed[320];
 } gp_pipeline_spec;
 
 /* One parameter of the graph: node index and index into its layer's pdesc. */

@@ -14,7 +14,7 @@ fast=(--batch-size 32 --steps 2 --warmup 1)
 
 # ---- the table: the asked runs plus the references (K, 1, gpipe, never) marked baseline,
 # and M=64 > batch skipped with a note; progress lines on a non-terminal stderr, one per run
-if "$bench" "$mlp" --stages 1,2 --micro-batches 2,64 --checkpoint always "${fast[@]}" \
+if "$bench" "$mlp" --stages 1,2 --micro-batches 2,64 --remat always "${fast[@]}" \
     >"$tmp/table" 2>"$tmp/err"; then
   python3 - "$tmp/table" "$tmp/err" <<'PY' && ok || bad "table: $(cat "$tmp/table" "$tmp/err")"
 import re, sys
@@ -77,7 +77,7 @@ fi
 
 # ---- one sweep, every output: --json on stdout, --csv, --plot, --trace; --quiet keeps
 # stderr empty
-if "$bench" "$mlp" --stages 1,2,3 --micro-batches 1,4 --schedule gpipe,1f1b --checkpoint never \
+if "$bench" "$mlp" --stages 1,2,3 --micro-batches 1,4 --schedule gpipe,1f1b --remat never \
     "${fast[@]}" --json --csv "$tmp/b.csv" --plot "$tmp/b.svg" --trace "$tmp/t.json" --quiet \
     >"$tmp/j" 2>"$tmp/err"; then
   [ -s "$tmp/err" ] && bad "--quiet printed: $(cat "$tmp/err")" || ok
@@ -93,7 +93,7 @@ assert d["warmup"] == 1 and d["flops_per_sample"] > 0
 runs = d["runs"]
 # 3 K x 2 M x 2 schedules; (K, 1, gpipe, never) is asked for, so no extra baselines
 assert len(runs) == 12 and not any(r["baseline"] for r in runs), [r["baseline"] for r in runs]
-keys = ("stages", "micro_batches", "schedule", "checkpoint", "batch_size", "samples_per_s",
+keys = ("stages", "micro_batches", "schedule", "remat", "batch_size", "samples_per_s",
         "speedup_vs_naive", "speedup_vs_single", "bubble_measured", "bubble_slowest",
         "bubble_replayed", "bubble_simulated", "bubble_theory", "peak_bytes", "busy_ms", "gflops",
         "utilization", "wall_busy_ms", "recompute_ms")
@@ -105,7 +105,7 @@ for r in runs:
         ref[r["stages"]] = r
 for r in runs:
     K, M = r["stages"], r["micro_batches"]
-    assert r["batch_size"] == 32 and r["checkpoint"] == "never"
+    assert r["batch_size"] == 32 and r["remat"] == "never"
     assert abs(r["bubble_theory"] - (K - 1) / (M + K - 1)) < 1e-6, r
     assert abs(r["speedup_ideal"] - K * M / (M + K - 1)) < 1e-5, r
     assert 0 <= r["bubble_measured"] < 1, r
@@ -170,7 +170,7 @@ import csv, json, sys
 rows = list(csv.reader(open(sys.argv[1])))
 runs = json.load(open(sys.argv[2]))["runs"]
 head = rows[0]
-for k in ("stages", "micro_batches", "schedule", "checkpoint", "samples_per_s",
+for k in ("stages", "micro_batches", "schedule", "remat", "samples_per_s",
           "speedup_vs_naive", "bubble_measured", "bubble_slowest", "bubble_replayed",
           "bubble_simulated", "bubble_theory", "peak_bytes", "busy_ms", "steal"):
     assert k in head, k
@@ -179,7 +179,7 @@ for row, r in zip(rows[1:], runs):
     assert len(row) == len(head), row
     c = dict(zip(head, row))
     assert int(c["stages"]) == r["stages"] and int(c["micro_batches"]) == r["micro_batches"]
-    assert c["schedule"] == r["schedule"] and c["checkpoint"] == r["checkpoint"]
+    assert c["schedule"] == r["schedule"] and c["remat"] == r["remat"]
     assert [int(p) for p in c["peak_bytes"].split(";")] == r["peak_bytes"], (c, r)
     assert abs(float(c["bubble_theory"]) - r["bubble_theory"]) < 1e-4
     # the JSON has every digit the CSV has (it had 6 significant: 20412.9 for 20412.874)
@@ -240,7 +240,7 @@ import json, sys
 runs = json.load(open(sys.argv[1]))["runs"]
 got = [(r["stages"], r["micro_batches"], r["baseline"]) for r in runs]
 assert got == [(1, 1, True), (3, 1, True), (3, 2, False)], got
-assert runs[2]["balance"] == "2,3,2" and runs[2]["checkpoint"] == "except_last", runs[2]
+assert runs[2]["balance"] == "2,3,2" and runs[2]["remat"] == "except_last", runs[2]
 PY
 else
   bad "--partition exited $?: $(cat "$tmp/err")"
@@ -250,7 +250,7 @@ fi
 # hand-offs: they add up to it) beside the busiest stage's idle; a plan that leaves stage 0 the
 # flatten alone makes one for sure (stage 0 idles nearly all the step), and no other run has one
 # unless its own bubble is that far above
-printf 'model: fashion-mlp\nstages: 2\nmicro_batches: 4\nschedule: gpipe\ncheckpoint: never\ndevices: [cpu, cpu]\nbalance: [1, 6]\n' \
+printf 'model: fashion-mlp\nstages: 2\nmicro_batches: 4\nschedule: gpipe\nremat: never\ndevices: [cpu, cpu]\nbalance: [1, 6]\n' \
   >"$tmp/lopsided.yaml"
 if "$bench" "$mlp" --partition "$tmp/lopsided.yaml" --micro-batches 4 "${fast[@]}" --quiet \
     --csv "$tmp/l.csv" >"$tmp/l" 2>"$tmp/err"; then
@@ -284,7 +284,7 @@ fi
 # ---- a pipelined run below 85% of its ideal speed-up gets a line with the three factors of the
 # median steps (this run's and naive-2's) that multiply to its share: balanced-cnn with stage 0 the batchnorm stem
 # alone is no faster than naive-2 (0.95-1.07x against the ideal 1.6x at M = 4)
-printf 'model: balanced-cnn\nstages: 2\nmicro_batches: 4\nschedule: gpipe\ncheckpoint: never\ndevices: [cpu, cpu]\nbalance: [1, 18]\n' \
+printf 'model: balanced-cnn\nstages: 2\nmicro_batches: 4\nschedule: gpipe\nremat: never\ndevices: [cpu, cpu]\nbalance: [1, 18]\n' \
   >"$tmp/stem.yaml"
 if "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --partition "$tmp/stem.yaml" \
     --micro-batches 4 "${fast[@]}" --quiet --csv "$tmp/s.csv" >"$tmp/s" 2>"$tmp/err"; then
@@ -318,7 +318,7 @@ else
 fi
 # the same under except_last: the work factor's recompute (work naive-K never does) is named,
 # with the factor it would be without it
-sed 's/checkpoint: never/checkpoint: except_last/' "$tmp/stem.yaml" >"$tmp/stem-el.yaml"
+sed 's/remat: never/remat: except_last/' "$tmp/stem.yaml" >"$tmp/stem-el.yaml"
 if "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --partition "$tmp/stem-el.yaml" \
     --micro-batches 4 "${fast[@]}" --quiet >"$tmp/s" 2>"$tmp/err"; then
   python3 - "$tmp/s" <<'PY' && ok || bad "of-ideal recompute: $(cat "$tmp/s")"
@@ -337,14 +337,14 @@ else
   bad "stem-alone plan, except_last, exited $?: $(cat "$tmp/err")"
 fi
 # recompute_ms: each stage's time in re-materializing forwards, none without recomputing
-if "$bench" "$mlp" --stages 2 --micro-batches 1,4 --checkpoint never,except_last,always \
+if "$bench" "$mlp" --stages 2 --micro-batches 1,4 --remat never,except_last,always \
     "${fast[@]}" --json --quiet >"$tmp/rj" 2>"$tmp/err"; then
   python3 - "$tmp/rj" <<'PY' && ok || bad "recompute_ms: $(cat "$tmp/rj")"
 import json, sys
 for r in json.load(open(sys.argv[1]))["runs"]:
     rec, wall = r["recompute_ms"], r["wall_busy_ms"]
     # except_last keeps one micro-batch: at M = 1 nothing is recomputed
-    none = r["checkpoint"] == "never" or (r["checkpoint"] == "except_last" and r["micro_batches"] == 1)
+    none = r["remat"] == "never" or (r["remat"] == "except_last" and r["micro_batches"] == 1)
     assert len(rec) == r["stages"] and all((x == 0) if none else (0 < x < w) for x, w in zip(rec, wall)), r
 PY
 else
@@ -418,7 +418,7 @@ fi
 # taking turns, 0.5 for a model whose optimizer step is small (counted as step it was 0.36 on
 # balanced-cnn: the last stage's "step" held the first stage's whole backward)
 if "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --set train.clip_grad_norm=1 --stages 2 \
-    --micro-batches 1 --checkpoint never "${fast[@]}" --json --quiet >"$tmp/clip" 2>"$tmp/err"; then
+    --micro-batches 1 --remat never "${fast[@]}" --json --quiet >"$tmp/clip" 2>"$tmp/err"; then
   python3 - "$tmp/clip" <<'PY' && ok || bad "clipped K=2 M=1: $(cat "$tmp/clip")"
 import json, sys
 runs = [r for r in json.load(open(sys.argv[1]))["runs"] if r["stages"] == 2]
@@ -434,7 +434,7 @@ fi
 # Table 1 point), and both baselines (K=1 and K=2 at M=1, never) do not
 cnn=$srcdir/models/fashion-cnn.yaml
 fit=(--batch-size 16 --steps 1 --warmup 1 --memory-limit 12MiB)
-if "$bench" "$cnn" --stages 2 --micro-batches 4 --checkpoint always "${fit[@]}" \
+if "$bench" "$cnn" --stages 2 --micro-batches 4 --remat always "${fit[@]}" \
     >"$tmp/fit" 2>"$tmp/err"; then
   python3 - "$tmp/fit" <<'PY' && ok || bad "--memory-limit table: $(cat "$tmp/fit")"
 import re, sys
@@ -468,7 +468,7 @@ fi
 # batch 32 needs about 4.18 MiB on one stage (K=1 M=1 never) and 4.32 MiB on stage 0 of K=2 M=4
 # always (its first linear layer, most of the parameters, with two stages' worth of boundary
 # buffers; before the arenas' first-step chunks were sized to their tensors, 5.6 and 8.1 MiB)
-if "$bench" "$mlp" --stages 1,2 --micro-batches 4 --checkpoint always --batch-size 32 --steps 1 \
+if "$bench" "$mlp" --stages 1,2 --micro-batches 4 --remat always --batch-size 32 --steps 1 \
     --warmup 1 --threads 1 --memory-limit 4.25MiB --json --csv "$tmp/fit.csv" --plot "$tmp/fit.svg" \
     --quiet \
     >"$tmp/fj" 2>"$tmp/err"; then
@@ -568,7 +568,7 @@ fi
 # several" note; with --micro-batches 4 alone there is no M=1 line (it was made of baselines)
 plot() { # name, extra flags...
   local name=$1; shift
-  "$bench" "$mlp" --stages 1,2 --checkpoint always "${fast[@]}" --plot "$tmp/$name.svg" --json \
+  "$bench" "$mlp" --stages 1,2 --remat always "${fast[@]}" --plot "$tmp/$name.svg" --json \
     --quiet "$@" >"$tmp/$name.json" 2>"$tmp/err"
 }
 if plot bp2 --micro-batches 1,4 && plot bp4 --micro-batches 4; then
@@ -580,7 +580,7 @@ for name, ms in (("bp2", [1, 4]), ("bp4", [4])):
     root = ET.parse("%s/%s.svg" % (sys.argv[1], name)).getroot()
     runs = json.load(open("%s/%s.json" % (sys.argv[1], name)))["runs"]
     asked = {(r["stages"], r["micro_batches"]): r for r in runs if not r["baseline"]}
-    assert all(r["checkpoint"] == "always" for r in asked.values()), runs
+    assert all(r["remat"] == "always" for r in asked.values()), runs
     assert any(r["baseline"] and r["micro_batches"] == 1 for r in runs), runs
     measured = [p for p in root.iter(ns + "polyline") if p.get("class") == "measured"]
     assert sorted(int(p.get("data-m")) for p in measured) == ms, (name, measured)
@@ -706,7 +706,7 @@ expect 2 "duplicate K" "$mlp" --stages 2,2
 expect 2 "K > units" "$mlp" --stages 1,8
 expect 2 "unknown schedule" "$mlp" --schedule gpipe,1f1c
 grep -q "did you mean '1f1b'" "$tmp/err" && ok || bad "no did-you-mean: $(cat "$tmp/err")"
-expect 2 "unknown checkpoint" "$mlp" --checkpoint alwys
+expect 2 "unknown remat" "$mlp" --remat alwys
 grep -q "did you mean 'always'" "$tmp/err" && ok || bad "no did-you-mean: $(cat "$tmp/err")"
 expect 2 "unknown data" "$mlp" --data fake
 expect 2 "unknown flag" "$mlp" --stage 2

@@ -152,7 +152,7 @@ fi
 
 # ---- -o plan, then gpipe-train --partition uses it
 plan=$tmp/plan.yaml
-if "$part" "$mlp" --stages 3 --micro-batches 4 --schedule 1f1b --checkpoint always -o "$plan" \
+if "$part" "$mlp" --stages 3 --micro-batches 4 --schedule 1f1b --remat always -o "$plan" \
      >"$tmp/out" 2>"$tmp/err" && [ -s "$plan" ] && ! ls "$plan".tmp* >/dev/null 2>&1; then
   ok
   bal=$(sed -n 's/^balance: \[\([0-9, ]*\)\].*/\1/p' "$plan" | tr -d ' ')
@@ -294,7 +294,7 @@ refuse "--batch-size: at most 16777216, got '16777217'" --batch-size 16777217
 # an empty item is named as one (it said "expected at most 64 values")
 refuse "--memory-limit: an empty value in '1GiB,,2GiB'" --stages 3 --memory-limit 1GiB,,2GiB
 refuse "--speeds: an empty value in '1,'" --stages 2 --speeds 1,
-refuse "--devices: an empty value in ',cpu'" --stages 2 --devices ,cpu
+refuse "--devices: expected names like cpu or cuda:0 separated by commas, got ',cpu'" --stages 2 --devices ,cpu
 refuse "--speeds: '1{70}' is too long" --stages 2 --speeds "$(printf '1%.0s' {1..70})"
 refuse "--speeds: expected at most 64 values" --stages 2 --speeds "$(printf '1,%.0s' {1..64})1"
 refuse "resnet56-cifar.yaml:[0-9]+:[0-9]+: micro_batches: 500 is more than batch_size 128 .*\(set by --micro-batches 500\)$" \
@@ -345,7 +345,7 @@ r20=$srcdir/models/resnet20-cifar.yaml
 for sl in "gpipe 27 except_last" "gpipe 30 except_last" "1f1b 27 except_last" \
           "1f1b 30 except_last" "gpipe 40 never" "1f1b 48 never"; do
   read -r sched lim remat <<< "$sl"
-  A=(--stages 3 --micro-batches 4 --batch-size 32 --schedule "$sched" --checkpoint "$remat")
+  A=(--stages 3 --micro-batches 4 --batch-size 32 --schedule "$sched" --remat "$remat")
   if "$part" "$r20" "${A[@]}" --memory-limit "${lim}MiB" -o "$tmp/p27.yaml" >"$tmp/o" 2>"$tmp/e" &&
      grep -q "every stage fits its limit" "$tmp/o" &&
      "$train" "$r20" --batch-size 32 --partition "$tmp/p27.yaml" --memory-limit "${lim}MiB" \

@@ -119,7 +119,7 @@ expect 2 "--threads: at most 1024, got '4294967297'" -- "$good" --threads 429496
 expect 2 "--stages: at most 2147483647" -- "$good" --stages 4294967298
 # list flags read their items as strictly as single integers and names
 for b in +2,3 ' 2,3' 2,3, 2,,3; do
-  expect 2 "--balance: expected positive integers separated by commas, got '${b/+/[+]}'" -- "$good" \
+  expect 2 "--balance: expected integers >= 1 separated by commas, got '${b/+/[+]}'" -- "$good" \
     --stages 2 --balance "$b"
 done
 for d in cpu, ,cpu cpu,,cpu; do

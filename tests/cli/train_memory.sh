@@ -32,7 +32,7 @@ expect 2 "--memory-limit: cannot read '0'" "$mlp" "${run[@]}" --memory-limit 0
 expect 2 "--memory-limit: cannot read '-5MiB'" "$mlp" "${run[@]}" --memory-limit -5MiB
 expect 2 "--memory-limit: cannot read '1.5 GB'" "$mlp" "${run[@]}" --memory-limit "1.5 GB"
 # too small for the parameters (made before the first step) ...
-expect 1 "memory limit of 1048576 bytes.*; more --stages, --checkpoint always or a smaller --batch-size" \
+expect 1 "memory limit of 1048576 bytes.*; more --stages, --remat always or a smaller --batch-size" \
   "$mlp" "${run[@]}" --memory-limit 1MiB
 # ... and for the activations of the first step: the stage and the micro-batch are named
 expect 1 "stage 0, micro-batch 0: .*memory limit of 4194304 bytes" "$mlp" "${run[@]}" \

@@ -13,7 +13,7 @@ i=0
 for cfg in "2 4 gpipe never" "3 8 1f1b always" "4 2 gpipe except_last" "7 3 1f1b except_last"; do
   set -- $cfg
   "$train" "$model" "${common[@]}" --stages "$1" --micro-batches "$2" --schedule "$3" \
-    --checkpoint "$4" --save "$tmp/p$i.safetensors" || fail "K=$1 M=$2 $3 $4"
+    --remat "$4" --save "$tmp/p$i.safetensors" || fail "K=$1 M=$2 $3 $4"
   python3 - "$tmp/k1.safetensors" "$tmp/p$i.safetensors" <<'PY' || fail "K=$1 M=$2 $3 $4: weights differ"
 import json, struct, sys
 def load(p):
@@ -34,7 +34,7 @@ PY
 done
 passed=5
 # a Chrome trace: one named row per stage, F/B/R slices for every micro-batch of every step
-"$train" "$model" "${common[@]}" --stages 3 --micro-batches 4 --checkpoint always \
+"$train" "$model" "${common[@]}" --stages 3 --micro-batches 4 --remat always \
   --trace "$tmp/trace.json" || fail "traced run"
 python3 - "$tmp/trace.json" <<'PY' || fail "the trace is not what it should be"
 import json, sys, collections
@@ -91,12 +91,12 @@ check() {
     fail "$* -> exit $rc: $(cat "$tmp/err")"
   fi
 }
-check "cannot cut 7 units into 9 stages" --stages 9
+check "--stages 9: model fashion-mlp has 7 units, so K must be 1..7" --stages 9
 check "balance sums to 4 units, the model has 7" --stages 2 --balance 2,2
 check "unknown value 'gpipee'; did you mean 'gpipe'" --schedule gpipee
 check "fashion-mlp.yaml:[0-9]+:[0-9]+: micro_batches: 8 is more than batch_size 4 .*\\(set by --micro-batches 8\\)$" \
   --batch-size 4 --micro-batches 8
-check "--balance: expected positive integers" --stages 2 --balance 3,x
+check "--balance: expected integers >= 1 separated by commas" --stages 2 --balance 3,x
 check "balance has 2 entries for 1 stage$" --stages 1 --balance 3,4 # it said "1 stages"
 # the pipeline and training lines count in words: 1 stage, 1 micro-batch, 1 step
 for cfg in "1 2 stage micro-batches" "2 1 stages micro-batch"; do

@@ -256,7 +256,7 @@ static void test_defaults(void) {
                 "weight_decay: 0}}\n"
                 "data: {dataset: cifar10, normalize: {mean: [0.5, 0.4, 0.3], std: [0.2, "
                 "0.25, 0.3]}, augment: true, train_limit: 100}\n"
-                "pipeline: {devices: cuda:0, schedule: 1f1b, checkpoint: never}\n",
+                "pipeline: {devices: cuda:0, schedule: 1f1b, remat: never}\n",
                 NULL, 0);
   if (m) {
     const gp_train_spec *a = &m->train;
@@ -270,6 +270,19 @@ static void test_defaults(void) {
     CHECK(m->pipeline.n_devices == 1 && !strcmp(m->pipeline.devices[0], "cuda:0") &&
               m->pipeline.schedule == GP_SCHED_1F1B && m->pipeline.remat == GP_REMAT_NEVER,
           "pipeline settings");
+    CHECK(!m->pipeline.renamed[0], "remat: is no old name: %s", m->pipeline.renamed);
+    gp_model_free(m);
+  }
+  /* checkpoint: is remat:'s old name: read, and noted with where it was written */
+  m = gp_t_load("pipeline.checkpoint",
+                MIN_HEAD "layers: [{type: linear, out_features: 3}]\nloss: softmax_cross_entropy\n"
+                         "pipeline: {schedule: 1f1b, checkpoint: always}\n",
+                NULL, 0);
+  if (m) {
+    CHECK(m->pipeline.remat == GP_REMAT_ALWAYS, "checkpoint: always is read as remat: always");
+    CHECK(strstr(m->pipeline.renamed, "pipeline.checkpoint is now pipeline.remat") &&
+              strchr(m->pipeline.renamed, ':'),
+          "the old name is noted: '%s'", m->pipeline.renamed);
     gp_model_free(m);
   }
 }

@@ -1,0 +1,385 @@
+/* gpipe-bench's sweep: the runs of the lists and their baselines, each measured (fresh trainer,
+ * warm-up, timed steps), with a progress line; then the speed-ups and bubbles derived. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/args.h"
+#include "cli/bench_sweep.h"
+#include "cli/interrupt.h"
+#include "cli/machine.h"
+#include "cli/progress.h"
+#include "core/plan/plan.h"
+#include "core/train/trainer.h"
+
+/* ---- the runs ------------------------------------------------------------------------------ */
+
+static int find_run(const gp_bench *b, int k, int mb, int sched, int remat) {
+  for (int i = 0; i < b->n_runs; i++) {
+    const gp_bench_run *r = &b->runs[i];
+    if (r->k == k && r->m == mb && (int)r->schedule == sched && (int)r->remat == remat) return i;
+  }
+  return -1;
+}
+
+static gp_status add_run(gp_bench *b, int k, int mb, int sched, int remat, int baseline) {
+  if (find_run(b, k, mb, sched, remat) >= 0) return GP_OK;
+  if (b->n_runs >= MAX_RUNS)
+    return GP_ERR(GP_ERR_USAGE, "the sweep has more than %d runs; shorten the lists", MAX_RUNS);
+  gp_bench_run *r = &b->runs[b->n_runs++];
+  memset(r, 0, sizeof *r);
+  r->k = k;
+  r->m = mb;
+  r->schedule = (gp_schedule_kind)sched;
+  r->remat = (gp_remat)remat;
+  r->baseline = baseline;
+  r->bubble_theory = (double)(k - 1) / (double)(mb + k - 1);
+  r->speedup_ideal = (double)k * mb / (double)(mb + k - 1);
+  int per = b->per_stage ? b->per_stage : b->threads / k > 1 ? b->threads / k : 1;
+  r->cores_used = b->per_stage || k * per < b->threads ? k * per : b->threads;
+  return GP_OK;
+}
+
+static int in_list(const int *l, int n, int v) {
+  for (int i = 0; i < n; i++)
+    if (l[i] == v) return 1;
+  return 0;
+}
+
+/* The plan of run r: its K, M, schedule and re-materialization on the sweep's balance (when it
+ * has one for this K) and devices. */
+static gp_status run_plan(const gp_bench_ctx *c, const gp_bench_run *r, gp_plan *plan) {
+  const gp_bench_sweep *w = &c->sw;
+  gp_pipeline_spec ps = c->m->pipeline;
+  ps.stages = r->k;
+  ps.micro_batches = r->m;
+  ps.schedule = r->schedule;
+  ps.remat = r->remat;
+  ps.n_balance = 0;
+  if (w->bal_k == r->k) {
+    ps.n_balance = r->k;
+    memcpy(ps.balance, w->balance, sizeof ps.balance);
+  }
+  ps.n_devices = r->k;
+  for (int s = 0; s < r->k; s++)
+    memcpy(ps.devices[s], w->devices[w->n_dev == 1 ? 0 : s], sizeof ps.devices[s]);
+  return gp_plan_make(c->m, &ps, plan);
+}
+
+/* Every requested combination in the order of the lists, each K preceded by its naive
+ * reference (K, 1, gpipe, never) and the whole sweep by the one-stage reference when they
+ * were not asked for. */
+gp_status gp_bench_make_runs(gp_bench_ctx *c) {
+  gp_bench_sweep *w = &c->sw;
+  gp_bench *b = &c->b;
+  b->runs = calloc(MAX_RUNS, sizeof *b->runs);
+  if (!b->runs) return GP_ERR(GP_ERR_NOMEM, "out of memory");
+  int wants_naive = in_list(w->ms, w->nm, 1) && in_list(w->scheds, w->ns, GP_SCHED_GPIPE) &&
+                    in_list(w->remats, w->nr, GP_REMAT_NEVER);
+  if (!in_list(w->ks, w->nk, 1)) GP_TRY(add_run(b, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, 1));
+  /* each M past the batch once, whichever K runs first (or none) */
+  for (int mi = 0; mi < w->nm; mi++)
+    if (w->ms[mi] > b->batch)
+      snprintf(b->skipped[b->n_skipped++], sizeof b->skipped[0],
+               "M=%d (a batch of %" PRId64 " cannot be split into %d)", w->ms[mi], b->batch,
+               w->ms[mi]);
+  int asked = 0, ks_kept = 0;
+  for (int ki = 0; ki < w->nk; ki++) {
+    int k = w->ks[ki];
+    if (b->per_stage && k * b->per_stage > b->cores) {
+      snprintf(b->skipped[b->n_skipped++], sizeof b->skipped[0],
+               "K=%d (%d stages x %d thread%s need %d cores; this process may use %d)", k, k,
+               b->per_stage, b->per_stage == 1 ? "" : "s", k * b->per_stage, b->cores);
+      continue;
+    }
+    ks_kept++;
+    if (!wants_naive) GP_TRY(add_run(b, k, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, 1));
+    for (int mi = 0; mi < w->nm; mi++) {
+      if (w->ms[mi] > b->batch) continue; /* noted above */
+      for (int si = 0; si < w->ns; si++)
+        for (int ri = 0; ri < w->nr; ri++, asked++) {
+          int j = find_run(b, k, w->ms[mi], w->scheds[si], w->remats[ri]);
+          if (j >= 0)
+            b->runs[j].baseline = 0; /* asked for after all (K = 1 as the naive reference) */
+          else
+            GP_TRY(add_run(b, k, w->ms[mi], w->scheds[si], w->remats[ri], 0));
+        }
+    }
+  }
+  if (!ks_kept && c->stages_given)
+    return GP_ERR(GP_ERR_USAGE,
+                  "nothing to run: --threads-per-stage %d leaves no K of --stages "
+                  "within the %d core%s this process may use",
+                  b->per_stage, b->cores, b->cores == 1 ? "" : "s");
+  if (!ks_kept) /* the one K of a plan or the model file: say which */
+    return GP_ERR(GP_ERR_USAGE,
+                  "nothing to run: %s%s has %d stages, which need %d cores at "
+                  "--threads-per-stage %d; this process may use %d%s",
+                  c->partition ? "the plan of --partition " : "the model file's pipeline section",
+                  c->partition ? c->partition : "", w->ks[0], w->ks[0] * b->per_stage, b->per_stage,
+                  b->cores, c->partition ? "" : " (--stages sets K)");
+  if (!asked)
+    return GP_ERR(GP_ERR_USAGE,
+                  "nothing to run: every micro-batch count exceeds the batch of %" PRId64,
+                  b->batch);
+  for (int i = 0; i < b->n_runs; i++) {
+    gp_bench_run *r = &b->runs[i];
+    r->naive = find_run(b, r->k, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER);
+    r->one = find_run(b, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER);
+    gp_plan plan; /* every plan is checked now, so a bad device fails before the sweep */
+    gp_status s = run_plan(c, r, &plan);
+    if (s != GP_OK)
+      return gp_error_prefix(s, "K=%d M=%d %s %s: ", r->k, r->m,
+                             gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat));
+  }
+  return GP_OK;
+}
+
+/* a timed step: its time and its stages' wall time in actions and in recomputing, summed */
+typedef struct step_time {
+  double s, busy, rec;
+} step_time;
+
+static int cmp_step(const void *a, const void *b) {
+  double x = ((const step_time *)a)->s, y = ((const step_time *)b)->s;
+  return (x > y) - (x < y);
+}
+
+/* The stages' wall time in actions and in recomputing so far, summed. */
+static void stages_busy(const gp_pipeline *pl, int k, double *busy, double *rec) {
+  *busy = *rec = 0;
+  for (int st = 0; st < k; st++) {
+    gp_stage_stats ss;
+    gp_pipeline_stats(pl, st, &ss);
+    *busy += ss.wall_busy_s;
+    *rec += ss.wall_s[GP_A_RECOMPUTE];
+  }
+}
+
+/* One repetition of one run: a fresh trainer, W warm-up steps, S timed steps. Fills *out with
+ * this repetition's numbers (the caller keeps the best). */
+static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_bench_run *out) {
+  gp_model *m = c->m;
+  gp_bench *b = &c->b;
+  gp_plan plan;
+  GP_TRY(run_plan(c, r, &plan));
+  *out = *r;
+  gp_plan_balance_str(&plan, out->balance, sizeof out->balance);
+  for (int s = 0; s < r->k; s++)
+    memcpy(out->devices[s], plan.st[s].device, sizeof out->devices[s]);
+  gp_pipeline_opts po = {.cores = b->per_stage ? r->k * b->per_stage : b->threads,
+                         .pin = 1,
+                         .trace = trace,
+                         .mem_limit = c->mem_limit,
+                         .precision = c->precision,
+                         .nondeterministic = b->nondeterministic};
+  gp_trainer t;
+  GP_TRY(gp_trainer_init(&t, m, &plan, &po, m->train.seed));
+  step_time dt[4096];
+  double busy_at = 0, rec_at = 0; /* the stages' sums after the previous step */
+  int steps = b->steps;
+  gp_metrics mt;
+  unsigned long long busy0 = 0, steal0 = 0, busy1, steal1;
+  int ticks = 0;
+  gp_status s = gp_batch_source_seek(c->data.train, 0, 0);
+  for (int i = 0; s == GP_OK && i < b->warmup + steps; i++) {
+    if (i == b->warmup) {
+      gp_pipeline_reset_stats(t.pl);
+      ticks = gp_cpu_ticks_now(&busy0, &steal0);
+    }
+    gp_batch sb;
+    s = gp_batch_source_next(c->data.train, &sb, NULL);
+    double t0 = gp_now();
+    if (s == GP_OK) s = gp_trainer_step(&t, &sb, m->train.lr, &mt);
+    /* a step's time ends when its work has run, not when it is queued (GPUs) */
+    if (s == GP_OK) s = gp_pipeline_sync(t.pl);
+    if (s == GP_OK && i >= b->warmup) {
+      step_time *d = &dt[i - b->warmup];
+      d->s = gp_now() - t0;
+      stages_busy(t.pl, r->k, &d->busy, &d->rec);
+      d->busy -= busy_at, busy_at += d->busy;
+      d->rec -= rec_at, rec_at += d->rec;
+    }
+  }
+  out->steal = -1; /* unknown: no steal field, or steps shorter than one tick (no ticks) */
+  if (s == GP_OK && ticks && gp_cpu_ticks_now(&busy1, &steal1) && busy1 >= busy0 &&
+      steal1 >= steal0 && busy1 - busy0 + steal1 - steal0 > 0)
+    out->steal = (double)(steal1 - steal0) / (double)(busy1 - busy0 + steal1 - steal0);
+  if (s == GP_OK && trace) s = gp_pipeline_write_trace(t.pl, c->trace);
+  if (s == GP_OK && trace) c->traced = 1;
+  if (s == GP_OK) {
+    qsort(dt, (size_t)steps, sizeof dt[0], cmp_step);
+    const step_time *lo = &dt[(steps - 1) / 2], *hi = &dt[steps / 2];
+    out->step_s = 0.5 * (lo->s + hi->s);
+    out->step_busy_ms = 1e3 * 0.5 * (lo->busy + hi->busy);
+    out->step_recompute_ms = 1e3 * 0.5 * (lo->rec + hi->rec);
+    out->samples_per_s = out->step_s > 0 ? (double)b->batch / out->step_s : 0;
+    out->bubble_measured = 0;
+    for (int st = 0; st < r->k; st++) {
+      gp_stage_stats ss;
+      gp_pipeline_stats(t.pl, st, &ss);
+      double n = ss.steps > 0 ? (double)ss.steps : 1;
+      out->bubble_stage[st] = gp_stage_idle(&ss);
+      out->bubble_measured += out->bubble_stage[st] / r->k;
+      out->busy_ms[st] = gp_stage_busy_ms(&ss);
+      out->wall_busy_ms[st] = 1e3 * ss.wall_busy_s / n;
+      out->recompute_ms[st] = 1e3 * ss.wall_s[GP_A_RECOMPUTE] / n;
+      out->peak_bytes[st] = ss.peak_act_bytes;
+      out->sent_bytes[st] = (int64_t)((double)ss.sent_bytes / n);
+    }
+    s = gp_pipeline_bubble_sim(t.pl, &out->bubble_sim);
+    out->bubble_replay = gp_pipeline_bubble_replayed(t.pl);
+    out->bubble_slowest = gp_pipeline_bubble_bottleneck(t.pl);
+  }
+  if (s != GP_OK && gp_pipeline_wedged(t.pl)) { /* a stage stuck in a computation: end here */
+    fprintf(stderr, "gpipe-bench: %s\n", gp_error_message());
+    fflush(stdout);
+    _exit(gp_status_exit_code(s));
+  }
+  gp_trainer_free(&t);
+  return s;
+}
+
+/* ---- progress ------------------------------------------------------------------------------ */
+
+static void progress(gp_bench_ctx *c, int done, int total, const gp_bench_run *r, int rep) {
+  if (c->quiet) return;
+  char what[160];
+  snprintf(what, sizeof what, "run %d/%d: K=%d M=%d %s %s%s", done + 1, total, r->k, r->m,
+           gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat),
+           r->baseline ? " (baseline)" : "");
+  if (c->b.reps > 1)
+    snprintf(what + strlen(what), sizeof what - strlen(what), ", repetition %d/%d", rep + 1,
+             c->b.reps);
+  if (done == 0) c->sweep_t0 = gp_now();
+  if (done > 0) { /* the runs so far, on average, for the rest */
+    double left = (gp_now() - c->sweep_t0) / done * (total - done);
+    snprintf(what + strlen(what), sizeof what - strlen(what), ", about %dm%02ds left",
+             (int)(left / 60), (int)left % 60);
+  }
+  if (c->tty) {
+    fprintf(stderr, "\r\033[Kgpipe-bench: %s", what);
+    c->progress_open = 1;
+  } else {
+    fprintf(stderr, "gpipe-bench: %s\n", what);
+  }
+  fflush(stderr);
+}
+
+static void progress_clear(gp_bench_ctx *c) {
+  if (c->progress_open) fprintf(stderr, "\r\033[K");
+  c->progress_open = 0;
+}
+
+/* ---- the sweep ----------------------------------------------------------------------------- */
+
+/* A failure that says the run needs more memory than a stage's device has: past --memory-limit
+ * (either backend) or past a GPU's memory (GP_ERR_FULL), not host memory running out or any
+ * other failure. */
+static int over_limit(gp_status s) {
+  return s == GP_ERR_FULL;
+}
+
+/* One repetition of run r, kept when it is r's fastest. A run whose memory would pass the limit
+ * does not fit: it is marked (and not run again) instead of stopping the sweep. */
+static gp_status measure_run(gp_bench_ctx *c, gp_bench_run *r, int rep, int trace) {
+  gp_bench_run got;
+  gp_status s = measure(c, r, trace, &got);
+  if (s != GP_OK && over_limit(s)) {
+    r->over_limit = 1;
+    snprintf(r->why, sizeof r->why, "%s", gp_error_message());
+    memcpy(r->balance, got.balance, sizeof r->balance);
+    memcpy(r->devices, got.devices, sizeof r->devices);
+    gp_error_clear();
+    return GP_OK;
+  }
+  if (s != GP_OK)
+    return gp_error_prefix(s, "K=%d M=%d %s %s: ", r->k, r->m, gp_bench_schedule_name(r->schedule),
+                           gp_bench_remat_name(r->remat));
+  if (rep == 0 || got.samples_per_s > r->samples_per_s) *r = got;
+  return GP_OK;
+}
+
+/* The speed-ups, FLOP rate and utilization of run r from its samples/s; NAN where r, or the
+ * reference a speed-up is against, did not fit. */
+static void derive(gp_bench_ctx *c, gp_bench_run *r) {
+  gp_bench *b = &c->b;
+  r->gpus_used = gp_bench_gpus_of(&c->sw, r->k);
+  if (r->over_limit) {
+    r->samples_per_s = r->speedup_naive = r->speedup_single = NAN;
+    r->bubble_measured = r->bubble_sim = r->bubble_replay = r->bubble_slowest = NAN;
+    r->gflops = r->utilization = NAN;
+    r->steal = -1;
+    return;
+  }
+  const gp_bench_run *naive = &b->runs[r->naive], *one = &b->runs[r->one];
+  r->speedup_naive = naive->over_limit          ? NAN
+                     : naive->samples_per_s > 0 ? r->samples_per_s / naive->samples_per_s
+                                                : 0;
+  r->speedup_single = one->over_limit          ? NAN
+                      : one->samples_per_s > 0 ? r->samples_per_s / one->samples_per_s
+                                               : 0;
+  r->gflops = b->flops_per_sample * r->samples_per_s / 1e9;
+  /* against the GPUs' GEMM rate when the run has stages on GPUs, else the cores' sgemm */
+  double peak = r->gpus_used ? b->gpu_gemm * r->gpus_used : b->sgemm_per_core * r->cores_used;
+  r->utilization = peak > 0 ? r->gflops / peak : 0;
+}
+
+/* When no run that was asked for fits the memory limit (or the GPUs' memory) there is nothing to
+ * report: one line. */
+static gp_status check_any_fits(const gp_bench *b) {
+  const gp_bench_run *first = NULL;
+  for (int i = 0; i < b->n_runs; i++) {
+    const gp_bench_run *r = &b->runs[i];
+    if (r->baseline) continue;
+    if (!r->over_limit) return GP_OK;
+    if (!first) first = r;
+  }
+  if (!first) return GP_OK;
+  char limit[64] = "the GPUs' memory", size[32];
+  if (b->mem_limit)
+    snprintf(limit, sizeof limit, "--memory-limit %s per stage",
+             gp_args_bytes_str((double)b->mem_limit, 2, size, sizeof size));
+  return GP_ERR(GP_ERR_FULL, "no run asked for fits %s (K=%d M=%d %s %s: %s)", limit, first->k,
+                first->m, gp_bench_schedule_name(first->schedule),
+                gp_bench_remat_name(first->remat), first->why);
+}
+
+gp_status gp_bench_sweep_all(gp_bench_ctx *c) {
+  gp_bench *b = &c->b;
+  if (!c->quiet)
+    for (int i = 0; i < b->n_skipped; i++)
+      fprintf(stderr, "gpipe-bench: skipping %s\n", b->skipped[i]);
+  int total = b->n_runs * b->reps, done = 0;
+  for (int rep = 0; rep < b->reps; rep++)
+    for (int i = 0; i < b->n_runs; i++, done++) {
+      gp_bench_run *r = &b->runs[i];
+      if (r->over_limit) continue; /* it did not fit before; it will not now */
+      progress(c, done, total, r, rep);
+      gp_status s = measure_run(c, r, rep, c->trace && done == total - 1);
+      if (s != GP_OK) {
+        progress_clear(c);
+        return s;
+      }
+    }
+  progress_clear(c);
+  for (int i = 0; i < b->n_runs; i++)
+    derive(c, &b->runs[i]);
+  return check_any_fits(b);
+}
+
+/* Distinct CUDA devices among the stages of a K-stage run (as run_plan places them). */
+int gp_bench_gpus_of(const gp_bench_sweep *w, int k) {
+  int n = 0;
+  for (int s = 0; s < k; s++) {
+    const char *d = w->devices[w->n_dev == 1 ? 0 : s];
+    int seen = strncmp(d, "cuda:", 5) != 0;
+    for (int t = 0; t < s && !seen; t++)
+      seen = strcmp(w->devices[w->n_dev == 1 ? 0 : t], d) == 0;
+    n += !seen;
+  }
+  return n;
+}
