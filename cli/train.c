@@ -203,9 +203,9 @@ static gp_status apply_flags(gp_model *m) {
   if (t->batch_size < m->pipeline.micro_batches) {
     /* either may come from a flag, the model file or (M) the plan: name where */
     int plan = tr_flags[F_PARTITION].given;
-    const char *mfrom = plan                   ? tr_flags[F_PARTITION].s
+    const char *mfrom = plan                      ? tr_flags[F_PARTITION].s
                         : tr_flags[F_MICRO].given ? "--micro-batches"
-                                               : "pipeline.micro_batches";
+                                                  : "pipeline.micro_batches";
     return GP_ERR(GP_ERR_USAGE,
                   "a batch of %" PRId64 " (%s) cannot be split into %d micro-batches (%s%s)",
                   t->batch_size, tr_flags[F_BATCH].given ? "--batch-size" : "train.batch_size",
@@ -238,12 +238,13 @@ static gp_status apply_flags(gp_model *m) {
   if (tr_flags[F_OVERWRITE].given && (tr_flags[F_RESUME].given || !tr_flags[F_CKPT_DIR].given))
     return GP_ERR(GP_ERR_USAGE, "--overwrite %s",
                   tr_flags[F_RESUME].given ? "and --resume: one replaces the checkpoint, "
-                                          "the other continues it; use one"
-                                        : "needs --checkpoint-dir DIR");
+                                             "the other continues it; use one"
+                                           : "needs --checkpoint-dir DIR");
   /* the folder first: outputs may go into it, and the checks compare files in it; one this
    * run made goes again when they refuse */
   int made = 0;
-  if (tr_flags[F_CKPT_DIR].given) GP_TRY(gp_ckpt_dir_claim(tr_flags[F_CKPT_DIR].s, &tr_ckpt_stale, &made));
+  if (tr_flags[F_CKPT_DIR].given)
+    GP_TRY(gp_ckpt_dir_claim(tr_flags[F_CKPT_DIR].s, &tr_ckpt_stale, &made));
   gp_status s = check_files(m);
   if (s == GP_OK && tr_flags[F_CKPT_DIR].given && !tr_flags[F_RESUME].given)
     s = gp_ckpt_dir_fresh(tr_flags[F_CKPT_DIR].s, tr_flags[F_OVERWRITE].given);
@@ -304,7 +305,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   gp_blas_pick_kernels(argv);
-  const gp_cli_load load = {"gpipe-train", &tr_flags[F_SET], &tr_flags[F_BATCH], &tr_flags[F_MICRO], NULL};
+  const gp_cli_load load = {"gpipe-train", &tr_flags[F_SET], &tr_flags[F_BATCH], &tr_flags[F_MICRO],
+                            NULL};
   if (s == GP_OK) s = gp_cli_model_load(&load, pos[0], &r.m);
   if (s == GP_OK) s = apply_flags(r.m);
   if (s == GP_OK && tr_flags[F_PRECISION].given)

@@ -162,7 +162,8 @@ gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads) {
   GP_TRY(gp_plan_make(m, &m->pipeline, plan));
   gp_pipeline_opts po = {.cores = *threads,
                          .pin = tr_flags[F_PIN].given,
-                         .watchdog_s = tr_flags[F_WATCHDOG].given ? (double)tr_flags[F_WATCHDOG].i : 0,
+                         .watchdog_s =
+                             tr_flags[F_WATCHDOG].given ? (double)tr_flags[F_WATCHDOG].i : 0,
                          .trace = tr_flags[F_TRACE].given,
                          .precision = r->precision,
                          .nondeterministic = tr_flags[F_NONDET].given,
@@ -171,7 +172,8 @@ gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads) {
   r->t.check = gp_interrupt_check; /* a signal ends an evaluation within a batch */
   r->have_trainer = 1;
   r->loaded_step = -1;
-  if (tr_flags[F_LOAD].given) GP_TRY(gp_trainer_load_weights(&r->t, tr_flags[F_LOAD].s, &r->loaded_step));
+  if (tr_flags[F_LOAD].given)
+    GP_TRY(gp_trainer_load_weights(&r->t, tr_flags[F_LOAD].s, &r->loaded_step));
   return GP_OK;
 }
 
@@ -236,8 +238,8 @@ gp_status tr_train(run *r) {
   tr_note_pipeline(&pg, &plan, b);
   tr_note_stale_outputs(&pg);
   if (tr_ckpt_stale)
-    gp_progress_note(&pg, "removed %d temporary checkpoint%s a killed run left in %s", tr_ckpt_stale,
-                     tr_ckpt_stale == 1 ? "" : "s", tr_flags[F_CKPT_DIR].s);
+    gp_progress_note(&pg, "removed %d temporary checkpoint%s a killed run left in %s",
+                     tr_ckpt_stale, tr_ckpt_stale == 1 ? "" : "s", tr_flags[F_CKPT_DIR].s);
   if (log_dropped)
     gp_progress_note(&pg, "log: cut %" PRId64 " line%s logged after step %" PRId64 "%s from %s",
                      log_dropped, log_dropped == 1 ? "" : "s", r->t.step,
@@ -280,7 +282,8 @@ gp_status tr_train(run *r) {
       evaluated_last = 1;
     }
     if (tr_flags[F_CKPT_DIR].given &&
-        (epoch_end || (tr_flags[F_CKPT_EVERY].given && s % tr_flags[F_CKPT_EVERY].i == 0)) && s != total)
+        (epoch_end || (tr_flags[F_CKPT_EVERY].given && s % tr_flags[F_CKPT_EVERY].i == 0)) &&
+        s != total)
       GP_TRY(checkpoint(r, &pg, 0));
   }
   int64_t epoch, idx;
@@ -349,4 +352,3 @@ gp_status tr_eval_only(run *r) {
   tr_print_final(r, &pg);
   return GP_OK;
 }
-

@@ -39,8 +39,8 @@ void tr_print_final(const run *r, const gp_progress *pg) {
     printf("final: %s  test loss %.4f  test accuracy %.4f", who, ev->loss, ev->accuracy);
   } else {
     char pp[32];
-    printf("final: %s  %s loss %.4f  perplexity %s  token accuracy %.4f", who, st->split,
-           ev->loss, gp_progress_ppl(pp, ev->perplexity), ev->accuracy);
+    printf("final: %s  %s loss %.4f  perplexity %s  token accuracy %.4f", who, st->split, ev->loss,
+           gp_progress_ppl(pp, ev->perplexity), ev->accuracy);
     if (st->left_out)
       printf("  (%lld pair%s longer than a row left out)", (long long)st->left_out,
              st->left_out == 1 ? "" : "s");
@@ -175,4 +175,3 @@ void tr_blas_note(char *buf, size_t n) {
     snprintf(buf, n, " (OpenBLAS %s kernels: it had picked %s for this CPU)", gp_blas_kernels(),
              gp_blas_replaced());
 }
-

@@ -71,7 +71,7 @@ typedef struct gp_layer_bind {
   float *param[GP_MAX_PARAMS]; /* device pointers into the stage's contiguous buffers */
   float *grad[GP_MAX_PARAMS];  /* NULL for buffers */
   float *stats;                /* stats_floats() floats, or NULL */
-  int64_t stats_count; /* values per channel pooled in stats since the last step_end */
+  int64_t stats_count;         /* values per channel pooled in stats since the last step_end */
 } gp_layer_bind;
 
 typedef struct gp_exec {

@@ -61,8 +61,9 @@ static gp_status act_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
   return e->be->act_forward(e->be, k->act, n, GP_F32P(&in[0]), GP_F32P(out));
 }
 
-static gp_status act_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
-                              const gp_tensor *dout, gp_tensor *din, void *saved) {
+static gp_status act_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                              const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                              void *saved) {
   (void)saved;
   const act_conf *k = l->conf;
   if (!din[0].data) return GP_OK;

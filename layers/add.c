@@ -33,8 +33,9 @@ static gp_status add_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
   return GP_OK;
 }
 
-static gp_status add_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
-                              const gp_tensor *dout, gp_tensor *din, void *saved) {
+static gp_status add_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                              const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                              void *saved) {
   (void)in;
   (void)out;
   (void)saved;

@@ -233,8 +233,8 @@ static uint64_t mask_offset(const geo *g, const gp_exec *e) {
   return (uint64_t)e->sample_offset * (uint64_t)(g->h * g->tq * g->tk);
 }
 
-static gp_status attention_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
-                                   void **saved) {
+static gp_status attention_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                   gp_tensor *out, void **saved) {
   const attention_conf *k = l->conf;
   gp_backend *be = e->be;
   geo g;
@@ -310,7 +310,8 @@ static gp_status attention_forward(const gp_layer *l, gp_exec *e, const gp_tenso
       GP_TRY(be->gemm(be, 0, 0, tq, dh, tk, 1.0f, pd + (b * H + h) * tq * tk, tk,
                       s->v + b * tk * s->ldk + h * dh, s->ldk, 0.0f, s->ctx + b * tq * d + h * dh,
                       d));
-  GP_TRY(be->gemm(be, 0, 1, rq, d, d, 1.0f, s->ctx, d, e->bind->param[w_out], d, 0.0f, GP_F32P(out), d));
+  GP_TRY(be->gemm(be, 0, 1, rq, d, d, 1.0f, s->ctx, d, e->bind->param[w_out], d, 0.0f, GP_F32P(out),
+                  d));
   if (b_out >= 0) GP_TRY(be->bias_add(be, rq, d, 1, e->bind->param[b_out], GP_F32P(out)));
   *saved = s;
   return GP_OK;

@@ -63,16 +63,16 @@ static void dims(const gp_layer *l, const gp_tensor *x, int64_t *n, int64_t *c, 
   *inner = gp_layers_numel(&l->in_shape[0]) / *c;
 }
 
-static gp_status batchnorm_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
-                                   void **saved) {
+static gp_status batchnorm_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                   gp_tensor *out, void **saved) {
   batchnorm_conf *k = l->conf;
   gp_backend *be = e->be;
   int64_t n, c, inner;
   dims(l, &in[0], &n, &c, &inner);
   if (!e->training)
     return be->batchnorm_forward_eval(be, n, c, inner, (float)k->eps, GP_F32P(&in[0]),
-                                      e->bind->param[P_WEIGHT], e->bind->param[P_BIAS], e->bind->param[P_MEAN],
-                                      e->bind->param[P_VAR], GP_F32P(out));
+                                      e->bind->param[P_WEIGHT], e->bind->param[P_BIAS],
+                                      e->bind->param[P_MEAN], e->bind->param[P_VAR], GP_F32P(out));
   char sh[GP_LAYER_SHAPE_STR];
   if (n * inner == 1)
     return GP_ERR(GP_ERR_USAGE,
@@ -83,8 +83,8 @@ static gp_status batchnorm_forward(const gp_layer *l, gp_exec *e, const gp_tenso
   float *st;
   GP_TRY(gp_arena_alloc(e->arena, (size_t)(2 * c) * sizeof(float), (void **)&st));
   GP_TRY(be->batchnorm_forward_train(be, n, c, inner, (float)k->eps, GP_F32P(&in[0]),
-                                     e->bind->param[P_WEIGHT], e->bind->param[P_BIAS], GP_F32P(out), st,
-                                     st + c));
+                                     e->bind->param[P_WEIGHT], e->bind->param[P_BIAS], GP_F32P(out),
+                                     st, st + c));
   *saved = st;
   /* A re-materializing forward sees the same micro-batch again: count it only once. */
   if (!e->recompute) {

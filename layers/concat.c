@@ -78,8 +78,9 @@ static gp_status concat_forward(const gp_layer *l, gp_exec *e, const gp_tensor *
   return GP_OK;
 }
 
-static gp_status concat_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
-                                 const gp_tensor *dout, gp_tensor *din, void *saved) {
+static gp_status concat_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                 const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                 void *saved) {
   (void)in;
   (void)saved;
   const concat_conf *k = l->conf;

@@ -168,8 +168,9 @@ static gp_status conv2d_forward(const gp_layer *l, gp_exec *e, const gp_tensor *
                                k->bias ? e->bind->param[1] : NULL, GP_F32P(out));
 }
 
-static gp_status conv2d_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
-                                 const gp_tensor *dout, gp_tensor *din, void *saved) {
+static gp_status conv2d_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                 const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                 void *saved) {
   (void)out;
   (void)saved;
   const conv2d_conf *k = l->conf;

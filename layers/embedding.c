@@ -97,8 +97,8 @@ static float scale_of(const embedding_conf *k) {
   return k->scale ? (float)sqrt((double)k->dim) : 1.0f;
 }
 
-static gp_status embedding_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
-                                   void **saved) {
+static gp_status embedding_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                   gp_tensor *out, void **saved) {
   (void)saved;
   const embedding_conf *k = l->conf;
   return e->be->embedding_forward(e->be, gp_shape_numel(&in[0].shape), k->dim, k->vocab,

@@ -40,14 +40,15 @@ static void layernorm_cost(const gp_layer *l, gp_cost *c) {
   c->out_bytes = (int64_t)n * 4;
 }
 
-static gp_status layernorm_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
-                                   void **saved) {
+static gp_status layernorm_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                   gp_tensor *out, void **saved) {
   const layernorm_conf *k = l->conf;
   int64_t rows = gp_layers_rows(&in[0]), cols = in[0].shape.d[in[0].shape.ndim - 1];
   float *st;
   GP_TRY(gp_arena_alloc(e->arena, (size_t)(2 * rows) * sizeof(float), (void **)&st));
-  GP_TRY(e->be->layernorm_forward(e->be, rows, cols, (float)k->eps, GP_F32P(&in[0]), e->bind->param[0],
-                                  e->bind->param[1], GP_F32P(out), st, st + rows));
+  GP_TRY(e->be->layernorm_forward(e->be, rows, cols, (float)k->eps, GP_F32P(&in[0]),
+                                  e->bind->param[0], e->bind->param[1], GP_F32P(out), st,
+                                  st + rows));
   *saved = st;
   return GP_OK;
 }
@@ -59,9 +60,9 @@ static gp_status layernorm_backward(const gp_layer *l, gp_exec *e, const gp_tens
   const float *st = saved;
   int64_t rows = gp_layers_rows(&in[0]), cols = in[0].shape.d[in[0].shape.ndim - 1];
   if (!st) return GP_ERR(GP_ERR_RUNTIME, "layernorm %s: backward without its forward", l->path);
-  return e->be->layernorm_backward(e->be, rows, cols, GP_F32P(&in[0]), GP_F32P(dout), e->bind->param[0],
-                                   st, st + rows, din[0].data ? GP_F32P(&din[0]) : NULL, e->bind->grad[0],
-                                   e->bind->grad[1]);
+  return e->be->layernorm_backward(
+      e->be, rows, cols, GP_F32P(&in[0]), GP_F32P(dout), e->bind->param[0], st, st + rows,
+      din[0].data ? GP_F32P(&din[0]) : NULL, e->bind->grad[0], e->bind->grad[1]);
 }
 
 const gp_layer_type gp_layer_layernorm = {

@@ -66,14 +66,15 @@ static gp_status linear_forward(const gp_layer *l, gp_exec *e, const gp_tensor *
   gp_backend *be = e->be;
   int64_t rows = gp_layers_rows(&in[0]), nin = in[0].shape.d[in[0].shape.ndim - 1];
   int64_t nout = k->out_features;
-  GP_TRY(be->gemm(be, 0, 1, rows, nout, nin, 1.0f, GP_F32P(&in[0]), nin, e->bind->param[0], nin, 0.0f,
-                  GP_F32P(out), nout));
+  GP_TRY(be->gemm(be, 0, 1, rows, nout, nin, 1.0f, GP_F32P(&in[0]), nin, e->bind->param[0], nin,
+                  0.0f, GP_F32P(out), nout));
   if (k->bias) GP_TRY(be->bias_add(be, rows, nout, 1, e->bind->param[1], GP_F32P(out)));
   return GP_OK;
 }
 
-static gp_status linear_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
-                                 const gp_tensor *dout, gp_tensor *din, void *saved) {
+static gp_status linear_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                 const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                 void *saved) {
   (void)out;
   (void)saved;
   const linear_conf *k = l->conf;
@@ -82,8 +83,8 @@ static gp_status linear_backward(const gp_layer *l, gp_exec *e, const gp_tensor 
   int64_t nout = k->out_features;
   const float *dy = GP_F32P(dout);
   /* dW[out, in] += dY^T X */
-  GP_TRY(be->gemm(be, 1, 0, nout, nin, rows, 1.0f, dy, nout, GP_F32P(&in[0]), nin, 1.0f, e->bind->grad[0],
-                  nin));
+  GP_TRY(be->gemm(be, 1, 0, nout, nin, rows, 1.0f, dy, nout, GP_F32P(&in[0]), nin, 1.0f,
+                  e->bind->grad[0], nin));
   if (k->bias) GP_TRY(be->bias_grad(be, rows, nout, 1, dy, e->bind->grad[1]));
   /* dX = dY W, skipped for a first layer whose input needs no gradient. */
   if (din[0].data)

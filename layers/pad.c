@@ -51,8 +51,9 @@ static gp_status pad_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
   return be->copy2d(be, n, xs, GP_F32P(&in[0]), xs, GP_F32P(out) + k->before * inner, ys);
 }
 
-static gp_status pad_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
-                              const gp_tensor *dout, gp_tensor *din, void *saved) {
+static gp_status pad_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                              const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                              void *saved) {
   (void)out;
   (void)saved;
   const pad_conf *k = l->conf;

@@ -112,8 +112,9 @@ static gp_status pad2d_forward(const gp_layer *l, gp_exec *e, const gp_tensor *i
   return move(l, e->be, in[0].shape.d[0], GP_F32P(&in[0]), GP_F32P(out), 1);
 }
 
-static gp_status pad2d_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
-                                const gp_tensor *dout, gp_tensor *din, void *saved) {
+static gp_status pad2d_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                void *saved) {
   (void)out;
   (void)saved;
   if (!din[0].data) return GP_OK;

@@ -150,8 +150,9 @@ static gp_status pool_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in
   return e->be->pool2d_forward(e->be, k->kind, &d, GP_F32P(&in[0]), GP_F32P(out), am);
 }
 
-static gp_status pool_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
-                               const gp_tensor *dout, gp_tensor *din, void *saved) {
+static gp_status pool_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                               const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                               void *saved) {
   (void)out;
   const pool_conf *k = l->conf;
   if (!din[0].data) return GP_OK;

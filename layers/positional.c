@@ -92,8 +92,8 @@ static gp_status check_positions(const gp_layer *l, const gp_exec *e, const gp_t
   return GP_OK;
 }
 
-static gp_status positional_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
-                                    void **saved) {
+static gp_status positional_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                    gp_tensor *out, void **saved) {
   (void)saved;
   const positional_conf *k = l->conf;
   gp_backend *be = e->be;

@@ -90,8 +90,9 @@ static gp_status slice_forward(const gp_layer *l, gp_exec *e, const gp_tensor *i
                        cols);
 }
 
-static gp_status slice_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
-                                const gp_tensor *dout, gp_tensor *din, void *saved) {
+static gp_status slice_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                void *saved) {
   (void)out;
   (void)saved;
   const slice_conf *k = l->conf;

@@ -162,8 +162,9 @@ static gp_status xent_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in
   return GP_OK;
 }
 
-static gp_status xent_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
-                               const gp_tensor *dout, gp_tensor *din, void *saved) {
+static gp_status xent_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                               const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                               void *saved) {
   (void)out;
   (void)dout; /* the loss is the end of the graph: its gradient is 1 / loss_count */
   const xent_conf *k = l->conf;

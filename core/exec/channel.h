@@ -54,12 +54,12 @@ typedef struct gp_chan {
   gp_chan_kind kind;
   int t; /* tensor id */
   int micro;
-  gp_backend *src, *dst;    /* producer's backend (NULL for a model input) and reader's */
-  gp_event **src_done;      /* producer: per micro-batch, after the value was made */
-  gp_event **dst_done;      /* reader: per micro-batch, after its gradients were written */
-  gp_chan_inbox to_reader;  /* values arrive here */
+  gp_backend *src, *dst;     /* producer's backend (NULL for a model input) and reader's */
+  gp_event **src_done;       /* producer: per micro-batch, after the value was made */
+  gp_event **dst_done;       /* reader: per micro-batch, after its gradients were written */
+  gp_chan_inbox to_reader;   /* values arrive here */
   gp_chan_inbox to_producer; /* gradients and releases arrive here */
-  gp_chan_slot *slot;       /* micro entries */
+  gp_chan_slot *slot;        /* micro entries */
   /* model inputs: this command's rows in the host batch, and (GP_CHAN_STAGED) their
    * page-locked copy */
   const char *rows;

@@ -31,7 +31,8 @@ static gp_status meet(gp_coll *c, int member, const double *v, int n, unsigned l
   const double t0 = now_s();
   pthread_mutex_lock(c->mu);
   unsigned long long g = c->gen;
-  if (n) memcpy(c->part[(g & 1) * (unsigned)c->members + (unsigned)member], v, sizeof *v * (size_t)n);
+  if (n)
+    memcpy(c->part[(g & 1) * (unsigned)c->members + (unsigned)member], v, sizeof *v * (size_t)n);
   if (++c->arrived == c->members) {
     c->arrived = 0;
     c->gen++;
@@ -84,8 +85,7 @@ static gp_status threads_tied_grads(gp_coll *c, int member, gp_backend *be) {
   return gp_tied_scatter(c->tied, member, be);
 }
 
-static gp_status threads_to_main(gp_coll *c, int member, void *dst, const void *src,
-                                 size_t bytes) {
+static gp_status threads_to_main(gp_coll *c, int member, void *dst, const void *src, size_t bytes) {
   (void)c;
   (void)member;
   if (bytes) memcpy(dst, src, bytes);

@@ -103,7 +103,7 @@ typedef struct stage {
   pthread_t thread;
   int started;
   uint64_t finished; /* the generation of the last command it finished (under pl->mu) */
-  stage_meter rec; /* statistics and trace */
+  stage_meter rec;   /* statistics and trace */
   gp_step_result acc;
   double nll_sum; /* gp_prediction's sums, on the stage that predicts */
   int64_t nll_count;
@@ -149,7 +149,7 @@ struct gp_pipeline {
   int64_t targets; /* the mini-batch's targets: the loss's normalizer */
   double lr;
   int64_t off[GP_MAX_MICRO_BATCHES + 1]; /* micro-batch m: samples [off[m], off[m+1]) */
-  gp_prediction *pred;             /* gp_pipeline_predict: what the last stage fills */
+  gp_prediction *pred;                   /* gp_pipeline_predict: what the last stage fills */
   /* tied parameters: their copies and gradient sums */
   gp_tied tied;
   /* what the stages combine: tied gradients, the clipping norm, the step's results */
@@ -205,8 +205,8 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd);
  * stages: the optimizer step's barriers), and, when tracing, records it. On a device-timed
  * stage the host span goes to the trace only, and the action's time is its device span,
  * which gp_pl_span_begin opened and this closes. */
-gp_status gp_pl_record(stage *st, gp_action_kind kind, int micro, double t0, double t1,
-                       double busy, double waited);
+gp_status gp_pl_record(stage *st, gp_action_kind kind, int micro, double t0, double t1, double busy,
+                       double waited);
 /* Device-timed stages: the start of the next recorded action; then, around a training
  * command's actions, the reference at its start and, at its end, the wait for the device and
  * the spans' times counted as gp_pl_record counts host times. No-ops on other stages. */

@@ -82,7 +82,8 @@ static gp_status find_boundaries(gp_pipeline *pl) {
     stage *st = &pl->st[s];
     st->out = calloc((size_t)(pl->k * (st->end - st->first) + 1), sizeof *st->out);
     st->grad_to = calloc((size_t)(pl->k * (st->end - st->first) + 1), sizeof *st->grad_to);
-    if (!st->out || !st->grad_to) return GP_ERR(GP_ERR_NOMEM, "out of memory planning the pipeline");
+    if (!st->out || !st->grad_to)
+      return GP_ERR(GP_ERR_NOMEM, "out of memory planning the pipeline");
     for (int c = s + 1; c < pl->k; c++)
       for (int q = 0; q < pl->st[c].n_in; q++)
         if (pl->st[c].in[q].producer == s) {
@@ -191,7 +192,8 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
     st->rec.cap_span = 3 * (int)acts;
     st->rec.span = calloc((size_t)st->rec.cap_span, sizeof *st->rec.span);
     st->rec.tm = calloc(2 * (size_t)st->rec.cap_span + 1, sizeof *st->rec.tm);
-    if (!st->rec.span || !st->rec.tm) return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
+    if (!st->rec.span || !st->rec.tm)
+      return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
     for (int i = 0; i <= 2 * st->rec.cap_span; i++)
       GP_TRY(st->be->timer_create(st->be, &st->rec.tm[i]));
   }

@@ -112,8 +112,8 @@ static gp_status gather_inputs(stage *st, int m, gp_pass *p, gp_arena *keep) {
     if (st->in[q].producer >= 0) continue;
     const gp_model_input *mi = &mo->inputs[t];
     gp_shape sh = gp_shape_batch(n, &mi->shape);
-    GP_TRY(gp_chan_input_get(st->in[q].ch, pl->off[m], n, &sh, mi->dtype, keep, &p->val[t],
-                             &queued));
+    GP_TRY(
+        gp_chan_input_get(st->in[q].ch, pl->off[m], n, &sh, mi->dtype, keep, &p->val[t], &queued));
     if (queued) GP_TRY(gp_chan_input_end(st->in[q].ch));
   }
   if (!st->n_wait_in) return GP_OK;
@@ -288,8 +288,7 @@ static gp_status do_step(stage *st) {
   const gp_model *m = pl->m;
   for (int i = st->first; i < st->end; i++) {
     const gp_layer *l = &m->nodes[i].layer;
-    if (l->type->step_end)
-      GP_TRY(l->type->step_end(l, gp_params_bind(&st->params, i), st->be));
+    if (l->type->step_end) GP_TRY(l->type->step_end(l, gp_params_bind(&st->params, i), st->be));
   }
   GP_TRY(pl->coll.ops->tied_grads(&pl->coll, st->index, st->be));
   double clip = m->train.clip_grad_norm, ss = 0;
@@ -349,8 +348,8 @@ static gp_status predict_micro(stage *st, int m) {
  * to the main thread: the step's loss and accuracy sums, and the predictions' likelihood. */
 static gp_status share_results(stage *st) {
   gp_pipeline *pl = st->pl;
-  double v[5] = {st->acc.loss_sum, (double)st->acc.correct, (double)st->acc.counted,
-                 st->nll_sum, (double)st->nll_count};
+  double v[5] = {st->acc.loss_sum, (double)st->acc.correct, (double)st->acc.counted, st->nll_sum,
+                 (double)st->nll_count};
   GP_TRY(pl->coll.ops->sum(&pl->coll, st->index, v, 5));
   if (st->index != 0) return GP_OK;
   pl_results r = {{v[0], (int64_t)v[1], (int64_t)v[2]}, v[3], (int64_t)v[4]};
@@ -396,7 +395,8 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
       double t1 = now_s();
       /* waiting in the collectives for the other stages is idle, not the step's work */
       if (r == GP_OK)
-        r = gp_pl_record(st, GP_A_STEP, -1, t0, t1, busy_s(pl) - c0, pl->coll.waited[st->index] - w0);
+        r = gp_pl_record(st, GP_A_STEP, -1, t0, t1, busy_s(pl) - c0,
+                         pl->coll.waited[st->index] - w0);
       st->rec.steps++;
     }
     if (r != GP_OK) return gp_pl_fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);

@@ -14,9 +14,10 @@ static void account(stage *st, gp_action_kind k, int at, double d, double comput
   if (k == GP_A_RECOMPUTE || k == GP_A_BACKWARD) st->rec.bwd_s += compute;
 }
 
-gp_status gp_pl_record(stage *st, gp_action_kind kind, int micro, double t0, double t1,
-                       double busy, double waited) {
-  if (st->pl->trace) gp_pl_trace_add(st, (trace_ev){kind, micro, -1, st->pl->step, t0, t1, busy, 0});
+gp_status gp_pl_record(stage *st, gp_action_kind kind, int micro, double t0, double t1, double busy,
+                       double waited) {
+  if (st->pl->trace)
+    gp_pl_trace_add(st, (trace_ev){kind, micro, -1, st->pl->step, t0, t1, busy, 0});
   if (!st->rec.tm) {
     account(st, kind, st->rec.at, t1 - t0 - waited, busy);
     return GP_OK;
@@ -75,7 +76,7 @@ gp_status gp_pl_device_step_end(stage *st) {
     account(st, sp->kind, sp->at, d, d);
     if (st->pl->trace)
       gp_pl_trace_add(st, (trace_ev){sp->kind, sp->micro, -1, st->pl->step, st->rec.ref_host + a,
-                               st->rec.ref_host + b, d, 1});
+                                     st->rec.ref_host + b, d, 1});
   }
   return GP_OK;
 }
@@ -162,4 +163,3 @@ double gp_pipeline_bubble_bottleneck(const gp_pipeline *pl) {
   double idle = 1.0 - pl->pace_busy_s / pl->span_s;
   return idle < 0 ? 0 : idle;
 }
-

@@ -18,17 +18,17 @@ typedef struct gp_stage_stats {
   /* Times: on a CPU stage the host's; on a GPU stage (whose host only launches the work) the
    * device's, each action from its start to its end on the stage's compute stream (timers),
    * read when the step has passed, which the stage then waits for */
-  double fwd_s, bwd_s;         /* measured time in forwards, and in backwards (recompute
-                                  included), since the last reset; waiting is not counted (thread
-                                  CPU time when the stage's BLAS is single-threaded, else wall) */
-  int64_t steps;               /* training steps since the last reset */
-  double wall_busy_s;          /* wall time inside actions (forward, backward, recompute, transfer,
-                                  step, less the step's waits for the other stages) since the
-                                  last reset */
-  double span_s;               /* wall time of the whole training steps since the last reset: the
-                                  measured bubble of a stage is 1 - wall_busy_s / span_s */
+  double fwd_s, bwd_s;       /* measured time in forwards, and in backwards (recompute
+                                included), since the last reset; waiting is not counted (thread
+                                CPU time when the stage's BLAS is single-threaded, else wall) */
+  int64_t steps;             /* training steps since the last reset */
+  double wall_busy_s;        /* wall time inside actions (forward, backward, recompute, transfer,
+                                step, less the step's waits for the other stages) since the
+                                last reset */
+  double span_s;             /* wall time of the whole training steps since the last reset: the
+                                measured bubble of a stage is 1 - wall_busy_s / span_s */
   double wall_s[GP_A_KINDS]; /* wall_busy_s by kind of action (gp_action_kind) */
-  int device_time;             /* 1: the times above are the device's (a GPU stage), 0: host */
+  int device_time;           /* 1: the times above are the device's (a GPU stage), 0: host */
 } gp_stage_stats;
 
 /* A stage's compute per training step in ms, and its measured bubble: the share of the steps'

@@ -351,8 +351,13 @@ static gp_status time_unit(timer_ctx *x, int u, double *fwd, double *bwd) {
     memset(p.saved, 0, sizeof *p.saved * (size_t)m->n_nodes);
     for (int t = 0; t < nt; t++)
       if (ext[t].data) p.val[t] = ext[t];
-    gp_exec ex = {.be = be, .arena = &work, .training = 1, .seed = 1, .loss_count = x->mb,
-                  .binds = pp.bind, .bind_first = f};
+    gp_exec ex = {.be = be,
+                  .arena = &work,
+                  .training = 1,
+                  .seed = 1,
+                  .loss_count = x->mb,
+                  .binds = pp.bind,
+                  .bind_first = f};
     double t0 = now_s();
     if ((s = gp_pass_forward(&p, &ex)) != GP_OK || (s = be->sync(be)) != GP_OK) break;
     double t1 = now_s();

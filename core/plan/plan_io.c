@@ -246,9 +246,9 @@ enum {
   K_UNITS,
   K_N
 };
-static const char *const key_names[] = {"model",      "stages",  "micro_batches", "schedule",
-                                        "remat",      "checkpoint", "devices",    "balance",
-                                        "batch_size", "units",   NULL};
+static const char *const key_names[] = {
+    "model",   "stages",  "micro_batches", "schedule", "remat", "checkpoint",
+    "devices", "balance", "batch_size",    "units",    NULL};
 
 static gp_status check_units(const reader *r, yaml_node_t *v, const gp_model *m) {
   int cap = m->n_units + 1, n = 0;

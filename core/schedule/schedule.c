@@ -9,7 +9,7 @@
 #include <string.h>
 
 static const char *const letters[GP_A_KINDS] = {"F", "B", "W", "S", "R", "T"};
-static const char *const names[GP_A_KINDS] = {"forward", "backward", "weight",
+static const char *const names[GP_A_KINDS] = {"forward", "backward",  "weight",
                                               "step",    "recompute", "transfer"};
 _Static_assert(sizeof letters / sizeof *letters == GP_A_KINDS, "a letter per action kind");
 _Static_assert(sizeof names / sizeof *names == GP_A_KINDS, "a name per action kind");
@@ -161,8 +161,8 @@ static gp_status check_stage(const gp_schedule *sc, int s, int *seen) {
                  ? GP_ERR(GP_ERR_RUNTIME,
                           "schedule: stage %d: action %d is a %s, which no schedule here runs", s,
                           i, gp_action_name(a[i].kind))
-                 : GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: action %d has unknown kind %d",
-                          s, i, (int)a[i].kind);
+                 : GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: action %d has unknown kind %d", s, i,
+                          (int)a[i].kind);
     int m = a[i].micro, bw = a[i].kind == GP_A_BACKWARD;
     const char *what = gp_action_name(a[i].kind);
     if (m < 0 || m >= M)

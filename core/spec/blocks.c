@@ -91,4 +91,3 @@ gp_status gp_sp_parse_blocks(gp_sp_ctx *c, const gp_ynode *root) {
   c->n_blocks = n;
   return GP_OK;
 }
-

@@ -79,7 +79,8 @@ gp_status gp_params_init(gp_params *p, const gp_model *m, int first, int end, gp
         gp_param_init_host(&m->nodes[r0->node].layer, r0->param, seed, host);
       else
         gp_param_init_host(l, j, seed, host);
-      s = be->from_host(be, p->bind[i - first].param[j], host, (size_t)gp_shape_numel(&l->pdesc[j].shape) * f);
+      s = be->from_host(be, p->bind[i - first].param[j], host,
+                        (size_t)gp_shape_numel(&l->pdesc[j].shape) * f);
     }
   }
   free(host);
@@ -112,7 +113,8 @@ gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, gp_st_writer 
     const gp_layer *l = &m->nodes[i].layer;
     for (int j = 0; j < l->n_params; j++) {
       size_t n = (size_t)gp_shape_numel(&l->pdesc[j].shape);
-      GP_TRY(p->be->to_host(p->be, h + off, p->bind[i - p->first_node].param[j], n * sizeof(float)));
+      GP_TRY(
+          p->be->to_host(p->be, h + off, p->bind[i - p->first_node].param[j], n * sizeof(float)));
       param_name(l, j, name, sizeof name);
       for (size_t e = 0; e < n; e++)
         if (!isfinite(h[off + e]))

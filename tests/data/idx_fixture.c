@@ -7,9 +7,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "tests/support/check.h"
+
 static void die(const char *path, const char *what) {
-  fprintf(stderr, "test fixture %s: %s\n", path, what);
-  exit(1);
+  char msg[512];
+  snprintf(msg, sizeof msg, "test fixture %s: %s", path, what);
+  gp_t_die(msg);
 }
 
 void file_write(const char *path, const void *p, size_t n) {

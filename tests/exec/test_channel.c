@@ -87,7 +87,8 @@ static void node_edge(gp_chan_kind kind) {
   CHECK(gp_chan_send(&c, 2, &v, grad_to) == GP_OK, "send 2");
   CHECK(gp_chan_send_grad(&c, 2, &none, &r.arena, &pushed) == GP_OK, "zeros");
   float zero[N] = {0};
-  CHECK(memcmp(grad_to, zero, sizeof zero) == 0, "%s: zeros for no gradient", gp_chan_kind_name(kind));
+  CHECK(memcmp(grad_to, zero, sizeof zero) == 0, "%s: zeros for no gradient",
+        gp_chan_kind_name(kind));
   CHECK(atomic_load(&p.box[1].released) == 0, "not released before the reader says so");
   gp_chan_release(&c, 1);
   CHECK(atomic_load(&p.box[1].released) == 1 && atomic_load(&p.box[2].released) == 0,

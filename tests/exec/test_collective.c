@@ -84,7 +84,8 @@ int main(void) {
   CHECK(b.s != GP_OK, "a failure ends the wait");
   CHECK(coll.waited[0] > 0, "the wait is counted");
   int32_t src[3] = {7, 8, 9}, dst[3] = {0};
-  CHECK(coll.ops->to_main(&coll, 2, dst, src, sizeof src) == GP_OK && memcmp(src, dst, sizeof src) == 0,
+  CHECK(coll.ops->to_main(&coll, 2, dst, src, sizeof src) == GP_OK &&
+            memcmp(src, dst, sizeof src) == 0,
         "to_main");
   gp_coll_free(&coll);
   printf("%d passed, %d failed\n", passes, failures);

@@ -129,7 +129,11 @@ gp_status lt_layer_alloc(lt_layer *t, gp_backend *be, int64_t batch) {
   t->dout = (gp_tensor){NULL, os, l->out_dtype, be->device};
   GP_TRY(buf_alloc(t, gp_tensor_bytes(&t->out), "output", &t->out.data));
   GP_TRY(buf_alloc(t, gp_tensor_bytes(&t->dout), "dout", &t->dout.data));
-  t->e = (gp_exec){.be = be, .arena = &t->arena, .training = 1, .seed = 1234, .loss_count = batch,
+  t->e = (gp_exec){.be = be,
+                   .arena = &t->arena,
+                   .training = 1,
+                   .seed = 1234,
+                   .loss_count = batch,
                    .bind = &t->b};
   return GP_OK;
 }

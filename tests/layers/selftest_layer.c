@@ -59,8 +59,9 @@ static gp_status scale_forward(const gp_layer *l, gp_exec *e, const gp_tensor *i
   return GP_OK;
 }
 
-static gp_status scale_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
-                                const gp_tensor *dout, gp_tensor *din, void *saved) {
+static gp_status scale_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
+                                const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
+                                void *saved) {
   const scale_conf *k = l->conf;
   (void)out;
   (void)saved;

@@ -107,7 +107,8 @@ static int fill_weights(gp_model *m) {
       char name[512];
       snprintf(name, sizeof name, "%s.%s", l->path, p->name);
       if (!strcmp(ty, "conv2d") || !strcmp(ty, "linear")) {
-        fixture_values(name, bind_of(m, l)->param[j], n, 1.0 / sqrt((double)l->pdesc[0].fan_in), 0.0);
+        fixture_values(name, bind_of(m, l)->param[j], n, 1.0 / sqrt((double)l->pdesc[0].fan_in),
+                       0.0);
       } else if (!strcmp(ty, "batchnorm")) {
         if (!strcmp(p->name, "weight"))
           fixture_values(name, bind_of(m, l)->param[j], n, 0.25, 1.0);

@@ -53,8 +53,8 @@ int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *
                gp_action_letter(k), st->rec.wall_kind_s[k], sum[k]);
       check(fabs(st->rec.wall_kind_s[k] - sum[k]) <= 1e-9 * (1 + sum[k]), what, cfg);
     }
-    snprintf(what, sizeof what, "stage %d: %d forwards, %d backwards, %d steps", s, dev[GP_A_FORWARD],
-             dev[GP_A_BACKWARD], dev[GP_A_STEP]);
+    snprintf(what, sizeof what, "stage %d: %d forwards, %d backwards, %d steps", s,
+             dev[GP_A_FORWARD], dev[GP_A_BACKWARD], dev[GP_A_STEP]);
     check(dev[GP_A_FORWARD] == steps * micro && dev[GP_A_BACKWARD] == steps * micro &&
               dev[GP_A_STEP] == steps,
           what, cfg);
@@ -80,7 +80,8 @@ int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *
           what, cfg);
     check(order, "a stage's device spans follow each other", cfg);
     double b = st->rec.wall_kind_s[GP_A_BACKWARD] + st->rec.wall_kind_s[GP_A_RECOMPUTE];
-    check(st->rec.fwd_s == st->rec.wall_kind_s[GP_A_FORWARD] && fabs(st->rec.bwd_s - b) <= 1e-9 * (1 + b),
+    check(st->rec.fwd_s == st->rec.wall_kind_s[GP_A_FORWARD] &&
+              fabs(st->rec.bwd_s - b) <= 1e-9 * (1 + b),
           "forward and backward times are the device's", cfg);
   }
   /* every device span lies inside the run */

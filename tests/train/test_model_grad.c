@@ -89,7 +89,11 @@ static void check_sharing(const gp_model *m, const gp_pass *p) {
 static double loss_of(rig *t, const float *x, const int32_t *y, int64_t batch, int backward) {
   gp_pass p;
   gp_model *m = t->m;
-  gp_exec e = {.be = t->be, .arena = &t->arena, .training = 1, .seed = 1, .loss_count = batch,
+  gp_exec e = {.be = t->be,
+               .arena = &t->arena,
+               .training = 1,
+               .seed = 1,
+               .loss_count = batch,
                .binds = t->params.bind};
   gp_pass_init(&p, m, 0, m->n_nodes, batch);
   p.val[0] = (gp_tensor){(void *)x, gp_shape_batch(batch, &m->inputs[0].shape), GP_F32, -1};

@@ -138,7 +138,8 @@ static void train(const char *text, const cfg *c, run_out *o) {
   }
   gp_plan plan;
   gp_trainer t;
-  gp_pipeline_opts po = {.cores = c->cores > 0 ? c->cores : 1, .channels = c->copy_all ? GP_CHAN_FORCE_COPY : GP_CHAN_AUTO};
+  gp_pipeline_opts po = {.cores = c->cores > 0 ? c->cores : 1,
+                         .channels = c->copy_all ? GP_CHAN_FORCE_COPY : GP_CHAN_AUTO};
   if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
   if (gp_trainer_init(&t, mo, &plan, &po, 42) != GP_OK) gp_t_die("init");
   int64_t per = gp_shape_numel(&mo->inputs[0].shape);

@@ -330,7 +330,8 @@ static void sum_check(const char *dir, const char *clip) {
     for (int p = 0; p < lt->n_params; p++) {
       if (!lt->pdesc[p].trainable || gp_model_tied_group(mt, i, p, NULL) >= 0) continue;
       for (int64_t e = 0; e < gp_shape_numel(&lt->pdesc[p].shape); e++) {
-        double want = bind_in(&tu, lu)->param[p][e] + lr * (1 - scale) * bind_in(&tu, lu)->grad[p][e];
+        double want =
+            bind_in(&tu, lu)->param[p][e] + lr * (1 - scale) * bind_in(&tu, lu)->grad[p][e];
         dw = fmax(dw, fabs(bind_in(&tt, lt)->param[p][e] - want));
         ref = fmax(ref, fabs(want));
       }

@@ -66,7 +66,8 @@ void token_fixture_train(const char *file, const gp_override *ov, int nov, int k
   mo->pipeline.remat = remat;
   mo->pipeline.n_balance = 0;
   gp_plan plan;
-  gp_pipeline_opts po = {.cores = 1, .channels = token_fixture_copy_all ? GP_CHAN_FORCE_COPY : GP_CHAN_AUTO};
+  gp_pipeline_opts po = {.cores = 1,
+                         .channels = token_fixture_copy_all ? GP_CHAN_FORCE_COPY : GP_CHAN_AUTO};
   if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
   if (gp_trainer_init(t, mo, &plan, &po, 42) != GP_OK) gp_t_die("init");
   gp_batch_buffers bufs;
