@@ -27,6 +27,7 @@ gp_model *gp_t_load(const char *what, const char *text, const gp_override *ov, i
     return NULL;
   }
   if (!m) gp_t_fail(__FILE__, __LINE__, what, "GP_OK but no model");
+  gp_t_passes += m != NULL;
   return m;
 }
 
@@ -61,6 +62,7 @@ int gp_t_load_fails(const char *what, const char *text, const gp_override *ov, i
   }
   if (ok && strchr(msg, '\n'))
     gp_t_fail(__FILE__, __LINE__, what, "message has more than one line: %s", msg), ok = 0;
+  gp_t_passes += ok;
   return ok;
 }
 
