@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-static void deadline_in(double s, struct timespec *ts) {
+void gp_deadline_in(double s, struct timespec *ts) {
   clock_gettime(CLOCK_REALTIME, ts);
   double whole = floor(s);
   ts->tv_sec += (time_t)whole;
@@ -39,7 +39,7 @@ static gp_status meet(gp_coll *c, int member, const double *v, int n, unsigned l
     pthread_cond_broadcast(c->cv);
   }
   struct timespec dl;
-  deadline_in(c->watchdog_s, &dl);
+  gp_deadline_in(c->watchdog_s, &dl);
   while (c->gen == g && !*c->failed)
     if (pthread_cond_timedwait(c->cv, c->mu, &dl) == ETIMEDOUT) break;
   int ok = c->gen != g;

@@ -8,6 +8,7 @@
 #define GP_COLLECTIVE_H
 
 #include <pthread.h>
+#include <time.h>
 
 #include "core/backend.h"
 #include "core/train/tied.h"
@@ -49,6 +50,10 @@ struct gp_coll {
 gp_status gp_coll_threads_init(gp_coll *c, int members, pthread_mutex_t *mu, pthread_cond_t *cv,
                                const int *failed, double watchdog_s, gp_tied *tied);
 void gp_coll_free(gp_coll *c);
+
+/* An absolute CLOCK_REALTIME deadline s seconds from now, for pthread_cond_timedwait (the
+ * collectives' waits and the pipeline's). */
+void gp_deadline_in(double s, struct timespec *ts);
 /* Forgets members that arrived before a failure (the caller holds mu, no member waits). */
 void gp_coll_reset(gp_coll *c);
 

@@ -191,8 +191,6 @@ static inline double gp_pl_stage_busy(const stage *st) {
 }
 
 /* pipeline.c */
-/* An absolute CLOCK_REALTIME deadline s seconds from now, for pthread_cond_timedwait. */
-void gp_pl_deadline_in(double s, struct timespec *ts);
 /* Records the first failure (with where it happened: micro < 0 for none) and wakes everyone.
  * Holds no lock. Returns s. */
 gp_status gp_pl_fail(gp_pipeline *pl, gp_status s, int stage_i, int micro);

@@ -13,17 +13,6 @@
 #include "core/env.h"
 #include "core/exec/internal.h"
 
-void gp_pl_deadline_in(double s, struct timespec *ts) {
-  clock_gettime(CLOCK_REALTIME, ts);
-  double whole = floor(s);
-  ts->tv_sec += (time_t)whole;
-  ts->tv_nsec += (long)((s - whole) * 1e9);
-  if (ts->tv_nsec >= 1000000000L) {
-    ts->tv_sec++;
-    ts->tv_nsec -= 1000000000L;
-  }
-}
-
 /* Wakes every waiter: the main thread, the barrier and each stage waiting for its inputs.
  * Holds pl->mu. */
 static void wake_all(gp_pipeline *pl) {
@@ -295,7 +284,7 @@ static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
     pthread_cond_wait(&pl->cv, &pl->mu);
   if (pl->done < pl->k) { /* a failure: the others stop at their next wait, or never */
     struct timespec dl;
-    gp_pl_deadline_in(pl->stop_s, &dl);
+    gp_deadline_in(pl->stop_s, &dl);
     while (pl->done < pl->k && pthread_cond_timedwait(&pl->cv, &pl->mu, &dl) != ETIMEDOUT)
       ;
     if (pl->done < pl->k) wedge(pl);

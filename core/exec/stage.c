@@ -26,7 +26,7 @@ static gp_status wait_for(stage *st, _Atomic int *value, int want, const char *w
   }
   if (atomic_load_explicit(value, memory_order_acquire) >= want) return GP_OK;
   struct timespec dl;
-  gp_pl_deadline_in(pl->watchdog_s, &dl);
+  gp_deadline_in(pl->watchdog_s, &dl);
   pthread_mutex_lock(&pl->mu);
   gp_status s = GP_OK;
   while (atomic_load_explicit(value, memory_order_acquire) < want && !pl->failed) {
