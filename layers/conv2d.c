@@ -4,24 +4,7 @@
 
 typedef struct conv2d_conf {
   int64_t k;
-  union { /* the table reads the arrays; the code uses the names */
-    int64_t kernel[2];
-    struct {
-      int64_t kh, kw;
-    };
-  };
-  union {
-    int64_t stride[2];
-    struct {
-      int64_t sh, sw;
-    };
-  };
-  union {
-    int64_t padding[2];
-    struct {
-      int64_t ph, pw;
-    };
-  };
+  GP_LAYERS_WINDOW2D_FIELDS;
   union {
     int64_t dilation[2];
     struct {

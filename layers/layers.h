@@ -7,6 +7,28 @@
 
 #include "core/layer.h"
 
+/* A 2-D window's settings inside a layer's conf (conv2d, pooling): kernel, stride and padding,
+ * each as the array its settings table reads and as the names the code uses. */
+#define GP_LAYERS_WINDOW2D_FIELDS                                                                  \
+  union {                                                                                          \
+    int64_t kernel[2];                                                                             \
+    struct {                                                                                       \
+      int64_t kh, kw;                                                                              \
+    };                                                                                             \
+  };                                                                                               \
+  union {                                                                                          \
+    int64_t stride[2];                                                                             \
+    struct {                                                                                       \
+      int64_t sh, sw;                                                                              \
+    };                                                                                             \
+  };                                                                                               \
+  union {                                                                                          \
+    int64_t padding[2];                                                                            \
+    struct {                                                                                       \
+      int64_t ph, pw;                                                                              \
+    };                                                                                             \
+  }
+
 extern const gp_layer_type gp_layer_identity;
 extern const gp_layer_type gp_layer_relu;
 extern const gp_layer_type gp_layer_gelu;
