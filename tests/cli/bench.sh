@@ -286,17 +286,25 @@ fi
 # alone is no faster than naive-2 (0.95-1.07x against the ideal 1.6x at M = 4)
 printf 'model: balanced-cnn\nstages: 2\nmicro_batches: 4\nschedule: gpipe\nremat: never\ndevices: [cpu, cpu]\nbalance: [1, 18]\n' \
   >"$tmp/stem.yaml"
-if "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --partition "$tmp/stem.yaml" \
+# A busy machine can slow naive-2 alone and lift the share over 85%: then no note may be printed,
+# and the run is tried again (three times at most) until one is below 85%.
+stem_rc=1
+for attempt in 1 2 3; do
+if ! "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --partition "$tmp/stem.yaml" \
     --micro-batches 4 "${fast[@]}" --quiet --csv "$tmp/s.csv" >"$tmp/s" 2>"$tmp/err"; then
-  python3 - "$tmp/s" "$tmp/s.csv" <<'PY' && ok || bad "of-ideal notes: $(cat "$tmp/s" "$tmp/s.csv")"
+  stem_rc=2; break
+fi
+python3 - "$tmp/s" "$tmp/s.csv" >"$tmp/why" 2>&1 <<'PY'
 import csv, re, sys
 text = open(sys.argv[1]).read().splitlines()
 rows = {(r["stages"], r["micro_batches"]): r for r in csv.DictReader(open(sys.argv[2]))}
 head = re.split(r"\s{2,}", text[1].strip())
 row = next(re.split(r"\s{2,}", l.strip()) for l in text if l.startswith("2  4 "))
 table = float(row[head.index("of ideal")].rstrip("%"))
-assert table < 85, row
 notes = [l for l in text if l.startswith("of ideal ")]
+if table >= 85:
+    assert not notes, (row, notes)
+    sys.exit(3)
 assert len(notes) == 1, notes
 m = re.fullmatch(r"of ideal K=2 M=4 gpipe never: (\d+)% = work x([0-9.]+) \(stages busy ([0-9.]+) "
                  r"ms a step against naive-2's ([0-9.]+)\) x bubble x([0-9.]+) \(([0-9.]+) against "
@@ -313,9 +321,15 @@ assert pct == table and abs(pct - 100 * work * bub * nbub) < 1.5, (m.groups(), t
 assert abs(mp - float(rows[("2", "4")]["bubble_measured"])) < 0.02, rows
 assert abs(mn - float(rows[("2", "1")]["bubble_measured"])) < 0.02, rows
 PY
-else
-  bad "stem-alone plan exited $?: $(cat "$tmp/err")"
-fi
+stem_rc=$?
+[ "$stem_rc" = 3 ] || break
+done
+case $stem_rc in
+  0) ok ;;
+  2) bad "stem-alone plan exited with an error: $(cat "$tmp/err")" ;;
+  3) bad "of-ideal notes: three runs at 85% or more of the ideal: $(cat "$tmp/s")" ;;
+  *) bad "of-ideal notes: $(cat "$tmp/why" "$tmp/s" "$tmp/s.csv")" ;;
+esac
 # the same under except_last: the work factor's recompute (work naive-K never does) is named,
 # with the factor it would be without it
 sed 's/remat: never/remat: except_last/' "$tmp/stem.yaml" >"$tmp/stem-el.yaml"
