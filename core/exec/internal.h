@@ -119,6 +119,7 @@ typedef struct pl_results {
 struct gp_pipeline {
   const gp_model *m; /* read only: each stage binds its own parameters */
   gp_plan plan;
+  gp_layout lay; /* which stages this process runs */
   gp_schedule sched;
   int k, micro;
   stage *st;

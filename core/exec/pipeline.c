@@ -386,6 +386,7 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   pl->m = m;
   pl->plan = *plan;
   pl->k = plan->stages;
+  gp_layout_single(pl->k, &pl->lay);
   pl->micro = plan->micro;
   pl->seed = seed;
   pl->watchdog_s = o && o->watchdog_s > 0 ? o->watchdog_s : 300;
@@ -527,6 +528,14 @@ int gp_pipeline_wedged(gp_pipeline *pl) {
 
 int gp_pipeline_stages(const gp_pipeline *pl) {
   return pl->k;
+}
+
+const gp_layout *gp_pipeline_layout(const gp_pipeline *pl) {
+  return &pl->lay;
+}
+
+int gp_pipeline_local(const gp_pipeline *pl, int stage_i) {
+  return gp_layout_local(&pl->lay, stage_i);
 }
 
 gp_params *gp_pipeline_params(gp_pipeline *pl, int stage_i) {

@@ -7,6 +7,7 @@
 #ifndef GP_PIPELINE_H
 #define GP_PIPELINE_H
 
+#include "core/dist/layout.h"
 #include "core/exec/channel.h"
 #include "core/exec/stats.h"
 #include "core/train/optimizer.h"
@@ -92,6 +93,10 @@ int gp_pipeline_stages(const gp_pipeline *pl);
  * uses the pipeline and the model, so neither may be freed (gp_pipeline_free leaves them) and
  * no command is taken. A stage stuck for good keeps it 1: end the process. */
 int gp_pipeline_wedged(gp_pipeline *pl);
+/* Which stages this process runs (all of them in one process; see gp_pipeline_opts.layout):
+ * the params, optimizer and backend of a stage held elsewhere are NULL. */
+const gp_layout *gp_pipeline_layout(const gp_pipeline *pl);
+int gp_pipeline_local(const gp_pipeline *pl, int stage);
 gp_params *gp_pipeline_params(gp_pipeline *pl, int stage);
 gp_optimizer *gp_pipeline_optimizer(gp_pipeline *pl, int stage);
 gp_backend *gp_pipeline_backend(gp_pipeline *pl, int stage);
