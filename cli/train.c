@@ -108,6 +108,7 @@ gp_flag tr_flags[] = {
 int tr_ckpt_stale, tr_out_stale;
 
 static run *the_run; /* for tr_fail: errors across processes name the rank */
+static int voice = 1; /* this process speaks for the run: it checks and claims the outputs */
 
 int tr_fail(gp_status s) {
   /* a stage that does not fit its device: what lowers a stage's memory, on the same line */
@@ -260,6 +261,7 @@ static gp_status apply_flags(gp_model *m) {
   /* the folder first: outputs may go into it, and the checks compare files in it; one this
    * run made goes again when they refuse */
   int made = 0;
+  if (!voice) return GP_OK; /* rank 0's outputs: checked there (two checks would race) */
   if (tr_flags[F_CKPT_DIR].given)
     GP_TRY(gp_ckpt_dir_claim(tr_flags[F_CKPT_DIR].s, &tr_ckpt_stale, &made));
   gp_status s = check_files(m);
@@ -325,6 +327,7 @@ int main(int argc, char **argv) {
   s = tr_dist_start(&r);
   if (s != GP_OK) return tr_fail(s);
   the_run = &r;
+  voice = tr_dist_voice(&r);
   const gp_cli_load load = {"gpipe-train", &tr_flags[F_SET], &tr_flags[F_BATCH], &tr_flags[F_MICRO],
                             NULL};
   if (s == GP_OK) s = gp_cli_model_load(&load, pos[0], &r.m);
@@ -334,12 +337,19 @@ int main(int argc, char **argv) {
   if (s == GP_OK && tr_flags[F_MEMORY].given)
     s = gp_args_size("--memory-limit", tr_flags[F_MEMORY].s, &r.mem_limit);
   if (s == GP_OK) s = open_data(&r);
+  if (s == GP_OK) s = tr_dist_check(&r);
   int elsewhere = 0;
   s = tr_dist_agree(&r, s, &elsewhere);
-  if (elsewhere) { /* another process failed the same setup and said so */
+  if (s != GP_OK && r.dist.world > 1) { /* reported once, by the lowest rank that failed */
+    if (!elsewhere) {
+      the_run = NULL;
+      tr_dist_speak();
+      fprintf(stderr, "gpipe-train: %s: %s\n", gp_dist_who(&r.dist), gp_error_message());
+    }
+    gp_status f = run_free(&r, s);
     gp_args_free(tr_flags);
     gp_dist_finalize(&r.dist);
-    return gp_status_exit_code(s);
+    return gp_status_exit_code(f);
   }
   if (s == GP_OK && tr_flags[F_EVAL_ONLY].given) {
     gp_interrupt_install("gpipe-train", "stopping the evaluation");

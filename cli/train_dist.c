@@ -34,8 +34,18 @@ gp_status tr_dist_start(run *r) {
   return GP_OK;
 }
 
+void tr_dist_speak(void) {
+  if (err_fd >= 0) dup2(err_fd, 2);
+}
+
 int tr_dist_voice(const run *r) {
   return r->dist.rank == 0;
+}
+
+gp_status tr_dist_check(const run *r) {
+  gp_layout lay;
+  return gp_layout_make(r->dist.world, r->dist.rank, r->m->pipeline.replicas,
+                        r->m->pipeline.stages, NULL, &lay);
 }
 
 gp_status tr_dist_layout(run *r, const gp_plan *plan) {
@@ -46,6 +56,7 @@ gp_status tr_dist_layout(run *r, const gp_plan *plan) {
                         &lay));
   GP_TRY(gp_dist_set_layout(&r->dist, &lay));
   double t = tr_flags[F_LIVENESS].given ? (double)tr_flags[F_LIVENESS].i : 20;
+  gp_dist_on_end(&r->dist, gp_interrupt_quiet); /* another process's line says why */
   return gp_dist_liveness_start(&r->dist, t, "gpipe-train", err_fd < 0 ? 2 : err_fd);
 }
 
@@ -63,10 +74,25 @@ gp_status tr_dist_agree(run *r, gp_status s, int *reported_elsewhere) {
   return v[1] == 2 ? GP_ERR_USAGE : GP_ERR_RUNTIME;
 }
 
+void tr_dist_note_share(const run *r) {
+  const char *prefix = getenv("GP_TEST_SHARES");
+  if (!prefix || !*prefix) return;
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s.%d", prefix, r->dist.rank);
+  FILE *fp = fopen(path, "a");
+  if (!fp) return;
+  int64_t first, n;
+  gp_pipeline_share(r->t.pl, &first, &n);
+  fprintf(fp, "%d %" PRId64 " %" PRId64 " %" PRId64 "\n", gp_pipeline_layout(r->t.pl)->replica,
+          r->t.step, first, n);
+  fclose(fp);
+}
+
 int tr_dist_fail(run *r, gp_status s, const char *hint) {
   if (r->dist.world == 1) return gp_cli_fail("gpipe-train", s, hint);
-  if (err_fd >= 0) dup2(err_fd, 2);
-  fprintf(stderr, "gpipe-train: %s: %s%s\n", gp_dist_who(&r->dist), gp_error_message(),
+  tr_dist_speak();
+  if (!gp_dist_ended(&r->dist)) /* else another process said why the run ends */
+    fprintf(stderr, "gpipe-train: %s: %s%s\n", gp_dist_who(&r->dist), gp_error_message(),
           hint ? hint : "");
   fflush(stderr);
   int code = gp_status_exit_code(s);

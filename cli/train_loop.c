@@ -280,6 +280,7 @@ gp_status tr_train(run *r) {
     if (idx == 0 && epoch > 0) epoch--;
     double lr = gp_lr_at(ts, r->t.step, total);
     GP_TRY(gp_trainer_step(&r->t, &sb, lr, &tr));
+    tr_dist_note_share(r);
     double shown = gp_rate_add(&rate, sb.n, gp_now());
     int64_t s = r->t.step;
     GP_TRY(gp_progress_step(&pg, s, total, epoch, tr.loss, tr.accuracy, lr, shown,

@@ -31,8 +31,15 @@ int gp_dist_launched(void);
 gp_status gp_dist_init(gp_dist *d);
 /* Ends MPI where it was started (after the liveness check stopped). */
 void gp_dist_finalize(gp_dist *d);
-/* Ends every process of the run with `code` (MPI_Abort); returns only in one process. */
+/* Ends every process of the run with `code` (MPI_Abort); returns only in one process. The
+ * others are told first (briefly waited for), so that only this process's line reports the
+ * end: their liveness checks and errors stay silent (gp_dist_ended). */
 void gp_dist_abort(gp_dist *d, int code);
+/* Whether another process ended the run (its line says why). */
+int gp_dist_ended(const gp_dist *d);
+/* Called once (on the liveness thread) when another process ends the run: the program's own
+ * lines about the end go quiet. */
+void gp_dist_on_end(gp_dist *d, void (*fn)(void));
 /* "rank 3 (host7)", or "" in one process: what gpipe's lines start with across processes. */
 const char *gp_dist_who(const gp_dist *d);
 

@@ -29,7 +29,15 @@ struct gp_dist_impl {
   int hb_fd; /* where its line goes */
   char hb_prog[64];
   char who[96];
+  /* the other processes of this host: world rank and pid, watched by the liveness thread */
+  int n_near, *near_rank;
+  int *near_pid;
+  _Atomic int ended;    /* another process is ending the run (or this one is) */
+  void (*on_end)(void); /* the program's: go quiet */
 };
+
+#define TAG_BEAT 7
+#define TAG_END 8
 
 struct gp_net_req {
   MPI_Request r;
@@ -98,7 +106,23 @@ gp_status gp_dist_init(gp_dist *d) {
           "MPI_Comm_split_type");
   MPI_Comm_rank(local, &d->local_rank);
   MPI_Comm_size(local, &d->local_size);
+  int me[2] = {d->rank, (int)getpid()}, *all = malloc(sizeof *all * 2 * (size_t)d->local_size);
+  x->near_rank = malloc(sizeof *x->near_rank * (size_t)d->local_size);
+  x->near_pid = malloc(sizeof *x->near_pid * (size_t)d->local_size);
+  if (!all || !x->near_rank || !x->near_pid) {
+    free(all);
+    MPI_Comm_free(&local);
+    return GP_ERR(GP_ERR_NOMEM, "out of memory starting MPI");
+  }
+  int rc = MPI_Allgather(me, 2, MPI_INT, all, 2, MPI_INT, local);
+  for (int i = 0; rc == MPI_SUCCESS && i < d->local_size; i++)
+    if (all[2 * i] != d->rank) {
+      x->near_rank[x->n_near] = all[2 * i];
+      x->near_pid[x->n_near++] = all[2 * i + 1];
+    }
+  free(all);
   MPI_Comm_free(&local);
+  if (rc != MPI_SUCCESS) return mpi_err(rc, "MPI_Allgather");
   GP_TRY(comm_dup(MPI_COMM_WORLD, &x->main));
   GP_TRY(comm_dup(MPI_COMM_WORLD, &x->all));
   GP_TRY(comm_dup(MPI_COMM_WORLD, &x->hb));
@@ -123,6 +147,8 @@ void gp_dist_finalize(gp_dist *d) {
   for (int s = 0; s < x->n_stage; s++)
     comm_free(&x->stage[s]);
   free(x->stage);
+  free(x->near_rank);
+  free(x->near_pid);
   comm_free(&x->main);
   comm_free(&x->p2p);
   comm_free(&x->coll);
@@ -136,7 +162,35 @@ void gp_dist_finalize(gp_dist *d) {
 void gp_dist_abort(gp_dist *d, int code) {
   fflush(stdout);
   fflush(stderr);
-  if (d && d->impl) MPI_Abort(MPI_COMM_WORLD, code);
+  if (!d || !d->impl) return;
+  gp_dist_impl *x = d->impl;
+  if (x->on_end) x->on_end(); /* the launcher's SIGTERM to this process too: no more lines */
+  if (!atomic_exchange(&x->ended, 1)) { /* the first to end it tells the others */
+    MPI_Request *rq = malloc(sizeof *rq * (size_t)d->world);
+    int note = d->rank, n = 0;
+    for (int r = 0; rq && r < d->world; r++)
+      if (r != d->rank && MPI_Isend(&note, 1, MPI_INT, r, TAG_END, x->hb, &rq[n]) == MPI_SUCCESS)
+        n++;
+    for (int i = 0, all = 0; rq && i < 50 && !all; i++) { /* 0.25 s at most */
+      MPI_Testall(n, rq, &all, MPI_STATUSES_IGNORE);
+      struct timespec ts = {0, 5 * 1000 * 1000};
+      if (!all) nanosleep(&ts, NULL);
+    }
+    if (rq) { /* the notices still in flight matter no more */
+      struct timespec ts = {0, 100 * 1000 * 1000}; /* their liveness threads hear it */
+      nanosleep(&ts, NULL);
+    }
+    free(rq);
+  }
+  MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+int gp_dist_ended(const gp_dist *d) {
+  return d && d->impl && atomic_load(&d->impl->ended);
+}
+
+void gp_dist_on_end(gp_dist *d, void (*fn)(void)) {
+  if (d && d->impl) d->impl->on_end = fn;
 }
 
 const char *gp_dist_who(const gp_dist *d) {
@@ -316,6 +370,20 @@ static double mono_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Whether process pid is gone: no such process, or a zombie not yet reaped (a process killed
+ * by SIGKILL or the OOM killer). */
+static int pid_gone(int pid) {
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* "pid (comm) S ...": the state after the name */
+  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
 /* Every 0.5 s a beat to the next rank; the previous rank's beats are awaited. Silence longer
  * than the timeout names the previous rank and ends the run: a stopped or lost process
  * answers nothing, and without this every wait on it would last as long as the watchdog. */
@@ -324,35 +392,60 @@ static void *liveness(void *arg) {
   gp_dist_impl *x = d->impl;
   const int next = (d->rank + 1) % d->world, prev = (d->rank + d->world - 1) % d->world;
   int in = 0, out = 1;
-  MPI_Request rr, sr = MPI_REQUEST_NULL;
-  MPI_Irecv(&in, 1, MPI_INT, prev, 7, x->hb, &rr);
+  MPI_Request rr, sr = MPI_REQUEST_NULL, er;
+  int ender = -1;
+  MPI_Irecv(&in, 1, MPI_INT, prev, TAG_BEAT, x->hb, &rr);
+  MPI_Irecv(&ender, 1, MPI_INT, MPI_ANY_SOURCE, TAG_END, x->hb, &er);
   double heard = mono_s(), sent = 0;
+  double last = mono_s();
   while (!atomic_load(&x->hb_stop)) {
     double now = mono_s();
+    /* this process was itself stopped (SIGSTOP, then SIGCONT as the launcher ends the run):
+     * the silence was its own, not the others' */
+    if (now - last > 1.0) heard = now;
+    last = now;
     if (now - sent >= 0.5) {
       int flag = 1;
       if (sr != MPI_REQUEST_NULL) MPI_Test(&sr, &flag, MPI_STATUS_IGNORE);
-      if (flag) MPI_Isend(&out, 1, MPI_INT, next, 7, x->hb, &sr);
+      if (flag) MPI_Isend(&out, 1, MPI_INT, next, TAG_BEAT, x->hb, &sr);
       sent = now;
     }
     int flag = 0;
+    if (!atomic_load(&x->ended)) MPI_Test(&er, &flag, MPI_STATUS_IGNORE);
+    if (flag || atomic_load(&x->ended)) { /* another process ends the run and says why */
+      if (flag && !atomic_exchange(&x->ended, 1) && x->on_end) x->on_end();
+      struct timespec ts = {0, 20 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
     if (MPI_Test(&rr, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
       dprintf(x->hb_fd, "%s: %s: lost rank %d: its connection failed\n", x->hb_prog, x->who, prev);
       gp_dist_abort(d, 1);
     }
     if (flag) {
       heard = now;
-      MPI_Irecv(&in, 1, MPI_INT, prev, 7, x->hb, &rr);
+      MPI_Irecv(&in, 1, MPI_INT, prev, TAG_BEAT, x->hb, &rr);
     } else if (now - heard > x->hb_timeout) {
       dprintf(x->hb_fd, "%s: %s: rank %d stopped answering (no heartbeat for %.0f s): ending the "
               "run\n", x->hb_prog, x->who, prev, x->hb_timeout);
       gp_dist_abort(d, 1);
     }
+    /* a process of this host that died is seen at once: the launcher ends the run a moment
+     * later, and this line says which rank was lost */
+    for (int i = 0; i < x->n_near; i++)
+      if (pid_gone(x->near_pid[i])) {
+        dprintf(x->hb_fd, "%s: %s: lost rank %d (%s, pid %d): the process is gone (killed, or "
+                "out of memory?): ending the run\n", x->hb_prog, x->who, x->near_rank[i], d->host,
+                x->near_pid[i]);
+        gp_dist_abort(d, 1);
+      }
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }
   MPI_Cancel(&rr);
   MPI_Request_free(&rr);
+  MPI_Cancel(&er);
+  MPI_Request_free(&er);
   if (sr != MPI_REQUEST_NULL) MPI_Request_free(&sr);
   return NULL;
 }

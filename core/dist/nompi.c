@@ -38,6 +38,13 @@ void gp_dist_abort(gp_dist *d, int code) {
   (void)d;
   (void)code;
 }
+int gp_dist_ended(const gp_dist *d) {
+  (void)d;
+  return 0;
+}
+void gp_dist_on_end(gp_dist *d, void (*fn)(void)) {
+  (void)d, (void)fn;
+}
 const char *gp_dist_who(const gp_dist *d) {
   (void)d;
   return "";

@@ -124,6 +124,10 @@ struct gp_pipeline {
   struct gp_dist *dist; /* NULL: one process */
   int first_local, n_local; /* the stages this process runs */
   int64_t base;             /* this replica's first sample in the global mini-batch */
+  /* tests across processes: GP_TEST_NO_ALLREDUCE=1 leaves the replicas' gradients apart (the
+   * negative control of the equivalence checks); GP_TEST_NAN_STAGE=s makes stage s's outputs
+   * NaN in the second step's micro-batch 0 (-1: neither) */
+  int test_no_allreduce, test_nan_stage;
   gp_schedule sched;
   int k, micro;
   stage *st;

@@ -450,6 +450,9 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
     return GP_ERR(GP_ERR_USAGE, "internal: a layout of %d stages for a plan of %d", ls,
                   plan->stages);
   }
+  const char *tv = getenv("GP_TEST_NO_ALLREDUCE"), *tn = getenv("GP_TEST_NAN_STAGE");
+  pl->test_no_allreduce = tv && strcmp(tv, "1") == 0;
+  pl->test_nan_stage = tn && *tn ? atoi(tn) : -1;
   pl->first_local = pl->lay.first[pl->lay.pos];
   pl->n_local = pl->lay.first[pl->lay.pos + 1] - pl->first_local;
   pl->micro = plan->micro;
@@ -600,6 +603,11 @@ int gp_pipeline_stages(const gp_pipeline *pl) {
 
 const gp_layout *gp_pipeline_layout(const gp_pipeline *pl) {
   return &pl->lay;
+}
+
+void gp_pipeline_share(const gp_pipeline *pl, int64_t *first, int64_t *n) {
+  *first = pl->base;
+  *n = pl->batch;
 }
 
 int gp_pipeline_local(const gp_pipeline *pl, int stage_i) {

@@ -102,6 +102,8 @@ int gp_pipeline_wedged(gp_pipeline *pl);
  * the params, optimizer and backend of a stage held elsewhere are NULL. */
 const gp_layout *gp_pipeline_layout(const gp_pipeline *pl);
 int gp_pipeline_local(const gp_pipeline *pl, int stage);
+/* The last command's share of the global batch in this replica: samples [first, first + n). */
+void gp_pipeline_share(const gp_pipeline *pl, int64_t *first, int64_t *n);
 gp_params *gp_pipeline_params(gp_pipeline *pl, int stage);
 gp_optimizer *gp_pipeline_optimizer(gp_pipeline *pl, int stage);
 gp_backend *gp_pipeline_backend(gp_pipeline *pl, int stage);

@@ -231,6 +231,15 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   GP_TRY(gather_inputs(st, m, p, keep));
   gp_exec e = exec_for(st, p, m, training, 0, drop ? &st->scratch : keep);
   GP_TRY(timed_pass(st, GP_A_FORWARD, m, p, &e, training));
+  if (training && st->index == pl->test_nan_stage && pl->step == 1 && m == 0) {
+    for (int o = 0; o < st->n_out; o++) { /* what it hands on: NaN * y = NaN */
+      const gp_tensor *v = &p->val[st->out[o].t];
+      if (v->dtype == GP_F32)
+        GP_TRY(st->be->axpby(st->be, gp_shape_numel(&v->shape), 0.0f, GP_F32P(v), NAN,
+                             GP_F32P(v)));
+    }
+    if (st->index == pl->k - 1) e.loss_sum = NAN;
+  }
   if (training && !isfinite(e.loss_sum))
     return GP_ERR(GP_ERR_RUNTIME, "the loss is %s at step %lld (lower the learning rate?)",
                   isnan(e.loss_sum) ? "NaN" : "infinite", (long long)pl->step + 1);
@@ -334,8 +343,9 @@ static gp_status do_step(stage *st) {
   const gp_model *m = pl->m;
   /* replicas: the gradients summed over them (each normalized by the global batch's targets),
    * the statistics pooled as if one replica had seen every micro-batch */
-  GP_TRY(pl->coll.ops->replica_grads(&pl->coll, st->index, st->be, st->params.grad,
-                                     st->params.n_train));
+  if (!pl->test_no_allreduce)
+    GP_TRY(pl->coll.ops->replica_grads(&pl->coll, st->index, st->be, st->params.grad,
+                                       st->params.n_train));
   for (int i = st->first; i < st->end; i++) {
     const gp_layer *l = &m->nodes[i].layer;
     gp_layer_bind *b = gp_params_bind(&st->params, i);
