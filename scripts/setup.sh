@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential pkg-config meson ninja-build libyaml-dev zlib1g-dev libopenblas-dev
-          libjpeg62-turbo-dev
+          libjpeg62-turbo-dev openmpi-bin libopenmpi-dev
           sword-text-kjv sword-text-sparv libsword-utils sentencepiece
           dataset-fashion-mnist python3)
 missing=()

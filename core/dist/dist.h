@@ -54,6 +54,8 @@ gp_status gp_dist_barrier(gp_dist *d);
 gp_status gp_dist_bcast(gp_dist *d, void *buf, size_t bytes, int root);
 /* The maximum over the processes of v[0 .. n). */
 gp_status gp_dist_max(gp_dist *d, int64_t *v, int n);
+/* The maximum over the processes of each of v[0 .. n) (int32). */
+gp_status gp_dist_max_i32(gp_dist *d, int32_t *v, int64_t n);
 /* Whether every process's flag is set: 1 when all are, 0 otherwise. */
 gp_status gp_dist_all(gp_dist *d, int flag, int *all);
 

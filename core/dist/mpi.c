@@ -249,6 +249,17 @@ gp_status gp_dist_max(gp_dist *d, int64_t *v, int n) {
   return GP_OK;
 }
 
+gp_status gp_dist_max_i32(gp_dist *d, int32_t *v, int64_t n) {
+  if (!d || !d->impl) return GP_OK;
+  const int64_t chunk = (int64_t)1 << 30;
+  for (int64_t at = 0; at < n; at += chunk) {
+    int len = (int)(n - at < chunk ? n - at : chunk);
+    MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, v + at, len, MPI_INT32_T, MPI_MAX, d->impl->main),
+            "MPI_Allreduce");
+  }
+  return GP_OK;
+}
+
 gp_status gp_dist_all(gp_dist *d, int flag, int *all) {
   *all = flag;
   if (!d || !d->impl) return GP_OK;

@@ -65,6 +65,10 @@ gp_status gp_dist_max(gp_dist *d, int64_t *v, int n) {
   (void)d, (void)v, (void)n;
   return GP_OK;
 }
+gp_status gp_dist_max_i32(gp_dist *d, int32_t *v, int64_t n) {
+  (void)d, (void)v, (void)n;
+  return GP_OK;
+}
 gp_status gp_dist_all(gp_dist *d, int flag, int *all) {
   (void)d;
   *all = flag;

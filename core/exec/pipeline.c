@@ -419,9 +419,18 @@ gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *o
 gp_status gp_pipeline_predict(gp_pipeline *pl, const gp_batch *b, gp_prediction *pred,
                               gp_step_result *out) {
   GP_TRY(usable(pl));
+  const gp_model *m = pl->m;
+  const gp_layer *ol = &m->nodes[m->output_node].layer;
+  /* across processes: each replica's last stage fills its rows, the rest stay -1 and the
+   * maximum over the processes gathers them (token ids are >= 0) */
+  const int64_t per = gp_shape_numel(&ol->out_shape) / ol->out_shape.d[ol->out_shape.ndim - 1];
+  if (pl->dist && pred->argmax)
+    for (int64_t i = 0; i < b->n * per; i++)
+      pred->argmax[i] = -1;
   pl->pred = pred;
   gp_status s = gp_pipeline_eval(pl, b, out);
   pl->pred = NULL;
+  if (s == GP_OK && pl->dist && pred->argmax) s = gp_dist_max_i32(pl->dist, pred->argmax, b->n * per);
   if (s == GP_OK) {
     pred->nll_sum = pl->results.nll_sum;
     pred->nll_count = pl->results.nll_count;
@@ -468,7 +477,6 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   pl->precision = o ? o->precision : GP_PREC_FP32;
   pl->nondeterministic = o ? o->nondeterministic : 0;
   pl->mem_limit = o ? o->mem_limit : 0;
-  pl->t_origin = now_s();
   pl->cores = o && o->cores > 0 ? o->cores : gp_cpu_cores();
   pl->threads_per_stage = pl->cores / pl->n_local > 1 ? pl->cores / pl->n_local : 1;
   /* spinning is free only where no other stage needs the core; GP_PIPELINE_SPIN=0 turns it
@@ -509,6 +517,9 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
       s = gp_coll_threads_init(&pl->coll, pl->k, &pl->mu, &pl->cv, &pl->failed, pl->watchdog_s,
                                &pl->tied);
   }
+  /* across processes, the clocks of the traces start together (within the barrier's skew) */
+  if (s == GP_OK && pl->dist) s = gp_dist_barrier(pl->dist);
+  pl->t_origin = now_s();
   for (int i = pl->first_local; s == GP_OK && i < pl->first_local + pl->n_local; i++) {
     if (pthread_create(&pl->st[i].thread, NULL, worker, &pl->st[i]) != 0)
       s = GP_ERR(GP_ERR_RUNTIME, "cannot start the worker thread of stage %d", i);

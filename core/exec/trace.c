@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dist/dist.h"
 #include "core/io/json.h"
 #include "core/io/target.h"
 #include "core/exec/internal.h"
@@ -83,36 +84,47 @@ static void write_layer_event(FILE *f, const gp_pipeline *pl, int s, const trace
   fprintf(f, ",\n{\"name\": ");
   gp_json_write_str(f, l->path);
   fprintf(f,
-          ", \"cat\": \"layer\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
+          ", \"cat\": \"layer\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, "
           "\"dur\": %.3f, \"args\": {\"step\": %lld, \"micro_batch\": %d, \"pass\": \"%s\", "
           "\"type\": \"%s\"}}",
-          e->device ? device_tid(s) : s, (e->t0 - pl->t_origin) * 1e6, (e->t1 - e->t0) * 1e6,
-          (long long)e->step + 1, e->micro, pass, l->type->name);
+          pl->lay.rank, e->device ? device_tid(s) : s, (e->t0 - pl->t_origin) * 1e6,
+          (e->t1 - e->t0) * 1e6, (long long)e->step + 1, e->micro, pass, l->type->name);
 }
 
-static gp_status write_events(FILE *f, void *ctx) {
-  const gp_pipeline *pl = ctx;
-  fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+/* This process's events (its stages', process row pid = its rank), each line after the first
+ * starting with ",\n". */
+static void write_stages(FILE *f, const gp_pipeline *pl) {
   const char *sep = "";
-  for (int s = 0; s < pl->k; s++) {
+  const int pid = pl->lay.rank;
+  if (pl->dist) {
+    fprintf(f,
+            "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": "
+            "\"rank %d: replica %d, position %d\"}},\n"
+            "{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"args\": "
+            "{\"sort_index\": %d}}",
+            pid, pid, pl->lay.replica, pl->lay.pos, pid, pid);
+    sep = ",\n";
+  }
+  for (int s = pl->first_local; s < pl->first_local + pl->n_local; s++) {
     const stage *st = &pl->st[s];
     /* a device-timed stage has two rows: the host launching the actions (and their layers),
      * and below it the device running them */
     fprintf(f,
-            "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+            "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
             "\"args\": {\"name\": \"stage %d (units %d..%d)%s\"}}",
-            sep, s, s, pl->plan.st[s].first_unit, pl->plan.st[s].end_unit - 1,
+            sep, pid, s, s, pl->plan.st[s].first_unit, pl->plan.st[s].end_unit - 1,
             st->rec.tm ? ", host" : "");
     sep = ",\n";
     if (st->rec.tm)
       fprintf(f,
-              "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+              "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
               "\"args\": {\"name\": \"stage %d on %s, device time\"}},\n"
-              "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+              "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
               "\"args\": {\"sort_index\": %d}},\n"
-              "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+              "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
               "\"args\": {\"sort_index\": %d}}",
-              sep, device_tid(s), s, pl->plan.st[s].device, device_tid(s), 2 * s + 1, s, 2 * s);
+              sep, pid, device_tid(s), s, pl->plan.st[s].device, pid, device_tid(s), 2 * s + 1,
+              pid, s, 2 * s);
     for (int64_t i = 0; i < st->rec.n_ev; i++) {
       const trace_ev *e = &st->rec.ev[i];
       if (e->node >= 0) {
@@ -127,17 +139,66 @@ static gp_status write_events(FILE *f, void *ctx) {
       else
         snprintf(name, sizeof name, "%s%d", gp_action_letter(e->kind), e->micro);
       fprintf(f,
-              "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
+              "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, "
               "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"step\": %lld, "
               "\"micro_batch\": %d, \"compute_us\": %.3f}}",
-              sep, name, cat, e->device ? device_tid(s) : s, (e->t0 - pl->t_origin) * 1e6,
+              sep, name, cat, pid, e->device ? device_tid(s) : s, (e->t0 - pl->t_origin) * 1e6,
               (e->t1 - e->t0) * 1e6, (long long)e->step + 1, e->micro, e->busy * 1e6);
     }
+  }
+}
+
+/* A process's fragment: its events as written, to be joined into rank 0's trace. */
+static gp_status write_fragment(FILE *f, void *ctx) {
+  write_stages(f, ctx);
+  return GP_OK;
+}
+
+typedef struct trace_ctx {
+  const gp_pipeline *pl;
+  const char *path;
+} trace_ctx;
+
+/* The trace: this process's events, then (rank 0 across processes) every other rank's fragment
+ * PATH.rankN, copied as it is. */
+static gp_status write_events(FILE *f, void *ctx) {
+  const trace_ctx *c = ctx;
+  fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+  write_stages(f, c->pl);
+  for (int r = 1; c->pl->dist && r < c->pl->lay.world; r++) {
+    char part[4200], buf[65536];
+    snprintf(part, sizeof part, "%.4000s.rank%d", c->path, r);
+    FILE *in = fopen(part, "rb");
+    if (!in) return GP_ERR(GP_ERR_IO, "%s: rank %d's part of the trace is missing", part, r);
+    size_t n;
+    int first = 1;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) {
+      if (first) fputs(",\n", f);
+      first = 0;
+      fwrite(buf, 1, n, f);
+    }
+    fclose(in);
   }
   fprintf(f, "\n]}\n");
   return GP_OK;
 }
 
 gp_status gp_pipeline_write_trace(const gp_pipeline *pl, const char *path) {
-  return gp_io_write_file(path, write_events, (void *)pl);
+  trace_ctx c = {pl, path};
+  if (!pl->dist) return gp_io_write_file(path, write_events, &c);
+  /* across processes (every one calls this): each writes its fragment beside the trace (a
+   * folder every host sees), rank 0 joins them into one trace, a process row per rank */
+  char part[4200];
+  snprintf(part, sizeof part, "%.4000s.rank%d", path, pl->lay.rank);
+  gp_status s = pl->lay.rank ? gp_io_write_file(part, write_fragment, (void *)pl) : GP_OK;
+  int all;
+  gp_status b = gp_dist_all(pl->dist, s == GP_OK, &all);
+  if (s != GP_OK || b != GP_OK) return s != GP_OK ? s : b;
+  if (!all) return GP_ERR(GP_ERR_IO, "%s: another process could not write its part", path);
+  if (pl->lay.rank == 0) s = gp_io_write_file(path, write_events, &c);
+  for (int r = 1; pl->lay.rank == 0 && r < pl->lay.world; r++) {
+    snprintf(part, sizeof part, "%.4000s.rank%d", path, r);
+    remove(part);
+  }
+  return s;
 }

@@ -77,7 +77,25 @@ ref noclip "$nmt" "${qn[@]}" "${small[@]}" --set train.clip_grad_norm=0
 "${diff[@]}" "$tmp/nmt.safetensors" "$tmp/noclip.safetensors" 1e-5 >/dev/null &&
   bad "clipping at 0.01 changed nothing" || ok
 same nmt 3 k3-tied "$nmt" "${qn[@]}" "${small[@]}" --set train.clip_grad_norm=0.01 \
-  --stages 3 --balance 4,2,3 --micro-batches 2
+  --stages 3 --balance 4,2,3 --micro-batches 2 --trace "$tmp/k3.json"
+# one Chrome trace, a process row per rank; clocks aligned: each micro-batch's forward on a
+# stage starts after it ended on the stage before (within 2 ms)
+python3 - "$tmp/k3.json" <<'PY' && ok || bad "trace across processes: $(head -c 600 "$tmp/k3.json")"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["pid"]: e["args"]["name"] for e in ev if e["name"] == "process_name"}
+assert names == {r: f"rank {r}: replica 0, position {r}" for r in range(3)}, names
+fwd = {}
+for e in ev:
+    if e.get("cat") == "forward":
+        assert e["tid"] == e["pid"], e  # stage s in rank s
+        fwd[(e["args"]["step"], e["tid"], e["args"]["micro_batch"])] = (e["ts"], e["ts"] + e["dur"])
+assert len(fwd) == 3 * 3 * 2, len(fwd)
+for (step, s, m), (t0, t1) in fwd.items():
+    if s > 0:
+        assert t0 >= fwd[(step, s - 1, m)][1] - 2000, (step, s, m)
+assert not [f for f in __import__("os").listdir(__import__("os").path.dirname(sys.argv[1])) if ".rank" in f]
+PY
 same nmt 2 k5-w2 "$nmt" "${qn[@]}" "${small[@]}" --set train.clip_grad_norm=0.01 \
   --stages 5 --micro-batches 2 --schedule 1f1b --remat always
 
