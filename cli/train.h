@@ -97,6 +97,9 @@ gp_status tr_dist_save_weights(run *r, const char *path);
 /* Tests (GP_TEST_SHARES=PREFIX): each process appends its replica's share of the step's batch
  * to PREFIX.RANK ("replica step first n"). */
 void tr_dist_note_share(const run *r);
+/* Every stage's statistics (all[K]), the stages of other processes' included (every process
+ * calls it, in the same order). */
+gp_status tr_dist_stats(run *r, gp_stage_stats *all);
 /* An error: printed with the rank and host; at W > 1 it ends every process. */
 int tr_dist_fail(run *r, gp_status s, const char *hint);
 

@@ -88,6 +88,62 @@ void tr_dist_note_share(const run *r) {
   fclose(fp);
 }
 
+/* The numbers of a stage's statistics that the report reads, as integers (times in ns): the
+ * maximum over the processes is the holder's (the others have zeros), or the slowest
+ * replica's. */
+enum { ST_MEM, ST_STEPS, ST_SPAN, ST_BUSY, ST_FWD, ST_BWD, ST_DEV, ST_AR, ST_ARW, ST_ARB, ST_ARS,
+       ST_KIND, ST_N = ST_KIND + GP_A_KINDS };
+
+static void pack(const gp_stage_stats *ss, int64_t *v) {
+  const double ns = 1e9;
+  v[ST_MEM] = (int64_t)ss->mem_peak;
+  v[ST_STEPS] = ss->steps;
+  v[ST_SPAN] = (int64_t)(ss->span_s * ns);
+  v[ST_BUSY] = (int64_t)(ss->wall_busy_s * ns);
+  v[ST_FWD] = (int64_t)(ss->fwd_s * ns);
+  v[ST_BWD] = (int64_t)(ss->bwd_s * ns);
+  v[ST_DEV] = ss->device_time;
+  v[ST_AR] = (int64_t)(ss->allreduce_s * ns);
+  v[ST_ARW] = (int64_t)(ss->allreduce_wait_s * ns);
+  v[ST_ARB] = ss->allreduce_bytes;
+  v[ST_ARS] = ss->allreduce_steps;
+  for (int k = 0; k < GP_A_KINDS; k++)
+    v[ST_KIND + k] = (int64_t)(ss->wall_s[k] * ns);
+}
+
+static void unpack(const int64_t *v, gp_stage_stats *ss) {
+  const double ns = 1e-9;
+  ss->mem_peak = (size_t)v[ST_MEM];
+  ss->steps = v[ST_STEPS];
+  ss->span_s = (double)v[ST_SPAN] * ns;
+  ss->wall_busy_s = (double)v[ST_BUSY] * ns;
+  ss->fwd_s = (double)v[ST_FWD] * ns;
+  ss->bwd_s = (double)v[ST_BWD] * ns;
+  ss->device_time = (int)v[ST_DEV];
+  ss->allreduce_s = (double)v[ST_AR] * ns;
+  ss->allreduce_wait_s = (double)v[ST_ARW] * ns;
+  ss->allreduce_bytes = v[ST_ARB];
+  ss->allreduce_steps = v[ST_ARS];
+  for (int k = 0; k < GP_A_KINDS; k++)
+    ss->wall_s[k] = (double)v[ST_KIND + k] * ns;
+}
+
+gp_status tr_dist_stats(run *r, gp_stage_stats *all) {
+  const int k = gp_pipeline_stages(r->t.pl);
+  for (int s = 0; s < k; s++)
+    gp_pipeline_stats(r->t.pl, s, &all[s]);
+  if (r->dist.world == 1) return GP_OK;
+  int64_t *v = calloc((size_t)k * ST_N, sizeof *v);
+  if (!v) return GP_ERR(GP_ERR_NOMEM, "out of memory for the stages' statistics");
+  for (int s = 0; s < k; s++)
+    if (gp_pipeline_local(r->t.pl, s)) pack(&all[s], v + (size_t)s * ST_N);
+  gp_status st = gp_dist_max(&r->dist, v, k * ST_N);
+  for (int s = 0; st == GP_OK && s < k; s++)
+    unpack(v + (size_t)s * ST_N, &all[s]);
+  free(v);
+  return st;
+}
+
 int tr_dist_fail(run *r, gp_status s, const char *hint) {
   if (r->dist.world == 1) return gp_cli_fail("gpipe-train", s, hint);
   tr_dist_speak();

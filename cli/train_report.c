@@ -68,6 +68,25 @@ void tr_report_data(run *r, double wall) {
             st.skipped, st.skipped == 1 ? "" : "s", st.first_skip);
 }
 
+/* Replicas: how long the gradients' all-reduce took a step, how much of it ran under the
+ * backward (hidden), and at what bandwidth (a ring moves 2 (R-1)/R of the bytes). */
+static void tr_report_allreduce(const run *r, const gp_stage_stats *all) {
+  const int R = r->m->pipeline.replicas;
+  double span = 0, wait = 0;
+  int64_t bytes = 0, steps = 0;
+  for (int s = 0; s < gp_pipeline_stages(r->t.pl); s++) {
+    span = fmax(span, all[s].allreduce_s); /* the stages' all-reduces run side by side */
+    wait = fmax(wait, all[s].allreduce_wait_s);
+    bytes += all[s].allreduce_bytes;
+    steps = steps > all[s].allreduce_steps ? steps : all[s].allreduce_steps;
+  }
+  if (R < 2 || steps < 1 || span <= 0) return;
+  printf("all-reduce: %.2f MiB of gradients a step over %d replicas, %.2f ms a step, %.0f%% "
+         "hidden under the backward, %.2f GB/s over that time (a ring moves 2(R-1)/R of the bytes)\n",
+         (double)bytes / steps / 1048576.0, R, 1e3 * span / steps, 100.0 * (1.0 - wait / span),
+         2.0 * (R - 1) / R * (double)bytes / span / 1e9);
+}
+
 /* With stages: how busy each was per training step (on a GPU, the GPU's time) and how much of
  * the steps it waited (and the stage that set each step's pace), against GPipe's bubble
  * (K-1)/(M+K-1) for equal stages, the schedule simulated with the stages' mean times (the idle that
@@ -75,12 +94,14 @@ void tr_report_data(run *r, double wall) {
  * actions' spread): where the pipeline lost time. */
 void tr_report_pipeline(run *r) {
   int k = gp_pipeline_stages(r->t.pl), m = r->m->pipeline.micro_batches;
+  gp_stage_stats all[GP_MAX_DEVICES];
+  if (tr_dist_stats(r, all) != GP_OK) return; /* a statistic: the run stands */
+  tr_report_allreduce(r, all);
   if (k < 2) return;
   char busy[GP_MAX_DEVICES * 16] = "", idle[GP_MAX_DEVICES * 16] = "";
   int on_gpu = 0;
   for (int s = 0; s < k; s++) {
-    gp_stage_stats ss;
-    gp_pipeline_stats(r->t.pl, s, &ss);
+    const gp_stage_stats ss = all[s];
     if (ss.steps < 1 || ss.span_s <= 0) return; /* no training step was timed */
     on_gpu |= ss.device_time;
     size_t nb = strlen(busy), ni = strlen(idle);
@@ -89,7 +110,7 @@ void tr_report_pipeline(run *r) {
   }
   double sim, rep = gp_pipeline_bubble_replayed(r->t.pl);
   char simmed[160] = "";
-  if (gp_pipeline_bubble_sim(r->t.pl, &sim) == GP_OK && isfinite(sim))
+  if (gp_bubble_sim(gp_pipeline_schedule(r->t.pl), all, &sim) == GP_OK && isfinite(sim))
     snprintf(simmed, sizeof simmed, "; the schedule with these stage times: %.1f%%", 100 * sim);
   if (isfinite(rep))
     snprintf(simmed + strlen(simmed), sizeof simmed - strlen(simmed),
@@ -111,9 +132,10 @@ void tr_report_memory(run *r) {
   int k = gp_pipeline_stages(r->t.pl);
   size_t sum = 0;
   char per[GP_MAX_DEVICES * 16] = "";
+  gp_stage_stats all[GP_MAX_DEVICES];
+  if (tr_dist_stats(r, all) != GP_OK) return;
   for (int s = 0; s < k; s++) {
-    gp_stage_stats ss;
-    gp_pipeline_stats(r->t.pl, s, &ss);
+    const gp_stage_stats ss = all[s];
     sum += ss.mem_peak;
     size_t n = strlen(per);
     snprintf(per + n, sizeof per - n, "%s%.2f", s ? ", " : "", (double)ss.mem_peak / mib);

@@ -79,6 +79,8 @@ gp_status gp_dist_sum_doubles(gp_dist *d, double *v, int64_t n, int all_replicas
 /* Stage s's n floats summed over its R replicas, in place (the stage's own communicator: the
  * threads of different stages may call it at once). */
 gp_status gp_dist_sum_replicas(gp_dist *d, int s, float *v, int64_t n);
+/* The same, started (MPI_Iallreduce): done when gp_net_test says so; v is MPI's until then. */
+gp_status gp_dist_isum_replicas(gp_dist *d, int s, float *v, int64_t n, gp_net_req **out);
 /* Each replica's n doubles of stage s, gathered in replica order into out (R x n). */
 gp_status gp_dist_gather_replicas(gp_dist *d, int s, const double *v, int n, double *out);
 

@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,6 +360,23 @@ gp_status gp_dist_sum_replicas(gp_dist *d, int s, float *v, int64_t n) {
     int len = (int)(n - at < chunk ? n - at : chunk);
     MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, v + at, len, MPI_FLOAT, MPI_SUM, c), "MPI_Allreduce");
   }
+  return GP_OK;
+}
+
+gp_status gp_dist_isum_replicas(gp_dist *d, int s, float *v, int64_t n, gp_net_req **out) {
+  MPI_Comm c = d && d->impl && s < d->impl->n_stage ? d->impl->stage[s] : MPI_COMM_NULL;
+  if (c == MPI_COMM_NULL) return GP_ERR(GP_ERR_RUNTIME, "internal: stage %d is not held here", s);
+  if (n > INT32_MAX) return GP_ERR(GP_ERR_USAGE, "internal: a bucket of %lld floats", (long long)n);
+  gp_net_req *r = malloc(sizeof *r);
+  if (!r) return GP_ERR(GP_ERR_NOMEM, "out of memory for an all-reduce");
+  r->bytes = (size_t)n * sizeof *v;
+  r->recv = 0;
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_FLOAT, MPI_SUM, c, &r->r);
+  if (rc != MPI_SUCCESS) {
+    free(r);
+    return mpi_err(rc, "MPI_Iallreduce");
+  }
+  *out = r;
   return GP_OK;
 }
 

@@ -106,6 +106,10 @@ gp_status gp_dist_sum_replicas(gp_dist *d, int s, float *v, int64_t n) {
   (void)d, (void)s, (void)v, (void)n;
   return GP_OK;
 }
+gp_status gp_dist_isum_replicas(gp_dist *d, int s, float *v, int64_t n, gp_net_req **out) {
+  (void)d, (void)s, (void)v, (void)n, (void)out;
+  return none();
+}
 gp_status gp_dist_gather_replicas(gp_dist *d, int s, const double *v, int n, double *out) {
   (void)d, (void)s;
   memcpy(out, v, sizeof *v * (size_t)n);

@@ -79,6 +79,25 @@ typedef struct stage_meter {
   double layer_t0; /* record_layer: when the current layer started */
 } stage_meter;
 
+/* The stage's gradient all-reduce across its replicas (core/exec/allreduce.c), in buckets of
+ * the flat gradient buffer started while its last backward runs: a node's gradients are final
+ * once that backward passed it, and nodes lie in order in the buffer, so [lo, n_train) is
+ * final as the backward goes down. */
+typedef struct stage_ar {
+  int on;       /* this step's last backward is running: buckets start as layers finish */
+  int last_b;   /* the index of the stage's last backward action in its schedule */
+  int64_t lo;   /* [lo, hi) final, not started; [hi, n_train) started */
+  int64_t hi;
+  int64_t *node_off; /* per node of the stage: its gradients' first float, -1: none */
+  struct gp_net_req **req;
+  int n_req, cap_req;
+  double t_first; /* when the first bucket started */
+  /* since the last reset: the all-reduces' wall time (first start to last completion), the
+   * part the step waited for, the bytes */
+  double span_s, wait_s;
+  int64_t bytes, steps;
+} stage_ar;
+
 typedef struct stage {
   gp_pipeline *pl;
   int index, first, end;
@@ -96,6 +115,9 @@ typedef struct stage {
   gp_pass *pass; /* M passes */
   int n_in, n_out, n_grads_expected, n_wait_in;
   int n_net; /* channels to or from other processes (their waits poll MPI) */
+  stage_ar ar;
+  gp_status net_fail; /* a poll between layers failed: the next wait reports net_msg */
+  char net_msg[MSG_MAX];
   ext_in *in;
   ext_out *out;
   void **grad_to;         /* n_out: send_outputs' gradient buffers of the micro-batch */
@@ -206,6 +228,18 @@ gp_status gp_pl_fail(gp_pipeline *pl, gp_status s, int stage_i, int micro);
 
 /* stage.c: runs one command's actions on stage st (its worker thread). */
 gp_status gp_pl_run_command(stage *st, cmd_kind cmd);
+
+/* allreduce.c */
+/* Before the stage's action a: the start of its last backward opens the buckets (replicas on
+ * the CPU; a device's gradients are summed at the step). */
+void gp_pl_ar_action(stage *st, int a);
+/* A layer of the backward finished: its gradients are final; a full bucket starts, the others
+ * in flight move on. */
+void gp_pl_ar_layer(stage *st, int node);
+/* At the step: the rest started, every bucket waited for (or, without buckets, the whole
+ * buffer summed at once). */
+gp_status gp_pl_ar_finish(stage *st);
+void gp_pl_ar_free(stage *st);
 
 /* stats.c */
 /* Counts an action's wall time as busy, less `waited` (the part it spent waiting for other

@@ -191,6 +191,9 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
   st->pass = calloc((size_t)M, sizeof *st->pass);
   st->box = calloc((size_t)M, sizeof *st->box);
   const size_t acts = (size_t)pl->sched.n_actions[st->index];
+  st->ar.last_b = -1;
+  for (int a = 0; a < (int)acts; a++)
+    if (pl->sched.actions[st->index][a].kind == GP_A_BACKWARD) st->ar.last_b = a;
   st->rec.act_s = calloc(acts, sizeof *st->rec.act_s);
   st->rec.rec_s = calloc(acts, sizeof *st->rec.rec_s);
   if (!st->slot_arena || !st->pass || !st->box || !st->rec.act_s || !st->rec.rec_s)
@@ -571,6 +574,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
       if (st->rec.tm) events_free(st->be, 2 * st->rec.cap_span + 1, st->rec.tm);
       if (st->rec.ltm) events_free(st->be, 2 * st->rec.cap_lspan, st->rec.ltm);
     }
+    gp_pl_ar_free(st);
     if (st->have_opt) gp_optimizer_free(&st->opt);
     gp_params_free(&st->params);
     free(st->slot_arena);
@@ -610,6 +614,10 @@ int gp_pipeline_wedged(gp_pipeline *pl) {
 
 int gp_pipeline_stages(const gp_pipeline *pl) {
   return pl->k;
+}
+
+const gp_schedule *gp_pipeline_schedule(const gp_pipeline *pl) {
+  return &pl->sched;
 }
 
 const gp_layout *gp_pipeline_layout(const gp_pipeline *pl) {

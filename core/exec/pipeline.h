@@ -94,6 +94,7 @@ int64_t gp_batch_targets(const gp_model *m, const gp_batch *b);
 gp_status gp_pipeline_sync(gp_pipeline *pl);
 
 int gp_pipeline_stages(const gp_pipeline *pl);
+const gp_schedule *gp_pipeline_schedule(const gp_pipeline *pl);
 /* 1 while a stage that did not stop after a failure (gp_pipeline_opts.stop_s) still runs: it
  * uses the pipeline and the model, so neither may be freed (gp_pipeline_free leaves them) and
  * no command is taken. A stage stuck for good keeps it 1: end the process. */

@@ -2,6 +2,7 @@
  * and its barrier, and the hand-offs of activations and gradients between stages. */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,7 @@ static gp_status poll_net(stage *st, int *pending) {
 static gp_status wait_net(stage *st, _Atomic int *value, int want, const char *what, int micro) {
   gp_pipeline *pl = st->pl;
   const double until = now_s() + pl->watchdog_s;
+  if (st->net_fail) return GP_ERR(st->net_fail, "%s", st->net_msg);
   for (int i = 0;; i++) {
     int pending;
     GP_TRY(poll_net(st, &pending));
@@ -84,6 +86,20 @@ static gp_status wait_for(stage *st, _Atomic int *value, int want, const char *w
   return s;
 }
 
+/* At each layer's end, a stage with hand-offs to other processes moves them on: MPI moves a
+ * large message only inside MPI calls of both ends, so without this a value sent before a
+ * forward would leave only at the stage's next wait (after all its forwards, in GPipe). An
+ * error here is the next wait's to report. */
+static void on_layer_net(const gp_exec *e, int node, int backward, int end) {
+  stage *st = e->on_layer_ctx;
+  if (st->pl->trace && e->training) gp_pl_record_layer(e, node, backward, end);
+  if (end && backward) gp_pl_ar_layer(st, node);
+  int pending;
+  if (!end || st->net_fail || !st->n_net) return;
+  if ((st->net_fail = poll_net(st, &pending)) != GP_OK)
+    snprintf(st->net_msg, sizeof st->net_msg, "%s", gp_error_message());
+}
+
 /* ---- actions ---- */
 
 _Static_assert(GP_EXEC_MAX_HOST == GP_MAX_MODEL_INPUTS, "gp_exec's host copies");
@@ -102,7 +118,9 @@ static gp_exec exec_for(stage *st, const gp_pass *p, int micro, int training, in
                .micro = micro,
                .sample_offset = pl->base + pl->off[micro], /* in the global batch */
                .loss_count = training ? pl->targets : 1,
-               .on_layer = pl->trace && training ? gp_pl_record_layer : NULL,
+               .on_layer = st->n_net || st->ar.on ? on_layer_net
+                           : pl->trace && training ? gp_pl_record_layer
+                                                   : NULL,
                .on_layer_ctx = st,
                .binds = st->params.bind,
                .bind_first = st->first};
@@ -129,6 +147,7 @@ static void pass_clear(gp_pass *p, int64_t batch) {
  * its channel (which stages it where the stage's device needs that). */
 static gp_status inputs_begin(stage *st, int training) {
   gp_pipeline *pl = st->pl;
+  st->net_fail = GP_OK;
   for (int q = 0; q < st->n_in; q++)
     if (st->in[q].ch->kind == GP_CHAN_NET)
       GP_TRY(gp_chan_net_begin(st->in[q].ch, pl->off, training));
@@ -343,9 +362,7 @@ static gp_status do_step(stage *st) {
   const gp_model *m = pl->m;
   /* replicas: the gradients summed over them (each normalized by the global batch's targets),
    * the statistics pooled as if one replica had seen every micro-batch */
-  if (!pl->test_no_allreduce)
-    GP_TRY(pl->coll.ops->replica_grads(&pl->coll, st->index, st->be, st->params.grad,
-                                       st->params.n_train));
+  GP_TRY(gp_pl_ar_finish(st));
   for (int i = st->first; i < st->end; i++) {
     const gp_layer *l = &m->nodes[i].layer;
     gp_layer_bind *b = gp_params_bind(&st->params, i);
@@ -450,6 +467,7 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
     const gp_action *ac = &s->actions[st->index][a];
     gp_status r = GP_OK;
     st->rec.at = a;
+    gp_pl_ar_action(st, a);
     if (ac->kind == GP_A_FORWARD)
       r = do_forward(st, ac->micro, ac->recompute, 1);
     else if (ac->kind == GP_A_BACKWARD)

@@ -95,6 +95,10 @@ void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) 
   out->steps = st->rec.steps;
   memcpy(out->wall_s, st->rec.wall_kind_s, sizeof out->wall_s);
   out->device_time = st->rec.tm != NULL;
+  out->allreduce_s = st->ar.span_s;
+  out->allreduce_wait_s = st->ar.wait_s;
+  out->allreduce_bytes = st->ar.bytes;
+  out->allreduce_steps = st->ar.steps;
 }
 
 void gp_pipeline_reset_stats(gp_pipeline *pl) {
@@ -107,6 +111,8 @@ void gp_pipeline_reset_stats(gp_pipeline *pl) {
     pl->st[i].rec.fwd_s = pl->st[i].rec.bwd_s = 0;
     memset(pl->st[i].rec.wall_kind_s, 0, sizeof pl->st[i].rec.wall_kind_s);
     pl->st[i].rec.steps = 0;
+    pl->st[i].ar.span_s = pl->st[i].ar.wait_s = 0;
+    pl->st[i].ar.bytes = pl->st[i].ar.steps = 0;
   }
 }
 

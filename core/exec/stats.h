@@ -29,6 +29,11 @@ typedef struct gp_stage_stats {
                                 measured bubble of a stage is 1 - wall_busy_s / span_s */
   double wall_s[GP_A_KINDS]; /* wall_busy_s by kind of action (gp_action_kind) */
   int device_time;           /* 1: the times above are the device's (a GPU stage), 0: host */
+  /* replicas: the gradients' all-reduce across them since the last reset, over allreduce_steps
+   * steps: its wall time (from its first bucket's start to its end), the part the step waited
+   * for (the rest ran under the backward), and the bytes summed */
+  double allreduce_s, allreduce_wait_s;
+  int64_t allreduce_bytes, allreduce_steps;
 } gp_stage_stats;
 
 /* A stage's compute per training step in ms, and its measured bubble: the share of the steps'
