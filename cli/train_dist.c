@@ -31,7 +31,10 @@ gp_status tr_dist_start(run *r) {
     dup2(null, 2);
     close(null);
   }
-  return GP_OK;
+  /* from the start: a process stopped while the others load would hang their first agreement */
+  double t = tr_flags[F_LIVENESS].given ? (double)tr_flags[F_LIVENESS].i : 20;
+  gp_dist_on_end(&r->dist, gp_interrupt_quiet); /* another process's line says why */
+  return gp_dist_liveness_start(&r->dist, t, "gpipe-train", err_fd < 0 ? 2 : err_fd);
 }
 
 void tr_dist_speak(void) {
@@ -55,9 +58,7 @@ gp_status tr_dist_layout(run *r, const gp_plan *plan) {
   GP_TRY(gp_layout_make(r->dist.world, r->dist.rank, m->pipeline.replicas, plan->stages, NULL,
                         &lay));
   GP_TRY(gp_dist_set_layout(&r->dist, &lay));
-  double t = tr_flags[F_LIVENESS].given ? (double)tr_flags[F_LIVENESS].i : 20;
-  gp_dist_on_end(&r->dist, gp_interrupt_quiet); /* another process's line says why */
-  return gp_dist_liveness_start(&r->dist, t, "gpipe-train", err_fd < 0 ? 2 : err_fd);
+  return GP_OK;
 }
 
 gp_status tr_dist_agree(run *r, gp_status s, int *reported_elsewhere) {

@@ -8,6 +8,11 @@
 set -u
 train=$1; srcdir=$2
 command -v mpirun >/dev/null || { echo "no mpirun: skipped"; exit 77; }
+# under AddressSanitizer: the MPI library's own leaks are suppressed (none of gpipe's), its
+# plugins stay loaded and stacks are unwound in full, so that their frames have names
+export LSAN_OPTIONS=suppressions=$srcdir/tests/mpi/lsan-mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0
+export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 mpi=(timeout 120 mpirun --oversubscribe --mca btl tcp,self)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -79,7 +84,8 @@ ref noclip "$nmt" "${qn[@]}" "${small[@]}" --set train.clip_grad_norm=0
 same nmt 3 k3-tied "$nmt" "${qn[@]}" "${small[@]}" --set train.clip_grad_norm=0.01 \
   --stages 3 --balance 4,2,3 --micro-batches 2 --trace "$tmp/k3.json"
 # one Chrome trace, a process row per rank; clocks aligned: each micro-batch's forward on a
-# stage starts after it ended on the stage before (within 2 ms)
+# stage starts after it ended on the stage before (within 20 ms: the start's barrier, and
+# sanitizers)
 python3 - "$tmp/k3.json" <<'PY' && ok || bad "trace across processes: $(head -c 600 "$tmp/k3.json")"
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
@@ -93,7 +99,7 @@ for e in ev:
 assert len(fwd) == 3 * 3 * 2, len(fwd)
 for (step, s, m), (t0, t1) in fwd.items():
     if s > 0:
-        assert t0 >= fwd[(step, s - 1, m)][1] - 2000, (step, s, m)
+        assert t0 >= fwd[(step, s - 1, m)][1] - 20000, (step, s, m, t0, fwd[(step, s - 1, m)])
 assert not [f for f in __import__("os").listdir(__import__("os").path.dirname(sys.argv[1])) if ".rank" in f]
 PY
 same nmt 2 k5-w2 "$nmt" "${qn[@]}" "${small[@]}" --set train.clip_grad_norm=0.01 \
