@@ -41,6 +41,14 @@ enum {
   F_JSON,
   F_OUT,
   F_SET,
+  F_PROCESSES,
+  F_REPLICAS,
+  F_HOSTS,
+  F_PPH,
+  F_LOCAL,
+  F_REMOTE,
+  F_TFLOPS,
+  F_CLUSTER,
   F_HELP,
   F_VERSION,
   F_COUNT
@@ -71,6 +79,27 @@ static gp_flag flags[] = {
     [F_OUT] = {"-o", GP_FLAG_STR, "PLAN.yaml", "write the plan (for gpipe-train --partition)", 0},
     [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE",
                "override a scalar of the model file (repeatable)", 0},
+    [F_PROCESSES] = {"--processes", GP_FLAG_INT, "W",
+                     "predict a launch of W processes (mpirun -np W; default 1, or every slot of "
+                     "the hosts)",
+                     1, .max = GP_MAX_PROCESSES},
+    [F_REPLICAS] = {"--replicas", GP_FLAG_INT, "R",
+                    "data-parallel replicas of the pipeline, W/R "
+                    "processes each (default 1)",
+                    1, .max = GP_MAX_PROCESSES},
+    [F_HOSTS] = {"--hosts", GP_FLAG_INT, "N", "hosts the processes fill in rank order (default 1)",
+                 1, .max = GP_MAX_PROCESSES},
+    [F_PPH] = {"--procs-per-host", GP_FLAG_INT, "G", "processes a host (default W / hosts)", 1,
+               .max = GP_MAX_PROCESSES},
+    [F_LOCAL] = {"--link-local", GP_FLAG_STR, "GB/s[,us]",
+                 "bandwidth and latency between the processes of a host", 0},
+    [F_REMOTE] = {"--link-remote", GP_FLAG_STR, "GB/s[,us]",
+                  "bandwidth and latency between processes on different hosts", 0},
+    [F_TFLOPS] = {"--device-tflops", GP_FLAG_STR, "T",
+                  "TFLOP/s a device sustains (default: sgemm measured here, for cpu stages)", 0},
+    [F_CLUSTER] = {"--cluster", GP_FLAG_STR, "FILE",
+                   "the machines as YAML: hosts, procs_per_host, device_tflops, link_local, ...",
+                   0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
     {NULL},
@@ -139,6 +168,8 @@ static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_
   q->batch = m->train.batch_size;
   /* uneven splits give the first batch % M micro-batches one more sample: size for those */
   q->micro_batch = (q->batch + q->micro - 1) / q->micro;
+  q->replicas = 1; /* until gp_part_dist_setup reads --replicas */
+  q->replica_batch = q->batch;
   q->schedule = ps->schedule;
   q->remat = ps->remat;
   int v = GP_COST_FLOPS;
@@ -236,6 +267,11 @@ static gp_status unit_costs(const gp_model *m, const gp_part_request *q, gp_unit
 static gp_status run(const gp_model *m) {
   gp_part_request q;
   GP_TRY(make_request(m, &q));
+  static gp_part_dist d; /* a layout of GP_MAX_PROCESSES entries: off the stack */
+  const gp_part_dist_flags df = {&flags[F_PROCESSES], &flags[F_REPLICAS], &flags[F_HOSTS],
+                                 &flags[F_PPH],       &flags[F_LOCAL],    &flags[F_REMOTE],
+                                 &flags[F_TFLOPS],    &flags[F_CLUSTER]};
+  GP_TRY(gp_part_dist_setup(&df, &q, &d));
   /* a bad -o is found before --by time's measurements, named as given (not its .tmp) */
   int stale = 0;
   if (flags[F_OUT].given) {
@@ -268,6 +304,7 @@ static gp_status run(const gp_model *m) {
     st = gp_partition_evaluate(&tc, &r, first, &p);
   }
   if (st == GP_OK && flags[F_TIMELINE].given) st = gp_part_simulate(&q, &tc, &p, &ev, &makespan);
+  if (st == GP_OK && d.on) st = gp_part_dist_predict(&q, &tc, &r, &p, &d);
   if (st == GP_OK && flags[F_OUT].given) {
     gp_pipeline_spec ps = {.stages = q.stages,
                            .micro_batches = q.micro,
@@ -284,10 +321,11 @@ static gp_status run(const gp_model *m) {
     if (st == GP_OK) st = gp_plan_write(flags[F_OUT].s, m, &plan);
   }
   if (st == GP_OK && flags[F_JSON].given) {
-    gp_part_print_json(m, &q, &c, &p, flags[F_TIMELINE].given ? &ev : NULL);
+    gp_part_print_json(m, &q, &c, &p, flags[F_TIMELINE].given ? &ev : NULL, &d);
   } else if (st == GP_OK) {
     gp_part_print_table(m, &q, &c, &p);
     if (flags[F_TIMELINE].given) gp_part_print_timeline(&q, &ev, makespan);
+    if (d.on) gp_part_dist_print_table(&q, &d);
     if (flags[F_OUT].given) /* the plan holds M, not the batch: name one the run must use */
     {
       char mw[8192], pw[8192];

@@ -86,15 +86,20 @@ static void granularity_hint(const gp_model *m, const gp_part_request *q, const 
 void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_unit_costs *c,
                          const gp_partition *p) {
   /* the pipeline gives the first batch % M micro-batches one more sample than the rest */
-  char size[48];
-  if (q->batch % q->micro == 0)
+  char size[48], share[64] = "";
+  int64_t b = q->replicas > 1 ? q->replica_batch : q->batch; /* what a replica cuts */
+  if (b % q->micro == 0 && q->batch % q->replicas == 0)
     snprintf(size, sizeof size, "%" PRId64, q->micro_batch);
   else
-    snprintf(size, sizeof size, "%" PRId64 "-%" PRId64, q->batch / q->micro, q->micro_batch);
+    snprintf(size, sizeof size, "%" PRId64 "-%" PRId64, q->batch / q->replicas / q->micro,
+             q->micro_batch);
+  if (q->replicas > 1)
+    snprintf(share, sizeof share, ", %" PRId64 "%s a replica", b,
+             q->batch % q->replicas ? " at most" : "");
   printf("model %s: %d unit%s, %.3fM parameters; %d stage%s, %d micro-batch%s of %s"
-         " (batch %" PRId64 "); %s schedule, re-materialization %s; balanced by %s\n\n",
+         " (batch %" PRId64 "%s); %s schedule, re-materialization %s; balanced by %s\n\n",
          m->name, m->n_units, m->n_units == 1 ? "" : "s", (double)m->n_params / 1e6, q->stages,
-         q->stages == 1 ? "" : "s", q->micro, q->micro == 1 ? "" : "es", size, q->batch,
+         q->stages == 1 ? "" : "s", q->micro, q->micro == 1 ? "" : "es", size, q->batch, share,
          gp_schedule_names()[q->schedule], gp_remat_names()[q->remat], gp_part_by_titles[q->by]);
   char names[GP_MAX_DEVICES][160];
   int w = 5;
@@ -152,7 +157,7 @@ static void json_num(double v) {
 }
 
 void gp_part_print_json(const gp_model *m, const gp_part_request *q, const gp_unit_costs *c,
-                        const gp_partition *p, const gp_sim_events *ev) {
+                        const gp_partition *p, const gp_sim_events *ev, const gp_part_dist *d) {
   printf("{\"model\": ");
   gp_json_write_str(stdout, m->name);
   printf(", \"stages\": %d, \"micro_batches\": %d, \"batch_size\": %" PRId64
@@ -235,5 +240,6 @@ void gp_part_print_json(const gp_model *m, const gp_part_request *q, const gp_un
     }
     printf("]");
   }
+  if (d && d->on) gp_part_dist_print_json(q, d);
   printf("}\n");
 }
