@@ -27,6 +27,7 @@
 
 enum {
   F_STAGES,
+  F_BALANCE,
   F_MICRO,
   F_BY,
   F_MEMORY,
@@ -56,6 +57,8 @@ enum {
 
 static gp_flag flags[] = {
     [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "pipeline stages (default: the model file's)", 1},
+    [F_BALANCE] = {"--balance", GP_FLAG_STR, "a,b,...",
+                   "units per stage: predict this split instead of finding one", 0},
     [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches per mini-batch", 1},
     [F_BY] = {"--by", GP_FLAG_STR, "flops|params|time",
               "balance estimated FLOPs (default), parameters, or measured time", 0},
@@ -212,10 +215,21 @@ static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_
 static gp_status make_request(const gp_model *m, gp_part_request *q) {
   memset(q, 0, sizeof *q);
   gp_pipeline_spec ps = m->pipeline; /* the file's, with the flags applied */
+  if (!flags[F_BALANCE].given) ps.n_balance = 0; /* the file's is no request to skip the search */
   GP_TRY(gp_cli_pipeline_apply(&(gp_cli_pipeline){&flags[F_STAGES], &flags[F_SCHEDULE],
-                                                  &flags[F_REMAT], NULL, &flags[F_DEVICES]},
+                                                  &flags[F_REMAT], &flags[F_BALANCE],
+                                                  &flags[F_DEVICES]},
                                m, &ps));
+  if (flags[F_BALANCE].given && !flags[F_STAGES].given) ps.stages = ps.n_balance;
   GP_TRY(gp_cli_stages_check(m, ps.stages));
+  if (flags[F_BALANCE].given) { /* a split to predict, as gpipe-train would run it */
+    gp_plan plan;
+    GP_TRY(gp_plan_make(m, &ps, &plan));
+    q->fixed = 1;
+    for (int s = 0; s < plan.stages; s++)
+      q->first[s] = plan.st[s].first_unit;
+    q->first[plan.stages] = m->n_units;
+  }
   return fill_request(m, &ps, q);
 }
 
@@ -296,9 +310,10 @@ static gp_status run(const gp_model *m) {
   gp_partition p;
   gp_sim_events ev = {0};
   double makespan = 0;
-  gp_status st = gp_partition_solve(&c, &r, &p);
   gp_unit_costs tc = gp_part_time_costs(&q, &c);
-  if (st == GP_OK && q.by == GP_COST_PARAMS) { /* the same split, predicted from FLOPs */
+  gp_status st =
+      q.fixed ? gp_partition_evaluate(&tc, &r, q.first, &p) : gp_partition_solve(&c, &r, &p);
+  if (st == GP_OK && !q.fixed && q.by == GP_COST_PARAMS) { /* the same split, from FLOPs */
     int first[GP_MAX_DEVICES + 1];
     memcpy(first, p.first, sizeof first);
     st = gp_partition_evaluate(&tc, &r, first, &p);

@@ -31,6 +31,8 @@ typedef struct gp_part_request {
   double speed[GP_MAX_DEVICES], mem_limit[GP_MAX_DEVICES];
   int has_limit;
   char cache_dir[4096];
+  int fixed;                     /* --balance: the split to predict, not to search for */
+  int first[GP_MAX_DEVICES + 1]; /* its stages' first units (as gp_partition's) */
 } gp_part_request;
 
 /* The flags that describe a launch past one process. */

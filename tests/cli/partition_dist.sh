@@ -129,6 +129,36 @@ else
   bad "tiny R=4 exited: $(cat "$tmp/err")"
 fi
 
+# ---- --balance predicts the split given instead of searching (K from its length)
+if "$part" "$resnet" --balance 20,12 --json >"$tmp/b.json" 2>"$tmp/err"; then
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert [s["first_unit"] for s in j["partition"]] == [0, 20], j["partition"]' "$tmp/b.json" && ok || bad "--balance 20,12"
+else bad "--balance 20,12 exited: $(cat "$tmp/err")"; fi
+refuse "balance has 3 entries for 4 stages" "$resnet" --stages 4 --balance 8,8,16
+
+# ---- scripts/partition-vs-run.py: a "measured" run equal to the prediction passes, one 30%
+# slower fails (the JSON a gpipe-bench would write, made from the prediction itself)
+if "$part" "$tmp/tiny.yaml" --by time --threads 1 --cache-dir "$tmp/cache" --processes 1 \
+    --json >"$tmp/p.json" 2>"$tmp/err"; then
+  for f in 1.0 1.3; do
+    python3 - "$tmp/p.json" "$f" "$tmp/tiny.yaml" >"$tmp/run$f.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); f = float(sys.argv[2]); d = p["distributed"]
+peaks = [s["memory_bytes"] - 4 * s["params"] * (2 + p["optimizer_slots"]) for s in p["partition"]]
+run = {"stages": 2, "micro_batches": 2, "schedule": "gpipe", "remat": p["remat"],
+       "batch_size": 8, "balance": "1,1", "samples_per_s": 8 / (d["step_s"] * f),
+       "peak_bytes": peaks, "fits": True, "baseline": False}
+print(json.dumps({"machine": {"threads": 1}, "model_file": sys.argv[3], "runs": [run]}))
+PY
+  done
+  compare=$srcdir/scripts/partition-vs-run.py
+  python3 "$compare" "$part" "$tmp/run1.0.json" -- --cache-dir "$tmp/cache" >"$tmp/c1" 2>&1 &&
+    grep -q "within the tolerance of 15%" "$tmp/c1" && ok || bad "compare, equal: $(cat "$tmp/c1")"
+  python3 "$compare" "$part" "$tmp/run1.3.json" -- --cache-dir "$tmp/cache" >"$tmp/c2" 2>&1
+  [ $? -eq 1 ] && grep -q "OUTSIDE the tolerance" "$tmp/c2" && ok || bad "compare, 30% off: $(cat "$tmp/c2")"
+else
+  bad "tiny --by time exited: $(cat "$tmp/err")"
+fi
+
 # ---- the 6B example (docs/partition.md): a plan for 128 processes in seconds, without
 # allocating its 21 GB of f32 weights: peak RSS within 100 MiB of the program doing nothing
 six=$srcdir/bench/models/transformer-6b.yaml
