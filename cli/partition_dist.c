@@ -168,6 +168,7 @@ gp_status gp_part_dist_predict(const gp_part_request *q, const gp_unit_costs *tc
                     .p = p,
                     .l = &d->layout,
                     .procs_per_host = cl->procs_per_host,
+                    .devices_per_host = cl->devices_per_host,
                     .local = cl->local,
                     .remote = cl->remote};
   return gp_dist_predict(&dq, &d->pred);
@@ -259,8 +260,12 @@ void gp_part_dist_print_table(const gp_part_request *q, const gp_part_dist *d) {
          l->world, gp_args_bytes_str(e->bytes_remote, 1, g, sizeof g),
          gp_args_bytes_str(e->bytes_local, 1, h, sizeof h));
   printf("memory      the fullest process needs %s", gp_args_bytes_str(e->mem_max, 1, a, sizeof a));
+  if (e->dev_share > 1)
+    printf(", the fullest device %s (%d processes share a device: %d devices a host, %s)",
+           gp_args_bytes_str(e->dev_mem_max, 1, c, sizeof c), e->dev_share, cl->devices_per_host,
+           cl->src_devices);
   if (cl->device_memory > 0)
-    printf("; %s the %s a device (%s)", e->mem_max <= cl->device_memory ? "fits" : "EXCEEDS",
+    printf("; %s the %s a device (%s)", e->dev_mem_max <= cl->device_memory ? "fits" : "EXCEEDS",
            gp_args_bytes_str(cl->device_memory, 1, b, sizeof b), cl->src_memory);
   printf(" (weights, gradients and optimizer state; the stages' activations and buffers; "
          "received inputs)\n");
@@ -347,6 +352,9 @@ void gp_part_dist_print_json(const gp_part_request *q, const gp_part_dist *d) {
   num(e->ar_s > 0 ? e->ar_hidden_s / e->ar_s : 1.0);
   printf(", \"memory_max_bytes\": ");
   num(e->mem_max);
+  printf(", \"device_memory_max_bytes\": ");
+  num(e->dev_mem_max);
+  printf(", \"processes_per_device\": %d", e->dev_share);
   printf(", \"bytes_local_per_step\": ");
   num(e->bytes_local);
   printf(", \"bytes_remote_per_step\": ");

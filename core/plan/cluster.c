@@ -80,6 +80,7 @@ static gp_status parse(gp_cfg *c, const char *path, gp_cluster *out) {
   out->device_memory = gib * 1073741824.0;
   if (hosts) snprintf(out->src_hosts, sizeof out->src_hosts, "%s", src);
   if (procs) snprintf(out->src_procs, sizeof out->src_procs, "%s", src);
+  if (devs) snprintf(out->src_devices, sizeof out->src_devices, "%s", src);
   if (tflops > 0) snprintf(out->src_flops, sizeof out->src_flops, "%s", src);
   if (gib > 0) snprintf(out->src_memory, sizeof out->src_memory, "%s", src);
   return GP_OK;

@@ -19,7 +19,8 @@ typedef struct gp_cluster {
   double device_flops;                         /* FLOP/s each device sustains (0: not said) */
   double device_memory;                        /* bytes (0: not said) */
   gp_link local, remote;
-  char src_hosts[200], src_procs[200], src_flops[200], src_memory[200]; /* as gp_link.source */
+  char src_hosts[200], src_procs[200], src_devices[200], src_flops[200],
+      src_memory[200]; /* as gp_link.source */
 } gp_cluster;
 
 /* Reads a cluster file (a YAML mapping; every key optional):

@@ -165,12 +165,33 @@ static gp_status allreduce(const gp_dist_req *q, const gp_sim_events *ev, gp_dis
   return GP_OK;
 }
 
+/* Processes of a host beyond its devices share them, local rank l on device l mod D: a device
+ * holds the memory of every process on it. */
+static gp_status devices(const gp_dist_req *q, gp_dist_pred *out) {
+  int G = q->procs_per_host, W = q->l->world, P = q->l->procs;
+  int D = q->devices_per_host > 0 && q->devices_per_host < G ? q->devices_per_host : G;
+  double *mem = malloc(sizeof *mem * (size_t)D);
+  if (!mem) return GP_ERR(GP_ERR_NOMEM, "predict: out of memory");
+  for (int h = 0; h * G < W; h++) {
+    memset(mem, 0, sizeof *mem * (size_t)D);
+    for (int l = 0; l < G && h * G + l < W; l++) {
+      int dev = l % D;
+      mem[dev] += out->proc[(h * G + l) % P].mem_total;
+      if (mem[dev] > out->dev_mem_max) out->dev_mem_max = mem[dev];
+    }
+  }
+  free(mem);
+  out->dev_share = (G + D - 1) / D;
+  return GP_OK;
+}
+
 gp_status gp_dist_predict(const gp_dist_req *q, gp_dist_pred *out) {
   GP_TRY(check(q));
   memset(out, 0, sizeof *out);
   int K = q->p->stages, M = q->r->micro, R = q->l->replicas;
   gp_stage_cost cost[GP_MAX_DEVICES];
   place(q, out, cost);
+  GP_TRY(devices(q, out));
   gp_schedule sc;
   GP_TRY(gp_schedule_build(q->r->schedule, q->r->remat, K, M, &sc));
   gp_sim_result res = {0};

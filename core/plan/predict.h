@@ -21,6 +21,7 @@ typedef struct gp_dist_req {
   const gp_partition *p;     /* the split, and each stage's memory (gp_partition_evaluate's) */
   const gp_layout *l;        /* W, R, P and which stages each position holds */
   int procs_per_host;        /* ranks fill hosts in order: host = rank / procs_per_host */
+  int devices_per_host;      /* local rank l uses device l mod this (0: a device each) */
   gp_link local, remote;     /* within a host, across hosts; bytes_per_s > 0 */
   double bucket_bytes;       /* 0: GP_DIST_BUCKET_BYTES */
 } gp_dist_req;
@@ -57,6 +58,8 @@ typedef struct gp_dist_pred {
   double step_s;     /* max(pipeline, the last all-reduce's end) */
   double ar_s, ar_hidden_s; /* over one replica's positions */
   double mem_max;           /* the fullest process */
+  double dev_mem_max;       /* the fullest device: the processes sharing it summed */
+  int dev_share;            /* processes on the most shared device */
   /* bytes per step over the whole launch: hand-offs (forward and backward) and all-reduce
    * sends, split by the link they cross */
   double bytes_local, bytes_remote;

@@ -129,6 +129,21 @@ else
   bad "tiny R=4 exited: $(cat "$tmp/err")"
 fi
 
+# ---- 4 processes on one host of 1 device: the device holds all four processes' memory
+printf 'hosts: 1\nprocs_per_host: 4\ndevices_per_host: 1\ndevice_memory_gib: 0.1\n' >"$tmp/share.yaml"
+if "$part" "$resnet" --stages 4 --cluster "$tmp/share.yaml" --json >"$tmp/s.json" 2>"$tmp/err"; then
+  python3 - "$tmp/s.json" <<'PY' && ok || bad "shared device: $(cat "$tmp/s.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))["distributed"]
+total = sum(p["memory_bytes"] for p in d["positions"])
+assert d["processes_per_device"] == 4 and d["processes"] == 4, d
+assert abs(d["device_memory_max_bytes"] - total) <= 1e-9 * total, (d["device_memory_max_bytes"], total)
+assert d["device_memory_max_bytes"] > d["memory_max_bytes"]
+PY
+  "$part" "$resnet" --stages 4 --cluster "$tmp/share.yaml" | grep -q "; EXCEEDS the 102.4 MiB a device" &&
+    ok || bad "shared device: no EXCEEDS"
+else bad "shared device exited: $(cat "$tmp/err")"; fi
+
 # ---- --balance predicts the split given instead of searching (K from its length)
 if "$part" "$resnet" --balance 20,12 --json >"$tmp/b.json" 2>"$tmp/err"; then
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert [s["first_unit"] for s in j["partition"]] == [0, 20], j["partition"]' "$tmp/b.json" && ok || bad "--balance 20,12"
