@@ -48,11 +48,22 @@ static gp_status link_flag(const gp_flag *f, gp_link *out) {
     return GP_ERR(GP_ERR_USAGE,
                   "%s: expected GB/s[,latency in microseconds] (like 12.5 or 12.5,10), got '%s'",
                   f->name, f->s);
-  char src[200];
-  snprintf(src, sizeof src, "%s%s", f->name, comma ? "" : ", latency not given: 0");
-  *out = (gp_link){bw * 1e9, lat * 1e-6, ""};
-  snprintf(out->source, sizeof out->source, "%s", src);
+  *out = (gp_link){bw * 1e9, comma ? lat * 1e-6 : -1, ""};
+  snprintf(out->source, sizeof out->source, "%s", f->name);
   return GP_OK;
+}
+
+/* A link the flags or the file gave in part or not at all: the default fills in, and says so. */
+static void link_fill(gp_link *k, const gp_link *dflt) {
+  if (!(k->bytes_per_s > 0)) {
+    *k = *dflt;
+  } else if (k->latency_s < 0) {
+    char src[sizeof k->source];
+    snprintf(src, sizeof src, "%s", k->source);
+    k->latency_s = dflt->latency_s;
+    snprintf(k->source, sizeof k->source, "%.100s; latency %g us by default", src,
+             dflt->latency_s * 1e6);
+  }
 }
 
 static gp_status int_flag(const gp_flag *f, int *v, char *src, size_t n) {
@@ -76,8 +87,8 @@ gp_status gp_part_dist_setup(const gp_part_dist_flags *f, gp_part_request *q, gp
   GP_TRY(int_flag(f->pph, &cl->procs_per_host, cl->src_procs, sizeof cl->src_procs));
   if (f->local->given) GP_TRY(link_flag(f->local, &cl->local));
   if (f->remote->given) GP_TRY(link_flag(f->remote, &cl->remote));
-  if (!(cl->local.bytes_per_s > 0)) cl->local = local_default;
-  if (!(cl->remote.bytes_per_s > 0)) cl->remote = remote_default;
+  link_fill(&cl->local, &local_default);
+  link_fill(&cl->remote, &remote_default);
   if (f->tflops->given) {
     double t = 0;
     if (!decimal(f->tflops->s, 1e-6, 1e6, &t) || t <= 0)

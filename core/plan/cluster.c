@@ -53,9 +53,8 @@ static gp_status read_link(gp_cfg *c, const char *key, const char *path, gp_link
     return gp_cfg_error_item(c, key, 1, "%s: latency %g us is out of range [0, 10000000]", key,
                              v[1]);
   out->bytes_per_s = v[0] * 1e9;
-  out->latency_s = n == 2 ? v[1] * 1e-6 : 0;
-  snprintf(out->source, sizeof out->source, "cluster file %s%s", path,
-           n == 2 ? "" : ", latency not given: 0");
+  out->latency_s = n == 2 ? v[1] * 1e-6 : -1;
+  snprintf(out->source, sizeof out->source, "cluster file %s", path);
   return GP_OK;
 }
 

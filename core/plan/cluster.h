@@ -10,8 +10,8 @@
 /* A link between two processes: bandwidth one way, and the latency of one message. */
 typedef struct gp_link {
   double bytes_per_s; /* 0: not said */
-  double latency_s;
-  char source[200]; /* "--link-local", "cluster file c.yaml", "default: ..." */
+  double latency_s;   /* < 0: not said (only the bandwidth was given) */
+  char source[200];   /* "--link-local", "cluster file c.yaml", "default: ..." */
 } gp_link;
 
 typedef struct gp_cluster {
