@@ -270,6 +270,16 @@ void gp_part_dist_print_table(const gp_part_request *q, const gp_part_dist *d) {
          "process sends)\n",
          l->world, gp_args_bytes_str(e->bytes_remote, 1, g, sizeof g),
          gp_args_bytes_str(e->bytes_local, 1, h, sizeof h));
+  int most = 0;
+  for (int p = 0; p < P; p++)
+    if (e->proc[p].end_stage - e->proc[p].first_stage > most)
+      most = e->proc[p].end_stage - e->proc[p].first_stage;
+  if (most > 1)
+    printf(
+        "note        a process holds up to %d stages, each predicted at a device's full rate, as "
+        "threads on devices (or cores) of their own; stages sharing one device run slower: "
+        "say so with --speeds\n",
+        most);
   printf("memory      the fullest process needs %s", gp_args_bytes_str(e->mem_max, 1, a, sizeof a));
   if (e->dev_share > 1)
     printf(", the fullest device %s (%d processes share a device: %d devices a host, %s)",
