@@ -9,27 +9,32 @@
 
 static volatile sig_atomic_t received;
 static volatile sig_atomic_t graceful_mode;
-static char at_once[2][160]; /* "PROG: SIGINT|SIGTERM received: stopped at once\n" */
-static size_t at_once_len[2];
-static char notice[2][320]; /* graceful: "PROG: SIGINT received: stopping after ...\n" */
-static size_t notice_len[2];
+static volatile sig_atomic_t quiet; /* another process reported the run's end: no line here */
+static char at_once[3][160]; /* "PROG: SIGINT|SIGTERM received: stopped at once\n" */
+static size_t at_once_len[3];
+static char notice[3][320]; /* graceful: "PROG: SIGINT received: stopping after ...\n" */
+static size_t notice_len[3];
 
 const char *gp_interrupt_name(int sig) {
-  return sig == SIGTERM ? "SIGTERM" : "SIGINT";
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "SIGINT";
+}
+
+void gp_interrupt_quiet(void) {
+  quiet = 1;
 }
 
 /* Only async-signal-safe calls: write, unlink (in gp_io_temp_remove_all), _exit. */
 static void on_signal(int sig) {
-  const int i = sig == SIGTERM;
+  const int i = sig == SIGTERM ? 1 : sig == SIGUSR1 ? 2 : 0;
   if (graceful_mode && !received) {
     received = sig;
-    if (write(STDERR_FILENO, notice[i], notice_len[i]) < 0) {
+    if (!quiet && write(STDERR_FILENO, notice[i], notice_len[i]) < 0) {
       /* the stop goes on without the line */
     }
     return;
   }
   gp_io_temp_remove_all();
-  if (write(STDERR_FILENO, at_once[i], at_once_len[i]) < 0) {
+  if (!quiet && write(STDERR_FILENO, at_once[i], at_once_len[i]) < 0) {
     /* nothing left to tell */
   }
   _exit(128 + sig);
@@ -38,8 +43,8 @@ static void on_signal(int sig) {
 void gp_interrupt_install(const char *prog, const char *graceful) {
   /* on a terminal the line replaces the live progress line, which is redrawn below it */
   const char *erase = isatty(STDERR_FILENO) ? "\r\033[K" : "";
-  for (int i = 0; i < 2; i++) {
-    const char *sig = i ? "SIGTERM" : "SIGINT";
+  for (int i = 0; i < 3; i++) {
+    const char *sig = i == 2 ? "SIGUSR1" : i ? "SIGTERM" : "SIGINT";
     int n = snprintf(at_once[i], sizeof at_once[i], "%s%.100s: %s received: stopped at once\n",
                      erase, prog, sig);
     at_once_len[i] = (size_t)n;
@@ -54,8 +59,10 @@ void gp_interrupt_install(const char *prog, const char *graceful) {
   sa.sa_handler = on_signal;
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  const int sigs[] = {SIGINT, SIGTERM};
-  for (int i = 0; i < 2; i++) {
+  /* SIGUSR1: what mpirun forwards to every rank and srun --signal sends ahead of a job's end
+   * (Open MPI follows its SIGTERM with SIGKILL a second later: too soon to finish a step) */
+  const int sigs[] = {SIGINT, SIGTERM, SIGUSR1};
+  for (int i = 0; i < 3; i++) {
     struct sigaction old;
     /* a signal the caller ignores (nohup, a background job of a script) stays ignored */
     if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;

@@ -93,6 +93,13 @@ gp_flag tr_flags[] = {
                      "evaluate the test split with the weights of --load (or the initial ones) "
                      "and stop: no training",
                      0},
+    [F_REPLICAS] = {"--replicas", GP_FLAG_INT, "R",
+                    "data-parallel replicas of the pipeline, each over W / R of the processes "
+                    "mpirun started (default: the model file's, 1)",
+                    1},
+    [F_LIVENESS] = {"--liveness-timeout", GP_FLAG_INT, "SECONDS",
+                    "under mpirun: a process not heard from this long ends the run (default 20)",
+                    1},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
     {NULL},
@@ -100,13 +107,16 @@ gp_flag tr_flags[] = {
 
 int tr_ckpt_stale, tr_out_stale;
 
+static run *the_run; /* for tr_fail: errors across processes name the rank */
+static int voice = 1; /* this process speaks for the run: it checks and claims the outputs */
+
 int tr_fail(gp_status s) {
   /* a stage that does not fit its device: what lowers a stage's memory, on the same line */
   const char *hint = s == GP_ERR_FULL ? "; more --stages, --remat always or a smaller "
                                         "--batch-size lower each stage's memory (gpipe-partition "
                                         "MODEL.yaml --stages K shows it per stage)"
                                       : "";
-  int code = gp_cli_fail("gpipe-train", s, hint);
+  int code = the_run ? tr_dist_fail(the_run, s, hint) : gp_cli_fail("gpipe-train", s, hint);
   return s == GP_ERR_INTERRUPTED ? gp_interrupt_exit_code() : code;
 }
 
@@ -190,6 +200,7 @@ static gp_status apply_flags(gp_model *m) {
     if (!tr_flags[F_STEPS].given) t->steps = 0;
   }
   if (tr_flags[F_SEED].given) t->seed = (uint64_t)tr_flags[F_SEED].i;
+  if (tr_flags[F_REPLICAS].given) m->pipeline.replicas = (int)tr_flags[F_REPLICAS].i;
   if (tr_flags[F_EVAL_EVERY].given) t->eval_every = tr_flags[F_EVAL_EVERY].i;
   if (tr_flags[F_DATA].given && strcmp(tr_flags[F_DATA].s, "synthetic") != 0)
     return GP_ERR(GP_ERR_USAGE,
@@ -200,6 +211,13 @@ static gp_status apply_flags(gp_model *m) {
                               &tr_flags[F_BALANCE], &tr_flags[F_DEVICES]};
   GP_TRY(gp_cli_pipeline_apply(&pf, m, &m->pipeline));
   if (tr_flags[F_PARTITION].given) GP_TRY(apply_plan_file(m));
+  if (t->batch_size < (int64_t)m->pipeline.micro_batches * m->pipeline.replicas &&
+      m->pipeline.replicas > 1)
+    return GP_ERR(GP_ERR_USAGE,
+                  "a batch of %" PRId64 " over %d replicas of %d micro-batches: each replica "
+                  "needs a sample a micro-batch (use a batch of %" PRId64 " or more)",
+                  t->batch_size, m->pipeline.replicas, m->pipeline.micro_batches,
+                  (int64_t)m->pipeline.micro_batches * m->pipeline.replicas);
   if (t->batch_size < m->pipeline.micro_batches) {
     /* either may come from a flag, the model file or (M) the plan: name where */
     int plan = tr_flags[F_PARTITION].given;
@@ -243,6 +261,7 @@ static gp_status apply_flags(gp_model *m) {
   /* the folder first: outputs may go into it, and the checks compare files in it; one this
    * run made goes again when they refuse */
   int made = 0;
+  if (!voice) return GP_OK; /* rank 0's outputs: checked there (two checks would race) */
   if (tr_flags[F_CKPT_DIR].given)
     GP_TRY(gp_ckpt_dir_claim(tr_flags[F_CKPT_DIR].s, &tr_ckpt_stale, &made));
   gp_status s = check_files(m);
@@ -305,6 +324,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   gp_blas_pick_kernels(argv);
+  s = tr_dist_start(&r);
+  if (s != GP_OK) return tr_fail(s);
+  the_run = &r;
+  voice = tr_dist_voice(&r);
   const gp_cli_load load = {"gpipe-train", &tr_flags[F_SET], &tr_flags[F_BATCH], &tr_flags[F_MICRO],
                             NULL};
   if (s == GP_OK) s = gp_cli_model_load(&load, pos[0], &r.m);
@@ -314,6 +337,20 @@ int main(int argc, char **argv) {
   if (s == GP_OK && tr_flags[F_MEMORY].given)
     s = gp_args_size("--memory-limit", tr_flags[F_MEMORY].s, &r.mem_limit);
   if (s == GP_OK) s = open_data(&r);
+  if (s == GP_OK) s = tr_dist_check(&r);
+  int elsewhere = 0;
+  s = tr_dist_agree(&r, s, &elsewhere);
+  if (s != GP_OK && r.dist.world > 1) { /* reported once, by the lowest rank that failed */
+    if (!elsewhere) {
+      the_run = NULL;
+      tr_dist_speak();
+      fprintf(stderr, "gpipe-train: %s: %s\n", gp_dist_who(&r.dist), gp_error_message());
+    }
+    gp_status f = run_free(&r, s);
+    gp_args_free(tr_flags);
+    gp_dist_finalize(&r.dist);
+    return gp_status_exit_code(f);
+  }
   if (s == GP_OK && tr_flags[F_EVAL_ONLY].given) {
     gp_interrupt_install("gpipe-train", "stopping the evaluation");
     s = tr_eval_only(&r);
@@ -324,5 +361,7 @@ int main(int argc, char **argv) {
   if (s == GP_OK && (fflush(stdout) != 0 || ferror(stdout)))
     s = GP_ERR(GP_ERR_IO, "stdout: writing failed");
   gp_args_free(tr_flags);
-  return s == GP_OK ? 0 : tr_fail(s);
+  if (s != GP_OK) return tr_fail(s); /* W > 1: ends every process */
+  gp_dist_finalize(&r.dist);
+  return 0;
 }

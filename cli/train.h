@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/progress.h"
+#include "core/dist/dist.h"
 #include "core/train/trainer.h"
 #include "data/data.h"
 
@@ -42,6 +43,8 @@ enum {
   F_QUIET,
   F_TRANSLATIONS,
   F_EVAL_ONLY,
+  F_REPLICAS,
+  F_LIVENESS,
   F_HELP,
   F_VERSION,
   F_COUNT
@@ -54,6 +57,7 @@ extern int tr_ckpt_stale; /* temporary checkpoints of killed runs removed from -
 extern int tr_out_stale;  /* the same removed beside --save, --trace and --translations */
 
 typedef struct run {
+  gp_dist dist; /* the processes (one, unless launched by mpirun or srun) */
   gp_model *m;
   gp_data d; /* the batch sources: training, evaluated, final */
   gp_trainer t;
@@ -71,6 +75,30 @@ typedef struct run {
   int traced, saved;   /* --trace, --save written (the run's end) */
   int64_t loaded_step; /* --load named a checkpoint: its step; else -1 */
 } run;
+
+/* train_dist.c: several processes */
+/* Starts the processes' runtime; on ranks but 0 the output goes quiet (errors still print). */
+gp_status tr_dist_start(run *r);
+/* Whether the model's stages and replicas can be laid out over the processes (one line saying
+ * what would work where not). */
+gp_status tr_dist_check(const run *r);
+/* The layout of the trainer's plan over the processes, and the liveness check. */
+gp_status tr_dist_layout(run *r, const gp_plan *plan);
+/* On ranks but 0: stderr back, for an error line. */
+void tr_dist_speak(void);
+/* Whether this process speaks for the run (rank 0, or the only one). */
+int tr_dist_voice(const run *r);
+/* The setup's outcome agreed by every process: an error of any, reported once (by the lowest
+ * rank that failed). Returns s, or the error another process had (reported there). */
+gp_status tr_dist_agree(run *r, gp_status s, int *reported_elsewhere);
+/* --save at W > 1: replica 0's processes write their stages' weights, as one file (one process
+ * a replica) or as shards and an index (rank 0 writes it once every shard is there). */
+gp_status tr_dist_save_weights(run *r, const char *path);
+/* Tests (GP_TEST_SHARES=PREFIX): each process appends its replica's share of the step's batch
+ * to PREFIX.RANK ("replica step first n"). */
+void tr_dist_note_share(const run *r);
+/* An error: printed with the rank and host; at W > 1 it ends every process. */
+int tr_dist_fail(run *r, gp_status s, const char *hint);
 
 /* train_loop.c */
 gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads);

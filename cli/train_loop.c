@@ -158,8 +158,11 @@ static gp_status evaluate_or_stop(run *r, gp_progress *pg, int64_t epoch, gp_met
 /* The trainer of the model's pipeline, on *threads CPU threads, with the weights of --load. */
 gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads) {
   gp_model *m = r->m;
-  *threads = tr_flags[F_THREADS].given ? (int)tr_flags[F_THREADS].i : gp_cpu_cores();
+  /* the cores of a host are shared among its processes: no oversubscription by default */
+  int share = gp_cpu_cores() / r->dist.local_size;
+  *threads = tr_flags[F_THREADS].given ? (int)tr_flags[F_THREADS].i : share > 1 ? share : 1;
   GP_TRY(gp_plan_make(m, &m->pipeline, plan));
+  GP_TRY(tr_dist_layout(r, plan));
   gp_pipeline_opts po = {.cores = *threads,
                          .pin = tr_flags[F_PIN].given,
                          .watchdog_s =
@@ -167,7 +170,8 @@ gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads) {
                          .trace = tr_flags[F_TRACE].given,
                          .precision = r->precision,
                          .nondeterministic = tr_flags[F_NONDET].given,
-                         .mem_limit = r->mem_limit};
+                         .mem_limit = r->mem_limit,
+                         .dist = &r->dist};
   GP_TRY(gp_trainer_init(&r->t, m, plan, &po, m->train.seed));
   r->t.check = gp_interrupt_check; /* a signal ends an evaluation within a batch */
   r->have_trainer = 1;
@@ -188,7 +192,8 @@ gp_status tr_train(run *r) {
                   "train.steps, or data.train_samples to count in epochs",
                   m->file);
   int64_t total = ts->steps > 0 ? ts->steps : ts->epochs * per_epoch;
-  GP_TRY(gp_fit_check_batchnorm(m, b, m->pipeline.micro_batches)); /* training only */
+  /* training only; a replica's micro-batches are b / R / M samples */
+  GP_TRY(gp_fit_check_batchnorm(m, b / m->pipeline.replicas, m->pipeline.micro_batches));
   int threads;
   gp_plan plan;
   GP_TRY(tr_make_trainer(r, &plan, &threads));
@@ -213,7 +218,8 @@ gp_status tr_train(run *r) {
    * for the final line */
   int complete = tr_flags[F_RESUME].given && r->t.step == total && !pos.eval_due;
   int64_t log_dropped = 0;
-  if (tr_flags[F_LOG].given && !complete) { /* a finished run's log is left as it is */
+  if (tr_flags[F_LOG].given && !complete && tr_dist_voice(r)) { /* rank 0 writes the log; a
+                                                                  * finished run's is left */
     if (r->t.step)
       GP_TRY(gp_progress_log_resume(tr_flags[F_LOG].s, r->t.step, (int)pos.eval_due, &r->log,
                                     &log_dropped));
@@ -263,7 +269,10 @@ gp_status tr_train(run *r) {
     evaluated_last = 1;
   }
   while (r->t.step < total) {
-    if (gp_interrupted()) return stop_interrupted(r, &pg, total, NULL);
+    /* every process stops after the same step: a signal to any is a stop for all */
+    int64_t stop = gp_interrupted() != 0;
+    if (r->dist.world > 1) GP_TRY(gp_dist_max(&r->dist, &stop, 1));
+    if (stop) return stop_interrupted(r, &pg, total, NULL);
     int64_t epoch, idx;
     gp_batch sb;
     GP_TRY(gp_batch_source_next(r->d.train, &sb, NULL));
@@ -271,6 +280,7 @@ gp_status tr_train(run *r) {
     if (idx == 0 && epoch > 0) epoch--;
     double lr = gp_lr_at(ts, r->t.step, total);
     GP_TRY(gp_trainer_step(&r->t, &sb, lr, &tr));
+    tr_dist_note_share(r);
     double shown = gp_rate_add(&rate, sb.n, gp_now());
     int64_t s = r->t.step;
     GP_TRY(gp_progress_step(&pg, s, total, epoch, tr.loss, tr.accuracy, lr, shown,
@@ -305,7 +315,7 @@ gp_status tr_train(run *r) {
     r->traced = 1;
   }
   if (tr_flags[F_SAVE].given) {
-    GP_TRY(gp_trainer_save_weights(&r->t, tr_flags[F_SAVE].s));
+    GP_TRY(tr_dist_save_weights(r, tr_flags[F_SAVE].s));
     gp_progress_note(&pg, "saved weights to %s", tr_flags[F_SAVE].s);
     r->saved = 1;
   }
@@ -326,7 +336,7 @@ gp_status tr_eval_only(run *r) {
   gp_plan plan;
   GP_TRY(tr_make_trainer(r, &plan, &threads));
   if (r->loaded_step >= 0) r->t.step = r->loaded_step; /* what the evaluation is of */
-  if (tr_flags[F_LOG].given && !(r->log = fopen(tr_flags[F_LOG].s, "w")))
+  if (tr_flags[F_LOG].given && tr_dist_voice(r) && !(r->log = fopen(tr_flags[F_LOG].s, "w")))
     return GP_ERR(GP_ERR_IO, "--log %s: cannot write: %s", tr_flags[F_LOG].s, strerror(errno));
   gp_progress pg;
   gp_progress_init(&pg, tr_flags[F_QUIET].given, r->log, tr_flags[F_LOG].s);

@@ -2,10 +2,12 @@
  * one place that knows whether two stages share memory. */
 #include "core/exec/channel.h"
 
+#include "core/dist/dist.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[GP_CHAN_KINDS] = {"host", "staged", "shared", "copy"};
+static const char *const kind_names[GP_CHAN_KINDS] = {"host", "staged", "shared", "copy", "net"};
 _Static_assert(sizeof kind_names / sizeof *kind_names == GP_CHAN_KINDS, "a name per kind");
 
 const char *gp_chan_kind_name(gp_chan_kind k) {
@@ -54,8 +56,47 @@ gp_status gp_chan_init_input(gp_chan *c, gp_chan_kind kind, int t, int micro, si
   return GP_OK;
 }
 
+gp_status gp_chan_init_net(gp_chan *c, int t, int micro, struct gp_dist *dist, int producer_end,
+                           int peer, int tag, gp_backend *be, gp_chan_inbox inbox,
+                           const gp_shape *row_shape, gp_dtype dtype) {
+  memset(c, 0, sizeof *c);
+  c->kind = GP_CHAN_NET;
+  c->t = t;
+  c->dist = dist;
+  c->producer_end = producer_end;
+  c->peer = peer;
+  c->tag = tag;
+  c->row_shape = *row_shape;
+  c->dtype = dtype;
+  c->row_bytes = (size_t)gp_shape_numel(row_shape) * gp_dtype_size(dtype);
+  if (producer_end) {
+    c->src = be;
+    c->to_producer = inbox;
+  } else {
+    c->dst = be;
+    c->to_reader = inbox;
+  }
+  if ((int64_t)(tag + 2) * micro - 1 > gp_net_tag_max(dist))
+    return GP_ERR(GP_ERR_USAGE,
+                  "%d edges x %d micro-batches of hand-offs between processes: this MPI's tags "
+                  "stop at %d (fewer micro-batches or stages)",
+                  tag / 2 + 1, micro, gp_net_tag_max(dist));
+  GP_TRY(slots_make(c, micro));
+  if (!(c->net = calloc((size_t)micro, sizeof *c->net)))
+    return GP_ERR(GP_ERR_NOMEM, "out of memory for a channel");
+  return GP_OK;
+}
+
 void gp_chan_free(gp_chan *c) {
   if (!c) return;
+  if (c->net) {
+    gp_chan_net_drop(c);
+    for (int m = 0; m < c->micro; m++) {
+      free(c->net[m].val);
+      free(c->net[m].grad);
+    }
+    free(c->net);
+  }
   for (int m = 0; c->slot && m < c->micro; m++)
     if (c->slot[m].mark) c->dst->event_destroy(c->dst, c->slot[m].mark);
   if (c->host_free) c->dst->event_destroy(c->dst, c->host_free);
@@ -114,7 +155,50 @@ static void deliver(const gp_chan_inbox *b, _Atomic int *counter) {
   pthread_mutex_unlock(b->mu);
 }
 
+/* The message's tag: the edge's value (dir 0) or gradient (dir 1) of micro-batch m, so that a
+ * schedule's order of micro-batches does not matter (gradients come back in another order). */
+static int tag_of(const gp_chan *c, int dir, int m) {
+  return (c->tag + dir) * c->micro + m;
+}
+
+/* Host room of at least `bytes` in *buf (keeping what fits). */
+static gp_status room(void **buf, size_t *cap, size_t bytes) {
+  if (bytes <= *cap) return GP_OK;
+  void *p = realloc(*buf, bytes);
+  if (!p) return GP_ERR(GP_ERR_NOMEM, "out of host memory for a hand-off of %zu bytes", bytes);
+  *buf = p;
+  *cap = bytes;
+  return GP_OK;
+}
+
+/* The producer's end: the value staged in host memory and sent; the gradient's receive posted
+ * at once (straight into grad_to on the host). The producer's memory is free as soon as the
+ * value is staged. */
+static gp_status net_send(gp_chan *c, int m, const gp_tensor *v, void *grad_to) {
+  gp_chan_net *n = &c->net[m];
+  gp_backend *be = c->src;
+  size_t bytes = gp_tensor_bytes(v);
+  if (n->val_req || n->grad_req)
+    return GP_ERR(GP_ERR_RUNTIME, "internal: micro-batch %d's hand-off is still in flight", m);
+  GP_TRY(room(&n->val, &n->val_cap, bytes));
+  GP_TRY(be->to_host(be, n->val, v->data, bytes));
+  c->slot[m].val = *v;
+  c->slot[m].grad_to = grad_to;
+  GP_TRY(gp_net_isend(c->dist, c->peer, tag_of(c, 0, m), n->val, bytes, &n->val_req));
+  if (grad_to) {
+    void *into = grad_to;
+    if (be->device >= 0) {
+      GP_TRY(room(&n->grad, &n->grad_cap, bytes));
+      into = n->grad;
+    }
+    GP_TRY(gp_net_irecv(c->dist, c->peer, tag_of(c, 1, m), into, bytes, &n->grad_req));
+  }
+  deliver(&c->to_producer, &c->to_producer.count[m].released);
+  return GP_OK;
+}
+
 gp_status gp_chan_send(gp_chan *c, int m, const gp_tensor *v, void *grad_to) {
+  if (c->kind == GP_CHAN_NET) return net_send(c, m, v, grad_to);
   c->slot[m].val = *v;
   c->slot[m].grad_to = grad_to;
   deliver(&c->to_reader, &c->to_reader.count[m].values);
@@ -124,6 +208,16 @@ gp_status gp_chan_send(gp_chan *c, int m, const gp_tensor *v, void *grad_to) {
 gp_status gp_chan_recv(gp_chan *c, int m, gp_arena *own, gp_tensor *out, int *pulled) {
   gp_backend *be = c->dst;
   const gp_tensor *v = &c->slot[m].val;
+  if (c->kind == GP_CHAN_NET) { /* the reader's end: the value arrived in host memory */
+    gp_chan_net *n = &c->net[m];
+    gp_shape sh = gp_shape_batch(n->rows, &c->row_shape);
+    if (be->device < 0) {
+      *out = (gp_tensor){n->val, sh, c->dtype, -1};
+      return GP_OK;
+    }
+    GP_TRY(gp_arena_tensor(own, c->dtype, &sh, out));
+    return be->from_host(be, out->data, n->val, (size_t)n->rows * c->row_bytes);
+  }
   if (c->kind == GP_CHAN_SHARED) {
     GP_TRY(be->event_wait(be, GP_Q_COMPUTE, c->src_done[m]));
     *out = *v;
@@ -138,11 +232,25 @@ gp_status gp_chan_recv(gp_chan *c, int m, gp_arena *own, gp_tensor *out, int *pu
 }
 
 int gp_chan_wants_grad(const gp_chan *c, int m) {
+  if (c->kind == GP_CHAN_NET && !c->producer_end) return c->training && c->dtype == GP_F32;
   return c->slot[m].grad_to != NULL;
+}
+
+/* The reader's end: the gradient (zeros where none reached the value) staged and sent. */
+static gp_status net_send_grad(gp_chan *c, int m, const gp_tensor *g) {
+  gp_chan_net *n = &c->net[m];
+  size_t bytes = (size_t)n->rows * c->row_bytes;
+  GP_TRY(room(&n->grad, &n->grad_cap, bytes));
+  if (g->data)
+    GP_TRY(c->dst->to_host(c->dst, n->grad, g->data, bytes));
+  else
+    memset(n->grad, 0, bytes);
+  return gp_net_isend(c->dist, c->peer, tag_of(c, 1, m), n->grad, bytes, &n->grad_req);
 }
 
 gp_status gp_chan_send_grad(gp_chan *c, int m, const gp_tensor *g, gp_arena *own, int *pushed) {
   gp_chan_slot *sl = &c->slot[m];
+  if (c->kind == GP_CHAN_NET) return gp_chan_wants_grad(c, m) ? net_send_grad(c, m, g) : GP_OK;
   if (!sl->grad_to) return GP_OK;
   gp_backend *be = c->dst;
   size_t bytes = gp_tensor_bytes(&sl->val);
@@ -164,15 +272,68 @@ gp_status gp_chan_send_grad(gp_chan *c, int m, const gp_tensor *g, gp_arena *own
 }
 
 void gp_chan_post_grad(gp_chan *c, int m) {
+  if (c->kind == GP_CHAN_NET) return; /* the gradient's arrival tells the producer */
   if (c->slot[m].grad_to) deliver(&c->to_producer, &c->to_producer.count[m].grads);
 }
 
 gp_status gp_chan_grad(gp_chan *c, int m, float **out) {
   *out = c->slot[m].grad_to;
   if (!*out) return GP_OK;
+  if (c->kind == GP_CHAN_NET)
+    return c->src->device < 0 ? GP_OK
+                              : c->src->from_host(c->src, *out, c->net[m].grad,
+                                                  gp_tensor_bytes(&c->slot[m].val));
   return c->src->event_wait(c->src, GP_Q_COMPUTE, c->dst_done[m]);
 }
 
 void gp_chan_release(gp_chan *c, int m) {
+  if (c->kind == GP_CHAN_NET) return; /* the value was a copy: nothing of the producer's held */
   deliver(&c->to_producer, &c->to_producer.count[m].released);
+}
+
+/* ---- between processes ---- */
+
+gp_status gp_chan_net_begin(gp_chan *c, const int64_t *off, int training) {
+  c->training = training;
+  for (int m = 0; m < c->micro; m++) {
+    gp_chan_net *n = &c->net[m];
+    if (n->val_req || n->grad_req)
+      return GP_ERR(GP_ERR_RUNTIME, "internal: a hand-off of the last command is in flight");
+    c->slot[m].grad_to = NULL;
+    n->rows = off[m + 1] - off[m];
+    if (c->producer_end || n->rows == 0) continue;
+    size_t bytes = (size_t)n->rows * c->row_bytes;
+    GP_TRY(room(&n->val, &n->val_cap, bytes));
+    GP_TRY(gp_net_irecv(c->dist, c->peer, tag_of(c, 0, m), n->val, bytes, &n->val_req));
+  }
+  return GP_OK;
+}
+
+gp_status gp_chan_net_poll(gp_chan *c, int *pending) {
+  for (int m = 0; m < c->micro; m++) {
+    gp_chan_net *n = &c->net[m];
+    int done;
+    if (n->val_req) {
+      GP_TRY(gp_net_test(&n->val_req, &done));
+      if (!done)
+        ++*pending;
+      else if (!c->producer_end)
+        deliver(&c->to_reader, &c->to_reader.count[m].values);
+    }
+    if (n->grad_req) {
+      GP_TRY(gp_net_test(&n->grad_req, &done));
+      if (!done)
+        ++*pending;
+      else if (c->producer_end)
+        deliver(&c->to_producer, &c->to_producer.count[m].grads);
+    }
+  }
+  return GP_OK;
+}
+
+void gp_chan_net_drop(gp_chan *c) {
+  for (int m = 0; c->net && m < c->micro; m++) {
+    gp_net_drop(&c->net[m].val_req);
+    gp_net_drop(&c->net[m].grad_req);
+  }
 }

@@ -20,6 +20,8 @@ typedef enum gp_chan_kind {
   GP_CHAN_STAGED, /* a model input staged in page-locked host memory, copied asynchronously */
   GP_CHAN_SHARED, /* stages sharing memory: the reader uses the producer's tensor in place */
   GP_CHAN_COPY,   /* a copy into the reader's memory (device peer copy, or through the host) */
+  GP_CHAN_NET,    /* stages in different processes: value and gradient cross by MPI (only this
+                     process's end of the edge is here) */
   GP_CHAN_KINDS
 } gp_chan_kind;
 
@@ -50,6 +52,18 @@ typedef struct gp_chan_slot {
   gp_event *mark; /* GP_CHAN_COPY: the reader's compute mark its gradient copy waits for */
 } gp_chan_slot;
 
+/* GP_CHAN_NET, per micro-batch: the host buffers a value and its gradient cross in, and the
+ * requests in flight (core/dist/dist.h). */
+struct gp_net_req;
+typedef struct gp_chan_net {
+  void *val, *grad;
+  size_t val_cap, grad_cap;
+  int64_t rows;
+  struct gp_net_req *val_req, *grad_req;
+} gp_chan_net;
+
+struct gp_dist;
+
 typedef struct gp_chan {
   gp_chan_kind kind;
   int t; /* tensor id */
@@ -67,6 +81,14 @@ typedef struct gp_chan {
   char *host;
   size_t cap;
   gp_event *host_free; /* after the last copy out of the staging */
+  /* GP_CHAN_NET: this process's end (1: the producer's), the other end's position in the
+   * replica, the edge's tag (2 x its index: values; + 1 gradients; times M plus the micro-batch), the value's per-sample shape and dtype,
+   * whether this command sends gradients back, and micro entries */
+  struct gp_dist *dist;
+  int producer_end, peer, tag, training;
+  gp_shape row_shape;
+  gp_dtype dtype;
+  gp_chan_net *net;
 } gp_chan;
 
 /* A node tensor's edge: from producer backend src to reader dst, each with its per-micro-batch
@@ -77,6 +99,11 @@ gp_status gp_chan_init(gp_chan *c, gp_chan_kind kind, int t, int micro, gp_backe
 /* A model input's edge to reader dst (kind GP_CHAN_HOST or GP_CHAN_STAGED), rows of row_bytes. */
 gp_status gp_chan_init_input(gp_chan *c, gp_chan_kind kind, int t, int micro, size_t row_bytes,
                              gp_backend *dst);
+/* A node tensor's edge between processes: this process holds the producer (producer_end: be,
+ * its marks and inbox are the producer's) or the reader; the value is row_shape per sample. */
+gp_status gp_chan_init_net(gp_chan *c, int t, int micro, struct gp_dist *dist, int producer_end,
+                           int peer, int tag, gp_backend *be, gp_chan_inbox inbox,
+                           const gp_shape *row_shape, gp_dtype dtype);
 void gp_chan_free(gp_chan *c);
 const char *gp_chan_kind_name(gp_chan_kind k);
 
@@ -112,5 +139,16 @@ void gp_chan_post_grad(gp_chan *c, int m);
 gp_status gp_chan_grad(gp_chan *c, int m, float **out);
 /* Reader: done with micro-batch m's value (it may be reused once every reader said so). */
 void gp_chan_release(gp_chan *c, int m);
+
+/* ---- between processes (GP_CHAN_NET) ---- */
+/* At a command's start, by this process's end: the reader posts the receives of every
+ * micro-batch (rows[m] rows; none where 0), so the producer's sends complete as they are made;
+ * `training`: gradients go back. */
+gp_status gp_chan_net_begin(gp_chan *c, const int64_t *off, int training);
+/* Completes what arrived: values (reader) and gradients (producer) counted into this end's
+ * inbox. *pending: requests still in flight (sends included). */
+gp_status gp_chan_net_poll(gp_chan *c, int *pending);
+/* A failed command: drops every request in flight. */
+void gp_chan_net_drop(gp_chan *c);
 
 #endif

@@ -95,6 +95,7 @@ typedef struct stage {
   gp_mem_meter meter;
   gp_pass *pass; /* M passes */
   int n_in, n_out, n_grads_expected, n_wait_in;
+  int n_net; /* channels to or from other processes (their waits poll MPI) */
   ext_in *in;
   ext_out *out;
   void **grad_to;         /* n_out: send_outputs' gradient buffers of the micro-batch */
@@ -120,6 +121,13 @@ struct gp_pipeline {
   const gp_model *m; /* read only: each stage binds its own parameters */
   gp_plan plan;
   gp_layout lay; /* which stages this process runs */
+  struct gp_dist *dist; /* NULL: one process */
+  int first_local, n_local; /* the stages this process runs */
+  int64_t base;             /* this replica's first sample in the global mini-batch */
+  /* tests across processes: GP_TEST_NO_ALLREDUCE=1 leaves the replicas' gradients apart (the
+   * negative control of the equivalence checks); GP_TEST_NAN_STAGE=s makes stage s's outputs
+   * NaN in the second step's micro-batch 0 (-1: neither) */
+  int test_no_allreduce, test_nan_stage;
   gp_schedule sched;
   int k, micro;
   stage *st;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/cuda/cuda.h"
+#include "core/dist/dist.h"
 #include "core/env.h"
 #include "core/exec/internal.h"
 
@@ -91,7 +92,9 @@ static gp_chan_inbox inbox_of(gp_pipeline *pl, stage *st) {
 }
 
 /* One channel per edge, of the kind the two ends' memory asks for (or copies, when the
- * policy forces them), once the stages' backends exist. */
+ * policy forces them), once the stages' backends exist. An edge between this process and
+ * another is a GP_CHAN_NET of this process's end; one with no end here stays unused (every
+ * process numbers the edges alike: an edge's index is its tag). */
 static gp_status make_channels(gp_pipeline *pl) {
   int n = 0;
   for (int s = 0; s < pl->k; s++)
@@ -101,24 +104,37 @@ static gp_status make_channels(gp_pipeline *pl) {
   const int copy = pl->chan_policy == GP_CHAN_FORCE_COPY;
   for (int s = 0; s < pl->k; s++) {
     stage *st = &pl->st[s];
+    const int here = gp_layout_local(&pl->lay, s);
     for (int q = 0; q < st->n_in; q++) {
       ext_in *ei = &st->in[q];
       gp_chan *c = &pl->chan[pl->n_chan];
+      const int edge = pl->n_chan;
+      ei->ch = c;
+      pl->n_chan++;
       if (ei->producer < 0) {
+        if (!here) continue;
         const gp_model_input *mi = &pl->m->inputs[ei->t];
         size_t row = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
         gp_chan_kind kind = st->be->device >= 0 || copy ? GP_CHAN_STAGED : GP_CHAN_HOST;
         GP_TRY(gp_chan_init_input(c, kind, ei->t, pl->micro, row, st->be));
-      } else {
-        stage *ps = &pl->st[ei->producer];
+        continue;
+      }
+      stage *ps = &pl->st[ei->producer];
+      const int there = gp_layout_local(&pl->lay, ei->producer);
+      for (int o = 0; o < ps->n_out; o++)
+        if (ps->out[o].t == ei->t && ps->out[o].consumer == s) ps->out[o].ch = c;
+      if (here && there) {
         gp_chan_kind kind = ps->place == st->place ? GP_CHAN_SHARED : GP_CHAN_COPY;
         GP_TRY(gp_chan_init(c, kind, ei->t, pl->micro, ps->be, ps->ev_fwd, inbox_of(pl, ps), st->be,
                             st->ev_grads, inbox_of(pl, st)));
-        for (int o = 0; o < ps->n_out; o++)
-          if (ps->out[o].t == ei->t && ps->out[o].consumer == s) ps->out[o].ch = c;
+      } else if (here || there) {
+        const gp_layer *l = &pl->m->nodes[ei->t - pl->m->n_inputs].layer;
+        stage *mine = there ? ps : st;
+        int peer = gp_layout_owner(&pl->lay, there ? s : ei->producer);
+        GP_TRY(gp_chan_init_net(c, ei->t, pl->micro, pl->dist, there, peer, 2 * edge, mine->be,
+                                inbox_of(pl, mine), &l->out_shape, l->out_dtype));
+        mine->n_net++;
       }
-      ei->ch = c;
-      pl->n_chan++;
     }
   }
   return GP_OK;
@@ -158,6 +174,11 @@ static void events_free(gp_backend *be, int n, gp_event **ev) {
 
 static gp_status stage_init(gp_pipeline *pl, stage *st) {
   int M = pl->micro;
+  if (!gp_layout_local(&pl->lay, st->index)) { /* held by another process: its range alone */
+    st->params.first_node = st->first;
+    st->params.end_node = st->end;
+    return GP_OK;
+  }
   GP_TRY(stage_backend(pl, st));
   GP_TRY(events_make(st->be, M, &st->ev_fwd));
   GP_TRY(events_make(st->be, M, &st->ev_grads));
@@ -247,8 +268,8 @@ static void *worker(void *arg) {
  * allocation forever under a small `ulimit -v`; the stage waiting on it failed with the
  * watchdog, and nothing else would ever report). The failure is reported, naming that stage. */
 static void wedge(gp_pipeline *pl) {
-  int s = 0;
-  while (s < pl->k - 1 && pl->st[s].finished == pl->generation)
+  int s = pl->first_local, last = pl->first_local + pl->n_local - 1;
+  while (s < last && pl->st[s].finished == pl->generation)
     s++;
   pl->wedged = 1;
   size_t len = strlen(pl->fail_msg);
@@ -258,7 +279,7 @@ static void wedge(gp_pipeline *pl) {
 
 /* Whether a stage that did not stop is still running (it may finish later). Holds pl->mu. */
 static int still_wedged(gp_pipeline *pl) {
-  if (pl->wedged && pl->done >= pl->k) pl->wedged = 0;
+  if (pl->wedged && pl->done >= pl->n_local) pl->wedged = 0;
   return pl->wedged;
 }
 
@@ -268,7 +289,7 @@ static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
     pthread_mutex_unlock(&pl->mu);
     return GP_ERR(GP_ERR_RUNTIME, "the pipeline is stopped: %s", pl->fail_msg);
   }
-  for (int s = 0; s < pl->k; s++)
+  for (int s = pl->first_local; s < pl->first_local + pl->n_local; s++)
     for (int m = 0; m < pl->micro; m++) {
       atomic_store_explicit(&pl->st[s].box[m].values, 0, memory_order_relaxed);
       atomic_store_explicit(&pl->st[s].box[m].grads, 0, memory_order_relaxed);
@@ -280,14 +301,14 @@ static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
   gp_coll_reset(&pl->coll);
   pl->generation++;
   pthread_cond_broadcast(&pl->cv);
-  while (pl->done < pl->k && !pl->failed)
+  while (pl->done < pl->n_local && !pl->failed)
     pthread_cond_wait(&pl->cv, &pl->mu);
-  if (pl->done < pl->k) { /* a failure: the others stop at their next wait, or never */
+  if (pl->done < pl->n_local) { /* a failure: the others stop at their next wait, or never */
     struct timespec dl;
     gp_deadline_in(pl->stop_s, &dl);
-    while (pl->done < pl->k && pthread_cond_timedwait(&pl->cv, &pl->mu, &dl) != ETIMEDOUT)
+    while (pl->done < pl->n_local && pthread_cond_timedwait(&pl->cv, &pl->mu, &dl) != ETIMEDOUT)
       ;
-    if (pl->done < pl->k) wedge(pl);
+    if (pl->done < pl->n_local) wedge(pl);
   }
   int failed = pl->failed;
   pthread_mutex_unlock(&pl->mu);
@@ -326,12 +347,40 @@ int64_t gp_batch_targets(const gp_model *m, const gp_batch *b) {
   return c;
 }
 
+/* This replica's contiguous share of the global batch b (every process has all of it): the
+ * rows [base, base + n) of each input. */
+static gp_batch replica_share(gp_pipeline *pl, const gp_batch *b) {
+  const int R = pl->lay.replicas, r = pl->lay.replica;
+  if (R == 1) {
+    pl->base = 0;
+    return *b;
+  }
+  int64_t lo = (b->n / R) * r + (r < b->n % R ? r : b->n % R);
+  int64_t hi = lo + b->n / R + (r < b->n % R);
+  gp_batch out = *b;
+  out.n = hi - lo;
+  for (int i = 0; i < pl->m->n_inputs; i++) {
+    const gp_model_input *mi = &pl->m->inputs[i];
+    size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
+    if (b->in[i]) out.in[i] = (const char *)b->in[i] + (size_t)lo * per;
+  }
+  if (b->target) out.target = b->target + lo * b->target_numel;
+  pl->base = lo;
+  return out;
+}
+
 gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
                                  gp_step_result *out) {
-  GP_TRY(split(pl, b->n, 1));
-  pl->in = *b;
-  pl->batch = b->n;
-  /* no target at all: a zero loss and zero gradients, not a division by zero */
+  gp_batch mine = replica_share(pl, b);
+  if (pl->lay.replicas > 1 && mine.n < pl->micro)
+    return GP_ERR(GP_ERR_USAGE, "a batch of %lld over %d replicas leaves %lld samples a replica, "
+                  "fewer than its %d micro-batches", (long long)b->n, pl->lay.replicas,
+                  (long long)mine.n, pl->micro);
+  GP_TRY(split(pl, mine.n, 1));
+  pl->in = mine;
+  pl->batch = mine.n;
+  /* no target at all: a zero loss and zero gradients, not a division by zero; the loss is the
+   * mean over the global batch's targets, whichever replica holds them */
   pl->targets = gp_batch_targets(pl->m, b);
   if (pl->targets == 0) pl->targets = 1;
   pl->step = step;
@@ -347,14 +396,18 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
     pace = fmax(pace, gp_pl_stage_busy(&pl->st[s]) - before[s]);
   pl->pace_busy_s += pace;
   *out = pl->results.step;
-  gp_pl_replay(pl);
+  if (pl->n_local == pl->k)
+    gp_pl_replay(pl);
+  else
+    pl->replay_lost = 1; /* the other processes' actions are not timed here */
   return GP_OK;
 }
 
 gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *out) {
-  GP_TRY(split(pl, b->n, 0));
-  pl->in = *b;
-  pl->batch = b->n;
+  gp_batch mine = replica_share(pl, b);
+  GP_TRY(split(pl, mine.n, 0));
+  pl->in = mine;
+  pl->batch = mine.n;
   GP_TRY(issue(pl, CMD_EVAL));
   const gp_step_result *r = &pl->results.step;
   out->loss_sum += r->loss_sum;
@@ -386,7 +439,22 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   pl->m = m;
   pl->plan = *plan;
   pl->k = plan->stages;
-  gp_layout_single(pl->k, &pl->lay);
+  pl->dist = o && o->dist && o->dist->world > 1 ? o->dist : NULL;
+  if (pl->dist)
+    pl->lay = pl->dist->lay;
+  else
+    gp_layout_single(pl->k, &pl->lay);
+  if (pl->lay.stages != pl->k) {
+    int ls = pl->lay.stages;
+    free(pl);
+    return GP_ERR(GP_ERR_USAGE, "internal: a layout of %d stages for a plan of %d", ls,
+                  plan->stages);
+  }
+  const char *tv = getenv("GP_TEST_NO_ALLREDUCE"), *tn = getenv("GP_TEST_NAN_STAGE");
+  pl->test_no_allreduce = tv && strcmp(tv, "1") == 0;
+  pl->test_nan_stage = tn && *tn ? atoi(tn) : -1;
+  pl->first_local = pl->lay.first[pl->lay.pos];
+  pl->n_local = pl->lay.first[pl->lay.pos + 1] - pl->first_local;
   pl->micro = plan->micro;
   pl->seed = seed;
   pl->watchdog_s = o && o->watchdog_s > 0 ? o->watchdog_s : 300;
@@ -402,10 +470,10 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   pl->mem_limit = o ? o->mem_limit : 0;
   pl->t_origin = now_s();
   pl->cores = o && o->cores > 0 ? o->cores : gp_cpu_cores();
-  pl->threads_per_stage = pl->cores / pl->k > 1 ? pl->cores / pl->k : 1;
+  pl->threads_per_stage = pl->cores / pl->n_local > 1 ? pl->cores / pl->n_local : 1;
   /* spinning is free only where no other stage needs the core; GP_PIPELINE_SPIN=0 turns it
    * off (to compare) */
-  pl->spin = pl->cores >= pl->k && gp_env_get(GP_ENV_PIPELINE_SPIN, 1);
+  pl->spin = pl->cores >= pl->n_local && gp_env_get(GP_ENV_PIPELINE_SPIN, 1);
   pthread_mutex_init(&pl->mu, NULL);
   pthread_cond_init(&pl->cv, NULL);
   gp_status s = gp_schedule_build(plan->schedule, plan->remat, pl->k, pl->micro, &pl->sched);
@@ -434,11 +502,14 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
       places[i] = pl->st[i].place;
     }
     s = gp_tied_init(&pl->tied, m, pl->k, ps, bes, places);
+    if (s == GP_OK && pl->dist)
+      s = gp_coll_dist_init(&pl->coll, pl->k, pl->first_local, pl->n_local, pl->dist, &pl->mu,
+                            &pl->cv, &pl->failed, pl->watchdog_s, &pl->tied, bes);
+    else if (s == GP_OK)
+      s = gp_coll_threads_init(&pl->coll, pl->k, &pl->mu, &pl->cv, &pl->failed, pl->watchdog_s,
+                               &pl->tied);
   }
-  if (s == GP_OK)
-    s = gp_coll_threads_init(&pl->coll, pl->k, &pl->mu, &pl->cv, &pl->failed, pl->watchdog_s,
-                             &pl->tied);
-  for (int i = 0; s == GP_OK && i < pl->k; i++) {
+  for (int i = pl->first_local; s == GP_OK && i < pl->first_local + pl->n_local; i++) {
     if (pthread_create(&pl->st[i].thread, NULL, worker, &pl->st[i]) != 0)
       s = GP_ERR(GP_ERR_RUNTIME, "cannot start the worker thread of stage %d", i);
     else
@@ -515,7 +586,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
 
 gp_status gp_pipeline_sync(gp_pipeline *pl) {
   for (int i = 0; i < pl->k; i++)
-    GP_TRY(pl->st[i].be->sync(pl->st[i].be));
+    if (pl->st[i].be) GP_TRY(pl->st[i].be->sync(pl->st[i].be));
   return GP_OK;
 }
 
@@ -534,16 +605,21 @@ const gp_layout *gp_pipeline_layout(const gp_pipeline *pl) {
   return &pl->lay;
 }
 
+void gp_pipeline_share(const gp_pipeline *pl, int64_t *first, int64_t *n) {
+  *first = pl->base;
+  *n = pl->batch;
+}
+
 int gp_pipeline_local(const gp_pipeline *pl, int stage_i) {
   return gp_layout_local(&pl->lay, stage_i);
 }
 
 gp_params *gp_pipeline_params(gp_pipeline *pl, int stage_i) {
-  return &pl->st[stage_i].params;
+  return pl->st[stage_i].be ? &pl->st[stage_i].params : NULL;
 }
 
 gp_optimizer *gp_pipeline_optimizer(gp_pipeline *pl, int stage_i) {
-  return &pl->st[stage_i].opt;
+  return pl->st[stage_i].have_opt ? &pl->st[stage_i].opt : NULL;
 }
 
 gp_backend *gp_pipeline_backend(gp_pipeline *pl, int stage_i) {

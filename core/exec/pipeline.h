@@ -33,6 +33,9 @@ typedef struct gp_pipeline_opts {
   gp_chan_policy channels;
   int device_timing; /* tests: time CPU stages' actions by the backend's timers, as GPU stages
                         always are (see gp_stage_stats) */
+  /* several processes (core/dist/dist.h; NULL: this one alone): this process runs the stages
+   * its layout gives it, of its replica, on its share of every mini-batch */
+  struct gp_dist *dist;
 } gp_pipeline_opts;
 
 /* Per-step results, summed over micro-batches (on the last stage). */
@@ -63,7 +66,9 @@ void gp_pipeline_free(gp_pipeline *pl);
 /* One synchronous training step on a host mini-batch: M micro-batches through the
  * schedule, gradients summed, one optimizer step per stage with lr. The loss is normalized
  * over the targets of the whole mini-batch, so uneven micro-batches (and padding that falls
- * unevenly) are fine. */
+ * unevenly) are fine. With R replicas, b is the global mini-batch (every process passes the
+ * same): replica r takes its contiguous share r of R and splits that into M micro-batches;
+ * the gradients are summed over the replicas, the results are the global batch's. */
 gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
                                  gp_step_result *out);
 /* Forward only (evaluation mode) of a host batch; adds to out. */
@@ -97,6 +102,8 @@ int gp_pipeline_wedged(gp_pipeline *pl);
  * the params, optimizer and backend of a stage held elsewhere are NULL. */
 const gp_layout *gp_pipeline_layout(const gp_pipeline *pl);
 int gp_pipeline_local(const gp_pipeline *pl, int stage);
+/* The last command's share of the global batch in this replica: samples [first, first + n). */
+void gp_pipeline_share(const gp_pipeline *pl, int64_t *first, int64_t *n);
 gp_params *gp_pipeline_params(gp_pipeline *pl, int stage);
 gp_optimizer *gp_pipeline_optimizer(gp_pipeline *pl, int stage);
 gp_backend *gp_pipeline_backend(gp_pipeline *pl, int stage);

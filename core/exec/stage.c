@@ -15,8 +15,48 @@
 
 /* Waits until *value >= want (a counter of st's mailbox); fails on another stage's failure or
  * the watchdog. what/micro describe the wait for the watchdog's message. Takes pl->mu. */
+/* Completes this stage's hand-offs with other processes that arrived (counted into its
+ * mailbox); *pending: requests still in flight. */
+static gp_status poll_net(stage *st, int *pending) {
+  *pending = 0;
+  for (int q = 0; q < st->n_in; q++)
+    if (st->in[q].ch->kind == GP_CHAN_NET) GP_TRY(gp_chan_net_poll(st->in[q].ch, pending));
+  for (int o = 0; o < st->n_out; o++)
+    if (st->out[o].ch->kind == GP_CHAN_NET) GP_TRY(gp_chan_net_poll(st->out[o].ch, pending));
+  return GP_OK;
+}
+
+/* wait_for on a stage with hand-offs to other processes: MPI completes nothing by itself, so
+ * the stage polls its requests, briefly sleeping between polls, until the counter is there, a
+ * stage fails, or the watchdog. want < 0: until nothing is in flight (the command's end). */
+static gp_status wait_net(stage *st, _Atomic int *value, int want, const char *what, int micro) {
+  gp_pipeline *pl = st->pl;
+  const double until = now_s() + pl->watchdog_s;
+  for (int i = 0;; i++) {
+    int pending;
+    GP_TRY(poll_net(st, &pending));
+    if (want < 0 ? pending == 0 : atomic_load_explicit(value, memory_order_acquire) >= want)
+      return GP_OK;
+    pthread_mutex_lock(&pl->mu);
+    int failed = pl->failed;
+    pthread_mutex_unlock(&pl->mu);
+    if (failed) return GP_ERR(GP_ERR_RUNTIME, "stopped because another stage failed");
+    if (now_s() > until)
+      return GP_ERR(GP_ERR_RUNTIME,
+                    "watchdog: stage %d waited more than %.0f s for %s of micro-batch %d from "
+                    "another process", st->index, pl->watchdog_s, what, micro);
+    if (i > 64 || !pl->spin) {
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    } else {
+      gp_cpu_relax();
+    }
+  }
+}
+
 static gp_status wait_for(stage *st, _Atomic int *value, int want, const char *what, int micro) {
   gp_pipeline *pl = st->pl;
+  if (st->n_net) return wait_net(st, value, want, what, micro);
   if (pl->spin && atomic_load_explicit(value, memory_order_acquire) < want) {
     double until = now_s() + SPIN_S;
     for (int i = 1; atomic_load_explicit(value, memory_order_acquire) < want; i++) {
@@ -60,7 +100,7 @@ static gp_exec exec_for(stage *st, const gp_pass *p, int micro, int training, in
                .seed = pl->seed,
                .step = pl->step,
                .micro = micro,
-               .sample_offset = pl->off[micro],
+               .sample_offset = pl->base + pl->off[micro], /* in the global batch */
                .loss_count = training ? pl->targets : 1,
                .on_layer = pl->trace && training ? gp_pl_record_layer : NULL,
                .on_layer_ctx = st,
@@ -87,8 +127,14 @@ static void pass_clear(gp_pass *p, int64_t batch) {
 
 /* At the start of a command: each model input this stage reads, from the caller's batch, into
  * its channel (which stages it where the stage's device needs that). */
-static gp_status inputs_begin(stage *st) {
+static gp_status inputs_begin(stage *st, int training) {
   gp_pipeline *pl = st->pl;
+  for (int q = 0; q < st->n_in; q++)
+    if (st->in[q].ch->kind == GP_CHAN_NET)
+      GP_TRY(gp_chan_net_begin(st->in[q].ch, pl->off, training));
+  for (int o = 0; o < st->n_out; o++)
+    if (st->out[o].ch->kind == GP_CHAN_NET)
+      GP_TRY(gp_chan_net_begin(st->out[o].ch, pl->off, training));
   for (int q = 0; q < st->n_in; q++) {
     if (st->in[q].producer >= 0) continue;
     int t = st->in[q].t;
@@ -185,6 +231,15 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   GP_TRY(gather_inputs(st, m, p, keep));
   gp_exec e = exec_for(st, p, m, training, 0, drop ? &st->scratch : keep);
   GP_TRY(timed_pass(st, GP_A_FORWARD, m, p, &e, training));
+  if (training && st->index == pl->test_nan_stage && pl->step == 1 && m == 0) {
+    for (int o = 0; o < st->n_out; o++) { /* what it hands on: NaN * y = NaN */
+      const gp_tensor *v = &p->val[st->out[o].t];
+      if (v->dtype == GP_F32)
+        GP_TRY(st->be->axpby(st->be, gp_shape_numel(&v->shape), 0.0f, GP_F32P(v), NAN,
+                             GP_F32P(v)));
+    }
+    if (st->index == pl->k - 1) e.loss_sum = NAN;
+  }
   if (training && !isfinite(e.loss_sum))
     return GP_ERR(GP_ERR_RUNTIME, "the loss is %s at step %lld (lower the learning rate?)",
                   isnan(e.loss_sum) ? "NaN" : "infinite", (long long)pl->step + 1);
@@ -286,9 +341,18 @@ static gp_status do_backward(stage *st, int m, int recompute) {
 static gp_status do_step(stage *st) {
   gp_pipeline *pl = st->pl;
   const gp_model *m = pl->m;
+  /* replicas: the gradients summed over them (each normalized by the global batch's targets),
+   * the statistics pooled as if one replica had seen every micro-batch */
+  if (!pl->test_no_allreduce)
+    GP_TRY(pl->coll.ops->replica_grads(&pl->coll, st->index, st->be, st->params.grad,
+                                       st->params.n_train));
   for (int i = st->first; i < st->end; i++) {
     const gp_layer *l = &m->nodes[i].layer;
-    if (l->type->step_end) GP_TRY(l->type->step_end(l, gp_params_bind(&st->params, i), st->be));
+    gp_layer_bind *b = gp_params_bind(&st->params, i);
+    if (b->stats && l->type->stats_floats)
+      GP_TRY(pl->coll.ops->replica_stats(&pl->coll, st->index, st->be, b->stats,
+                                         l->type->stats_floats(l) / 2, &b->stats_count));
+    if (l->type->step_end) GP_TRY(l->type->step_end(l, b, st->be));
   }
   GP_TRY(pl->coll.ops->tied_grads(&pl->coll, st->index, st->be));
   double clip = m->train.clip_grad_norm, ss = 0;
@@ -337,7 +401,8 @@ static gp_status predict_micro(stage *st, int m) {
     st->nll_count++;
   }
   if (s == GP_OK && am)
-    s = pl->coll.ops->to_main(&pl->coll, st->index, pl->pred->argmax + pl->off[m] * per, am,
+    s = pl->coll.ops->to_main(&pl->coll, st->index,
+                              pl->pred->argmax + (pl->base + pl->off[m]) * per, am,
                               (size_t)pos * sizeof *am);
   free(h);
   free(am);
@@ -350,8 +415,8 @@ static gp_status share_results(stage *st) {
   gp_pipeline *pl = st->pl;
   double v[5] = {st->acc.loss_sum, (double)st->acc.correct, (double)st->acc.counted, st->nll_sum,
                  (double)st->nll_count};
-  GP_TRY(pl->coll.ops->sum(&pl->coll, st->index, v, 5));
-  if (st->index != 0) return GP_OK;
+  GP_TRY(pl->coll.ops->sum_all(&pl->coll, st->index, v, 5));
+  if (st->index != pl->first_local) return GP_OK;
   pl_results r = {{v[0], (int64_t)v[1], (int64_t)v[2]}, v[3], (int64_t)v[4]};
   return pl->coll.ops->to_main(&pl->coll, st->index, &pl->results, &r, sizeof r);
 }
@@ -360,17 +425,19 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
   gp_pipeline *pl = st->pl;
   memset(&st->acc, 0, sizeof st->acc);
   /* the likelihood goes on from the caller's sum, so it adds up in the order it always did */
-  const int predicts = cmd == CMD_EVAL && pl->pred && st->index == pl->k - 1;
+  const int predicts =
+      cmd == CMD_EVAL && pl->pred && st->index == pl->k - 1 && pl->lay.replica == 0;
   st->nll_sum = predicts ? pl->pred->nll_sum : 0;
   st->nll_count = predicts ? pl->pred->nll_count : 0;
   for (int m = 0; m < pl->micro; m++)
     GP_TRY(gp_arena_reset(&st->slot_arena[m]));
-  GP_TRY(inputs_begin(st));
+  GP_TRY(inputs_begin(st, cmd == CMD_TRAIN));
   if (cmd == CMD_EVAL) {
     /* No backward follows: the activations go to scratch and each slot keeps only the
      * tensors it sends, so evaluating needs no more memory than training. */
     for (int m = 0; m < pl->micro && pl->off[m + 1] > pl->off[m]; m++)
       GP_TRY(do_forward(st, m, 1, 0));
+    if (st->n_net) GP_TRY(wait_net(st, NULL, -1, "the sends", -1));
     return share_results(st);
   }
   GP_TRY(gp_pl_device_step_start(st));
@@ -402,5 +469,7 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
     if (r != GP_OK) return gp_pl_fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);
   }
   GP_TRY(gp_pl_device_step_end(st));
+  /* the hand-offs' buffers are the next command's: every send completed */
+  if (st->n_net) GP_TRY(wait_net(st, NULL, -1, "the sends", -1));
   return share_results(st);
 }

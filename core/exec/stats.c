@@ -84,7 +84,7 @@ gp_status gp_pl_device_step_end(stage *st) {
 void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) {
   const stage *st = &pl->st[stage_i];
   out->peak_act_bytes = st->meter.peak;
-  out->mem_peak = st->be->mem_peak;
+  out->mem_peak = st->be ? st->be->mem_peak : 0; /* 0: held by another process */
   out->sent_bytes = st->rec.sent_bytes;
   out->first_unit = pl->plan.st[stage_i].first_unit;
   out->end_unit = pl->plan.st[stage_i].end_unit;
@@ -102,7 +102,7 @@ void gp_pipeline_reset_stats(gp_pipeline *pl) {
   pl->replay_lost = 0;
   for (int i = 0; i < pl->k; i++) {
     pl->st[i].meter.peak = pl->st[i].meter.live;
-    pl->st[i].be->mem_peak = pl->st[i].be->mem_used;
+    if (pl->st[i].be) pl->st[i].be->mem_peak = pl->st[i].be->mem_used;
     pl->st[i].rec.sent_bytes = 0;
     pl->st[i].rec.fwd_s = pl->st[i].rec.bwd_s = 0;
     memset(pl->st[i].rec.wall_kind_s, 0, sizeof pl->st[i].rec.wall_kind_s);

@@ -451,6 +451,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   gp_pipeline_spec *p = &m->pipeline;
   p->stages = 1;
   p->micro_batches = 1;
+  p->replicas = 1;
   p->schedule = GP_SCHED_GPIPE;
   p->remat = GP_REMAT_EXCEPT_LAST;
   p->renamed[0] = 0;
@@ -461,7 +462,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   if (!sec) return GP_OK;
   gp_cfg *cfg;
   GP_TRY(gp_sp_cfg_of(c, sec, nested, &cfg));
-  int64_t stages = 1, micro = 1, bal[GP_MAX_DEVICES];
+  int64_t stages = 1, micro = 1, replicas = 1, bal[GP_MAX_DEVICES];
   int sched = 0, remat = 1;
   gp_status s = gp_cfg_int(cfg, "stages", 1, 1, GP_MAX_DEVICES, &stages);
   if (s == GP_OK && stages > m->n_units)
@@ -473,6 +474,13 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
                      "micro_batches: %lld is more than batch_size %lld (a micro-batch has at "
                      "least one sample)",
                      (long long)micro, (long long)m->train.batch_size);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "replicas", 1, 1, 1 << 20, &replicas);
+  if (s == GP_OK && replicas * micro > m->train.batch_size)
+    s = gp_cfg_error(cfg, "replicas",
+                     "replicas: %lld replicas of %lld micro-batches need a batch of %lld at least "
+                     "(batch_size is %lld)",
+                     (long long)replicas, (long long)micro, (long long)(replicas * micro),
+                     (long long)m->train.batch_size);
   if (s == GP_OK) s = gp_cfg_choice(cfg, "schedule", scheds, 0, &sched);
   /* checkpoint: is remat:'s old name, still read so that older model files load; the note
    * goes to the program (p->renamed), which tells the user */
@@ -511,6 +519,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   gp_cfg_free(cfg);
   p->stages = (int)stages;
   p->micro_batches = (int)micro;
+  p->replicas = (int)replicas;
   p->schedule = (gp_schedule_kind)sched;
   p->remat = (gp_remat)remat;
   return s;

@@ -120,6 +120,7 @@ typedef enum gp_remat { GP_REMAT_ALWAYS, GP_REMAT_EXCEPT_LAST, GP_REMAT_NEVER } 
 typedef struct gp_pipeline_spec {
   int stages; /* 1 = no pipelining */
   int micro_batches;
+  int replicas; /* data-parallel copies of the pipeline, each on its share of the batch */
   gp_schedule_kind schedule;
   gp_remat remat;
   int n_devices;

@@ -41,6 +41,11 @@ gp_status gp_tied_init(gp_tied *t, const gp_model *m, int k, gp_params *const *p
       gp_tied_copy *c = &g->copy[j];
       c->stage = s;
       c->place = place[s];
+      if (!be[s]) { /* held by another process: summed across the processes (gp_coll) */
+        c->device = -1;
+        c->off = -1;
+        continue;
+      }
       c->device = be[s]->device;
       c->g = gp_params_bind(params[s], r->node)->grad[r->param];
       c->off = c->g - params[s]->grad;
@@ -56,6 +61,13 @@ gp_status gp_tied_init(gp_tied *t, const gp_model *m, int k, gp_params *const *p
       ts->skip_end[at] = c->off + g->numel;
     }
     g->owner_be = be[g->copy[0].stage];
+    int all_here = 1;
+    for (int j = 0; j < g->n; j++)
+      all_here &= be[g->copy[j].stage] != NULL;
+    if (!all_here) { /* across processes: no single owner sums them */
+      g->owner_be = NULL;
+      continue;
+    }
     size_t bytes = (size_t)g->numel * sizeof(float);
     GP_TRY(g->owner_be->alloc(g->owner_be, bytes, (void **)&g->sum));
     for (int j = 1; j < g->n && !g->tmp; j++)

@@ -124,8 +124,9 @@ gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_source *src, gp_metrics *o
 
 /* Stages' parameters into one writer; host staging per stage in stage[] (free after). */
 static gp_status add_weights(gp_trainer *t, gp_st_writer *w, float **stage) {
-  for (int s = 0; s < gp_pipeline_stages(t->pl); s++)
-    GP_TRY(gp_params_add_to_writer(gp_pipeline_params(t->pl, s), t->m, w, &stage[s]));
+  for (int s = 0; s < gp_pipeline_stages(t->pl); s++) /* the stages of this process */
+    if (gp_pipeline_local(t->pl, s))
+      GP_TRY(gp_params_add_to_writer(gp_pipeline_params(t->pl, s), t->m, w, &stage[s]));
   return GP_OK;
 }
 
@@ -137,8 +138,9 @@ static void free_staging(float **stage, int k) {
 static gp_status load_weights_from(gp_trainer *t, const gp_st_file *f, const char *path,
                                    const char *ignore) {
   GP_TRY(gp_params_check_names(t->m, f, path, ignore));
-  for (int s = 0; s < gp_pipeline_stages(t->pl); s++)
-    GP_TRY(gp_params_load_from(gp_pipeline_params(t->pl, s), t->m, f, path));
+  for (int s = 0; s < gp_pipeline_stages(t->pl); s++) /* the stages of this process */
+    if (gp_pipeline_local(t->pl, s))
+      GP_TRY(gp_params_load_from(gp_pipeline_params(t->pl, s), t->m, f, path));
   return GP_OK;
 }
 
