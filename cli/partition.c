@@ -83,12 +83,12 @@ static gp_flag flags[] = {
     [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE",
                "override a scalar of the model file (repeatable)", 0},
     [F_PROCESSES] = {"--processes", GP_FLAG_INT, "W",
-                     "predict a launch of W processes (mpirun -np W; default 1, or every slot of "
-                     "the hosts)",
+                     "predict a launch of W processes (mpirun -np W; default: every slot of the "
+                     "hosts, else one a replica)",
                      1, .max = GP_MAX_PROCESSES},
     [F_REPLICAS] = {"--replicas", GP_FLAG_INT, "R",
-                    "data-parallel replicas of the pipeline, W/R "
-                    "processes each (default 1)",
+                    "data-parallel replicas of the pipeline, W/R processes each (default: the "
+                    "model file's)",
                     1, .max = GP_MAX_PROCESSES},
     [F_HOSTS] = {"--hosts", GP_FLAG_INT, "N", "hosts the processes fill in rank order (default 1)",
                  1, .max = GP_MAX_PROCESSES},
@@ -171,7 +171,7 @@ static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_
   q->batch = m->train.batch_size;
   /* uneven splits give the first batch % M micro-batches one more sample: size for those */
   q->micro_batch = (q->batch + q->micro - 1) / q->micro;
-  q->replicas = 1; /* until gp_part_dist_setup reads --replicas */
+  q->replicas = ps->replicas > 1 ? ps->replicas : 1; /* the file's; --replicas: dist setup */
   q->replica_batch = q->batch;
   q->schedule = ps->schedule;
   q->remat = ps->remat;

@@ -79,7 +79,13 @@ gp_status gp_part_dist_setup(const gp_part_dist_flags *f, gp_part_request *q, gp
                           f->local,     f->remote,   f->tflops, f->cluster};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     d->on |= all[i]->given;
-  d->world = d->replicas = 1;
+  d->on |= q->replicas > 1; /* the model file's pipeline.replicas */
+  d->world = 1;
+  d->replicas = f->replicas->given ? (int)f->replicas->i : q->replicas;
+  snprintf(d->src_replicas, sizeof d->src_replicas, "%s",
+           f->replicas->given ? "--replicas"
+           : q->replicas > 1  ? "the model file's pipeline.replicas"
+                              : "default");
   if (!d->on) return GP_OK;
   gp_cluster *cl = &d->cl;
   if (f->cluster->given) GP_TRY(gp_cluster_read(f->cluster->s, cl));
@@ -107,7 +113,9 @@ gp_status gp_part_dist_setup(const gp_part_dist_flags *f, gp_part_request *q, gp
     d->world = cl->hosts * cl->procs_per_host;
     snprintf(d->src_world, sizeof d->src_world, "hosts x processes per host");
   } else {
-    snprintf(d->src_world, sizeof d->src_world, "default");
+    d->world = d->replicas; /* a process a replica: the least R replicas can run on */
+    snprintf(d->src_world, sizeof d->src_world, "default: %s",
+             d->replicas > 1 ? "one a replica" : "one");
   }
   int W = d->world;
   if (!cl->hosts && !cl->procs_per_host) {
@@ -127,9 +135,6 @@ gp_status gp_part_dist_setup(const gp_part_dist_flags *f, gp_part_request *q, gp
                   "--hosts or --procs-per-host, or fewer --processes",
                   W, cl->hosts, cl->hosts == 1 ? "" : "s", cl->procs_per_host, cl->src_hosts,
                   cl->src_procs);
-  if (f->replicas->given) d->replicas = (int)f->replicas->i;
-  snprintf(d->src_replicas, sizeof d->src_replicas, "%s",
-           f->replicas->given ? "--replicas" : "default");
   GP_TRY(gp_layout_make(W, 0, d->replicas, q->stages, NULL, &d->layout));
   int R = d->replicas;
   /* the batch is global: replica r takes its slice, and cuts that into M micro-batches */
@@ -320,6 +325,10 @@ void gp_part_dist_print_json(const gp_part_request *q, const gp_part_dist *d) {
          l->world, l->replicas, l->procs, cl->hosts, cl->procs_per_host, q->replica_batch,
          q->micro_batch);
   num(d->spc);
+  printf(", \"processes_source\": ");
+  gp_json_write_str(stdout, d->src_world);
+  printf(", \"replicas_source\": ");
+  gp_json_write_str(stdout, d->src_replicas);
   printf(", \"compute_source\": ");
   gp_json_write_str(stdout, d->src_compute);
   json_link("link_local", &cl->local);

@@ -174,6 +174,21 @@ else
   bad "tiny --by time exited: $(cat "$tmp/err")"
 fi
 
+# ---- the model file's pipeline.replicas is the default R, and W defaults to a process a replica
+if "$part" "$tmp/tiny.yaml" --set pipeline.replicas=4 --stages 1 --micro-batches 1 \
+    --device-tflops 1 --json >"$tmp/r.json" 2>"$tmp/err"; then
+  python3 - "$tmp/r.json" <<'PY' && ok || bad "pipeline.replicas: $(cat "$tmp/r.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))["distributed"]
+assert (d["replicas"], d["processes"], d["replica_batch"]) == (4, 4, 2), d
+assert d["replicas_source"] == "the model file's pipeline.replicas", d["replicas_source"]
+assert d["processes_source"] == "default: one a replica", d["processes_source"]
+PY
+else bad "pipeline.replicas exited: $(cat "$tmp/err")"; fi
+"$part" "$tmp/tiny.yaml" --set pipeline.replicas=2 --replicas 1 --stages 1 --micro-batches 1 \
+  --device-tflops 1 --json 2>&1 | python3 -c 'import json,sys; assert json.load(sys.stdin)["distributed"]["replicas"] == 1' &&
+  ok || bad "--replicas 1 over pipeline.replicas 2"
+
 # ---- the 6B example (docs/partition.md): a plan for 128 processes in seconds, without
 # allocating its 21 GB of f32 weights: peak RSS within 100 MiB of the program doing nothing
 six=$srcdir/bench/models/transformer-6b.yaml
