@@ -105,7 +105,7 @@ gp_status gp_part_dist_setup(const gp_part_dist_flags *f, gp_part_request *q, gp
     cl->device_flops = t * 1e12;
     snprintf(cl->src_flops, sizeof cl->src_flops, "--device-tflops");
   }
-  /* W: the flag, else every slot the machines have, else one process */
+  /* W: the flag, else every slot the machines have, else one process a replica */
   if (f->processes->given) {
     d->world = (int)f->processes->i;
     snprintf(d->src_world, sizeof d->src_world, "--processes");
