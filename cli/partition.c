@@ -99,7 +99,7 @@ static gp_flag flags[] = {
     [F_REMOTE] = {"--link-remote", GP_FLAG_STR, "GB/s[,us]",
                   "bandwidth and latency between processes on different hosts", 0},
     [F_TFLOPS] = {"--device-tflops", GP_FLAG_STR, "T",
-                  "TFLOP/s a device sustains (default: sgemm measured here, for cpu stages)", 0},
+                  "TFLOP/s a device sustains (default: a GEMM measured here)", 0},
     [F_CLUSTER] = {"--cluster", GP_FLAG_STR, "FILE",
                    "the machines as YAML: hosts, procs_per_host, device_tflops, link_local, ...",
                    0},

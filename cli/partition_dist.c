@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
@@ -173,10 +174,17 @@ gp_status gp_part_dist_predict(const gp_part_request *q, const gp_unit_costs *tc
              "%.1f GFLOP/s a device (measured here: sgemm 1024^3, %d thread%s)", g, q->threads,
              q->threads == 1 ? "" : "s");
   } else {
-    return GP_ERR(GP_ERR_USAGE,
-                  "the stages run on %s: give their rate with --device-tflops T "
-                  "(or device_tflops: in --cluster) to predict times",
-                  q->devices[0]);
+    /* a GPU here stands for the cluster's, as this CPU does for CPU stages; none: ask */
+    int ordinal = atoi(q->devices[0] + 5); /* canonical "cuda:N" */
+    double g = gp_gpu_gemm_gflops(ordinal, GP_PREC_FP32);
+    if (!(g > 0))
+      return GP_ERR(GP_ERR_USAGE,
+                    "the stages run on %s, which this machine cannot measure: give their rate "
+                    "with --device-tflops T (or device_tflops: in --cluster) to predict times",
+                    q->devices[0]);
+    d->spc = 1 / (g * 1e9);
+    snprintf(d->src_compute, sizeof d->src_compute,
+             "%.1f GFLOP/s a device (measured here: fp32 GEMM 4096^3 on %s)", g, q->devices[0]);
   }
   gp_dist_req dq = {.c = tc,
                     .seconds_per_cost = d->spc,
