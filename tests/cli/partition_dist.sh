@@ -242,5 +242,32 @@ badfile syntax 'hosts: [2\n' "2:1: did not find expected ',' or ']'"
 badfile empty '' \
   "1:1: expected a mapping of hosts, procs_per_host, device_tflops, link_local, link_remote (docs/partition.md)"
 
+# every number of the example cluster file replaced by awkward values, every line deleted or
+# doubled: a prediction (exit 0) or one line (exit 2), never a crash or more
+python3 - "$cluster" "$tmp/fz" <<'PY'
+import os, re, sys
+lines = open(sys.argv[1]).read().split("\n")
+os.makedirs(sys.argv[2])
+n = 0
+def put(ls):
+    global n
+    open(os.path.join(sys.argv[2], "%03d.yaml" % n), "w").write("\n".join(ls)); n += 1
+for i, line in enumerate(lines):
+    put(lines[:i] + lines[i + 1:])
+    put(lines[:i + 1] + lines[i:])
+    for m in re.finditer(r"(?<![\w.])\d+(\.\d+)?(?![\w.])", line.split("#")[0]):
+        for v in ("0", "-1", "1e400", "x", "99999999999", "[]", "{a: 1}", "[1, 2, 3]", "''"):
+            put(lines[:i] + [line[:m.start()] + v + line[m.end():]] + lines[i + 1:])
+PY
+fuzzbad=0
+for f in "$tmp"/fz/*.yaml; do
+  "$part" "$tmp/tiny.yaml" --cluster "$f" --device-tflops 1 >/dev/null 2>"$tmp/err"; rc=$?
+  if { [ $rc -ne 0 ] && [ $rc -ne 2 ]; } || [ "$(wc -l <"$tmp/err")" -gt 1 ] ||
+     { [ $rc -eq 2 ] && ! grep -q "^gpipe-partition: " "$tmp/err"; }; then
+    fuzzbad=$((fuzzbad+1)); echo "cluster fuzz $(cat "$f") -> rc $rc: $(cat "$tmp/err")"
+  fi
+done
+[ "$fuzzbad" -eq 0 ] && [ "$(ls "$tmp"/fz | wc -l)" -gt 50 ] && ok || bad "cluster fuzz: $fuzzbad"
+
 echo "passed $passed, failed $failed"
 [ "$failed" -eq 0 ]
