@@ -27,6 +27,7 @@
 
 enum {
   F_STAGES,
+  F_BALANCE,
   F_MICRO,
   F_BY,
   F_MEMORY,
@@ -41,6 +42,14 @@ enum {
   F_JSON,
   F_OUT,
   F_SET,
+  F_PROCESSES,
+  F_REPLICAS,
+  F_HOSTS,
+  F_PPH,
+  F_LOCAL,
+  F_REMOTE,
+  F_TFLOPS,
+  F_CLUSTER,
   F_HELP,
   F_VERSION,
   F_COUNT
@@ -48,6 +57,8 @@ enum {
 
 static gp_flag flags[] = {
     [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "pipeline stages (default: the model file's)", 1},
+    [F_BALANCE] = {"--balance", GP_FLAG_STR, "a,b,...",
+                   "units per stage: predict this split instead of finding one", 0},
     [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches per mini-batch", 1},
     [F_BY] = {"--by", GP_FLAG_STR, "flops|params|time",
               "balance estimated FLOPs (default), parameters, or measured time", 0},
@@ -71,6 +82,27 @@ static gp_flag flags[] = {
     [F_OUT] = {"-o", GP_FLAG_STR, "PLAN.yaml", "write the plan (for gpipe-train --partition)", 0},
     [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE",
                "override a scalar of the model file (repeatable)", 0},
+    [F_PROCESSES] = {"--processes", GP_FLAG_INT, "W",
+                     "predict a launch of W processes (mpirun -np W; default: every slot of the "
+                     "hosts, else one a replica)",
+                     1, .max = GP_MAX_PROCESSES},
+    [F_REPLICAS] = {"--replicas", GP_FLAG_INT, "R",
+                    "data-parallel replicas of the pipeline, W/R processes each (default: the "
+                    "model file's)",
+                    1, .max = GP_MAX_PROCESSES},
+    [F_HOSTS] = {"--hosts", GP_FLAG_INT, "N", "hosts the processes fill in rank order (default 1)",
+                 1, .max = GP_MAX_PROCESSES},
+    [F_PPH] = {"--procs-per-host", GP_FLAG_INT, "G", "processes a host (default W / hosts)", 1,
+               .max = GP_MAX_PROCESSES},
+    [F_LOCAL] = {"--link-local", GP_FLAG_STR, "GB/s[,us]",
+                 "bandwidth and latency between the processes of a host", 0},
+    [F_REMOTE] = {"--link-remote", GP_FLAG_STR, "GB/s[,us]",
+                  "bandwidth and latency between processes on different hosts", 0},
+    [F_TFLOPS] = {"--device-tflops", GP_FLAG_STR, "T",
+                  "TFLOP/s a device sustains (default: a GEMM measured here)", 0},
+    [F_CLUSTER] = {"--cluster", GP_FLAG_STR, "FILE",
+                   "the machines as YAML: hosts, procs_per_host, device_tflops, link_local, ...",
+                   0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
     {NULL},
@@ -139,6 +171,8 @@ static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_
   q->batch = m->train.batch_size;
   /* uneven splits give the first batch % M micro-batches one more sample: size for those */
   q->micro_batch = (q->batch + q->micro - 1) / q->micro;
+  q->replicas = ps->replicas > 1 ? ps->replicas : 1; /* the file's; --replicas: dist setup */
+  q->replica_batch = q->batch;
   q->schedule = ps->schedule;
   q->remat = ps->remat;
   int v = GP_COST_FLOPS;
@@ -181,10 +215,21 @@ static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_
 static gp_status make_request(const gp_model *m, gp_part_request *q) {
   memset(q, 0, sizeof *q);
   gp_pipeline_spec ps = m->pipeline; /* the file's, with the flags applied */
+  if (!flags[F_BALANCE].given) ps.n_balance = 0; /* the file's is no request to skip the search */
   GP_TRY(gp_cli_pipeline_apply(&(gp_cli_pipeline){&flags[F_STAGES], &flags[F_SCHEDULE],
-                                                  &flags[F_REMAT], NULL, &flags[F_DEVICES]},
+                                                  &flags[F_REMAT], &flags[F_BALANCE],
+                                                  &flags[F_DEVICES]},
                                m, &ps));
+  if (flags[F_BALANCE].given && !flags[F_STAGES].given) ps.stages = ps.n_balance;
   GP_TRY(gp_cli_stages_check(m, ps.stages));
+  if (flags[F_BALANCE].given) { /* a split to predict, as gpipe-train would run it */
+    gp_plan plan;
+    GP_TRY(gp_plan_make(m, &ps, &plan));
+    q->fixed = 1;
+    for (int s = 0; s < plan.stages; s++)
+      q->first[s] = plan.st[s].first_unit;
+    q->first[plan.stages] = m->n_units;
+  }
   return fill_request(m, &ps, q);
 }
 
@@ -236,6 +281,11 @@ static gp_status unit_costs(const gp_model *m, const gp_part_request *q, gp_unit
 static gp_status run(const gp_model *m) {
   gp_part_request q;
   GP_TRY(make_request(m, &q));
+  static gp_part_dist d; /* a layout of GP_MAX_PROCESSES entries: off the stack */
+  const gp_part_dist_flags df = {&flags[F_PROCESSES], &flags[F_REPLICAS], &flags[F_HOSTS],
+                                 &flags[F_PPH],       &flags[F_LOCAL],    &flags[F_REMOTE],
+                                 &flags[F_TFLOPS],    &flags[F_CLUSTER]};
+  GP_TRY(gp_part_dist_setup(&df, &q, &d));
   /* a bad -o is found before --by time's measurements, named as given (not its .tmp) */
   int stale = 0;
   if (flags[F_OUT].given) {
@@ -260,14 +310,16 @@ static gp_status run(const gp_model *m) {
   gp_partition p;
   gp_sim_events ev = {0};
   double makespan = 0;
-  gp_status st = gp_partition_solve(&c, &r, &p);
   gp_unit_costs tc = gp_part_time_costs(&q, &c);
-  if (st == GP_OK && q.by == GP_COST_PARAMS) { /* the same split, predicted from FLOPs */
+  gp_status st =
+      q.fixed ? gp_partition_evaluate(&tc, &r, q.first, &p) : gp_partition_solve(&c, &r, &p);
+  if (st == GP_OK && !q.fixed && q.by == GP_COST_PARAMS) { /* the same split, from FLOPs */
     int first[GP_MAX_DEVICES + 1];
     memcpy(first, p.first, sizeof first);
     st = gp_partition_evaluate(&tc, &r, first, &p);
   }
   if (st == GP_OK && flags[F_TIMELINE].given) st = gp_part_simulate(&q, &tc, &p, &ev, &makespan);
+  if (st == GP_OK && d.on) st = gp_part_dist_predict(&q, &tc, &r, &p, &d);
   if (st == GP_OK && flags[F_OUT].given) {
     gp_pipeline_spec ps = {.stages = q.stages,
                            .micro_batches = q.micro,
@@ -284,10 +336,11 @@ static gp_status run(const gp_model *m) {
     if (st == GP_OK) st = gp_plan_write(flags[F_OUT].s, m, &plan);
   }
   if (st == GP_OK && flags[F_JSON].given) {
-    gp_part_print_json(m, &q, &c, &p, flags[F_TIMELINE].given ? &ev : NULL);
+    gp_part_print_json(m, &q, &c, &p, flags[F_TIMELINE].given ? &ev : NULL, &d);
   } else if (st == GP_OK) {
     gp_part_print_table(m, &q, &c, &p);
     if (flags[F_TIMELINE].given) gp_part_print_timeline(&q, &ev, makespan);
+    if (d.on) gp_part_dist_print_table(&q, &d);
     if (flags[F_OUT].given) /* the plan holds M, not the batch: name one the run must use */
     {
       char mw[8192], pw[8192];

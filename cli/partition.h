@@ -5,6 +5,10 @@
 
 #include <stdint.h>
 
+#include "cli/args.h"
+#include "core/dist/layout.h"
+#include "core/plan/cluster.h"
+#include "core/plan/predict.h"
 #include "core/plan/solve.h"
 #include "core/schedule/schedule.h"
 #include "core/spec/spec.h"
@@ -16,7 +20,10 @@ extern const char *const gp_part_by_titles[];
 /* Everything the request is made of, after flags and the model file's defaults. */
 typedef struct gp_part_request {
   int stages, micro, n_devices, threads;
-  int64_t batch, micro_batch;
+  int replicas;          /* R: data-parallel replicas sharing the batch (1 without --replicas) */
+  int64_t batch;         /* the global mini-batch */
+  int64_t replica_batch; /* the largest replica's share: ceil(batch / R) */
+  int64_t micro_batch;   /* ceil(replica_batch / M) */
   gp_schedule_kind schedule;
   gp_remat remat;
   gp_cost_by by;
@@ -24,15 +31,45 @@ typedef struct gp_part_request {
   double speed[GP_MAX_DEVICES], mem_limit[GP_MAX_DEVICES];
   int has_limit;
   char cache_dir[4096];
+  int fixed;                     /* --balance: the split to predict, not to search for */
+  int first[GP_MAX_DEVICES + 1]; /* its stages' first units (as gp_partition's) */
 } gp_part_request;
+
+/* The flags that describe a launch past one process. */
+typedef struct gp_part_dist_flags {
+  const gp_flag *processes, *replicas, *hosts, *pph, *local, *remote, *tflops, *cluster;
+} gp_part_dist_flags;
+
+/* A launch past one process and its predictions (partition_dist.c). */
+typedef struct gp_part_dist {
+  int on; /* a flag of the launch was given: predict and report it */
+  int world, replicas;
+  char src_world[64], src_replicas[64], src_compute[300];
+  gp_cluster cl; /* flags over the cluster file over the defaults */
+  double spc;    /* seconds per unit of the time costs */
+  gp_layout layout;
+  gp_dist_pred pred;
+} gp_part_dist;
+
+/* Reads the launch's flags (and --cluster), checks the layout (gp_layout_make) and the batch's
+ * share per replica, and sets q's replicas and micro-batch size. Nothing when no flag given. */
+gp_status gp_part_dist_setup(const gp_part_dist_flags *f, gp_part_request *q, gp_part_dist *d);
+/* The predictions for the split p (tc: gp_part_time_costs; r: the partitioner's request). */
+gp_status gp_part_dist_predict(const gp_part_request *q, const gp_unit_costs *tc,
+                               const gp_partition_req *r, const gp_partition *p, gp_part_dist *d);
+/* The launch, its assumptions, a row per process of one replica and the step time, all-reduce,
+ * traffic and memory lines; the same as the "distributed" member of the JSON object. */
+void gp_part_dist_print_table(const gp_part_request *q, const gp_part_dist *d);
+void gp_part_dist_print_json(const gp_part_request *q, const gp_part_dist *d);
 
 /* The table: per stage units, parameters, GFLOPs, share, memory, traffic; then imbalance,
  * bubble, speed-ups and the hints (a unit too large to balance, the batch). */
 void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_unit_costs *c,
                          const gp_partition *p);
-/* The same as one JSON object on stdout, with the timeline's events when ev is not NULL. */
+/* The same as one JSON object on stdout, with the timeline's events when ev is not NULL and
+ * the launch's predictions when d is on. */
 void gp_part_print_json(const gp_model *m, const gp_part_request *q, const gp_unit_costs *c,
-                        const gp_partition *p, const gp_sim_events *ev);
+                        const gp_partition *p, const gp_sim_events *ev, const gp_part_dist *d);
 
 /* The costs predictions are made from (under --by params, the FLOPs). */
 gp_unit_costs gp_part_time_costs(const gp_part_request *q, const gp_unit_costs *c);

@@ -86,16 +86,23 @@ static void granularity_hint(const gp_model *m, const gp_part_request *q, const 
 void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_unit_costs *c,
                          const gp_partition *p) {
   /* the pipeline gives the first batch % M micro-batches one more sample than the rest */
-  char size[48];
-  if (q->batch % q->micro == 0)
+  char size[48], share[64] = "";
+  int64_t b = q->replicas > 1 ? q->replica_batch : q->batch; /* what a replica cuts */
+  if (b % q->micro == 0 && q->batch % q->replicas == 0)
     snprintf(size, sizeof size, "%" PRId64, q->micro_batch);
   else
-    snprintf(size, sizeof size, "%" PRId64 "-%" PRId64, q->batch / q->micro, q->micro_batch);
+    snprintf(size, sizeof size, "%" PRId64 "-%" PRId64, q->batch / q->replicas / q->micro,
+             q->micro_batch);
+  if (q->replicas > 1)
+    snprintf(share, sizeof share, ", %" PRId64 "%s a replica", b,
+             q->batch % q->replicas ? " at most" : "");
   printf("model %s: %d unit%s, %.3fM parameters; %d stage%s, %d micro-batch%s of %s"
-         " (batch %" PRId64 "); %s schedule, re-materialization %s; balanced by %s\n\n",
+         " (batch %" PRId64 "%s); %s schedule, re-materialization %s; %s %s\n\n",
          m->name, m->n_units, m->n_units == 1 ? "" : "s", (double)m->n_params / 1e6, q->stages,
-         q->stages == 1 ? "" : "s", q->micro, q->micro == 1 ? "" : "es", size, q->batch,
-         gp_schedule_names()[q->schedule], gp_remat_names()[q->remat], gp_part_by_titles[q->by]);
+         q->stages == 1 ? "" : "s", q->micro, q->micro == 1 ? "" : "es", size, q->batch, share,
+         gp_schedule_names()[q->schedule], gp_remat_names()[q->remat],
+         q->fixed ? "split given by --balance, predicted from" : "balanced by",
+         gp_part_by_titles[q->by == GP_COST_PARAMS && q->fixed ? GP_COST_FLOPS : q->by]);
   char names[GP_MAX_DEVICES][160];
   int w = 5;
   for (int s = 0; s < p->stages; s++) {
@@ -152,14 +159,16 @@ static void json_num(double v) {
 }
 
 void gp_part_print_json(const gp_model *m, const gp_part_request *q, const gp_unit_costs *c,
-                        const gp_partition *p, const gp_sim_events *ev) {
+                        const gp_partition *p, const gp_sim_events *ev, const gp_part_dist *d) {
   printf("{\"model\": ");
   gp_json_write_str(stdout, m->name);
   printf(", \"stages\": %d, \"micro_batches\": %d, \"batch_size\": %" PRId64
          ", \"micro_batch_size\": %" PRId64 ", \"schedule\": \"%s\", \"remat\": \"%s\", "
-         "\"cost_basis\": \"%s\", \"params\": %" PRId64 ",\n \"devices\": [",
+         "\"cost_basis\": \"%s\", \"params\": %" PRId64
+         ", \"optimizer_slots\": %d,\n \"devices\": [",
          q->stages, q->micro, q->batch, q->micro_batch, gp_schedule_names()[q->schedule],
-         gp_remat_names()[q->remat], gp_part_by_names[q->by], m->n_params);
+         gp_remat_names()[q->remat], gp_part_by_names[q->by], m->n_params,
+         gp_optimizer_slots(&m->train));
   for (int s = 0; s < q->stages; s++) {
     printf(s ? ", " : "");
     gp_json_write_str(stdout, q->devices[s]);
@@ -235,5 +244,6 @@ void gp_part_print_json(const gp_model *m, const gp_part_request *q, const gp_un
     }
     printf("]");
   }
+  if (d && d->on) gp_part_dist_print_json(q, d);
   printf("}\n");
 }

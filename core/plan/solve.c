@@ -29,11 +29,13 @@ static double limit_of(const gp_partition_req *r, int s) {
   return r->mem_limit ? r->mem_limit[s] : 0.0;
 }
 
-/* Micro-batches whose activations a stage holds at once: all M under GPipe (fill-drain),
- * K - s under 1F1B (stage s runs K - s - 1 forwards ahead). */
-static double in_flight(const gp_partition_req *r, int K, int s) {
+int gp_partition_in_flight(const gp_partition_req *r, int K, int s) {
   if (r->schedule == GP_SCHED_1F1B) return r->micro < K - s ? r->micro : K - s;
   return r->micro;
+}
+
+static double in_flight(const gp_partition_req *r, int K, int s) {
+  return gp_partition_in_flight(r, K, s);
 }
 
 /* Sums over the units of a stage. Every caller accumulates them from the last unit down to the
@@ -55,11 +57,13 @@ static void sums_add(sums *z, const gp_unit_costs *c, int u) {
   if ((double)c->act_bytes[u] > z->big) z->big = (double)c->act_bytes[u];
 }
 
-/* Whether stage s of K re-materializes, as gp_schedule_build lists it: except_last does not
- * where at most one micro-batch is in flight (1F1B's last stage; every stage at M = 1). */
-static int remats(const gp_partition_req *r, int K, int s) {
+int gp_partition_remats(const gp_partition_req *r, int K, int s) {
   if (r->remat == GP_REMAT_NEVER) return 0;
   return r->remat == GP_REMAT_ALWAYS || in_flight(r, K, s) > 1;
+}
+
+static int remats(const gp_partition_req *r, int K, int s) {
+  return gp_partition_remats(r, K, s);
 }
 
 /* Forward, backward and the re-materializing forward. except_last recomputes all but one of

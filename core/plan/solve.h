@@ -40,5 +40,11 @@ gp_status gp_partition_solve(const gp_unit_costs *c, const gp_partition_req *r, 
 /* Stage times, memory and predictions for a given split (first[] as in gp_partition). */
 gp_status gp_partition_evaluate(const gp_unit_costs *c, const gp_partition_req *r, const int *first,
                                 gp_partition *out);
+/* Micro-batches whose activations stage s of K holds at once: all M under GPipe (fill-drain),
+ * min(M, K - s) under 1F1B (stage s runs K - s - 1 forwards ahead). */
+int gp_partition_in_flight(const gp_partition_req *r, int K, int s);
+/* Whether stage s of K re-materializes, as gp_schedule_build lists it: except_last does not
+ * where at most one micro-batch is in flight (1F1B's last stage; every stage at M = 1). */
+int gp_partition_remats(const gp_partition_req *r, int K, int s);
 
 #endif
