@@ -82,8 +82,9 @@ gp_status tr_dist_start(run *r);
 /* Whether the model's stages and replicas can be laid out over the processes (one line saying
  * what would work where not). */
 gp_status tr_dist_check(const run *r);
-/* The layout of the trainer's plan over the processes, and the liveness check. */
-gp_status tr_dist_layout(run *r, const gp_plan *plan);
+/* The layout of the trainer's plan over the processes; a GPU stage goes to the GPU of the
+ * process's local rank unless --devices names one. */
+gp_status tr_dist_layout(run *r, gp_plan *plan);
 /* On ranks but 0: stderr back, for an error line. */
 void tr_dist_speak(void);
 /* Whether this process speaks for the run (rank 0, or the only one). */

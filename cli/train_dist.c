@@ -13,6 +13,7 @@
 #include "cli/common.h"
 #include "cli/interrupt.h"
 #include "cli/train.h"
+#include "core/cuda/probe.h"
 #include "core/io/safetensors.h"
 
 static int err_fd = -1; /* ranks but 0: the real stderr, kept for errors */
@@ -51,13 +52,20 @@ gp_status tr_dist_check(const run *r) {
                         r->m->pipeline.stages, NULL, &lay);
 }
 
-gp_status tr_dist_layout(run *r, const gp_plan *plan) {
+gp_status tr_dist_layout(run *r, gp_plan *plan) {
   const gp_model *m = r->m;
   if (r->dist.world == 1 && m->pipeline.replicas == 1) return GP_OK;
   gp_layout lay;
   GP_TRY(gp_layout_make(r->dist.world, r->dist.rank, m->pipeline.replicas, plan->stages, NULL,
                         &lay));
   GP_TRY(gp_dist_set_layout(&r->dist, &lay));
+  /* GPU stages take the host's GPUs by local rank (processes of a host sharing them in turn)
+   * unless --devices names them */
+  const int gpus = gp_cuda_device_count();
+  for (int s = lay.first[lay.pos]; !tr_flags[F_DEVICES].given && s < lay.first[lay.pos + 1]; s++)
+    if (strncmp(plan->st[s].device, "cuda", 4) == 0 && gpus > 0)
+      snprintf(plan->st[s].device, sizeof plan->st[s].device, "cuda:%u",
+               (unsigned)(r->dist.local_rank % gpus) % 10000u);
   return GP_OK;
 }
 

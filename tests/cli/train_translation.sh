@@ -79,6 +79,22 @@ strip() { sed -n 's/^final: .*  \(test loss .*\)  ([0-9.]* s)$/\1/p' "$1"; }
   fail "--eval-only: $(cat "$tmp/out1"), the training run: $(cat "$tmp/out")"
 cmp -s "$tmp/hyp.txt" "$tmp/hyp1.txt" || fail "--eval-only's translations differ from the run's"
 
+# the same across 2 processes (a stage each, the predictions gathered from the last one for
+# decoding): the same test numbers and translations (skipped without mpirun or MPI)
+if command -v mpirun >/dev/null; then
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun --oversubscribe \
+    -np 2 --mca btl tcp,self "$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" \
+    --batch-size 16 --threads 1 --stages 2 --eval-only --load "$tmp/copy.safetensors" \
+    --translations "$tmp/hyp2.txt" > "$tmp/out2" 2> "$tmp/err2"
+  rc=$?
+  if ! grep -q "built without MPI" "$tmp/err2"; then
+    [ "$rc" = 0 ] || { cat "$tmp/err2"; fail "--eval-only over 2 processes exited $rc"; }
+    [ "$(strip "$tmp/out2")" = "$(strip "$tmp/out")" ] ||
+      fail "--eval-only over 2 processes: $(cat "$tmp/out2"), the training run: $(cat "$tmp/out")"
+    cmp -s "$tmp/hyp.txt" "$tmp/hyp2.txt" || fail "the translations of 2 processes differ"
+  fi
+fi
+
 # the same with the embeddings and the output projection tied: the copies live on both
 # stages (source embedding on the first, output projection on the last) and must stay equal
 "$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 300 --batch-size 16 \
