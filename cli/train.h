@@ -24,6 +24,7 @@ enum {
   F_CKPT_EVERY,
   F_RESUME,
   F_OVERWRITE,
+  F_SHARD_SIZE,
   F_THREADS,
   F_EVAL_EVERY,
   F_STAGES,
@@ -61,6 +62,7 @@ typedef struct run {
   FILE *log;
   gp_precision precision; /* --precision */
   size_t mem_limit;       /* --memory-limit: per stage, 0 = none */
+  size_t shard_bytes;     /* --save-shard-size (0: the default, 4 GiB) */
   int64_t ckpt_step;      /* the step of the checkpoint last written or resumed from, or -1 */
   /* the last evaluation, which the final line shows: its numbers, its split, and BLEU over
    * last_sentences (last_bleu < 0: none decoded) */

@@ -14,6 +14,7 @@
 #include "cli/machine.h"
 #include "cli/train.h"
 #include "core/plan/plan_io.h"
+#include "core/train/checkpoint.h"
 #include "core/train/fit.h"
 
 /* The training data's position: (epoch, next batch). */
@@ -33,8 +34,9 @@ static gp_status checkpoint(run *r, gp_progress *pg, int eval_due) {
   data_tell(r, &pos.epoch, &pos.index);
   GP_TRY(gp_trainer_save_checkpoint(&r->t, tr_flags[F_CKPT_DIR].s, &pos));
   r->ckpt_step = r->t.step;
-  gp_progress_note(pg, "checkpoint  step %" PRId64 "  %s/checkpoint.safetensors", r->t.step,
-                   tr_flags[F_CKPT_DIR].s);
+  char held[PATH_MAX]; /* checkpoint.safetensors, or the index of a sharded one */
+  gp_ckpt_find(tr_flags[F_CKPT_DIR].s, held, sizeof held);
+  gp_progress_note(pg, "checkpoint  step %" PRId64 "  %s", r->t.step, held);
   return GP_OK;
 }
 
@@ -170,6 +172,7 @@ gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads) {
                          .mem_limit = r->mem_limit};
   GP_TRY(gp_trainer_init(&r->t, m, plan, &po, m->train.seed));
   r->t.check = gp_interrupt_check; /* a signal ends an evaluation within a batch */
+  r->t.shard_bytes = (int64_t)r->shard_bytes;
   r->have_trainer = 1;
   r->loaded_step = -1;
   if (tr_flags[F_LOAD].given)
