@@ -226,7 +226,7 @@ gp_status gp_shards_write_files(const gp_st_writer *w, const char *dir, const ch
   int n = gp_st_writer_count(w);
   int *shard_of = malloc(((size_t)n + 1) * sizeof *shard_of);
   if (!shard_of) return GP_ERR(GP_ERR_NOMEM, "out of memory writing shards");
-  int shards = split(w, shard_bytes > 0 ? shard_bytes : 1, shard_of);
+  int shards = n ? split(w, shard_bytes > 0 ? shard_bytes : 1, shard_of) : 0;
   gp_status s = GP_OK;
   char name[1024], path[PATH_MAX + 1024];
   for (int k = 0, first = 0; k < shards && s == GP_OK; k++) {
