@@ -52,9 +52,9 @@ static gp_status stop_interrupted(run *r, gp_progress *pg, int64_t total, const 
     snprintf(kept, sizeof kept, "no step was trained");
   } else if (tr_flags[F_CKPT_DIR].given) {
     if (r->ckpt_step != r->t.step) GP_TRY(checkpoint(r, pg, during != NULL));
-    snprintf(kept, sizeof kept,
-             "%s/checkpoint.safetensors holds step %" PRId64 ": --resume goes on",
-             tr_flags[F_CKPT_DIR].s, r->t.step);
+    char held[PATH_MAX]; /* checkpoint.safetensors, or the index of a sharded one */
+    gp_ckpt_find(tr_flags[F_CKPT_DIR].s, held, sizeof held);
+    snprintf(kept, sizeof kept, "%s holds step %" PRId64 ": --resume goes on", held, r->t.step);
   } else if (r->saved) {
     snprintf(kept, sizeof kept, "%s holds the weights of step %" PRId64, tr_flags[F_SAVE].s,
              r->t.step);

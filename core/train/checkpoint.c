@@ -397,6 +397,11 @@ static gp_status save_single(gp_trainer *t, const char *dir, const gp_ckpt_pos *
 }
 
 gp_status gp_trainer_save_checkpoint(gp_trainer *t, const char *dir, const gp_ckpt_pos *pos) {
+  if (!all_local(t))
+    return GP_ERR(GP_ERR_UNSUPPORTED,
+                  "%s: a checkpoint of stages held by several processes is "
+                  "written by gp_ckpt_write_part and gp_ckpt_commit",
+                  dir);
   GP_TRY(make_dir(dir));
   int64_t total = 0;
   for (int s = 0; s < gp_pipeline_stages(t->pl); s++)
