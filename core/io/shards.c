@@ -352,12 +352,17 @@ struct gp_shards {
   gp_st_file *single; /* one file; else an index: */
   gp_shard_index ix;
   int n_files;
-  char **files;      /* distinct shard names */
-  gp_st_file **hdr;  /* each shard's header (names, shapes) */
-  gp_st_file **data; /* each shard read whole, once a tensor of it is asked for */
-  int *file_of;      /* ix entry -> files[] */
-  int *order;        /* ix entries sorted by name, for lookups */
+  char **files;        /* distinct shard names */
+  gp_st_file **hdr;    /* each shard's header (names, shapes) */
+  gp_st_file **data;   /* each shard read whole, once a tensor of it is asked for */
+  int *file_of;        /* ix entry -> files[] */
+  struct named *order; /* ix entries sorted by name, for lookups */
 };
+
+typedef struct named {
+  const char *name;
+  int i;
+} named;
 
 void gp_shards_free(gp_shards *s) {
   if (!s) return;
@@ -377,23 +382,14 @@ void gp_shards_free(gp_shards *s) {
   free(s);
 }
 
-static const gp_shard_index *sort_ix; /* qsort has no context argument; opening is rare */
 static int by_name(const void *a, const void *b) {
-  return strcmp(sort_ix->names[*(const int *)a], sort_ix->names[*(const int *)b]);
+  return strcmp(((const named *)a)->name, ((const named *)b)->name);
 }
 
 /* The ix entry of name, or -1. */
 static int lookup(const gp_shards *s, const char *name) {
-  int lo = 0, hi = s->ix.n - 1;
-  while (lo <= hi) {
-    int mid = (lo + hi) / 2, c = strcmp(s->ix.names[s->order[mid]], name);
-    if (c == 0) return s->order[mid];
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid - 1;
-  }
-  return -1;
+  named key = {name, 0}, *hit = bsearch(&key, s->order, (size_t)s->ix.n, sizeof key, by_name);
+  return hit ? hit->i : -1;
 }
 
 static int file_index(gp_shards *s, const char *f) {
@@ -435,14 +431,12 @@ static gp_status open_index(gp_shards *s, const char *ixpath) {
     if (!gp_st_find(s->hdr[k], s->ix.names[i]))
       return GP_ERR(GP_ERR_DATA, "%s: weight_map puts '%s' in '%s', which has no such tensor",
                     ixpath, s->ix.names[i], s->files[k]);
-    s->order[i] = i;
+    s->order[i] = (named){s->ix.names[i], i};
   }
-  sort_ix = &s->ix;
   qsort(s->order, (size_t)n, sizeof *s->order, by_name);
   for (int i = 1; i < n; i++) /* JSON refuses duplicate keys; kept for indexes built in code */
-    if (strcmp(s->ix.names[s->order[i]], s->ix.names[s->order[i - 1]]) == 0)
-      return GP_ERR(GP_ERR_DATA, "%s: weight_map names '%s' twice", ixpath,
-                    s->ix.names[s->order[i]]);
+    if (strcmp(s->order[i].name, s->order[i - 1].name) == 0)
+      return GP_ERR(GP_ERR_DATA, "%s: weight_map names '%s' twice", ixpath, s->order[i].name);
   /* a tensor in two shards: the set is two writes mixed, whichever the map picks */
   for (int k = 0; k < s->n_files; k++)
     for (int j = 0; j < gp_st_count(s->hdr[k]); j++) {
