@@ -73,15 +73,16 @@ static float *state(gp_trainer *t, int64_t *n) {
   float *v = malloc((size_t)total * sizeof *v), *o = v;
   for (int s = 0; s < k; s++) {
     gp_params *p = gp_pipeline_params(t->pl, s);
-    memcpy(o, p->train, (size_t)p->n_train * sizeof *o); /* CPU stages: host memory */
+    if (p->n_train) memcpy(o, p->train, (size_t)p->n_train * sizeof *o); /* CPU: host memory */
     o += p->n_train;
-    memcpy(o, p->buffers, (size_t)p->n_buffers * sizeof *o);
+    if (p->n_buffers) memcpy(o, p->buffers, (size_t)p->n_buffers * sizeof *o);
     o += p->n_buffers;
   }
   for (int i = 0; i < gp_pipeline_optimizer(t->pl, 0)->n_slots; i++)
     for (int s = 0; s < k; s++) {
       gp_params *p = gp_pipeline_params(t->pl, s);
-      memcpy(o, gp_pipeline_optimizer(t->pl, s)->slot[i], (size_t)p->n_train * sizeof *o);
+      if (p->n_train)
+        memcpy(o, gp_pipeline_optimizer(t->pl, s)->slot[i], (size_t)p->n_train * sizeof *o);
       o += p->n_train;
     }
   *n = total;
