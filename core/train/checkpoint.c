@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/io/shards.h"
+#include "core/io/target.h"
 #include "core/spec/cfg.h"
 
 #define CKPT_FILE "checkpoint.safetensors"
@@ -125,14 +126,12 @@ static int all_local(gp_trainer *t) {
 }
 
 gp_status gp_trainer_save_weights(gp_trainer *t, const char *path) {
-  if (!all_local(t))
-    return GP_ERR(GP_ERR_UNSUPPORTED, "%s: saving weights needs every stage in this process", path);
   staging st = {0};
   gp_st_writer *w = gp_st_writer_new();
   if (!w) return GP_ERR(GP_ERR_NOMEM, "out of memory saving weights");
   gp_status s = GP_OK;
   for (int i = 0; s == GP_OK && i < gp_pipeline_stages(t->pl); i++)
-    s = add_weights(t, i, w, &st);
+    if (gp_pipeline_local(t->pl, i)) s = add_weights(t, i, w, &st);
   if (s == GP_OK) s = gp_st_meta_set(w, "format", "pt");
   if (s == GP_OK) s = gp_st_meta_set(w, "gpipe.model", t->m->name);
   if (s == GP_OK) s = gp_shards_write(w, path, shard_size(t));
@@ -181,10 +180,6 @@ static void ckpt_tag(const char *dir, int64_t step, char *tag, size_t n) {
   gp_shard_index_free(&ix);
 }
 
-static void part_stem(const char *tag, int p, char *buf, size_t n) {
-  snprintf(buf, n, "checkpoint-%s-p%d", tag, p);
-}
-
 /* A file of a part: checkpoint-s<digits>[b]-p... */
 static int part_file(const char *f) {
   if (strncmp(f, "checkpoint-s", 12) != 0) return 0;
@@ -225,26 +220,25 @@ static gp_status make_dir(const char *dir) {
   return GP_OK;
 }
 
-gp_status gp_ckpt_write_part(gp_trainer *t, const char *dir, const gp_ckpt_pos *pos,
-                             const gp_layout *lay, int64_t shard_bytes) {
-  (void)pos; /* the metadata is the commit's */
-  if (lay->replica != 0) return GP_OK;
+/* A part: stages [first[pos], first[pos + 1]) (weights, and optimizer state when optim) as
+ * shards dir/PREFIX-pPOS-0000k-of-0000N.safetensors and their list dir/PREFIX-pPOS.index.json,
+ * each fsynced; nothing is committed. */
+static gp_status write_part(gp_trainer *t, const char *dir, const char *prefix,
+                            const gp_layout *lay, int optim, int64_t shard_bytes) {
   int s0 = lay->first[lay->pos], s1 = lay->first[lay->pos + 1];
   for (int s = s0; s < s1; s++)
     if (!gp_pipeline_local(t->pl, s))
       return GP_ERR(GP_ERR_RUNTIME, "internal: position %d writes stage %d, held elsewhere",
                     lay->pos, s);
-  GP_TRY(make_dir(dir));
-  char tag[48], stem[96], path[PATH_MAX], v[64];
-  ckpt_tag(dir, t->step, tag, sizeof tag);
-  part_stem(tag, lay->pos, stem, sizeof stem);
+  char stem[1100], path[PATH_MAX + 1200], v[64];
+  snprintf(stem, sizeof stem, "%s-p%d", prefix, lay->pos);
   staging st = {0};
   gp_shard_index ix = {0};
   gp_st_writer *w = gp_st_writer_new();
   gp_status s = w ? GP_OK : GP_ERR(GP_ERR_NOMEM, "out of memory writing a checkpoint");
   for (int i = s0; s == GP_OK && i < s1; i++) {
     s = add_weights(t, i, w, &st);
-    if (s == GP_OK) s = add_optim(t, i, w, &st);
+    if (s == GP_OK && optim) s = add_optim(t, i, w, &st);
   }
   if (s == GP_OK) s = gp_shards_write_files(w, dir, stem, shard_bytes, &ix);
   snprintf(v, sizeof v, "%" PRId64, t->step);
@@ -259,6 +253,17 @@ gp_status gp_ckpt_write_part(gp_trainer *t, const char *dir, const gp_ckpt_pos *
   return s;
 }
 
+gp_status gp_ckpt_write_part(gp_trainer *t, const char *dir, const gp_ckpt_pos *pos,
+                             const gp_layout *lay, int64_t shard_bytes) {
+  (void)pos; /* the metadata is the commit's */
+  if (lay->replica != 0) return GP_OK;
+  GP_TRY(make_dir(dir));
+  char tag[48], prefix[64];
+  ckpt_tag(dir, t->step, tag, sizeof tag);
+  snprintf(prefix, sizeof prefix, "checkpoint-%s", tag);
+  return write_part(t, dir, prefix, lay, 1, shard_bytes);
+}
+
 typedef struct named {
   const char *name;
   int i;
@@ -268,28 +273,29 @@ static int by_name(const void *a, const void *b) {
   return strcmp(((const named *)a)->name, ((const named *)b)->name);
 }
 
-/* Every tensor of stage s is in the part of the position that holds it. */
+/* Every tensor of stage s (its optimizer state too where o) is in the part of the position that
+ * holds it. */
 static gp_status check_stage(gp_trainer *t, const gp_shard_index *ix, const named *sorted,
-                             const gp_layout *lay, int s, const char *tag, const gp_optimizer *o,
+                             const gp_layout *lay, int s, const char *prefix, const gp_optimizer *o,
                              int *found) {
-  char name[1024], stem[96];
-  part_stem(tag, gp_layout_owner(lay, s), stem, sizeof stem);
+  char name[1024], stem[1100];
+  snprintf(stem, sizeof stem, "%s-p%d", prefix, gp_layout_owner(lay, s));
   size_t sl = strlen(stem);
   for (int node = t->plan.st[s].first_node; node < t->plan.st[s].end_node; node++) {
     const gp_layer *l = &t->m->nodes[node].layer;
     for (int j = 0; j < l->n_params; j++)
-      for (int k = -1; k < (l->pdesc[j].trainable ? o->n_slots : 0); k++) {
+      for (int k = -1; k < (o && l->pdesc[j].trainable ? o->n_slots : 0); k++) {
         if (k < 0)
           param_name(l, j, name, sizeof name);
         else
           optim_name(o->slot_name[k], l, j, name, sizeof name);
         named key = {name, 0}, *hit = bsearch(&key, sorted, (size_t)ix->n, sizeof key, by_name);
         if (!hit)
-          return GP_ERR(GP_ERR_RUNTIME, "checkpoint: no part of step %" PRId64 " holds '%s'",
+          return GP_ERR(GP_ERR_RUNTIME, "%s: no part of step %" PRId64 " holds '%s'", prefix,
                         t->step, name);
         const char *f = ix->files[hit->i];
         if (strncmp(f, stem, sl) != 0 || f[sl] != '-')
-          return GP_ERR(GP_ERR_RUNTIME, "checkpoint: '%s' of stage %d is in %s, not in %s-*", name,
+          return GP_ERR(GP_ERR_RUNTIME, "%s: '%s' of stage %d is in %s, not in %s-*", prefix, name,
                         s, f, stem);
         (*found)++;
       }
@@ -297,57 +303,61 @@ static gp_status check_stage(gp_trainer *t, const gp_shard_index *ix, const name
   return GP_OK;
 }
 
-static gp_status read_parts(const char *dir, const char *tag, int64_t step, const gp_layout *lay,
-                            gp_shard_index *ix) {
-  char stem[96], path[PATH_MAX];
+/* Every position's part list of this step into ix, checked: each tensor of every stage once, in
+ * the part of the position holding it, and nothing else. */
+static gp_status gather_parts(gp_trainer *t, const char *dir, const char *prefix,
+                              const gp_layout *lay, const gp_optimizer *o, gp_shard_index *ix) {
+  char stem[1100], path[PATH_MAX + 1200];
   for (int p = 0; p < lay->procs; p++) {
-    part_stem(tag, p, stem, sizeof stem);
+    snprintf(stem, sizeof stem, "%s-p%d", prefix, p);
     snprintf(path, sizeof path, "%s/%s.index.json", dir, stem);
     gp_shard_index part;
     if (gp_shard_index_read(path, &part) != GP_OK)
-      return gp_error_prefix(GP_ERR_IO,
-                             "checkpoint of step %" PRId64 ": the part of position %d: ", step, p);
+      return gp_error_prefix(GP_ERR_IO, "%s of step %" PRId64 ": the part of position %d: ", prefix,
+                             t->step, p);
     const char *ps = gp_shard_index_meta(&part, "gpipe.step");
     int64_t got = -1;
     gp_status s = GP_OK;
-    if (!ps || gp_cfg_parse_int(ps, &got) != 1 || got != step)
+    if (!ps || gp_cfg_parse_int(ps, &got) != 1 || got != t->step)
       s = GP_ERR(GP_ERR_RUNTIME, "%s: a part of step %s, not of step %" PRId64, path,
-                 ps ? ps : "(none)", step);
+                 ps ? ps : "(none)", t->step);
     for (int i = 0; s == GP_OK && i < part.n; i++)
       s = gp_shard_index_add(ix, part.names[i], part.files[i]);
     ix->total_size += part.total_size;
     gp_shard_index_free(&part);
     GP_TRY(s);
   }
-  return GP_OK;
+  named *sorted = malloc(((size_t)ix->n + 1) * sizeof *sorted);
+  if (!sorted) return GP_ERR(GP_ERR_NOMEM, "out of memory committing a checkpoint");
+  for (int i = 0; i < ix->n; i++)
+    sorted[i] = (named){ix->names[i], i};
+  qsort(sorted, (size_t)ix->n, sizeof *sorted, by_name);
+  gp_status s = GP_OK;
+  for (int i = 1; s == GP_OK && i < ix->n; i++)
+    if (strcmp(sorted[i].name, sorted[i - 1].name) == 0)
+      s = GP_ERR(GP_ERR_RUNTIME, "%s: '%s' is in two parts (%s and %s)", prefix, sorted[i].name,
+                 ix->files[sorted[i - 1].i], ix->files[sorted[i].i]);
+  int found = 0;
+  for (int st = 0; s == GP_OK && st < gp_pipeline_stages(t->pl); st++)
+    s = check_stage(t, ix, sorted, lay, st, prefix, o, &found);
+  if (s == GP_OK && found != ix->n)
+    s = GP_ERR(GP_ERR_RUNTIME,
+               "%s: the parts of step %" PRId64 " hold %d tensors that are no parameter%s of "
+               "this run",
+               prefix, t->step, ix->n - found, o ? " or optimizer state" : "");
+  free(sorted);
+  return s;
 }
 
 gp_status gp_ckpt_commit(gp_trainer *t, const char *dir, const gp_ckpt_pos *pos,
                          const gp_layout *lay) {
   if (lay->replica != 0 || lay->pos != 0) return GP_OK;
-  char tag[48], path[PATH_MAX];
+  char tag[48], prefix[64], path[PATH_MAX];
   ckpt_tag(dir, t->step, tag, sizeof tag);
+  snprintf(prefix, sizeof prefix, "checkpoint-%s", tag);
   gp_optimizer *o0 = gp_pipeline_optimizer(t->pl, 0); /* position 0 holds stage 0 */
   gp_shard_index ix = {0};
-  gp_status s = read_parts(dir, tag, t->step, lay, &ix);
-  named *sorted = s == GP_OK ? malloc(((size_t)ix.n + 1) * sizeof *sorted) : NULL;
-  if (s == GP_OK && !sorted) s = GP_ERR(GP_ERR_NOMEM, "out of memory committing a checkpoint");
-  for (int i = 0; s == GP_OK && i < ix.n; i++)
-    sorted[i] = (named){ix.names[i], i};
-  if (s == GP_OK) qsort(sorted, (size_t)ix.n, sizeof *sorted, by_name);
-  for (int i = 1; s == GP_OK && i < ix.n; i++)
-    if (strcmp(sorted[i].name, sorted[i - 1].name) == 0)
-      s = GP_ERR(GP_ERR_RUNTIME, "checkpoint: '%s' is in two parts (%s and %s)", sorted[i].name,
-                 ix.files[sorted[i - 1].i], ix.files[sorted[i].i]);
-  int found = 0;
-  for (int st = 0; s == GP_OK && st < gp_pipeline_stages(t->pl); st++)
-    s = check_stage(t, &ix, sorted, lay, st, tag, o0, &found);
-  if (s == GP_OK && found != ix.n)
-    s = GP_ERR(GP_ERR_RUNTIME,
-               "checkpoint: the parts of step %" PRId64 " hold %d tensors that "
-               "are no parameter or optimizer state of this run",
-               t->step, ix.n - found);
-  free(sorted);
+  gp_status s = gather_parts(t, dir, prefix, lay, o0, &ix);
   meta_list ml;
   ckpt_meta(t, pos, o0->t, &ml);
   for (int i = 0; s == GP_OK && i < ml.n; i++)
@@ -362,6 +372,65 @@ gp_status gp_ckpt_commit(gp_trainer *t, const char *dir, const gp_ckpt_pos *pos,
   if (ckpt_file(dir, CKPT_FILE, path, sizeof path)) unlink(path);
   gp_ckpt_remove_stale(dir);
   return GP_OK;
+}
+
+/* ---- weights across processes ---- */
+
+/* path's folder into dir, and the prefix of its parts' files: X for X.safetensors, or X-b when
+ * the index path holds now uses X's names (they stay untouched until the commit). *old gets that
+ * index (empty when there is none). */
+static void weights_names(const char *path, char *dir, size_t dn, char *prefix, size_t pn,
+                          gp_shard_index *old) {
+  const char *base = gp_io_split_dir(path, dir, dn);
+  size_t bl = strlen(base), sl = strlen(".safetensors");
+  if (bl > sl && strcmp(base + bl - sl, ".safetensors") == 0) bl -= sl;
+  if (bl > 900) bl = 900;
+  char ixpath[PATH_MAX + 16], mine[1000];
+  struct stat st;
+  memset(old, 0, sizeof *old);
+  if (gp_shards_index_path(path, ixpath, sizeof ixpath) == GP_OK && stat(ixpath, &st) == 0 &&
+      gp_shard_index_read(ixpath, old) != GP_OK)
+    gp_shard_index_free(old);
+  gp_error_clear();
+  snprintf(mine, sizeof mine, "%.*s-p", (int)bl, base);
+  int clash = 0;
+  for (int i = 0; i < old->n && !clash; i++)
+    clash = strncmp(old->files[i], mine, strlen(mine)) == 0;
+  snprintf(prefix, pn, "%.*s%s", (int)bl, base, clash ? "-b" : "");
+}
+
+gp_status gp_weights_write_part(gp_trainer *t, const char *path, const gp_layout *lay,
+                                int64_t shard_bytes) {
+  if (lay->replica != 0) return GP_OK;
+  char dir[PATH_MAX], prefix[1000];
+  gp_shard_index old;
+  weights_names(path, dir, sizeof dir, prefix, sizeof prefix, &old);
+  gp_shard_index_free(&old);
+  return write_part(t, dir, prefix, lay, 0, shard_bytes > 0 ? shard_bytes : shard_size(t));
+}
+
+gp_status gp_weights_commit(gp_trainer *t, const char *path, const gp_layout *lay) {
+  if (lay->replica != 0 || lay->pos != 0) return GP_OK;
+  char dir[PATH_MAX], prefix[1000], ixpath[PATH_MAX + 16], part[PATH_MAX + 1200];
+  gp_shard_index old, ix = {0};
+  weights_names(path, dir, sizeof dir, prefix, sizeof prefix, &old);
+  gp_status s = gp_shards_index_path(path, ixpath, sizeof ixpath);
+  if (s == GP_OK) s = gather_parts(t, dir, prefix, lay, NULL, &ix);
+  if (s == GP_OK) s = gp_shard_index_meta_set(&ix, "format", "pt");
+  if (s == GP_OK) s = gp_shard_index_meta_set(&ix, "gpipe.model", t->m->name);
+  if (s == GP_OK) s = gp_shard_index_write(&ix, ixpath); /* the commit */
+  if (s == GP_OK) { /* what it replaces: one file, or the shards of an earlier set */
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISDIR(st.st_mode)) unlink(path);
+    gp_shards_remove(&old, &ix, dir);
+  }
+  for (int p = 0; p < lay->procs; p++) { /* the part lists, done with */
+    snprintf(part, sizeof part, "%s/%s-p%d.index.json", dir, prefix, p);
+    unlink(part);
+  }
+  gp_shard_index_free(&old);
+  gp_shard_index_free(&ix);
+  return s;
 }
 
 static int64_t stage_bytes(gp_trainer *t, int s) {

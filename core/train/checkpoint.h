@@ -25,6 +25,17 @@ gp_status gp_ckpt_write_part(gp_trainer *t, const char *dir, const gp_ckpt_pos *
 gp_status gp_ckpt_commit(gp_trainer *t, const char *dir, const gp_ckpt_pos *pos,
                          const gp_layout *lay);
 
+/* --save across processes, as the checkpoint's parts and commit: replica 0's process at
+ * lay->pos writes its stages' weights beside path (X.safetensors) as
+ * X-pPOS-0000k-of-0000N.safetensors (shard_bytes each at most; 0: t->shard_bytes) and a part
+ * list X-pPOS.index.json, fsynced; other replicas write nothing. Then, after every part (the
+ * caller's barrier), position 0 of replica 0 commits X.safetensors.index.json by one rename and
+ * removes the set it replaces (one file X.safetensors, or the shards of an earlier index) and
+ * the part lists. */
+gp_status gp_weights_write_part(gp_trainer *t, const char *path, const gp_layout *lay,
+                                int64_t shard_bytes);
+gp_status gp_weights_commit(gp_trainer *t, const char *path, const gp_layout *lay);
+
 /* The committed checkpoint of dir into out (n bytes): its index, or checkpoint.safetensors.
  * Returns 0 (out "") when dir holds none. */
 int gp_ckpt_find(const char *dir, char *out, size_t n);

@@ -60,8 +60,9 @@ gp_batch gp_batch_of(const gp_batch_buffers *b, int64_t n);
 gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_source *src, gp_metrics *out);
 
 /* Weights and checkpoints: core/train/checkpoint.c (the multi-process writer: checkpoint.h).
- * path: one safetensors file, or shards and path.index.json when the weights are larger than
- * t->shard_bytes (core/io/shards.h). */
+ * The weights of the stages this process holds (all of them in one process) to path: one
+ * safetensors file, or shards and path.index.json when they are larger than t->shard_bytes
+ * (core/io/shards.h). */
 gp_status gp_trainer_save_weights(gp_trainer *t, const char *path);
 /* The weights of a gp_trainer_save_weights file or index (path X.safetensors, sharded or not,
  * or X.safetensors.index.json), or of a gpipe checkpoint (its "optim." tensors, the optimizer

@@ -1,7 +1,8 @@
 /* Sharded checkpoints (core/train/checkpoint.h, core/io/shards.h). (a) Parts written per
  * position of a 3-process layout (replica 1 writes nothing) and committed by position 0 load
  * bit for bit into trainers of other K (weights and optimizer state), and resuming at the same K
- * and M gives the uninterrupted run's weights bit for bit. (b) A torn write (parts of a later
+ * and M gives the uninterrupted run's weights bit for bit; weights written as parts load at
+ * another K, and written again take other names. (b) A torn write (parts of a later
  * step, no commit) leaves the committed checkpoint loading; the same step written again takes
  * other names; a checkpoint that fits is one file again, the shards gone after it. (c) Flat
  * "optim.<slot>" checkpoints of before sharding load. (d) gp_shards_write: one file, shards,
@@ -100,6 +101,18 @@ static int same_state(gp_trainer *a, gp_trainer *b) {
   return same;
 }
 
+/* The weights (trainable and buffers) of a and b, bit for bit. */
+static int same_weights(gp_trainer *a, gp_trainer *b) {
+  int64_t na, nb, nw = 0;
+  for (int s = 0; s < gp_pipeline_stages(a->pl); s++)
+    nw += gp_pipeline_params(a->pl, s)->n_train + gp_pipeline_params(a->pl, s)->n_buffers;
+  float *x = state(a, &na), *y = state(b, &nb);
+  int same = na == nb && memcmp(x, y, (size_t)nw * sizeof *x) == 0;
+  free(x);
+  free(y);
+  return same;
+}
+
 /* Files in dir whose names start with prefix. */
 static int count(const char *dir, const char *prefix) {
   DIR *d = opendir(dir);
@@ -169,6 +182,28 @@ static void test_parts(const char *dir) {
     step(&c, s);
   }
   CHECK(same_state(&a, &c), "resumed = uninterrupted, bit for bit");
+
+  /* weights across processes: parts and a commit, loaded at K = 2; again over them */
+  char wp[4300];
+  snprintf(wp, sizeof wp, "%s/w.safetensors", ck);
+  gp_trainer wt;
+  make(m, 2, 1, &wt);
+  for (int again = 0; again < 2; again++) {
+    gp_layout lay;
+    for (int r = 2; r >= 0; r--) {
+      if (gp_layout_make(3, r, 1, 4, NULL, &lay) != GP_OK) gp_t_die("layout");
+      CHECK(gp_weights_write_part(&c, wp, &lay, SHARD) == GP_OK, "weights part %d", r);
+    }
+    CHECK(gp_weights_commit(&c, wp, &lay) == GP_OK, "weights commit");
+    CHECK(gp_trainer_load_weights(&wt, wp, NULL) == GP_OK && same_weights(&wt, &c),
+          "the weights load at K = 2 (%d)", again);
+    CHECK(count(ck, again ? "w-b-p" : "w-p") > 3 && count(ck, again ? "w-p" : "w-b-p") == 0 &&
+              !exists(ck, "w-p0.index.json") && !exists(ck, "w-b-p0.index.json"),
+          "shards of this write only (%d)", again);
+  }
+  CHECK(gp_trainer_save_weights(&c, wp) == GP_OK && count(ck, "w") == 1, "one file again");
+  remove(wp);
+  gp_trainer_free(&wt);
 
   /* (b) a torn write: step 5's parts, no index: step 3 loads */
   CHECK(write_sharded(&a, ck, &pos, 0) == GP_OK, "step 5's parts");
