@@ -8,8 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/io/safetensors.h"
+#include "core/io/shards.h"
 #include "core/io/target.h"
+#include "core/train/checkpoint.h"
 
 /* The pid the holder wrote, or "" (one line of digits at most). */
 static void holder(int fd, char *who, size_t n) {
@@ -59,6 +60,10 @@ gp_status gp_ckpt_dir_claim(const char *dir, int *stale, int *made) {
   }
   snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
   *stale = gp_io_temp_remove_stale(path, 1); /* with the lock held no other run writes one */
+  snprintf(path, sizeof path, "%s/checkpoint.safetensors.index.json", dir);
+  *stale += gp_io_temp_remove_stale(path, 1);
+  *stale += gp_ckpt_remove_stale(dir); /* shards of a sharded checkpoint never committed */
+  snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
   /* checkpoint.safetensors may be a link: then a killed run's temporary lies beside what it
    * names, where the lock does not reach, so there only those of runs that have exited go */
   struct stat ls;
@@ -78,16 +83,14 @@ void gp_ckpt_dir_unmake(const char *dir) {
 
 gp_status gp_ckpt_dir_fresh(const char *dir, int overwrite) {
   char path[4200];
-  snprintf(path, sizeof path, "%s/checkpoint.safetensors", dir);
-  struct stat st;
-  if (overwrite || stat(path, &st) != 0) return GP_OK;
+  if (overwrite || !gp_ckpt_find(dir, path, sizeof path)) return GP_OK;
   /* its step, so the user sees what would be lost; an unreadable file is refused as well */
   char held[96] = "";
-  gp_st_file *f;
-  if (gp_st_read(path, &f) == GP_OK) {
-    const char *step = gp_st_meta(f, "gpipe.step");
+  gp_shards *f;
+  if (gp_shards_open(path, &f) == GP_OK) {
+    const char *step = gp_shards_meta(f, "gpipe.step");
     if (step && strlen(step) < 24) snprintf(held, sizeof held, " of step %s", step);
-    gp_st_free(f);
+    gp_shards_free(f);
   }
   gp_error_clear();
   return GP_ERR(GP_ERR_USAGE,

@@ -8,10 +8,10 @@
 
 /* Makes dir if needed and holds an exclusive lock on dir/lock (flock, with this process's pid
  * written in it) until the process exits. Then removes the temporary checkpoints
- * (checkpoint.safetensors.tmp.PID) that runs killed while writing one left there: with the
+ * (checkpoint.safetensors.tmp.PID) that runs killed while writing one left there (with the
  * lock held no other run writes one; where dir/checkpoint.safetensors is a link, also those
- * beside its target whose process has exited. *stale: how many. *made: 1 when this call made
- * dir. */
+ * beside its target whose process has exited), and the shards of a sharded checkpoint that was
+ * never committed (gp_ckpt_remove_stale). *stale: how many. *made: 1 when this call made dir. */
 gp_status gp_ckpt_dir_claim(const char *dir, int *stale, int *made);
 /* Undoes a claim that made dir, when the run stops before it starts (a later bad flag): the
  * lock file and the folder go, so the refused command leaves nothing behind. */

@@ -23,6 +23,7 @@
 #include "core/spec/spec.h"
 #include "core/plan/plan_io.h"
 #include "core/train/fit.h"
+#include "core/train/checkpoint.h"
 #include "core/train/trainer.h"
 #include "data/data.h"
 #include "gp_config.h"
@@ -52,6 +53,10 @@ gp_flag tr_flags[] = {
                      "start afresh and replace the checkpoint --checkpoint-dir holds (without "
                      "it, or --resume, a run refuses a folder that holds one)",
                      0},
+    [F_SHARD_SIZE] = {"--save-shard-size", GP_FLAG_STR, "SIZE",
+                      "the largest file --save and checkpoints write (default 4GiB); larger ones "
+                      "become shards and an index",
+                      0},
     [F_THREADS] = {"--threads", GP_FLAG_INT, "N", "CPU threads (default: all cores)", 1,
                    .max = 1024},
     [F_EVAL_EVERY] = {"--eval-every", GP_FLAG_INT, "N",
@@ -242,6 +247,7 @@ static gp_status apply_flags(gp_model *m) {
       {F_CKPT_EVERY, " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"},
       {F_RESUME, " (--load DIR/checkpoint.safetensors evaluates a checkpoint's weights)"},
       {F_OVERWRITE, ""},
+      {F_SHARD_SIZE, ""},
   };
   for (size_t i = 0; tr_flags[F_EVAL_ONLY].given && i < sizeof trains / sizeof trains[0]; i++)
     if (tr_flags[trains[i].flag].given)
@@ -270,7 +276,8 @@ static gp_status apply_flags(gp_model *m) {
   if (s == GP_OK && tr_flags[F_RESUME].given) {
     char ck[PATH_MAX];
     snprintf(ck, sizeof ck, "%.4000s/checkpoint.safetensors", tr_flags[F_CKPT_DIR].s);
-    if (access(ck, F_OK) != 0)
+    char held[PATH_MAX]; /* checkpoint.safetensors, or the index of a sharded one */
+    if (!gp_ckpt_find(tr_flags[F_CKPT_DIR].s, held, sizeof held) && access(ck, F_OK) != 0)
       s = GP_ERR(GP_ERR_IO, "--resume: %s holds no checkpoint to resume from (%s: %s)",
                  tr_flags[F_CKPT_DIR].s, ck, strerror(errno));
   }
@@ -336,10 +343,16 @@ int main(int argc, char **argv) {
     s = gp_args_precision("--precision", tr_flags[F_PRECISION].s, &r.precision);
   if (s == GP_OK && tr_flags[F_MEMORY].given)
     s = gp_args_size("--memory-limit", tr_flags[F_MEMORY].s, &r.mem_limit);
+  if (s == GP_OK && tr_flags[F_SHARD_SIZE].given)
+    s = gp_args_size("--save-shard-size", tr_flags[F_SHARD_SIZE].s, &r.shard_bytes);
   if (s == GP_OK) s = open_data(&r);
   if (s == GP_OK) s = tr_dist_check(&r);
   int elsewhere = 0;
   s = tr_dist_agree(&r, s, &elsewhere);
+  if (s == GP_OK) { /* all of them got here: the checkpoint folder is every process's */
+    s = tr_dist_shared_dir(&r);
+    s = tr_dist_agree(&r, s, &elsewhere);
+  }
   if (s != GP_OK && r.dist.world > 1) { /* reported once, by the lowest rank that failed */
     if (!elsewhere) {
       the_run = NULL;

@@ -25,6 +25,7 @@ enum {
   F_CKPT_EVERY,
   F_RESUME,
   F_OVERWRITE,
+  F_SHARD_SIZE,
   F_THREADS,
   F_EVAL_EVERY,
   F_STAGES,
@@ -65,6 +66,7 @@ typedef struct run {
   FILE *log;
   gp_precision precision; /* --precision */
   size_t mem_limit;       /* --memory-limit: per stage, 0 = none */
+  size_t shard_bytes;     /* --save-shard-size (0: the default, 4 GiB) */
   int64_t ckpt_step;      /* the step of the checkpoint last written or resumed from, or -1 */
   /* the last evaluation, which the final line shows: its numbers, its split, and BLEU over
    * last_sentences (last_bleu < 0: none decoded) */
@@ -93,8 +95,14 @@ int tr_dist_voice(const run *r);
  * rank that failed). Returns s, or the error another process had (reported there). */
 gp_status tr_dist_agree(run *r, gp_status s, int *reported_elsewhere);
 /* --save at W > 1: replica 0's processes write their stages' weights, as one file (one process
- * a replica) or as shards and an index (rank 0 writes it once every shard is there). */
+ * a replica) or as parts, committed as one index by rank 0 once every part is there. */
 gp_status tr_dist_save_weights(run *r, const char *path);
+/* A checkpoint, the same way: every process of replica 0 writes its stages' part, rank 0
+ * commits once all have (a checkpoint is whole or absent). */
+gp_status tr_dist_save_checkpoint(run *r, const char *dir, const gp_ckpt_pos *pos);
+/* W > 1 with --checkpoint-dir: every process must see the files rank 0 writes there (a folder
+ * the hosts share); GP_ERR_USAGE naming a rank that does not. Every process calls it. */
+gp_status tr_dist_shared_dir(run *r);
 /* Tests (GP_TEST_SHARES=PREFIX): each process appends its replica's share of the step's batch
  * to PREFIX.RANK ("replica step first n"). */
 void tr_dist_note_share(const run *r);

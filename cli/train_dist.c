@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/common.h"
@@ -15,6 +16,7 @@
 #include "cli/train.h"
 #include "core/cuda/probe.h"
 #include "core/io/safetensors.h"
+#include "core/train/checkpoint.h"
 
 static int err_fd = -1; /* ranks but 0: the real stderr, kept for errors */
 
@@ -165,52 +167,64 @@ int tr_dist_fail(run *r, gp_status s, const char *hint) {
   return code;
 }
 
-/* The tensor names of a shard, into the index (names as JSON strings: layer paths hold no
- * quotes or backslashes). */
-static gp_status index_shard(FILE *fp, const char *shard, const char *base, int *first) {
-  gp_st_file *f;
-  GP_TRY(gp_st_read(shard, &f));
-  for (int i = 0; i < gp_st_count(f); i++) {
-    fprintf(fp, "%s\n    \"%s\": \"%s\"", *first ? "" : ",", gp_st_entry_at(f, i)->name, base);
-    *first = 0;
-  }
-  gp_st_free(f);
-  return GP_OK;
+/* Every process's outcome: GP_OK when all wrote their part, else this one's error or a line
+ * saying another's (which reports it). */
+static gp_status all_wrote(run *r, gp_status s, const char *what) {
+  int all;
+  gp_status a = gp_dist_all(&r->dist, s == GP_OK, &all);
+  if (s != GP_OK) return s;
+  if (a != GP_OK) return a;
+  return all ? GP_OK
+             : GP_ERR(GP_ERR_IO, "%s: another process could not write its part (its line says "
+                      "why)", what);
 }
 
 gp_status tr_dist_save_weights(run *r, const char *path) {
   const gp_layout *l = gp_pipeline_layout(r->t.pl);
   if (r->dist.world == 1) return gp_trainer_save_weights(&r->t, path);
-  if (l->procs == 1) { /* each process holds a whole replica: rank 0 writes */
-    gp_status s = r->dist.rank == 0 ? gp_trainer_save_weights(&r->t, path) : GP_OK;
-    gp_status b = gp_dist_barrier(&r->dist);
-    return s != GP_OK ? s : b;
+  if (l->procs == 1) /* each process holds a whole replica: rank 0 writes */
+    return all_wrote(r, r->dist.rank == 0 ? gp_trainer_save_weights(&r->t, path) : GP_OK, path);
+  GP_TRY(all_wrote(r, gp_weights_write_part(&r->t, path, l, 0), path));
+  return all_wrote(r, gp_weights_commit(&r->t, path, l), path);
+}
+
+gp_status tr_dist_save_checkpoint(run *r, const char *dir, const gp_ckpt_pos *pos) {
+  const gp_layout *l = gp_pipeline_layout(r->t.pl);
+  if (r->dist.world == 1) return gp_trainer_save_checkpoint(&r->t, dir, pos);
+  if (l->procs == 1)
+    return all_wrote(r, r->dist.rank == 0 ? gp_trainer_save_checkpoint(&r->t, dir, pos) : GP_OK,
+                     dir);
+  GP_TRY(all_wrote(r, gp_ckpt_write_part(&r->t, dir, pos, l, 0), dir));
+  return all_wrote(r, gp_ckpt_commit(&r->t, dir, pos, l), dir);
+}
+
+gp_status tr_dist_shared_dir(run *r) {
+  if (r->dist.world == 1 || !tr_flags[F_CKPT_DIR].given) return GP_OK;
+  char probe[PATH_MAX];
+  snprintf(probe, sizeof probe, "%.4000s/.shared-by-rank-0", tr_flags[F_CKPT_DIR].s);
+  int64_t host[2] = {0, 0}; /* rank 0's pid and a nonce, written there and read back */
+  if (r->dist.rank == 0) {
+    host[0] = (int64_t)getpid();
+    host[1] = (int64_t)time(NULL);
+    FILE *f = fopen(probe, "w");
+    if (f) {
+      fprintf(f, "%" PRId64 " %" PRId64 "\n", host[0], host[1]);
+      fclose(f);
+    }
   }
-  /* X.safetensors: X-0000p-of-0000P.safetensors by position p, and X.safetensors.index.json */
-  char stem[PATH_MAX], shard[PATH_MAX + 64], idx[PATH_MAX + 32];
-  snprintf(stem, sizeof stem, "%s", path);
-  size_t n = strlen(stem);
-  if (n > 12 && strcmp(stem + n - 12, ".safetensors") == 0) stem[n - 12] = 0;
-  gp_status s = GP_OK;
-  if (l->replica == 0) {
-    snprintf(shard, sizeof shard, "%s-%05d-of-%05d.safetensors", stem, l->pos + 1, l->procs);
-    s = gp_trainer_save_weights(&r->t, shard);
+  GP_TRY(gp_dist_bcast(&r->dist, host, sizeof host, 0));
+  int64_t seen[2] = {-1, -1};
+  FILE *f = fopen(probe, "r");
+  if (f) {
+    if (fscanf(f, "%" SCNd64 " %" SCNd64, &seen[0], &seen[1]) != 2) seen[0] = -1;
+    fclose(f);
   }
-  gp_status b = gp_dist_barrier(&r->dist);
-  if (s == GP_OK) s = b;
-  if (s != GP_OK || r->dist.rank != 0) return s;
-  snprintf(idx, sizeof idx, "%s.index.json", path);
-  FILE *fp = fopen(idx, "w");
-  if (!fp) return GP_ERR(GP_ERR_IO, "%s: cannot write the index", idx);
-  fprintf(fp, "{\n  \"metadata\": {\"format\": \"pt\", \"gpipe.model\": \"%s\"},\n"
-          "  \"weight_map\": {", r->m->name);
-  int first = 1;
-  for (int p = 0; s == GP_OK && p < l->procs; p++) {
-    snprintf(shard, sizeof shard, "%s-%05d-of-%05d.safetensors", stem, p + 1, l->procs);
-    const char *base = strrchr(shard, '/') ? strrchr(shard, '/') + 1 : shard;
-    s = index_shard(fp, shard, base, &first);
-  }
-  fprintf(fp, "\n  }\n}\n");
-  if ((ferror(fp) | fclose(fp)) && s == GP_OK) s = GP_ERR(GP_ERR_IO, "%s: writing failed", idx);
-  return s;
+  int64_t blind = seen[0] == host[0] && seen[1] == host[1] ? -1 : r->dist.rank;
+  GP_TRY(gp_dist_max(&r->dist, &blind, 1));
+  GP_TRY(gp_dist_barrier(&r->dist));
+  if (r->dist.rank == 0) remove(probe);
+  if (blind < 0) return GP_OK;
+  return GP_ERR(GP_ERR_USAGE, "--checkpoint-dir %s: rank %" PRId64 " does not see the files rank 0 "
+                "writes there: processes on several hosts need a folder every host shares",
+                tr_flags[F_CKPT_DIR].s, blind);
 }

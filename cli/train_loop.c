@@ -14,6 +14,7 @@
 #include "cli/machine.h"
 #include "cli/train.h"
 #include "core/plan/plan_io.h"
+#include "core/train/checkpoint.h"
 #include "core/train/fit.h"
 
 /* The training data's position: (epoch, next batch). */
@@ -31,10 +32,11 @@ static int eval_at(const gp_train_spec *ts, int64_t s, int64_t per_epoch) {
 static gp_status checkpoint(run *r, gp_progress *pg, int eval_due) {
   gp_ckpt_pos pos = {.eval_due = eval_due, .elapsed_s = gp_progress_elapsed(pg)};
   data_tell(r, &pos.epoch, &pos.index);
-  GP_TRY(gp_trainer_save_checkpoint(&r->t, tr_flags[F_CKPT_DIR].s, &pos));
+  GP_TRY(tr_dist_save_checkpoint(r, tr_flags[F_CKPT_DIR].s, &pos));
   r->ckpt_step = r->t.step;
-  gp_progress_note(pg, "checkpoint  step %" PRId64 "  %s/checkpoint.safetensors", r->t.step,
-                   tr_flags[F_CKPT_DIR].s);
+  char held[PATH_MAX]; /* checkpoint.safetensors, or the index of a sharded one */
+  gp_ckpt_find(tr_flags[F_CKPT_DIR].s, held, sizeof held);
+  gp_progress_note(pg, "checkpoint  step %" PRId64 "  %s", r->t.step, held);
   return GP_OK;
 }
 
@@ -50,9 +52,9 @@ static gp_status stop_interrupted(run *r, gp_progress *pg, int64_t total, const 
     snprintf(kept, sizeof kept, "no step was trained");
   } else if (tr_flags[F_CKPT_DIR].given) {
     if (r->ckpt_step != r->t.step) GP_TRY(checkpoint(r, pg, during != NULL));
-    snprintf(kept, sizeof kept,
-             "%s/checkpoint.safetensors holds step %" PRId64 ": --resume goes on",
-             tr_flags[F_CKPT_DIR].s, r->t.step);
+    char held[PATH_MAX]; /* checkpoint.safetensors, or the index of a sharded one */
+    gp_ckpt_find(tr_flags[F_CKPT_DIR].s, held, sizeof held);
+    snprintf(kept, sizeof kept, "%s holds step %" PRId64 ": --resume goes on", held, r->t.step);
   } else if (r->saved) {
     snprintf(kept, sizeof kept, "%s holds the weights of step %" PRId64, tr_flags[F_SAVE].s,
              r->t.step);
@@ -174,6 +176,7 @@ gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads) {
                          .dist = &r->dist};
   GP_TRY(gp_trainer_init(&r->t, m, plan, &po, m->train.seed));
   r->t.check = gp_interrupt_check; /* a signal ends an evaluation within a batch */
+  r->t.shard_bytes = (int64_t)r->shard_bytes;
   r->have_trainer = 1;
   r->loaded_step = -1;
   if (tr_flags[F_LOAD].given)

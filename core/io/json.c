@@ -278,25 +278,66 @@ static gp_status parse_array(parser *p, gp_json *j) {
   }
 }
 
-static gp_status parse_object(parser *p, gp_json *j) {
-  int64_t cap = 0;
-  j->type = GP_JSON_OBJECT;
-  p->pos++;
-  skip_ws(p);
-  if (peek(p) == '}') {
-    p->pos++;
-    return GP_OK;
+/* The keys seen in an object, for the duplicate check: a scan while the object is small, then
+ * an open-addressed table of key indexes (an index of a large model's checkpoint maps tens of
+ * thousands of names, which a scan per key would make quadratic). */
+typedef struct key_set {
+  int64_t *slot; /* key index + 1, or 0 */
+  size_t cap;    /* a power of two, at least twice the keys */
+} key_set;
+
+static size_t key_hash(const char *s) {
+  size_t h = 1469598103934665603u; /* FNV-1a */
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211u;
+  return h;
+}
+
+/* 1 if key n - 1 of j repeats an earlier one, 0 if not, -1 out of memory. */
+static int key_seen(key_set *ks, const gp_json *j) {
+  const char *key = j->keys[j->n - 1];
+  if (j->n <= 32) {
+    for (int64_t k = 0; k + 1 < j->n; k++)
+      if (strcmp(j->keys[k], key) == 0) return 1;
+    return 0;
   }
+  if ((size_t)j->n * 2 > ks->cap) { /* (re)build from every earlier key */
+    size_t cap = ks->cap ? ks->cap * 2 : 128;
+    int64_t *slot = calloc(cap, sizeof *slot);
+    if (!slot) return -1;
+    free(ks->slot);
+    ks->slot = slot;
+    ks->cap = cap;
+    for (int64_t k = 0; k + 1 < j->n; k++) {
+      size_t h = key_hash(j->keys[k]) & (cap - 1);
+      while (slot[h])
+        h = (h + 1) & (cap - 1);
+      slot[h] = k + 1;
+    }
+  }
+  size_t h = key_hash(key) & (ks->cap - 1);
+  for (; ks->slot[h]; h = (h + 1) & (ks->cap - 1))
+    if (strcmp(j->keys[ks->slot[h] - 1], key) == 0) return 1;
+  ks->slot[h] = j->n;
+  return 0;
+}
+
+static gp_status parse_members(parser *p, gp_json *j, key_set *ks) {
+  int64_t cap = 0;
   for (;;) {
     skip_ws(p);
     if (peek(p) != '"') return fail(p, p->pos, "expected a string key in object");
     size_t key_at = p->pos, key_len;
     GP_TRY(push(p, j, &cap));
     GP_TRY(parse_string(p, &j->keys[j->n - 1], &key_len));
-    /* Duplicate keys make the meaning depend on the reader; refuse them. Quadratic, but
-     * objects here are small (a header of a few thousand tensors at most). */
-    for (int64_t k = 0; k + 1 < j->n; k++)
-      if (strcmp(j->keys[k], j->keys[j->n - 1]) == 0) return fail(p, key_at, "duplicate key");
+    /* Duplicate keys make the meaning depend on the reader; refuse them. */
+    int seen = key_seen(ks, j);
+    if (seen < 0) return nomem(p);
+    if (seen) {
+      char what[96];
+      snprintf(what, sizeof what, "duplicate key '%.60s'", j->keys[j->n - 1]);
+      return fail(p, key_at, what);
+    }
     skip_ws(p);
     if (peek(p) != ':') return fail(p, p->pos, "expected ':' after key");
     p->pos++;
@@ -307,6 +348,20 @@ static gp_status parse_object(parser *p, gp_json *j) {
     if (c == '}') return GP_OK;
     if (c != ',') return fail(p, p->pos - 1, "expected ',' or '}' in object");
   }
+}
+
+static gp_status parse_object(parser *p, gp_json *j) {
+  j->type = GP_JSON_OBJECT;
+  p->pos++;
+  skip_ws(p);
+  if (peek(p) == '}') {
+    p->pos++;
+    return GP_OK;
+  }
+  key_set ks = {0};
+  gp_status s = parse_members(p, j, &ks);
+  free(ks.slot);
+  return s;
 }
 
 static gp_status parse_word(parser *p, const char *w) {

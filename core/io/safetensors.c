@@ -207,7 +207,7 @@ done:
   return st;
 }
 
-static gp_status read_file(gp_st_file *f, FILE *fp) {
+static gp_status read_file(gp_st_file *f, FILE *fp, int header_only) {
   struct stat sb;
   if (fstat(fileno(fp), &sb) != 0)
     return GP_ERR(GP_ERR_IO, "%s: cannot stat: %s", f->path, strerror(errno));
@@ -237,6 +237,7 @@ static gp_status read_file(gp_st_file *f, FILE *fp) {
   if (st == GP_OK) st = parse_header(f, text, (size_t)n);
   free(text);
   GP_TRY(st);
+  if (header_only) return GP_OK;
   /* The data section gets its own allocation so that it is aligned whatever the header
    * length; +1 so that an empty section still gets a valid pointer. */
   f->data = malloc((size_t)f->data_size + 1);
@@ -246,7 +247,7 @@ static gp_status read_file(gp_st_file *f, FILE *fp) {
   return read_exact(fp, f->path, f->data, (size_t)f->data_size, "tensor data");
 }
 
-gp_status gp_st_read(const char *path, gp_st_file **out) {
+static gp_status read_path(const char *path, int header_only, gp_st_file **out) {
   *out = NULL;
   gp_st_file *f = calloc(1, sizeof *f);
   if (!f || !(f->path = dup_str(path))) {
@@ -265,7 +266,7 @@ gp_status gp_st_read(const char *path, gp_st_file **out) {
     gp_st_free(f);
     return st;
   }
-  gp_status st = read_file(f, fp);
+  gp_status st = read_file(f, fp, header_only);
   fclose(fp);
   if (st != GP_OK) {
     gp_st_free(f);
@@ -273,6 +274,14 @@ gp_status gp_st_read(const char *path, gp_st_file **out) {
   }
   *out = f;
   return GP_OK;
+}
+
+gp_status gp_st_read(const char *path, gp_st_file **out) {
+  return read_path(path, 0, out);
+}
+
+gp_status gp_st_read_header(const char *path, gp_st_file **out) {
+  return read_path(path, 1, out);
 }
 
 int gp_st_count(const gp_st_file *f) {
@@ -290,7 +299,7 @@ const gp_st_entry *gp_st_find(const gp_st_file *f, const char *name) {
 }
 
 const void *gp_st_data(const gp_st_file *f, const gp_st_entry *e) {
-  return f->data + e->begin;
+  return f->data ? f->data + e->begin : NULL;
 }
 
 const char *gp_st_meta(const gp_st_file *f, const char *key) {
@@ -506,4 +515,23 @@ gp_status gp_st_write(gp_st_writer *w, const char *path) {
   if (st == GP_OK) st = gp_io_write_file(path, write_st, &(st_out){w, &h, path});
   gp_strbuf_free(&h);
   return st;
+}
+
+int gp_st_writer_count(const gp_st_writer *w) {
+  return w->n;
+}
+
+void gp_st_writer_at(const gp_st_writer *w, int i, gp_st_entry *e, const void **data) {
+  const st_item *it = &w->items[i];
+  *e = (gp_st_entry){.name = it->name, .dtype = it->dtype, .shape = it->shape, .end = it->bytes};
+  *data = it->data;
+}
+
+int gp_st_writer_meta_count(const gp_st_writer *w) {
+  return w->n_meta;
+}
+
+void gp_st_writer_meta_at(const gp_st_writer *w, int i, const char **key, const char **value) {
+  *key = w->meta_keys[i];
+  *value = w->meta_values[i];
 }

@@ -21,6 +21,9 @@ typedef struct gp_st_file gp_st_file;
  * sizes = numel * dtype size). Errors name the file: GP_ERR_IO if it cannot be read,
  * GP_ERR_DATA if it is malformed. */
 gp_status gp_st_read(const char *path, gp_st_file **out);
+/* gp_st_read of the header alone (names, dtypes, shapes, metadata): the data is not read, and
+ * gp_st_data gives NULL. For an index over shards, which checks every shard it names. */
+gp_status gp_st_read_header(const char *path, gp_st_file **out);
 void gp_st_free(gp_st_file *f);
 int gp_st_count(const gp_st_file *f);
 const gp_st_entry *gp_st_entry_at(const gp_st_file *f, int i);
@@ -39,5 +42,12 @@ gp_status gp_st_add(gp_st_writer *w, const char *name, gp_dtype dtype, const gp_
 gp_status gp_st_meta_set(gp_st_writer *w, const char *key, const char *value);
 /* Writes atomically: path.tmp, fsync, rename, fsync of the directory. */
 gp_status gp_st_write(gp_st_writer *w, const char *path);
+
+/* What a writer holds, in the order added (core/io/shards.c splits it into shards). */
+int gp_st_writer_count(const gp_st_writer *w);
+/* Tensor i: its entry (begin = 0, end = its size in bytes) and its data. */
+void gp_st_writer_at(const gp_st_writer *w, int i, gp_st_entry *e, const void **data);
+int gp_st_writer_meta_count(const gp_st_writer *w);
+void gp_st_writer_meta_at(const gp_st_writer *w, int i, const char **key, const char **value);
 
 #endif

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/io/safetensors.h"
+#include "core/io/shards.h"
 
 static void param_name(const gp_layer *l, int i, char *buf, size_t n) {
   snprintf(buf, n, "%s.%s", l->path, l->pdesc[i].name);
@@ -131,15 +131,13 @@ gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, gp_st_writer 
 
 /* A tied parameter missing from a file is read from another member of its group that is there
  * (files written with one name per shared tensor, as safetensors.torch.save_model does). */
-static const gp_st_entry *tied_stand_in(const gp_model *m, int node, int param,
-                                        const gp_st_file *f) {
-  char name[512];
+static const char *tied_stand_in(const gp_model *m, int node, int param, const gp_shards *f,
+                                 char *name, size_t n) {
   int g = gp_model_tied_group(m, node, param, NULL);
   for (int i = 0; g >= 0 && i < m->tied[g].n; i++) {
     const gp_param_ref *r = &m->tied[g].members[i];
-    param_name(&m->nodes[r->node].layer, r->param, name, sizeof name);
-    const gp_st_entry *e = gp_st_find(f, name);
-    if (e) return e;
+    param_name(&m->nodes[r->node].layer, r->param, name, n);
+    if (gp_shards_find(f, name)) return name;
   }
   return NULL;
 }
@@ -162,47 +160,54 @@ gp_status gp_params_check_finite(const char *file_name, const char *tensor, cons
   return GP_OK;
 }
 
-gp_status gp_params_load_from(gp_params *p, const gp_model *m, const gp_st_file *f,
+gp_status gp_params_load_from(gp_params *p, const gp_model *m, gp_shards *f,
                               const char *file_name) {
   char name[512], a[128], b[128];
   for (int i = p->first_node; i < p->end_node; i++) {
     const gp_layer *l = &m->nodes[i].layer;
     for (int j = 0; j < l->n_params; j++) {
       param_name(l, j, name, sizeof name);
-      const gp_st_entry *e = gp_st_find(f, name);
-      if (!e) e = tied_stand_in(m, i, j, f);
+      if (!gp_shards_find(f, name) && !tied_stand_in(m, i, j, f, name, sizeof name))
+        param_name(l, j, name, sizeof name);
+      const gp_st_entry *e;
+      const void *data;
+      GP_TRY(gp_shards_get(f, name, &e, &data));
       if (!e) return GP_ERR(GP_ERR_DATA, "%s: has no tensor '%s'", file_name, name);
       if (e->dtype != GP_F32 || !gp_shape_equal(&e->shape, &l->pdesc[j].shape))
         return GP_ERR(GP_ERR_DATA, "%s: tensor '%s' is %s %s, the model needs F32 %s", file_name,
                       e->name, gp_dtype_name(e->dtype), gp_shape_str(&e->shape, a, 128),
                       gp_shape_str(&l->pdesc[j].shape, b, 128));
-      GP_TRY(
-          gp_params_check_finite(file_name, e->name, gp_st_data(f, e), gp_shape_numel(&e->shape)));
-      GP_TRY(p->be->from_host(p->be, p->bind[i - p->first_node].param[j], gp_st_data(f, e),
-                              e->end - e->begin));
+      GP_TRY(gp_params_check_finite(file_name, e->name, data, gp_shape_numel(&e->shape)));
+      GP_TRY(p->be->from_host(p->be, p->bind[i - p->first_node].param[j], data, e->end - e->begin));
     }
   }
   return GP_OK;
 }
 
-/* The members of a tied group that a file holds must be equal: they are one parameter. */
-static gp_status check_tied(const gp_model *m, const gp_st_file *f, const char *file_name) {
+/* The members of a tied group that a file holds must be equal: they are one parameter. Those of
+ * nodes [lo, hi) are compared with the group's first member in the file. */
+static gp_status check_tied(const gp_model *m, gp_shards *f, const char *file_name, int lo,
+                            int hi) {
   char name[512], first[512];
   for (int g = 0; g < m->n_tied; g++) {
     const gp_st_entry *e0 = NULL;
+    const void *d0 = NULL;
     for (int i = 0; i < m->tied[g].n; i++) {
       const gp_param_ref *r = &m->tied[g].members[i];
       param_name(&m->nodes[r->node].layer, r->param, name, sizeof name);
-      const gp_st_entry *e = gp_st_find(f, name);
-      if (!e) continue; /* gp_params_load_from reads another member for it */
+      if (!gp_shards_find(f, name)) continue; /* gp_params_load_from reads another member */
+      if (e0 && (r->node < lo || r->node >= hi)) continue; /* another process's to check */
+      const gp_st_entry *e;
+      const void *d;
+      GP_TRY(gp_shards_get(f, name, &e, &d));
       if (!e0) {
         e0 = e;
+        d0 = d;
         snprintf(first, sizeof first, "%s", name);
         continue;
       }
       if (e->dtype != e0->dtype || !gp_shape_equal(&e->shape, &e0->shape) ||
-          e->end - e->begin != e0->end - e0->begin ||
-          memcmp(gp_st_data(f, e), gp_st_data(f, e0), e->end - e->begin) != 0)
+          e->end - e->begin != e0->end - e0->begin || memcmp(d, d0, e->end - e->begin) != 0)
         return GP_ERR(GP_ERR_DATA,
                       "%s: tensors '%s' and '%s' are tied (group '%s') but differ in the file",
                       file_name, first, name, m->tied[g].name);
@@ -211,23 +216,29 @@ static gp_status check_tied(const gp_model *m, const gp_st_file *f, const char *
   return GP_OK;
 }
 
-gp_status gp_params_check_names(const gp_model *m, const gp_st_file *f, const char *file_name,
-                                const char *ignore_prefix) {
+gp_status gp_params_check_names(const gp_model *m, gp_shards *f, const char *file_name,
+                                const char *ignore_prefix, int node_lo, int node_hi) {
   size_t plen = ignore_prefix ? strlen(ignore_prefix) : 0;
-  for (int k = 0; k < gp_st_count(f); k++) {
-    const gp_st_entry *e = gp_st_entry_at(f, k);
-    if (plen && strncmp(e->name, ignore_prefix, plen) == 0) continue;
-    int found = 0;
-    for (int i = 0; i < m->n_nodes && !found; i++) {
-      const gp_layer *l = &m->nodes[i].layer;
-      size_t pl = strlen(l->path);
-      if (strncmp(e->name, l->path, pl) != 0 || e->name[pl] != '.') continue;
-      for (int j = 0; j < l->n_params && !found; j++)
-        found = strcmp(e->name + pl + 1, l->pdesc[j].name) == 0;
-    }
-    if (!found)
-      return GP_ERR(GP_ERR_DATA, "%s: tensor '%s' is not a parameter of this model", file_name,
-                    e->name);
+  for (int k = 0; k < gp_shards_count(f); k++) {
+    const char *tn = gp_shards_name(f, k);
+    if (plen && strncmp(tn, ignore_prefix, plen) == 0) continue;
+    if (gp_params_lookup(m, tn, NULL, NULL) != 0)
+      return GP_ERR(GP_ERR_DATA, "%s: tensor '%s' is not a parameter of this model", file_name, tn);
   }
-  return check_tied(m, f, file_name);
+  return check_tied(m, f, file_name, node_lo, node_hi);
+}
+
+int gp_params_lookup(const gp_model *m, const char *name, int *node, int *param) {
+  for (int i = 0; i < m->n_nodes; i++) {
+    const gp_layer *l = &m->nodes[i].layer;
+    size_t pl = strlen(l->path);
+    if (strncmp(name, l->path, pl) != 0 || name[pl] != '.') continue;
+    for (int j = 0; j < l->n_params; j++)
+      if (strcmp(name + pl + 1, l->pdesc[j].name) == 0) {
+        if (node) *node = i;
+        if (param) *param = j;
+        return 0;
+      }
+  }
+  return -1;
 }

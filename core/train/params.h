@@ -35,11 +35,12 @@ gp_status gp_params_zero_grad(gp_params *p);
 struct gp_st_writer;
 gp_status gp_params_add_to_writer(gp_params *p, const gp_model *m, struct gp_st_writer *w,
                                   float **stage);
-/* Loads every parameter and buffer of the range by name; missing or mis-shaped tensors, and
- * values that are not finite, are errors naming them. A tied parameter missing from f is read from
- * another member of its group that f holds. */
-struct gp_st_file;
-gp_status gp_params_load_from(gp_params *p, const gp_model *m, const struct gp_st_file *f,
+/* Loads every parameter and buffer of the range by name from a file or a sharded set (only the
+ * shards that hold them are read); missing or mis-shaped tensors, and values that are not
+ * finite, are errors naming them. A tied parameter missing from f is read from another member
+ * of its group that f holds. */
+struct gp_shards;
+gp_status gp_params_load_from(gp_params *p, const gp_model *m, struct gp_shards *f,
                               const char *file_name);
 /* GP_ERR_DATA naming file_name and the tensor when one of the n floats at v (which need not be
  * aligned) is NaN or infinite: a run would train on (and a checkpoint resume from) weights that
@@ -47,8 +48,12 @@ gp_status gp_params_load_from(gp_params *p, const gp_model *m, const struct gp_s
 gp_status gp_params_check_finite(const char *file_name, const char *tensor, const void *v,
                                  int64_t n);
 /* A tensor of f that is no parameter of m (other than names starting with ignore_prefix, which
- * may be NULL) is an error naming it; so are members of a tied group that differ in f. */
-gp_status gp_params_check_names(const gp_model *m, const struct gp_st_file *f,
-                                const char *file_name, const char *ignore_prefix);
+ * may be NULL) is an error naming it; so are members of a tied group that differ in f (those of
+ * nodes [node_lo, node_hi) are compared, so a process reads the shards of its own stages). */
+gp_status gp_params_check_names(const gp_model *m, struct gp_shards *f, const char *file_name,
+                                const char *ignore_prefix, int node_lo, int node_hi);
+/* 0 and the node and parameter index (each may be NULL) of the parameter "<layer path>.<name>";
+ * -1 when m has none of that name. */
+int gp_params_lookup(const gp_model *m, const char *name, int *node, int *param);
 
 #endif

@@ -28,6 +28,9 @@ typedef struct gp_trainer {
   /* asked before each evaluation batch (NULL: never): an error drops the evaluation (a signal
    * that stops the program) */
   gp_status (*check)(void);
+  /* the largest file weights and checkpoints are written as; above it, shards and an index
+   * (core/io/shards.h). 0: GP_SHARD_BYTES_DEFAULT, 4 GiB */
+  int64_t shard_bytes;
 } gp_trainer;
 
 /* Weights are initialized from seed (the same for every K and M). */
@@ -56,11 +59,16 @@ gp_batch gp_batch_of(const gp_batch_buffers *b, int64_t n);
  * (seeks it to (0, 0)), forward only. */
 gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_source *src, gp_metrics *out);
 
+/* Weights and checkpoints: core/train/checkpoint.c (the multi-process writer: checkpoint.h).
+ * The weights of the stages this process holds (all of them in one process) to path: one
+ * safetensors file, or shards and path.index.json when they are larger than t->shard_bytes
+ * (core/io/shards.h). */
 gp_status gp_trainer_save_weights(gp_trainer *t, const char *path);
-/* The weights of a gp_trainer_save_weights file, or of a gpipe checkpoint (its "optim."
- * tensors, the optimizer state, are left: gp_trainer_load_checkpoint takes them); every other
- * tensor must be one of the model's. *ckpt_step (NULL: not wanted) is the checkpoint's step,
- * or -1 for a weights file. */
+/* The weights of a gp_trainer_save_weights file or index (path X.safetensors, sharded or not,
+ * or X.safetensors.index.json), or of a gpipe checkpoint (its "optim." tensors, the optimizer
+ * state, are left: gp_trainer_load_checkpoint takes them); every other tensor must be one of the
+ * model's. Only the stages this process holds are read. *ckpt_step (NULL: not wanted) is the
+ * checkpoint's step, or -1 for a weights file. */
 gp_status gp_trainer_load_weights(gp_trainer *t, const char *path, int64_t *ckpt_step);
 
 typedef struct gp_ckpt_pos {
@@ -70,10 +78,13 @@ typedef struct gp_ckpt_pos {
   double elapsed_s;     /* the run's time up to the checkpoint, seconds (0 in checkpoints
                          * written before it was stored), so a resumed run's clock goes on */
 } gp_ckpt_pos;
-/* DIR/checkpoint.safetensors: weights, optimizer state ("optim.<slot>"), and in its metadata
- * the step, data position, eval_due, elapsed time, batch size, seed and model name. Loading refuses
- * a checkpoint of another model, seed or batch size (the step count, epochs and data position all
- * depend on the batch size); one written before the batch size was stored is taken. */
+/* DIR/checkpoint.safetensors, or (larger than t->shard_bytes) shards committed by
+ * DIR/checkpoint.safetensors.index.json: weights, optimizer state ("optim.<slot>.<parameter>";
+ * the flat "optim.<slot>" of older checkpoints loads too), and in the metadata the step, data
+ * position, eval_due, elapsed time, batch size, seed and model name. Loading refuses a
+ * checkpoint of another model, seed or batch size (the step count, epochs and data position all
+ * depend on the batch size); one written before the batch size was stored is taken. Loading
+ * reads the stages this process holds, so a checkpoint of any layout loads at any other. */
 gp_status gp_trainer_save_checkpoint(gp_trainer *t, const char *dir, const gp_ckpt_pos *pos);
 gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos *pos);
 

@@ -382,7 +382,7 @@ at = 8 + n + h[name]['data_offsets'][0]; b[at:at + 4] = struct.pack('<f', float(
 j = json.dumps(h).encode(); j += b' ' * ((8 - len(j) % 8) % 8)
 open(p, 'wb').write(struct.pack('<Q', len(j)) + j + b[8 + n:])
 PY
-expect 1 "checkpoint.safetensors: tensor 'optim\.[a-z_]+' holds NaN at element 0 of [0-9]+ " \
+expect 1 "checkpoint.safetensors: tensor 'optim\.[a-z_]+\.[a-z0-9_.]+' holds NaN at element 0 of [0-9]+ " \
   -- "$good" --data synthetic --steps 4 --batch-size 8 --checkpoint-dir "$tmp/ckt" --resume
 # a --checkpoint-dir that cannot be written is refused before training, also when a lock an
 # earlier run left opens in it (it failed at the first checkpoint). Root writes anywhere: as
@@ -441,7 +441,7 @@ expect 1 "checkpoint.safetensors: bad gpipe.step '2\\\\n' \(expected an integer 
   -- "$good" --data synthetic --steps 4 --batch-size 8 --checkpoint-dir "$tmp/ckm" --resume
 clean
 cp "$tmp/ck0.safetensors" "$tmp/ckm/checkpoint.safetensors"
-edit_st "$tmp/ckm/checkpoint.safetensors" "h['optim.exp_avg\u0085'] = h.pop('optim.exp_avg')"
+edit_st "$tmp/ckm/checkpoint.safetensors" "h['optim.exp_avg\u0085'] = h.pop([k for k in h if k.startswith('optim.exp_avg.')][0])"
 expect 1 "checkpoint.safetensors: optimizer state 'optim.exp_avg\\\\u0085' is not used by this run's optimizer" \
   -- "$good" --data synthetic --steps 4 --batch-size 8 --checkpoint-dir "$tmp/ckm" --resume
 clean

@@ -95,7 +95,28 @@ int main(void) {
   refuse("{a:1}", "string key");
   refuse("[1 2]", "',' or ']'");
   refuse("{\"a\":1 \"b\":2}", "',' or '}'");
-  refuse("{\"a\":1,\"a\":2}", "duplicate key");
+  refuse("{\"a\":1,\"a\":2}", "duplicate key 'a'");
+  /* large objects (a sharded checkpoint's weight_map) check by a table: every key of 5000
+   * distinct is taken, a repeat of any one is found */
+  static char wide[5000 * 16 + 64];
+  for (int dup = -1; dup < 5000; dup += 1667) {
+    size_t n = 0;
+    wide[n++] = '{';
+    for (int k = 0; k < 5000; k++)
+      n += (size_t)sprintf(wide + n, "%s\"k%d\":%d", k ? "," : "", k, k);
+    if (dup >= 0) n += (size_t)sprintf(wide + n, ",\"k%d\":0", dup);
+    wide[n++] = '}';
+    wide[n] = 0;
+    char want[32];
+    snprintf(want, sizeof want, "duplicate key 'k%d'", dup);
+    if (dup >= 0) {
+      refuse(wide, want);
+    } else {
+      gp_json *o = parse(wide);
+      CHECK(o && o->n == 5000 && gp_json_get(o, "k4999")->i == 4999, "5000 keys");
+      gp_json_free(o);
+    }
+  }
   refuse("01", "leading zero");
   refuse("-", "invalid number");
   refuse("1.", "invalid number");

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Checkpoints across processes: one written at (R=2, K=2, W=4) by replica 0's two processes
+# (parts committed by one index) resumes at the same layout bit for bit, and at (R=1, K=2,
+# W=2) and at W = 1, K = 1 within 1e-5 of the uninterrupted run (batch norm: R = 2 of M = 1
+# against M = 2); --save across processes loads in one process; a checkpoint folder that a rank
+# cannot see is refused in one line.
+set -u
+train=$1; srcdir=$2
+command -v mpirun >/dev/null || { echo "no mpirun: skipped"; exit 77; }
+export LSAN_OPTIONS=suppressions=$srcdir/tests/mpi/lsan-mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0
+export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=(timeout 180 mpirun --oversubscribe --mca btl tcp,self)
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+diff=(python3 "$srcdir/tests/mpi/st_diff.py")
+passed=0; failed=0
+ok() { passed=$((passed+1)); }
+bad() { echo "FAIL: $*"; failed=$((failed+1)); }
+cnn=$srcdir/models/fashion-cnn.yaml
+q=(--data synthetic --batch-size 16 --quiet --threads 1)
+r2=(--replicas 2 --stages 2 --micro-batches 1)
+
+run() { local name=$1; shift
+  "$@" >"$tmp/$name.log" 2>&1 || bad "$name exited $?: $(grep -v '^ \|^-\|^$' "$tmp/$name.log" | tail -3)"; }
+close() { "${diff[@]}" "$tmp/$1.safetensors" "$tmp/$2.safetensors" "$3" >"$tmp/$2.diff" &&
+  ok || bad "$2 against $1: $(cat "$tmp/$2.diff")"; }
+
+run full "${mpi[@]}" -np 4 "$train" "$cnn" "${q[@]}" "${r2[@]}" --steps 12 --save "$tmp/full.safetensors"
+run half "${mpi[@]}" -np 4 "$train" "$cnn" "${q[@]}" "${r2[@]}" --steps 6 --checkpoint-dir "$tmp/ck"
+[ -f "$tmp/ck/checkpoint.safetensors.index.json" ] && ok || bad "no index in $(ls "$tmp/ck")"
+for d in same w2 w1; do cp -r "$tmp/ck" "$tmp/ck-$d"; done
+run same "${mpi[@]}" -np 4 "$train" "$cnn" "${q[@]}" "${r2[@]}" --steps 12 \
+  --checkpoint-dir "$tmp/ck-same" --resume --save "$tmp/same.safetensors"
+close full same 0
+run w2 "${mpi[@]}" -np 2 "$train" "$cnn" "${q[@]}" --stages 2 --micro-batches 2 --steps 12 \
+  --checkpoint-dir "$tmp/ck-w2" --resume --save "$tmp/w2.safetensors"
+close full w2 1e-5
+run w1 "$train" "$cnn" "${q[@]}" --micro-batches 2 --steps 12 --checkpoint-dir "$tmp/ck-w1" \
+  --resume --save "$tmp/w1.safetensors"
+close full w1 1e-5
+# the weights 4 processes saved (parts and an index) load in one: its evaluation is theirs
+strip() { sed -n 's/^final: .*  \(test loss .*\)  ([0-9.]* s)$/\1/p' "$1"; }
+run eval "$train" "$cnn" "${q[@]}" --eval-only --load "$tmp/full.safetensors"
+[ -n "$(strip "$tmp/full.log")" ] && [ "$(strip "$tmp/eval.log")" = "$(strip "$tmp/full.log")" ] &&
+  ok || bad "--eval-only of the saved parts: $(cat "$tmp/eval.log") against $(cat "$tmp/full.log")"
+
+# a folder rank 1 sees differently (each process its own, as on hosts without a shared one)
+cat >"$tmp/own-dir.sh" <<'SH'
+#!/bin/sh
+d=$1; shift
+[ "$OMPI_COMM_WORLD_RANK" = 0 ] || d=$d.rank$OMPI_COMM_WORLD_RANK
+mkdir -p "$d"; exec "$@" --checkpoint-dir "$d"
+SH
+"${mpi[@]}" -np 2 sh "$tmp/own-dir.sh" "$tmp/apart" "$train" "$cnn" "${q[@]}" --stages 2 \
+  --steps 2 >"$tmp/apart.log" 2>&1
+rc=$?
+[ "$rc" = 2 ] && [ "$(grep -c '^gpipe-train: ' "$tmp/apart.log")" = 1 ] &&
+  grep -q "^gpipe-train: rank 0 ([^)]*): --checkpoint-dir .*: rank 1 does not see the files rank 0 writes there" "$tmp/apart.log" &&
+  ok || bad "a folder not shared: exit $rc: $(grep -v '^ \|^-\|^$' "$tmp/apart.log" | head -3)"
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
