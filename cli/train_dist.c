@@ -157,6 +157,13 @@ gp_status tr_dist_stats(run *r, gp_stage_stats *all) {
 
 int tr_dist_fail(run *r, gp_status s, const char *hint) {
   if (r->dist.world == 1) return gp_cli_fail("gpipe-train", s, hint);
+  if (s == GP_ERR_INTERRUPTED && gp_interrupted()) {
+    /* a signal every process agreed on (the same step, the same checkpoint): rank 0 says so,
+     * and they all end as one process would */
+    if (r->dist.rank == 0) fprintf(stderr, "gpipe-train: %s%s\n", gp_error_message(), hint ? hint : "");
+    gp_dist_finalize(&r->dist);
+    return gp_interrupt_exit_code();
+  }
   tr_dist_speak();
   if (!gp_dist_ended(&r->dist)) /* else another process said why the run ends */
     fprintf(stderr, "gpipe-train: %s: %s%s\n", gp_dist_who(&r->dist), gp_error_message(),

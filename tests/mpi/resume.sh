@@ -3,7 +3,8 @@
 # (parts committed by one index) resumes at the same layout bit for bit, and at (R=1, K=2,
 # W=2) and at W = 1, K = 1 within 1e-5 of the uninterrupted run (batch norm: R = 2 of M = 1
 # against M = 2); --save across processes loads in one process; a checkpoint folder that a rank
-# cannot see is refused in one line.
+# cannot see is refused in one line; SIGUSR1 (preemption) stops every process after one step with
+# one checkpoint.
 set -u
 train=$1; srcdir=$2
 command -v mpirun >/dev/null || { echo "no mpirun: skipped"; exit 77; }
@@ -58,5 +59,23 @@ rc=$?
 [ "$rc" = 2 ] && [ "$(grep -c '^gpipe-train: ' "$tmp/apart.log")" = 1 ] &&
   grep -q "^gpipe-train: rank 0 ([^)]*): --checkpoint-dir .*: rank 1 does not see the files rank 0 writes there" "$tmp/apart.log" &&
   ok || bad "a folder not shared: exit $rc: $(grep -v '^ \|^-\|^$' "$tmp/apart.log" | head -3)"
+# preemption: SIGUSR1 to mpirun (which forwards it to every rank) stops every process after
+# the same step with one checkpoint, rank 0's line, exit 128 + 10; the run resumes from it
+mpirun --oversubscribe --mca btl tcp,self -np 2 "$train" "$cnn" "${q[@]}" --stages 2 \
+  --steps 1000000 --checkpoint-dir "$tmp/pre" --log "$tmp/pre.jsonl" --set train.log_every=1 \
+  >"$tmp/pre.log" 2>&1 &
+run=$!
+for _ in $(seq 1 600); do grep -q '"train"' "$tmp/pre.jsonl" 2>/dev/null && break; sleep 0.1; done
+kill -USR1 "$run"
+wait "$run"; rc=$?
+step=$(sed -n 's/^gpipe-train: SIGUSR1 received: stopped after step \([0-9]*\) of 1000000; .*checkpoint.safetensors.index.json holds step \1: --resume goes on$/\1/p' "$tmp/pre.log")
+if [ "$rc" = 138 ] && [ -n "$step" ] && [ "$(grep -c 'stopped after step' "$tmp/pre.log")" = 1 ]; then
+  ok
+  run again "${mpi[@]}" -np 2 "$train" "$cnn" "${q[@]}" --stages 2 --steps $((step + 2)) \
+    --checkpoint-dir "$tmp/pre" --resume
+  grep -q "^final: step $((step + 2)) " "$tmp/again.log" && ok || bad "resumed after SIGUSR1: $(tail -3 "$tmp/again.log")"
+else
+  bad "SIGUSR1: exit $rc: $(grep -v '^ \|^-\|^$' "$tmp/pre.log" | tail -4)"
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
