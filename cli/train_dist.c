@@ -165,9 +165,12 @@ int tr_dist_fail(run *r, gp_status s, const char *hint) {
     return gp_interrupt_exit_code();
   }
   tr_dist_speak();
-  if (!gp_dist_ended(&r->dist)) /* else another process said why the run ends */
+  char lost[256];
+  if (gp_dist_lost(&r->dist, lost, sizeof lost)) /* the cause of the MPI error it made here */
+    fprintf(stderr, "gpipe-train: %s: %s: ending the run\n", gp_dist_who(&r->dist), lost);
+  else if (!gp_dist_ended(&r->dist)) /* else another process said why the run ends */
     fprintf(stderr, "gpipe-train: %s: %s%s\n", gp_dist_who(&r->dist), gp_error_message(),
-          hint ? hint : "");
+            hint ? hint : "");
   fflush(stderr);
   int code = gp_status_exit_code(s);
   gp_dist_abort(&r->dist, code ? code : 1);

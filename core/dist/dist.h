@@ -35,6 +35,9 @@ void gp_dist_finalize(gp_dist *d);
  * others are told first (briefly waited for), so that only this process's line reports the
  * end: their liveness checks and errors stay silent (gp_dist_ended). */
 void gp_dist_abort(gp_dist *d, int code);
+/* Whether a process of this host is gone (killed, out of memory): 1 with "lost rank R (host,
+ * pid P): ..." in buf, the cause to report in place of the MPI error its loss made here. */
+int gp_dist_lost(const gp_dist *d, char *buf, size_t n);
 /* Whether another process ended the run (its line says why). */
 int gp_dist_ended(const gp_dist *d);
 /* Called once (on the liveness thread) when another process ends the run: the program's own

@@ -59,18 +59,6 @@ static gp_status mpi_err(int rc, const char *what) {
     if (rc_ != MPI_SUCCESS) return mpi_err(rc_, what); \
   } while (0)
 
-static int env_int(const char *name) {
-  const char *v = getenv(name);
-  return v && *v ? atoi(v) : 0;
-}
-
-int gp_dist_launched(void) {
-  const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS", NULL};
-  for (int i = 0; names[i]; i++)
-    if (env_int(names[i]) > 1) return env_int(names[i]);
-  return 1;
-}
-
 static gp_status comm_dup(MPI_Comm from, MPI_Comm *out) {
   MPI_TRY(MPI_Comm_dup(from, out), "MPI_Comm_dup");
   MPI_TRY(MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
@@ -413,6 +401,19 @@ static int pid_gone(int pid) {
   return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
+int gp_dist_lost(const gp_dist *d, char *buf, size_t n) {
+  const gp_dist_impl *x = d ? d->impl : NULL;
+  for (int i = 0; x && i < x->n_near; i++)
+    if (pid_gone(x->near_pid[i])) {
+      snprintf(buf, n,
+               "lost rank %d (%s, pid %d): the process is gone (killed, or out of "
+               "memory?)",
+               x->near_rank[i], d->host, x->near_pid[i]);
+      return 1;
+    }
+  return 0;
+}
+
 /* Every 0.5 s a beat to the next rank; the previous rank's beats are awaited. Silence longer
  * than the timeout names the previous rank and ends the run: a stopped or lost process
  * answers nothing, and without this every wait on it would last as long as the watchdog. */
@@ -461,13 +462,11 @@ static void *liveness(void *arg) {
     }
     /* a process of this host that died is seen at once: the launcher ends the run a moment
      * later, and this line says which rank was lost */
-    for (int i = 0; i < x->n_near; i++)
-      if (pid_gone(x->near_pid[i])) {
-        dprintf(x->hb_fd, "%s: %s: lost rank %d (%s, pid %d): the process is gone (killed, or "
-                "out of memory?): ending the run\n", x->hb_prog, x->who, x->near_rank[i], d->host,
-                x->near_pid[i]);
-        gp_dist_abort(d, 1);
-      }
+    char lost[256];
+    if (gp_dist_lost(d, lost, sizeof lost)) {
+      dprintf(x->hb_fd, "%s: %s: %s: ending the run\n", x->hb_prog, x->who, lost);
+      gp_dist_abort(d, 1);
+    }
     struct timespec ts = {0, 20 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }

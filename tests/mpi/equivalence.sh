@@ -7,19 +7,9 @@
 # the all-reduce off the check fails.
 set -u
 train=$1; srcdir=$2
-command -v mpirun >/dev/null || { echo "no mpirun: skipped"; exit 77; }
-# under AddressSanitizer: the MPI library's own leaks are suppressed (none of gpipe's), its
-# plugins stay loaded and stacks are unwound in full, so that their frames have names
-export LSAN_OPTIONS=suppressions=$srcdir/tests/mpi/lsan-mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0
-export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-mpi=(timeout 120 mpirun --oversubscribe --mca btl tcp,self)
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. "$srcdir/tests/mpi/common.sh"
+mpi=(timeout 120 "${mpi[@]}")
 diff=(python3 "$srcdir/tests/mpi/st_diff.py")
-passed=0; failed=0
-ok() { passed=$((passed+1)); }
-bad() { echo "FAIL: $*"; failed=$((failed+1)); }
 
 # one process, K = 1: the reference; REF NAME MODEL ARGS...
 ref() { local out=$1 model=$2; shift 2
@@ -110,5 +100,4 @@ cnn=$srcdir/models/fashion-cnn.yaml
 ref cnn "$cnn" "${q[@]}" --micro-batches 2
 same cnn 2 cnn-r2 "$cnn" "${q[@]}" --replicas 2 --micro-batches 1
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

@@ -5,18 +5,7 @@
 # micro-batch), and a setup error every process shares (reported once, no MPI abort).
 set -u
 train=$1; srcdir=$2
-command -v mpirun >/dev/null || { echo "no mpirun: skipped"; exit 77; }
-# under AddressSanitizer: the MPI library's own leaks are suppressed (none of gpipe's), its
-# plugins stay loaded and stacks are unwound in full, so that their frames have names
-export LSAN_OPTIONS=suppressions=$srcdir/tests/mpi/lsan-mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0
-export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpi=(mpirun --oversubscribe --mca btl tcp,self)
-tmp=${KEEP:-$(mktemp -d)}; [ -n "${KEEP:-}" ] || trap 'rm -rf "$tmp"' EXIT
-passed=0; failed=0
-ok() { passed=$((passed+1)); }
-bad() { echo "FAIL: $*"; failed=$((failed+1)); }
+. "$srcdir/tests/mpi/common.sh"
 mlp=$srcdir/models/fashion-mlp.yaml
 long=(--data synthetic --steps 1000000 --quiet --threads 1 --stages 2 --micro-batches 2)
 
@@ -76,5 +65,4 @@ if [ "$rc" = 2 ] && [ "$(grep -c '^gpipe-train: ' "$tmp/usage.out")" = 1 ] &&
 else
   bad "usage: exit $rc: $(cat "$tmp/usage.out" | head -5)"
 fi
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

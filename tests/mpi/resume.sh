@@ -7,17 +7,9 @@
 # one checkpoint.
 set -u
 train=$1; srcdir=$2
-command -v mpirun >/dev/null || { echo "no mpirun: skipped"; exit 77; }
-export LSAN_OPTIONS=suppressions=$srcdir/tests/mpi/lsan-mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0
-export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpi=(timeout 180 mpirun --oversubscribe --mca btl tcp,self)
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. "$srcdir/tests/mpi/common.sh"
+mpi=(timeout 180 "${mpi[@]}")
 diff=(python3 "$srcdir/tests/mpi/st_diff.py")
-passed=0; failed=0
-ok() { passed=$((passed+1)); }
-bad() { echo "FAIL: $*"; failed=$((failed+1)); }
 cnn=$srcdir/models/fashion-cnn.yaml
 q=(--data synthetic --batch-size 16 --quiet --threads 1)
 r2=(--replicas 2 --stages 2 --micro-batches 1)
@@ -77,5 +69,4 @@ if [ "$rc" = 138 ] && [ -n "$step" ] && [ "$(grep -c 'stopped after step' "$tmp/
 else
   bad "SIGUSR1: exit $rc: $(grep -v '^ \|^-\|^$' "$tmp/pre.log" | tail -4)"
 fi
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish
