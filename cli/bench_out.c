@@ -43,8 +43,8 @@ static double finite_or_0(double x) {
 
 /* ---- table --------------------------------------------------------------------------------- */
 
-/* a cell holds any balance (GP_PLAN_BALANCE_LEN) and 64 stages' "%.2f/" of busy ms or MiB */
-enum { NCOL = 19, CELL = 1024 };
+/* a cell holds any balance (GP_PLAN_BALANCE_LEN) and every stage's "%.2f/" of busy ms or MiB */
+enum { NCOL = 19, CELL = GP_PLAN_BALANCE_LEN };
 /* a bubble further above GPipe's than this gets a line on where the rest went (issue 5's
  * tolerance for balanced runs) */
 #define BUBBLE_NOTE_OVER 0.05

@@ -17,7 +17,7 @@ import json
 import signal
 import sys
 
-DEVICE_ROWS = 64  # GP_MAX_DEVICES: the trace's device rows start there
+DEVICE_ROWS = 1024  # GP_MAX_DEVICES: the trace's device rows start there
 
 
 def main():
@@ -35,7 +35,7 @@ def main():
     if a.steps < 1:
         sys.exit("trace-layers: --steps must be at least 1")
     # a GPU stage's actions and layers are on two rows: the host's launches (tid = stage) and
-    # the GPU's time (tid 64 + stage); where the trace has the GPU's, those are the ones
+    # the GPU's time (tid 1024 + stage); where the trace has the GPU's, those are the ones
     xs = [e for e in ev if e.get("ph") == "X"]
     on_dev = any(e.get("cat") == "layer" and e.get("tid", 0) >= DEVICE_ROWS for e in xs)
     base = DEVICE_ROWS if on_dev else 0

@@ -17,7 +17,7 @@ import json
 import signal
 import sys
 
-DEVICE_ROWS = 64  # GP_MAX_DEVICES: the trace's device rows start there
+DEVICE_ROWS = 1024  # GP_MAX_DEVICES: the trace's device rows start there
 
 
 def main():

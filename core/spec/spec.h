@@ -9,7 +9,8 @@
 #include "core/layer.h"
 
 #define GP_MAX_MODEL_INPUTS 8
-#define GP_MAX_DEVICES 64
+/* Stages (and devices) of one pipeline: a pipeline of 1,024 devices, or R replicas of fewer */
+#define GP_MAX_DEVICES 1024
 /* A batch beyond this is a typo; it also keeps byte products far from overflow. */
 #define GP_MAX_BATCH ((int64_t)1 << 24)
 #define GP_SPEC_NAME 64

@@ -714,7 +714,7 @@ grep -q "^gpipe-bench: --micro-batches: expected integers >= 1 separated by comm
   "$tmp/err" && ok || bad "--micro-batches '1, 2': $(cat "$tmp/err")"
 expect 2 "--workers +1" "$mlp" --data-only --workers +1
 expect 2 "--stages past long" "$mlp" --stages 99999999999999999999
-grep -q "^gpipe-bench: --stages: 99999999999999999999 is too large (at most 64)$" "$tmp/err" && ok ||
+grep -q "^gpipe-bench: --stages: 99999999999999999999 is too large (at most 1024)$" "$tmp/err" && ok ||
   bad "--stages past long: $(cat "$tmp/err")"
 expect 2 "duplicate K" "$mlp" --stages 2,2
 expect 2 "K > units" "$mlp" --stages 1,8

@@ -214,7 +214,7 @@ if [ -s "$plan" ]; then
   refused "edited.yaml:3:9: stages: expected an integer, got '\+3'$" "$(sed 's/^stages: 3/stages: +3/' "$plan")"
   refused "edited.yaml:3:9: stages: expected an integer, got ' 3'$" "$(sed 's/^stages: 3/stages: " 3"/' "$plan")"
   refused "edited.yaml:3:9: stages: expected an integer, got '0x3'$" "$(sed 's/^stages: 3/stages: 0x3/' "$plan")"
-  refused "edited.yaml:3:9: stages: expected 1\.\.64, got 99999999999999999999$" \
+  refused "edited.yaml:3:9: stages: expected 1\.\.1024, got 99999999999999999999$" \
     "$(sed 's/^stages: 3/stages: 99999999999999999999/' "$plan")"
   refused "edited.yaml:3:9: stages: expected an integer, got nothing \(null\)$" "$(sed 's/^stages: 3/stages: ~/' "$plan")"
   refused "edited.yaml:3:8: stages: expected an integer, got nothing \(null\)$" "$(sed 's/^stages: 3/stages:/' "$plan")"
@@ -296,7 +296,7 @@ refuse "--memory-limit: an empty value in '1GiB,,2GiB'" --stages 3 --memory-limi
 refuse "--speeds: an empty value in '1,'" --stages 2 --speeds 1,
 refuse "--devices: expected names like cpu or cuda:0 separated by commas, got ',cpu'" --stages 2 --devices ,cpu
 refuse "--speeds: '1{70}' is too long" --stages 2 --speeds "$(printf '1%.0s' {1..70})"
-refuse "--speeds: expected at most 64 values" --stages 2 --speeds "$(printf '1,%.0s' {1..64})1"
+refuse "--speeds: expected at most 1024 values" --stages 2 --speeds "$(printf '1,%.0s' {1..1024})1"
 refuse "resnet56-cifar.yaml:[0-9]+:[0-9]+: micro_batches: 500 is more than batch_size 128 .*\(set by --micro-batches 500\)$" \
   --stages 2 --micro-batches 500
 # ... checked with the flags standing for settings, as if written in the file

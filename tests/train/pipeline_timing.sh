@@ -16,7 +16,7 @@ import collections, json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 names = {e["tid"]: e["args"]["name"] for e in ev if e["name"] == "thread_name"}
 order = {e["tid"]: e["args"]["sort_index"] for e in ev if e["name"] == "thread_sort_index"}
-dev = 64  # GP_MAX_DEVICES: the device row of stage s is tid 64 + s
+dev = 1024  # GP_MAX_DEVICES: the device row of stage s is tid 1024 + s
 assert sorted(names) == [0, 1, 2, dev, dev + 1, dev + 2], names
 for s in range(3):
     assert names[s].startswith(f"stage {s} (units ") and names[s].endswith(", host"), names
@@ -56,7 +56,7 @@ ev = json.load(open(sys.argv[1]))["traceEvents"]
 out = open(sys.argv[2]).read()
 head = out.splitlines()[0]
 assert ", stage 1, device time:" in head, head
-want = sum(e["dur"] for e in ev if e["ph"] == "X" and e["cat"] == "layer" and e["tid"] == 65)
+want = sum(e["dur"] for e in ev if e["ph"] == "X" and e["cat"] == "layer" and e["tid"] == 1024 + 1)
 got = float(re.search(r"layers ([0-9.]+) ms/step", head).group(1)) * 1e3 * 3
 assert abs(got - want) <= 0.01 * want + 30, (got, want, head)
 print("trace-layers.py: the device row's layers")
@@ -67,16 +67,17 @@ PY
 python3 - "$tmp/trace.json" "$tmp/steps" <<'PY' || { echo "FAIL: trace-steps.py: $(cat "$tmp/steps")"; exit 1; }
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
+dev = 1024  # GP_MAX_DEVICES: the device row of stage s is tid 1024 + s
 lines = open(sys.argv[2]).read().splitlines()
 assert lines[0].endswith("busy ms per stage (device time)"), lines[0]
 rows = [l.split() for l in lines[1:]]
 assert [r[0] for r in rows] == ["1", "2", "3", "all"], rows
-acts = [e for e in ev if e["ph"] == "X" and e["cat"] != "layer" and e["tid"] >= 64]
+acts = [e for e in ev if e["ph"] == "X" and e["cat"] != "layer" and e["tid"] >= dev]
 for r in rows[:3]:
     step = int(r[0])
     sa = [e for e in acts if e["args"]["step"] == step]
     span = max(e["ts"] + e["dur"] for e in sa) - min(e["ts"] for e in sa)
-    busy = [sum(e["dur"] for e in sa if e["tid"] == 64 + s) for s in range(3)]
+    busy = [sum(e["dur"] for e in sa if e["tid"] == dev + s) for s in range(3)]
     assert abs(float(r[1]) - span / 1e3) < 0.006, (r, span)
     got = [float(b) for b in r[4].split("/")]
     assert all(abs(g - b / 1e3) < 0.06 for g, b in zip(got, busy)), (r, busy)
