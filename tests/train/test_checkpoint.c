@@ -214,6 +214,15 @@ static void test_parts(const char *dir) {
   CHECK(gp_ckpt_remove_stale(ck) > 0 && count(ck, "checkpoint-s5-") == 0 &&
             count(ck, "checkpoint-s3-") > 0,
         "stale parts removed, the committed kept");
+  /* a commit that fails (its index cannot be written: a folder holds the temporary's name)
+   * leaves the previous checkpoint whole */
+  char blocker[4300];
+  snprintf(blocker, sizeof blocker, "%s/checkpoint.safetensors.index.json.tmp.%ld", ck,
+           (long)getpid());
+  CHECK(mkdir(blocker, 0777) == 0 && write_sharded(&a, ck, &pos, 1) != GP_OK, "the commit fails");
+  rmdir(blocker);
+  CHECK(gp_trainer_load_checkpoint(&d, ck, &got) == GP_OK && d.step == 3 && same_state(&b, &d),
+        "a failed commit leaves step 3");
   /* the same step again (a run started afresh): other names, then the old ones go */
   CHECK(write_sharded(&d, ck, &pos, 1) == GP_OK && count(ck, "checkpoint-s3b-") > 0 &&
             count(ck, "checkpoint-s3-") == 0,
