@@ -229,6 +229,8 @@ static void test_parts(const char *dir) {
         "step 3 again: s3b, s3 removed");
   CHECK(gp_trainer_load_checkpoint(&d, ck, &got) == GP_OK && same_state(&b, &d), "s3b loads");
   /* the one-process entry point: shards when it does not fit, one file when it does */
+  gp_trainer e0;
+  make(m, 1, 1, &e0);
   d.shard_bytes = SHARD;
   CHECK(gp_trainer_save_checkpoint(&d, ck, &pos) == GP_OK && count(ck, "checkpoint-s3-p0-") > 1 &&
             count(ck, "checkpoint-s3b-") == 0,
@@ -237,6 +239,16 @@ static void test_parts(const char *dir) {
   CHECK(gp_trainer_save_checkpoint(&d, ck, &pos) == GP_OK && exists(ck, "checkpoint.safetensors") &&
             !exists(ck, "checkpoint.safetensors.index.json") && count(ck, "checkpoint-") == 0,
         "one file again, the shards gone");
+  d.shard_bytes = SHARD;
+  CHECK(gp_trainer_save_checkpoint(&d, ck, &pos) == GP_OK &&
+            !exists(ck, "checkpoint.safetensors") &&
+            exists(ck, "checkpoint.safetensors.index.json"),
+        "sharded again: the one file goes after the commit");
+  CHECK(gp_trainer_load_checkpoint(&e0, ck, &got) == GP_OK && same_state(&b, &e0),
+        "and the shards load");
+  d.shard_bytes = 0;
+
+  gp_trainer_free(&e0);
 
   /* (c) the flat optimizer state of before: one "optim.<slot>" over the model */
   int64_t n;
