@@ -2,11 +2,12 @@
  * position of a 3-process layout (replica 1 writes nothing) and committed by position 0 load
  * bit for bit into trainers of other K (weights and optimizer state), and resuming at the same K
  * and M gives the uninterrupted run's weights bit for bit; weights written as parts load at
- * another K, and written again take other names. (b) A torn write (parts of a later
- * step, no commit) leaves the committed checkpoint loading; the same step written again takes
- * other names; a checkpoint that fits is one file again, the shards gone after it. (c) Flat
- * "optim.<slot>" checkpoints of before sharding load. (d) gp_shards_write: one file, shards,
- * shards again over shards, one file again. (e) Bad indexes: one line each. */
+ * another K, and written again take other names. (b) A torn write (parts of a later step, no
+ * commit) and a commit that fails leave the committed checkpoint loading; the same step written
+ * again takes other names; a checkpoint that fits is one file again, the shards gone after it,
+ * and back. (c) Flat "optim.<slot>" checkpoints of before sharding load. (d) gp_shards_write:
+ * one file, shards, shards again over shards, one file again. (e) Bad indexes: one line each,
+ * and every cut and three bytes at every place of a good one read or refused in one line. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
