@@ -261,7 +261,7 @@ gp_status gp_ckpt_write_part(gp_trainer *t, const char *dir, const gp_ckpt_pos *
   char tag[48], prefix[64];
   ckpt_tag(dir, t->step, tag, sizeof tag);
   snprintf(prefix, sizeof prefix, "checkpoint-%s", tag);
-  return write_part(t, dir, prefix, lay, 1, shard_bytes);
+  return write_part(t, dir, prefix, lay, 1, shard_bytes > 0 ? shard_bytes : shard_size(t));
 }
 
 typedef struct named {

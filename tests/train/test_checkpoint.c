@@ -229,6 +229,13 @@ static void test_parts(const char *dir) {
             count(ck, "checkpoint-s3-") == 0,
         "step 3 again: s3b, s3 removed");
   CHECK(gp_trainer_load_checkpoint(&d, ck, &got) == GP_OK && same_state(&b, &d), "s3b loads");
+  /* shard_bytes 0: the trainer's size (4 GiB: one shard a part) */
+  gp_layout l0;
+  if (gp_layout_make(3, 0, 1, 4, NULL, &l0) != GP_OK) gp_t_die("layout");
+  CHECK(gp_ckpt_write_part(&d, ck, &pos, &l0, 0) == GP_OK &&
+            exists(ck, "checkpoint-s3-p0-00001-of-00001.safetensors"),
+        "shard_bytes 0: one shard");
+  gp_ckpt_remove_stale(ck);
   /* the one-process entry point: shards when it does not fit, one file when it does */
   gp_trainer e0;
   make(m, 1, 1, &e0);
