@@ -14,8 +14,9 @@
 
 /* Replica 0's process at lay->pos writes stages [lay->first[pos], lay->first[pos + 1]) (all of
  * them held by this process) into DIR/checkpoint-sSTEP-pPOS-0000k-of-0000N.safetensors and
- * their list into DIR/checkpoint-sSTEP-pPOS.index.json, every file fsynced; nothing is
- * committed. Other replicas write nothing. */
+ * their list into DIR/checkpoint-sSTEP-pPOS.index.json, every file fsynced, each shard at most
+ * shard_bytes (0: t->shard_bytes, whose 0 is 4 GiB); nothing is committed. Other replicas write
+ * nothing. */
 gp_status gp_ckpt_write_part(gp_trainer *t, const char *dir, const gp_ckpt_pos *pos,
                              const gp_layout *lay, int64_t shard_bytes);
 /* On position 0 of replica 0 (elsewhere nothing), after every part of this step is written:

@@ -3,7 +3,8 @@
 # and checkpoints shards plus a Hugging Face-style index (checked with Python's json); --load
 # reads the index; a run resumed from a sharded checkpoint, from a flat optimizer-state
 # checkpoint of before sharding, and from a folder with a torn write (shards of a later step, no
-# index) saves the uninterrupted run's weights bit for bit; bad indexes fail in one line.
+# index) or killed (SIGKILL) at any moment saves the uninterrupted run's weights bit for bit;
+# bad indexes fail in one line.
 # Skips (77) without the data.
 set -u
 train=$1; model=$2
@@ -75,6 +76,25 @@ cp "$tmp"/ck/checkpoint-s24-* "$tmp/ck12/"
 "$train" "$model" "${common[@]}" "${sz[@]}" --steps 24 --checkpoint-dir "$tmp/ck12" --resume \
   --save "$tmp/torn/w.safetensors" >"$tmp/torn.out" 2>"$tmp/err" || fail "resume after a torn write: $(cat "$tmp/err")"
 same "$tmp/torn"
+
+# SIGKILL at five moments of a run that checkpoints every step (a kill inside a write leaves
+# shards or temporary files without a commit): resuming, or starting afresh where nothing was
+# committed yet, still saves the uninterrupted run's files
+for delay in 0.25 0.4 0.55 0.7 0.85; do
+  d=$tmp/kill-$delay
+  mkdir -p "$d/out"
+  "$train" "$model" "${common[@]}" "${sz[@]}" --steps 24 --checkpoint-dir "$d/ck" \
+    --checkpoint-every 1 >/dev/null 2>&1 &
+  pid=$!
+  sleep $delay
+  kill -9 $pid 2>/dev/null
+  wait $pid 2>/dev/null
+  again=()
+  [ -e "$d/ck/checkpoint.safetensors.index.json" ] && again=(--resume)
+  "$train" "$model" "${common[@]}" "${sz[@]}" --steps 24 --checkpoint-dir "$d/ck" "${again[@]}" \
+    --save "$d/out/w.safetensors" >/dev/null 2>"$tmp/err" || fail "after a kill at $delay s: $(cat "$tmp/err")"
+  same "$d/out"
+done
 
 # a checkpoint of before sharding: one file, optimizer state as one flat tensor per slot
 "$train" "$model" "${common[@]}" --steps 12 --checkpoint-dir "$tmp/single" >/dev/null 2>"$tmp/err" || fail "12 steps: $(cat "$tmp/err")"

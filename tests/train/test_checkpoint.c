@@ -2,11 +2,12 @@
  * position of a 3-process layout (replica 1 writes nothing) and committed by position 0 load
  * bit for bit into trainers of other K (weights and optimizer state), and resuming at the same K
  * and M gives the uninterrupted run's weights bit for bit; weights written as parts load at
- * another K, and written again take other names. (b) A torn write (parts of a later
- * step, no commit) leaves the committed checkpoint loading; the same step written again takes
- * other names; a checkpoint that fits is one file again, the shards gone after it. (c) Flat
- * "optim.<slot>" checkpoints of before sharding load. (d) gp_shards_write: one file, shards,
- * shards again over shards, one file again. (e) Bad indexes: one line each. */
+ * another K, and written again take other names. (b) A torn write (parts of a later step, no
+ * commit) and a commit that fails leave the committed checkpoint loading; the same step written
+ * again takes other names; a checkpoint that fits is one file again, the shards gone after it,
+ * and back. (c) Flat "optim.<slot>" checkpoints of before sharding load. (d) gp_shards_write:
+ * one file, shards, shards again over shards, one file again. (e) Bad indexes: one line each,
+ * and every cut and three bytes at every place of a good one read or refused in one line. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,12 +215,30 @@ static void test_parts(const char *dir) {
   CHECK(gp_ckpt_remove_stale(ck) > 0 && count(ck, "checkpoint-s5-") == 0 &&
             count(ck, "checkpoint-s3-") > 0,
         "stale parts removed, the committed kept");
+  /* a commit that fails (its index cannot be written: a folder holds the temporary's name)
+   * leaves the previous checkpoint whole */
+  char blocker[4300];
+  snprintf(blocker, sizeof blocker, "%s/checkpoint.safetensors.index.json.tmp.%ld", ck,
+           (long)getpid());
+  CHECK(mkdir(blocker, 0777) == 0 && write_sharded(&a, ck, &pos, 1) != GP_OK, "the commit fails");
+  rmdir(blocker);
+  CHECK(gp_trainer_load_checkpoint(&d, ck, &got) == GP_OK && d.step == 3 && same_state(&b, &d),
+        "a failed commit leaves step 3");
   /* the same step again (a run started afresh): other names, then the old ones go */
   CHECK(write_sharded(&d, ck, &pos, 1) == GP_OK && count(ck, "checkpoint-s3b-") > 0 &&
             count(ck, "checkpoint-s3-") == 0,
         "step 3 again: s3b, s3 removed");
   CHECK(gp_trainer_load_checkpoint(&d, ck, &got) == GP_OK && same_state(&b, &d), "s3b loads");
+  /* shard_bytes 0: the trainer's size (4 GiB: one shard a part) */
+  gp_layout l0;
+  if (gp_layout_make(3, 0, 1, 4, NULL, &l0) != GP_OK) gp_t_die("layout");
+  CHECK(gp_ckpt_write_part(&d, ck, &pos, &l0, 0) == GP_OK &&
+            exists(ck, "checkpoint-s3-p0-00001-of-00001.safetensors"),
+        "shard_bytes 0: one shard");
+  gp_ckpt_remove_stale(ck);
   /* the one-process entry point: shards when it does not fit, one file when it does */
+  gp_trainer e0;
+  make(m, 1, 1, &e0);
   d.shard_bytes = SHARD;
   CHECK(gp_trainer_save_checkpoint(&d, ck, &pos) == GP_OK && count(ck, "checkpoint-s3-p0-") > 1 &&
             count(ck, "checkpoint-s3b-") == 0,
@@ -228,6 +247,16 @@ static void test_parts(const char *dir) {
   CHECK(gp_trainer_save_checkpoint(&d, ck, &pos) == GP_OK && exists(ck, "checkpoint.safetensors") &&
             !exists(ck, "checkpoint.safetensors.index.json") && count(ck, "checkpoint-") == 0,
         "one file again, the shards gone");
+  d.shard_bytes = SHARD;
+  CHECK(gp_trainer_save_checkpoint(&d, ck, &pos) == GP_OK &&
+            !exists(ck, "checkpoint.safetensors") &&
+            exists(ck, "checkpoint.safetensors.index.json"),
+        "sharded again: the one file goes after the commit");
+  CHECK(gp_trainer_load_checkpoint(&e0, ck, &got) == GP_OK && same_state(&b, &e0),
+        "and the shards load");
+  d.shard_bytes = 0;
+
+  gp_trainer_free(&e0);
 
   /* (c) the flat optimizer state of before: one "optim.<slot>" over the model */
   int64_t n;
