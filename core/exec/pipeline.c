@@ -351,13 +351,11 @@ int64_t gp_batch_targets(const gp_model *m, const gp_batch *b) {
 }
 
 /* This replica's contiguous share of the global batch b (every process has all of it): the
- * rows [base, base + n) of each input. */
-static gp_batch replica_share(gp_pipeline *pl, const gp_batch *b) {
+ * rows [*base, *base + n) of each input. */
+static gp_batch replica_share(const gp_pipeline *pl, const gp_batch *b, int64_t *base) {
   const int R = pl->lay.replicas, r = pl->lay.replica;
-  if (R == 1) {
-    pl->base = 0;
-    return *b;
-  }
+  *base = 0;
+  if (R == 1) return *b;
   int64_t lo = (b->n / R) * r + (r < b->n % R ? r : b->n % R);
   int64_t hi = lo + b->n / R + (r < b->n % R);
   gp_batch out = *b;
@@ -368,18 +366,20 @@ static gp_batch replica_share(gp_pipeline *pl, const gp_batch *b) {
     if (b->in[i]) out.in[i] = (const char *)b->in[i] + (size_t)lo * per;
   }
   if (b->target) out.target = b->target + lo * b->target_numel;
-  pl->base = lo;
+  *base = lo;
   return out;
 }
 
 gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
                                  gp_step_result *out) {
-  gp_batch mine = replica_share(pl, b);
+  int64_t base;
+  gp_batch mine = replica_share(pl, b, &base);
   if (pl->lay.replicas > 1 && mine.n < pl->micro)
     return GP_ERR(GP_ERR_USAGE, "a batch of %lld over %d replicas leaves %lld samples a replica, "
                   "fewer than its %d micro-batches", (long long)b->n, pl->lay.replicas,
                   (long long)mine.n, pl->micro);
-  GP_TRY(split(pl, mine.n, 1));
+  GP_TRY(split(pl, mine.n, 1)); /* (a stage still running a failed command: nothing written) */
+  pl->base = base;
   pl->in = mine;
   pl->batch = mine.n;
   /* no target at all: a zero loss and zero gradients, not a division by zero; the loss is the
@@ -407,8 +407,10 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
 }
 
 gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *out) {
-  gp_batch mine = replica_share(pl, b);
+  int64_t base;
+  gp_batch mine = replica_share(pl, b, &base);
   GP_TRY(split(pl, mine.n, 0));
+  pl->base = base;
   pl->in = mine;
   pl->batch = mine.n;
   GP_TRY(issue(pl, CMD_EVAL));
