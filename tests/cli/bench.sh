@@ -696,6 +696,23 @@ grep -q "^gpipe-bench: --csv .*/out: is the file the program's standard output g
 "$bench" "$mlp" --set pipeline.micro_batches=200 --batch-size 256 --stages 1 --steps 1 \
   --warmup 0 --quiet >"$tmp/out" 2>"$tmp/err" && ok ||
   bad "--set pipeline.micro_batches=200 --batch-size 256: exit $?: $(cat "$tmp/err")"
+# one process holds no replica but the one: R = 2 is skipped with the layout's reason, and a
+# sweep of nothing but R = 2 is one line
+expect 2 "no layout fits" "$mlp" --stages 2 --replicas 2 --steps 1 --warmup 0
+grep -q "^gpipe-bench: nothing to run: no layout of --stages and --replicas fits 1 process (K=2 R=2: --replicas 2 with 1 processes: each replica needs a process of its own" \
+  "$tmp/err" && ok || bad "no layout fits: $(cat "$tmp/err")"
+if "$bench" "$mlp" --stages 2 --replicas 1,2 --micro-batches 2 "${fast[@]}" --quiet --json \
+    >"$tmp/rj" 2>"$tmp/err"; then
+  python3 - "$tmp/rj" <<'PY' && ok || bad "--replicas 1,2 in one process: $(cat "$tmp/rj")"
+import json, sys
+b = json.load(open(sys.argv[1]))
+assert b["machine"]["processes"] == 1 and b["machine"]["handoff_latency_s"] is None, b["machine"]
+assert [s.split(" (")[0] for s in b["skipped"]] == ["K=1 R=2, the one-stage reference", "K=2 R=2"], b["skipped"]
+assert all(r["replicas"] == 1 and r["processes"] == 1 and r["allreduce_ms"] is None
+           for r in b["runs"]), b["runs"]
+assert [(r["stages"], r["micro_batches"]) for r in b["runs"]] == [(1, 1), (2, 1), (2, 2)], b["runs"]
+PY
+else bad "--replicas 1,2 in one process: exit $?: $(cat "$tmp/err")"; fi
 expect 2 "no M fits the batch" "$mlp" --batch-size 8 --micro-batches 16,32 --steps 1 --warmup 0
 grep -q "^gpipe-bench: nothing to run: every micro-batch count exceeds the batch of 8$" \
   "$tmp/err" && ok || bad "no M fits the batch: $(cat "$tmp/err")"
