@@ -13,6 +13,7 @@
 
 #include "cli/args.h"
 #include "cli/common.h"
+#include "cli/dist_voice.h"
 #include "cli/bench_data.h"
 #include "cli/machine.h"
 #include "cli/bench.h"
@@ -33,6 +34,7 @@ enum {
   F_BATCH,
   F_SCHEDULE,
   F_REMAT,
+  F_REPLICAS,
   F_STEPS,
   F_WARMUP,
   F_DEVICES,
@@ -68,6 +70,10 @@ static gp_flag flags[] = {
                     "schedules (default: the model file's)", 0},
     [F_REMAT] = {"--remat", GP_FLAG_STR, "MODE,...",
                  "re-materialization: always, except_last, never (default: the model file's)", 0},
+    [F_REPLICAS] = {"--replicas", GP_FLAG_STR, "R,R,...",
+                    "data-parallel replicas over the processes of mpirun (default: the model "
+                    "file's); a layout the processes cannot hold is skipped",
+                    0},
     [F_STEPS] = {"--steps", GP_FLAG_INT, "S", "timed steps per run (default 10)", 1, .max = 4096},
     [F_WARMUP] = {"--warmup", GP_FLAG_INT, "W", "untimed steps before them (default 2)", 0,
                   .max = 4096},
@@ -143,6 +149,8 @@ static gp_status make_sweep(gp_bench_ctx *c) {
   w->ns = 1;
   w->remats[0] = (int)ps->remat;
   w->nr = 1;
+  w->rs[0] = ps->replicas > 0 ? ps->replicas : 1;
+  w->nrep = 1;
   w->n_dev = ps->n_devices;
   memcpy(w->devices, ps->devices, sizeof w->devices);
   w->bal_k = ps->n_balance ? ps->stages : 0;
@@ -165,6 +173,7 @@ static gp_status make_sweep(gp_bench_ctx *c) {
   }
   if (flags[F_STAGES].given) GP_TRY(parse_ints(F_STAGES, 1, GP_MAX_DEVICES, w->ks, &w->nk));
   if (flags[F_MICRO].given) GP_TRY(parse_ints(F_MICRO, 1, GP_MAX_MICRO_BATCHES, w->ms, &w->nm));
+  if (flags[F_REPLICAS].given) GP_TRY(parse_ints(F_REPLICAS, 1, GP_MAX_PROCESSES, w->rs, &w->nrep));
   if (flags[F_SCHEDULE].given)
     GP_TRY(gp_cli_choices(flags[F_SCHEDULE].name, flags[F_SCHEDULE].s, gp_schedule_names(),
                           w->scheds, 2, &w->ns));
@@ -227,7 +236,10 @@ static gp_status setup(gp_bench_ctx *c, const char *file) {
   b->warmup = flags[F_WARMUP].given ? (int)flags[F_WARMUP].i : 2;
   b->reps = flags[F_REPS].given ? (int)flags[F_REPS].i : 1;
   b->cores = gp_cpu_cores();
-  b->threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : b->cores;
+  b->processes = c->dist.world;
+  /* the cores of a host are shared among its processes: no oversubscription by default */
+  int share = b->cores / c->dist.local_size;
+  b->threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : share > 1 ? share : 1;
   if (flags[F_PER_STAGE].given) {
     if (flags[F_THREADS].given)
       return GP_ERR(GP_ERR_USAGE, "--threads and --threads-per-stage exclude each other (all "
@@ -343,6 +355,16 @@ static gp_status data_only(gp_bench_ctx *c, const char *file) {
   return gp_bench_data_only(c->m, batch, workers, n, steps, warmup, flags[F_JSON].given, c->quiet);
 }
 
+/* Frees what the program holds and ends the processes' runtime; returns code. */
+static int finish(gp_bench_ctx *c, int code) {
+  gp_data_close(&c->data);
+  gp_model_free(c->m);
+  free(c->b.runs);
+  gp_args_free(flags);
+  gp_dist_finalize(&c->dist);
+  return code;
+}
+
 int main(int argc, char **argv) {
   gp_args_std_fds();
   gp_interrupt_install("gpipe-bench", NULL);
@@ -360,6 +382,12 @@ int main(int argc, char **argv) {
     gp_args_free(flags);
     return 0;
   }
+  /* under mpirun every process runs the sweep in lockstep; rank 0 alone prints */
+  gp_status d = gp_cli_dist_start(&c.dist, "gpipe-bench", 20);
+  if (d != GP_OK) {
+    gp_args_free(flags);
+    return gp_cli_fail("gpipe-bench", d, NULL);
+  }
   if (s == GP_OK && npos != 1)
     s = GP_ERR(GP_ERR_USAGE,
                "expected one model file (usage: gpipe-bench MODEL.yaml [flags]; --help)");
@@ -369,17 +397,25 @@ int main(int argc, char **argv) {
   if (s == GP_OK && flags[F_WORKERS].given && !flags[F_DATA_ONLY].given)
     s = GP_ERR(GP_ERR_USAGE, "--workers is for --data-only (the sweep's data is synthetic unless "
                              "--data real, decoded as the model file's data section says)");
+  if (s == GP_OK && flags[F_DATA_ONLY].given && c.dist.world > 1)
+    s = GP_ERR(GP_ERR_USAGE, "--data-only times one process's loader: run it without mpirun");
   if (s == GP_OK && flags[F_DATA_ONLY].given) {
     s = data_only(&c, pos[0]);
   } else {
     if (s == GP_OK) s = setup(&c, pos[0]);
+    int elsewhere = 0; /* a setup error is every process's: reported once, by the lowest rank */
+    s = gp_cli_dist_agree(&c.dist, s, &elsewhere);
+    if (s != GP_OK && c.dist.world > 1) {
+      if (!elsewhere) {
+        gp_cli_dist_speak();
+        fprintf(stderr, "gpipe-bench: %s: %s\n", gp_dist_who(&c.dist), gp_error_message());
+      }
+      return finish(&c, gp_status_exit_code(s));
+    }
+    if (s == GP_OK) s = gp_bench_dist_links(&c);
     if (s == GP_OK) s = gp_bench_sweep_all(&c);
-    if (s == GP_OK) s = report(&c);
+    if (s == GP_OK && c.dist.rank == 0) s = report(&c);
   }
-  gp_data_close(&c.data);
-  gp_model_free(c.m);
-  free(c.b.runs);
-  gp_args_free(flags);
-  if (s != GP_OK) return gp_cli_fail("gpipe-bench", s, NULL);
-  return 0;
+  if (s != GP_OK && c.dist.world > 1) return gp_cli_dist_fail(&c.dist, "gpipe-bench", s, NULL);
+  return finish(&c, s != GP_OK ? gp_cli_fail("gpipe-bench", s, NULL) : 0);
 }

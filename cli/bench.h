@@ -14,13 +14,15 @@
 /* One configuration of the sweep and what was measured for it (the best repetition's). */
 typedef struct gp_bench_run {
   int k, m;
+  int replicas; /* R: data-parallel replicas over the launch's processes (1 in one process) */
   gp_schedule_kind schedule;
   gp_remat remat;
   int baseline;   /* added only as a reference for the speed-ups, not asked for */
   int naive, one; /* indices of its references: (K, 1, gpipe, never) and (1, 1, gpipe, never) */
   char balance[GP_PLAN_BALANCE_LEN]; /* any K's, whole */
   char devices[GP_MAX_DEVICES][16];
-  int cores_used; /* min(C, K * max(1, C / K)), or K x T with --threads-per-stage */
+  int cores_used; /* min(C, K * max(1, C / K)), or K x T with --threads-per-stage; under W
+                     processes, W times that of a process's ceil(K / P) stages */
   int gpus_used;  /* distinct CUDA devices of its stages (its utilization is against them) */
   double samples_per_s;
   double speedup_naive, speedup_single;
@@ -39,6 +41,11 @@ typedef struct gp_bench_run {
   size_t peak_bytes[GP_MAX_DEVICES];
   int64_t sent_bytes[GP_MAX_DEVICES]; /* per step */
   double gflops, utilization;
+  /* R > 1: the gradients' all-reduce a step (the slowest stage's: they run side by side), the
+   * share of it that ran under the backward (1 - the step's wait for it / its time), and the
+   * bytes summed a step; NAN and 0 at R = 1 */
+  double allreduce_ms, allreduce_hidden;
+  int64_t allreduce_bytes;
   /* of the time the process's CPUs had work during the timed steps, the share the hypervisor
    * ran something else (/proc/stat's steal over busy + steal; the whole machine's, not this
    * run's alone); -1 where unknown: no readable /proc/stat steal field, or no busy or steal
@@ -59,6 +66,12 @@ typedef struct gp_bench {
   int per_stage; /* T of --threads-per-stage (each run's stages get K x T cores), or 0 */
   double sgemm_per_core;
   double gpu_gemm;   /* GEMM GFLOP/s of the first CUDA device of the sweep (0: none) */
+  /* W processes (mpirun, srun; 1 without a launcher), and with W > 1 the links measured once
+   * at the start: the one-way time of 8 bytes between ranks 0 and 1, their bandwidth with
+   * 4 MiB messages, and the bus bandwidth of a 16 MiB all-reduce over all W (2 (W-1)/W of the
+   * bytes over its time) */
+  int processes;
+  double handoff_latency_s, handoff_bytes_per_s, allreduce_bytes_per_s;
   char gpu_name[16]; /* that device ("cuda:0") */
   /* model and settings */
   const char *model_file;
@@ -75,10 +88,12 @@ typedef struct gp_bench {
   /* runs, in the order they ran */
   int n_runs;
   gp_bench_run *runs;
-  /* configurations left out (M > batch; K x T > cores), as text for the notes: each M and
-   * each K of the lists at most once, so room for two lists of cli/bench_sweep.h's MAX_LIST */
+  /* configurations left out (M > batch; K x T > cores; M x R > batch; a layout of K and R
+   * that W processes cannot hold), as text for the notes: each M and each K of the lists at
+   * most once, then the (M, R) and (K, R) pairs up to the room left (the last note counts the
+   * rest) */
   int n_skipped;
-  char skipped[128][128];
+  char skipped[192][256];
 } gp_bench;
 
 const char *gp_bench_schedule_name(gp_schedule_kind s);

@@ -44,7 +44,7 @@ static double finite_or_0(double x) {
 /* ---- table --------------------------------------------------------------------------------- */
 
 /* a cell holds any balance (GP_PLAN_BALANCE_LEN) and every stage's "%.2f/" of busy ms or MiB */
-enum { NCOL = 19, CELL = GP_PLAN_BALANCE_LEN };
+enum { NCOL = 20, CELL = GP_PLAN_BALANCE_LEN };
 /* a bubble further above GPipe's than this gets a line on where the rest went (issue 5's
  * tolerance for balanced runs) */
 #define BUBBLE_NOTE_OVER 0.05
@@ -52,12 +52,28 @@ enum { NCOL = 19, CELL = GP_PLAN_BALANCE_LEN };
 #define IDEAL_NOTE_UNDER 0.85
 _Static_assert(CELL >= GP_PLAN_BALANCE_LEN, "a balance fits its cell");
 
-static const char *const col_head[NCOL] = {
-    "K",        "M",        "schedule",  "remat",  "balance",           "samples/s",
-    "vs naive", "of ideal", "vs single", "bubble", "slowest",           "replay",
-    "sim",      "theory",   "GFLOP/s",   "util",   "busy ms per stage", "peak MiB per stage",
-    ""};
-static const int col_left[NCOL] = {0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
+/* R is left empty, and so out of the table, unless a run has replicas */
+static const char *const col_head[NCOL] = {"K",
+                                           "M",
+                                           "R",
+                                           "schedule",
+                                           "remat",
+                                           "balance",
+                                           "samples/s",
+                                           "vs naive",
+                                           "of ideal",
+                                           "vs single",
+                                           "bubble",
+                                           "slowest",
+                                           "replay",
+                                           "sim",
+                                           "theory",
+                                           "GFLOP/s",
+                                           "util",
+                                           "busy ms per stage",
+                                           "peak MiB per stage",
+                                           ""};
+static const int col_left[NCOL] = {0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
 
 /* A number, or "-" where there is none (a run that did not fit, a speed-up against one). */
 static void cell_num(char *cell, const char *fmt, double v) {
@@ -75,32 +91,32 @@ const char *gp_bench_fit_what(const gp_bench *b, char *buf, size_t n) {
   return buf;
 }
 
-/* The measured cells of a row: samples/s to peak MiB (columns 5 to 17). "of ideal" is the
+/* The measured cells of a row: samples/s to peak MiB (columns 6 to 18). "of ideal" is the
  * speed-up over naive-K as a share of K M / (M + K - 1), where there is a pipeline (K, M > 1). */
 static void fill_measured(char (*row)[CELL], const gp_bench *b, const gp_bench_run *r) {
   char fit[32];
   if (r->over_limit)
-    snprintf(row[5], CELL, "does not fit %s", gp_bench_fit_what(b, fit, sizeof fit));
+    snprintf(row[6], CELL, "does not fit %s", gp_bench_fit_what(b, fit, sizeof fit));
   else
-    snprintf(row[5], CELL, "%.1f", r->samples_per_s);
-  cell_num(row[6], "%.2fx", r->speedup_naive);
-  cell_num(row[7], "%.0f%%",
+    snprintf(row[6], CELL, "%.1f", r->samples_per_s);
+  cell_num(row[7], "%.2fx", r->speedup_naive);
+  cell_num(row[8], "%.0f%%",
            r->k > 1 && r->m > 1 ? 100.0 * r->speedup_naive / r->speedup_ideal : NAN);
-  cell_num(row[8], "%.2fx", r->speedup_single);
-  cell_num(row[9], "%.3f", r->bubble_measured);
-  cell_num(row[10], "%.3f", r->bubble_slowest);
-  cell_num(row[11], "%.3f", r->bubble_replay);
-  cell_num(row[12], "%.3f", r->bubble_sim);
-  snprintf(row[13], CELL, "%.3f", r->bubble_theory);
-  cell_num(row[14], "%.2f", r->gflops);
-  cell_num(row[15], "%.1f%%", 100.0 * r->utilization);
+  cell_num(row[9], "%.2fx", r->speedup_single);
+  cell_num(row[10], "%.3f", r->bubble_measured);
+  cell_num(row[11], "%.3f", r->bubble_slowest);
+  cell_num(row[12], "%.3f", r->bubble_replay);
+  cell_num(row[13], "%.3f", r->bubble_sim);
+  snprintf(row[14], CELL, "%.3f", r->bubble_theory);
+  cell_num(row[15], "%.2f", r->gflops);
+  cell_num(row[16], "%.1f%%", 100.0 * r->utilization);
   if (r->over_limit) {
-    snprintf(row[16], CELL, "-");
     snprintf(row[17], CELL, "-");
+    snprintf(row[18], CELL, "-");
     return;
   }
-  join_ms(row[16], CELL, r->busy_ms, r->k, '/', "%.2f");
-  join_mib(row[17], CELL, r->peak_bytes, r->k, '/');
+  join_ms(row[17], CELL, r->busy_ms, r->k, '/', "%.2f");
+  join_mib(row[18], CELL, r->peak_bytes, r->k, '/');
 }
 
 /* Below the table: each run that did not fit, and each reference that did not, so the runs
@@ -127,6 +143,20 @@ static void write_fit_notes(FILE *f, const gp_bench *b) {
     char fit[32];
     fprintf(f, "no speed-up over K=%d M=1 gpipe never (%s: '-'): it does not fit %s\n",
             b->runs[i].k, what, gp_bench_fit_what(b, fit, sizeof fit));
+  }
+}
+
+/* Each replicated run: its gradients' all-reduce a step, and how much of it the backward hid. */
+static void write_allreduce_notes(FILE *f, const gp_bench *b) {
+  for (int i = 0; i < b->n_runs; i++) {
+    const gp_bench_run *r = &b->runs[i];
+    if (r->over_limit || r->replicas < 2 || !isfinite(r->allreduce_ms)) continue;
+    fprintf(f,
+            "all-reduce K=%d M=%d %s %s R=%d: %.2f ms a step for %.2f MiB, %.0f%% hidden under "
+            "the backward\n",
+            r->k, r->m, gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat),
+            r->replicas, r->allreduce_ms, (double)r->allreduce_bytes / 1048576.0,
+            100 * r->allreduce_hidden);
   }
 }
 
@@ -181,7 +211,9 @@ static void write_bubble_notes(FILE *f, const gp_bench *b) {
  * table put at 84% read 107%.) */
 static void write_ideal_notes(FILE *f, const gp_bench *b) {
   for (int i = 0; i < b->n_runs; i++) {
-    const gp_bench_run *r = &b->runs[i], *n = &b->runs[r->naive];
+    const gp_bench_run *r = &b->runs[i];
+    if (r->naive < 0) continue; /* its reference's layout did not fit the processes */
+    const gp_bench_run *n = &b->runs[r->naive];
     if (r->over_limit || n->over_limit || r->k < 2 || r->m < 2) continue;
     double share = r->speedup_naive / r->speedup_ideal;
     double wr = r->step_busy_ms, wn = n->step_busy_ms, rec = r->step_recompute_ms;
@@ -209,18 +241,22 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
   int rows = b->n_runs + 1;
   char(*cell)[NCOL][CELL] = calloc((size_t)rows, sizeof *cell);
   if (!cell) return GP_ERR(GP_ERR_NOMEM, "out of memory for the table");
+  int any_r = 0;
+  for (int i = 0; i < b->n_runs; i++)
+    any_r |= b->runs[i].replicas > 1;
   for (int c = 0; c < NCOL; c++)
-    snprintf(cell[0][c], CELL, "%s", col_head[c]);
+    snprintf(cell[0][c], CELL, "%s", c == 2 && !any_r ? "" : col_head[c]);
   for (int i = 0; i < b->n_runs; i++) {
     const gp_bench_run *r = &b->runs[i];
     char(*row)[CELL] = cell[i + 1];
     snprintf(row[0], CELL, "%d", r->k);
     snprintf(row[1], CELL, "%d", r->m);
-    snprintf(row[2], CELL, "%s", gp_bench_schedule_name(r->schedule));
-    snprintf(row[3], CELL, "%s", gp_bench_remat_name(r->remat));
-    snprintf(row[4], CELL, "%s", r->balance);
+    if (any_r) snprintf(row[2], CELL, "%d", r->replicas);
+    snprintf(row[3], CELL, "%s", gp_bench_schedule_name(r->schedule));
+    snprintf(row[4], CELL, "%s", gp_bench_remat_name(r->remat));
+    snprintf(row[5], CELL, "%s", r->balance);
     fill_measured(row, b, r);
-    snprintf(row[18], CELL, "%s", r->baseline ? "baseline" : "");
+    snprintf(row[19], CELL, "%s", r->baseline ? "baseline" : "");
   }
   int w[NCOL] = {0};
   for (int i = 0; i < rows; i++)
@@ -235,19 +271,26 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
   if (b->mem_limit)
     snprintf(limit, sizeof limit, ", memory limit %s per stage",
              gp_args_bytes_str((double)b->mem_limit, 2, size, sizeof size));
+  char procs[192] = ""; /* under mpirun: the links measured at the start */
+  if (b->processes > 1)
+    snprintf(procs, sizeof procs,
+             " | %d processes: hand-off %.1f us (8 B), %.2f GB/s (4 MiB), all-reduce %.2f GB/s "
+             "(bus, 16 MiB over %d)",
+             b->processes, 1e6 * b->handoff_latency_s, b->handoff_bytes_per_s / 1e9,
+             b->allreduce_bytes_per_s / 1e9, b->processes);
   char given[48];
   if (b->per_stage)
     snprintf(given, sizeof given, "%d per stage", b->per_stage);
   else
     snprintf(given, sizeof given, "%d for the stages", b->threads);
   fprintf(f,
-          "machine: %s, %d cores (%s), sgemm %.1f GFLOP/s per core (OpenBLAS %s%s%s)%s "
+          "machine: %s, %d cores (%s), sgemm %.1f GFLOP/s per core (OpenBLAS %s%s%s)%s%s "
           "| model %s: "
           "%d unit%s, %.3fM parameters, %.3f MFLOP per sample | batch %" PRId64
           ", %d timed step%s (median) after %d warm-up, best of %d, %s data, %s%s%s\n",
           b->cpu_model, b->cores, given, b->sgemm_per_core, gp_blas_kernels(),
           gp_blas_replaced() ? ", in place of its pick " : "",
-          gp_blas_replaced() ? gp_blas_replaced() : "", gpu, b->model, b->units,
+          gp_blas_replaced() ? gp_blas_replaced() : "", gpu, procs, b->model, b->units,
           b->units == 1 ? "" : "s", (double)b->params / 1e6, b->flops_per_sample / 1e6, b->batch,
           b->steps, b->steps == 1 ? "" : "s", b->warmup, b->reps, b->data, b->precision,
           b->nondeterministic ? ", nondeterministic" : "", limit);
@@ -282,6 +325,7 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
             100.0 * most->steal, most->k, most->m, gp_bench_schedule_name(most->schedule),
             gp_bench_remat_name(most->remat));
   write_fit_notes(f, b);
+  write_allreduce_notes(f, b);
   write_threads_note(f, b);
   write_bubble_notes(f, b);
   write_ideal_notes(f, b);
@@ -328,7 +372,8 @@ gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
              "cores_used,samples_per_s,speedup_vs_naive,speedup_vs_single,speedup_ideal,"
              "bubble_measured,bubble_slowest,bubble_replayed,bubble_simulated,bubble_theory,"
              "gflops,utilization,busy_ms,"
-             "peak_bytes,steal,fits\n");
+             "peak_bytes,steal,fits,processes,replicas,allreduce_ms,allreduce_hidden,"
+             "allreduce_bytes\n");
   for (int i = 0; i < b->n_runs; i++) {
     const gp_bench_run *r = &b->runs[i];
     char bal[sizeof r->balance];
@@ -348,7 +393,10 @@ gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
       csv_num(f, "%.4f", vals[j]);
     csv_stages(f, r);
     csv_num(f, "%.4f", r->steal >= 0 ? r->steal : NAN); /* empty where unknown */
-    fprintf(f, ",%d\n", !r->over_limit);
+    fprintf(f, ",%d,%d,%d", !r->over_limit, b->processes, r->replicas);
+    csv_num(f, "%.4f", r->allreduce_ms);
+    csv_num(f, "%.4f", r->allreduce_hidden);
+    fprintf(f, ",%" PRId64 "\n", r->allreduce_bytes);
   }
   return gp_bench_stream_status(f, path);
 }
@@ -437,7 +485,12 @@ static void json_run(FILE *f, const gp_bench *b, const gp_bench_run *r) {
   json_stages(f, r);
   fprintf(f, ", \"steal\": ");
   jopt(f, r->steal >= 0 ? r->steal : NAN);
-  fprintf(f, "}");
+  fprintf(f, ",\n   \"processes\": %d, \"replicas\": %d, \"allreduce_ms\": ", b->processes,
+          r->replicas);
+  jopt(f, r->allreduce_ms);
+  fprintf(f, ", \"allreduce_hidden\": ");
+  jopt(f, r->allreduce_hidden);
+  fprintf(f, ", \"allreduce_bytes\": %" PRId64 "}", r->allreduce_bytes);
 }
 
 gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
@@ -458,6 +511,14 @@ gp_status gp_bench_write_json(FILE *f, const char *path, const gp_bench *b) {
     gp_json_write_str(f, b->gpu_name);
     fprintf(f, ", \"gpu_gemm_gflops\": ");
     jnum(f, b->gpu_gemm);
+  }
+  fprintf(f, ", \"processes\": %d", b->processes);
+  static const char *const links[] = {"handoff_latency_s", "handoff_bytes_per_s",
+                                      "allreduce_bytes_per_s"};
+  const double lv[] = {b->handoff_latency_s, b->handoff_bytes_per_s, b->allreduce_bytes_per_s};
+  for (int i = 0; i < 3; i++) { /* measured under mpirun only */
+    fprintf(f, ", \"%s\": ", links[i]);
+    jopt(f, b->processes > 1 ? lv[i] : NAN);
   }
   fprintf(f, "},\n \"model\": ");
   gp_json_write_str(f, b->model);

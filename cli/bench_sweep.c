@@ -2,6 +2,7 @@
  * warm-up, timed steps), with a progress line; then the speed-ups and bubbles derived. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "cli/args.h"
 #include "cli/bench_sweep.h"
+#include "cli/dist_voice.h"
 #include "cli/interrupt.h"
 #include "cli/machine.h"
 #include "cli/progress.h"
@@ -17,16 +19,18 @@
 
 /* ---- the runs ------------------------------------------------------------------------------ */
 
-static int find_run(const gp_bench *b, int k, int mb, int sched, int remat) {
+static int find_run(const gp_bench *b, int k, int mb, int sched, int remat, int rep) {
   for (int i = 0; i < b->n_runs; i++) {
     const gp_bench_run *r = &b->runs[i];
-    if (r->k == k && r->m == mb && (int)r->schedule == sched && (int)r->remat == remat) return i;
+    if (r->k == k && r->m == mb && (int)r->schedule == sched && (int)r->remat == remat &&
+        r->replicas == rep)
+      return i;
   }
   return -1;
 }
 
-static gp_status add_run(gp_bench *b, int k, int mb, int sched, int remat, int baseline) {
-  if (find_run(b, k, mb, sched, remat) >= 0) return GP_OK;
+static gp_status add_run(gp_bench *b, int k, int mb, int sched, int remat, int rep, int baseline) {
+  if (find_run(b, k, mb, sched, remat, rep) >= 0) return GP_OK;
   if (b->n_runs >= MAX_RUNS)
     return GP_ERR(GP_ERR_USAGE, "the sweep has more than %d runs; shorten the lists", MAX_RUNS);
   gp_bench_run *r = &b->runs[b->n_runs++];
@@ -35,11 +39,15 @@ static gp_status add_run(gp_bench *b, int k, int mb, int sched, int remat, int b
   r->m = mb;
   r->schedule = (gp_schedule_kind)sched;
   r->remat = (gp_remat)remat;
+  r->replicas = rep;
   r->baseline = baseline;
   r->bubble_theory = (double)(k - 1) / (double)(mb + k - 1);
   r->speedup_ideal = (double)k * mb / (double)(mb + k - 1);
-  int per = b->per_stage ? b->per_stage : b->threads / k > 1 ? b->threads / k : 1;
-  r->cores_used = b->per_stage || k * per < b->threads ? k * per : b->threads;
+  /* each of the W processes holds up to ceil(K / P) stages on its own cores */
+  const int W = b->processes > 1 ? b->processes : 1, P = W / rep > 1 ? W / rep : 1;
+  const int kl = (k + P - 1) / P;
+  int per = b->per_stage ? b->per_stage : b->threads / kl > 1 ? b->threads / kl : 1;
+  r->cores_used = W * (b->per_stage || kl * per < b->threads ? kl * per : b->threads);
   return GP_OK;
 }
 
@@ -69,6 +77,21 @@ static gp_status run_plan(const gp_bench_ctx *c, const gp_bench_run *r, gp_plan 
   return gp_plan_make(c->m, &ps, plan);
 }
 
+#define SKIP_ROOM ((int)(sizeof((gp_bench *)0)->skipped / sizeof((gp_bench *)0)->skipped[0]))
+static int more_skipped; /* notes past the room */
+
+static void note(gp_bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(gp_bench *b, const char *fmt, ...) {
+  if (b->n_skipped == SKIP_ROOM) {
+    more_skipped++;
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(b->skipped[b->n_skipped++], sizeof b->skipped[0], fmt, ap);
+  va_end(ap);
+}
+
 /* Every requested combination in the order of the lists, each K preceded by its naive
  * reference (K, 1, gpipe, never) and the whole sweep by the one-stage reference when they
  * were not asked for. */
@@ -79,36 +102,61 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
   if (!b->runs) return GP_ERR(GP_ERR_NOMEM, "out of memory");
   int wants_naive = in_list(w->ms, w->nm, 1) && in_list(w->scheds, w->ns, GP_SCHED_GPIPE) &&
                     in_list(w->remats, w->nr, GP_REMAT_NEVER);
-  if (!in_list(w->ks, w->nk, 1)) GP_TRY(add_run(b, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, 1));
   /* each M past the batch once, whichever K runs first (or none) */
   for (int mi = 0; mi < w->nm; mi++)
     if (w->ms[mi] > b->batch)
-      snprintf(b->skipped[b->n_skipped++], sizeof b->skipped[0],
-               "M=%d (a batch of %" PRId64 " cannot be split into %d)", w->ms[mi], b->batch,
-               w->ms[mi]);
-  int asked = 0, ks_kept = 0;
-  for (int ki = 0; ki < w->nk; ki++) {
-    int k = w->ks[ki];
-    if (b->per_stage && k * b->per_stage > b->cores) {
-      snprintf(b->skipped[b->n_skipped++], sizeof b->skipped[0],
-               "K=%d (%d stages x %d thread%s need %d cores; this process may use %d)", k, k,
-               b->per_stage, b->per_stage == 1 ? "" : "s", k * b->per_stage, b->cores);
-      continue;
+      note(b, "M=%d (a batch of %" PRId64 " cannot be split into %d)", w->ms[mi], b->batch,
+           w->ms[mi]);
+  for (int ri = 0; ri < w->nrep; ri++) /* and each M that R replicas' shares cannot hold */
+    for (int mi = 0; mi < w->nm; mi++)
+      if (w->rs[ri] > 1 && w->ms[mi] <= b->batch && (int64_t)w->ms[mi] * w->rs[ri] > b->batch)
+        note(b,
+             "M=%d R=%d (a batch of %" PRId64 " over %d replicas leaves %" PRId64
+             " samples a replica, fewer than %d micro-batches)",
+             w->ms[mi], w->rs[ri], b->batch, w->rs[ri], b->batch / w->rs[ri], w->ms[mi]);
+  int asked = 0, ks_kept = 0, laid = 0;
+  char why[256], first_why[320] = "";
+  for (int ri = 0; ri < w->nrep; ri++) {
+    const int R = w->rs[ri];
+    if (!in_list(w->ks, w->nk, 1)) { /* the one-stage reference */
+      if (gp_bench_layout_fits(c, 1, R, why, sizeof why))
+        GP_TRY(add_run(b, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, R, 1));
+      else
+        note(b, "K=1 R=%d, the one-stage reference (%s)", R, why);
     }
-    ks_kept++;
-    if (!wants_naive) GP_TRY(add_run(b, k, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, 1));
-    for (int mi = 0; mi < w->nm; mi++) {
-      if (w->ms[mi] > b->batch) continue; /* noted above */
-      for (int si = 0; si < w->ns; si++)
-        for (int ri = 0; ri < w->nr; ri++, asked++) {
-          int j = find_run(b, k, w->ms[mi], w->scheds[si], w->remats[ri]);
-          if (j >= 0)
-            b->runs[j].baseline = 0; /* asked for after all (K = 1 as the naive reference) */
-          else
-            GP_TRY(add_run(b, k, w->ms[mi], w->scheds[si], w->remats[ri], 0));
-        }
+    for (int ki = 0; ki < w->nk; ki++) {
+      int k = w->ks[ki];
+      if (b->per_stage && k * b->per_stage > b->cores) {
+        if (ri == 0)
+          note(b, "K=%d (%d stages x %d thread%s need %d cores; this process may use %d)", k, k,
+               b->per_stage, b->per_stage == 1 ? "" : "s", k * b->per_stage, b->cores);
+        continue;
+      }
+      ks_kept += ri == 0;
+      if (!gp_bench_layout_fits(c, k, R, why, sizeof why)) {
+        note(b, "K=%d R=%d (%s)", k, R, why);
+        if (!first_why[0]) snprintf(first_why, sizeof first_why, "K=%d R=%d: %s", k, R, why);
+        continue;
+      }
+      laid++;
+      if (!wants_naive && R <= b->batch)
+        GP_TRY(add_run(b, k, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, R, 1));
+      for (int mi = 0; mi < w->nm; mi++) {
+        if ((int64_t)w->ms[mi] * R > b->batch) continue; /* noted above */
+        for (int si = 0; si < w->ns; si++)
+          for (int rm = 0; rm < w->nr; rm++, asked++) {
+            int j = find_run(b, k, w->ms[mi], w->scheds[si], w->remats[rm], R);
+            if (j >= 0)
+              b->runs[j].baseline = 0; /* asked for after all (K = 1 as the naive reference) */
+            else
+              GP_TRY(add_run(b, k, w->ms[mi], w->scheds[si], w->remats[rm], R, 0));
+          }
+      }
     }
   }
+  if (b->n_skipped == SKIP_ROOM && more_skipped) /* the last note counts what did not fit */
+    snprintf(b->skipped[SKIP_ROOM - 1], sizeof b->skipped[0],
+             "and %d more configurations (the lists are long)", more_skipped + 1);
   if (!ks_kept && c->stages_given)
     return GP_ERR(GP_ERR_USAGE,
                   "nothing to run: --threads-per-stage %d leaves no K of --stages "
@@ -121,14 +169,19 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
                   c->partition ? "the plan of --partition " : "the model file's pipeline section",
                   c->partition ? c->partition : "", w->ks[0], w->ks[0] * b->per_stage, b->per_stage,
                   b->cores, c->partition ? "" : " (--stages sets K)");
+  if (!laid)
+    return GP_ERR(GP_ERR_USAGE,
+                  "nothing to run: no layout of --stages and --replicas fits "
+                  "%d process%s (%s)",
+                  c->dist.world, c->dist.world == 1 ? "" : "es", first_why);
   if (!asked)
     return GP_ERR(GP_ERR_USAGE,
                   "nothing to run: every micro-batch count exceeds the batch of %" PRId64,
                   b->batch);
   for (int i = 0; i < b->n_runs; i++) {
     gp_bench_run *r = &b->runs[i];
-    r->naive = find_run(b, r->k, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER);
-    r->one = find_run(b, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER);
+    r->naive = find_run(b, r->k, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, r->replicas);
+    r->one = find_run(b, 1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, r->replicas);
     gp_plan plan; /* every plan is checked now, so a bad device fails before the sweep */
     gp_status s = run_plan(c, r, &plan);
     if (s != GP_OK)
@@ -159,6 +212,63 @@ static void stages_busy(const gp_pipeline *pl, int k, double *busy, double *rec)
   }
 }
 
+/* Under several processes, each step's time is the slowest process's and the stages' sums are a
+ * replica's (the mean of the replicas'): every process then sorts the same steps. */
+static gp_status combine_steps(gp_bench_ctx *c, step_time *dt, int steps) {
+  double *v = malloc(sizeof *v * 3 * (size_t)steps);
+  if (!v) return GP_ERR(GP_ERR_NOMEM, "out of memory for the step times");
+  for (int i = 0; i < steps; i++) {
+    v[i] = dt[i].s;
+    v[steps + i] = dt[i].busy;
+    v[2 * steps + i] = dt[i].rec;
+  }
+  gp_status s = gp_bench_dist_steps(c, steps, v, v + steps, v + 2 * steps);
+  for (int i = 0; s == GP_OK && i < steps; i++)
+    dt[i] = (step_time){v[i], v[steps + i], v[2 * steps + i]};
+  free(v);
+  return s;
+}
+
+/* Each stage's numbers, from the process that holds it (cli/dist_voice.h), the bubbles and the
+ * replicas' all-reduce. The replayed bubble and the pace-setter's need every action's time in
+ * one process: across processes they are measured where a process holds a whole replica. */
+static gp_status stage_numbers(gp_bench_ctx *c, const gp_pipeline *pl, gp_bench_run *out) {
+  const int k = out->k;
+  gp_stage_stats all[GP_MAX_DEVICES];
+  GP_TRY(gp_cli_dist_stats(&c->dist, pl, all));
+  out->bubble_measured = 0;
+  double ar = 0, wait = 0;
+  int64_t bytes = 0, steps = 0;
+  for (int st = 0; st < k; st++) {
+    const gp_stage_stats *ss = &all[st];
+    double n = ss->steps > 0 ? (double)ss->steps : 1;
+    out->bubble_stage[st] = gp_stage_idle(ss);
+    out->bubble_measured += out->bubble_stage[st] / k;
+    out->busy_ms[st] = gp_stage_busy_ms(ss);
+    out->wall_busy_ms[st] = 1e3 * ss->wall_busy_s / n;
+    out->recompute_ms[st] = 1e3 * ss->wall_s[GP_A_RECOMPUTE] / n;
+    out->peak_bytes[st] = ss->peak_act_bytes;
+    out->sent_bytes[st] = (int64_t)((double)ss->sent_bytes / n);
+    ar = fmax(ar, ss->allreduce_s); /* the stages' all-reduces run side by side */
+    wait = fmax(wait, ss->allreduce_wait_s);
+    bytes += ss->allreduce_bytes;
+    steps = steps > ss->allreduce_steps ? steps : ss->allreduce_steps;
+  }
+  out->allreduce_ms = out->allreduce_hidden = NAN;
+  out->allreduce_bytes = 0;
+  if (out->replicas > 1 && steps > 0 && ar > 0) {
+    out->allreduce_ms = 1e3 * ar / (double)steps;
+    /* the wait and the span are timed apart: the wait may pass the span by a clock tick */
+    out->allreduce_hidden = fmin(1, fmax(0, 1 - wait / ar));
+    out->allreduce_bytes = bytes / steps;
+  }
+  GP_TRY(gp_bubble_sim(gp_pipeline_schedule(pl), all, &out->bubble_sim));
+  int whole = gp_pipeline_layout(pl)->procs == 1;
+  out->bubble_replay = whole ? gp_pipeline_bubble_replayed(pl) : NAN;
+  out->bubble_slowest = whole ? gp_pipeline_bubble_bottleneck(pl) : NAN;
+  return GP_OK;
+}
+
 /* One repetition of one run: a fresh trainer, W warm-up steps, S timed steps. Fills *out with
  * this repetition's numbers (the caller keeps the best). */
 static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_bench_run *out) {
@@ -170,8 +280,12 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
   gp_plan_balance_str(&plan, out->balance, sizeof out->balance);
   for (int s = 0; s < r->k; s++)
     memcpy(out->devices[s], plan.st[s].device, sizeof out->devices[s]);
+  gp_dist *dist; /* NULL in one process */
+  GP_TRY(gp_bench_dist_layout(c, r, &dist));
+  /* the processes of a host would pin their stages to the same first cores */
   gp_pipeline_opts po = {.cores = b->per_stage ? r->k * b->per_stage : b->threads,
-                         .pin = 1,
+                         .pin = !dist,
+                         .dist = dist,
                          .trace = trace,
                          .mem_limit = c->mem_limit,
                          .precision = c->precision,
@@ -210,6 +324,7 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
     out->steal = (double)(steal1 - steal0) / (double)(busy1 - busy0 + steal1 - steal0);
   if (s == GP_OK && trace) s = gp_pipeline_write_trace(t.pl, c->trace);
   if (s == GP_OK && trace) c->traced = 1;
+  if (s == GP_OK && dist) s = combine_steps(c, dt, steps);
   if (s == GP_OK) {
     qsort(dt, (size_t)steps, sizeof dt[0], cmp_step);
     const step_time *lo = &dt[(steps - 1) / 2], *hi = &dt[steps / 2];
@@ -217,24 +332,10 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
     out->step_busy_ms = 1e3 * 0.5 * (lo->busy + hi->busy);
     out->step_recompute_ms = 1e3 * 0.5 * (lo->rec + hi->rec);
     out->samples_per_s = out->step_s > 0 ? (double)b->batch / out->step_s : 0;
-    out->bubble_measured = 0;
-    for (int st = 0; st < r->k; st++) {
-      gp_stage_stats ss;
-      gp_pipeline_stats(t.pl, st, &ss);
-      double n = ss.steps > 0 ? (double)ss.steps : 1;
-      out->bubble_stage[st] = gp_stage_idle(&ss);
-      out->bubble_measured += out->bubble_stage[st] / r->k;
-      out->busy_ms[st] = gp_stage_busy_ms(&ss);
-      out->wall_busy_ms[st] = 1e3 * ss.wall_busy_s / n;
-      out->recompute_ms[st] = 1e3 * ss.wall_s[GP_A_RECOMPUTE] / n;
-      out->peak_bytes[st] = ss.peak_act_bytes;
-      out->sent_bytes[st] = (int64_t)((double)ss.sent_bytes / n);
-    }
-    s = gp_pipeline_bubble_sim(t.pl, &out->bubble_sim);
-    out->bubble_replay = gp_pipeline_bubble_replayed(t.pl);
-    out->bubble_slowest = gp_pipeline_bubble_bottleneck(t.pl);
+    s = stage_numbers(c, t.pl, out);
   }
   if (s != GP_OK && gp_pipeline_wedged(t.pl)) { /* a stage stuck in a computation: end here */
+    if (dist) gp_cli_dist_fail(dist, "gpipe-bench", s, NULL);
     fprintf(stderr, "gpipe-bench: %s\n", gp_error_message());
     fflush(stdout);
     _exit(gp_status_exit_code(s));
@@ -248,8 +349,10 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
 static void progress(gp_bench_ctx *c, int done, int total, const gp_bench_run *r, int rep) {
   if (c->quiet) return;
   char what[160];
-  snprintf(what, sizeof what, "run %d/%d: K=%d M=%d %s %s%s", done + 1, total, r->k, r->m,
-           gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat),
+  char rep_r[16] = "";
+  if (r->replicas > 1) snprintf(rep_r, sizeof rep_r, " R=%d", r->replicas);
+  snprintf(what, sizeof what, "run %d/%d: K=%d M=%d %s %s%s%s", done + 1, total, r->k, r->m,
+           gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat), rep_r,
            r->baseline ? " (baseline)" : "");
   if (c->b.reps > 1)
     snprintf(what + strlen(what), sizeof what - strlen(what), ", repetition %d/%d", rep + 1,
@@ -288,7 +391,8 @@ static int over_limit(gp_status s) {
 static gp_status measure_run(gp_bench_ctx *c, gp_bench_run *r, int rep, int trace) {
   gp_bench_run got;
   gp_status s = measure(c, r, trace, &got);
-  if (s != GP_OK && over_limit(s)) {
+  /* across processes the others wait on the one that failed: the sweep ends (W = 1 goes on) */
+  if (s != GP_OK && over_limit(s) && c->dist.world == 1) {
     r->over_limit = 1;
     snprintf(r->why, sizeof r->why, "%s", gp_error_message());
     memcpy(r->balance, got.balance, sizeof r->balance);
@@ -296,9 +400,12 @@ static gp_status measure_run(gp_bench_ctx *c, gp_bench_run *r, int rep, int trac
     gp_error_clear();
     return GP_OK;
   }
+  char rep_r[16] = ""; /* R in the line where there are replicas (one process: as ever) */
+  if (r->replicas > 1) snprintf(rep_r, sizeof rep_r, " R=%d", r->replicas);
   if (s != GP_OK)
-    return gp_error_prefix(s, "K=%d M=%d %s %s: ", r->k, r->m, gp_bench_schedule_name(r->schedule),
-                           gp_bench_remat_name(r->remat));
+    return gp_error_prefix(s, "K=%d M=%d %s %s%s: ", r->k, r->m,
+                           gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat),
+                           rep_r);
   if (rep == 0 || got.samples_per_s > r->samples_per_s) *r = got;
   return GP_OK;
 }
@@ -315,7 +422,10 @@ static void derive(gp_bench_ctx *c, gp_bench_run *r) {
     r->steal = -1;
     return;
   }
-  const gp_bench_run *naive = &b->runs[r->naive], *one = &b->runs[r->one];
+  /* a reference whose layout the processes cannot hold was not run: no speed-up against it */
+  static const gp_bench_run none = {.over_limit = 1};
+  const gp_bench_run *naive = r->naive >= 0 ? &b->runs[r->naive] : &none;
+  const gp_bench_run *one = r->one >= 0 ? &b->runs[r->one] : &none;
   r->speedup_naive = naive->over_limit          ? NAN
                      : naive->samples_per_s > 0 ? r->samples_per_s / naive->samples_per_s
                                                 : 0;

@@ -6,6 +6,7 @@
 
 #include "cli/bench.h"
 #include "core/backend.h"
+#include "core/dist/dist.h"
 #include "data/data.h"
 
 #define MAX_LIST 64 /* values of a list flag */
@@ -14,6 +15,7 @@
 /* What to sweep, after the flags, the plan and the model file's defaults. */
 typedef struct gp_bench_sweep {
   int ks[MAX_LIST], nk, ms[MAX_LIST], nm, scheds[2], ns, remats[3], nr;
+  int rs[MAX_LIST], nrep; /* replicas */
   int n_dev;
   char devices[GP_MAX_DEVICES][16];
   int bal_k; /* the K that `balance` is for (the plan's, or the model file's), else 0 */
@@ -34,6 +36,7 @@ typedef struct gp_bench_ctx {
   int stages_given;      /* --stages */
   const char *partition; /* --partition's file, or NULL */
   const char *trace;     /* --trace's file, or NULL */
+  gp_dist dist;          /* the processes: one, unless launched by mpirun or srun */
 } gp_bench_ctx;
 
 /* The runs of the lists, plus the baselines (naive-K and one stage) they need; every plan is
@@ -44,5 +47,18 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c);
 gp_status gp_bench_sweep_all(gp_bench_ctx *c);
 /* Distinct CUDA devices among the stages of a K-stage run (as the runs place them). */
 int gp_bench_gpus_of(const gp_bench_sweep *w, int k);
+
+/* bench_dist.c: across processes */
+/* The links between the processes, measured once (W > 1; every process calls it). */
+gp_status gp_bench_dist_links(gp_bench_ctx *c);
+/* Run r's layout over the processes, made the runtime's (every process, the same runs in the
+ * same order); NULL in one process: what gp_pipeline_opts.dist takes. */
+gp_status gp_bench_dist_layout(gp_bench_ctx *c, const gp_bench_run *r, gp_dist **out);
+/* Whether W processes can hold K stages as R replicas: GP_OK, or the one-line reason in buf. */
+int gp_bench_layout_fits(const gp_bench_ctx *c, int k, int replicas, char *why, size_t n);
+/* The step times and the stages' per-step sums of steps steps, combined over the processes:
+ * each step's time the slowest process's; busy and rec (the stages' wall time in actions and in
+ * recomputing) summed over a replica's processes, the replicas' mean. */
+gp_status gp_bench_dist_steps(gp_bench_ctx *c, int steps, double *s, double *busy, double *rec);
 
 #endif

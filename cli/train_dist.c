@@ -12,36 +12,20 @@
 #include <unistd.h>
 
 #include "cli/common.h"
+#include "cli/dist_voice.h"
 #include "cli/interrupt.h"
 #include "cli/train.h"
 #include "core/cuda/probe.h"
 #include "core/io/safetensors.h"
 #include "core/train/checkpoint.h"
 
-static int err_fd = -1; /* ranks but 0: the real stderr, kept for errors */
-
 gp_status tr_dist_start(run *r) {
-  GP_TRY(gp_dist_init(&r->dist));
-  if (r->dist.world > 1 && r->dist.rank != 0) {
-    /* one voice: progress, notes and results are rank 0's; errors go to the kept stderr */
-    fflush(stdout);
-    fflush(stderr);
-    err_fd = dup(2);
-    int null = open("/dev/null", O_WRONLY);
-    if (err_fd < 0 || null < 0)
-      return GP_ERR(GP_ERR_IO, "cannot quiet the output of rank %d", r->dist.rank);
-    dup2(null, 1);
-    dup2(null, 2);
-    close(null);
-  }
-  /* from the start: a process stopped while the others load would hang their first agreement */
   double t = tr_flags[F_LIVENESS].given ? (double)tr_flags[F_LIVENESS].i : 20;
-  gp_dist_on_end(&r->dist, gp_interrupt_quiet); /* another process's line says why */
-  return gp_dist_liveness_start(&r->dist, t, "gpipe-train", err_fd < 0 ? 2 : err_fd);
+  return gp_cli_dist_start(&r->dist, "gpipe-train", t);
 }
 
 void tr_dist_speak(void) {
-  if (err_fd >= 0) dup2(err_fd, 2);
+  gp_cli_dist_speak();
 }
 
 int tr_dist_voice(const run *r) {
@@ -72,17 +56,7 @@ gp_status tr_dist_layout(run *r, gp_plan *plan) {
 }
 
 gp_status tr_dist_agree(run *r, gp_status s, int *reported_elsewhere) {
-  *reported_elsewhere = 0;
-  if (r->dist.world == 1) return s;
-  /* the lowest failing rank reports: -rank maximized; W stands for none */
-  int64_t v[2] = {s != GP_OK ? -(int64_t)r->dist.rank : -(int64_t)r->dist.world,
-                  s != GP_OK ? (int64_t)gp_status_exit_code(s) : 0};
-  gp_status e = gp_dist_max(&r->dist, v, 2);
-  if (e != GP_OK) return e;
-  if (v[0] == -(int64_t)r->dist.world) return GP_OK;
-  if (-v[0] == r->dist.rank) return s;
-  *reported_elsewhere = 1;
-  return v[1] == 2 ? GP_ERR_USAGE : GP_ERR_RUNTIME;
+  return gp_cli_dist_agree(&r->dist, s, reported_elsewhere);
 }
 
 void tr_dist_note_share(const run *r) {
@@ -99,60 +73,8 @@ void tr_dist_note_share(const run *r) {
   fclose(fp);
 }
 
-/* The numbers of a stage's statistics that the report reads, as integers (times in ns): the
- * maximum over the processes is the holder's (the others have zeros), or the slowest
- * replica's. */
-enum { ST_MEM, ST_STEPS, ST_SPAN, ST_BUSY, ST_FWD, ST_BWD, ST_DEV, ST_AR, ST_ARW, ST_ARB, ST_ARS,
-       ST_KIND, ST_N = ST_KIND + GP_A_KINDS };
-
-static void pack(const gp_stage_stats *ss, int64_t *v) {
-  const double ns = 1e9;
-  v[ST_MEM] = (int64_t)ss->mem_peak;
-  v[ST_STEPS] = ss->steps;
-  v[ST_SPAN] = (int64_t)(ss->span_s * ns);
-  v[ST_BUSY] = (int64_t)(ss->wall_busy_s * ns);
-  v[ST_FWD] = (int64_t)(ss->fwd_s * ns);
-  v[ST_BWD] = (int64_t)(ss->bwd_s * ns);
-  v[ST_DEV] = ss->device_time;
-  v[ST_AR] = (int64_t)(ss->allreduce_s * ns);
-  v[ST_ARW] = (int64_t)(ss->allreduce_wait_s * ns);
-  v[ST_ARB] = ss->allreduce_bytes;
-  v[ST_ARS] = ss->allreduce_steps;
-  for (int k = 0; k < GP_A_KINDS; k++)
-    v[ST_KIND + k] = (int64_t)(ss->wall_s[k] * ns);
-}
-
-static void unpack(const int64_t *v, gp_stage_stats *ss) {
-  const double ns = 1e-9;
-  ss->mem_peak = (size_t)v[ST_MEM];
-  ss->steps = v[ST_STEPS];
-  ss->span_s = (double)v[ST_SPAN] * ns;
-  ss->wall_busy_s = (double)v[ST_BUSY] * ns;
-  ss->fwd_s = (double)v[ST_FWD] * ns;
-  ss->bwd_s = (double)v[ST_BWD] * ns;
-  ss->device_time = (int)v[ST_DEV];
-  ss->allreduce_s = (double)v[ST_AR] * ns;
-  ss->allreduce_wait_s = (double)v[ST_ARW] * ns;
-  ss->allreduce_bytes = v[ST_ARB];
-  ss->allreduce_steps = v[ST_ARS];
-  for (int k = 0; k < GP_A_KINDS; k++)
-    ss->wall_s[k] = (double)v[ST_KIND + k] * ns;
-}
-
 gp_status tr_dist_stats(run *r, gp_stage_stats *all) {
-  const int k = gp_pipeline_stages(r->t.pl);
-  for (int s = 0; s < k; s++)
-    gp_pipeline_stats(r->t.pl, s, &all[s]);
-  if (r->dist.world == 1) return GP_OK;
-  int64_t *v = calloc((size_t)k * ST_N, sizeof *v);
-  if (!v) return GP_ERR(GP_ERR_NOMEM, "out of memory for the stages' statistics");
-  for (int s = 0; s < k; s++)
-    if (gp_pipeline_local(r->t.pl, s)) pack(&all[s], v + (size_t)s * ST_N);
-  gp_status st = gp_dist_max(&r->dist, v, k * ST_N);
-  for (int s = 0; st == GP_OK && s < k; s++)
-    unpack(v + (size_t)s * ST_N, &all[s]);
-  free(v);
-  return st;
+  return gp_cli_dist_stats(&r->dist, r->t.pl, all);
 }
 
 int tr_dist_fail(run *r, gp_status s, const char *hint) {
@@ -164,17 +86,7 @@ int tr_dist_fail(run *r, gp_status s, const char *hint) {
     gp_dist_finalize(&r->dist);
     return gp_interrupt_exit_code();
   }
-  tr_dist_speak();
-  char lost[256];
-  if (gp_dist_lost(&r->dist, lost, sizeof lost)) /* the cause of the MPI error it made here */
-    fprintf(stderr, "gpipe-train: %s: %s: ending the run\n", gp_dist_who(&r->dist), lost);
-  else if (!gp_dist_ended(&r->dist)) /* else another process said why the run ends */
-    fprintf(stderr, "gpipe-train: %s: %s%s\n", gp_dist_who(&r->dist), gp_error_message(),
-            hint ? hint : "");
-  fflush(stderr);
-  int code = gp_status_exit_code(s);
-  gp_dist_abort(&r->dist, code ? code : 1);
-  return code;
+  return gp_cli_dist_fail(&r->dist, "gpipe-train", s, hint);
 }
 
 /* Every process's outcome: GP_OK when all wrote their part, else this one's error or a line

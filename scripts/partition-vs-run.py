@@ -12,7 +12,8 @@ than the tolerance (issue 49's acceptance: 15% at W <= 2).
 Fields read from each run: stages, micro_batches, schedule, remat, batch_size, balance,
 samples_per_s, peak_bytes (per stage: the activation peak, without weights), fits, baseline;
 and where the MPI runtime writes them, processes and replicas (absent: 1), and link figures
-handoff_bytes_per_s / handoff_latency_s (within the host) if measured. The model file is the
+handoff_bytes_per_s / handoff_latency_s (within the host) if measured: the run's, else the
+machine object's (gpipe-bench measures them once under mpirun). The model file is the
 JSON's model_file unless --model says. Baselines and runs that did not fit are skipped."""
 import argparse
 import json
@@ -20,7 +21,7 @@ import subprocess
 import sys
 
 
-def predict(part, model, run, threads, extra):
+def predict(part, model, run, threads, extra, machine):
     cmd = [part, model, "--stages", str(run["stages"]), "--micro-batches",
            str(run["micro_batches"]), "--schedule", run["schedule"], "--remat", run["remat"],
            "--batch-size", str(run["batch_size"]), "--by", "time", "--threads", str(threads),
@@ -29,9 +30,12 @@ def predict(part, model, run, threads, extra):
     if run.get("balance"):
         b = run["balance"]  # gpipe-bench writes "2,5"
         cmd += ["--balance", b if isinstance(b, str) else ",".join(str(x) for x in b)]
-    if "handoff_bytes_per_s" in run and "--link-local" not in extra:
-        cmd += ["--link-local", "%g,%g" % (run["handoff_bytes_per_s"] / 1e9,
-                                           run.get("handoff_latency_s", 0) * 1e6)]
+    # gpipe-bench measures the links once under mpirun, into its machine object; a run's own
+    # figures, where a JSON has them, win
+    link = run if run.get("handoff_bytes_per_s") else machine
+    if link.get("handoff_bytes_per_s") and "--link-local" not in extra:
+        cmd += ["--link-local", "%g,%g" % (link["handoff_bytes_per_s"] / 1e9,
+                                           (link.get("handoff_latency_s") or 0) * 1e6)]
     out = subprocess.run(cmd + extra, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit("partition-vs-run: %s failed: %s" % (" ".join(cmd), out.stderr.strip()))
@@ -57,7 +61,7 @@ def main():
     for run in bench["runs"]:
         if run.get("baseline") or not run.get("fits", True) or not run.get("samples_per_s"):
             continue
-        p = predict(a.partition, model, run, threads, a.extra)
+        p = predict(a.partition, model, run, threads, a.extra, bench.get("machine", {}))
         d = p["distributed"]
         meas = run["batch_size"] / run["samples_per_s"]
         off = d["step_s"] / meas - 1

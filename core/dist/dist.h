@@ -62,6 +62,14 @@ gp_status gp_dist_max_i32(gp_dist *d, int32_t *v, int64_t n);
 /* Whether every process's flag is set: 1 when all are, 0 otherwise. */
 gp_status gp_dist_all(gp_dist *d, int flag, int *all);
 
+/* ---- the links, measured (gpipe-bench; every process calls them, in the same order) ---- */
+/* The one-way time of a `bytes` message between ranks 0 and 1: the median of `trips` round
+ * trips, halved (the other ranks wait); on every process. */
+gp_status gp_dist_pingpong(gp_dist *d, size_t bytes, int trips, double *one_way_s);
+/* The median time of `reps` all-reduces (sums) of `bytes` of floats over every process; on
+ * every process. */
+gp_status gp_dist_allreduce_time(gp_dist *d, size_t bytes, int reps, double *s);
+
 /* ---- point to point between the positions of this process's replica (any thread) ---- */
 typedef struct gp_net_req gp_net_req;
 gp_status gp_net_isend(gp_dist *d, int pos, int tag, const void *buf, size_t bytes,

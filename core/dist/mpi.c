@@ -256,6 +256,83 @@ gp_status gp_dist_all(gp_dist *d, int flag, int *all) {
   return GP_OK;
 }
 
+/* ---- the links, measured ---- */
+
+#define TAG_PING 9
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return 0.5 * (v[(n - 1) / 2] + v[n / 2]);
+}
+
+gp_status gp_dist_pingpong(gp_dist *d, size_t bytes, int trips, double *one_way_s) {
+  *one_way_s = 0;
+  if (!d || !d->impl || d->world < 2 || trips < 1) return GP_OK;
+  if (bytes > INT32_MAX) return GP_ERR(GP_ERR_USAGE, "internal: a ping of %zu bytes", bytes);
+  char *buf = calloc(bytes ? bytes : 1, 1);
+  double *t = malloc(sizeof *t * (size_t)trips);
+  if (!buf || !t) {
+    free(buf);
+    free(t);
+    return GP_ERR(GP_ERR_NOMEM, "out of memory measuring the hand-offs");
+  }
+  MPI_Comm c = d->impl->main;
+  int rc = MPI_Barrier(c);
+  for (int i = 0; rc == MPI_SUCCESS && i < trips && d->rank < 2; i++) {
+    double t0 = MPI_Wtime();
+    if (d->rank == 0) {
+      rc = MPI_Send(buf, (int)bytes, MPI_BYTE, 1, TAG_PING, c);
+      if (rc == MPI_SUCCESS)
+        rc = MPI_Recv(buf, (int)bytes, MPI_BYTE, 1, TAG_PING, c, MPI_STATUS_IGNORE);
+    } else {
+      rc = MPI_Recv(buf, (int)bytes, MPI_BYTE, 0, TAG_PING, c, MPI_STATUS_IGNORE);
+      if (rc == MPI_SUCCESS) rc = MPI_Send(buf, (int)bytes, MPI_BYTE, 0, TAG_PING, c);
+    }
+    t[i] = MPI_Wtime() - t0;
+  }
+  double v = rc == MPI_SUCCESS && d->rank == 0 ? median(t, trips) / 2 : 0;
+  free(buf);
+  free(t);
+  if (rc != MPI_SUCCESS) return mpi_err(rc, "MPI_Send/MPI_Recv");
+  MPI_TRY(MPI_Bcast(&v, 1, MPI_DOUBLE, 0, c), "MPI_Bcast");
+  *one_way_s = v;
+  return GP_OK;
+}
+
+gp_status gp_dist_allreduce_time(gp_dist *d, size_t bytes, int reps, double *s) {
+  *s = 0;
+  if (!d || !d->impl || reps < 1) return GP_OK;
+  size_t n = bytes / sizeof(float);
+  if (n < 1 || n > INT32_MAX)
+    return GP_ERR(GP_ERR_USAGE, "internal: an all-reduce of %zu bytes", bytes);
+  float *v = calloc(n, sizeof *v);
+  double *t = malloc(sizeof *t * (size_t)reps);
+  if (!v || !t) {
+    free(v);
+    free(t);
+    return GP_ERR(GP_ERR_NOMEM, "out of memory measuring the all-reduce");
+  }
+  MPI_Comm c = d->impl->main;
+  int rc = MPI_Barrier(c);
+  for (int i = 0; rc == MPI_SUCCESS && i < reps; i++) {
+    double t0 = MPI_Wtime();
+    rc = MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_FLOAT, MPI_SUM, c);
+    t[i] = MPI_Wtime() - t0;
+  }
+  /* each process times its own part: the slowest's is the collective's */
+  double m = rc == MPI_SUCCESS ? median(t, reps) : 0;
+  free(v);
+  free(t);
+  if (rc != MPI_SUCCESS) return mpi_err(rc, "MPI_Allreduce");
+  MPI_TRY(MPI_Allreduce(&m, s, 1, MPI_DOUBLE, MPI_MAX, c), "MPI_Allreduce");
+  return GP_OK;
+}
+
 /* ---- point to point ---- */
 
 static gp_status post(gp_dist *d, int recv, int pos, int tag, void *buf, size_t bytes,

@@ -114,3 +114,13 @@ gp_status gp_dist_liveness_start(gp_dist *d, double timeout_s, const char *prog,
 void gp_dist_liveness_stop(gp_dist *d) {
   (void)d;
 }
+gp_status gp_dist_pingpong(gp_dist *d, size_t bytes, int trips, double *one_way_s) {
+  (void)d, (void)bytes, (void)trips;
+  *one_way_s = 0;
+  return GP_OK;
+}
+gp_status gp_dist_allreduce_time(gp_dist *d, size_t bytes, int reps, double *s) {
+  (void)d, (void)bytes, (void)reps;
+  *s = 0;
+  return GP_OK;
+}

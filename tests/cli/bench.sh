@@ -333,11 +333,18 @@ esac
 # the same under except_last: the work factor's recompute (work naive-K never does) is named,
 # with the factor it would be without it
 sed 's/remat: never/remat: except_last/' "$tmp/stem.yaml" >"$tmp/stem-el.yaml"
-if "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --partition "$tmp/stem-el.yaml" \
+# as above, a busy machine may lift the share over 85% (no note): tried again, three times at most
+el_rc=1
+for attempt in 1 2 3; do
+if ! "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --partition "$tmp/stem-el.yaml" \
     --micro-batches 4 "${fast[@]}" --quiet >"$tmp/s" 2>"$tmp/err"; then
-  python3 - "$tmp/s" <<'PY' && ok || bad "of-ideal recompute: $(cat "$tmp/s")"
+  el_rc=2; break
+fi
+python3 - "$tmp/s" >"$tmp/why" 2>&1 <<'PY'
 import re, sys
 notes = [l for l in open(sys.argv[1]).read().splitlines() if l.startswith("of ideal ")]
+if not notes:
+    sys.exit(3)
 assert len(notes) == 1, notes
 m = re.match(r"of ideal K=2 M=4 gpipe except_last: \d+% = work x([0-9.]+) \(stages busy ([0-9.]+) "
              r"ms a step against naive-2's ([0-9.]+); ([0-9.]+) of them recomputing forwards, "
@@ -347,9 +354,15 @@ work, bp, bn, rec, without = (float(x) for x in m.groups())
 assert 0 < rec < bp and abs(work - bn / bp) < 0.006, m.groups()
 assert abs(without - bn / (bp - rec)) < 0.006 and without > work, m.groups()
 PY
-else
-  bad "stem-alone plan, except_last, exited $?: $(cat "$tmp/err")"
-fi
+el_rc=$?
+[ "$el_rc" = 3 ] || break
+done
+case $el_rc in
+  0) ok ;;
+  2) bad "stem-alone plan, except_last, exited with an error: $(cat "$tmp/err")" ;;
+  3) bad "of-ideal recompute: three runs at 85% or more of the ideal: $(cat "$tmp/s")" ;;
+  *) bad "of-ideal recompute: $(cat "$tmp/why" "$tmp/s")" ;;
+esac
 # recompute_ms: each stage's time in re-materializing forwards, none without recomputing
 if "$bench" "$mlp" --stages 2 --micro-batches 1,4 --remat never,except_last,always \
     "${fast[@]}" --json --quiet >"$tmp/rj" 2>"$tmp/err"; then
@@ -696,6 +709,23 @@ grep -q "^gpipe-bench: --csv .*/out: is the file the program's standard output g
 "$bench" "$mlp" --set pipeline.micro_batches=200 --batch-size 256 --stages 1 --steps 1 \
   --warmup 0 --quiet >"$tmp/out" 2>"$tmp/err" && ok ||
   bad "--set pipeline.micro_batches=200 --batch-size 256: exit $?: $(cat "$tmp/err")"
+# one process holds no replica but the one: R = 2 is skipped with the layout's reason, and a
+# sweep of nothing but R = 2 is one line
+expect 2 "no layout fits" "$mlp" --stages 2 --replicas 2 --steps 1 --warmup 0
+grep -q "^gpipe-bench: nothing to run: no layout of --stages and --replicas fits 1 process (K=2 R=2: --replicas 2 with 1 processes: each replica needs a process of its own" \
+  "$tmp/err" && ok || bad "no layout fits: $(cat "$tmp/err")"
+if "$bench" "$mlp" --stages 2 --replicas 1,2 --micro-batches 2 "${fast[@]}" --quiet --json \
+    >"$tmp/rj" 2>"$tmp/err"; then
+  python3 - "$tmp/rj" <<'PY' && ok || bad "--replicas 1,2 in one process: $(cat "$tmp/rj")"
+import json, sys
+b = json.load(open(sys.argv[1]))
+assert b["machine"]["processes"] == 1 and b["machine"]["handoff_latency_s"] is None, b["machine"]
+assert [s.split(" (")[0] for s in b["skipped"]] == ["K=1 R=2, the one-stage reference", "K=2 R=2"], b["skipped"]
+assert all(r["replicas"] == 1 and r["processes"] == 1 and r["allreduce_ms"] is None
+           for r in b["runs"]), b["runs"]
+assert [(r["stages"], r["micro_batches"]) for r in b["runs"]] == [(1, 1), (2, 1), (2, 2)], b["runs"]
+PY
+else bad "--replicas 1,2 in one process: exit $?: $(cat "$tmp/err")"; fi
 expect 2 "no M fits the batch" "$mlp" --batch-size 8 --micro-batches 16,32 --steps 1 --warmup 0
 grep -q "^gpipe-bench: nothing to run: every micro-batch count exceeds the batch of 8$" \
   "$tmp/err" && ok || bad "no M fits the batch: $(cat "$tmp/err")"
