@@ -144,3 +144,32 @@ gp_status gp_io_write_file(const char *path, gp_io_writer write, void *ctx) {
   gp_io_temp_release(tmp);
   return s == GP_OK ? sync_dir(path, dst) : s;
 }
+
+gp_status gp_io_read_text(const char *path, size_t max_bytes, const char *what, char **text,
+                          size_t *len) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return GP_ERR(GP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  char *buf = malloc(max_bytes + 1);
+  if (!buf) {
+    fclose(fp);
+    return GP_ERR(GP_ERR_NOMEM, "%s: out of memory", path);
+  }
+  size_t n = fread(buf, 1, max_bytes + 1, fp);
+  int err = ferror(fp);
+  fclose(fp);
+  gp_status st = GP_OK;
+  if (err)
+    st = GP_ERR(GP_ERR_IO, "%s: cannot read", path);
+  else if (n > max_bytes)
+    st = GP_ERR(GP_ERR_SPEC, "%s:1:1: more than %zu bytes; not %s", path, max_bytes, what);
+  else if (memchr(buf, 0, n))
+    st = GP_ERR(GP_ERR_SPEC, "%s:1:1: a NUL byte in the file (is it a text file?)", path);
+  if (st != GP_OK) {
+    free(buf);
+    return st;
+  }
+  buf[n] = 0;
+  *text = buf;
+  if (len) *len = n;
+  return GP_OK;
+}

@@ -38,6 +38,12 @@ int gp_io_temp_remove_stale(const char *dst, int any_pid);
 typedef gp_status (*gp_io_writer)(FILE *f, void *ctx);
 gp_status gp_io_write_file(const char *path, gp_io_writer write, void *ctx);
 
+/* The whole of a small text file, NUL-terminated in *text (the caller frees it; len may be
+ * NULL): one line starting with path for a file that is missing or unreadable, larger than
+ * max_bytes or not text (a NUL byte), naming `what` it should have been ("a plan file"). */
+gp_status gp_io_read_text(const char *path, size_t max_bytes, const char *what, char **text,
+                          size_t *len);
+
 /* The temporary files being written, so that a program stopped by a signal removes them.
  * gp_io_temp_claim records a name just before the file is created, gp_io_temp_release forgets
  * it once it was renamed or removed; both are thread-safe. gp_io_temp_remove_all unlinks the

@@ -7,38 +7,11 @@
 #include <string.h>
 
 #include "core/dist/layout.h"
+#include "core/io/target.h"
 #include "core/spec/cfg.h"
 
 /* A cluster file is a few lines; anything this large is some other file. */
 #define CLUSTER_MAX_BYTES (64 * 1024)
-
-static gp_status read_text(const char *path, char **out) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return GP_ERR(GP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  char *buf = malloc(CLUSTER_MAX_BYTES + 1);
-  if (!buf) {
-    fclose(fp);
-    return GP_ERR(GP_ERR_NOMEM, "%s: out of memory", path);
-  }
-  size_t n = fread(buf, 1, CLUSTER_MAX_BYTES + 1, fp);
-  int err = ferror(fp);
-  fclose(fp);
-  gp_status st = GP_OK;
-  if (err)
-    st = GP_ERR(GP_ERR_IO, "%s: cannot read", path);
-  else if (n > CLUSTER_MAX_BYTES)
-    st = GP_ERR(GP_ERR_SPEC, "%s:1:1: more than %d bytes; not a cluster file", path,
-                CLUSTER_MAX_BYTES);
-  else if (memchr(buf, 0, n))
-    st = GP_ERR(GP_ERR_SPEC, "%s:1:1: a NUL byte in the file (is it a text file?)", path);
-  if (st != GP_OK) {
-    free(buf);
-    return st;
-  }
-  buf[n] = 0;
-  *out = buf;
-  return GP_OK;
-}
 
 /* link_x: GB/s, or [GB/s, latency in microseconds]. */
 static gp_status read_link(gp_cfg *c, const char *key, const char *path, gp_link *out) {
@@ -88,7 +61,7 @@ static gp_status parse(gp_cfg *c, const char *path, gp_cluster *out) {
 gp_status gp_cluster_read(const char *path, gp_cluster *out) {
   memset(out, 0, sizeof *out);
   char *text = NULL;
-  GP_TRY(read_text(path, &text));
+  GP_TRY(gp_io_read_text(path, CLUSTER_MAX_BYTES, "a cluster file", &text, NULL));
   gp_cfg *c = NULL;
   gp_status st = gp_cfg_parse(text, path, &c);
   free(text);

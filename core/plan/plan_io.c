@@ -374,35 +374,6 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
   return GP_OK;
 }
 
-static gp_status read_text(const char *path, char **text, size_t *len) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return GP_ERR(GP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  char *buf = malloc(GP_PLAN_MAX_BYTES + 1);
-  if (!buf) {
-    fclose(fp);
-    return GP_ERR(GP_ERR_NOMEM, "%s: out of memory", path);
-  }
-  size_t n = fread(buf, 1, GP_PLAN_MAX_BYTES + 1, fp);
-  int err = ferror(fp);
-  fclose(fp);
-  gp_status st = GP_OK;
-  if (err)
-    st = GP_ERR(GP_ERR_IO, "%s: cannot read", path);
-  else if (n > GP_PLAN_MAX_BYTES)
-    st = GP_ERR(GP_ERR_SPEC, "%s:1:1: more than %zu bytes; not a plan file", path,
-                GP_PLAN_MAX_BYTES);
-  else if (memchr(buf, 0, n))
-    st = GP_ERR(GP_ERR_SPEC, "%s:1:1: a NUL byte in the file (is it a text file?)", path);
-  if (st != GP_OK) {
-    free(buf);
-    return st;
-  }
-  buf[n] = 0;
-  *text = buf;
-  *len = n;
-  return GP_OK;
-}
-
 /* A plan is one document: anything after a '---' would be ignored. */
 static gp_status no_second_document(const char *path, yaml_parser_t *p) {
   yaml_document_t more;
@@ -423,7 +394,7 @@ gp_status gp_plan_read(const char *path, const gp_model *m, gp_plan *out) {
   memset(out, 0, sizeof *out);
   char *text = NULL;
   size_t len = 0;
-  GP_TRY(read_text(path, &text, &len));
+  GP_TRY(gp_io_read_text(path, GP_PLAN_MAX_BYTES, "a plan file", &text, &len));
   reader r = {.path = path};
   yaml_parser_t p;
   if (!yaml_parser_initialize(&p)) {
