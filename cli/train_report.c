@@ -68,8 +68,8 @@ void tr_report_data(run *r, double wall) {
             st.skipped, st.skipped == 1 ? "" : "s", st.first_skip);
 }
 
-/* Replicas: how long the gradients' all-reduce took a step, how much of it ran under the
- * backward (hidden), and at what bandwidth (a ring moves 2 (R-1)/R of the bytes). */
+/* Replicas: how long the gradients' all-reduce took a step (from its first bucket, started
+ * under the last backward, to its end) and how much of that ran under the backward (hidden). */
 static void tr_report_allreduce(const run *r, const gp_stage_stats *all) {
   const int R = r->m->pipeline.replicas;
   double span = 0, wait = 0;
@@ -81,10 +81,9 @@ static void tr_report_allreduce(const run *r, const gp_stage_stats *all) {
     steps = steps > all[s].allreduce_steps ? steps : all[s].allreduce_steps;
   }
   if (R < 2 || steps < 1 || span <= 0) return;
-  printf("all-reduce: %.2f MiB of gradients a step over %d replicas, %.2f ms a step, %.0f%% "
-         "hidden under the backward, %.2f GB/s over that time (a ring moves 2(R-1)/R of the bytes)\n",
-         (double)bytes / steps / 1048576.0, R, 1e3 * span / steps, 100.0 * (1.0 - wait / span),
-         2.0 * (R - 1) / R * (double)bytes / span / 1e9);
+  printf("all-reduce: %.2f MiB of gradients a step over %d replicas, %.2f ms a step from its "
+         "first bucket to its end, %.0f%% of it hidden under the backward\n",
+         (double)bytes / steps / 1048576.0, R, 1e3 * span / steps, 100.0 * (1.0 - wait / span));
 }
 
 /* With stages: how busy each was per training step (on a GPU, the GPU's time) and how much of
