@@ -10,7 +10,7 @@
 static volatile sig_atomic_t received;
 static volatile sig_atomic_t graceful_mode;
 static volatile sig_atomic_t quiet; /* another process reported the run's end: no line here */
-static char at_once[3][160]; /* "PROG: SIGINT|SIGTERM received: stopped at once\n" */
+static char at_once[3][160];        /* "PROG: SIGINT|SIGTERM received: stopped at once\n" */
 static size_t at_once_len[3];
 static char notice[3][320]; /* graceful: "PROG: SIGINT received: stopping after ...\n" */
 static size_t notice_len[3];

@@ -112,7 +112,7 @@ gp_flag tr_flags[] = {
 
 int tr_ckpt_stale, tr_out_stale;
 
-static run *the_run; /* for tr_fail: errors across processes name the rank */
+static run *the_run;  /* for tr_fail: errors across processes name the rank */
 static int voice = 1; /* this process speaks for the run: it checks and claims the outputs */
 
 int tr_fail(gp_status s) {

@@ -34,16 +34,16 @@ int tr_dist_voice(const run *r) {
 
 gp_status tr_dist_check(const run *r) {
   gp_layout lay;
-  return gp_layout_make(r->dist.world, r->dist.rank, r->m->pipeline.replicas,
-                        r->m->pipeline.stages, NULL, &lay);
+  return gp_layout_make(r->dist.world, r->dist.rank, r->m->pipeline.replicas, r->m->pipeline.stages,
+                        NULL, &lay);
 }
 
 gp_status tr_dist_layout(run *r, gp_plan *plan) {
   const gp_model *m = r->m;
   if (r->dist.world == 1 && m->pipeline.replicas == 1) return GP_OK;
   gp_layout lay;
-  GP_TRY(gp_layout_make(r->dist.world, r->dist.rank, m->pipeline.replicas, plan->stages, NULL,
-                        &lay));
+  GP_TRY(
+      gp_layout_make(r->dist.world, r->dist.rank, m->pipeline.replicas, plan->stages, NULL, &lay));
   GP_TRY(gp_dist_set_layout(&r->dist, &lay));
   /* GPU stages take the host's GPUs by local rank (processes of a host sharing them in turn)
    * unless --devices names them */
@@ -82,7 +82,8 @@ int tr_dist_fail(run *r, gp_status s, const char *hint) {
   if (s == GP_ERR_INTERRUPTED && gp_interrupted()) {
     /* a signal every process agreed on (the same step, the same checkpoint): rank 0 says so,
      * and they all end as one process would */
-    if (r->dist.rank == 0) fprintf(stderr, "gpipe-train: %s%s\n", gp_error_message(), hint ? hint : "");
+    if (r->dist.rank == 0)
+      fprintf(stderr, "gpipe-train: %s%s\n", gp_error_message(), hint ? hint : "");
     gp_dist_finalize(&r->dist);
     return gp_interrupt_exit_code();
   }
@@ -97,8 +98,10 @@ static gp_status all_wrote(run *r, gp_status s, const char *what) {
   if (s != GP_OK) return s;
   if (a != GP_OK) return a;
   return all ? GP_OK
-             : GP_ERR(GP_ERR_IO, "%s: another process could not write its part (its line says "
-                      "why)", what);
+             : GP_ERR(GP_ERR_IO,
+                      "%s: another process could not write its part (its line says "
+                      "why)",
+                      what);
 }
 
 gp_status tr_dist_save_weights(run *r, const char *path) {
@@ -146,7 +149,8 @@ gp_status tr_dist_shared_dir(run *r) {
   GP_TRY(gp_dist_barrier(&r->dist));
   if (r->dist.rank == 0) remove(probe);
   if (blind < 0) return GP_OK;
-  return GP_ERR(GP_ERR_USAGE, "--checkpoint-dir %s: rank %" PRId64 " does not see the files rank 0 "
+  return GP_ERR(GP_ERR_USAGE,
+                "--checkpoint-dir %s: rank %" PRId64 " does not see the files rank 0 "
                 "writes there: processes on several hosts need a folder every host shares",
                 tr_flags[F_CKPT_DIR].s, blind);
 }

@@ -222,7 +222,7 @@ gp_status tr_train(run *r) {
   int complete = tr_flags[F_RESUME].given && r->t.step == total && !pos.eval_due;
   int64_t log_dropped = 0;
   if (tr_flags[F_LOG].given && !complete && tr_dist_voice(r)) { /* rank 0 writes the log; a
-                                                                  * finished run's is left */
+                                                                 * finished run's is left */
     if (r->t.step)
       GP_TRY(gp_progress_log_resume(tr_flags[F_LOG].s, r->t.step, (int)pos.eval_due, &r->log,
                                     &log_dropped));

@@ -16,11 +16,11 @@
 typedef struct gp_dist_impl gp_dist_impl;
 
 typedef struct gp_dist {
-  int world, rank;             /* W processes, this one */
-  int local_rank, local_size;  /* among the processes of this host */
-  char host[64];               /* this host's name */
-  gp_layout lay;               /* gp_dist_set_layout's */
-  gp_dist_impl *impl;          /* NULL: one process, no MPI */
+  int world, rank;            /* W processes, this one */
+  int local_rank, local_size; /* among the processes of this host */
+  char host[64];              /* this host's name */
+  gp_layout lay;              /* gp_dist_set_layout's */
+  gp_dist_impl *impl;         /* NULL: one process, no MPI */
 } gp_dist;
 
 /* The processes the launcher started, from its environment (Open MPI, MPICH/Hydra, Slurm);

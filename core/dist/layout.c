@@ -15,18 +15,23 @@ gp_status gp_layout_make(int world, int rank, int replicas, int stages, const in
   if (world < 1 || world > GP_MAX_PROCESSES)
     return GP_ERR(GP_ERR_USAGE, "%d processes: gpipe runs 1 to %d", world, GP_MAX_PROCESSES);
   if (replicas < 1 || replicas > world)
-    return GP_ERR(GP_ERR_USAGE, "--replicas %d with %d processes: each replica needs a process "
-                  "of its own (use --replicas 1 to %d)", replicas, world, world);
+    return GP_ERR(GP_ERR_USAGE,
+                  "--replicas %d with %d processes: each replica needs a process "
+                  "of its own (use --replicas 1 to %d)",
+                  replicas, world, world);
   if (world % replicas)
-    return GP_ERR(GP_ERR_USAGE, "--replicas %d does not divide %d processes: every replica has "
+    return GP_ERR(GP_ERR_USAGE,
+                  "--replicas %d does not divide %d processes: every replica has "
                   "as many processes (launch a multiple of %d, or use a --replicas that divides "
-                  "%d)", replicas, world, replicas, world);
+                  "%d)",
+                  replicas, world, replicas, world);
   int P = world / replicas;
   if (stages < P)
-    return GP_ERR(GP_ERR_USAGE, "%d processes a replica (%d processes / %d replicas) but %d "
+    return GP_ERR(GP_ERR_USAGE,
+                  "%d processes a replica (%d processes / %d replicas) but %d "
                   "stage%s: each process needs a stage of its own (use --stages %d or more, more "
-                  "--replicas, or fewer processes)", P, world, replicas, stages,
-                  stages == 1 ? "" : "s", P);
+                  "--replicas, or fewer processes)",
+                  P, world, replicas, stages, stages == 1 ? "" : "s", P);
   if (rank < 0 || rank >= world)
     return GP_ERR(GP_ERR_USAGE, "internal: rank %d of %d", rank, world);
   memset(out, 0, sizeof *out);
@@ -47,14 +52,17 @@ gp_status gp_layout_make(int world, int rank, int replicas, int stages, const in
   for (int s = 0; s < stages; s++) {
     int q = procs_of[s];
     if (q < p || q > p + 1 || (s == 0 && q != 0) || q >= P)
-      return GP_ERR(GP_ERR_USAGE, "processes: stage %d is on process %d: stages go to "
-                    "processes 0 to %d in order, each process taking a contiguous run", s, q,
-                    P - 1);
+      return GP_ERR(GP_ERR_USAGE,
+                    "processes: stage %d is on process %d: stages go to "
+                    "processes 0 to %d in order, each process taking a contiguous run",
+                    s, q, P - 1);
     if (q == p + 1) out->first[++p] = s;
   }
   if (p != P - 1)
-    return GP_ERR(GP_ERR_USAGE, "processes: only %d of a replica's %d processes hold a stage "
-                  "(every process needs one)", p + 1, P);
+    return GP_ERR(GP_ERR_USAGE,
+                  "processes: only %d of a replica's %d processes hold a stage "
+                  "(every process needs one)",
+                  p + 1, P);
   out->first[P] = stages;
   return GP_OK;
 }

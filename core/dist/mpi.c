@@ -15,12 +15,12 @@
 #include "core/env.h"
 
 struct gp_dist_impl {
-  MPI_Comm main;    /* the main thread's agreements */
-  MPI_Comm p2p;     /* this replica's positions: hand-offs */
-  MPI_Comm coll;    /* this replica's positions: the stages' sums */
-  MPI_Comm all;     /* every process: sums over the replicas */
-  MPI_Comm hb;      /* the liveness thread's */
-  MPI_Comm *stage;  /* K: across the replicas, for the stages this process holds (else NULL) */
+  MPI_Comm main;   /* the main thread's agreements */
+  MPI_Comm p2p;    /* this replica's positions: hand-offs */
+  MPI_Comm coll;   /* this replica's positions: the stages' sums */
+  MPI_Comm all;    /* every process: sums over the replicas */
+  MPI_Comm hb;     /* the liveness thread's */
+  MPI_Comm *stage; /* K: across the replicas, for the stages this process holds (else NULL) */
   int n_stage;
   int tag_max;
   pthread_t hb_thread;
@@ -53,10 +53,10 @@ static gp_status mpi_err(int rc, const char *what) {
   msg[len] = 0;
   return GP_ERR(GP_ERR_RUNTIME, "MPI %s failed: %s", what, msg);
 }
-#define MPI_TRY(call, what)                      \
-  do {                                           \
-    int rc_ = (call);                            \
-    if (rc_ != MPI_SUCCESS) return mpi_err(rc_, what); \
+#define MPI_TRY(call, what)                                                                        \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ != MPI_SUCCESS) return mpi_err(rc_, what);                                             \
   } while (0)
 
 static gp_status comm_dup(MPI_Comm from, MPI_Comm *out) {
@@ -165,7 +165,7 @@ void gp_dist_abort(gp_dist *d, int code) {
       struct timespec ts = {0, 5 * 1000 * 1000};
       if (!all) nanosleep(&ts, NULL);
     }
-    if (rq) { /* the notices still in flight matter no more */
+    if (rq) {                                      /* the notices still in flight matter no more */
       struct timespec ts = {0, 100 * 1000 * 1000}; /* their liveness threads hear it */
       nanosleep(&ts, NULL);
     }
@@ -338,8 +338,10 @@ gp_status gp_dist_allreduce_time(gp_dist *d, size_t bytes, int reps, double *s) 
 static gp_status post(gp_dist *d, int recv, int pos, int tag, void *buf, size_t bytes,
                       gp_net_req **out) {
   if (bytes > (size_t)1 << 31)
-    return GP_ERR(GP_ERR_USAGE, "a hand-off of %zu bytes: at most 2 GiB a micro-batch between "
-                  "processes (use more micro-batches)", bytes);
+    return GP_ERR(GP_ERR_USAGE,
+                  "a hand-off of %zu bytes: at most 2 GiB a micro-batch between "
+                  "processes (use more micro-batches)",
+                  bytes);
   gp_net_req *r = malloc(sizeof *r);
   if (!r) return GP_ERR(GP_ERR_NOMEM, "out of memory for a hand-off");
   r->bytes = bytes;
@@ -385,8 +387,10 @@ gp_status gp_net_test(gp_net_req **r, int *done) {
   free(*r);
   *r = NULL;
   if (recv && (size_t)count != want)
-    return GP_ERR(GP_ERR_RUNTIME, "a hand-off of %d bytes arrived where %zu were expected "
-                  "(the processes run different models or plans?)", count, want);
+    return GP_ERR(GP_ERR_RUNTIME,
+                  "a hand-off of %d bytes arrived where %zu were expected "
+                  "(the processes run different models or plans?)",
+                  count, want);
   return GP_OK;
 }
 
@@ -533,8 +537,10 @@ static void *liveness(void *arg) {
       heard = now;
       MPI_Irecv(&in, 1, MPI_INT, prev, TAG_BEAT, x->hb, &rr);
     } else if (now - heard > x->hb_timeout) {
-      dprintf(x->hb_fd, "%s: %s: rank %d stopped answering (no heartbeat for %.0f s): ending the "
-              "run\n", x->hb_prog, x->who, prev, x->hb_timeout);
+      dprintf(x->hb_fd,
+              "%s: %s: rank %d stopped answering (no heartbeat for %.0f s): ending the "
+              "run\n",
+              x->hb_prog, x->who, prev, x->hb_timeout);
       gp_dist_abort(d, 1);
     }
     /* a process of this host that died is seen at once: the launcher ends the run a moment

@@ -14,8 +14,10 @@ gp_status gp_dist_init(gp_dist *d) {
   gp_layout_single(1, &d->lay);
   int w = gp_dist_launched();
   if (w > 1)
-    return GP_ERR(GP_ERR_USAGE, "launched as %d processes, but this gpipe was built without MPI "
-                  "(install libopenmpi-dev and rebuild with -Dmpi=auto)", w);
+    return GP_ERR(GP_ERR_USAGE,
+                  "launched as %d processes, but this gpipe was built without MPI "
+                  "(install libopenmpi-dev and rebuild with -Dmpi=auto)",
+                  w);
   return GP_OK;
 }
 
@@ -43,7 +45,8 @@ const char *gp_dist_who(const gp_dist *d) {
 }
 gp_status gp_dist_set_layout(gp_dist *d, const gp_layout *l) {
   d->lay = *l;
-  return l->world == 1 ? GP_OK : GP_ERR(GP_ERR_USAGE, "a layout of %d processes without MPI", l->world);
+  return l->world == 1 ? GP_OK
+                       : GP_ERR(GP_ERR_USAGE, "a layout of %d processes without MPI", l->world);
 }
 gp_status gp_dist_barrier(gp_dist *d) {
   (void)d;

@@ -103,8 +103,10 @@ gp_status gp_pl_ar_finish(stage *st) {
     GP_TRY(progress(st, &left));
     if (!left) break;
     if (now_s() > until)
-      return GP_ERR(GP_ERR_RUNTIME, "watchdog: stage %d waited more than %.0f s for the "
-                    "gradients' all-reduce", st->index, pl->watchdog_s);
+      return GP_ERR(GP_ERR_RUNTIME,
+                    "watchdog: stage %d waited more than %.0f s for the "
+                    "gradients' all-reduce",
+                    st->index, pl->watchdog_s);
     struct timespec ts = {0, 20000};
     nanosleep(&ts, NULL);
   }

@@ -280,9 +280,9 @@ gp_status gp_chan_grad(gp_chan *c, int m, float **out) {
   *out = c->slot[m].grad_to;
   if (!*out) return GP_OK;
   if (c->kind == GP_CHAN_NET)
-    return c->src->device < 0 ? GP_OK
-                              : c->src->from_host(c->src, *out, c->net[m].grad,
-                                                  gp_tensor_bytes(&c->slot[m].val));
+    return c->src->device < 0
+               ? GP_OK
+               : c->src->from_host(c->src, *out, c->net[m].grad, gp_tensor_bytes(&c->slot[m].val));
   return c->src->event_wait(c->src, GP_Q_COMPUTE, c->dst_done[m]);
 }
 

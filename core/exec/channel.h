@@ -82,8 +82,9 @@ typedef struct gp_chan {
   size_t cap;
   gp_event *host_free; /* after the last copy out of the staging */
   /* GP_CHAN_NET: this process's end (1: the producer's), the other end's position in the
-   * replica, the edge's tag (2 x its index: values; + 1 gradients; times M plus the micro-batch), the value's per-sample shape and dtype,
-   * whether this command sends gradients back, and micro entries */
+   * replica, the edge's tag (2 x its index: values; + 1 gradients; times M plus the micro-batch),
+   * the value's per-sample shape and dtype, whether this command sends gradients back, and micro
+   * entries */
   struct gp_dist *dist;
   int producer_end, peer, tag, training;
   gp_shape row_shape;

@@ -84,9 +84,9 @@ typedef struct stage_meter {
  * once that backward passed it, and nodes lie in order in the buffer, so [lo, n_train) is
  * final as the backward goes down. */
 typedef struct stage_ar {
-  int on;       /* this step's last backward is running: buckets start as layers finish */
-  int last_b;   /* the index of the stage's last backward action in its schedule */
-  int64_t lo;   /* [lo, hi) final, not started; [hi, n_train) started */
+  int on;     /* this step's last backward is running: buckets start as layers finish */
+  int last_b; /* the index of the stage's last backward action in its schedule */
+  int64_t lo; /* [lo, hi) final, not started; [hi, n_train) started */
   int64_t hi;
   int64_t *node_off; /* per node of the stage: its gradients' first float, -1: none */
   struct gp_net_req **req;
@@ -142,8 +142,8 @@ typedef struct pl_results {
 struct gp_pipeline {
   const gp_model *m; /* read only: each stage binds its own parameters */
   gp_plan plan;
-  gp_layout lay; /* which stages this process runs */
-  struct gp_dist *dist; /* NULL: one process */
+  gp_layout lay;            /* which stages this process runs */
+  struct gp_dist *dist;     /* NULL: one process */
   int first_local, n_local; /* the stages this process runs */
   int64_t base;             /* this replica's first sample in the global mini-batch */
   /* tests across processes: GP_TEST_NO_ALLREDUCE=1 leaves the replicas' gradients apart (the

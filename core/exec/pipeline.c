@@ -375,9 +375,10 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
   int64_t base;
   gp_batch mine = replica_share(pl, b, &base);
   if (pl->lay.replicas > 1 && mine.n < pl->micro)
-    return GP_ERR(GP_ERR_USAGE, "a batch of %lld over %d replicas leaves %lld samples a replica, "
-                  "fewer than its %d micro-batches", (long long)b->n, pl->lay.replicas,
-                  (long long)mine.n, pl->micro);
+    return GP_ERR(GP_ERR_USAGE,
+                  "a batch of %lld over %d replicas leaves %lld samples a replica, "
+                  "fewer than its %d micro-batches",
+                  (long long)b->n, pl->lay.replicas, (long long)mine.n, pl->micro);
   GP_TRY(split(pl, mine.n, 1)); /* (a stage still running a failed command: nothing written) */
   pl->base = base;
   pl->in = mine;
@@ -435,7 +436,8 @@ gp_status gp_pipeline_predict(gp_pipeline *pl, const gp_batch *b, gp_prediction 
   pl->pred = pred;
   gp_status s = gp_pipeline_eval(pl, b, out);
   pl->pred = NULL;
-  if (s == GP_OK && pl->dist && pred->argmax) s = gp_dist_max_i32(pl->dist, pred->argmax, b->n * per);
+  if (s == GP_OK && pl->dist && pred->argmax)
+    s = gp_dist_max_i32(pl->dist, pred->argmax, b->n * per);
   if (s == GP_OK) {
     pred->nll_sum = pl->results.nll_sum;
     pred->nll_count = pl->results.nll_count;

@@ -46,7 +46,8 @@ static gp_status wait_net(stage *st, _Atomic int *value, int want, const char *w
     if (now_s() > until)
       return GP_ERR(GP_ERR_RUNTIME,
                     "watchdog: stage %d waited more than %.0f s for %s of micro-batch %d from "
-                    "another process", st->index, pl->watchdog_s, what, micro);
+                    "another process",
+                    st->index, pl->watchdog_s, what, micro);
     if (i > 64 || !pl->spin) {
       struct timespec ts = {0, 20000};
       nanosleep(&ts, NULL);
@@ -118,7 +119,7 @@ static gp_exec exec_for(stage *st, const gp_pass *p, int micro, int training, in
                .micro = micro,
                .sample_offset = pl->base + pl->off[micro], /* in the global batch */
                .loss_count = training ? pl->targets : 1,
-               .on_layer = st->n_net || st->ar.on ? on_layer_net
+               .on_layer = st->n_net || st->ar.on  ? on_layer_net
                            : pl->trace && training ? gp_pl_record_layer
                                                    : NULL,
                .on_layer_ctx = st,
@@ -254,8 +255,7 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
     for (int o = 0; o < st->n_out; o++) { /* what it hands on: NaN * y = NaN */
       const gp_tensor *v = &p->val[st->out[o].t];
       if (v->dtype == GP_F32)
-        GP_TRY(st->be->axpby(st->be, gp_shape_numel(&v->shape), 0.0f, GP_F32P(v), NAN,
-                             GP_F32P(v)));
+        GP_TRY(st->be->axpby(st->be, gp_shape_numel(&v->shape), 0.0f, GP_F32P(v), NAN, GP_F32P(v)));
     }
     if (st->index == pl->k - 1) e.loss_sum = NAN;
   }

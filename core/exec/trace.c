@@ -123,8 +123,8 @@ static void write_stages(FILE *f, const gp_pipeline *pl) {
               "\"args\": {\"sort_index\": %d}},\n"
               "{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
               "\"args\": {\"sort_index\": %d}}",
-              sep, pid, device_tid(s), s, pl->plan.st[s].device, pid, device_tid(s), 2 * s + 1,
-              pid, s, 2 * s);
+              sep, pid, device_tid(s), s, pl->plan.st[s].device, pid, device_tid(s), 2 * s + 1, pid,
+              s, 2 * s);
     for (int64_t i = 0; i < st->rec.n_ev; i++) {
       const trace_ev *e = &st->rec.ev[i];
       if (e->node >= 0) {
