@@ -65,7 +65,7 @@ typedef struct gp_bench {
   int threads;   /* C: cores given to the stages */
   int per_stage; /* T of --threads-per-stage (each run's stages get K x T cores), or 0 */
   double sgemm_per_core;
-  double gpu_gemm;   /* GEMM GFLOP/s of the first CUDA device of the sweep (0: none) */
+  double gpu_gemm; /* GEMM GFLOP/s of the first CUDA device of the sweep (0: none) */
   /* W processes (mpirun, srun; 1 without a launcher), and with W > 1 the links measured once
    * at the start: the one-way time of 8 bytes between ranks 0 and 1, their bandwidth with
    * 4 MiB messages, and the bus bandwidth of a 16 MiB all-reduce over all W (2 (W-1)/W of the

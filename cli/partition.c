@@ -214,7 +214,7 @@ static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_
  * flags of the preview. */
 static gp_status make_request(const gp_model *m, gp_part_request *q) {
   memset(q, 0, sizeof *q);
-  gp_pipeline_spec ps = m->pipeline; /* the file's, with the flags applied */
+  gp_pipeline_spec ps = m->pipeline;             /* the file's, with the flags applied */
   if (!flags[F_BALANCE].given) ps.n_balance = 0; /* the file's is no request to skip the search */
   GP_TRY(gp_cli_pipeline_apply(&(gp_cli_pipeline){&flags[F_STAGES], &flags[F_SCHEDULE],
                                                   &flags[F_REMAT], &flags[F_BALANCE],
