@@ -82,10 +82,11 @@ cmp -s "$tmp/hyp.txt" "$tmp/hyp1.txt" || fail "--eval-only's translations differ
 # the same across 2 processes (a stage each, the predictions gathered from the last one for
 # decoding): the same test numbers and translations (skipped without mpirun or MPI)
 if command -v mpirun >/dev/null; then
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun --oversubscribe \
-    -np 2 --mca btl tcp,self "$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" \
-    --batch-size 16 --threads 1 --stages 2 --eval-only --load "$tmp/copy.safetensors" \
-    --translations "$tmp/hyp2.txt" > "$tmp/out2" 2> "$tmp/err2"
+  (. "$srcdir/tests/mpi/sanitize.sh"
+   exec timeout 300 mpirun --oversubscribe -np 2 --mca btl tcp,self "$train" \
+    "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --batch-size 16 --threads 1 --stages 2 \
+    --eval-only --load "$tmp/copy.safetensors" --translations "$tmp/hyp2.txt") > "$tmp/out2" \
+    2> "$tmp/err2"
   rc=$?
   if ! grep -q "built without MPI" "$tmp/err2"; then
     [ "$rc" = 0 ] || { cat "$tmp/err2"; fail "--eval-only over 2 processes exited $rc"; }
