@@ -286,15 +286,29 @@ fi
 # alone is no faster than naive-2 (0.95-1.07x against the ideal 1.6x at M = 4)
 printf 'model: balanced-cnn\nstages: 2\nmicro_batches: 4\nschedule: gpipe\nremat: never\ndevices: [cpu, cpu]\nbalance: [1, 18]\n' \
   >"$tmp/stem.yaml"
-# A busy machine can slow naive-2 alone and lift the share over 85%: then no note may be printed,
-# and the run is tried again (three times at most) until one is below 85%.
-stem_rc=1
-for attempt in 1 2 3; do
-if ! "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --partition "$tmp/stem.yaml" \
-    --micro-batches 4 "${fast[@]}" --quiet --csv "$tmp/s.csv" >"$tmp/s" 2>"$tmp/err"; then
-  stem_rc=2; break
-fi
-python3 - "$tmp/s" "$tmp/s.csv" >"$tmp/why" 2>&1 <<'PY'
+# The stem-alone plan $1 on balanced-cnn (more flags after $2), its output checked by
+# $tmp/check.py (argv: the table, the CSV). A busy machine can slow naive-2 alone and lift the
+# share to 85% or more: then no note may be printed (the check exits 3), and the run is tried
+# again, three times at most, until one is below 85%. $2 names the check.
+below_ideal() {
+  local plan=$1 what=$2 rc=1
+  shift 2
+  for _ in 1 2 3; do
+    if ! "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --partition "$plan" \
+        --micro-batches 4 "${fast[@]}" --quiet --csv "$tmp/s.csv" "$@" >"$tmp/s" 2>"$tmp/err"; then
+      bad "$what: the plan exited with an error: $(cat "$tmp/err")"; return
+    fi
+    python3 "$tmp/check.py" "$tmp/s" "$tmp/s.csv" >"$tmp/why" 2>&1
+    rc=$?
+    [ "$rc" = 3 ] || break
+  done
+  case $rc in
+    0) ok ;;
+    3) bad "$what: three runs at 85% or more of the ideal: $(cat "$tmp/s")" ;;
+    *) bad "$what: $(cat "$tmp/why" "$tmp/s" "$tmp/s.csv")" ;;
+  esac
+}
+cat >"$tmp/check.py" <<'PY'
 import csv, re, sys
 text = open(sys.argv[1]).read().splitlines()
 rows = {(r["stages"], r["micro_batches"]): r for r in csv.DictReader(open(sys.argv[2]))}
@@ -321,26 +335,11 @@ assert pct == table and abs(pct - 100 * work * bub * nbub) < 1.5, (m.groups(), t
 assert abs(mp - float(rows[("2", "4")]["bubble_measured"])) < 0.02, rows
 assert abs(mn - float(rows[("2", "1")]["bubble_measured"])) < 0.02, rows
 PY
-stem_rc=$?
-[ "$stem_rc" = 3 ] || break
-done
-case $stem_rc in
-  0) ok ;;
-  2) bad "stem-alone plan exited with an error: $(cat "$tmp/err")" ;;
-  3) bad "of-ideal notes: three runs at 85% or more of the ideal: $(cat "$tmp/s")" ;;
-  *) bad "of-ideal notes: $(cat "$tmp/why" "$tmp/s" "$tmp/s.csv")" ;;
-esac
+below_ideal "$tmp/stem.yaml" "of-ideal notes"
 # the same under except_last: the work factor's recompute (work naive-K never does) is named,
 # with the factor it would be without it
 sed 's/remat: never/remat: except_last/' "$tmp/stem.yaml" >"$tmp/stem-el.yaml"
-# as above, a busy machine may lift the share over 85% (no note): tried again, three times at most
-el_rc=1
-for attempt in 1 2 3; do
-if ! "$bench" "$srcdir/bench/models/balanced-cnn.yaml" --partition "$tmp/stem-el.yaml" \
-    --micro-batches 4 "${fast[@]}" --quiet >"$tmp/s" 2>"$tmp/err"; then
-  el_rc=2; break
-fi
-python3 - "$tmp/s" >"$tmp/why" 2>&1 <<'PY'
+cat >"$tmp/check.py" <<'PY'
 import re, sys
 notes = [l for l in open(sys.argv[1]).read().splitlines() if l.startswith("of ideal ")]
 if not notes:
@@ -354,15 +353,7 @@ work, bp, bn, rec, without = (float(x) for x in m.groups())
 assert 0 < rec < bp and abs(work - bn / bp) < 0.006, m.groups()
 assert abs(without - bn / (bp - rec)) < 0.006 and without > work, m.groups()
 PY
-el_rc=$?
-[ "$el_rc" = 3 ] || break
-done
-case $el_rc in
-  0) ok ;;
-  2) bad "stem-alone plan, except_last, exited with an error: $(cat "$tmp/err")" ;;
-  3) bad "of-ideal recompute: three runs at 85% or more of the ideal: $(cat "$tmp/s")" ;;
-  *) bad "of-ideal recompute: $(cat "$tmp/why" "$tmp/s")" ;;
-esac
+below_ideal "$tmp/stem-el.yaml" "of-ideal recompute"
 # recompute_ms: each stage's time in re-materializing forwards, none without recomputing
 if "$bench" "$mlp" --stages 2 --micro-batches 1,4 --remat never,except_last,always \
     "${fast[@]}" --json --quiet >"$tmp/rj" 2>"$tmp/err"; then
