@@ -72,9 +72,11 @@ static gp_flag flags[] = {
                   "relative speed of each stage's device (or one for all)", 0},
     [F_BATCH] = {"--batch-size", GP_FLAG_INT, "B", "mini-batch size (default: the model file's)", 1,
                  .max = GP_MAX_BATCH},
-    [F_THREADS] = {"--threads", GP_FLAG_INT, "N",
-                   "CPU threads shared by the stages, for --by time (default: all cores)", 1,
-                   .max = 1024},
+    [F_THREADS] =
+        {"--threads", GP_FLAG_INT, "N",
+         "CPU threads shared by the stages, for --by time (default: all cores); with a launch "
+         "(--processes), each process's cores (default: the cores / processes a host)",
+         1, .max = 1024},
     [F_CACHE] = {"--cache-dir", GP_FLAG_STR, "DIR",
                  "where --by time keeps measurements (default ~/.cache/gpipe)", 0},
     [F_TIMELINE] = {"--timeline", GP_FLAG_BOOL, NULL, "draw the simulated schedule", 0},
@@ -286,6 +288,16 @@ static gp_status run(const gp_model *m) {
                                  &flags[F_PPH],       &flags[F_LOCAL],    &flags[F_REMOTE],
                                  &flags[F_TFLOPS],    &flags[F_CLUSTER]};
   GP_TRY(gp_part_dist_setup(&df, &q, &d));
+  if (d.on) { /* the cores are each process's, its stages' threads a share of them */
+    int pph = d.cl.procs_per_host, most = 1, here = gp_cpu_cores();
+    d.cores = flags[F_THREADS].given ? (int)flags[F_THREADS].i : here / pph > 1 ? here / pph : 1;
+    snprintf(d.src_cores, sizeof d.src_cores, "%s",
+             flags[F_THREADS].given ? "--threads" : "this machine's cores / processes a host");
+    for (int p = 0; p < d.layout.procs; p++)
+      if (d.layout.first[p + 1] - d.layout.first[p] > most)
+        most = d.layout.first[p + 1] - d.layout.first[p];
+    q.threads = d.cores / most > 1 ? d.cores / most : 1;
+  }
   /* a bad -o is found before --by time's measurements, named as given (not its .tmp) */
   int stale = 0;
   if (flags[F_OUT].given) {

@@ -47,6 +47,8 @@ typedef struct gp_part_dist {
   char src_world[64], src_replicas[64], src_compute[300];
   gp_cluster cl; /* flags over the cluster file over the defaults */
   double spc;    /* seconds per unit of the time costs */
+  int cores;     /* CPU cores of each process (--threads, or this machine's a process) */
+  char src_cores[96];
   gp_layout layout;
   gp_dist_pred pred;
 } gp_part_dist;

@@ -186,6 +186,9 @@ gp_status gp_part_dist_predict(const gp_part_request *q, const gp_unit_costs *tc
     snprintf(d->src_compute, sizeof d->src_compute,
              "%.1f GFLOP/s a device (measured here: fp32 GEMM 4096^3 on %s)", g, q->devices[0]);
   }
+  unsigned char cpu[GP_MAX_DEVICES];
+  for (int s = 0; s < p->stages; s++)
+    cpu[s] = strcmp(q->devices[s], "cpu") == 0;
   gp_dist_req dq = {.c = tc,
                     .seconds_per_cost = d->spc,
                     .r = r,
@@ -194,7 +197,9 @@ gp_status gp_part_dist_predict(const gp_part_request *q, const gp_unit_costs *tc
                     .procs_per_host = cl->procs_per_host,
                     .devices_per_host = cl->devices_per_host,
                     .local = cl->local,
-                    .remote = cl->remote};
+                    .remote = cl->remote,
+                    .cores = d->cores,
+                    .cpu = cpu};
   return gp_dist_predict(&dq, &d->pred);
 }
 
@@ -287,12 +292,15 @@ void gp_part_dist_print_table(const gp_part_request *q, const gp_part_dist *d) {
   for (int p = 0; p < P; p++)
     if (e->proc[p].end_stage - e->proc[p].first_stage > most)
       most = e->proc[p].end_stage - e->proc[p].first_stage;
-  if (most > 1)
-    printf(
-        "note        a process holds up to %d stages, each predicted at a device's full rate, as "
-        "threads on devices (or cores) of their own; stages sharing one device run slower: "
-        "say so with --speeds\n",
-        most);
+  if (e->turns)
+    printf("cores       %d a process (%s): a process's %d CPU stages take turns on them, a core "
+           "each, as simulated\n",
+           d->cores, d->src_cores, e->turns);
+  else if (most > 1)
+    printf("note        a process holds up to %d stages, each predicted at a device's full rate, "
+           "as threads on devices (or %d cores, %s) of their own; GPU stages sharing one device "
+           "run slower: say so with --speeds\n",
+           most, d->cores, d->src_cores);
   printf("memory      the fullest process needs %s", gp_args_bytes_str(e->mem_max, 1, a, sizeof a));
   if (e->dev_share > 1)
     printf(", the fullest device %s (%d processes share a device: %d devices a host, %s)",
@@ -333,6 +341,7 @@ void gp_part_dist_print_json(const gp_part_request *q, const gp_part_dist *d) {
          l->world, l->replicas, l->procs, cl->hosts, cl->procs_per_host, q->replica_batch,
          q->micro_batch);
   num(d->spc);
+  printf(", \"cores_per_process\": %d, \"stages_taking_turns\": %d", d->cores, e->turns);
   printf(", \"processes_source\": ");
   gp_json_write_str(stdout, d->src_world);
   printf(", \"replicas_source\": ");

@@ -3,14 +3,15 @@
 file (one process, or under mpirun with the launch's processes and replicas), asks
 gpipe-partition for the same layout (stages, balance, M, schedule, re-materialization, batch,
 W, R) predicted from single-process unit times (--by time) and the link figures given, and
-compares the step time and each stage's activation memory. Exit 1 when one is off by more
+compares the step time and each stage's activation memory, for every run that fit
+(baselines included). Exit 1 when one is off by more
 than the tolerance (issue 49's acceptance: 15% at W <= 2).
 
   scripts/partition-vs-run.py GPIPE-PARTITION BENCH.json [--tolerance 0.15] [--model FILE]
                               [-- extra gpipe-partition flags, e.g. --link-local 5,3]
 
 Fields read from each run: stages, micro_batches, schedule, remat, batch_size, balance,
-samples_per_s, peak_bytes (per stage: the activation peak, without weights), fits, baseline;
+samples_per_s, peak_bytes (per stage: the activation peak, without weights), fits;
 and where the MPI runtime writes them, processes and replicas (absent: 1), and link figures
 handoff_bytes_per_s / handoff_latency_s (within the host) if measured: the run's, else the
 machine object's (gpipe-bench measures them once under mpirun). The model file is the
@@ -59,7 +60,8 @@ def main():
     print("%-34s %12s %12s %7s   %s" % ("run", "step pred", "step meas", "off", "stage memory "
                                         "pred / meas MiB (off)"))
     for run in bench["runs"]:
-        if run.get("baseline") or not run.get("fits", True) or not run.get("samples_per_s"):
+        # baselines (M = 1, or K = 1) are layouts too: K = 1 at R = 2 is plain data parallelism
+        if not run.get("fits", True) or not run.get("samples_per_s"):
             continue
         p = predict(a.partition, model, run, threads, a.extra, bench.get("machine", {}))
         d = p["distributed"]

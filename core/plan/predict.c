@@ -185,6 +185,31 @@ static gp_status devices(const gp_dist_req *q, gp_dist_pred *out) {
   return GP_OK;
 }
 
+/* The devices the simulation shares: a process's CPU stages share its cores, one each when
+ * there are fewer cores than stages; every other stage has a device of its own. Returns the
+ * most CPU stages that take turns on one process's cores (0: none do). */
+static int cpu_turns(const gp_dist_req *q, const gp_dist_pred *out, int *device, int *slots,
+                     int *devices) {
+  int most = 0, n = 0;
+  for (int p = 0; p < out->procs; p++) {
+    const gp_dist_proc *d = &out->proc[p];
+    int cpus = 0, dev = n++;
+    for (int s = d->first_stage; s < d->end_stage; s++) {
+      if (q->cpu && !q->cpu[s]) {
+        device[s] = n;
+        slots[n++] = 1;
+        continue;
+      }
+      device[s] = dev;
+      cpus++;
+    }
+    slots[dev] = q->cores > 0 ? q->cores : cpus > 0 ? cpus : 1;
+    if (q->cores > 0 && cpus > q->cores && cpus > most) most = cpus;
+  }
+  *devices = n;
+  return most;
+}
+
 gp_status gp_dist_predict(const gp_dist_req *q, gp_dist_pred *out) {
   GP_TRY(check(q));
   memset(out, 0, sizeof *out);
@@ -196,7 +221,10 @@ gp_status gp_dist_predict(const gp_dist_req *q, gp_dist_pred *out) {
   GP_TRY(gp_schedule_build(q->r->schedule, q->r->remat, K, M, &sc));
   gp_sim_result res = {0};
   gp_sim_events ev = {0};
-  gp_status st = gp_schedule_simulate_events(&sc, cost, &res, &ev);
+  int device[GP_MAX_DEVICES], slots[2 * GP_MAX_DEVICES]; /* a device a process, one a GPU stage */
+  int n_dev = 0, turns = cpu_turns(q, out, device, slots, &n_dev);
+  gp_sim_share share = {device, slots, n_dev};
+  gp_status st = gp_schedule_simulate_shared(&sc, cost, turns ? &share : NULL, &res, &ev);
   gp_schedule_free(&sc);
   if (st == GP_OK) {
     out->pipeline_s = res.makespan;
@@ -207,6 +235,7 @@ gp_status gp_dist_predict(const gp_dist_req *q, gp_dist_pred *out) {
   gp_sim_events_free(&ev);
   GP_TRY(st);
   out->step_s = out->pipeline_s;
+  out->turns = turns;
   for (int p = 0; p < out->procs; p++) {
     const gp_dist_proc *d = &out->proc[p];
     out->step_s = fmax(out->step_s, d->ar_end);

@@ -24,6 +24,11 @@ typedef struct gp_dist_req {
   int devices_per_host;      /* local rank l uses device l mod this (0: a device each) */
   gp_link local, remote;     /* within a host, across hosts; bytes_per_s > 0 */
   double bucket_bytes;       /* 0: GP_DIST_BUCKET_BYTES */
+  /* CPU cores of each process (0: a core or device for each stage): a process whose CPU
+   * stages outnumber its cores runs them in turns, a core each (as gpipe-train gives a stage
+   * max(1, cores / stages) threads); cpu[s]: stage s is a CPU stage (NULL: all are) */
+  int cores;
+  const unsigned char *cpu;
 } gp_dist_req;
 
 /* One position of a replica (the same in every replica but for the hosts it lands on). */
@@ -54,6 +59,7 @@ typedef struct gp_dist_pred {
   int procs; /* P */
   gp_dist_proc proc[GP_MAX_DEVICES];
   double pipeline_s; /* the simulated makespan of one step's M micro-batches, hand-offs included */
+  int turns;         /* the most CPU stages of a process that take turns on its cores (0: none) */
   double bubble;     /* of that simulation */
   double step_s;     /* max(pipeline, the last all-reduce's end) */
   double ar_s, ar_hidden_s; /* over one replica's positions */

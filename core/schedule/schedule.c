@@ -221,6 +221,9 @@ typedef struct walk {
   double *free_at, *busy;                 /* per stage (timing only) */
   int *pos;                               /* per stage: index of the next action */
   gp_sim_events *ev;                      /* when asked for: every timed action (timing only) */
+  const gp_sim_share *share;              /* stages sharing devices (NULL: a device each) */
+  double **slot_free;                     /* per device of share: when each slot is free */
+  unsigned char *turns; /* per stage: its device has fewer slots than stages (they take turns) */
 } walk;
 
 /* Whether stage s's next action can run; if not, why (written to why). */
@@ -251,48 +254,83 @@ static int ready(const walk *w, int s, char *why, size_t nwhy) {
   return 1;
 }
 
-/* Runs stage s's next action (already known to be ready). */
-static void run_one(walk *w, int s) {
+/* When stage s's next action (known to be ready) would run: its recompute from *rstart, the
+ * action from *start for *dur; *slot: the slot of its stage's device it takes (-1: no
+ * sharing). A shared device's slot is held from the recompute to the action's end. */
+typedef struct timing {
+  double rstart, start, dur, recompute;
+  int slot;
+} timing;
+
+static timing time_one(const walk *w, int s) {
   const gp_schedule *sc = w->sc;
   int M = sc->micro, K = sc->stages;
-  const int at = w->pos[s]++;
+  const int at = w->pos[s];
   const gp_action *a = &sc->actions[s][at];
   int m = a->micro;
-  if (a->kind == GP_A_FORWARD) w->fdone[s * M + m] = 1;
-  if (a->kind == GP_A_BACKWARD) w->bdone[s * M + m] = 1;
-  if (!w->cost && !w->dur) return;
   static const gp_stage_cost none; /* a replay's hand-offs are instant */
   const gp_stage_cost *c = w->cost ? &w->cost[s] : &none;
+  timing t = {.slot = -1};
   /* A re-materializing backward recomputes first, as soon as the stage is free (its own
    * forward has ended), and only then waits for the gradient, as the pipeline's stages do:
    * the recompute fills time the stage would otherwise idle. */
-  double ready = w->free_at[s], arrive = 0, recompute = 0;
+  double ready = w->free_at[s], arrive = 0;
+  if (w->share && w->turns[s]) {
+    int d = w->share->device[s];
+    const double *f = w->slot_free[d];
+    t.slot = 0;
+    for (int k = 1; k < w->share->slots[d]; k++)
+      if (f[k] < f[t.slot]) t.slot = k;
+    if (f[t.slot] > ready) ready = f[t.slot];
+  }
+  t.rstart = ready;
   if (a->kind == GP_A_FORWARD) {
     if (s > 0) arrive = w->fend[(s - 1) * M + m] + (w->cost ? w->cost[s - 1].send : 0);
   } else if (a->kind == GP_A_BACKWARD) {
-    if (a->recompute) recompute = w->dur ? w->rdur[s][at] : c->fwd;
-    ready += recompute;
+    if (a->recompute) t.recompute = w->dur ? w->rdur[s][at] : c->fwd;
+    ready += t.recompute;
     /* the gradient crosses the same boundary as the activation, so it costs the same send */
     if (s < K - 1) arrive = w->bend[(s + 1) * M + m] + c->send;
   }
-  const double start = ready > arrive ? ready : arrive;
-  const double dur = w->dur                     ? w->dur[s][at]
-                     : a->kind == GP_A_FORWARD  ? c->fwd
-                     : a->kind == GP_A_BACKWARD ? c->bwd
-                                                : c->step;
-  w->free_at[s] = start + dur;
-  w->busy[s] += recompute + dur;
-  if (a->kind == GP_A_FORWARD) w->fend[s * M + m] = start + dur;
-  if (a->kind == GP_A_BACKWARD) w->bend[s * M + m] = start + dur;
+  t.start = ready > arrive ? ready : arrive;
+  t.dur = w->dur                     ? w->dur[s][at]
+          : a->kind == GP_A_FORWARD  ? c->fwd
+          : a->kind == GP_A_BACKWARD ? c->bwd
+                                     : c->step;
+  return t;
+}
+
+/* Runs stage s's next action (already known to be ready). */
+static void run_one(walk *w, int s) {
+  const gp_schedule *sc = w->sc;
+  int M = sc->micro;
+  const gp_action *a = &sc->actions[s][w->pos[s]];
+  int m = a->micro;
+  if (!w->cost && !w->dur) {
+    w->pos[s]++;
+    if (a->kind == GP_A_FORWARD) w->fdone[s * M + m] = 1;
+    if (a->kind == GP_A_BACKWARD) w->bdone[s * M + m] = 1;
+    return;
+  }
+  const timing t = time_one(w, s);
+  w->pos[s]++;
+  if (a->kind == GP_A_FORWARD) w->fdone[s * M + m] = 1;
+  if (a->kind == GP_A_BACKWARD) w->bdone[s * M + m] = 1;
+  const double end = t.start + t.dur;
+  w->free_at[s] = end;
+  if (t.slot >= 0) w->slot_free[w->share->device[s]][t.slot] = end;
+  w->busy[s] += t.recompute + t.dur;
+  if (a->kind == GP_A_FORWARD) w->fend[s * M + m] = end;
+  if (a->kind == GP_A_BACKWARD) w->bend[s * M + m] = end;
   if (w->ev && a->kind != GP_A_STEP) {
     const int rc = a->kind == GP_A_BACKWARD && a->recompute;
     w->ev->event[s][w->ev->n[s]++] = (gp_sim_event){.kind = a->kind,
                                                     .micro = m,
                                                     .recompute = a->recompute,
-                                                    .rstart = rc ? ready - recompute : start,
-                                                    .rend = rc ? ready : start,
-                                                    .start = start,
-                                                    .end = start + dur};
+                                                    .rstart = rc ? t.rstart : t.start,
+                                                    .rend = rc ? t.rstart + t.recompute : t.start,
+                                                    .start = t.start,
+                                                    .end = end};
   }
 }
 
@@ -319,9 +357,24 @@ static gp_status deadlock(const walk *w) {
   return GP_ERR(GP_ERR_RUNTIME, "%s", msg);
 }
 
+/* Stages sharing devices: the next action to run is, of all the ready ones, the one that can
+ * start first (ties to the lower stage), so a shared device's slots go in time order. */
+static int pick_first(const walk *w) {
+  int best = -1;
+  double first = 0;
+  char why[96];
+  for (int s = 0; s < w->sc->stages; s++) {
+    if (w->pos[s] >= w->sc->n_actions[s] || !ready(w, s, why, sizeof why)) continue;
+    const timing t1 = time_one(w, s);
+    double t = t1.recompute > 0 ? t1.rstart : t1.start; /* when it takes its slot */
+    if (best < 0 || t < first) best = s, first = t;
+  }
+  return best;
+}
+
 static gp_status walk_run(const gp_schedule *sc, const gp_stage_cost *cost,
-                          const double *const *dur, const double *const *rdur, gp_sim_events *ev,
-                          walk *w) {
+                          const double *const *dur, const double *const *rdur,
+                          const gp_sim_share *share, gp_sim_events *ev, walk *w) {
   size_t K = (size_t)sc->stages, cells = K * (size_t)sc->micro;
   memset(w, 0, sizeof *w);
   w->sc = sc;
@@ -340,7 +393,31 @@ static gp_status walk_run(const gp_schedule *sc, const gp_stage_cost *cost,
     w->busy = calloc(K, sizeof *w->busy);
     ok = ok && w->fend && w->bend && w->free_at && w->busy;
   }
+  if (ok && share && (cost || dur)) {
+    /* a device with a slot for each of its stages is as good as a device each */
+    int *on = calloc((size_t)share->devices, sizeof *on), any = 0;
+    w->turns = calloc(K, 1);
+    ok = on && w->turns;
+    for (size_t s = 0; ok && s < K; s++)
+      on[share->device[s]]++;
+    for (size_t s = 0; ok && s < K; s++)
+      any |= w->turns[s] = on[share->device[s]] > share->slots[share->device[s]];
+    free(on);
+    if (ok && any) {
+      w->share = share;
+      ok = (w->slot_free = calloc((size_t)share->devices, sizeof *w->slot_free)) != NULL;
+      for (int d = 0; ok && d < share->devices; d++)
+        ok = (w->slot_free[d] = calloc((size_t)share->slots[d], sizeof **w->slot_free)) != NULL;
+    }
+  }
   if (!ok) return GP_ERR(GP_ERR_NOMEM, "schedule: out of memory for the dependency simulation");
+  if (w->share) {
+    for (int s; (s = pick_first(w)) >= 0;)
+      run_one(w, s);
+    for (int s = 0; s < sc->stages; s++)
+      if (w->pos[s] < sc->n_actions[s]) return deadlock(w);
+    return GP_OK;
+  }
   char why[96];
   for (int moved = 1, left = 1; left;) {
     if (!moved) return deadlock(w);
@@ -364,12 +441,16 @@ static void walk_free(walk *w) {
   free(w->free_at);
   free(w->busy);
   free(w->pos);
+  for (int d = 0; w->slot_free && d < w->share->devices; d++)
+    free(w->slot_free[d]);
+  free(w->slot_free);
+  free(w->turns);
 }
 
 gp_status gp_schedule_validate(const gp_schedule *s) {
   GP_TRY(check_shape(s));
   walk w;
-  gp_status st = walk_run(s, NULL, NULL, NULL, NULL, &w);
+  gp_status st = walk_run(s, NULL, NULL, NULL, NULL, NULL, &w);
   walk_free(&w);
   return st;
 }
@@ -396,8 +477,8 @@ static double stage_peak_bytes(const gp_action *a, int n, const gp_stage_cost *c
 }
 
 /* events, when not NULL, has its per-stage arrays allocated (n_actions entries) and zeroed n. */
-static gp_status simulate(const gp_schedule *s, const gp_stage_cost *cost, gp_sim_result *out,
-                          gp_sim_events *events) {
+static gp_status simulate(const gp_schedule *s, const gp_stage_cost *cost,
+                          const gp_sim_share *share, gp_sim_result *out, gp_sim_events *events) {
   if (!out) return GP_ERR(GP_ERR_USAGE, "schedule: no output given");
   memset(out, 0, sizeof *out);
   if (!cost) return GP_ERR(GP_ERR_USAGE, "schedule: no stage costs given");
@@ -410,7 +491,7 @@ static gp_status simulate(const gp_schedule *s, const gp_stage_cost *cost, gp_si
         return GP_ERR(GP_ERR_USAGE, "schedule: stage %d: costs must be finite and >= 0", k);
   }
   walk w;
-  gp_status st = walk_run(s, cost, NULL, NULL, events, &w);
+  gp_status st = walk_run(s, cost, NULL, NULL, share, events, &w);
   double *held = st == GP_OK ? malloc(sizeof(double) * (size_t)s->micro) : NULL;
   out->stage = st == GP_OK ? calloc((size_t)s->stages, sizeof *out->stage) : NULL;
   if (st == GP_OK && (!held || !out->stage))
@@ -436,25 +517,47 @@ static gp_status simulate(const gp_schedule *s, const gp_stage_cost *cost, gp_si
 
 gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost,
                                gp_sim_result *out) {
-  return simulate(s, cost, out, NULL);
+  return simulate(s, cost, NULL, out, NULL);
 }
 
-gp_status gp_schedule_simulate_events(const gp_schedule *s, const gp_stage_cost *cost,
-                                      gp_sim_result *out, gp_sim_events *events) {
+static gp_status check_share(const gp_schedule *s, const gp_sim_share *sh) {
+  if (!sh->device || !sh->slots || sh->devices < 1)
+    return GP_ERR(GP_ERR_USAGE, "schedule: a device sharing without devices");
+  for (int d = 0; d < sh->devices; d++)
+    if (sh->slots[d] < 1)
+      return GP_ERR(GP_ERR_USAGE, "schedule: device %d runs %d actions at once (needs 1 or more)",
+                    d, sh->slots[d]);
+  for (int k = 0; k < s->stages; k++)
+    if (sh->device[k] < 0 || sh->device[k] >= sh->devices)
+      return GP_ERR(GP_ERR_USAGE, "schedule: stage %d is on device %d of %d", k, sh->device[k],
+                    sh->devices);
+  return GP_OK;
+}
+
+gp_status gp_schedule_simulate_shared(const gp_schedule *s, const gp_stage_cost *cost,
+                                      const gp_sim_share *share, gp_sim_result *out,
+                                      gp_sim_events *events) {
   if (!events) return GP_ERR(GP_ERR_USAGE, "schedule: no event output given");
   memset(events, 0, sizeof *events);
   if (out) memset(out, 0, sizeof *out);
   GP_TRY(check_shape(s));
+  if (share) GP_TRY(check_share(s, share));
   events->stages = s->stages;
-  events->n = calloc((size_t)s->stages, sizeof *events->n);
-  events->event = calloc((size_t)s->stages, sizeof *events->event);
+  size_t K = s->stages > 0 ? (size_t)s->stages : 1; /* check_shape made sure; said for gcc */
+  events->n = calloc(K, sizeof *events->n);
+  events->event = calloc(K, sizeof *events->event);
   int ok = events->n && events->event;
   for (int k = 0; ok && k < s->stages; k++)
     ok = (events->event[k] = malloc(sizeof(gp_sim_event) * (size_t)s->n_actions[k])) != NULL;
-  gp_status st = ok ? simulate(s, cost, out, events)
+  gp_status st = ok ? simulate(s, cost, share, out, events)
                     : GP_ERR(GP_ERR_NOMEM, "schedule: out of memory for the timeline");
   if (st != GP_OK) gp_sim_events_free(events);
   return st;
+}
+
+gp_status gp_schedule_simulate_events(const gp_schedule *s, const gp_stage_cost *cost,
+                                      gp_sim_result *out, gp_sim_events *events) {
+  return gp_schedule_simulate_shared(s, cost, NULL, out, events);
 }
 
 gp_status gp_schedule_replay(const gp_schedule *s, const double *const *dur,
@@ -469,7 +572,7 @@ gp_status gp_schedule_replay(const gp_schedule *s, const double *const *dur,
         return GP_ERR(GP_ERR_USAGE, "schedule: stage %d: action times must be finite and >= 0", k);
     }
   walk w;
-  gp_status st = walk_run(s, NULL, dur, rdur, NULL, &w);
+  gp_status st = walk_run(s, NULL, dur, rdur, NULL, NULL, &w);
   for (int k = 0; st == GP_OK && k < s->stages; k++) {
     *busy += w.busy[k];
     if (w.free_at[k] > *makespan) *makespan = w.free_at[k];

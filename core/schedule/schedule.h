@@ -106,6 +106,22 @@ typedef struct gp_sim_events {
 /* gp_schedule_simulate that also returns every stage's timed actions, for timelines. */
 gp_status gp_schedule_simulate_events(const gp_schedule *s, const gp_stage_cost *cost,
                                       gp_sim_result *out, gp_sim_events *events);
+
+/* Stages that share devices: stage s runs on device device[s] of `devices`, which runs at most
+ * slots[d] actions at once (its cores, where each stage takes one: the stages of a process
+ * with fewer cores than stages take turns on them). The simulation then runs the actions in
+ * time order, each at the earliest its inputs, its stage and a free slot of its device allow;
+ * a re-materializing backward holds its slot from its recompute on. Costs are each action's
+ * time alone on a slot. With a device each and enough slots, the same as
+ * gp_schedule_simulate_events. */
+typedef struct gp_sim_share {
+  const int *device; /* per stage */
+  const int *slots;  /* per device, >= 1 */
+  int devices;
+} gp_sim_share;
+gp_status gp_schedule_simulate_shared(const gp_schedule *s, const gp_stage_cost *cost,
+                                      const gp_sim_share *share, gp_sim_result *out,
+                                      gp_sim_events *events);
 void gp_sim_events_free(gp_sim_events *e);
 
 /* Replays a run of schedule s: each action takes its own time, dur[k][a] for stage k's a-th

@@ -269,5 +269,27 @@ for f in "$tmp"/fz/*.yaml; do
 done
 [ "$fuzzbad" -eq 0 ] && [ "$(ls "$tmp"/fz | wc -l)" -gt 50 ] && ok || bad "cluster fuzz: $fuzzbad"
 
+# ---- stages that share a process's cores: with one core a replica's 4 stages take turns,
+# the core never idles (no hand-offs inside a process), so the pipeline is all the process's
+# work; with 4 cores they run side by side, as devices of their own
+for c in 1 4; do
+  if "$part" "$resnet" --stages 4 --micro-batches 4 --remat never --processes 2 --replicas 2 \
+      --threads $c --device-tflops 1 --json >"$tmp/t$c.json" 2>"$tmp/err"; then ok
+  else bad "cores $c: $(cat "$tmp/err")"; fi
+done
+python3 - "$tmp/t1.json" "$tmp/t4.json" <<'PY' && ok || bad "stages taking turns on one core"
+import json, sys
+one, four = (json.load(open(f))["distributed"] for f in sys.argv[1:])
+M = 4
+work = M * one["positions"][0]["compute_s"]
+assert one["cores_per_process"] == 1 and one["stages_taking_turns"] == 4, one
+assert abs(one["pipeline_s"] - work) <= 1e-9 * work, (one["pipeline_s"], work)
+assert four["stages_taking_turns"] == 0 and four["pipeline_s"] < 0.6 * work, (four, work)
+PY
+"$part" "$resnet" --stages 4 --micro-batches 4 --processes 2 --replicas 2 --threads 1 \
+  --device-tflops 1 >"$tmp/t.txt" 2>&1
+grep -q "^cores       1 a process (--threads): a process's 4 CPU stages take turns" "$tmp/t.txt" \
+  && ok || bad "no cores line: $(cat "$tmp/t.txt")"
+
 echo "passed $passed, failed $failed"
 [ "$failed" -eq 0 ]

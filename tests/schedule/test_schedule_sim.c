@@ -400,6 +400,78 @@ static void test_replay_by_hand(void) {
   }
 }
 
+/* Stages sharing devices: a device each (or as many slots as stages) is the plain simulation,
+ * event for event; two stages on one core take turns, so nothing overlaps on it and, with no
+ * hand-off time, the core never idles: the makespan is all the work; a shared device also
+ * serializes a re-materializing backward's recompute. */
+static void test_shared_devices(void) {
+  const gp_remat remat[] = {GP_REMAT_NEVER, GP_REMAT_ALWAYS, GP_REMAT_EXCEPT_LAST};
+  gp_stage_cost c[3] = {{.fwd = 1, .bwd = 2, .send = 0.5},
+                        {.fwd = 3, .bwd = 5, .send = 0.5},
+                        {.fwd = 1.5, .bwd = 1, .send = 0}};
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < 3; i++) {
+      gp_schedule sc;
+      if (gp_schedule_build(KINDS[k], remat[i], 3, 5, &sc) != GP_OK) exit(1);
+      int own[3] = {0, 1, 2}, one[3] = {0, 0, 0}, slots1[3] = {1, 1, 1}, slots3[1] = {3};
+      gp_sim_share apart = {own, slots1, 3}, roomy = {one, slots3, 1}, turns = {one, slots1, 1};
+      gp_sim_result r0, r1, r2, r3;
+      gp_sim_events e0, e1, e2, e3;
+      int ok = gp_schedule_simulate_events(&sc, c, &r0, &e0) == GP_OK &&
+               gp_schedule_simulate_shared(&sc, c, &apart, &r1, &e1) == GP_OK &&
+               gp_schedule_simulate_shared(&sc, c, &roomy, &r2, &e2) == GP_OK &&
+               gp_schedule_simulate_shared(&sc, c, &turns, &r3, &e3) == GP_OK;
+      CHECK(ok, "%s remat %d: shared simulation failed: %s", KIND_NAMES[k], i, gp_error_message());
+      if (!ok) exit(1);
+      int same = r0.makespan == r1.makespan && r0.makespan == r2.makespan;
+      for (int s = 0; s < 3; s++)
+        for (int a = 0; a < e0.n[s]; a++)
+          same = same && e0.event[s][a].start == e1.event[s][a].start &&
+                 e0.event[s][a].end == e2.event[s][a].end &&
+                 e0.event[s][a].rstart == e2.event[s][a].rstart;
+      CHECK(same, "%s remat %d: a device each differs from the plain simulation (%g %g %g)",
+            KIND_NAMES[k], i, r0.makespan, r1.makespan, r2.makespan);
+      /* one slot: intervals (recompute to end) never overlap across the stages */
+      double work = 0;
+      int overlap = 0;
+      for (int s = 0; s < 3; s++) {
+        work += r3.stage[s].busy;
+        for (int a = 0; a < e3.n[s]; a++)
+          for (int t = s + 1; t < 3; t++)
+            for (int b = 0; b < e3.n[t]; b++) {
+              const gp_sim_event *x = &e3.event[s][a], *y = &e3.event[t][b];
+              overlap |= x->rstart < y->end && y->rstart < x->end;
+            }
+      }
+      CHECK(!overlap, "%s remat %d: two stages ran at once on a one-core device", KIND_NAMES[k], i);
+      CHECK(r3.makespan >= work && r3.makespan > r0.makespan,
+            "%s remat %d: one core: makespan %g, work %g, apart %g", KIND_NAMES[k], i, r3.makespan,
+            work, r0.makespan);
+      gp_sim_result_free(&r0), gp_sim_result_free(&r1), gp_sim_result_free(&r2);
+      gp_sim_result_free(&r3);
+      gp_sim_events_free(&e0), gp_sim_events_free(&e1), gp_sim_events_free(&e2);
+      gp_sim_events_free(&e3);
+      gp_schedule_free(&sc);
+    }
+  /* no sends: the one core is never idle, K = 2, M = 4 takes M x (f0 + b0 + f1 + b1) */
+  gp_schedule sc;
+  gp_stage_cost d[2] = {{.fwd = 2, .bwd = 3}, {.fwd = 1, .bwd = 0.5}};
+  int one[2] = {0, 0}, slots[1] = {1}, bad[1] = {0};
+  gp_sim_share turns = {one, slots, 1}, none = {one, bad, 1};
+  gp_sim_result r;
+  gp_sim_events e;
+  for (int k = 0; k < 2; k++) {
+    if (gp_schedule_build(KINDS[k], GP_REMAT_NEVER, 2, 4, &sc) != GP_OK) exit(1);
+    CHECK(gp_schedule_simulate_shared(&sc, d, &turns, &r, &e) == GP_OK && r.makespan == 26,
+          "%s: two stages on one core: makespan %g, want 26", KIND_NAMES[k], r.makespan);
+    gp_sim_result_free(&r);
+    gp_sim_events_free(&e);
+    CHECK(gp_schedule_simulate_shared(&sc, d, &none, &r, &e) == GP_ERR_USAGE,
+          "%s: a device with no slot was accepted", KIND_NAMES[k]);
+    gp_schedule_free(&sc);
+  }
+}
+
 int main(void) {
   test_equal_costs();
   test_memory();
@@ -411,6 +483,7 @@ int main(void) {
   test_bad_costs();
   test_replay_is_simulation();
   test_replay_by_hand();
+  test_shared_devices();
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }
