@@ -72,16 +72,17 @@ static gp_flag flags[] = {
                   "relative speed of each stage's device (or one for all)", 0},
     [F_BATCH] = {"--batch-size", GP_FLAG_INT, "B", "mini-batch size (default: the model file's)", 1,
                  .max = GP_MAX_BATCH},
-    [F_THREADS] =
-        {"--threads", GP_FLAG_INT, "N",
-         "CPU threads shared by the stages, for --by time (default: all cores); with a launch "
-         "(--processes), each process's cores (default: the cores / processes a host)",
-         1, .max = 1024},
+    [F_THREADS] = {"--threads", GP_FLAG_INT, "N",
+                   "CPU threads shared by the stages, for --by time (default: all cores); with "
+                   "--processes: each process's (default: cores / processes a host)",
+                   1, .max = 1024},
     [F_CACHE] = {"--cache-dir", GP_FLAG_STR, "DIR",
                  "where --by time keeps measurements (default ~/.cache/gpipe)", 0},
     [F_TIMELINE] = {"--timeline", GP_FLAG_BOOL, NULL, "draw the simulated schedule", 0},
     [F_JSON] = {"--json", GP_FLAG_BOOL, NULL, "print JSON instead of the table", 0},
-    [F_OUT] = {"-o", GP_FLAG_STR, "PLAN.yaml", "write the plan (for gpipe-train --partition)", 0},
+    [F_OUT] =
+        {"-o", GP_FLAG_STR, "PLAN.yaml",
+         "write the plan (for gpipe-train --partition; with --processes: each stage's process)", 0},
     [F_SET] = {"--set", GP_FLAG_LIST, "KEY.PATH=VALUE",
                "override a scalar of the model file (repeatable)", 0},
     [F_PROCESSES] = {"--processes", GP_FLAG_INT, "W",
@@ -342,7 +343,9 @@ static gp_status run(const gp_model *m) {
     for (int s = 0; s < q.stages; s++) {
       ps.balance[s] = p.first[s + 1] - p.first[s];
       memcpy(ps.devices[s], q.devices[s], sizeof ps.devices[s]);
+      if (d.on && d.layout.procs > 1) ps.procs[s] = gp_layout_owner(&d.layout, s);
     }
+    if (d.on && d.layout.procs > 1) ps.n_procs = d.layout.procs;
     gp_plan plan;
     st = gp_plan_make(m, &ps, &plan);
     if (st == GP_OK) st = gp_plan_write(flags[F_OUT].s, m, &plan);

@@ -186,6 +186,11 @@ gp_status gp_part_dist_predict(const gp_part_request *q, const gp_unit_costs *tc
     snprintf(d->src_compute, sizeof d->src_compute,
              "%.1f GFLOP/s a device (measured here: fp32 GEMM 4096^3 on %s)", g, q->devices[0]);
   }
+  /* a replica's processes take contiguous runs of its stages balanced by their times */
+  int procs_of[GP_MAX_DEVICES];
+  gp_layout *l = &d->layout;
+  gp_layout_balance(p->time, p->stages, l->procs, procs_of);
+  GP_TRY(gp_layout_make(l->world, 0, l->replicas, p->stages, procs_of, l));
   unsigned char cpu[GP_MAX_DEVICES];
   for (int s = 0; s < p->stages; s++)
     cpu[s] = strcmp(q->devices[s], "cpu") == 0;

@@ -166,6 +166,8 @@ static gp_status apply_plan_file(gp_model *m) {
     ps->balance[s] = plan.st[s].end_unit - plan.st[s].first_unit;
     memcpy(ps->devices[s], plan.st[s].device, sizeof ps->devices[s]);
   }
+  ps->n_procs = plan.n_procs; /* read under mpirun (tr_dist_layout) */
+  memcpy(ps->procs, plan.procs, sizeof ps->procs);
   return GP_OK;
 }
 

@@ -32,18 +32,31 @@ int tr_dist_voice(const run *r) {
   return r->dist.rank == 0;
 }
 
+/* The launch's layout: --replicas and the processes, and a plan file's processes:. */
+static gp_status layout_of(const run *r, int stages, gp_layout *lay) {
+  const gp_pipeline_spec *ps = &r->m->pipeline;
+  const int R = ps->replicas, W = r->dist.world, planned = W > 1 && ps->n_procs > 0;
+  if (planned && W % R == 0 && ps->n_procs * R != W)
+    return GP_ERR(GP_ERR_USAGE,
+                  "--partition %s: the plan's processes: put a replica's stages on %d process%s, "
+                  "this launch has %d (%d processes / %d replica%s): launch %d processes, or make "
+                  "the plan with gpipe-partition --processes %d --replicas %d",
+                  tr_flags[F_PARTITION].s, ps->n_procs, ps->n_procs == 1 ? "" : "es", W / R, W, R,
+                  R == 1 ? "" : "s", ps->n_procs * R, W, R);
+  /* one process: the plan's processes: are for a launch */
+  return gp_layout_make(W, r->dist.rank, R, stages, planned ? ps->procs : NULL, lay);
+}
+
 gp_status tr_dist_check(const run *r) {
   gp_layout lay;
-  return gp_layout_make(r->dist.world, r->dist.rank, r->m->pipeline.replicas, r->m->pipeline.stages,
-                        NULL, &lay);
+  return layout_of(r, r->m->pipeline.stages, &lay);
 }
 
 gp_status tr_dist_layout(run *r, gp_plan *plan) {
   const gp_model *m = r->m;
   if (r->dist.world == 1 && m->pipeline.replicas == 1) return GP_OK;
   gp_layout lay;
-  GP_TRY(
-      gp_layout_make(r->dist.world, r->dist.rank, m->pipeline.replicas, plan->stages, NULL, &lay));
+  GP_TRY(layout_of(r, plan->stages, &lay));
   GP_TRY(gp_dist_set_layout(&r->dist, &lay));
   /* GPU stages take the host's GPUs by local rank (processes of a host sharing them in turn)
    * unless --devices names them */

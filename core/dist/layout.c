@@ -78,3 +78,42 @@ int gp_layout_owner(const gp_layout *l, int s) {
   }
   return lo;
 }
+
+/* Stages [0, K) into at most P runs of at most `cap` each, greedily from the front; the
+ * number of runs needed (P + 1 when P do not do). */
+static int runs_within(const double *cost, int K, int P, double cap, int *procs_of) {
+  int p = 0;
+  double sum = 0;
+  for (int s = 0; s < K; s++) {
+    if (s > 0 && sum + cost[s] > cap) {
+      if (++p >= P) return P + 1;
+      sum = 0;
+    }
+    sum += cost[s];
+    if (procs_of) procs_of[s] = p;
+  }
+  return p + 1;
+}
+
+void gp_layout_balance(const double *cost, int stages, int procs, int *procs_of) {
+  int K = stages, P = procs < 1 ? 1 : procs > K ? K : procs;
+  double lo = 0, hi = 0;
+  for (int s = 0; s < K; s++) {
+    if (cost[s] > lo) lo = cost[s];
+    hi += cost[s];
+  }
+  /* the least cap that P runs meet: bisect between the largest stage and the whole */
+  for (int it = 0; it < 100 && hi - lo > 1e-12 * hi; it++) {
+    double mid = 0.5 * (lo + hi);
+    if (runs_within(cost, K, P, mid, NULL) <= P)
+      hi = mid;
+    else
+      lo = mid;
+  }
+  runs_within(cost, K, P, hi, procs_of);
+  /* fewer runs than positions: the last stages move on, one position each, until every
+   * position holds one (stage s at least at P - K + s); no run grows, positions still rise by
+   * 0 or 1 from one stage to the next */
+  for (int s = 0; s < K; s++)
+    if (s - (K - P) > procs_of[s]) procs_of[s] = s - (K - P);
+}

@@ -26,6 +26,11 @@ typedef struct gp_layout {
  * divide W, or a replica has more processes than stages. */
 gp_status gp_layout_make(int world, int rank, int replicas, int stages, const int *procs_of,
                          gp_layout *out);
+/* The planner's assignment of K stages (each costing cost[s] a step) to P positions as
+ * contiguous runs, each position at least one stage, the costliest position as cheap as can be
+ * (the earlier positions taking the stages a tie leaves); procs_of[s]: stage s's position, for
+ * gp_layout_make. P <= K. */
+void gp_layout_balance(const double *cost, int stages, int procs, int *procs_of);
 /* The position holding stage s. */
 int gp_layout_owner(const gp_layout *l, int s);
 /* Whether this process holds stage s. */

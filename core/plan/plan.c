@@ -46,6 +46,10 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
   out->micro = ps->micro_batches;
   out->schedule = ps->schedule;
   out->remat = ps->remat;
+  if (ps->n_procs > 0) {
+    out->n_procs = ps->n_procs;
+    memcpy(out->procs, ps->procs, sizeof out->procs);
+  }
   int first[GP_MAX_DEVICES + 1];
   if (ps->n_balance) {
     if (ps->n_balance != k)

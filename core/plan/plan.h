@@ -18,6 +18,10 @@ typedef struct gp_plan {
   gp_remat remat;
   gp_stage_range st[GP_MAX_DEVICES];
   int64_t batch; /* gp_plan_read: the batch_size the file was made for; 0 where it records none */
+  /* across processes: each stage's process, by position in its replica (gp_layout_make's
+   * procs_of); n_procs: the positions, 0 where the plan leaves it to the launch (even) */
+  int n_procs;
+  int procs[GP_MAX_DEVICES];
   /* gp_plan_read: "plan.yaml:4:13: checkpoint: is now remat:" when the file used the old
    * name (the program tells the user); "" otherwise */
   char renamed[320];

@@ -85,6 +85,12 @@ static void format_plan(gp_strbuf *b, const gp_model *m, const gp_plan *p) {
   for (int s = 0; s < p->stages; s++)
     gp_strbuf_printf(b, s ? ", %d" : "%d", p->st[s].end_unit - p->st[s].first_unit);
   gp_strbuf_printf(b, "]  # units per stage\n");
+  if (p->n_procs > 0) {
+    gp_strbuf_printf(b, "processes: [");
+    for (int s = 0; s < p->stages; s++)
+      gp_strbuf_printf(b, s ? ", %d" : "%d", p->procs[s]);
+    gp_strbuf_printf(b, "]  # each stage's process in its replica (under mpirun)\n");
+  }
   for (int s = 0; s < p->stages; s++)
     gp_strbuf_printf(b, "# stage %d: units %d..%d (%s .. %s)\n", s, p->st[s].first_unit,
                      p->st[s].end_unit - 1, m->unit_names[p->st[s].first_unit],
@@ -244,11 +250,12 @@ enum {
   K_BALANCE,
   K_BATCH,
   K_UNITS,
+  K_PROCS,
   K_N
 };
-static const char *const key_names[] = {
-    "model",   "stages",  "micro_batches", "schedule", "remat", "checkpoint",
-    "devices", "balance", "batch_size",    "units",    NULL};
+static const char *const key_names[] = {"model",      "stages",     "micro_batches", "schedule",
+                                        "remat",      "checkpoint", "devices",       "balance",
+                                        "batch_size", "units",      "processes",     NULL};
 
 static gp_status check_units(const reader *r, yaml_node_t *v, const gp_model *m) {
   int cap = m->n_units + 1, n = 0;
@@ -264,6 +271,32 @@ static gp_status check_units(const reader *r, yaml_node_t *v, const gp_model *m)
               u, scalar(items[u]), m->unit_names[u]);
   free(items);
   return st;
+}
+
+/* processes: one position per stage, from 0, each stage on its predecessor's process or the
+ * next one: contiguous runs, every position used. */
+static gp_status get_procs(const reader *r, yaml_node_t *v, gp_plan *out) {
+  yaml_node_t *items[GP_MAX_DEVICES];
+  int n = 0, k = out->stages;
+  GP_TRY(get_list(r, v, "processes", 0, items, GP_MAX_DEVICES, &n));
+  if (n != k)
+    return at(r, v, GP_ERR_USAGE, "processes: %d entr%s for %d stage%s (one process per stage)", n,
+              n == 1 ? "y" : "ies", k, k == 1 ? "" : "s");
+  for (int s = 0; s < k; s++) {
+    int q = 0, prev = s ? out->procs[s - 1] : 0;
+    GP_TRY(get_int(r, items[s], "processes", 0, k - 1, &q));
+    if (s == 0 && q != 0)
+      return at(r, items[s], GP_ERR_USAGE,
+                "processes: stage 0 on process %d: the first stage is on process 0", q);
+    if (q != prev && q != prev + 1)
+      return at(r, items[s], GP_ERR_USAGE,
+                "processes: stage %d on process %d after stage %d on %d: the first stage is on "
+                "process 0 and each next stage on the same process or the next one",
+                s, q, s - 1, prev);
+    out->procs[s] = q;
+  }
+  out->n_procs = out->procs[k - 1] + 1;
+  return GP_OK;
 }
 
 static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m, gp_plan *out) {
@@ -367,6 +400,7 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
                ps->n_devices == 0 ? "cpu" : ps->devices[ps->n_devices == 1 ? 0 : s]);
   }
   if (val[K_UNITS]) GP_TRY(check_units(r, val[K_UNITS], m));
+  if (val[K_PROCS]) GP_TRY(get_procs(r, val[K_PROCS], out));
   for (int s = 0; s < k; s++) {
     out->st[s].first_node = m->unit_first[out->st[s].first_unit];
     out->st[s].end_node = m->unit_first[out->st[s].end_unit];

@@ -128,6 +128,10 @@ typedef struct gp_pipeline_spec {
   char devices[GP_MAX_DEVICES][16]; /* "cpu", "cuda:0" */
   int n_balance;                    /* 0 = automatic */
   int balance[GP_MAX_DEVICES];      /* units per stage */
+  /* a plan file's processes: (gpipe-train --partition): each stage's process, by its position
+   * in the replica; n_procs: the positions (0: as even in stages as can be) */
+  int n_procs;
+  int procs[GP_MAX_DEVICES];
   /* "model.yaml:12:15: pipeline.checkpoint is now pipeline.remat" when the file used the old
    * name (the program tells the user); "" otherwise */
   char renamed[320];

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpipe-train over several processes (mpirun, every byte through TCP as between hosts) against
 # one process: the weights after 3 steps within 1e-5 of K = 1 for every layout, schedule and
-# re-materialization; tied copies in three processes with a skip tensor crossing two process
-# boundaries, clipping that triggers; batch norm at R = 2, M = 1 against R = 1, M = 2 with its
+# re-materialization; stages placed by a plan file's processes:; tied copies in three processes
+# with a skip tensor crossing two process boundaries, clipping that triggers; batch norm at R = 2, M = 1 against R = 1, M = 2 with its
 # running statistics; the replicas' shares disjoint and whole; and the negative control: with
 # the all-reduce off the check fails.
 set -u
@@ -54,6 +54,30 @@ if GP_TEST_NO_ALLREDUCE=1 "${mpi[@]}" -np 2 "$train" "$mlp" "${q[@]}" --replicas
 else
   bad "negative control exited $?: $(tail -3 "$tmp/apart.log")"
 fi
+
+# a plan file puts stages 1 and 2 on process 1 (even would put 0 and 1 on process 0): the
+# trace's rows say where each stage ran, the weights are the reference's; a launch of another
+# size is refused in one line naming the plan
+cat >"$tmp/plan.yaml" <<'YAML'
+model: fashion-mlp
+stages: 3
+micro_batches: 2
+balance: [2, 3, 2]
+processes: [0, 1, 1]
+batch_size: 16
+YAML
+same mlp 2 plan "$mlp" "${q[@]}" --partition "$tmp/plan.yaml" --trace "$tmp/plan.json"
+python3 - "$tmp/plan.json" <<'PY' && ok || bad "plan's processes: $(head -c 400 "$tmp/plan.json")"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+where = {(e["tid"], e["pid"]) for e in ev if e.get("cat") == "forward"}
+assert where == {(0, 0), (1, 1), (2, 1)}, where
+PY
+"${mpi[@]}" -np 3 "$train" "$mlp" "${q[@]}" --partition "$tmp/plan.yaml" >"$tmp/p3.out" \
+  2>"$tmp/p3.err"; rc=$?
+[ $rc = 2 ] && [ "$(grep -c '^gpipe-train: ' "$tmp/p3.err")" = 1 ] &&
+  grep -q "^gpipe-train: rank 0 (.*): --partition .*plan.yaml: the plan's processes: put a replica's stages on 2 processes, this launch has 3" \
+    "$tmp/p3.err" && ok || bad "plan for 2 processes on 3: rc $rc: $(cat "$tmp/p3.err")"
 
 # a small translation Transformer with the three embeddings tied: balance 4,2,3 puts the source
 # embedding and encoder on process 0, the target embedding and a decoder layer on 1, the rest

@@ -92,6 +92,51 @@ static void round_trip(const char *name, const char *what, int refused) {
   unlink(path);
 }
 
+/* processes: (which process of a replica holds each stage) round-trips, and what cannot be a
+ * launch is refused at its entry. */
+static void test_processes(void) {
+  char text[2048], path[512];
+  model_text("plain", text, sizeof text);
+  gp_model *m = NULL;
+  if (gp_model_load_string(text, "t.yaml", NULL, 0, &m) != GP_OK) {
+    CHECK(0, "processes: the model does not load [%s]", gp_error_message());
+    return;
+  }
+  snprintf(path, sizeof path, "%s/procs.yaml", dir);
+  gp_pipeline_spec ps = m->pipeline;
+  ps.stages = 3;
+  ps.n_procs = 2;
+  ps.procs[0] = 0, ps.procs[1] = 1, ps.procs[2] = 1;
+  gp_plan p, q;
+  int ok = gp_plan_make(m, &ps, &p) == GP_OK && gp_plan_write(path, m, &p) == GP_OK &&
+           gp_plan_read(path, m, &q) == GP_OK;
+  CHECK(ok && q.n_procs == 2 && q.procs[0] == 0 && q.procs[1] == 1 && q.procs[2] == 1,
+        "processes: [0, 1, 1] read back as %d positions [%d, %d, %d] [%s]", q.n_procs, q.procs[0],
+        q.procs[1], q.procs[2], ok ? "" : gp_error_message());
+  static const struct {
+    const char *list, *want;
+  } bad[] = {{"[1, 1, 1]",
+              "procs.yaml:4:13: processes: stage 0 on process 1: the first stage is on process 0"},
+             {"[0, 2, 2]", "procs.yaml:4:16: processes: stage 1 on process 2 after stage 0 on 0"},
+             {"[0, 1, 0]", "procs.yaml:4:19: processes: stage 2 on process 0 after stage 1 on 1"},
+             {"[0, 1]", "procs.yaml:4:12: processes: 2 entries for 3 stages"},
+             {"[0, x, 1]", "procs.yaml:4:16: processes: expected an integer"},
+             {"0", "procs.yaml:4:12: processes: "}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    FILE *f = fopen(path, "w");
+    if (!f) break;
+    fprintf(f, "model: plain\nstages: 3\nbalance: [1, 1, 1]\nprocesses: %s\n", bad[i].list);
+    fclose(f);
+    gp_status st = gp_plan_read(path, m, &q);
+    const char *msg = st == GP_OK ? "" : gp_error_message();
+    const char *at = strstr(msg, "procs.yaml:");
+    CHECK(st != GP_OK && at && strncmp(at, bad[i].want, strlen(bad[i].want)) == 0,
+          "processes: %s: got '%s', want '%s...'", bad[i].list, msg, bad[i].want);
+  }
+  unlink(path);
+  gp_model_free(m);
+}
+
 int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(dir, sizeof dir, "%s/gp_plan_XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -129,6 +174,7 @@ int main(void) {
              "b: c",
              "a U+2028 and a key", 1);
   round_trip("x\xc2\x85stages: 9", "a U+0085 and a key", 1);
+  test_processes();
   rmdir(dir);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;

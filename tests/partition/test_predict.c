@@ -2,8 +2,10 @@
  * makespan with hand-offs on the local or the remote link, the ring all-reduce's time, buckets
  * and the share hidden before the last backward ends, the bytes per link, and the memory a
  * process adds for the inputs it receives. Costs, speeds and links are exact binary fractions,
- * so every figure is exact. */
+ * so every figure is exact. And the planner's assignment of stages to processes, against every
+ * other on small cases. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -145,11 +147,62 @@ static void refusals(void) {
   gp_error_clear();
 }
 
+/* The most a position costs when stages go to positions as procs_of says. */
+static double worst_of(const double *cost, int K, const int *procs_of) {
+  double sum[GP_MAX_DEVICES] = {0}, w = 0;
+  for (int s = 0; s < K; s++)
+    if ((sum[procs_of[s]] += cost[s]) > w) w = sum[procs_of[s]];
+  return w;
+}
+
+/* gp_layout_balance: a layout gp_layout_make takes (every position used, contiguous), and no
+ * other contiguous assignment has a cheaper costliest position (all of them tried, K <= 8). */
+static void balance(void) {
+  const double even[5] = {1, 1, 1, 1, 1}, front[6] = {5, 1, 1, 1, 1, 1}, back[4] = {1, 1, 1, 10};
+  int got[GP_MAX_DEVICES];
+  gp_layout_balance(even, 5, 2, got);
+  CHECK(got[0] == 0 && got[2] == 0 && got[3] == 1 && got[4] == 1, "even: %d %d %d %d %d", got[0],
+        got[1], got[2], got[3], got[4]);
+  gp_layout_balance(front, 6, 2, got);
+  CHECK(got[0] == 0 && got[1] == 1 && got[5] == 1, "front-heavy: stage 1 on %d", got[1]);
+  gp_layout_balance(back, 4, 3, got);
+  CHECK(got[0] == 0 && got[1] == 0 && got[2] == 1 && got[3] == 2, "back-heavy: %d %d %d %d", got[0],
+        got[1], got[2], got[3]);
+  uint64_t x = 12345;
+  int bad = 0;
+  for (int trial = 0; trial < 400; trial++) {
+    int K = 1 + trial % 8, P = 1 + (trial / 8) % K;
+    double cost[8];
+    for (int s = 0; s < K; s++) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      cost[s] = (double)(x >> 40 & 1023) / 64.0;
+    }
+    gp_layout_balance(cost, K, P, got);
+    gp_layout l;
+    if (gp_layout_make(P, 0, 1, K, got, &l) != GP_OK) {
+      bad++;
+      continue;
+    }
+    double best = INFINITY;
+    for (unsigned cuts = 0; cuts < 1u << (K - 1); cuts++) { /* bit s: a new position at s + 1 */
+      if (__builtin_popcount(cuts) != P - 1) continue;
+      int mine[8] = {0};
+      for (int s = 1; s < K; s++)
+        mine[s] = mine[s - 1] + (int)(cuts >> (s - 1) & 1);
+      double w = worst_of(cost, K, mine);
+      if (w < best) best = w;
+    }
+    if (worst_of(cost, K, got) > best * (1 + 1e-9)) bad++;
+  }
+  CHECK(bad == 0, "balance: %d of 400 random assignments not the best (or not a layout)", bad);
+}
+
 int main(void) {
   handoffs();
   allreduce();
   devices();
   refusals();
+  balance();
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }
