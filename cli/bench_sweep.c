@@ -299,6 +299,12 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
   unsigned long long busy0 = 0, steal0 = 0, busy1, steal1;
   int ticks = 0;
   gp_status s = gp_batch_source_seek(c->data.train, 0, 0);
+  if (s == GP_OK && dist) { /* each process reads only what this layout's stages here use */
+    unsigned char used[GP_MAX_MODEL_INPUTS];
+    gp_pipeline_inputs_used(t.pl, used);
+    const gp_layout *lay = gp_pipeline_layout(t.pl);
+    s = gp_batch_source_want(c->data.train, used, lay->replica, lay->replicas);
+  }
   for (int i = 0; s == GP_OK && i < b->warmup + steps; i++) {
     if (i == b->warmup) {
       gp_pipeline_reset_stats(t.pl);

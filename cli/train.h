@@ -106,6 +106,12 @@ gp_status tr_dist_shared_dir(run *r);
 /* Tests (GP_TEST_SHARES=PREFIX): each process appends its replica's share of the step's batch
  * to PREFIX.RANK ("replica step first n"). */
 void tr_dist_note_share(const run *r);
+/* W > 1: each process reads of every batch only what its stages use (the model inputs they
+ * read, of its replica's share; the labels whole), from the training and evaluated splits. */
+gp_status tr_dist_want(run *r);
+/* Tests (GP_TEST_DATA=PREFIX): each process writes what its training split read to PREFIX.RANK
+ * ("decoded D batches B wait_s W"). */
+void tr_dist_note_data(const run *r);
 /* Every stage's statistics (all[K]), the stages of other processes' included (every process
  * calls it, in the same order). */
 gp_status tr_dist_stats(run *r, gp_stage_stats *all);

@@ -86,6 +86,32 @@ void tr_dist_note_share(const run *r) {
   fclose(fp);
 }
 
+gp_status tr_dist_want(run *r) {
+  if (r->dist.world == 1) return GP_OK; /* one process reads everything, as ever */
+  unsigned char used[GP_MAX_MODEL_INPUTS];
+  gp_pipeline_inputs_used(r->t.pl, used);
+  const gp_layout *l = gp_pipeline_layout(r->t.pl);
+  gp_batch_source *src[3] = {r->d.train, r->d.eval, r->d.test};
+  for (int i = 0; i < 3; i++)
+    if (src[i] && (i < 2 || src[2] != src[1]))
+      GP_TRY(gp_batch_source_want(src[i], used, l->replica, l->replicas));
+  return GP_OK;
+}
+
+void tr_dist_note_data(const run *r) {
+  const char *prefix = getenv("GP_TEST_DATA");
+  if (!prefix || !*prefix || !r->d.train) return;
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s.%d", prefix, r->dist.rank);
+  FILE *fp = fopen(path, "w");
+  if (!fp) return;
+  gp_batch_source_stats st;
+  gp_batch_source_stats_get(r->d.train, &st);
+  fprintf(fp, "decoded %" PRId64 " batches %" PRId64 " wait_s %.6f\n", st.decoded, st.batches,
+          st.wait_s);
+  fclose(fp);
+}
+
 gp_status tr_dist_stats(run *r, gp_stage_stats *all) {
   return gp_cli_dist_stats(&r->dist, r->t.pl, all);
 }

@@ -181,7 +181,7 @@ gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads) {
   r->loaded_step = -1;
   if (tr_flags[F_LOAD].given)
     GP_TRY(gp_trainer_load_weights(&r->t, tr_flags[F_LOAD].s, &r->loaded_step));
-  return GP_OK;
+  return tr_dist_want(r);
 }
 
 gp_status tr_train(run *r) {
@@ -324,6 +324,7 @@ gp_status tr_train(run *r) {
   }
   gp_progress_done(&pg);
   tr_report_data(r, gp_now() - pg.t0);
+  tr_dist_note_data(r);
   tr_report_memory(r);
   tr_report_pipeline(r);
   tr_print_final(r, &pg);

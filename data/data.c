@@ -68,7 +68,14 @@ static void loader_stats(const void *ctx, gp_batch_source_stats *out) {
   out->wait_s = st.wait_s;
   out->batches = st.batches;
   out->skipped = st.skipped;
+  out->decoded = st.decoded;
   memcpy(out->first_skip, st.first_skip, sizeof out->first_skip);
+}
+
+/* The images of the rows wanted; the labels (the loader's y) always whole. */
+static gp_status loader_want(void *ctx, const unsigned char *used, int replica, int replicas) {
+  loader_src *ls = ctx;
+  return gp_loader_want(ls->l, used[ls->xi], replica, replicas);
 }
 
 static void loader_src_free(void *ctx) {
@@ -87,6 +94,7 @@ static const gp_batch_source_ops loader_ops = {
     .batches = loader_batches,
     .stats = loader_stats,
     .free = loader_src_free,
+    .want = loader_want,
 };
 
 gp_status gp_loader_batch_source(gp_loader *l, const gp_model *m, int64_t batch, const char *split,

@@ -7,16 +7,20 @@
 #include "data/loader.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/backend.h"
+#include "core/exec/pipeline.h"
 #include "core/rng.h"
 #include "data/source.h"
 
 enum { J_FREE, J_FILLED, J_DONE };
+/* A row of a job: decoded, bad (skipped), or only its label read (gp_loader_want). */
+enum { ROW_GOOD, ROW_BAD, ROW_LABEL };
 
 typedef struct job {
   int state;
@@ -25,7 +29,7 @@ typedef struct job {
   int pass_end;       /* test: the pass is over (count is 0) */
   int64_t next_item, done_items;
   gp_item *items;
-  uint8_t *bad; /* per item: skipped */
+  uint8_t *bad; /* per item: ROW_* */
   uint8_t *bytes;
   size_t nbytes, cap;
   float *x;
@@ -61,10 +65,12 @@ struct gp_loader {
   job *jobs;
   int njobs;
   int64_t batch;       /* the batch size the ring is laid out for */
+  int want_images, want_r, want_R; /* gp_loader_want */
   gp_scratch *scratch; /* one per worker, plus one for the caller */
   /* Statistics. */
   double wait_s;
   int64_t batches, samples, skipped;
+  atomic_llong decoded;
   char first_skip[512];
 };
 
@@ -272,51 +278,81 @@ static gp_status fill_job(gp_loader *l, job *j) {
 
 /* ---- the workers: decoding ---- */
 
-static void decode_range(gp_loader *l, job *j, int64_t a, int64_t b, gp_scratch *sc) {
-  int64_t numel = l->src->numel;
-  for (int64_t i = a; i < b; i++) {
-    const gp_item *it = &j->items[i];
-    gp_status s =
-        l->src->decode(l->src, it, j->bytes + it->off, j->epoch, sc, j->x + i * numel, &j->y[i]);
-    j->bad[i] = 0;
-    if (s == GP_OK) continue;
-    pthread_mutex_lock(&l->mu);
-    if (l->skipped < l->o.max_skips) {
-      if (l->skipped++ == 0)
-        snprintf(l->first_skip, sizeof l->first_skip, "%s", gp_error_message());
-      j->bad[i] = 1;
-    } else if (j->st == GP_OK) {
-      j->st = s;
-      if (l->o.max_skips > 0)
-        snprintf(j->msg, sizeof j->msg, "%.900s (more than max_skips = %lld bad samples)",
-                 gp_error_message(), (long long)l->o.max_skips);
-      else
-        snprintf(j->msg, sizeof j->msg, "%s", gp_error_message());
-    }
-    pthread_mutex_unlock(&l->mu);
-  }
+/* The rows of j the caller reads the images of: [*lo, *hi). */
+static void rows_read(const gp_loader *l, const job *j, int64_t *lo, int64_t *hi) {
+  *lo = *hi = 0;
+  if (l->want_images) gp_batch_share(j->count, l->want_r, l->want_R, lo, hi);
 }
 
-/* A skipped sample takes the place of the nearest good one before it (or after it). */
-static void fill_holes(gp_loader *l, job *j) {
-  int64_t numel = l->src->numel, good = -1;
-  for (int64_t i = 0; i < j->count && good < 0; i++)
-    if (!j->bad[i]) good = i;
-  if (good < 0) {
-    if (j->st == GP_OK && j->count > 0) {
-      j->st = GP_ERR_DATA;
-      snprintf(j->msg, sizeof j->msg, "every sample of a batch was bad (first skipped: %s)",
-               l->first_skip);
-    }
-    return;
+/* Row i of j: the sample decoded (image 1), or its label alone; a bad one is counted and
+ * marked, or the job's error past max_skips. */
+static void read_row(gp_loader *l, job *j, int64_t i, int image, gp_scratch *sc) {
+  const gp_item *it = &j->items[i];
+  gp_status s;
+  if (image || !l->src->label) {
+    s = l->src->decode(l->src, it, j->bytes + it->off, j->epoch, sc, j->x + i * l->src->numel,
+                       &j->y[i]);
+    atomic_fetch_add_explicit(&l->decoded, 1, memory_order_relaxed);
+    j->bad[i] = ROW_GOOD;
+  } else {
+    s = l->src->label(l->src, it, &j->y[i]);
+    j->bad[i] = ROW_LABEL;
   }
+  if (s == GP_OK) return;
+  j->bad[i] = ROW_BAD;
+  pthread_mutex_lock(&l->mu);
+  if (l->skipped < l->o.max_skips) {
+    if (l->skipped++ == 0) snprintf(l->first_skip, sizeof l->first_skip, "%s", gp_error_message());
+  } else if (j->st == GP_OK) {
+    j->st = s;
+    if (l->o.max_skips > 0)
+      snprintf(j->msg, sizeof j->msg, "%.900s (more than max_skips = %lld bad samples)",
+               gp_error_message(), (long long)l->o.max_skips);
+    else
+      snprintf(j->msg, sizeof j->msg, "%s", gp_error_message());
+  }
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void decode_range(gp_loader *l, job *j, int64_t a, int64_t b, gp_scratch *sc) {
+  int64_t lo, hi;
+  rows_read(l, j, &lo, &hi);
+  for (int64_t i = a; i < b; i++)
+    read_row(l, j, i, i >= lo && i < hi, sc);
+}
+
+/* Whether row k can stand in for a bad row (its image too when `image`: a row only labelled
+ * is decoded now, as the whole batch's decode would have). */
+static int stand_in(gp_loader *l, job *j, int64_t k, int image, gp_scratch *sc) {
+  if (image && j->bad[k] == ROW_LABEL) read_row(l, j, k, 1, sc);
+  return j->bad[k] != ROW_BAD;
+}
+
+/* A skipped sample takes the place of the nearest good one before it, or else of the first
+ * good one after it (the image only in the rows read). Not under l->mu. */
+static void fill_holes(gp_loader *l, job *j, gp_scratch *sc) {
+  int64_t numel = l->src->numel, lo, hi;
+  rows_read(l, j, &lo, &hi);
   for (int64_t i = 0; i < j->count; i++) {
-    if (!j->bad[i]) {
-      good = i;
-      continue;
+    if (j->bad[i] != ROW_BAD) continue;
+    int image = i >= lo && i < hi;
+    int64_t g = -1;
+    for (int64_t k = i - 1; k >= 0 && g < 0; k--)
+      if (stand_in(l, j, k, image, sc)) g = k;
+    for (int64_t k = i + 1; k < j->count && g < 0; k++)
+      if (stand_in(l, j, k, image, sc)) g = k;
+    if (g < 0) {
+      pthread_mutex_lock(&l->mu);
+      if (j->st == GP_OK) {
+        j->st = GP_ERR_DATA;
+        snprintf(j->msg, sizeof j->msg, "every sample of a batch was bad (first skipped: %s)",
+                 l->first_skip);
+      }
+      pthread_mutex_unlock(&l->mu);
+      return;
     }
-    memcpy(j->x + i * numel, j->x + good * numel, (size_t)numel * sizeof(float));
-    j->y[i] = j->y[good];
+    if (image) memcpy(j->x + i * numel, j->x + g * numel, (size_t)numel * sizeof(float));
+    j->y[i] = j->y[g];
   }
 }
 
@@ -351,8 +387,10 @@ static void *worker_main(void *arg) {
     decode_range(l, j, a, b, sc);
     pthread_mutex_lock(&l->mu);
     j->done_items += b - a;
-    if (j->done_items == j->count) {
-      fill_holes(l, j);
+    if (j->done_items == j->count) { /* every item taken: no other worker touches j */
+      pthread_mutex_unlock(&l->mu);
+      fill_holes(l, j, sc);
+      pthread_mutex_lock(&l->mu);
       j->state = J_DONE;
       pthread_cond_broadcast(&l->cv);
     }
@@ -519,6 +557,7 @@ static gp_status loader_new(gp_source *src, gp_split split, uint64_t seed, const
   l->o = opts;
   l->nworkers = opts.workers;
   l->perm_epoch = -1;
+  l->want_images = l->want_R = 1;
   l->n_rep = src->n >= 0 ? src->n / opts.replicas : -1;
   *out = l;
   return GP_OK;
@@ -619,7 +658,7 @@ gp_status gp_loader_next(gp_loader *l, int64_t max_batch, float *x, int32_t *y, 
     j = &l->jobs[0];
     if (fill_job(l, j) == GP_OK) {
       decode_range(l, j, 0, j->count, &l->scratch[0]);
-      fill_holes(l, j);
+      fill_holes(l, j, &l->scratch[0]);
     }
   } else {
     j = &l->jobs[l->cons_seq % l->njobs];
@@ -636,7 +675,10 @@ gp_status gp_loader_next(gp_loader *l, int64_t max_batch, float *x, int32_t *y, 
     l->need_start = 1; /* the next call starts over from the position */
     return GP_ERR(st, "%s", j->msg);
   }
-  memcpy(x, j->x, (size_t)(j->count * l->src->numel) * sizeof(float));
+  int64_t lo, hi, numel = l->src->numel;
+  rows_read(l, j, &lo, &hi);
+  if (hi > lo)
+    memcpy(x + lo * numel, j->x + lo * numel, (size_t)((hi - lo) * numel) * sizeof(float));
   memcpy(y, j->y, (size_t)j->count * sizeof(int32_t));
   *got = j->count;
   l->epoch = j->epoch;
@@ -673,6 +715,18 @@ gp_status gp_loader_seek(gp_loader *l, int64_t epoch, int64_t index) {
   return GP_OK;
 }
 
+gp_status gp_loader_want(gp_loader *l, int images, int replica, int replicas) {
+  if (replicas < 1 || replica < 0 || replica >= replicas)
+    return GP_ERR(GP_ERR_USAGE, "replica %d of %d: expected 0 <= replica < replicas", replica,
+                  replicas);
+  shutdown_threads(l); /* the batches prepared read what was wanted before: prepared again */
+  l->want_images = images != 0;
+  l->want_r = replica;
+  l->want_R = replicas;
+  l->need_start = 1;
+  return GP_OK;
+}
+
 void gp_loader_stats_get(const gp_loader *l, gp_loader_stats *out) {
   memset(out, 0, sizeof *out);
   out->workers = l->nworkers;
@@ -680,6 +734,7 @@ void gp_loader_stats_get(const gp_loader *l, gp_loader_stats *out) {
   out->batches = l->batches;
   out->samples = l->samples;
   out->skipped = l->skipped;
+  out->decoded = atomic_load_explicit(&l->decoded, memory_order_relaxed);
   snprintf(out->first_skip, sizeof out->first_skip, "%s", l->first_skip);
 }
 

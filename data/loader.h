@@ -62,12 +62,23 @@ gp_status gp_loader_next(gp_loader *l, int64_t max_batch, float *x, int32_t *y, 
 void gp_loader_tell(const gp_loader *l, int64_t *epoch, int64_t *index);
 gp_status gp_loader_seek(gp_loader *l, int64_t epoch, int64_t index);
 
+/* What the caller reads of each batch from the next one on (several processes: see
+ * gp_batch_source_want): with images 0 no sample is decoded; else only the rows of share
+ * `replica` of `replicas` of each batch (gp_batch_share) are decoded, augmented and written to
+ * x, and x's other rows are left as they were. Every row's label is read all the same. Those
+ * rows are what the whole batch's decode gives, a skipped sample's stand-in included (a row
+ * not read is decoded when a bad row read needs it in its place); bad samples are counted (and
+ * max_skips applies) among the rows read, and a row not read has its own label unless that is
+ * bad. GP_ERR_USAGE when replica is not in [0, replicas). */
+gp_status gp_loader_want(gp_loader *l, int images, int replica, int replicas);
+
 typedef struct gp_loader_stats {
   int workers;     /* decode threads in use */
   double wait_s;   /* the caller's time blocked in gp_loader_next */
   int64_t batches; /* returned so far */
   int64_t samples;
   int64_t skipped;      /* bad samples replaced */
+  int64_t decoded;      /* samples decoded (not only labelled: gp_loader_want) */
   char first_skip[512]; /* the first skipped sample's error */
 } gp_loader_stats;
 void gp_loader_stats_get(const gp_loader *l, gp_loader_stats *out);

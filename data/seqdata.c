@@ -24,6 +24,7 @@ typedef struct feed_src {
   gp_seqfeed *feed;
   int own_feed; /* decoding's feed, opened for it */
   gp_batch_buffers buf;
+  unsigned char skip[GP_MAX_MODEL_INPUTS]; /* inputs not read (gp_batch_source_want) */
 } feed_src;
 
 struct gp_seqdata {
@@ -203,7 +204,10 @@ static gp_status read_corpora(gp_seqdata *d) {
 static gp_status feed_next(void *ctx, gp_batch *b) {
   feed_src *fs = ctx;
   int64_t rows;
-  GP_TRY(gp_seqfeed_next(fs->feed, fs->buf.in, &rows));
+  void *in[GP_MAX_MODEL_INPUTS]; /* an input not read is not written (NULL) */
+  for (int i = 0; i < GP_MAX_MODEL_INPUTS; i++)
+    in[i] = fs->skip[i] ? NULL : fs->buf.in[i];
+  GP_TRY(gp_seqfeed_next(fs->feed, in, &rows));
   *b = gp_batch_of(&fs->buf, rows);
   return GP_OK;
 }
@@ -255,6 +259,18 @@ static void feed_stats(const void *ctx, gp_batch_source_stats *out) {
   out->left_out = st.too_long;
 }
 
+/* Token rows are cheap: every row is made, of the inputs read (the feed always writes tgt_in and
+ * the labels). */
+static gp_status feed_want(void *ctx, const unsigned char *used, int replica, int replicas) {
+  (void)replica;
+  (void)replicas;
+  feed_src *fs = ctx;
+  const gp_seq_layout *L = &fs->d->L;
+  for (int i = 0; i < GP_MAX_MODEL_INPUTS; i++)
+    fs->skip[i] = !used[i] && i != L->input[GP_SEQ_TGT_IN] && i != L->input[GP_SEQ_LABEL];
+  return GP_OK;
+}
+
 static void feed_free(void *ctx) {
   feed_src *fs = ctx;
   if (fs->own_feed) gp_seqfeed_free(fs->feed);
@@ -270,6 +286,7 @@ static const gp_batch_source_ops feed_ops = {
     .batches = feed_batches,
     .stats = feed_stats,
     .free = feed_free,
+    .want = feed_want,
 };
 
 /* A source over feed f of split `which` (own: f goes with the source). */

@@ -287,7 +287,7 @@ static void fill_row(gp_seqfeed *f, void *const *in, int64_t slot, int64_t row) 
   const gp_seq_layout *L = &f->L;
   int32_t *p[GP_SEQ_ROLES] = {0};
   for (int r = 0; r < GP_SEQ_ROLES; r++)
-    if (L->input[r] >= 0)
+    if (L->input[r] >= 0 && in[L->input[r]]) /* NULL: not read (never tgt_in, labels) */
       p[r] = (int32_t *)in[L->input[r]] + slot * (is_source_role(r) ? L->S : L->T);
   for (int r = 0; r < GP_SEQ_ROLES; r++) {
     if (!p[r]) continue;

@@ -72,9 +72,10 @@ gp_status gp_seqfeed_open(const gp_token_corpus *c, const gp_seq_layout *L,
                           const gp_seqfeed_opts *o, gp_seqfeed **out);
 void gp_seqfeed_free(gp_seqfeed *f);
 
-/* Fills in[L->input[role]] (each rows x [S] or [T] int32, in the model's input order) with
- * the next batch; *rows = 0 when an eval pass is done (seek to (0, 0) to go again). Train
- * batches are always o->rows rows; the last eval batch may be shorter. */
+/* Fills in[L->input[role]] (each rows x [S] or [T] int32, in the model's input order; NULL:
+ * not wanted, except tgt_in and the labels) with the next batch; *rows = 0 when an eval pass is
+ * done (seek to (0, 0) to go again). Train batches are always o->rows rows; the last eval batch may
+ * be shorter. */
 gp_status gp_seqfeed_next(gp_seqfeed *f, void *const *in, int64_t *rows);
 /* The corpus pairs in row r of the last batch: *n of them, their indices in *pairs. */
 void gp_seqfeed_row_pairs(const gp_seqfeed *f, int64_t r, const int64_t **pairs, int64_t *n);

@@ -63,6 +63,9 @@ struct gp_source {
   /* One sample into x (numel floats) and *y. bytes is the item's record for streams. */
   gp_status (*decode)(const gp_source *s, const gp_item *it, const uint8_t *bytes, int64_t epoch,
                       gp_scratch *scratch, float *x, int32_t *y);
+  /* The label decode would give *y (with its checks), without decoding the sample: for the
+   * rows a caller does not read (gp_loader_want). */
+  gp_status (*label)(const gp_source *s, const gp_item *it, int32_t *y);
   void (*free)(gp_source *s);
 };
 

@@ -47,6 +47,23 @@ static void scratch_free(gp_scratch *sc) {
   memset(sc, 0, sizeof *sc);
 }
 
+/* The item's label and the name of where it comes from, checked against the classes. */
+static gp_status img_label_of(const img_source *m, const gp_item *it, int32_t *y,
+                              const char **where) {
+  *where = m->folder ? m->tree.paths[it->ref] : it->where;
+  int32_t label = m->folder ? m->tree.labels[it->ref] : it->label;
+  if (label < 0 || label >= m->base.classes)
+    return GP_ERR(GP_ERR_DATA, "%s: label %d is outside 0..%lld", *where, (int)label,
+                  (long long)m->base.classes - 1);
+  *y = label;
+  return GP_OK;
+}
+
+static gp_status img_label(const gp_source *s, const gp_item *it, int32_t *y) {
+  const char *where;
+  return img_label_of((const img_source *)s, it, y, &where);
+}
+
 static gp_status img_decode(const gp_source *s, const gp_item *it, const uint8_t *bytes,
                             int64_t epoch, gp_scratch *sc, float *x, int32_t *y) {
   const img_source *m = (const img_source *)s;
@@ -55,18 +72,14 @@ static gp_status img_decode(const gp_source *s, const gp_item *it, const uint8_t
       return GP_ERR(GP_ERR_NOMEM, "out of memory for a decoded image");
     sc->free_fn = scratch_free;
   }
-  const char *where = it->where;
+  const char *where;
   size_t len = it->len;
-  int32_t label = it->label;
+  int32_t label = 0;
   if (m->folder) {
-    where = m->tree.paths[it->ref];
-    label = m->tree.labels[it->ref];
-    GP_TRY(gp_read_file(where, (uint8_t **)&sc->p[1], &sc->cap[1], &len));
+    GP_TRY(gp_read_file(m->tree.paths[it->ref], (uint8_t **)&sc->p[1], &sc->cap[1], &len));
     bytes = sc->p[1];
   }
-  if (label < 0 || label >= s->classes)
-    return GP_ERR(GP_ERR_DATA, "%s: label %d is outside 0..%lld", where, (int)label,
-                  (long long)s->classes - 1);
+  GP_TRY(img_label_of(m, it, &label, &where));
   *y = label;
   return gp_imagenet_sample(bytes, len, m->augment, m->seed, epoch, it->sample, m->side, m->mean,
                             m->std, sc->p[0], x, where);
@@ -210,6 +223,7 @@ static gp_status setup(img_source *m, const gp_data_spec *spec, gp_split split) 
   m->base.sample = gp_shape_of(3, (int64_t[]){3, m->side, m->side});
   m->base.numel = 3 * (int64_t)m->side * m->side;
   m->base.decode = img_decode;
+  m->base.label = img_label;
   m->base.free = img_free;
   char path[1200];
   int64_t classes = spec->num_classes;

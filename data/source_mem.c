@@ -70,10 +70,23 @@ static gp_status mem_decode(const gp_source *s, const gp_item *it, const uint8_t
   return GP_OK;
 }
 
+static gp_status mem_label(const gp_source *s, const gp_item *it, int32_t *y) {
+  const mem_source *m = (const mem_source *)s;
+  if (m->pixels) {
+    *y = m->labels[it->ref];
+    return GP_OK;
+  }
+  gp_rng r; /* synthetic: the label is the sample's first draw */
+  gp_rng_seed(&r, gp_hash_combine(m->synth_key, (uint64_t)it->ref));
+  *y = (int32_t)gp_rng_below(&r, (uint64_t)s->classes);
+  return GP_OK;
+}
+
 static mem_source *mem_new(void) {
   mem_source *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   m->base.decode = mem_decode;
+  m->base.label = mem_label;
   m->base.free = mem_free;
   return m;
 }

@@ -350,14 +350,19 @@ int64_t gp_batch_targets(const gp_model *m, const gp_batch *b) {
   return c;
 }
 
-/* This replica's contiguous share of the global batch b (every process has all of it): the
- * rows [*base, *base + n) of each input. */
+void gp_batch_share(int64_t n, int r, int R, int64_t *lo, int64_t *hi) {
+  *lo = (n / R) * r + (r < n % R ? r : n % R);
+  *hi = *lo + n / R + (r < n % R);
+}
+
+/* This replica's contiguous share of the global batch b (every process has that much of it):
+ * the rows [*base, *base + n) of each input. */
 static gp_batch replica_share(const gp_pipeline *pl, const gp_batch *b, int64_t *base) {
   const int R = pl->lay.replicas, r = pl->lay.replica;
   *base = 0;
   if (R == 1) return *b;
-  int64_t lo = (b->n / R) * r + (r < b->n % R ? r : b->n % R);
-  int64_t hi = lo + b->n / R + (r < b->n % R);
+  int64_t lo, hi;
+  gp_batch_share(b->n, r, R, &lo, &hi);
   gp_batch out = *b;
   out.n = hi - lo;
   for (int i = 0; i < pl->m->n_inputs; i++) {
@@ -626,6 +631,16 @@ const gp_schedule *gp_pipeline_schedule(const gp_pipeline *pl) {
 
 const gp_layout *gp_pipeline_layout(const gp_pipeline *pl) {
   return &pl->lay;
+}
+
+void gp_pipeline_inputs_used(const gp_pipeline *pl, unsigned char used[GP_MAX_MODEL_INPUTS]) {
+  memset(used, 0, GP_MAX_MODEL_INPUTS);
+  for (int s = pl->first_local; s < pl->first_local + pl->n_local; s++)
+    for (int q = 0; q < pl->st[s].n_in; q++) /* the edges from model inputs (find_boundaries) */
+      if (pl->st[s].in[q].t < pl->m->n_inputs) used[pl->st[s].in[q].t] = 1;
+  /* the loss's normalization counts the global batch's targets on every process, and the last
+   * stage's predictions read the labels besides its inputs */
+  if (pl->m->label_input >= 0) used[pl->m->label_input] = 1;
 }
 
 void gp_pipeline_share(const gp_pipeline *pl, int64_t *first, int64_t *n) {

@@ -88,6 +88,9 @@ gp_status gp_pipeline_predict(gp_pipeline *pl, const gp_batch *b, gp_prediction 
 /* The targets of a host batch the loss is averaged over: labels that are not negative
  * (n when the model has no labels). */
 int64_t gp_batch_targets(const gp_model *m, const gp_batch *b);
+/* Replica r of R's share of a global batch of n rows: rows [*lo, *hi). The shares of r = 0 ..
+ * R-1 in order make the batch and differ in size by one at most (the first n % R are larger). */
+void gp_batch_share(int64_t n, int r, int R, int64_t *lo, int64_t *hi);
 
 /* Waits until every stage's device has finished the work queued so far (a step returns once
  * its work is queued: on GPUs the next step's launches may run ahead of the devices). */
@@ -103,6 +106,11 @@ int gp_pipeline_wedged(gp_pipeline *pl);
  * the params, optimizer and backend of a stage held elsewhere are NULL. */
 const gp_layout *gp_pipeline_layout(const gp_pipeline *pl);
 int gp_pipeline_local(const gp_pipeline *pl, int stage);
+/* What this process reads of a host batch (core/train/batch_source.h's gp_batch_source_want):
+ * used[i] = 1 for each model input a stage held here reads, and for the labels, which every
+ * process reads whole (gp_batch_targets); of an input read, the rows of its replica's share
+ * alone (gp_batch_share of gp_pipeline_layout's replica and replicas). */
+void gp_pipeline_inputs_used(const gp_pipeline *pl, unsigned char used[GP_MAX_MODEL_INPUTS]);
 /* The last command's share of the global batch in this replica: samples [first, first + n). */
 void gp_pipeline_share(const gp_pipeline *pl, int64_t *first, int64_t *n);
 gp_params *gp_pipeline_params(gp_pipeline *pl, int stage);

@@ -36,6 +36,14 @@ gp_status gp_batch_source_set_replica(gp_batch_source *s, int r, int R) {
   return GP_OK;
 }
 
+gp_status gp_batch_source_want(gp_batch_source *s, const unsigned char used[GP_MAX_MODEL_INPUTS],
+                               int replica, int replicas) {
+  if (replicas < 1 || replica < 0 || replica >= replicas)
+    return GP_ERR(GP_ERR_USAGE, "replica %d of %d: expected 0 <= replica < replicas", replica,
+                  replicas);
+  return s->ops->want ? s->ops->want(s->ctx, used, replica, replicas) : GP_OK;
+}
+
 gp_batch gp_batch_slice(const gp_batch *g, const size_t *row_bytes, int r, int R) {
   gp_batch b = *g;
   int64_t lo = g->n * r / R, hi = g->n * (r + 1) / R;

@@ -19,6 +19,7 @@ typedef struct gp_batch_source_stats {
   double wait_s;        /* the caller's time blocked waiting for batches */
   int64_t batches;      /* returned so far */
   int64_t skipped;      /* bad samples replaced */
+  int64_t decoded;      /* samples decoded (images; 0 where nothing is decoded) */
   char first_skip[512]; /* the first skipped sample's error */
 } gp_batch_source_stats;
 
@@ -34,6 +35,8 @@ typedef struct gp_batch_source_ops {
   int64_t (*batches)(const void *ctx); /* global batches an epoch; -1 when unknown (a stream) */
   void (*stats)(const void *ctx, gp_batch_source_stats *out);
   void (*free)(void *ctx);
+  /* What the caller reads of every batch from the next one on (gp_batch_source_want). */
+  gp_status (*want)(void *ctx, const unsigned char *used, int replica, int replicas);
 } gp_batch_source_ops;
 
 typedef struct gp_batch_source {
@@ -44,13 +47,24 @@ typedef struct gp_batch_source {
 } gp_batch_source;
 
 /* A source over ctx for batches of m's inputs; ops->free frees ctx with the source, or at
- * once when making the source fails. Optional ops: describe, stats, free (NULL). */
+ * once when making the source fails. Optional ops: describe, stats, free, want (NULL). */
 gp_status gp_batch_source_new(const gp_batch_source_ops *ops, void *ctx, const gp_model *m,
                               gp_batch_source **out);
 void gp_batch_source_free(gp_batch_source *s); /* accepts NULL */
 /* Makes s read replica r's share of R of every global batch. GP_ERR_USAGE when r is not in
  * [0, R). */
 gp_status gp_batch_source_set_replica(gp_batch_source *s, int r, int R);
+
+/* Tells s what its caller reads of every global batch from the next one on: the inputs i with
+ * used[i], of the rows of share `replica` of `replicas` (gp_batch_share: as the pipeline takes
+ * them); the labels (the model's label input) are read whole all the same, for the loss's
+ * normalization (gp_batch_targets). A batch stays the global one (b->n rows, each input's
+ * buffer of n rows), but what is not read may be left unfilled: a process holding later stages
+ * decodes no image. Batches and positions are what they were; statistics count what was read.
+ * Optional (a source without the op fills everything). GP_ERR_USAGE when replica is not in
+ * [0, replicas). */
+gp_status gp_batch_source_want(gp_batch_source *s, const unsigned char used[GP_MAX_MODEL_INPUTS],
+                               int replica, int replicas);
 
 /* The rows [r * n / R, (r + 1) * n / R) of g (g->n = n): the shares of r = 0 .. R-1,
  * concatenated, are g, and differ in size by one at most. row_bytes: of each model input. */

@@ -112,6 +112,67 @@ static void shares(const gp_model *m, const char *what, int64_t batch, int R, in
   gp_data_close(&whole);
 }
 
+/* gp_batch_source_want: a source told to read share r of R of the inputs `used` (bit i: input
+ * i) gives those rows of those inputs, and every row of the labels, as the same source told
+ * nothing does, at the same positions; an image source decodes only the samples of those rows
+ * (its loader has no decode threads, so the count is exact). late: told after one batch. */
+static void wants(const gp_model *m, const char *what, int64_t batch, int R, int how, int batches,
+                  unsigned used_bits, int late) {
+  int eval = how != TRAIN, images = m->inputs[0].dtype == GP_F32;
+  unsigned char used[GP_MAX_MODEL_INPUTS] = {0};
+  for (int i = 0; i < m->n_inputs; i++)
+    used[i] = (used_bits >> i) & 1;
+  for (int r = 0; r < R; r++) {
+    gp_data whole, part;
+    gp_batch_source *w = reader(m, how, batch, &whole), *p = reader(m, how, batch, &part);
+    if (!late) CHECK(gp_batch_source_want(p, used, r, R) == GP_OK, "%s: want %d of %d", what, r, R);
+    int64_t expect = 0, rows = 0;
+    int k = 0;
+    for (; eval || k < batches; k++) {
+      gp_batch g, s;
+      int end, send;
+      CHECK(gp_batch_source_next(w, &g, &end) == GP_OK &&
+                gp_batch_source_next(p, &s, &send) == GP_OK,
+            "%s: batch %d", what, k);
+      CHECK(s.n == g.n && send == end, "%s: batch %d has %lld rows, told %lld", what, k,
+            (long long)g.n, (long long)s.n);
+      int64_t lo = 0, hi = g.n;
+      if (!late || k > 0) gp_batch_share(g.n, r, R, &lo, &hi);
+      for (int i = 0; i < m->n_inputs && s.n == g.n; i++) {
+        size_t row =
+            (size_t)gp_shape_numel(&m->inputs[i].shape) * gp_dtype_size(m->inputs[i].dtype);
+        int all = i == m->label_input || (late && k == 0);
+        if (!used[i] && !all) continue;
+        int64_t a = all ? 0 : lo, b = all ? g.n : hi;
+        CHECK(!memcmp((const char *)s.in[i] + (size_t)a * row,
+                      (const char *)g.in[i] + (size_t)a * row, (size_t)(b - a) * row),
+              "%s, replica %d of %d, batch %d: rows %lld..%lld of input %s as told nothing", what,
+              r, R, k, (long long)a, (long long)b, m->inputs[i].name);
+      }
+      expect += used[0] || (late && k == 0) ? hi - lo : 0;
+      rows += g.n;
+      int64_t e0, i0, e1, i1;
+      gp_batch_source_tell(w, &e0, &i0);
+      gp_batch_source_tell(p, &e1, &i1);
+      CHECK(e0 == e1 && i0 == i1, "%s, batch %d: replica %d at the same position", what, k, r);
+      if (late && k == 0)
+        CHECK(gp_batch_source_want(p, used, r, R) == GP_OK, "%s: want %d of %d", what, r, R);
+      if (end) break;
+    }
+    gp_batch_source_stats sw, sp;
+    gp_batch_source_stats_get(w, &sw);
+    gp_batch_source_stats_get(p, &sp);
+    if (images)
+      CHECK(sw.decoded == rows && sp.decoded == expect,
+            "%s, replica %d of %d: %lld samples decoded of %lld (told nothing: %lld)", what, r, R,
+            (long long)sp.decoded, (long long)expect, (long long)sw.decoded);
+    else
+      CHECK(sw.decoded == 0 && sp.decoded == 0, "%s: token rows are not counted decoded", what);
+    gp_data_close(&part);
+    gp_data_close(&whole);
+  }
+}
+
 /* A source of global batches that carry f32 targets (2 a sample) beside x and labels. */
 typedef struct tsrc {
   float x[10 * 5], target[10 * 2];
@@ -199,6 +260,26 @@ int main(void) {
   /* the token eval split: 2 batches of pairs, packed into fewer rows */
   for (size_t i = 0; i < sizeof Rs / sizeof Rs[0]; i++)
     shares(tok, "token evaluation pass", 5, Rs[i], EVAL, (int)n);
+  for (size_t i = 0; i < sizeof Rs / sizeof Rs[0]; i++) {
+    /* images: x is input 0, the labels 1 */
+    wants(img, "images wanted", 7, Rs[i], TRAIN, 20, 1, 0);
+    wants(img, "no image wanted", 7, Rs[i], TRAIN, 20, 0, 0);
+    wants(img, "images wanted after a batch", 7, Rs[i], TRAIN, 20, 1, 1);
+    wants(img, "images wanted, evaluation pass", 5, Rs[i], EVAL, 2, 1, 0);
+    wants(img, "images wanted, short last batch", 5, Rs[i], LOADER, 3, 1, 0);
+    /* tokens: tokens, seg, pos, label; seg and pos not read */
+    wants(tok, "tokens wanted", 6, Rs[i], TRAIN, 20, 1, 0);
+    wants(tok, "tokens, evaluation pass", 5, Rs[i], EVAL, 2, 1, 0);
+  }
+  {
+    gp_data d;
+    gp_batch_source *s = reader(img, TRAIN, 7, &d);
+    unsigned char used[GP_MAX_MODEL_INPUTS] = {1, 1};
+    CHECK(gp_batch_source_want(s, used, 2, 2) == GP_ERR_USAGE &&
+              gp_batch_source_want(s, used, 0, 0) == GP_ERR_USAGE,
+          "want: a replica outside [0, replicas) refused");
+    gp_data_close(&d);
+  }
   targets(img);
   gp_model_free(img);
   gp_model_free(tok);

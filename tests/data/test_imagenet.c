@@ -392,6 +392,77 @@ static void test_empty_item(const char *dir) {
   }
 }
 
+/* `batches` batches of b from a loader of dir's split told (images, r, R) (R = 0: told
+ * nothing), at most 3 bad samples skipped; its stats in *st. */
+static void read_told(const char *dir, int train, int workers, int images, int r, int R, int b,
+                      int batches, float *x, int32_t *y, gp_loader_stats *st) {
+  gp_data_spec s = spec_for(dir);
+  gp_loader_opts o = {.workers = workers, .replicas = 1, .max_skips = 3};
+  gp_loader *l = NULL;
+  CHECK(gp_loader_open(&s, train ? GP_SPLIT_TRAIN : GP_SPLIT_TEST, 5, &o, &l) == GP_OK &&
+            (R == 0 || gp_loader_want(l, images, r, R) == GP_OK),
+        "open %s told (%d, %d, %d)", dir, images, r, R);
+  memset(st, 0, sizeof *st);
+  if (!l) return;
+  for (int k = 0; k < batches; k++) {
+    int64_t got;
+    CHECK(gp_loader_next(l, b, x + (size_t)k * b * NUMEL, y + k * b, &got) == GP_OK && got == b,
+          "batch %d of %s told (%d, %d, %d)", k, dir, images, r, R);
+  }
+  gp_loader_stats_get(l, st);
+  gp_loader_free(l);
+}
+
+/* Rows [lo, hi) of x alike in a and b. */
+static int rows_alike(const float *a, const float *b, int64_t lo, int64_t hi) {
+  return memcmp(a + lo * NUMEL, b + lo * NUMEL, (size_t)(hi - lo) * NUMEL * sizeof(float)) == 0;
+}
+
+/* gp_loader_want (a process that reads a share of every batch, or no image): the rows read are
+ * the whole batch's decode, bit for bit (augmented training rows, and the stand-in of a bad
+ * sample even where it lies outside the share: decoded then), every label too (a bad one
+ * replaced as ever), and only those samples are decoded. A row not read whose image alone is
+ * bad keeps its own label (the whole decode gives it its stand-in's). */
+static void test_want(const char *root) {
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/want", root);
+  write_set(dir, 10, 24); /* sample 10's JPEG cut short, sample 24's label out of range */
+  static float xa[N * NUMEL], xb[N * NUMEL];
+  int32_t ya[N], yb[N];
+  gp_loader_stats sa, sb;
+  read_told(dir, 0, 2, 1, 0, 0, N, 1, xa, ya, &sa); /* the test split in order: row i, sample i */
+  CHECK(sa.skipped == 2 && sa.decoded == N && ya[10] == ya[9] && ya[24] == ya[23] &&
+            rows_alike(xa, xa + NUMEL, 9, 10),
+        "told nothing: %lld skipped, %lld decoded", (long long)sa.skipped, (long long)sa.decoded);
+  /* share 1 of 3, rows 10..19: bad row 10 takes row 9, decoded for it */
+  read_told(dir, 0, 2, 1, 1, 3, N, 1, xb, yb, &sb);
+  CHECK(rows_alike(xa, xb, 10, 20) && !memcmp(ya, yb, sizeof ya) && sb.decoded == 11 &&
+            sb.skipped == 2,
+        "share 1 of 3: rows 10..19 and every label; %lld decoded, %lld skipped",
+        (long long)sb.decoded, (long long)sb.skipped);
+  /* share 1 of 2, rows 15..29: the bad label in it; row 10 not read, its own label */
+  read_told(dir, 0, 0, 1, 1, 2, N, 1, xb, yb, &sb);
+  CHECK(rows_alike(xa, xb, 15, 30) && !memcmp(ya + 11, yb + 11, sizeof ya - 11 * sizeof *ya) &&
+            !memcmp(ya, yb, 10 * sizeof *ya) && yb[10] == label_of(10) && sb.decoded == 15 &&
+            sb.skipped == 1,
+        "share 1 of 2: rows 15..29, the labels; %lld decoded, %lld skipped", (long long)sb.decoded,
+        (long long)sb.skipped);
+  read_told(dir, 0, 2, 0, 0, 1, N, 1, xb, yb, &sb);
+  CHECK(sb.decoded == 0 && sb.skipped == 1 && yb[24] == ya[24] && yb[10] == label_of(10),
+        "no image: none decoded, the labels (%lld decoded)", (long long)sb.decoded);
+  /* training batches of 6, augmented and shuffled over 2 epochs: share 3 of 4 is row 5 */
+  snprintf(dir, sizeof dir, "%s/good", root);
+  read_told(dir, 1, 0, 1, 0, 0, 6, 5, xa, ya, &sa);
+  read_told(dir, 1, 2, 1, 3, 4, 6, 5, xb, yb, &sb);
+  int ok = !memcmp(ya, yb, sizeof ya);
+  for (int k = 0; k < 5; k++)
+    ok &= rows_alike(xa + k * 6 * NUMEL, xb + k * 6 * NUMEL, 5, 6);
+  CHECK(ok, "training, share 3 of 4: the augmented rows and the labels as told nothing");
+  read_told(dir, 1, 0, 1, 3, 4, 6, 5, xb, yb, &sb);
+  CHECK(sa.decoded == 30 && sb.decoded == 5, "training: %lld decoded of 5 (told nothing: %lld)",
+        (long long)sb.decoded, (long long)sa.decoded);
+}
+
 /* An ImageFolder tree at d: train/ and val/ each with the N images in class folders n01..;
  * val/ lacks class skip_val (-1: none). */
 static void make_folder(const char *d, int skip_val) {
@@ -530,6 +601,7 @@ int main(int argc, char **argv) {
   test_empty_item(dir);
   test_empty_test_split(root);
   test_bad(root);
+  test_want(root);
   test_folder(root);
   test_folder_val_classes(root);
   for (int i = 0; i < N; i++)

@@ -2,9 +2,10 @@
 # gpipe-train over several processes (mpirun, every byte through TCP as between hosts) against
 # one process: the weights after 3 steps within 1e-5 of K = 1 for every layout, schedule and
 # re-materialization; stages placed by a plan file's processes:; tied copies in three processes
-# with a skip tensor crossing two process boundaries, clipping that triggers; batch norm at R = 2, M = 1 against R = 1, M = 2 with its
-# running statistics; the replicas' shares disjoint and whole; and the negative control: with
-# the all-reduce off the check fails.
+# with a skip tensor crossing two process boundaries, clipping that triggers; batch norm at
+# R = 2, M = 1 against R = 1, M = 2 with its running statistics; the replicas' shares disjoint
+# and whole; the negative control: with the all-reduce off the check fails; on real data, a
+# process decodes only the images it reads.
 set -u
 train=$1; srcdir=$2
 . "$srcdir/tests/mpi/common.sh"
@@ -123,5 +124,26 @@ same nmt 2 k5-w2 "$nmt" "${qn[@]}" "${small[@]}" --set train.clip_grad_norm=0.01
 cnn=$srcdir/models/fashion-cnn.yaml
 ref cnn "$cnn" "${q[@]}" --micro-batches 2
 same cnn 2 cnn-r2 "$cnn" "${q[@]}" --replicas 2 --micro-batches 1
+
+# real data (Debian's Fashion-MNIST): each process decodes only the images its stages read, of
+# its replica's share (decoding on the caller's thread, so the counts are exact: 3 batches of
+# 16); the weights are still the one process's
+fm=/usr/share/datasets/fashion-mnist
+if [ -f "$fm/train-images-idx3-ubyte.gz" ]; then
+  qr=(--steps 3 --batch-size 16 --quiet --threads 1 --set data.workers=0
+      --set data.train_limit=512 --set data.test_limit=64)
+  decoded() { sed -n 's/^decoded \([0-9]*\) .*/\1/p' "$tmp/$1.$2"; }
+  GP_TEST_DATA=$tmp/real1 ref real "$cnn" "${qr[@]}" --micro-batches 2
+  [ "$(decoded real1 0)" = 48 ] && ok || bad "one process decoded $(decoded real1 0), not 48"
+  GP_TEST_DATA=$tmp/realk2 same real 2 real-k2 "$cnn" "${qr[@]}" --stages 2 --micro-batches 2
+  [ "$(decoded realk2 0)" = 48 ] && [ "$(decoded realk2 1)" = 0 ] && ok ||
+    bad "K=2: rank 0 decoded $(decoded realk2 0) images (48 expected), rank 1 (the last" \
+      "stage's) $(decoded realk2 1) (0 expected)"
+  GP_TEST_DATA=$tmp/realr2 same real 2 real-r2 "$cnn" "${qr[@]}" --replicas 2 --micro-batches 1
+  [ "$(decoded realr2 0)" = 24 ] && [ "$(decoded realr2 1)" = 24 ] && ok ||
+    bad "R=2: ranks decoded $(decoded realr2 0) and $(decoded realr2 1) images, not 24 each"
+else
+  echo "no $fm: the real-data checks skipped"
+fi
 
 finish
