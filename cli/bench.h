@@ -39,6 +39,7 @@ typedef struct gp_bench_run {
    * wall time in actions and in recomputing, summed; samples_per_s is the batch over step_s */
   double step_s, step_busy_ms, step_recompute_ms;
   size_t peak_bytes[GP_MAX_DEVICES];
+  size_t mem_bytes[GP_MAX_DEVICES];   /* the stage's backend peak: weights, state, scratch too */
   int64_t sent_bytes[GP_MAX_DEVICES]; /* per step */
   double gflops, utilization;
   /* R > 1: the gradients' all-reduce a step (the slowest stage's: they run side by side), the

@@ -427,8 +427,9 @@ static void jopt(FILE *f, double x) {
 /* The per-stage lists of a run that fit (null for one that did not). */
 static void json_stages(FILE *f, const gp_bench_run *r) {
   static const char *const keys[] = {"peak_bytes",          "busy_ms",      "bubble_per_stage",
-                                     "sent_bytes_per_step", "wall_busy_ms", "recompute_ms"};
-  for (int j = 0; j < 6; j++) {
+                                     "sent_bytes_per_step", "wall_busy_ms", "recompute_ms",
+                                     "memory_bytes"};
+  for (int j = 0; j < 7; j++) {
     fprintf(f, "%s\"%s\": ", j ? ", " : ",\n   ", keys[j]);
     if (r->over_limit) {
       fprintf(f, "null");
@@ -437,8 +438,8 @@ static void json_stages(FILE *f, const gp_bench_run *r) {
     fprintf(f, "[");
     for (int s = 0; s < r->k; s++) {
       fprintf(f, s ? ", " : "");
-      if (j == 0)
-        fprintf(f, "%zu", r->peak_bytes[s]);
+      if (j == 0 || j == 6)
+        fprintf(f, "%zu", j ? r->mem_bytes[s] : r->peak_bytes[s]);
       else if (j == 3)
         fprintf(f, "%" PRId64, r->sent_bytes[s]);
       else

@@ -248,6 +248,7 @@ static gp_status stage_numbers(gp_bench_ctx *c, const gp_pipeline *pl, gp_bench_
     out->wall_busy_ms[st] = 1e3 * ss->wall_busy_s / n;
     out->recompute_ms[st] = 1e3 * ss->wall_s[GP_A_RECOMPUTE] / n;
     out->peak_bytes[st] = ss->peak_act_bytes;
+    out->mem_bytes[st] = ss->mem_peak;
     out->sent_bytes[st] = (int64_t)((double)ss->sent_bytes / n);
     ar = fmax(ar, ss->allreduce_s); /* the stages' all-reduces run side by side */
     wait = fmax(wait, ss->allreduce_wait_s);

@@ -16,7 +16,7 @@ struct gp_arena_chunk {
  * all, two 512 KiB activations and a batch norm's statistics between them left 44% of a
  * ResNet-20 slot unused (13 chunks for a 9 MiB peak). */
 #define OWN_CHUNK ((size_t)64 << 10)
-#define SMALL_CHUNK ((size_t)256 << 10)
+#define SMALL_CHUNK GP_ARENA_SMALL_CHUNK
 
 void gp_arena_init(gp_arena *a, gp_backend *be, size_t limit) {
   a->be = be;

@@ -10,6 +10,11 @@
 #include "core/backend.h"
 #include "core/tensor.h"
 
+/* Allocations below 64 KiB share chunks of this size while an arena grows, so an arena holding
+ * any takes at least one: the memory estimate (core/plan/solve.c) counts one per micro-batch
+ * slot. */
+#define GP_ARENA_SMALL_CHUNK ((size_t)256 << 10)
+
 typedef struct gp_arena_chunk gp_arena_chunk;
 
 /* Bytes in use across several arenas (a stage's), with the high-water mark: the measured

@@ -11,11 +11,12 @@ than the tolerance (issue 49's acceptance: 15% at W <= 2).
                               [-- extra gpipe-partition flags, e.g. --link-local 5,3]
 
 Fields read from each run: stages, micro_batches, schedule, remat, batch_size, balance,
-samples_per_s, peak_bytes (per stage: the activation peak, without weights), fits;
+samples_per_s, memory_bytes (per stage: the backend's whole peak; older files: peak_bytes, the
+activation arenas alone, compared without the weights and state), fits;
 and where the MPI runtime writes them, processes and replicas (absent: 1), and link figures
 handoff_bytes_per_s / handoff_latency_s (within the host) if measured: the run's, else the
 machine object's (gpipe-bench measures them once under mpirun). The model file is the
-JSON's model_file unless --model says. Baselines and runs that did not fit are skipped."""
+JSON's model_file unless --model says. Runs that did not fit are skipped."""
 import argparse
 import json
 import subprocess
@@ -70,8 +71,11 @@ def main():
         worst = max(worst, abs(off))
         slots = p["optimizer_slots"]
         mem = []
-        for s, peak in zip(p["partition"], run.get("peak_bytes") or []):
-            act = s["memory_bytes"] - 4 * s["params"] * (2 + slots)  # bench leaves weights out
+        # each stage's whole memory (what --memory-limit holds it to) where the JSON has it,
+        # else its activation arenas, against the estimate without the weights and state
+        total = run.get("memory_bytes")
+        for s, peak in zip(p["partition"], total or run.get("peak_bytes") or []):
+            act = s["memory_bytes"] - (0 if total else 4 * s["params"] * (2 + slots))
             o = act / peak - 1 if peak else 0.0
             worst = max(worst, abs(o))
             mem.append("%.1f/%.1f (%+.0f%%)" % (act / 2**20, peak / 2**20, 100 * o))

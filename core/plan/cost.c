@@ -27,7 +27,7 @@
 #define MIN_SECONDS 0.05
 /* The smallest time reported: a unit whose backward has nothing to do still costs a call. */
 #define MIN_TIME 1e-9
-#define CACHE_HEADER "gpipe unit time v1"
+#define CACHE_HEADER "gpipe unit time v2"
 /* a unit measured at a day or more is not a measurement: re-measure it */
 #define CACHE_MAX_S 86400.0
 
@@ -42,6 +42,7 @@ void gp_unit_costs_free(gp_unit_costs *c) {
   free(c->out_bytes);
   free(c->grad_bytes);
   free(c->cut_bytes);
+  free(c->scratch);
   memset(c, 0, sizeof *c);
 }
 
@@ -181,24 +182,25 @@ static void cache_path(const char *dir, uint64_t key, char *buf, size_t n) {
 }
 
 /* 1 if the file holds a well-formed entry for key; anything else is treated as absent. */
-static int cache_read(const char *dir, uint64_t key, double *fwd, double *bwd) {
+static int cache_read(const char *dir, uint64_t key, double *fwd, double *bwd, int64_t *scratch) {
   char path[4096], line[128];
   cache_path(dir, key, path, sizeof path);
   FILE *f = fopen(path, "r");
   if (!f) return 0;
   uint64_t k = 0;
   double a = -1, b = -1;
+  int64_t w = -1;
   int ok = fgets(line, sizeof line, f) && strcmp(line, CACHE_HEADER "\n") == 0 &&
-           fscanf(f, " key %" SCNx64 " fwd %lf bwd %lf", &k, &a, &b) == 3 && k == key && a > 0 &&
-           b > 0 && a < CACHE_MAX_S && b < CACHE_MAX_S;
+           fscanf(f, " key %" SCNx64 " fwd %lf bwd %lf scratch %" SCNd64, &k, &a, &b, &w) == 4 &&
+           k == key && a > 0 && b > 0 && a < CACHE_MAX_S && b < CACHE_MAX_S && w >= 0;
   fclose(f);
-  if (ok) *fwd = a, *bwd = b;
+  if (ok) *fwd = a, *bwd = b, *scratch = w;
   return ok;
 }
 
 /* Written to a temporary name and renamed, so a reader never sees half a file. */
 static gp_status cache_write(const char *dir, uint64_t key, const char *unit, double fwd,
-                             double bwd) {
+                             double bwd, int64_t scratch) {
   char path[4096], tmp[4200];
   cache_path(dir, key, path, sizeof path);
   GP_TRY(gp_io_temp_name(path, tmp, sizeof tmp));
@@ -208,8 +210,10 @@ static gp_status cache_write(const char *dir, uint64_t key, const char *unit, do
   if (!f) {
     s = GP_ERR(GP_ERR_IO, "cannot write the cost cache file '%s': %s", tmp, strerror(errno));
   } else {
-    int ok = fprintf(f, CACHE_HEADER "\nkey %016" PRIx64 "\nfwd %.17g\nbwd %.17g\nunit %s\n", key,
-                     fwd, bwd, unit) > 0;
+    int ok = fprintf(f,
+                     CACHE_HEADER "\nkey %016" PRIx64 "\nfwd %.17g\nbwd %.17g\nscratch %" PRId64
+                                  "\nunit %s\n",
+                     key, fwd, bwd, scratch, unit) > 0;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
       int err = errno;
@@ -429,12 +433,21 @@ static gp_status measure(const gp_model *m, int threads, const char *cache_dir, 
     if (same >= 0) {
       c->fwd[u] = c->fwd[same];
       c->bwd[u] = c->bwd[same];
+      c->scratch[u] = c->scratch[same];
       continue;
     }
-    if (cache_dir && cache_read(cache_dir, key[u], &c->fwd[u], &c->bwd[u])) continue;
-    if (!x.be && (s = gp_cpu_backend_create(threads, &x.be)) != GP_OK) break;
-    if ((s = time_unit(&x, u, &c->fwd[u], &c->bwd[u])) != GP_OK) break;
-    if (cache_dir) s = cache_write(cache_dir, key[u], m->unit_names[u], c->fwd[u], c->bwd[u]);
+    if (cache_dir && cache_read(cache_dir, key[u], &c->fwd[u], &c->bwd[u], &c->scratch[u]))
+      continue;
+    /* a backend of its own: the scratch it keeps after the unit's parameters and arenas are
+     * freed is what the unit's layers took (it only grows) */
+    if ((s = gp_cpu_backend_create(threads, &x.be)) != GP_OK) break;
+    s = time_unit(&x, u, &c->fwd[u], &c->bwd[u]);
+    c->scratch[u] = (int64_t)x.be->mem_used;
+    gp_backend_destroy(x.be);
+    x.be = NULL;
+    if (s != GP_OK) break;
+    if (cache_dir)
+      s = cache_write(cache_dir, key[u], m->unit_names[u], c->fwd[u], c->bwd[u], c->scratch[u]);
   }
 done:
   gp_backend_destroy(x.be);
@@ -487,7 +500,9 @@ gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_
     out->fwd[u] = by == GP_COST_FLOPS ? out->fwd_flops[u] : (double)out->params[u];
     out->bwd[u] = by == GP_COST_FLOPS ? out->bwd_flops[u] : 0.0;
   }
-  if (by == GP_COST_TIME) s = measure(m, threads, cache_dir, last, out);
+  if (by == GP_COST_TIME && !(out->scratch = calloc(un, sizeof(int64_t))))
+    s = GP_ERR(GP_ERR_NOMEM, "out of host memory for the costs of %d units", n);
+  if (s == GP_OK && by == GP_COST_TIME) s = measure(m, threads, cache_dir, last, out);
 done:
   free(last);
   free(reader);

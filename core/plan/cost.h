@@ -24,6 +24,11 @@ typedef struct gp_unit_costs {
    * labels and other model inputs read later included): what a cut before unit c sends per
    * micro-batch. cut_bytes[0] = the model inputs' bytes, cut_bytes[n] = 0. */
   int64_t *cut_bytes;
+  /* GP_COST_TIME: the scratch space (im2col and the like) the unit's layers took from the
+   * backend while timed, beyond what they keep: a stage's backend holds the largest of its
+   * units' (NULL under the other bases: the memory estimate then allows the largest unit's
+   * activations for it) */
+  int64_t *scratch;
 } gp_unit_costs;
 
 /* Node i's cost() as the executor runs it: a node none of whose inputs takes a gradient

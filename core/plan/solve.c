@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
 #include "core/schedule/schedule.h"
 
 /* Splits whose slowest stage is within this of the optimum count as optimal (summation order
@@ -45,7 +46,7 @@ typedef struct sums {
   double p;    /* trainable parameters */
   double act;  /* activation bytes kept for backward */
   double grad; /* input gradients one micro-batch's backward allocates */
-  double big;  /* the largest single unit's activation bytes */
+  double big;  /* the working set: the largest unit's measured scratch, else its activations */
 } sums;
 
 static void sums_add(sums *z, const gp_unit_costs *c, int u) {
@@ -54,7 +55,8 @@ static void sums_add(sums *z, const gp_unit_costs *c, int u) {
   z->p += (double)c->params[u];
   z->act += (double)c->act_bytes[u];
   if (c->grad_bytes) z->grad += (double)c->grad_bytes[u];
-  if ((double)c->act_bytes[u] > z->big) z->big = (double)c->act_bytes[u];
+  double w = c->scratch ? (double)c->scratch[u] : (double)c->act_bytes[u];
+  if (w > z->big) z->big = w;
 }
 
 int gp_partition_remats(const gp_partition_req *r, int K, int s) {
@@ -96,9 +98,9 @@ static double act_and_grad(const gp_partition_req *r, int K, int s, const sums *
 
 /* The part of the memory estimate that can only grow as a stage takes more units: f32
  * weights, gradients and optimizer state, the activations and backward gradients
- * (act_and_grad), and a working set of the largest single unit's activations: a rough
- * allowance for the scratch space (im2col and the like) that a layer needs beyond what it
- * keeps. */
+ * (act_and_grad), and a working set for the scratch space (im2col and the like) a layer needs
+ * beyond what it keeps: the largest its units took when timed (--by time), else a rough
+ * allowance of the largest single unit's activations. */
 static double mem_floor(const ctx *x, const sums *z, int K, int s) {
   double w = 4.0 * z->p * (2.0 + x->r->optim_slots);
   return w + act_and_grad(x->r, K, s, z) + z->big;
@@ -106,9 +108,13 @@ static double mem_floor(const ctx *x, const sums *z, int K, int s) {
 
 /* Stage [a, b): each micro-batch in flight holds a buffer for the gradients of the stage's
  * outputs and, with re-materialization, its stage input and a copy of its outputs (the rest of
- * its activations are dropped). */
+ * its activations are dropped). Where the scratch was measured, the estimate is that close
+ * that each slot's arena chunk for small tensors counts too, its unused tail included
+ * (fashion-cnn's 6 MiB second stage: 1 MiB of it at M = 4); the rough allowance of the other
+ * bases covers it already. */
 static double stage_mem(const ctx *x, const sums *z, int K, int s, int a, int b) {
   double m = mem_floor(x, z, K, s), fl = in_flight(x->r, K, s);
+  if (x->c->scratch) m += fl * (double)GP_ARENA_SMALL_CHUNK;
   double out = b < x->n ? (double)x->c->cut_bytes[b] : 0.0;
   if (remats(x->r, K, s)) m += fl * ((double)x->c->cut_bytes[a] + out);
   return m + fl * out;

@@ -214,7 +214,8 @@ static void timed(void) {
   int pos = 1, same = 1;
   for (int u = 0; u < 5; u++) {
     pos &= c1.fwd[u] > 0 && c1.bwd[u] > 0 && isfinite(c1.fwd[u]) && isfinite(c1.bwd[u]);
-    same &= c1.fwd[u] == c2.fwd[u] && c1.bwd[u] == c2.bwd[u];
+    same &= c1.fwd[u] == c2.fwd[u] && c1.bwd[u] == c2.bwd[u] && c1.scratch[u] == c2.scratch[u];
+    pos &= c1.scratch[u] >= 0;
   }
   CHECK(pos, "measured times are positive");
   CHECK(same, "the cached call gives identical numbers");
@@ -226,21 +227,26 @@ static void timed(void) {
   char key[64] = "";
   sscanf(strstr(text, "key ") ? strstr(text, "key ") : "", "key %63s", key);
   char planted[512];
-  snprintf(planted, sizeof planted, "gpipe unit time v1\nkey %s\nfwd 123.5\nbwd 0.25\n", key);
+  snprintf(planted, sizeof planted,
+           "gpipe unit time v2\nkey %s\nfwd 123.5\nbwd 0.25\nscratch 4096\n", key);
   write_file(names[0], planted);
   gp_unit_costs_free(&c2);
   CHECK(gp_unit_costs_compute(m, 4, GP_COST_TIME, 1, dir, &c2) == GP_OK, "time costs, planted");
   int planted_seen = 0;
   for (int u = 0; u < c2.n; u++)
-    planted_seen += c2.fwd[u] == 123.5 && c2.bwd[u] == 0.25;
+    planted_seen += c2.fwd[u] == 123.5 && c2.bwd[u] == 0.25 && c2.scratch[u] == 4096;
   CHECK(planted_seen == 1, "the planted cache entry is read (%d units use it)", planted_seen);
   /* corrupt: garbage, a wrong key, a truncated entry, a negative or absurd
-   * time -> measured and rewritten */
+   * time, a negative scratch, the older format without scratch -> measured and rewritten */
   static const char *bad[] = {
-      "garbage\x01\x02", "gpipe unit time v1\nkey 0000000000000001\nfwd 1\nbwd 1\n",
-      "gpipe unit time v1\nkey ", "gpipe unit time v1\nkey %s\nfwd -1\nbwd 1\n",
-      "gpipe unit time v1\nkey %s\nfwd 1e308\nbwd 1\n" /* a day or more: not a measurement */};
-  for (int i = 0; i < 5; i++) {
+      "garbage\x01\x02",
+      "gpipe unit time v2\nkey 0000000000000001\nfwd 1\nbwd 1\nscratch 0\n",
+      "gpipe unit time v2\nkey ",
+      "gpipe unit time v2\nkey %s\nfwd -1\nbwd 1\nscratch 0\n",
+      "gpipe unit time v2\nkey %s\nfwd 1e308\nbwd 1\nscratch 0\n" /* a day or more */,
+      "gpipe unit time v2\nkey %s\nfwd 1\nbwd 1\nscratch -1\n",
+      "gpipe unit time v1\nkey %s\nfwd 123.5\nbwd 0.25\n"};
+  for (int i = 0; i < 7; i++) {
     char body[256];
     snprintf(body, sizeof body, bad[i], key);
     write_file(names[0], body);
@@ -250,8 +256,9 @@ static void timed(void) {
       fine &= c3.fwd[u] > 0 && c3.fwd[u] != 123.5 && isfinite(c3.fwd[u]);
     CHECK(fine, "corrupt cache file %d is ignored", i);
     CHECK(read_file(names[0], text, sizeof text) &&
-              strncmp(text, "gpipe unit time v1\nkey ", 23) == 0 && strstr(text, key) &&
-              !strstr(text, "fwd -1") && !strstr(text, "fwd 1e308"),
+              strncmp(text, "gpipe unit time v2\nkey ", 23) == 0 && strstr(text, key) &&
+              !strstr(text, "fwd -1") && !strstr(text, "fwd 1e308") && strstr(text, "scratch ") &&
+              !strstr(text, "scratch -"),
           "corrupt cache file %d is rewritten: '%.60s'", i, text);
     gp_unit_costs_free(&c3);
   }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "core/arena.h"
 #include "core/plan/solve.h"
 #include "tests/support/check.h"
 
@@ -335,6 +336,15 @@ static void predictions(void) {
   CHECK(gp_partition_evaluate(&in.c, &in.r, f2, &p) == GP_OK &&
             p.memory[0] == 2 * 300 + 100 + 2 * 50 && p.memory[1] == 1 * 300 + 100,
         "1f1b memory %.17g %.17g", p.memory[0], p.memory[1]);
+  /* measured scratch (--by time): a stage's working set is its units' largest scratch, not an
+   * activation's size, and each micro-batch slot's arena chunk counts */
+  int64_t scratch[6] = {0, 7000, 300, 0, 0, 0};
+  in.c.scratch = scratch;
+  CHECK(gp_partition_evaluate(&in.c, &in.r, f2, &p) == GP_OK &&
+            p.memory[0] == 2 * 300 + 7000 + 2 * 50 + 2 * (double)GP_ARENA_SMALL_CHUNK &&
+            p.memory[1] == 1 * 300 + 0 + (double)GP_ARENA_SMALL_CHUNK,
+        "1f1b memory, scratch measured: %.17g %.17g", p.memory[0], p.memory[1]);
+  in.c.scratch = NULL;
 }
 
 int main(void) {
