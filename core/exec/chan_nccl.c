@@ -10,6 +10,7 @@
 
 #include "core/cuda/cuda.h"
 #include "core/dist/nccl.h"
+#include "core/schedule/schedule.h"
 
 gp_status gp_chan_nccl_connect(gp_chan *c, int device) {
   if (c->kind != GP_CHAN_NET)
@@ -20,6 +21,27 @@ gp_status gp_chan_nccl_connect(gp_chan *c, int device) {
   GP_TRY(gp_nccl_pair(c->dist, c->peer, c->producer_end, device, 0, &c->nccl_grad));
   c->kind = GP_CHAN_NCCL;
   return GP_OK;
+}
+
+int gp_chan_same_order(const gp_schedule *sc, int a, int b) {
+  for (int kind = GP_A_FORWARD; kind <= GP_A_BACKWARD; kind++) {
+    const gp_action *x = sc->actions[a], *y = sc->actions[b];
+    int i = 0, j = 0;
+    const int na = sc->n_actions[a], nb = sc->n_actions[b];
+    for (;;) {
+      while (i < na && x[i].kind != (gp_action_kind)kind)
+        i++;
+      while (j < nb && y[j].kind != (gp_action_kind)kind)
+        j++;
+      if (i == na || j == nb) {
+        if (i != na || j != nb) return 0;
+        break;
+      }
+      if (x[i].micro != y[j].micro || x[i].chunk != y[j].chunk) return 0;
+      i++, j++;
+    }
+  }
+  return 1;
 }
 
 static void *compute_of(gp_backend *be) {

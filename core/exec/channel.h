@@ -137,6 +137,10 @@ gp_status gp_chan_nccl_connect(gp_chan *c, int device);
  * and backwards in the same order: NCCL matches a pair's transfers in the order they are
  * queued); else GP_CHAN_NET. */
 gp_chan_kind gp_chan_cross_kind(const char *src_dev, const char *dst_dev, int nccl, int same_order);
+/* Whether stages a and b of schedule sc run their micro-batches' forwards, and their backwards,
+ * in the same order (gp_chan_cross_kind's same_order). */
+struct gp_schedule;
+int gp_chan_same_order(const struct gp_schedule *sc, int a, int b);
 /* Whether the edge crosses processes (GP_CHAN_NET or GP_CHAN_NCCL). */
 int gp_chan_crosses(const gp_chan *c);
 void gp_chan_free(gp_chan *c);

@@ -96,28 +96,6 @@ static int is_cuda(const gp_pipeline *pl, int s) {
   return strncmp(pl->plan.st[s].device, "cuda", 4) == 0;
 }
 
-/* Whether stages a and b run their micro-batches' forwards, and their backwards, in the same
- * order (NCCL matches a pair's transfers in the order both ends queue them). */
-static int same_order(const gp_pipeline *pl, int a, int b) {
-  for (int kind = GP_A_FORWARD; kind <= GP_A_BACKWARD; kind++) {
-    const gp_action *x = pl->sched.actions[a], *y = pl->sched.actions[b];
-    int i = 0, j = 0, na = pl->sched.n_actions[a], nb = pl->sched.n_actions[b];
-    for (;;) {
-      while (i < na && x[i].kind != (gp_action_kind)kind)
-        i++;
-      while (j < nb && y[j].kind != (gp_action_kind)kind)
-        j++;
-      if (i == na || j == nb) {
-        if (i != na || j != nb) return 0;
-        break;
-      }
-      if (x[i].micro != y[j].micro || x[i].chunk != y[j].chunk) return 0;
-      i++, j++;
-    }
-  }
-  return 1;
-}
-
 /* Whether GPU stages of different processes use NCCL (pl->nccl): built in, and GP_NCCL not 0 in
  * any process, every process deciding alike (or an edge's two ends would disagree). Asked of
  * the processes only where a GPU stage's edge crosses processes or its gradients cross
@@ -186,7 +164,7 @@ static gp_status make_channels(gp_pipeline *pl) {
                                 mine->be->device >= 0 || pl->test_staged));
         mine->n_net++;
         if (gp_chan_cross_kind(pl->plan.st[ei->producer].device, pl->plan.st[s].device, pl->nccl,
-                               same_order(pl, ei->producer, s)) == GP_CHAN_NCCL)
+                               gp_chan_same_order(&pl->sched, ei->producer, s)) == GP_CHAN_NCCL)
           GP_TRY(gp_chan_nccl_connect(c, mine->be->device));
       }
     }
