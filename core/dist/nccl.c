@@ -17,6 +17,8 @@ struct gp_nccl {
   cudaEvent_t done;    /* gp_nccl_join's mark */
   cudaEvent_t *mark;
   int n_mark;
+  int failed; /* an operation failed: the communicator is aborted, not destroyed (a peer that
+                 died would never answer the destroy's flush) */
 };
 
 int gp_nccl_built(void) {
@@ -38,6 +40,7 @@ static gp_status cuda_err(cudaError_t e, const char *what) {
   } while (0)
 
 static gp_status nccl_err(gp_nccl *c, ncclResult_t r, const char *what) {
+  if (c) c->failed = 1;
   const char *last = ncclGetLastError(c ? c->comm : NULL);
   return GP_ERR(GP_ERR_RUNTIME, "NCCL %s failed: %s%s%s", what, ncclGetErrorString(r),
                 last && *last ? ": " : "", last ? last : "");
@@ -142,8 +145,8 @@ gp_status gp_nccl_replicas(gp_dist *d, int s_index, int device, gp_nccl **out) {
 void gp_nccl_free(gp_nccl *c) {
   if (!c) return;
   (void)cudaSetDevice(c->device);
-  if (c->stream) (void)cudaStreamSynchronize(c->stream);
-  if (c->comm) (void)ncclCommDestroy(c->comm);
+  if (c->stream && !c->failed) (void)cudaStreamSynchronize(c->stream);
+  if (c->comm) (void)(c->failed ? ncclCommAbort(c->comm) : ncclCommDestroy(c->comm));
   for (int i = 0; i < c->n_mark; i++)
     if (c->mark[i]) (void)cudaEventDestroy(c->mark[i]);
   if (c->after) (void)cudaEventDestroy(c->after);
