@@ -53,13 +53,20 @@ static gp_status nccl_err(gp_nccl *c, ncclResult_t r, const char *what) {
 
 /* The communicator's stream and events, then the communicator itself (collective over its
  * ranks): a refusal is one line saying what to do about it. */
-static gp_status make(gp_nccl *c, const ncclUniqueId *id, const char *what) {
+static gp_status streams(gp_nccl *c) {
   CU_TRY(cudaSetDevice(c->device));
   CU_TRY(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   CU_TRY(cudaEventCreateWithFlags(&c->after, cudaEventDisableTiming));
   CU_TRY(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
   for (int i = 0; i < c->n_mark; i++)
     CU_TRY(cudaEventCreateWithFlags(&c->mark[i], cudaEventDisableTiming));
+  return GP_OK;
+}
+
+static gp_status make(gp_nccl *c, const ncclUniqueId *id, const char *what) {
+  gp_status s = streams(c);
+  if (s != GP_OK)
+    return gp_error_prefix(s, "the NCCL communicator of %s on CUDA device %d: ", what, c->device);
   ncclResult_t r = ncclCommInitRank(&c->comm, c->size, *id, c->rank);
   if (r == ncclSuccess) return GP_OK;
   const char *last = ncclGetLastError(NULL);
