@@ -265,7 +265,10 @@ PY
 }
 
 phase_mpi() {
-  say "mpi: Open MPI: $ompi_from; NCCL: $(ldd "$bin/gpipe-train" | grep -o "libnccl[^ ]* => [^ ]*")"
+  local nccl
+  nccl=$(ldd "$bin/gpipe-train" | grep -o "libnccl[^ ]* => [^ ]*" | sed 's/.*=> //')
+  say "mpi: Open MPI: $ompi_from; NCCL: $nccl, version code $(python3 -c 'import ctypes, sys
+v = ctypes.c_int(); ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v)); print(v.value)' "$nccl" 2>&1 | tail -1) (several ranks on one GPU need 23000 or more)"
   if ! command -v mpirun >/dev/null; then
     say "mpi: NOT RUN: no mpirun here and none in the pack (scripts/gpu-pack.sh packs Open MPI's Debian packages when the build links MPI)"
     return
