@@ -138,6 +138,14 @@ struct gp_backend {
   /* from_host queued on COMPUTE without the host waiting: host (from host_alloc) must stay
    * unchanged until the queue has passed this point (an event recorded after it). */
   gp_status (*from_host_async)(gp_backend *be, void *dst, const void *host, size_t bytes);
+  /* Copies between this instance's memory and page-locked host memory (host_alloc's) queued
+   * on q (IN or OUT, overlapping compute) without the host waiting: neither side may change
+   * until q has passed this point (an event recorded on q after it). On the CPU they copy at
+   * once. The hand-offs between processes stage GPU tensors through these. */
+  gp_status (*to_host_on)(gp_backend *be, gp_queue q, void *host, const void *src, size_t bytes);
+  gp_status (*from_host_on)(gp_backend *be, gp_queue q, void *dst, const void *host, size_t bytes);
+  /* Whether ev's mark has passed, without waiting (*passed 1 or 0; always 1 on the CPU). */
+  gp_status (*event_query)(gp_backend *be, gp_event *ev, int *passed);
 
   /* ---- dense algebra (row-major): C = alpha * op(A) op(B) + beta * C ---- */
   gp_status (*gemm)(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,

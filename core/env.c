@@ -37,6 +37,9 @@ static const env_setting settings[GP_ENV_COUNT] = {
                             "0: cuDNN's legacy convolution API alone, without its graph API"},
     [GP_ENV_CUDNN_LOG] = {"GP_CUDNN_LOG", 0, 1, NULL,
                           "1: every cuDNN algorithm search's candidates on stderr"},
+    [GP_ENV_NCCL] = {"GP_NCCL", 0, 1, NULL,
+                     "0: GPU stages in different processes hand tensors and sum gradients "
+                     "through MPI (staged in page-locked host memory) instead of NCCL"},
 };
 
 /* variables gpipe's scripts and tests set, which the programs do not read */

@@ -2,7 +2,7 @@
 # Runs on a GPU machine what cannot run without one, from the pack scripts/gpu-pack.sh made
 # (carried as .gpu/), in phases, each logged; writes OUT/summary.txt and OUT/logs.tgz.
 # Usage: scripts/gpu-check.sh OUT PHASE...
-#   phases: info suite memcheck torch torchseq capacity graph timing trace cores scaling
+#   phases: info suite memcheck torch torchseq capacity graph timing trace cores scaling mpi
 #   info      nvidia-smi, the libraries the programs resolve
 #   suite     every tests/cuda binary (meson suite `cuda`)
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
@@ -24,6 +24,11 @@
 #             picks threads:batch[:cpus] sweeps, pT meaning --threads-per-stage T: K stages on
 #             K x T cores; GP_SCALING_SCHEDULE=gpipe,1f1b adds 1F1B; GP_CPU_PIECES=1 before
 #             the command gives whole shares, to compare with the default pieces)
+#   mpi       issue 49's GPU side: tests/mpi/gpu.sh (GPU stages of several processes sharing
+#             cuda:0 against one process) through the MPI channel (GP_NCCL=0: staged in
+#             page-locked memory), then through NCCL with NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL
+#             before 2.30 refuses several ranks on one GPU: its line goes to the summary).
+#             Open MPI is the machine's, or the pack's Debian packages unpacked under /tmp
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${1:?usage: scripts/gpu-check.sh OUT PHASE...}
@@ -33,13 +38,27 @@ root=/tmp/gpipe-gpu
 logs=$root/logs
 mkdir -p "$root" "$logs"
 # always the pack carried with this call: a machine kept warm between calls still has the last one
-rm -rf "${root:?}/bin" "${root:?}/lib"
+rm -rf "${root:?}/bin" "${root:?}/lib" "${root:?}/ompi" "${root:?}/ompi-root"
 tar -C "$root" -xzf .gpu/pack.tar.gz || { echo "no .gpu/pack.tar.gz (scripts/gpu-pack.sh)"; exit 1; }
 bin=$root/bin
 # CUDA's libraries: the toolkit's, and the pip wheels' (cuDNN, cuBLAS) where the image has them
 nv=$(python3 -c 'import nvidia, os; print(os.pathsep.join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p) if os.path.isdir(os.path.join(p, d, "lib"))))' 2>/dev/null || true)
 export LD_LIBRARY_PATH="$root/lib:${nv}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$bin:$PATH"
+# Open MPI: the machine's, else the pack's packages unpacked (no root, no network: dpkg-deb -x
+# into a private root, found through OPAL_PREFIX), so that programs linked with MPI load and
+# the mpi phase has an mpirun
+ompi_from=none
+if command -v mpirun >/dev/null && ! ldd "$bin/gpipe-train" 2>/dev/null | grep -q "libmpi.*not found"; then
+  ompi_from="this machine's ($(command -v mpirun))"
+elif ls "$root"/ompi/*.deb >/dev/null 2>&1 && command -v dpkg-deb >/dev/null; then
+  for d in "$root"/ompi/*.deb; do dpkg-deb -x "$d" "$root/ompi-root"; done
+  x=$root/ompi-root/usr
+  ln -sf orterun "$x/bin/mpirun"
+  export OPAL_PREFIX=$x PATH="$x/bin:$PATH"
+  export LD_LIBRARY_PATH="$x/lib/x86_64-linux-gnu:$x/lib/x86_64-linux-gnu/openmpi/lib:$LD_LIBRARY_PATH"
+  ompi_from="the pack's Debian packages ($("$x/bin/orterun" --version 2>&1 | head -1))"
+fi
 summary=$out/summary.txt
 say() { echo "$*" | tee -a "$summary"; }
 
@@ -245,9 +264,31 @@ for mode in ("all", "alone"):
 PY
 }
 
+phase_mpi() {
+  local nccl
+  nccl=$(ldd "$bin/gpipe-train" | grep -o "libnccl[^ ]* => [^ ]*" | sed 's/.*=> //')
+  say "mpi: Open MPI: $ompi_from; NCCL: $nccl, version code $(python3 -c 'import ctypes, sys
+v = ctypes.c_int(); ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v)); print(v.value)' "$nccl" 2>&1 | tail -1) (several ranks on one GPU need 23000 or more)"
+  if ! command -v mpirun >/dev/null; then
+    say "mpi: NOT RUN: no mpirun here and none in the pack (scripts/gpu-pack.sh packs Open MPI's Debian packages when the build links MPI)"
+    return
+  fi
+  local mode
+  for mode in mpi nccl; do
+    if [ $mode = mpi ]; then
+      GP_NCCL=0 timeout 110 tests/mpi/gpu.sh "$bin/gpipe-train" . >"$logs/mpi-$mode.log" 2>&1
+    else
+      NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_DEBUG=WARN timeout 110 tests/mpi/gpu.sh "$bin/gpipe-train" . \
+        >"$logs/mpi-$mode.log" 2>&1
+    fi
+    say "mpi: $mode rc=$?: $(tail -1 "$logs/mpi-$mode.log")"
+    grep -m 8 -E "^(FAIL|refused)" "$logs/mpi-$mode.log" | sed "s/^/mpi: $mode: /" | tee -a "$summary"
+  done
+}
+
 for p in "$@"; do
   case "$p" in
-  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling) "phase_$p" ;;
+  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | mpi) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done

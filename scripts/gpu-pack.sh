@@ -2,7 +2,10 @@
 # Builds gpipe with CUDA here and packs what a GPU machine without compilers' dependencies
 # needs to run it into .gpu/pack.tar.gz: the programs, the CUDA test binaries and the shared
 # libraries they use that a CUDA image may lack (libyaml, libjpeg, OpenBLAS and its Fortran
-# runtime). CUDA's own libraries (cudart, cuBLAS, cuDNN) are the GPU machine's.
+# runtime). CUDA's own libraries (cudart, cuBLAS, cuDNN, NCCL) are the GPU machine's. Where the
+# programs link MPI, Open MPI's runtime also goes along as Debian packages (ompi/: mpirun and
+# libmpi with what they load), from apt's cache or apt-get download: the GPU machine has no
+# network, and gpu-check.sh unpacks them there when it has no MPI of its own.
 # scripts/gpu-check.sh unpacks and runs it there.
 # Usage: scripts/gpu-pack.sh [BUILD_DIR]   (default build-gpu)
 set -euo pipefail
@@ -28,6 +31,29 @@ ldd "$build/cli/gpipe-train" | awk '/=> \//{print $1, $3}' | while read -r name 
   libyaml* | libjpeg* | libopenblas* | libgfortran* | libquadmath*) cp -L "$path" "$stage/lib/$name" ;;
   esac
 done
+# Open MPI's runtime, for a GPU machine without it (bookworm's package names)
+ompi_debs=(openmpi-bin openmpi-common libopenmpi3 libpmix2 libhwloc15 libevent-2.1-7
+  libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0 libpsm2-2 libpsm-infinipath1
+  libibverbs1 ibverbs-providers librdmacm1 libnl-3-200 libnl-route-3-200 libmunge2 libxnvctrl0
+  libltdl7)
+parts=(bin lib)
+if ldd "$build/cli/gpipe-train" | grep -q "libmpi\.so"; then
+  mkdir -p "$stage/ompi"
+  missing=()
+  for d in "${ompi_debs[@]}"; do
+    v=$(dpkg-query -W -f '${Version}' "$d" 2>/dev/null | sed 's/:/%3a/')
+    f=$(ls /var/cache/apt/archives/"${d}_${v}"_*.deb 2>/dev/null | head -1)
+    if [ -n "$f" ]; then
+      cp "$f" "$stage/ompi/"
+    else
+      (cd "$stage/ompi" && apt-get download "$d" >/dev/null 2>&1) || missing+=("$d")
+    fi
+  done
+  [ ${#missing[@]} = 0 ] ||
+    echo "gpu-pack: Open MPI's packages not found here: ${missing[*]} (the mpi phase needs" \
+      "mpirun on the GPU machine then)"
+  parts+=(ompi)
+fi
 mkdir -p .gpu
-tar -C "$stage" -czf .gpu/pack.tar.gz bin lib
+tar -C "$stage" -czf .gpu/pack.tar.gz "${parts[@]}"
 echo "gpu-pack: .gpu/pack.tar.gz ($(du -h .gpu/pack.tar.gz | cut -f1)): $(ls "$stage/bin" | tr '\n' ' ')"

@@ -17,3 +17,11 @@ gp_status gp_cuda_backend_create(int device, gp_backend **out) {
   return GP_ERR(GP_ERR_UNSUPPORTED, "this build has no CUDA");
 #endif
 }
+
+#if !GP_HAVE_CUDA
+/* no CUDA instance exists to ask (gp_cuda_backend_create refused) */
+void *gp_cuda_queue(gp_backend *be, gp_queue q) {
+  (void)be, (void)q;
+  return NULL;
+}
+#endif

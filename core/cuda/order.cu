@@ -157,7 +157,38 @@ gp_status order_from_host_async(gp_backend *be, void *dst, const void *host, siz
   return GP_OK;
 }
 
+// q is IN or OUT: host memory from host_alloc, so the copy runs beside compute
+gp_status order_to_host_on(gp_backend *be, gp_queue q, void *host, const void *src, size_t bytes) {
+  if (!bytes) return GP_OK;
+  GP_TRY(gp_cuda_use(be));
+  GP_CUDA_TRY(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, queue_of(be, q)));
+  return GP_OK;
+}
+
+gp_status order_from_host_on(gp_backend *be, gp_queue q, void *dst, const void *host,
+                             size_t bytes) {
+  if (!bytes) return GP_OK;
+  GP_TRY(gp_cuda_use(be));
+  GP_CUDA_TRY(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, queue_of(be, q)));
+  return GP_OK;
+}
+
+gp_status order_event_query(gp_backend *be, gp_event *ev, int *passed) {
+  GP_TRY(gp_cuda_use(be));
+  cudaError_t e = cudaEventQuery(ev->ev);
+  *passed = e == cudaSuccess;
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError(); // not an error: the mark is still ahead
+    return GP_OK;
+  }
+  return gp_cuda_check(e, "cudaEventQuery", __FILE__, __LINE__);
+}
+
 } // namespace
+
+extern "C" void *gp_cuda_queue(gp_backend *be, gp_queue q) {
+  return (void *)queue_of(be, q);
+}
 
 gp_status gp_cuda_order_install(gp_backend *be) {
   gp_cuda_impl *im = gp_cuda_of(be);
@@ -175,6 +206,9 @@ gp_status gp_cuda_order_install(gp_backend *be) {
   be->host_alloc = order_host_alloc;
   be->host_free = order_host_free;
   be->from_host_async = order_from_host_async;
+  be->to_host_on = order_to_host_on;
+  be->from_host_on = order_from_host_on;
+  be->event_query = order_event_query;
   return GP_OK;
 }
 

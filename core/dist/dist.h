@@ -62,6 +62,14 @@ gp_status gp_dist_max_i32(gp_dist *d, int32_t *v, int64_t n);
 /* Whether every process's flag is set: 1 when all are, 0 otherwise. */
 gp_status gp_dist_all(gp_dist *d, int flag, int *all);
 
+/* ---- NCCL's bootstrap (core/dist/nccl.c): the main thread shares a communicator's id ---- */
+/* bytes at buf from position `from` of this replica to position `to`: only those two call it,
+ * on their main threads (MPI_Send / MPI_Recv). */
+gp_status gp_dist_pair_share(gp_dist *d, int from, int to, void *buf, size_t bytes);
+/* bytes at buf from replica 0's process of stage s to the other replicas' (MPI_Bcast on the
+ * stage's communicator): every process that holds stage s calls it, on its main thread. */
+gp_status gp_dist_bcast_replicas(gp_dist *d, int s, void *buf, size_t bytes);
+
 /* ---- the links, measured (gpipe-bench; every process calls them, in the same order) ---- */
 /* The one-way time of a `bytes` message between ranks 0 and 1: the median of `trips` round
  * trips, halved (the other ranks wait); on every process. */

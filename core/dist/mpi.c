@@ -256,6 +256,31 @@ gp_status gp_dist_all(gp_dist *d, int flag, int *all) {
   return GP_OK;
 }
 
+/* ---- NCCL's bootstrap ---- */
+
+#define TAG_NCCL_ID 10
+
+/* on the replica's collective communicator: the stage threads' sums are collectives there, which
+ * never match a point-to-point message */
+gp_status gp_dist_pair_share(gp_dist *d, int from, int to, void *buf, size_t bytes) {
+  if (!d || !d->impl) return GP_ERR(GP_ERR_RUNTIME, "internal: a pair of processes in one");
+  if (d->lay.pos == from)
+    MPI_TRY(MPI_Send(buf, (int)bytes, MPI_BYTE, to, TAG_NCCL_ID, d->impl->coll), "MPI_Send");
+  else if (d->lay.pos == to)
+    MPI_TRY(
+        MPI_Recv(buf, (int)bytes, MPI_BYTE, from, TAG_NCCL_ID, d->impl->coll, MPI_STATUS_IGNORE),
+        "MPI_Recv");
+  return GP_OK;
+}
+
+gp_status gp_dist_bcast_replicas(gp_dist *d, int s, void *buf, size_t bytes) {
+  if (!d || !d->impl || d->lay.replicas < 2) return GP_OK;
+  MPI_Comm c = s < d->impl->n_stage ? d->impl->stage[s] : MPI_COMM_NULL;
+  if (c == MPI_COMM_NULL) return GP_ERR(GP_ERR_RUNTIME, "internal: stage %d is not held here", s);
+  MPI_TRY(MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, c), "MPI_Bcast");
+  return GP_OK;
+}
+
 /* ---- the links, measured ---- */
 
 #define TAG_PING 9

@@ -56,6 +56,14 @@ gp_status gp_dist_bcast(gp_dist *d, void *buf, size_t bytes, int root) {
   (void)d, (void)buf, (void)bytes, (void)root;
   return GP_OK;
 }
+gp_status gp_dist_pair_share(gp_dist *d, int from, int to, void *buf, size_t bytes) {
+  (void)d, (void)from, (void)to, (void)buf, (void)bytes;
+  return GP_ERR(GP_ERR_UNSUPPORTED, "this gpipe was built without MPI");
+}
+gp_status gp_dist_bcast_replicas(gp_dist *d, int s, void *buf, size_t bytes) {
+  (void)d, (void)s, (void)buf, (void)bytes;
+  return GP_OK;
+}
 gp_status gp_dist_max(gp_dist *d, int64_t *v, int n) {
   (void)d, (void)v, (void)n;
   return GP_OK;

@@ -21,7 +21,13 @@ typedef enum gp_chan_kind {
   GP_CHAN_SHARED, /* stages sharing memory: the reader uses the producer's tensor in place */
   GP_CHAN_COPY,   /* a copy into the reader's memory (device peer copy, or through the host) */
   GP_CHAN_NET,    /* stages in different processes: value and gradient cross by MPI (only this
-                     process's end of the edge is here) */
+                     process's end of the edge is here); a GPU stage's end stages them in
+                     page-locked host memory with copies on its IN and OUT queues */
+  /* GPU stages in different processes: value and gradient cross by ncclSend / ncclRecv, device
+   * to device (core/exec/chan_nccl.c). A kind of its own rather than a flag on GP_CHAN_NET: it
+   * shares nothing of NET's host buffers and MPI requests, and the stage asks its kind where
+   * the two differ (the host never waits for an NCCL transfer; the streams do) */
+  GP_CHAN_NCCL,
   GP_CHAN_KINDS
 } gp_chan_kind;
 
@@ -53,16 +59,25 @@ typedef struct gp_chan_slot {
 } gp_chan_slot;
 
 /* GP_CHAN_NET, per micro-batch: the host buffers a value and its gradient cross in, and the
- * requests in flight (core/dist/dist.h). */
+ * requests in flight (core/dist/dist.h). A GPU end's buffers are page-locked, and its copies
+ * run on the copy queues: a send waits (val_out, grad_out) until its copy to the host passed
+ * its event, and a buffer is written again only after the copy out of it passed (val_in,
+ * grad_in). GP_CHAN_NCCL uses rows, sent (a value's send in flight: its release waits) and
+ * arrived (a value to count as arrived at the next poll). */
 struct gp_net_req;
 typedef struct gp_chan_net {
   void *val, *grad;
   size_t val_cap, grad_cap;
   int64_t rows;
   struct gp_net_req *val_req, *grad_req;
+  gp_event *val_ev, *grad_ev; /* a GPU end's: its copies' marks */
+  size_t val_bytes, grad_bytes;
+  int val_out, grad_out, val_in, grad_in;
+  int sent, arrived;
 } gp_chan_net;
 
 struct gp_dist;
+struct gp_nccl;
 
 typedef struct gp_chan {
   gp_chan_kind kind;
@@ -90,6 +105,11 @@ typedef struct gp_chan {
   gp_shape row_shape;
   gp_dtype dtype;
   gp_chan_net *net;
+  int staged; /* page-locked host buffers and queued copies: a GPU end (tests: a CPU end too) */
+  /* GP_CHAN_NCCL (with net's rows and flags): a communicator of the two ends per direction, so
+   * that values and gradients never queue behind each other on one stream (each end is driven
+   * by its stage thread alone, as NCCL asks) */
+  struct gp_nccl *nccl_val, *nccl_grad;
 } gp_chan;
 
 /* A node tensor's edge: from producer backend src to reader dst, each with its per-micro-batch
@@ -101,10 +121,28 @@ gp_status gp_chan_init(gp_chan *c, gp_chan_kind kind, int t, int micro, gp_backe
 gp_status gp_chan_init_input(gp_chan *c, gp_chan_kind kind, int t, int micro, size_t row_bytes,
                              gp_backend *dst);
 /* A node tensor's edge between processes: this process holds the producer (producer_end: be,
- * its marks and inbox are the producer's) or the reader; the value is row_shape per sample. */
+ * its marks and inbox are the producer's) or the reader; the value is row_shape per sample.
+ * staged: this end stages through page-locked host memory with copies queued on be's IN and
+ * OUT queues (a GPU's end; the tests' GP_TEST_STAGED=1 runs that path on CPU ends too, whose
+ * queued copies are plain ones), else MPI reads and writes host tensors where they lie. */
 gp_status gp_chan_init_net(gp_chan *c, int t, int micro, struct gp_dist *dist, int producer_end,
                            int peer, int tag, gp_backend *be, gp_chan_inbox inbox,
-                           const gp_shape *row_shape, gp_dtype dtype);
+                           const gp_shape *row_shape, gp_dtype dtype, int staged);
+/* Makes a GP_CHAN_NET edge between two GPU stages a GP_CHAN_NCCL one: its communicators with the
+ * other end (both ends call it on their main threads, every process in the edges' order). */
+gp_status gp_chan_nccl_connect(gp_chan *c, int device);
+/* The kind of an edge between stages of different processes, from its ends' devices ("cpu",
+ * "cuda:N"): GP_CHAN_NCCL when both are CUDA, `nccl` (built in, not turned off by GP_NCCL=0,
+ * agreed by every process) and `same_order` (the two stages run their micro-batches' forwards
+ * and backwards in the same order: NCCL matches a pair's transfers in the order they are
+ * queued); else GP_CHAN_NET. */
+gp_chan_kind gp_chan_cross_kind(const char *src_dev, const char *dst_dev, int nccl, int same_order);
+/* Whether stages a and b of schedule sc run their micro-batches' forwards, and their backwards,
+ * in the same order (gp_chan_cross_kind's same_order). */
+struct gp_schedule;
+int gp_chan_same_order(const struct gp_schedule *sc, int a, int b);
+/* Whether the edge crosses processes (GP_CHAN_NET or GP_CHAN_NCCL). */
+int gp_chan_crosses(const gp_chan *c);
 void gp_chan_free(gp_chan *c);
 const char *gp_chan_kind_name(gp_chan_kind k);
 
@@ -141,13 +179,14 @@ gp_status gp_chan_grad(gp_chan *c, int m, float **out);
 /* Reader: done with micro-batch m's value (it may be reused once every reader said so). */
 void gp_chan_release(gp_chan *c, int m);
 
-/* ---- between processes (GP_CHAN_NET) ---- */
+/* ---- between processes (GP_CHAN_NET, GP_CHAN_NCCL) ---- */
 /* At a command's start, by this process's end: the reader posts the receives of every
  * micro-batch (rows[m] rows; none where 0), so the producer's sends complete as they are made;
  * `training`: gradients go back. */
 gp_status gp_chan_net_begin(gp_chan *c, const int64_t *off, int training);
 /* Completes what arrived: values (reader) and gradients (producer) counted into this end's
- * inbox. *pending: requests still in flight (sends included). */
+ * inbox; sends whose copy to the host passed start. *pending: requests still in flight (sends
+ * and their copies included). */
 gp_status gp_chan_net_poll(gp_chan *c, int *pending);
 /* A failed command: drops every request in flight. */
 void gp_chan_net_drop(gp_chan *c);

@@ -91,6 +91,12 @@ typedef struct stage_ar {
   int64_t *node_off; /* per node of the stage: its gradients' first float, -1: none */
   struct gp_net_req **req;
   int n_req, cap_req;
+  /* a GPU stage's: NCCL's communicator of its replicas (NULL: MPI, each bucket staged in the
+   * page-locked host copy through the copy queues: a bucket's copy out, sum and copy back) */
+  struct gp_nccl *nccl;
+  float *host;
+  struct gp_ar_bucket *bucket;
+  int n_bucket, cap_bucket;
   double t_first; /* when the first bucket started */
   /* since the last reset: the all-reduces' wall time (first start to last completion), the
    * part the step waited for, the bytes */
@@ -148,8 +154,11 @@ struct gp_pipeline {
   int64_t base;             /* this replica's first sample in the global mini-batch */
   /* tests across processes: GP_TEST_NO_ALLREDUCE=1 leaves the replicas' gradients apart (the
    * negative control of the equivalence checks); GP_TEST_NAN_STAGE=s makes stage s's outputs
-   * NaN in the second step's micro-batch 0 (-1: neither) */
-  int test_no_allreduce, test_nan_stage;
+   * NaN in the second step's micro-batch 0 (-1: neither); GP_TEST_STAGED=1 runs CPU stages
+   * through the GPU stages' hand-offs and all-reduce, staged in page-locked host memory by
+   * queued copies (plain copies on the CPU), so that their logic runs where no GPU is */
+  int test_no_allreduce, test_nan_stage, test_staged;
+  int nccl; /* GPU stages of different processes or replicas use NCCL (every process agreed) */
   gp_schedule sched;
   int k, micro;
   stage *st;
@@ -240,6 +249,9 @@ void gp_pl_ar_layer(stage *st, int node);
  * buffer summed at once). */
 gp_status gp_pl_ar_finish(stage *st);
 void gp_pl_ar_free(stage *st);
+/* On the main thread, after the channels: each GPU stage's NCCL communicator of its replicas
+ * (every process, its stages in order) where the pipeline uses NCCL. */
+gp_status gp_pl_ar_init(gp_pipeline *pl);
 
 /* stats.c */
 /* Counts an action's wall time as busy, less `waited` (the part it spent waiting for other

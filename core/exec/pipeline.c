@@ -11,6 +11,7 @@
 
 #include "core/cuda/cuda.h"
 #include "core/dist/dist.h"
+#include "core/dist/nccl.h"
 #include "core/env.h"
 #include "core/exec/internal.h"
 
@@ -91,10 +92,37 @@ static gp_chan_inbox inbox_of(gp_pipeline *pl, stage *st) {
   return (gp_chan_inbox){&pl->mu, &st->arrived, st->box};
 }
 
+static int is_cuda(const gp_pipeline *pl, int s) {
+  return strncmp(pl->plan.st[s].device, "cuda", 4) == 0;
+}
+
+/* Whether GPU stages of different processes use NCCL (pl->nccl): built in, and GP_NCCL not 0 in
+ * any process, every process deciding alike (or an edge's two ends would disagree). Asked of
+ * the processes only where a GPU stage's edge crosses processes or its gradients cross
+ * replicas (the plan, hence the answer, is the same everywhere). */
+static gp_status nccl_agree(gp_pipeline *pl) {
+  pl->nccl = 0;
+  if (!pl->dist) return GP_OK;
+  int any = 0;
+  for (int s = 0; s < pl->k; s++) {
+    if (!is_cuda(pl, s)) continue;
+    any |= pl->lay.replicas > 1;
+    for (int q = 0; q < pl->st[s].n_in; q++) {
+      int p = pl->st[s].in[q].producer;
+      any |=
+          p >= 0 && is_cuda(pl, p) && gp_layout_owner(&pl->lay, p) != gp_layout_owner(&pl->lay, s);
+    }
+  }
+  if (!any) return GP_OK;
+  return gp_dist_all(pl->dist, gp_nccl_built() && gp_env_get(GP_ENV_NCCL, 1), &pl->nccl);
+}
+
 /* One channel per edge, of the kind the two ends' memory asks for (or copies, when the
  * policy forces them), once the stages' backends exist. An edge between this process and
- * another is a GP_CHAN_NET of this process's end; one with no end here stays unused (every
- * process numbers the edges alike: an edge's index is its tag). */
+ * another is a GP_CHAN_NET of this process's end, or a GP_CHAN_NCCL one between GPU stages
+ * (gp_chan_cross_kind; its communicators are made here, edge after edge, by both ends); one with
+ * no end here stays unused (every process numbers the edges alike: an edge's index is its
+ * tag). */
 static gp_status make_channels(gp_pipeline *pl) {
   int n = 0;
   for (int s = 0; s < pl->k; s++)
@@ -132,8 +160,12 @@ static gp_status make_channels(gp_pipeline *pl) {
         stage *mine = there ? ps : st;
         int peer = gp_layout_owner(&pl->lay, there ? s : ei->producer);
         GP_TRY(gp_chan_init_net(c, ei->t, pl->micro, pl->dist, there, peer, 2 * edge, mine->be,
-                                inbox_of(pl, mine), &l->out_shape, l->out_dtype));
+                                inbox_of(pl, mine), &l->out_shape, l->out_dtype,
+                                mine->be->device >= 0 || pl->test_staged));
         mine->n_net++;
+        if (gp_chan_cross_kind(pl->plan.st[ei->producer].device, pl->plan.st[s].device, pl->nccl,
+                               gp_chan_same_order(&pl->sched, ei->producer, s)) == GP_CHAN_NCCL)
+          GP_TRY(gp_chan_nccl_connect(c, mine->be->device));
       }
     }
   }
@@ -472,7 +504,9 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
                   plan->stages);
   }
   const char *tv = getenv("GP_TEST_NO_ALLREDUCE"), *tn = getenv("GP_TEST_NAN_STAGE");
+  const char *ts = getenv("GP_TEST_STAGED");
   pl->test_no_allreduce = tv && strcmp(tv, "1") == 0;
+  pl->test_staged = ts && strcmp(ts, "1") == 0;
   pl->test_nan_stage = tn && *tn ? atoi(tn) : -1;
   pl->first_local = pl->lay.first[pl->lay.pos];
   pl->n_local = pl->lay.first[pl->lay.pos + 1] - pl->first_local;
@@ -511,7 +545,9 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   for (int i = 0; s == GP_OK && i < pl->k; i++)
     if ((s = stage_init(pl, &pl->st[i])) != GP_OK)
       s = gp_error_prefix(s, "stage %d (%s): ", i, plan->st[i].device);
+  if (s == GP_OK) s = nccl_agree(pl);
   if (s == GP_OK) s = make_channels(pl);
+  if (s == GP_OK) s = gp_pl_ar_init(pl);
   if (s == GP_OK) {
     gp_params *ps[GP_MAX_DEVICES];
     gp_backend *bes[GP_MAX_DEVICES];

@@ -21,9 +21,9 @@
 static gp_status poll_net(stage *st, int *pending) {
   *pending = 0;
   for (int q = 0; q < st->n_in; q++)
-    if (st->in[q].ch->kind == GP_CHAN_NET) GP_TRY(gp_chan_net_poll(st->in[q].ch, pending));
+    if (gp_chan_crosses(st->in[q].ch)) GP_TRY(gp_chan_net_poll(st->in[q].ch, pending));
   for (int o = 0; o < st->n_out; o++)
-    if (st->out[o].ch->kind == GP_CHAN_NET) GP_TRY(gp_chan_net_poll(st->out[o].ch, pending));
+    if (gp_chan_crosses(st->out[o].ch)) GP_TRY(gp_chan_net_poll(st->out[o].ch, pending));
   return GP_OK;
 }
 
@@ -150,11 +150,9 @@ static gp_status inputs_begin(stage *st, int training) {
   gp_pipeline *pl = st->pl;
   st->net_fail = GP_OK;
   for (int q = 0; q < st->n_in; q++)
-    if (st->in[q].ch->kind == GP_CHAN_NET)
-      GP_TRY(gp_chan_net_begin(st->in[q].ch, pl->off, training));
+    if (gp_chan_crosses(st->in[q].ch)) GP_TRY(gp_chan_net_begin(st->in[q].ch, pl->off, training));
   for (int o = 0; o < st->n_out; o++)
-    if (st->out[o].ch->kind == GP_CHAN_NET)
-      GP_TRY(gp_chan_net_begin(st->out[o].ch, pl->off, training));
+    if (gp_chan_crosses(st->out[o].ch)) GP_TRY(gp_chan_net_begin(st->out[o].ch, pl->off, training));
   for (int q = 0; q < st->n_in; q++) {
     if (st->in[q].producer >= 0) continue;
     int t = st->in[q].t;

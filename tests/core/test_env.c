@@ -9,9 +9,10 @@
 static int failures, passes;
 
 static void clear(void) {
-  const char *names[] = {"GP_CPU_PIECES",    "GP_CPU_TAKEOVER", "GP_CPU_DIRECT", "GP_PIPELINE_SPIN",
-                         "GP_DEVICE_TIMING", "GP_CUDNN_GRAPH",  "GP_CUDNN_LOG",  "GP_CPU_PEICES",
-                         "GP_UNRELATED",     "GP_SCALING_STEPS"};
+  const char *names[] = {"GP_CPU_PIECES",    "GP_CPU_TAKEOVER",  "GP_CPU_DIRECT",
+                         "GP_PIPELINE_SPIN", "GP_DEVICE_TIMING", "GP_CUDNN_GRAPH",
+                         "GP_CUDNN_LOG",     "GP_CPU_PEICES",    "GP_UNRELATED",
+                         "GP_SCALING_STEPS", "GP_NCCL"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     unsetenv(names[i]);
 }
@@ -53,6 +54,8 @@ int main(void) {
   CHECK(gp_env_get(GP_ENV_CUDNN_LOG, 0) == 1, "a switch on");
   setenv("GP_CUDNN_LOG", "yes", 1);
   CHECK(gp_env_get(GP_ENV_CUDNN_LOG, 0) == 0, "a switch's bad value: the default");
+  setenv("GP_NCCL", "0", 1);
+  CHECK(gp_env_get(GP_ENV_NCCL, 1) == 0, "GP_NCCL=0 turns NCCL off");
   CHECK(gp_env_get(GP_ENV_COUNT, 7) == 7, "no such setting: the default");
 
   check_one("GP_CPU_PIECES", "1", NULL);
@@ -64,6 +67,8 @@ int main(void) {
   check_one("GP_PIPELINE_SPIN", "1\n2", "GP_PIPELINE_SPIN=1\\n2: expected 0 or 1");
   check_one("GP_CPU_PEICES", "1",
             "GP_CPU_PEICES is not a gpipe setting; did you mean GP_CPU_PIECES?");
+  check_one("GP_NCCL", "0", NULL);
+  check_one("GP_NCCL", "off", "GP_NCCL=off: expected 0 or 1 (");
   check_one("GP_UNRELATED", "1", NULL);     /* near no setting */
   check_one("GP_SCALING_STEPS", "3", NULL); /* a script's */
   clear();

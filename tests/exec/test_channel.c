@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/exec/channel.h"
+#include "core/schedule/schedule.h"
 #include "tests/support/check.h"
 
 static int failures, passes;
@@ -121,7 +122,45 @@ static void input_edge(gp_chan_kind kind) {
   end_free(&r);
 }
 
+/* Which kind an edge between processes takes: NCCL only between two CUDA stages, with NCCL on
+ * and the two stages' micro-batches in the same order; MPI otherwise. */
+static void cross_kinds(void) {
+  CHECK(gp_chan_cross_kind("cuda:0", "cuda:1", 1, 1) == GP_CHAN_NCCL, "CUDA to CUDA: NCCL");
+  CHECK(gp_chan_cross_kind("cuda:0", "cuda:0", 1, 1) == GP_CHAN_NCCL, "one GPU shared: NCCL");
+  CHECK(gp_chan_cross_kind("cuda", "cuda", 1, 1) == GP_CHAN_NCCL, "a plan's bare cuda: NCCL");
+  CHECK(gp_chan_cross_kind("cpu", "cuda:0", 1, 1) == GP_CHAN_NET, "CPU to CUDA: MPI");
+  CHECK(gp_chan_cross_kind("cuda:0", "cpu", 1, 1) == GP_CHAN_NET, "CUDA to CPU: MPI");
+  CHECK(gp_chan_cross_kind("cpu", "cpu", 1, 1) == GP_CHAN_NET, "CPU to CPU: MPI");
+  CHECK(gp_chan_cross_kind("cuda:0", "cuda:1", 0, 1) == GP_CHAN_NET, "GP_NCCL=0: MPI");
+  CHECK(gp_chan_cross_kind("cuda:0", "cuda:1", 1, 0) == GP_CHAN_NET, "another order: MPI");
+  CHECK(strcmp(gp_chan_kind_name(GP_CHAN_NCCL), "nccl") == 0, "the kind's name");
+  /* the schedules gpipe builds keep every pair of stages in step, so NCCL is chosen */
+  for (int kind = GP_SCHED_GPIPE; kind <= GP_SCHED_1F1B; kind++)
+    for (int remat = GP_REMAT_ALWAYS; remat <= GP_REMAT_NEVER; remat++) {
+      gp_schedule sc;
+      CHECK(gp_schedule_build(kind, remat, 4, 6, &sc) == GP_OK, "schedule");
+      int all = 1;
+      for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++)
+          all &= gp_chan_same_order(&sc, a, b);
+      CHECK(all, "schedule %d, remat %d: every pair in the same order", kind, remat);
+      /* two backwards swapped on stage 2: its pairs are not */
+      gp_action *x = sc.actions[2];
+      int b1 = -1, b2 = -1;
+      for (int i = 0; i < sc.n_actions[2]; i++)
+        if (x[i].kind == GP_A_BACKWARD) b1 < 0 ? (b1 = i) : (b2 = i);
+      int t = x[b1].micro;
+      x[b1].micro = x[b2].micro;
+      x[b2].micro = t;
+      CHECK(!gp_chan_same_order(&sc, 1, 2) && !gp_chan_same_order(&sc, 2, 3) &&
+                gp_chan_same_order(&sc, 1, 3),
+            "schedule %d: a stage whose backwards run in another order", kind);
+      gp_schedule_free(&sc);
+    }
+}
+
 int main(void) {
+  cross_kinds();
   node_edge(GP_CHAN_SHARED);
   node_edge(GP_CHAN_COPY);
   input_edge(GP_CHAN_HOST);

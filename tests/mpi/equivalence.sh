@@ -5,7 +5,9 @@
 # with a skip tensor crossing two process boundaries, clipping that triggers; batch norm at
 # R = 2, M = 1 against R = 1, M = 2 with its running statistics; the replicas' shares disjoint
 # and whole; the negative control: with the all-reduce off the check fails; on real data, a
-# process decodes only the images it reads.
+# process decodes only the images it reads. GP_TEST_STAGED=1 runs the GPU stages' paths on CPU
+# stages: hand-offs staged in page-locked host buffers by queued copies, sends started once a
+# copy has passed, the all-reduce's buckets copied out, summed and copied back.
 set -u
 train=$1; srcdir=$2
 . "$srcdir/tests/mpi/common.sh"
@@ -35,6 +37,9 @@ for sched in gpipe 1f1b; do
 done
 GP_TEST_SHARES=$tmp/shares same mlp 2 r2k1 "$mlp" "${q[@]}" --replicas 2 --micro-batches 1
 same mlp 4 r2k2 "$mlp" "${q[@]}" --replicas 2 --stages 2 --micro-batches 2 --schedule 1f1b
+GP_TEST_STAGED=1 same mlp 2 staged-k2 "$mlp" "${q[@]}" --stages 2 --micro-batches 2 --remat never
+GP_TEST_STAGED=1 same mlp 4 staged-r2k2 "$mlp" "${q[@]}" --replicas 2 --stages 2 \
+  --micro-batches 2 --schedule 1f1b
 # each replica took its contiguous half of every step's batch of 16: disjoint, and whole
 python3 - "$tmp"/shares.* <<'PY' && ok || bad "replica shares: $(cat "$tmp"/shares.*)"
 import sys
@@ -117,6 +122,8 @@ for (step, s, m), (t0, t1) in fwd.items():
         assert t0 >= fwd[(step, s - 1, m)][1] - 20000, (step, s, m, t0, fwd[(step, s - 1, m)])
 assert not [f for f in __import__("os").listdir(__import__("os").path.dirname(sys.argv[1])) if ".rank" in f]
 PY
+GP_TEST_STAGED=1 same nmt 3 staged-k3 "$nmt" "${qn[@]}" "${small[@]}" \
+  --set train.clip_grad_norm=0.01 --stages 3 --balance 4,2,3 --micro-batches 2
 same nmt 2 k5-w2 "$nmt" "${qn[@]}" "${small[@]}" --set train.clip_grad_norm=0.01 \
   --stages 5 --micro-batches 2 --schedule 1f1b --remat always
 
