@@ -174,26 +174,24 @@ static gp_status follow(gp_nccl *c, void *after) {
 
 /* ncclGroupEnd only enqueues: the group of one send or receive is what lets NCCL match it with
  * the peer's without blocking this thread (NCCL's user guide, point-to-point) */
-gp_status gp_nccl_send(gp_nccl *c, const void *buf, size_t bytes, void *after) {
+static gp_status p2p(gp_nccl *c, int send, void *buf, size_t bytes, void *after) {
   GP_TRY(follow(c, after));
   if (!bytes) return GP_OK;
   NCCL_TRY(c, ncclGroupStart(), "ncclGroupStart");
-  ncclResult_t r = ncclSend(buf, bytes, ncclUint8, 1 - c->rank, c->comm, c->stream);
+  ncclResult_t r = send ? ncclSend(buf, bytes, ncclUint8, 1 - c->rank, c->comm, c->stream)
+                        : ncclRecv(buf, bytes, ncclUint8, 1 - c->rank, c->comm, c->stream);
   ncclResult_t e = ncclGroupEnd();
-  NCCL_TRY(c, r, "ncclSend");
+  NCCL_TRY(c, r, send ? "ncclSend" : "ncclRecv");
   NCCL_TRY(c, e, "ncclGroupEnd");
   return GP_OK;
 }
 
+gp_status gp_nccl_send(gp_nccl *c, const void *buf, size_t bytes, void *after) {
+  return p2p(c, 1, (void *)buf, bytes, after);
+}
+
 gp_status gp_nccl_recv(gp_nccl *c, void *buf, size_t bytes, void *after) {
-  GP_TRY(follow(c, after));
-  if (!bytes) return GP_OK;
-  NCCL_TRY(c, ncclGroupStart(), "ncclGroupStart");
-  ncclResult_t r = ncclRecv(buf, bytes, ncclUint8, 1 - c->rank, c->comm, c->stream);
-  ncclResult_t e = ncclGroupEnd();
-  NCCL_TRY(c, r, "ncclRecv");
-  NCCL_TRY(c, e, "ncclGroupEnd");
-  return GP_OK;
+  return p2p(c, 0, buf, bytes, after);
 }
 
 gp_status gp_nccl_allreduce(gp_nccl *c, float *buf, int64_t n, void *after) {
