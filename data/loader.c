@@ -64,9 +64,9 @@ struct gp_loader {
   int need_start; /* the position moved: lay out jobs from it again */
   job *jobs;
   int njobs;
-  int64_t batch;       /* the batch size the ring is laid out for */
+  int64_t batch;                   /* the batch size the ring is laid out for */
   int want_images, want_r, want_R; /* gp_loader_want */
-  gp_scratch *scratch; /* one per worker, plus one for the caller */
+  gp_scratch *scratch;             /* one per worker, plus one for the caller */
   /* Statistics. */
   double wait_s;
   int64_t batches, samples, skipped;
