@@ -344,9 +344,8 @@ static gp_status attention_backward(const gp_layer *l, gp_exec *e, const gp_tens
   GP_TRY(be->scratch(be, total * sizeof(float), (void **)&gbias));
   float *dctx = gbias + 4 * d, *dqkv = dctx + rq * d, *dp = dqkv + nproj;
   float *pd = drop ? dp + nscore : s->p, *dpd = drop ? dp + 2 * nscore : dp;
-  /* Bias gradients are summed here from 0 and then added: the sum of the key bias is 0 up to
-   * rounding (softmax ignores a shift of a row), and summing it onto the previous
-   * micro-batch's value would round differently from summing it alone. */
+  /* Bias gradients are summed here from 0 and then added (the key bias's set to its exact 0
+   * below). */
   if (b_in >= 0) GP_TRY(be->zero(be, gbias, (size_t)(4 * d) * sizeof(float)));
   float *dq = dqkv, *dk = dqkv + (s->k - s->qkv), *dv = dqkv + (s->v - s->qkv);
 
@@ -405,6 +404,10 @@ static gp_status attention_backward(const gp_layer *l, gp_exec *e, const gp_tens
                       GP_F32P(&din[1]), d));
   }
   if (gb) {
+    /* the key bias moves every score of a query's row by the same q . b: softmax ignores it,
+     * so its gradient is exactly 0; summed, it is rounding noise that Adam (eps 1e-9) would
+     * turn into lr-sized steps differing with K and M */
+    GP_TRY(be->zero(be, gbias + d, (size_t)d * sizeof(float)));
     GP_TRY(be->axpby(be, 3 * d, 1.0f, gbias, 1.0f, e->bind->grad[b_in]));
     GP_TRY(be->axpby(be, d, 1.0f, gbias + 3 * d, 1.0f, e->bind->grad[b_out]));
   }

@@ -191,7 +191,6 @@ int main(int argc, char **argv) {
       {"blocks.layer.params.d", "8"},    {"blocks.layer.params.heads", "2"},
       {"blocks.layer.params.ff", "12"},  {"blocks.layer.params.p", "0"},
       {"layers.3.repeat", "3"},          {"layers.5.out_features", "13"},
-      {"train.optimizer.eps", "1e-4"}, /* as token_fixture_tiny_nmt's */
   };
   grid("transformer-nmt", argv[1], token_fixture_tiny_nmt, TOKEN_TINY_NMT_N);
   grid("transformer-lm", argv[2], lm, (int)(sizeof lm / sizeof lm[0]));

@@ -50,7 +50,6 @@ gp_override token_fixture_tiny_nmt[TOKEN_TINY_NMT_N + 1] = {
     {"blocks.dec.params.heads", "2"}, {"blocks.dec.params.ff", "12"},
     {"blocks.dec.params.p", "0"},     {"layers.1.repeat", "2"},
     {"layers.3.repeat", "2"},         {"layers.4.out_features", "13"},
-    {"train.optimizer.eps", "1e-4"},
 };
 
 int token_fixture_copy_all;

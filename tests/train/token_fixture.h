@@ -13,11 +13,10 @@ void token_fixture_batch(const gp_model *mo, int step, int64_t batch, int64_t le
                          gp_batch_buffers *bufs);
 
 /* models/transformer-nmt.yaml at a tiny size (rows of 6, vocabulary 13, d 8, 2 heads, 2 + 2
- * layers, no dropout) with AdamW's eps raised from the file's 1e-9: the attention's key bias
- * has a gradient that is zero but for rounding (softmax ignores a constant per row), and with
- * eps 1e-9 Adam turns that rounding noise, which M changes, into steps of lr's size. The
- * array has room for one more override after the TOKEN_TINY_NMT_N given. */
-#define TOKEN_TINY_NMT_N 23
+ * layers, no dropout), its optimizer as the file has it (AdamW, eps 1e-9: the attention's key
+ * bias gets its exact zero gradient, not rounding noise Adam would turn into lr-sized steps).
+ * The array has room for one more override after the TOKEN_TINY_NMT_N given. */
+#define TOKEN_TINY_NMT_N 22
 extern gp_override token_fixture_tiny_nmt[TOKEN_TINY_NMT_N + 1];
 
 /* Trains file (with overrides) as K stages x M micro-batches for steps of fixture batches at
