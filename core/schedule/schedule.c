@@ -1,4 +1,5 @@
-/* Pipeline schedules as data: builds the per-stage action lists (GPipe fill-drain, 1F1B),
+/* Pipeline schedules as data: builds the per-stage action lists (GPipe fill-drain, 1F1B; the
+ * zero-bubble lists come from zerobubble.c),
  * proves them deadlock-free by a dependency simulation, and times them with an event model. */
 #include "core/schedule/schedule.h"
 
@@ -7,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/schedule/zerobubble.h"
 
 static const char *const letters[GP_A_KINDS] = {"F", "B", "W", "S", "R", "T"};
 static const char *const names[GP_A_KINDS] = {"forward", "backward",  "weight",
@@ -27,12 +30,20 @@ const char *gp_action_name(gp_action_kind k) {
 #define GP_SCHED_MAX_DIM (1 << 20)
 #define GP_SCHED_MAX_CELLS (1LL << 26)
 
-/* Micro-batches forwarded and not yet backwarded, at most, walking the list in order. */
+/* Whether a stage's list splits its backwards: a W for every micro-batch (zero-bubble). */
+static int list_has_w(const gp_action *a, int n) {
+  for (int i = 0; i < n; i++)
+    if (a[i].kind == GP_A_WEIGHT) return 1;
+  return 0;
+}
+
+/* Micro-batches forwarded and not yet backwarded, at most, walking the list in order (until
+ * their W, where the list defers it: W still reads the activations). */
 static int list_peak_in_flight(const gp_action *a, int n) {
-  int cur = 0, peak = 0;
+  int cur = 0, peak = 0, w = list_has_w(a, n);
   for (int i = 0; i < n; i++) {
     if (a[i].kind == GP_A_FORWARD && ++cur > peak) peak = cur;
-    if (a[i].kind == GP_A_BACKWARD) cur--;
+    if (a[i].kind == (w ? GP_A_WEIGHT : GP_A_BACKWARD)) cur--;
   }
   return peak;
 }
@@ -89,8 +100,11 @@ gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, i
                             gp_schedule *out) {
   if (!out) return GP_ERR(GP_ERR_USAGE, "schedule: no output given");
   memset(out, 0, sizeof *out);
-  if (kind != GP_SCHED_GPIPE && kind != GP_SCHED_1F1B)
+  const int zb = kind == GP_SCHED_ZB_H1 || kind == GP_SCHED_ZB_H2;
+  if (kind != GP_SCHED_GPIPE && kind != GP_SCHED_1F1B && !zb)
     return GP_ERR(GP_ERR_USAGE, "schedule: unknown schedule kind %d", (int)kind);
+  if (zb && remat != GP_REMAT_NEVER)
+    return GP_ERR(GP_ERR_USAGE, "schedule: the zero-bubble lists re-materialize nothing yet");
   if (remat != GP_REMAT_ALWAYS && remat != GP_REMAT_EXCEPT_LAST && remat != GP_REMAT_NEVER)
     return GP_ERR(GP_ERR_USAGE, "schedule: unknown re-materialization mode %d", (int)remat);
   if (stages < 1 || stages > GP_SCHED_MAX_DIM)
@@ -111,9 +125,18 @@ gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, i
   out->slots = calloc((size_t)stages, sizeof *out->slots);
   if (!out->n_actions || !out->actions || !out->slots) goto nomem;
   for (int s = 0; s < stages; s++) {
-    out->actions[s] = malloc(sizeof(gp_action) * (2 * (size_t)micro + 1));
+    out->actions[s] = malloc(sizeof(gp_action) * ((zb ? 3 : 2) * (size_t)micro + 1));
     if (!out->actions[s]) goto nomem;
-    out->n_actions[s] = fill_stage(kind, remat, stages, micro, s, out->actions[s]);
+  }
+  if (zb) {
+    gp_status st = gp_zb_fill(kind, stages, micro, out->actions, out->n_actions);
+    if (st != GP_OK) {
+      gp_schedule_free(out);
+      return st;
+    }
+  }
+  for (int s = 0; s < stages; s++) {
+    if (!zb) out->n_actions[s] = fill_stage(kind, remat, stages, micro, s, out->actions[s]);
     out->slots[s] = list_peak_in_flight(out->actions[s], out->n_actions[s]);
     /* except_last recomputes where that saves memory: a stage that holds one micro-batch at a
      * time (1F1B's last, each backward right after its forward) would rebuild the only
@@ -148,7 +171,8 @@ static gp_status check_stage(const gp_schedule *sc, int s, int *seen) {
   int M = sc->micro, n = sc->n_actions[s];
   const gp_action *a = sc->actions[s];
   if (n < 1 || !a) return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d has no actions", s);
-  memset(seen, 0xff, sizeof(int) * 2 * (size_t)M); /* -1: not seen; else the action index */
+  memset(seen, 0xff, sizeof(int) * 3 * (size_t)M); /* -1: not seen; else the action index */
+  const int w = list_has_w(a, n);
   for (int i = 0; i < n; i++) {
     if (a[i].kind == GP_A_STEP) {
       if (i != n - 1)
@@ -156,38 +180,52 @@ static gp_status check_stage(const gp_schedule *sc, int s, int *seen) {
                       "schedule: stage %d: step at action %d is not last (%d actions)", s, i, n);
       continue;
     }
-    if (a[i].kind != GP_A_FORWARD && a[i].kind != GP_A_BACKWARD)
+    if (a[i].kind != GP_A_FORWARD && a[i].kind != GP_A_BACKWARD && a[i].kind != GP_A_WEIGHT)
       return a[i].kind >= 0 && a[i].kind < GP_A_KINDS
                  ? GP_ERR(GP_ERR_RUNTIME,
                           "schedule: stage %d: action %d is a %s, which no schedule here runs", s,
                           i, gp_action_name(a[i].kind))
                  : GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: action %d has unknown kind %d", s, i,
                           (int)a[i].kind);
-    int m = a[i].micro, bw = a[i].kind == GP_A_BACKWARD;
+    int m = a[i].micro, bw = a[i].kind == GP_A_BACKWARD ? 1 : a[i].kind == GP_A_WEIGHT ? 2 : 0;
     const char *what = gp_action_name(a[i].kind);
     if (m < 0 || m >= M)
       return GP_ERR(GP_ERR_RUNTIME,
                     "schedule: stage %d: action %d %s(%d): micro-batch out of range 0..%d", s, i,
                     what, m, M - 1);
-    if (seen[2 * m + bw] >= 0)
+    if (seen[3 * m + bw] >= 0)
       return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: %s(%d) appears twice (actions %d and %d)",
-                    s, what, m, seen[2 * m + bw], i);
-    seen[2 * m + bw] = i;
-    if (bw && seen[2 * m] < 0)
+                    s, what, m, seen[3 * m + bw], i);
+    seen[3 * m + bw] = i;
+    if (bw == 2) {
+      if (seen[3 * m + 1] < 0)
+        return GP_ERR(GP_ERR_RUNTIME,
+                      "schedule: stage %d: weight(%d) at action %d before its backward", s, m, i);
+      if (a[i].recompute)
+        return GP_ERR(GP_ERR_RUNTIME,
+                      "schedule: stage %d: weight(%d) marked to recompute (only a backward does)",
+                      s, m);
+      continue;
+    }
+    if (bw && seen[3 * m] < 0)
       return GP_ERR(GP_ERR_RUNTIME,
                     "schedule: stage %d: backward(%d) at action %d before its forward", s, m, i);
-    if (bw && !a[seen[2 * m]].recompute != !a[i].recompute)
+    if (bw && !a[seen[3 * m]].recompute != !a[i].recompute)
       return GP_ERR(GP_ERR_RUNTIME,
                     "schedule: stage %d: forward(%d) and backward(%d) disagree on recompute", s, m,
                     m);
   }
   if (a[n - 1].kind != GP_A_STEP)
     return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: the last action is not the step", s);
+  /* W for every micro-batch or for none: a stage splits all its backwards or none */
   for (int m = 0; m < M; m++)
-    for (int bw = 0; bw < 2; bw++)
-      if (seen[2 * m + bw] < 0)
+    for (int bw = 0; bw < 2 + w; bw++)
+      if (seen[3 * m + bw] < 0)
         return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: %s(%d) is missing", s,
-                      bw ? "backward" : "forward", m);
+                      gp_action_name(bw == 0   ? GP_A_FORWARD
+                                     : bw == 1 ? GP_A_BACKWARD
+                                               : GP_A_WEIGHT),
+                      m);
   return GP_OK;
 }
 
@@ -199,7 +237,7 @@ static gp_status check_shape(const gp_schedule *sc) {
                   sc->micro);
   if (!sc->n_actions || !sc->actions)
     return GP_ERR(GP_ERR_RUNTIME, "schedule: action lists missing");
-  int *seen = malloc(sizeof(int) * 2 * (size_t)sc->micro);
+  int *seen = malloc(sizeof(int) * 3 * (size_t)sc->micro);
   if (!seen) return GP_ERR(GP_ERR_NOMEM, "schedule: out of memory");
   gp_status st = GP_OK;
   for (int s = 0; s < sc->stages && st == GP_OK; s++)
@@ -216,7 +254,8 @@ typedef struct walk {
   const gp_schedule *sc;
   const gp_stage_cost *cost;
   const double *const *dur, *const *rdur; /* replay: each action's own time (cost is NULL) */
-  unsigned char *fdone, *bdone;           /* [s * M + m] */
+  unsigned char *fdone, *bdone, *wdone;   /* [s * M + m] */
+  unsigned char *has_w;                   /* per stage: its backwards are split (B, then W) */
   double *fend, *bend;                    /* end times, [s * M + m] (timing only) */
   double *free_at, *busy;                 /* per stage (timing only) */
   int *pos;                               /* per stage: index of the next action */
@@ -246,9 +285,14 @@ static int ready(const walk *w, int s, char *why, size_t nwhy) {
     snprintf(why, nwhy, "backward(%d) on stage %d", m, s + 1);
     return 0;
   }
+  if (a->kind == GP_A_WEIGHT) {
+    if (w->bdone[s * M + m]) return 1;
+    snprintf(why, nwhy, "its own backward(%d)", m);
+    return 0;
+  }
   for (int k = 0; k < M; k++)
-    if (!w->bdone[s * M + k]) {
-      snprintf(why, nwhy, "its own backward(%d)", k);
+    if (!w->bdone[s * M + k] || (w->has_w[s] && !w->wdone[s * M + k])) {
+      snprintf(why, nwhy, "its own %s(%d)", w->bdone[s * M + k] ? "weight" : "backward", k);
       return 0;
     }
   return 1;
@@ -293,9 +337,11 @@ static timing time_one(const walk *w, int s) {
     if (s < K - 1) arrive = w->bend[(s + 1) * M + m] + c->send;
   }
   t.start = ready > arrive ? ready : arrive;
+  /* a split backward: B is the whole but its W half */
   t.dur = w->dur                     ? w->dur[s][at]
           : a->kind == GP_A_FORWARD  ? c->fwd
-          : a->kind == GP_A_BACKWARD ? c->bwd
+          : a->kind == GP_A_BACKWARD ? c->bwd - (w->has_w[s] ? c->wgt : 0.0)
+          : a->kind == GP_A_WEIGHT   ? c->wgt
                                      : c->step;
   return t;
 }
@@ -310,12 +356,14 @@ static void run_one(walk *w, int s) {
     w->pos[s]++;
     if (a->kind == GP_A_FORWARD) w->fdone[s * M + m] = 1;
     if (a->kind == GP_A_BACKWARD) w->bdone[s * M + m] = 1;
+    if (a->kind == GP_A_WEIGHT) w->wdone[s * M + m] = 1;
     return;
   }
   const timing t = time_one(w, s);
   w->pos[s]++;
   if (a->kind == GP_A_FORWARD) w->fdone[s * M + m] = 1;
   if (a->kind == GP_A_BACKWARD) w->bdone[s * M + m] = 1;
+  if (a->kind == GP_A_WEIGHT) w->wdone[s * M + m] = 1;
   const double end = t.start + t.dur;
   w->free_at[s] = end;
   if (t.slot >= 0) w->slot_free[w->share->device[s]][t.slot] = end;
@@ -384,8 +432,12 @@ static gp_status walk_run(const gp_schedule *sc, const gp_stage_cost *cost,
   w->ev = cost ? ev : NULL;
   w->fdone = calloc(cells, 1);
   w->bdone = calloc(cells, 1);
+  w->wdone = calloc(cells, 1);
+  w->has_w = calloc(K, 1);
   w->pos = calloc(K, sizeof *w->pos);
-  int ok = w->fdone && w->bdone && w->pos;
+  int ok = w->fdone && w->bdone && w->wdone && w->has_w && w->pos;
+  for (size_t s = 0; ok && s < K; s++)
+    w->has_w[s] = (unsigned char)list_has_w(sc->actions[s], sc->n_actions[s]);
   if (cost || dur) {
     w->fend = calloc(cells, sizeof *w->fend);
     w->bend = calloc(cells, sizeof *w->bend);
@@ -436,6 +488,8 @@ static gp_status walk_run(const gp_schedule *sc, const gp_stage_cost *cost,
 static void walk_free(walk *w) {
   free(w->fdone);
   free(w->bdone);
+  free(w->wdone);
+  free(w->has_w);
   free(w->fend);
   free(w->bend);
   free(w->free_at);
@@ -458,9 +512,11 @@ gp_status gp_schedule_validate(const gp_schedule *s) {
 /* ---- timing and memory ----------------------------------------------------------------- */
 
 /* Activation bytes on one stage, walking its list: a stage runs one action at a time, so the
- * list order is the time order and the peak needs no clock. held: micro entries. */
+ * list order is the time order and the peak needs no clock. held: micro entries. A split
+ * backward frees at its W, and from its B holds the output gradients W reads (w_bytes). */
 static double stage_peak_bytes(const gp_action *a, int n, const gp_stage_cost *c, double *held) {
   double cur = 0, peak = 0;
+  const int split = list_has_w(a, n);
   for (int i = 0; i < n; i++) {
     int m = a[i].micro;
     if (a[i].kind == GP_A_FORWARD) {
@@ -469,7 +525,15 @@ static double stage_peak_bytes(const gp_action *a, int n, const gp_stage_cost *c
     } else if (a[i].kind == GP_A_BACKWARD) {
       if (a[i].recompute) cur += c->act_bytes; /* the re-materialized activations */
       if (cur > peak) peak = cur;
-      cur -= held[m] + (a[i].recompute ? c->act_bytes : 0);
+      if (split) { /* the recomputed set, if any, stays for W in place of the kept input */
+        if (a[i].recompute) cur -= held[m], held[m] = c->act_bytes;
+        cur += c->w_bytes;
+        held[m] += c->w_bytes;
+      } else {
+        cur -= held[m] + (a[i].recompute ? c->act_bytes : 0);
+      }
+    } else if (a[i].kind == GP_A_WEIGHT) {
+      cur -= held[m];
     }
     if (cur > peak) peak = cur;
   }
@@ -485,10 +549,14 @@ static gp_status simulate(const gp_schedule *s, const gp_stage_cost *cost,
   GP_TRY(check_shape(s));
   for (int k = 0; k < s->stages; k++) {
     const gp_stage_cost *c = &cost[k];
-    double v[6] = {c->fwd, c->bwd, c->send, c->act_bytes, c->input_bytes, c->step};
-    for (int i = 0; i < 6; i++)
+    double v[8] = {c->fwd,         c->bwd,  c->send, c->act_bytes,
+                   c->input_bytes, c->step, c->wgt,  c->w_bytes};
+    for (int i = 0; i < 8; i++)
       if (!isfinite(v[i]) || v[i] < 0)
         return GP_ERR(GP_ERR_USAGE, "schedule: stage %d: costs must be finite and >= 0", k);
+    if (c->wgt > c->bwd)
+      return GP_ERR(GP_ERR_USAGE, "schedule: stage %d: W (%g) is part of the backward (%g)", k,
+                    c->wgt, c->bwd);
   }
   walk w;
   gp_status st = walk_run(s, cost, NULL, NULL, share, events, &w);

@@ -64,6 +64,10 @@ typedef struct gp_stage_cost {
   double act_bytes;   /* activation bytes of one micro-batch kept for backward */
   double input_bytes; /* bytes of the stage's input of one micro-batch (kept under remat) */
   double step;        /* the optimizer step, once after the stage's last backward */
+  /* A split backward (zero-bubble schedules: B, then W): W's share of bwd (B takes the rest),
+   * and the bytes W keeps alive beyond the activations until it runs (the output gradients
+   * its weight gradients read). Unused by lists without W. */
+  double wgt, w_bytes;
 } gp_stage_cost;
 
 typedef struct gp_sim_stage {

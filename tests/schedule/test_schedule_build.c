@@ -309,8 +309,11 @@ static void test_malformed(void) {
 
   sc.actions[0][2].kind = (gp_action_kind)42;
   expect_reject(&sc, "unknown kind", "stage 0: action 2 has unknown kind 42", NULL);
-  sc.actions[0][2].kind = GP_A_WEIGHT; /* the schedules issue's W: no list holds one yet */
-  expect_reject(&sc, "weight action", "stage 0: action 2 is a weight, which no schedule", NULL);
+  sc.actions[0][2].kind = GP_A_WEIGHT; /* a split backward's W needs its B before it */
+  expect_reject(&sc, "weight action", "stage 0: weight(2) at action 2 before its backward", NULL);
+  sc.actions[0][2].kind = GP_A_RECOMPUTE; /* R and T are the executor's timing, not actions */
+  expect_reject(&sc, "recompute action", "stage 0: action 2 is a recompute, which no schedule",
+                NULL);
   sc.actions[0][2].kind = GP_A_FORWARD;
 
   sc.micro = 0;

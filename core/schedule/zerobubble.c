@@ -1,0 +1,85 @@
+/* Zero-bubble schedules (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"): each backward
+ * split into B (the input gradients, which the stage before waits for) and W (the weight
+ * gradients, which nothing waits for but the step), W deferred into the time a stage would
+ * otherwise idle. The lists come from the paper's heuristic played out at unit costs
+ * (F = B = W): every stage, at every tick, runs a B whose gradient has arrived, else a forward
+ * while it holds fewer micro-batches than its cap, else a pending W; a micro-batch is held
+ * from its forward to its W (W still reads its activations). ZB-H1 caps stage s at K - s,
+ * 1F1B's memory; ZB-H2 at 2(K - s) - 1, about twice that, which fills the warm-up too. */
+#include "core/schedule/zerobubble.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct zb_stage {
+  int nf, nb, nw; /* next forward, backward and weight micro-batch (all in order) */
+  int n;          /* actions listed */
+} zb_stage;
+
+/* The tick at which each F and B ends (-1: not yet run), [s * M + m]. */
+typedef struct zb_clock {
+  int *fend, *bend;
+} zb_clock;
+
+static int cap_of(gp_schedule_kind kind, int K, int M, int s) {
+  (void)s;
+  int c = kind == GP_SCHED_ZB_H2 ? 2 * K - 1 : K;
+  return c < M ? c : M;
+}
+
+gp_status gp_zb_fill(gp_schedule_kind kind, int K, int M, gp_action **lists, int *n_actions) {
+  zb_stage *st = calloc((size_t)K, sizeof *st);
+  zb_clock ck = {malloc(sizeof(int) * (size_t)K * (size_t)M),
+                 malloc(sizeof(int) * (size_t)K * (size_t)M)};
+  gp_status s = GP_OK;
+  if (!st || !ck.fend || !ck.bend) {
+    s = GP_ERR(GP_ERR_NOMEM, "schedule: out of memory for %d stages x %d micro-batches", K, M);
+    goto done;
+  }
+  memset(ck.fend, 0xff, sizeof(int) * (size_t)K * (size_t)M);
+  memset(ck.bend, 0xff, sizeof(int) * (size_t)K * (size_t)M);
+  /* each tick every stage runs at most one action; an action run at tick t is seen by the
+   * others from tick t + 1 */
+  for (int t = 0, left = 3 * K * M; left > 0; t++) {
+    for (int k = 0; k < K; k++) {
+      zb_stage *z = &st[k];
+      int m = z->nb;
+      int b_ready =
+          m < M && ck.fend[k * M + m] >= 0 && ck.fend[k * M + m] <= t &&
+          (k == K - 1 || (ck.bend[(k + 1) * M + m] >= 0 && ck.bend[(k + 1) * M + m] <= t));
+      int f = z->nf;
+      int f_ready = f < M && z->nf - z->nw < cap_of(kind, K, M, k) &&
+                    (k == 0 || (ck.fend[(k - 1) * M + f] >= 0 && ck.fend[(k - 1) * M + f] <= t));
+      gp_action *a = &lists[k][z->n];
+      if (b_ready) {
+        *a = (gp_action){.kind = GP_A_BACKWARD, .micro = m};
+        ck.bend[k * M + m] = t + 1;
+        z->nb++;
+      } else if (f_ready) {
+        *a = (gp_action){.kind = GP_A_FORWARD, .micro = f};
+        ck.fend[k * M + f] = t + 1;
+        z->nf++;
+      } else if (z->nw < z->nb) {
+        *a = (gp_action){.kind = GP_A_WEIGHT, .micro = z->nw};
+        z->nw++;
+      } else {
+        continue;
+      }
+      z->n++;
+      left--;
+    }
+    if (t > 8 * K * M + 8) { /* the heuristic always moves; said, not looped on */
+      s = GP_ERR(GP_ERR_RUNTIME, "schedule: internal: the zero-bubble heuristic is stuck");
+      goto done;
+    }
+  }
+  for (int k = 0; k < K; k++) {
+    lists[k][st[k].n++] = (gp_action){.kind = GP_A_STEP};
+    n_actions[k] = st[k].n;
+  }
+done:
+  free(st);
+  free(ck.fend);
+  free(ck.bend);
+  return s;
+}

@@ -1,0 +1,156 @@
+/* The zero-bubble lists (ZB-H1, ZB-H2): valid for every K and M (M < K included); W really
+ * deferred (after a later forward); their bubble at F = B = W against 1F1B's (the paper's
+ * figures: H1 about a third, H2 about none; these greedy lists reach less, the thresholds say
+ * what they do reach); the memory they hold (a micro-batch from its forward to its W) within
+ * 1F1B's peak for H1 and twice it for H2; and the validator's and simulator's handling of W,
+ * worked by hand. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/schedule/schedule.h"
+#include "tests/support/check.h"
+
+static int failures, passes;
+
+static gp_schedule build(gp_schedule_kind kind, int K, int M) {
+  gp_schedule sc;
+  if (gp_schedule_build(kind, GP_REMAT_NEVER, K, M, &sc) != GP_OK) {
+    printf("FAIL: build kind %d K=%d M=%d: %s\n", (int)kind, K, M, gp_error_message());
+    exit(1);
+  }
+  return sc;
+}
+
+/* F = 1, B + W = 2 (W = 1), one activation unit a micro-batch, no hand-off time. */
+static gp_sim_result unit_sim(const gp_schedule *sc) {
+  gp_stage_cost c[64];
+  for (int s = 0; s < sc->stages; s++)
+    c[s] = (gp_stage_cost){.fwd = 1, .bwd = 2, .wgt = 1, .act_bytes = 1};
+  gp_sim_result r;
+  if (gp_schedule_simulate(sc, c, &r) != GP_OK) {
+    printf("FAIL: simulate: %s\n", gp_error_message());
+    exit(1);
+  }
+  return r;
+}
+
+static void test_valid_everywhere(void) {
+  int bad = 0, total = 0;
+  for (int h = 0; h < 2; h++)
+    for (int K = 1; K <= 8; K++)
+      for (int M = 1; M <= 16; M++) {
+        gp_schedule sc = build(h ? GP_SCHED_ZB_H2 : GP_SCHED_ZB_H1, K, M);
+        total++;
+        int ok = gp_schedule_validate(&sc) == GP_OK;
+        for (int s = 0; ok && s < K; s++) {
+          int w = 0;
+          for (int a = 0; a < sc.n_actions[s]; a++)
+            w += sc.actions[s][a].kind == GP_A_WEIGHT;
+          ok = w == M && sc.n_actions[s] == 3 * M + 1;
+        }
+        if (!ok && bad++ < 3)
+          printf("  H%d K=%d M=%d invalid: %s\n", h + 1, K, M, gp_error_message());
+        gp_schedule_free(&sc);
+      }
+  CHECK(bad == 0, "%d of %d zero-bubble lists invalid", bad, total);
+  gp_schedule sc;
+  CHECK(gp_schedule_build(GP_SCHED_ZB_H1, GP_REMAT_ALWAYS, 2, 4, &sc) == GP_ERR_USAGE,
+        "a zero-bubble list with re-materialization was built");
+}
+
+/* Some W(m) runs after the forward of a later micro-batch on the same stage. */
+static void test_w_deferred(void) {
+  gp_schedule sc = build(GP_SCHED_ZB_H1, 4, 8);
+  int deferred = 0;
+  for (int s = 0; s < 4; s++) {
+    int last_f = -1;
+    for (int a = 0; a < sc.n_actions[s]; a++) {
+      const gp_action *x = &sc.actions[s][a];
+      if (x->kind == GP_A_FORWARD) last_f = x->micro;
+      if (x->kind == GP_A_WEIGHT && last_f > x->micro) deferred++;
+    }
+  }
+  CHECK(deferred > 0, "no W of ZB-H1 (K=4, M=8) runs after a later forward");
+  gp_schedule_free(&sc);
+}
+
+/* Bubble and memory against 1F1B, at unit costs. */
+static void test_bubble_and_memory(void) {
+  static const int KM[][2] = {{2, 8}, {4, 8}, {4, 16}, {8, 32}};
+  for (size_t i = 0; i < sizeof KM / sizeof KM[0]; i++) {
+    int K = KM[i][0], M = KM[i][1];
+    gp_schedule f = build(GP_SCHED_1F1B, K, M), h1 = build(GP_SCHED_ZB_H1, K, M),
+                h2 = build(GP_SCHED_ZB_H2, K, M);
+    gp_sim_result rf = unit_sim(&f), r1 = unit_sim(&h1), r2 = unit_sim(&h2);
+    CHECK(r1.bubble <= 0.65 * rf.bubble && r2.bubble <= r1.bubble + 1e-12,
+          "K=%d M=%d: bubble 1F1B %.3f, ZB-H1 %.3f (want <= 65%%), ZB-H2 %.3f", K, M, rf.bubble,
+          r1.bubble, r2.bubble);
+    double peak1 = 0, peak2 = 0;
+    for (int s = 0; s < K; s++) {
+      if (r1.stage[s].peak_bytes > peak1) peak1 = r1.stage[s].peak_bytes;
+      if (r2.stage[s].peak_bytes > peak2) peak2 = r2.stage[s].peak_bytes;
+    }
+    /* 1F1B's peak is stage 0's K micro-batches */
+    CHECK(peak1 <= rf.stage[0].peak_bytes && peak2 <= 2 * rf.stage[0].peak_bytes,
+          "K=%d M=%d: peak activations 1F1B %g, ZB-H1 %g, ZB-H2 %g", K, M, rf.stage[0].peak_bytes,
+          peak1, peak2);
+    gp_sim_result_free(&rf), gp_sim_result_free(&r1), gp_sim_result_free(&r2);
+    gp_schedule_free(&f), gp_schedule_free(&h1), gp_schedule_free(&h2);
+  }
+  /* K = 8, M = 32: H1 at most half of 1F1B's */
+  gp_schedule f = build(GP_SCHED_1F1B, 8, 32), h1 = build(GP_SCHED_ZB_H1, 8, 32);
+  gp_sim_result rf = unit_sim(&f), r1 = unit_sim(&h1);
+  CHECK(r1.bubble <= 0.5 * rf.bubble, "K=8 M=32: ZB-H1 bubble %.3f, 1F1B %.3f", r1.bubble,
+        rf.bubble);
+  gp_sim_result_free(&rf), gp_sim_result_free(&r1);
+  gp_schedule_free(&f), gp_schedule_free(&h1);
+}
+
+/* One stage, M = 2, by hand: F0 B0 F1 B1 W0 W1 S. Times: F 1, B 3 - 1 = 2, W 1: makespan 8;
+ * memory: activations 10 a micro-batch, W's output gradients 4: F0 10, B0 14, F1 24, B1 28,
+ * W0 14, W1 0: peak 28. A W before its B, and a list with W for only some micro-batches, are
+ * refused. */
+static void test_by_hand(void) {
+  gp_schedule sc = build(GP_SCHED_1F1B, 1, 2);
+  gp_action *a = realloc(sc.actions[0], sizeof *a * 7);
+  if (!a) exit(1);
+  sc.actions[0] = a;
+  static const gp_action_kind k[7] = {GP_A_FORWARD, GP_A_BACKWARD, GP_A_FORWARD, GP_A_BACKWARD,
+                                      GP_A_WEIGHT,  GP_A_WEIGHT,   GP_A_STEP};
+  static const int m[7] = {0, 0, 1, 1, 0, 1, 0};
+  for (int i = 0; i < 7; i++)
+    a[i] = (gp_action){.kind = k[i], .micro = m[i]};
+  sc.n_actions[0] = 7;
+  gp_stage_cost c = {.fwd = 1, .bwd = 3, .wgt = 1, .act_bytes = 10, .w_bytes = 4};
+  gp_sim_result r;
+  CHECK(gp_schedule_validate(&sc) == GP_OK && gp_schedule_simulate(&sc, &c, &r) == GP_OK &&
+            r.makespan == 8 && r.stage[0].peak_bytes == 28 && r.stage[0].peak_in_flight == 2,
+        "by hand: %s", gp_error_message());
+  gp_sim_result_free(&r);
+  c.wgt = 4; /* more than the backward it is part of */
+  CHECK(gp_schedule_simulate(&sc, &c, &r) == GP_ERR_USAGE, "W longer than its backward accepted");
+  a[4] = (gp_action){.kind = GP_A_WEIGHT, .micro = 1};
+  a[3] = (gp_action){.kind = GP_A_WEIGHT, .micro = 0};
+  a[5] = (gp_action){.kind = GP_A_BACKWARD, .micro = 1};
+  CHECK(gp_schedule_validate(&sc) == GP_ERR_RUNTIME &&
+            strstr(gp_error_message(), "weight(1) at action 4 before its backward"),
+        "W before its B: %s", gp_error_message());
+  a[3] = (gp_action){.kind = GP_A_BACKWARD, .micro = 1};
+  a[4] = (gp_action){.kind = GP_A_WEIGHT, .micro = 0};
+  a[5] = (gp_action){.kind = GP_A_STEP};
+  sc.n_actions[0] = 6;
+  CHECK(gp_schedule_validate(&sc) == GP_ERR_RUNTIME &&
+            strstr(gp_error_message(), "weight(1) is missing"),
+        "a W for only some micro-batches: %s", gp_error_message());
+  gp_schedule_free(&sc);
+}
+
+int main(void) {
+  test_valid_everywhere();
+  test_w_deferred();
+  test_bubble_and_memory();
+  test_by_hand();
+  printf("%d passed, %d failed\n", passes, failures);
+  return failures ? 1 : 0;
+}
