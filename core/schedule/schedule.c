@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/schedule/zerobubble.h"
+#include "core/schedule/lists.h"
 
 static const char *const letters[GP_A_KINDS] = {"F", "B", "W", "S", "R", "T"};
 static const char *const names[GP_A_KINDS] = {"forward", "backward",  "weight",
@@ -29,6 +29,16 @@ const char *gp_action_name(gp_action_kind k) {
  * that keeps the per-stage arrays well inside memory. */
 #define GP_SCHED_MAX_DIM (1 << 20)
 #define GP_SCHED_MAX_CELLS (1LL << 26)
+
+/* V, the model chunks each stage (device) holds (interleaved schedules; 1 for the others), and
+ * the virtual stage of an action: chunk c of stage s is v = c K + s, so the model runs through
+ * stages 0..K-1 V times. */
+static int chunks_of(const gp_schedule *sc) {
+  return sc->chunks > 1 ? sc->chunks : 1;
+}
+static int vstage(const gp_schedule *sc, int s, const gp_action *a) {
+  return a->chunk * sc->stages + s;
+}
 
 /* Whether a stage's list splits its backwards: a W for every micro-batch (zero-bubble). */
 static int list_has_w(const gp_action *a, int n) {
@@ -152,6 +162,45 @@ nomem:
                 micro);
 }
 
+gp_status gp_schedule_build_interleaved(int stages, int micro, int chunks, gp_schedule *out) {
+  if (!out) return GP_ERR(GP_ERR_USAGE, "schedule: no output given");
+  memset(out, 0, sizeof *out);
+  if (stages < 1 || stages > GP_SCHED_MAX_DIM || micro < 1 || micro > GP_SCHED_MAX_DIM ||
+      chunks < 2 || chunks > GP_SCHED_MAX_DIM ||
+      (long long)stages * micro * chunks > GP_SCHED_MAX_CELLS)
+    return GP_ERR(GP_ERR_USAGE,
+                  "schedule: interleaved: %d stages x %d micro-batches x %d chunks (chunks >= 2)",
+                  stages, micro, chunks);
+  if (micro % stages)
+    return GP_ERR(GP_ERR_USAGE,
+                  "schedule: interleaved 1F1B takes micro-batches in groups of the stages: %d "
+                  "micro-batches for %d stages (use %d or %d)",
+                  micro, stages, micro / stages * stages > 0 ? micro / stages * stages : stages,
+                  (micro / stages + 1) * stages);
+  out->kind = GP_SCHED_INTERLEAVED;
+  out->remat = GP_REMAT_NEVER;
+  out->stages = stages;
+  out->micro = micro;
+  out->chunks = chunks;
+  out->n_actions = calloc((size_t)stages, sizeof *out->n_actions);
+  out->actions = calloc((size_t)stages, sizeof *out->actions);
+  out->slots = calloc((size_t)stages, sizeof *out->slots);
+  int ok = out->n_actions && out->actions && out->slots;
+  for (int s = 0; ok && s < stages; s++)
+    ok = (out->actions[s] = malloc(sizeof(gp_action) * (2 * (size_t)micro * chunks + 1))) != NULL;
+  if (!ok) {
+    gp_schedule_free(out);
+    return GP_ERR(GP_ERR_NOMEM,
+                  "schedule: out of memory for %d stages x %d micro-batches x %d "
+                  "chunks",
+                  stages, micro, chunks);
+  }
+  gp_interleaved_fill(stages, micro, chunks, out->actions, out->n_actions);
+  for (int s = 0; s < stages; s++)
+    out->slots[s] = list_peak_in_flight(out->actions[s], out->n_actions[s]);
+  return GP_OK;
+}
+
 void gp_schedule_free(gp_schedule *s) {
   if (!s) return;
   if (s->actions)
@@ -171,7 +220,8 @@ static gp_status check_stage(const gp_schedule *sc, int s, int *seen) {
   int M = sc->micro, n = sc->n_actions[s];
   const gp_action *a = sc->actions[s];
   if (n < 1 || !a) return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d has no actions", s);
-  memset(seen, 0xff, sizeof(int) * 3 * (size_t)M); /* -1: not seen; else the action index */
+  const int V = chunks_of(sc);
+  memset(seen, 0xff, sizeof(int) * 3 * (size_t)M * (size_t)V); /* -1: unseen, else the action */
   const int w = list_has_w(a, n);
   for (int i = 0; i < n; i++) {
     if (a[i].kind == GP_A_STEP) {
@@ -193,39 +243,45 @@ static gp_status check_stage(const gp_schedule *sc, int s, int *seen) {
       return GP_ERR(GP_ERR_RUNTIME,
                     "schedule: stage %d: action %d %s(%d): micro-batch out of range 0..%d", s, i,
                     what, m, M - 1);
+    if (a[i].chunk < 0 || a[i].chunk >= V)
+      return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: action %d %s(%d): chunk %d of %d", s, i,
+                    what, m, a[i].chunk, V);
+    m += a[i].chunk * M; /* seen[] is per chunk and micro-batch; messages name the micro-batch */
     if (seen[3 * m + bw] >= 0)
       return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: %s(%d) appears twice (actions %d and %d)",
-                    s, what, m, seen[3 * m + bw], i);
+                    s, what, a[i].micro, seen[3 * m + bw], i);
     seen[3 * m + bw] = i;
     if (bw == 2) {
       if (seen[3 * m + 1] < 0)
         return GP_ERR(GP_ERR_RUNTIME,
-                      "schedule: stage %d: weight(%d) at action %d before its backward", s, m, i);
+                      "schedule: stage %d: weight(%d) at action %d before its backward", s,
+                      a[i].micro, i);
       if (a[i].recompute)
         return GP_ERR(GP_ERR_RUNTIME,
                       "schedule: stage %d: weight(%d) marked to recompute (only a backward does)",
-                      s, m);
+                      s, a[i].micro);
       continue;
     }
     if (bw && seen[3 * m] < 0)
       return GP_ERR(GP_ERR_RUNTIME,
-                    "schedule: stage %d: backward(%d) at action %d before its forward", s, m, i);
+                    "schedule: stage %d: backward(%d) at action %d before its forward", s,
+                    a[i].micro, i);
     if (bw && !a[seen[3 * m]].recompute != !a[i].recompute)
       return GP_ERR(GP_ERR_RUNTIME,
-                    "schedule: stage %d: forward(%d) and backward(%d) disagree on recompute", s, m,
-                    m);
+                    "schedule: stage %d: forward(%d) and backward(%d) disagree on recompute", s,
+                    a[i].micro, a[i].micro);
   }
   if (a[n - 1].kind != GP_A_STEP)
     return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: the last action is not the step", s);
   /* W for every micro-batch or for none: a stage splits all its backwards or none */
-  for (int m = 0; m < M; m++)
+  for (int m = 0; m < M * V; m++)
     for (int bw = 0; bw < 2 + w; bw++)
       if (seen[3 * m + bw] < 0)
-        return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: %s(%d) is missing", s,
+        return GP_ERR(GP_ERR_RUNTIME, "schedule: stage %d: %s(%d)%s is missing", s,
                       gp_action_name(bw == 0   ? GP_A_FORWARD
                                      : bw == 1 ? GP_A_BACKWARD
                                                : GP_A_WEIGHT),
-                      m);
+                      m % M, V > 1 ? " of a chunk" : "");
   return GP_OK;
 }
 
@@ -237,7 +293,9 @@ static gp_status check_shape(const gp_schedule *sc) {
                   sc->micro);
   if (!sc->n_actions || !sc->actions)
     return GP_ERR(GP_ERR_RUNTIME, "schedule: action lists missing");
-  int *seen = malloc(sizeof(int) * 3 * (size_t)sc->micro);
+  if (sc->chunks > 1 && (long long)sc->stages * sc->chunks * sc->micro > GP_SCHED_MAX_CELLS)
+    return GP_ERR(GP_ERR_RUNTIME, "schedule: bad shape: %d chunks", sc->chunks);
+  int *seen = malloc(sizeof(int) * 3 * (size_t)sc->micro * (size_t)chunks_of(sc));
   if (!seen) return GP_ERR(GP_ERR_NOMEM, "schedule: out of memory");
   gp_status st = GP_OK;
   for (int s = 0; s < sc->stages && st == GP_OK; s++)
@@ -268,33 +326,34 @@ typedef struct walk {
 /* Whether stage s's next action can run; if not, why (written to why). */
 static int ready(const walk *w, int s, char *why, size_t nwhy) {
   const gp_schedule *sc = w->sc;
-  int M = sc->micro;
+  int M = sc->micro, K = sc->stages, VS = K * chunks_of(sc);
   const gp_action *a = &sc->actions[s][w->pos[s]];
-  int m = a->micro;
+  int m = a->micro, v = vstage(sc, s, a);
   if (a->kind == GP_A_FORWARD) {
-    if (s == 0 || w->fdone[(s - 1) * M + m]) return 1;
-    snprintf(why, nwhy, "forward(%d) on stage %d", m, s - 1);
+    if (v == 0 || w->fdone[(v - 1) * M + m]) return 1;
+    snprintf(why, nwhy, "forward(%d) on stage %d", m, (v - 1) % K);
     return 0;
   }
   if (a->kind == GP_A_BACKWARD) {
-    if (!w->fdone[s * M + m]) {
+    if (!w->fdone[v * M + m]) {
       snprintf(why, nwhy, "its own forward(%d)", m);
       return 0;
     }
-    if (s == sc->stages - 1 || w->bdone[(s + 1) * M + m]) return 1;
-    snprintf(why, nwhy, "backward(%d) on stage %d", m, s + 1);
+    if (v == VS - 1 || w->bdone[(v + 1) * M + m]) return 1;
+    snprintf(why, nwhy, "backward(%d) on stage %d", m, (v + 1) % K);
     return 0;
   }
   if (a->kind == GP_A_WEIGHT) {
-    if (w->bdone[s * M + m]) return 1;
+    if (w->bdone[v * M + m]) return 1;
     snprintf(why, nwhy, "its own backward(%d)", m);
     return 0;
   }
-  for (int k = 0; k < M; k++)
-    if (!w->bdone[s * M + k] || (w->has_w[s] && !w->wdone[s * M + k])) {
-      snprintf(why, nwhy, "its own %s(%d)", w->bdone[s * M + k] ? "weight" : "backward", k);
-      return 0;
-    }
+  for (int c = s; c < VS; c += K) /* the step: after every chunk's backwards (and Ws) */
+    for (int k = 0; k < M; k++)
+      if (!w->bdone[c * M + k] || (w->has_w[s] && !w->wdone[c * M + k])) {
+        snprintf(why, nwhy, "its own %s(%d)", w->bdone[c * M + k] ? "weight" : "backward", k);
+        return 0;
+      }
   return 1;
 }
 
@@ -308,12 +367,12 @@ typedef struct timing {
 
 static timing time_one(const walk *w, int s) {
   const gp_schedule *sc = w->sc;
-  int M = sc->micro, K = sc->stages;
+  int M = sc->micro, VS = sc->stages * chunks_of(sc);
   const int at = w->pos[s];
   const gp_action *a = &sc->actions[s][at];
-  int m = a->micro;
+  int m = a->micro, v = vstage(sc, s, a);
   static const gp_stage_cost none; /* a replay's hand-offs are instant */
-  const gp_stage_cost *c = w->cost ? &w->cost[s] : &none;
+  const gp_stage_cost *c = w->cost ? &w->cost[v] : &none;
   timing t = {.slot = -1};
   /* A re-materializing backward recomputes first, as soon as the stage is free (its own
    * forward has ended), and only then waits for the gradient, as the pipeline's stages do:
@@ -329,12 +388,12 @@ static timing time_one(const walk *w, int s) {
   }
   t.rstart = ready;
   if (a->kind == GP_A_FORWARD) {
-    if (s > 0) arrive = w->fend[(s - 1) * M + m] + (w->cost ? w->cost[s - 1].send : 0);
+    if (v > 0) arrive = w->fend[(v - 1) * M + m] + (w->cost ? w->cost[v - 1].send : 0);
   } else if (a->kind == GP_A_BACKWARD) {
     if (a->recompute) t.recompute = w->dur ? w->rdur[s][at] : c->fwd;
     ready += t.recompute;
     /* the gradient crosses the same boundary as the activation, so it costs the same send */
-    if (s < K - 1) arrive = w->bend[(s + 1) * M + m] + c->send;
+    if (v < VS - 1) arrive = w->bend[(v + 1) * M + m] + c->send;
   }
   t.start = ready > arrive ? ready : arrive;
   /* a split backward: B is the whole but its W half */
@@ -351,29 +410,30 @@ static void run_one(walk *w, int s) {
   const gp_schedule *sc = w->sc;
   int M = sc->micro;
   const gp_action *a = &sc->actions[s][w->pos[s]];
-  int m = a->micro;
+  int m = a->micro, i = vstage(sc, s, a) * M + m;
   if (!w->cost && !w->dur) {
     w->pos[s]++;
-    if (a->kind == GP_A_FORWARD) w->fdone[s * M + m] = 1;
-    if (a->kind == GP_A_BACKWARD) w->bdone[s * M + m] = 1;
-    if (a->kind == GP_A_WEIGHT) w->wdone[s * M + m] = 1;
+    if (a->kind == GP_A_FORWARD) w->fdone[i] = 1;
+    if (a->kind == GP_A_BACKWARD) w->bdone[i] = 1;
+    if (a->kind == GP_A_WEIGHT) w->wdone[i] = 1;
     return;
   }
   const timing t = time_one(w, s);
   w->pos[s]++;
-  if (a->kind == GP_A_FORWARD) w->fdone[s * M + m] = 1;
-  if (a->kind == GP_A_BACKWARD) w->bdone[s * M + m] = 1;
-  if (a->kind == GP_A_WEIGHT) w->wdone[s * M + m] = 1;
+  if (a->kind == GP_A_FORWARD) w->fdone[i] = 1;
+  if (a->kind == GP_A_BACKWARD) w->bdone[i] = 1;
+  if (a->kind == GP_A_WEIGHT) w->wdone[i] = 1;
   const double end = t.start + t.dur;
   w->free_at[s] = end;
   if (t.slot >= 0) w->slot_free[w->share->device[s]][t.slot] = end;
   w->busy[s] += t.recompute + t.dur;
-  if (a->kind == GP_A_FORWARD) w->fend[s * M + m] = end;
-  if (a->kind == GP_A_BACKWARD) w->bend[s * M + m] = end;
+  if (a->kind == GP_A_FORWARD) w->fend[i] = end;
+  if (a->kind == GP_A_BACKWARD) w->bend[i] = end;
   if (w->ev && a->kind != GP_A_STEP) {
     const int rc = a->kind == GP_A_BACKWARD && a->recompute;
     w->ev->event[s][w->ev->n[s]++] = (gp_sim_event){.kind = a->kind,
                                                     .micro = m,
+                                                    .chunk = a->chunk,
                                                     .recompute = a->recompute,
                                                     .rstart = rc ? t.rstart : t.start,
                                                     .rend = rc ? t.rstart + t.recompute : t.start,
@@ -423,7 +483,7 @@ static int pick_first(const walk *w) {
 static gp_status walk_run(const gp_schedule *sc, const gp_stage_cost *cost,
                           const double *const *dur, const double *const *rdur,
                           const gp_sim_share *share, gp_sim_events *ev, walk *w) {
-  size_t K = (size_t)sc->stages, cells = K * (size_t)sc->micro;
+  size_t K = (size_t)sc->stages, cells = K * (size_t)chunks_of(sc) * (size_t)sc->micro;
   memset(w, 0, sizeof *w);
   w->sc = sc;
   w->cost = cost;
@@ -511,14 +571,18 @@ gp_status gp_schedule_validate(const gp_schedule *s) {
 
 /* ---- timing and memory ----------------------------------------------------------------- */
 
-/* Activation bytes on one stage, walking its list: a stage runs one action at a time, so the
- * list order is the time order and the peak needs no clock. held: micro entries. A split
+/* Activation bytes on stage s, walking its list: a stage runs one action at a time, so the
+ * list order is the time order and the peak needs no clock. held: V x M entries. A split
  * backward frees at its W, and from its B holds the output gradients W reads (w_bytes). */
-static double stage_peak_bytes(const gp_action *a, int n, const gp_stage_cost *c, double *held) {
+static double stage_peak_bytes(const gp_schedule *sc, int s, const gp_stage_cost *cost,
+                               double *held) {
+  const gp_action *a = sc->actions[s];
+  const int n = sc->n_actions[s], split = list_has_w(a, n);
   double cur = 0, peak = 0;
-  const int split = list_has_w(a, n);
   for (int i = 0; i < n; i++) {
-    int m = a[i].micro;
+    if (a[i].kind == GP_A_STEP) continue;
+    const gp_stage_cost *c = &cost[vstage(sc, s, &a[i])];
+    int m = a[i].chunk * sc->micro + a[i].micro;
     if (a[i].kind == GP_A_FORWARD) {
       held[m] = a[i].recompute ? c->input_bytes : c->act_bytes;
       cur += held[m];
@@ -547,7 +611,7 @@ static gp_status simulate(const gp_schedule *s, const gp_stage_cost *cost,
   memset(out, 0, sizeof *out);
   if (!cost) return GP_ERR(GP_ERR_USAGE, "schedule: no stage costs given");
   GP_TRY(check_shape(s));
-  for (int k = 0; k < s->stages; k++) {
+  for (int k = 0; k < s->stages * chunks_of(s); k++) { /* a cost per virtual stage */
     const gp_stage_cost *c = &cost[k];
     double v[8] = {c->fwd,         c->bwd,  c->send, c->act_bytes,
                    c->input_bytes, c->step, c->wgt,  c->w_bytes};
@@ -560,7 +624,8 @@ static gp_status simulate(const gp_schedule *s, const gp_stage_cost *cost,
   }
   walk w;
   gp_status st = walk_run(s, cost, NULL, NULL, share, events, &w);
-  double *held = st == GP_OK ? malloc(sizeof(double) * (size_t)s->micro) : NULL;
+  double *held =
+      st == GP_OK ? malloc(sizeof(double) * (size_t)s->micro * (size_t)chunks_of(s)) : NULL;
   out->stage = st == GP_OK ? calloc((size_t)s->stages, sizeof *out->stage) : NULL;
   if (st == GP_OK && (!held || !out->stage))
     st = GP_ERR(GP_ERR_NOMEM, "schedule: out of memory for the simulation");
@@ -570,7 +635,7 @@ static gp_status simulate(const gp_schedule *s, const gp_stage_cost *cost,
       gp_sim_stage *r = &out->stage[k];
       r->busy = w.busy[k];
       r->peak_in_flight = list_peak_in_flight(s->actions[k], s->n_actions[k]);
-      r->peak_bytes = stage_peak_bytes(s->actions[k], s->n_actions[k], &cost[k], held);
+      r->peak_bytes = stage_peak_bytes(s, k, cost, held);
       total += w.busy[k];
       if (w.free_at[k] > out->makespan) out->makespan = w.free_at[k];
     }

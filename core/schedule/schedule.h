@@ -41,6 +41,10 @@ typedef struct gp_schedule {
   int *n_actions;      /* per stage */
   gp_action **actions; /* per stage, n_actions[s] entries */
   int *slots;          /* per stage: micro-batches in flight at most (activation slots) */
+  /* V: the model chunks each stage holds (interleaved; 0 or 1: one). Chunk c of stage s is
+   * virtual stage c K + s: the model runs through the K stages V times, and costs given to the
+   * simulator are per virtual stage (K V entries). */
+  int chunks;
 } gp_schedule;
 
 /* GPipe (fill-drain: all forwards, then backwards in reverse micro-batch order) or 1F1B
@@ -51,6 +55,11 @@ typedef struct gp_schedule {
 gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, int micro,
                             gp_schedule *out);
 void gp_schedule_free(gp_schedule *s);
+/* Interleaved 1F1B (Megatron-LM): each stage holds `chunks` (V >= 2) non-adjacent model
+ * chunks, K V virtual stages in all; micro must be a multiple of stages (GP_ERR_USAGE saying
+ * which would do). No re-materialization yet. Built, validated and simulated; not yet run by
+ * the executor. */
+gp_status gp_schedule_build_interleaved(int stages, int micro, int chunks, gp_schedule *out);
 
 /* Dependencies: forward(s, m) needs forward(s-1, m); backward(s, m) needs forward(s, m) and
  * backward(s+1, m) (the last stage: its own forward); step(s) needs all of s's backwards.
@@ -94,8 +103,8 @@ void gp_sim_result_free(gp_sim_result *r);
  * has not arrived yet: the backward itself is [start, end). Otherwise rstart = rend = start.
  * (A forward's `recompute` says its activations are dropped, to be recomputed later.) */
 typedef struct gp_sim_event {
-  gp_action_kind kind; /* GP_A_FORWARD or GP_A_BACKWARD */
-  int micro;
+  gp_action_kind kind; /* GP_A_FORWARD, GP_A_BACKWARD or GP_A_WEIGHT */
+  int micro, chunk;
   int recompute;
   double rstart, rend; /* the recompute, empty without one */
   double start, end;   /* the action itself */

@@ -6,7 +6,7 @@
  * while it holds fewer micro-batches than its cap, else a pending W; a micro-batch is held
  * from its forward to its W (W still reads its activations). ZB-H1 caps stage s at K - s,
  * 1F1B's memory; ZB-H2 at 2(K - s) - 1, about twice that, which fills the warm-up too. */
-#include "core/schedule/zerobubble.h"
+#include "core/schedule/lists.h"
 
 #include <stdlib.h>
 #include <string.h>

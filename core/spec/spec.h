@@ -115,13 +115,15 @@ typedef struct gp_train_spec {
 #define GP_OPT_MAX_SLOTS 2
 int gp_optimizer_slots(const gp_train_spec *t);
 
-/* The zero-bubble kinds are built, checked and simulated (core/schedule/), not yet run by the
- * executor nor named in model files and flags (gp_schedule_names lists the first two). */
+/* The zero-bubble and interleaved kinds are built, checked and simulated (core/schedule/), not
+ * yet run by the executor nor named in model files and flags (gp_schedule_names lists the
+ * first two). */
 typedef enum gp_schedule_kind {
   GP_SCHED_GPIPE,
   GP_SCHED_1F1B,
   GP_SCHED_ZB_H1,
-  GP_SCHED_ZB_H2
+  GP_SCHED_ZB_H2,
+  GP_SCHED_INTERLEAVED /* gp_schedule_build_interleaved */
 } gp_schedule_kind;
 typedef enum gp_remat { GP_REMAT_ALWAYS, GP_REMAT_EXCEPT_LAST, GP_REMAT_NEVER } gp_remat;
 
