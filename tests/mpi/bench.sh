@@ -7,10 +7,8 @@
 set -u
 bench=$1; srcdir=$2
 command -v mpirun >/dev/null || { echo "no mpirun: skipped"; exit 77; }
-export LSAN_OPTIONS=suppressions=$srcdir/tests/mpi/lsan-mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0
-export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+. "$srcdir/tests/mpi/sanitize.sh"
+export OMPI_MCA_rmaps_base_oversubscribe=1
 mpi=(timeout 240 mpirun --oversubscribe --mca btl tcp,self -np 2)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0
