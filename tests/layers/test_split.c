@@ -255,7 +255,7 @@ int main(void) {
       failed++;
       continue;
     }
-    printf("%s %s: B then W = combined, bit for bit (max finite-difference error %.2g)\n",
+    printf("%s %s: B then W = combined bit for bit; halves vs finite differences (max error %.2g)\n",
            f ? "FAIL" : "ok  ", lt_grad_cases[k].name, worst);
     failed += f > 0;
     passed += f == 0;
