@@ -125,8 +125,10 @@ static void check_halves(cc_ctx *c, const char *what, norm_back f, const void *c
       if (st == GP_OK) st = cc_buf_download(bb, out[split] + nx + np, (size_t)np * 4);
       CHECK(st == GP_OK, "%s halves on %s: %s", what, be->name, gp_error_message());
     }
-    CHECK(memcmp(want, got, bytes) == 0, "%s on %s: dx alone, then dgamma and dbeta alone, differ "
-          "from one call", what, be->name);
+    CHECK(memcmp(want, got, bytes) == 0,
+          "%s on %s: dx alone, then dgamma and dbeta alone, differ "
+          "from one call",
+          what, be->name);
   }
   free(want);
   free(got);

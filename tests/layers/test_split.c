@@ -255,8 +255,9 @@ int main(void) {
       failed++;
       continue;
     }
-    printf("%s %s: B then W = combined bit for bit; halves vs finite differences (max error %.2g)\n",
-           f ? "FAIL" : "ok  ", lt_grad_cases[k].name, worst);
+    printf(
+        "%s %s: B then W = combined bit for bit; halves vs finite differences (max error %.2g)\n",
+        f ? "FAIL" : "ok  ", lt_grad_cases[k].name, worst);
     failed += f > 0;
     passed += f == 0;
   }

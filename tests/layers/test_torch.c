@@ -240,7 +240,8 @@ static int run_fixture(gp_backend *be, fixture *fx, int perturb, char *type_out,
       snprintf(nm, sizeof nm, "grad.%s", t.l.pdesc[i].name);
       fails += !check(fx, nm, t.b.grad[i], &t.l.pdesc[i].shape, LT_TOL_TORCH_GRAD, &worst);
     }
-    if (split && fails > before && !perturb) printf("  FAIL %s: the backward as B then W\n", fx->file);
+    if (split && fails > before && !perturb)
+      printf("  FAIL %s: the backward as B then W\n", fx->file);
   }
   int has_after = 0;
   for (int i = 0; i < t.l.n_params; i++) {

@@ -196,7 +196,8 @@ int main(void) {
       split_fails++;
     } else {
       printf("ok   B then W, micro-batch %d: the combined backward's %lld gradients, bit for "
-             "bit\n", mb, (long long)n);
+             "bit\n",
+             mb, (long long)n);
     }
   }
   free(want);
