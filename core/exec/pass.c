@@ -206,7 +206,8 @@ gp_status gp_pass_backward_weight(gp_pass *p, gp_exec *e) {
     const gp_node *n = &m->nodes[i];
     const gp_layer *l = &n->layer;
     int t = m->n_inputs + i;
-    /* the nodes whose B ran, or would have run but for no input taking a gradient */
+    /* the nodes whose B ran, or would have run but for no input taking a gradient; in
+     * reverse order as BOTH, though each node's gradients are its own buffers */
     if (l->n_params == 0 || (i != m->n_nodes - 1 && !p->grad[t].data)) continue;
     for (int j = 0; j < n->n_in; j++)
       in[j] = p->val[n->in[j]];
