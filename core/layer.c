@@ -1,9 +1,29 @@
-/* Helpers shared by all layers: RNG keys and deterministic initialization. */
+/* Helpers shared by all layers: a backward's halves, RNG keys and deterministic
+ * initialization. */
 #include "core/layer.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "core/rng.h"
+
+gp_status gp_layer_backward_part(const gp_layer *l, gp_exec *e, gp_grad_part part,
+                                 const gp_tensor *in, const gp_tensor *out, const gp_tensor *dout,
+                                 gp_tensor *din, void *saved) {
+  gp_tensor none[GP_MAX_INPUTS];
+  if (part == GP_GRAD_WEIGHT) {
+    if (l->n_params == 0) return GP_OK;
+    memset(none, 0, sizeof none);
+    for (int i = 0; i < l->n_in && i < GP_MAX_INPUTS; i++)
+      none[i].shape = in[i].shape, none[i].dtype = GP_F32, none[i].device = in[i].device;
+    din = none;
+  }
+  gp_grad_part was = e->grad_part;
+  e->grad_part = part;
+  gp_status st = l->type->backward(l, e, in, out, dout, din, saved);
+  e->grad_part = was;
+  return st;
+}
 
 uint64_t gp_layer_rng_key(const gp_layer *l, const gp_exec *e) {
   uint64_t h = gp_hash_combine(e->seed, (uint64_t)e->step);

@@ -61,6 +61,14 @@ typedef struct gp_cost {
 
 typedef struct gp_layer gp_layer;
 
+/* Which half of a backward runs (zero-bubble schedules, Qi et al. 2024, split it in two).
+ * BOTH: today's backward. INPUT (B): the input gradients only; the parameter gradients are
+ * left alone. WEIGHT (W): the parameter gradients only (+=, in the same order as BOTH), din is
+ * not written; it reads what B left: the layer's inputs, dout and the saved state (and what B
+ * added to it, attention's projection gradients), so those must live until W. B then W gives
+ * the bytes of BOTH. Call a half through gp_layer_backward_part. */
+typedef enum gp_grad_part { GP_GRAD_BOTH = 0, GP_GRAD_INPUT, GP_GRAD_WEIGHT } gp_grad_part;
+
 /* What a forward or backward pass runs in. */
 #define GP_EXEC_MAX_HOST 8 /* = GP_MAX_MODEL_INPUTS */
 
@@ -102,7 +110,14 @@ typedef struct gp_exec {
   gp_layer_bind *binds;
   int bind_first;
   gp_layer_bind *bind;
+  /* The half of the backward to run (zero: both); gp_layer_backward_part sets it. */
+  gp_grad_part grad_part;
 } gp_exec;
+
+/* Whether the running backward adds into the parameter gradients (not B alone). */
+static inline int gp_exec_weight_grads(const gp_exec *e) {
+  return e->grad_part != GP_GRAD_INPUT;
+}
 
 /* The host copy of a tensor the pass got from a model input (labels, positions), or NULL:
  * a layer that needs such values on the host reads them here instead of copying them back
@@ -138,6 +153,9 @@ typedef struct gp_layer_type {
                        void **saved);
   gp_status (*backward)(const gp_layer *l, gp_exec *e, const gp_tensor *in, const gp_tensor *out,
                         const gp_tensor *dout, gp_tensor *din, void *saved);
+  /* backward honours e->grad_part: with GP_GRAD_INPUT it adds nothing to the parameter
+   * gradients (gp_exec_weight_grads) and keeps what W reads; GP_GRAD_WEIGHT comes with every
+   * din[i].data NULL (gp_layer_backward_part), so a parameter-free layer's W is empty. */
   /* 1: the gradient of every input is dout itself, reshaped (add, identity, flatten). The
    * executor then gives the first input whose gradient is not yet held dout's memory instead
    * of a copy (and an add's second input too where gp_node_hands_both allows it), and passes
@@ -177,6 +195,13 @@ struct gp_layer {
 const gp_layer_type *gp_layer_type_find(const char *name);
 /* All registered names, NULL-terminated, for suggestions: the types' own names. */
 const char *const *gp_layer_type_names(void);
+
+/* Runs one half of l's backward (or both) with e->grad_part set to part for the call. For
+ * GP_GRAD_WEIGHT, din is ignored (the layer sees every din[i].data NULL), and a layer
+ * without parameters is not called. Run B, then W with the same in, out, dout and saved. */
+gp_status gp_layer_backward_part(const gp_layer *l, gp_exec *e, gp_grad_part part,
+                                 const gp_tensor *in, const gp_tensor *out, const gp_tensor *dout,
+                                 gp_tensor *din, void *saved);
 
 /* Dropout key for this layer in this step (the same for every micro-batch). */
 uint64_t gp_layer_rng_key(const gp_layer *l, const gp_exec *e);

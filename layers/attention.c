@@ -44,6 +44,9 @@ typedef struct attn_saved {
   float *ctx;       /* the heads' outputs side by side [rows_q, d] */
   int64_t ldq, ldk; /* row strides of Q and of K, V */
   float *q, *k, *v; /* views into qkv */
+  /* d(projections), laid out like qkv: kept by a backward's B (GP_GRAD_INPUT) for its W,
+   * NULL until then */
+  float *dqkv;
 } attn_saved;
 
 static const gp_setting attention_settings[] = {
@@ -247,6 +250,7 @@ static gp_status attention_forward(const gp_layer *l, gp_exec *e, const gp_tenso
   const float *xq = GP_F32P(&in[0]);
   attn_saved *s;
   GP_TRY(gp_arena_alloc(e->arena, sizeof *s, (void **)&s));
+  s->dqkv = NULL;
   size_t nproj = (size_t)(g.cross ? rq * d + rk * 2 * d : rq * 3 * d);
   GP_TRY(gp_arena_alloc(e->arena, nproj * sizeof(float), (void **)&s->qkv));
   GP_TRY(gp_arena_alloc(e->arena, (size_t)nscore * sizeof(float), (void **)&s->p));
@@ -317,13 +321,75 @@ static gp_status attention_forward(const gp_layer *l, gp_exec *e, const gp_tenso
   return GP_OK;
 }
 
+/* The output projection's parameter gradients from dy and the saved context: weight +=, the
+ * bias summed into gbias + 3d (zeroed by the caller). */
+static gp_status out_proj_grads(const gp_layer *l, gp_exec *e, const attn_saved *s, int64_t rq,
+                                int64_t d, const float *dy, float *gbias) {
+  gp_backend *be = e->be;
+  int w_in, b_in, w_out, b_out;
+  param_ix(l, &w_in, &b_in, &w_out, &b_out);
+  GP_TRY(be->gemm(be, 1, 0, d, d, rq, 1.0f, dy, d, s->ctx, d, 1.0f, e->bind->grad[w_out], d));
+  if (b_out >= 0) GP_TRY(be->bias_grad(be, rq, d, 1, dy, gbias + 3 * d));
+  return GP_OK;
+}
+
+/* The input projections' parameter gradients from dqkv and the inputs, then the biases
+ * summed in gbias added to theirs. */
+static gp_status in_proj_grads(const gp_layer *l, gp_exec *e, const geo *g, const attn_saved *s,
+                               const gp_tensor *in, int64_t rq, int64_t rk, const float *dqkv,
+                               float *gbias) {
+  gp_backend *be = e->be;
+  const int64_t d = g->d;
+  int w_in, b_in, w_out, b_out;
+  param_ix(l, &w_in, &b_in, &w_out, &b_out);
+  float *gw = e->bind->grad[w_in], *gb = b_in >= 0 ? gbias : NULL;
+  const float *xq = GP_F32P(&in[0]);
+  if (!g->cross) {
+    GP_TRY(be->gemm(be, 1, 0, 3 * d, d, rq, 1.0f, dqkv, 3 * d, xq, d, 1.0f, gw, d));
+    if (gb) GP_TRY(be->bias_grad(be, rq, 3 * d, 1, dqkv, gb));
+  } else {
+    const float *xkv = GP_F32P(&in[1]), *dq = dqkv, *dkv = dqkv + (s->k - s->qkv);
+    GP_TRY(be->gemm(be, 1, 0, d, d, rq, 1.0f, dq, d, xq, d, 1.0f, gw, d));
+    GP_TRY(be->gemm(be, 1, 0, 2 * d, d, rk, 1.0f, dkv, 2 * d, xkv, d, 1.0f, gw + d * d, d));
+    if (gb) {
+      GP_TRY(be->bias_grad(be, rq, d, 1, dq, gb));
+      GP_TRY(be->bias_grad(be, rk, 2 * d, 1, dkv, gb + d));
+    }
+  }
+  if (gb) {
+    /* the key bias moves every score of a query's row by the same q . b: softmax ignores it,
+     * so its gradient is exactly 0; summed, it is rounding noise that Adam (eps 1e-9) would
+     * turn into lr-sized steps differing with K and M */
+    GP_TRY(be->zero(be, gbias + d, (size_t)d * sizeof(float)));
+    GP_TRY(be->axpby(be, 3 * d, 1.0f, gbias, 1.0f, e->bind->grad[b_in]));
+    GP_TRY(be->axpby(be, d, 1.0f, gbias + 3 * d, 1.0f, e->bind->grad[b_out]));
+  }
+  return GP_OK;
+}
+
+/* W reads dy, the saved context, the inputs and the projection gradients B kept. */
+static gp_status attention_backward_weight(const gp_layer *l, gp_exec *e, const geo *g,
+                                           const attn_saved *s, const gp_tensor *in,
+                                           const float *dy) {
+  if (!s->dqkv)
+    return GP_ERR(GP_ERR_RUNTIME, "attention %s: weight gradients before the input half", l->path);
+  const int64_t nb = in[0].shape.d[0], d = g->d, rq = nb * g->tq, rk = nb * g->tk;
+  float *gbias;
+  GP_TRY(e->be->scratch(e->be, (size_t)(4 * d) * sizeof(float), (void **)&gbias));
+  int w_in, b_in, w_out, b_out;
+  param_ix(l, &w_in, &b_in, &w_out, &b_out);
+  if (b_in >= 0) GP_TRY(e->be->zero(e->be, gbias, (size_t)(4 * d) * sizeof(float)));
+  GP_TRY(out_proj_grads(l, e, s, rq, d, dy, gbias));
+  return in_proj_grads(l, e, g, s, in, rq, rk, s->dqkv, gbias);
+}
+
 static gp_status attention_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
                                     const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
                                     void *saved) {
   (void)out;
   const attention_conf *k = l->conf;
   gp_backend *be = e->be;
-  const attn_saved *s = saved;
+  attn_saved *s = saved;
   if (!s) return GP_ERR(GP_ERR_RUNTIME, "attention %s: backward without its forward", l->path);
   geo g;
   geometry(l, &g);
@@ -331,27 +397,31 @@ static gp_status attention_backward(const gp_layer *l, gp_exec *e, const gp_tens
   param_ix(l, &w_in, &b_in, &w_out, &b_out);
   const int64_t nb = in[0].shape.d[0], d = g.d, dh = g.dh, H = g.h, tq = g.tq, tk = g.tk;
   const int64_t rq = nb * tq, rk = nb * tk, nscore = nb * H * tq * tk;
-  const int drop = dropout_on(k, e);
+  const int drop = dropout_on(k, e), wg = gp_exec_weight_grads(e);
   const float *dy = GP_F32P(dout), *W = e->bind->param[w_in];
   const float scale = (float)(1.0 / sqrt((double)dh));
+  if (e->grad_part == GP_GRAD_WEIGHT) return attention_backward_weight(l, e, &g, s, in, dy);
 
   /* Scratch: the bias gradients of this pass [4d], dctx [rq, d], d(projections) laid out like
    * s->qkv, dP, and for dropout the dropped probabilities (recomputed from the mask function)
-   * and dP before dropout. */
+   * and dP before dropout. B alone keeps d(projections) for its W in the arena instead. */
   size_t nproj = (size_t)(g.cross ? rq * d + rk * 2 * d : rq * 3 * d);
   size_t total = (size_t)(4 * d + rq * d) + nproj + (size_t)nscore * (drop ? 3 : 1);
   float *gbias;
   GP_TRY(be->scratch(be, total * sizeof(float), (void **)&gbias));
   float *dctx = gbias + 4 * d, *dqkv = dctx + rq * d, *dp = dqkv + nproj;
   float *pd = drop ? dp + nscore : s->p, *dpd = drop ? dp + 2 * nscore : dp;
+  if (!wg) {
+    GP_TRY(gp_arena_alloc(e->arena, nproj * sizeof(float), (void **)&s->dqkv));
+    dqkv = s->dqkv;
+  }
   /* Bias gradients are summed here from 0 and then added (the key bias's set to its exact 0
-   * below). */
-  if (b_in >= 0) GP_TRY(be->zero(be, gbias, (size_t)(4 * d) * sizeof(float)));
+   * in in_proj_grads). */
+  if (b_in >= 0 && wg) GP_TRY(be->zero(be, gbias, (size_t)(4 * d) * sizeof(float)));
   float *dq = dqkv, *dk = dqkv + (s->k - s->qkv), *dv = dqkv + (s->v - s->qkv);
 
   /* Output projection. */
-  GP_TRY(be->gemm(be, 1, 0, d, d, rq, 1.0f, dy, d, s->ctx, d, 1.0f, e->bind->grad[w_out], d));
-  if (b_out >= 0) GP_TRY(be->bias_grad(be, rq, d, 1, dy, gbias + 3 * d));
+  if (wg) GP_TRY(out_proj_grads(l, e, s, rq, d, dy, gbias));
   GP_TRY(be->gemm(be, 0, 0, rq, d, d, 1.0f, dy, d, e->bind->param[w_out], d, 0.0f, dctx, d));
 
   /* Through P V: dP (after dropout) and dV per head. */
@@ -381,35 +451,17 @@ static gp_status attention_backward(const gp_layer *l, gp_exec *e, const gp_tens
     }
 
   /* Input projections: weight and bias gradients, then the inputs'. */
-  float *gw = e->bind->grad[w_in], *gb = b_in >= 0 ? gbias : NULL;
-  const float *xq = GP_F32P(&in[0]);
+  if (wg) GP_TRY(in_proj_grads(l, e, &g, s, in, rq, rk, dqkv, gbias));
   if (!g.cross) {
-    GP_TRY(be->gemm(be, 1, 0, 3 * d, d, rq, 1.0f, dqkv, 3 * d, xq, d, 1.0f, gw, d));
-    if (gb) GP_TRY(be->bias_grad(be, rq, 3 * d, 1, dqkv, gb));
     if (din[0].data)
       GP_TRY(be->gemm(be, 0, 0, rq, d, 3 * d, 1.0f, dqkv, 3 * d, W, d, 0.0f, GP_F32P(&din[0]), d));
   } else {
-    const float *xkv = GP_F32P(&in[1]);
     float *dkv = dk;
-    GP_TRY(be->gemm(be, 1, 0, d, d, rq, 1.0f, dq, d, xq, d, 1.0f, gw, d));
-    GP_TRY(be->gemm(be, 1, 0, 2 * d, d, rk, 1.0f, dkv, 2 * d, xkv, d, 1.0f, gw + d * d, d));
-    if (gb) {
-      GP_TRY(be->bias_grad(be, rq, d, 1, dq, gb));
-      GP_TRY(be->bias_grad(be, rk, 2 * d, 1, dkv, gb + d));
-    }
     if (din[0].data)
       GP_TRY(be->gemm(be, 0, 0, rq, d, d, 1.0f, dq, d, W, d, 0.0f, GP_F32P(&din[0]), d));
     if (din[1].data)
       GP_TRY(be->gemm(be, 0, 0, rk, d, 2 * d, 1.0f, dkv, 2 * d, W + d * d, d, 0.0f,
                       GP_F32P(&din[1]), d));
-  }
-  if (gb) {
-    /* the key bias moves every score of a query's row by the same q . b: softmax ignores it,
-     * so its gradient is exactly 0; summed, it is rounding noise that Adam (eps 1e-9) would
-     * turn into lr-sized steps differing with K and M */
-    GP_TRY(be->zero(be, gbias + d, (size_t)d * sizeof(float)));
-    GP_TRY(be->axpby(be, 3 * d, 1.0f, gbias, 1.0f, e->bind->grad[b_in]));
-    GP_TRY(be->axpby(be, d, 1.0f, gbias + 3 * d, 1.0f, e->bind->grad[b_out]));
   }
   /* A mask or segment ids are piecewise constant: their gradient is 0. */
   const int consts[3] = {g.mask, g.seg_q, g.seg_k};

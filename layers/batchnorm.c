@@ -106,9 +106,15 @@ static gp_status batchnorm_backward(const gp_layer *l, gp_exec *e, const gp_tens
   if (!st)
     return GP_ERR(GP_ERR_RUNTIME, "batchnorm %s: backward needs a training forward", l->path);
   dims(l, &in[0], &n, &c, &inner);
+  /* dx and dgamma, dbeta come from the same per-channel sums of dy and dy xhat: each half
+   * recomputes them from x, dy and the saved mean and invstd, in the same order, so B and W
+   * give the bytes of one call. */
+  float *dx = din[0].data ? GP_F32P(&din[0]) : NULL;
+  int w = gp_exec_weight_grads(e);
+  if (!dx && !w) return GP_OK;
   return e->be->batchnorm_backward(
-      e->be, n, c, inner, GP_F32P(&in[0]), GP_F32P(dout), e->bind->param[P_WEIGHT], st, st + c,
-      din[0].data ? GP_F32P(&din[0]) : NULL, e->bind->grad[P_WEIGHT], e->bind->grad[P_BIAS]);
+      e->be, n, c, inner, GP_F32P(&in[0]), GP_F32P(dout), e->bind->param[P_WEIGHT], st, st + c, dx,
+      w ? e->bind->grad[P_WEIGHT] : NULL, w ? e->bind->grad[P_BIAS] : NULL);
 }
 
 static gp_status batchnorm_step_end(const gp_layer *l, gp_layer_bind *b, gp_backend *be) {

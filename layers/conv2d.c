@@ -159,8 +159,9 @@ static gp_status conv2d_backward(const gp_layer *l, gp_exec *e, const gp_tensor 
   const conv2d_conf *k = l->conf;
   gp_backend *be = e->be;
   gp_conv2d_desc d = conv2d_desc(l, &in[0]);
-  GP_TRY(be->conv2d_backward_filter(be, &d, GP_F32P(&in[0]), GP_F32P(dout), e->bind->grad[0],
-                                    k->bias ? e->bind->grad[1] : NULL));
+  if (gp_exec_weight_grads(e)) /* W: reads x and dy */
+    GP_TRY(be->conv2d_backward_filter(be, &d, GP_F32P(&in[0]), GP_F32P(dout), e->bind->grad[0],
+                                      k->bias ? e->bind->grad[1] : NULL));
   /* A first layer's input needs no gradient: skip the data GEMM and col2im entirely. */
   if (din[0].data)
     GP_TRY(be->conv2d_backward_data(be, &d, GP_F32P(dout), e->bind->param[0], GP_F32P(&din[0])));

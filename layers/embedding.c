@@ -112,6 +112,7 @@ static gp_status embedding_backward(const gp_layer *l, gp_exec *e, const gp_tens
   (void)din; /* ids take no gradient */
   (void)saved;
   const embedding_conf *k = l->conf;
+  if (!gp_exec_weight_grads(e)) return GP_OK; /* B is empty; W reads the ids and dy */
   return e->be->embedding_backward(e->be, gp_shape_numel(&in[0].shape), k->dim, k->vocab,
                                    GP_I32P(&in[0]), GP_F32P(dout), scale_of(k), k->padding_idx,
                                    e->bind->grad[0]);

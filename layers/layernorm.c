@@ -60,9 +60,14 @@ static gp_status layernorm_backward(const gp_layer *l, gp_exec *e, const gp_tens
   const float *st = saved;
   int64_t rows = gp_layers_rows(&in[0]), cols = in[0].shape.d[in[0].shape.ndim - 1];
   if (!st) return GP_ERR(GP_ERR_RUNTIME, "layernorm %s: backward without its forward", l->path);
-  return e->be->layernorm_backward(
-      e->be, rows, cols, GP_F32P(&in[0]), GP_F32P(dout), e->bind->param[0], st, st + rows,
-      din[0].data ? GP_F32P(&din[0]) : NULL, e->bind->grad[0], e->bind->grad[1]);
+  /* B and W each run the row pass over x, dy and the saved mean and rstd; the sums of one
+   * do not feed the other's outputs, so the halves give the bytes of one call. */
+  float *dx = din[0].data ? GP_F32P(&din[0]) : NULL;
+  int w = gp_exec_weight_grads(e);
+  if (!dx && !w) return GP_OK;
+  return e->be->layernorm_backward(e->be, rows, cols, GP_F32P(&in[0]), GP_F32P(dout),
+                                   e->bind->param[0], st, st + rows, dx,
+                                   w ? e->bind->grad[0] : NULL, w ? e->bind->grad[1] : NULL);
 }
 
 const gp_layer_type gp_layer_layernorm = {

@@ -82,10 +82,12 @@ static gp_status linear_backward(const gp_layer *l, gp_exec *e, const gp_tensor 
   int64_t rows = gp_layers_rows(&in[0]), nin = in[0].shape.d[in[0].shape.ndim - 1];
   int64_t nout = k->out_features;
   const float *dy = GP_F32P(dout);
-  /* dW[out, in] += dY^T X */
-  GP_TRY(be->gemm(be, 1, 0, nout, nin, rows, 1.0f, dy, nout, GP_F32P(&in[0]), nin, 1.0f,
-                  e->bind->grad[0], nin));
-  if (k->bias) GP_TRY(be->bias_grad(be, rows, nout, 1, dy, e->bind->grad[1]));
+  /* dW[out, in] += dY^T X (W: reads X and dY) */
+  if (gp_exec_weight_grads(e)) {
+    GP_TRY(be->gemm(be, 1, 0, nout, nin, rows, 1.0f, dy, nout, GP_F32P(&in[0]), nin, 1.0f,
+                    e->bind->grad[0], nin));
+    if (k->bias) GP_TRY(be->bias_grad(be, rows, nout, 1, dy, e->bind->grad[1]));
+  }
   /* dX = dY W, skipped for a first layer whose input needs no gradient. */
   if (din[0].data)
     GP_TRY(be->gemm(be, 0, 0, rows, nin, nout, 1.0f, dy, nout, e->bind->param[0], nin, 0.0f,

@@ -117,10 +117,11 @@ static gp_status positional_backward(const gp_layer *l, gp_exec *e, const gp_ten
   (void)saved;
   const positional_conf *k = l->conf;
   gp_backend *be = e->be;
-  if (e->bind->grad[0] && l->n_in == 2) /* row p sums its tokens in their order: deterministic */
+  int w = gp_exec_weight_grads(e) && e->bind->grad[0]; /* W reads dy (and the positions) */
+  if (w && l->n_in == 2) /* row p sums its tokens in their order: deterministic */
     GP_TRY(be->embedding_backward(be, gp_shape_numel(&in[1].shape), l->in_shape[0].d[1], k->max_len,
                                   GP_I32P(&in[1]), GP_F32P(dout), 1.0f, -1, e->bind->grad[0]));
-  else if (e->bind->grad[0])
+  else if (w)
     GP_TRY(be->bias_grad(be, in[0].shape.d[0], gp_shape_numel(&l->in_shape[0]), 1, GP_F32P(dout),
                          e->bind->grad[0]));
   if (din[0].data) GP_TRY(gp_layers_copy(be, dout, &din[0]));

@@ -124,7 +124,8 @@ gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
   return GP_OK;
 }
 
-gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
+/* BOTH or B: the nodes in reverse order, handing gradients on. */
+static gp_status backward_part(gp_pass *p, gp_exec *e, gp_grad_part part) {
   const gp_model *m = p->m;
   gp_backend *be = e->be;
   gp_tensor in[GP_MAX_INPUTS], din[GP_MAX_INPUTS];
@@ -135,7 +136,10 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
     int t = m->n_inputs + i;
     int is_loss = (i == m->n_nodes - 1);
     if (!is_loss && !p->grad[t].data) continue; /* nothing downstream needs it */
-    int any = 0, shared = 0, both = p->both[i];
+    /* B then W: no handing dout to both inputs of an add, where the later producer's W would
+     * read its dout after the other input's readers had added into it (a copy instead: the
+     * same bytes). */
+    int any = 0, shared = 0, both = p->both[i] && part == GP_GRAD_BOTH;
     for (int j = 0; j < n->n_in; j++) {
       int src = n->in[j];
       in[j] = p->val[src];
@@ -171,16 +175,47 @@ gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
         GP_TRY(gp_arena_tensor(e->arena, GP_F32, &in[j].shape, &din[j]));
       }
     }
-    if (!any && l->n_params == 0) continue;
+    if (!any && (l->n_params == 0 || part == GP_GRAD_INPUT)) continue;
     e->bind = e->binds ? &e->binds[i - e->bind_first] : NULL;
     if (e->on_layer) e->on_layer(e, i, 1, 0);
-    gp_status st = l->type->backward(l, e, in, &p->val[t], &p->grad[t], din, p->saved[i]);
+    gp_status st =
+        gp_layer_backward_part(l, e, part, in, &p->val[t], &p->grad[t], din, p->saved[i]);
     if (st != GP_OK) return node_error(m, i, "backward", st);
     for (int j = 0; j < n->n_in; j++) {
       if (!din[j].data || fresh[j]) continue;
       GP_TRY(be->axpby(be, gp_shape_numel(&din[j].shape), 1.0f, GP_F32P(&din[j]), 1.0f,
                        GP_F32P(&p->grad[n->in[j]])));
     }
+    if (e->on_layer) e->on_layer(e, i, 1, 1);
+  }
+  return GP_OK;
+}
+
+gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
+  return backward_part(p, e, GP_GRAD_BOTH);
+}
+
+gp_status gp_pass_backward_input(gp_pass *p, gp_exec *e) {
+  return backward_part(p, e, GP_GRAD_INPUT);
+}
+
+gp_status gp_pass_backward_weight(gp_pass *p, gp_exec *e) {
+  const gp_model *m = p->m;
+  gp_tensor in[GP_MAX_INPUTS];
+  for (int i = p->end - 1; i >= p->first; i--) {
+    const gp_node *n = &m->nodes[i];
+    const gp_layer *l = &n->layer;
+    int t = m->n_inputs + i;
+    /* the nodes whose B ran, or would have run but for no input taking a gradient; in
+     * reverse order as BOTH, though each node's gradients are its own buffers */
+    if (l->n_params == 0 || (i != m->n_nodes - 1 && !p->grad[t].data)) continue;
+    for (int j = 0; j < n->n_in; j++)
+      in[j] = p->val[n->in[j]];
+    e->bind = e->binds ? &e->binds[i - e->bind_first] : NULL;
+    if (e->on_layer) e->on_layer(e, i, 1, 0);
+    gp_status st = gp_layer_backward_part(l, e, GP_GRAD_WEIGHT, in, &p->val[t], &p->grad[t], NULL,
+                                          p->saved[i]);
+    if (st != GP_OK) return node_error(m, i, "weight gradients", st);
     if (e->on_layer) e->on_layer(e, i, 1, 1);
   }
   return GP_OK;

@@ -43,5 +43,13 @@ gp_status gp_pass_forward(gp_pass *p, gp_exec *e);
  * must be set in p->grad first (the loss node needs none). Tensors read by several
  * consumers get their gradients summed. */
 gp_status gp_pass_backward(gp_pass *p, gp_exec *e);
+/* The same in two halves (zero-bubble schedules; gp_grad_part in core/layer.h): _input (B)
+ * runs the nodes in reverse order for the input gradients only, handing them on as
+ * gp_pass_backward does (but never dout's memory to both inputs of an add: a copy instead);
+ * _weight (W), any time after it and before the arena is reset, adds every node's parameter
+ * gradients, reading the inputs, outputs' gradients and saved state B left. B then W gives
+ * gp_pass_backward's bytes, parameter gradients and the gradients handed out of the range. */
+gp_status gp_pass_backward_input(gp_pass *p, gp_exec *e);
+gp_status gp_pass_backward_weight(gp_pass *p, gp_exec *e);
 
 #endif

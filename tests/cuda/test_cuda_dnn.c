@@ -5,7 +5,8 @@
  * every forward and backward, outputs guarded by sentinel bytes, accumulating outputs
  * starting from random values. Also: the convolution algorithm is searched once per shape
  * and direction and then found in the cache, repeated calls give identical bits, and bad ids,
- * labels, masks and segment ids come back as the CPU's errors. Exits 77 (skipped) without a
+ * labels, masks and segment ids come back as the CPU's errors, and a norm's backward in a
+ * layer's halves (dx, then dgamma and dbeta) gives one call's bytes. Exits 77 (skipped) without a
  * CUDA device. */
 #include <math.h>
 #include <stdio.h>
@@ -93,6 +94,65 @@ static void cmp(const cc_pair *p, const char *what, int64_t n, double tol) {
 static void expect_error(gp_status s, gp_status code, const char *text, const char *what) {
   CHECK(s == code, "%s: %s instead of %s", what, gp_status_name(s), gp_status_name(code));
   CHECK(strstr(gp_error_message(), text) != NULL, "%s: message lacks \"%s\"", what, text);
+}
+
+/* ---- a norm's backward in halves ---- */
+
+/* One backward call of a norm on one side (0 CPU, 1 CUDA); dx, dg, db each may be NULL. */
+typedef gp_status (*norm_back)(const void *ctx, gp_backend *be, int side, float *dx, float *dg,
+                               float *db);
+
+/* A layer's halves (layers/batchnorm.c, layernorm.c: B dx alone, then W dgamma and dbeta
+ * alone) give the bytes of one call on each backend, the gradients starting from hdg, hdb. */
+static void check_halves(cc_ctx *c, const char *what, norm_back f, const void *ctx, cc_pair *dx,
+                         int64_t nx, cc_pair *dg, cc_pair *db, int64_t np, const float *hdg,
+                         const float *hdb) {
+  size_t bytes = (size_t)(nx + 2 * np) * 4;
+  float *want = xmalloc(bytes), *got = xmalloc(bytes);
+  for (int side = 0; side < 2; side++) {
+    gp_backend *be = side ? c->gpu : c->cpu;
+    cc_buf *bx = side ? &dx->gpu : &dx->cpu, *bg = side ? &dg->gpu : &dg->cpu;
+    cc_buf *bb = side ? &db->gpu : &db->cpu;
+    float *out[2] = {want, got};
+    for (int split = 0; split < 2; split++) {
+      gp_status st = cc_buf_upload(bg, hdg, (size_t)np * 4);
+      if (st == GP_OK) st = cc_buf_upload(bb, hdb, (size_t)np * 4);
+      if (st == GP_OK && !split) st = f(ctx, be, side, bx->p, bg->p, bb->p);
+      if (st == GP_OK && split) st = f(ctx, be, side, bx->p, NULL, NULL);
+      if (st == GP_OK && split) st = f(ctx, be, side, NULL, bg->p, bb->p);
+      if (st == GP_OK) st = cc_buf_download(bx, out[split], (size_t)nx * 4);
+      if (st == GP_OK) st = cc_buf_download(bg, out[split] + nx, (size_t)np * 4);
+      if (st == GP_OK) st = cc_buf_download(bb, out[split] + nx + np, (size_t)np * 4);
+      CHECK(st == GP_OK, "%s halves on %s: %s", what, be->name, gp_error_message());
+    }
+    CHECK(memcmp(want, got, bytes) == 0,
+          "%s on %s: dx alone, then dgamma and dbeta alone, differ "
+          "from one call",
+          what, be->name);
+  }
+  free(want);
+  free(got);
+}
+
+typedef struct norm_args {
+  int64_t a, b, inner; /* batch norm: n, c, inner; layer norm: rows, cols */
+  const cc_pair *x, *dy, *g, *mean, *inv;
+} norm_args;
+
+#define SIDE(q) ((float *)(side ? (q)->gpu.p : (q)->cpu.p))
+
+static gp_status bn_back(const void *ctx, gp_backend *be, int side, float *dx, float *dg,
+                         float *db) {
+  const norm_args *k = ctx;
+  return be->batchnorm_backward(be, k->a, k->b, k->inner, SIDE(k->x), SIDE(k->dy), SIDE(k->g),
+                                SIDE(k->mean), SIDE(k->inv), dx, dg, db);
+}
+
+static gp_status ln_back(const void *ctx, gp_backend *be, int side, float *dx, float *dg,
+                         float *db) {
+  const norm_args *k = ctx;
+  return be->layernorm_backward(be, k->a, k->b, SIDE(k->x), SIDE(k->dy), SIDE(k->g), SIDE(k->mean),
+                                SIDE(k->inv), dx, dg, db);
 }
 
 /* ---- convolution ---- */
@@ -364,6 +424,8 @@ static void test_bn_one(cc_ctx *c, int64_t n, int64_t ch, int64_t inner, uint64_
                                  F(db)));
   snprintf(msg, sizeof msg, "%s dbeta only (+=)", what);
   cmp(&db, msg, ch, TOL_NORM);
+  norm_args na = {n, ch, inner, &x, &dy, &g, &mean, &inv};
+  check_halves(c, what, bn_back, &na, &dx, nx, &dg, &db, ch, hdg, hdb);
 
   /* the first micro-batch's statistics, then another's (other means: inv) pooled with them */
   BOTH(c, be->batchnorm_stats_accumulate(be, ch, 0, count, eps, F(mean), F(inv), F(acc)));
@@ -454,6 +516,8 @@ static void test_ln_one(cc_ctx *c, int64_t rows, int64_t cols, uint64_t seed) {
                                  F(db)));
   snprintf(msg, sizeof msg, "%s dbeta only (+=)", what);
   cmp(&db, msg, cols, TOL_NORM);
+  norm_args na = {rows, cols, 0, &x, &dy, &g, &mean, &rstd};
+  check_halves(c, what, ln_back, &na, &dx, nx, &dg, &db, cols, hdg, hdb);
 
   cc_pair *all[] = {&x, &dy, &g, &b, &y, &mean, &rstd, &dx, &dg, &db};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

@@ -178,6 +178,11 @@ gp_status lt_backward(lt_layer *t) {
   return lt_layer_guards(t);
 }
 
+gp_status lt_backward_part(lt_layer *t, gp_grad_part part) {
+  GP_TRY(gp_layer_backward_part(&t->l, &t->e, part, t->in, &t->out, &t->dout, t->din, t->saved));
+  return lt_layer_guards(t);
+}
+
 int lt_param_index(const lt_layer *t, const char *name) {
   for (int i = 0; i < t->l.n_params; i++)
     if (strcmp(t->l.pdesc[i].name, name) == 0) return i;

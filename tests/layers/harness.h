@@ -52,6 +52,9 @@ gp_status lt_forward(lt_layer *t);
 /* Runs backward from t->dout into t->din (inputs whose din.data is NULL are skipped) and
  * into the parameter gradients. */
 gp_status lt_backward(lt_layer *t);
+/* One half of it (gp_layer_backward_part): GP_GRAD_INPUT into t->din only, GP_GRAD_WEIGHT
+ * into the parameter gradients only. */
+gp_status lt_backward_part(lt_layer *t, gp_grad_part part);
 /* GP_ERR_RUNTIME naming the first buffer whose guard bytes were overwritten. */
 gp_status lt_layer_guards(lt_layer *t);
 

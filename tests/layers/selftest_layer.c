@@ -4,10 +4,24 @@
 
 #include <string.h>
 
-enum { BUG_NONE, BUG_GRAD, BUG_DIN_ACCUM, BUG_PARAM_ASSIGN, BUG_RECOMPUTE, BUG_OVERFLOW, BUG_COST };
+enum {
+  BUG_NONE,
+  BUG_GRAD,
+  BUG_DIN_ACCUM,
+  BUG_PARAM_ASSIGN,
+  BUG_RECOMPUTE,
+  BUG_OVERFLOW,
+  BUG_COST,
+  BUG_SPLIT_B, /* B adds the weight gradient too */
+  BUG_SPLIT_W, /* W adds nothing */
+};
 
+/* test_grad.c's (the combined backward's) bugs, then test_split.c's (its halves') */
+static const char *const all_bugs[] = {"none",     "grad", "din_accum", "param_assign", "recompute",
+                                       "overflow", "cost", "split_b",   "split_w",      NULL};
 const char *const lt_selftest_bugs[] = {"none",      "grad",     "din_accum", "param_assign",
                                         "recompute", "overflow", "cost",      NULL};
+const char *const lt_selftest_split_bugs[] = {"none", "split_b", "split_w", NULL};
 
 typedef struct scale_conf {
   int bug;
@@ -16,7 +30,7 @@ typedef struct scale_conf {
 static const gp_setting scale_settings[] = {
     {.key = "bug",
      GP_SETTING_CHOICE_AT(scale_conf, bug),
-     .choices = lt_selftest_bugs,
+     .choices = all_bugs,
      .idflt = BUG_NONE,
      .doc = "which mistake the layer makes"},
 };
@@ -71,7 +85,11 @@ static gp_status scale_backward(const gp_layer *l, gp_exec *e, const gp_tensor *
   double dw = 0;
   for (int64_t i = 0; i < n; i++)
     dw += (double)x[i] * dy[i];
-  if (k->bug == BUG_PARAM_ASSIGN)
+  int wg = gp_exec_weight_grads(e) || k->bug == BUG_SPLIT_B;
+  if (e->grad_part == GP_GRAD_WEIGHT && k->bug == BUG_SPLIT_W) wg = 0;
+  if (!wg)
+    ;
+  else if (k->bug == BUG_PARAM_ASSIGN)
     e->bind->grad[0][0] = (float)dw;
   else
     e->bind->grad[0][0] += (float)dw;

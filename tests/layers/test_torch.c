@@ -1,4 +1,5 @@
-/* Every layer against PyTorch: outputs, input and parameter gradients, running statistics
+/* Every layer against PyTorch: outputs, input and parameter gradients (of the combined
+ * backward and of its halves, B then W), running statistics
  * and the mean loss, from the fixtures tests/layers/make_fixtures.py wrote. Every tensor in
  * a fixture must be used by some check, so a renamed parameter cannot pass silently.
  * Usage: test_layers_torch FIXTURE_DIR */
@@ -218,18 +219,29 @@ static int run_fixture(gp_backend *be, fixture *fx, int perturb, char *type_out,
     }
     memcpy(t.dout.data, dy, gp_tensor_bytes(&t.dout));
   }
-  if (do_backward && lt_backward(&t) != GP_OK) goto fail_status;
-  for (int i = 0; i < n_in && do_backward; i++) {
-    if (!t.din[i].data) continue;
-    char nm[8];
-    snprintf(nm, sizeof nm, "dx%d", i);
-    fails += !check(fx, nm, GP_F32P(&t.din[i]), &t.din[i].shape, LT_TOL_TORCH_GRAD, &worst);
-  }
-  for (int i = 0; i < t.l.n_params && do_backward; i++) {
-    if (!t.b.grad[i]) continue;
-    char nm[64];
-    snprintf(nm, sizeof nm, "grad.%s", t.l.pdesc[i].name);
-    fails += !check(fx, nm, t.b.grad[i], &t.l.pdesc[i].shape, LT_TOL_TORCH_GRAD, &worst);
+  /* The combined backward, then (from zeroed gradients, on the same saved state) its halves:
+   * B's din and W's gradients against the same references. */
+  for (int split = 0; split < 2 && do_backward; split++) {
+    int before = fails;
+    for (int i = 0; split && i < t.l.n_params; i++)
+      if (t.b.grad[i]) memset(t.b.grad[i], 0, (size_t)lt_param_numel(&t, i) * sizeof(float));
+    gp_status st = split ? lt_backward_part(&t, GP_GRAD_INPUT) : lt_backward(&t);
+    if (st == GP_OK && split) st = lt_backward_part(&t, GP_GRAD_WEIGHT);
+    if (st != GP_OK) goto fail_status;
+    for (int i = 0; i < n_in; i++) {
+      if (!t.din[i].data) continue;
+      char nm[8];
+      snprintf(nm, sizeof nm, "dx%d", i);
+      fails += !check(fx, nm, GP_F32P(&t.din[i]), &t.din[i].shape, LT_TOL_TORCH_GRAD, &worst);
+    }
+    for (int i = 0; i < t.l.n_params; i++) {
+      if (!t.b.grad[i]) continue;
+      char nm[64];
+      snprintf(nm, sizeof nm, "grad.%s", t.l.pdesc[i].name);
+      fails += !check(fx, nm, t.b.grad[i], &t.l.pdesc[i].shape, LT_TOL_TORCH_GRAD, &worst);
+    }
+    if (split && fails > before && !perturb)
+      printf("  FAIL %s: the backward as B then W\n", fx->file);
   }
   int has_after = 0;
   for (int i = 0; i < t.l.n_params; i++) {

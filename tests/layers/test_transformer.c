@@ -391,7 +391,8 @@ static int32_t tokens[MB * MT] = {3, 7, 1, 0, 0, 5, 5, 9, 10, 2, 4, 0, 6, 8, 0};
 static const int32_t labels[MB] = {1, 3, 0};
 static int32_t mask[MB * MT];
 
-/* The mean loss of samples [first, first + n) as part of a mini-batch of MB; grads += */
+/* The mean loss of samples [first, first + n) as part of a mini-batch of MB; grads +=
+ * (backward 1: gp_pass_backward; 2: its halves, B then W) */
 static gp_status loss_of(rig *r, int first, int n, int backward, double *loss) {
   gp_model *m = r->m;
   gp_pass p;
@@ -408,7 +409,9 @@ static gp_status loss_of(rig *r, int first, int n, int backward, double *loss) {
   for (int i = 0; i < 3; i++)
     p.val[i] = (gp_tensor){(void *)src[i], gp_shape_batch(n, &m->inputs[i].shape), GP_I32, -1};
   gp_status s = gp_pass_forward(&p, &e);
-  if (s == GP_OK && backward) s = gp_pass_backward(&p, &e);
+  if (s == GP_OK && backward == 1) s = gp_pass_backward(&p, &e);
+  if (s == GP_OK && backward == 2) s = gp_pass_backward_input(&p, &e);
+  if (s == GP_OK && backward == 2) s = gp_pass_backward_weight(&p, &e);
   gp_pass_free(&p);
   gp_arena_reset(&r->arena);
   *loss = e.loss_sum;
@@ -504,6 +507,19 @@ static void tiny_transformer(gp_backend *be, const char *yaml) {
                     LT_TOL_MICRO, NULL);
   tally(ok, "tiny Transformer: micro-batches of 2 + 1 samples give the whole batch's loss and "
             "gradients (dropout masks included)");
+
+  /* The same micro-batches with the backward in halves: the same gradient bytes. */
+  memcpy(g, r.params.grad, (size_t)n * sizeof *g);
+  gp_params_zero_grad(&r.params);
+  s = loss_of(&r, 0, 2, 2, &la);
+  if (s == GP_OK) s = loss_of(&r, 2, 1, 2, &lb);
+  int64_t diff = 0;
+  for (int64_t i = 0; i < n; i++)
+    diff += memcmp(&r.params.grad[i], &g[i], sizeof *g) != 0;
+  if (s != GP_OK) printf("  FAIL pass: %s\n", gp_error_message());
+  if (diff) printf("  %lld of %lld gradients differ\n", (long long)diff, (long long)n);
+  tally(s == GP_OK && diff == 0, "tiny Transformer: 2 + 1 samples with the backward as B then W "
+                                 "give the combined backward's gradients, bit for bit");
 
   /* A token id outside the vocabulary, through the executor: a data error naming the layer. */
   tokens[6] = 11;

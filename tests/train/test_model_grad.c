@@ -7,7 +7,10 @@
  * executor shares are checked too: tanh and sigmoid write over an input read by them alone
  * (not over the model's input), and add hands dout's memory to its first input's gradient,
  * and to its second's too where nothing adds into one of the two before the other's producer
- * has read it (a ResNet skip: 'res'), not where something would ('res2': tanh 'u'). */
+ * has read it (a ResNet skip: 'res'), not where something would ('res2': tanh 'u').
+ * The backward in halves (gp_pass_backward_input, then _weight) must give the combined
+ * backward's parameter gradients byte for byte, onto zeroed and onto non-zero gradients, B
+ * alone must leave them, and B must not share res's gradient (W reads c's dout later). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +89,9 @@ static void check_sharing(const gp_model *m, const gp_pass *p) {
     if (!c[i].ok) printf("FAIL: %s\n", c[i].what), shared_checks++;
 }
 
+static int split_fails;
+
+/* backward: 0 none, 1 gp_pass_backward, 2 its halves (B, then W). */
 static double loss_of(rig *t, const float *x, const int32_t *y, int64_t batch, int backward) {
   gp_pass p;
   gp_model *m = t->m;
@@ -98,7 +104,22 @@ static double loss_of(rig *t, const float *x, const int32_t *y, int64_t batch, i
   gp_pass_init(&p, m, 0, m->n_nodes, batch);
   p.val[0] = (gp_tensor){(void *)x, gp_shape_batch(batch, &m->inputs[0].shape), GP_F32, -1};
   p.val[1] = (gp_tensor){(void *)y, gp_shape_batch(batch, &m->inputs[1].shape), GP_I32, -1};
-  if (gp_pass_forward(&p, &e) != GP_OK || (backward && gp_pass_backward(&p, &e) != GP_OK)) {
+  gp_status st = gp_pass_forward(&p, &e);
+  if (st == GP_OK && backward == 1) st = gp_pass_backward(&p, &e);
+  if (st == GP_OK && backward == 2) {
+    size_t bytes = (size_t)t->params.n_train * sizeof(float);
+    float *before = malloc(bytes);
+    memcpy(before, t->params.grad, bytes);
+    st = gp_pass_backward_input(&p, &e);
+    if (st == GP_OK && memcmp(before, t->params.grad, bytes))
+      printf("FAIL: gp_pass_backward_input changed parameter gradients\n"), split_fails++;
+    int s = tensor_of(m, "s"), res = tensor_of(m, "res");
+    if (p.grad[s].data == p.grad[res].data)
+      printf("FAIL: B handed add 'res''s dout to s's gradient too\n"), split_fails++;
+    if (st == GP_OK) st = gp_pass_backward_weight(&p, &e);
+    free(before);
+  }
+  if (st != GP_OK) {
     printf("FAIL: pass: %s\n", gp_error_message());
     exit(1);
   }
@@ -106,7 +127,7 @@ static double loss_of(rig *t, const float *x, const int32_t *y, int64_t batch, i
     printf("FAIL: a gradient was computed for 'pre', which depends on no parameter\n");
     exit(1);
   }
-  if (backward) check_sharing(m, &p);
+  if (backward == 1) check_sharing(m, &p);
   gp_pass_free(&p);
   gp_arena_reset(&t->arena);
   return e.loss_sum;
@@ -154,12 +175,39 @@ int main(void) {
     }
   }
   printf("%lld parameter elements, worst relative error %.3g\n", (long long)n, worst);
+
+  /* The halves: a first micro-batch onto zeroed gradients, a second onto its gradients. */
+  size_t bytes = (size_t)n * sizeof(float);
+  float *want = malloc(bytes), *first = malloc(bytes);
+  for (int mb = 0; mb < 2; mb++) {
+    if (mb == 0) gp_params_zero_grad(&t.params);
+    memcpy(first, t.params.grad, bytes);
+    loss_of(&t, x, y, batch, 1);
+    memcpy(want, t.params.grad, bytes);
+    memcpy(t.params.grad, first, bytes);
+    loss_of(&t, x, y, batch, 2);
+    int64_t diff = 0, at = -1;
+    for (int64_t i = 0; i < n; i++)
+      if (memcmp(&want[i], &t.params.grad[i], sizeof *want)) at = at < 0 ? i : at, diff++;
+    if (diff) {
+      printf("FAIL: B then W, micro-batch %d: %lld of %lld gradients differ from the combined "
+             "backward's, first %lld (%.9g, want %.9g)\n",
+             mb, (long long)diff, (long long)n, (long long)at, t.params.grad[at], want[at]);
+      split_fails++;
+    } else {
+      printf("ok   B then W, micro-batch %d: the combined backward's %lld gradients, bit for "
+             "bit\n",
+             mb, (long long)n);
+    }
+  }
+  free(want);
+  free(first);
   gp_params_free(&t.params);
   gp_arena_free(&t.arena);
   gp_backend_destroy(be);
   gp_model_free(m);
   free(x);
-  printf("%d passed, %d failed\n", (bad == 0) + (shared_checks == 0),
-         (bad != 0) + (shared_checks != 0));
-  return bad != 0 || shared_checks != 0;
+  printf("%d passed, %d failed\n", (bad == 0) + (shared_checks == 0) + (split_fails == 0),
+         (bad != 0) + (shared_checks != 0) + (split_fails != 0));
+  return bad != 0 || shared_checks != 0 || split_fails != 0;
 }
