@@ -106,6 +106,27 @@ static int fill_stage(gp_schedule_kind kind, gp_remat remat, int stages, int mic
   return n;
 }
 
+/* The schedule's frame: its shape and per-stage arrays, each list with room for `room`
+ * actions. */
+static gp_status frame(gp_schedule *out, gp_schedule_kind kind, gp_remat remat, int stages,
+                       int micro, int chunks, size_t room) {
+  out->kind = kind;
+  out->remat = remat;
+  out->stages = stages;
+  out->micro = micro;
+  out->chunks = chunks;
+  out->n_actions = calloc((size_t)stages, sizeof *out->n_actions);
+  out->actions = calloc((size_t)stages, sizeof *out->actions);
+  out->slots = calloc((size_t)stages, sizeof *out->slots);
+  int ok = out->n_actions && out->actions && out->slots;
+  for (int s = 0; ok && s < stages; s++)
+    ok = (out->actions[s] = malloc(sizeof(gp_action) * room)) != NULL;
+  if (ok) return GP_OK;
+  gp_schedule_free(out);
+  return GP_ERR(GP_ERR_NOMEM, "schedule: out of memory for %d stages x %d micro-batches", stages,
+                micro);
+}
+
 gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, int micro,
                             gp_schedule *out) {
   if (!out) return GP_ERR(GP_ERR_USAGE, "schedule: no output given");
@@ -126,18 +147,7 @@ gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, i
   if ((long long)stages * micro > GP_SCHED_MAX_CELLS)
     return GP_ERR(GP_ERR_USAGE, "schedule: %d stages x %d micro-batches is more than %lld", stages,
                   micro, GP_SCHED_MAX_CELLS);
-  out->kind = kind;
-  out->remat = remat;
-  out->stages = stages;
-  out->micro = micro;
-  out->n_actions = calloc((size_t)stages, sizeof *out->n_actions);
-  out->actions = calloc((size_t)stages, sizeof *out->actions);
-  out->slots = calloc((size_t)stages, sizeof *out->slots);
-  if (!out->n_actions || !out->actions || !out->slots) goto nomem;
-  for (int s = 0; s < stages; s++) {
-    out->actions[s] = malloc(sizeof(gp_action) * ((zb ? 3 : 2) * (size_t)micro + 1));
-    if (!out->actions[s]) goto nomem;
-  }
+  GP_TRY(frame(out, kind, remat, stages, micro, 1, (zb ? 3 : 2) * (size_t)micro + 1));
   if (zb) {
     gp_status st = gp_zb_fill(kind, stages, micro, out->actions, out->n_actions);
     if (st != GP_OK) {
@@ -156,10 +166,6 @@ gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, i
         out->actions[s][a].recompute = 0;
   }
   return GP_OK;
-nomem:
-  gp_schedule_free(out);
-  return GP_ERR(GP_ERR_NOMEM, "schedule: out of memory for %d stages x %d micro-batches", stages,
-                micro);
 }
 
 gp_status gp_schedule_build_interleaved(int stages, int micro, int chunks, gp_schedule *out) {
@@ -177,24 +183,8 @@ gp_status gp_schedule_build_interleaved(int stages, int micro, int chunks, gp_sc
                   "micro-batches for %d stages (use %d or %d)",
                   micro, stages, micro / stages * stages > 0 ? micro / stages * stages : stages,
                   (micro / stages + 1) * stages);
-  out->kind = GP_SCHED_INTERLEAVED;
-  out->remat = GP_REMAT_NEVER;
-  out->stages = stages;
-  out->micro = micro;
-  out->chunks = chunks;
-  out->n_actions = calloc((size_t)stages, sizeof *out->n_actions);
-  out->actions = calloc((size_t)stages, sizeof *out->actions);
-  out->slots = calloc((size_t)stages, sizeof *out->slots);
-  int ok = out->n_actions && out->actions && out->slots;
-  for (int s = 0; ok && s < stages; s++)
-    ok = (out->actions[s] = malloc(sizeof(gp_action) * (2 * (size_t)micro * chunks + 1))) != NULL;
-  if (!ok) {
-    gp_schedule_free(out);
-    return GP_ERR(GP_ERR_NOMEM,
-                  "schedule: out of memory for %d stages x %d micro-batches x %d "
-                  "chunks",
-                  stages, micro, chunks);
-  }
+  GP_TRY(frame(out, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, stages, micro, chunks,
+               2 * (size_t)micro * (size_t)chunks + 1));
   gp_interleaved_fill(stages, micro, chunks, out->actions, out->n_actions);
   for (int s = 0; s < stages; s++)
     out->slots[s] = list_peak_in_flight(out->actions[s], out->n_actions[s]);
