@@ -46,7 +46,8 @@ gp_status gp_batch_source_want(gp_batch_source *s, const unsigned char used[GP_M
 
 gp_batch gp_batch_slice(const gp_batch *g, const size_t *row_bytes, int r, int R) {
   gp_batch b = *g;
-  int64_t lo = g->n * r / R, hi = g->n * (r + 1) / R;
+  int64_t lo, hi;
+  gp_batch_share(g->n, r, R, &lo, &hi); /* the pipeline's cut: its rows are these */
   b.n = hi - lo;
   for (int i = 0; i < GP_MAX_MODEL_INPUTS; i++)
     if (g->in[i]) b.in[i] = (const char *)g->in[i] + (size_t)lo * row_bytes[i];

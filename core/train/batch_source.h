@@ -66,8 +66,9 @@ gp_status gp_batch_source_set_replica(gp_batch_source *s, int r, int R);
 gp_status gp_batch_source_want(gp_batch_source *s, const unsigned char used[GP_MAX_MODEL_INPUTS],
                                int replica, int replicas);
 
-/* The rows [r * n / R, (r + 1) * n / R) of g (g->n = n): the shares of r = 0 .. R-1,
- * concatenated, are g, and differ in size by one at most. row_bytes: of each model input. */
+/* Share r of R of g (g->n = n), the rows gp_batch_share gives and the pipeline takes: the
+ * shares of r = 0 .. R-1, concatenated, are g, the first n mod R one row longer. row_bytes: of
+ * each model input. */
 gp_batch gp_batch_slice(const gp_batch *g, const size_t *row_bytes, int r, int R);
 
 /* This replica's share of the next global batch. *end (NULL: not wanted) is 1 at the end of
