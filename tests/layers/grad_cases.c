@@ -1,6 +1,7 @@
 /* The finite-difference cases of every layer type and what fills and measures them. */
 #include "tests/layers/grad_cases.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* One case per line reads better than one field per line. */
@@ -138,6 +139,18 @@ const char *lt_type_of(const char *yaml) {
   memcpy(buf, p, n);
   buf[n] = 0;
   return buf;
+}
+
+int lt_grad_uncovered(void) {
+  int missing = 0;
+  for (int i = 0; lt_grad_types[i]; i++) {
+    int covered = 0;
+    for (int k = 0; k < lt_n_grad_cases; k++)
+      covered |= strcmp(lt_type_of(lt_grad_cases[k].yaml), lt_grad_types[i]) == 0;
+    if (!covered) printf("FAIL: no gradient case for layer type %s\n", lt_grad_types[i]);
+    missing += !covered;
+  }
+  return missing;
 }
 
 double lt_objective(const lt_layer *t, int is_loss) {

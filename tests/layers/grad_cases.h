@@ -41,6 +41,8 @@ extern const char *const lt_grad_types[];
 
 /* The type named in a case's YAML (a static buffer). */
 const char *lt_type_of(const char *yaml);
+/* The types of lt_grad_types that no case covers, each said on a FAIL line; their count. */
+int lt_grad_uncovered(void);
 /* sum(out * dout), or the loss for a loss layer. */
 double lt_objective(const lt_layer *t, int is_loss);
 /* Central difference of the objective with respect to *x. */
