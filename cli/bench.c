@@ -406,10 +406,7 @@ int main(int argc, char **argv) {
     int elsewhere = 0; /* a setup error is every process's: reported once, by the lowest rank */
     s = gp_cli_dist_agree(&c.dist, s, &elsewhere);
     if (s != GP_OK && c.dist.world > 1) {
-      if (!elsewhere) {
-        gp_cli_dist_speak();
-        fprintf(stderr, "gpipe-bench: %s: %s\n", gp_dist_who(&c.dist), gp_error_message());
-      }
+      gp_cli_dist_setup_failed(&c.dist, "gpipe-bench", elsewhere);
       return finish(&c, gp_status_exit_code(s));
     }
     if (s == GP_OK) s = gp_bench_dist_links(&c);

@@ -34,6 +34,15 @@ void gp_cli_dist_speak(void) {
   if (err_fd >= 0) dup2(err_fd, 2);
 }
 
+void gp_cli_dist_setup_failed(gp_dist *d, const char *prog, int reported_elsewhere) {
+  gp_interrupt_quiet();
+  if (!reported_elsewhere) {
+    gp_cli_dist_speak();
+    fprintf(stderr, "%s: %s: %s\n", prog, gp_dist_who(d), gp_error_message());
+  }
+  if (gp_dist_barrier(d) != GP_OK) gp_error_clear(); /* the line above is said already */
+}
+
 gp_status gp_cli_dist_agree(gp_dist *d, gp_status s, int *reported_elsewhere) {
   *reported_elsewhere = 0;
   if (d->world == 1) return s;

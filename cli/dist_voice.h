@@ -19,6 +19,11 @@ void gp_cli_dist_speak(void);
  * process's error when it is the lowest rank that failed (it reports), or a code-only status
  * with *reported_elsewhere set. W = 1: s. */
 gp_status gp_cli_dist_agree(gp_dist *d, gp_status s, int *reported_elsewhere);
+/* After a setup that failed (gp_cli_dist_agree): the reporting process says why in one line,
+ * then every process waits for the others before it exits. The first to exit makes the
+ * launcher send SIGTERM to the rest; none may still be running then without its signal
+ * handler made quiet, or that SIGTERM would add a second line. */
+void gp_cli_dist_setup_failed(gp_dist *d, const char *prog, int reported_elsewhere);
 /* Every stage's statistics of pl, each from the process that holds it (the others have zeros),
  * or the slowest replica's: the maximum over the processes. */
 gp_status gp_cli_dist_stats(gp_dist *d, const gp_pipeline *pl, gp_stage_stats *all);

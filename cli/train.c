@@ -16,6 +16,7 @@
 #include "cli/train.h"
 #include "cli/common.h"
 #include "cli/ckpt_dir.h"
+#include "cli/dist_voice.h"
 #include "cli/interrupt.h"
 #include "cli/machine.h"
 #include "cli/progress.h"
@@ -356,11 +357,8 @@ int main(int argc, char **argv) {
     s = tr_dist_agree(&r, s, &elsewhere);
   }
   if (s != GP_OK && r.dist.world > 1) { /* reported once, by the lowest rank that failed */
-    if (!elsewhere) {
-      the_run = NULL;
-      tr_dist_speak();
-      fprintf(stderr, "gpipe-train: %s: %s\n", gp_dist_who(&r.dist), gp_error_message());
-    }
+    if (!elsewhere) the_run = NULL;
+    gp_cli_dist_setup_failed(&r.dist, "gpipe-train", elsewhere);
     gp_status f = run_free(&r, s);
     gp_args_free(tr_flags);
     gp_dist_finalize(&r.dist);

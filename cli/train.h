@@ -87,8 +87,6 @@ gp_status tr_dist_check(const run *r);
 /* The layout of the trainer's plan over the processes; a GPU stage goes to the GPU of the
  * process's local rank unless --devices names one. */
 gp_status tr_dist_layout(run *r, gp_plan *plan);
-/* On ranks but 0: stderr back, for an error line. */
-void tr_dist_speak(void);
 /* Whether this process speaks for the run (rank 0, or the only one). */
 int tr_dist_voice(const run *r);
 /* The setup's outcome agreed by every process: an error of any, reported once (by the lowest

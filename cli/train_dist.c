@@ -24,10 +24,6 @@ gp_status tr_dist_start(run *r) {
   return gp_cli_dist_start(&r->dist, "gpipe-train", t);
 }
 
-void tr_dist_speak(void) {
-  gp_cli_dist_speak();
-}
-
 int tr_dist_voice(const run *r) {
   return r->dist.rank == 0;
 }
