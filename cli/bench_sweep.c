@@ -38,6 +38,7 @@ static gp_status add_run(gp_bench *b, int k, int mb, int sched, int remat, int r
   r->k = k;
   r->m = mb;
   r->schedule = (gp_schedule_kind)sched;
+  snprintf(r->sched_name, sizeof r->sched_name, "%s", gp_bench_schedule_name(r->schedule));
   r->remat = (gp_remat)remat;
   r->replicas = rep;
   r->baseline = baseline;
@@ -64,7 +65,8 @@ static gp_status run_plan(const gp_bench_ctx *c, const gp_bench_run *r, gp_plan 
   gp_pipeline_spec ps = c->m->pipeline;
   ps.stages = r->k;
   ps.micro_batches = r->m;
-  ps.schedule = r->schedule;
+  ps.schedule_auto = r->schedule == GP_BENCH_AUTO;
+  if (!ps.schedule_auto) ps.schedule = r->schedule;
   ps.remat = r->remat;
   ps.n_balance = 0;
   if (w->bal_k == r->k) {
@@ -186,7 +188,7 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
     gp_status s = run_plan(c, r, &plan);
     if (s != GP_OK)
       return gp_error_prefix(s, "K=%d M=%d %s %s: ", r->k, r->m,
-                             gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat));
+                             r->sched_name, gp_bench_remat_name(r->remat));
   }
   return GP_OK;
 }
@@ -278,6 +280,9 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
   gp_plan plan;
   GP_TRY(run_plan(c, r, &plan));
   *out = *r;
+  if (r->schedule == GP_BENCH_AUTO)
+    snprintf(out->sched_name, sizeof out->sched_name, "auto:%s",
+             gp_schedule_names()[plan.schedule]);
   gp_plan_balance_str(&plan, out->balance, sizeof out->balance);
   for (int s = 0; s < r->k; s++)
     memcpy(out->devices[s], plan.st[s].device, sizeof out->devices[s]);
@@ -359,7 +364,7 @@ static void progress(gp_bench_ctx *c, int done, int total, const gp_bench_run *r
   char rep_r[16] = "";
   if (r->replicas > 1) snprintf(rep_r, sizeof rep_r, " R=%d", r->replicas);
   snprintf(what, sizeof what, "run %d/%d: K=%d M=%d %s %s%s%s", done + 1, total, r->k, r->m,
-           gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat), rep_r,
+           r->sched_name, gp_bench_remat_name(r->remat), rep_r,
            r->baseline ? " (baseline)" : "");
   if (c->b.reps > 1)
     snprintf(what + strlen(what), sizeof what - strlen(what), ", repetition %d/%d", rep + 1,
@@ -411,7 +416,7 @@ static gp_status measure_run(gp_bench_ctx *c, gp_bench_run *r, int rep, int trac
   if (r->replicas > 1) snprintf(rep_r, sizeof rep_r, " R=%d", r->replicas);
   if (s != GP_OK)
     return gp_error_prefix(s, "K=%d M=%d %s %s%s: ", r->k, r->m,
-                           gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat),
+                           r->sched_name, gp_bench_remat_name(r->remat),
                            rep_r);
   if (rep == 0 || got.samples_per_s > r->samples_per_s) *r = got;
   return GP_OK;
@@ -461,7 +466,7 @@ static gp_status check_any_fits(const gp_bench *b) {
     snprintf(limit, sizeof limit, "--memory-limit %s per stage",
              gp_args_bytes_str((double)b->mem_limit, 2, size, sizeof size));
   return GP_ERR(GP_ERR_FULL, "no run asked for fits %s (K=%d M=%d %s %s: %s)", limit, first->k,
-                first->m, gp_bench_schedule_name(first->schedule),
+                first->m, first->sched_name,
                 gp_bench_remat_name(first->remat), first->why);
 }
 

@@ -64,7 +64,7 @@ gp_flag tr_flags[] = {
                       "evaluate every N steps (default, or 0: at the end of each epoch)", 0},
     [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "pipeline stages (default: the model file's)", 1},
     [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches per mini-batch", 1},
-    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b", "pipeline schedule", 0},
+    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b|auto", "pipeline schedule (default auto: the fastest simulated)", 0},
     [F_REMAT] = {"--remat", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
     [F_BALANCE] = {"--balance", GP_FLAG_STR, "a,b,...", "units per stage (default: even by FLOPs)",
                    0},
@@ -161,6 +161,7 @@ static gp_status apply_plan_file(gp_model *m) {
   ps->stages = plan.stages;
   ps->micro_batches = plan.micro;
   ps->schedule = plan.schedule;
+  ps->schedule_auto = 0; /* a plan is a decision */
   ps->remat = plan.remat;
   ps->n_balance = ps->n_devices = plan.stages;
   for (int s = 0; s < plan.stages; s++) {

@@ -1,6 +1,7 @@
 /* Stage plans: a given balance, or the partitioner's exact split of estimated costs. */
 #include "core/plan/plan.h"
 
+#include "core/plan/choose.h"
 #include "core/plan/solve.h"
 
 #include <stdio.h>
@@ -17,17 +18,30 @@ void gp_plan_partition_req(const gp_model *m, const gp_pipeline_spec *ps, gp_par
                           .optim_slots = gp_optimizer_slots(&m->train)};
 }
 
-static gp_status auto_split(const gp_model *m, const gp_pipeline_spec *ps, int *first) {
+/* The automatic split (given = 0), and under schedule: auto the schedule (on the given split
+ * when given = 1): first[] and out's schedule. */
+static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, int given, int *first,
+                           gp_plan *out) {
   int64_t micro = (m->train.batch_size + ps->micro_batches - 1) / ps->micro_batches;
   gp_unit_costs c;
   GP_TRY(gp_unit_costs_compute(m, micro > 0 ? micro : 1, GP_COST_FLOPS, 1, NULL, &c));
   gp_partition_req req;
   gp_plan_partition_req(m, ps, &req);
   gp_partition part;
-  gp_status s = gp_partition_solve(&c, &req, &part);
+  gp_status s;
+  if (ps->schedule_auto) {
+    gp_schedule_choice ch;
+    s = gp_schedule_choose(&c, &req, given ? first : NULL, &ch, &part);
+    if (s == GP_OK) {
+      out->schedule = ch.kind[ch.chosen];
+      gp_schedule_choice_str(&ch, out->chosen, sizeof out->chosen);
+    }
+  } else {
+    s = gp_partition_solve(&c, &req, &part);
+  }
   gp_unit_costs_free(&c);
   GP_TRY(s);
-  for (int i = 0; i <= ps->stages; i++)
+  for (int i = 0; !given && i <= ps->stages; i++)
     first[i] = part.first[i];
   return GP_OK;
 }
@@ -66,8 +80,10 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
     if (u != m->n_units)
       return GP_ERR(GP_ERR_USAGE, "balance sums to %d unit%s, the model has %d", u,
                     u == 1 ? "" : "s", m->n_units);
+    first[k] = m->n_units;
+    if (ps->schedule_auto && k > 1) GP_TRY(auto_plan(m, ps, 1, first, out));
   } else {
-    GP_TRY(auto_split(m, ps, first));
+    GP_TRY(auto_plan(m, ps, 0, first, out));
   }
   first[k] = m->n_units;
   if (ps->n_devices != 1 && ps->n_devices != k)

@@ -308,6 +308,7 @@ static gp_status predict(const ctx *x, const int *first, gp_partition *out) {
   /* the baselines are gpipe-bench's: the whole mini-batch at once, no re-materialization */
   double mk, mk_naive, mk_one;
   GP_TRY(makespan(r->schedule, r->remat, K, M, cost, &mk, &out->bubble));
+  out->makespan = mk;
   GP_TRY(makespan(r->schedule, GP_REMAT_NEVER, K, 1, naive, &mk_naive, NULL));
   GP_TRY(makespan(r->schedule, GP_REMAT_NEVER, 1, 1, &one, &mk_one, NULL));
   out->speedup_naive = mk > 0 ? mk_naive / mk : 1.0;

@@ -25,6 +25,7 @@ typedef struct gp_partition {
   double max_time, spread;       /* slowest stage, slowest - fastest */
   double imbalance;              /* max / mean stage time */
   double bubble;                 /* simulated with core/schedule/schedule.h */
+  double makespan;               /* that simulation's step: M micro-batches through the stages */
   /* the baselines run the whole mini-batch at once (M = 1) without re-materialization */
   double speedup_naive; /* over the same split */
   double speedup_k1;    /* over one stage (the whole model at speed[0]) */

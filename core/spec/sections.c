@@ -445,7 +445,9 @@ static gp_status devices(gp_sp_ctx *c, const gp_ynode *sec, int64_t stages, gp_p
 }
 
 static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
-  static const char *const scheds[] = {"gpipe", "1f1b", NULL};
+  /* gp_schedule_names', then auto (the default) */
+  static const char *const scheds[] = {"gpipe", "1f1b", "auto", NULL};
+  const int sched_auto = (int)(sizeof scheds / sizeof scheds[0]) - 2;
   static const char *const remats[] = {"always", "except_last", "never", NULL};
   static const char *const nested[] = {"devices", NULL};
   gp_pipeline_spec *p = &m->pipeline;
@@ -453,6 +455,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   p->micro_batches = 1;
   p->replicas = 1;
   p->schedule = GP_SCHED_GPIPE;
+  p->schedule_auto = 1;
   p->remat = GP_REMAT_EXCEPT_LAST;
   p->renamed[0] = 0;
   p->n_devices = 1;
@@ -463,7 +466,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   gp_cfg *cfg;
   GP_TRY(gp_sp_cfg_of(c, sec, nested, &cfg));
   int64_t stages = 1, micro = 1, replicas = 1, bal[GP_MAX_DEVICES];
-  int sched = 0, remat = 1;
+  int sched = sched_auto, remat = 1;
   gp_status s = gp_cfg_int(cfg, "stages", 1, 1, GP_MAX_DEVICES, &stages);
   if (s == GP_OK && stages > m->n_units)
     s = gp_cfg_error(cfg, "stages", "stages: %lld stages but the model has only %d unit%s",
@@ -481,7 +484,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
                      "(batch_size is %lld)",
                      (long long)replicas, (long long)micro, (long long)(replicas * micro),
                      (long long)m->train.batch_size);
-  if (s == GP_OK) s = gp_cfg_choice(cfg, "schedule", scheds, 0, &sched);
+  if (s == GP_OK) s = gp_cfg_choice(cfg, "schedule", scheds, sched_auto, &sched);
   /* checkpoint: is remat:'s old name, still read so that older model files load; the note
    * goes to the program (p->renamed), which tells the user */
   if (s == GP_OK && gp_cfg_has(cfg, "checkpoint")) {
@@ -520,7 +523,8 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   p->stages = (int)stages;
   p->micro_batches = (int)micro;
   p->replicas = (int)replicas;
-  p->schedule = (gp_schedule_kind)sched;
+  p->schedule_auto = sched == sched_auto;
+  p->schedule = p->schedule_auto ? GP_SCHED_GPIPE : (gp_schedule_kind)sched;
   p->remat = (gp_remat)remat;
   return s;
 }

@@ -132,6 +132,9 @@ typedef struct gp_pipeline_spec {
   int micro_batches;
   int replicas; /* data-parallel copies of the pipeline, each on its share of the batch */
   gp_schedule_kind schedule;
+  /* schedule: auto (the default): the planner picks the schedule (core/plan/choose.h); then
+   * `schedule` is only a placeholder until the plan is made */
+  int schedule_auto;
   gp_remat remat;
   int n_devices;
   char devices[GP_MAX_DEVICES][16]; /* "cpu", "cuda:0" */
