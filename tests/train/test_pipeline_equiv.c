@@ -2,7 +2,8 @@
  * weights. Three models without batch norm (an MLP, a CNN, and a model whose skip connection
  * spans two stage boundaries), all with dropout, are trained for a few steps over a grid that
  * covers every K in 1..4, every M in {1, 2, 4, 8}, both schedules and all three
- * re-materialization modes, and compared with K = 1, M = 1; so are stages that each split
+ * re-materialization modes, and compared with K = 1, M = 1 (the zero-bubble schedules too, on
+ * a smaller cover, and bit for bit against 1F1B); so are stages that each split
  * their convolutions over several threads. With batch norm, every
  * re-materialization mode and schedule gives identical running statistics. A failing stage
  * stops the others and is reported with its stage and micro-batch. */
@@ -161,7 +162,8 @@ static void train(const char *text, const cfg *c, run_out *o) {
 
 static void compare(const char *model, const cfg *c, const run_out *got, const run_out *want,
                     int exact_buffers) {
-  static const char *sn[] = {"gpipe", "1f1b"}, *rn[] = {"always", "except_last", "never"};
+  static const char *sn[] = {"gpipe", "1f1b", "zb-h1", "zb-h2"},
+                    *rn[] = {"always", "except_last", "never"};
   double dl = 0, dw = stage_params_rel_diff(got->w, want->w, want->n_w);
   for (int s = 0; s < STEPS; s++)
     dl = fmax(dl, fabs(got->loss[s] - want->loss[s]) / fabs(want->loss[s]));
@@ -215,6 +217,46 @@ static void grid(const char *name, const char *text, const int *const *balances)
   compare(name, &u, &g10, &w10, 0);
   free_out(&w10);
   free_out(&g10);
+}
+
+/* The zero-bubble schedules (the backward split into B and a deferred W): over the same models,
+ * every K in 1..4 and every M in {1, 2, 4, 8} at least once per schedule (a Latin square of K and
+ * M: cheap enough for the sanitizer builds), within TOL_REL of K = 1, M = 1; and bit for bit
+ * 1F1B's at the same K and M, since W adds each micro-batch's weight gradients in 1F1B's order
+ * and B then W gives the whole backward's bytes. */
+static void zero_bubble(const char *name, const char *text, const int *const *balances) {
+  static const int km[2][4][2] = {{{1, 2}, {2, 8}, {3, 4}, {4, 1}},
+                                  {{1, 4}, {2, 1}, {3, 8}, {4, 2}}};
+  cfg base = {1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, NULL, 8};
+  run_out want;
+  train(text, &base, &want);
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < 4; i++) {
+      int k = km[h][i][0];
+      cfg c = {k,
+               km[h][i][1],
+               h ? GP_SCHED_ZB_H2 : GP_SCHED_ZB_H1,
+               GP_REMAT_NEVER,
+               balances ? balances[k - 1] : NULL,
+               8};
+      cfg f = c;
+      f.sched = GP_SCHED_1F1B;
+      run_out got, ref;
+      train(text, &c, &got);
+      train(text, &f, &ref);
+      compare(name, &c, &got, &want, 0);
+      if (got.n_w == ref.n_w && memcmp(got.loss, ref.loss, sizeof ref.loss) == 0 &&
+          memcmp(got.w, ref.w, sizeof(float) * (size_t)ref.n_w) == 0) {
+        passed++;
+      } else {
+        failed++;
+        printf("FAIL: %s K=%d M=%d zb-h%d: not bit for bit 1f1b's (weight rel diff %.3g)\n", name,
+               c.k, c.m, h + 1, stage_params_rel_diff(got.w, ref.w, ref.n_w));
+      }
+      free_out(&got);
+      free_out(&ref);
+    }
+  free_out(&want);
 }
 
 /* With batch norm the statistics are per micro-batch (as in GPipe), so compare at the same K
@@ -291,8 +333,14 @@ static void copies(void) {
     const int *balance;
   } ms[] = {{"cnn", cnn, NULL}, {"skip", skip, b4}, {"batchnorm", bn, NULL}};
   for (int i = 0; i < 3; i++)
-    for (int v = 0; v < 6; v++) {
-      cfg c = {4, 4, (gp_schedule_kind)(v % 2), (gp_remat)(v % 3), ms[i].balance, 10, 0};
+    for (int v = 0; v < 8; v++) { /* 6, 7: the zero-bubble schedules */
+      cfg c = {4,
+               4,
+               v < 6 ? (gp_schedule_kind)(v % 2) : (gp_schedule_kind)(v - 4),
+               v < 6 ? (gp_remat)(v % 3) : GP_REMAT_NEVER,
+               ms[i].balance,
+               10,
+               0};
       run_out want, got;
       train(ms[i].text, &c, &want);
       c.copy_all = 1;
@@ -485,6 +533,9 @@ int main(void) {
   static const int p1[] = {6}, p2[] = {1, 5}, p3[] = {1, 1, 4}, p4[] = {1, 1, 1, 3};
   static const int *const prefix_bal[] = {p1, p2, p3, p4};
   grid("prefix", prefix, prefix_bal);
+  zero_bubble("mlp", mlp, NULL);
+  zero_bubble("cnn", cnn, NULL);
+  zero_bubble("skip", skip, skip_bal);
   batchnorm_modes();
   batchnorm_any_m();
   copies();
