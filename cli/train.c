@@ -64,7 +64,7 @@ gp_flag tr_flags[] = {
                       "evaluate every N steps (default, or 0: at the end of each epoch)", 0},
     [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "pipeline stages (default: the model file's)", 1},
     [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches per mini-batch", 1},
-    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b", "pipeline schedule", 0},
+    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b|zb-h1|zb-h2", "pipeline schedule", 0},
     [F_REMAT] = {"--remat", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
     [F_BALANCE] = {"--balance", GP_FLAG_STR, "a,b,...", "units per stage (default: even by FLOPs)",
                    0},
