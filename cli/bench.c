@@ -67,7 +67,7 @@ static gp_flag flags[] = {
     [F_BATCH] = {"--batch-size", GP_FLAG_INT, "N", "mini-batch (default: the model file's)", 1,
                  .max = GP_MAX_BATCH},
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "NAME,...",
-                    "schedules: gpipe, 1f1b, auto (default: the model file's)", 0},
+                    "schedules: gpipe, 1f1b, zb-h1, zb-h2, auto (default: the model file's)", 0},
     [F_REMAT] = {"--remat", GP_FLAG_STR, "MODE,...",
                  "re-materialization: always, except_last, never (default: the model file's)", 0},
     [F_REPLICAS] = {"--replicas", GP_FLAG_STR, "R,R,...",
@@ -263,6 +263,7 @@ static gp_status setup(gp_bench_ctx *c, const char *file) {
   b->precision = c->precision == GP_PREC_BF16 ? "bf16" : "fp32";
   b->nondeterministic = flags[F_NONDET].given;
   c->stages_given = flags[F_STAGES].given;
+  c->remat_given = flags[F_REMAT].given;
   c->partition = flags[F_PARTITION].given ? flags[F_PARTITION].s : NULL;
   c->trace = flags[F_TRACE].given ? flags[F_TRACE].s : NULL;
   b->data = flags[F_DATA].given ? flags[F_DATA].s : "synthetic";

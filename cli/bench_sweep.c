@@ -146,12 +146,24 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
       for (int mi = 0; mi < w->nm; mi++) {
         if ((int64_t)w->ms[mi] * R > b->batch) continue; /* noted above */
         for (int si = 0; si < w->ns; si++)
-          for (int rm = 0; rm < w->nr; rm++, asked++) {
-            int j = find_run(b, k, w->ms[mi], w->scheds[si], w->remats[rm], R);
+          for (int rm = 0; rm < w->nr; rm++) {
+            /* the zero-bubble lists re-materialize nothing: never unless --remat asks
+             * otherwise, which is said and skipped */
+            const int zb = w->scheds[si] == GP_SCHED_ZB_H1 || w->scheds[si] == GP_SCHED_ZB_H2;
+            int remat = zb && !c->remat_given ? GP_REMAT_NEVER : w->remats[rm];
+            if (zb && remat != GP_REMAT_NEVER) {
+              if (ki == 0 && mi == 0 && ri == 0)
+                note(b, "%s with --remat %s (the zero-bubble schedules re-materialize nothing)",
+                     gp_bench_schedule_name((gp_schedule_kind)w->scheds[si]),
+                     gp_bench_remat_name((gp_remat)remat));
+              continue;
+            }
+            asked++;
+            int j = find_run(b, k, w->ms[mi], w->scheds[si], remat, R);
             if (j >= 0)
               b->runs[j].baseline = 0; /* asked for after all (K = 1 as the naive reference) */
             else
-              GP_TRY(add_run(b, k, w->ms[mi], w->scheds[si], w->remats[rm], R, 0));
+              GP_TRY(add_run(b, k, w->ms[mi], w->scheds[si], remat, R, 0));
           }
       }
     }

@@ -34,6 +34,7 @@ typedef struct gp_bench_ctx {
   gp_precision precision; /* --precision */
   /* the flags the sweep reads */
   int stages_given;      /* --stages */
+  int remat_given;       /* --remat (else the zero-bubble schedules run with never) */
   const char *partition; /* --partition's file, or NULL */
   const char *trace;     /* --trace's file, or NULL */
   gp_dist dist;          /* the processes: one, unless launched by mpirun or srun */

@@ -222,14 +222,13 @@ void gp_part_print_json(const gp_model *m, const gp_part_request *q, const gp_un
   json_num(p->speedup_k1);
   printf("}");
   if (ev) {
-    static const char kind[] = {'F', 'B'};
     printf(",\n \"timeline\": [");
     for (int s = 0; s < ev->stages; s++) {
       printf(s ? ",\n   [" : "\n   [");
       for (int i = 0; i < ev->n[s]; i++) {
         const gp_sim_event *e = &ev->event[s][i];
         printf("%s{\"kind\": \"%c\", \"micro\": %d, \"recompute\": %s, \"start\": ", i ? ", " : "",
-               kind[e->kind == GP_A_BACKWARD], e->micro, e->recompute ? "true" : "false");
+               *gp_action_letter(e->kind), e->micro, e->recompute ? "true" : "false");
         json_num(e->start);
         printf(", \"end\": ");
         json_num(e->end);

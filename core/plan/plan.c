@@ -151,8 +151,8 @@ size_t gp_plan_balance_str(const gp_plan *p, char *buf, size_t n) {
 }
 
 const char *const *gp_schedule_names(void) {
-  static const char *const names[] = {"gpipe", "1f1b", NULL};
-  _Static_assert(GP_SCHED_1F1B == 1, "schedule names");
+  static const char *const names[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", NULL};
+  _Static_assert(GP_SCHED_1F1B == 1 && GP_SCHED_ZB_H2 == 3, "schedule names");
   return names;
 }
 

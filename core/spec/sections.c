@@ -445,8 +445,9 @@ static gp_status devices(gp_sp_ctx *c, const gp_ynode *sec, int64_t stages, gp_p
 }
 
 static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
-  /* gp_schedule_names', then auto (the default) */
-  static const char *const scheds[] = {"gpipe", "1f1b", "auto", NULL};
+  /* gp_schedule_names' in enum order, then auto (the default) */
+  static const char *const scheds[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "auto", NULL};
+  _Static_assert(GP_SCHED_ZB_H2 == 3, "the schedules' names in enum order");
   const int sched_auto = (int)(sizeof scheds / sizeof scheds[0]) - 2;
   static const char *const remats[] = {"always", "except_last", "never", NULL};
   static const char *const nested[] = {"devices", NULL};
@@ -500,6 +501,19 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
     }
   } else if (s == GP_OK) {
     s = gp_cfg_choice(cfg, "remat", remats, 1, &remat);
+  }
+  /* the zero-bubble lists re-materialize nothing: remat: is never there unless the file says
+   * otherwise, which is refused where it says it */
+  if (s == GP_OK && (sched == GP_SCHED_ZB_H1 || sched == GP_SCHED_ZB_H2)) {
+    const char *key = gp_cfg_has(cfg, "remat")        ? "remat"
+                      : gp_cfg_has(cfg, "checkpoint") ? "checkpoint"
+                                                      : NULL;
+    if (key && remat != GP_REMAT_NEVER)
+      s = gp_cfg_error(cfg, key,
+                       "%s: %s with schedule %s: the zero-bubble schedules re-materialize nothing "
+                       "(use never)",
+                       key, remats[remat], scheds[sched]);
+    remat = GP_REMAT_NEVER;
   }
   if (s == GP_OK && gp_cfg_has(cfg, "balance")) {
     s = gp_cfg_ints(cfg, "balance", (int)stages, NULL, 1, INT32_MAX, bal);

@@ -4,8 +4,9 @@
  * one with tied weights), with dropout, are trained for a few steps and compared with K = 1,
  * M = 1 over a covering design of K in 1..4, M in {1, 2, 4, 8}, every schedule and
  * re-materialization mode, hand-offs in place or by copies, even and uneven micro-batches:
- * every pair of levels at least once (tests/support/covering.h), not the whole product. Stages
- * that each split their convolutions over several threads too. With batch norm, every
+ * every pair of levels at least once (tests/support/covering.h), not the whole product; the
+ * zero-bubble schedules are also bit for bit 1F1B's. Stages that each split their convolutions
+ * over several threads too. With batch norm, every
  * re-materialization mode and schedule gives identical running statistics. A failing stage
  * stops the others and is reported with its stage and micro-batch. */
 #include <math.h>
@@ -336,6 +337,46 @@ static void refusals(void) {
   printf("refused combinations: %d\n", seen);
 }
 
+/* The zero-bubble schedules (the backward split into B and a deferred W): over the same models,
+ * every K in 1..4 and every M in {1, 2, 4, 8} at least once per schedule (a Latin square of K and
+ * M: cheap enough for the sanitizer builds), within TOL_REL of K = 1, M = 1; and bit for bit
+ * 1F1B's at the same K and M, since W adds each micro-batch's weight gradients in 1F1B's order
+ * and B then W gives the whole backward's bytes. */
+static void zero_bubble(const char *name, const char *text, const int *const *balances) {
+  static const int km[2][4][2] = {{{1, 2}, {2, 8}, {3, 4}, {4, 1}},
+                                  {{1, 4}, {2, 1}, {3, 8}, {4, 2}}};
+  cfg base = {1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, NULL, 8};
+  run_out want;
+  train(text, &base, &want);
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < 4; i++) {
+      int k = km[h][i][0];
+      cfg c = {k,
+               km[h][i][1],
+               h ? GP_SCHED_ZB_H2 : GP_SCHED_ZB_H1,
+               GP_REMAT_NEVER,
+               balances ? balances[k - 1] : NULL,
+               8};
+      cfg f = c;
+      f.sched = GP_SCHED_1F1B;
+      run_out got, ref;
+      train(text, &c, &got);
+      train(text, &f, &ref);
+      compare(name, &c, &got, &want, 0);
+      if (got.n_w == ref.n_w && memcmp(got.loss, ref.loss, sizeof ref.loss) == 0 &&
+          memcmp(got.w, ref.w, sizeof(float) * (size_t)ref.n_w) == 0) {
+        passed++;
+      } else {
+        failed++;
+        printf("FAIL: %s K=%d M=%d zb-h%d: not bit for bit 1f1b's (weight rel diff %.3g)\n", name,
+               c.k, c.m, h + 1, stage_params_rel_diff(got.w, ref.w, ref.n_w));
+      }
+      free_out(&got);
+      free_out(&ref);
+    }
+  free_out(&want);
+}
+
 /* With batch norm the statistics are per micro-batch (as in GPipe), so compare at the same K
  * and M: every re-materialization mode gives bit-identical running statistics (and weights);
  * the two schedules sum gradients in another order (GPipe's backwards run in reverse), so
@@ -409,8 +450,14 @@ static void copies(void) {
     const int *balance;
   } ms[] = {{"cnn", cnn, NULL}, {"skip", skip, b4}, {"batchnorm", bn, NULL}};
   for (int i = 0; i < 3; i++)
-    for (int v = 0; v < 6; v++) {
-      cfg c = {4, 4, (gp_schedule_kind)(v % 2), (gp_remat)(v % 3), ms[i].balance, 10, 0};
+    for (int v = 0; v < 8; v++) { /* 6, 7: the zero-bubble schedules */
+      cfg c = {4,
+               4,
+               v < 6 ? (gp_schedule_kind)(v % 2) : (gp_schedule_kind)(v - 4),
+               v < 6 ? (gp_remat)(v % 3) : GP_REMAT_NEVER,
+               ms[i].balance,
+               10,
+               0};
       run_out want, got;
       train(ms[i].text, &c, &want);
       c.copy_all = 1;
@@ -597,6 +644,8 @@ static void stuck_stage(void) {
 int main(void) {
   covering_grid();
   refusals();
+  for (int i = 0; i < 3; i++) /* mlp, cnn, skip */
+    zero_bubble(models[i].name, *models[i].text, models[i].balance);
   batchnorm_modes();
   batchnorm_any_m();
   copies();
