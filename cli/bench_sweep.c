@@ -292,9 +292,11 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
   gp_plan plan;
   GP_TRY(run_plan(c, r, &plan));
   *out = *r;
-  if (r->schedule == GP_BENCH_AUTO)
+  if (r->schedule == GP_BENCH_AUTO) { /* what auto chose (a zero-bubble choice: remat never) */
     snprintf(out->sched_name, sizeof out->sched_name, "auto:%s",
              gp_schedule_names()[plan.schedule]);
+    out->remat = plan.remat;
+  }
   gp_plan_balance_str(&plan, out->balance, sizeof out->balance);
   for (int s = 0; s < r->k; s++)
     memcpy(out->devices[s], plan.st[s].device, sizeof out->devices[s]);

@@ -334,6 +334,7 @@ static gp_status run(const gp_model *m) {
     st = gp_schedule_choose(q.fixed ? &tc : &c, &r, q.fixed ? q.first : NULL, &ch, &tried);
     if (st == GP_OK) {
       q.schedule = r.schedule = ch.kind[ch.chosen];
+      q.remat = r.remat = ch.remat[ch.chosen];
       gp_schedule_choice_str(&ch, q.chosen, sizeof q.chosen);
     }
   }

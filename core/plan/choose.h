@@ -12,6 +12,7 @@
 typedef struct gp_schedule_choice {
   int n; /* candidates considered, in gp_schedule_names order */
   gp_schedule_kind kind[GP_CHOOSE_MAX];
+  gp_remat remat[GP_CHOOSE_MAX];    /* the request's, never for the zero-bubble schedules */
   int runs[GP_CHOOSE_MAX];          /* 0: refused (why[i] says why) */
   double step[GP_CHOOSE_MAX];       /* simulated step, in the costs' unit */
   double bubble[GP_CHOOSE_MAX];     /* of that simulation */
@@ -20,7 +21,8 @@ typedef struct gp_schedule_choice {
   int chosen;                       /* index of the choice */
 } gp_schedule_choice;
 
-/* r->schedule is ignored; first: a given split (K + 1 entries), or NULL for the partitioner's
+/* r->schedule is ignored, and r->remat is taken as never for the zero-bubble schedules (which
+ * re-materialize nothing); first: a given split (K + 1 entries), or NULL for the partitioner's
  * split of each candidate. *out: the chosen candidate's partition. When no candidate runs, the
  * first candidate's error. */
 gp_status gp_schedule_choose(const gp_unit_costs *c, const gp_partition_req *r, const int *first,

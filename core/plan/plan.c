@@ -34,6 +34,7 @@ static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, int gi
     s = gp_schedule_choose(&c, &req, given ? first : NULL, &ch, &part);
     if (s == GP_OK) {
       out->schedule = ch.kind[ch.chosen];
+      out->remat = ch.remat[ch.chosen];
       gp_schedule_choice_str(&ch, out->chosen, sizeof out->chosen);
     }
   } else {

@@ -64,6 +64,10 @@ static void check_choice(const inst *in, const int *first, const gp_schedule_cho
   for (int j = 0; j < ch->n; j++) {
     gp_partition_req q = in->r;
     q.schedule = ch->kind[j];
+    q.remat = ch->remat[j];
+    int zb = q.schedule == GP_SCHED_ZB_H1 || q.schedule == GP_SCHED_ZB_H2;
+    CHECK(q.remat == (zb ? GP_REMAT_NEVER : in->r.remat), "instance %d: %s with remat %d", i,
+          names[q.schedule], q.remat);
     gp_partition p;
     gp_status s = first ? gp_partition_evaluate(&in->c, &q, first, &p)
                         : gp_partition_solve(&in->c, &q, &p);
