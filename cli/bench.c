@@ -122,7 +122,7 @@ _Static_assert(sizeof((gp_bench *)0)->skipped / sizeof((gp_bench *)0)->skipped[0
                "a note for every K and every M of the lists");
 
 const char *gp_bench_schedule_name(gp_schedule_kind s) {
-  return s == GP_BENCH_AUTO ? "auto" : gp_schedule_names()[s];
+  return s == GP_SCHED_AUTO ? "auto" : gp_schedule_names()[s];
 }
 
 const char *gp_bench_remat_name(gp_remat r) {
@@ -145,7 +145,7 @@ static gp_status make_sweep(gp_bench_ctx *c) {
   w->nk = 1;
   w->ms[0] = ps->micro_batches;
   w->nm = 1;
-  w->scheds[0] = ps->schedule_auto ? (int)GP_BENCH_AUTO : (int)ps->schedule;
+  w->scheds[0] = (int)ps->schedule;
   w->ns = 1;
   w->remats[0] = (int)ps->remat;
   w->nr = 1;
@@ -180,7 +180,7 @@ static gp_status make_sweep(gp_bench_ctx *c) {
     GP_TRY(gp_cli_choices(flags[F_SCHEDULE].name, flags[F_SCHEDULE].s, names, w->scheds,
                           (int)(sizeof w->scheds / sizeof w->scheds[0]), &w->ns));
     for (int i = 0; i < w->ns; i++)
-      if (w->scheds[i] == named) w->scheds[i] = (int)GP_BENCH_AUTO;
+      if (w->scheds[i] == named) w->scheds[i] = (int)GP_SCHED_AUTO;
   }
   if (flags[F_REMAT].given)
     GP_TRY(gp_cli_choices(flags[F_REMAT].name, flags[F_REMAT].s, gp_remat_names(), w->remats, 3,

@@ -65,8 +65,7 @@ static gp_status run_plan(const gp_bench_ctx *c, const gp_bench_run *r, gp_plan 
   gp_pipeline_spec ps = c->m->pipeline;
   ps.stages = r->k;
   ps.micro_batches = r->m;
-  ps.schedule_auto = r->schedule == GP_BENCH_AUTO;
-  if (!ps.schedule_auto) ps.schedule = r->schedule;
+  ps.schedule = r->schedule;
   ps.remat = r->remat;
   ps.n_balance = 0;
   if (w->bal_k == r->k) {
@@ -292,7 +291,7 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
   gp_plan plan;
   GP_TRY(run_plan(c, r, &plan));
   *out = *r;
-  if (r->schedule == GP_BENCH_AUTO) { /* what auto chose (a zero-bubble choice: remat never) */
+  if (r->schedule == GP_SCHED_AUTO) { /* what auto chose (a zero-bubble choice: remat never) */
     snprintf(out->sched_name, sizeof out->sched_name, "auto:%s",
              gp_schedule_names()[plan.schedule]);
     out->remat = plan.remat;

@@ -148,15 +148,14 @@ gp_status gp_cli_pipeline_apply(const gp_cli_pipeline *f, const gp_model *m, gp_
   if (f->schedule && f->schedule->given) {
     int named;
     GP_TRY(gp_cli_choice(f->schedule->name, f->schedule->s, gp_cli_schedule_choices(&named), &v));
-    ps->schedule_auto = v == named;
-    if (v < named) ps->schedule = (gp_schedule_kind)v;
+    ps->schedule = v == named ? GP_SCHED_AUTO : (gp_schedule_kind)v;
   }
   if (f->remat && f->remat->given) {
     GP_TRY(gp_cli_choice(f->remat->name, f->remat->s, gp_remat_names(), &v));
     ps->remat = (gp_remat)v;
   }
   /* the zero-bubble lists re-materialize nothing: asked for, refused; else never */
-  if (!ps->schedule_auto && (ps->schedule == GP_SCHED_ZB_H1 || ps->schedule == GP_SCHED_ZB_H2)) {
+  if (ps->schedule == GP_SCHED_ZB_H1 || ps->schedule == GP_SCHED_ZB_H2) {
     if (f->remat && f->remat->given && ps->remat != GP_REMAT_NEVER)
       return GP_ERR(GP_ERR_USAGE,
                     "%s %s: the zero-bubble schedules (%s) re-materialize nothing; use %s never",

@@ -179,7 +179,7 @@ static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_
   q->replicas = ps->replicas > 1 ? ps->replicas : 1; /* the file's; --replicas: dist setup */
   q->replica_batch = q->batch;
   q->schedule = ps->schedule;
-  q->schedule_auto = ps->schedule_auto;
+  q->schedule_auto = ps->schedule == GP_SCHED_AUTO;
   q->remat = ps->remat;
   int v = GP_COST_FLOPS;
   GP_TRY(choice(F_BY, gp_part_by_names, &v));

@@ -162,7 +162,6 @@ static gp_status apply_plan_file(gp_model *m) {
   ps->stages = plan.stages;
   ps->micro_batches = plan.micro;
   ps->schedule = plan.schedule;
-  ps->schedule_auto = 0; /* a plan is a decision */
   ps->remat = plan.remat;
   ps->n_balance = ps->n_devices = plan.stages;
   for (int s = 0; s < plan.stages; s++) {

@@ -29,7 +29,7 @@ static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, int gi
   gp_plan_partition_req(m, ps, &req);
   gp_partition part;
   gp_status s;
-  if (ps->schedule_auto) {
+  if (ps->schedule == GP_SCHED_AUTO) {
     gp_schedule_choice ch;
     s = gp_schedule_choose(&c, &req, given ? first : NULL, &ch, &part);
     if (s == GP_OK) {
@@ -82,7 +82,7 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
       return GP_ERR(GP_ERR_USAGE, "balance sums to %d unit%s, the model has %d", u,
                     u == 1 ? "" : "s", m->n_units);
     first[k] = m->n_units;
-    if (ps->schedule_auto && k > 1) GP_TRY(auto_plan(m, ps, 1, first, out));
+    if (ps->schedule == GP_SCHED_AUTO) GP_TRY(auto_plan(m, ps, 1, first, out));
   } else {
     GP_TRY(auto_plan(m, ps, 0, first, out));
   }

@@ -455,8 +455,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   p->stages = 1;
   p->micro_batches = 1;
   p->replicas = 1;
-  p->schedule = GP_SCHED_GPIPE;
-  p->schedule_auto = 1;
+  p->schedule = GP_SCHED_AUTO;
   p->remat = GP_REMAT_EXCEPT_LAST;
   p->renamed[0] = 0;
   p->n_devices = 1;
@@ -537,8 +536,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   p->stages = (int)stages;
   p->micro_batches = (int)micro;
   p->replicas = (int)replicas;
-  p->schedule_auto = sched == sched_auto;
-  p->schedule = p->schedule_auto ? GP_SCHED_GPIPE : (gp_schedule_kind)sched;
+  p->schedule = sched == sched_auto ? GP_SCHED_AUTO : (gp_schedule_kind)sched;
   p->remat = (gp_remat)remat;
   return s;
 }
