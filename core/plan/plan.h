@@ -36,8 +36,9 @@ typedef struct gp_plan {
  * (core/plan/choose.h), on the given split or on each schedule's own automatic one. */
 gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out);
 /* The partitioner's request (core/plan/solve.h) behind gp_plan_make's automatic split: ps's
- * stages, micro-batches, schedule and re-materialization, and m's optimizer state slots; no
- * speeds, memory limits or transfer costs. */
+ * stages, micro-batches, schedule (GP_SCHED_AUTO as it is: set one before solving) and
+ * re-materialization, and m's optimizer state slots; no speeds, memory limits or transfer
+ * costs. */
 struct gp_partition_req;
 void gp_plan_partition_req(const gp_model *m, const gp_pipeline_spec *ps,
                            struct gp_partition_req *r);
