@@ -66,6 +66,7 @@ static gp_status run_plan(const gp_bench_ctx *c, const gp_bench_run *r, gp_plan 
   ps.micro_batches = r->m;
   ps.schedule = r->schedule;
   ps.remat = r->remat;
+  ps.mem_limit = c->mem_limit; /* what remat auto fits */
   ps.n_balance = 0;
   if (w->bal_k == r->k) {
     ps.n_balance = r->k;

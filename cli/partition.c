@@ -65,7 +65,7 @@ static gp_flag flags[] = {
     [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE[,SIZE...]",
                   "per-device memory limit: 16GiB, 512MiB, 1.5GB, bytes", 0},
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b", "pipeline schedule", 0},
-    [F_REMAT] = {"--remat", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
+    [F_REMAT] = {"--remat", GP_FLAG_STR, "auto|always|except_last|never", "re-materialization", 0},
     [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)",
                    0},
     [F_SPEEDS] = {"--speeds", GP_FLAG_STR, "1,1.5,...",

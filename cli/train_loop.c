@@ -163,6 +163,7 @@ gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads) {
   /* the cores of a host are shared among its processes: no oversubscription by default */
   int share = gp_cpu_cores() / r->dist.local_size;
   *threads = tr_flags[F_THREADS].given ? (int)tr_flags[F_THREADS].i : share > 1 ? share : 1;
+  m->pipeline.mem_limit = r->mem_limit; /* what remat auto fits */
   GP_TRY(gp_plan_make(m, &m->pipeline, plan));
   GP_TRY(tr_dist_layout(r, plan));
   gp_pipeline_opts po = {.cores = *threads,

@@ -23,6 +23,9 @@ static gp_status auto_split(const gp_model *m, const gp_pipeline_spec *ps, int *
   GP_TRY(gp_unit_costs_compute(m, micro > 0 ? micro : 1, GP_COST_FLOPS, 1, NULL, &c));
   gp_partition_req req;
   gp_plan_partition_req(m, ps, &req);
+  double lim[GP_MAX_DEVICES]; /* remat auto: the split that is fastest with what fits recomputed */
+  for (int s = 0; s < ps->stages && ps->remat == GP_REMAT_AUTO && ps->mem_limit; s++)
+    lim[s] = (double)ps->mem_limit, req.mem_limit = lim;
   gp_partition part;
   gp_status s = gp_partition_solve(&c, &req, &part);
   gp_unit_costs_free(&c);
@@ -82,7 +85,8 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
     const char *dev = ps->n_devices ? ps->devices[ps->n_devices == 1 ? 0 : s] : "cpu";
     snprintf(r->device, sizeof r->device, "%s", dev);
   }
-  return gp_devices_check(k, out->st[0].device, sizeof out->st[0]);
+  GP_TRY(gp_devices_check(k, out->st[0].device, sizeof out->st[0]));
+  return gp_plan_choose_remat(m, ps, out);
 }
 
 gp_status gp_devices_check(int n, const char *first, size_t stride) {
@@ -141,7 +145,7 @@ const char *const *gp_schedule_names(void) {
 }
 
 const char *const *gp_remat_names(void) {
-  static const char *const names[] = {"always", "except_last", "never", NULL};
-  _Static_assert(GP_REMAT_NEVER == 2, "re-materialization names");
+  static const char *const names[] = {"always", "except_last", "never", "auto", NULL};
+  _Static_assert(GP_REMAT_AUTO == 3, "re-materialization names");
   return names;
 }
