@@ -326,7 +326,7 @@ gp_status tr_train(run *r) {
   gp_progress_done(&pg);
   tr_report_data(r, gp_now() - pg.t0);
   tr_dist_note_data(r);
-  tr_report_memory(r);
+  tr_report_memory(r, &plan);
   tr_report_pipeline(r);
   tr_print_final(r, &pg);
   return GP_OK;
@@ -363,7 +363,7 @@ gp_status tr_eval_only(run *r) {
                   gp_interrupt_name(gp_interrupted()));
   GP_TRY(s);
   gp_progress_done(&pg);
-  tr_report_memory(r);
+  tr_report_memory(r, &plan);
   tr_print_final(r, &pg);
   return GP_OK;
 }

@@ -61,11 +61,11 @@ gp_status gp_plan_choose_remat(const gp_model *m, const gp_pipeline_spec *ps, gp
     for (int k = K + 1; k <= c.n && k <= GP_MAX_DEVICES && !hint[0]; k++) {
       req.stages = k;
       if (gp_partition_solve(&c, &req, &fit) == GP_OK)
-        snprintf(hint, sizeof hint, "%d stages fit it", k);
+        snprintf(hint, sizeof hint, "an automatic split into %d stages fits it", k);
     }
     gp_error_clear();
     if (!hint[0]) snprintf(hint, sizeof hint, "no number of stages fits it");
-    st = GP_ERR(GP_ERR_FULL,
+    st = GP_ERR(GP_ERR_USAGE,
                 "stage %d needs an estimated %s even with every micro-batch re-materialized, "
                 "more than its limit of %s: %s; or a smaller micro-batch (more --micro-batches "
                 "or a smaller --batch-size)",

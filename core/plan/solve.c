@@ -486,8 +486,12 @@ static gp_status memory_error(const ctx *x) {
   const char *st = K == 1 ? "" : "s";
   return GP_ERR(GP_ERR_USAGE,
                 "no split of %d units into %d stage%s fits %s (estimated weights, gradients, "
-                "optimizer state and activations); %d stage%s need%s at least %s per device; %s",
-                n, K, st, lim, K, st, K == 1 ? "s" : "", need, tail);
+                "optimizer state and activations); %d stage%s need%s at least %s per device; %s%s",
+                n, K, st, lim, K, st, K == 1 ? "s" : "", need, tail,
+                r->remat == GP_REMAT_AUTO ? " (re-materializing what it must); or a smaller "
+                                            "micro-batch (more --micro-batches or a smaller "
+                                            "--batch-size)"
+                                          : "");
 }
 
 gp_status gp_partition_solve(const gp_unit_costs *c, const gp_partition_req *r, gp_partition *out) {
