@@ -23,8 +23,11 @@ static gp_status auto_split(const gp_model *m, const gp_pipeline_spec *ps, int *
   GP_TRY(gp_unit_costs_compute(m, micro > 0 ? micro : 1, GP_COST_FLOPS, 1, NULL, &c));
   gp_partition_req req;
   gp_plan_partition_req(m, ps, &req);
-  double lim[GP_MAX_DEVICES]; /* remat auto: the split that is fastest with what fits recomputed */
-  for (int s = 0; s < ps->stages && ps->remat == GP_REMAT_AUTO && ps->mem_limit; s++)
+  /* remat auto: the split that is fastest with what fits recomputed (one stage has no choice:
+   * gp_pipeline_check_fit names what does not fit) */
+  double lim[GP_MAX_DEVICES];
+  for (int s = 0; s < ps->stages && ps->stages > 1 && ps->remat == GP_REMAT_AUTO && ps->mem_limit;
+       s++)
     lim[s] = (double)ps->mem_limit, req.mem_limit = lim;
   gp_partition part;
   gp_status s = gp_partition_solve(&c, &req, &part);

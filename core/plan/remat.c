@@ -19,6 +19,12 @@ static double limit_of(const gp_pipeline_spec *ps, const gp_plan *p, int s) {
   return 0;
 }
 
+/* Micro-batches stage s of p holds at once (gp_partition_in_flight). */
+static int in_flight_of(const gp_plan *p, int s) {
+  gp_partition_req r = {.stages = p->stages, .micro = p->micro, .schedule = p->schedule};
+  return gp_partition_in_flight(&r, p->stages, s);
+}
+
 static void mib(double b, char *buf, size_t n) {
   snprintf(buf, n, "%.2f MiB", b / 1048576.0);
 }
@@ -51,7 +57,9 @@ gp_status gp_plan_choose_remat(const gp_model *m, const gp_pipeline_spec *ps, gp
   for (int s = 0; st == GP_OK && s < K; s++) {
     p->remat_drop[s] = part.drop[s];
     p->mem_est[s] = part.memory[s];
-    if (lim[s] <= 0 || part.memory[s] <= lim[s]) continue;
+    /* a stage with one micro-batch in flight has nothing to choose: gp_pipeline_check_fit and
+     * the backend say what does not fit */
+    if (lim[s] <= 0 || part.memory[s] <= lim[s] || in_flight_of(p, s) <= 1) continue;
     /* even with every micro-batch dropped: say what would fit */
     char need[32], have[32], hint[256] = "";
     mib(part.memory[s], need, sizeof need);

@@ -40,8 +40,8 @@ static void setup(void) {
 static const int split2[] = {0, 4, N};
 
 static gp_partition eval(gp_schedule_kind kind, gp_remat remat, int M, const double *lim) {
-  gp_partition_req r = {.stages = 2, .micro = M, .schedule = kind, .remat = remat,
-                        .mem_limit = lim};
+  gp_partition_req r = {
+      .stages = 2, .micro = M, .schedule = kind, .remat = remat, .mem_limit = lim};
   gp_partition p;
   if (gp_partition_evaluate(&costs, &r, split2, &p) != GP_OK) gp_t_die("evaluate");
   return p;
@@ -122,7 +122,8 @@ static void between(void) {
     cost[s] = (gp_stage_cost){.fwd = 4, .bwd = 8, .act_bytes = 4 << 20, .input_bytes = 1 << 16};
   gp_sim_result rc, rn, ra;
   if (gp_schedule_simulate(&sc, cost, &rc) != GP_OK ||
-      gp_schedule_simulate(&sn, cost, &rn) != GP_OK || gp_schedule_simulate(&sa, cost, &ra) != GP_OK)
+      gp_schedule_simulate(&sn, cost, &rn) != GP_OK ||
+      gp_schedule_simulate(&sa, cost, &ra) != GP_OK)
     gp_t_die("simulate");
   CHECK(rc.stage[0].peak_bytes < rn.stage[0].peak_bytes &&
             rc.stage[0].peak_bytes > ra.stage[0].peak_bytes,

@@ -163,8 +163,7 @@ static void train(const char *text, const cfg *c, run_out *o) {
 
 static void compare(const char *model, const cfg *c, const run_out *got, const run_out *want,
                     int exact_buffers) {
-  static const char *sn[] = {"gpipe", "1f1b"},
-                    *rn[] = {"always", "except_last", "never", "auto"};
+  static const char *sn[] = {"gpipe", "1f1b"}, *rn[] = {"always", "except_last", "never", "auto"};
   double dl = 0, dw = stage_params_rel_diff(got->w, want->w, want->n_w);
   for (int s = 0; s < STEPS; s++)
     dl = fmax(dl, fabs(got->loss[s] - want->loss[s]) / fabs(want->loss[s]));
