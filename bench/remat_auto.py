@@ -58,6 +58,9 @@ def main():
         if r["balance"] != ",".join(str(s["units"]) for s in e["partition"]):
             print(f"  {remat}: split {r['balance']} is not gpipe-partition's")
             ok = False
+        if r["recomputed_micro_batches"] != [s["recomputed_micro_batches"] for s in e["partition"]]:
+            print(f"  {remat}: ran recomputing {r['recomputed_micro_batches']}, not as planned")
+            ok = False
         print(f"  {remat:6s} split {r['balance']:6s} {r['samples_per_s']:.2f} samples/s")
         for s, (m, p) in enumerate(zip(r["memory_bytes"], e["partition"])):
             fits = m <= limit and m <= p["memory_bytes"]

@@ -280,8 +280,10 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
   GP_TRY(run_plan(c, r, &plan));
   *out = *r;
   gp_plan_balance_str(&plan, out->balance, sizeof out->balance);
-  for (int s = 0; s < r->k; s++)
+  for (int s = 0; s < r->k; s++) {
     memcpy(out->devices[s], plan.st[s].device, sizeof out->devices[s]);
+    out->recomputed[s] = gp_plan_recomputed(&plan, s);
+  }
   gp_dist *dist; /* NULL in one process */
   GP_TRY(gp_bench_dist_layout(c, r, &dist));
   /* the processes of a host would pin their stages to the same first cores */
