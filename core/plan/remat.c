@@ -61,22 +61,22 @@ gp_status gp_plan_choose_remat(const gp_model *m, const gp_pipeline_spec *ps, gp
      * the backend say what does not fit */
     if (lim[s] <= 0 || part.memory[s] <= lim[s] || in_flight_of(p, s) <= 1) continue;
     /* even with every micro-batch dropped: say what would fit */
-    char need[32], have[32], hint[256] = "";
+    char need[32], have[32], hint[1024];
     mib(part.memory[s], need, sizeof need);
     mib(lim[s], have, sizeof have);
+    /* the partitioner says which split or number of stages would (its line names them) */
     gp_partition fit;
-    req.stages = K;
-    for (int k = K + 1; k <= c.n && k <= GP_MAX_DEVICES && !hint[0]; k++) {
-      req.stages = k;
-      if (gp_partition_solve(&c, &req, &fit) == GP_OK)
-        snprintf(hint, sizeof hint, "an automatic split into %d stages fits it", k);
-    }
+    if (gp_partition_solve(&c, &req, &fit) == GP_OK)
+      snprintf(hint, sizeof hint,
+               "the automatic split into %d stages fits it (no --balance); or a smaller "
+               "micro-batch (more --micro-batches or a smaller --batch-size)",
+               K);
+    else
+      snprintf(hint, sizeof hint, "%s", gp_error_message());
     gp_error_clear();
-    if (!hint[0]) snprintf(hint, sizeof hint, "no number of stages fits it");
     st = GP_ERR(GP_ERR_USAGE,
                 "stage %d needs an estimated %s even with every micro-batch re-materialized, "
-                "more than its limit of %s: %s; or a smaller micro-batch (more --micro-batches "
-                "or a smaller --batch-size)",
+                "more than its limit of %s: %s",
                 s, need, have, hint);
   }
   gp_unit_costs_free(&c);
