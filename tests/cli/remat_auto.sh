@@ -46,6 +46,14 @@ if "$train" "$cnn" --data synthetic --steps 1 --batch-size 64 --threads 1 --stag
    grep -Eq "^memory: .*; remat auto: stage 0 recomputes [1-3] of 4 micro-batches \(estimated [0-9.]+ MiB\), stage 1 none" "$tmp/out"
 then ok; else bad "gpipe-train's memory line: $(cat "$tmp/out")"; fi
 
+# ---- a plan file keeps remat: auto; the run that reads it chooses under its own limit
+if "$part" "$cnn" --stages 2 --micro-batches 4 --batch-size 64 --schedule gpipe --remat auto --balance 3,4 \
+     -o "$tmp/plan.yaml" >/dev/null 2>"$tmp/err" && grep -qx "remat: auto" "$tmp/plan.yaml" &&
+   "$train" "$cnn" --data synthetic --steps 1 --batch-size 64 --threads 1 \
+     --partition "$tmp/plan.yaml" --memory-limit 28MiB >"$tmp/out" 2>&1 &&
+   grep -Eq "^memory: .*; remat auto: stage 0 recomputes [1-3] of 4 micro-batches" "$tmp/out"
+then ok; else bad "a plan with remat: auto: $(cat "$tmp/err" "$tmp/plan.yaml" "$tmp/out")"; fi
+
 # ---- a limit nothing fits: one line, exit 2, saying what would
 R=(--stages 2 --micro-batches 8 --remat auto --memory-limit 100MiB)
 "$train" "$resnet" "${fast[@]}" "${R[@]}" >"$tmp/out" 2>"$tmp/err"
