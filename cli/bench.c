@@ -69,7 +69,8 @@ static gp_flag flags[] = {
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "NAME,...",
                     "schedules: gpipe, 1f1b, zb-h1, zb-h2, auto (default: the model file's)", 0},
     [F_REMAT] = {"--remat", GP_FLAG_STR, "MODE,...",
-                 "re-materialization: always, except_last, never (default: the model file's)", 0},
+                 "re-materialization: auto, always, except_last, never (default: the model file's)",
+                 0},
     [F_REPLICAS] = {"--replicas", GP_FLAG_STR, "R,R,...",
                     "data-parallel replicas over the processes of mpirun (default: the model "
                     "file's); a layout the processes cannot hold is skipped",
@@ -126,7 +127,7 @@ const char *gp_bench_schedule_name(gp_schedule_kind s) {
 }
 
 const char *gp_bench_remat_name(gp_remat r) {
-  return gp_remat_names()[r <= GP_REMAT_NEVER ? r : GP_REMAT_NEVER];
+  return gp_remat_names()[r <= GP_REMAT_AUTO ? r : GP_REMAT_NEVER];
 }
 
 /* ---- flags --------------------------------------------------------------------------------- */
@@ -183,7 +184,7 @@ static gp_status make_sweep(gp_bench_ctx *c) {
       if (w->scheds[i] == named) w->scheds[i] = (int)GP_SCHED_AUTO;
   }
   if (flags[F_REMAT].given)
-    GP_TRY(gp_cli_choices(flags[F_REMAT].name, flags[F_REMAT].s, gp_remat_names(), w->remats, 3,
+    GP_TRY(gp_cli_choices(flags[F_REMAT].name, flags[F_REMAT].s, gp_remat_names(), w->remats, 4,
                           &w->nr));
   if (flags[F_DEVICES].given)
     GP_TRY(gp_cli_devices(flags[F_DEVICES].name, flags[F_DEVICES].s, w->devices, &w->n_dev));

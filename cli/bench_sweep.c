@@ -67,6 +67,7 @@ static gp_status run_plan(const gp_bench_ctx *c, const gp_bench_run *r, gp_plan 
   ps.micro_batches = r->m;
   ps.schedule = r->schedule;
   ps.remat = r->remat;
+  ps.mem_limit = c->mem_limit; /* what remat auto fits */
   ps.n_balance = 0;
   if (w->bal_k == r->k) {
     ps.n_balance = r->k;
@@ -149,7 +150,8 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
             /* the zero-bubble lists re-materialize nothing: never unless --remat asks
              * otherwise, which is said and skipped */
             const int zb = w->scheds[si] == GP_SCHED_ZB_H1 || w->scheds[si] == GP_SCHED_ZB_H2;
-            int remat = zb && !c->remat_given ? GP_REMAT_NEVER : w->remats[rm];
+            int remat = zb && (!c->remat_given || w->remats[rm] == GP_REMAT_AUTO) ? GP_REMAT_NEVER
+                                                                                  : w->remats[rm];
             if (zb && remat != GP_REMAT_NEVER) {
               if (ki == 0 && mi == 0 && ri == 0)
                 note(b, "%s with --remat %s (the zero-bubble schedules re-materialize nothing)",
@@ -297,8 +299,10 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
     out->remat = plan.remat;
   }
   gp_plan_balance_str(&plan, out->balance, sizeof out->balance);
-  for (int s = 0; s < r->k; s++)
+  for (int s = 0; s < r->k; s++) {
     memcpy(out->devices[s], plan.st[s].device, sizeof out->devices[s]);
+    out->recomputed[s] = gp_plan_recomputed(&plan, s);
+  }
   gp_dist *dist; /* NULL in one process */
   GP_TRY(gp_bench_dist_layout(c, r, &dist));
   /* the processes of a host would pin their stages to the same first cores */

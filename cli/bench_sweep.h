@@ -14,7 +14,7 @@
 
 /* What to sweep, after the flags, the plan and the model file's defaults. */
 typedef struct gp_bench_sweep {
-  int ks[MAX_LIST], nk, ms[MAX_LIST], nm, scheds[8], ns, remats[3], nr;
+  int ks[MAX_LIST], nk, ms[MAX_LIST], nm, scheds[8], ns, remats[4], nr;
   int rs[MAX_LIST], nrep; /* replicas */
   int n_dev;
   char devices[GP_MAX_DEVICES][16];

@@ -156,7 +156,7 @@ gp_status gp_cli_pipeline_apply(const gp_cli_pipeline *f, const gp_model *m, gp_
   }
   /* the zero-bubble lists re-materialize nothing: asked for, refused; else never */
   if (ps->schedule == GP_SCHED_ZB_H1 || ps->schedule == GP_SCHED_ZB_H2) {
-    if (f->remat && f->remat->given && ps->remat != GP_REMAT_NEVER)
+    if (f->remat && f->remat->given && ps->remat != GP_REMAT_NEVER && ps->remat != GP_REMAT_AUTO)
       return GP_ERR(GP_ERR_USAGE,
                     "%s %s: the zero-bubble schedules (%s) re-materialize nothing; use %s never",
                     f->remat->name, f->remat->s, gp_schedule_names()[ps->schedule], f->remat->name);

@@ -67,7 +67,7 @@ static gp_flag flags[] = {
                   "per-device memory limit: 16GiB, 512MiB, 1.5GB, bytes", 0},
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b|zb-h1|zb-h2|auto",
                     "pipeline schedule (default auto: the fastest simulated)", 0},
-    [F_REMAT] = {"--remat", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
+    [F_REMAT] = {"--remat", GP_FLAG_STR, "auto|always|except_last|never", "re-materialization", 0},
     [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)",
                    0},
     [F_SPEEDS] = {"--speeds", GP_FLAG_STR, "1,1.5,...",

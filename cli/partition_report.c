@@ -115,16 +115,19 @@ void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_u
     if ((int)strlen(names[s]) > w) w = (int)strlen(names[s]);
   }
   double tt = total_time(p);
-  printf("stage  %-*s  count     params   GFLOPs  time %%  memory MiB  sends/micro-batch\n", w,
-         "units");
+  printf("stage  %-*s  count     params   GFLOPs  time %%  memory MiB  recompute  "
+         "sends/micro-batch\n",
+         w, "units");
   for (int s = 0; s < p->stages; s++) {
     stage_sums r = sums(c, p, s);
     char out[32] = "-";
     if (s < p->stages - 1)
       gp_args_bytes_str((double)c->cut_bytes[p->first[s + 1]], 1, out, sizeof out);
-    printf("%5d  %-*s  %5d  %9" PRId64 "  %7.3f  %6.1f  %10.1f  %s\n", s, w, names[s],
+    char rc[24]; /* the micro-batches whose backward re-runs the forward */
+    snprintf(rc, sizeof rc, "%d of %d", p->recomputed[s], q->micro);
+    printf("%5d  %-*s  %5d  %9" PRId64 "  %7.3f  %6.1f  %10.1f  %9s  %s\n", s, w, names[s],
            p->first[s + 1] - p->first[s], r.params, r.flops / 1e9,
-           tt > 0 ? 100 * p->time[s] / tt : 0.0, p->memory[s] / 1048576.0, out);
+           tt > 0 ? 100 * p->time[s] / tt : 0.0, p->memory[s] / 1048576.0, rc, out);
   }
   printf("\nimbalance   %.3f (slowest stage / mean stage time)\n", p->imbalance);
   if (q->schedule_auto && q->stages > 1) printf("schedule    auto: %s\n", q->chosen);
@@ -209,6 +212,8 @@ void gp_part_print_json(const gp_model *m, const gp_part_request *q, const gp_un
     json_num(p->memory[s]);
     printf(", \"memory_limit_bytes\": ");
     json_num(q->has_limit ? q->mem_limit[s] : NAN);
+    printf(", \"recomputed_micro_batches\": %d, \"dropping_slots\": %d", p->recomputed[s],
+           p->drop[s]);
     printf(", \"boundary_bytes\": %" PRId64 "}",
            s < p->stages - 1 ? c->cut_bytes[p->first[s + 1]] : (int64_t)0);
   }

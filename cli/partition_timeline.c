@@ -30,7 +30,10 @@ gp_status gp_part_simulate(const gp_part_request *q, const gp_unit_costs *tc, co
         (gp_stage_cost){.fwd = f / q->speed[s], .bwd = b / q->speed[s], .wgt = w / q->speed[s]};
   }
   gp_schedule sc;
-  GP_TRY(gp_schedule_build(q->schedule, q->remat, p->stages, q->micro, &sc));
+  if (q->remat == GP_REMAT_AUTO)
+    GP_TRY(gp_schedule_build_drops(q->schedule, p->stages, q->micro, p->drop, &sc));
+  else
+    GP_TRY(gp_schedule_build(q->schedule, q->remat, p->stages, q->micro, &sc));
   gp_sim_result res;
   gp_status st = gp_schedule_simulate_events(&sc, cost, &res, ev);
   if (st == GP_OK) *makespan = res.makespan;

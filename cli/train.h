@@ -126,7 +126,7 @@ void tr_weights_name(const run *r, char *buf, size_t n);
 void tr_print_final(const run *r, const gp_progress *pg);
 void tr_report_data(run *r, double wall);
 void tr_report_pipeline(run *r);
-void tr_report_memory(run *r);
+void tr_report_memory(run *r, const gp_plan *plan);
 void tr_note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch);
 void tr_note_model(const run *r, gp_progress *pg);
 void tr_note_stale_outputs(gp_progress *pg);

@@ -163,6 +163,7 @@ gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads) {
   /* the cores of a host are shared among its processes: no oversubscription by default */
   int share = gp_cpu_cores() / r->dist.local_size;
   *threads = tr_flags[F_THREADS].given ? (int)tr_flags[F_THREADS].i : share > 1 ? share : 1;
+  m->pipeline.mem_limit = r->mem_limit; /* what remat auto fits */
   GP_TRY(gp_plan_make(m, &m->pipeline, plan));
   GP_TRY(tr_dist_layout(r, plan));
   gp_pipeline_opts po = {.cores = *threads,
@@ -325,7 +326,7 @@ gp_status tr_train(run *r) {
   gp_progress_done(&pg);
   tr_report_data(r, gp_now() - pg.t0);
   tr_dist_note_data(r);
-  tr_report_memory(r);
+  tr_report_memory(r, &plan);
   tr_report_pipeline(r);
   tr_print_final(r, &pg);
   return GP_OK;
@@ -362,7 +363,7 @@ gp_status tr_eval_only(run *r) {
                   gp_interrupt_name(gp_interrupted()));
   GP_TRY(s);
   gp_progress_done(&pg);
-  tr_report_memory(r);
+  tr_report_memory(r, &plan);
   tr_print_final(r, &pg);
   return GP_OK;
 }

@@ -124,9 +124,24 @@ void tr_report_pipeline(run *r) {
          100.0 * (k - 1) / (double)(m + k - 1), simmed);
 }
 
+/* Remat auto's choice, as "; remat auto: stage 0 recomputes 6 of 8 micro-batches (estimated
+ * 249.70 MiB), stage 1 none (256.90 MiB)"; "" under the fixed modes. */
+static void remat_choice(const gp_plan *plan, char *buf, size_t n) {
+  buf[0] = 0;
+  if (plan->remat != GP_REMAT_AUTO) return;
+  size_t k = (size_t)snprintf(buf, n, "; remat auto:");
+  for (int s = 0; s < plan->stages && k < n; s++) {
+    int rc = gp_plan_recomputed(plan, s);
+    char what[64] = "none";
+    if (rc) snprintf(what, sizeof what, "recomputes %d of %d micro-batches", rc, plan->micro);
+    k += (size_t)snprintf(buf + k, n - k, "%s stage %d %s (estimated %.2f MiB)", s ? "," : "", s,
+                          what, plan->mem_est[s] / 1048576.0);
+  }
+}
+
 /* Each stage's measured peak of backend memory (parameters, gradients, optimizer state,
- * activations, scratch): what --memory-limit holds each stage to. */
-void tr_report_memory(run *r) {
+ * activations, scratch): what --memory-limit holds each stage to; and remat auto's choice. */
+void tr_report_memory(run *r, const gp_plan *plan) {
   const double mib = 1048576.0;
   int k = gp_pipeline_stages(r->t.pl);
   size_t sum = 0;
@@ -142,7 +157,9 @@ void tr_report_memory(run *r) {
   printf("memory: peak %.2f MiB (%zu bytes)", (double)sum / mib, sum);
   if (k > 1) printf(", the sum of %d stages: %s MiB", k, per);
   if (r->mem_limit) printf("; limit %.2f MiB per stage", (double)r->mem_limit / mib);
-  printf("\n");
+  char choice[GP_MAX_DEVICES * 96];
+  remat_choice(plan, choice, sizeof choice);
+  printf("%s\n", choice);
 }
 
 /* The pipeline's line, when there is more than one stage or micro-batch; with stages but one

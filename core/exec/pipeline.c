@@ -533,7 +533,10 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   pl->spin = pl->cores >= pl->n_local && gp_env_get(GP_ENV_PIPELINE_SPIN, 1);
   pthread_mutex_init(&pl->mu, NULL);
   pthread_cond_init(&pl->cv, NULL);
-  gp_status s = gp_schedule_build(plan->schedule, plan->remat, pl->k, pl->micro, &pl->sched);
+  gp_status s =
+      plan->remat == GP_REMAT_AUTO
+          ? gp_schedule_build_drops(plan->schedule, pl->k, pl->micro, plan->remat_drop, &pl->sched)
+          : gp_schedule_build(plan->schedule, plan->remat, pl->k, pl->micro, &pl->sched);
   if (s == GP_OK) s = gp_schedule_validate(&pl->sched);
   if (s == GP_OK && !(pl->st = calloc((size_t)pl->k, sizeof *pl->st)))
     s = GP_ERR(GP_ERR_NOMEM, "out of memory for the pipeline");

@@ -27,6 +27,13 @@ static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, int gi
   GP_TRY(gp_unit_costs_compute(m, micro > 0 ? micro : 1, GP_COST_FLOPS, 1, NULL, &c));
   gp_partition_req req;
   gp_plan_partition_req(m, ps, &req);
+  req.remat = out->remat; /* never for the zero-bubble lists (gp_plan_make) */
+  /* remat auto: the split that is fastest with what fits recomputed (one stage has no choice:
+   * gp_pipeline_check_fit names what does not fit) */
+  double lim[GP_MAX_DEVICES];
+  for (int s = 0; s < ps->stages && ps->stages > 1 && ps->remat == GP_REMAT_AUTO && ps->mem_limit;
+       s++)
+    lim[s] = (double)ps->mem_limit, req.mem_limit = lim;
   gp_partition part;
   gp_status s;
   if (ps->schedule == GP_SCHED_AUTO) {
@@ -61,6 +68,10 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
   out->micro = ps->micro_batches;
   out->schedule = ps->schedule;
   out->remat = ps->remat;
+  /* the zero-bubble lists re-materialize nothing: auto chooses never there */
+  if ((ps->schedule == GP_SCHED_ZB_H1 || ps->schedule == GP_SCHED_ZB_H2) &&
+      ps->remat == GP_REMAT_AUTO)
+    out->remat = GP_REMAT_NEVER;
   if (ps->n_procs > 0) {
     out->n_procs = ps->n_procs;
     memcpy(out->procs, ps->procs, sizeof out->procs);
@@ -99,7 +110,8 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
     const char *dev = ps->n_devices ? ps->devices[ps->n_devices == 1 ? 0 : s] : "cpu";
     snprintf(r->device, sizeof r->device, "%s", dev);
   }
-  return gp_devices_check(k, out->st[0].device, sizeof out->st[0]);
+  GP_TRY(gp_devices_check(k, out->st[0].device, sizeof out->st[0]));
+  return gp_plan_choose_remat(m, ps, out);
 }
 
 gp_status gp_devices_check(int n, const char *first, size_t stride) {
@@ -158,7 +170,7 @@ const char *const *gp_schedule_names(void) {
 }
 
 const char *const *gp_remat_names(void) {
-  static const char *const names[] = {"always", "except_last", "never", NULL};
-  _Static_assert(GP_REMAT_NEVER == 2, "re-materialization names");
+  static const char *const names[] = {"always", "except_last", "never", "auto", NULL};
+  _Static_assert(GP_REMAT_AUTO == 3, "re-materialization names");
   return names;
 }

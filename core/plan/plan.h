@@ -20,6 +20,11 @@ typedef struct gp_plan {
   char chosen[320];
   gp_remat remat;
   gp_stage_range st[GP_MAX_DEVICES];
+  /* gp_plan_choose_remat (remat auto): per stage, the activation slots that drop (micro-batch
+   * m recomputes where m % slots < remat_drop, gp_schedule_build_drops), and the estimated
+   * peak bytes with that choice; 0 under the fixed modes */
+  int remat_drop[GP_MAX_DEVICES];
+  double mem_est[GP_MAX_DEVICES];
   int64_t batch; /* gp_plan_read: the batch_size the file was made for; 0 where it records none */
   /* across processes: each stage's process, by position in its replica (gp_layout_make's
    * procs_of); n_procs: the positions, 0 where the plan leaves it to the launch (even) */
@@ -35,6 +40,13 @@ typedef struct gp_plan {
  * schedule: auto the schedule with the shortest simulated step on the layers' analytic costs
  * (core/plan/choose.h), on the given split or on each schedule's own automatic one. */
 gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out);
+/* remat auto's choice for p's split (gp_plan_make calls it): each stage's fewest dropping
+ * slots whose estimate fits ps->mem_limit (else a CUDA device's memory; on the CPU without a
+ * limit, none drop). GP_ERR_USAGE in one line when a stage does not fit even with every slot
+ * dropping, saying how many stages would. */
+gp_status gp_plan_choose_remat(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *p);
+/* The micro-batches of stage s that recompute under p's re-materialization. */
+int gp_plan_recomputed(const gp_plan *p, int s);
 /* The partitioner's request (core/plan/solve.h) behind gp_plan_make's automatic split: ps's
  * stages, micro-batches, schedule (GP_SCHED_AUTO as it is: set one before solving) and
  * re-materialization, and m's optimizer state slots; no speeds, memory limits or transfer

@@ -107,12 +107,17 @@ static void place(const gp_dist_req *q, gp_dist_pred *out, gp_stage_cost *cost) 
       d->params += params;
       d->mem_state += state;
       d->mem_act += pt->memory[s] - state;
-      d->compute_s +=
-          cost[s].fwd + cost[s].bwd + (gp_partition_remats(r, K, s) ? cost[s].fwd : 0.0);
+      double rf = r->remat == GP_REMAT_AUTO      ? pt->recomputed[s] / (double)r->micro
+                  : gp_partition_remats(r, K, s) ? 1.0
+                                                 : 0.0;
+      d->compute_s += cost[s].fwd + cost[s].bwd + rf * cost[s].fwd;
     }
     int s0 = d->first_stage;
+    /* remat auto: the slots that keep their activations want the copy */
     if (p > 0 && !gp_partition_remats(r, K, s0))
-      d->mem_handoff = gp_partition_in_flight(r, K, s0) * (double)c->cut_bytes[pt->first[s0]];
+      d->mem_handoff =
+          (gp_partition_in_flight(r, K, s0) - pt->drop[s0] * (r->remat == GP_REMAT_AUTO)) *
+          (double)c->cut_bytes[pt->first[s0]];
     d->mem_total = d->mem_state + d->mem_act + d->mem_handoff;
     if (d->mem_total > out->mem_max) out->mem_max = d->mem_total;
     if (p < P - 1) {
@@ -219,7 +224,10 @@ gp_status gp_dist_predict(const gp_dist_req *q, gp_dist_pred *out) {
   place(q, out, cost);
   GP_TRY(devices(q, out));
   gp_schedule sc;
-  GP_TRY(gp_schedule_build(q->r->schedule, q->r->remat, K, M, &sc));
+  if (q->r->remat == GP_REMAT_AUTO)
+    GP_TRY(gp_schedule_build_drops(q->r->schedule, K, M, q->p->drop, &sc));
+  else
+    GP_TRY(gp_schedule_build(q->r->schedule, q->r->remat, K, M, &sc));
   gp_sim_result res = {0};
   gp_sim_events ev = {0};
   int device[GP_MAX_DEVICES], slots[2 * GP_MAX_DEVICES]; /* a device a process, one a GPU stage */

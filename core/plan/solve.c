@@ -79,24 +79,40 @@ static void sums_add(sums *z, const gp_unit_costs *c, int u) {
 }
 
 int gp_partition_remats(const gp_partition_req *r, int K, int s) {
-  if (r->remat == GP_REMAT_NEVER) return 0;
+  if (r->remat == GP_REMAT_NEVER || r->remat == GP_REMAT_AUTO) return 0;
   return r->remat == GP_REMAT_ALWAYS || in_flight(r, K, s) > 1;
 }
 
-static int remats(const gp_partition_req *r, int K, int s) {
-  return gp_partition_remats(r, K, s);
+int gp_partition_dropped_micro(int micro, int slots, int drop) {
+  if (slots < 1 || drop < 1) return 0;
+  if (drop > slots) drop = slots;
+  return micro / slots * drop + (micro % slots < drop ? micro % slots : drop);
+}
+
+/* The activation slots (of the in_flight ones) of stage s that drop their activations: the
+ * fixed modes' (except_last counted as all but one), or remat auto's choice `d`. */
+static int drops_of(const gp_partition_req *r, int K, int s, int d) {
+  if (r->remat == GP_REMAT_AUTO) return d;
+  if (!gp_partition_remats(r, K, s)) return 0;
+  int P = gp_partition_in_flight(r, K, s);
+  return r->remat == GP_REMAT_ALWAYS ? P : P - 1;
 }
 
 /* Forward, backward and the re-materializing forward. except_last recomputes all but one of
- * the M micro-batches; it is counted as a full recompute (the difference is 1/M of it). */
-static double compute_time(const ctx *x, const sums *z, int K, int s) {
-  double comp = z->f + z->b + (remats(x->r, K, s) ? z->f : 0.0);
+ * the M micro-batches; it is counted as a full recompute (the difference is 1/M of it). Under
+ * auto, the share of the M micro-batches that the d dropping slots hold recomputes. */
+static double compute_time(const ctx *x, const sums *z, int K, int s, int d) {
+  double rf = gp_partition_remats(x->r, K, s) ? 1.0 : 0.0;
+  if (x->r->remat == GP_REMAT_AUTO && d > 0)
+    rf = gp_partition_dropped_micro(x->r->micro, (int)in_flight(x->r, K, s), d) /
+         (double)x->r->micro;
+  double comp = z->f + z->b + rf * z->f;
   return comp / speed_of(x->r, s);
 }
 
 /* Per micro-batch: compute, plus receiving the stage's inputs and sending its outputs. */
-static double stage_time(const ctx *x, const sums *z, int K, int s, int a, int b) {
-  double t = compute_time(x, z, K, s);
+static double stage_time(const ctx *x, const sums *z, int K, int s, int a, int b, int d) {
+  double t = compute_time(x, z, K, s, d);
   if (x->r->bytes_per_s > 0) {
     double bytes = (double)((a > 0 ? x->c->cut_bytes[a] : 0) + (b < x->n ? x->c->cut_bytes[b] : 0));
     t += bytes / x->r->bytes_per_s;
@@ -109,10 +125,16 @@ static double stage_time(const ctx *x, const sums *z, int K, int s, int a, int b
  * set re-materialized for a backward, and under except_last (M >= 2) also the kept micro-batch's:
  * its activation slot keeps their size for good, as arenas keep their peak (measured:
  * resnet20-cifar K = 3, M = 4, stage 0 of 6 units, 31.7 MiB against 23.2 with `always`, under
- * GPipe and 1F1B alike). */
-static double act_and_grad(const gp_partition_req *r, int K, int s, const sums *z) {
+ * GPipe and 1F1B alike). Under auto, d of the P slots drop: the P - d others keep theirs, and
+ * the set re-materialized for a backward is one more (so d = 1 saves nothing). A list that
+ * defers W holds each micro-batch's activations and B's gradients until its W. */
+static double act_and_grad(const gp_partition_req *r, int K, int s, const sums *z, int d) {
   if (defers_w(r)) return in_flight(r, K, s) * (z->act + z->grad);
-  if (!remats(r, K, s)) return in_flight(r, K, s) * z->act + z->grad;
+  if (r->remat == GP_REMAT_AUTO) {
+    double P = in_flight(r, K, s);
+    return (d > 0 ? P - d + 1 : P) * z->act + z->grad;
+  }
+  if (!gp_partition_remats(r, K, s)) return in_flight(r, K, s) * z->act + z->grad;
   return (r->remat == GP_REMAT_EXCEPT_LAST && r->micro > 1 ? 2 : 1) * z->act + z->grad;
 }
 
@@ -120,24 +142,58 @@ static double act_and_grad(const gp_partition_req *r, int K, int s, const sums *
  * weights, gradients and optimizer state, the activations and backward gradients
  * (act_and_grad), and a working set for the scratch space (im2col and the like) a layer needs
  * beyond what it keeps: the largest its units took when timed (--by time), else a rough
- * allowance of the largest single unit's activations. */
+ * allowance of the largest single unit's activations. Under auto: with every slot that can
+ * drop dropping, the least it can be. */
 static double mem_floor(const ctx *x, const sums *z, int K, int s) {
   double w = 4.0 * z->p * (2.0 + x->r->optim_slots);
-  return w + act_and_grad(x->r, K, s, z) + z->big;
+  int P = (int)in_flight(x->r, K, s);
+  return w + act_and_grad(x->r, K, s, z, P > 1 ? P : 0) + z->big;
 }
 
-/* Stage [a, b): each micro-batch in flight holds a buffer for the gradients of the stage's
- * outputs and, with re-materialization, its stage input and a copy of its outputs (the rest of
- * its activations are dropped). Where the scratch was measured, the estimate is that close
- * that each slot's arena chunk for small tensors counts too, its unused tail included
- * (fashion-cnn's 6 MiB second stage: 1 MiB of it at M = 4); the rough allowance of the other
- * bases covers it already. */
-static double stage_mem(const ctx *x, const sums *z, int K, int s, int a, int b) {
-  double m = mem_floor(x, z, K, s), fl = in_flight(x->r, K, s);
+/* Stage [a, b) with d dropping slots (drops_of): each micro-batch in flight holds a buffer for
+ * the gradients of the stage's outputs and, with re-materialization, its stage input and a
+ * copy of its outputs (the rest of its activations are dropped). Where the scratch was
+ * measured, the estimate is that close that each slot's arena chunk for small tensors counts
+ * too, its unused tail included (fashion-cnn's 6 MiB second stage: 1 MiB of it at M = 4); the
+ * rough allowance of the other bases covers it already. */
+static double stage_mem(const ctx *x, const sums *z, int K, int s, int a, int b, int d) {
+  double w = 4.0 * z->p * (2.0 + x->r->optim_slots);
+  double m = w + act_and_grad(x->r, K, s, z, d) + z->big, fl = in_flight(x->r, K, s);
   if (x->c->scratch) m += fl * (double)GP_ARENA_SMALL_CHUNK;
   double out = b < x->n ? (double)x->c->cut_bytes[b] : 0.0;
-  if (remats(x->r, K, s)) m += fl * ((double)x->c->cut_bytes[a] + out);
+  if (x->r->remat == GP_REMAT_AUTO)
+    m += d * ((double)x->c->cut_bytes[a] + out);
+  else if (gp_partition_remats(x->r, K, s))
+    m += fl * ((double)x->c->cut_bytes[a] + out);
   return m + fl * out;
+}
+
+/* Remat auto's choice for stage [a, b) under limit lim: the fewest dropping slots whose
+ * estimate fits (none without a limit, and none where one micro-batch at most is in flight:
+ * dropping the only one saves nothing); where none fits, or when `least`, the d of the
+ * smallest estimate. 0 for the fixed modes (drops_of gives theirs). */
+static int choose_drops(const ctx *x, const sums *z, int K, int s, int a, int b, double lim,
+                        int least) {
+  int P = (int)in_flight(x->r, K, s);
+  if (x->r->remat != GP_REMAT_AUTO || P <= 1 || (!least && lim <= 0)) return 0;
+  int best = 0;
+  double best_mem = stage_mem(x, z, K, s, a, b, 0);
+  if (!least && best_mem <= lim) return 0;
+  for (int d = 2; d <= P; d++) {
+    double m = stage_mem(x, z, K, s, a, b, d);
+    if (!least && m <= lim) return d;
+    if (m < best_mem) best = d, best_mem = m;
+  }
+  return best;
+}
+
+int gp_partition_choose_drops(const gp_unit_costs *c, const gp_partition_req *r, int s, int a,
+                              int b) {
+  ctx x = {.c = c, .r = r, .n = c->n};
+  sums z = {0};
+  for (int u = b - 1; u >= a; u--)
+    sums_add(&z, c, u);
+  return drops_of(r, r->stages, s, choose_drops(&x, &z, r->stages, s, a, b, limit_of(r, s), 0));
 }
 
 typedef enum dp_mode {
@@ -174,15 +230,17 @@ static int dp(const ctx *x, int K, dp_mode mode, double thr, int *first, double 
         sums_add(&z, x->c, a);
         /* the memory DP may try more stages than the request has speeds for */
         double floor_mem = mem_floor(x, &z, K, s);
-        double comp = mode == DP_MIN_MAX_MEM ? 0.0 : compute_time(x, &z, K, s);
         if (lim > 0 && floor_mem > lim) break;
+        /* remat auto's drops grow with the stage, so its compute time only grows too */
+        int d = choose_drops(x, &z, K, s, a, b, lim, mode == DP_MIN_MAX_MEM);
+        double comp = mode == DP_MIN_MAX_MEM ? 0.0 : compute_time(x, &z, K, s, d);
         if (mode == DP_MIN_MAX_TIME && comp >= best) break;
         if (mode == DP_MAX_MIN_TIME && comp > thr) break;
         if (mode == DP_MIN_MAX_MEM && floor_mem >= best) break;
         if (s == 0 ? a != 0 : prev[a] == none) continue;
-        double mem = stage_mem(x, &z, K, s, a, b);
+        double mem = stage_mem(x, &z, K, s, a, b, d);
         if (lim > 0 && mem > lim) continue;
-        double v = mode == DP_MIN_MAX_MEM ? mem : stage_time(x, &z, K, s, a, b);
+        double v = mode == DP_MIN_MAX_MEM ? mem : stage_time(x, &z, K, s, a, b, d);
         if (mode == DP_MAX_MIN_TIME && v > thr) continue;
         double p = s == 0 ? (maximize ? INFINITY : -INFINITY) : prev[a];
         double obj = maximize ? fmin(p, v) : fmax(p, v);
@@ -237,7 +295,8 @@ static gp_status check_req(const gp_unit_costs *c, const gp_partition_req *r) {
     return GP_ERR(GP_ERR_USAGE, "partition: unknown schedule %d", (int)r->schedule);
   if (defers_w(r) && r->remat != GP_REMAT_NEVER)
     return GP_ERR(GP_ERR_USAGE, "partition: the zero-bubble schedules re-materialize nothing");
-  if (r->remat != GP_REMAT_ALWAYS && r->remat != GP_REMAT_EXCEPT_LAST && r->remat != GP_REMAT_NEVER)
+  if (r->remat != GP_REMAT_ALWAYS && r->remat != GP_REMAT_EXCEPT_LAST &&
+      r->remat != GP_REMAT_NEVER && r->remat != GP_REMAT_AUTO)
     return GP_ERR(GP_ERR_USAGE, "partition: unknown re-materialization mode %d", (int)r->remat);
   if (!isfinite(r->bytes_per_s) || r->bytes_per_s < 0)
     return GP_ERR(GP_ERR_USAGE, "partition: the transfer bandwidth must be >= 0, got %g",
@@ -278,11 +337,14 @@ static gp_status check_first(const gp_unit_costs *c, int K, const int *first) {
 
 /* ---- evaluating a split -------------------------------------------------------------- */
 
-static gp_status makespan(gp_schedule_kind kind, gp_remat remat, int K, int M,
+static gp_status makespan(gp_schedule_kind kind, gp_remat remat, int K, int M, const int *drop,
                           const gp_stage_cost *cost, double *out, double *bubble) {
   gp_schedule sc;
   gp_sim_result res;
-  GP_TRY(gp_schedule_build(kind, remat, K, M, &sc));
+  if (remat == GP_REMAT_AUTO)
+    GP_TRY(gp_schedule_build_drops(kind, K, M, drop, &sc));
+  else
+    GP_TRY(gp_schedule_build(kind, remat, K, M, &sc));
   gp_status s = gp_schedule_simulate(&sc, cost, &res);
   gp_schedule_free(&sc);
   GP_TRY(s);
@@ -332,10 +394,10 @@ static gp_status predict(const ctx *x, const int *first, gp_partition *out) {
                         .input_bytes = M * (double)c->cut_bytes[0]};
   /* the baselines are gpipe-bench's: the whole mini-batch at once, no re-materialization */
   double mk, mk_naive, mk_one;
-  GP_TRY(makespan(r->schedule, r->remat, K, M, cost, &mk, &out->bubble));
+  GP_TRY(makespan(r->schedule, r->remat, K, M, out->drop, cost, &mk, &out->bubble));
   out->makespan = mk;
-  GP_TRY(makespan(r->schedule, GP_REMAT_NEVER, K, 1, naive, &mk_naive, NULL));
-  GP_TRY(makespan(r->schedule, GP_REMAT_NEVER, 1, 1, &one, &mk_one, NULL));
+  GP_TRY(makespan(r->schedule, GP_REMAT_NEVER, K, 1, NULL, naive, &mk_naive, NULL));
+  GP_TRY(makespan(r->schedule, GP_REMAT_NEVER, 1, 1, NULL, &one, &mk_one, NULL));
   out->speedup_naive = mk > 0 ? mk_naive / mk : 1.0;
   out->speedup_k1 = mk > 0 ? mk_one / mk : 1.0;
   return GP_OK;
@@ -356,9 +418,15 @@ gp_status gp_partition_evaluate(const gp_unit_costs *c, const gp_partition_req *
     sums z = {0};
     for (int u = b - 1; u >= a; u--)
       sums_add(&z, c, u);
+    int d = choose_drops(&x, &z, K, s, a, b, limit_of(r, s), 0);
     out->first[s] = a;
-    out->time[s] = stage_time(&x, &z, K, s, a, b);
-    out->memory[s] = stage_mem(&x, &z, K, s, a, b);
+    out->drop[s] = drops_of(r, K, s, d);
+    out->recomputed[s] = !gp_partition_remats(r, K, s)
+                             ? gp_partition_dropped_micro(r->micro, (int)in_flight(r, K, s), d)
+                         : r->remat == GP_REMAT_ALWAYS ? r->micro
+                                                       : r->micro - 1;
+    out->time[s] = stage_time(&x, &z, K, s, a, b, d);
+    out->memory[s] = stage_mem(&x, &z, K, s, a, b, d);
     lo = fmin(lo, out->time[s]);
     hi = fmax(hi, out->time[s]);
     total += out->time[s];
@@ -445,8 +513,12 @@ static gp_status memory_error(const ctx *x) {
   const char *st = K == 1 ? "" : "s";
   return GP_ERR(GP_ERR_USAGE,
                 "no split of %d units into %d stage%s fits %s (estimated weights, gradients, "
-                "optimizer state and activations); %d stage%s need%s at least %s per device; %s",
-                n, K, st, lim, K, st, K == 1 ? "s" : "", need, tail);
+                "optimizer state and activations); %d stage%s need%s at least %s per device; %s%s",
+                n, K, st, lim, K, st, K == 1 ? "s" : "", need, tail,
+                r->remat == GP_REMAT_AUTO ? " (re-materializing what it must); or a smaller "
+                                            "micro-batch (more --micro-batches or a smaller "
+                                            "--batch-size)"
+                                          : "");
 }
 
 gp_status gp_partition_solve(const gp_unit_costs *c, const gp_partition_req *r, gp_partition *out) {
@@ -470,7 +542,8 @@ gp_status gp_partition_solve(const gp_unit_costs *c, const gp_partition_req *r, 
     for (int u = c->n - 1; u >= 0; u--)
       sums_add(&z, c, u);
     double lim = limit_of(r, 0);
-    if (lim > 0 && stage_mem(&x, &z, 1, 0, 0, c->n) > lim) return memory_error(&x);
+    int d = choose_drops(&x, &z, 1, 0, 0, c->n, lim, 0);
+    if (lim > 0 && stage_mem(&x, &z, 1, 0, 0, c->n, d) > lim) return memory_error(&x);
     return gp_partition_evaluate(c, r, first, out);
   }
   int ok = dp(&x, K, DP_MIN_MAX_TIME, 0, first, &opt);

@@ -22,6 +22,9 @@ typedef struct gp_partition {
   double time[GP_MAX_DEVICES];   /* per micro-batch: (fwd + bwd + recompute) / speed + transfer */
   double memory[GP_MAX_DEVICES]; /* estimated peak bytes: weights, grads, optimizer state,
                                     activations of the micro-batches in flight, working set */
+  /* re-materialization per stage: activation slots (of gp_partition_in_flight) that drop,
+   * remat auto's choice under the memory limit; and the micro-batches of M that recompute */
+  int drop[GP_MAX_DEVICES], recomputed[GP_MAX_DEVICES];
   double max_time, spread;       /* slowest stage, slowest - fastest */
   double imbalance;              /* max / mean stage time */
   double bubble;                 /* simulated with core/schedule/schedule.h */
@@ -46,7 +49,17 @@ gp_status gp_partition_evaluate(const gp_unit_costs *c, const gp_partition_req *
  * ZB-H1 and min(M, 2K - 1) under ZB-H2 (until each one's W). */
 int gp_partition_in_flight(const gp_partition_req *r, int K, int s);
 /* Whether stage s of K re-materializes, as gp_schedule_build lists it: except_last does not
- * where at most one micro-batch is in flight (1F1B's last stage; every stage at M = 1). */
+ * where at most one micro-batch is in flight (1F1B's last stage; every stage at M = 1).
+ * 0 under auto, whose choice depends on the split (gp_partition's drop). */
 int gp_partition_remats(const gp_partition_req *r, int K, int s);
+/* Of micro-batches 0..micro-1, those that `drop` of `slots` activation slots hold (m with
+ * m % slots < drop, as gp_schedule_build_drops marks them). */
+int gp_partition_dropped_micro(int micro, int slots, int drop);
+/* Remat auto's choice for stage s = units [a, b) of r->stages under r's memory limit: the
+ * fewest of its in-flight micro-batches that drop their activations for its estimate to fit
+ * (0 without a limit or with one in flight at most; all when none fits); the fixed modes'
+ * count otherwise. */
+int gp_partition_choose_drops(const gp_unit_costs *c, const gp_partition_req *r, int s, int a,
+                              int b);
 
 #endif

@@ -134,9 +134,10 @@ gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, i
   const int zb = kind == GP_SCHED_ZB_H1 || kind == GP_SCHED_ZB_H2;
   if (kind != GP_SCHED_GPIPE && kind != GP_SCHED_1F1B && !zb)
     return GP_ERR(GP_ERR_USAGE, "schedule: unknown schedule kind %d", (int)kind);
-  if (zb && remat != GP_REMAT_NEVER)
+  if (zb && remat != GP_REMAT_NEVER && remat != GP_REMAT_AUTO)
     return GP_ERR(GP_ERR_USAGE, "schedule: the zero-bubble lists re-materialize nothing yet");
-  if (remat != GP_REMAT_ALWAYS && remat != GP_REMAT_EXCEPT_LAST && remat != GP_REMAT_NEVER)
+  if (remat != GP_REMAT_ALWAYS && remat != GP_REMAT_EXCEPT_LAST && remat != GP_REMAT_NEVER &&
+      remat != GP_REMAT_AUTO)
     return GP_ERR(GP_ERR_USAGE, "schedule: unknown re-materialization mode %d", (int)remat);
   if (stages < 1 || stages > GP_SCHED_MAX_DIM)
     return GP_ERR(GP_ERR_USAGE, "schedule: stages must be in 1..%d, got %d", GP_SCHED_MAX_DIM,
@@ -164,6 +165,31 @@ gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, i
     if (remat == GP_REMAT_EXCEPT_LAST && out->slots[s] <= 1)
       for (int a = 0; a < out->n_actions[s]; a++)
         out->actions[s][a].recompute = 0;
+  }
+  return GP_OK;
+}
+
+gp_status gp_schedule_build_drops(gp_schedule_kind kind, int stages, int micro, const int *drop,
+                                  gp_schedule *out) {
+  GP_TRY(gp_schedule_build(kind, GP_REMAT_AUTO, stages, micro, out));
+  for (int s = 0; s < stages && drop; s++) {
+    int d = drop[s], P = out->slots[s];
+    const char *why = d < 0 ? "is negative"
+                      : d > 0 && (kind == GP_SCHED_ZB_H1 || kind == GP_SCHED_ZB_H2)
+                          ? "is not 0 in a zero-bubble list"
+                      : d > P ? "is more than the slots"
+                              : NULL;
+    if (why) {
+      gp_schedule_free(out);
+      return GP_ERR(GP_ERR_USAGE, "schedule: stage %d's %d dropping slots (of %d) %s", s, d, P,
+                    why);
+    }
+    /* one micro-batch in flight at most: dropping it would rebuild the only activations held */
+    if (P <= 1) continue;
+    for (int a = 0; a < out->n_actions[s]; a++) {
+      gp_action *ac = &out->actions[s][a];
+      if (ac->kind == GP_A_FORWARD || ac->kind == GP_A_BACKWARD) ac->recompute = ac->micro % P < d;
+    }
   }
   return GP_OK;
 }

@@ -54,6 +54,13 @@ typedef struct gp_schedule {
  * in flight (1F1B's last), where it would save no memory; never = none. */
 gp_status gp_schedule_build(gp_schedule_kind kind, gp_remat remat, int stages, int micro,
                             gp_schedule *out);
+/* remat auto: the list of gp_schedule_build at remat never, in which drop[s] of stage s's
+ * slots[s] activation slots drop theirs: micro-batch m recomputes when m % slots[s] < drop[s]
+ * (the executor's slot of m is m % slots[s], so a slot either always drops or always keeps;
+ * under GPipe the first forwarded, backwarded last). None on a stage with one slot. drop NULL:
+ * none anywhere. GP_ERR_USAGE for a count outside 0..slots[s]. */
+gp_status gp_schedule_build_drops(gp_schedule_kind kind, int stages, int micro, const int *drop,
+                                  gp_schedule *out);
 void gp_schedule_free(gp_schedule *s);
 /* Interleaved 1F1B (Megatron-LM): each stage holds `chunks` (V >= 2) non-adjacent model
  * chunks, K V virtual stages in all; micro must be a multiple of stages (GP_ERR_USAGE saying

@@ -449,14 +449,14 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   static const char *const scheds[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "auto", NULL};
   _Static_assert(GP_SCHED_ZB_H2 == 3, "the schedules' names in enum order");
   const int sched_auto = (int)(sizeof scheds / sizeof scheds[0]) - 2;
-  static const char *const remats[] = {"always", "except_last", "never", NULL};
+  static const char *const remats[] = {"always", "except_last", "never", "auto", NULL};
   static const char *const nested[] = {"devices", NULL};
   gp_pipeline_spec *p = &m->pipeline;
   p->stages = 1;
   p->micro_batches = 1;
   p->replicas = 1;
   p->schedule = GP_SCHED_AUTO;
-  p->remat = GP_REMAT_EXCEPT_LAST;
+  p->remat = GP_REMAT_AUTO;
   p->renamed[0] = 0;
   p->n_devices = 1;
   snprintf(p->devices[0], sizeof p->devices[0], "cpu");
@@ -466,7 +466,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   gp_cfg *cfg;
   GP_TRY(gp_sp_cfg_of(c, sec, nested, &cfg));
   int64_t stages = 1, micro = 1, replicas = 1, bal[GP_MAX_DEVICES];
-  int sched = sched_auto, remat = 1;
+  int sched = sched_auto, remat = GP_REMAT_AUTO;
   gp_status s = gp_cfg_int(cfg, "stages", 1, 1, GP_MAX_DEVICES, &stages);
   if (s == GP_OK && stages > m->n_units)
     s = gp_cfg_error(cfg, "stages", "stages: %lld stages but the model has only %d unit%s",
@@ -492,22 +492,22 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
       s = gp_cfg_error(cfg, "checkpoint",
                        "checkpoint: is the old name of remat:, which the section gives too; keep "
                        "remat: alone");
-    if (s == GP_OK) s = gp_cfg_choice(cfg, "checkpoint", remats, 1, &remat);
+    if (s == GP_OK) s = gp_cfg_choice(cfg, "checkpoint", remats, GP_REMAT_AUTO, &remat);
     if (s == GP_OK) {
       gp_cfg_error(cfg, "checkpoint", "pipeline.checkpoint is now pipeline.remat");
       snprintf(p->renamed, sizeof p->renamed, "%s", gp_error_message());
       gp_error_clear();
     }
   } else if (s == GP_OK) {
-    s = gp_cfg_choice(cfg, "remat", remats, 1, &remat);
+    s = gp_cfg_choice(cfg, "remat", remats, GP_REMAT_AUTO, &remat);
   }
-  /* the zero-bubble lists re-materialize nothing: remat: is never there unless the file says
-   * otherwise, which is refused where it says it */
+  /* the zero-bubble lists re-materialize nothing: remat: is never there (auto included) unless
+   * the file says otherwise, which is refused where it says it */
   if (s == GP_OK && (sched == GP_SCHED_ZB_H1 || sched == GP_SCHED_ZB_H2)) {
     const char *key = gp_cfg_has(cfg, "remat")        ? "remat"
                       : gp_cfg_has(cfg, "checkpoint") ? "checkpoint"
                                                       : NULL;
-    if (key && remat != GP_REMAT_NEVER)
+    if (key && remat != GP_REMAT_NEVER && remat != GP_REMAT_AUTO)
       s = gp_cfg_error(cfg, key,
                        "%s: %s with schedule %s: the zero-bubble schedules re-materialize nothing "
                        "(use never)",

@@ -128,7 +128,14 @@ typedef enum gp_schedule_kind {
   GP_SCHED_ZB_H2,
   GP_SCHED_INTERLEAVED /* gp_schedule_build_interleaved */
 } gp_schedule_kind;
-typedef enum gp_remat { GP_REMAT_ALWAYS, GP_REMAT_EXCEPT_LAST, GP_REMAT_NEVER } gp_remat;
+/* auto: per stage, as few of its in-flight micro-batches drop their activations as make its
+ * estimated memory fit its limit (core/plan/plan.h's remat_drop); none without a limit. */
+typedef enum gp_remat {
+  GP_REMAT_ALWAYS,
+  GP_REMAT_EXCEPT_LAST,
+  GP_REMAT_NEVER,
+  GP_REMAT_AUTO
+} gp_remat;
 
 typedef struct gp_pipeline_spec {
   int stages; /* 1 = no pipelining */
@@ -136,6 +143,8 @@ typedef struct gp_pipeline_spec {
   int replicas; /* data-parallel copies of the pipeline, each on its share of the batch */
   gp_schedule_kind schedule; /* GP_SCHED_AUTO (the default): the plan picks one */
   gp_remat remat;
+  size_t
+      mem_limit; /* bytes per stage (--memory-limit; not in files): remat auto fits it; 0 = none */
   int n_devices;
   char devices[GP_MAX_DEVICES][16]; /* "cpu", "cuda:0" */
   int n_balance;                    /* 0 = automatic */

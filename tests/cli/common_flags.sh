@@ -26,7 +26,7 @@ same() {
 
 same "--schedule: unknown value 'gpipee'; did you mean 'gpipe'? (expected one of gpipe, 1f1b, zb-h1, zb-h2, auto)" \
   --schedule gpipee
-same "--remat: unknown value 'alwys'; did you mean 'always'? (expected one of always, except_last, never)" \
+same "--remat: unknown value 'alwys'; did you mean 'always'? (expected one of always, except_last, never, auto)" \
   --remat alwys
 same "--devices: expected names like cpu or cuda:0 separated by commas, got 'cpu,'" \
   --stages 2 --devices cpu,

@@ -29,7 +29,7 @@ else bad "a written plan says remat:: $(cat "$tmp/plan.yaml" "$tmp/err")"; fi
 if "$train" "$mlp" "${fast[@]}" --partition "$tmp/plan.yaml" >/dev/null 2>"$tmp/err" &&
    ! grep -q "note:" "$tmp/err"; then ok
 else bad "gpipe-train --partition with remat:: $(cat "$tmp/err")"; fi
-"$part" --help | grep -q -- "--remat always|except_last|never" && ok || bad "--help names --remat"
+"$part" --help | grep -q -- "--remat auto|always|except_last|never" && ok || bad "--help names --remat"
 "$part" "$mlp" --stages 2 --remat sometimes >/dev/null 2>"$tmp/err"
 [ $? = 2 ] && grep -q "^gpipe-partition: --remat: unknown value 'sometimes'" "$tmp/err" && ok ||
   bad "--remat sometimes: $(cat "$tmp/err")"

@@ -139,9 +139,9 @@ static void test_defaults(void) {
   CHECK(t->schedule == GP_LR_CONSTANT && t->warmup_steps == 0, "constant schedule");
   const gp_pipeline_spec *p = &m->pipeline;
   CHECK(p->stages == 1 && p->micro_batches == 1 && p->schedule == GP_SCHED_AUTO &&
-            p->remat == GP_REMAT_EXCEPT_LAST && p->n_devices == 1 &&
-            !strcmp(p->devices[0], "cpu") && p->n_balance == 0,
-        "pipeline defaults");
+            p->remat == GP_REMAT_AUTO && p->n_devices == 1 && !strcmp(p->devices[0], "cpu") &&
+            p->n_balance == 0,
+        "pipeline defaults (schedule and remat auto)");
   gp_model_free(m);
 
   /* "cuda" is cuda:0 (docs/model-format.md), stored in the form the executor knows */

@@ -115,6 +115,7 @@ typedef struct cfg {
   int64_t batch;
   int copy_all; /* hand tensors between stages by copies (gp_pipeline_opts.channels) */
   int cores;    /* shared by the stages (gp_pipeline_opts.cores); 0: one */
+  size_t mem_limit; /* per stage, what remat auto fits (gp_pipeline_spec.mem_limit); 0: none */
 } cfg;
 
 static void batch_data(const gp_model *mo, int64_t batch, int step, float *x, int32_t *y) {
@@ -134,6 +135,7 @@ static void train(const char *text, const cfg *c, run_out *o) {
   mo->pipeline.micro_batches = c->m;
   mo->pipeline.schedule = c->sched;
   mo->pipeline.remat = c->remat;
+  mo->pipeline.mem_limit = c->mem_limit;
   mo->pipeline.n_balance = 0;
   if (c->balance) {
     mo->pipeline.n_balance = c->k;
@@ -441,6 +443,45 @@ static void batchnorm_any_m(void) {
   free_out(&want);
 }
 
+/* remat auto under a memory limit that binds: stage 0 of K = 2, M = 8 recomputes some of its
+ * micro-batches but not all (the limit is found from the plan's estimates), and the training
+ * is K = 1, M = 1's within TOL_REL. */
+static void remat_auto(void) {
+  static const int bal[] = {4, 4};
+  cfg c = {2, 8, GP_SCHED_GPIPE, GP_REMAT_AUTO, bal, 8};
+  gp_model *mo;
+  if (gp_model_load_string(cnn, "equiv.yaml", NULL, 0, &mo) != GP_OK) gp_t_die("load");
+  mo->pipeline.stages = 2;
+  mo->pipeline.micro_batches = 8;
+  mo->pipeline.schedule = GP_SCHED_GPIPE;
+  mo->pipeline.remat = GP_REMAT_AUTO;
+  mo->pipeline.n_balance = 2;
+  memcpy(mo->pipeline.balance, bal, sizeof bal);
+  gp_plan plan;
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan without a limit");
+  double never = plan.mem_est[0];
+  int drop = plan.remat_drop[0];
+  for (double f = 0.99; f > 0.2 && (drop <= 0 || drop >= plan.micro); f -= 0.01) {
+    mo->pipeline.mem_limit = (size_t)(never * f);
+    drop = gp_plan_make(mo, &mo->pipeline, &plan) == GP_OK ? plan.remat_drop[0] : 0;
+  }
+  c.mem_limit = mo->pipeline.mem_limit;
+  gp_model_free(mo);
+  if (drop <= 0 || drop >= 8) {
+    failed++;
+    printf("FAIL: remat auto: no limit under %.0f bytes made stage 0 drop some of 8 (%d)\n", never,
+           drop);
+    return;
+  }
+  cfg base = {1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, NULL, 8};
+  run_out want, got;
+  train(cnn, &base, &want);
+  train(cnn, &c, &got);
+  compare("cnn remat auto", &c, &got, &want, 0);
+  free_out(&want);
+  free_out(&got);
+}
+
 /* Stages that do not share memory (each its own device) get copies of the tensors they read
  * and send gradients back by copies: the same arithmetic, so bit-identical to hand-offs in
  * place, for every schedule and re-materialization, skip tensors and batch norm included. */
@@ -648,6 +689,7 @@ int main(void) {
     zero_bubble(models[i].name, *models[i].text, models[i].balance);
   batchnorm_modes();
   batchnorm_any_m();
+  remat_auto();
   copies();
   threaded_stages();
   failure();
