@@ -116,7 +116,7 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
              "M=%d R=%d (a batch of %" PRId64 " over %d replicas leaves %" PRId64
              " samples a replica, fewer than %d micro-batches)",
              w->ms[mi], w->rs[ri], b->batch, w->rs[ri], b->batch / w->rs[ri], w->ms[mi]);
-  int asked = 0, ks_kept = 0, laid = 0;
+  int asked = 0, ks_kept = 0, laid = 0, zb_skipped = 0;
   char why[256], first_why[320] = "";
   for (int ri = 0; ri < w->nrep; ri++) {
     const int R = w->rs[ri];
@@ -153,7 +153,7 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
             int remat = zb && (!c->remat_given || w->remats[rm] == GP_REMAT_AUTO) ? GP_REMAT_NEVER
                                                                                   : w->remats[rm];
             if (zb && remat != GP_REMAT_NEVER) {
-              if (ki == 0 && mi == 0 && ri == 0)
+              if (!zb_skipped++)
                 note(b, "%s with --remat %s (the zero-bubble schedules re-materialize nothing)",
                      gp_bench_schedule_name((gp_schedule_kind)w->scheds[si]),
                      gp_bench_remat_name((gp_remat)remat));
@@ -189,6 +189,9 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
                   "nothing to run: no layout of --stages and --replicas fits "
                   "%d process%s (%s)",
                   c->dist.world, c->dist.world == 1 ? "" : "es", first_why);
+  if (!asked && zb_skipped)
+    return GP_ERR(GP_ERR_USAGE, "nothing to run: the zero-bubble schedules re-materialize "
+                                "nothing; give --remat never");
   if (!asked)
     return GP_ERR(GP_ERR_USAGE,
                   "nothing to run: every micro-batch count exceeds the batch of %" PRId64,

@@ -388,7 +388,12 @@ static gp_status do_weight(stage *st, int m) {
 }
 
 /* Deferred statistics, tied gradients summed over their copies, clipping by the global norm
- * over all stages, the update. */
+ * over all stages, the update. Synchronous under every schedule, W deferred or not: the norm's
+ * sum is a barrier, so no stage updates before every stage's last W (or backward) has added
+ * its gradients; and without clipping none is needed for the loss's NaN check, which the last
+ * stage makes at each forward: a stage's step follows its last backward, which waits for the
+ * last stage's last backward, which follows all its forwards; a failed one sends no gradient,
+ * so no stage updates. (What the barrier costs: bench/schedules.sh.) */
 static gp_status do_step(stage *st) {
   gp_pipeline *pl = st->pl;
   const gp_model *m = pl->m;

@@ -14,7 +14,7 @@ typedef enum gp_action_kind {
   GP_A_BACKWARD,  /* B: backward of `micro` (input and, unless a W follows, weight gradients),
                      preceded by its recompute when `recompute` */
   GP_A_WEIGHT,    /* W: the weight-gradient half of a backward, deferred (zero-bubble
-                     schedules; no schedule here makes one yet) */
+                     schedules) */
   GP_A_STEP,      /* S: the optimizer step, once per mini-batch, last */
   GP_A_RECOMPUTE, /* R: a backward's re-materializing forward (timed apart) */
   GP_A_TRANSFER,  /* T: handing a backward's input gradients to their producers */

@@ -115,9 +115,8 @@ typedef struct gp_train_spec {
 #define GP_OPT_MAX_SLOTS 2
 int gp_optimizer_slots(const gp_train_spec *t);
 
-/* The zero-bubble and interleaved kinds are built, checked and simulated (core/schedule/), not
- * yet run by the executor nor named in model files and flags (gp_schedule_names lists the
- * first two). */
+/* The interleaved kind is built, checked and simulated (core/schedule/), not yet run by the
+ * executor nor named in model files and flags (gp_schedule_names lists the first four). */
 typedef enum gp_schedule_kind {
   /* schedule: auto (the default): the planner picks one of the others (core/plan/choose.h);
    * only specs and requests hold it, never a plan or a list */

@@ -19,6 +19,11 @@ fast=(--data synthetic --steps 2 --batch-size 8 --threads 1 --quiet)
 [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] &&
   grep -qx "gpipe-train: --remat always: the zero-bubble schedules (zb-h1) re-materialize nothing; use --remat never" \
     "$tmp/err" && ok || bad "--schedule zb-h1 --remat always: rc $rc: $(cat "$tmp/err")"
+"$bench" "$mlp" --stages 2 --micro-batches 2 --schedule zb-h1 --remat always --quiet \
+  >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] &&
+  grep -qx "gpipe-bench: nothing to run: the zero-bubble schedules re-materialize nothing; give --remat never" \
+    "$tmp/err" && ok || bad "gpipe-bench --schedule zb-h1 --remat always: rc $rc: $(cat "$tmp/err")"
 sed 's/^pipeline:.*$/pipeline: {stages: 2, micro_batches: 2, schedule: zb-h2, remat: always}/' \
   "$mlp" >"$tmp/zb.yaml"
 line=$(grep -n '^pipeline:' "$tmp/zb.yaml" | cut -d: -f1)

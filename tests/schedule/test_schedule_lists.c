@@ -4,9 +4,9 @@
  * included); W really
  * deferred (after a later forward); their bubble at F = B = W against 1F1B's (the paper's
  * figures: H1 about a third, H2 about none; these greedy lists reach less, the thresholds say
- * what they do reach); the memory they hold (a micro-batch from its forward to its W) within
- * 1F1B's peak for H1 and twice it for H2; and the validator's and simulator's handling of W,
- * worked by hand. */
+ * what they do reach; at K = 2 both are at the floor of any list); the memory they hold (a
+ * micro-batch from its forward to its W) within 1F1B's peak for H1 and twice it for H2; and the
+ * validator's and simulator's handling of W, worked by hand. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,20 +63,26 @@ static void test_valid_everywhere(void) {
         "a zero-bubble list with re-materialization was built");
 }
 
-/* Some W(m) runs after the forward of a later micro-batch on the same stage. */
+/* Some W(m) runs after the forward of a later micro-batch on the same stage, in a valid list:
+ * both kinds, at K = 2 (the benchmark's) and 4, M = 8. */
 static void test_w_deferred(void) {
-  gp_schedule sc = build(GP_SCHED_ZB_H1, 4, 8);
-  int deferred = 0;
-  for (int s = 0; s < 4; s++) {
-    int last_f = -1;
-    for (int a = 0; a < sc.n_actions[s]; a++) {
-      const gp_action *x = &sc.actions[s][a];
-      if (x->kind == GP_A_FORWARD) last_f = x->micro;
-      if (x->kind == GP_A_WEIGHT && last_f > x->micro) deferred++;
+  for (int h = 0; h < 2; h++)
+    for (int K = 2; K <= 4; K += 2) {
+      gp_schedule sc = build(h ? GP_SCHED_ZB_H2 : GP_SCHED_ZB_H1, K, 8);
+      int deferred = 0;
+      for (int s = 0; s < K; s++) {
+        int last_f = -1;
+        for (int a = 0; a < sc.n_actions[s]; a++) {
+          const gp_action *x = &sc.actions[s][a];
+          if (x->kind == GP_A_FORWARD) last_f = x->micro;
+          if (x->kind == GP_A_WEIGHT && last_f > x->micro) deferred++;
+        }
+      }
+      CHECK(deferred > 0 && gp_schedule_validate(&sc) == GP_OK,
+            "ZB-H%d (K=%d, M=8): %d W after a later forward (want some), valid: %s", h + 1, K,
+            deferred, gp_schedule_validate(&sc) == GP_OK ? "yes" : gp_error_message());
+      gp_schedule_free(&sc);
     }
-  }
-  CHECK(deferred > 0, "no W of ZB-H1 (K=4, M=8) runs after a later forward");
-  gp_schedule_free(&sc);
 }
 
 /* Bubble and memory against 1F1B, at unit costs. */
@@ -109,6 +115,24 @@ static void test_bubble_and_memory(void) {
         rf.bubble);
   gp_sim_result_free(&rf), gp_sim_result_free(&r1);
   gp_schedule_free(&f), gp_schedule_free(&h1);
+}
+
+/* K = 2, M = 8 (issue 50's benchmark, F = B = W): ZB-H1 at most half of 1F1B's bubble, and
+ * both lists at the floor of any list, 1 / (3M + 1): the last stage waits one forward for its
+ * first input, then has 3M of work, so the step takes 3M + 1 and the two stages are busy 6M.
+ * (1F1B's is 1 / (M + 1), so no list reaches a quarter of it at K = 2.) */
+static void test_two_stages(void) {
+  const int M = 8;
+  gp_schedule f = build(GP_SCHED_1F1B, 2, M), h1 = build(GP_SCHED_ZB_H1, 2, M),
+              h2 = build(GP_SCHED_ZB_H2, 2, M);
+  gp_sim_result rf = unit_sim(&f), r1 = unit_sim(&h1), r2 = unit_sim(&h2);
+  const double floor = 1.0 / (3 * M + 1);
+  CHECK(fabs(rf.bubble - 1.0 / (M + 1)) < 1e-9 && r1.bubble <= 0.5 * rf.bubble &&
+            fabs(r1.bubble - floor) < 1e-9 && fabs(r2.bubble - floor) < 1e-9,
+        "K=2 M=8: bubble 1F1B %.4f (want %.4f), ZB-H1 %.4f, ZB-H2 %.4f (want %.4f)", rf.bubble,
+        1.0 / (M + 1), r1.bubble, r2.bubble, floor);
+  gp_sim_result_free(&rf), gp_sim_result_free(&r1), gp_sim_result_free(&r2);
+  gp_schedule_free(&f), gp_schedule_free(&h1), gp_schedule_free(&h2);
 }
 
 /* One stage, M = 2, by hand: F0 B0 F1 B1 W0 W1 S. Times: F 1, B 3 - 1 = 2, W 1: makespan 8;
@@ -214,6 +238,7 @@ int main(void) {
   test_valid_everywhere();
   test_w_deferred();
   test_bubble_and_memory();
+  test_two_stages();
   test_by_hand();
   test_interleaved();
   printf("%d passed, %d failed\n", passes, failures);

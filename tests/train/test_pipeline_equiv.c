@@ -379,6 +379,59 @@ static void zero_bubble(const char *name, const char *text, const int *const *ba
   free_out(&want);
 }
 
+/* The step stays synchronous with W deferred: a NaN loss in the second step (stage 0's
+ * outputs of micro-batch 0 made NaN, GP_TEST_NAN_STAGE) fails it before any stage updates, so
+ * every stage's weights are still the first step's, bit for bit (mlp: no clipping, so no
+ * barrier at the step: the order of the actions alone guarantees it). */
+static void zero_bubble_nan(void) {
+  for (int h = 0; h < 2; h++) {
+    gp_trainer t[2];
+    gp_model *mo[2];
+    float *w[2];
+    int64_t n[2];
+    gp_status second = GP_OK;
+    for (int i = 0; i < 2; i++) {
+      if (gp_model_load_string(mlp, "nan.yaml", NULL, 0, &mo[i]) != GP_OK) gp_t_die("load");
+      mo[i]->pipeline.stages = 3;
+      mo[i]->pipeline.micro_batches = 4;
+      mo[i]->pipeline.schedule = h ? GP_SCHED_ZB_H2 : GP_SCHED_ZB_H1;
+      mo[i]->pipeline.remat = GP_REMAT_NEVER;
+      gp_plan plan;
+      gp_pipeline_opts po = {.cores = 1};
+      if (i) setenv("GP_TEST_NAN_STAGE", "0", 1);
+      if (gp_plan_make(mo[i], &mo[i]->pipeline, &plan) != GP_OK ||
+          gp_trainer_init(&t[i], mo[i], &plan, &po, 42) != GP_OK)
+        gp_t_die("init");
+      unsetenv("GP_TEST_NAN_STAGE");
+      float x[8 * 12];
+      int32_t y[8];
+      gp_metrics mt;
+      batch_data(mo[i], 8, 0, x, y);
+      if (gp_t_step_xy(&t[i], x, y, 8, mo[i]->train.lr, &mt) != GP_OK) gp_t_die("step");
+      if (i) {
+        batch_data(mo[i], 8, 1, x, y);
+        second = gp_t_step_xy(&t[i], x, y, 8, mo[i]->train.lr, &mt);
+      }
+      w[i] = stage_params_gather(&t[i], 0, &n[i]);
+    }
+    if (second != GP_OK && strstr(gp_error_message(), "NaN") && n[0] == n[1] &&
+        memcmp(w[0], w[1], sizeof(float) * (size_t)n[0]) == 0) {
+      passed++;
+    } else {
+      failed++;
+      printf("FAIL: zb-h%d K=3 M=4: a NaN loss in step 2 (status %d: %s) left weights that are "
+             "not step 1's (rel diff %.3g)\n",
+             h + 1, (int)second, second ? gp_error_message() : "none",
+             stage_params_rel_diff(w[1], w[0], n[0]));
+    }
+    for (int i = 0; i < 2; i++) {
+      free(w[i]);
+      gp_trainer_free(&t[i]);
+      gp_model_free(mo[i]);
+    }
+  }
+}
+
 /* With batch norm the statistics are per micro-batch (as in GPipe), so compare at the same K
  * and M: every re-materialization mode gives bit-identical running statistics (and weights);
  * the two schedules sum gradients in another order (GPipe's backwards run in reverse), so
@@ -687,6 +740,7 @@ int main(void) {
   refusals();
   for (int i = 0; i < 3; i++) /* mlp, cnn, skip */
     zero_bubble(models[i].name, *models[i].text, models[i].balance);
+  zero_bubble_nan();
   batchnorm_modes();
   batchnorm_any_m();
   remat_auto();
