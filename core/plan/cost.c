@@ -456,6 +456,31 @@ done:
   return s;
 }
 
+int gp_unit_costs_unmeasured(const gp_model *m, int64_t micro_batch, int threads,
+                             const char *cache_dir) {
+  int n = m->n_units, missing = 0;
+  int *last = malloc(sizeof(int) * (size_t)(m->n_inputs + m->n_nodes));
+  uint64_t *key = malloc(sizeof *key * (size_t)(n > 0 ? n : 1));
+  if (!last || !key) {
+    free(last);
+    free(key);
+    return n;
+  }
+  last_readers(m, last);
+  for (int u = 0; u < n; u++) {
+    key[u] = unit_key(m, u, last, micro_batch, threads);
+    int same = 0;
+    for (int v = 0; v < u && !same; v++)
+      same = key[v] == key[u];
+    double f, b;
+    int64_t w;
+    if (!same && !(cache_dir && cache_read(cache_dir, key[u], &f, &b, &w))) missing++;
+  }
+  free(last);
+  free(key);
+  return missing;
+}
+
 gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_by by, int threads,
                                 const char *cache_dir, gp_unit_costs *out) {
   if (!out) return GP_ERR(GP_ERR_USAGE, "unit costs: no output given");

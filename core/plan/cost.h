@@ -43,5 +43,9 @@ void gp_node_cost(const gp_model *m, int i, gp_cost *c);
 gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_by by, int threads,
                                 const char *cache_dir, gp_unit_costs *out);
 void gp_unit_costs_free(gp_unit_costs *c);
+/* How many distinct units GP_COST_TIME would measure now (their times are not in cache_dir):
+ * 0 when a run would read them all from the cache. For a progress line before measuring. */
+int gp_unit_costs_unmeasured(const gp_model *m, int64_t micro_batch, int threads,
+                             const char *cache_dir);
 
 #endif

@@ -1,4 +1,5 @@
-/* Stage plans: a given balance, or the partitioner's exact split of estimated costs. */
+/* Stage plans: a given balance, or the partitioner's exact split of estimated or measured
+ * costs. */
 #include "core/plan/plan.h"
 
 #include "core/plan/solve.h"
@@ -17,15 +18,20 @@ void gp_plan_partition_req(const gp_model *m, const gp_pipeline_spec *ps, gp_par
                           .optim_slots = gp_optimizer_slots(&m->train)};
 }
 
-static gp_status auto_split(const gp_model *m, const gp_pipeline_spec *ps, int *first) {
+/* c: the per-unit costs to balance (gp_split_costs), NULL for the analytic FLOPs. */
+static gp_status auto_split(const gp_model *m, const gp_pipeline_spec *ps, const gp_unit_costs *c,
+                            int *first) {
   int64_t micro = (m->train.batch_size + ps->micro_batches - 1) / ps->micro_batches;
-  gp_unit_costs c;
-  GP_TRY(gp_unit_costs_compute(m, micro > 0 ? micro : 1, GP_COST_FLOPS, 1, NULL, &c));
+  gp_unit_costs own = {0};
+  if (!c) GP_TRY(gp_unit_costs_compute(m, micro > 0 ? micro : 1, GP_COST_FLOPS, 1, NULL, &own));
+  if (c && c->n != m->n_units)
+    return GP_ERR(GP_ERR_USAGE, "the split's costs are of %d units, the model has %d", c->n,
+                  m->n_units);
   gp_partition_req req;
   gp_plan_partition_req(m, ps, &req);
   gp_partition part;
-  gp_status s = gp_partition_solve(&c, &req, &part);
-  gp_unit_costs_free(&c);
+  gp_status s = gp_partition_solve(c ? c : &own, &req, &part);
+  gp_unit_costs_free(&own);
   GP_TRY(s);
   for (int i = 0; i <= ps->stages; i++)
     first[i] = part.first[i];
@@ -33,6 +39,11 @@ static gp_status auto_split(const gp_model *m, const gp_pipeline_spec *ps, int *
 }
 
 gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out) {
+  return gp_plan_make_from(m, ps, NULL, out);
+}
+
+gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps, const gp_unit_costs *c,
+                            gp_plan *out) {
   memset(out, 0, sizeof *out);
   int k = ps->stages;
   if (k < 1 || k > GP_MAX_DEVICES)
@@ -67,7 +78,7 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
       return GP_ERR(GP_ERR_USAGE, "balance sums to %d unit%s, the model has %d", u,
                     u == 1 ? "" : "s", m->n_units);
   } else {
-    GP_TRY(auto_split(m, ps, first));
+    GP_TRY(auto_split(m, ps, c, first));
   }
   first[k] = m->n_units;
   if (ps->n_devices != 1 && ps->n_devices != k)

@@ -30,6 +30,11 @@ typedef struct gp_plan {
 /* From the model's pipeline section (already overridden by flags). GP_ERR_USAGE for splits
  * that cannot be: more stages than units, a balance that does not sum to the units. */
 gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out);
+/* The same, the automatic split balancing c (gp_split_costs: measured times, say); c NULL: the
+ * analytic FLOPs, as gp_plan_make. */
+struct gp_unit_costs;
+gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps,
+                            const struct gp_unit_costs *c, gp_plan *out);
 /* The partitioner's request (core/plan/solve.h) behind gp_plan_make's automatic split: ps's
  * stages, micro-batches, schedule and re-materialization, and m's optimizer state slots; no
  * speeds, memory limits or transfer costs. */
