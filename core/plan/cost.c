@@ -294,10 +294,10 @@ typedef struct timer_ctx {
 /* Builds the unit's parameters and its outside inputs and output gradients, then times its
  * forward and backward. The layers measured are copies (own nodes and confs), so the caller's
  * model keeps its parameter pointers and its layers' state. */
-static gp_status time_unit(timer_ctx *x, int u, double *fwd, double *bwd) {
+static gp_status time_unit(timer_ctx *x, int u, int end_u, double *fwd, double *bwd) {
   gp_model *m = &x->mm;
   gp_backend *be = x->be;
-  int f = m->unit_first[u], e = m->unit_first[u + 1];
+  int f = m->unit_first[u], e = m->unit_first[end_u];
   int nt = m->n_inputs + m->n_nodes;
   gp_params pp = {0};
   gp_pass p = {0};
@@ -338,7 +338,7 @@ static gp_status time_unit(timer_ctx *x, int u, double *fwd, double *bwd) {
       if (s == GP_OK) s = fill_random(be, &ext[t], t == m->label_input, x->classes, &r);
     }
     int t = m->n_inputs + i;
-    if (s == GP_OK && x->last[t] > u && nd->layer.out_dtype == GP_F32) {
+    if (s == GP_OK && x->last[t] >= end_u && nd->layer.out_dtype == GP_F32) {
       gp_shape sh = gp_shape_batch(x->mb, &nd->layer.out_shape);
       s = gp_arena_tensor(&keep, GP_F32, &sh, &grads[t]);
       if (s == GP_OK) s = fill_random(be, &grads[t], 0, 1, &r);
@@ -441,7 +441,7 @@ static gp_status measure(const gp_model *m, int threads, const char *cache_dir, 
     /* a backend of its own: the scratch it keeps after the unit's parameters and arenas are
      * freed is what the unit's layers took (it only grows) */
     if ((s = gp_cpu_backend_create(threads, &x.be)) != GP_OK) break;
-    s = time_unit(&x, u, &c->fwd[u], &c->bwd[u]);
+    s = time_unit(&x, u, u + 1, &c->fwd[u], &c->bwd[u]);
     c->scratch[u] = (int64_t)x.be->mem_used;
     gp_backend_destroy(x.be);
     x.be = NULL;
@@ -453,6 +453,33 @@ done:
   gp_backend_destroy(x.be);
   free(x.mm.nodes);
   free(key);
+  return s;
+}
+
+gp_status gp_units_time(const gp_model *m, int first_unit, int end_unit, int64_t micro_batch,
+                        int threads, double *fwd, double *bwd) {
+  if (!m || first_unit < 0 || end_unit > m->n_units || first_unit >= end_unit)
+    return GP_ERR(GP_ERR_USAGE, "timing units: bad range [%d, %d)", first_unit, end_unit);
+  if (micro_batch < 1 || micro_batch > MAX_MICRO_BATCH || threads < 1)
+    return GP_ERR(GP_ERR_USAGE, "timing units: bad micro-batch or threads");
+  int *last = malloc(sizeof(int) * (size_t)(m->n_inputs + m->n_nodes));
+  timer_ctx x = {.orig = m, .mm = *m, .last = last, .mb = micro_batch, .classes = 1};
+  x.mm.nodes = malloc(sizeof *m->nodes * (size_t)m->n_nodes);
+  gp_status s = GP_OK;
+  if (!last || !x.mm.nodes) s = GP_ERR(GP_ERR_NOMEM, "out of host memory timing units");
+  if (s == GP_OK) {
+    last_readers(m, last);
+    memcpy(x.mm.nodes, m->nodes, sizeof *m->nodes * (size_t)m->n_nodes);
+    const gp_layer *loss = &m->nodes[m->n_nodes - 1].layer;
+    if (loss->n_in > 0 && loss->in_shape[0].ndim > 0)
+      x.classes = loss->in_shape[0].d[loss->in_shape[0].ndim - 1];
+    if (x.classes < 1) x.classes = 1;
+    s = gp_cpu_backend_create(threads, &x.be);
+  }
+  if (s == GP_OK) s = time_unit(&x, first_unit, end_unit, fwd, bwd);
+  gp_backend_destroy(x.be);
+  free(x.mm.nodes);
+  free(last);
   return s;
 }
 
