@@ -96,7 +96,8 @@ static gp_status candidates(gp_model *m, int k, int mb, int64_t micro, gp_cost_b
     for (int st = 0; st < k; st++)
       find_piece(pieces, &np, split[i][st], split[i][st + 1]);
   /* every unit alone too, timed beside the stages: whether unit times add up to a stage's */
-  for (int u = 0; u < m->n_units; u++)
+  const int detail = getenv("GP_SPLIT_CHECK_STAGES") != NULL;
+  for (int u = 0; detail && u < m->n_units; u++)
     find_piece(pieces, &np, u, u + 1);
   printf("model %s: %d units, K=%d, M=%d, micro-batch %" PRId64 ", %d thread%s a stage, "
          "%s schedule, re-materialization %s, split by %s\n",
@@ -125,7 +126,7 @@ static gp_status candidates(gp_model *m, int k, int mb, int64_t micro, gp_cost_b
       double t = p->fwd * (1 + remat) + p->bwd, u = 0;
       for (int x = split[i][st]; x < split[i][st + 1]; x++)
         u += c.by == GP_COST_TIME ? c.fwd[x] * (1 + remat) + c.bwd[x] : 0;
-      if (getenv("GP_SPLIT_CHECK_STAGES"))
+      if (detail)
         printf("  stage %d units %d..%d: whole fwd %.3f bwd %.3f ms; its units, cached: fwd %.3f "
                "bwd %.3f ms, timed now: fwd %.3f bwd %.3f ms\n",
                st, split[i][st], split[i][st + 1] - 1, p->fwd * 1e3, p->bwd * 1e3,

@@ -146,7 +146,8 @@ void tr_report_memory(run *r) {
 }
 
 /* The pipeline's line, when there is more than one stage or micro-batch; with stages but one
- * micro-batch, that they take turns and what overlaps them; how: how the split was made. */
+ * micro-batch, that they take turns and what overlaps them; then how the split was made (how: nothing for a
+ * given one). */
 void tr_note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch, const char *how) {
   if (plan->stages == 1 && plan->micro == 1) return;
   char bal[GP_PLAN_BALANCE_LEN], turns[160] = "";
@@ -159,10 +160,11 @@ void tr_note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch, const
              more);
   gp_progress_note(pg,
                    "pipeline: %d stage%s of %s unit%s, %d micro-batch%s, %s schedule, "
-                   "re-materialization %s%s%s%s",
+                   "re-materialization %s%s",
                    plan->stages, plan->stages == 1 ? "" : "s", bal, strcmp(bal, "1") ? "s" : "",
                    plan->micro, plan->micro == 1 ? "" : "es", gp_schedule_names()[plan->schedule],
-                   gp_remat_names()[plan->remat], turns, how && *how ? "; " : "", how ? how : "");
+                   gp_remat_names()[plan->remat], turns);
+  if (how && *how) gp_progress_note(pg, "split: %s", how);
 }
 
 /* The run's first lines: the model, and a sequence model's data. */

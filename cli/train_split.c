@@ -35,7 +35,7 @@ static gp_status resume_split(run *r, gp_pipeline_spec *ps, int *taken) {
   if (same) {
     ps->n_balance = n;
     memcpy(ps->balance, bal, sizeof(int) * (size_t)n);
-    snprintf(r->split_note, sizeof r->split_note, "the checkpoint's split");
+    snprintf(r->split_note, sizeof r->split_note, "the checkpoint's");
     *taken = 1;
     return GP_OK;
   }
@@ -60,7 +60,6 @@ gp_status tr_split(run *r, int threads, gp_plan *plan) {
   int taken = 0;
   if (tr_flags[F_RESUME].given) GP_TRY(resume_split(r, &ps, &taken));
   if (taken || ps.n_balance || k == 1) {
-    if (ps.n_balance && !taken) snprintf(r->split_note, sizeof r->split_note, "a given split");
     return gp_plan_make(m, &ps, plan);
   }
   const gp_cli_split f = {"gpipe-train", &tr_flags[F_BY], &tr_flags[F_CACHE],
@@ -90,6 +89,6 @@ gp_status tr_split(run *r, int threads, gp_plan *plan) {
     return GP_ERR(GP_ERR_RUNTIME, "the automatic split failed on rank 0 (its error says why)");
   ps.n_balance = k;
   memcpy(ps.balance, buf + 1, sizeof(int) * (size_t)k);
-  snprintf(r->split_note, sizeof r->split_note, "rank 0's split");
+  snprintf(r->split_note, sizeof r->split_note, "rank 0's, by --by");
   return gp_plan_make(m, &ps, plan);
 }
