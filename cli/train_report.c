@@ -146,8 +146,8 @@ void tr_report_memory(run *r) {
 }
 
 /* The pipeline's line, when there is more than one stage or micro-batch; with stages but one
- * micro-batch, that they take turns and what overlaps them; then how the split was made (how: nothing for a
- * given one). */
+ * micro-batch, that they take turns and what overlaps them; then how the split was made (how:
+ * nothing for a given one). */
 void tr_note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch, const char *how) {
   if (plan->stages == 1 && plan->micro == 1) return;
   char bal[GP_PLAN_BALANCE_LEN], turns[160] = "";

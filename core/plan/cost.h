@@ -37,8 +37,8 @@ typedef struct gp_unit_costs {
 void gp_node_cost(const gp_model *m, int i, gp_cost *c);
 
 /* Analytic costs from the layers' cost(), or (GP_COST_TIME) forward+backward time measured on
- * the CPU backend with `threads` threads: warm-up, repetitions, median. Measurements are cached
- * in cache_dir (NULL: none) keyed by (layer type and settings, input shapes, dtype, device,
+ * the CPU backend with `threads` threads: warm-up, repetitions, the fastest. Measurements are
+ * cached in cache_dir (NULL: none) keyed by (layer type and settings, input shapes, dtype, device,
  * micro-batch), so a second run is instant. */
 gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_by by, int threads,
                                 const char *cache_dir, gp_unit_costs *out);
