@@ -272,6 +272,8 @@ static gp_status setup(gp_bench_ctx *c, const char *file) {
   static const char *const kinds[] = {"synthetic", "real", NULL};
   int kind;
   GP_TRY(gp_cli_choice("--data", b->data, kinds, &kind));
+  gp_cost_by by; /* a bad --by is refused whether or not a run splits automatically */
+  GP_TRY(gp_cli_split_by(&c->split, &by));
   GP_TRY(make_sweep(c));
   GP_TRY(gp_bench_make_runs(c));
   if (b->per_stage) { /* the most cores a run gives its stages */

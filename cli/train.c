@@ -15,6 +15,7 @@
 #include "cli/args.h"
 #include "cli/train.h"
 #include "cli/common.h"
+#include "cli/split.h"
 #include "cli/ckpt_dir.h"
 #include "cli/dist_voice.h"
 #include "cli/interrupt.h"
@@ -214,6 +215,9 @@ static gp_status apply_flags(gp_model *m) {
     if (!tr_flags[F_STEPS].given) t->steps = 0;
   }
   if (tr_flags[F_SEED].given) t->seed = (uint64_t)tr_flags[F_SEED].i;
+  gp_cost_by by; /* a bad --by is refused whether or not the run splits automatically */
+  const gp_cli_split sf = {"gpipe-train", &tr_flags[F_BY], NULL, 1};
+  GP_TRY(gp_cli_split_by(&sf, &by));
   if (tr_flags[F_REPLICAS].given) m->pipeline.replicas = (int)tr_flags[F_REPLICAS].i;
   if (tr_flags[F_EVAL_EVERY].given) t->eval_every = tr_flags[F_EVAL_EVERY].i;
   if (tr_flags[F_DATA].given && strcmp(tr_flags[F_DATA].s, "synthetic") != 0)

@@ -94,4 +94,10 @@ for v in "3,x" "0,7" "" "3,,4"; do
   [ $rc != 0 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "bad gpipe.balance" "$tmp/err" ||
     fail "gpipe.balance '$v': exit $rc: $(cat "$tmp/err")"
 done
+# a bad --by: one line, exit 2, on one stage too (where nothing is split)
+"$train" "$model" --data synthetic --steps 1 --by flop >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] &&
+  grep -q "^gpipe-train: --by: unknown value 'flop'; did you mean 'flops'?" "$tmp/err" ||
+  fail "--by flop: exit $rc: $(cat "$tmp/err")"
 echo "ok"
