@@ -68,8 +68,8 @@ static gp_flag flags[] = {
                  "micro-batch counts (default: the model file's)", 0},
     [F_BATCH] = {"--batch-size", GP_FLAG_INT, "N", "mini-batch (default: the model file's)", 1,
                  .max = GP_MAX_BATCH},
-    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe,1f1b",
-                    "schedules (default: the model file's)", 0},
+    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "NAME,...",
+                    "schedules: gpipe, 1f1b, zb-h1, zb-h2, auto (default: the model file's)", 0},
     [F_REMAT] = {"--remat", GP_FLAG_STR, "MODE,...",
                  "re-materialization: always, except_last, never (default: the model file's)", 0},
     [F_REPLICAS] = {"--replicas", GP_FLAG_STR, "R,R,...",
@@ -130,7 +130,7 @@ _Static_assert(sizeof((gp_bench *)0)->skipped / sizeof((gp_bench *)0)->skipped[0
                "a note for every K and every M of the lists");
 
 const char *gp_bench_schedule_name(gp_schedule_kind s) {
-  return s == GP_SCHED_1F1B ? "1f1b" : "gpipe";
+  return s == GP_SCHED_AUTO ? "auto" : gp_schedule_names()[s];
 }
 
 const char *gp_bench_remat_name(gp_remat r) {
@@ -182,9 +182,14 @@ static gp_status make_sweep(gp_bench_ctx *c) {
   if (flags[F_STAGES].given) GP_TRY(parse_ints(F_STAGES, 1, GP_MAX_DEVICES, w->ks, &w->nk));
   if (flags[F_MICRO].given) GP_TRY(parse_ints(F_MICRO, 1, GP_MAX_MICRO_BATCHES, w->ms, &w->nm));
   if (flags[F_REPLICAS].given) GP_TRY(parse_ints(F_REPLICAS, 1, GP_MAX_PROCESSES, w->rs, &w->nrep));
-  if (flags[F_SCHEDULE].given)
-    GP_TRY(gp_cli_choices(flags[F_SCHEDULE].name, flags[F_SCHEDULE].s, gp_schedule_names(),
-                          w->scheds, 2, &w->ns));
+  if (flags[F_SCHEDULE].given) {
+    int named;
+    const char *const *names = gp_cli_schedule_choices(&named);
+    GP_TRY(gp_cli_choices(flags[F_SCHEDULE].name, flags[F_SCHEDULE].s, names, w->scheds,
+                          (int)(sizeof w->scheds / sizeof w->scheds[0]), &w->ns));
+    for (int i = 0; i < w->ns; i++)
+      if (w->scheds[i] == named) w->scheds[i] = (int)GP_SCHED_AUTO;
+  }
   if (flags[F_REMAT].given)
     GP_TRY(gp_cli_choices(flags[F_REMAT].name, flags[F_REMAT].s, gp_remat_names(), w->remats, 3,
                           &w->nr));
@@ -266,6 +271,7 @@ static gp_status setup(gp_bench_ctx *c, const char *file) {
   b->precision = c->precision == GP_PREC_BF16 ? "bf16" : "fp32";
   b->nondeterministic = flags[F_NONDET].given;
   c->stages_given = flags[F_STAGES].given;
+  c->remat_given = flags[F_REMAT].given;
   c->partition = flags[F_PARTITION].given ? flags[F_PARTITION].s : NULL;
   c->trace = flags[F_TRACE].given ? flags[F_TRACE].s : NULL;
   b->data = flags[F_DATA].given ? flags[F_DATA].s : "synthetic";

@@ -126,7 +126,7 @@ static void write_fit_notes(FILE *f, const gp_bench *b) {
     const gp_bench_run *r = &b->runs[i];
     if (!r->over_limit) continue;
     fprintf(f, "does not fit: K=%d M=%d %s %s: %s\n", r->k, r->m,
-            gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat), r->why);
+            r->sched_name, gp_bench_remat_name(r->remat), r->why);
   }
   for (int i = 0; i < b->n_runs; i++) {
     int naive = 0, one = 0;
@@ -154,7 +154,7 @@ static void write_allreduce_notes(FILE *f, const gp_bench *b) {
     fprintf(f,
             "all-reduce K=%d M=%d %s %s R=%d: %.2f ms a step for %.2f MiB, %.0f%% hidden under "
             "the backward\n",
-            r->k, r->m, gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat),
+            r->k, r->m, r->sched_name, gp_bench_remat_name(r->remat),
             r->replicas, r->allreduce_ms, (double)r->allreduce_bytes / 1048576.0,
             100 * r->allreduce_hidden);
   }
@@ -187,7 +187,7 @@ static void write_bubble_notes(FILE *f, const gp_bench *b) {
         r->bubble_measured - r->bubble_theory <= BUBBLE_NOTE_OVER)
       continue;
     fprintf(f, "bubble K=%d M=%d %s %s: %.3f against GPipe's %.3f", r->k, r->m,
-            gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat), r->bubble_measured,
+            r->sched_name, gp_bench_remat_name(r->remat), r->bubble_measured,
             r->bubble_theory);
     if (isfinite(r->bubble_sim) && isfinite(r->bubble_replay))
       fprintf(f,
@@ -225,7 +225,7 @@ static void write_ideal_notes(FILE *f, const gp_bench *b) {
     fprintf(f,
             "of ideal K=%d M=%d %s %s: %.0f%% = work x%.2f (stages busy %.2f ms a step against "
             "naive-%d's %.2f",
-            r->k, r->m, gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat),
+            r->k, r->m, r->sched_name, gp_bench_remat_name(r->remat),
             100 * share, work, wr, r->k, wn);
     /* re-materialization is work naive-K never does: say how much of the factor it is */
     if (rec > 0 && wr > rec)
@@ -252,7 +252,7 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
     snprintf(row[0], CELL, "%d", r->k);
     snprintf(row[1], CELL, "%d", r->m);
     if (any_r) snprintf(row[2], CELL, "%d", r->replicas);
-    snprintf(row[3], CELL, "%s", gp_bench_schedule_name(r->schedule));
+    snprintf(row[3], CELL, "%s", r->sched_name);
     snprintf(row[4], CELL, "%s", gp_bench_remat_name(r->remat));
     snprintf(row[5], CELL, "%s", r->balance);
     fill_measured(row, b, r);
@@ -322,7 +322,7 @@ gp_status gp_bench_write_table(FILE *f, const gp_bench *b) {
     fprintf(f,
             "steal: the hypervisor ran other work for up to %.1f%% of the time these CPUs had "
             "work (K=%d M=%d %s %s); --json and --csv give each run's\n",
-            100.0 * most->steal, most->k, most->m, gp_bench_schedule_name(most->schedule),
+            100.0 * most->steal, most->k, most->m, most->sched_name,
             gp_bench_remat_name(most->remat));
   write_fit_notes(f, b);
   write_allreduce_notes(f, b);
@@ -382,7 +382,7 @@ gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
       if (*p == ',') *p = ';';
     csv_field(f, b->model);
     fprintf(f, ",%" PRId64 ",%d,%d,%s,%s,%d,%s,%d", b->batch, r->k, r->m,
-            gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat), r->baseline, bal,
+            r->sched_name, gp_bench_remat_name(r->remat), r->baseline, bal,
             r->cores_used);
     csv_num(f, "%.3f", r->samples_per_s);
     const double vals[] = {r->speedup_naive,   r->speedup_single, r->speedup_ideal,
@@ -456,7 +456,7 @@ static void json_run(FILE *f, const gp_bench *b, const gp_bench_run *r) {
   fprintf(f,
           "  {\"stages\": %d, \"micro_batches\": %d, \"schedule\": \"%s\", "
           "\"remat\": \"%s\", \"batch_size\": %" PRId64 ", \"baseline\": %s, ",
-          r->k, r->m, gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat), b->batch,
+          r->k, r->m, r->sched_name, gp_bench_remat_name(r->remat), b->batch,
           r->baseline ? "true" : "false");
   fprintf(f, "\"balance\": ");
   gp_json_write_str(f, r->balance);

@@ -39,6 +39,7 @@ static gp_status add_run(gp_bench *b, int k, int mb, int sched, int remat, int r
   r->k = k;
   r->m = mb;
   r->schedule = (gp_schedule_kind)sched;
+  snprintf(r->sched_name, sizeof r->sched_name, "%s", gp_bench_schedule_name(r->schedule));
   r->remat = (gp_remat)remat;
   r->replicas = rep;
   r->baseline = baseline;
@@ -204,12 +205,24 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
       for (int mi = 0; mi < w->nm; mi++) {
         if ((int64_t)w->ms[mi] * R > b->batch) continue; /* noted above */
         for (int si = 0; si < w->ns; si++)
-          for (int rm = 0; rm < w->nr; rm++, asked++) {
-            int j = find_run(b, k, w->ms[mi], w->scheds[si], w->remats[rm], R);
+          for (int rm = 0; rm < w->nr; rm++) {
+            /* the zero-bubble lists re-materialize nothing: never unless --remat asks
+             * otherwise, which is said and skipped */
+            const int zb = w->scheds[si] == GP_SCHED_ZB_H1 || w->scheds[si] == GP_SCHED_ZB_H2;
+            int remat = zb && !c->remat_given ? GP_REMAT_NEVER : w->remats[rm];
+            if (zb && remat != GP_REMAT_NEVER) {
+              if (ki == 0 && mi == 0 && ri == 0)
+                note(b, "%s with --remat %s (the zero-bubble schedules re-materialize nothing)",
+                     gp_bench_schedule_name((gp_schedule_kind)w->scheds[si]),
+                     gp_bench_remat_name((gp_remat)remat));
+              continue;
+            }
+            asked++;
+            int j = find_run(b, k, w->ms[mi], w->scheds[si], remat, R);
             if (j >= 0)
               b->runs[j].baseline = 0; /* asked for after all (K = 1 as the naive reference) */
             else
-              GP_TRY(add_run(b, k, w->ms[mi], w->scheds[si], w->remats[rm], R, 0));
+              GP_TRY(add_run(b, k, w->ms[mi], w->scheds[si], remat, R, 0));
           }
       }
     }
@@ -246,7 +259,7 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
     gp_status s = run_plan(c, r, &plan);
     if (s != GP_OK)
       return gp_error_prefix(s, "K=%d M=%d %s %s: ", r->k, r->m,
-                             gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat));
+                             r->sched_name, gp_bench_remat_name(r->remat));
   }
   return GP_OK;
 }
@@ -338,6 +351,11 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
   gp_plan plan;
   GP_TRY(run_plan(c, r, &plan));
   *out = *r;
+  if (r->schedule == GP_SCHED_AUTO) { /* what auto chose (a zero-bubble choice: remat never) */
+    snprintf(out->sched_name, sizeof out->sched_name, "auto:%s",
+             gp_schedule_names()[plan.schedule]);
+    out->remat = plan.remat;
+  }
   gp_plan_balance_str(&plan, out->balance, sizeof out->balance);
   for (int s = 0; s < r->k; s++)
     memcpy(out->devices[s], plan.st[s].device, sizeof out->devices[s]);
@@ -419,7 +437,7 @@ static void progress(gp_bench_ctx *c, int done, int total, const gp_bench_run *r
   char rep_r[16] = "";
   if (r->replicas > 1) snprintf(rep_r, sizeof rep_r, " R=%d", r->replicas);
   snprintf(what, sizeof what, "run %d/%d: K=%d M=%d %s %s%s%s", done + 1, total, r->k, r->m,
-           gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat), rep_r,
+           r->sched_name, gp_bench_remat_name(r->remat), rep_r,
            r->baseline ? " (baseline)" : "");
   if (c->b.reps > 1)
     snprintf(what + strlen(what), sizeof what - strlen(what), ", repetition %d/%d", rep + 1,
@@ -471,7 +489,7 @@ static gp_status measure_run(gp_bench_ctx *c, gp_bench_run *r, int rep, int trac
   if (r->replicas > 1) snprintf(rep_r, sizeof rep_r, " R=%d", r->replicas);
   if (s != GP_OK)
     return gp_error_prefix(s, "K=%d M=%d %s %s%s: ", r->k, r->m,
-                           gp_bench_schedule_name(r->schedule), gp_bench_remat_name(r->remat),
+                           r->sched_name, gp_bench_remat_name(r->remat),
                            rep_r);
   if (rep == 0 || got.samples_per_s > r->samples_per_s) *r = got;
   return GP_OK;
@@ -521,7 +539,7 @@ static gp_status check_any_fits(const gp_bench *b) {
     snprintf(limit, sizeof limit, "--memory-limit %s per stage",
              gp_args_bytes_str((double)b->mem_limit, 2, size, sizeof size));
   return GP_ERR(GP_ERR_FULL, "no run asked for fits %s (K=%d M=%d %s %s: %s)", limit, first->k,
-                first->m, gp_bench_schedule_name(first->schedule),
+                first->m, first->sched_name,
                 gp_bench_remat_name(first->remat), first->why);
 }
 

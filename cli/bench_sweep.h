@@ -15,7 +15,7 @@
 
 /* What to sweep, after the flags, the plan and the model file's defaults. */
 typedef struct gp_bench_sweep {
-  int ks[MAX_LIST], nk, ms[MAX_LIST], nm, scheds[2], ns, remats[3], nr;
+  int ks[MAX_LIST], nk, ms[MAX_LIST], nm, scheds[8], ns, remats[3], nr;
   int rs[MAX_LIST], nrep; /* replicas */
   int n_dev;
   char devices[GP_MAX_DEVICES][16];
@@ -35,6 +35,7 @@ typedef struct gp_bench_ctx {
   gp_precision precision; /* --precision */
   /* the flags the sweep reads */
   int stages_given;      /* --stages */
+  int remat_given;       /* --remat (else the zero-bubble schedules run with never) */
   const char *partition; /* --partition's file, or NULL */
   const char *trace;     /* --trace's file, or NULL */
   gp_dist dist;          /* the processes: one, unless launched by mpirun or srun */

@@ -51,6 +51,20 @@ gp_status gp_cli_choice(const char *flag, const char *text, const char *const *n
                 near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", all);
 }
 
+const char *const *gp_cli_schedule_choices(int *n_named) {
+  static const char *all[32];
+  const char *const *names = gp_schedule_names();
+  int n = 0;
+  while (names[n] && n < 30) {
+    all[n] = names[n];
+    n++;
+  }
+  all[n] = "auto";
+  all[n + 1] = NULL;
+  *n_named = n;
+  return all;
+}
+
 gp_status gp_cli_choices(const char *flag, const char *text, const char *const *names, int *out,
                          int max, int *n) {
   *n = 0;
@@ -132,12 +146,21 @@ gp_status gp_cli_pipeline_apply(const gp_cli_pipeline *f, const gp_model *m, gp_
   }
   int v;
   if (f->schedule && f->schedule->given) {
-    GP_TRY(gp_cli_choice(f->schedule->name, f->schedule->s, gp_schedule_names(), &v));
-    ps->schedule = (gp_schedule_kind)v;
+    int named;
+    GP_TRY(gp_cli_choice(f->schedule->name, f->schedule->s, gp_cli_schedule_choices(&named), &v));
+    ps->schedule = v == named ? GP_SCHED_AUTO : (gp_schedule_kind)v;
   }
   if (f->remat && f->remat->given) {
     GP_TRY(gp_cli_choice(f->remat->name, f->remat->s, gp_remat_names(), &v));
     ps->remat = (gp_remat)v;
+  }
+  /* the zero-bubble lists re-materialize nothing: asked for, refused; else never */
+  if (ps->schedule == GP_SCHED_ZB_H1 || ps->schedule == GP_SCHED_ZB_H2) {
+    if (f->remat && f->remat->given && ps->remat != GP_REMAT_NEVER)
+      return GP_ERR(GP_ERR_USAGE,
+                    "%s %s: the zero-bubble schedules (%s) re-materialize nothing; use %s never",
+                    f->remat->name, f->remat->s, gp_schedule_names()[ps->schedule], f->remat->name);
+    ps->remat = GP_REMAT_NEVER;
   }
   if (f->balance && f->balance->given)
     GP_TRY(gp_cli_ints(f->balance->name, f->balance->s, 1, 1000000, 0, ps->balance, GP_MAX_DEVICES,

@@ -27,6 +27,9 @@ gp_status gp_cli_model_load(const gp_cli_load *l, const char *file, gp_model **o
 /* `text` as one of `names` (NULL-terminated); *out is its index. GP_ERR_USAGE otherwise:
  * "FLAG: unknown value 'x'; did you mean 'y'? (expected one of a, b, c)". */
 gp_status gp_cli_choice(const char *flag, const char *text, const char *const *names, int *out);
+/* The schedules flags name: gp_schedule_names' (*n_named of them), then "auto" (index
+ * *n_named); NULL-terminated. */
+const char *const *gp_cli_schedule_choices(int *n_named);
 /* A comma list of names, each as gp_cli_choice reads one, none twice; at most max. */
 gp_status gp_cli_choices(const char *flag, const char *text, const char *const *names, int *out,
                          int max, int *n);

@@ -15,6 +15,7 @@
 #include "cli/machine.h"
 #include "cli/partition.h"
 #include "cli/split.h"
+#include "core/plan/choose.h"
 #include "core/io/json.h"
 #include "core/backend.h"
 #include "core/decimal.h"
@@ -65,7 +66,8 @@ static gp_flag flags[] = {
               "balance estimated FLOPs (default), parameters, or measured time", 0},
     [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE[,SIZE...]",
                   "per-device memory limit: 16GiB, 512MiB, 1.5GB, bytes", 0},
-    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b", "pipeline schedule", 0},
+    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b|zb-h1|zb-h2|auto",
+                    "pipeline schedule (default auto: the fastest simulated)", 0},
     [F_REMAT] = {"--remat", GP_FLAG_STR, "always|except_last|never", "re-materialization", 0},
     [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)",
                    0},
@@ -178,6 +180,7 @@ static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_
   q->replicas = ps->replicas > 1 ? ps->replicas : 1; /* the file's; --replicas: dist setup */
   q->replica_batch = q->batch;
   q->schedule = ps->schedule;
+  q->schedule_auto = ps->schedule == GP_SCHED_AUTO;
   q->remat = ps->remat;
   int v = GP_COST_FLOPS;
   GP_TRY(choice(F_BY, gp_part_by_names, &v));
@@ -319,8 +322,19 @@ static gp_status run(const gp_model *m) {
   gp_sim_events ev = {0};
   double makespan = 0;
   gp_unit_costs tc = gp_part_time_costs(&q, &c);
-  gp_status st =
-      q.fixed ? gp_partition_evaluate(&tc, &r, q.first, &p) : gp_partition_solve(&c, &r, &p);
+  gp_status st = GP_OK;
+  if (q.schedule_auto) { /* the schedule first, on the costs the split is searched on */
+    gp_schedule_choice ch;
+    gp_partition tried;
+    st = gp_schedule_choose(q.fixed ? &tc : &c, &r, q.fixed ? q.first : NULL, &ch, &tried);
+    if (st == GP_OK) {
+      q.schedule = r.schedule = ch.kind[ch.chosen];
+      q.remat = r.remat = ch.remat[ch.chosen];
+      gp_schedule_choice_str(&ch, q.chosen, sizeof q.chosen);
+    }
+  }
+  if (st == GP_OK)
+    st = q.fixed ? gp_partition_evaluate(&tc, &r, q.first, &p) : gp_partition_solve(&c, &r, &p);
   if (st == GP_OK && !q.fixed && q.by == GP_COST_PARAMS) { /* the same split, from FLOPs */
     int first[GP_MAX_DEVICES + 1];
     memcpy(first, p.first, sizeof first);

@@ -24,7 +24,9 @@ typedef struct gp_part_request {
   int64_t batch;         /* the global mini-batch */
   int64_t replica_batch; /* the largest replica's share: ceil(batch / R) */
   int64_t micro_batch;   /* ceil(replica_batch / M) */
-  gp_schedule_kind schedule;
+  gp_schedule_kind schedule; /* GP_SCHED_AUTO until chosen */
+  int schedule_auto;         /* --schedule auto: `schedule` is the choice, `chosen` says why */
+  char chosen[320];
   gp_remat remat;
   gp_cost_by by;
   char devices[GP_MAX_DEVICES][16];

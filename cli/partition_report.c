@@ -127,6 +127,7 @@ void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_u
            tt > 0 ? 100 * p->time[s] / tt : 0.0, p->memory[s] / 1048576.0, out);
   }
   printf("\nimbalance   %.3f (slowest stage / mean stage time)\n", p->imbalance);
+  if (q->schedule_auto && q->stages > 1) printf("schedule    auto: %s\n", q->chosen);
   printf("bubble      %.1f%% of the stages' time idle (predicted, %s, M = %d)\n", 100 * p->bubble,
          gp_schedule_names()[q->schedule], q->micro);
   printf("speed-up    %.2fx over naive %d-stage model parallelism (M = 1), %.2fx over 1 stage\n",
@@ -221,14 +222,13 @@ void gp_part_print_json(const gp_model *m, const gp_part_request *q, const gp_un
   json_num(p->speedup_k1);
   printf("}");
   if (ev) {
-    static const char kind[] = {'F', 'B'};
     printf(",\n \"timeline\": [");
     for (int s = 0; s < ev->stages; s++) {
       printf(s ? ",\n   [" : "\n   [");
       for (int i = 0; i < ev->n[s]; i++) {
         const gp_sim_event *e = &ev->event[s][i];
         printf("%s{\"kind\": \"%c\", \"micro\": %d, \"recompute\": %s, \"start\": ", i ? ", " : "",
-               kind[e->kind == GP_A_BACKWARD], e->micro, e->recompute ? "true" : "false");
+               *gp_action_letter(e->kind), e->micro, e->recompute ? "true" : "false");
         json_num(e->start);
         printf(", \"end\": ");
         json_num(e->end);

@@ -20,12 +20,14 @@ gp_status gp_part_simulate(const gp_part_request *q, const gp_unit_costs *tc, co
                            gp_sim_events *ev, double *makespan) {
   gp_stage_cost cost[GP_MAX_DEVICES];
   for (int s = 0; s < p->stages; s++) {
-    double f = 0, b = 0;
+    double f = 0, b = 0, w = 0;
     for (int u = p->first[s]; u < p->first[s + 1]; u++) {
       f += tc->fwd[u];
       b += tc->bwd[u];
+      w += tc->params[u] > 0 ? 0.5 * tc->bwd[u] : 0.0; /* W's share, as the planner's */
     }
-    cost[s] = (gp_stage_cost){.fwd = f / q->speed[s], .bwd = b / q->speed[s]};
+    cost[s] =
+        (gp_stage_cost){.fwd = f / q->speed[s], .bwd = b / q->speed[s], .wgt = w / q->speed[s]};
   }
   gp_schedule sc;
   GP_TRY(gp_schedule_build(q->schedule, q->remat, p->stages, q->micro, &sc));
@@ -70,8 +72,8 @@ void gp_part_print_timeline(const gp_part_request *q, const gp_sim_events *ev, d
     row[TL_WIDTH] = 0;
     for (int i = 0; i < ev->n[s]; i++) {
       const gp_sim_event *e = &ev->event[s][i];
-      if (e->kind == GP_A_FORWARD) {
-        paint(row, scale, e->start, e->end, 'F', e->micro);
+      if (e->kind == GP_A_FORWARD || e->kind == GP_A_WEIGHT) {
+        paint(row, scale, e->start, e->end, *gp_action_letter(e->kind), e->micro);
       } else {
         if (e->rend > e->rstart) paint(row, scale, e->rstart, e->rend, 'R', e->micro);
         paint(row, scale, e->start, e->end, 'B', e->micro);
@@ -79,6 +81,9 @@ void gp_part_print_timeline(const gp_part_request *q, const gp_sim_events *ev, d
     }
     printf("%5d |%s|\n", s, row);
   }
-  printf("legend: F forward, R recompute, B backward, each followed by its micro-batch where it "
-         "fits; . idle\n");
+  printf("legend: F forward, R recompute, B backward%s, each followed by its micro-batch where it "
+         "fits; . idle\n",
+         q->schedule == GP_SCHED_ZB_H1 || q->schedule == GP_SCHED_ZB_H2
+             ? " (input gradients), W weight gradients"
+             : "");
 }

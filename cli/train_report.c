@@ -165,6 +165,7 @@ void tr_note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch, const
                    plan->micro, plan->micro == 1 ? "" : "es", gp_schedule_names()[plan->schedule],
                    gp_remat_names()[plan->remat], turns);
   if (how && *how) gp_progress_note(pg, "split: %s", how);
+  if (plan->chosen[0] && plan->stages > 1) gp_progress_note(pg, "schedule auto: %s", plan->chosen);
 }
 
 /* The run's first lines: the model, and a sequence model's data. */

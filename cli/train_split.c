@@ -59,36 +59,45 @@ gp_status tr_split(run *r, int threads, gp_plan *plan) {
   r->split_note[0] = 0;
   int taken = 0;
   if (tr_flags[F_RESUME].given) GP_TRY(resume_split(r, &ps, &taken));
-  if (taken || ps.n_balance || k == 1) {
-    return gp_plan_make(m, &ps, plan);
-  }
+  /* a split to make, or a schedule to choose (schedule: auto), weighs the costs of --by: on a
+   * given split the choice is made on the costs the run that made it had */
+  if (k == 1 || (ps.n_balance && ps.schedule != GP_SCHED_AUTO)) return gp_plan_make(m, &ps, plan);
+  char note[sizeof r->split_note] = "";
   const gp_cli_split f = {"gpipe-train", &tr_flags[F_BY], &tr_flags[F_CACHE],
                           tr_flags[F_QUIET].given || r->dist.rank != 0};
   /* each stage's share of this process's threads, as the pipeline gives them */
   const int here = tr_dist_stages_here(r, k), per = threads / here > 1 ? threads / here : 1;
-  static int buf[GP_MAX_DEVICES + 1]; /* [0]: 1 when rank 0 made the split; then the balance */
+  /* [0]: 1 when rank 0 made the plan; [1], [2]: its schedule and re-materialization; then the
+   * balance */
+  static int buf[GP_MAX_DEVICES + 3];
   memset(buf, 0, sizeof buf);
   gp_status s = GP_OK;
   if (r->dist.rank == 0) {
     gp_unit_costs c;
-    s = gp_cli_split_costs(&f, m, &ps, per, &c, r->split_note, sizeof r->split_note);
+    s = gp_cli_split_costs(&f, m, &ps, per, &c, note, sizeof note);
     if (s == GP_OK) {
       s = gp_plan_make_from(m, &ps, &c, plan);
       gp_unit_costs_free(&c);
     }
     buf[0] = s == GP_OK;
+    buf[1] = (int)plan->schedule;
+    buf[2] = (int)plan->remat;
     for (int i = 0; s == GP_OK && i < k; i++)
-      buf[1 + i] = plan->st[i].end_unit - plan->st[i].first_unit;
+      buf[3 + i] = plan->st[i].end_unit - plan->st[i].first_unit;
   }
+  if (!taken && !ps.n_balance) snprintf(r->split_note, sizeof r->split_note, "%s", note);
   if (r->dist.world == 1) return s;
-  /* every process runs rank 0's split: timings differ from process to process */
-  gp_status b = tr_dist_bcast(r, buf, sizeof(int) * (size_t)(k + 1));
+  /* every process runs rank 0's plan: timings differ from process to process */
+  gp_status b = tr_dist_bcast(r, buf, sizeof(int) * (size_t)(k + 3));
   if (s != GP_OK || r->dist.rank == 0) return s;
   GP_TRY(b);
   if (!buf[0])
     return GP_ERR(GP_ERR_RUNTIME, "the automatic split failed on rank 0 (its error says why)");
+  int given = ps.n_balance;
   ps.n_balance = k;
-  memcpy(ps.balance, buf + 1, sizeof(int) * (size_t)k);
-  snprintf(r->split_note, sizeof r->split_note, "rank 0's, by --by");
+  memcpy(ps.balance, buf + 3, sizeof(int) * (size_t)k);
+  ps.schedule = (gp_schedule_kind)buf[1];
+  ps.remat = (gp_remat)buf[2];
+  if (!given) snprintf(r->split_note, sizeof r->split_note, "rank 0's, by --by");
   return gp_plan_make(m, &ps, plan);
 }

@@ -24,6 +24,9 @@
 #             picks threads:batch[:cpus] sweeps, pT meaning --threads-per-stage T: K stages on
 #             K x T cores; GP_SCALING_SCHEDULE=gpipe,1f1b adds 1F1B; GP_CPU_PIECES=1 before
 #             the command gives whole shares, to compare with the default pieces)
+#   schedules issue 50's GPU point: gpipe-bench of resnet20-cifar and transformer-lm on cuda:0
+#             at K = 2 and 4, M = 8, remat never, for every schedule gpipe-bench names (and
+#             interleaved with V = 2): each one's measured bubble beside its simulated one
 #   mpi       issue 49's GPU side: tests/mpi/gpu.sh (GPU stages of several processes sharing
 #             cuda:0 against one process) through the MPI channel (GP_NCCL=0: staged in
 #             page-locked memory), then through NCCL with NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL
@@ -264,6 +267,35 @@ for mode in ("all", "alone"):
 PY
 }
 
+phase_schedules() {
+  local names=gpipe,1f1b,zb-h1,zb-h2 model
+  for model in resnet20-cifar transformer-lm; do
+    timeout 200 "$bin/gpipe-bench" "models/$model.yaml" --stages 2,4 --micro-batches 8 \
+      --remat never --devices cuda:0 --schedule "$names" --steps 10 --warmup 3 \
+      --json --quiet >"$logs/sched-$model.json" 2>"$logs/sched-$model.log"
+    say "schedules: $model rc=$?"
+    timeout 120 "$bin/gpipe-bench" "models/$model.yaml" --stages 2,4 --micro-batches 8 \
+      --remat never --devices cuda:0 --schedule interleaved --virtual-stages 2 --steps 10 \
+      --warmup 3 --json --quiet >"$logs/sched-$model-il.json" 2>>"$logs/sched-$model.log"
+    say "schedules: $model interleaved rc=$? $(tail -1 "$logs/sched-$model.log")"
+  done
+  python3 - "$logs" <<'PY' | tee -a "$summary"
+import glob, json, sys
+for f in sorted(glob.glob(f"{sys.argv[1]}/sched-*.json")):
+    try:
+        runs = json.load(open(f))["runs"]
+    except Exception as e:
+        print(f"schedules: {f}: {e}")
+        continue
+    for r in runs:
+        g = lambda k: "-" if r.get(k) is None else f"{r[k]:.3f}"
+        print(f"schedules: {f.split('/')[-1]} K={r['stages']} M={r['micro_batches']} "
+              f"{r.get('schedule')} V={r.get('virtual_stages', 1)}: "
+              f"{r.get('samples_per_s') or 0:.0f} samples/s, bubble measured {g('bubble_measured')} "
+              f"simulated {g('bubble_simulated')} theory {g('bubble_theory')}")
+PY
+}
+
 phase_mpi() {
   local nccl
   nccl=$(ldd "$bin/gpipe-train" | grep -o "libnccl[^ ]* => [^ ]*" | sed 's/.*=> //')
@@ -288,7 +320,7 @@ v = ctypes.c_int(); ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v)); pr
 
 for p in "$@"; do
   case "$p" in
-  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | mpi) "phase_$p" ;;
+  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | mpi) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done

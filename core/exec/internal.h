@@ -85,7 +85,8 @@ typedef struct stage_meter {
  * final as the backward goes down. */
 typedef struct stage_ar {
   int on;     /* this step's last backward is running: buckets start as layers finish */
-  int last_b; /* the index of the stage's last backward action in its schedule */
+  int last_b; /* the index of the stage's last backward action in its schedule (its last W
+                 where the list defers W: the weight gradients are final only after it) */
   int64_t lo; /* [lo, hi) final, not started; [hi, n_train) started */
   int64_t hi;
   int64_t *node_off; /* per node of the stage: its gradients' first float, -1: none */
@@ -119,6 +120,9 @@ typedef struct stage {
   gp_arena scratch;     /* forwards whose activations are dropped (re-materialization) */
   gp_mem_meter meter;
   gp_pass *pass; /* M passes */
+  /* the list defers W (zero-bubble): a backward runs the input half alone and the slot stays
+   * held until its W, which adds the weight gradients and frees it */
+  int split;
   int n_in, n_out, n_grads_expected, n_wait_in;
   int n_net; /* channels to or from other processes (their waits poll MPI) */
   stage_ar ar;

@@ -225,7 +225,10 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
   const size_t acts = (size_t)pl->sched.n_actions[st->index];
   st->ar.last_b = -1;
   for (int a = 0; a < (int)acts; a++)
-    if (pl->sched.actions[st->index][a].kind == GP_A_BACKWARD) st->ar.last_b = a;
+    st->split |= pl->sched.actions[st->index][a].kind == GP_A_WEIGHT;
+  for (int a = 0; a < (int)acts; a++)
+    if (pl->sched.actions[st->index][a].kind == (st->split ? GP_A_WEIGHT : GP_A_BACKWARD))
+      st->ar.last_b = a;
   st->rec.act_s = calloc(acts, sizeof *st->rec.act_s);
   st->rec.rec_s = calloc(acts, sizeof *st->rec.rec_s);
   if (!st->slot_arena || !st->pass || !st->box || !st->rec.act_s || !st->rec.rec_s)

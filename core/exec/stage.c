@@ -1,5 +1,6 @@
-/* A pipeline stage's actions: forward, backward (with re-materialization), the optimizer step
- * and its barrier, and the hand-offs of activations and gradients between stages. */
+/* A pipeline stage's actions: forward, backward (with re-materialization; whole, or its input
+ * half with the weight half deferred to a W action), the optimizer step and its barrier, and
+ * the hand-offs of activations and gradients between stages. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -227,14 +228,19 @@ static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int 
 
 static gp_status predict_micro(stage *st, int m);
 
-/* Runs pass p's forward (F, R) or backward (B) of micro-batch m, timed when `timed` (a
- * training step's action, not an evaluation's): its time goes to the statistics and the
- * trace. */
+/* Runs pass p's forward (F, R), backward (B: whole, or its input half when e->grad_part says
+ * so) or weight half (W) of micro-batch m, timed when `timed` (a training step's action, not an
+ * evaluation's): its time goes to the statistics and the trace. */
 static gp_status timed_pass(stage *st, gp_action_kind kind, int m, gp_pass *p, gp_exec *e,
                             int timed) {
   double t0 = now_s(), c0 = busy_s(st->pl);
   if (timed) GP_TRY(gp_pl_span_begin(st));
-  GP_TRY(kind == GP_A_BACKWARD ? gp_pass_backward(p, e) : gp_pass_forward(p, e));
+  if (kind == GP_A_WEIGHT)
+    GP_TRY(gp_pass_backward_weight(p, e));
+  else if (kind == GP_A_BACKWARD && e->grad_part == GP_GRAD_INPUT)
+    GP_TRY(gp_pass_backward_input(p, e));
+  else
+    GP_TRY(kind == GP_A_BACKWARD ? gp_pass_backward(p, e) : gp_pass_forward(p, e));
   if (!timed) return GP_OK;
   double t1 = now_s();
   return gp_pl_record(st, kind, m, t0, t1, busy_s(st->pl) - c0, 0);
@@ -281,7 +287,10 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
 /* Hands the gradients of this stage's inputs of micro-batch m to their producers through the
  * channels, then tells each producer: ev_grads[m] marks the end of every write (copies on
  * queue OUT included, which the compute queue then waits for, so the slot's memory is not
- * reused under a copy) before any is posted. Then this stage is done with the values. */
+ * reused under a copy) before any is posted. Then this stage is done with the values: where
+ * the stage's W of m is still to come (it reads them), those it reads in the producer's memory
+ * are first copied into the slot, so the producer's slot is freed as it is today (at its own
+ * W, which may come before this stage's: waiting there for this one's could deadlock). */
 static gp_status send_grads(stage *st, int m, gp_pass *p, gp_arena *keep) {
   gp_pipeline *pl = st->pl;
   gp_backend *be = st->be;
@@ -309,6 +318,12 @@ static gp_status send_grads(stage *st, int m, gp_pass *p, gp_arena *keep) {
       gp_chan_post_grad(ei->ch, m);
       st->rec.sent_bytes += (int64_t)gp_tensor_bytes(&ei->ch->slot[m].val);
     }
+    if (st->split && ei->ch->kind == GP_CHAN_SHARED && p->val[ei->t].data) {
+      gp_tensor kept, *v = &p->val[ei->t];
+      GP_TRY(gp_arena_tensor(keep, v->dtype, &v->shape, &kept));
+      GP_TRY(be->copy(be, kept.data, v->data, gp_tensor_bytes(v)));
+      *v = kept;
+    }
     gp_chan_release(ei->ch, m);
   }
   return GP_OK;
@@ -321,8 +336,10 @@ static gp_status do_backward(stage *st, int m, int recompute) {
   gp_arena *keep = &st->slot_arena[slot];
   /* The backward's temporaries and re-materialized activations go to the stage's scratch
    * arena, shared by the micro-batches: arenas keep their peak, so a slot that held them
-   * would hold a whole micro-batch's activations for good, M times over. */
-  gp_arena *work = &st->scratch;
+   * would hold a whole micro-batch's activations for good, M times over. Except where W comes
+   * later: it reads the gradients B leaves and the activations, so they stay in the slot
+   * (which then holds the output gradients too: gp_stage_cost.w_bytes). */
+  gp_arena *work = st->split ? keep : &st->scratch;
   gp_backend *be = st->be;
   if (recompute) {
     gp_exec e = exec_for(st, p, m, 1, 1, work);
@@ -345,10 +362,27 @@ static gp_status do_backward(stage *st, int m, int recompute) {
     }
   }
   gp_exec e = exec_for(st, p, m, 1, recompute, work);
+  if (st->split) e.grad_part = GP_GRAD_INPUT;
   GP_TRY(timed_pass(st, GP_A_BACKWARD, m, p, &e, 1));
   GP_TRY(send_grads(st, m, p, keep));
+  if (st->split) return GP_OK; /* the slot is W's to free */
   GP_TRY(gp_arena_reset(work));
   /* the slot's memory (this stage's outputs of m) is reused only once every reader is done */
+  GP_TRY(wait_for(st, &st->box[m].released, st->n_out, "the release", m));
+  return gp_arena_reset(keep);
+}
+
+/* W: the weight half of micro-batch m's backward, deferred by the list, then the slot freed as
+ * do_backward frees it. Its temporaries go to scratch (nothing outlives it). */
+static gp_status do_weight(stage *st, int m) {
+  gp_pipeline *pl = st->pl;
+  int slot = m % pl->sched.slots[st->index];
+  gp_pass *p = &st->pass[slot];
+  gp_arena *keep = &st->slot_arena[slot];
+  gp_exec e = exec_for(st, p, m, 1, 0, &st->scratch);
+  e.grad_part = GP_GRAD_WEIGHT; /* (the trace tells W's layers by it) */
+  GP_TRY(timed_pass(st, GP_A_WEIGHT, m, p, &e, 1));
+  GP_TRY(gp_arena_reset(&st->scratch));
   GP_TRY(wait_for(st, &st->box[m].released, st->n_out, "the release", m));
   return gp_arena_reset(keep);
 }
@@ -470,6 +504,8 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
       r = do_forward(st, ac->micro, ac->recompute, 1);
     else if (ac->kind == GP_A_BACKWARD)
       r = do_backward(st, ac->micro, ac->recompute);
+    else if (ac->kind == GP_A_WEIGHT)
+      r = do_weight(st, ac->micro);
     else {
       double t0 = now_s(), c0 = busy_s(pl);
       const double w0 = pl->coll.waited[st->index];

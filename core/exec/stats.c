@@ -11,7 +11,7 @@ static void account(stage *st, gp_action_kind k, int at, double d, double comput
   st->rec.wall_kind_s[k] += d;
   (k == GP_A_RECOMPUTE ? st->rec.rec_s : st->rec.act_s)[at] += d;
   if (k == GP_A_FORWARD) st->rec.fwd_s += compute;
-  if (k == GP_A_RECOMPUTE || k == GP_A_BACKWARD) st->rec.bwd_s += compute;
+  if (k == GP_A_RECOMPUTE || k == GP_A_BACKWARD || k == GP_A_WEIGHT) st->rec.bwd_s += compute;
 }
 
 gp_status gp_pl_record(stage *st, gp_action_kind kind, int micro, double t0, double t1, double busy,
@@ -125,8 +125,10 @@ gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double 
   for (int s = 0; s < K; s++) {
     if (ss[s].steps < 1) return GP_OK;
     const double *w = ss[s].wall_s, per = (double)ss[s].steps * M;
+    /* a list with W: bwd is B and W together, wgt W's share */
     cost[s] = (gp_stage_cost){.fwd = w[GP_A_FORWARD] / per,
-                              .bwd = (w[GP_A_BACKWARD] + w[GP_A_TRANSFER]) / per,
+                              .bwd = (w[GP_A_BACKWARD] + w[GP_A_TRANSFER] + w[GP_A_WEIGHT]) / per,
+                              .wgt = w[GP_A_WEIGHT] / per,
                               .step = w[GP_A_STEP] / (double)ss[s].steps};
   }
   gp_sim_result r;

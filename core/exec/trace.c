@@ -50,7 +50,9 @@ static int layer_room(stage *st) {
 void gp_pl_record_layer(const gp_exec *e, int node, int backward, int end) {
   stage *st = e->on_layer_ctx;
   double t = now_s();
-  gp_action_kind kind = backward ? GP_A_BACKWARD : e->recompute ? GP_A_RECOMPUTE : GP_A_FORWARD;
+  gp_action_kind kind = backward ? (e->grad_part == GP_GRAD_WEIGHT ? GP_A_WEIGHT : GP_A_BACKWARD)
+                        : e->recompute ? GP_A_RECOMPUTE
+                                       : GP_A_FORWARD;
   if (st->rec.tm) {
     /* a timer that cannot be recorded leaves the device row without this layer */
     if (!end && layer_room(st))

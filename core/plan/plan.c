@@ -2,6 +2,7 @@
  * costs. */
 #include "core/plan/plan.h"
 
+#include "core/plan/choose.h"
 #include "core/plan/solve.h"
 
 #include <stdio.h>
@@ -18,9 +19,11 @@ void gp_plan_partition_req(const gp_model *m, const gp_pipeline_spec *ps, gp_par
                           .optim_slots = gp_optimizer_slots(&m->train)};
 }
 
-/* c: the per-unit costs to balance (gp_split_costs), NULL for the analytic FLOPs. */
-static gp_status auto_split(const gp_model *m, const gp_pipeline_spec *ps, const gp_unit_costs *c,
-                            int *first) {
+/* The automatic split (given = 0), and under schedule: auto the schedule (on the given split
+ * when given = 1): first[] and out's schedule. c: the per-unit costs to weigh (gp_split_costs),
+ * NULL for the analytic FLOPs. */
+static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, const gp_unit_costs *c,
+                           int given, int *first, gp_plan *out) {
   int64_t micro = (m->train.batch_size + ps->micro_batches - 1) / ps->micro_batches;
   gp_unit_costs own = {0};
   if (!c) GP_TRY(gp_unit_costs_compute(m, micro > 0 ? micro : 1, GP_COST_FLOPS, 1, NULL, &own));
@@ -30,10 +33,22 @@ static gp_status auto_split(const gp_model *m, const gp_pipeline_spec *ps, const
   gp_partition_req req;
   gp_plan_partition_req(m, ps, &req);
   gp_partition part;
-  gp_status s = gp_partition_solve(c ? c : &own, &req, &part);
+  const gp_unit_costs *uc = c ? c : &own;
+  gp_status s;
+  if (ps->schedule == GP_SCHED_AUTO) {
+    gp_schedule_choice ch;
+    s = gp_schedule_choose(uc, &req, given ? first : NULL, &ch, &part);
+    if (s == GP_OK) {
+      out->schedule = ch.kind[ch.chosen];
+      out->remat = ch.remat[ch.chosen];
+      gp_schedule_choice_str(&ch, out->chosen, sizeof out->chosen);
+    }
+  } else {
+    s = gp_partition_solve(uc, &req, &part);
+  }
   gp_unit_costs_free(&own);
   GP_TRY(s);
-  for (int i = 0; i <= ps->stages; i++)
+  for (int i = 0; !given && i <= ps->stages; i++)
     first[i] = part.first[i];
   return GP_OK;
 }
@@ -77,8 +92,10 @@ gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps, const
     if (u != m->n_units)
       return GP_ERR(GP_ERR_USAGE, "balance sums to %d unit%s, the model has %d", u,
                     u == 1 ? "" : "s", m->n_units);
+    first[k] = m->n_units;
+    if (ps->schedule == GP_SCHED_AUTO) GP_TRY(auto_plan(m, ps, c, 1, first, out));
   } else {
-    GP_TRY(auto_split(m, ps, c, first));
+    GP_TRY(auto_plan(m, ps, c, 0, first, out));
   }
   first[k] = m->n_units;
   if (ps->n_devices != 1 && ps->n_devices != k)
@@ -146,8 +163,8 @@ size_t gp_plan_balance_str(const gp_plan *p, char *buf, size_t n) {
 }
 
 const char *const *gp_schedule_names(void) {
-  static const char *const names[] = {"gpipe", "1f1b", NULL};
-  _Static_assert(GP_SCHED_1F1B == 1, "schedule names");
+  static const char *const names[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", NULL};
+  _Static_assert(GP_SCHED_1F1B == 1 && GP_SCHED_ZB_H2 == 3, "schedule names");
   return names;
 }
 

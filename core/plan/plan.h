@@ -15,6 +15,9 @@ typedef struct gp_stage_range {
 typedef struct gp_plan {
   int stages, micro;
   gp_schedule_kind schedule;
+  /* the schedule was chosen (schedule: auto): the choice and the others', as
+   * gp_schedule_choice_str writes them; "" when the schedule was given */
+  char chosen[320];
   gp_remat remat;
   gp_stage_range st[GP_MAX_DEVICES];
   int64_t batch; /* gp_plan_read: the batch_size the file was made for; 0 where it records none */
@@ -28,7 +31,9 @@ typedef struct gp_plan {
 } gp_plan;
 
 /* From the model's pipeline section (already overridden by flags). GP_ERR_USAGE for splits
- * that cannot be: more stages than units, a balance that does not sum to the units. */
+ * that cannot be: more stages than units, a balance that does not sum to the units. Under
+ * schedule: auto the schedule with the shortest simulated step on the layers' analytic costs
+ * (core/plan/choose.h), on the given split or on each schedule's own automatic one. */
 gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out);
 /* The same, the automatic split balancing c (gp_split_costs: measured times, say); c NULL: the
  * analytic FLOPs, as gp_plan_make. */
@@ -36,8 +41,9 @@ struct gp_unit_costs;
 gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps,
                             const struct gp_unit_costs *c, gp_plan *out);
 /* The partitioner's request (core/plan/solve.h) behind gp_plan_make's automatic split: ps's
- * stages, micro-batches, schedule and re-materialization, and m's optimizer state slots; no
- * speeds, memory limits or transfer costs. */
+ * stages, micro-batches, schedule (GP_SCHED_AUTO as it is: set one before solving) and
+ * re-materialization, and m's optimizer state slots; no speeds, memory limits or transfer
+ * costs. */
 struct gp_partition_req;
 void gp_plan_partition_req(const gp_model *m, const gp_pipeline_spec *ps,
                            struct gp_partition_req *r);

@@ -351,6 +351,17 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
              (int)val[K_CHECKPOINT]->start_mark.line + 1,
              (int)val[K_CHECKPOINT]->start_mark.column + 1);
   }
+  /* the zero-bubble lists re-materialize nothing: never unless the plan says otherwise,
+   * which is refused where it says it */
+  if (out->schedule == GP_SCHED_ZB_H1 || out->schedule == GP_SCHED_ZB_H2) {
+    const yaml_node_t *said = val[K_REMAT] ? val[K_REMAT] : val[K_CHECKPOINT];
+    if (said && choice != GP_REMAT_NEVER)
+      return at(r, said, GP_ERR_USAGE,
+                "remat: %s with schedule %s: the zero-bubble schedules re-materialize nothing "
+                "(use never)",
+                gp_remat_names()[choice], gp_schedule_names()[out->schedule]);
+    choice = GP_REMAT_NEVER;
+  }
   out->remat = (gp_remat)choice;
 
   yaml_node_t *items[GP_MAX_DEVICES];

@@ -86,11 +86,12 @@ static void place(const gp_dist_req *q, gp_dist_pred *out, gp_stage_cost *cost) 
   int K = pt->stages, P = l->procs, R = l->replicas;
   out->procs = P;
   for (int s = 0; s < K; s++) {
-    double f = 0, b = 0, speed = r->speed ? r->speed[s] : 1.0;
-    for (int u = pt->first[s]; u < pt->first[s + 1]; u++)
-      f += c->fwd[u], b += c->bwd[u];
+    double f = 0, b = 0, w = 0, speed = r->speed ? r->speed[s] : 1.0;
+    for (int u = pt->first[s]; u < pt->first[s + 1]; u++) /* W: solve.c's share, half */
+      f += c->fwd[u], b += c->bwd[u], w += c->params[u] > 0 ? 0.5 * c->bwd[u] : 0.0;
     cost[s] = (gp_stage_cost){.fwd = f * q->seconds_per_cost / speed,
                               .bwd = b * q->seconds_per_cost / speed,
+                              .wgt = w * q->seconds_per_cost / speed,
                               .input_bytes = (double)c->cut_bytes[pt->first[s]]};
   }
   for (int p = 0; p < P; p++) {

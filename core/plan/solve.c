@@ -32,7 +32,17 @@ static double limit_of(const gp_partition_req *r, int s) {
 
 int gp_partition_in_flight(const gp_partition_req *r, int K, int s) {
   if (r->schedule == GP_SCHED_1F1B) return r->micro < K - s ? r->micro : K - s;
+  /* the zero-bubble lists hold a micro-batch from its forward to its W, at most K (ZB-H1) or
+   * 2K - 1 (ZB-H2) on any stage (core/schedule/zerobubble.c's caps) */
+  int zb = r->schedule == GP_SCHED_ZB_H1 ? K : r->schedule == GP_SCHED_ZB_H2 ? 2 * K - 1 : 0;
+  if (zb) return r->micro < zb ? r->micro : zb;
   return r->micro;
+}
+
+/* Whether the schedule defers W: each micro-batch in flight then also holds the gradients its
+ * B made (the output gradients W reads), until its W. */
+static int defers_w(const gp_partition_req *r) {
+  return r->schedule == GP_SCHED_ZB_H1 || r->schedule == GP_SCHED_ZB_H2;
 }
 
 static double in_flight(const gp_partition_req *r, int K, int s) {
@@ -43,15 +53,24 @@ static double in_flight(const gp_partition_req *r, int K, int s) {
  * first, so the DP and the evaluation of the split it returns get bit-identical times. */
 typedef struct sums {
   double f, b; /* balancing weight, forward and backward */
+  double w;    /* the backward's weight half (W) where a schedule splits it */
   double p;    /* trainable parameters */
   double act;  /* activation bytes kept for backward */
   double grad; /* input gradients one micro-batch's backward allocates */
   double big;  /* the working set: the largest unit's measured scratch, else its activations */
 } sums;
 
+/* W's share of a unit's backward, where a schedule splits it: half where the unit has parameters
+ * (the input and weight gradients are each a product the size of the forward's), none without
+ * (no W). The costs are not measured apart. */
+static double unit_wgt(const gp_unit_costs *c, int u) {
+  return c->params[u] > 0 ? 0.5 * c->bwd[u] : 0.0;
+}
+
 static void sums_add(sums *z, const gp_unit_costs *c, int u) {
   z->f += c->fwd[u];
   z->b += c->bwd[u];
+  z->w += unit_wgt(c, u);
   z->p += (double)c->params[u];
   z->act += (double)c->act_bytes[u];
   if (c->grad_bytes) z->grad += (double)c->grad_bytes[u];
@@ -92,6 +111,7 @@ static double stage_time(const ctx *x, const sums *z, int K, int s, int a, int b
  * resnet20-cifar K = 3, M = 4, stage 0 of 6 units, 31.7 MiB against 23.2 with `always`, under
  * GPipe and 1F1B alike). */
 static double act_and_grad(const gp_partition_req *r, int K, int s, const sums *z) {
+  if (defers_w(r)) return in_flight(r, K, s) * (z->act + z->grad);
   if (!remats(r, K, s)) return in_flight(r, K, s) * z->act + z->grad;
   return (r->remat == GP_REMAT_EXCEPT_LAST && r->micro > 1 ? 2 : 1) * z->act + z->grad;
 }
@@ -213,8 +233,10 @@ static gp_status check_req(const gp_unit_costs *c, const gp_partition_req *r) {
                   c->n == 1 ? "" : "s", r->stages, r->stages == 1 ? "" : "s", top);
   if (r->micro < 1)
     return GP_ERR(GP_ERR_USAGE, "micro-batches must be at least 1, got %d", r->micro);
-  if (r->schedule != GP_SCHED_GPIPE && r->schedule != GP_SCHED_1F1B)
+  if (r->schedule != GP_SCHED_GPIPE && r->schedule != GP_SCHED_1F1B && !defers_w(r))
     return GP_ERR(GP_ERR_USAGE, "partition: unknown schedule %d", (int)r->schedule);
+  if (defers_w(r) && r->remat != GP_REMAT_NEVER)
+    return GP_ERR(GP_ERR_USAGE, "partition: the zero-bubble schedules re-materialize nothing");
   if (r->remat != GP_REMAT_ALWAYS && r->remat != GP_REMAT_EXCEPT_LAST && r->remat != GP_REMAT_NEVER)
     return GP_ERR(GP_ERR_USAGE, "partition: unknown re-materialization mode %d", (int)r->remat);
   if (!isfinite(r->bytes_per_s) || r->bytes_per_s < 0)
@@ -293,7 +315,9 @@ static gp_status predict(const ctx *x, const int *first, gp_partition *out) {
                               .bwd = z.b / sp,
                               .send = send,
                               .act_bytes = z.act,
-                              .input_bytes = (double)c->cut_bytes[first[s]]};
+                              .input_bytes = (double)c->cut_bytes[first[s]],
+                              .wgt = z.w / sp,
+                              .w_bytes = z.grad};
     naive[s] = (gp_stage_cost){.fwd = M * cost[s].fwd,
                                .bwd = M * cost[s].bwd,
                                .send = M * cost[s].send,
@@ -303,11 +327,13 @@ static gp_status predict(const ctx *x, const int *first, gp_partition *out) {
   double sp0 = speed_of(r, 0);
   one = (gp_stage_cost){.fwd = M * all.f / sp0,
                         .bwd = M * all.b / sp0,
+                        .wgt = M * all.w / sp0,
                         .act_bytes = M * all.act,
                         .input_bytes = M * (double)c->cut_bytes[0]};
   /* the baselines are gpipe-bench's: the whole mini-batch at once, no re-materialization */
   double mk, mk_naive, mk_one;
   GP_TRY(makespan(r->schedule, r->remat, K, M, cost, &mk, &out->bubble));
+  out->makespan = mk;
   GP_TRY(makespan(r->schedule, GP_REMAT_NEVER, K, 1, naive, &mk_naive, NULL));
   GP_TRY(makespan(r->schedule, GP_REMAT_NEVER, 1, 1, &one, &mk_one, NULL));
   out->speedup_naive = mk > 0 ? mk_naive / mk : 1.0;

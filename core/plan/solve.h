@@ -25,6 +25,7 @@ typedef struct gp_partition {
   double max_time, spread;       /* slowest stage, slowest - fastest */
   double imbalance;              /* max / mean stage time */
   double bubble;                 /* simulated with core/schedule/schedule.h */
+  double makespan;               /* that simulation's step: M micro-batches through the stages */
   /* the baselines run the whole mini-batch at once (M = 1) without re-materialization */
   double speedup_naive; /* over the same split */
   double speedup_k1;    /* over one stage (the whole model at speed[0]) */
@@ -41,7 +42,8 @@ gp_status gp_partition_solve(const gp_unit_costs *c, const gp_partition_req *r, 
 gp_status gp_partition_evaluate(const gp_unit_costs *c, const gp_partition_req *r, const int *first,
                                 gp_partition *out);
 /* Micro-batches whose activations stage s of K holds at once: all M under GPipe (fill-drain),
- * min(M, K - s) under 1F1B (stage s runs K - s - 1 forwards ahead). */
+ * min(M, K - s) under 1F1B (stage s runs K - s - 1 forwards ahead), at most min(M, K) under
+ * ZB-H1 and min(M, 2K - 1) under ZB-H2 (until each one's W). */
 int gp_partition_in_flight(const gp_partition_req *r, int K, int s);
 /* Whether stage s of K re-materializes, as gp_schedule_build lists it: except_last does not
  * where at most one micro-batch is in flight (1F1B's last stage; every stage at M = 1). */

@@ -445,14 +445,17 @@ static gp_status devices(gp_sp_ctx *c, const gp_ynode *sec, int64_t stages, gp_p
 }
 
 static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
-  static const char *const scheds[] = {"gpipe", "1f1b", NULL};
+  /* gp_schedule_names' in enum order, then auto (the default) */
+  static const char *const scheds[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "auto", NULL};
+  _Static_assert(GP_SCHED_ZB_H2 == 3, "the schedules' names in enum order");
+  const int sched_auto = (int)(sizeof scheds / sizeof scheds[0]) - 2;
   static const char *const remats[] = {"always", "except_last", "never", NULL};
   static const char *const nested[] = {"devices", NULL};
   gp_pipeline_spec *p = &m->pipeline;
   p->stages = 1;
   p->micro_batches = 1;
   p->replicas = 1;
-  p->schedule = GP_SCHED_GPIPE;
+  p->schedule = GP_SCHED_AUTO;
   p->remat = GP_REMAT_EXCEPT_LAST;
   p->renamed[0] = 0;
   p->n_devices = 1;
@@ -463,7 +466,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   gp_cfg *cfg;
   GP_TRY(gp_sp_cfg_of(c, sec, nested, &cfg));
   int64_t stages = 1, micro = 1, replicas = 1, bal[GP_MAX_DEVICES];
-  int sched = 0, remat = 1;
+  int sched = sched_auto, remat = 1;
   gp_status s = gp_cfg_int(cfg, "stages", 1, 1, GP_MAX_DEVICES, &stages);
   if (s == GP_OK && stages > m->n_units)
     s = gp_cfg_error(cfg, "stages", "stages: %lld stages but the model has only %d unit%s",
@@ -481,7 +484,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
                      "(batch_size is %lld)",
                      (long long)replicas, (long long)micro, (long long)(replicas * micro),
                      (long long)m->train.batch_size);
-  if (s == GP_OK) s = gp_cfg_choice(cfg, "schedule", scheds, 0, &sched);
+  if (s == GP_OK) s = gp_cfg_choice(cfg, "schedule", scheds, sched_auto, &sched);
   /* checkpoint: is remat:'s old name, still read so that older model files load; the note
    * goes to the program (p->renamed), which tells the user */
   if (s == GP_OK && gp_cfg_has(cfg, "checkpoint")) {
@@ -497,6 +500,19 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
     }
   } else if (s == GP_OK) {
     s = gp_cfg_choice(cfg, "remat", remats, 1, &remat);
+  }
+  /* the zero-bubble lists re-materialize nothing: remat: is never there unless the file says
+   * otherwise, which is refused where it says it */
+  if (s == GP_OK && (sched == GP_SCHED_ZB_H1 || sched == GP_SCHED_ZB_H2)) {
+    const char *key = gp_cfg_has(cfg, "remat")        ? "remat"
+                      : gp_cfg_has(cfg, "checkpoint") ? "checkpoint"
+                                                      : NULL;
+    if (key && remat != GP_REMAT_NEVER)
+      s = gp_cfg_error(cfg, key,
+                       "%s: %s with schedule %s: the zero-bubble schedules re-materialize nothing "
+                       "(use never)",
+                       key, remats[remat], scheds[sched]);
+    remat = GP_REMAT_NEVER;
   }
   if (s == GP_OK && gp_cfg_has(cfg, "balance")) {
     s = gp_cfg_ints(cfg, "balance", (int)stages, NULL, 1, INT32_MAX, bal);
@@ -520,7 +536,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   p->stages = (int)stages;
   p->micro_batches = (int)micro;
   p->replicas = (int)replicas;
-  p->schedule = (gp_schedule_kind)sched;
+  p->schedule = sched == sched_auto ? GP_SCHED_AUTO : (gp_schedule_kind)sched;
   p->remat = (gp_remat)remat;
   return s;
 }

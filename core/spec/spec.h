@@ -119,6 +119,9 @@ int gp_optimizer_slots(const gp_train_spec *t);
  * yet run by the executor nor named in model files and flags (gp_schedule_names lists the
  * first two). */
 typedef enum gp_schedule_kind {
+  /* schedule: auto (the default): the planner picks one of the others (core/plan/choose.h);
+   * only specs and requests hold it, never a plan or a list */
+  GP_SCHED_AUTO = -1,
   GP_SCHED_GPIPE,
   GP_SCHED_1F1B,
   GP_SCHED_ZB_H1,
@@ -131,7 +134,7 @@ typedef struct gp_pipeline_spec {
   int stages; /* 1 = no pipelining */
   int micro_batches;
   int replicas; /* data-parallel copies of the pipeline, each on its share of the batch */
-  gp_schedule_kind schedule;
+  gp_schedule_kind schedule; /* GP_SCHED_AUTO (the default): the plan picks one */
   gp_remat remat;
   int n_devices;
   char devices[GP_MAX_DEVICES][16]; /* "cpu", "cuda:0" */

@@ -159,7 +159,7 @@ if "$part" "$tmp/tiny.yaml" --by time --threads 1 --cache-dir "$tmp/cache" --pro
 import json, sys
 p = json.load(open(sys.argv[1])); f = float(sys.argv[2]); d = p["distributed"]
 peaks = [s["memory_bytes"] - 4 * s["params"] * (2 + p["optimizer_slots"]) for s in p["partition"]]
-run = {"stages": 2, "micro_batches": 2, "schedule": "gpipe", "remat": p["remat"],
+run = {"stages": 2, "micro_batches": 2, "schedule": p["schedule"], "remat": p["remat"],
        "batch_size": 8, "balance": "1,1", "samples_per_s": 8 / (d["step_s"] * f),
        "peak_bytes": peaks, "fits": True, "baseline": False}
 print(json.dumps({"machine": {"threads": 1}, "model_file": sys.argv[3], "runs": [run]}))

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpipe-train over several processes (mpirun, every byte through TCP as between hosts) against
 # one process: the weights after 3 steps within 1e-5 of K = 1 for every layout, schedule and
-# re-materialization; stages placed by a plan file's processes:; tied copies in three processes
-# with a skip tensor crossing two process boundaries, clipping that triggers; batch norm at
+# re-materialization (zb-h1 too, alone and at R = 2); stages placed by a plan file's
+# processes:; tied copies in three processes with a skip tensor crossing two process
+# boundaries, clipping that triggers; batch norm at
 # R = 2, M = 1 against R = 1, M = 2 with its running statistics; the replicas' shares disjoint
 # and whole; the negative control: with the all-reduce off the check fails; on real data, a
 # process decodes only the images it reads. GP_TEST_STAGED=1 runs the GPU stages' paths on CPU
@@ -37,6 +38,14 @@ for sched in gpipe 1f1b; do
 done
 GP_TEST_SHARES=$tmp/shares same mlp 2 r2k1 "$mlp" "${q[@]}" --replicas 2 --micro-batches 1
 same mlp 4 r2k2 "$mlp" "${q[@]}" --replicas 2 --stages 2 --micro-batches 2 --schedule 1f1b
+# zero-bubble (W deferred): its input half's gradients cross processes, its W adds the weight
+# gradients later; at R = 2 each stage's all-reduce buckets start during its last W
+same mlp 2 k2-zb-h1 "$mlp" "${q[@]}" --stages 2 --micro-batches 2 --schedule zb-h1
+# (fc2 widened to 512: the second stage's gradients fill a bucket, whose sum must wait for
+# the W that follows the stage's last B)
+ref wide "$mlp" "${q[@]}" --micro-batches 4 --set layers.4.out_features=512
+same wide 4 r2k2-zb-h1 "$mlp" "${q[@]}" --set layers.4.out_features=512 --replicas 2 \
+  --stages 2 --micro-batches 4 --schedule zb-h1
 GP_TEST_STAGED=1 same mlp 2 staged-k2 "$mlp" "${q[@]}" --stages 2 --micro-batches 2 --remat never
 GP_TEST_STAGED=1 same mlp 4 staged-r2k2 "$mlp" "${q[@]}" --replicas 2 --stages 2 \
   --micro-batches 2 --schedule 1f1b

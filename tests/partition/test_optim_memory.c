@@ -46,6 +46,7 @@ static void one(gp_backend *be, const optim_case *oc) {
   gp_plan_partition_req(m, &m->pipeline, &req);
   req.stages = 1;
   req.micro = 1;
+  req.schedule = GP_SCHED_GPIPE; /* the model's is auto, which only gp_plan_make resolves */
   gp_partition with = {0}, without = {0};
   int first[2] = {0, m->n_units};
   gp_status s = gp_unit_costs_compute(m, 4, GP_COST_FLOPS, 1, NULL, &c);

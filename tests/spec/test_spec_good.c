@@ -138,7 +138,7 @@ static void test_defaults(void) {
         "sgd defaults");
   CHECK(t->schedule == GP_LR_CONSTANT && t->warmup_steps == 0, "constant schedule");
   const gp_pipeline_spec *p = &m->pipeline;
-  CHECK(p->stages == 1 && p->micro_batches == 1 && p->schedule == GP_SCHED_GPIPE &&
+  CHECK(p->stages == 1 && p->micro_batches == 1 && p->schedule == GP_SCHED_AUTO &&
             p->remat == GP_REMAT_EXCEPT_LAST && p->n_devices == 1 &&
             !strcmp(p->devices[0], "cpu") && p->n_balance == 0,
         "pipeline defaults");
@@ -582,7 +582,7 @@ static void test_overrides(void) {
         m->data.eval_split);
   CHECK(m->train.batch_size == 32 && m->train.lr == 1e-3, "batch_size: ~: %lld, lr: ~: %g",
         (long long)m->train.batch_size, m->train.lr);
-  CHECK(!strcmp(m->pipeline.devices[0], "cpu") && m->pipeline.schedule == GP_SCHED_GPIPE,
+  CHECK(!strcmp(m->pipeline.devices[0], "cpu") && m->pipeline.schedule == GP_SCHED_AUTO,
         "devices: ~: %s", m->pipeline.devices[0]);
   CHECK(m->n_params == 15, "bias: ~ is the default bias: %lld params", (long long)m->n_params);
   gp_model_free(m);

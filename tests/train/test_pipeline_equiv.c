@@ -1,9 +1,12 @@
-/* GPipe's promise, tested: K stages and M micro-batches change neither the losses nor the
- * weights. Three models without batch norm (an MLP, a CNN, and a model whose skip connection
- * spans two stage boundaries), all with dropout, are trained for a few steps over a grid that
- * covers every K in 1..4, every M in {1, 2, 4, 8}, both schedules and all three
- * re-materialization modes, and compared with K = 1, M = 1; so are stages that each split
- * their convolutions over several threads. With batch norm, every
+/* GPipe's promise, tested: K stages, M micro-batches, the schedule and re-materialization
+ * change neither the losses nor the weights. Five models without batch norm (an MLP, a CNN, a
+ * model whose skip connection spans two stage boundaries, one whose first units train nothing,
+ * one with tied weights), with dropout, are trained for a few steps and compared with K = 1,
+ * M = 1 over a covering design of K in 1..4, M in {1, 2, 4, 8}, every schedule and
+ * re-materialization mode, hand-offs in place or by copies, even and uneven micro-batches:
+ * every pair of levels at least once (tests/support/covering.h), not the whole product; the
+ * zero-bubble schedules are also bit for bit 1F1B's. Stages that each split their convolutions
+ * over several threads too. With batch norm, every
  * re-materialization mode and schedule gives identical running statistics. A failing stage
  * stops the others and is reported with its stage and micro-batch. */
 #include <math.h>
@@ -16,6 +19,7 @@
 #include "core/train/trainer.h"
 #include "tests/train/stage_params.h"
 #include "tests/support/check.h"
+#include "tests/support/covering.h"
 #include "tests/support/train.h"
 
 /* Summation order over micro-batches only: a few float roundings per step. */
@@ -161,7 +165,7 @@ static void train(const char *text, const cfg *c, run_out *o) {
 
 static void compare(const char *model, const cfg *c, const run_out *got, const run_out *want,
                     int exact_buffers) {
-  static const char *sn[] = {"gpipe", "1f1b"}, *rn[] = {"always", "except_last", "never"};
+  const char *const *sn = gp_schedule_names(), *const *rn = gp_remat_names();
   double dl = 0, dw = stage_params_rel_diff(got->w, want->w, want->n_w);
   for (int s = 0; s < STEPS; s++)
     dl = fmax(dl, fabs(got->loss[s] - want->loss[s]) / fabs(want->loss[s]));
@@ -175,9 +179,10 @@ static void compare(const char *model, const cfg *c, const run_out *got, const r
     return;
   }
   failed++;
-  printf("FAIL: %s K=%d M=%d batch=%lld %s remat=%s: loss rel diff %.3g, weight rel diff %.3g%s\n",
-         model, c->k, c->m, (long long)c->batch, sn[c->sched], rn[c->remat], dl, dw,
-         exact_buffers ? " (buffers must be identical)" : "");
+  printf("FAIL: %s K=%d M=%d batch=%lld %s remat=%s%s: loss rel diff %.3g, weight rel diff "
+         "%.3g%s\n",
+         model, c->k, c->m, (long long)c->batch, sn[c->sched], rn[c->remat],
+         c->copy_all ? " copies" : "", dl, dw, exact_buffers ? " (buffers must be identical)" : "");
 }
 
 static void free_out(run_out *o) {
@@ -185,36 +190,191 @@ static void free_out(run_out *o) {
   free(o->buf);
 }
 
-/* Every K in 1..4 x every M in {1,2,4,8}, cycling schedules and modes so that every
- * (schedule, mode) pair occurs; plus an uneven split (batch 10 into 4 micro-batches). */
-static void grid(const char *name, const char *text, const int *const *balances) {
+/* Weights tied across the model: a's and c's weights are one parameter, whose copies sit on
+ * different stages at K >= 2 (their gradients summed, one update). */
+static const char *tied = "name: tied\n"
+                          "inputs: {x: [12], label: {shape: [], dtype: i32}}\n"
+                          "layers:\n"
+                          "  - {type: linear, out_features: 12, name: a}\n"
+                          "  - {type: tanh}\n"
+                          "  - {type: linear, out_features: 12, name: b}\n"
+                          "  - {type: gelu}\n"
+                          "  - {type: linear, out_features: 12, name: c}\n"
+                          "  - {type: linear, out_features: 5}\n"
+                          "loss: {type: softmax_cross_entropy}\n"
+                          "tied: {g: {params: [a.weight, c.weight]}}\n"
+                          "train: {clip_grad_norm: 1.0, optimizer: {type: adamw, lr: 0.01, eps: 1e-9}}\n";
+
+/* The models of the covering design, with their balances per K (NULL: automatic). */
+static const int b1[] = {8}, b2[] = {4, 4}, b3[] = {2, 2, 4}, b4[] = {2, 2, 2, 2};
+static const int p1[] = {6}, p2[] = {1, 5}, p3[] = {1, 1, 4}, p4[] = {1, 1, 1, 3};
+static const struct {
+  const char *name, **text;
+  const int *balance[4];
+} models[] = {{"mlp", &mlp, {0}},
+              {"cnn", &cnn, {0}},
+              {"skip", &skip, {b1, b2, b3, b4}}, /* 'a' crosses two stage boundaries */
+              {"prefix", &prefix, {p1, p2, p3, p4}},
+              {"tied", &tied, {0}}};
+#define N_MODELS ((int)(sizeof models / sizeof models[0]))
+
+/* The factors: model, K in 1..4, M in {1, 2, 4, 8}, every schedule and re-materialization mode
+ * the names list, hand-offs in place or by copies, and a batch of 8 or 10 (10 splits unevenly
+ * into 4 and 8 micro-batches). */
+enum { F_MODEL, F_K, F_M, F_SCHED, F_REMAT, F_COPY, F_BATCH, F_N };
+static const int ms[] = {1, 2, 4, 8};
+
+static int n_names(const char *const *names) {
+  int n = 0;
+  while (names[n])
+    n++;
+  return n;
+}
+
+static cfg row_cfg(const int *row) {
+  int k = row[F_K] + 1;
+  cfg c = {k,
+           ms[row[F_M]],
+           (gp_schedule_kind)row[F_SCHED],
+           (gp_remat)row[F_REMAT],
+           models[row[F_MODEL]].balance[k - 1],
+           row[F_BATCH] ? 10 : 8,
+           row[F_COPY]};
+  return c;
+}
+
+/* A row runs when its schedule can be built for it (the builders refuse what a schedule cannot
+ * do: those are checked to be refused, below). */
+static int row_allowed(const int *row, void *ctx) {
+  (void)ctx;
+  cfg c = row_cfg(row);
+  gp_schedule sc;
+  if (gp_schedule_build(c.sched, c.remat, c.k, c.m, &sc) != GP_OK) return 0;
+  gp_schedule_free(&sc);
+  return 1;
+}
+
+static double row_cost(const int *row, void *ctx) {
+  (void)ctx;
+  return (row[F_K] + 1) * ms[row[F_M]];
+}
+
+/* GPipe's promise over the covering design: each row's losses and weights within TOL_REL of
+ * K = 1, M = 1 on the same model and batch. Every pair of levels of two factors that a
+ * runnable row holds is in some row; a pair no schedule can run is refused in one line. */
+static void covering_grid(void) {
+  gp_cover_spec sp = {.factors = F_N,
+                      .levels = {N_MODELS, 4, 4, n_names(gp_schedule_names()),
+                                 n_names(gp_remat_names()), 2, 2},
+                      .allowed = row_allowed,
+                      .cost = row_cost};
+  int *rows, n, pairs, missing;
+  if (gp_cover_pairs(&sp, &rows, &n, &pairs, &missing) != 0) gp_t_die("covering design");
+  run_out want[N_MODELS][2];
+  int have[N_MODELS][2] = {{0}};
+  for (int r = 0; r < n; r++) {
+    const int *row = rows + r * F_N;
+    cfg c = row_cfg(row);
+    int mi = row[F_MODEL], bi = row[F_BATCH];
+    if (!have[mi][bi]) {
+      cfg ref = {1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, NULL, c.batch, 0};
+      train(*models[mi].text, &ref, &want[mi][bi]);
+      have[mi][bi] = 1;
+    }
+    run_out got;
+    train(*models[mi].text, &c, &got);
+    compare(models[mi].name, &c, &got, &want[mi][bi], 0);
+    free_out(&got);
+  }
+  for (int mi = 0; mi < N_MODELS; mi++)
+    for (int bi = 0; bi < 2; bi++)
+      if (have[mi][bi]) free_out(&want[mi][bi]);
+  printf("covering design: %d runs cover %d pairs of levels (%d pairs no runnable row holds)\n",
+         n, pairs, missing);
+  free(rows);
+}
+
+/* What a schedule cannot run (its builder refuses K, M and the mode) is refused in one line
+ * when the pipeline is made, before any step. */
+static void refusals(void) {
+  int seen = 0;
+  for (int si = 0; gp_schedule_names()[si]; si++)
+    for (int ri = 0; gp_remat_names()[ri]; ri++)
+      for (int k = 1; k <= 4; k++)
+        for (int mi = 0; mi < 4; mi++) {
+          gp_schedule sc;
+          gp_error_clear();
+          if (gp_schedule_build((gp_schedule_kind)si, (gp_remat)ri, k, ms[mi], &sc) == GP_OK) {
+            gp_schedule_free(&sc);
+            continue;
+          }
+          seen++;
+          gp_model *mo;
+          if (gp_model_load_string(mlp, "equiv.yaml", NULL, 0, &mo) != GP_OK) gp_t_die("load");
+          mo->pipeline.stages = k;
+          mo->pipeline.micro_batches = ms[mi];
+          mo->pipeline.schedule = (gp_schedule_kind)si;
+          mo->pipeline.remat = (gp_remat)ri;
+          gp_plan plan;
+          gp_trainer t;
+          gp_pipeline_opts po = {.cores = 1};
+          gp_status st = gp_plan_make(mo, &mo->pipeline, &plan);
+          if (st == GP_OK) {
+            st = gp_trainer_init(&t, mo, &plan, &po, 42);
+            if (st == GP_OK) gp_trainer_free(&t);
+          }
+          const char *msg = gp_error_message();
+          if (st != GP_OK && msg[0] && !strchr(msg, '\n')) {
+            passed++;
+          } else {
+            failed++;
+            printf("FAIL: %s remat=%s K=%d M=%d: the builder refuses it, the pipeline %s\n",
+                   gp_schedule_names()[si], gp_remat_names()[ri], k, ms[mi],
+                   st == GP_OK ? "was made" : "failed without one line");
+          }
+          gp_model_free(mo);
+        }
+  printf("refused combinations: %d\n", seen);
+}
+
+/* The zero-bubble schedules (the backward split into B and a deferred W): over the same models,
+ * every K in 1..4 and every M in {1, 2, 4, 8} at least once per schedule (a Latin square of K and
+ * M: cheap enough for the sanitizer builds), within TOL_REL of K = 1, M = 1; and bit for bit
+ * 1F1B's at the same K and M, since W adds each micro-batch's weight gradients in 1F1B's order
+ * and B then W gives the whole backward's bytes. */
+static void zero_bubble(const char *name, const char *text, const int *const *balances) {
+  static const int km[2][4][2] = {{{1, 2}, {2, 8}, {3, 4}, {4, 1}},
+                                  {{1, 4}, {2, 1}, {3, 8}, {4, 2}}};
   cfg base = {1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, NULL, 8};
   run_out want;
   train(text, &base, &want);
-  static const int ms[] = {1, 2, 4, 8};
-  int i = 0;
-  for (int k = 1; k <= 4; k++)
-    for (int mi = 0; mi < 4; mi++, i++) {
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < 4; i++) {
+      int k = km[h][i][0];
       cfg c = {k,
-               ms[mi],
-               (gp_schedule_kind)(i % 2),
-               (gp_remat)(i % 3),
+               km[h][i][1],
+               h ? GP_SCHED_ZB_H2 : GP_SCHED_ZB_H1,
+               GP_REMAT_NEVER,
                balances ? balances[k - 1] : NULL,
                8};
-      run_out got;
+      cfg f = c;
+      f.sched = GP_SCHED_1F1B;
+      run_out got, ref;
       train(text, &c, &got);
+      train(text, &f, &ref);
       compare(name, &c, &got, &want, 0);
+      if (got.n_w == ref.n_w && memcmp(got.loss, ref.loss, sizeof ref.loss) == 0 &&
+          memcmp(got.w, ref.w, sizeof(float) * (size_t)ref.n_w) == 0) {
+        passed++;
+      } else {
+        failed++;
+        printf("FAIL: %s K=%d M=%d zb-h%d: not bit for bit 1f1b's (weight rel diff %.3g)\n", name,
+               c.k, c.m, h + 1, stage_params_rel_diff(got.w, ref.w, ref.n_w));
+      }
       free_out(&got);
+      free_out(&ref);
     }
   free_out(&want);
-  cfg b10 = {1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, NULL, 10};
-  cfg u = {3, 4, GP_SCHED_1F1B, GP_REMAT_EXCEPT_LAST, balances ? balances[2] : NULL, 10};
-  run_out w10, g10;
-  train(text, &b10, &w10);
-  train(text, &u, &g10);
-  compare(name, &u, &g10, &w10, 0);
-  free_out(&w10);
-  free_out(&g10);
 }
 
 /* With batch norm the statistics are per micro-batch (as in GPipe), so compare at the same K
@@ -285,14 +445,19 @@ static void batchnorm_any_m(void) {
  * and send gradients back by copies: the same arithmetic, so bit-identical to hand-offs in
  * place, for every schedule and re-materialization, skip tensors and batch norm included. */
 static void copies(void) {
-  static const int b4[] = {2, 2, 2, 2};
   struct {
     const char *name, *text;
     const int *balance;
   } ms[] = {{"cnn", cnn, NULL}, {"skip", skip, b4}, {"batchnorm", bn, NULL}};
   for (int i = 0; i < 3; i++)
-    for (int v = 0; v < 6; v++) {
-      cfg c = {4, 4, (gp_schedule_kind)(v % 2), (gp_remat)(v % 3), ms[i].balance, 10, 0};
+    for (int v = 0; v < 8; v++) { /* 6, 7: the zero-bubble schedules */
+      cfg c = {4,
+               4,
+               v < 6 ? (gp_schedule_kind)(v % 2) : (gp_schedule_kind)(v - 4),
+               v < 6 ? (gp_remat)(v % 3) : GP_REMAT_NEVER,
+               ms[i].balance,
+               10,
+               0};
       run_out want, got;
       train(ms[i].text, &c, &want);
       c.copy_all = 1;
@@ -477,14 +642,10 @@ static void stuck_stage(void) {
 }
 
 int main(void) {
-  static const int b1[] = {8}, b2[] = {4, 4}, b3[] = {2, 2, 4}, b4[] = {2, 2, 2, 2};
-  static const int *const skip_bal[] = {b1, b2, b3, b4};
-  grid("mlp", mlp, NULL);
-  grid("cnn", cnn, NULL);
-  grid("skip", skip, skip_bal);
-  static const int p1[] = {6}, p2[] = {1, 5}, p3[] = {1, 1, 4}, p4[] = {1, 1, 1, 3};
-  static const int *const prefix_bal[] = {p1, p2, p3, p4};
-  grid("prefix", prefix, prefix_bal);
+  covering_grid();
+  refusals();
+  for (int i = 0; i < 3; i++) /* mlp, cnn, skip */
+    zero_bubble(models[i].name, *models[i].text, models[i].balance);
   batchnorm_modes();
   batchnorm_any_m();
   copies();
