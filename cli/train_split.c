@@ -25,9 +25,9 @@ static void balance_str(const int *b, int k, char *buf, size_t n) {
  * bit for bit the run it continues. *taken: 1 when ps now holds the recorded balance. */
 static gp_status resume_split(run *r, gp_pipeline_spec *ps, int *taken) {
   static int bal[GP_MAX_DEVICES];
-  int n = 0;
+  int n = 0, sched = -1, remat = -1;
   *taken = 0;
-  GP_TRY(gp_ckpt_balance(tr_flags[F_CKPT_DIR].s, bal, GP_MAX_DEVICES, &n));
+  GP_TRY(gp_ckpt_balance(tr_flags[F_CKPT_DIR].s, bal, GP_MAX_DEVICES, &n, &sched, &remat));
   if (n == 0) return GP_OK; /* written before the split was recorded: split afresh */
   int same = n == ps->stages;
   for (int s = 0; same && ps->n_balance && s < n; s++)
@@ -37,6 +37,11 @@ static gp_status resume_split(run *r, gp_pipeline_spec *ps, int *taken) {
     memcpy(ps->balance, bal, sizeof(int) * (size_t)n);
     snprintf(r->split_note, sizeof r->split_note, "the checkpoint's");
     *taken = 1;
+    /* schedule auto chose on the costs of then: the choice is the checkpoint's too */
+    if (ps->schedule == GP_SCHED_AUTO && sched >= 0 && remat >= 0) {
+      ps->schedule = (gp_schedule_kind)sched;
+      ps->remat = (gp_remat)remat;
+    }
     return GP_OK;
   }
   if (r->dist.rank == 0 && !tr_flags[F_QUIET].given) {

@@ -366,6 +366,9 @@ gp_status gp_ckpt_commit(gp_trainer *t, const char *dir, const gp_ckpt_pos *pos,
   char bal[GP_PLAN_BALANCE_LEN];
   gp_plan_balance_str(&t->plan, bal, sizeof bal);
   if (s == GP_OK) s = gp_shard_index_meta_set(&ix, "gpipe.balance", bal);
+  if (s == GP_OK && t->plan.schedule >= 0) /* a plan's schedule is chosen: never auto */
+    s = gp_shard_index_meta_set(&ix, "gpipe.schedule", gp_schedule_names()[t->plan.schedule]);
+  if (s == GP_OK) s = gp_shard_index_meta_set(&ix, "gpipe.remat", gp_remat_names()[t->plan.remat]);
   if (s == GP_OK && !ckpt_file(dir, CKPT_INDEX, path, sizeof path))
     s = GP_ERR(GP_ERR_IO, "%s: path too long", dir);
   if (s == GP_OK) s = gp_shard_index_write(&ix, path); /* the commit */
@@ -463,6 +466,9 @@ static gp_status save_single(gp_trainer *t, const char *dir, const gp_ckpt_pos *
   char bal[GP_PLAN_BALANCE_LEN]; /* the split, which --resume keeps (gp_ckpt_balance) */
   gp_plan_balance_str(&t->plan, bal, sizeof bal);
   if (s == GP_OK) s = gp_st_meta_set(w, "gpipe.balance", bal);
+  if (s == GP_OK && t->plan.schedule >= 0) /* a plan's schedule is chosen: never auto */
+    s = gp_st_meta_set(w, "gpipe.schedule", gp_schedule_names()[t->plan.schedule]);
+  if (s == GP_OK) s = gp_st_meta_set(w, "gpipe.remat", gp_remat_names()[t->plan.remat]);
   /* replaces a committed index too (gp_shards_write removes it and its shards after) */
   if (s == GP_OK) s = gp_shards_write(w, path, INT64_MAX);
   if (s == GP_OK) gp_ckpt_remove_stale(dir);
@@ -721,8 +727,17 @@ gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos
   return GP_OK;
 }
 
-gp_status gp_ckpt_balance(const char *dir, int *balance, int max, int *n) {
+/* The index of v in names (NULL-terminated), or -1. */
+static int name_index(const char *const *names, const char *v) {
+  for (int i = 0; v && names[i]; i++)
+    if (strcmp(names[i], v) == 0) return i;
+  return -1;
+}
+
+gp_status gp_ckpt_balance(const char *dir, int *balance, int max, int *n, int *schedule,
+                          int *remat) {
   *n = 0;
+  *schedule = *remat = -1;
   char path[PATH_MAX];
   if (!ckpt_file(dir, CKPT_FILE, path, sizeof path))
     return GP_ERR(GP_ERR_IO, "%s: path too long", dir);
@@ -741,6 +756,11 @@ gp_status gp_ckpt_balance(const char *dir, int *balance, int max, int *n) {
       balance[(*n)++] = (int)u;
     p = *end == ',' ? end + 1 : NULL;
   }
+  const char *sv = gp_shards_meta(f, "gpipe.schedule"), *rv = gp_shards_meta(f, "gpipe.remat");
+  if (s == GP_OK && sv && (*schedule = name_index(gp_schedule_names(), sv)) < 0)
+    s = GP_ERR(GP_ERR_DATA, "%s: bad gpipe.schedule '%.100s'", gp_shards_path(f), sv);
+  if (s == GP_OK && rv && (*remat = name_index(gp_remat_names(), rv)) < 0)
+    s = GP_ERR(GP_ERR_DATA, "%s: bad gpipe.remat '%.100s'", gp_shards_path(f), rv);
   if (s != GP_OK) *n = 0;
   gp_shards_free(f);
   return s;

@@ -53,6 +53,8 @@ grep -q "timing" "$tmp/half.out" && fail "the second run timed units again: $(ca
 meta "$tmp/ck/checkpoint.safetensors" >"$tmp/meta"
 grep -qx "gpipe.balance=$b1" "$tmp/meta" ||
   fail "the checkpoint does not record the split $b1: $(cat "$tmp/meta")"
+grep -qx "gpipe.schedule=gpipe" "$tmp/meta" && grep -qx "gpipe.remat=except_last" "$tmp/meta" ||
+  fail "the checkpoint does not record the schedule: $(cat "$tmp/meta")"
 
 # the cache now says fc1 is slow: a fresh run splits around it
 for f in "$tmp"/cache/unit-*.txt; do
@@ -86,13 +88,15 @@ grep -q "the checkpoint was trained on 2 stages of $b1 units; this run has anoth
   fail "another K is not said: $(cat "$tmp/k3.err")"
 
 # a damaged record: one line
-for v in "3,x" "0,7" "" "3,,4"; do
+for kv in "gpipe.balance=3,x" "gpipe.balance=0,7" "gpipe.balance=" "gpipe.balance=3,,4" \
+          "gpipe.schedule=gpipe2" "gpipe.remat=sometimes"; do
+  k=${kv%%=*} v=${kv#*=}
   rm -rf "$tmp/bad"; mkdir "$tmp/bad"
-  set_meta "$tmp/ck/checkpoint.safetensors" "$tmp/bad/checkpoint.safetensors" gpipe.balance "$v"
+  set_meta "$tmp/ck/checkpoint.safetensors" "$tmp/bad/checkpoint.safetensors" "$k" "$v"
   "$train" "$model" "${common[@]}" --steps 9 --checkpoint-dir "$tmp/bad" --resume >/dev/null 2>"$tmp/err"
   rc=$?
-  [ $rc != 0 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "bad gpipe.balance" "$tmp/err" ||
-    fail "gpipe.balance '$v': exit $rc: $(cat "$tmp/err")"
+  [ $rc != 0 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -q "bad $k '$v'" "$tmp/err" ||
+    fail "$k '$v': exit $rc: $(cat "$tmp/err")"
 done
 # a bad --by: one line, exit 2, on one stage too (where nothing is split)
 "$train" "$model" --data synthetic --steps 1 --by flop >/dev/null 2>"$tmp/err"
