@@ -72,6 +72,17 @@ b2=$(split_of "$tmp/fresh.out")
 grep -qx "split: the checkpoint's" "$tmp/res.out" || fail "the pipeline line does not say the split is the checkpoint's"
 cmp "$tmp/full.safetensors" "$tmp/resumed.safetensors" || fail "resumed weights differ from one run"
 
+# schedule auto: a resumed run runs the checkpoint's schedule and re-materialization, not a
+# choice made on today's costs (here: a record edited to gpipe, always, which auto never picks)
+mkdir "$tmp/auto"
+set_meta "$tmp/ck/checkpoint.safetensors" "$tmp/auto/a.safetensors" gpipe.schedule gpipe
+set_meta "$tmp/auto/a.safetensors" "$tmp/auto/checkpoint.safetensors" gpipe.remat always
+rm "$tmp/auto/a.safetensors"
+"$train" "$model" "${common[@]}" --schedule auto --steps 9 --checkpoint-dir "$tmp/auto" --resume \
+  >"$tmp/auto.out" 2>&1 || fail "resuming under schedule auto: $(cat "$tmp/auto.out")"
+grep -q "^pipeline: 2 stages of $b1 units, 4 micro-batches, gpipe schedule, re-materialization always$" "$tmp/auto.out" ||
+  fail "schedule auto on --resume: $(grep '^pipeline: 2' "$tmp/auto.out")"
+
 # a checkpoint written before the record: the split is made afresh
 mkdir "$tmp/old"
 set_meta "$tmp/ck/checkpoint.safetensors" "$tmp/old/checkpoint.safetensors" gpipe.balance
