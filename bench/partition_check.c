@@ -3,19 +3,153 @@
  * with that split, and prints each stage's predicted and measured compute time per step.
  *   bench-partition-check MODEL.yaml --stages K [--micro-batches M] [--batch-size B]
  *                         [--steps N] [--by time|flops] [--cache-dir DIR]
- * Measured = time inside the stage's forwards and backwards (waiting excluded), per step. */
+ * Measured = time inside the stage's forwards and backwards (waiting excluded), per step.
+ * With --candidates: the automatic split as gpipe-train makes it (--by, the model file's
+ * schedule and re-materialization) against the splits around it (each boundary moved by one
+ * unit either way), every stage timed alone as one piece with a stage's threads (--rounds
+ * times, alternating, the fastest kept); prints each split's slowest stage and the ratio of the
+ * automatic split's to the best (issue 50: within 1.05). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/args.h"
 #include "cli/machine.h"
 #include "core/rng.h"
 #include "core/spec/spec.h"
+#include "core/plan/plan.h"
 #include "core/plan/solve.h"
+#include "core/plan/split.h"
 #include "core/train/trainer.h"
 #include "tests/support/train.h"
+
+/* a stage's units, timed whole: the fastest of the rounds */
+typedef struct piece {
+  int first, end;
+  double fwd, bwd;
+} piece;
+
+static int find_piece(piece *p, int *n, int first, int end) {
+  for (int i = 0; i < *n; i++)
+    if (p[i].first == first && p[i].end == end) return i;
+  p[*n] = (piece){first, end, INFINITY, INFINITY};
+  return (*n)++;
+}
+
+static double unit_sum(const gp_unit_costs *c, int first, int end, int bwd) {
+  double t = 0;
+  for (int u = first; u < end; u++)
+    t += bwd ? c->bwd[u] : c->fwd[u];
+  return t;
+}
+
+/* the units' own pieces, timed in this run */
+static double fresh_sum(piece *p, int *n, int first, int end, int bwd) {
+  double t = 0;
+  for (int u = first; u < end; u++) {
+    const piece *q = &p[find_piece(p, n, u, u + 1)];
+    t += bwd ? q->bwd : q->fwd;
+  }
+  return t;
+}
+
+/* The automatic split against its neighbours, each stage timed whole. */
+static gp_status candidates(gp_model *m, int k, int mb, int64_t micro, gp_cost_by by,
+                            const char *cache, int rounds) {
+  gp_pipeline_spec ps = m->pipeline;
+  ps.stages = k;
+  ps.micro_batches = mb;
+  ps.n_balance = 0;
+  ps.n_devices = 1; /* the CPU: the timer's backend */
+  snprintf(ps.devices[0], sizeof ps.devices[0], "cpu");
+  ps.replicas = 1;
+  const int threads = gp_cpu_cores() / k > 1 ? gp_cpu_cores() / k : 1;
+  gp_split_opts o = {.by = by, .threads = threads, .cache_dir = cache};
+  gp_unit_costs c;
+  GP_TRY(gp_split_costs(m, &ps, &o, &c));
+  gp_plan plan;
+  gp_status s = gp_plan_make_from(m, &ps, &c, &plan);
+  if (s != GP_OK) {
+    gp_unit_costs_free(&c);
+    return s;
+  }
+  /* the splits: the automatic one, then each boundary moved by one unit either way */
+  enum { MAXS = 2 * 64 + 1 };
+  static int split[MAXS][65];
+  static piece pieces[MAXS * 64 + 1024];
+  int ns = 0, np = 0;
+  for (int i = 0; i < k; i++)
+    split[0][i] = plan.st[i].first_unit;
+  split[0][k] = m->n_units;
+  ns = 1;
+  for (int b = 1; b < k; b++)
+    for (int d = -1; d <= 1; d += 2) {
+      memcpy(split[ns], split[0], sizeof split[0]);
+      split[ns][b] += d;
+      if (split[ns][b] > split[ns][b - 1] && split[ns][b] < split[ns][b + 1]) ns++;
+    }
+  gp_partition_req req;
+  gp_plan_partition_req(m, &ps, &req);
+  for (int i = 0; i < ns; i++)
+    for (int st = 0; st < k; st++)
+      find_piece(pieces, &np, split[i][st], split[i][st + 1]);
+  /* every unit alone too, timed beside the stages: whether unit times add up to a stage's */
+  const int detail = getenv("GP_SPLIT_CHECK_STAGES") != NULL;
+  for (int u = 0; detail && u < m->n_units; u++)
+    find_piece(pieces, &np, u, u + 1);
+  printf("model %s: %d units, K=%d, M=%d, micro-batch %" PRId64 ", %d thread%s a stage, "
+         "%s schedule, re-materialization %s, split by %s\n",
+         m->name, m->n_units, k, mb, micro, threads, threads == 1 ? "" : "s",
+         gp_schedule_names()[ps.schedule], gp_remat_names()[ps.remat],
+         c.by == GP_COST_TIME    ? "measured time"
+         : c.by == GP_COST_FLOPS ? "FLOPs"
+                                 : "parameters");
+  fflush(stdout);
+  /* rounds alternate over every stage, so a busy moment of the machine spreads over them all */
+  for (int r = 0; r < rounds; r++)
+    for (int i = 0; i < np && s == GP_OK; i++) {
+      double f, bw;
+      s = gp_units_time(m, pieces[i].first, pieces[i].end, micro, threads, &f, &bw);
+      if (s == GP_OK && f + bw < pieces[i].fwd + pieces[i].bwd)
+        pieces[i].fwd = f, pieces[i].bwd = bw;
+    }
+  double best = INFINITY, mine = 0;
+  printf("%-10s %-28s %14s %14s\n", "split", "balance", "slowest ms", "sum-of-units");
+  for (int i = 0; i < ns && s == GP_OK; i++) {
+    double slow = 0, pred = 0;
+    char bal[256] = "";
+    for (int st = 0; st < k; st++) {
+      const piece *p = &pieces[find_piece(pieces, &np, split[i][st], split[i][st + 1])];
+      int remat = gp_partition_remats(&req, k, st);
+      double t = p->fwd * (1 + remat) + p->bwd, u = 0;
+      for (int x = split[i][st]; x < split[i][st + 1]; x++)
+        u += c.by == GP_COST_TIME ? c.fwd[x] * (1 + remat) + c.bwd[x] : 0;
+      if (detail)
+        printf("  stage %d units %d..%d: whole fwd %.3f bwd %.3f ms; its units, cached: fwd %.3f "
+               "bwd %.3f ms, timed now: fwd %.3f bwd %.3f ms\n",
+               st, split[i][st], split[i][st + 1] - 1, p->fwd * 1e3, p->bwd * 1e3,
+               unit_sum(&c, split[i][st], split[i][st + 1], 0) * 1e3,
+               unit_sum(&c, split[i][st], split[i][st + 1], 1) * 1e3,
+               fresh_sum(pieces, &np, split[i][st], split[i][st + 1], 0) * 1e3,
+               fresh_sum(pieces, &np, split[i][st], split[i][st + 1], 1) * 1e3);
+      slow = fmax(slow, t);
+      pred = fmax(pred, u);
+      size_t l = strlen(bal);
+      snprintf(bal + l, sizeof bal - l, st ? ",%d" : "%d", split[i][st + 1] - split[i][st]);
+    }
+    if (i == 0) mine = slow;
+    best = fmin(best, slow);
+    printf("%-10s %-28s %14.3f %14.3f\n", i == 0 ? "automatic" : "neighbour", bal, slow * 1e3,
+           pred * 1e3);
+  }
+  if (s == GP_OK)
+    printf("ratio %.3f (the automatic split's slowest stage / the best of these; target <= 1.05)\n",
+           mine / best);
+  gp_unit_costs_free(&c);
+  return s;
+}
 
 int main(int argc, char **argv) {
   gp_flag flags[] = {
@@ -25,6 +159,8 @@ int main(int argc, char **argv) {
       {"--steps", GP_FLAG_INT, "N", "measured steps (default 4)", 1},
       {"--by", GP_FLAG_STR, "time|flops", "cost basis (default time)", 0},
       {"--cache-dir", GP_FLAG_STR, "DIR", "measurement cache (default: none)", 0},
+      {"--candidates", GP_FLAG_BOOL, NULL, "the automatic split against its neighbours", 0},
+      {"--rounds", GP_FLAG_INT, "R", "--candidates: times each stage is timed (default 2)", 1},
       {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
       {NULL},
   };
@@ -50,7 +186,20 @@ int main(int argc, char **argv) {
   int64_t b = 0, micro = 0;
   if (s == GP_OK) {
     b = flags[2].given ? flags[2].i : m->train.batch_size;
+    m->train.batch_size = b;
     micro = (b + mb - 1) / mb;
+  }
+  if (s == GP_OK && (k < 1 || k > 64 || k > m->n_units))
+    s = GP_ERR(GP_ERR_USAGE, "--stages: 1..64, at most the units");
+  if (s == GP_OK && flags[6].given) {
+    s = candidates(m, k, mb, micro, by, flags[5].given ? flags[5].s : NULL,
+                   flags[7].given ? (int)flags[7].i : 2);
+    gp_model_free(m);
+    gp_args_free(flags);
+    if (s != GP_OK) fprintf(stderr, "bench-partition-check: %s\n", gp_error_message());
+    return s == GP_OK ? 0 : gp_status_exit_code(s);
+  }
+  if (s == GP_OK) {
     /* one core per stage when K <= cores; the time model assumes what the executor gives */
     int threads = gp_cpu_cores() / k > 1 ? gp_cpu_cores() / k : 1;
     s = gp_unit_costs_compute(m, micro, by, threads, flags[5].given ? flags[5].s : NULL, &c);

@@ -39,6 +39,8 @@ enum {
   F_WARMUP,
   F_DEVICES,
   F_PARTITION,
+  F_BY,
+  F_CACHE,
   F_DATA,
   F_THREADS,
   F_PER_STAGE,
@@ -82,6 +84,12 @@ static gp_flag flags[] = {
                    "device of each stage (one for all, or at least the largest K)", 0},
     [F_PARTITION] = {"--partition", GP_FLAG_STR, "PLAN.yaml",
                      "stages, balance and devices of a gpipe-partition -o plan", 0},
+    [F_BY] = {"--by", GP_FLAG_STR, "time|flops|params",
+              "the automatic split balances unit times measured here (default; cached), "
+              "estimated FLOPs or parameters",
+              0},
+    [F_CACHE] = {"--cache-dir", GP_FLAG_STR, "DIR",
+                 "where --by time keeps measurements (default ~/.cache/gpipe)", 0},
     [F_DATA] = {"--data", GP_FLAG_STR, "synthetic|real",
                 "random inputs of the model's shapes (default), or the model file's data", 0},
     [F_THREADS] = {"--threads", GP_FLAG_INT, "C", "cores shared by the stages (default: all)", 1,
@@ -271,6 +279,8 @@ static gp_status setup(gp_bench_ctx *c, const char *file) {
   static const char *const kinds[] = {"synthetic", "real", NULL};
   int kind;
   GP_TRY(gp_cli_choice("--data", b->data, kinds, &kind));
+  gp_cost_by by; /* a bad --by is refused whether or not a run splits automatically */
+  GP_TRY(gp_cli_split_by(&c->split, &by));
   GP_TRY(make_sweep(c));
   GP_TRY(gp_bench_make_runs(c));
   if (b->per_stage) { /* the most cores a run gives its stages */
@@ -399,6 +409,8 @@ int main(int argc, char **argv) {
     s = GP_ERR(GP_ERR_USAGE,
                "expected one model file (usage: gpipe-bench MODEL.yaml [flags]; --help)");
   c.quiet = flags[F_QUIET].given;
+  c.split =
+      (gp_cli_split){"gpipe-bench", &flags[F_BY], &flags[F_CACHE], c.quiet || c.dist.rank != 0};
   c.tty = isatty(2);
   if (s == GP_OK) gp_blas_pick_kernels(argv);
   if (s == GP_OK && flags[F_WORKERS].given && !flags[F_DATA_ONLY].given)

@@ -15,6 +15,7 @@
 #include "cli/machine.h"
 #include "cli/progress.h"
 #include "core/plan/plan.h"
+#include "core/plan/split.h"
 #include "core/train/trainer.h"
 
 /* ---- the runs ------------------------------------------------------------------------------ */
@@ -58,8 +59,58 @@ static int in_list(const int *l, int n, int v) {
   return 0;
 }
 
+/* The automatic split's costs, one set a micro-batch and thread count: timed (or read from the
+ * cache) once a sweep; across processes rank 0's, sent to every process, so that every process
+ * makes the same split. */
+typedef struct split_memo {
+  int64_t micro;
+  int threads;
+  gp_unit_costs c;
+} split_memo;
+static split_memo memo[64];
+static int n_memo;
+
+static gp_status split_costs(const gp_bench_ctx *c, const gp_pipeline_spec *ps, int threads,
+                             const gp_unit_costs **out) {
+  const int64_t micro = gp_split_micro_batch(c->m, ps);
+  for (int i = 0; i < n_memo; i++)
+    if (memo[i].micro == micro && memo[i].threads == threads) {
+      *out = &memo[i].c;
+      return GP_OK;
+    }
+  if (n_memo == (int)(sizeof memo / sizeof memo[0]))
+    return GP_ERR(GP_ERR_USAGE, "the sweep needs more than %d splits; shorten the lists", n_memo);
+  split_memo *e = &memo[n_memo];
+  e->micro = micro;
+  e->threads = threads;
+  char how[160];
+  gp_dist *d = (gp_dist *)&c->dist;
+  int ok = 1;
+  gp_status s = GP_OK;
+  if (d->rank == 0) {
+    s = gp_cli_split_costs(&c->split, c->m, ps, threads, &e->c, how, sizeof how);
+    ok = s == GP_OK;
+  }
+  if (d->world > 1) { /* the others take rank 0's numbers into costs of the same shape */
+    gp_status b = gp_dist_bcast(d, &ok, sizeof ok, 0);
+    if (s != GP_OK) return s;
+    GP_TRY(b);
+    if (!ok) return GP_ERR(GP_ERR_RUNTIME, "the automatic split failed on rank 0");
+    if (d->rank != 0) GP_TRY(gp_unit_costs_compute(c->m, micro, GP_COST_FLOPS, 1, NULL, &e->c));
+    int by = (int)e->c.by;
+    GP_TRY(gp_dist_bcast(d, &by, sizeof by, 0));
+    GP_TRY(gp_dist_bcast(d, e->c.fwd, sizeof(double) * (size_t)e->c.n, 0));
+    GP_TRY(gp_dist_bcast(d, e->c.bwd, sizeof(double) * (size_t)e->c.n, 0));
+    e->c.by = (gp_cost_by)by;
+  }
+  GP_TRY(s);
+  n_memo++;
+  *out = &e->c;
+  return GP_OK;
+}
+
 /* The plan of run r: its K, M, schedule and re-materialization on the sweep's balance (when it
- * has one for this K) and devices. */
+ * has one for this K) and devices, else the automatic split by --by. */
 static gp_status run_plan(const gp_bench_ctx *c, const gp_bench_run *r, gp_plan *plan) {
   const gp_bench_sweep *w = &c->sw;
   gp_pipeline_spec ps = c->m->pipeline;
@@ -68,6 +119,7 @@ static gp_status run_plan(const gp_bench_ctx *c, const gp_bench_run *r, gp_plan 
   ps.schedule = r->schedule;
   ps.remat = r->remat;
   ps.mem_limit = c->mem_limit; /* what remat auto fits */
+  ps.replicas = r->replicas;
   ps.n_balance = 0;
   if (w->bal_k == r->k) {
     ps.n_balance = r->k;
@@ -76,7 +128,15 @@ static gp_status run_plan(const gp_bench_ctx *c, const gp_bench_run *r, gp_plan 
   ps.n_devices = r->k;
   for (int s = 0; s < r->k; s++)
     memcpy(ps.devices[s], w->devices[w->n_dev == 1 ? 0 : s], sizeof ps.devices[s]);
-  return gp_plan_make(c->m, &ps, plan);
+  if (ps.n_balance || r->k == 1) return gp_plan_make(c->m, &ps, plan);
+  /* each stage's threads as the run gives them (add_run's share) */
+  const gp_bench *b = &c->b;
+  const int W = b->processes > 1 ? b->processes : 1, P = W / r->replicas > 1 ? W / r->replicas : 1;
+  const int kl = (r->k + P - 1) / P;
+  const int per = b->per_stage ? b->per_stage : b->threads / kl > 1 ? b->threads / kl : 1;
+  const gp_unit_costs *uc = NULL;
+  GP_TRY(split_costs(c, &ps, per, &uc));
+  return gp_plan_make_from(c->m, &ps, uc, plan);
 }
 
 #define SKIP_ROOM ((int)(sizeof((gp_bench *)0)->skipped / sizeof((gp_bench *)0)->skipped[0]))

@@ -5,6 +5,7 @@
 #define GP_CLI_BENCH_SWEEP_H
 
 #include "cli/bench.h"
+#include "cli/split.h"
 #include "core/backend.h"
 #include "core/dist/dist.h"
 #include "data/data.h"
@@ -38,6 +39,7 @@ typedef struct gp_bench_ctx {
   const char *partition; /* --partition's file, or NULL */
   const char *trace;     /* --trace's file, or NULL */
   gp_dist dist;          /* the processes: one, unless launched by mpirun or srun */
+  gp_cli_split split;    /* --by and --cache-dir: the automatic split of runs without a balance */
 } gp_bench_ctx;
 
 /* The runs of the lists, plus the baselines (naive-K and one stage) they need; every plan is

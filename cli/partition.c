@@ -14,6 +14,7 @@
 #include "cli/interrupt.h"
 #include "cli/machine.h"
 #include "cli/partition.h"
+#include "cli/split.h"
 #include "core/plan/choose.h"
 #include "core/io/json.h"
 #include "core/backend.h"
@@ -206,13 +207,7 @@ static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_
   int cores = flags[F_THREADS].given ? (int)flags[F_THREADS].i : gp_cpu_cores();
   /* in the pipeline each stage gets its share of the cores: measure units the same way */
   q->threads = cores / q->stages > 1 ? cores / q->stages : 1;
-  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  if (flags[F_CACHE].given)
-    snprintf(q->cache_dir, sizeof q->cache_dir, "%s", flags[F_CACHE].s);
-  else if (xdg && *xdg)
-    snprintf(q->cache_dir, sizeof q->cache_dir, "%s/gpipe", xdg);
-  else if (home && *home)
-    snprintf(q->cache_dir, sizeof q->cache_dir, "%s/.cache/gpipe", home);
+  gp_cli_cache_dir(&flags[F_CACHE], q->cache_dir, sizeof q->cache_dir);
   return GP_OK;
 }
 

@@ -15,6 +15,7 @@
 #include "cli/args.h"
 #include "cli/train.h"
 #include "cli/common.h"
+#include "cli/split.h"
 #include "cli/ckpt_dir.h"
 #include "cli/dist_voice.h"
 #include "cli/interrupt.h"
@@ -67,8 +68,14 @@ gp_flag tr_flags[] = {
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b|zb-h1|zb-h2|auto",
                     "pipeline schedule (default auto: the fastest simulated)", 0},
     [F_REMAT] = {"--remat", GP_FLAG_STR, "auto|always|except_last|never", "re-materialization", 0},
-    [F_BALANCE] = {"--balance", GP_FLAG_STR, "a,b,...", "units per stage (default: even by FLOPs)",
-                   0},
+    [F_BALANCE] = {"--balance", GP_FLAG_STR, "a,b,...",
+                   "units per stage (default: the split of --by; --resume: the checkpoint's)", 0},
+    [F_BY] = {"--by", GP_FLAG_STR, "time|flops|params",
+              "the automatic split balances unit times measured here (default; cached), "
+              "estimated FLOPs or parameters",
+              0},
+    [F_CACHE] = {"--cache-dir", GP_FLAG_STR, "DIR",
+                 "where --by time keeps measurements (default ~/.cache/gpipe)", 0},
     [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)",
                    0},
     [F_PIN] = {"--pin", GP_FLAG_BOOL, NULL, "pin each stage's thread to its share of the cores", 0},
@@ -209,6 +216,9 @@ static gp_status apply_flags(gp_model *m) {
     if (!tr_flags[F_STEPS].given) t->steps = 0;
   }
   if (tr_flags[F_SEED].given) t->seed = (uint64_t)tr_flags[F_SEED].i;
+  gp_cost_by by; /* a bad --by is refused whether or not the run splits automatically */
+  const gp_cli_split sf = {"gpipe-train", &tr_flags[F_BY], NULL, 1};
+  GP_TRY(gp_cli_split_by(&sf, &by));
   if (tr_flags[F_REPLICAS].given) m->pipeline.replicas = (int)tr_flags[F_REPLICAS].i;
   if (tr_flags[F_EVAL_EVERY].given) t->eval_every = tr_flags[F_EVAL_EVERY].i;
   if (tr_flags[F_DATA].given && strcmp(tr_flags[F_DATA].s, "synthetic") != 0)

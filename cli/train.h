@@ -33,6 +33,8 @@ enum {
   F_SCHEDULE,
   F_REMAT,
   F_BALANCE,
+  F_BY,
+  F_CACHE,
   F_DEVICES,
   F_PIN,
   F_WATCHDOG,
@@ -76,6 +78,7 @@ typedef struct run {
   int64_t last_sentences;
   int traced, saved;   /* --trace, --save written (the run's end) */
   int64_t loaded_step; /* --load named a checkpoint: its step; else -1 */
+  char split_note[160]; /* how the split was made (train_split.c), for the pipeline line */
 } run;
 
 /* train_dist.c: several processes */
@@ -87,6 +90,13 @@ gp_status tr_dist_check(const run *r);
 /* The layout of the trainer's plan over the processes; a GPU stage goes to the GPU of the
  * process's local rank unless --devices names one. */
 gp_status tr_dist_layout(run *r, gp_plan *plan);
+/* The stages this process holds of a pipeline of `stages` (all of them in one process). */
+int tr_dist_stages_here(const run *r, int stages);
+/* buf from rank 0 to every process (nothing in one process). */
+gp_status tr_dist_bcast(run *r, void *buf, size_t bytes);
+/* The run's plan (train_split.c): --resume's recorded split, else an explicit balance, else
+ * the automatic split by --by, the same in every process (rank 0 times the units). */
+gp_status tr_split(run *r, int threads, gp_plan *plan);
 /* Whether this process speaks for the run (rank 0, or the only one). */
 int tr_dist_voice(const run *r);
 /* The setup's outcome agreed by every process: an error of any, reported once (by the lowest
@@ -127,7 +137,7 @@ void tr_print_final(const run *r, const gp_progress *pg);
 void tr_report_data(run *r, double wall);
 void tr_report_pipeline(run *r);
 void tr_report_memory(run *r, const gp_plan *plan);
-void tr_note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch);
+void tr_note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch, const char *how);
 void tr_note_model(const run *r, gp_progress *pg);
 void tr_note_stale_outputs(gp_progress *pg);
 void tr_blas_note(char *buf, size_t n);

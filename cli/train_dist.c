@@ -189,3 +189,16 @@ gp_status tr_dist_shared_dir(run *r) {
                 "writes there: processes on several hosts need a folder every host shares",
                 tr_flags[F_CKPT_DIR].s, blind);
 }
+
+int tr_dist_stages_here(const run *r, int stages) {
+  gp_layout lay;
+  if (r->dist.world == 1 || layout_of(r, stages, &lay) != GP_OK) {
+    gp_error_clear();
+    return stages;
+  }
+  return lay.first[lay.pos + 1] - lay.first[lay.pos];
+}
+
+gp_status tr_dist_bcast(run *r, void *buf, size_t bytes) {
+  return r->dist.world > 1 ? gp_dist_bcast(&r->dist, buf, bytes, 0) : GP_OK;
+}

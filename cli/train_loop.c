@@ -164,7 +164,7 @@ gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads) {
   int share = gp_cpu_cores() / r->dist.local_size;
   *threads = tr_flags[F_THREADS].given ? (int)tr_flags[F_THREADS].i : share > 1 ? share : 1;
   m->pipeline.mem_limit = r->mem_limit; /* what remat auto fits */
-  GP_TRY(gp_plan_make(m, &m->pipeline, plan));
+  GP_TRY(tr_split(r, *threads, plan));
   GP_TRY(tr_dist_layout(r, plan));
   gp_pipeline_opts po = {.cores = *threads,
                          .pin = tr_flags[F_PIN].given,
@@ -245,7 +245,7 @@ gp_status tr_train(run *r) {
                    total, total == 1 ? "" : "s", b, epoch_size, threads, threads == 1 ? "" : "s",
                    blas, r->precision == GP_PREC_BF16 ? "bf16" : "fp32",
                    r->t.step ? ", resumed" : "");
-  tr_note_pipeline(&pg, &plan, b);
+  tr_note_pipeline(&pg, &plan, b, r->split_note);
   tr_note_stale_outputs(&pg);
   if (tr_ckpt_stale)
     gp_progress_note(&pg, "removed %d temporary checkpoint%s a killed run left in %s",
@@ -354,7 +354,7 @@ gp_status tr_eval_only(run *r) {
                    ", %d CPU thread%s%s, precision %s",
                    who, b, threads, threads == 1 ? "" : "s", blas,
                    r->precision == GP_PREC_BF16 ? "bf16" : "fp32");
-  tr_note_pipeline(&pg, &plan, b);
+  tr_note_pipeline(&pg, &plan, b, r->split_note);
   tr_note_stale_outputs(&pg);
   gp_metrics ev = {0};
   gp_status s = evaluate(r, &pg, 0, 1, &ev);

@@ -163,8 +163,9 @@ void tr_report_memory(run *r, const gp_plan *plan) {
 }
 
 /* The pipeline's line, when there is more than one stage or micro-batch; with stages but one
- * micro-batch, that they take turns and what overlaps them. */
-void tr_note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch) {
+ * micro-batch, that they take turns and what overlaps them; then how the split was made (how:
+ * nothing for a given one). */
+void tr_note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch, const char *how) {
   if (plan->stages == 1 && plan->micro == 1) return;
   char bal[GP_PLAN_BALANCE_LEN], turns[160] = "";
   gp_plan_balance_str(plan, bal, sizeof bal);
@@ -180,6 +181,7 @@ void tr_note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch) {
                    plan->stages, plan->stages == 1 ? "" : "s", bal, strcmp(bal, "1") ? "s" : "",
                    plan->micro, plan->micro == 1 ? "" : "es", gp_schedule_names()[plan->schedule],
                    gp_remat_names()[plan->remat], turns);
+  if (how && *how) gp_progress_note(pg, "split: %s", how);
   if (plan->chosen[0] && plan->stages > 1) gp_progress_note(pg, "schedule auto: %s", plan->chosen);
 }
 

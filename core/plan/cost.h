@@ -37,11 +37,19 @@ typedef struct gp_unit_costs {
 void gp_node_cost(const gp_model *m, int i, gp_cost *c);
 
 /* Analytic costs from the layers' cost(), or (GP_COST_TIME) forward+backward time measured on
- * the CPU backend with `threads` threads: warm-up, repetitions, median. Measurements are cached
- * in cache_dir (NULL: none) keyed by (layer type and settings, input shapes, dtype, device,
+ * the CPU backend with `threads` threads: warm-up, repetitions, the fastest. Measurements are
+ * cached in cache_dir (NULL: none) keyed by (layer type and settings, input shapes, dtype, device,
  * micro-batch), so a second run is instant. */
 gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_by by, int threads,
                                 const char *cache_dir, gp_unit_costs *out);
 void gp_unit_costs_free(gp_unit_costs *c);
+/* Units [first_unit, end_unit) timed as one piece, as GP_COST_TIME times one unit (a stage
+ * measured whole, against the sum of its units' times): forward and backward seconds, no cache. */
+gp_status gp_units_time(const gp_model *m, int first_unit, int end_unit, int64_t micro_batch,
+                        int threads, double *fwd, double *bwd);
+/* How many distinct units GP_COST_TIME would measure now (their times are not in cache_dir):
+ * 0 when a run would read them all from the cache. For a progress line before measuring. */
+int gp_unit_costs_unmeasured(const gp_model *m, int64_t micro_batch, int threads,
+                             const char *cache_dir);
 
 #endif

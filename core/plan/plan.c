@@ -1,4 +1,5 @@
-/* Stage plans: a given balance, or the partitioner's exact split of estimated costs. */
+/* Stage plans: a given balance, or the partitioner's exact split of estimated or measured
+ * costs. */
 #include "core/plan/plan.h"
 
 #include "core/plan/choose.h"
@@ -19,12 +20,16 @@ void gp_plan_partition_req(const gp_model *m, const gp_pipeline_spec *ps, gp_par
 }
 
 /* The automatic split (given = 0), and under schedule: auto the schedule (on the given split
- * when given = 1): first[] and out's schedule. */
-static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, int given, int *first,
-                           gp_plan *out) {
+ * when given = 1): first[] and out's schedule. c: the per-unit costs to weigh (gp_split_costs),
+ * NULL for the analytic FLOPs. */
+static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, const gp_unit_costs *c,
+                           int given, int *first, gp_plan *out) {
   int64_t micro = (m->train.batch_size + ps->micro_batches - 1) / ps->micro_batches;
-  gp_unit_costs c;
-  GP_TRY(gp_unit_costs_compute(m, micro > 0 ? micro : 1, GP_COST_FLOPS, 1, NULL, &c));
+  gp_unit_costs own = {0};
+  if (!c) GP_TRY(gp_unit_costs_compute(m, micro > 0 ? micro : 1, GP_COST_FLOPS, 1, NULL, &own));
+  if (c && c->n != m->n_units)
+    return GP_ERR(GP_ERR_USAGE, "the split's costs are of %d units, the model has %d", c->n,
+                  m->n_units);
   gp_partition_req req;
   gp_plan_partition_req(m, ps, &req);
   req.remat = out->remat; /* never for the zero-bubble lists (gp_plan_make) */
@@ -35,19 +40,20 @@ static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, int gi
        s++)
     lim[s] = (double)ps->mem_limit, req.mem_limit = lim;
   gp_partition part;
+  const gp_unit_costs *uc = c ? c : &own;
   gp_status s;
   if (ps->schedule == GP_SCHED_AUTO) {
     gp_schedule_choice ch;
-    s = gp_schedule_choose(&c, &req, given ? first : NULL, &ch, &part);
+    s = gp_schedule_choose(uc, &req, given ? first : NULL, &ch, &part);
     if (s == GP_OK) {
       out->schedule = ch.kind[ch.chosen];
       out->remat = ch.remat[ch.chosen];
       gp_schedule_choice_str(&ch, out->chosen, sizeof out->chosen);
     }
   } else {
-    s = gp_partition_solve(&c, &req, &part);
+    s = gp_partition_solve(uc, &req, &part);
   }
-  gp_unit_costs_free(&c);
+  gp_unit_costs_free(&own);
   GP_TRY(s);
   for (int i = 0; !given && i <= ps->stages; i++)
     first[i] = part.first[i];
@@ -55,6 +61,11 @@ static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, int gi
 }
 
 gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out) {
+  return gp_plan_make_from(m, ps, NULL, out);
+}
+
+gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps, const gp_unit_costs *c,
+                            gp_plan *out) {
   memset(out, 0, sizeof *out);
   int k = ps->stages;
   if (k < 1 || k > GP_MAX_DEVICES)
@@ -93,9 +104,9 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
       return GP_ERR(GP_ERR_USAGE, "balance sums to %d unit%s, the model has %d", u,
                     u == 1 ? "" : "s", m->n_units);
     first[k] = m->n_units;
-    if (ps->schedule == GP_SCHED_AUTO) GP_TRY(auto_plan(m, ps, 1, first, out));
+    if (ps->schedule == GP_SCHED_AUTO) GP_TRY(auto_plan(m, ps, c, 1, first, out));
   } else {
-    GP_TRY(auto_plan(m, ps, 0, first, out));
+    GP_TRY(auto_plan(m, ps, c, 0, first, out));
   }
   first[k] = m->n_units;
   if (ps->n_devices != 1 && ps->n_devices != k)

@@ -47,6 +47,11 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
 gp_status gp_plan_choose_remat(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *p);
 /* The micro-batches of stage s that recompute under p's re-materialization. */
 int gp_plan_recomputed(const gp_plan *p, int s);
+/* The same, the automatic split balancing c (gp_split_costs: measured times, say); c NULL: the
+ * analytic FLOPs, as gp_plan_make. */
+struct gp_unit_costs;
+gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps,
+                            const struct gp_unit_costs *c, gp_plan *out);
 /* The partitioner's request (core/plan/solve.h) behind gp_plan_make's automatic split: ps's
  * stages, micro-batches, schedule (GP_SCHED_AUTO as it is: set one before solving) and
  * re-materialization, and m's optimizer state slots; no speeds, memory limits or transfer

@@ -363,6 +363,12 @@ gp_status gp_ckpt_commit(gp_trainer *t, const char *dir, const gp_ckpt_pos *pos,
   for (int i = 0; s == GP_OK && i < ml.n; i++)
     s = gp_shard_index_meta_set(&ix, ml.key[i], ml.val[i]);
   if (s == GP_OK) s = gp_shard_index_meta_set(&ix, "gpipe.model", t->m->name);
+  char bal[GP_PLAN_BALANCE_LEN];
+  gp_plan_balance_str(&t->plan, bal, sizeof bal);
+  if (s == GP_OK) s = gp_shard_index_meta_set(&ix, "gpipe.balance", bal);
+  if (s == GP_OK && t->plan.schedule >= 0) /* a plan's schedule is chosen: never auto */
+    s = gp_shard_index_meta_set(&ix, "gpipe.schedule", gp_schedule_names()[t->plan.schedule]);
+  if (s == GP_OK) s = gp_shard_index_meta_set(&ix, "gpipe.remat", gp_remat_names()[t->plan.remat]);
   if (s == GP_OK && !ckpt_file(dir, CKPT_INDEX, path, sizeof path))
     s = GP_ERR(GP_ERR_IO, "%s: path too long", dir);
   if (s == GP_OK) s = gp_shard_index_write(&ix, path); /* the commit */
@@ -457,6 +463,12 @@ static gp_status save_single(gp_trainer *t, const char *dir, const gp_ckpt_pos *
   for (int i = 0; s == GP_OK && i < ml.n; i++)
     s = gp_st_meta_set(w, ml.key[i], ml.val[i]);
   if (s == GP_OK) s = gp_st_meta_set(w, "gpipe.model", t->m->name);
+  char bal[GP_PLAN_BALANCE_LEN]; /* the split, which --resume keeps (gp_ckpt_balance) */
+  gp_plan_balance_str(&t->plan, bal, sizeof bal);
+  if (s == GP_OK) s = gp_st_meta_set(w, "gpipe.balance", bal);
+  if (s == GP_OK && t->plan.schedule >= 0) /* a plan's schedule is chosen: never auto */
+    s = gp_st_meta_set(w, "gpipe.schedule", gp_schedule_names()[t->plan.schedule]);
+  if (s == GP_OK) s = gp_st_meta_set(w, "gpipe.remat", gp_remat_names()[t->plan.remat]);
   /* replaces a committed index too (gp_shards_write removes it and its shards after) */
   if (s == GP_OK) s = gp_shards_write(w, path, INT64_MAX);
   if (s == GP_OK) gp_ckpt_remove_stale(dir);
@@ -713,4 +725,43 @@ gp_status gp_trainer_load_checkpoint(gp_trainer *t, const char *dir, gp_ckpt_pos
   for (int st = 0; st < gp_pipeline_stages(t->pl); st++)
     if (gp_pipeline_local(t->pl, st)) gp_pipeline_optimizer(t->pl, st)->t = opt_t;
   return GP_OK;
+}
+
+/* The index of v in names (NULL-terminated), or -1. */
+static int name_index(const char *const *names, const char *v) {
+  for (int i = 0; v && names[i]; i++)
+    if (strcmp(names[i], v) == 0) return i;
+  return -1;
+}
+
+gp_status gp_ckpt_balance(const char *dir, int *balance, int max, int *n, int *schedule,
+                          int *remat) {
+  *n = 0;
+  *schedule = *remat = -1;
+  char path[PATH_MAX];
+  if (!ckpt_file(dir, CKPT_FILE, path, sizeof path))
+    return GP_ERR(GP_ERR_IO, "%s: path too long", dir);
+  gp_shards *f;
+  GP_TRY(gp_shards_open(path, &f));
+  const char *v = gp_shards_meta(f, "gpipe.balance");
+  gp_status s = GP_OK;
+  for (const char *p = v; p && s == GP_OK;) { /* "3,4": digits and commas, each entry >= 1 */
+    char *end;
+    long u = strtol(p, &end, 10);
+    if (end == p || *p == '-' || *p == '+' || u < 1 || u > INT32_MAX || *n >= max ||
+        (*end && *end != ','))
+      s = GP_ERR(GP_ERR_DATA, "%s: bad gpipe.balance '%.200s' (expected units per stage: 3,4)",
+                 gp_shards_path(f), v);
+    else
+      balance[(*n)++] = (int)u;
+    p = *end == ',' ? end + 1 : NULL;
+  }
+  const char *sv = gp_shards_meta(f, "gpipe.schedule"), *rv = gp_shards_meta(f, "gpipe.remat");
+  if (s == GP_OK && sv && (*schedule = name_index(gp_schedule_names(), sv)) < 0)
+    s = GP_ERR(GP_ERR_DATA, "%s: bad gpipe.schedule '%.100s'", gp_shards_path(f), sv);
+  if (s == GP_OK && rv && (*remat = name_index(gp_remat_names(), rv)) < 0)
+    s = GP_ERR(GP_ERR_DATA, "%s: bad gpipe.remat '%.100s'", gp_shards_path(f), rv);
+  if (s != GP_OK) *n = 0;
+  gp_shards_free(f);
+  return s;
 }

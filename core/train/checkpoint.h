@@ -37,6 +37,14 @@ gp_status gp_weights_write_part(gp_trainer *t, const char *path, const gp_layout
                                 int64_t shard_bytes);
 gp_status gp_weights_commit(gp_trainer *t, const char *path, const gp_layout *lay);
 
+/* The split the checkpoint in dir was trained on (its "gpipe.balance": units per stage) into
+ * balance, at most max entries, *n of them, and its schedule and re-materialization (indices of
+ * gp_schedule_names and gp_remat_names; -1 where not recorded); *n = 0 for a checkpoint written
+ * before the split was recorded. --resume runs on them, so a resumed run is bit for bit the run
+ * it continues (schedule auto's choice included). */
+gp_status gp_ckpt_balance(const char *dir, int *balance, int max, int *n, int *schedule,
+                          int *remat);
+
 /* The committed checkpoint of dir into out (n bytes): its index, or checkpoint.safetensors.
  * Returns 0 (out "") when dir holds none. */
 int gp_ckpt_find(const char *dir, char *out, size_t n);

@@ -22,6 +22,12 @@ close() { "${diff[@]}" "$tmp/$1.safetensors" "$tmp/$2.safetensors" "$3" >"$tmp/$
 run full "${mpi[@]}" -np 4 "$train" "$cnn" "${q[@]}" "${r2[@]}" --steps 12 --save "$tmp/full.safetensors"
 run half "${mpi[@]}" -np 4 "$train" "$cnn" "${q[@]}" "${r2[@]}" --steps 6 --checkpoint-dir "$tmp/ck"
 [ -f "$tmp/ck/checkpoint.safetensors.index.json" ] && ok || bad "no index in $(ls "$tmp/ck")"
+# the index records the split the run trained on (gpipe.balance), which --resume keeps
+python3 - "$tmp/ck/checkpoint.safetensors.index.json" "$tmp/half.log" <<'PY' && ok || bad "the index's split: $(head -c 600 "$tmp/ck/checkpoint.safetensors.index.json")"
+import json, re, sys
+bal = json.load(open(sys.argv[1]))["metadata"]["gpipe.balance"]
+assert re.fullmatch(r"[1-9][0-9]*,[1-9][0-9]*", bal) and sum(map(int, bal.split(","))) == 7, bal
+PY
 for d in same w2 w1; do cp -r "$tmp/ck" "$tmp/ck-$d"; done
 run same "${mpi[@]}" -np 4 "$train" "$cnn" "${q[@]}" "${r2[@]}" --steps 12 \
   --checkpoint-dir "$tmp/ck-same" --resume --save "$tmp/same.safetensors"

@@ -228,7 +228,7 @@ static void timed(void) {
   sscanf(strstr(text, "key ") ? strstr(text, "key ") : "", "key %63s", key);
   char planted[512];
   snprintf(planted, sizeof planted,
-           "gpipe unit time v2\nkey %s\nfwd 123.5\nbwd 0.25\nscratch 4096\n", key);
+           "gpipe unit time v3\nkey %s\nfwd 123.5\nbwd 0.25\nscratch 4096\n", key);
   write_file(names[0], planted);
   gp_unit_costs_free(&c2);
   CHECK(gp_unit_costs_compute(m, 4, GP_COST_TIME, 1, dir, &c2) == GP_OK, "time costs, planted");
@@ -240,11 +240,11 @@ static void timed(void) {
    * time, a negative scratch, the older format without scratch -> measured and rewritten */
   static const char *bad[] = {
       "garbage\x01\x02",
-      "gpipe unit time v2\nkey 0000000000000001\nfwd 1\nbwd 1\nscratch 0\n",
-      "gpipe unit time v2\nkey ",
-      "gpipe unit time v2\nkey %s\nfwd -1\nbwd 1\nscratch 0\n",
-      "gpipe unit time v2\nkey %s\nfwd 1e308\nbwd 1\nscratch 0\n" /* a day or more */,
-      "gpipe unit time v2\nkey %s\nfwd 1\nbwd 1\nscratch -1\n",
+      "gpipe unit time v3\nkey 0000000000000001\nfwd 1\nbwd 1\nscratch 0\n",
+      "gpipe unit time v3\nkey ",
+      "gpipe unit time v3\nkey %s\nfwd -1\nbwd 1\nscratch 0\n",
+      "gpipe unit time v3\nkey %s\nfwd 1e308\nbwd 1\nscratch 0\n" /* a day or more */,
+      "gpipe unit time v3\nkey %s\nfwd 1\nbwd 1\nscratch -1\n",
       "gpipe unit time v1\nkey %s\nfwd 123.5\nbwd 0.25\n"};
   for (int i = 0; i < 7; i++) {
     char body[256];
@@ -256,7 +256,7 @@ static void timed(void) {
       fine &= c3.fwd[u] > 0 && c3.fwd[u] != 123.5 && isfinite(c3.fwd[u]);
     CHECK(fine, "corrupt cache file %d is ignored", i);
     CHECK(read_file(names[0], text, sizeof text) &&
-              strncmp(text, "gpipe unit time v2\nkey ", 23) == 0 && strstr(text, key) &&
+              strncmp(text, "gpipe unit time v3\nkey ", 23) == 0 && strstr(text, key) &&
               !strstr(text, "fwd -1") && !strstr(text, "fwd 1e308") && strstr(text, "scratch ") &&
               !strstr(text, "scratch -"),
           "corrupt cache file %d is rewritten: '%.60s'", i, text);
