@@ -139,6 +139,10 @@ gp_status gp_cli_pipeline_apply(const gp_cli_pipeline *f, const gp_model *m, gp_
     GP_TRY(gp_cli_choice(f->remat->name, f->remat->s, gp_remat_names(), &v));
     ps->remat = (gp_remat)v;
   }
+  if (f->virtual_stages && f->virtual_stages->given) {
+    if (ps->virtual_stages != (int)f->virtual_stages->i) ps->n_balance = 0;
+    ps->virtual_stages = (int)f->virtual_stages->i;
+  }
   if (f->balance && f->balance->given)
     GP_TRY(gp_cli_ints(f->balance->name, f->balance->s, 1, 1000000, 0, ps->balance, GP_MAX_DEVICES,
                        &ps->n_balance));

@@ -132,6 +132,9 @@ typedef struct stage {
   pthread_t thread;
   int started;
   uint64_t finished; /* the generation of the last command it finished (under pl->mu) */
+  /* interleaved: per action of its list, its index in its device's list (whose turn it waits
+   * for), -1 for the step (outside the turns) */
+  int *turn_at;
   stage_meter rec;   /* statistics and trace */
   gp_step_result acc;
   double nll_sum; /* gp_prediction's sums, on the stage that predicts */
@@ -159,8 +162,17 @@ struct gp_pipeline {
    * queued copies (plain copies on the CPU), so that their logic runs where no GPU is */
   int test_no_allreduce, test_nan_stage, test_staged;
   int nccl; /* GPU stages of different processes or replicas use NCCL (every process agreed) */
-  gp_schedule sched;
+  gp_schedule sched; /* per stage (interleaved: per chunk, derived from dev_sched) */
   int k, micro;
+  /* interleaved (chunks V >= 2): k = devices x chunks stages, chunk c of device d being stage
+   * c K + d; the devices' lists, each device's turn (the index in its list of the action that
+   * may run: its chunks take turns), and for each device action its stage and index in that
+   * stage's list, with room for its times (replay). Otherwise devices = k, chunks = 1. */
+  int devices, chunks;
+  gp_schedule dev_sched;
+  _Atomic int *turn;
+  int **dev_owner, **dev_at;
+  double **rep_dur, **rep_rdur;
   stage *st;
   uint64_t seed;
   double watchdog_s;
@@ -234,6 +246,19 @@ static inline double gp_pl_stage_busy(const stage *st) {
 /* Records the first failure (with where it happened: micro < 0 for none) and wakes everyone.
  * Holds no lock. Returns s. */
 gp_status gp_pl_fail(gp_pipeline *pl, gp_status s, int stage_i, int micro);
+
+/* turns.c (interleaved schedules; no-ops with one chunk a device) */
+/* Builds dev_sched and the chunk stages' own lists (sched) from it, and the turn maps. */
+gp_status gp_pl_chunks_init(gp_pipeline *pl);
+void gp_pl_chunks_free(gp_pipeline *pl);
+/* Before a training command: every device's turn at its first action. */
+void gp_pl_turns_reset(gp_pipeline *pl);
+/* Before action a of st's list: waits for its turn on the device (fails on another stage's
+ * failure or the watchdog, as wait_for); after it: passes the turn on. */
+gp_status gp_pl_turn_wait(stage *st, int a);
+void gp_pl_turn_pass(stage *st, int a);
+/* gp_pl_replay of the devices' lists, each action taking its chunk's time. */
+void gp_pl_replay_chunks(gp_pipeline *pl);
 
 /* stage.c: runs one command's actions on stage st (its worker thread). */
 gp_status gp_pl_run_command(stage *st, cmd_kind cmd);

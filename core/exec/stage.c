@@ -466,7 +466,10 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
     gp_status r = GP_OK;
     st->rec.at = a;
     gp_pl_ar_action(st, a);
-    if (ac->kind == GP_A_FORWARD)
+    if (ac->kind != GP_A_STEP) r = gp_pl_turn_wait(st, a); /* interleaved: the device's turn */
+    if (r != GP_OK)
+      ;
+    else if (ac->kind == GP_A_FORWARD)
       r = do_forward(st, ac->micro, ac->recompute, 1);
     else if (ac->kind == GP_A_BACKWARD)
       r = do_backward(st, ac->micro, ac->recompute);
@@ -483,6 +486,7 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
       st->rec.steps++;
     }
     if (r != GP_OK) return gp_pl_fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);
+    if (ac->kind != GP_A_STEP) gp_pl_turn_pass(st, a);
   }
   GP_TRY(gp_pl_device_step_end(st));
   /* the hand-offs' buffers are the next command's: every send completed */

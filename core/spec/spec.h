@@ -115,9 +115,8 @@ typedef struct gp_train_spec {
 #define GP_OPT_MAX_SLOTS 2
 int gp_optimizer_slots(const gp_train_spec *t);
 
-/* The zero-bubble and interleaved kinds are built, checked and simulated (core/schedule/), not
- * yet run by the executor nor named in model files and flags (gp_schedule_names lists the
- * first two). */
+/* The zero-bubble kinds are built, checked and simulated (core/schedule/), not yet run by the
+ * executor; interleaved runs with pipeline.virtual_stages >= 2. */
 typedef enum gp_schedule_kind {
   GP_SCHED_GPIPE,
   GP_SCHED_1F1B,
@@ -130,6 +129,9 @@ typedef enum gp_remat { GP_REMAT_ALWAYS, GP_REMAT_EXCEPT_LAST, GP_REMAT_NEVER } 
 typedef struct gp_pipeline_spec {
   int stages; /* 1 = no pipelining */
   int micro_batches;
+  /* V: model chunks per stage (device), K V chunks in all, chunk c of device d the model's
+   * (c K + d)-th part; >= 2 only with the interleaved schedule, 1 otherwise */
+  int virtual_stages;
   int replicas; /* data-parallel copies of the pipeline, each on its share of the batch */
   gp_schedule_kind schedule;
   gp_remat remat;

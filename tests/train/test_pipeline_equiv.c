@@ -3,9 +3,9 @@
  * spans two stage boundaries), all with dropout, are trained for a few steps over a grid that
  * covers every K in 1..4, every M in {1, 2, 4, 8}, both schedules and all three
  * re-materialization modes, and compared with K = 1, M = 1; so are stages that each split
- * their convolutions over several threads. With batch norm, every
- * re-materialization mode and schedule gives identical running statistics. A failing stage
- * stops the others and is reported with its stage and micro-batch. */
+ * their convolutions over several threads, and interleaved schedules (V chunks a stage). With batch
+ * norm, every re-materialization mode and schedule gives identical running statistics. A failing
+ * stage stops the others and is reported with its stage and micro-batch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +111,7 @@ typedef struct cfg {
   int64_t batch;
   int copy_all; /* hand tensors between stages by copies (gp_pipeline_opts.channels) */
   int cores;    /* shared by the stages (gp_pipeline_opts.cores); 0: one */
+  int v;        /* interleaved: chunks per stage (balance: k v entries); 0: one */
 } cfg;
 
 static void batch_data(const gp_model *mo, int64_t batch, int step, float *x, int32_t *y) {
@@ -130,10 +131,11 @@ static void train(const char *text, const cfg *c, run_out *o) {
   mo->pipeline.micro_batches = c->m;
   mo->pipeline.schedule = c->sched;
   mo->pipeline.remat = c->remat;
+  mo->pipeline.virtual_stages = c->v > 1 ? c->v : 1;
   mo->pipeline.n_balance = 0;
   if (c->balance) {
-    mo->pipeline.n_balance = c->k;
-    for (int s = 0; s < c->k; s++)
+    mo->pipeline.n_balance = c->k * mo->pipeline.virtual_stages;
+    for (int s = 0; s < mo->pipeline.n_balance; s++)
       mo->pipeline.balance[s] = c->balance[s];
   }
   gp_plan plan;
@@ -161,7 +163,8 @@ static void train(const char *text, const cfg *c, run_out *o) {
 
 static void compare(const char *model, const cfg *c, const run_out *got, const run_out *want,
                     int exact_buffers) {
-  static const char *sn[] = {"gpipe", "1f1b"}, *rn[] = {"always", "except_last", "never"};
+  static const char *rn[] = {"always", "except_last", "never"};
+  const char *const *sn = gp_schedule_names();
   double dl = 0, dw = stage_params_rel_diff(got->w, want->w, want->n_w);
   for (int s = 0; s < STEPS; s++)
     dl = fmax(dl, fabs(got->loss[s] - want->loss[s]) / fabs(want->loss[s]));
@@ -175,9 +178,10 @@ static void compare(const char *model, const cfg *c, const run_out *got, const r
     return;
   }
   failed++;
-  printf("FAIL: %s K=%d M=%d batch=%lld %s remat=%s: loss rel diff %.3g, weight rel diff %.3g%s\n",
-         model, c->k, c->m, (long long)c->batch, sn[c->sched], rn[c->remat], dl, dw,
-         exact_buffers ? " (buffers must be identical)" : "");
+  printf("FAIL: %s K=%d V=%d M=%d batch=%lld %s remat=%s: loss rel diff %.3g, weight rel diff "
+         "%.3g%s\n",
+         model, c->k, c->v > 1 ? c->v : 1, c->m, (long long)c->batch, sn[c->sched], rn[c->remat],
+         dl, dw, exact_buffers ? " (buffers must be identical)" : "");
 }
 
 static void free_out(run_out *o) {
@@ -312,6 +316,54 @@ static void copies(void) {
       free_out(&want);
       free_out(&got);
     }
+}
+
+/* Two weights tied across chunks: with K = 2 or 4 and V = 2, 'a' and 'c' are on one device,
+ * in different chunks; with K = 3, on two devices. */
+static const char *tied = "name: tied\n"
+                          "inputs: {x: [12], label: {shape: [], dtype: i32}}\n"
+                          "layers:\n"
+                          "  - {type: linear, out_features: 12, name: a}\n"
+                          "  - {type: tanh}\n"
+                          "  - {type: linear, out_features: 12, name: b}\n"
+                          "  - {type: sigmoid}\n"
+                          "  - {type: linear, out_features: 12, name: c}\n"
+                          "  - {type: tanh}\n"
+                          "  - {type: dropout, p: 0.2}\n"
+                          "  - {type: linear, out_features: 5}\n"
+                          "loss: {type: softmax_cross_entropy}\n"
+                          "tied: {w: {params: [a.weight, c.weight]}}\n"
+                          "train: {clip_grad_norm: 0.5, optimizer: {type: adamw, lr: 0.01}}\n";
+
+/* Interleaved 1F1B: K devices of V chunks each (chunk c of device d runs the model's part
+ * c K + d), against K = 1, M = 1: V = 2 at K = 2, 3, 4 and V = 3 once, M multiples of K, the
+ * skip tensor across chunks (on one device at K = 2: chunk 0 to chunk 1; across devices
+ * otherwise), tied weights, uneven micro-batches, and copies between chunks. */
+static void interleaved(void) {
+  static const int s8[] = {2, 2, 2, 2}, s1[] = {1, 1, 1, 1, 1, 1, 1, 1};
+  const struct {
+    const char *name, *text;
+    cfg c;
+  } cases[] = {
+      {"skip", skip, {2, 4, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, s8, 8, 0, 0, 2}},
+      {"skip", skip, {4, 4, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, s1, 8, 0, 0, 2}},
+      {"skip", skip, {3, 6, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 0, 0, 2}},
+      {"skip", skip, {2, 2, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 0, 0, 3}},
+      {"cnn", cnn, {2, 8, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 0, 0, 2}},
+      {"cnn", cnn, {3, 3, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 1, 0, 2}},
+      {"tied", tied, {2, 4, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, s8, 8, 0, 0, 2}},
+      {"tied", tied, {4, 4, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, s1, 8, 0, 0, 2}},
+      {"tied", tied, {3, 3, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 0, 2, 2}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cfg base = {1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, NULL, 8};
+    run_out want, got;
+    train(cases[i].text, &base, &want);
+    train(cases[i].text, &cases[i].c, &got);
+    compare(cases[i].name, &cases[i].c, &got, &want, 0);
+    free_out(&want);
+    free_out(&got);
+  }
 }
 
 /* Stages with several threads each (the CPU backend splits convolutions over them): the
@@ -489,6 +541,7 @@ int main(void) {
   batchnorm_any_m();
   copies();
   threaded_stages();
+  interleaved();
   failure();
   watchdog();
   stuck_stage();
