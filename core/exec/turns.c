@@ -102,9 +102,12 @@ void gp_pl_turns_reset(gp_pipeline *pl) {
     atomic_store_explicit(&pl->turn[d], 0, memory_order_relaxed);
 }
 
-/* How long a chunk yields its core, polling, before it sleeps: a sibling that passes the turn
- * usually does so within an action's hand-off. */
-#define TURN_SPIN_S 100e-6
+/* How long a chunk waiting for its turn yields its core, polling, before it sleeps. Most
+ * actions of a device pass the turn from one chunk's thread to another's: a sleeping thread
+ * woken on a core that is busy (another process, or the sibling going on to its own wait) took
+ * milliseconds to run again on the loaded 2-core machine, where a yielding one takes the core as
+ * soon as the sibling lets it go. Yielding costs the sibling nothing: it runs whenever it can. */
+#define TURN_SPIN_S 50e-3
 
 gp_status gp_pl_turn_wait(stage *st, int a) {
   gp_pipeline *pl = st->pl;
@@ -112,10 +115,16 @@ gp_status gp_pl_turn_wait(stage *st, int a) {
   _Atomic int *turn = &pl->turn[st->index % pl->devices];
   const int want = st->turn_at[a];
   if (atomic_load_explicit(turn, memory_order_acquire) >= want) return GP_OK;
-  /* yielding, not spinning: the device's other chunk, whose turn it is, runs on these cores */
-  for (double until = now_s() + TURN_SPIN_S;
-       atomic_load_explicit(turn, memory_order_acquire) < want && now_s() < until;)
+  const double until = now_s() + TURN_SPIN_S;
+  for (int i = 1; atomic_load_explicit(turn, memory_order_acquire) < want; i++) {
+    if (i % 64 == 0) { /* a failure elsewhere stops the wait (under the lock: pl->failed) */
+      pthread_mutex_lock(&pl->mu);
+      int failed = pl->failed;
+      pthread_mutex_unlock(&pl->mu);
+      if (failed || now_s() > until) break;
+    }
     sched_yield();
+  }
   if (atomic_load_explicit(turn, memory_order_acquire) >= want) return GP_OK;
   struct timespec dl;
   gp_deadline_in(pl->watchdog_s, &dl);

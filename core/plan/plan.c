@@ -11,11 +11,12 @@
  * micro-batch of the model's batch size / M, under the plan's schedule and re-materialization. */
 void gp_plan_partition_req(const gp_model *m, const gp_pipeline_spec *ps, gp_partition_req *r) {
   /* interleaved: K V chunks balanced alike, which balances each device's V of them too; the
-   * partitioner's memory model is 1F1B's (the closest it knows) */
+   * partitioner's memory model for it (and the zero-bubble lists) is 1F1B's, the closest it
+   * knows */
   const int v = ps->virtual_stages > 1 ? ps->virtual_stages : 1;
   *r = (gp_partition_req){.stages = ps->stages * v,
                           .micro = ps->micro_batches,
-                          .schedule = v > 1 ? GP_SCHED_1F1B : ps->schedule,
+                          .schedule = ps->schedule > GP_SCHED_1F1B ? GP_SCHED_1F1B : ps->schedule,
                           .remat = ps->remat,
                           .optim_slots = gp_optimizer_slots(&m->train)};
 }
@@ -48,6 +49,9 @@ static gp_status check_chunks(const gp_model *m, const gp_pipeline_spec *ps, int
   if (v == 1 && ps->schedule == GP_SCHED_INTERLEAVED)
     return GP_ERR(GP_ERR_USAGE,
                   "the interleaved schedule needs 2 or more virtual stages (--virtual-stages V)");
+  if (v > 1 && ps->remat != GP_REMAT_NEVER)
+    return GP_ERR(GP_ERR_USAGE, "the interleaved schedule re-materializes nothing yet: use "
+                                "--remat never (pipeline.remat: never)");
   if (k * v > m->n_units)
     return GP_ERR(GP_ERR_USAGE, "cannot cut %d unit%s into %d stages x %d chunks (at most %d)",
                   m->n_units, m->n_units == 1 ? "" : "s", k, v, m->n_units);
