@@ -11,12 +11,14 @@
  * micro-batch of the model's batch size / M, under the plan's schedule and re-materialization. */
 void gp_plan_partition_req(const gp_model *m, const gp_pipeline_spec *ps, gp_partition_req *r) {
   /* interleaved: K V chunks balanced alike, which balances each device's V of them too; the
-   * partitioner's memory model for it (and the zero-bubble lists) is 1F1B's, the closest it
-   * knows */
+   * zero-bubble lists keep 1F1B's memory, the partitioner's closest model */
   const int v = ps->virtual_stages > 1 ? ps->virtual_stages : 1;
   *r = (gp_partition_req){.stages = ps->stages * v,
                           .micro = ps->micro_batches,
-                          .schedule = ps->schedule > GP_SCHED_1F1B ? GP_SCHED_1F1B : ps->schedule,
+                          .schedule = v > 1                          ? GP_SCHED_INTERLEAVED
+                                      : ps->schedule > GP_SCHED_1F1B ? GP_SCHED_1F1B
+                                                                     : ps->schedule,
+                          .chunks = v,
                           .remat = ps->remat,
                           .optim_slots = gp_optimizer_slots(&m->train)};
 }
