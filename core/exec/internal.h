@@ -132,9 +132,6 @@ typedef struct stage {
   pthread_t thread;
   int started;
   uint64_t finished; /* the generation of the last command it finished (under pl->mu) */
-  /* interleaved: per action of its list, its index in its device's list (whose turn it waits
-   * for), -1 for the step (outside the turns) */
-  int *turn_at;
   stage_meter rec;   /* statistics and trace */
   gp_step_result acc;
   double nll_sum; /* gp_prediction's sums, on the stage that predicts */
@@ -165,9 +162,10 @@ struct gp_pipeline {
   gp_schedule sched; /* per stage (interleaved: per chunk, derived from dev_sched) */
   int k, micro;
   /* interleaved (chunks V >= 2): k = devices x chunks stages, chunk c of device d being stage
-   * c K + d; the devices' lists, each device's turn (the index in its list of the action that
-   * may run: its chunks take turns), and for each device action its stage and index in that
-   * stage's list, with room for its times (replay). Otherwise devices = k, chunks = 1. */
+   * c K + d; the devices' lists, each device's phase in a training command (its chunks ready:
+   * 0..V-1, its forwards and backwards done: V), and for each device action its stage (-1:
+   * the step) and index in that stage's list, with room for its times (replay). Otherwise
+   * devices = k, chunks = 1. */
   int devices, chunks;
   gp_schedule dev_sched;
   _Atomic int *turn;
@@ -251,12 +249,14 @@ gp_status gp_pl_fail(gp_pipeline *pl, gp_status s, int stage_i, int micro);
 /* Builds dev_sched and the chunk stages' own lists (sched) from it, and the turn maps. */
 gp_status gp_pl_chunks_init(gp_pipeline *pl);
 void gp_pl_chunks_free(gp_pipeline *pl);
-/* Before a training command: every device's turn at its first action. */
+/* Before a training command: every device at its start. */
 void gp_pl_turns_reset(gp_pipeline *pl);
-/* Before action a of st's list: waits for its turn on the device (fails on another stage's
- * failure or the watchdog, as wait_for); after it: passes the turn on. */
-gp_status gp_pl_turn_wait(stage *st, int a);
-void gp_pl_turn_pass(stage *st, int a);
+/* A training command's start on chunk stage st, once its own preparations are done: the
+ * device's first chunk (st->index < K) waits for the others to be ready, which then wait for
+ * it to have run the device's forwards and backwards (gp_pl_device_done). Fails on another
+ * stage's failure or the watchdog, as wait_for. */
+gp_status gp_pl_device_ready(stage *st);
+void gp_pl_device_done(stage *st);
 /* gp_pl_replay of the devices' lists, each action taking its chunk's time. */
 void gp_pl_replay_chunks(gp_pipeline *pl);
 

@@ -1,6 +1,7 @@
 /* Interleaved schedules in the executor: each of the K devices holds V model chunks, each chunk
- * a stage of its own (thread, parameters, arenas, channels), and the chunks of a device take
- * turns in the order of the device's list, so that the device runs one action at a time. */
+ * a stage of its own (thread, parameters, arenas, channels, step), and the thread of a device's
+ * first chunk runs all its chunks' forwards and backwards in the order of the device's list
+ * (stage.c's run_device), so that the device runs one action at a time. */
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -32,9 +33,7 @@ static gp_status derive(gp_pipeline *pl) {
     return GP_ERR(GP_ERR_NOMEM, "out of memory for the interleaved schedule");
   for (int v = 0; v < s->stages; v++) {
     s->actions[v] = calloc(2 * (size_t)M + 1, sizeof *s->actions[v]);
-    pl->st[v].turn_at = calloc(2 * (size_t)M + 1, sizeof *pl->st[v].turn_at);
-    if (!s->actions[v] || !pl->st[v].turn_at)
-      return GP_ERR(GP_ERR_NOMEM, "out of memory for the interleaved schedule");
+    if (!s->actions[v]) return GP_ERR(GP_ERR_NOMEM, "out of memory for the interleaved schedule");
   }
   for (int d = 0; d < K; d++) {
     const int n = ds->n_actions[d];
@@ -53,7 +52,6 @@ static gp_status derive(gp_pipeline *pl) {
       const int v = a->chunk * K + d, j = s->n_actions[v]++;
       if (j >= 2 * M) return GP_ERR(GP_ERR_RUNTIME, "internal: chunk %d has too many actions", v);
       s->actions[v][j] = (gp_action){.kind = a->kind, .micro = a->micro};
-      pl->st[v].turn_at[j] = i;
       pl->dev_owner[d][i] = v;
       pl->dev_at[d][i] = j;
     }
@@ -65,7 +63,6 @@ static gp_status derive(gp_pipeline *pl) {
       if (cur > peak) peak = cur;
     }
     s->slots[v] = peak > 0 ? peak : 1;
-    pl->st[v].turn_at[s->n_actions[v]] = -1;
     s->actions[v][s->n_actions[v]++] = (gp_action){.kind = GP_A_STEP};
   }
   return GP_OK;
@@ -92,8 +89,6 @@ void gp_pl_chunks_free(gp_pipeline *pl) {
   free(pl->rep_dur);
   free(pl->rep_rdur);
   free((void *)pl->turn);
-  for (int v = 0; pl->st && v < pl->k; v++)
-    free(pl->st[v].turn_at);
   gp_schedule_free(&pl->dev_sched);
 }
 
@@ -102,43 +97,30 @@ void gp_pl_turns_reset(gp_pipeline *pl) {
     atomic_store_explicit(&pl->turn[d], 0, memory_order_relaxed);
 }
 
-/* How long a chunk waiting for its turn yields its core, polling, before it sleeps. Most
- * actions of a device pass the turn from one chunk's thread to another's: a sleeping thread
- * woken on a core that is busy (another process, or the sibling going on to its own wait) took
- * milliseconds to run again on the loaded 2-core machine, where a yielding one takes the core as
- * soon as the sibling lets it go. Yielding costs the sibling nothing: it runs whenever it can. */
-#define TURN_SPIN_S 50e-3
-
-gp_status gp_pl_turn_wait(stage *st, int a) {
+/* Waits until the device's phase is at least want: yielding the core at first (a device's
+ * first chunk waiting for the others to be ready, briefly) where `yield`, else asleep until
+ * woken (the others waiting for the whole forward and backward phase). */
+static gp_status wait_phase(stage *st, int want, int yield) {
   gp_pipeline *pl = st->pl;
-  if (pl->chunks < 2 || st->turn_at[a] < 0) return GP_OK;
-  _Atomic int *turn = &pl->turn[st->index % pl->devices];
-  const int want = st->turn_at[a];
-  if (atomic_load_explicit(turn, memory_order_acquire) >= want) return GP_OK;
-  const double until = now_s() + TURN_SPIN_S;
-  for (int i = 1; atomic_load_explicit(turn, memory_order_acquire) < want; i++) {
-    if (i % 64 == 0) { /* a failure elsewhere stops the wait (under the lock: pl->failed) */
-      pthread_mutex_lock(&pl->mu);
-      int failed = pl->failed;
-      pthread_mutex_unlock(&pl->mu);
-      if (failed || now_s() > until) break;
-    }
+  _Atomic int *phase = &pl->turn[st->index % pl->devices];
+  for (int i = 0; yield && i < 1000 && atomic_load_explicit(phase, memory_order_acquire) < want;
+       i++)
     sched_yield();
-  }
-  if (atomic_load_explicit(turn, memory_order_acquire) >= want) return GP_OK;
+  if (atomic_load_explicit(phase, memory_order_acquire) >= want) return GP_OK;
   struct timespec dl;
   gp_deadline_in(pl->watchdog_s, &dl);
   gp_status s = GP_OK;
   pthread_mutex_lock(&pl->mu);
-  while (atomic_load_explicit(turn, memory_order_acquire) < want && !pl->failed) {
-    int rc = pthread_cond_timedwait(&st->arrived, &pl->mu, &dl);
-    if (rc == ETIMEDOUT && atomic_load_explicit(turn, memory_order_acquire) < want && !pl->failed) {
-      const gp_action *ac = &pl->sched.actions[st->index][a];
+  while (atomic_load_explicit(phase, memory_order_acquire) < want && !pl->failed) {
+    /* the others sleep on the pipeline's condition variable, not their stage's: the channels
+     * wake one waiter of that, which must be the first chunk's thread running their actions */
+    int rc = pthread_cond_timedwait(yield ? &st->arrived : &pl->cv, &pl->mu, &dl);
+    if (rc == ETIMEDOUT && atomic_load_explicit(phase, memory_order_acquire) < want &&
+        !pl->failed) {
       s = GP_ERR(GP_ERR_RUNTIME,
-                 "watchdog: stage %d (chunk %d of device %d) waited more than %.0f s for its "
-                 "turn to run %s of micro-batch %d",
+                 "watchdog: stage %d (chunk %d of device %d) waited more than %.0f s for %s",
                  st->index, st->index / pl->devices, st->index % pl->devices, pl->watchdog_s,
-                 gp_action_name(ac->kind), ac->micro);
+                 yield ? "the device's other chunks" : "the device's forwards and backwards");
       break;
     }
   }
@@ -147,17 +129,30 @@ gp_status gp_pl_turn_wait(stage *st, int a) {
   return s;
 }
 
-void gp_pl_turn_pass(stage *st, int a) {
+/* Raises the device's phase and wakes the stages that wait on it. */
+static void raise_phase(stage *st, int done) {
   gp_pipeline *pl = st->pl;
-  if (pl->chunks < 2 || st->turn_at[a] < 0) return;
-  const int d = st->index % pl->devices, next = st->turn_at[a] + 1;
-  atomic_store_explicit(&pl->turn[d], next, memory_order_release);
-  const int owner = next < pl->dev_sched.n_actions[d] ? pl->dev_owner[d][next] : -1;
-  if (owner < 0 || owner == st->index) return;
-  /* under the lock: a sibling that saw the old turn is inside its wait by now */
-  pthread_mutex_lock(&pl->mu);
-  pthread_cond_broadcast(&pl->st[owner].arrived);
+  const int d = st->index % pl->devices;
+  pthread_mutex_lock(&pl->mu); /* a stage that saw the old value is inside its wait by now */
+  if (done) {
+    atomic_store_explicit(&pl->turn[d], pl->chunks, memory_order_release);
+    pthread_cond_broadcast(&pl->cv); /* the device's other chunks */
+  } else {
+    atomic_fetch_add_explicit(&pl->turn[d], 1, memory_order_acq_rel);
+    pthread_cond_broadcast(&pl->st[d].arrived); /* its first chunk */
+  }
   pthread_mutex_unlock(&pl->mu);
+}
+
+gp_status gp_pl_device_ready(stage *st) {
+  gp_pipeline *pl = st->pl;
+  if (st->index < pl->devices) return wait_phase(st, pl->chunks - 1, 1);
+  raise_phase(st, 0);
+  return wait_phase(st, pl->chunks, 0);
+}
+
+void gp_pl_device_done(stage *st) {
+  raise_phase(st, 1);
 }
 
 void gp_pl_replay_chunks(gp_pipeline *pl) {
