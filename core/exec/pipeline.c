@@ -263,7 +263,7 @@ static void pin_thread(gp_pipeline *pl, int s) {
     if (CPU_ISSET(c, &allowed)) ids[n++] = c;
   if (n == 0) return;
   CPU_ZERO(&set);
-  /* a device's chunks (interleaved) take turns on its cores */
+  /* a device's chunks (interleaved) run on its cores, one at a time */
   int per = n / pl->devices;
   s %= pl->devices;
   if (per < 1)
