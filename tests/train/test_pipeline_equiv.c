@@ -436,6 +436,48 @@ static void failure(void) {
   gp_model_free(mo);
 }
 
+/* Interleaved: a bad label in micro-batch 2 fails the loss on the last chunk (stage 3 of 2
+ * devices x 2 chunks), run by its device's first chunk's thread: the error names the chunk and
+ * micro-batch, every thread stops, and the next step runs. */
+static void interleaved_failure(void) {
+  gp_model *mo;
+  if (gp_model_load_string(skip, "fail.yaml", NULL, 0, &mo) != GP_OK) gp_t_die("load");
+  mo->pipeline.stages = 2;
+  mo->pipeline.virtual_stages = 2;
+  mo->pipeline.micro_batches = 4;
+  mo->pipeline.schedule = GP_SCHED_INTERLEAVED;
+  mo->pipeline.remat = GP_REMAT_NEVER;
+  gp_plan plan;
+  gp_trainer t;
+  gp_pipeline_opts po = {.cores = 1, .watchdog_s = 20};
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
+  if (gp_trainer_init(&t, mo, &plan, &po, 1) != GP_OK) gp_t_die("init");
+  float x[8 * 10];
+  int32_t y[8];
+  batch_data(mo, 8, 0, x, y);
+  y[5] = 99; /* micro-batch 2 holds samples 4 and 5 */
+  gp_metrics mt;
+  gp_status s = gp_t_step_xy(&t, x, y, 8, 0.1, &mt);
+  const char *msg = gp_error_message();
+  if (s == GP_OK || !strstr(msg, "stage 3, micro-batch 2") || !strstr(msg, "loss")) {
+    printf("FAIL: interleaved: a bad label should stop the pipeline naming stage 3, micro-batch "
+           "2 and the loss layer; got status %d: %s\n",
+           (int)s, msg);
+    failed++;
+  } else {
+    passed++;
+  }
+  batch_data(mo, 8, 1, x, y);
+  if (gp_t_step_xy(&t, x, y, 8, 0.1, &mt) != GP_OK) {
+    printf("FAIL: interleaved: a step after a failed one: %s\n", gp_error_message());
+    failed++;
+  } else {
+    passed++;
+  }
+  gp_trainer_free(&t);
+  gp_model_free(mo);
+}
+
 /* A stage that waits longer than the watchdog's limit is reported (here the limit is far
  * below the time stage 0's forward takes), and every stage stops. */
 static void watchdog(void) {
@@ -543,6 +585,7 @@ int main(void) {
   threaded_stages();
   interleaved();
   failure();
+  interleaved_failure();
   watchdog();
   stuck_stage();
   printf("%d passed, %d failed\n", passed, failed);
