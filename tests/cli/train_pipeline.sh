@@ -126,10 +126,11 @@ units, 4 micro-batches, interleaved schedule, re-materialization never$" "$tmp/i
 M = 4: 20.0%; the schedule with these stage times: [0-9.]+%; with each action's own time: \
 [0-9.]+%\)$" "$tmp/isum" || fail "interleaved summary: $(cat "$tmp/isum")"
 passed=$((passed+1))
-# a stage's chunks take turns: in the trace (a row a chunk, named with its stage), the forwards
-# and backwards of chunks 0 and 2 (stage 0), and of 1 and 3 (stage 1), never overlap
-"$train" "$model" --data synthetic --steps 2 --batch-size 16 --threads 2 "${inter[@]}" \
-  --micro-batches 4 --quiet --trace "$tmp/itrace.json" >/dev/null 2>&1 ||
+# a stage runs one chunk at a time: in the trace (a row a chunk, named with its stage), the
+# forwards and backwards of chunks 0 and 2 (stage 0), and of 1 and 3 (stage 1), never overlap
+# (the balanced CNN's, of about a millisecond each: chunks left to run at once overlapped)
+"$train" "$srcdir/bench/models/balanced-cnn.yaml" --data synthetic --steps 2 --batch-size 16 \
+  --threads 2 "${inter[@]}" --micro-batches 8 --quiet --trace "$tmp/itrace.json" >/dev/null 2>&1 ||
   fail "interleaved traced run"
 python3 - "$tmp/itrace.json" <<'PY' || fail "interleaved trace: a stage ran two chunks at once"
 import json, sys
@@ -140,7 +141,7 @@ assert [rows[t].split(" (")[0] for t in sorted(rows)] == \
 acts = [e for e in ev if e["ph"] == "X" and e.get("cat") != "layer" and e["name"][0] in "FB"]
 for stage in (0, 1):
     spans = sorted((e["ts"], e["ts"] + e["dur"], e["tid"]) for e in acts if e["tid"] % 2 == stage)
-    assert len(spans) == 2 * 2 * 4 * 2, len(spans)  # 2 chunks x (F, B) x 4 micro-batches x 2 steps
+    assert len(spans) == 2 * 2 * 8 * 2, len(spans)  # 2 chunks x (F, B) x 8 micro-batches x 2 steps
     for a, b in zip(spans, spans[1:]):
         assert b[0] >= a[1] - 0.01, (stage, a, b)
 PY
