@@ -97,9 +97,10 @@ void gp_pl_turns_reset(gp_pipeline *pl) {
     atomic_store_explicit(&pl->turn[d], 0, memory_order_relaxed);
 }
 
-/* Waits until the device's phase is at least want: yielding the core at first (a device's
- * first chunk waiting for the others to be ready, briefly) where `yield`, else asleep until
- * woken (the others waiting for the whole forward and backward phase). */
+/* Waits until the device's phase is at least want: yielding the core at first, then under the
+ * watchdog (a device's first chunk waiting for the others to be ready, briefly) where `yield`,
+ * else asleep until woken (the others waiting for the whole forward and backward phase, or a
+ * failure). */
 static gp_status wait_phase(stage *st, int want, int yield) {
   gp_pipeline *pl = st->pl;
   _Atomic int *phase = &pl->turn[st->index % pl->devices];
@@ -114,13 +115,17 @@ static gp_status wait_phase(stage *st, int want, int yield) {
   while (atomic_load_explicit(phase, memory_order_acquire) < want && !pl->failed) {
     /* the others sleep on the pipeline's condition variable, not their stage's: the channels
      * wake one waiter of that, which must be the first chunk's thread running their actions */
-    int rc = pthread_cond_timedwait(yield ? &st->arrived : &pl->cv, &pl->mu, &dl);
+    if (!yield) { /* a whole step's F and B may pass the watchdog: the runner's waits have it */
+      pthread_cond_wait(&pl->cv, &pl->mu);
+      continue;
+    }
+    int rc = pthread_cond_timedwait(&st->arrived, &pl->mu, &dl);
     if (rc == ETIMEDOUT && atomic_load_explicit(phase, memory_order_acquire) < want &&
         !pl->failed) {
       s = GP_ERR(GP_ERR_RUNTIME,
-                 "watchdog: stage %d (chunk %d of device %d) waited more than %.0f s for %s",
-                 st->index, st->index / pl->devices, st->index % pl->devices, pl->watchdog_s,
-                 yield ? "the device's other chunks" : "the device's forwards and backwards");
+                 "watchdog: stage %d (chunk 0 of device %d) waited more than %.0f s for the "
+                 "device's other chunks",
+                 st->index, st->index % pl->devices, pl->watchdog_s);
       break;
     }
   }
