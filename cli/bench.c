@@ -33,6 +33,7 @@ enum {
   F_MICRO,
   F_BATCH,
   F_SCHEDULE,
+  F_VIRTUAL,
   F_REMAT,
   F_REPLICAS,
   F_STEPS,
@@ -69,7 +70,12 @@ static gp_flag flags[] = {
     [F_BATCH] = {"--batch-size", GP_FLAG_INT, "N", "mini-batch (default: the model file's)", 1,
                  .max = GP_MAX_BATCH},
     [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "NAME,...",
-                    "schedules: gpipe, 1f1b, zb-h1, zb-h2, auto (default: the model file's)", 0},
+                    "schedules: gpipe, 1f1b, zb-h1, zb-h2, interleaved, auto (default: the model "
+                    "file's)",
+                    0},
+    [F_VIRTUAL] = {"--virtual-stages", GP_FLAG_INT, "V",
+                   "the interleaved runs' model chunks per stage (default: the model file's)", 1,
+                   .max = GP_MAX_DEVICES},
     [F_REMAT] = {"--remat", GP_FLAG_STR, "MODE,...",
                  "re-materialization: auto, always, except_last, never (default: the model file's)",
                  0},
@@ -162,7 +168,8 @@ static gp_status make_sweep(gp_bench_ctx *c) {
   w->nrep = 1;
   w->n_dev = ps->n_devices;
   memcpy(w->devices, ps->devices, sizeof w->devices);
-  w->bal_k = ps->n_balance ? ps->stages : 0;
+  w->vs = ps->virtual_stages > 1 ? ps->virtual_stages : 1;
+  w->bal_k = ps->n_balance;
   memcpy(w->balance, ps->balance, sizeof w->balance);
   if (flags[F_PARTITION].given) {
     if (flags[F_STAGES].given || flags[F_DEVICES].given)
@@ -171,7 +178,9 @@ static gp_status make_sweep(gp_bench_ctx *c) {
     gp_plan plan;
     GP_TRY(gp_plan_read(flags[F_PARTITION].s, m, &plan));
     gp_args_note("gpipe-bench", plan.renamed);
-    w->ks[0] = w->bal_k = w->n_dev = plan.stages;
+    w->ks[0] = w->n_dev = gp_plan_devices(&plan);
+    w->bal_k = plan.stages;
+    w->vs = gp_plan_chunks(&plan);
     w->ms[0] = plan.micro;
     w->scheds[0] = (int)plan.schedule;
     w->remats[0] = (int)plan.remat;
@@ -191,6 +200,18 @@ static gp_status make_sweep(gp_bench_ctx *c) {
     for (int i = 0; i < w->ns; i++)
       if (w->scheds[i] == named) w->scheds[i] = (int)GP_SCHED_AUTO;
   }
+  if (flags[F_VIRTUAL].given) w->vs = (int)flags[F_VIRTUAL].i;
+  int inter = 0;
+  for (int i = 0; i < w->ns; i++)
+    inter |= w->scheds[i] == GP_SCHED_INTERLEAVED;
+  if (inter && w->vs < 2)
+    return GP_ERR(GP_ERR_USAGE,
+                  "the interleaved schedule needs 2 or more virtual stages (--virtual-stages V)");
+  if (!inter && flags[F_VIRTUAL].given && w->vs > 1)
+    return GP_ERR(GP_ERR_USAGE,
+                  "--virtual-stages %d: only the interleaved schedule has virtual "
+                  "stages (--schedule interleaved)",
+                  w->vs);
   if (flags[F_REMAT].given)
     GP_TRY(gp_cli_choices(flags[F_REMAT].name, flags[F_REMAT].s, gp_remat_names(), w->remats, 4,
                           &w->nr));
@@ -355,9 +376,10 @@ static gp_status report(gp_bench_ctx *c) {
 
 static gp_status data_only(gp_bench_ctx *c, const char *file) {
   /* the sweep's flags would be ignored here: refused, so none is thought to have acted */
-  static const int sweep_only[] = {
-      F_STAGES,    F_MICRO,  F_SCHEDULE,  F_REMAT,  F_DEVICES, F_PARTITION, F_DATA, F_THREADS,
-      F_PER_STAGE, F_MEMORY, F_PRECISION, F_NONDET, F_REPS,    F_CSV,       F_PLOT, F_TRACE};
+  static const int sweep_only[] = {F_STAGES,    F_MICRO,  F_SCHEDULE, F_REMAT,     F_DEVICES,
+                                   F_PARTITION, F_DATA,   F_THREADS,  F_PER_STAGE, F_MEMORY,
+                                   F_PRECISION, F_NONDET, F_REPS,     F_CSV,       F_PLOT,
+                                   F_TRACE,     F_VIRTUAL};
   for (size_t i = 0; i < sizeof sweep_only / sizeof sweep_only[0]; i++)
     if (flags[sweep_only[i]].given)
       return GP_ERR(GP_ERR_USAGE, "%s does not apply to --data-only (it times the data alone)",

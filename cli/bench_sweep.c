@@ -117,12 +117,13 @@ static gp_status run_plan(const gp_bench_ctx *c, const gp_bench_run *r, gp_plan 
   ps.stages = r->k;
   ps.micro_batches = r->m;
   ps.schedule = r->schedule;
+  ps.virtual_stages = r->schedule == GP_SCHED_INTERLEAVED ? w->vs : 1; /* chunks a stage */
   ps.remat = r->remat;
   ps.mem_limit = c->mem_limit; /* what remat auto fits */
   ps.replicas = r->replicas;
   ps.n_balance = 0;
-  if (w->bal_k == r->k) {
-    ps.n_balance = r->k;
+  if (w->bal_k == r->k * ps.virtual_stages) {
+    ps.n_balance = w->bal_k;
     memcpy(ps.balance, w->balance, sizeof ps.balance);
   }
   ps.n_devices = r->k;
@@ -207,14 +208,20 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
         if ((int64_t)w->ms[mi] * R > b->batch) continue; /* noted above */
         for (int si = 0; si < w->ns; si++)
           for (int rm = 0; rm < w->nr; rm++) {
-            /* the zero-bubble lists re-materialize nothing: never unless --remat asks
-             * otherwise, which is said and skipped */
-            const int zb = w->scheds[si] == GP_SCHED_ZB_H1 || w->scheds[si] == GP_SCHED_ZB_H2;
+            if (w->scheds[si] == GP_SCHED_INTERLEAVED && w->ms[mi] % k) {
+              if (rm == 0)
+                note(b, "K=%d M=%d interleaved (micro-batches go in groups of the stages: M=%d "
+                        "would do)", k, w->ms[mi], (w->ms[mi] + k - 1) / k * k);
+              continue;
+            }
+            /* the zero-bubble and interleaved lists re-materialize nothing: never unless
+             * --remat asks otherwise, which is said and skipped */
+            const int zb = w->scheds[si] >= 0 && gp_schedule_keeps_all(w->scheds[si]);
             int remat = zb && (!c->remat_given || w->remats[rm] == GP_REMAT_AUTO) ? GP_REMAT_NEVER
                                                                                   : w->remats[rm];
             if (zb && remat != GP_REMAT_NEVER) {
               if (!zb_skipped++)
-                note(b, "%s with --remat %s (the zero-bubble schedules re-materialize nothing)",
+                note(b, "%s with --remat %s (it re-materializes nothing)",
                      gp_bench_schedule_name((gp_schedule_kind)w->scheds[si]),
                      gp_bench_remat_name((gp_remat)remat));
               continue;
@@ -311,23 +318,29 @@ static gp_status combine_steps(gp_bench_ctx *c, step_time *dt, int steps) {
  * replicas' all-reduce. The replayed bubble and the pace-setter's need every action's time in
  * one process: across processes they are measured where a process holds a whole replica. */
 static gp_status stage_numbers(gp_bench_ctx *c, const gp_pipeline *pl, gp_bench_run *out) {
-  const int k = out->k;
+  const int k = out->k, n_st = gp_pipeline_stages(pl), v = gp_pipeline_chunks(pl);
   gp_stage_stats all[GP_MAX_DEVICES];
   GP_TRY(gp_cli_dist_stats(&c->dist, pl, all));
   out->bubble_measured = 0;
   double ar = 0, wait = 0;
   int64_t bytes = 0, steps = 0;
-  for (int st = 0; st < k; st++) {
-    const gp_stage_stats *ss = &all[st];
-    double n = ss->steps > 0 ? (double)ss->steps : 1;
-    out->bubble_stage[st] = gp_stage_idle(ss);
+  for (int st = 0; st < k; st++) { /* interleaved: a stage's chunks (st, st + K, ..) summed */
+    out->bubble_stage[st] = gp_device_idle(all, n_st, v, st);
     out->bubble_measured += out->bubble_stage[st] / k;
-    out->busy_ms[st] = gp_stage_busy_ms(ss);
-    out->wall_busy_ms[st] = 1e3 * ss->wall_busy_s / n;
-    out->recompute_ms[st] = 1e3 * ss->wall_s[GP_A_RECOMPUTE] / n;
-    out->peak_bytes[st] = ss->peak_act_bytes;
-    out->mem_bytes[st] = ss->mem_peak;
-    out->sent_bytes[st] = (int64_t)((double)ss->sent_bytes / n);
+    out->busy_ms[st] = out->wall_busy_ms[st] = out->recompute_ms[st] = 0;
+    out->peak_bytes[st] = out->mem_bytes[st] = 0;
+    out->sent_bytes[st] = 0;
+  }
+  for (int ci = 0; ci < n_st; ci++) {
+    const gp_stage_stats *ss = &all[ci];
+    const int st = ci % k;
+    double n = ss->steps > 0 ? (double)ss->steps : 1;
+    out->busy_ms[st] += gp_stage_busy_ms(ss);
+    out->wall_busy_ms[st] += 1e3 * ss->wall_busy_s / n;
+    out->recompute_ms[st] += 1e3 * ss->wall_s[GP_A_RECOMPUTE] / n;
+    out->peak_bytes[st] += ss->peak_act_bytes;
+    out->mem_bytes[st] += ss->mem_peak;
+    out->sent_bytes[st] += (int64_t)((double)ss->sent_bytes / n);
     ar = fmax(ar, ss->allreduce_s); /* the stages' all-reduces run side by side */
     wait = fmax(wait, ss->allreduce_wait_s);
     bytes += ss->allreduce_bytes;
@@ -405,7 +418,7 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
     if (s == GP_OK && i >= b->warmup) {
       step_time *d = &dt[i - b->warmup];
       d->s = gp_now() - t0;
-      stages_busy(t.pl, r->k, &d->busy, &d->rec);
+      stages_busy(t.pl, gp_pipeline_stages(t.pl), &d->busy, &d->rec);
       d->busy -= busy_at, busy_at += d->busy;
       d->rec -= rec_at, rec_at += d->rec;
     }

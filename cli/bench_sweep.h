@@ -16,10 +16,12 @@
 /* What to sweep, after the flags, the plan and the model file's defaults. */
 typedef struct gp_bench_sweep {
   int ks[MAX_LIST], nk, ms[MAX_LIST], nm, scheds[8], ns, remats[4], nr;
+  int vs;                 /* V, the chunks a stage of the interleaved runs (the others: 1) */
   int rs[MAX_LIST], nrep; /* replicas */
   int n_dev;
   char devices[GP_MAX_DEVICES][16];
-  int bal_k; /* the K that `balance` is for (the plan's, or the model file's), else 0 */
+  int bal_k; /* the chunks (K, or K V) that `balance` is for (the plan's, or the model file's),
+                else 0 */
   int balance[GP_MAX_DEVICES];
 } gp_bench_sweep;
 

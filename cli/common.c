@@ -154,13 +154,18 @@ gp_status gp_cli_pipeline_apply(const gp_cli_pipeline *f, const gp_model *m, gp_
     GP_TRY(gp_cli_choice(f->remat->name, f->remat->s, gp_remat_names(), &v));
     ps->remat = (gp_remat)v;
   }
-  /* the zero-bubble lists re-materialize nothing: asked for, refused; else never */
-  if (ps->schedule == GP_SCHED_ZB_H1 || ps->schedule == GP_SCHED_ZB_H2) {
+  /* the zero-bubble and interleaved lists re-materialize nothing: asked for, refused; else
+   * never */
+  if (ps->schedule >= 0 && gp_schedule_keeps_all(ps->schedule)) {
     if (f->remat && f->remat->given && ps->remat != GP_REMAT_NEVER && ps->remat != GP_REMAT_AUTO)
-      return GP_ERR(GP_ERR_USAGE,
-                    "%s %s: the zero-bubble schedules (%s) re-materialize nothing; use %s never",
-                    f->remat->name, f->remat->s, gp_schedule_names()[ps->schedule], f->remat->name);
+      return GP_ERR(GP_ERR_USAGE, "%s %s: the %s schedule re-materializes nothing; use %s never",
+                    f->remat->name, f->remat->s, gp_schedule_names()[ps->schedule],
+                    f->remat->name);
     ps->remat = GP_REMAT_NEVER;
+  }
+  if (f->virtual_stages && f->virtual_stages->given) {
+    if (ps->virtual_stages != (int)f->virtual_stages->i) ps->n_balance = 0;
+    ps->virtual_stages = (int)f->virtual_stages->i;
   }
   if (f->balance && f->balance->given)
     GP_TRY(gp_cli_ints(f->balance->name, f->balance->s, 1, 1000000, 0, ps->balance, GP_MAX_DEVICES,

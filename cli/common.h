@@ -46,6 +46,7 @@ gp_status gp_cli_devices(const char *flag, const char *text, char (*out)[16], in
 /* The single-valued pipeline flags of gpipe-train and gpipe-partition; any may be NULL. */
 typedef struct gp_cli_pipeline {
   const gp_flag *stages, *schedule, *remat, *balance, *devices;
+  const gp_flag *virtual_stages; /* --virtual-stages V (interleaved) */
 } gp_cli_pipeline;
 
 /* Applies the given ones to ps (model m's pipeline section, or a copy): a new stage count is

@@ -34,6 +34,7 @@ enum {
   F_BY,
   F_MEMORY,
   F_SCHEDULE,
+  F_VIRTUAL,
   F_REMAT,
   F_DEVICES,
   F_SPEEDS,
@@ -66,8 +67,10 @@ static gp_flag flags[] = {
               "balance estimated FLOPs (default), parameters, or measured time", 0},
     [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE[,SIZE...]",
                   "per-device memory limit: 16GiB, 512MiB, 1.5GB, bytes", 0},
-    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b|zb-h1|zb-h2|auto",
+    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b|zb-h1|zb-h2|interleaved|auto",
                     "pipeline schedule (default auto: the fastest simulated)", 0},
+    [F_VIRTUAL] = {"--virtual-stages", GP_FLAG_INT, "V",
+                   "interleaved: model chunks per stage (K x V chunks in all)", 1},
     [F_REMAT] = {"--remat", GP_FLAG_STR, "auto|always|except_last|never", "re-materialization", 0},
     [F_DEVICES] = {"--devices", GP_FLAG_STR, "cpu,cpu,...", "device of each stage (or one for all)",
                    0},
@@ -171,7 +174,9 @@ static gp_status per_stage(const char *flag, const char *text, int k, int is_siz
 }
 
 static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_part_request *q) {
-  q->stages = ps->stages;
+  const int devs = ps->stages; /* interleaved: the split is of the K V chunks */
+  q->chunks = ps->virtual_stages > 1 ? ps->virtual_stages : 1;
+  q->stages = devs * q->chunks;
   /* --micro-batches and --batch-size went into the load, which checked them */
   q->micro = ps->micro_batches;
   q->batch = m->train.batch_size;
@@ -188,25 +193,32 @@ static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_
   q->n_devices = ps->n_devices ? ps->n_devices : 1;
   for (int i = 0; i < q->n_devices; i++)
     snprintf(q->devices[i], sizeof q->devices[i], "%s", ps->n_devices ? ps->devices[i] : "cpu");
-  if (q->n_devices != 1 && q->n_devices != q->stages)
+  if (q->n_devices != 1 && q->n_devices != devs)
     return GP_ERR(GP_ERR_USAGE, "%s%d devices for %d stage%s (give one, or one per stage)",
                   flags[F_DEVICES].given ? "--devices: " : "the model file's pipeline section: ",
-                  q->n_devices, q->stages, q->stages == 1 ? "" : "s");
+                  q->n_devices, devs, devs == 1 ? "" : "s");
   for (int s = q->n_devices; s < q->stages; s++)
-    memcpy(q->devices[s], q->devices[0], sizeof q->devices[0]);
+    memcpy(q->devices[s], q->devices[q->n_devices == 1 ? 0 : s % devs], sizeof q->devices[0]);
   q->n_devices = q->stages;
   GP_TRY(gp_devices_check(q->n_devices, q->devices[0], sizeof q->devices[0]));
   for (int s = 0; s < q->stages; s++)
     q->speed[s] = 1;
-  if (flags[F_SPEEDS].given)
-    GP_TRY(per_stage("--speeds", flags[F_SPEEDS].s, q->stages, 0, q->speed));
+  if (flags[F_SPEEDS].given) GP_TRY(per_stage("--speeds", flags[F_SPEEDS].s, devs, 0, q->speed));
   if (flags[F_MEMORY].given) {
-    GP_TRY(per_stage("--memory-limit", flags[F_MEMORY].s, q->stages, 1, q->mem_limit));
+    GP_TRY(per_stage("--memory-limit", flags[F_MEMORY].s, devs, 1, q->mem_limit));
     q->has_limit = 1;
   }
+  /* a chunk runs at its stage's speed; its V chunks share the stage's memory: a V-th each */
+  for (int s = q->stages - 1; s >= devs; s--) {
+    q->speed[s] = q->speed[s % devs];
+    q->mem_limit[s] = q->mem_limit[s % devs] / q->chunks;
+  }
+  for (int s = 0; s < devs && q->chunks > 1; s++)
+    q->mem_limit[s] /= q->chunks;
   int cores = flags[F_THREADS].given ? (int)flags[F_THREADS].i : gp_cpu_cores();
-  /* in the pipeline each stage gets its share of the cores: measure units the same way */
-  q->threads = cores / q->stages > 1 ? cores / q->stages : 1;
+  /* in the pipeline each stage gets its share of the cores (all of them to each of its chunks
+   * in turn): measure units the same way */
+  q->threads = cores / devs > 1 ? cores / devs : 1;
   gp_cli_cache_dir(&flags[F_CACHE], q->cache_dir, sizeof q->cache_dir);
   return GP_OK;
 }
@@ -219,13 +231,15 @@ static gp_status make_request(const gp_model *m, gp_part_request *q) {
   if (!flags[F_BALANCE].given) ps.n_balance = 0; /* the file's is no request to skip the search */
   GP_TRY(gp_cli_pipeline_apply(&(gp_cli_pipeline){&flags[F_STAGES], &flags[F_SCHEDULE],
                                                   &flags[F_REMAT], &flags[F_BALANCE],
-                                                  &flags[F_DEVICES]},
+                                                  &flags[F_DEVICES], &flags[F_VIRTUAL]},
                                m, &ps));
-  if (flags[F_BALANCE].given && !flags[F_STAGES].given) ps.stages = ps.n_balance;
+  const int v = ps.virtual_stages > 1 ? ps.virtual_stages : 1; /* a balance lists chunks */
+  if (flags[F_BALANCE].given && !flags[F_STAGES].given)
+    ps.stages = ps.n_balance % v ? ps.n_balance : ps.n_balance / v;
   GP_TRY(gp_cli_stages_check(m, ps.stages));
+  gp_plan plan; /* the checks of V, M and the schedule, and the split given, as gpipe-train */
+  if (flags[F_BALANCE].given || v > 1) GP_TRY(gp_plan_make(m, &ps, &plan));
   if (flags[F_BALANCE].given) { /* a split to predict, as gpipe-train would run it */
-    gp_plan plan;
-    GP_TRY(gp_plan_make(m, &ps, &plan));
     q->fixed = 1;
     for (int s = 0; s < plan.stages; s++)
       q->first[s] = plan.st[s].first_unit;
@@ -287,6 +301,9 @@ static gp_status run(const gp_model *m) {
                                  &flags[F_PPH],       &flags[F_LOCAL],    &flags[F_REMOTE],
                                  &flags[F_TFLOPS],    &flags[F_CLUSTER]};
   GP_TRY(gp_part_dist_setup(&df, &q, &d));
+  if (d.on && q.chunks > 1)
+    return GP_ERR(GP_ERR_USAGE, "interleaved schedules run in one process for now: drop the "
+                                "flags of the launch (--processes, --replicas, ...)");
   if (d.on) { /* the cores are each process's, its stages' threads a share of them */
     int pph = d.cl.procs_per_host, most = 1, here = gp_cpu_cores();
     d.cores = flags[F_THREADS].given ? (int)flags[F_THREADS].i : here / pph > 1 ? here / pph : 1;
@@ -317,7 +334,8 @@ static gp_status run(const gp_model *m) {
                         .speed = q.speed,
                         .mem_limit = q.has_limit ? q.mem_limit : NULL,
                         .bytes_per_s = 0, /* CPU stages hand over pointers */
-                        .optim_slots = gp_optimizer_slots(&m->train)};
+                        .optim_slots = gp_optimizer_slots(&m->train),
+                        .chunks = q.chunks};
   gp_partition p;
   gp_sim_events ev = {0};
   double makespan = 0;
@@ -343,11 +361,12 @@ static gp_status run(const gp_model *m) {
   if (st == GP_OK && flags[F_TIMELINE].given) st = gp_part_simulate(&q, &tc, &p, &ev, &makespan);
   if (st == GP_OK && d.on) st = gp_part_dist_predict(&q, &tc, &r, &p, &d);
   if (st == GP_OK && flags[F_OUT].given) {
-    gp_pipeline_spec ps = {.stages = q.stages,
+    gp_pipeline_spec ps = {.stages = q.stages / q.chunks,
                            .micro_batches = q.micro,
+                           .virtual_stages = q.chunks,
                            .schedule = q.schedule,
                            .remat = q.remat,
-                           .n_devices = q.stages,
+                           .n_devices = q.stages / q.chunks,
                            .n_balance = q.stages};
     for (int s = 0; s < q.stages; s++) {
       ps.balance[s] = p.first[s + 1] - p.first[s];

@@ -19,7 +19,11 @@ extern const char *const gp_part_by_titles[];
 
 /* Everything the request is made of, after flags and the model file's defaults. */
 typedef struct gp_part_request {
+  /* stages: the split's parts, the K V chunks of an interleaved schedule (chunk c on stage
+   * c mod K; chunks: V >= 2), else the K stages (chunks 1); devices, speeds and limits are the
+   * parts' */
   int stages, micro, n_devices, threads;
+  int chunks;
   int replicas;          /* R: data-parallel replicas sharing the batch (1 without --replicas) */
   int64_t batch;         /* the global mini-batch */
   int64_t replica_batch; /* the largest replica's share: ceil(batch / R) */

@@ -96,10 +96,13 @@ void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_u
   if (q->replicas > 1)
     snprintf(share, sizeof share, ", %" PRId64 "%s a replica", b,
              q->batch % q->replicas ? " at most" : "");
-  printf("model %s: %d unit%s, %.3fM parameters; %d stage%s, %d micro-batch%s of %s"
+  const int devs = q->stages / q->chunks; /* interleaved: the rows are chunks */
+  char chunks[48] = "";
+  if (q->chunks > 1) snprintf(chunks, sizeof chunks, " x %d chunks", q->chunks);
+  printf("model %s: %d unit%s, %.3fM parameters; %d stage%s%s, %d micro-batch%s of %s"
          " (batch %" PRId64 "%s); %s schedule, re-materialization %s; %s %s\n\n",
-         m->name, m->n_units, m->n_units == 1 ? "" : "s", (double)m->n_params / 1e6, q->stages,
-         q->stages == 1 ? "" : "s", q->micro, q->micro == 1 ? "" : "es", size, q->batch, share,
+         m->name, m->n_units, m->n_units == 1 ? "" : "s", (double)m->n_params / 1e6, devs,
+         devs == 1 ? "" : "s", chunks, q->micro, q->micro == 1 ? "" : "es", size, q->batch, share,
          gp_schedule_names()[q->schedule], gp_remat_names()[q->remat],
          q->fixed ? "split given by --balance, predicted from" : "balanced by",
          gp_part_by_titles[q->by == GP_COST_PARAMS && q->fixed ? GP_COST_FLOPS : q->by]);
@@ -115,30 +118,32 @@ void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_u
     if ((int)strlen(names[s]) > w) w = (int)strlen(names[s]);
   }
   double tt = total_time(p);
-  printf("stage  %-*s  count     params   GFLOPs  time %%  memory MiB  recompute  "
+  printf("%s  %-*s  count     params   GFLOPs  time %%  memory MiB  recompute  "
          "sends/micro-batch\n",
-         w, "units");
+         q->chunks > 1 ? "chunk  stage" : "stage", w, "units");
   for (int s = 0; s < p->stages; s++) {
     stage_sums r = sums(c, p, s);
-    char out[32] = "-";
+    char out[32] = "-", on[16] = ""; /* interleaved: the stage (device) that holds the chunk */
     if (s < p->stages - 1)
       gp_args_bytes_str((double)c->cut_bytes[p->first[s + 1]], 1, out, sizeof out);
     char rc[24]; /* the micro-batches whose backward re-runs the forward */
     snprintf(rc, sizeof rc, "%d of %d", p->recomputed[s], q->micro);
-    printf("%5d  %-*s  %5d  %9" PRId64 "  %7.3f  %6.1f  %10.1f  %9s  %s\n", s, w, names[s],
+    if (q->chunks > 1) snprintf(on, sizeof on, "%5d  ", s % devs);
+    printf("%5d  %s%-*s  %5d  %9" PRId64 "  %7.3f  %6.1f  %10.1f  %9s  %s\n", s, on, w, names[s],
            p->first[s + 1] - p->first[s], r.params, r.flops / 1e9,
            tt > 0 ? 100 * p->time[s] / tt : 0.0, p->memory[s] / 1048576.0, rc, out);
   }
-  printf("\nimbalance   %.3f (slowest stage / mean stage time)\n", p->imbalance);
+  printf("\nimbalance   %.3f (slowest %s / mean %s time)\n", p->imbalance,
+         q->chunks > 1 ? "chunk" : "stage", q->chunks > 1 ? "chunk" : "stage");
   if (q->schedule_auto && q->stages > 1) printf("schedule    auto: %s\n", q->chosen);
   printf("bubble      %.1f%% of the stages' time idle (predicted, %s, M = %d)\n", 100 * p->bubble,
          gp_schedule_names()[q->schedule], q->micro);
   printf("speed-up    %.2fx over naive %d-stage model parallelism (M = 1), %.2fx over 1 stage\n",
-         p->speedup_naive, q->stages, p->speedup_k1);
+         p->speedup_naive, devs, p->speedup_k1);
   granularity_hint(m, q, c);
   /* Few micro-batches for K stages: what more would do (GPipe's M >= 4K keeps the bubble low) */
-  int64_t more = gp_plan_micro_hint(q->stages, q->batch);
-  if (q->stages > 1 && q->micro < 4 * q->stages && more > q->micro)
+  int64_t more = gp_plan_micro_hint(devs, q->batch);
+  if (q->chunks == 1 && q->stages > 1 && q->micro < 4 * q->stages && more > q->micro)
     printf("hint        M = %d is few for %d stages: --micro-batches %" PRId64
            " (the GPipe paper's M >= 4K) brings the ideal bubble (K-1)/(M+K-1) down to %.1f%%\n",
            q->micro, q->stages, more, 100.0 * (q->stages - 1) / (double)(more + q->stages - 1));
@@ -148,8 +153,9 @@ void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_u
     int at = 0;
     for (int s = 0; s < p->stages; s++)
       if (p->memory[s] / q->mem_limit[s] > worst) worst = p->memory[s] / q->mem_limit[s], at = s;
-    printf("memory      every stage fits its limit; the fullest, stage %d, needs %s of %s\n", at,
-           gp_args_bytes_str(p->memory[at], 1, a, sizeof a),
+    printf("memory      every %s fits its limit%s; the fullest, %s %d, needs %s of %s\n",
+           q->chunks > 1 ? "chunk" : "stage", q->chunks > 1 ? " (its stage's over its chunks)" : "",
+           q->chunks > 1 ? "chunk" : "stage", at, gp_args_bytes_str(p->memory[at], 1, a, sizeof a),
            gp_args_bytes_str(q->mem_limit[at], 1, b, sizeof b));
   }
 }
@@ -169,11 +175,11 @@ void gp_part_print_json(const gp_model *m, const gp_part_request *q, const gp_un
   printf(", \"stages\": %d, \"micro_batches\": %d, \"batch_size\": %" PRId64
          ", \"micro_batch_size\": %" PRId64 ", \"schedule\": \"%s\", \"remat\": \"%s\", "
          "\"cost_basis\": \"%s\", \"params\": %" PRId64
-         ", \"optimizer_slots\": %d,\n \"devices\": [",
-         q->stages, q->micro, q->batch, q->micro_batch, gp_schedule_names()[q->schedule],
-         gp_remat_names()[q->remat], gp_part_by_names[q->by], m->n_params,
-         gp_optimizer_slots(&m->train));
-  for (int s = 0; s < q->stages; s++) {
+         ", \"optimizer_slots\": %d, \"virtual_stages\": %d,\n \"devices\": [",
+         q->stages / q->chunks, q->micro, q->batch, q->micro_batch,
+         gp_schedule_names()[q->schedule], gp_remat_names()[q->remat], gp_part_by_names[q->by],
+         m->n_params, gp_optimizer_slots(&m->train), q->chunks);
+  for (int s = 0; s < q->stages / q->chunks; s++) { /* a device a stage */
     printf(s ? ", " : "");
     gp_json_write_str(stdout, q->devices[s]);
   }
@@ -198,7 +204,10 @@ void gp_part_print_json(const gp_model *m, const gp_part_request *q, const gp_un
   double tt = total_time(p);
   for (int s = 0; s < p->stages; s++) {
     stage_sums r = sums(c, p, s);
-    printf("%s{\"stage\": %d, \"device\": ", s ? ",\n   " : "\n   ", s);
+    /* interleaved: an entry a chunk, "stage" its device's index (chunk c on stage c mod K) */
+    printf("%s{\"%s\": %d, ", s ? ",\n   " : "\n   ", q->chunks > 1 ? "chunk" : "stage", s);
+    if (q->chunks > 1) printf("\"stage\": %d, ", s % (q->stages / q->chunks));
+    printf("\"device\": ");
     gp_json_write_str(stdout, q->devices[s]);
     printf(", \"first_unit\": %d, \"last_unit\": %d, \"units\": %d, \"params\": %" PRId64
            ", \"flops\": ",
@@ -232,8 +241,10 @@ void gp_part_print_json(const gp_model *m, const gp_part_request *q, const gp_un
       printf(s ? ",\n   [" : "\n   [");
       for (int i = 0; i < ev->n[s]; i++) {
         const gp_sim_event *e = &ev->event[s][i];
-        printf("%s{\"kind\": \"%c\", \"micro\": %d, \"recompute\": %s, \"start\": ", i ? ", " : "",
-               *gp_action_letter(e->kind), e->micro, e->recompute ? "true" : "false");
+        printf("%s{\"kind\": \"%c\", \"micro\": %d, \"chunk\": %d, \"recompute\": %s, "
+               "\"start\": ",
+               i ? ", " : "", *gp_action_letter(e->kind), e->micro, e->chunk,
+               e->recompute ? "true" : "false");
         json_num(e->start);
         printf(", \"end\": ");
         json_num(e->end);

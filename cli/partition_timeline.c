@@ -29,8 +29,10 @@ gp_status gp_part_simulate(const gp_part_request *q, const gp_unit_costs *tc, co
     cost[s] =
         (gp_stage_cost){.fwd = f / q->speed[s], .bwd = b / q->speed[s], .wgt = w / q->speed[s]};
   }
-  gp_schedule sc;
-  if (q->remat == GP_REMAT_AUTO)
+  gp_schedule sc; /* interleaved: a list a stage (device), costs a chunk */
+  if (q->chunks > 1)
+    GP_TRY(gp_schedule_build_interleaved(p->stages / q->chunks, q->micro, q->chunks, &sc));
+  else if (q->remat == GP_REMAT_AUTO)
     GP_TRY(gp_schedule_build_drops(q->schedule, p->stages, q->micro, p->drop, &sc));
   else
     GP_TRY(gp_schedule_build(q->schedule, q->remat, p->stages, q->micro, &sc));
@@ -54,6 +56,14 @@ static void paint(char *row, double scale, double t0, double t1, char ch, int mi
   if (b - a >= len + 1) memcpy(row + a + 1, num, (size_t)len);
 }
 
+/* Interleaved: each chunk of a stage its letters (chunk 0 F and B, as other schedules). */
+static char fwd_letter(int chunk) {
+  return chunk < 4 ? "FGHI"[chunk] : '+';
+}
+static char bwd_letter(int chunk) {
+  return chunk < 4 ? "BCDE"[chunk] : '-';
+}
+
 void gp_part_print_timeline(const gp_part_request *q, const gp_sim_events *ev, double makespan) {
   static const char *const unit[] = {"FLOP", "FLOP", "s"};
   double scale = makespan > 0 ? TL_WIDTH / makespan : 0;
@@ -63,8 +73,9 @@ void gp_part_print_timeline(const gp_part_request *q, const gp_sim_events *ev, d
     snprintf(col, sizeof col, "%.3g ms", per * 1e3);
   else
     snprintf(col, sizeof col, "%.3g G%s", per / 1e9, unit[q->by]);
+  const int devs = q->stages / q->chunks;
   printf("\ntimeline (%s, %d stage%s x %d micro-batch%s; one column = %s%s)\n",
-         gp_schedule_names()[q->schedule], q->stages, q->stages == 1 ? "" : "s", q->micro,
+         gp_schedule_names()[q->schedule], devs, devs == 1 ? "" : "s", q->micro,
          q->micro == 1 ? "" : "es", col,
          q->by == GP_COST_FLOPS    ? " of work"
          : q->by == GP_COST_PARAMS ? " of work (by FLOPs)"
@@ -75,14 +86,27 @@ void gp_part_print_timeline(const gp_part_request *q, const gp_sim_events *ev, d
     row[TL_WIDTH] = 0;
     for (int i = 0; i < ev->n[s]; i++) {
       const gp_sim_event *e = &ev->event[s][i];
-      if (e->kind == GP_A_FORWARD || e->kind == GP_A_WEIGHT) {
-        paint(row, scale, e->start, e->end, *gp_action_letter(e->kind), e->micro);
+      if (e->kind == GP_A_FORWARD) {
+        paint(row, scale, e->start, e->end, fwd_letter(e->chunk), e->micro);
+      } else if (e->kind == GP_A_WEIGHT) {
+        paint(row, scale, e->start, e->end, 'W', e->micro);
       } else {
         if (e->rend > e->rstart) paint(row, scale, e->rstart, e->rend, 'R', e->micro);
-        paint(row, scale, e->start, e->end, 'B', e->micro);
+        paint(row, scale, e->start, e->end, bwd_letter(e->chunk), e->micro);
       }
     }
     printf("%5d |%s|\n", s, row);
+  }
+  if (q->chunks > 1) {
+    printf("legend: stage s's chunks by letter: ");
+    for (int c = 0; c < q->chunks && c < 4; c++)
+      if (c)
+        printf(", %c/%c chunk s + %d", fwd_letter(c), bwd_letter(c), c * devs);
+      else
+        printf("%c/%c chunk s", fwd_letter(c), bwd_letter(c));
+    printf("%s (forward/backward), each followed by its micro-batch where it fits; . idle\n",
+           q->chunks > 4 ? ", +/- the others" : "");
+    return;
   }
   printf("legend: F forward, R recompute, B backward%s, each followed by its micro-batch where it "
          "fits; . idle\n",

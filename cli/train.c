@@ -65,8 +65,10 @@ gp_flag tr_flags[] = {
                       "evaluate every N steps (default, or 0: at the end of each epoch)", 0},
     [F_STAGES] = {"--stages", GP_FLAG_INT, "K", "pipeline stages (default: the model file's)", 1},
     [F_MICRO] = {"--micro-batches", GP_FLAG_INT, "M", "micro-batches per mini-batch", 1},
-    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b|zb-h1|zb-h2|auto",
+    [F_SCHEDULE] = {"--schedule", GP_FLAG_STR, "gpipe|1f1b|zb-h1|zb-h2|interleaved|auto",
                     "pipeline schedule (default auto: the fastest simulated)", 0},
+    [F_VIRTUAL] = {"--virtual-stages", GP_FLAG_INT, "V",
+                   "interleaved: model chunks per stage (K x V chunks in all)", 1},
     [F_REMAT] = {"--remat", GP_FLAG_STR, "auto|always|except_last|never", "re-materialization", 0},
     [F_BALANCE] = {"--balance", GP_FLAG_STR, "a,b,...",
                    "units per stage (default: the split of --by; --resume: the checkpoint's)", 0},
@@ -152,7 +154,8 @@ static gp_status run_free(run *r, gp_status s) {
 /* --partition: the plan replaces the model file's pipeline section; gp_plan_make then
  * rebuilds the same plan from it (and checks the devices as for any other pipeline). */
 static gp_status apply_plan_file(gp_model *m) {
-  static const int clash[] = {F_STAGES, F_MICRO, F_SCHEDULE, F_REMAT, F_BALANCE, F_DEVICES};
+  static const int clash[] = {F_STAGES, F_MICRO,   F_SCHEDULE, F_VIRTUAL,
+                              F_REMAT,  F_BALANCE, F_DEVICES};
   for (size_t i = 0; i < sizeof clash / sizeof clash[0]; i++)
     if (tr_flags[clash[i]].given)
       return GP_ERR(GP_ERR_USAGE, "--partition and %s both set the pipeline; use one",
@@ -166,14 +169,16 @@ static gp_status apply_plan_file(gp_model *m) {
             "micro-batches split this run's batch of %" PRId64 "\n",
             tr_flags[F_PARTITION].s, plan.micro, m->train.batch_size);
   gp_pipeline_spec *ps = &m->pipeline;
-  ps->stages = plan.stages;
+  ps->stages = gp_plan_devices(&plan);
+  ps->virtual_stages = gp_plan_chunks(&plan);
   ps->micro_batches = plan.micro;
   ps->schedule = plan.schedule;
   ps->remat = plan.remat;
-  ps->n_balance = ps->n_devices = plan.stages;
+  ps->n_balance = plan.stages; /* the chunks */
+  ps->n_devices = ps->stages;
   for (int s = 0; s < plan.stages; s++) {
     ps->balance[s] = plan.st[s].end_unit - plan.st[s].first_unit;
-    memcpy(ps->devices[s], plan.st[s].device, sizeof ps->devices[s]);
+    if (s < ps->stages) memcpy(ps->devices[s], plan.st[s].device, sizeof ps->devices[s]);
   }
   ps->n_procs = plan.n_procs; /* read under mpirun (tr_dist_layout) */
   memcpy(ps->procs, plan.procs, sizeof ps->procs);
@@ -226,8 +231,8 @@ static gp_status apply_flags(gp_model *m) {
                   "--data: only 'synthetic' is accepted (the model file's data "
                   "section names real data), got '%s'",
                   tr_flags[F_DATA].s);
-  const gp_cli_pipeline pf = {&tr_flags[F_STAGES], &tr_flags[F_SCHEDULE], &tr_flags[F_REMAT],
-                              &tr_flags[F_BALANCE], &tr_flags[F_DEVICES]};
+  const gp_cli_pipeline pf = {&tr_flags[F_STAGES],  &tr_flags[F_SCHEDULE], &tr_flags[F_REMAT],
+                              &tr_flags[F_BALANCE], &tr_flags[F_DEVICES],  &tr_flags[F_VIRTUAL]};
   GP_TRY(gp_cli_pipeline_apply(&pf, m, &m->pipeline));
   if (tr_flags[F_PARTITION].given) GP_TRY(apply_plan_file(m));
   if (t->batch_size < (int64_t)m->pipeline.micro_batches * m->pipeline.replicas &&

@@ -31,6 +31,7 @@ enum {
   F_STAGES,
   F_MICRO,
   F_SCHEDULE,
+  F_VIRTUAL,
   F_REMAT,
   F_BALANCE,
   F_BY,

@@ -99,13 +99,17 @@ void tr_report_pipeline(run *r) {
   if (k < 2) return;
   char busy[GP_MAX_DEVICES * 16] = "", idle[GP_MAX_DEVICES * 16] = "";
   int on_gpu = 0;
+  /* interleaved: busy per chunk, idle per stage (device), whose chunks take turns */
+  const int v = gp_pipeline_chunks(r->t.pl), devs = k / v;
   for (int s = 0; s < k; s++) {
     const gp_stage_stats ss = all[s];
     if (ss.steps < 1 || ss.span_s <= 0) return; /* no training step was timed */
     on_gpu |= ss.device_time;
     size_t nb = strlen(busy), ni = strlen(idle);
     snprintf(busy + nb, sizeof busy - nb, "%s%.1f", s ? ", " : "", gp_stage_busy_ms(&ss));
-    snprintf(idle + ni, sizeof idle - ni, "%s%.1f%%", s ? ", " : "", 100 * gp_stage_idle(&ss));
+    if (s < devs)
+      snprintf(idle + ni, sizeof idle - ni, "%s%.1f%%", s ? ", " : "",
+               100 * gp_device_idle(all, k, v, s));
   }
   double sim, rep = gp_pipeline_bubble_replayed(r->t.pl);
   char simmed[160] = "";
@@ -118,10 +122,10 @@ void tr_report_pipeline(run *r) {
   char slowest[64] = "";
   if (isfinite(slow))
     snprintf(slowest, sizeof slowest, ", each step's busiest stage %.1f%%", 100 * slow);
-  printf("pipeline: stages busy %s ms per step%s, idle %s of the steps%s (GPipe's bubble for K "
+  printf("pipeline: %s busy %s ms per step%s, %sidle %s of the steps%s (GPipe's bubble for K "
          "= %d, M = %d: %.1f%%%s)\n",
-         busy, on_gpu ? " (GPU time)" : "", idle, slowest, k, m,
-         100.0 * (k - 1) / (double)(m + k - 1), simmed);
+         v > 1 ? "chunks" : "stages", busy, on_gpu ? " (GPU time)" : "", v > 1 ? "stages " : "",
+         idle, slowest, devs, m, 100.0 * (devs - 1) / (double)(m + devs - 1), simmed);
 }
 
 /* Remat auto's choice, as "; remat auto: stage 0 recomputes 6 of 8 micro-batches (estimated
@@ -175,12 +179,16 @@ void tr_note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch, const
              " (one micro-batch: the stages take turns, as naive model parallelism; "
              "--micro-batches %" PRId64 " overlaps them)",
              more);
+  char chunks[64] = ""; /* interleaved: the balance is of the chunks, stage s holding s, s + K.. */
+  if (gp_plan_chunks(plan) > 1)
+    snprintf(chunks, sizeof chunks, " x %d chunks (chunk c on stage c mod %d)",
+             gp_plan_chunks(plan), gp_plan_devices(plan));
   gp_progress_note(pg,
-                   "pipeline: %d stage%s of %s unit%s, %d micro-batch%s, %s schedule, "
+                   "pipeline: %d stage%s%s of %s unit%s, %d micro-batch%s, %s schedule, "
                    "re-materialization %s%s",
-                   plan->stages, plan->stages == 1 ? "" : "s", bal, strcmp(bal, "1") ? "s" : "",
-                   plan->micro, plan->micro == 1 ? "" : "es", gp_schedule_names()[plan->schedule],
-                   gp_remat_names()[plan->remat], turns);
+                   gp_plan_devices(plan), gp_plan_devices(plan) == 1 ? "" : "s", chunks, bal,
+                   strcmp(bal, "1") ? "s" : "", plan->micro, plan->micro == 1 ? "" : "es",
+                   gp_schedule_names()[plan->schedule], gp_remat_names()[plan->remat], turns);
   if (how && *how) gp_progress_note(pg, "split: %s", how);
   if (plan->chosen[0] && plan->stages > 1) gp_progress_note(pg, "schedule auto: %s", plan->chosen);
 }

@@ -163,8 +163,18 @@ struct gp_pipeline {
    * queued copies (plain copies on the CPU), so that their logic runs where no GPU is */
   int test_no_allreduce, test_nan_stage, test_staged;
   int nccl; /* GPU stages of different processes or replicas use NCCL (every process agreed) */
-  gp_schedule sched;
+  gp_schedule sched; /* per stage (interleaved: per chunk, derived from dev_sched) */
   int k, micro;
+  /* interleaved (chunks V >= 2): k = devices x chunks stages, chunk c of device d being stage
+   * c K + d; the devices' lists, each device's phase in a training command (its chunks ready:
+   * 0..V-1, its forwards and backwards done: V), and for each device action its stage (-1:
+   * the step) and index in that stage's list, with room for its times (replay). Otherwise
+   * devices = k, chunks = 1. */
+  int devices, chunks;
+  gp_schedule dev_sched;
+  _Atomic int *turn;
+  int **dev_owner, **dev_at;
+  double **rep_dur, **rep_rdur;
   stage *st;
   uint64_t seed;
   double watchdog_s;
@@ -238,6 +248,21 @@ static inline double gp_pl_stage_busy(const stage *st) {
 /* Records the first failure (with where it happened: micro < 0 for none) and wakes everyone.
  * Holds no lock. Returns s. */
 gp_status gp_pl_fail(gp_pipeline *pl, gp_status s, int stage_i, int micro);
+
+/* turns.c (interleaved schedules; no-ops with one chunk a device) */
+/* Builds dev_sched and the chunk stages' own lists (sched) from it, and the turn maps. */
+gp_status gp_pl_chunks_init(gp_pipeline *pl);
+void gp_pl_chunks_free(gp_pipeline *pl);
+/* Before a training command: every device at its start. */
+void gp_pl_turns_reset(gp_pipeline *pl);
+/* A training command's start on chunk stage st, once its own preparations are done: the
+ * device's first chunk (st->index < K) waits for the others to be ready, which then wait for
+ * it to have run the device's forwards and backwards (gp_pl_device_done). Fails on another
+ * stage's failure or the watchdog, as wait_for. */
+gp_status gp_pl_device_ready(stage *st);
+void gp_pl_device_done(stage *st);
+/* gp_pl_replay of the devices' lists, each action taking its chunk's time. */
+void gp_pl_replay_chunks(gp_pipeline *pl);
 
 /* stage.c: runs one command's actions on stage st (its worker thread). */
 gp_status gp_pl_run_command(stage *st, cmd_kind cmd);

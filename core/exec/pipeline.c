@@ -266,7 +266,9 @@ static void pin_thread(gp_pipeline *pl, int s) {
     if (CPU_ISSET(c, &allowed)) ids[n++] = c;
   if (n == 0) return;
   CPU_ZERO(&set);
-  int per = n / pl->k;
+  /* a device's chunks (interleaved) run on its cores, one at a time */
+  int per = n / pl->devices;
+  s %= pl->devices;
   if (per < 1)
     CPU_SET(ids[s % n], &set);
   else
@@ -333,6 +335,7 @@ static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
       atomic_store_explicit(&pl->st[s].box[m].grads, 0, memory_order_relaxed);
       atomic_store_explicit(&pl->st[s].box[m].released, 0, memory_order_relaxed);
     }
+  if (cmd == CMD_TRAIN) gp_pl_turns_reset(pl);
   pl->cmd = cmd;
   pl->done = 0;
   pl->failed = 0;
@@ -435,12 +438,17 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
   double t0 = now_s();
   GP_TRY(issue(pl, CMD_TRAIN));
   pl->span_s += now_s() - t0;
-  double pace = 0; /* the stage that set the step's pace: the busiest in it */
+  double pace = 0, dev[GP_MAX_DEVICES] = {0}; /* the device that set the step's pace: the
+                                                 busiest in it (its chunks' times together) */
   for (int s = 0; s < pl->k; s++)
-    pace = fmax(pace, gp_pl_stage_busy(&pl->st[s]) - before[s]);
+    dev[s % pl->devices] += gp_pl_stage_busy(&pl->st[s]) - before[s];
+  for (int d = 0; d < pl->devices; d++)
+    pace = fmax(pace, dev[d]);
   pl->pace_busy_s += pace;
   *out = pl->results.step;
-  if (pl->n_local == pl->k)
+  if (pl->n_local == pl->k && pl->chunks > 1)
+    gp_pl_replay_chunks(pl);
+  else if (pl->n_local == pl->k)
     gp_pl_replay(pl);
   else
     pl->replay_lost = 1; /* the other processes' actions are not timed here */
@@ -527,19 +535,35 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   pl->nondeterministic = o ? o->nondeterministic : 0;
   pl->mem_limit = o ? o->mem_limit : 0;
   pl->cores = o && o->cores > 0 ? o->cores : gp_cpu_cores();
-  pl->threads_per_stage = pl->cores / pl->n_local > 1 ? pl->cores / pl->n_local : 1;
+  pl->chunks = gp_plan_chunks(plan);
+  pl->devices = pl->k / pl->chunks;
+  /* a device's chunks run one at a time, each on all of the device's cores */
+  const int busy_local = pl->n_local / pl->chunks > 0 ? pl->n_local / pl->chunks : 1;
+  pl->threads_per_stage = pl->cores / busy_local > 1 ? pl->cores / busy_local : 1;
   /* spinning is free only where no other stage needs the core; GP_PIPELINE_SPIN=0 turns it
    * off (to compare) */
-  pl->spin = pl->cores >= pl->n_local && gp_env_get(GP_ENV_PIPELINE_SPIN, 1);
+  pl->spin = pl->cores >= busy_local && gp_env_get(GP_ENV_PIPELINE_SPIN, 1);
   pthread_mutex_init(&pl->mu, NULL);
   pthread_cond_init(&pl->cv, NULL);
-  gp_status s =
-      plan->remat == GP_REMAT_AUTO
-          ? gp_schedule_build_drops(plan->schedule, pl->k, pl->micro, plan->remat_drop, &pl->sched)
-          : gp_schedule_build(plan->schedule, plan->remat, pl->k, pl->micro, &pl->sched);
-  if (s == GP_OK) s = gp_schedule_validate(&pl->sched);
+  gp_status s = GP_OK;
+  if ((pl->chunks > 1) != (plan->schedule == GP_SCHED_INTERLEAVED))
+    s = GP_ERR(GP_ERR_USAGE, "the interleaved schedule and virtual stages (%d) go together",
+               pl->chunks);
+  if (s == GP_OK && pl->chunks > 1 && pl->dist)
+    s = GP_ERR(GP_ERR_USAGE, "interleaved schedules run in one process for now");
+  if (s == GP_OK && pl->chunks > 1 && plan->remat != GP_REMAT_NEVER)
+    s = GP_ERR(GP_ERR_USAGE, "the interleaved schedule re-materializes nothing yet: use remat "
+                             "never (--remat never)");
   if (s == GP_OK && !(pl->st = calloc((size_t)pl->k, sizeof *pl->st)))
     s = GP_ERR(GP_ERR_NOMEM, "out of memory for the pipeline");
+  if (s == GP_OK && pl->chunks > 1) {
+    s = gp_pl_chunks_init(pl);
+  } else if (s == GP_OK) {
+    s = plan->remat == GP_REMAT_AUTO
+            ? gp_schedule_build_drops(plan->schedule, pl->k, pl->micro, plan->remat_drop, &pl->sched)
+            : gp_schedule_build(plan->schedule, plan->remat, pl->k, pl->micro, &pl->sched);
+    if (s == GP_OK) s = gp_schedule_validate(&pl->sched);
+  }
   for (int i = 0; s == GP_OK && i < pl->k; i++) {
     pl->st[i].pl = pl;
     pl->st[i].index = i;
@@ -642,6 +666,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
     gp_backend_destroy(st->be);
     pthread_cond_destroy(&st->arrived);
   }
+  gp_pl_chunks_free(pl);
   free(pl->st);
   gp_coll_free(&pl->coll);
   gp_schedule_free(&pl->sched);
@@ -668,7 +693,11 @@ int gp_pipeline_stages(const gp_pipeline *pl) {
 }
 
 const gp_schedule *gp_pipeline_schedule(const gp_pipeline *pl) {
-  return &pl->sched;
+  return pl->chunks > 1 ? &pl->dev_sched : &pl->sched;
+}
+
+int gp_pipeline_chunks(const gp_pipeline *pl) {
+  return pl->chunks;
 }
 
 const gp_layout *gp_pipeline_layout(const gp_pipeline *pl) {

@@ -96,7 +96,11 @@ void gp_batch_share(int64_t n, int r, int R, int64_t *lo, int64_t *hi);
  * its work is queued: on GPUs the next step's launches may run ahead of the devices). */
 gp_status gp_pipeline_sync(gp_pipeline *pl);
 
+/* The stages (interleaved: the chunks, K V; chunk c of device d is stage c K + d). */
 int gp_pipeline_stages(const gp_pipeline *pl);
+/* V: the chunks each device holds (interleaved), else 1. */
+int gp_pipeline_chunks(const gp_pipeline *pl);
+/* The schedule the devices run (interleaved: K lists of chunked actions, costs per chunk). */
 const gp_schedule *gp_pipeline_schedule(const gp_pipeline *pl);
 /* 1 while a stage that did not stop after a failure (gp_pipeline_opts.stop_s) still runs: it
  * uses the pipeline and the model, so neither may be freed (gp_pipeline_free leaves them) and

@@ -1,5 +1,6 @@
 /* A pipeline's record of where time goes: busy time per action (host or device timed), per-stage
- * statistics, and the bubble simulated and replayed from them. */
+ * statistics, and the bubble simulated and replayed from them (interleaved: per device, each
+ * chunk a stage of its own). */
 #include <math.h>
 #include <string.h>
 
@@ -117,7 +118,8 @@ void gp_pipeline_reset_stats(gp_pipeline *pl) {
 }
 
 gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double *out) {
-  const int K = sc->stages, M = sc->micro;
+  /* interleaved: a cost per chunk (virtual stage), ss[] being the chunks' stages */
+  const int K = sc->stages * (sc->chunks > 1 ? sc->chunks : 1), M = sc->micro;
   gp_stage_cost cost[GP_MAX_DEVICES] = {{0}};
   *out = NAN;
   if (K > GP_MAX_DEVICES)
@@ -162,7 +164,7 @@ void gp_pl_replay(gp_pipeline *pl) {
 
 double gp_pipeline_bubble_replayed(const gp_pipeline *pl) {
   if (pl->replay_lost || pl->replay_span_s <= 0) return NAN;
-  double idle = 1.0 - pl->replay_busy_s / (pl->k * pl->replay_span_s);
+  double idle = 1.0 - pl->replay_busy_s / (pl->devices * pl->replay_span_s);
   return idle < 0 ? 0 : idle;
 }
 

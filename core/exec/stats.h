@@ -46,6 +46,18 @@ static inline double gp_stage_idle(const gp_stage_stats *s) {
   return idle < 0 ? 0 : idle;
 }
 
+/* Device d's measured bubble where its stages are chunks of an interleaved schedule (stage
+ * c K + d is its chunk c, K = k / chunks): the share of the steps' wall time its chunks, which
+ * take turns on it, together spent outside actions. With one chunk a device, gp_stage_idle. */
+static inline double gp_device_idle(const gp_stage_stats *all, int k, int chunks, int d) {
+  const int K = k / (chunks > 1 ? chunks : 1);
+  double busy = 0, span = all[d].span_s;
+  for (int s = d; s < k; s += K)
+    busy += all[s].wall_busy_s;
+  double idle = span > 0 ? 1.0 - busy / span : 0;
+  return idle < 0 ? 0 : idle;
+}
+
 void gp_pipeline_stats(const gp_pipeline *pl, int stage, gp_stage_stats *out);
 void gp_pipeline_reset_stats(gp_pipeline *pl);
 /* The idle share schedule sc alone gives stages that take the times in ss[0 .. stages):

@@ -111,10 +111,15 @@ static void write_stages(FILE *f, const gp_pipeline *pl) {
     const stage *st = &pl->st[s];
     /* a device-timed stage has two rows: the host launching the actions (and their layers),
      * and below it the device running them */
+    char who[48]; /* interleaved: a row per chunk, named with its device (stage) */
+    if (pl->chunks > 1)
+      snprintf(who, sizeof who, "chunk %d on stage %d", s, s % pl->devices);
+    else
+      snprintf(who, sizeof who, "stage %d", s);
     fprintf(f,
             "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
-            "\"args\": {\"name\": \"stage %d (units %d..%d)%s\"}}",
-            sep, pid, s, s, pl->plan.st[s].first_unit, pl->plan.st[s].end_unit - 1,
+            "\"args\": {\"name\": \"%s (units %d..%d)%s\"}}",
+            sep, pid, s, who, pl->plan.st[s].first_unit, pl->plan.st[s].end_unit - 1,
             st->rec.tm ? ", host" : "");
     sep = ",\n";
     if (st->rec.tm)

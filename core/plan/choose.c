@@ -18,9 +18,13 @@ gp_status gp_schedule_choose(const gp_unit_costs *c, const gp_partition_req *r, 
     int at = ch->n++;
     gp_partition_req q = *r;
     q.schedule = (gp_schedule_kind)i;
-    if (q.schedule == GP_SCHED_ZB_H1 || q.schedule == GP_SCHED_ZB_H2) q.remat = GP_REMAT_NEVER;
+    if (gp_schedule_keeps_all(q.schedule)) q.remat = GP_REMAT_NEVER;
     ch->kind[at] = q.schedule;
     ch->remat[at] = q.remat;
+    if (q.schedule == GP_SCHED_INTERLEAVED && q.chunks < 2) { /* it needs its own split */
+      snprintf(ch->why[at], sizeof ch->why[at], "auto does not weigh interleaved (its V) yet");
+      continue;
+    }
     gp_partition p;
     gp_status s = first ? gp_partition_evaluate(c, &q, first, &p) : gp_partition_solve(c, &q, &p);
     if (s != GP_OK) {

@@ -12,9 +12,12 @@
 /* The automatic split: the partitioner's exact solution on the layers' analytic costs for a
  * micro-batch of the model's batch size / M, under the plan's schedule and re-materialization. */
 void gp_plan_partition_req(const gp_model *m, const gp_pipeline_spec *ps, gp_partition_req *r) {
-  *r = (gp_partition_req){.stages = ps->stages,
+  /* interleaved: K V chunks balanced alike, which balances each device's V of them too */
+  const int v = ps->virtual_stages > 1 ? ps->virtual_stages : 1;
+  *r = (gp_partition_req){.stages = ps->stages * v,
                           .micro = ps->micro_batches,
-                          .schedule = ps->schedule,
+                          .schedule = v > 1 ? GP_SCHED_INTERLEAVED : ps->schedule,
+                          .chunks = v,
                           .remat = ps->remat,
                           .optim_slots = gp_optimizer_slots(&m->train)};
 }
@@ -55,8 +58,35 @@ static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, const 
   }
   gp_unit_costs_free(&own);
   GP_TRY(s);
-  for (int i = 0; !given && i <= ps->stages; i++)
+  for (int i = 0; !given && i <= req.stages; i++)
     first[i] = part.first[i];
+  return GP_OK;
+}
+
+/* Interleaved 1F1B and V >= 2 go together; it takes micro-batches in groups of the stages. */
+static gp_status check_chunks(const gp_model *m, const gp_pipeline_spec *ps, int v) {
+  const int k = ps->stages, mb = ps->micro_batches;
+  if (v < 1 || (long long)k * v > GP_MAX_DEVICES)
+    return GP_ERR(GP_ERR_USAGE, "virtual stages must be in [1, %d], got %d", GP_MAX_DEVICES / k, v);
+  if (v > 1 && ps->schedule != GP_SCHED_INTERLEAVED)
+    return GP_ERR(GP_ERR_USAGE,
+                  "%d virtual stages need the interleaved schedule (--schedule interleaved), "
+                  "not %s",
+                  v, gp_schedule_names()[ps->schedule]);
+  if (v == 1 && ps->schedule == GP_SCHED_INTERLEAVED)
+    return GP_ERR(GP_ERR_USAGE,
+                  "the interleaved schedule needs 2 or more virtual stages (--virtual-stages V)");
+  if (v > 1 && ps->remat != GP_REMAT_NEVER && ps->remat != GP_REMAT_AUTO)
+    return GP_ERR(GP_ERR_USAGE, "the interleaved schedule re-materializes nothing yet: use "
+                                "--remat never (pipeline.remat: never)");
+  if (k * v > m->n_units)
+    return GP_ERR(GP_ERR_USAGE, "cannot cut %d unit%s into %d stages x %d chunks (at most %d)",
+                  m->n_units, m->n_units == 1 ? "" : "s", k, v, m->n_units);
+  if (v > 1 && mb % k)
+    return GP_ERR(GP_ERR_USAGE,
+                  "interleaved takes micro-batches in groups of the %d stages: %d micro-batches "
+                  "is not a multiple of %d (%d would do)",
+                  k, mb, k, (mb + k - 1) / k * k);
   return GP_OK;
 }
 
@@ -67,21 +97,25 @@ gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *o
 gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps, const gp_unit_costs *c,
                             gp_plan *out) {
   memset(out, 0, sizeof *out);
-  int k = ps->stages;
-  if (k < 1 || k > GP_MAX_DEVICES)
-    return GP_ERR(GP_ERR_USAGE, "stages must be in [1, %d], got %d", GP_MAX_DEVICES, k);
-  if (k > m->n_units)
+  const int devs = ps->stages, v = ps->virtual_stages > 1 ? ps->virtual_stages : 1;
+  if (devs < 1 || devs > GP_MAX_DEVICES)
+    return GP_ERR(GP_ERR_USAGE, "stages must be in [1, %d], got %d", GP_MAX_DEVICES, devs);
+  if (devs > m->n_units)
     return GP_ERR(GP_ERR_USAGE, "cannot cut %d unit%s into %d stages (at most %d)", m->n_units,
-                  m->n_units == 1 ? "" : "s", k, m->n_units);
+                  m->n_units == 1 ? "" : "s", devs, m->n_units);
   if (ps->micro_batches < 1)
     return GP_ERR(GP_ERR_USAGE, "micro-batches must be >= 1, got %d", ps->micro_batches);
+  GP_TRY(check_chunks(m, ps, v));
+  const int k = devs * v; /* the chunks */
+  if (v > 1 && ps->n_procs > 0)
+    return GP_ERR(GP_ERR_USAGE, "interleaved schedules run in one process for now");
   out->stages = k;
+  out->virtual_stages = v;
   out->micro = ps->micro_batches;
   out->schedule = ps->schedule;
   out->remat = ps->remat;
-  /* the zero-bubble lists re-materialize nothing: auto chooses never there */
-  if ((ps->schedule == GP_SCHED_ZB_H1 || ps->schedule == GP_SCHED_ZB_H2) &&
-      ps->remat == GP_REMAT_AUTO)
+  /* the zero-bubble and interleaved lists re-materialize nothing: auto chooses never there */
+  if (ps->schedule >= 0 && gp_schedule_keeps_all(ps->schedule) && ps->remat == GP_REMAT_AUTO)
     out->remat = GP_REMAT_NEVER;
   if (ps->n_procs > 0) {
     out->n_procs = ps->n_procs;
@@ -90,8 +124,9 @@ gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps, const
   int first[GP_MAX_DEVICES + 1];
   if (ps->n_balance) {
     if (ps->n_balance != k)
-      return GP_ERR(GP_ERR_USAGE, "balance has %d entr%s for %d stage%s", ps->n_balance,
-                    ps->n_balance == 1 ? "y" : "ies", k, k == 1 ? "" : "s");
+      return GP_ERR(GP_ERR_USAGE, "balance has %d entr%s for %d %s%s", ps->n_balance,
+                    ps->n_balance == 1 ? "y" : "ies", k, v > 1 ? "chunk" : "stage",
+                    k == 1 ? "" : "s");
     int u = 0;
     for (int s = 0; s < k; s++) {
       if (ps->balance[s] < 1)
@@ -109,16 +144,16 @@ gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps, const
     GP_TRY(auto_plan(m, ps, c, 0, first, out));
   }
   first[k] = m->n_units;
-  if (ps->n_devices != 1 && ps->n_devices != k)
+  if (ps->n_devices != 1 && ps->n_devices != devs)
     return GP_ERR(GP_ERR_USAGE, "%d devices for %d stage%s (give one, or one per stage)",
-                  ps->n_devices, k, k == 1 ? "" : "s");
+                  ps->n_devices, devs, devs == 1 ? "" : "s");
   for (int s = 0; s < k; s++) {
     gp_stage_range *r = &out->st[s];
     r->first_unit = first[s];
     r->end_unit = first[s + 1];
     r->first_node = m->unit_first[r->first_unit];
     r->end_node = m->unit_first[r->end_unit];
-    const char *dev = ps->n_devices ? ps->devices[ps->n_devices == 1 ? 0 : s] : "cpu";
+    const char *dev = ps->n_devices ? ps->devices[ps->n_devices == 1 ? 0 : s % devs] : "cpu";
     snprintf(r->device, sizeof r->device, "%s", dev);
   }
   GP_TRY(gp_devices_check(k, out->st[0].device, sizeof out->st[0]));
@@ -175,8 +210,8 @@ size_t gp_plan_balance_str(const gp_plan *p, char *buf, size_t n) {
 }
 
 const char *const *gp_schedule_names(void) {
-  static const char *const names[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", NULL};
-  _Static_assert(GP_SCHED_1F1B == 1 && GP_SCHED_ZB_H2 == 3, "schedule names");
+  static const char *const names[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved", NULL};
+  _Static_assert(GP_SCHED_INTERLEAVED == 4, "schedule names");
   return names;
 }
 

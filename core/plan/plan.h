@@ -13,7 +13,10 @@ typedef struct gp_stage_range {
 } gp_stage_range;
 
 typedef struct gp_plan {
+  /* stages: the chunks (virtual stages) the model is cut into, K V; on K devices (interleaved:
+   * virtual_stages V >= 2, chunk v on device v % K; 0 or 1: a stage a device) */
   int stages, micro;
+  int virtual_stages;
   gp_schedule_kind schedule;
   /* the schedule was chosen (schedule: auto): the choice and the others', as
    * gp_schedule_choice_str writes them; "" when the schedule was given */
@@ -59,6 +62,13 @@ gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps,
 struct gp_partition_req;
 void gp_plan_partition_req(const gp_model *m, const gp_pipeline_spec *ps,
                            struct gp_partition_req *r);
+/* V (1 unless interleaved), and K: the devices (pipeline stages) that hold the chunks. */
+static inline int gp_plan_chunks(const gp_plan *p) {
+  return p->virtual_stages > 1 ? p->virtual_stages : 1;
+}
+static inline int gp_plan_devices(const gp_plan *p) {
+  return p->stages / gp_plan_chunks(p);
+}
 /* GP_ERR_USAGE unless dev names a device: "cpu", "cuda" or "cuda:N". Whether the device
  * exists is checked when a pipeline is made on it. */
 gp_status gp_device_check(const char *dev);
@@ -69,7 +79,8 @@ void gp_device_canonical(char *dev);
  * do not mix the CPU with CUDA devices. */
 gp_status gp_devices_check(int n, const char *first, size_t stride);
 /* NULL-terminated names as files and flags spell them, indexed by the enums. */
-const char *const *gp_schedule_names(void); /* "gpipe", "1f1b" */
+/* "gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved" */
+const char *const *gp_schedule_names(void);
 const char *const *gp_remat_names(void);    /* "always", "except_last", "never" */
 /* The micro-batches to suggest for `stages` stages: 4K (the GPipe paper's M >= 4K, from
  * which the bubble is small), at most the batch. */

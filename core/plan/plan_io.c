@@ -74,27 +74,34 @@ static void format_plan(gp_strbuf *b, const gp_model *m, const gp_plan *p) {
   gp_strbuf_printf(b, " (written by gpipe-partition; gpipe-train --partition reads it)\n");
   gp_strbuf_printf(b, "model: ");
   sb_name(b, m->name);
-  gp_strbuf_printf(b, "\nstages: %d\nmicro_batches: %d\nschedule: %s\nremat: %s\ndevices: [",
-                   p->stages, p->micro, gp_schedule_names()[p->schedule],
-                   gp_remat_names()[p->remat]);
-  for (int s = 0; s < p->stages; s++) {
+  /* interleaved: stages are the devices, balance the chunks (chunk v on device v % stages) */
+  const int devs = gp_plan_devices(p), v = gp_plan_chunks(p);
+  gp_strbuf_printf(b, "\nstages: %d\n", devs);
+  if (v > 1) gp_strbuf_printf(b, "virtual_stages: %d  # chunks per stage\n", v);
+  gp_strbuf_printf(b, "micro_batches: %d\nschedule: %s\nremat: %s\ndevices: [", p->micro,
+                   gp_schedule_names()[p->schedule], gp_remat_names()[p->remat]);
+  for (int s = 0; s < devs; s++) {
     gp_strbuf_printf(b, s ? ", " : "");
     sb_name(b, p->st[s].device);
   }
   gp_strbuf_printf(b, "]\nbalance: [");
   for (int s = 0; s < p->stages; s++)
     gp_strbuf_printf(b, s ? ", %d" : "%d", p->st[s].end_unit - p->st[s].first_unit);
-  gp_strbuf_printf(b, "]  # units per stage\n");
+  gp_strbuf_printf(b, "]  # units per %s\n", v > 1 ? "chunk" : "stage");
   if (p->n_procs > 0) {
     gp_strbuf_printf(b, "processes: [");
     for (int s = 0; s < p->stages; s++)
       gp_strbuf_printf(b, s ? ", %d" : "%d", p->procs[s]);
     gp_strbuf_printf(b, "]  # each stage's process in its replica (under mpirun)\n");
   }
-  for (int s = 0; s < p->stages; s++)
-    gp_strbuf_printf(b, "# stage %d: units %d..%d (%s .. %s)\n", s, p->st[s].first_unit,
-                     p->st[s].end_unit - 1, m->unit_names[p->st[s].first_unit],
-                     m->unit_names[p->st[s].end_unit - 1]);
+  for (int s = 0; s < p->stages; s++) {
+    if (v > 1)
+      gp_strbuf_printf(b, "# chunk %d (stage %d): ", s, s % devs);
+    else
+      gp_strbuf_printf(b, "# stage %d: ", s);
+    gp_strbuf_printf(b, "units %d..%d (%s .. %s)\n", p->st[s].first_unit, p->st[s].end_unit - 1,
+                     m->unit_names[p->st[s].first_unit], m->unit_names[p->st[s].end_unit - 1]);
+  }
   /* M cuts this batch: read at another, the micro-batches would change size unseen */
   gp_strbuf_printf(b, "batch_size: %" PRId64 "  # micro-batches of %s%" PRId64 " samples\n",
                    m->train.batch_size, m->train.batch_size % p->micro ? "up to " : "",
@@ -251,11 +258,13 @@ enum {
   K_BATCH,
   K_UNITS,
   K_PROCS,
+  K_VIRTUAL,
   K_N
 };
-static const char *const key_names[] = {"model",      "stages",     "micro_batches", "schedule",
-                                        "remat",      "checkpoint", "devices",       "balance",
-                                        "batch_size", "units",      "processes",     NULL};
+static const char *const key_names[] = {
+    "model",   "stages",  "micro_batches", "schedule", "remat",     "checkpoint",
+    "devices", "balance", "batch_size",    "units",    "processes", "virtual_stages",
+    NULL};
 
 static gp_status check_units(const reader *r, yaml_node_t *v, const gp_model *m) {
   int cap = m->n_units + 1, n = 0;
@@ -311,11 +320,20 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
   if (what) return at(r, val[K_MODEL], GP_ERR_SPEC, "model: expected a name, got %s", what);
   if (strcmp(name, m->name) != 0)
     return at(r, val[K_MODEL], GP_ERR_USAGE, "the plan is for model '%s', not '%s'", name, m->name);
-  GP_TRY(get_int(r, val[K_STAGES], "stages", 1, GP_MAX_DEVICES, &out->stages));
-  int k = out->stages;
-  if (k > m->n_units)
+  int devs = 1, v = 1;
+  GP_TRY(get_int(r, val[K_STAGES], "stages", 1, GP_MAX_DEVICES, &devs));
+  if (devs > m->n_units)
     return at(r, val[K_STAGES], GP_ERR_USAGE, "stages: %d stages, but model %s has only %d unit%s",
-              k, m->name, m->n_units, m->n_units == 1 ? "" : "s");
+              devs, m->name, m->n_units, m->n_units == 1 ? "" : "s");
+  if (val[K_VIRTUAL])
+    GP_TRY(get_int(r, val[K_VIRTUAL], "virtual_stages", 1, GP_MAX_DEVICES / devs, &v));
+  const int k = devs * v; /* the chunks (the stages, without virtual_stages) */
+  out->stages = k;
+  out->virtual_stages = v;
+  if (k > m->n_units)
+    return at(r, val[K_VIRTUAL], GP_ERR_USAGE,
+              "virtual_stages: %d stages x %d chunks, but model %s has only %d unit%s", devs, v,
+              m->name, m->n_units, m->n_units == 1 ? "" : "s");
   out->micro = ps->micro_batches;
   if (val[K_MICRO])
     GP_TRY(get_int(r, val[K_MICRO], "micro_batches", 1, GP_MAX_MICRO_BATCHES, &out->micro));
@@ -339,6 +357,19 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
   if (val[K_SCHEDULE])
     GP_TRY(get_choice(r, val[K_SCHEDULE], "schedule", gp_schedule_names(), &choice));
   out->schedule = (gp_schedule_kind)choice;
+  if ((v > 1) != (out->schedule == GP_SCHED_INTERLEAVED))
+    return at(r,
+              val[K_VIRTUAL]    ? val[K_VIRTUAL]
+              : val[K_SCHEDULE] ? val[K_SCHEDULE]
+                                : root,
+              GP_ERR_USAGE, "%s",
+              v > 1 ? "virtual_stages: 2 or more need schedule: interleaved"
+                    : "schedule: interleaved needs virtual_stages: 2 or more");
+  if (v > 1 && out->micro % devs)
+    return at(r, val[K_MICRO] ? val[K_MICRO] : root, GP_ERR_USAGE,
+              "micro_batches: interleaved takes micro-batches in groups of the %d stages: %d is "
+              "not a multiple (%d would do)",
+              devs, out->micro, (out->micro + devs - 1) / devs * devs);
   choice = (int)ps->remat;
   out->renamed[0] = 0;
   if (val[K_REMAT] && val[K_CHECKPOINT])
@@ -368,8 +399,8 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
   int n = 0, first = 0;
   GP_TRY(get_list(r, val[K_BALANCE], "balance", 0, items, GP_MAX_DEVICES, &n));
   if (n != k)
-    return at(r, val[K_BALANCE], GP_ERR_USAGE, "balance: %d entr%s for %d stage%s", n,
-              n == 1 ? "y" : "ies", k, k == 1 ? "" : "s");
+    return at(r, val[K_BALANCE], GP_ERR_USAGE, "balance: %d entr%s for %d %s%s", n,
+              n == 1 ? "y" : "ies", k, v > 1 ? "chunk" : "stage", k == 1 ? "" : "s");
   for (int s = 0; s < k; s++) {
     int units;
     GP_TRY(get_int(r, items[s], "balance", 1, m->n_units, &units));
@@ -383,16 +414,17 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
 
   if (val[K_DEVICES]) {
     GP_TRY(get_list(r, val[K_DEVICES], "devices", 1, items, GP_MAX_DEVICES, &n));
-    if (n != 1 && n != k)
+    if (n != 1 && n != devs)
       return at(r, val[K_DEVICES], GP_ERR_USAGE,
-                "devices: %d devices for %d stage%s (give one, or one per stage)", n, k,
-                k == 1 ? "" : "s");
+                "devices: %d devices for %d stage%s (give one, or one per stage)", n, devs,
+                devs == 1 ? "" : "s");
     for (int s = 0; s < n; s++)
       if (!device_name_ok(scalar(items[s])))
         return at(r, items[s], GP_ERR_USAGE,
                   "devices: unknown device '%s' (expected cpu, cuda or cuda:N)", scalar(items[s]));
     for (int s = 0; s < k; s++) {
-      snprintf(out->st[s].device, sizeof out->st[s].device, "%s", scalar(items[n == 1 ? 0 : s]));
+      snprintf(out->st[s].device, sizeof out->st[s].device, "%s",
+               scalar(items[n == 1 ? 0 : s % devs]));
       gp_device_canonical(out->st[s].device);
     }
     /* CPU and CUDA stages mixed: refused by gp_plan_make too, but there without the line */
@@ -402,15 +434,18 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
       return at(r, val[K_DEVICES], GP_ERR_USAGE, "%s", why);
     }
   } else {
-    if (ps->n_devices > 1 && ps->n_devices != k)
+    if (ps->n_devices > 1 && ps->n_devices != devs)
       return at(r, val[K_STAGES], GP_ERR_USAGE,
                 "the model file names %d devices for %d stage%s; give devices: in the plan",
-                ps->n_devices, k, k == 1 ? "" : "s");
+                ps->n_devices, devs, devs == 1 ? "" : "s");
     for (int s = 0; s < k; s++)
       snprintf(out->st[s].device, sizeof out->st[s].device, "%s",
-               ps->n_devices == 0 ? "cpu" : ps->devices[ps->n_devices == 1 ? 0 : s]);
+               ps->n_devices == 0 ? "cpu" : ps->devices[ps->n_devices == 1 ? 0 : s % devs]);
   }
   if (val[K_UNITS]) GP_TRY(check_units(r, val[K_UNITS], m));
+  if (val[K_PROCS] && v > 1)
+    return at(r, val[K_PROCS], GP_ERR_USAGE,
+              "processes: interleaved schedules run in one process for now");
   if (val[K_PROCS]) GP_TRY(get_procs(r, val[K_PROCS], out));
   for (int s = 0; s < k; s++) {
     out->st[s].first_node = m->unit_first[out->st[s].first_unit];

@@ -31,7 +31,8 @@ static double limit_of(const gp_partition_req *r, int s) {
 }
 
 int gp_partition_in_flight(const gp_partition_req *r, int K, int s) {
-  if (r->schedule == GP_SCHED_1F1B) return r->micro < K - s ? r->micro : K - s;
+  if (r->schedule == GP_SCHED_1F1B || r->schedule == GP_SCHED_INTERLEAVED)
+    return r->micro < K - s ? r->micro : K - s;
   /* the zero-bubble lists hold a micro-batch from its forward to its W, at most K (ZB-H1) or
    * 2K - 1 (ZB-H2) on any stage (core/schedule/zerobubble.c's caps) */
   int zb = r->schedule == GP_SCHED_ZB_H1 ? K : r->schedule == GP_SCHED_ZB_H2 ? 2 * K - 1 : 0;
@@ -291,8 +292,18 @@ static gp_status check_req(const gp_unit_costs *c, const gp_partition_req *r) {
                   c->n == 1 ? "" : "s", r->stages, r->stages == 1 ? "" : "s", top);
   if (r->micro < 1)
     return GP_ERR(GP_ERR_USAGE, "micro-batches must be at least 1, got %d", r->micro);
-  if (r->schedule != GP_SCHED_GPIPE && r->schedule != GP_SCHED_1F1B && !defers_w(r))
-    return GP_ERR(GP_ERR_USAGE, "partition: unknown schedule %d", (int)r->schedule);
+  const int v = r->chunks > 1 ? r->chunks : 1;
+  if (r->schedule == GP_SCHED_INTERLEAVED) {
+    if (v < 2 || r->stages % v || r->micro % (r->stages / v) || r->remat != GP_REMAT_NEVER)
+      return GP_ERR(GP_ERR_USAGE,
+                    "partition: interleaved needs 2 or more chunks a stage, M a multiple of the "
+                    "stages and no re-materialization (%d chunks, %d a stage, M = %d)",
+                    r->stages, v, r->micro);
+  } else if (v > 1 || (r->schedule != GP_SCHED_GPIPE && r->schedule != GP_SCHED_1F1B &&
+                       !defers_w(r))) {
+    return GP_ERR(GP_ERR_USAGE, "partition: unknown schedule %d (%d chunks a stage)",
+                  (int)r->schedule, v);
+  }
   if (defers_w(r) && r->remat != GP_REMAT_NEVER)
     return GP_ERR(GP_ERR_USAGE, "partition: the zero-bubble schedules re-materialize nothing");
   if (r->remat != GP_REMAT_ALWAYS && r->remat != GP_REMAT_EXCEPT_LAST &&
@@ -337,11 +348,15 @@ static gp_status check_first(const gp_unit_costs *c, int K, const int *first) {
 
 /* ---- evaluating a split -------------------------------------------------------------- */
 
-static gp_status makespan(gp_schedule_kind kind, gp_remat remat, int K, int M, const int *drop,
-                          const gp_stage_cost *cost, double *out, double *bubble) {
+/* K stages (interleaved: chunks, V a device; costs per chunk); drop: remat auto's per stage. */
+static gp_status makespan(gp_schedule_kind kind, gp_remat remat, int K, int M, int V,
+                          const int *drop, const gp_stage_cost *cost, double *out,
+                          double *bubble) {
   gp_schedule sc;
   gp_sim_result res;
-  if (remat == GP_REMAT_AUTO)
+  if (kind == GP_SCHED_INTERLEAVED)
+    GP_TRY(gp_schedule_build_interleaved(K / V, M, V, &sc));
+  else if (remat == GP_REMAT_AUTO)
     GP_TRY(gp_schedule_build_drops(kind, K, M, drop, &sc));
   else
     GP_TRY(gp_schedule_build(kind, remat, K, M, &sc));
@@ -394,10 +409,12 @@ static gp_status predict(const ctx *x, const int *first, gp_partition *out) {
                         .input_bytes = M * (double)c->cut_bytes[0]};
   /* the baselines are gpipe-bench's: the whole mini-batch at once, no re-materialization */
   double mk, mk_naive, mk_one;
-  GP_TRY(makespan(r->schedule, r->remat, K, M, out->drop, cost, &mk, &out->bubble));
+  /* (the baselines run one micro-batch through the stages in turn: any schedule's, GPipe's) */
+  const gp_schedule_kind base = r->schedule == GP_SCHED_INTERLEAVED ? GP_SCHED_GPIPE : r->schedule;
+  GP_TRY(makespan(r->schedule, r->remat, K, M, r->chunks, out->drop, cost, &mk, &out->bubble));
   out->makespan = mk;
-  GP_TRY(makespan(r->schedule, GP_REMAT_NEVER, K, 1, NULL, naive, &mk_naive, NULL));
-  GP_TRY(makespan(r->schedule, GP_REMAT_NEVER, 1, 1, NULL, &one, &mk_one, NULL));
+  GP_TRY(makespan(base, GP_REMAT_NEVER, K, 1, 1, NULL, naive, &mk_naive, NULL));
+  GP_TRY(makespan(base, GP_REMAT_NEVER, 1, 1, 1, NULL, &one, &mk_one, NULL));
   out->speedup_naive = mk > 0 ? mk_naive / mk : 1.0;
   out->speedup_k1 = mk > 0 ? mk_one / mk : 1.0;
   return GP_OK;

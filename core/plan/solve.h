@@ -14,6 +14,9 @@ typedef struct gp_partition_req {
   const double *mem_limit; /* per stage, bytes (NULL or 0 entries: no limit) */
   double bytes_per_s;      /* boundary transfer bandwidth (0: transfers are free) */
   double optim_slots;      /* optimizer state per parameter: gp_optimizer_slots */
+  /* interleaved: V >= 2 chunks a device, `stages` being the K V chunks (chunk v on device
+   * v mod K, its speed and limit speed[v], mem_limit[v]); 0 or 1: a stage a device */
+  int chunks;
 } gp_partition_req;
 
 typedef struct gp_partition {
@@ -46,7 +49,8 @@ gp_status gp_partition_evaluate(const gp_unit_costs *c, const gp_partition_req *
                                 gp_partition *out);
 /* Micro-batches whose activations stage s of K holds at once: all M under GPipe (fill-drain),
  * min(M, K - s) under 1F1B (stage s runs K - s - 1 forwards ahead), at most min(M, K) under
- * ZB-H1 and min(M, 2K - 1) under ZB-H2 (until each one's W). */
+ * ZB-H1 and min(M, 2K - 1) under ZB-H2 (until each one's W), and as 1F1B over the K V chunks
+ * under interleaved (about: a device's warm-up forwards spread over its chunks). */
 int gp_partition_in_flight(const gp_partition_req *r, int K, int s);
 /* Whether stage s of K re-materializes, as gp_schedule_build lists it: except_last does not
  * where at most one micro-batch is in flight (1F1B's last stage; every stage at M = 1).

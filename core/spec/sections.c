@@ -444,16 +444,42 @@ static gp_status devices(gp_sp_ctx *c, const gp_ynode *sec, int64_t stages, gp_p
   return GP_OK;
 }
 
+/* Interleaved 1F1B and V go together, and it takes micro-batches in groups of the stages. */
+static gp_status virtual_stages_check(gp_cfg *cfg, const gp_model *m, int64_t stages, int64_t vs,
+                                      int64_t micro, int sched) {
+  if (vs > 1 && sched != GP_SCHED_INTERLEAVED)
+    return gp_cfg_error(cfg, "virtual_stages",
+                        "virtual_stages: %lld chunks per stage need schedule: interleaved",
+                        (long long)vs);
+  if (vs == 1 && sched == GP_SCHED_INTERLEAVED)
+    return gp_cfg_error(cfg, "schedule",
+                        "schedule: interleaved needs virtual_stages: 2 or more (chunks per stage)");
+  if (stages * vs > m->n_units)
+    return gp_cfg_error(cfg, "virtual_stages",
+                        "virtual_stages: %lld stages x %lld chunks, but the model has only %d "
+                        "unit%s",
+                        (long long)stages, (long long)vs, m->n_units, m->n_units == 1 ? "" : "s");
+  if (vs > 1 && micro % stages)
+    return gp_cfg_error(cfg, "micro_batches",
+                        "micro_batches: interleaved takes micro-batches in groups of the %lld "
+                        "stages: %lld is not a multiple (%lld would do)",
+                        (long long)stages, (long long)micro,
+                        (long long)((micro + stages - 1) / stages * stages));
+  return GP_OK;
+}
+
 static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
   /* gp_schedule_names' in enum order, then auto (the default) */
-  static const char *const scheds[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "auto", NULL};
-  _Static_assert(GP_SCHED_ZB_H2 == 3, "the schedules' names in enum order");
+  static const char *const scheds[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved", "auto",
+                                       NULL};
+  _Static_assert(GP_SCHED_INTERLEAVED == 4, "the schedules' names in enum order");
   const int sched_auto = (int)(sizeof scheds / sizeof scheds[0]) - 2;
   static const char *const remats[] = {"always", "except_last", "never", "auto", NULL};
   static const char *const nested[] = {"devices", NULL};
   gp_pipeline_spec *p = &m->pipeline;
   p->stages = 1;
   p->micro_batches = 1;
+  p->virtual_stages = 1;
   p->replicas = 1;
   p->schedule = GP_SCHED_AUTO;
   p->remat = GP_REMAT_AUTO;
@@ -465,7 +491,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   if (!sec) return GP_OK;
   gp_cfg *cfg;
   GP_TRY(gp_sp_cfg_of(c, sec, nested, &cfg));
-  int64_t stages = 1, micro = 1, replicas = 1, bal[GP_MAX_DEVICES];
+  int64_t stages = 1, micro = 1, replicas = 1, vs = 1, bal[GP_MAX_DEVICES];
   int sched = sched_auto, remat = GP_REMAT_AUTO;
   gp_status s = gp_cfg_int(cfg, "stages", 1, 1, GP_MAX_DEVICES, &stages);
   if (s == GP_OK && stages > m->n_units)
@@ -485,6 +511,8 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
                      (long long)replicas, (long long)micro, (long long)(replicas * micro),
                      (long long)m->train.batch_size);
   if (s == GP_OK) s = gp_cfg_choice(cfg, "schedule", scheds, sched_auto, &sched);
+  if (s == GP_OK) s = gp_cfg_int(cfg, "virtual_stages", 1, 1, GP_MAX_DEVICES / stages, &vs);
+  if (s == GP_OK) s = virtual_stages_check(cfg, m, stages, vs, micro, sched);
   /* checkpoint: is remat:'s old name, still read so that older model files load; the note
    * goes to the program (p->renamed), which tells the user */
   if (s == GP_OK && gp_cfg_has(cfg, "checkpoint")) {
@@ -501,30 +529,29 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   } else if (s == GP_OK) {
     s = gp_cfg_choice(cfg, "remat", remats, GP_REMAT_AUTO, &remat);
   }
-  /* the zero-bubble lists re-materialize nothing: remat: is never there (auto included) unless
-   * the file says otherwise, which is refused where it says it */
-  if (s == GP_OK && (sched == GP_SCHED_ZB_H1 || sched == GP_SCHED_ZB_H2)) {
+  /* the zero-bubble and interleaved lists re-materialize nothing: remat: is never there (auto
+   * included) unless the file says otherwise, which is refused where it says it */
+  if (s == GP_OK && sched != sched_auto && gp_schedule_keeps_all((gp_schedule_kind)sched)) {
     const char *key = gp_cfg_has(cfg, "remat")        ? "remat"
                       : gp_cfg_has(cfg, "checkpoint") ? "checkpoint"
                                                       : NULL;
     if (key && remat != GP_REMAT_NEVER && remat != GP_REMAT_AUTO)
       s = gp_cfg_error(cfg, key,
-                       "%s: %s with schedule %s: the zero-bubble schedules re-materialize nothing "
-                       "(use never)",
+                       "%s: %s with schedule %s: it re-materializes nothing (use never)",
                        key, remats[remat], scheds[sched]);
     remat = GP_REMAT_NEVER;
   }
   if (s == GP_OK && gp_cfg_has(cfg, "balance")) {
-    s = gp_cfg_ints(cfg, "balance", (int)stages, NULL, 1, INT32_MAX, bal);
+    s = gp_cfg_ints(cfg, "balance", (int)(stages * vs), NULL, 1, INT32_MAX, bal);
     int64_t sum = 0;
-    for (int i = 0; s == GP_OK && i < stages; i++)
+    for (int i = 0; s == GP_OK && i < stages * vs; i++)
       sum += bal[i];
     if (s == GP_OK && sum != m->n_units)
       s = gp_cfg_error(cfg, "balance",
                        "balance: the stages hold %lld unit%s in all, but the model has %d unit%s",
                        (long long)sum, sum == 1 ? "" : "s", m->n_units, m->n_units == 1 ? "" : "s");
-    p->n_balance = (int)stages;
-    for (int i = 0; s == GP_OK && i < stages; i++)
+    p->n_balance = (int)(stages * vs);
+    for (int i = 0; s == GP_OK && i < stages * vs; i++)
       p->balance[i] = (int)bal[i];
   }
   if (s == GP_OK) {
@@ -535,6 +562,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
   gp_cfg_free(cfg);
   p->stages = (int)stages;
   p->micro_batches = (int)micro;
+  p->virtual_stages = (int)vs;
   p->replicas = (int)replicas;
   p->schedule = sched == sched_auto ? GP_SCHED_AUTO : (gp_schedule_kind)sched;
   p->remat = (gp_remat)remat;

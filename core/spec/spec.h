@@ -115,8 +115,8 @@ typedef struct gp_train_spec {
 #define GP_OPT_MAX_SLOTS 2
 int gp_optimizer_slots(const gp_train_spec *t);
 
-/* The interleaved kind is built, checked and simulated (core/schedule/), not yet run by the
- * executor nor named in model files and flags (gp_schedule_names lists the first four). */
+/* The zero-bubble kinds run with the backward split in two (B, then W deferred); interleaved
+ * runs with pipeline.virtual_stages >= 2. */
 typedef enum gp_schedule_kind {
   /* schedule: auto (the default): the planner picks one of the others (core/plan/choose.h);
    * only specs and requests hold it, never a plan or a list */
@@ -127,6 +127,11 @@ typedef enum gp_schedule_kind {
   GP_SCHED_ZB_H2,
   GP_SCHED_INTERLEAVED /* gp_schedule_build_interleaved */
 } gp_schedule_kind;
+/* The schedules whose lists re-materialize nothing (the zero-bubble ones hold each micro-batch
+ * until its W; interleaved has no recompute yet): remat auto means never there. */
+static inline int gp_schedule_keeps_all(gp_schedule_kind k) {
+  return k == GP_SCHED_ZB_H1 || k == GP_SCHED_ZB_H2 || k == GP_SCHED_INTERLEAVED;
+}
 /* auto: per stage, as few of its in-flight micro-batches drop their activations as make its
  * estimated memory fit its limit (core/plan/plan.h's remat_drop); none without a limit. */
 typedef enum gp_remat {
@@ -139,6 +144,9 @@ typedef enum gp_remat {
 typedef struct gp_pipeline_spec {
   int stages; /* 1 = no pipelining */
   int micro_batches;
+  /* V: model chunks per stage (device), K V chunks in all, chunk c of device d the model's
+   * (c K + d)-th part; >= 2 only with the interleaved schedule, 1 otherwise */
+  int virtual_stages;
   int replicas; /* data-parallel copies of the pipeline, each on its share of the batch */
   gp_schedule_kind schedule; /* GP_SCHED_AUTO (the default): the plan picks one */
   gp_remat remat;

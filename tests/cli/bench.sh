@@ -882,5 +882,23 @@ kill -TERM $pid; wait $pid; rc=$?
 [ $rc = 143 ] && [ "$(tail -1 "$tmp/term.err")" = "gpipe-bench: SIGTERM received: stopped at once" ] &&
   ! ls "$tmp" | grep -q "term.csv" && ok || bad "SIGTERM: exit $rc, $(tail -1 "$tmp/term.err")"
 
+# ---- interleaved: a row beside 1f1b's, its balance a chunk's, an M that is not a multiple of
+# K a note naming one that is, and --virtual-stages only with it
+if "$bench" "$mlp" "${fast[@]}" --stages 2 --micro-batches 3,4 --schedule 1f1b,interleaved \
+  --virtual-stages 2 --remat never --quiet >"$tmp/inter" 2>"$tmp/err" &&
+  grep -Eq "^2 +4 +interleaved +never +[0-9]+,[0-9]+,[0-9]+,[0-9]+ " "$tmp/inter" &&
+  grep -Eq "^2 +4 +1f1b +never " "$tmp/inter" && ! grep -Eq "^2 +3 +interleaved" "$tmp/inter" &&
+  grep -q "^skipped: K=2 M=3 interleaved (micro-batches go in groups of the stages: M=4 would do)$" \
+    "$tmp/inter"; then ok
+else bad "interleaved sweep: $(cat "$tmp/inter" "$tmp/err")"; fi
+for args in "--schedule interleaved|the interleaved schedule needs 2 or more virtual stages \
+(--virtual-stages V)" "--schedule 1f1b --virtual-stages 2|--virtual-stages 2: only the \
+interleaved schedule has virtual stages (--schedule interleaved)"; do
+  "$bench" "$mlp" "${fast[@]}" --stages 2 --micro-batches 2 --remat never ${args%%|*} \
+    >/dev/null 2>"$tmp/err"; rc=$?
+  [ $rc = 2 ] && [ "$(cat "$tmp/err")" = "gpipe-bench: ${args#*|}" ] && ok ||
+    bad "${args%%|*}: exit $rc: $(cat "$tmp/err")"
+done
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

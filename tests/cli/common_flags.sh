@@ -24,7 +24,7 @@ same() {
   done
 }
 
-same "--schedule: unknown value 'gpipee'; did you mean 'gpipe'? (expected one of gpipe, 1f1b, zb-h1, zb-h2, auto)" \
+same "--schedule: unknown value 'gpipee'; did you mean 'gpipe'? (expected one of gpipe, 1f1b, zb-h1, zb-h2, interleaved, auto)" \
   --schedule gpipee
 same "--remat: unknown value 'alwys'; did you mean 'always'? (expected one of always, except_last, never, auto)" \
   --remat alwys

@@ -456,5 +456,45 @@ printf 'inputs: {x: [1000000], label: {shape: [], dtype: i32}}\nlayers:\n  - {ty
 if "$part" "$tmp/huge.yaml" --stages 1 >"$tmp/o" 2>"$tmp/err" && grep -q "1000001.000M parameters\|1000001000000" "$tmp/o"; then ok
 else bad "a model larger than the machine: $(cat "$tmp/err" "$tmp/o" | head -5)"; fi
 
+# ---- interleaved: a row a chunk naming its stage (chunk c on stage c mod K), a timeline row a
+# stage with its chunks' letters, a plan of virtual stages that gpipe-train runs, and the
+# refusals in one line
+inter=(--stages 2 --schedule interleaved --virtual-stages 2 --remat never --micro-batches 4)
+cnn=$srcdir/bench/models/balanced-cnn.yaml
+if "$part" "$cnn" "${inter[@]}" --batch-size 16 --timeline -o "$tmp/inter.yaml" >"$tmp/o" 2>"$tmp/err"; then
+  python3 - "$tmp/o" "$tmp/inter.yaml" <<'PY' && ok || bad "interleaved: $(cat "$tmp/o" "$tmp/inter.yaml")"
+import re, sys
+out = open(sys.argv[1]).read()
+assert "; 2 stages x 2 chunks, 4 micro-batches of 4" in out, out
+rows = re.findall(r"^ +(\d+) +(\d+) +\d+(?:-\d+)? ", out, re.M)
+assert [(int(a), int(b)) for a, b in rows] == [(0, 0), (1, 1), (2, 0), (3, 1)], rows
+tl = re.findall(r"^ +(\d) \|([^|]*)\|$", out, re.M)
+assert [s for s, _ in tl] == ["0", "1"], tl
+for _, row in tl:  # each stage runs both its chunks, forward and backward
+    assert all(c in row for c in "FBGC"), row
+assert "legend: stage s's chunks by letter: F/B chunk s, G/C chunk s + 2" in out, out
+plan = open(sys.argv[2]).read()
+assert "\nstages: 2\nvirtual_stages: 2" in plan and "schedule: interleaved" in plan, plan
+assert re.search(r"^balance: \[\d+, \d+, \d+, \d+\]  # units per chunk$", plan, re.M), plan
+assert "# chunk 2 (stage 0): units" in plan, plan
+PY
+else bad "interleaved: exit $?: $(cat "$tmp/err")"; fi
+if "$train" "$cnn" --partition "$tmp/inter.yaml" --data synthetic --steps 1 --batch-size 16 \
+  >"$tmp/o" 2>&1 && grep -q "^pipeline: 2 stages x 2 chunks " "$tmp/o"; then ok
+else bad "gpipe-train --partition of an interleaved plan: $(cat "$tmp/o")"; fi
+refuse() {
+  local want=$1; shift
+  "$part" "$mlp" "$@" >"$tmp/o" 2>"$tmp/err"; local rc=$?
+  if [ $rc = 2 ] && [ "$(cat "$tmp/err")" = "gpipe-partition: $want" ]; then ok
+  else bad "$* -> exit $rc: $(cat "$tmp/err")"; fi
+}
+refuse "interleaved takes micro-batches in groups of the 2 stages: 3 micro-batches is not a \
+multiple of 2 (4 would do)" --stages 2 --schedule interleaved --virtual-stages 2 --remat never \
+  --micro-batches 3
+refuse "2 virtual stages need the interleaved schedule (--schedule interleaved), not 1f1b" \
+  --stages 2 --schedule 1f1b --virtual-stages 2 --micro-batches 4
+refuse "interleaved schedules run in one process for now: drop the flags of the launch \
+(--processes, --replicas, ...)" "${inter[@]}" --processes 2
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -17,7 +17,7 @@ fast=(--data synthetic --steps 2 --batch-size 8 --threads 1 --quiet)
 "$train" "$mlp" "${fast[@]}" --stages 2 --micro-batches 2 --schedule zb-h1 --remat always \
   >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] &&
-  grep -qx "gpipe-train: --remat always: the zero-bubble schedules (zb-h1) re-materialize nothing; use --remat never" \
+  grep -qx "gpipe-train: --remat always: the zb-h1 schedule re-materializes nothing; use --remat never" \
     "$tmp/err" && ok || bad "--schedule zb-h1 --remat always: rc $rc: $(cat "$tmp/err")"
 "$bench" "$mlp" --stages 2 --micro-batches 2 --schedule zb-h1 --remat always --quiet \
   >/dev/null 2>"$tmp/err"; rc=$?
@@ -29,7 +29,7 @@ sed 's/^pipeline:.*$/pipeline: {stages: 2, micro_batches: 2, schedule: zb-h2, re
 line=$(grep -n '^pipeline:' "$tmp/zb.yaml" | cut -d: -f1)
 "$train" "$tmp/zb.yaml" "${fast[@]}" >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc != 0 ] && [ "$(wc -l <"$tmp/err")" = 1 ] &&
-  grep -q "^gpipe-train: $tmp/zb.yaml:$line:[0-9]*: remat: always with schedule zb-h2: the zero-bubble schedules re-materialize nothing (use never)$" \
+  grep -q "^gpipe-train: $tmp/zb.yaml:$line:[0-9]*: remat: always with schedule zb-h2: it re-materializes nothing (use never)$" \
     "$tmp/err" && ok || bad "pipeline.remat: always with zb-h2: rc $rc: $(cat "$tmp/err")"
 "$part" "$mlp" --stages 2 --batch-size 8 --schedule zb-h1 -o "$tmp/plan.yaml" >/dev/null \
   2>"$tmp/err" && grep -qx "schedule: zb-h1" "$tmp/plan.yaml" && grep -qx "remat: never" \

@@ -65,7 +65,7 @@ static void check_choice(const inst *in, const int *first, const gp_schedule_cho
     gp_partition_req q = in->r;
     q.schedule = ch->kind[j];
     q.remat = ch->remat[j];
-    int zb = q.schedule == GP_SCHED_ZB_H1 || q.schedule == GP_SCHED_ZB_H2;
+    int zb = gp_schedule_keeps_all(q.schedule);
     CHECK(q.remat == (zb ? GP_REMAT_NEVER : in->r.remat), "instance %d: %s with remat %d", i,
           names[q.schedule], q.remat);
     gp_partition p;

@@ -137,6 +137,77 @@ static void test_processes(void) {
   gp_model_free(m);
 }
 
+/* virtual_stages: (interleaved: stages are the devices, balance the chunks, chunk c on device
+ * c mod K) round-trips, and what does not fit together is refused at its entry. */
+static void test_virtual(void) {
+  static const char *text = "name: v\n"
+                            "inputs: {x: [4], label: {shape: [], dtype: i32}}\n"
+                            "layers:\n"
+                            "  - {type: linear, out_features: 4}\n"
+                            "  - {type: relu}\n"
+                            "  - {type: linear, out_features: 4}\n"
+                            "  - {type: linear, out_features: 3}\n"
+                            "loss: softmax_cross_entropy\n"
+                            "pipeline: {stages: 2, micro_batches: 2}\n";
+  char path[512];
+  gp_model *m = NULL;
+  if (gp_model_load_string(text, "t.yaml", NULL, 0, &m) != GP_OK) {
+    CHECK(0, "virtual_stages: the model does not load [%s]", gp_error_message());
+    return;
+  }
+  snprintf(path, sizeof path, "%s/virtual.yaml", dir);
+  gp_pipeline_spec ps = m->pipeline;
+  ps.stages = 2;
+  ps.virtual_stages = 2;
+  ps.schedule = GP_SCHED_INTERLEAVED;
+  ps.remat = GP_REMAT_NEVER;
+  ps.n_devices = 2;
+  snprintf(ps.devices[0], sizeof ps.devices[0], "cpu");
+  snprintf(ps.devices[1], sizeof ps.devices[1], "cpu");
+  gp_plan p, q;
+  int ok = gp_plan_make(m, &ps, &p) == GP_OK && gp_plan_write(path, m, &p) == GP_OK &&
+           gp_plan_read(path, m, &q) == GP_OK;
+  CHECK(ok && q.stages == 4 && q.virtual_stages == 2 && gp_plan_devices(&q) == 2 &&
+            q.schedule == GP_SCHED_INTERLEAVED && q.st[3].first_unit == 3 && q.st[3].end_unit == 4,
+        "virtual_stages: 2 stages x 2 chunks read back as %d chunks, V = %d [%s]", q.stages,
+        q.virtual_stages, ok ? "" : gp_error_message());
+  static const struct {
+    const char *body, *want;
+  } bad[] = {
+      {"stages: 2\nvirtual_stages: 2\nschedule: 1f1b\nbalance: [1, 1, 1, 1]\n",
+       "virtual.yaml:3:17: virtual_stages: 2 or more need schedule: interleaved"},
+      {"stages: 2\nschedule: interleaved\nbalance: [2, 2]\n",
+       "virtual.yaml:3:11: schedule: interleaved needs virtual_stages: 2 or more"},
+      {"stages: 2\nvirtual_stages: 2\nschedule: interleaved\nbalance: [2, 2]\n",
+       "virtual.yaml:5:10: balance: 2 entries for 4 chunks"},
+      {"stages: 2\nvirtual_stages: 3\nschedule: interleaved\nbalance: [1, 1, 1, 1]\n",
+       "virtual.yaml:3:17: virtual_stages: 2 stages x 3 chunks, but model v has only 4 units"},
+      {"stages: 2\nvirtual_stages: 2\nschedule: interleaved\nmicro_batches: 3\n"
+       "balance: [1, 1, 1, 1]\n",
+       "virtual.yaml:5:16: micro_batches: interleaved takes micro-batches in groups of the 2 "
+       "stages: 3 is not a multiple (4 would do)"},
+      {"stages: 2\nvirtual_stages: 2\nschedule: interleaved\nbalance: [1, 1, 1, 1]\n"
+       "processes: [0, 1, 0, 1]\n",
+       "virtual.yaml:6:12: processes: interleaved schedules run in one process for now"},
+      {"stages: 2\nvirtual_stages: 2\nschedule: interleaved\nbalance: [1, 1, 1, 1]\n"
+       "devices: [cpu, cpu, cpu]\n",
+       "virtual.yaml:6:10: devices: 3 devices for 2 stages"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    FILE *f = fopen(path, "w");
+    if (!f) break;
+    fprintf(f, "model: v\n%s", bad[i].body);
+    fclose(f);
+    gp_status st = gp_plan_read(path, m, &q);
+    const char *msg = st == GP_OK ? "" : gp_error_message();
+    const char *at = strstr(msg, "virtual.yaml:");
+    CHECK(st != GP_OK && at && strncmp(at, bad[i].want, strlen(bad[i].want)) == 0,
+          "virtual_stages %zu: got '%s', want '%s...'", i, msg, bad[i].want);
+  }
+  unlink(path);
+  gp_model_free(m);
+}
+
 int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(dir, sizeof dir, "%s/gp_plan_XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -175,6 +246,7 @@ int main(void) {
              "a U+2028 and a key", 1);
   round_trip("x\xc2\x85stages: 9", "a U+0085 and a key", 1);
   test_processes();
+  test_virtual();
   rmdir(dir);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;

@@ -346,6 +346,27 @@ static const bad cases[] = {
        "pipeline: {stages: 2, devices: [cpu, cpu, cpu]}\n",
      GP_ERR_SPEC,
      {"t.yaml:4:32: ", "3 devices for 2 stages"}},
+    {"virtual stages without the interleaved schedule",
+     H "layers: [{type: relu}, {type: linear, out_features: 3}]\n" LOSS
+       "pipeline: {virtual_stages: 2}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:4:", "virtual_stages: 2 chunks per stage need schedule: interleaved"}},
+    {"interleaved without virtual stages",
+     H LIN LOSS "pipeline: {schedule: interleaved}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:4:", "schedule: interleaved needs virtual_stages: 2 or more"}},
+    {"interleaved with more chunks than units",
+     H "layers: [{type: relu}, {type: linear, out_features: 3}]\n" LOSS
+       "pipeline: {stages: 2, schedule: interleaved, virtual_stages: 2}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:4:", "virtual_stages: 2 stages x 2 chunks, but the model has only 2 units"}},
+    {"interleaved with M not a multiple of K",
+     H "layers: [{type: relu}, {type: relu}, {type: relu}, {type: linear, out_features: 3}]\n" LOSS
+       "train: {batch_size: 8}\n"
+       "pipeline: {stages: 2, schedule: interleaved, virtual_stages: 2, micro_batches: 3}\n",
+     GP_ERR_SPEC,
+     {"t.yaml:5:", "micro_batches: interleaved takes micro-batches in groups of the 2 stages: 3",
+      "(4 would do)"}},
     /* counts in words: these said "1 values" and "1 stages" */
     {"balance count for one stage",
      H LIN LOSS "pipeline: {stages: 1, balance: [1, 1]}\n",

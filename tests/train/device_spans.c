@@ -93,13 +93,17 @@ int device_spans_check(const gp_pipeline *pl, int steps, int micro, const char *
         d1 = fmax(d1, pl->st[s].rec.ev[i].t1);
       }
   check(d0 >= pl->t_origin && d1 <= now_s(), "device spans inside the run", cfg);
+  /* the bubbles are the devices' (interleaved: a device's chunks together) */
   double bubble = 0, least = 1;
+  gp_stage_stats all[GP_MAX_DEVICES];
+  const int v = gp_pipeline_chunks(pl), devs = pl->k / v;
   for (int s = 0; s < pl->k; s++) {
-    gp_stage_stats ss;
-    gp_pipeline_stats(pl, s, &ss);
-    bubble += gp_stage_idle(&ss) / pl->k;
-    least = fmin(least, gp_stage_idle(&ss));
-    check(ss.device_time == 1, "the statistics say they are the device's", cfg);
+    gp_pipeline_stats(pl, s, &all[s]);
+    check(all[s].device_time == 1, "the statistics say they are the device's", cfg);
+  }
+  for (int d = 0; d < devs; d++) {
+    bubble += gp_device_idle(all, pl->k, v, d) / devs;
+    least = fmin(least, gp_device_idle(all, pl->k, v, d));
   }
   double rep = gp_pipeline_bubble_replayed(pl);
   char what[112];

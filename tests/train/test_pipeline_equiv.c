@@ -5,10 +5,10 @@
  * M = 1 over a covering design of K in 1..4, M in {1, 2, 4, 8}, every schedule and
  * re-materialization mode, hand-offs in place or by copies, even and uneven micro-batches:
  * every pair of levels at least once (tests/support/covering.h), not the whole product; the
- * zero-bubble schedules are also bit for bit 1F1B's. Stages that each split their convolutions
- * over several threads too. With batch norm, every
- * re-materialization mode and schedule gives identical running statistics. A failing stage
- * stops the others and is reported with its stage and micro-batch. */
+ * zero-bubble schedules are also bit for bit 1F1B's, and interleaved (V chunks a stage) runs
+ * its own cases. Stages that each split their convolutions over several threads too. With
+ * batch norm, every re-materialization mode and schedule gives identical running statistics. A
+ * failing stage stops the others and is reported with its stage and micro-batch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +116,7 @@ typedef struct cfg {
   int copy_all; /* hand tensors between stages by copies (gp_pipeline_opts.channels) */
   int cores;    /* shared by the stages (gp_pipeline_opts.cores); 0: one */
   size_t mem_limit; /* per stage, what remat auto fits (gp_pipeline_spec.mem_limit); 0: none */
+  int v;            /* interleaved: chunks per stage (balance: k v entries); 0: one */
 } cfg;
 
 static void batch_data(const gp_model *mo, int64_t batch, int step, float *x, int32_t *y) {
@@ -136,10 +137,11 @@ static void train(const char *text, const cfg *c, run_out *o) {
   mo->pipeline.schedule = c->sched;
   mo->pipeline.remat = c->remat;
   mo->pipeline.mem_limit = c->mem_limit;
+  mo->pipeline.virtual_stages = c->v > 1 ? c->v : 1;
   mo->pipeline.n_balance = 0;
   if (c->balance) {
-    mo->pipeline.n_balance = c->k;
-    for (int s = 0; s < c->k; s++)
+    mo->pipeline.n_balance = c->k * mo->pipeline.virtual_stages;
+    for (int s = 0; s < mo->pipeline.n_balance; s++)
       mo->pipeline.balance[s] = c->balance[s];
   }
   gp_plan plan;
@@ -181,9 +183,9 @@ static void compare(const char *model, const cfg *c, const run_out *got, const r
     return;
   }
   failed++;
-  printf("FAIL: %s K=%d M=%d batch=%lld %s remat=%s%s: loss rel diff %.3g, weight rel diff "
+  printf("FAIL: %s K=%d V=%d M=%d batch=%lld %s remat=%s%s: loss rel diff %.3g, weight rel diff "
          "%.3g%s\n",
-         model, c->k, c->m, (long long)c->batch, sn[c->sched], rn[c->remat],
+         model, c->k, c->v > 1 ? c->v : 1, c->m, (long long)c->batch, sn[c->sched], rn[c->remat],
          c->copy_all ? " copies" : "", dl, dw, exact_buffers ? " (buffers must be identical)" : "");
 }
 
@@ -573,6 +575,54 @@ static void copies(void) {
     }
 }
 
+/* Two weights tied across chunks: with K = 2 or 4 and V = 2, 'a' and 'c' are on one device,
+ * in different chunks; with K = 3, on two devices. */
+static const char *tied8 = "name: tied\n"
+                          "inputs: {x: [12], label: {shape: [], dtype: i32}}\n"
+                          "layers:\n"
+                          "  - {type: linear, out_features: 12, name: a}\n"
+                          "  - {type: tanh}\n"
+                          "  - {type: linear, out_features: 12, name: b}\n"
+                          "  - {type: sigmoid}\n"
+                          "  - {type: linear, out_features: 12, name: c}\n"
+                          "  - {type: tanh}\n"
+                          "  - {type: dropout, p: 0.2}\n"
+                          "  - {type: linear, out_features: 5}\n"
+                          "loss: {type: softmax_cross_entropy}\n"
+                          "tied: {w: {params: [a.weight, c.weight]}}\n"
+                          "train: {clip_grad_norm: 0.5, optimizer: {type: adamw, lr: 0.01}}\n";
+
+/* Interleaved 1F1B: K devices of V chunks each (chunk c of device d runs the model's part
+ * c K + d), against K = 1, M = 1: V = 2 at K = 2, 3, 4 and V = 3 once, M multiples of K, the
+ * skip tensor across chunks (on one device at K = 2: chunk 0 to chunk 1; across devices
+ * otherwise), tied weights, uneven micro-batches, and copies between chunks. */
+static void interleaved(void) {
+  static const int s8[] = {2, 2, 2, 2}, s1[] = {1, 1, 1, 1, 1, 1, 1, 1};
+  const struct {
+    const char *name, *text;
+    cfg c;
+  } cases[] = {
+      {"skip", skip, {2, 4, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, s8, 8, 0, 0, 0, 2}},
+      {"skip", skip, {4, 4, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, s1, 8, 0, 0, 0, 2}},
+      {"skip", skip, {3, 6, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 0, 0, 0, 2}},
+      {"skip", skip, {2, 2, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 0, 0, 0, 3}},
+      {"cnn", cnn, {2, 8, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 0, 0, 0, 2}},
+      {"cnn", cnn, {3, 3, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 1, 0, 0, 2}},
+      {"tied", tied8, {2, 4, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, s8, 8, 0, 0, 0, 2}},
+      {"tied", tied8, {4, 4, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, s1, 8, 0, 0, 0, 2}},
+      {"tied", tied8, {3, 3, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 0, 2, 0, 2}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cfg base = {1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, NULL, 8};
+    run_out want, got;
+    train(cases[i].text, &base, &want);
+    train(cases[i].text, &cases[i].c, &got);
+    compare(cases[i].name, &cases[i].c, &got, &want, 0);
+    free_out(&want);
+    free_out(&got);
+  }
+}
+
 /* Stages with several threads each (the CPU backend splits convolutions over them): the
  * same training within rounding, one thread or two per stage. The convolutions are wide
  * enough to split: 4 samples of 16x16 per micro-batch, 32 channels. */
@@ -635,6 +685,48 @@ static void failure(void) {
   batch_data(mo, 8, 1, x, y);
   if (gp_t_step_xy(&t, x, y, 8, 0.1, &mt) != GP_OK) {
     printf("FAIL: a step after a failed one: %s\n", gp_error_message());
+    failed++;
+  } else {
+    passed++;
+  }
+  gp_trainer_free(&t);
+  gp_model_free(mo);
+}
+
+/* Interleaved: a bad label in micro-batch 2 fails the loss on the last chunk (stage 3 of 2
+ * devices x 2 chunks), run by its device's first chunk's thread: the error names the chunk and
+ * micro-batch, every thread stops, and the next step runs. */
+static void interleaved_failure(void) {
+  gp_model *mo;
+  if (gp_model_load_string(skip, "fail.yaml", NULL, 0, &mo) != GP_OK) gp_t_die("load");
+  mo->pipeline.stages = 2;
+  mo->pipeline.virtual_stages = 2;
+  mo->pipeline.micro_batches = 4;
+  mo->pipeline.schedule = GP_SCHED_INTERLEAVED;
+  mo->pipeline.remat = GP_REMAT_NEVER;
+  gp_plan plan;
+  gp_trainer t;
+  gp_pipeline_opts po = {.cores = 1, .watchdog_s = 20};
+  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
+  if (gp_trainer_init(&t, mo, &plan, &po, 1) != GP_OK) gp_t_die("init");
+  float x[8 * 10];
+  int32_t y[8];
+  batch_data(mo, 8, 0, x, y);
+  y[5] = 99; /* micro-batch 2 holds samples 4 and 5 */
+  gp_metrics mt;
+  gp_status s = gp_t_step_xy(&t, x, y, 8, 0.1, &mt);
+  const char *msg = gp_error_message();
+  if (s == GP_OK || !strstr(msg, "stage 3, micro-batch 2") || !strstr(msg, "loss")) {
+    printf("FAIL: interleaved: a bad label should stop the pipeline naming stage 3, micro-batch "
+           "2 and the loss layer; got status %d: %s\n",
+           (int)s, msg);
+    failed++;
+  } else {
+    passed++;
+  }
+  batch_data(mo, 8, 1, x, y);
+  if (gp_t_step_xy(&t, x, y, 8, 0.1, &mt) != GP_OK) {
+    printf("FAIL: interleaved: a step after a failed one: %s\n", gp_error_message());
     failed++;
   } else {
     passed++;
@@ -746,7 +838,9 @@ int main(void) {
   remat_auto();
   copies();
   threaded_stages();
+  interleaved();
   failure();
+  interleaved_failure();
   watchdog();
   stuck_stage();
   printf("%d passed, %d failed\n", passed, failed);

@@ -50,9 +50,11 @@ typedef struct run {
   gp_model *mo;
 } run;
 
-static void train(gp_schedule_kind sched, gp_remat remat, int device_timing, run *r) {
+/* v: chunks a stage (interleaved, on 2 stages), else K stages */
+static void train(gp_schedule_kind sched, gp_remat remat, int device_timing, int v, run *r) {
   if (gp_model_load_string(mlp, "timing.yaml", NULL, 0, &r->mo) != GP_OK) gp_t_die("load");
-  r->mo->pipeline.stages = K;
+  r->mo->pipeline.stages = v > 1 ? 2 : K;
+  r->mo->pipeline.virtual_stages = v;
   r->mo->pipeline.micro_batches = M;
   r->mo->pipeline.schedule = sched;
   r->mo->pipeline.remat = remat;
@@ -86,20 +88,27 @@ static void run_free(run *r) {
  * pipeline_timing.sh, which checks it as JSON). */
 int main(int argc, char **argv) {
   static const char *sn[] = {"gpipe", "1f1b"}, *rn[] = {"always", "except_last", "never"};
+  /* the six schedules and modes, then interleaved (2 stages x 2 chunks, remat never) */
   for (int sc = 0; sc < 2; sc++)
-    for (int rm = 0; rm < 3; rm++) {
+    for (int rm = 0; rm < 3 + (sc == 1); rm++) {
+      const int inter = rm == 3;
+      const gp_schedule_kind kind = inter ? GP_SCHED_INTERLEAVED : (gp_schedule_kind)sc;
+      const gp_remat remat = inter ? GP_REMAT_NEVER : (gp_remat)rm;
       char cfg[64];
-      snprintf(cfg, sizeof cfg, "K=%d M=%d %s remat=%s", K, M, sn[sc], rn[rm]);
+      if (inter)
+        snprintf(cfg, sizeof cfg, "K=2 V=2 M=%d interleaved remat=never", M);
+      else
+        snprintf(cfg, sizeof cfg, "K=%d M=%d %s remat=%s", K, M, sn[sc], rn[rm]);
       run host, dev;
-      train((gp_schedule_kind)sc, (gp_remat)rm, 0, &host);
-      train((gp_schedule_kind)sc, (gp_remat)rm, 1, &dev);
+      train(kind, remat, 0, inter ? 2 : 1, &host);
+      train(kind, remat, 1, inter ? 2 : 1, &dev);
       check(memcmp(host.loss, dev.loss, sizeof host.loss) == 0, "device timing changes the losses",
             cfg);
       failed += device_spans_check(dev.pl, STEPS, M, cfg, &checks);
       if (argc > 1 && sc == 0 && rm == 0 && gp_pipeline_write_trace(dev.pl, argv[1]) != GP_OK)
         gp_t_die("trace");
       int rows = 0;
-      for (int s = 0; s < K; s++) {
+      for (int s = 0; s < gp_pipeline_stages(host.pl); s++) {
         gp_stage_stats ss;
         gp_pipeline_stats(host.pl, s, &ss);
         check(host.pl->st[s].rec.tm == NULL && ss.device_time == 0, "a CPU stage keeps host times",
