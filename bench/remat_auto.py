@@ -47,6 +47,7 @@ def main():
           f"limit {limit / MIB:.1f} MiB")
     bench = run([f"{a.build}/cli/gpipe-bench", a.model, "--stages", str(a.stages),
                  "--micro-batches", str(a.micro_batches), "--schedule", a.schedule,
+                 "--by", "flops",  # gpipe-partition's split, whose estimates are checked
                  "--remat", "auto,always", "--memory-limit", str(int(limit)),
                  "--reps", str(a.reps), "--steps", str(a.steps), "--warmup", "1", "--json"])
     runs = {r["remat"]: r for r in bench["runs"]
