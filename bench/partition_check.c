@@ -102,7 +102,7 @@ static gp_status candidates(gp_model *m, int k, int mb, int64_t micro, gp_cost_b
   printf("model %s: %d units, K=%d, M=%d, micro-batch %" PRId64 ", %d thread%s a stage, "
          "%s schedule, re-materialization %s, split by %s\n",
          m->name, m->n_units, k, mb, micro, threads, threads == 1 ? "" : "s",
-         gp_schedule_names()[ps.schedule], gp_remat_names()[ps.remat],
+         gp_schedule_names()[plan.schedule], gp_remat_names()[plan.remat],
          c.by == GP_COST_TIME    ? "measured time"
          : c.by == GP_COST_FLOPS ? "FLOPs"
                                  : "parameters");
