@@ -655,82 +655,48 @@ static void threaded_stages(void) {
 }
 
 /* A label out of range in micro-batch 2 fails the loss on the last stage: every stage
- * stops, the error names the stage and micro-batch, and the call returns (no hang). */
-static void failure(void) {
+ * stops, the error names the stage and micro-batch, the call returns (no hang), and the next
+ * step runs. Interleaved (v = 2): the last chunk (stage 3 of 2 devices x 2 chunks) is run by its
+ * device's first chunk's thread, and the error still names the chunk. */
+static void bad_label(const char *what, const char *text, int k, int v, const char *names) {
   gp_model *mo;
-  if (gp_model_load_string(mlp, "fail.yaml", NULL, 0, &mo) != GP_OK) gp_t_die("load");
-  mo->pipeline.stages = 3;
+  if (gp_model_load_string(text, "fail.yaml", NULL, 0, &mo) != GP_OK) gp_t_die("load");
+  mo->pipeline.stages = k;
   mo->pipeline.micro_batches = 4;
+  if (v > 1) {
+    mo->pipeline.virtual_stages = v;
+    mo->pipeline.schedule = GP_SCHED_INTERLEAVED;
+    mo->pipeline.remat = GP_REMAT_NEVER;
+  }
   gp_plan plan;
   gp_trainer t;
   gp_pipeline_opts po = {.cores = 1, .watchdog_s = 20};
   if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
   if (gp_trainer_init(&t, mo, &plan, &po, 1) != GP_OK) gp_t_die("init");
-  float x[8 * 12];
+  int64_t per = gp_shape_numel(&mo->inputs[0].shape);
+  float *x = malloc(sizeof(float) * (size_t)(8 * per));
   int32_t y[8];
   batch_data(mo, 8, 0, x, y);
   y[5] = 99; /* micro-batch 2 holds samples 4 and 5 */
   gp_metrics mt;
   gp_status s = gp_t_step_xy(&t, x, y, 8, 0.1, &mt);
   const char *msg = gp_error_message();
-  if (s == GP_OK || !strstr(msg, "stage 2, micro-batch 2") || !strstr(msg, "loss")) {
-    printf("FAIL: a bad label should stop the pipeline naming stage 2, micro-batch 2 and the "
-           "loss layer; got status %d: %s\n",
-           (int)s, msg);
-    failed++;
-  } else {
-    passed++;
-  }
-  /* the pipeline is usable again after a failure */
-  batch_data(mo, 8, 1, x, y);
-  if (gp_t_step_xy(&t, x, y, 8, 0.1, &mt) != GP_OK) {
-    printf("FAIL: a step after a failed one: %s\n", gp_error_message());
-    failed++;
-  } else {
-    passed++;
-  }
-  gp_trainer_free(&t);
-  gp_model_free(mo);
-}
-
-/* Interleaved: a bad label in micro-batch 2 fails the loss on the last chunk (stage 3 of 2
- * devices x 2 chunks), run by its device's first chunk's thread: the error names the chunk and
- * micro-batch, every thread stops, and the next step runs. */
-static void interleaved_failure(void) {
-  gp_model *mo;
-  if (gp_model_load_string(skip, "fail.yaml", NULL, 0, &mo) != GP_OK) gp_t_die("load");
-  mo->pipeline.stages = 2;
-  mo->pipeline.virtual_stages = 2;
-  mo->pipeline.micro_batches = 4;
-  mo->pipeline.schedule = GP_SCHED_INTERLEAVED;
-  mo->pipeline.remat = GP_REMAT_NEVER;
-  gp_plan plan;
-  gp_trainer t;
-  gp_pipeline_opts po = {.cores = 1, .watchdog_s = 20};
-  if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
-  if (gp_trainer_init(&t, mo, &plan, &po, 1) != GP_OK) gp_t_die("init");
-  float x[8 * 10];
-  int32_t y[8];
-  batch_data(mo, 8, 0, x, y);
-  y[5] = 99; /* micro-batch 2 holds samples 4 and 5 */
-  gp_metrics mt;
-  gp_status s = gp_t_step_xy(&t, x, y, 8, 0.1, &mt);
-  const char *msg = gp_error_message();
-  if (s == GP_OK || !strstr(msg, "stage 3, micro-batch 2") || !strstr(msg, "loss")) {
-    printf("FAIL: interleaved: a bad label should stop the pipeline naming stage 3, micro-batch "
-           "2 and the loss layer; got status %d: %s\n",
-           (int)s, msg);
+  if (s == GP_OK || !strstr(msg, names) || !strstr(msg, "loss")) {
+    printf("FAIL: %s: a bad label should stop the pipeline naming %s and the loss layer; got "
+           "status %d: %s\n",
+           what, names, (int)s, msg);
     failed++;
   } else {
     passed++;
   }
   batch_data(mo, 8, 1, x, y);
   if (gp_t_step_xy(&t, x, y, 8, 0.1, &mt) != GP_OK) {
-    printf("FAIL: interleaved: a step after a failed one: %s\n", gp_error_message());
+    printf("FAIL: %s: a step after a failed one: %s\n", what, gp_error_message());
     failed++;
   } else {
     passed++;
   }
+  free(x);
   gp_trainer_free(&t);
   gp_model_free(mo);
 }
@@ -839,8 +805,8 @@ int main(void) {
   copies();
   threaded_stages();
   interleaved();
-  failure();
-  interleaved_failure();
+  bad_label("3 stages", mlp, 3, 1, "stage 2, micro-batch 2");
+  bad_label("interleaved", skip, 2, 2, "stage 3, micro-batch 2");
   watchdog();
   stuck_stage();
   printf("%d passed, %d failed\n", passed, failed);
