@@ -125,8 +125,8 @@ static void write_fit_notes(FILE *f, const gp_bench *b) {
   for (int i = 0; i < b->n_runs; i++) {
     const gp_bench_run *r = &b->runs[i];
     if (!r->over_limit) continue;
-    fprintf(f, "does not fit: K=%d M=%d %s %s: %s\n", r->k, r->m,
-            r->sched_name, gp_bench_remat_name(r->remat), r->why);
+    fprintf(f, "does not fit: K=%d M=%d %s %s: %s\n", r->k, r->m, r->sched_name,
+            gp_bench_remat_name(r->remat), r->why);
   }
   for (int i = 0; i < b->n_runs; i++) {
     int naive = 0, one = 0;
@@ -154,9 +154,8 @@ static void write_allreduce_notes(FILE *f, const gp_bench *b) {
     fprintf(f,
             "all-reduce K=%d M=%d %s %s R=%d: %.2f ms a step for %.2f MiB, %.0f%% hidden under "
             "the backward\n",
-            r->k, r->m, r->sched_name, gp_bench_remat_name(r->remat),
-            r->replicas, r->allreduce_ms, (double)r->allreduce_bytes / 1048576.0,
-            100 * r->allreduce_hidden);
+            r->k, r->m, r->sched_name, gp_bench_remat_name(r->remat), r->replicas, r->allreduce_ms,
+            (double)r->allreduce_bytes / 1048576.0, 100 * r->allreduce_hidden);
   }
 }
 
@@ -186,9 +185,8 @@ static void write_bubble_notes(FILE *f, const gp_bench *b) {
     if (r->over_limit || r->k < 2 || r->m < 2 || !isfinite(r->bubble_measured) ||
         r->bubble_measured - r->bubble_theory <= BUBBLE_NOTE_OVER)
       continue;
-    fprintf(f, "bubble K=%d M=%d %s %s: %.3f against GPipe's %.3f", r->k, r->m,
-            r->sched_name, gp_bench_remat_name(r->remat), r->bubble_measured,
-            r->bubble_theory);
+    fprintf(f, "bubble K=%d M=%d %s %s: %.3f against GPipe's %.3f", r->k, r->m, r->sched_name,
+            gp_bench_remat_name(r->remat), r->bubble_measured, r->bubble_theory);
     if (isfinite(r->bubble_sim) && isfinite(r->bubble_replay))
       fprintf(f,
               ": unequal stages %+.3f (sim), the actions' spread %+.3f (replay), hand-offs and "
@@ -225,8 +223,8 @@ static void write_ideal_notes(FILE *f, const gp_bench *b) {
     fprintf(f,
             "of ideal K=%d M=%d %s %s: %.0f%% = work x%.2f (stages busy %.2f ms a step against "
             "naive-%d's %.2f",
-            r->k, r->m, r->sched_name, gp_bench_remat_name(r->remat),
-            100 * share, work, wr, r->k, wn);
+            r->k, r->m, r->sched_name, gp_bench_remat_name(r->remat), 100 * share, work, wr, r->k,
+            wn);
     /* re-materialization is work naive-K never does: say how much of the factor it is */
     if (rec > 0 && wr > rec)
       fprintf(f, "; %.2f of them recomputing forwards, x%.2f without", rec, wn / (wr - rec));
@@ -381,9 +379,8 @@ gp_status gp_bench_write_csv(FILE *f, const char *path, const gp_bench *b) {
     for (char *p = bal; *p; p++)
       if (*p == ',') *p = ';';
     csv_field(f, b->model);
-    fprintf(f, ",%" PRId64 ",%d,%d,%s,%s,%d,%s,%d", b->batch, r->k, r->m,
-            r->sched_name, gp_bench_remat_name(r->remat), r->baseline, bal,
-            r->cores_used);
+    fprintf(f, ",%" PRId64 ",%d,%d,%s,%s,%d,%s,%d", b->batch, r->k, r->m, r->sched_name,
+            gp_bench_remat_name(r->remat), r->baseline, bal, r->cores_used);
     csv_num(f, "%.3f", r->samples_per_s);
     const double vals[] = {r->speedup_naive,   r->speedup_single, r->speedup_ideal,
                            r->bubble_measured, r->bubble_slowest, r->bubble_replay,

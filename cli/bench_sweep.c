@@ -210,8 +210,10 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
           for (int rm = 0; rm < w->nr; rm++) {
             if (w->scheds[si] == GP_SCHED_INTERLEAVED && w->ms[mi] % k) {
               if (rm == 0)
-                note(b, "K=%d M=%d interleaved (micro-batches go in groups of the stages: M=%d "
-                        "would do)", k, w->ms[mi], (w->ms[mi] + k - 1) / k * k);
+                note(b,
+                     "K=%d M=%d interleaved (micro-batches go in groups of the stages: M=%d "
+                     "would do)",
+                     k, w->ms[mi], (w->ms[mi] + k - 1) / k * k);
               continue;
             }
             /* the zero-bubble and interleaved lists re-materialize nothing: never unless
@@ -270,8 +272,8 @@ gp_status gp_bench_make_runs(gp_bench_ctx *c) {
     gp_plan plan; /* every plan is checked now, so a bad device fails before the sweep */
     gp_status s = run_plan(c, r, &plan);
     if (s != GP_OK)
-      return gp_error_prefix(s, "K=%d M=%d %s %s: ", r->k, r->m,
-                             r->sched_name, gp_bench_remat_name(r->remat));
+      return gp_error_prefix(s, "K=%d M=%d %s %s: ", r->k, r->m, r->sched_name,
+                             gp_bench_remat_name(r->remat));
   }
   return GP_OK;
 }
@@ -457,8 +459,7 @@ static void progress(gp_bench_ctx *c, int done, int total, const gp_bench_run *r
   char rep_r[16] = "";
   if (r->replicas > 1) snprintf(rep_r, sizeof rep_r, " R=%d", r->replicas);
   snprintf(what, sizeof what, "run %d/%d: K=%d M=%d %s %s%s%s", done + 1, total, r->k, r->m,
-           r->sched_name, gp_bench_remat_name(r->remat), rep_r,
-           r->baseline ? " (baseline)" : "");
+           r->sched_name, gp_bench_remat_name(r->remat), rep_r, r->baseline ? " (baseline)" : "");
   if (c->b.reps > 1)
     snprintf(what + strlen(what), sizeof what - strlen(what), ", repetition %d/%d", rep + 1,
              c->b.reps);
@@ -508,9 +509,8 @@ static gp_status measure_run(gp_bench_ctx *c, gp_bench_run *r, int rep, int trac
   char rep_r[16] = ""; /* R in the line where there are replicas (one process: as ever) */
   if (r->replicas > 1) snprintf(rep_r, sizeof rep_r, " R=%d", r->replicas);
   if (s != GP_OK)
-    return gp_error_prefix(s, "K=%d M=%d %s %s%s: ", r->k, r->m,
-                           r->sched_name, gp_bench_remat_name(r->remat),
-                           rep_r);
+    return gp_error_prefix(s, "K=%d M=%d %s %s%s: ", r->k, r->m, r->sched_name,
+                           gp_bench_remat_name(r->remat), rep_r);
   if (rep == 0 || got.samples_per_s > r->samples_per_s) *r = got;
   return GP_OK;
 }
@@ -559,8 +559,7 @@ static gp_status check_any_fits(const gp_bench *b) {
     snprintf(limit, sizeof limit, "--memory-limit %s per stage",
              gp_args_bytes_str((double)b->mem_limit, 2, size, sizeof size));
   return GP_ERR(GP_ERR_FULL, "no run asked for fits %s (K=%d M=%d %s %s: %s)", limit, first->k,
-                first->m, first->sched_name,
-                gp_bench_remat_name(first->remat), first->why);
+                first->m, first->sched_name, gp_bench_remat_name(first->remat), first->why);
 }
 
 gp_status gp_bench_sweep_all(gp_bench_ctx *c) {

@@ -159,8 +159,7 @@ gp_status gp_cli_pipeline_apply(const gp_cli_pipeline *f, const gp_model *m, gp_
   if (ps->schedule >= 0 && gp_schedule_keeps_all(ps->schedule)) {
     if (f->remat && f->remat->given && ps->remat != GP_REMAT_NEVER && ps->remat != GP_REMAT_AUTO)
       return GP_ERR(GP_ERR_USAGE, "%s %s: the %s schedule re-materializes nothing; use %s never",
-                    f->remat->name, f->remat->s, gp_schedule_names()[ps->schedule],
-                    f->remat->name);
+                    f->remat->name, f->remat->s, gp_schedule_names()[ps->schedule], f->remat->name);
     ps->remat = GP_REMAT_NEVER;
   }
   if (f->virtual_stages && f->virtual_stages->given) {

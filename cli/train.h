@@ -77,8 +77,8 @@ typedef struct run {
   gp_batch_source_stats last_st;
   double last_bleu;
   int64_t last_sentences;
-  int traced, saved;   /* --trace, --save written (the run's end) */
-  int64_t loaded_step; /* --load named a checkpoint: its step; else -1 */
+  int traced, saved;    /* --trace, --save written (the run's end) */
+  int64_t loaded_step;  /* --load named a checkpoint: its step; else -1 */
   char split_note[160]; /* how the split was made (train_split.c), for the pipeline line */
 } run;
 

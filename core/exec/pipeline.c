@@ -560,7 +560,8 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
     s = gp_pl_chunks_init(pl);
   } else if (s == GP_OK) {
     s = plan->remat == GP_REMAT_AUTO
-            ? gp_schedule_build_drops(plan->schedule, pl->k, pl->micro, plan->remat_drop, &pl->sched)
+            ? gp_schedule_build_drops(plan->schedule, pl->k, pl->micro, plan->remat_drop,
+                                      &pl->sched)
             : gp_schedule_build(plan->schedule, plan->remat, pl->k, pl->micro, &pl->sched);
     if (s == GP_OK) s = gp_schedule_validate(&pl->sched);
   }

@@ -113,8 +113,8 @@ typedef struct cfg {
   gp_remat remat;
   const int *balance; /* NULL: automatic */
   int64_t batch;
-  int copy_all; /* hand tensors between stages by copies (gp_pipeline_opts.channels) */
-  int cores;    /* shared by the stages (gp_pipeline_opts.cores); 0: one */
+  int copy_all;     /* hand tensors between stages by copies (gp_pipeline_opts.channels) */
+  int cores;        /* shared by the stages (gp_pipeline_opts.cores); 0: one */
   size_t mem_limit; /* per stage, what remat auto fits (gp_pipeline_spec.mem_limit); 0: none */
   int v;            /* interleaved: chunks per stage (balance: k v entries); 0: one */
 } cfg;
@@ -194,20 +194,24 @@ static void free_out(run_out *o) {
   free(o->buf);
 }
 
-/* Weights tied across the model: a's and c's weights are one parameter, whose copies sit on
- * different stages at K >= 2 (their gradients summed, one update). */
-static const char *tied = "name: tied\n"
-                          "inputs: {x: [12], label: {shape: [], dtype: i32}}\n"
-                          "layers:\n"
-                          "  - {type: linear, out_features: 12, name: a}\n"
-                          "  - {type: tanh}\n"
-                          "  - {type: linear, out_features: 12, name: b}\n"
-                          "  - {type: gelu}\n"
-                          "  - {type: linear, out_features: 12, name: c}\n"
-                          "  - {type: linear, out_features: 5}\n"
-                          "loss: {type: softmax_cross_entropy}\n"
-                          "tied: {g: {params: [a.weight, c.weight]}}\n"
-                          "train: {clip_grad_norm: 1.0, optimizer: {type: adamw, lr: 0.01, eps: 1e-9}}\n";
+/* Two weights tied across stages (a's and c's: one parameter, its gradients summed, one
+ * update), and across chunks: with K = 2 or 4 and V = 2, on one device in different chunks;
+ * with K = 3, on two devices. AdamW's eps is a model file's 1e-9. */
+static const char *tied =
+    "name: tied\n"
+    "inputs: {x: [12], label: {shape: [], dtype: i32}}\n"
+    "layers:\n"
+    "  - {type: linear, out_features: 12, name: a}\n"
+    "  - {type: tanh}\n"
+    "  - {type: linear, out_features: 12, name: b}\n"
+    "  - {type: sigmoid}\n"
+    "  - {type: linear, out_features: 12, name: c}\n"
+    "  - {type: tanh}\n"
+    "  - {type: dropout, p: 0.2}\n"
+    "  - {type: linear, out_features: 5}\n"
+    "loss: {type: softmax_cross_entropy}\n"
+    "tied: {w: {params: [a.weight, c.weight]}}\n"
+    "train: {clip_grad_norm: 0.5, optimizer: {type: adamw, lr: 0.01, eps: 1e-9}}\n";
 
 /* The models of the covering design, with their balances per K (NULL: automatic). */
 static const int b1[] = {8}, b2[] = {4, 4}, b3[] = {2, 2, 4}, b4[] = {2, 2, 2, 2};
@@ -267,11 +271,11 @@ static double row_cost(const int *row, void *ctx) {
  * K = 1, M = 1 on the same model and batch. Every pair of levels of two factors that a
  * runnable row holds is in some row; a pair no schedule can run is refused in one line. */
 static void covering_grid(void) {
-  gp_cover_spec sp = {.factors = F_N,
-                      .levels = {N_MODELS, 4, 4, n_names(gp_schedule_names()),
-                                 n_names(gp_remat_names()), 2, 2},
-                      .allowed = row_allowed,
-                      .cost = row_cost};
+  gp_cover_spec sp = {
+      .factors = F_N,
+      .levels = {N_MODELS, 4, 4, n_names(gp_schedule_names()), n_names(gp_remat_names()), 2, 2},
+      .allowed = row_allowed,
+      .cost = row_cost};
   int *rows, n, pairs, missing;
   if (gp_cover_pairs(&sp, &rows, &n, &pairs, &missing) != 0) gp_t_die("covering design");
   run_out want[N_MODELS][2];
@@ -293,8 +297,8 @@ static void covering_grid(void) {
   for (int mi = 0; mi < N_MODELS; mi++)
     for (int bi = 0; bi < 2; bi++)
       if (have[mi][bi]) free_out(&want[mi][bi]);
-  printf("covering design: %d runs cover %d pairs of levels (%d pairs no runnable row holds)\n",
-         n, pairs, missing);
+  printf("covering design: %d runs cover %d pairs of levels (%d pairs no runnable row holds)\n", n,
+         pairs, missing);
   free(rows);
 }
 
@@ -575,23 +579,6 @@ static void copies(void) {
     }
 }
 
-/* Two weights tied across chunks: with K = 2 or 4 and V = 2, 'a' and 'c' are on one device,
- * in different chunks; with K = 3, on two devices. */
-static const char *tied8 = "name: tied\n"
-                          "inputs: {x: [12], label: {shape: [], dtype: i32}}\n"
-                          "layers:\n"
-                          "  - {type: linear, out_features: 12, name: a}\n"
-                          "  - {type: tanh}\n"
-                          "  - {type: linear, out_features: 12, name: b}\n"
-                          "  - {type: sigmoid}\n"
-                          "  - {type: linear, out_features: 12, name: c}\n"
-                          "  - {type: tanh}\n"
-                          "  - {type: dropout, p: 0.2}\n"
-                          "  - {type: linear, out_features: 5}\n"
-                          "loss: {type: softmax_cross_entropy}\n"
-                          "tied: {w: {params: [a.weight, c.weight]}}\n"
-                          "train: {clip_grad_norm: 0.5, optimizer: {type: adamw, lr: 0.01}}\n";
-
 /* Interleaved 1F1B: K devices of V chunks each (chunk c of device d runs the model's part
  * c K + d), against K = 1, M = 1: V = 2 at K = 2, 3, 4 and V = 3 once, M multiples of K, the
  * skip tensor across chunks (on one device at K = 2: chunk 0 to chunk 1; across devices
@@ -608,9 +595,9 @@ static void interleaved(void) {
       {"skip", skip, {2, 2, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 0, 0, 0, 3}},
       {"cnn", cnn, {2, 8, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 0, 0, 0, 2}},
       {"cnn", cnn, {3, 3, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 1, 0, 0, 2}},
-      {"tied", tied8, {2, 4, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, s8, 8, 0, 0, 0, 2}},
-      {"tied", tied8, {4, 4, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, s1, 8, 0, 0, 0, 2}},
-      {"tied", tied8, {3, 3, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 0, 2, 0, 2}},
+      {"tied", tied, {2, 4, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, s8, 8, 0, 0, 0, 2}},
+      {"tied", tied, {4, 4, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, s1, 8, 0, 0, 0, 2}},
+      {"tied", tied, {3, 3, GP_SCHED_INTERLEAVED, GP_REMAT_NEVER, NULL, 8, 0, 2, 0, 2}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     cfg base = {1, 1, GP_SCHED_GPIPE, GP_REMAT_NEVER, NULL, 8};
