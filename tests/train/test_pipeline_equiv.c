@@ -1,14 +1,12 @@
-/* GPipe's promise, tested: K stages, M micro-batches, the schedule and re-materialization
- * change neither the losses nor the weights. Five models without batch norm (an MLP, a CNN, a
- * model whose skip connection spans two stage boundaries, one whose first units train nothing,
- * one with tied weights), with dropout, are trained for a few steps and compared with K = 1,
- * M = 1 over a covering design of K in 1..4, M in {1, 2, 4, 8}, every schedule and
- * re-materialization mode, hand-offs in place or by copies, even and uneven micro-batches:
- * every pair of levels at least once (tests/support/covering.h), not the whole product; the
- * zero-bubble schedules are also bit for bit 1F1B's, and interleaved (V chunks a stage) runs
- * its own cases. Stages that each split their convolutions over several threads too. With
- * batch norm, every re-materialization mode and schedule gives identical running statistics. A
- * failing stage stops the others and is reported with its stage and micro-batch. */
+/* GPipe's promise, tested: K, M, the schedule and re-materialization change neither the losses
+ * nor the weights. Five models without batch norm (an MLP, a CNN, a skip connection over two
+ * stage boundaries, untrained first units, tied weights), with dropout, trained a few steps
+ * against K = 1, M = 1 over a covering design of K in 1..4, M in {1, 2, 4, 8}, every schedule
+ * and mode, hand-offs in place or by copies, even and uneven micro-batches: every pair of
+ * levels at least once (tests/support/covering.h). Zero-bubble is also bit for bit 1F1B's;
+ * interleaved (V chunks a stage) and several threads a stage have their own cases. With batch
+ * norm, every mode and schedule gives identical running statistics. A failing stage stops the
+ * others and is named with its micro-batch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
