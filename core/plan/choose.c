@@ -18,8 +18,15 @@ gp_status gp_schedule_choose(const gp_unit_costs *c, const gp_partition_req *r, 
     int at = ch->n++;
     gp_partition_req q = *r;
     q.schedule = (gp_schedule_kind)i;
-    if (gp_schedule_keeps_all(q.schedule)) q.remat = GP_REMAT_NEVER;
     ch->kind[at] = q.schedule;
+    if (gp_schedule_keeps_all(q.schedule)) { /* they re-materialize nothing */
+      if (q.remat == GP_REMAT_ALWAYS || q.remat == GP_REMAT_EXCEPT_LAST) {
+        snprintf(ch->why[at], sizeof ch->why[at], "%s re-materializes nothing (remat %s asked)",
+                 names[i], gp_remat_names()[q.remat]);
+        continue;
+      }
+      q.remat = GP_REMAT_NEVER;
+    }
     ch->remat[at] = q.remat;
     if (q.schedule == GP_SCHED_INTERLEAVED && q.chunks < 2) { /* it needs its own split */
       snprintf(ch->why[at], sizeof ch->why[at], "auto does not weigh interleaved (its V) yet");
@@ -27,6 +34,12 @@ gp_status gp_schedule_choose(const gp_unit_costs *c, const gp_partition_req *r, 
     }
     gp_partition p;
     gp_status s = first ? gp_partition_evaluate(c, &q, first, &p) : gp_partition_solve(c, &q, &p);
+    /* a given split is evaluated, not fitted: a stage past its limit rules the schedule out */
+    for (int k = 0; s == GP_OK && first && r->mem_limit && k < p.stages; k++)
+      if (r->mem_limit[k] > 0 && p.memory[k] > r->mem_limit[k])
+        s = GP_ERR(GP_ERR_USAGE,
+                   "%s: stage %d's estimate (%.2f MiB) passes its limit of %.2f MiB on this split",
+                   names[i], k, p.memory[k] / 1048576.0, r->mem_limit[k] / 1048576.0);
     if (s != GP_OK) {
       snprintf(ch->why[at], sizeof ch->why[at], "%s", gp_error_message());
       if (first_err == GP_OK) {

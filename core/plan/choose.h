@@ -21,8 +21,9 @@ typedef struct gp_schedule_choice {
   int chosen;                       /* index of the choice */
 } gp_schedule_choice;
 
-/* r->schedule is ignored, and r->remat is taken as never for the zero-bubble schedules (which
- * re-materialize nothing); first: a given split (K + 1 entries), or NULL for the partitioner's
+/* r->schedule is ignored; the schedules that re-materialize nothing (gp_schedule_keeps_all)
+ * run never under r->remat auto or never, and are left out under always or except_last (what
+ * the request asked); first: a given split (K + 1 entries), or NULL for the partitioner's
  * split of each candidate. *out: the chosen candidate's partition. When no candidate runs, the
  * first candidate's error. */
 gp_status gp_schedule_choose(const gp_unit_costs *c, const gp_partition_req *r, const int *first,

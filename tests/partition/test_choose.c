@@ -64,8 +64,13 @@ static void check_choice(const inst *in, const int *first, const gp_schedule_cho
   for (int j = 0; j < ch->n; j++) {
     gp_partition_req q = in->r;
     q.schedule = ch->kind[j];
-    q.remat = ch->remat[j];
     int zb = gp_schedule_keeps_all(q.schedule);
+    if (zb && (in->r.remat == GP_REMAT_ALWAYS || in->r.remat == GP_REMAT_EXCEPT_LAST)) {
+      CHECK(!ch->runs[j], "instance %d: %s runs under remat %d", i, names[q.schedule],
+            in->r.remat);
+      continue;
+    }
+    q.remat = ch->remat[j];
     CHECK(q.remat == (zb ? GP_REMAT_NEVER : in->r.remat), "instance %d: %s with remat %d", i,
           names[q.schedule], q.remat);
     gp_partition p;
