@@ -67,6 +67,9 @@ gp_status tr_split(run *r, int threads, gp_plan *plan) {
   /* a split to make, or a schedule to choose (schedule: auto), weighs the costs of --by: on a
    * given split the choice is made on the costs the run that made it had */
   if (k == 1 || (ps.n_balance && ps.schedule != GP_SCHED_AUTO)) return gp_plan_make(m, &ps, plan);
+  /* what the plan refuses whatever the costs (M against interleaved's K, a bad V) is said before
+   * any unit is timed: the analytic plan first */
+  GP_TRY(gp_plan_make(m, &ps, plan));
   char note[sizeof r->split_note] = "";
   const gp_cli_split f = {"gpipe-train", &tr_flags[F_BY], &tr_flags[F_CACHE],
                           tr_flags[F_QUIET].given || r->dist.rank != 0};
