@@ -113,7 +113,7 @@ else
 fi
 
 # ---- --timeline: one row per stage, 100 columns of F/B/R, digits and idle dots
-if "$part" "$resnet" --stages 4 --micro-batches 4 --timeline >"$tmp/tl" 2>"$tmp/err"; then
+if "$part" "$resnet" --stages 4 --micro-batches 4 --schedule gpipe --remat except_last --timeline >"$tmp/tl" 2>"$tmp/err"; then
   rows=$(grep -cE '^ *[0-9]+ \|[FBR0-9.]{100}\|$' "$tmp/tl")
   if [ "$rows" = 4 ] && grep -q '^legend:' "$tmp/tl" && grep -qE '^ *3 \|.*R' "$tmp/tl" &&
      [ "$(grep -E '^ *0 \|' "$tmp/tl" | grep -o F | wc -l)" -ge 4 ]; then ok
@@ -124,7 +124,7 @@ fi
 
 # ---- --timeline --json: a stage's actions in time order, none overlapping; a re-materializing
 # backward's recompute comes before it (a gap between them is the wait for the gradient)
-if "$part" "$resnet" --stages 4 --micro-batches 4 --timeline --json >"$tmp/tlj" 2>"$tmp/err"; then
+if "$part" "$resnet" --stages 4 --micro-batches 4 --schedule gpipe --remat except_last --timeline --json >"$tmp/tlj" 2>"$tmp/err"; then
   if python3 - "$tmp/tlj" >"$tmp/why" 2>&1 <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -406,10 +406,10 @@ else bad "--by time with a cache: $(cat "$tmp/err")"; fi
 # allowance of the largest unit's activations said 80 MiB for the first, +21%)
 fcnn=$srcdir/models/fashion-cnn.yaml
 for m in 1 4; do
-  "$part" "$fcnn" --stages 2 --balance 3,4 --micro-batches $m --remat never --by time \
+  "$part" "$fcnn" --stages 2 --balance 3,4 --micro-batches $m --schedule gpipe --remat never --by time \
     --threads 1 --cache-dir "$cache" --json >"$tmp/est.json" 2>"$tmp/err" &&
   "$train" "$fcnn" --data synthetic --steps 2 --stages 2 --balance 3,4 --micro-batches $m \
-    --remat never --threads 1 >"$tmp/run.out" 2>&1 &&
+    --schedule gpipe --remat never --threads 1 >"$tmp/run.out" 2>&1 &&
   python3 - "$tmp/est.json" "$tmp/run.out" <<'PY' && ok || bad "memory estimate M=$m: $(cat "$tmp/err" "$tmp/run.out")"
 import json, re, sys
 est = [s["memory_bytes"] / 2**20 for s in json.load(open(sys.argv[1]))["partition"]]

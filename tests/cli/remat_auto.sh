@@ -55,7 +55,7 @@ if "$part" "$cnn" --stages 2 --micro-batches 4 --batch-size 64 --schedule gpipe 
 then ok; else bad "a plan with remat: auto: $(cat "$tmp/err" "$tmp/plan.yaml" "$tmp/out")"; fi
 
 # ---- a limit nothing fits: one line, exit 2, saying what would
-R=(--stages 2 --micro-batches 8 --remat auto --memory-limit 100MiB)
+R=(--stages 2 --micro-batches 8 --schedule gpipe --remat auto --memory-limit 100MiB)
 "$train" "$resnet" "${fast[@]}" "${R[@]}" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && [ ! -s "$tmp/out" ] &&
