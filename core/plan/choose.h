@@ -12,13 +12,13 @@
 typedef struct gp_schedule_choice {
   int n; /* candidates considered, in gp_schedule_names order */
   gp_schedule_kind kind[GP_CHOOSE_MAX];
-  gp_remat remat[GP_CHOOSE_MAX];    /* the request's, never for the zero-bubble schedules */
-  int runs[GP_CHOOSE_MAX];          /* 0: refused (why[i] says why) */
-  double step[GP_CHOOSE_MAX];       /* simulated step, in the costs' unit */
-  double bubble[GP_CHOOSE_MAX];     /* of that simulation */
-  double memory[GP_CHOOSE_MAX];     /* the fullest stage's estimate, bytes */
-  char why[GP_CHOOSE_MAX][160];     /* a refused candidate's reason */
-  int chosen;                       /* index of the choice */
+  gp_remat remat[GP_CHOOSE_MAX]; /* the request's, never for the zero-bubble schedules */
+  int runs[GP_CHOOSE_MAX];       /* 0: refused (why[i] says why) */
+  double step[GP_CHOOSE_MAX];    /* simulated step, in the costs' unit */
+  double bubble[GP_CHOOSE_MAX];  /* of that simulation */
+  double memory[GP_CHOOSE_MAX];  /* the fullest stage's estimate, bytes */
+  char why[GP_CHOOSE_MAX][160];  /* a refused candidate's reason */
+  int chosen;                    /* index of the choice */
 } gp_schedule_choice;
 
 /* r->schedule is ignored; the schedules that re-materialize nothing (gp_schedule_keeps_all)

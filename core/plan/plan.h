@@ -81,7 +81,7 @@ gp_status gp_devices_check(int n, const char *first, size_t stride);
 /* NULL-terminated names as files and flags spell them, indexed by the enums. */
 /* "gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved" */
 const char *const *gp_schedule_names(void);
-const char *const *gp_remat_names(void);    /* "always", "except_last", "never" */
+const char *const *gp_remat_names(void); /* "always", "except_last", "never" */
 /* The micro-batches to suggest for `stages` stages: 4K (the GPipe paper's M >= 4K, from
  * which the bubble is small), at most the batch. */
 int64_t gp_plan_micro_hint(int stages, int64_t batch);

@@ -299,8 +299,8 @@ static gp_status check_req(const gp_unit_costs *c, const gp_partition_req *r) {
                     "partition: interleaved needs 2 or more chunks a stage, M a multiple of the "
                     "stages and no re-materialization (%d chunks, %d a stage, M = %d)",
                     r->stages, v, r->micro);
-  } else if (v > 1 || (r->schedule != GP_SCHED_GPIPE && r->schedule != GP_SCHED_1F1B &&
-                       !defers_w(r))) {
+  } else if (v > 1 ||
+             (r->schedule != GP_SCHED_GPIPE && r->schedule != GP_SCHED_1F1B && !defers_w(r))) {
     return GP_ERR(GP_ERR_USAGE, "partition: unknown schedule %d (%d chunks a stage)",
                   (int)r->schedule, v);
   }
@@ -350,8 +350,7 @@ static gp_status check_first(const gp_unit_costs *c, int K, const int *first) {
 
 /* K stages (interleaved: chunks, V a device; costs per chunk); drop: remat auto's per stage. */
 static gp_status makespan(gp_schedule_kind kind, gp_remat remat, int K, int M, int V,
-                          const int *drop, const gp_stage_cost *cost, double *out,
-                          double *bubble) {
+                          const int *drop, const gp_stage_cost *cost, double *out, double *bubble) {
   gp_schedule sc;
   gp_sim_result res;
   if (kind == GP_SCHED_INTERLEAVED)

@@ -28,10 +28,10 @@ typedef struct gp_partition {
   /* re-materialization per stage: activation slots (of gp_partition_in_flight) that drop,
    * remat auto's choice under the memory limit; and the micro-batches of M that recompute */
   int drop[GP_MAX_DEVICES], recomputed[GP_MAX_DEVICES];
-  double max_time, spread;       /* slowest stage, slowest - fastest */
-  double imbalance;              /* max / mean stage time */
-  double bubble;                 /* simulated with core/schedule/schedule.h */
-  double makespan;               /* that simulation's step: M micro-batches through the stages */
+  double max_time, spread; /* slowest stage, slowest - fastest */
+  double imbalance;        /* max / mean stage time */
+  double bubble;           /* simulated with core/schedule/schedule.h */
+  double makespan;         /* that simulation's step: M micro-batches through the stages */
   /* the baselines run the whole mini-batch at once (M = 1) without re-materialization */
   double speedup_naive; /* over the same split */
   double speedup_k1;    /* over one stage (the whole model at speed[0]) */

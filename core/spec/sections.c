@@ -470,8 +470,8 @@ static gp_status virtual_stages_check(gp_cfg *cfg, const gp_model *m, int64_t st
 
 static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *m) {
   /* gp_schedule_names' in enum order, then auto (the default) */
-  static const char *const scheds[] = {"gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved", "auto",
-                                       NULL};
+  static const char *const scheds[] = {"gpipe",       "1f1b", "zb-h1", "zb-h2",
+                                       "interleaved", "auto", NULL};
   _Static_assert(GP_SCHED_INTERLEAVED == 4, "the schedules' names in enum order");
   const int sched_auto = (int)(sizeof scheds / sizeof scheds[0]) - 2;
   static const char *const remats[] = {"always", "except_last", "never", "auto", NULL};
@@ -536,8 +536,7 @@ static gp_status pipeline_section(gp_sp_ctx *c, const gp_ynode *root, gp_model *
                       : gp_cfg_has(cfg, "checkpoint") ? "checkpoint"
                                                       : NULL;
     if (key && remat != GP_REMAT_NEVER && remat != GP_REMAT_AUTO)
-      s = gp_cfg_error(cfg, key,
-                       "%s: %s with schedule %s: it re-materializes nothing (use never)",
+      s = gp_cfg_error(cfg, key, "%s: %s with schedule %s: it re-materializes nothing (use never)",
                        key, remats[remat], scheds[sched]);
     remat = GP_REMAT_NEVER;
   }
