@@ -92,6 +92,8 @@ static gp_status candidates(gp_model *m, int k, int mb, int64_t micro, gp_cost_b
     }
   gp_partition_req req;
   gp_plan_partition_req(m, &ps, &req);
+  req.schedule = plan.schedule; /* what the plan resolved auto to: the stages timed recompute */
+  req.remat = plan.remat;       /* as the run would */
   for (int i = 0; i < ns; i++)
     for (int st = 0; st < k; st++)
       find_piece(pieces, &np, split[i][st], split[i][st + 1]);

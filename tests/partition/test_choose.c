@@ -66,24 +66,23 @@ static void check_choice(const inst *in, const int *first, const gp_schedule_cho
     q.schedule = ch->kind[j];
     int zb = gp_schedule_keeps_all(q.schedule);
     if (zb && (in->r.remat == GP_REMAT_ALWAYS || in->r.remat == GP_REMAT_EXCEPT_LAST)) {
-      CHECK(!ch->runs[j], "instance %d: %s runs under remat %d", i, names[q.schedule],
-            in->r.remat);
+      CHECK(!ch->runs[j], "instance %d: %s runs under remat %d", i, names[q.schedule], in->r.remat);
       continue;
     }
     q.remat = ch->remat[j];
     CHECK(q.remat == (zb ? GP_REMAT_NEVER : in->r.remat), "instance %d: %s with remat %d", i,
           names[q.schedule], q.remat);
     gp_partition p;
-    gp_status s = first ? gp_partition_evaluate(&in->c, &q, first, &p)
-                        : gp_partition_solve(&in->c, &q, &p);
+    gp_status s =
+        first ? gp_partition_evaluate(&in->c, &q, first, &p) : gp_partition_solve(&in->c, &q, &p);
     gp_error_clear();
     CHECK((s == GP_OK) == ch->runs[j], "instance %d: %s runs %d, solver says %d", i,
           names[ch->kind[j]], ch->runs[j], s == GP_OK);
     if (s != GP_OK || !ch->runs[j]) continue;
     CHECK(p.makespan == ch->step[j], "instance %d: %s step %g, its partition's %g", i,
           names[ch->kind[j]], ch->step[j], p.makespan);
-    CHECK(ch->step[j] >= ch->step[b] * (1 - 5e-3) - 1e-12, "instance %d: %s (%g) beats %s (%g)",
-          i, names[ch->kind[j]], ch->step[j], names[ch->kind[b]], ch->step[b]);
+    CHECK(ch->step[j] >= ch->step[b] * (1 - 5e-3) - 1e-12, "instance %d: %s (%g) beats %s (%g)", i,
+          names[ch->kind[j]], ch->step[j], names[ch->kind[b]], ch->step[b]);
     if (j == b)
       CHECK(memcmp(p.first, got->first, sizeof p.first) == 0 && p.makespan == got->makespan,
             "instance %d: the partition returned is not the choice's", i);
@@ -109,8 +108,8 @@ int main(void) {
     ran++;
     check_choice(&in, given ? first : NULL, &ch, &p, i);
     for (int j = 0; j < ch.n; j++) /* a near tie: the choice needs no more memory */
-      if (j != ch.chosen && ch.runs[j] && fabs(ch.step[j] - ch.step[ch.chosen]) <=
-                                              5e-3 * ch.step[ch.chosen]) {
+      if (j != ch.chosen && ch.runs[j] &&
+          fabs(ch.step[j] - ch.step[ch.chosen]) <= 5e-3 * ch.step[ch.chosen]) {
         with_ties++;
         CHECK(ch.memory[ch.chosen] <= ch.memory[j] || ch.step[ch.chosen] < ch.step[j] * (1 - 5e-3),
               "instance %d: a tie went to the larger memory", i);
