@@ -135,6 +135,44 @@ static void test_two_stages(void) {
   gp_schedule_free(&f), gp_schedule_free(&h1), gp_schedule_free(&h2);
 }
 
+/* The lists are built at F = B = W; real layers are not. For B and W each from 0.5 to 2
+ * forwards (conv and GEMM backwards split unevenly on real kernels), ZB-H1 stays at most 0.7x
+ * 1F1B's bubble and ZB-H2 at most ZB-H1's (+1%), at K = 2..4 and M = 8, 16. The greedy
+ * builder that ran any ready B first was 1.4x 1F1B's at K = 2, M = 8, B = 1.3, W = 0.7. */
+static void test_zb_robust(void) {
+  static const double bw[][2] = {{1, 1},     {1.3, .7}, {.7, 1.3}, {1.5, 1}, {.8, .8},
+                                 {1.2, 1.2}, {1, .5},   {2, 1},    {.5, 2},  {2, 2}};
+  double worst1 = 0, worst2 = 0;
+  char at[96] = "";
+  for (int K = 2; K <= 4; K++)
+    for (int M = 8; M <= 16; M *= 2) {
+      gp_schedule f = build(GP_SCHED_1F1B, K, M), h1 = build(GP_SCHED_ZB_H1, K, M),
+                  h2 = build(GP_SCHED_ZB_H2, K, M);
+      for (size_t i = 0; i < sizeof bw / sizeof bw[0]; i++) {
+        gp_stage_cost c[8];
+        for (int s = 0; s < K; s++)
+          c[s] = (gp_stage_cost){.fwd = 1, .bwd = bw[i][0] + bw[i][1], .wgt = bw[i][1]};
+        gp_sim_result rf, r1, r2;
+        if (gp_schedule_simulate(&f, c, &rf) || gp_schedule_simulate(&h1, c, &r1) ||
+            gp_schedule_simulate(&h2, c, &r2)) {
+          printf("FAIL: simulate: %s\n", gp_error_message());
+          exit(1);
+        }
+        double q1 = r1.bubble / rf.bubble, q2 = r2.bubble / rf.bubble - q1;
+        if (q1 > worst1 || q2 > worst2)
+          snprintf(at, sizeof at, "K=%d M=%d B=%.1f W=%.1f", K, M, bw[i][0], bw[i][1]);
+        worst1 = q1 > worst1 ? q1 : worst1;
+        worst2 = q2 > worst2 ? q2 : worst2;
+        gp_sim_result_free(&rf), gp_sim_result_free(&r1), gp_sim_result_free(&r2);
+      }
+      gp_schedule_free(&f), gp_schedule_free(&h1), gp_schedule_free(&h2);
+    }
+  CHECK(worst1 <= 0.7 && worst2 <= 0.01,
+        "ZB-H1 bubble at most %.2fx 1F1B's (want <= 0.7), ZB-H2 %.2f above ZB-H1 at most "
+        "(last worst at %s)",
+        worst1, worst2, at);
+}
+
 /* One stage, M = 2, by hand: F0 B0 F1 B1 W0 W1 S. Times: F 1, B 3 - 1 = 2, W 1: makespan 8;
  * memory: activations 10 a micro-batch, W's output gradients 4: F0 10, B0 14, F1 24, B1 28,
  * W0 14, W1 0: peak 28. A W before its B, and a list with W for only some micro-batches, are
@@ -239,6 +277,7 @@ int main(void) {
   test_w_deferred();
   test_bubble_and_memory();
   test_two_stages();
+  test_zb_robust();
   test_by_hand();
   test_interleaved();
   printf("%d passed, %d failed\n", passes, failures);
