@@ -112,6 +112,9 @@ typedef struct gp_exec {
   gp_layer_bind *bind;
   /* The half of the backward to run (zero: both); gp_layer_backward_part sets it. */
   gp_grad_part grad_part;
+  /* B of a split backward: where the pass puts the gradients W will not read and its
+   * temporaries, freed when B is done, so the slot keeps only what W reads (NULL: arena). */
+  gp_arena *temp;
 } gp_exec;
 
 /* Whether the running backward adds into the parameter gradients (not B alone). */

@@ -124,6 +124,14 @@ gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
   return GP_OK;
 }
 
+/* Whether tensor t's gradient may go to e->temp: B of a split backward, t made in the pass by
+ * a node without parameters (its W reads no gradient; the stage's inputs' gradients are
+ * handed on after B, from the slot). */
+static int transient(const gp_pass *p, const gp_exec *e, int t) {
+  int i = t - p->m->n_inputs;
+  return e->temp && i >= p->first && i < p->end && p->m->nodes[i].layer.n_params == 0;
+}
+
 /* BOTH or B: the nodes in reverse order, handing gradients on. */
 static gp_status backward_part(gp_pass *p, gp_exec *e, gp_grad_part part) {
   const gp_model *m = p->m;
@@ -155,8 +163,9 @@ static gp_status backward_part(gp_pass *p, gp_exec *e, gp_grad_part part) {
       din[j].dtype = GP_F32;
       din[j].device = in[j].device;
       any = 1;
+      /* (not a transient dout to a gradient W reads: it would be freed before W) */
       if (!p->grad[src].data && !repeated && l->type->grad_is_dout && (!shared || both) &&
-          !is_loss) {
+          !is_loss && (!transient(p, e, t) || transient(p, e, src))) {
         /* Safe to share: dout is read by this backward alone, and whatever later adds into
          * the input's gradient (its other consumers, earlier in the model) runs after it.
          * Both inputs' when gp_node_hands_both says nothing writes into one before the
@@ -168,11 +177,12 @@ static gp_status backward_part(gp_pass *p, gp_exec *e, gp_grad_part part) {
         continue;
       }
       if (!p->grad[src].data && !repeated) {
-        GP_TRY(gp_arena_tensor(e->arena, GP_F32, &in[j].shape, &p->grad[src]));
+        gp_arena *a = transient(p, e, src) ? e->temp : e->arena;
+        GP_TRY(gp_arena_tensor(a, GP_F32, &in[j].shape, &p->grad[src]));
         din[j] = p->grad[src];
         fresh[j] = 1;
       } else {
-        GP_TRY(gp_arena_tensor(e->arena, GP_F32, &in[j].shape, &din[j]));
+        GP_TRY(gp_arena_tensor(e->temp ? e->temp : e->arena, GP_F32, &in[j].shape, &din[j]));
       }
     }
     if (!any && (l->n_params == 0 || part == GP_GRAD_INPUT)) continue;

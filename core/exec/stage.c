@@ -362,10 +362,13 @@ static gp_status do_backward(stage *st, int m, int recompute) {
     }
   }
   gp_exec e = exec_for(st, p, m, 1, recompute, work);
-  if (st->split) e.grad_part = GP_GRAD_INPUT;
+  if (st->split) { /* what W will not read goes to scratch, freed once B has handed on */
+    e.grad_part = GP_GRAD_INPUT;
+    e.temp = &st->scratch;
+  }
   GP_TRY(timed_pass(st, GP_A_BACKWARD, m, p, &e, 1));
   GP_TRY(send_grads(st, m, p, keep));
-  if (st->split) return GP_OK; /* the slot is W's to free */
+  if (st->split) return gp_arena_reset(&st->scratch); /* the slot is W's to free */
   GP_TRY(gp_arena_reset(work));
   /* the slot's memory (this stage's outputs of m) is reused only once every reader is done */
   GP_TRY(wait_for(st, &st->box[m].released, st->n_out, "the release", m));
