@@ -57,6 +57,7 @@ typedef struct gp_cost {
   int64_t params;      /* trainable elements */
   int64_t saved_bytes; /* what forward keeps for backward beyond its input and output */
   int64_t out_bytes;
+  int64_t w_bytes; /* what B alone keeps for its W beyond dout (attention's d(projections)) */
 } gp_cost;
 
 typedef struct gp_layer gp_layer;

@@ -216,6 +216,7 @@ static void attention_cost(const gp_layer *l, gp_cost *c) {
   /* Q, K, V, the probabilities and the context */
   c->saved_bytes = 4 * (g.tq * g.d + 2 * g.tk * g.d + g.h * g.tq * g.tk + g.tq * g.d);
   c->out_bytes = g.tq * g.d * 4;
+  c->w_bytes = 4 * (g.tq * g.d + 2 * g.tk * g.d); /* d(projections), held from B to W */
 }
 
 /* Which param index holds what (the biases are absent without bias). */

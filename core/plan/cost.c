@@ -41,6 +41,7 @@ void gp_unit_costs_free(gp_unit_costs *c) {
   free(c->act_bytes);
   free(c->out_bytes);
   free(c->grad_bytes);
+  free(c->wkeep_bytes);
   free(c->cut_bytes);
   free(c->scratch);
   memset(c, 0, sizeof *c);
@@ -83,7 +84,7 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, const int *
   int n = m->n_units;
   for (int u = 0; u < n; u++) {
     double f = 0, b = 0;
-    int64_t p = 0, act = 0, grad = 0;
+    int64_t p = 0, act = 0, grad = 0, wkeep = 0;
     for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) {
       /* one buffer per input that takes a gradient (the first one's, or a temporary that is
        * added to it), less the one (or two) add, identity or flatten hands dout to */
@@ -103,6 +104,7 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, const int *
       f += k.fwd_flops;
       b += k.bwd_flops;
       p += k.params;
+      if (m->nodes[i].layer.n_params > 0) wkeep += tensor_bytes(m, m->n_inputs + i) + k.w_bytes;
       /* a layer that writes over its input (in-place ReLU) adds no output, where its producer
        * is in the unit (across a cut it may not: counted) */
       act += (gp_node_in_place(m, reader, i, m->unit_first[u]) ? 0 : k.out_bytes) + k.saved_bytes;
@@ -112,6 +114,7 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, const int *
     c->params[u] = p;
     c->act_bytes[u] = act * mb;
     c->grad_bytes[u] = grad * mb;
+    c->wkeep_bytes[u] = wkeep * mb;
     int lastnode = m->unit_first[u + 1] - 1;
     c->out_bytes[u] =
         lastnode >= m->unit_first[u] ? tensor_bytes(m, m->n_inputs + lastnode) * mb : 0;
@@ -536,12 +539,13 @@ gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_
   out->act_bytes = calloc(un, sizeof(int64_t));
   out->out_bytes = calloc(un, sizeof(int64_t));
   out->grad_bytes = calloc(un, sizeof(int64_t));
+  out->wkeep_bytes = calloc(un, sizeof(int64_t));
   out->cut_bytes = calloc(un + 1, sizeof(int64_t));
   int *last = malloc(sizeof(int) * (size_t)(m->n_inputs + m->n_nodes));
   int *reader = malloc(sizeof(int) * (size_t)(m->n_inputs + m->n_nodes));
   gp_status s = GP_OK;
   if (!out->fwd || !out->bwd || !out->fwd_flops || !out->bwd_flops || !out->params ||
-      !out->act_bytes || !out->out_bytes || !out->grad_bytes || !out->cut_bytes || !last ||
+      !out->act_bytes || !out->out_bytes || !out->grad_bytes || !out->wkeep_bytes || !out->cut_bytes || !last ||
       !reader) {
     s = GP_ERR(GP_ERR_NOMEM, "out of host memory for the costs of %d units", n);
     goto done;

@@ -20,6 +20,10 @@ typedef struct gp_unit_costs {
   /* bytes of the input gradients the unit's backward allocates for one micro-batch: a stage
    * holds those of one backward at a time, beside the activations (NULL: none counted) */
   int64_t *grad_bytes;
+  /* bytes B leaves for W (lists that defer W) for one micro-batch: the output gradient of each
+   * node with parameters and what its B keeps (gp_cost.w_bytes); B's other gradients and its
+   * temporaries are freed at its end (gp_exec.temp) */
+  int64_t *wkeep_bytes;
   /* n + 1 entries: bytes of every tensor made before unit c and read at or after it (the
    * labels and other model inputs read later included): what a cut before unit c sends per
    * micro-batch. cut_bytes[0] = the model inputs' bytes, cut_bytes[n] = 0. */

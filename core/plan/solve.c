@@ -58,6 +58,7 @@ typedef struct sums {
   double p;    /* trainable parameters */
   double act;  /* activation bytes kept for backward */
   double grad; /* input gradients one micro-batch's backward allocates */
+  double wkeep; /* what B leaves for W (gp_unit_costs.wkeep_bytes) */
   double big;  /* the working set: the largest unit's measured scratch, else its activations */
 } sums;
 
@@ -75,6 +76,7 @@ static void sums_add(sums *z, const gp_unit_costs *c, int u) {
   z->p += (double)c->params[u];
   z->act += (double)c->act_bytes[u];
   if (c->grad_bytes) z->grad += (double)c->grad_bytes[u];
+  if (c->wkeep_bytes) z->wkeep += (double)c->wkeep_bytes[u];
   double w = c->scratch ? (double)c->scratch[u] : (double)c->act_bytes[u];
   if (w > z->big) z->big = w;
 }
@@ -128,9 +130,10 @@ static double stage_time(const ctx *x, const sums *z, int K, int s, int a, int b
  * resnet20-cifar K = 3, M = 4, stage 0 of 6 units, 31.7 MiB against 23.2 with `always`, under
  * GPipe and 1F1B alike). Under auto, d of the P slots drop: the P - d others keep theirs, and
  * the set re-materialized for a backward is one more (so d = 1 saves nothing). A list that
- * defers W holds each micro-batch's activations and B's gradients until its W. */
+ * defers W holds each micro-batch's activations and what B leaves for W until its W, beside one
+ * B's gradients at a time (its scratch). */
 static double act_and_grad(const gp_partition_req *r, int K, int s, const sums *z, int d) {
-  if (defers_w(r)) return in_flight(r, K, s) * (z->act + z->grad);
+  if (defers_w(r)) return in_flight(r, K, s) * (z->act + z->wkeep) + z->grad;
   if (r->remat == GP_REMAT_AUTO) {
     double P = in_flight(r, K, s);
     return (d > 0 ? P - d + 1 : P) * z->act + z->grad;
@@ -162,6 +165,9 @@ static double stage_mem(const ctx *x, const sums *z, int K, int s, int a, int b,
   double m = w + act_and_grad(x->r, K, s, z, d) + z->big, fl = in_flight(x->r, K, s);
   if (x->c->scratch) m += fl * (double)GP_ARENA_SMALL_CHUNK;
   double out = b < x->n ? (double)x->c->cut_bytes[b] : 0.0;
+  /* a list that defers W: the gradient of the stage's input, handed on at B, stays in the
+   * slot until W frees it */
+  if (defers_w(x->r) && a > 0) m += fl * (double)x->c->cut_bytes[a];
   if (x->r->remat == GP_REMAT_AUTO)
     m += d * ((double)x->c->cut_bytes[a] + out);
   else if (gp_partition_remats(x->r, K, s))
@@ -393,7 +399,7 @@ static gp_status predict(const ctx *x, const int *first, gp_partition *out) {
                               .act_bytes = z.act,
                               .input_bytes = (double)c->cut_bytes[first[s]],
                               .wgt = z.w / sp,
-                              .w_bytes = z.grad};
+                              .w_bytes = z.wkeep + (s > 0 ? (double)c->cut_bytes[first[s]] : 0)};
     naive[s] = (gp_stage_cost){.fwd = M * cost[s].fwd,
                                .bwd = M * cost[s].bwd,
                                .send = M * cost[s].send,

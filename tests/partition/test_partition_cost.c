@@ -107,6 +107,12 @@ static void analytic(void) {
   for (int u = 0; u < 5; u++)
     CHECK(c.grad_bytes[u] == mb * grad[u], "unit %d gradient bytes %lld, want %lld", u,
           (long long)c.grad_bytes[u], (long long)(mb * grad[u]));
+  /* what B leaves for W, per sample: the output gradients of the nodes with parameters, a's
+   * and b's 48 and the last linear's logits' 20 */
+  static const int64_t wkeep[5] = {48, 0, 48, 0, 20};
+  for (int u = 0; u < 5; u++)
+    CHECK(c.wkeep_bytes[u] == mb * wkeep[u], "unit %d bytes kept for W %lld, want %lld", u,
+          (long long)c.wkeep_bytes[u], (long long)(mb * wkeep[u]));
   /* per sample: x 40, label 4, a 48, the block's output 48, b 48, the sum 48 */
   static const int64_t cut[6] = {40 + 4, 48 + 4, 48 + 48 + 4, 48 + 48 + 4, 48 + 4, 0};
   for (int u = 0; u <= 5; u++)
