@@ -16,7 +16,7 @@ typedef struct gp_bench_run {
   int k, m;
   int replicas; /* R: data-parallel replicas over the launch's processes (1 in one process) */
   gp_schedule_kind schedule; /* GP_SCHED_AUTO: the planner's choice (schedule: auto) */
-  char sched_name[48];       /* "1f1b", or "auto" and once run "auto:1f1b" */
+  char sched_name[48];       /* "1f1b", or "auto" and once run "auto:1f1b", "auto:interleaved-v2" */
   gp_remat remat;
   int baseline;   /* added only as a reference for the speed-ups, not asked for */
   int naive, one; /* indices of its references: (K, 1, gpipe, never) and (1, 1, gpipe, never) */
