@@ -52,11 +52,14 @@ static gp_status resume_split(run *r, gp_pipeline_spec *ps, int *taken) {
     char rec[GP_PLAN_BALANCE_LEN];
     balance_str(bal, n, rec, sizeof rec);
     fprintf(stderr,
-            "gpipe-train: --resume: the checkpoint was trained on %d stage%s of %.200s units; "
+            "gpipe-train: --resume: the checkpoint was trained on %d %s%s of %.200s units; "
             "this run %s, so it goes on from the checkpoint but is not bit for bit the run "
             "it continues\n",
-            n, n == 1 ? "" : "s", rec,
-            n != ps->stages * want ? "has another number of stages" : "was given another balance");
+            n, sched == GP_SCHED_INTERLEAVED ? "interleaved chunk" : "stage", n == 1 ? "" : "s",
+            rec,
+            n != ps->stages * v ? "has another number of stages"
+            : want != v         ? "runs another number of chunks a stage"
+                                : "was given another balance");
   }
   return GP_OK;
 }
