@@ -120,7 +120,6 @@ static gp_status run_plan(const gp_bench_ctx *c, const gp_bench_run *r, gp_plan 
   ps.virtual_stages = r->schedule == GP_SCHED_INTERLEAVED ? w->vs : 1; /* chunks a stage */
   ps.remat = r->remat;
   ps.mem_limit = c->mem_limit; /* what remat auto fits */
-  ps.across_procs = c->dist.world > 1;
   ps.replicas = r->replicas;
   ps.n_balance = 0;
   if (w->bal_k == r->k * ps.virtual_stages) {
@@ -373,10 +372,7 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
   GP_TRY(run_plan(c, r, &plan));
   *out = *r;
   if (r->schedule == GP_SCHED_AUTO) { /* what auto chose (a zero-bubble choice: remat never) */
-    char v[16] = ""; /* interleaved: its V, in the one token ("auto:interleaved-v2") */
-    if (gp_plan_chunks(&plan) > 1) snprintf(v, sizeof v, "-v%d", gp_plan_chunks(&plan));
-    snprintf(out->sched_name, sizeof out->sched_name, "auto:%s%s",
-             gp_schedule_names()[plan.schedule], v);
+    gp_bench_chosen_name(&plan, out->sched_name, sizeof out->sched_name);
     out->remat = plan.remat;
   }
   gp_plan_balance_str(&plan, out->balance, sizeof out->balance);
