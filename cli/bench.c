@@ -140,6 +140,14 @@ const char *gp_bench_schedule_name(gp_schedule_kind s) {
   return s == GP_SCHED_AUTO ? "auto" : gp_schedule_names()[s];
 }
 
+void gp_bench_chosen_name(const gp_plan *plan, char *buf, size_t n) {
+  const char *name = gp_schedule_names()[plan->schedule];
+  if (gp_plan_chunks(plan) > 1)
+    snprintf(buf, n, "auto:%s-v%d", name, gp_plan_chunks(plan));
+  else
+    snprintf(buf, n, "auto:%s", name);
+}
+
 const char *gp_bench_remat_name(gp_remat r) {
   return gp_remat_names()[r <= GP_REMAT_AUTO ? r : GP_REMAT_NEVER];
 }
@@ -272,6 +280,7 @@ static gp_status setup(gp_bench_ctx *c, const char *file) {
   b->reps = flags[F_REPS].given ? (int)flags[F_REPS].i : 1;
   b->cores = gp_cpu_cores();
   b->processes = c->dist.world;
+  m->pipeline.across_procs = c->dist.world > 1; /* auto leaves interleaved out there */
   /* the cores of a host are shared among its processes: no oversubscription by default */
   int share = b->cores / c->dist.local_size;
   b->threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : share > 1 ? share : 1;

@@ -16,7 +16,7 @@ typedef struct gp_bench_run {
   int k, m;
   int replicas; /* R: data-parallel replicas over the launch's processes (1 in one process) */
   gp_schedule_kind schedule; /* GP_SCHED_AUTO: the planner's choice (schedule: auto) */
-  char sched_name[48];       /* "1f1b", or "auto" and once run "auto:1f1b" */
+  char sched_name[48];       /* "1f1b", or "auto" and once run "auto:1f1b" (gp_bench_chosen_name) */
   gp_remat remat;
   int baseline;   /* added only as a reference for the speed-ups, not asked for */
   int naive, one; /* indices of its references: (K, 1, gpipe, never) and (1, 1, gpipe, never) */
@@ -101,6 +101,8 @@ typedef struct gp_bench {
 } gp_bench;
 
 const char *gp_bench_schedule_name(gp_schedule_kind s); /* GP_SCHED_AUTO: "auto" */
+/* What auto chose, as one token in buf: "auto:zb-h1", "auto:interleaved-v2" (its V). */
+void gp_bench_chosen_name(const gp_plan *plan, char *buf, size_t n);
 const char *gp_bench_remat_name(gp_remat r);
 
 /* Flushes f: GP_ERR_IO "path: writing failed[: reason]" when that or an earlier write to it

@@ -372,8 +372,7 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
   GP_TRY(run_plan(c, r, &plan));
   *out = *r;
   if (r->schedule == GP_SCHED_AUTO) { /* what auto chose (a zero-bubble choice: remat never) */
-    snprintf(out->sched_name, sizeof out->sched_name, "auto:%s",
-             gp_schedule_names()[plan.schedule]);
+    gp_bench_chosen_name(&plan, out->sched_name, sizeof out->sched_name);
     out->remat = plan.remat;
   }
   gp_plan_balance_str(&plan, out->balance, sizeof out->balance);

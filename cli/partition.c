@@ -173,6 +173,19 @@ static gp_status per_stage(const char *flag, const char *text, int k, int is_siz
   return GP_OK;
 }
 
+/* Interleaved: the parts are the K V chunks (q->stages of them): a chunk runs on its stage's
+ * device at its speed, and its V chunks share the stage's memory (the partitioner holds them
+ * to their stage's limit together, else to a V-th each: gp_partition_solve_devices). */
+static void share_chunks(gp_part_request *q, int devs) {
+  for (int s = q->stages - 1; s >= devs; s--) {
+    memcpy(q->devices[s], q->devices[s % devs], sizeof q->devices[s]);
+    q->speed[s] = q->speed[s % devs];
+    q->mem_limit[s] = q->mem_limit[s % devs] / q->chunks;
+  }
+  for (int s = 0; s < devs && q->chunks > 1; s++)
+    q->mem_limit[s] /= q->chunks;
+}
+
 static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_part_request *q) {
   const int devs = ps->stages; /* interleaved: the split is of the K V chunks */
   q->chunks = ps->virtual_stages > 1 ? ps->virtual_stages : 1;
@@ -208,13 +221,8 @@ static gp_status fill_request(const gp_model *m, const gp_pipeline_spec *ps, gp_
     GP_TRY(per_stage("--memory-limit", flags[F_MEMORY].s, devs, 1, q->mem_limit));
     q->has_limit = 1;
   }
-  /* a chunk runs at its stage's speed; its V chunks share the stage's memory: a V-th each */
-  for (int s = q->stages - 1; s >= devs; s--) {
-    q->speed[s] = q->speed[s % devs];
-    q->mem_limit[s] = q->mem_limit[s % devs] / q->chunks;
-  }
-  for (int s = 0; s < devs && q->chunks > 1; s++)
-    q->mem_limit[s] /= q->chunks;
+  memcpy(q->dev_limit, q->mem_limit, sizeof q->dev_limit);
+  share_chunks(q, devs);
   int cores = flags[F_THREADS].given ? (int)flags[F_THREADS].i : gp_cpu_cores();
   /* in the pipeline each stage gets its share of the cores (all of them to each of its chunks
    * in turn): measure units the same way */
@@ -335,24 +343,39 @@ static gp_status run(const gp_model *m) {
                         .mem_limit = q.has_limit ? q.mem_limit : NULL,
                         .bytes_per_s = 0, /* CPU stages hand over pointers */
                         .optim_slots = gp_optimizer_slots(&m->train),
-                        .chunks = q.chunks};
+                        .chunks = q.chunks,
+                        .across_procs = d.on};
   gp_partition p;
   gp_sim_events ev = {0};
   double makespan = 0;
   gp_unit_costs tc = gp_part_time_costs(&q, &c);
   gp_status st = GP_OK;
+  gp_partition tried;
   if (q.schedule_auto) { /* the schedule first, on the costs the split is searched on */
     gp_schedule_choice ch;
-    gp_partition tried;
     st = gp_schedule_choose(q.fixed ? &tc : &c, &r, q.fixed ? q.first : NULL, &ch, &tried);
     if (st == GP_OK) {
       q.schedule = r.schedule = ch.kind[ch.chosen];
       q.remat = r.remat = ch.remat[ch.chosen];
+      r.chunks = ch.chunks[ch.chosen];
       gp_schedule_choice_str(&ch, q.chosen, sizeof q.chosen);
     }
   }
-  if (st == GP_OK)
-    st = q.fixed ? gp_partition_evaluate(&tc, &r, q.first, &p) : gp_partition_solve(&c, &r, &p);
+  if (st == GP_OK && q.schedule_auto && q.chunks == 1 && r.chunks > 1) {
+    p = tried; /* interleaved chosen: the request becomes its chunks' (share_chunks) */
+    q.chunks = r.chunks;
+    q.stages = r.stages = q.stages * q.chunks;
+    q.n_devices = q.stages;
+    share_chunks(&q, q.stages / q.chunks);
+  } else if (st == GP_OK && q.fixed) {
+    st = gp_partition_evaluate(&tc, &r, q.first, &p);
+  } else if (st == GP_OK && q.chunks > 1) { /* a limit a device, its chunks' together */
+    r.mem_limit = NULL;
+    st = gp_partition_solve_devices(&c, &r, q.has_limit ? q.dev_limit : NULL, &p);
+    r.mem_limit = q.has_limit ? q.mem_limit : NULL;
+  } else if (st == GP_OK) {
+    st = gp_partition_solve(&c, &r, &p);
+  }
   if (st == GP_OK && !q.fixed && q.by == GP_COST_PARAMS) { /* the same split, from FLOPs */
     int first[GP_MAX_DEVICES + 1];
     memcpy(first, p.first, sizeof first);

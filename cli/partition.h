@@ -35,6 +35,7 @@ typedef struct gp_part_request {
   gp_cost_by by;
   char devices[GP_MAX_DEVICES][16];
   double speed[GP_MAX_DEVICES], mem_limit[GP_MAX_DEVICES];
+  double dev_limit[GP_MAX_DEVICES]; /* a stage's (device's) limit, its chunks' together */
   int has_limit;
   char cache_dir[4096];
   int fixed;                     /* --balance: the split to predict, not to search for */

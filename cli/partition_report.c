@@ -8,6 +8,7 @@
 #include "cli/partition.h"
 #include "core/decimal.h"
 #include "core/io/json.h"
+#include "core/plan/choose.h"
 #include "core/plan/plan.h"
 
 const char *const gp_part_by_names[] = {"flops", "params", "time", NULL};
@@ -151,12 +152,14 @@ void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_u
     char a[32], b[32];
     double worst = 0;
     int at = 0;
-    for (int s = 0; s < p->stages; s++)
-      if (p->memory[s] / q->mem_limit[s] > worst) worst = p->memory[s] / q->mem_limit[s], at = s;
-    printf("memory      every %s fits its limit%s; the fullest, %s %d, needs %s of %s\n",
-           q->chunks > 1 ? "chunk" : "stage", q->chunks > 1 ? " (its stage's over its chunks)" : "",
-           q->chunks > 1 ? "chunk" : "stage", at, gp_args_bytes_str(p->memory[at], 1, a, sizeof a),
-           gp_args_bytes_str(q->mem_limit[at], 1, b, sizeof b));
+    for (int d = 0; d < devs; d++) { /* interleaved: a stage's chunks together */
+      double used = gp_partition_device_memory(p, devs, d);
+      if (used / q->dev_limit[d] > worst) worst = used / q->dev_limit[d], at = d;
+    }
+    printf("memory      every stage fits its limit%s; the fullest, stage %d, needs %s of %s\n",
+           q->chunks > 1 ? " (its chunks together)" : "", at,
+           gp_args_bytes_str(gp_partition_device_memory(p, devs, at), 1, a, sizeof a),
+           gp_args_bytes_str(q->dev_limit[at], 1, b, sizeof b));
   }
 }
 

@@ -29,7 +29,10 @@ static gp_status resume_split(run *r, gp_pipeline_spec *ps, int *taken) {
   *taken = 0;
   GP_TRY(gp_ckpt_balance(tr_flags[F_CKPT_DIR].s, bal, GP_MAX_DEVICES, &n, &sched, &remat));
   if (n == 0) return GP_OK; /* written before the split was recorded: split afresh */
-  int same = n == ps->stages;
+  /* interleaved records its K V chunks: V is the entries over the stages */
+  const int v = sched == GP_SCHED_INTERLEAVED && n % ps->stages == 0 ? n / ps->stages : 1;
+  const int want = ps->virtual_stages > 1 ? ps->virtual_stages : 1;
+  int same = n == ps->stages * v && (want == v || ps->schedule == GP_SCHED_AUTO);
   for (int s = 0; same && ps->n_balance && s < n; s++)
     same = ps->balance[s] == bal[s];
   if (same) {
@@ -37,10 +40,11 @@ static gp_status resume_split(run *r, gp_pipeline_spec *ps, int *taken) {
     memcpy(ps->balance, bal, sizeof(int) * (size_t)n);
     snprintf(r->split_note, sizeof r->split_note, "the checkpoint's");
     *taken = 1;
-    /* schedule auto chose on the costs of then: the choice is the checkpoint's too */
+    /* schedule auto chose on the costs of then: the choice is the checkpoint's too (its V) */
     if (ps->schedule == GP_SCHED_AUTO && sched >= 0 && remat >= 0) {
       ps->schedule = (gp_schedule_kind)sched;
       ps->remat = (gp_remat)remat;
+      ps->virtual_stages = v;
     }
     return GP_OK;
   }
@@ -48,11 +52,14 @@ static gp_status resume_split(run *r, gp_pipeline_spec *ps, int *taken) {
     char rec[GP_PLAN_BALANCE_LEN];
     balance_str(bal, n, rec, sizeof rec);
     fprintf(stderr,
-            "gpipe-train: --resume: the checkpoint was trained on %d stage%s of %.200s units; "
+            "gpipe-train: --resume: the checkpoint was trained on %d %s%s of %.200s units; "
             "this run %s, so it goes on from the checkpoint but is not bit for bit the run "
             "it continues\n",
-            n, n == 1 ? "" : "s", rec,
-            n != ps->stages ? "has another number of stages" : "was given another balance");
+            n, sched == GP_SCHED_INTERLEAVED ? "interleaved chunk" : "stage", n == 1 ? "" : "s",
+            rec,
+            n != ps->stages * v ? "has another number of stages"
+            : want != v         ? "runs another number of chunks a stage"
+                                : "was given another balance");
   }
   return GP_OK;
 }
@@ -61,6 +68,7 @@ gp_status tr_split(run *r, int threads, gp_plan *plan) {
   gp_model *m = r->m;
   gp_pipeline_spec ps = m->pipeline;
   const int k = ps.stages;
+  ps.across_procs = r->dist.world > 1; /* auto leaves interleaved out there */
   r->split_note[0] = 0;
   int taken = 0;
   if (tr_flags[F_RESUME].given) GP_TRY(resume_split(r, &ps, &taken));

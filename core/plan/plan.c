@@ -36,8 +36,10 @@ static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, const 
   gp_partition_req req;
   gp_plan_partition_req(m, ps, &req);
   req.remat = out->remat; /* never for the zero-bubble lists (gp_plan_make) */
+  req.across_procs = ps->across_procs || ps->n_procs > 0;
   /* remat auto: the split that is fastest with what fits recomputed (one stage has no choice:
-   * gp_pipeline_check_fit names what does not fit) */
+   * gp_pipeline_check_fit names what does not fit); a limit a device (interleaved: its chunks
+   * together) */
   double lim[GP_MAX_DEVICES];
   for (int s = 0; s < ps->stages && ps->stages > 1 && ps->remat == GP_REMAT_AUTO && ps->mem_limit;
        s++)
@@ -48,17 +50,23 @@ static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, const 
   if (ps->schedule == GP_SCHED_AUTO) {
     gp_schedule_choice ch;
     s = gp_schedule_choose(uc, &req, given ? first : NULL, &ch, &part);
-    if (s == GP_OK) {
+    if (s == GP_OK) { /* interleaved: the chosen V's K V chunks */
       out->schedule = ch.kind[ch.chosen];
       out->remat = ch.remat[ch.chosen];
+      out->virtual_stages = ch.chunks[ch.chosen];
+      out->stages = ps->stages * ch.chunks[ch.chosen];
       gp_schedule_choice_str(&ch, out->chosen, sizeof out->chosen);
     }
+  } else if (req.chunks > 1) {
+    const double *dev = req.mem_limit;
+    req.mem_limit = NULL;
+    s = gp_partition_solve_devices(uc, &req, dev, &part);
   } else {
     s = gp_partition_solve(uc, &req, &part);
   }
   gp_unit_costs_free(&own);
   GP_TRY(s);
-  for (int i = 0; !given && i <= req.stages; i++)
+  for (int i = 0; !given && i <= out->stages; i++)
     first[i] = part.first[i];
   return GP_OK;
 }
@@ -106,7 +114,7 @@ gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps, const
   if (ps->micro_batches < 1)
     return GP_ERR(GP_ERR_USAGE, "micro-batches must be >= 1, got %d", ps->micro_batches);
   GP_TRY(check_chunks(m, ps, v));
-  const int k = devs * v; /* the chunks */
+  int k = devs * v; /* the chunks (schedule auto may choose interleaved's) */
   if (v > 1 && ps->n_procs > 0)
     return GP_ERR(GP_ERR_USAGE, "interleaved schedules run in one process for now");
   out->stages = k;
@@ -142,6 +150,7 @@ gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps, const
     if (ps->schedule == GP_SCHED_AUTO) GP_TRY(auto_plan(m, ps, c, 1, first, out));
   } else {
     GP_TRY(auto_plan(m, ps, c, 0, first, out));
+    k = out->stages;
   }
   first[k] = m->n_units;
   if (ps->n_devices != 1 && ps->n_devices != devs)

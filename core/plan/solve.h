@@ -17,6 +17,9 @@ typedef struct gp_partition_req {
   /* interleaved: V >= 2 chunks a device, `stages` being the K V chunks (chunk v on device
    * v mod K, its speed and limit speed[v], mem_limit[v]); 0 or 1: a stage a device */
   int chunks;
+  /* the run spans processes: schedule auto leaves interleaved out (gp_schedule_choose), which
+   * runs in one process for now */
+  int across_procs;
 } gp_partition_req;
 
 typedef struct gp_partition {

@@ -160,6 +160,8 @@ typedef struct gp_pipeline_spec {
    * in the replica; n_procs: the positions (0: as even in stages as can be) */
   int n_procs;
   int procs[GP_MAX_DEVICES];
+  /* the run spans processes (mpirun; not in files): schedule auto leaves interleaved out */
+  int across_procs;
   /* "model.yaml:12:15: pipeline.checkpoint is now pipeline.remat" when the file used the old
    * name (the program tells the user); "" otherwise */
   char renamed[320];

@@ -903,6 +903,12 @@ interleaved schedule has virtual stages (--schedule interleaved)"; do
   [ $rc = 2 ] && [ "$(cat "$tmp/err")" = "gpipe-bench: ${args#*|}" ] && ok ||
     bad "${args%%|*}: exit $rc: $(cat "$tmp/err")"
 done
+# schedule auto that takes interleaved names its V in the one token (fashion-cnn, K = 2, M = 6
+# on FLOPs: V = 2, as in tests/cli/train_split.sh)
+"$bench" "$srcdir/models/fashion-cnn.yaml" --stages 2 --micro-batches 6 --batch-size 36 \
+  --by flops --schedule auto --steps 1 --warmup 1 >"$tmp/iauto" 2>"$tmp/err" &&
+  grep -Eq "^2 +6 +auto:interleaved-v2 +never +1,2,1,3 " "$tmp/iauto" && ok ||
+  bad "auto's interleaved: $(cat "$tmp/iauto" "$tmp/err")"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

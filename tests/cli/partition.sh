@@ -457,8 +457,8 @@ if "$part" "$tmp/huge.yaml" --stages 1 >"$tmp/o" 2>"$tmp/err" && grep -q "100000
 else bad "a model larger than the machine: $(cat "$tmp/err" "$tmp/o" | head -5)"; fi
 
 # ---- interleaved: a row a chunk naming its stage (chunk c on stage c mod K), a timeline row a
-# stage with its chunks' letters, a plan of virtual stages that gpipe-train runs, and the
-# refusals in one line
+# stage with its chunks' letters, a plan of virtual stages that gpipe-train runs, schedule
+# auto's interleaved, and the refusals in one line
 inter=(--stages 2 --schedule interleaved --virtual-stages 2 --remat never --micro-batches 4)
 cnn=$srcdir/bench/models/balanced-cnn.yaml
 if "$part" "$cnn" "${inter[@]}" --batch-size 16 --timeline -o "$tmp/inter.yaml" >"$tmp/o" 2>"$tmp/err"; then
@@ -482,6 +482,18 @@ else bad "interleaved: exit $?: $(cat "$tmp/err")"; fi
 if "$train" "$cnn" --partition "$tmp/inter.yaml" --data synthetic --steps 1 --batch-size 16 \
   >"$tmp/o" 2>&1 && grep -q "^pipeline: 2 stages x 2 chunks " "$tmp/o"; then ok
 else bad "gpipe-train --partition of an interleaved plan: $(cat "$tmp/o")"; fi
+# schedule auto takes interleaved V=3 on the balanced CNN: the header, the plan and the memory
+# line are the chunks' (a stage's chunks against its limit together); not with a launch's flags
+auto2=(--stages 2 --micro-batches 4 --batch-size 16)
+if "$part" "$cnn" "${auto2[@]}" --memory-limit 1GiB -o "$tmp/iauto.yaml" >"$tmp/o" 2>"$tmp/err" &&
+  grep -q "; 2 stages x 3 chunks, 4 micro-batches of 4 (batch 16); interleaved schedule, re-materialization never;" "$tmp/o" &&
+  grep -q "^schedule    auto: interleaved V=3 (simulated step 1.00; .*interleaved V=2 " "$tmp/o" &&
+  grep -q "^memory      every stage fits its limit (its chunks together); the fullest, stage [01], " "$tmp/o" &&
+  grep -q "^virtual_stages: 3 " "$tmp/iauto.yaml" && grep -qx "schedule: interleaved" "$tmp/iauto.yaml"; then ok
+else bad "auto's interleaved: $(cat "$tmp/o" "$tmp/err" "$tmp/iauto.yaml")"; fi
+if "$part" "$cnn" "${auto2[@]}" --processes 2 >"$tmp/o" 2>"$tmp/err" &&
+  grep -q "^schedule    auto: [a-z0-9-]* (simulated step 1.00; .*; interleaved cannot run)$" "$tmp/o"; then ok
+else bad "auto across processes: $(cat "$tmp/o" "$tmp/err")"; fi
 refuse() {
   local want=$1; shift
   "$part" "$mlp" "$@" >"$tmp/o" 2>"$tmp/err"; local rc=$?

@@ -156,12 +156,15 @@ for cfg in "1 2 stage micro-batches" "2 1 stages micro-batch"; do
     grep -q "^training 1 step of batch 16 " "$tmp/words" || fail "K=$1 M=$2: $(cat "$tmp/words")"
   passed=$((passed+1))
 done
-# --schedule auto names the schedule it took on the pipeline line, then how the others compared
+# --schedule auto names the schedule it took on the pipeline line (interleaved with its V, the
+# chunks a stage), then how the others compared
 "$train" "$model" --data synthetic --steps 1 --batch-size 16 --threads 2 --stages 2 \
   --micro-batches 4 --schedule auto >/dev/null 2>"$tmp/auto" || fail "auto: $(cat "$tmp/auto")"
 chosen=$(sed -n 's/^pipeline: .* micro-batches, \([a-z0-9-]*\) schedule, .*/\1/p' "$tmp/auto")
-grep -Eq "^schedule auto: $chosen \(simulated step 1\.00(; [a-z0-9-]+ ([0-9.]+, memory [0-9.]+x|cannot run))+\)$" \
-  "$tmp/auto" && [ -n "$chosen" ] || fail "auto: $(cat "$tmp/auto")"
+v=$(sed -n 's/^pipeline: 2 stages x \([0-9]*\) chunks .*/ V=\1/p' "$tmp/auto")
+grep -Eq "^schedule auto: $chosen$v \(simulated step 1\.00(; [a-z0-9-]+( V=[2-4])? ([0-9.]+, memory [0-9.]+x|cannot run))+\)$" \
+  "$tmp/auto" && [ -n "$chosen" ] && { [ -z "$v" ] || [ "$chosen" = interleaved ]; } ||
+  fail "auto: $(cat "$tmp/auto")"
 passed=$((passed+1))
 # the closing summary with stages: each stage's busy time and idle share, the idle share of each
 # step's busiest stage (at most the least idle stage's), and GPipe's bubble

@@ -3,13 +3,16 @@
 # --cache-dir, so a second run times nothing), recorded in its checkpoints and kept by --resume
 # even when the cache would now split otherwise, so the resumed run is bit for bit the run it
 # continues; a checkpoint written before the record resumes on a fresh split; another K is
-# said; a damaged record is refused in one line.
+# said; a damaged record is refused in one line. The split runs pin 1f1b: auto, choosing on
+# measured times, may take interleaved's K V chunks one run and not the next. Schedule auto's
+# interleaved (chosen on FLOPs) is recorded with its chunks and resumed bit for bit.
 set -u
 train=$1; model=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 base=(--data synthetic --batch-size 32 --threads 2 --micro-batches 4 --cache-dir "$tmp/cache"
       --set train.optimizer.lr=0.02)
-common=("${base[@]}" --stages 2)
+auto=("${base[@]}" --stages 2)
+common=("${auto[@]}" --schedule 1f1b)
 fail() { echo "FAIL: $*"; exit 1; }
 split_of() { sed -n 's/^pipeline: [0-9]* stages of \([0-9,]*\) units, .*/\1/p' "$1"; }
 meta() { # meta FILE: the checkpoint's metadata as KEY=VALUE lines
@@ -81,10 +84,31 @@ mkdir "$tmp/auto"
 set_meta "$tmp/ck/checkpoint.safetensors" "$tmp/auto/a.safetensors" gpipe.schedule gpipe
 set_meta "$tmp/auto/a.safetensors" "$tmp/auto/checkpoint.safetensors" gpipe.remat always
 rm "$tmp/auto/a.safetensors"
-"$train" "$model" "${common[@]}" --schedule auto --steps 9 --checkpoint-dir "$tmp/auto" --resume \
+"$train" "$model" "${auto[@]}" --schedule auto --steps 9 --checkpoint-dir "$tmp/auto" --resume \
   >"$tmp/auto.out" 2>&1 || fail "resuming under schedule auto: $(cat "$tmp/auto.out")"
 grep -q "^pipeline: 2 stages of $b1 units, 4 micro-batches, gpipe schedule, re-materialization always$" "$tmp/auto.out" ||
   fail "schedule auto on --resume: $(grep '^pipeline: 2' "$tmp/auto.out")"
+
+# schedule auto took interleaved (on FLOPs, K = 2, M = 6: V = 2): the checkpoint records the
+# schedule and its K V chunks, and --resume runs them, ending bit for bit where one run ends
+iv=(--data synthetic --batch-size 36 --threads 2 --micro-batches 6 --stages 2 --by flops
+    --set train.optimizer.lr=0.02)
+ipipe="^pipeline: 2 stages x 2 chunks (chunk c on stage c mod 2) of \([0-9,]*\) units, 6 micro-batches, interleaved schedule, re-materialization never$"
+"$train" "$model" "${iv[@]}" --steps 4 --save "$tmp/ifull.safetensors" >"$tmp/ifull.out" 2>&1 ||
+  fail "the interleaved run: $(cat "$tmp/ifull.out")"
+ib=$(sed -n "s/$ipipe/\1/p" "$tmp/ifull.out")
+[ -n "$ib" ] && grep -q "^schedule auto: interleaved V=2 (simulated step 1.00; " "$tmp/ifull.out" ||
+  fail "auto did not take interleaved V=2: $(cat "$tmp/ifull.out")"
+"$train" "$model" "${iv[@]}" --steps 2 --checkpoint-dir "$tmp/ick" >"$tmp/ihalf.out" 2>&1 ||
+  fail "the interleaved 2-step run: $(cat "$tmp/ihalf.out")"
+meta "$tmp/ick/checkpoint.safetensors" >"$tmp/imeta"
+grep -qx "gpipe.balance=$ib" "$tmp/imeta" && grep -qx "gpipe.schedule=interleaved" "$tmp/imeta" &&
+  grep -qx "gpipe.remat=never" "$tmp/imeta" || fail "the interleaved record: $(cat "$tmp/imeta")"
+"$train" "$model" "${iv[@]}" --steps 4 --checkpoint-dir "$tmp/ick" --resume \
+  --save "$tmp/ires.safetensors" >"$tmp/ires.out" 2>&1 || fail "the interleaved resume: $(cat "$tmp/ires.out")"
+[ "$(sed -n "s/$ipipe/\1/p" "$tmp/ires.out")" = "$ib" ] && grep -qx "split: the checkpoint's" "$tmp/ires.out" ||
+  fail "--resume did not run the recorded chunks $ib: $(cat "$tmp/ires.out")"
+cmp "$tmp/ifull.safetensors" "$tmp/ires.safetensors" || fail "resumed interleaved weights differ from one run"
 
 # a checkpoint written before the record: the split is made afresh
 mkdir "$tmp/old"
