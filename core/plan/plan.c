@@ -107,8 +107,6 @@ gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps, const
     return GP_ERR(GP_ERR_USAGE, "micro-batches must be >= 1, got %d", ps->micro_batches);
   GP_TRY(check_chunks(m, ps, v));
   const int k = devs * v; /* the chunks */
-  if (v > 1 && ps->n_procs > 0)
-    return GP_ERR(GP_ERR_USAGE, "interleaved schedules run in one process for now");
   out->stages = k;
   out->virtual_stages = v;
   out->micro = ps->micro_batches;
