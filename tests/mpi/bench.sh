@@ -78,6 +78,21 @@ else
   bad "the table sweep exited $?: $(tail -5 "$tmp/err")"
 fi
 
+# interleaved over the 2 processes (chunks 0, 2 on rank 0; 1, 3 on rank 1): it runs, and each
+# chunk's numbers come from the process that holds it
+if "${mpi[@]}" "$bench" "$mlp" --stages 2 --micro-batches 2 --schedule interleaved \
+    --virtual-stages 2 --remat never --steps 2 --warmup 1 --threads 1 --json >"$tmp/iv" \
+    2>"$tmp/err"; then
+  python3 - "$tmp/iv" <<'PY' && ok || bad "interleaved under mpirun: $(head -c 3000 "$tmp/iv")"
+import json, sys
+runs = [r for r in json.load(open(sys.argv[1]))["runs"] if r["schedule"] == "interleaved"]
+assert len(runs) == 1 and runs[0]["processes"] == 2 and runs[0]["samples_per_s"] > 0, runs
+assert all(p > 0 for p in runs[0]["peak_bytes"]), runs[0]["peak_bytes"]
+PY
+else
+  bad "interleaved under mpirun exited $?: $(tail -5 "$tmp/err")"
+fi
+
 # a setup error is every process's: one line, from rank 0, and every process exits 2
 "${mpi[@]}" "$bench" "$mlp" "${q[@]}" --replicas 0 >"$tmp/o" 2>"$tmp/err"; rc=$?
 [ "$rc" = 2 ] && [ "$(grep -c '^gpipe-bench: rank 0 (.*): --replicas' "$tmp/err")" = 1 ] &&
