@@ -3,7 +3,8 @@
 # --replicas 1,2 runs the layouts 2 processes can hold and lists the one they cannot (K=1 R=1)
 # as skipped; rank 0 alone prints (one table); the JSON names the processes and replicas of each
 # run, every stage's numbers come from the process that holds it (peak_bytes non-zero for all),
-# the replicated runs carry their all-reduce, and the machine its hand-off and all-reduce figures.
+# the replicated runs carry their all-reduce, and the machine its hand-off and all-reduce figures;
+# interleaved (K = 2 x V = 2) over the 2 processes runs, every chunk measured.
 set -u
 bench=$1; srcdir=$2
 command -v mpirun >/dev/null || { echo "no mpirun: skipped"; exit 77; }
