@@ -552,9 +552,10 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   if ((pl->chunks > 1) != (plan->schedule == GP_SCHED_INTERLEAVED))
     s = GP_ERR(GP_ERR_USAGE, "the interleaved schedule and virtual stages (%d) go together",
                pl->chunks);
-  if (s == GP_OK && pl->lay.chunks > 1 && pl->lay.chunks != pl->chunks)
+  /* a device's chunks are run by one thread: across processes, all on one (gp_layout_interleave) */
+  if (s == GP_OK && pl->dist && (pl->lay.chunks > 1 ? pl->lay.chunks : 1) != pl->chunks)
     s = GP_ERR(GP_ERR_USAGE, "internal: a layout of %d chunks a device for a plan of %d",
-               pl->lay.chunks, pl->chunks);
+               pl->lay.chunks > 1 ? pl->lay.chunks : 1, pl->chunks);
   if (s == GP_OK && pl->chunks > 1 && plan->remat != GP_REMAT_NEVER)
     s = GP_ERR(GP_ERR_USAGE, "the interleaved schedule re-materializes nothing yet: use remat "
                              "never (--remat never)");
