@@ -2,8 +2,8 @@
  * makespan with hand-offs on the local or the remote link, the ring all-reduce's time, buckets
  * and the share hidden before the last backward ends, the bytes per link, and the memory a
  * process adds for the inputs it receives. Costs, speeds and links are exact binary fractions,
- * so every figure is exact. And the planner's assignment of stages to processes, against every
- * other on small cases. */
+ * so every figure is exact. Interleaved chunks over two processes, worked by hand. And the
+ * planner's assignment of stages to processes, against every other on small cases. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
