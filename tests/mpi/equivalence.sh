@@ -61,6 +61,16 @@ PY
 same wide 4 r2k2v2 "$mlp" "${q[@]}" --set layers.4.out_features=512 --replicas 2 "${iv[@]}" \
   --micro-batches 4
 GP_TEST_STAGED=1 same mlp 2 staged-k2v2 "$mlp" "${q[@]}" "${iv[@]}" --micro-batches 2
+# K = 3 stages on 2 processes: process 0 holds stages 0 and 1 (chunks 0, 1, 3, 4: two device
+# threads), process 1 stage 2 (chunks 2, 5)
+same mlp 2 k3v2-w2 "$mlp" "${q[@]}" --schedule interleaved --virtual-stages 2 --remat never \
+  --stages 3 --micro-batches 3 --trace "$tmp/k3v2.json"
+python3 - "$tmp/k3v2.json" <<'PY' && ok || bad "K = 3 on 2 processes: $(head -c 400 "$tmp/k3v2.json")"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+where = {(e["tid"], e["pid"]) for e in ev if e.get("cat") == "forward"}
+assert where == {(0, 0), (1, 0), (2, 1), (3, 0), (4, 0), (5, 1)}, where
+PY
 GP_TEST_STAGED=1 same mlp 2 staged-k2 "$mlp" "${q[@]}" --stages 2 --micro-batches 2 --remat never
 GP_TEST_STAGED=1 same mlp 4 staged-r2k2 "$mlp" "${q[@]}" --replicas 2 --stages 2 \
   --micro-batches 2 --schedule 1f1b
