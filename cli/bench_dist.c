@@ -42,11 +42,12 @@ int gp_bench_layout_fits(const gp_bench_ctx *c, int k, int replicas, char *why, 
   return 0;
 }
 
-gp_status gp_bench_dist_layout(gp_bench_ctx *c, const gp_bench_run *r, gp_dist **out) {
+gp_status gp_bench_dist_layout(gp_bench_ctx *c, const gp_bench_run *r, int chunks, gp_dist **out) {
   *out = NULL;
   if (c->dist.world == 1) return GP_OK;
   static gp_layout lay;
   GP_TRY(gp_layout_make(c->dist.world, c->dist.rank, r->replicas, r->k, NULL, &lay));
+  gp_layout_interleave(&lay, chunks); /* interleaved: a process holds its stages' chunks */
   GP_TRY(gp_dist_set_layout(&c->dist, &lay));
   *out = &c->dist;
   return GP_OK;

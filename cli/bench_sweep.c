@@ -381,7 +381,7 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
     out->recomputed[s] = gp_plan_recomputed(&plan, s);
   }
   gp_dist *dist; /* NULL in one process */
-  GP_TRY(gp_bench_dist_layout(c, r, &dist));
+  GP_TRY(gp_bench_dist_layout(c, r, gp_plan_chunks(&plan), &dist));
   /* the processes of a host would pin their stages to the same first cores */
   gp_pipeline_opts po = {.cores = b->per_stage ? r->k * b->per_stage : b->threads,
                          .pin = !dist,

@@ -58,7 +58,7 @@ int gp_bench_gpus_of(const gp_bench_sweep *w, int k);
 gp_status gp_bench_dist_links(gp_bench_ctx *c);
 /* Run r's layout over the processes, made the runtime's (every process, the same runs in the
  * same order); NULL in one process: what gp_pipeline_opts.dist takes. */
-gp_status gp_bench_dist_layout(gp_bench_ctx *c, const gp_bench_run *r, gp_dist **out);
+gp_status gp_bench_dist_layout(gp_bench_ctx *c, const gp_bench_run *r, int chunks, gp_dist **out);
 /* Whether W processes can hold K stages as R replicas: GP_OK, or the one-line reason in buf. */
 int gp_bench_layout_fits(const gp_bench_ctx *c, int k, int replicas, char *why, size_t n);
 /* The step times and the stages' per-step sums of steps steps, combined over the processes:

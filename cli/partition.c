@@ -309,15 +309,12 @@ static gp_status run(const gp_model *m) {
                                  &flags[F_PPH],       &flags[F_LOCAL],    &flags[F_REMOTE],
                                  &flags[F_TFLOPS],    &flags[F_CLUSTER]};
   GP_TRY(gp_part_dist_setup(&df, &q, &d));
-  if (d.on && q.chunks > 1)
-    return GP_ERR(GP_ERR_USAGE, "interleaved schedules run in one process for now: drop the "
-                                "flags of the launch (--processes, --replicas, ...)");
   if (d.on) { /* the cores are each process's, its stages' threads a share of them */
     int pph = d.cl.procs_per_host, most = 1, here = gp_cpu_cores();
     d.cores = flags[F_THREADS].given ? (int)flags[F_THREADS].i : here / pph > 1 ? here / pph : 1;
     snprintf(d.src_cores, sizeof d.src_cores, "%s",
              flags[F_THREADS].given ? "--threads" : "this machine's cores / processes a host");
-    for (int p = 0; p < d.layout.procs; p++)
+    for (int p = 0; p < d.layout.procs; p++) /* (interleaved: a device's chunks take turns) */
       if (d.layout.first[p + 1] - d.layout.first[p] > most)
         most = d.layout.first[p + 1] - d.layout.first[p];
     q.threads = d.cores / most > 1 ? d.cores / most : 1;
@@ -394,6 +391,7 @@ static gp_status run(const gp_model *m) {
     for (int s = 0; s < q.stages; s++) {
       ps.balance[s] = p.first[s + 1] - p.first[s];
       memcpy(ps.devices[s], q.devices[s], sizeof ps.devices[s]);
+      /* a position a stage (interleaved: a device, the first K chunks' owners) */
       if (d.on && d.layout.procs > 1) ps.procs[s] = gp_layout_owner(&d.layout, s);
     }
     if (d.on && d.layout.procs > 1) ps.n_procs = d.layout.procs;

@@ -136,7 +136,9 @@ gp_status gp_part_dist_setup(const gp_part_dist_flags *f, gp_part_request *q, gp
                   "--hosts or --procs-per-host, or fewer --processes",
                   W, cl->hosts, cl->hosts == 1 ? "" : "s", cl->procs_per_host, cl->src_hosts,
                   cl->src_procs);
-  GP_TRY(gp_layout_make(W, 0, d->replicas, q->stages, NULL, &d->layout));
+  /* a process holds a run of stages (interleaved: of devices, with their chunks) */
+  GP_TRY(gp_layout_make(W, 0, d->replicas, q->stages / q->chunks, NULL, &d->layout));
+  gp_layout_interleave(&d->layout, q->chunks);
   int R = d->replicas;
   /* the batch is global: replica r takes its slice, and cuts that into M micro-batches */
   if (q->batch < R)
@@ -186,11 +188,17 @@ gp_status gp_part_dist_predict(const gp_part_request *q, const gp_unit_costs *tc
     snprintf(d->src_compute, sizeof d->src_compute,
              "%.1f GFLOP/s a device (measured here: fp32 GEMM 4096^3 on %s)", g, q->devices[0]);
   }
-  /* a replica's processes take contiguous runs of its stages balanced by their times */
+  /* a replica's processes take contiguous runs of its stages balanced by their times
+   * (interleaved: of its devices, each the sum of its chunks) */
   int procs_of[GP_MAX_DEVICES];
+  double dev_time[GP_MAX_DEVICES] = {0};
   gp_layout *l = &d->layout;
-  gp_layout_balance(p->time, p->stages, l->procs, procs_of);
-  GP_TRY(gp_layout_make(l->world, 0, l->replicas, p->stages, procs_of, l));
+  const int devs = p->stages / q->chunks;
+  for (int s = 0; s < p->stages; s++)
+    dev_time[s % devs] += p->time[s];
+  gp_layout_balance(dev_time, devs, l->procs, procs_of);
+  GP_TRY(gp_layout_make(l->world, 0, l->replicas, devs, procs_of, l));
+  gp_layout_interleave(l, q->chunks);
   unsigned char cpu[GP_MAX_DEVICES];
   for (int s = 0; s < p->stages; s++)
     cpu[s] = strcmp(q->devices[s], "cpu") == 0;
@@ -259,6 +267,7 @@ void gp_part_dist_print_table(const gp_part_request *q, const gp_part_dist *d) {
          "send time", "all-reduce", "link", "time", "hidden");
   for (int p = 0; p < P; p++) {
     const gp_dist_proc *x = &e->proc[p];
+    const int sends = p < P - 1 || l->chunks > 1; /* interleaved: the last back to the first */
     char st[32], m[4][32], sb[32], lk[32], ab[32], al[32];
     if (x->end_stage - x->first_stage == 1)
       snprintf(st, sizeof st, "%d", x->first_stage);
@@ -271,9 +280,9 @@ void gp_part_dist_print_table(const gp_part_request *q, const gp_part_dist *d) {
            gp_args_bytes_str(x->mem_act, 1, m[1], sizeof m[1]),
            gp_args_bytes_str(x->mem_handoff, 1, m[2], sizeof m[2]),
            gp_args_bytes_str(x->mem_total, 1, m[3], sizeof m[3]), secs(x->compute_s, a, sizeof a),
-           p < P - 1 ? gp_args_bytes_str(x->send_bytes, 1, sb, sizeof sb) : "-",
-           link_word(x->send_remote, p < P - 1 ? R : 0, lk, sizeof lk),
-           p < P - 1 ? secs(x->send_s, b, sizeof b) : "-",
+           sends ? gp_args_bytes_str(x->send_bytes, 1, sb, sizeof sb) : "-",
+           link_word(x->send_remote, sends ? R : 0, lk, sizeof lk),
+           sends ? secs(x->send_s, b, sizeof b) : "-",
            R > 1 ? gp_args_bytes_str(x->ar_sent, 1, ab, sizeof ab) : "-",
            link_word(x->ar_remote, R > 1 ? R : 0, al, sizeof al), secs(x->ar_s, c, sizeof c),
            x->ar_s > 0 ? 100 * x->ar_hidden_s / x->ar_s : 100.0);

@@ -28,8 +28,9 @@ int tr_dist_voice(const run *r) {
   return r->dist.rank == 0;
 }
 
-/* The launch's layout: --replicas and the processes, and a plan file's processes:. */
-static gp_status layout_of(const run *r, int stages, gp_layout *lay) {
+/* The launch's layout of `stages` stages, `chunks` a device (interleaved; else 1): --replicas and
+ * the processes, and a plan file's processes: (one a device). */
+static gp_status layout_of(const run *r, int stages, int chunks, gp_layout *lay) {
   const gp_pipeline_spec *ps = &r->m->pipeline;
   const int R = ps->replicas, W = r->dist.world, planned = W > 1 && ps->n_procs > 0;
   if (planned && W % R == 0 && ps->n_procs * R != W)
@@ -40,25 +41,27 @@ static gp_status layout_of(const run *r, int stages, gp_layout *lay) {
                   tr_flags[F_PARTITION].s, ps->n_procs, ps->n_procs == 1 ? "" : "es", W / R, W, R,
                   R == 1 ? "" : "s", ps->n_procs * R, W, R);
   /* one process: the plan's processes: are for a launch */
-  return gp_layout_make(W, r->dist.rank, R, stages, planned ? ps->procs : NULL, lay);
+  GP_TRY(gp_layout_make(W, r->dist.rank, R, stages / chunks, planned ? ps->procs : NULL, lay));
+  gp_layout_interleave(lay, chunks);
+  return GP_OK;
 }
 
 gp_status tr_dist_check(const run *r) {
   gp_layout lay;
-  return layout_of(r, r->m->pipeline.stages, &lay);
+  return layout_of(r, r->m->pipeline.stages, 1, &lay);
 }
 
 gp_status tr_dist_layout(run *r, gp_plan *plan) {
   const gp_model *m = r->m;
   if (r->dist.world == 1 && m->pipeline.replicas == 1) return GP_OK;
   gp_layout lay;
-  GP_TRY(layout_of(r, plan->stages, &lay));
+  GP_TRY(layout_of(r, plan->stages, gp_plan_chunks(plan), &lay));
   GP_TRY(gp_dist_set_layout(&r->dist, &lay));
   /* GPU stages take the host's GPUs by local rank (processes of a host sharing them in turn)
    * unless --devices names them */
   const int gpus = gp_cuda_device_count();
-  for (int s = lay.first[lay.pos]; !tr_flags[F_DEVICES].given && s < lay.first[lay.pos + 1]; s++)
-    if (strncmp(plan->st[s].device, "cuda", 4) == 0 && gpus > 0)
+  for (int s = 0; !tr_flags[F_DEVICES].given && s < plan->stages; s++)
+    if (gp_layout_local(&lay, s) && strncmp(plan->st[s].device, "cuda", 4) == 0 && gpus > 0)
       snprintf(plan->st[s].device, sizeof plan->st[s].device, "cuda:%u",
                (unsigned)(r->dist.local_rank % gpus) % 10000u);
   return GP_OK;
@@ -192,7 +195,7 @@ gp_status tr_dist_shared_dir(run *r) {
 
 int tr_dist_stages_here(const run *r, int stages) {
   gp_layout lay;
-  if (r->dist.world == 1 || layout_of(r, stages, &lay) != GP_OK) {
+  if (r->dist.world == 1 || layout_of(r, stages, 1, &lay) != GP_OK) {
     gp_error_clear();
     return stages;
   }

@@ -87,6 +87,7 @@ gp_status tr_split(run *r, int threads, gp_plan *plan) {
    * balance */
   static int buf[GP_MAX_DEVICES + 3];
   memset(buf, 0, sizeof buf);
+  const int nb = k * (ps.virtual_stages > 1 ? ps.virtual_stages : 1); /* a balance: the chunks */
   gp_status s = GP_OK;
   if (r->dist.rank == 0) {
     gp_unit_costs c;
@@ -98,20 +99,20 @@ gp_status tr_split(run *r, int threads, gp_plan *plan) {
     buf[0] = s == GP_OK;
     buf[1] = (int)plan->schedule;
     buf[2] = (int)plan->remat;
-    for (int i = 0; s == GP_OK && i < k; i++)
+    for (int i = 0; s == GP_OK && i < nb; i++)
       buf[3 + i] = plan->st[i].end_unit - plan->st[i].first_unit;
   }
   if (!taken && !ps.n_balance) snprintf(r->split_note, sizeof r->split_note, "%s", note);
   if (r->dist.world == 1) return s;
   /* every process runs rank 0's plan: timings differ from process to process */
-  gp_status b = tr_dist_bcast(r, buf, sizeof(int) * (size_t)(k + 3));
+  gp_status b = tr_dist_bcast(r, buf, sizeof(int) * (size_t)(nb + 3));
   if (s != GP_OK || r->dist.rank == 0) return s;
   GP_TRY(b);
   if (!buf[0])
     return GP_ERR(GP_ERR_RUNTIME, "the automatic split failed on rank 0 (its error says why)");
   int given = ps.n_balance;
-  ps.n_balance = k;
-  memcpy(ps.balance, buf + 3, sizeof(int) * (size_t)k);
+  ps.n_balance = nb;
+  memcpy(ps.balance, buf + 3, sizeof(int) * (size_t)nb);
   ps.schedule = (gp_schedule_kind)buf[1];
   ps.remat = (gp_remat)buf[2];
   if (!given) snprintf(r->split_note, sizeof r->split_note, "rank 0's, by --by");

@@ -67,7 +67,14 @@ gp_status gp_layout_make(int world, int rank, int replicas, int stages, const in
   return GP_OK;
 }
 
+void gp_layout_interleave(gp_layout *l, int chunks) {
+  if (chunks <= 1) return;
+  l->stages *= chunks;
+  l->chunks = chunks;
+}
+
 int gp_layout_owner(const gp_layout *l, int s) {
+  s = gp_layout_device(l, s);
   int lo = 0, hi = l->procs - 1;
   while (lo < hi) { /* the last p with first[p] <= s */
     int mid = (lo + hi + 1) / 2;

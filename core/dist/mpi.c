@@ -212,8 +212,8 @@ gp_status gp_dist_set_layout(gp_dist *d, const gp_layout *l) {
   for (int k = 0; k < l->stages; k++)
     x->stage[k] = MPI_COMM_NULL;
   /* every process of a position holds the same stages: the dups match across replicas */
-  for (int k = l->first[l->pos]; s == GP_OK && k < l->first[l->pos + 1]; k++)
-    s = comm_dup(across, &x->stage[k]);
+  for (int k = 0; s == GP_OK && k < l->stages; k++)
+    if (gp_layout_local(l, k)) s = comm_dup(across, &x->stage[k]);
   MPI_Comm_free(&across);
   return s;
 }

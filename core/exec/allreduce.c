@@ -40,9 +40,9 @@ static int staged(const stage *st) {
 
 gp_status gp_pl_ar_init(gp_pipeline *pl) {
   if (!pl->dist || pl->lay.replicas < 2) return GP_OK;
-  for (int i = pl->first_local; i < pl->first_local + pl->n_local; i++) {
+  for (int i = 0; i < pl->k; i++) {
     stage *st = &pl->st[i];
-    if (st->params.n_train == 0) continue;
+    if (!gp_layout_local(&pl->lay, i) || st->params.n_train == 0) continue;
     if (st->be->device >= 0 && pl->nccl)
       GP_TRY(gp_nccl_replicas(pl->dist, i, st->be->device, &st->ar.nccl));
     else if (staged(st))

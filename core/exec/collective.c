@@ -181,8 +181,7 @@ static gp_status cross_sum(gp_coll *c, unsigned long long g, int n, int all) {
   const int r0 = all ? 0 : c->dist->lay.replica, nr = all ? c->replicas : 1;
   for (int r = 0; r < c->replicas; r++) /* rows of other processes: zeros, not the last use's */
     for (int k = 0; k < c->members; k++)
-      if (r != c->dist->lay.replica || k < c->first || k >= c->first + c->local)
-        memset(p[r * c->members + k], 0, sizeof p[0]);
+      if (r != c->dist->lay.replica || !c->be[k]) memset(p[r * c->members + k], 0, sizeof p[0]);
   if (n == 0) n = 1; /* a barrier: one number */
   double *buf = malloc(sizeof *buf * (size_t)(nr * c->members * n));
   if (!buf) return GP_ERR(GP_ERR_NOMEM, "out of memory for a sum across processes");
@@ -325,13 +324,12 @@ static const gp_coll_ops dist_ops = {
     .replica_stats = dist_replica_stats,
 };
 
-gp_status gp_coll_dist_init(gp_coll *c, int members, int first, int local, struct gp_dist *dist,
+gp_status gp_coll_dist_init(gp_coll *c, int members, int local, struct gp_dist *dist,
                             pthread_mutex_t *mu, pthread_cond_t *cv, const int *failed,
                             double watchdog_s, gp_tied *tied, gp_backend *const *be) {
   GP_TRY(gp_coll_threads_init(c, members, mu, cv, failed, watchdog_s, tied));
   c->ops = &dist_ops;
   c->dist = dist;
-  c->first = first;
   c->local = local;
   c->replicas = dist->lay.replicas;
   c->rows = c->replicas * members;

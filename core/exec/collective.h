@@ -53,10 +53,11 @@ struct gp_coll {
   unsigned long long gen;
   double (*part)[GP_COLL_MAX_SUM]; /* 2 x rows: contributions, by the generation's parity */
   double *waited; /* members: wall time each spent waiting for the others (its own to reset) */
-  /* across processes (gp_coll_dist_init): the members this process holds [first, first +
-   * local), the replicas (rows = replicas x members: replica r's member k at r x members + k),
-   * the local members' backends, and what the last local member to arrive does for all */
-  int first, local, replicas, rows;
+  /* across processes (gp_coll_dist_init): how many members this process holds (those of a
+   * backend in be; a run of them, or a strided set under interleaved schedules), the replicas (rows
+   * = replicas x members: replica r's member k at r x members + k), the local members' backends,
+   * and what the last local member to arrive does for all */
+  int local, replicas, rows;
   struct gp_dist *dist;
   gp_backend **be;
   gp_status cross_status;
@@ -68,10 +69,10 @@ struct gp_coll {
 gp_status gp_coll_threads_init(gp_coll *c, int members, pthread_mutex_t *mu, pthread_cond_t *cv,
                                const int *failed, double watchdog_s, gp_tied *tied);
 /* The collective of a pipeline whose members (stages) are spread over processes: this
- * process's members [first, first + local) are threads as above; the last of them to arrive
+ * process's `local` members (those with a backend in be) are threads as above; the last to arrive
  * speaks for the process over MPI (dist: its replica's communicators); tied copies held
  * elsewhere are summed across the processes. be: the members' backends (NULL where remote). */
-gp_status gp_coll_dist_init(gp_coll *c, int members, int first, int local, struct gp_dist *dist,
+gp_status gp_coll_dist_init(gp_coll *c, int members, int local, struct gp_dist *dist,
                             pthread_mutex_t *mu, pthread_cond_t *cv, const int *failed,
                             double watchdog_s, gp_tied *tied, gp_backend *const *be);
 void gp_coll_free(gp_coll *c);

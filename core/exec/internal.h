@@ -154,7 +154,8 @@ struct gp_pipeline {
   gp_plan plan;
   gp_layout lay;            /* which stages this process runs */
   struct gp_dist *dist;     /* NULL: one process */
-  int first_local, n_local; /* the stages this process runs */
+  int first_local, n_local; /* the lowest stage this process runs, how many it runs (not a
+                             * run under interleaved schedules: gp_layout_local says which) */
   int64_t base;             /* this replica's first sample in the global mini-batch */
   /* tests across processes: GP_TEST_NO_ALLREDUCE=1 leaves the replicas' gradients apart (the
    * negative control of the equivalence checks); GP_TEST_NAN_STAGE=s makes stage s's outputs

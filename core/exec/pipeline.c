@@ -308,9 +308,9 @@ static void *worker(void *arg) {
  * allocation forever under a small `ulimit -v`; the stage waiting on it failed with the
  * watchdog, and nothing else would ever report). The failure is reported, naming that stage. */
 static void wedge(gp_pipeline *pl) {
-  int s = pl->first_local, last = pl->first_local + pl->n_local - 1;
-  while (s < last && pl->st[s].finished == pl->generation)
-    s++;
+  int s = pl->first_local;
+  for (int i = pl->k - 1; i >= 0; i--) /* the first local stage that did not finish */
+    if (gp_layout_local(&pl->lay, i) && pl->st[i].finished != pl->generation) s = i;
   pl->wedged = 1;
   size_t len = strlen(pl->fail_msg);
   snprintf(pl->fail_msg + len, sizeof pl->fail_msg - len,
@@ -329,8 +329,8 @@ static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
     pthread_mutex_unlock(&pl->mu);
     return GP_ERR(GP_ERR_RUNTIME, "the pipeline is stopped: %s", pl->fail_msg);
   }
-  for (int s = pl->first_local; s < pl->first_local + pl->n_local; s++)
-    for (int m = 0; m < pl->micro; m++) {
+  for (int s = 0; s < pl->k; s++)
+    for (int m = 0; gp_layout_local(&pl->lay, s) && m < pl->micro; m++) {
       atomic_store_explicit(&pl->st[s].box[m].values, 0, memory_order_relaxed);
       atomic_store_explicit(&pl->st[s].box[m].grads, 0, memory_order_relaxed);
       atomic_store_explicit(&pl->st[s].box[m].released, 0, memory_order_relaxed);
@@ -519,8 +519,11 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   pl->test_no_allreduce = tv && strcmp(tv, "1") == 0;
   pl->test_staged = ts && strcmp(ts, "1") == 0;
   pl->test_nan_stage = tn && *tn ? atoi(tn) : -1;
-  pl->first_local = pl->lay.first[pl->lay.pos];
-  pl->n_local = pl->lay.first[pl->lay.pos + 1] - pl->first_local;
+  /* a contiguous run of stages, or (interleaved) its devices' chunks, a strided set */
+  pl->n_local = gp_layout_held(&pl->lay, pl->lay.pos);
+  pl->first_local = pl->k;
+  for (int i = pl->k - 1; i >= 0; i--)
+    if (gp_layout_local(&pl->lay, i)) pl->first_local = i;
   pl->micro = plan->micro;
   pl->seed = seed;
   pl->watchdog_s = o && o->watchdog_s > 0 ? o->watchdog_s : 300;
@@ -549,8 +552,10 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   if ((pl->chunks > 1) != (plan->schedule == GP_SCHED_INTERLEAVED))
     s = GP_ERR(GP_ERR_USAGE, "the interleaved schedule and virtual stages (%d) go together",
                pl->chunks);
-  if (s == GP_OK && pl->chunks > 1 && pl->dist)
-    s = GP_ERR(GP_ERR_USAGE, "interleaved schedules run in one process for now");
+  /* a device's chunks are run by one thread: across processes, all on one (gp_layout_interleave) */
+  if (s == GP_OK && pl->dist && (pl->lay.chunks > 1 ? pl->lay.chunks : 1) != pl->chunks)
+    s = GP_ERR(GP_ERR_USAGE, "internal: a layout of %d chunks a device for a plan of %d",
+               pl->lay.chunks > 1 ? pl->lay.chunks : 1, pl->chunks);
   if (s == GP_OK && pl->chunks > 1 && plan->remat != GP_REMAT_NEVER)
     s = GP_ERR(GP_ERR_USAGE, "the interleaved schedule re-materializes nothing yet: use remat "
                              "never (--remat never)");
@@ -590,8 +595,8 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
     }
     s = gp_tied_init(&pl->tied, m, pl->k, ps, bes, places);
     if (s == GP_OK && pl->dist)
-      s = gp_coll_dist_init(&pl->coll, pl->k, pl->first_local, pl->n_local, pl->dist, &pl->mu,
-                            &pl->cv, &pl->failed, pl->watchdog_s, &pl->tied, bes);
+      s = gp_coll_dist_init(&pl->coll, pl->k, pl->n_local, pl->dist, &pl->mu, &pl->cv, &pl->failed,
+                            pl->watchdog_s, &pl->tied, bes);
     else if (s == GP_OK)
       s = gp_coll_threads_init(&pl->coll, pl->k, &pl->mu, &pl->cv, &pl->failed, pl->watchdog_s,
                                &pl->tied);
@@ -599,7 +604,8 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   /* across processes, the clocks of the traces start together (within the barrier's skew) */
   if (s == GP_OK && pl->dist) s = gp_dist_barrier(pl->dist);
   pl->t_origin = now_s();
-  for (int i = pl->first_local; s == GP_OK && i < pl->first_local + pl->n_local; i++) {
+  for (int i = 0; s == GP_OK && i < pl->k; i++) {
+    if (!gp_layout_local(&pl->lay, i)) continue;
     if (pthread_create(&pl->st[i].thread, NULL, worker, &pl->st[i]) != 0)
       s = GP_ERR(GP_ERR_RUNTIME, "cannot start the worker thread of stage %d", i);
     else
@@ -707,8 +713,9 @@ const gp_layout *gp_pipeline_layout(const gp_pipeline *pl) {
 
 void gp_pipeline_inputs_used(const gp_pipeline *pl, unsigned char used[GP_MAX_MODEL_INPUTS]) {
   memset(used, 0, GP_MAX_MODEL_INPUTS);
-  for (int s = pl->first_local; s < pl->first_local + pl->n_local; s++)
-    for (int q = 0; q < pl->st[s].n_in; q++) /* the edges from model inputs (find_boundaries) */
+  for (int s = 0; s < pl->k; s++)
+    for (int q = 0; gp_layout_local(&pl->lay, s) && q < pl->st[s].n_in;
+         q++) /* the edges from model inputs (find_boundaries) */
       if (pl->st[s].in[q].t < pl->m->n_inputs) used[pl->st[s].in[q].t] = 1;
   /* the loss's normalization counts the global batch's targets on every process, and the last
    * stage's predictions read the labels besides its inputs */

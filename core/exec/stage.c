@@ -15,16 +15,29 @@
  * M = 32 took 250 us there), which every micro-batch pays on the critical path. */
 #define SPIN_S 200e-6
 
-/* Waits until *value >= want (a counter of st's mailbox); fails on another stage's failure or
- * the watchdog. what/micro describe the wait for the watchdog's message. Takes pl->mu. */
-/* Completes this stage's hand-offs with other processes that arrived (counted into its
- * mailbox); *pending: requests still in flight. */
-static gp_status poll_net(stage *st, int *pending) {
-  *pending = 0;
+/* Interleaved: the first chunk's stage of the device this thread is running the chunks of
+ * (run_device), and whether any of them has hand-offs to other processes; NULL, 0 otherwise. */
+static _Thread_local stage *tl_device;
+static _Thread_local int tl_device_net;
+
+static gp_status poll_stage(stage *st, int *pending) {
   for (int q = 0; q < st->n_in; q++)
     if (gp_chan_crosses(st->in[q].ch)) GP_TRY(gp_chan_net_poll(st->in[q].ch, pending));
   for (int o = 0; o < st->n_out; o++)
     if (gp_chan_crosses(st->out[o].ch)) GP_TRY(gp_chan_net_poll(st->out[o].ch, pending));
+  return GP_OK;
+}
+
+/* Completes this stage's hand-offs with other processes that arrived (counted into its
+ * mailbox); *pending: requests still in flight. While a device's thread runs its chunks, every
+ * chunk's: a staged (GPU) send starts only at a poll, and the chunk waited for may need, through
+ * another process, what another chunk of the device sent. */
+static gp_status poll_net(stage *st, int *pending) {
+  *pending = 0;
+  gp_pipeline *pl = st->pl;
+  if (!tl_device || tl_device->pl != pl) return poll_stage(st, pending);
+  for (int c = 0; c < pl->chunks; c++)
+    GP_TRY(poll_stage(&pl->st[c * pl->devices + tl_device->index], pending));
   return GP_OK;
 }
 
@@ -58,9 +71,12 @@ static gp_status wait_net(stage *st, _Atomic int *value, int want, const char *w
   }
 }
 
+/* Waits until *value >= want (a counter of st's mailbox); fails on another stage's failure or
+ * the watchdog. what/micro describe the wait for the watchdog's message. Takes pl->mu. */
 static gp_status wait_for(stage *st, _Atomic int *value, int want, const char *what, int micro) {
   gp_pipeline *pl = st->pl;
-  if (st->n_net) return wait_net(st, value, want, what, micro);
+  if (st->n_net || (tl_device_net && tl_device->pl == pl))
+    return wait_net(st, value, want, what, micro);
   if (pl->spin && atomic_load_explicit(value, memory_order_acquire) < want) {
     double until = now_s() + SPIN_S;
     for (int i = 1; atomic_load_explicit(value, memory_order_acquire) < want; i++) {
@@ -488,6 +504,10 @@ static gp_status run_device(stage *st) {
   GP_TRY(gp_pl_device_ready(st));
   if (st->index >= pl->devices) return GP_OK; /* the device's F and B ran */
   const int d = st->index;
+  tl_device = st;
+  tl_device_net = 0;
+  for (int c = 0; c < pl->chunks; c++)
+    tl_device_net |= pl->st[c * pl->devices + d].n_net > 0;
   for (int i = 0; i < pl->dev_sched.n_actions[d]; i++) {
     const int v = pl->dev_owner[d][i], a = v >= 0 ? pl->dev_at[d][i] : 0;
     if (v < 0) continue; /* the step: each chunk's own */
@@ -497,8 +517,12 @@ static gp_status run_device(stage *st) {
     gp_pl_ar_action(cs, a);
     gp_status r = ac->kind == GP_A_FORWARD ? do_forward(cs, ac->micro, ac->recompute, 1)
                                            : do_backward(cs, ac->micro, ac->recompute);
-    if (r != GP_OK) return gp_pl_fail(pl, r, v, ac->micro);
+    if (r != GP_OK) {
+      tl_device = NULL, tl_device_net = 0;
+      return gp_pl_fail(pl, r, v, ac->micro);
+    }
   }
+  tl_device = NULL, tl_device_net = 0;
   gp_pl_device_done(st);
   return GP_OK;
 }

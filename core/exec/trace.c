@@ -107,7 +107,8 @@ static void write_stages(FILE *f, const gp_pipeline *pl) {
             pid, pid, pl->lay.replica, pl->lay.pos, pid, pid);
     sep = ",\n";
   }
-  for (int s = pl->first_local; s < pl->first_local + pl->n_local; s++) {
+  for (int s = 0; s < pl->k; s++) {
+    if (!gp_layout_local(&pl->lay, s)) continue;
     const stage *st = &pl->st[s];
     /* a device-timed stage has two rows: the host launching the actions (and their layers),
      * and below it the device running them */

@@ -115,8 +115,6 @@ gp_status gp_plan_make_from(const gp_model *m, const gp_pipeline_spec *ps, const
     return GP_ERR(GP_ERR_USAGE, "micro-batches must be >= 1, got %d", ps->micro_batches);
   GP_TRY(check_chunks(m, ps, v));
   int k = devs * v; /* the chunks (schedule auto may choose interleaved's) */
-  if (v > 1 && ps->n_procs > 0)
-    return GP_ERR(GP_ERR_USAGE, "interleaved schedules run in one process for now");
   out->stages = k;
   out->virtual_stages = v;
   out->micro = ps->micro_batches;

@@ -29,8 +29,9 @@ typedef struct gp_plan {
   int remat_drop[GP_MAX_DEVICES];
   double mem_est[GP_MAX_DEVICES];
   int64_t batch; /* gp_plan_read: the batch_size the file was made for; 0 where it records none */
-  /* across processes: each stage's process, by position in its replica (gp_layout_make's
-   * procs_of); n_procs: the positions, 0 where the plan leaves it to the launch (even) */
+  /* across processes: each stage's process (interleaved: each device's, gp_plan_devices
+   * entries), by position in its replica (gp_layout_make's procs_of); n_procs: the positions, 0
+   * where the plan leaves it to the launch (even) */
   int n_procs;
   int procs[GP_MAX_DEVICES];
   /* gp_plan_read: "plan.yaml:4:13: checkpoint: is now remat:" when the file used the old

@@ -88,9 +88,9 @@ static void format_plan(gp_strbuf *b, const gp_model *m, const gp_plan *p) {
   for (int s = 0; s < p->stages; s++)
     gp_strbuf_printf(b, s ? ", %d" : "%d", p->st[s].end_unit - p->st[s].first_unit);
   gp_strbuf_printf(b, "]  # units per %s\n", v > 1 ? "chunk" : "stage");
-  if (p->n_procs > 0) {
+  if (p->n_procs > 0) { /* interleaved: a device's chunks are on its process */
     gp_strbuf_printf(b, "processes: [");
-    for (int s = 0; s < p->stages; s++)
+    for (int s = 0; s < devs; s++)
       gp_strbuf_printf(b, s ? ", %d" : "%d", p->procs[s]);
     gp_strbuf_printf(b, "]  # each stage's process in its replica (under mpirun)\n");
   }
@@ -282,11 +282,12 @@ static gp_status check_units(const reader *r, yaml_node_t *v, const gp_model *m)
   return st;
 }
 
-/* processes: one position per stage, from 0, each stage on its predecessor's process or the
- * next one: contiguous runs, every position used. */
+/* processes: one position per stage (interleaved: per device, which holds its chunks), from 0,
+ * each stage on its predecessor's process or the next one: contiguous runs, every position
+ * used. */
 static gp_status get_procs(const reader *r, yaml_node_t *v, gp_plan *out) {
   yaml_node_t *items[GP_MAX_DEVICES];
-  int n = 0, k = out->stages;
+  int n = 0, k = gp_plan_devices(out);
   GP_TRY(get_list(r, v, "processes", 0, items, GP_MAX_DEVICES, &n));
   if (n != k)
     return at(r, v, GP_ERR_USAGE, "processes: %d entr%s for %d stage%s (one process per stage)", n,
@@ -443,9 +444,6 @@ static gp_status fill_plan(const reader *r, yaml_node_t **val, const gp_model *m
                ps->n_devices == 0 ? "cpu" : ps->devices[ps->n_devices == 1 ? 0 : s % devs]);
   }
   if (val[K_UNITS]) GP_TRY(check_units(r, val[K_UNITS], m));
-  if (val[K_PROCS] && v > 1)
-    return at(r, val[K_PROCS], GP_ERR_USAGE,
-              "processes: interleaved schedules run in one process for now");
   if (val[K_PROCS]) GP_TRY(get_procs(r, val[K_PROCS], out));
   for (int s = 0; s < k; s++) {
     out->st[s].first_node = m->unit_first[out->st[s].first_unit];

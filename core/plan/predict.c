@@ -28,12 +28,16 @@ static int by_ready(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The end of stage s's last backward, and its start (after any recompute). */
+/* The end of stage s's last backward, and its start (after any recompute). Interleaved: the
+ * events are the devices' (ev->stages of them), stage s being chunk s / devices of device
+ * s % devices. */
 static void last_backward(const gp_sim_events *ev, int s, double *start, double *end) {
+  const int dev = s % ev->stages, chunk = s / ev->stages;
   *start = *end = 0;
-  for (int i = 0; i < ev->n[s]; i++) {
-    const gp_sim_event *e = &ev->event[s][i];
-    if (e->kind == GP_A_BACKWARD && e->end >= *end) *start = e->start, *end = e->end;
+  for (int i = 0; i < ev->n[dev]; i++) {
+    const gp_sim_event *e = &ev->event[dev][i];
+    if (e->kind == GP_A_BACKWARD && e->chunk == chunk && e->end >= *end)
+      *start = e->start, *end = e->end;
   }
 }
 
@@ -45,7 +49,8 @@ static int buckets_of(const gp_dist_req *q, const gp_sim_events *ev, int p, buck
   const gp_partition *pt = q->p;
   double size = q->bucket_bytes > 0 ? q->bucket_bytes : GP_DIST_BUCKET_BYTES;
   int n = 0;
-  for (int s = q->l->first[p]; s < q->l->first[p + 1]; s++) {
+  for (int s = 0; s < pt->stages; s++) {
+    if (gp_layout_owner(q->l, s) != p) continue;
     double start, end, t, acc = 0;
     last_backward(ev, s, &start, &end);
     double speed = q->r->speed ? q->r->speed[s] : 1.0;
@@ -70,6 +75,9 @@ static gp_status check(const gp_dist_req *q) {
   if (q->l->stages != q->p->stages || q->r->stages != q->p->stages)
     return GP_ERR(GP_ERR_USAGE, "predict: the layout has %d stages, the split %d", q->l->stages,
                   q->p->stages);
+  if ((q->l->chunks > 1 ? q->l->chunks : 1) != (q->r->chunks > 1 ? q->r->chunks : 1))
+    return GP_ERR(GP_ERR_USAGE, "predict: the layout has %d chunks a device, the split %d",
+                  q->l->chunks, q->r->chunks);
   if (q->procs_per_host < 1) return GP_ERR(GP_ERR_USAGE, "predict: no processes per host");
   if (!(q->local.bytes_per_s > 0) || !(q->remote.bytes_per_s > 0) || !(q->local.latency_s >= 0) ||
       !(q->remote.latency_s >= 0))
@@ -77,7 +85,10 @@ static gp_status check(const gp_dist_req *q) {
   return GP_OK;
 }
 
-/* Which pairs cross hosts, what each process holds, and the stage costs with hand-offs. */
+/* Which pairs cross hosts, what each process holds, the stage costs with hand-offs, and the
+ * hand-offs' bytes on each kind of link. A process holds a run of stages, or under interleaved
+ * schedules its devices' chunks (gp_layout_owner says which), each chunk handing its output to
+ * the next chunk's process (the last device's back to the first's). */
 static void place(const gp_dist_req *q, gp_dist_pred *out, gp_stage_cost *cost) {
   const gp_layout *l = q->l;
   const gp_unit_costs *c = q->c;
@@ -99,7 +110,8 @@ static void place(const gp_dist_req *q, gp_dist_pred *out, gp_stage_cost *cost) 
     memset(d, 0, sizeof *d);
     d->first_stage = l->first[p];
     d->end_stage = l->first[p + 1];
-    for (int s = d->first_stage; s < d->end_stage; s++) {
+    for (int s = 0; s < K; s++) {
+      if (gp_layout_owner(l, s) != p) continue;
       double params = 0;
       for (int u = pt->first[s]; u < pt->first[s + 1]; u++)
         params += (double)c->params[u];
@@ -111,25 +123,32 @@ static void place(const gp_dist_req *q, gp_dist_pred *out, gp_stage_cost *cost) 
                   : gp_partition_remats(r, K, s) ? 1.0
                                                  : 0.0;
       d->compute_s += cost[s].fwd + cost[s].bwd + rf * cost[s].fwd;
+      /* an input received from another process is a copy (remat auto: the slots that keep
+       * their activations want it) */
+      if (s > 0 && gp_layout_owner(l, s - 1) != p && !gp_partition_remats(r, K, s))
+        d->mem_handoff +=
+            (gp_partition_in_flight(r, K, s) - pt->drop[s] * (r->remat == GP_REMAT_AUTO)) *
+            (double)c->cut_bytes[pt->first[s]];
+      /* the hand-off to the next stage's process: per micro-batch, its sum over the process's
+       * boundaries (one without chunks) */
+      const int to = s + 1 < K ? gp_layout_owner(l, s + 1) : p;
+      if (to == p) continue;
+      int remote = 0;
+      for (int rep = 0; rep < R; rep++)
+        remote += host_of(q, gp_layout_rank(l, rep, p)) != host_of(q, gp_layout_rank(l, rep, to));
+      const gp_link *k = remote ? &q->remote : &q->local;
+      const double bytes = (double)c->cut_bytes[pt->first[s + 1]];
+      cost[s].send = k->latency_s + bytes / k->bytes_per_s;
+      d->send_bytes += bytes;
+      d->send_s += cost[s].send;
+      if (remote > d->send_remote) d->send_remote = remote;
+      if (cost[s].send > out->handoff_s_max) out->handoff_s_max = cost[s].send;
+      /* each pair: M activations forward, M gradients back */
+      out->bytes_remote += remote * 2.0 * r->micro * bytes;
+      out->bytes_local += (R - remote) * 2.0 * r->micro * bytes;
     }
-    int s0 = d->first_stage;
-    /* remat auto: the slots that keep their activations want the copy */
-    if (p > 0 && !gp_partition_remats(r, K, s0))
-      d->mem_handoff =
-          (gp_partition_in_flight(r, K, s0) - pt->drop[s0] * (r->remat == GP_REMAT_AUTO)) *
-          (double)c->cut_bytes[pt->first[s0]];
     d->mem_total = d->mem_state + d->mem_act + d->mem_handoff;
     if (d->mem_total > out->mem_max) out->mem_max = d->mem_total;
-    if (p < P - 1) {
-      for (int rep = 0; rep < R; rep++)
-        d->send_remote +=
-            host_of(q, gp_layout_rank(l, rep, p)) != host_of(q, gp_layout_rank(l, rep, p + 1));
-      const gp_link *k = d->send_remote ? &q->remote : &q->local;
-      d->send_bytes = (double)c->cut_bytes[pt->first[d->end_stage]];
-      d->send_s = k->latency_s + d->send_bytes / k->bytes_per_s;
-      cost[d->end_stage - 1].send = d->send_s;
-      if (d->send_s > out->handoff_s_max) out->handoff_s_max = d->send_s;
-    }
     d->ar_bytes = 4.0 * d->params;
     if (R > 1) {
       for (int rep = 0; rep < R; rep++)
@@ -147,7 +166,8 @@ static gp_status allreduce(const gp_dist_req *q, const gp_sim_events *ev, gp_dis
   if (!bk) return GP_ERR(GP_ERR_NOMEM, "predict: out of memory");
   for (int p = 0; p < l->procs; p++) {
     gp_dist_proc *d = &out->proc[p];
-    for (int s = d->first_stage; s < d->end_stage; s++) {
+    for (int s = 0; s < l->stages; s++) {
+      if (gp_layout_owner(l, s) != p) continue;
       double st, en;
       last_backward(ev, s, &st, &en);
       d->bwd_end = fmax(d->bwd_end, en);
@@ -224,7 +244,9 @@ gp_status gp_dist_predict(const gp_dist_req *q, gp_dist_pred *out) {
   place(q, out, cost);
   GP_TRY(devices(q, out));
   gp_schedule sc;
-  if (q->r->remat == GP_REMAT_AUTO)
+  if (q->r->schedule == GP_SCHED_INTERLEAVED) /* the devices' lists, over their chunks */
+    GP_TRY(gp_schedule_build_interleaved(K / q->r->chunks, M, q->r->chunks, &sc));
+  else if (q->r->remat == GP_REMAT_AUTO)
     GP_TRY(gp_schedule_build_drops(q->r->schedule, K, M, q->p->drop, &sc));
   else
     GP_TRY(gp_schedule_build(q->r->schedule, q->r->remat, K, M, &sc));
@@ -248,12 +270,10 @@ gp_status gp_dist_predict(const gp_dist_req *q, gp_dist_pred *out) {
   for (int p = 0; p < out->procs; p++) {
     const gp_dist_proc *d = &out->proc[p];
     out->step_s = fmax(out->step_s, d->ar_end);
-    /* each pair: M activations forward, M gradients back; each ring edge carries what one
-     * process sends */
-    double pair = 2.0 * M * d->send_bytes, edge = d->ar_sent;
-    out->bytes_remote += d->send_remote * pair + d->ar_remote * edge;
-    out->bytes_local += (p < out->procs - 1 ? R - d->send_remote : 0) * pair +
-                        (R > 1 ? R - d->ar_remote : 0) * edge;
+    /* each ring edge carries what one process sends (the hand-offs: place) */
+    double edge = d->ar_sent;
+    out->bytes_remote += d->ar_remote * edge;
+    out->bytes_local += (R > 1 ? R - d->ar_remote : 0) * edge;
   }
   return GP_OK;
 }

@@ -33,7 +33,7 @@ typedef struct gp_dist_req {
 
 /* One position of a replica (the same in every replica but for the hosts it lands on). */
 typedef struct gp_dist_proc {
-  int first_stage, end_stage; /* stages [first, end) */
+  int first_stage, end_stage; /* stages [first, end) (interleaved: devices, with their chunks) */
   double params;
   /* memory, bytes: weights + gradients + optimizer state; the rest of its stages' estimate
    * (activations, gradient and hand-off buffers, working set); the copy of its inputs a
@@ -41,7 +41,8 @@ typedef struct gp_dist_proc {
    * input already); and their sum */
   double mem_state, mem_act, mem_handoff, mem_total;
   double compute_s; /* per micro-batch: its stages' forward, backward and recompute */
-  /* to the next position, per micro-batch one way (the gradient comes back the same size) */
+  /* to the next position, per micro-batch one way (the gradient comes back the same size);
+   * interleaved: to the positions of its chunks' successors, summed */
   double send_bytes, send_s;
   int send_remote; /* replicas in which that pair sits on two hosts (0: every pair local) */
   /* the all-reduce of its gradients across the R replicas, per step */

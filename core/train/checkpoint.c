@@ -220,31 +220,39 @@ static gp_status make_dir(const char *dir) {
   return GP_OK;
 }
 
-/* A part: stages [first[pos], first[pos + 1]) (weights, and optimizer state when optim) as
- * shards dir/PREFIX-pPOS-0000k-of-0000N.safetensors and their list dir/PREFIX-pPOS.index.json,
- * each fsynced; nothing is committed. */
+/* A part: the stages position pos holds (weights, and optimizer state when optim) as shards
+ * dir/PREFIX-pPOS-0000k-of-0000N.safetensors and their list dir/PREFIX-pPOS.index.json, each
+ * fsynced; nothing is committed. */
 static gp_status write_part(gp_trainer *t, const char *dir, const char *prefix,
                             const gp_layout *lay, int optim, int64_t shard_bytes) {
-  int s0 = lay->first[lay->pos], s1 = lay->first[lay->pos + 1];
-  for (int s = s0; s < s1; s++)
+  const int k = gp_pipeline_stages(t->pl);
+  char held[512] = ""; /* the stages, for the part list: "1-2", or interleaved "1,3" */
+  for (int s = 0, n = 0; s < k; s++) {
+    if (!gp_layout_local(lay, s)) continue;
     if (!gp_pipeline_local(t->pl, s))
       return GP_ERR(GP_ERR_RUNTIME, "internal: position %d writes stage %d, held elsewhere",
                     lay->pos, s);
+    size_t len = strlen(held);
+    if (lay->chunks > 1)
+      snprintf(held + len, sizeof held - len, n++ ? ",%d" : "%d", s);
+    else if (n++ == 0)
+      snprintf(held, sizeof held, "%d-%d", s, s + gp_layout_held(lay, lay->pos));
+  }
   char stem[1100], path[PATH_MAX + 1200], v[64];
   snprintf(stem, sizeof stem, "%s-p%d", prefix, lay->pos);
   staging st = {0};
   gp_shard_index ix = {0};
   gp_st_writer *w = gp_st_writer_new();
   gp_status s = w ? GP_OK : GP_ERR(GP_ERR_NOMEM, "out of memory writing a checkpoint");
-  for (int i = s0; s == GP_OK && i < s1; i++) {
+  for (int i = 0; s == GP_OK && i < k; i++) {
+    if (!gp_layout_local(lay, i)) continue;
     s = add_weights(t, i, w, &st);
     if (s == GP_OK && optim) s = add_optim(t, i, w, &st);
   }
   if (s == GP_OK) s = gp_shards_write_files(w, dir, stem, shard_bytes, &ix);
   snprintf(v, sizeof v, "%" PRId64, t->step);
   if (s == GP_OK) s = gp_shard_index_meta_set(&ix, "gpipe.step", v);
-  snprintf(v, sizeof v, "%d-%d", s0, s1);
-  if (s == GP_OK) s = gp_shard_index_meta_set(&ix, "gpipe.stages", v);
+  if (s == GP_OK) s = gp_shard_index_meta_set(&ix, "gpipe.stages", held);
   snprintf(path, sizeof path, "%s/%s.index.json", dir, stem);
   if (s == GP_OK) s = gp_shard_index_write(&ix, path);
   gp_st_writer_free(w);

@@ -505,8 +505,12 @@ multiple of 2 (4 would do)" --stages 2 --schedule interleaved --virtual-stages 2
   --micro-batches 3
 refuse "2 virtual stages need the interleaved schedule (--schedule interleaved), not 1f1b" \
   --stages 2 --schedule 1f1b --virtual-stages 2 --micro-batches 4
-refuse "interleaved schedules run in one process for now: drop the flags of the launch \
-(--processes, --replicas, ...)" "${inter[@]}" --processes 2
+# across processes: each process's share predicted (the last position sends too: chunk 1's
+# output goes back to stage 0's process), and the plan's processes: a position a stage
+if "$part" "$mlp" "${inter[@]}" --processes 2 -o "$tmp/inter2.yaml" >"$tmp/o" 2>"$tmp/err" &&
+  grep -q "^processes: \[0, 1\]" "$tmp/inter2.yaml" && grep -q "^step time " "$tmp/o" &&
+  grep -Eq "^ +1  1 +0 .* local " "$tmp/o"; then ok
+else bad "interleaved over 2 processes: $(cat "$tmp/err" "$tmp/o")"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -3,7 +3,8 @@
 # --replicas 1,2 runs the layouts 2 processes can hold and lists the one they cannot (K=1 R=1)
 # as skipped; rank 0 alone prints (one table); the JSON names the processes and replicas of each
 # run, every stage's numbers come from the process that holds it (peak_bytes non-zero for all),
-# the replicated runs carry their all-reduce, and the machine its hand-off and all-reduce figures.
+# the replicated runs carry their all-reduce, and the machine its hand-off and all-reduce figures;
+# interleaved (K = 2 x V = 2) over the 2 processes runs, every chunk measured.
 set -u
 bench=$1; srcdir=$2
 command -v mpirun >/dev/null || { echo "no mpirun: skipped"; exit 77; }
@@ -76,6 +77,21 @@ for r in rows:
 PY
 else
   bad "the table sweep exited $?: $(tail -5 "$tmp/err")"
+fi
+
+# interleaved over the 2 processes (chunks 0, 2 on rank 0; 1, 3 on rank 1): it runs, and each
+# chunk's numbers come from the process that holds it
+if "${mpi[@]}" "$bench" "$mlp" --stages 2 --micro-batches 2 --schedule interleaved \
+    --virtual-stages 2 --remat never --steps 2 --warmup 1 --threads 1 --json >"$tmp/iv" \
+    2>"$tmp/err"; then
+  python3 - "$tmp/iv" <<'PY' && ok || bad "interleaved under mpirun: $(head -c 3000 "$tmp/iv")"
+import json, sys
+runs = [r for r in json.load(open(sys.argv[1]))["runs"] if r["schedule"] == "interleaved"]
+assert len(runs) == 1 and runs[0]["processes"] == 2 and runs[0]["samples_per_s"] > 0, runs
+assert all(p > 0 for p in runs[0]["peak_bytes"]), runs[0]["peak_bytes"]
+PY
+else
+  bad "interleaved under mpirun exited $?: $(tail -5 "$tmp/err")"
 fi
 
 # a setup error is every process's: one line, from rank 0, and every process exits 2

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpipe-train over several processes (mpirun, every byte through TCP as between hosts) against
 # one process: the weights after 3 steps within 1e-5 of K = 1 for every layout, schedule and
-# re-materialization (zb-h1 too, alone and at R = 2); stages placed by a plan file's
+# re-materialization (zb-h1 too, alone and at R = 2; interleaved, a process holding every K-th
+# chunk, alone and at R = 2, plain and with tied copies); stages placed by a plan file's
 # processes:; tied copies in three processes with a skip tensor crossing two process
 # boundaries, clipping that triggers; batch norm at
 # R = 2, M = 1 against R = 1, M = 2 with its running statistics; the replicas' shares disjoint
@@ -47,6 +48,30 @@ same mlp 2 k2-zb-h1 "$mlp" "${q[@]}" --stages 2 --micro-batches 2 --schedule zb-
 ref wide "$mlp" "${q[@]}" --micro-batches 4 --set layers.4.out_features=512
 same wide 4 r2k2-zb-h1 "$mlp" "${q[@]}" --set layers.4.out_features=512 --replicas 2 \
   --stages 2 --micro-batches 4 --schedule zb-h1
+# interleaved, K = 2 processes x V = 2 chunks: process 0 holds chunks 0 and 2, process 1 holds
+# 1 and 3, so every chunk boundary crosses processes (3 -> 0's way back included); at R = 2 each
+# chunk's gradients are summed over its replicas on the chunk's own communicator
+iv=(--schedule interleaved --virtual-stages 2 --remat never --stages 2)
+same mlp 2 k2v2 "$mlp" "${q[@]}" "${iv[@]}" --micro-batches 4 --trace "$tmp/k2v2.json"
+python3 - "$tmp/k2v2.json" <<'PY' && ok || bad "interleaved chunks' processes: $(head -c 400 "$tmp/k2v2.json")"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+where = {(e["tid"], e["pid"]) for e in ev if e.get("cat") == "forward"}
+assert where == {(0, 0), (1, 1), (2, 0), (3, 1)}, where
+PY
+same wide 4 r2k2v2 "$mlp" "${q[@]}" --set layers.4.out_features=512 --replicas 2 "${iv[@]}" \
+  --micro-batches 4
+GP_TEST_STAGED=1 same mlp 2 staged-k2v2 "$mlp" "${q[@]}" "${iv[@]}" --micro-batches 2
+# K = 3 stages on 2 processes: process 0 holds stages 0 and 1 (chunks 0, 1, 3, 4: two device
+# threads), process 1 stage 2 (chunks 2, 5)
+same mlp 2 k3v2-w2 "$mlp" "${q[@]}" --schedule interleaved --virtual-stages 2 --remat never \
+  --stages 3 --micro-batches 3 --trace "$tmp/k3v2.json"
+python3 - "$tmp/k3v2.json" <<'PY' && ok || bad "K = 3 on 2 processes: $(head -c 400 "$tmp/k3v2.json")"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+where = {(e["tid"], e["pid"]) for e in ev if e.get("cat") == "forward"}
+assert where == {(0, 0), (1, 0), (2, 1), (3, 0), (4, 0), (5, 1)}, where
+PY
 GP_TEST_STAGED=1 same mlp 2 staged-k2 "$mlp" "${q[@]}" --stages 2 --micro-batches 2 --remat never
 GP_TEST_STAGED=1 same mlp 4 staged-r2k2 "$mlp" "${q[@]}" --replicas 2 --stages 2 \
   --micro-batches 2 --schedule 1f1b
@@ -134,6 +159,12 @@ assert not [f for f in __import__("os").listdir(__import__("os").path.dirname(sy
 PY
 GP_TEST_STAGED=1 same nmt 3 staged-k3 "$nmt" "${qn[@]}" "${small[@]}" \
   --set train.clip_grad_norm=0.01 --stages 3 --balance 4,2,3 --micro-batches 2
+# interleaved, balance 3,3,1,2: the tied copies in chunk 0 (the source embedding) on process 0,
+# in chunks 1 (the target embedding) and 3 (the logits) on process 1
+same nmt 2 k2v2-tied "$nmt" "${qn[@]}" "${small[@]}" --set train.clip_grad_norm=0.01 "${iv[@]}" \
+  --balance 3,3,1,2 --micro-batches 2
+same nmt 4 r2k2v2-tied "$nmt" "${qn[@]}" "${small[@]}" --set train.clip_grad_norm=0.01 \
+  --replicas 2 "${iv[@]}" --balance 3,3,1,2 --micro-batches 2
 same nmt 2 k5-w2 "$nmt" "${qn[@]}" "${small[@]}" --set train.clip_grad_norm=0.01 \
   --stages 5 --micro-batches 2 --schedule 1f1b --remat always
 

@@ -38,6 +38,33 @@ close full w2 1e-5
 run w1 "$train" "$cnn" "${q[@]}" --micro-batches 2 --steps 12 --checkpoint-dir "$tmp/ck-w1" \
   --resume --save "$tmp/w1.safetensors"
 close full w1 1e-5
+# interleaved, K = 2 x V = 2 on 2 processes: chunks 0 and 2 ran on rank 0, 1 and 3 on rank 1,
+# both parts hold tensors (the commit checks each is in the part of the process holding its
+# chunk), and the run resumes bit for bit
+iv=(--stages 2 --virtual-stages 2 --schedule interleaved --remat never --micro-batches 2)
+run ifull "${mpi[@]}" -np 2 "$train" "$cnn" "${q[@]}" "${iv[@]}" --steps 6 \
+  --save "$tmp/ifull.safetensors"
+run ihalf "${mpi[@]}" -np 2 "$train" "$cnn" "${q[@]}" "${iv[@]}" --steps 3 \
+  --checkpoint-dir "$tmp/ick" --trace "$tmp/ick.json"
+python3 - "$tmp/ick/checkpoint.safetensors.index.json" "$tmp/ick.json" <<'PY' && ok || bad "interleaved parts: $(head -c 900 "$tmp/ick/checkpoint.safetensors.index.json")"
+import json, re, sys
+wm = json.load(open(sys.argv[1]))["weight_map"]
+# the trace's rows: units of each chunk, which rank ran it
+ev = json.load(open(sys.argv[2]))["traceEvents"]
+units = {}
+for e in ev:
+    if e["name"] == "thread_name":
+        m = re.match(r"chunk (\d+) on stage (\d+) \(units (\d+)\.\.(\d+)", e["args"]["name"])
+        if m:
+            units[int(m[1])] = (e["pid"], int(m[3]), int(m[4]))
+assert sorted(units) == [0, 1, 2, 3] and all(units[c][0] == c % 2 for c in units), units
+parts = {re.match(r"checkpoint-s3-p(\d)-", f)[1] for f in wm.values()}
+assert parts == {"0", "1"}, parts
+PY
+run isame "${mpi[@]}" -np 2 "$train" "$cnn" "${q[@]}" "${iv[@]}" --steps 6 \
+  --checkpoint-dir "$tmp/ick" --resume --save "$tmp/isame.safetensors"
+close ifull isame 0
+
 # the weights 4 processes saved (parts and an index) load in one: its evaluation is theirs
 strip() { sed -n 's/^final: .*  \(test loss .*\)  ([0-9.]* s)$/\1/p' "$1"; }
 run eval "$train" "$cnn" "${q[@]}" --eval-only --load "$tmp/full.safetensors"

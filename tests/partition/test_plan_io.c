@@ -164,9 +164,15 @@ static void test_virtual(void) {
   ps.n_devices = 2;
   snprintf(ps.devices[0], sizeof ps.devices[0], "cpu");
   snprintf(ps.devices[1], sizeof ps.devices[1], "cpu");
+  /* across processes: one position a device (stage), which holds its chunks */
+  ps.n_procs = 2;
+  ps.procs[0] = 0, ps.procs[1] = 1;
   gp_plan p, q;
   int ok = gp_plan_make(m, &ps, &p) == GP_OK && gp_plan_write(path, m, &p) == GP_OK &&
            gp_plan_read(path, m, &q) == GP_OK;
+  CHECK(ok && q.n_procs == 2 && q.procs[0] == 0 && q.procs[1] == 1,
+        "interleaved processes: [0, 1] read back as %d positions [%d, %d] [%s]", q.n_procs,
+        q.procs[0], q.procs[1], ok ? "" : gp_error_message());
   CHECK(ok && q.stages == 4 && q.virtual_stages == 2 && gp_plan_devices(&q) == 2 &&
             q.schedule == GP_SCHED_INTERLEAVED && q.st[3].first_unit == 3 && q.st[3].end_unit == 4,
         "virtual_stages: 2 stages x 2 chunks read back as %d chunks, V = %d [%s]", q.stages,
@@ -188,7 +194,7 @@ static void test_virtual(void) {
        "stages: 3 is not a multiple (4 would do)"},
       {"stages: 2\nvirtual_stages: 2\nschedule: interleaved\nbalance: [1, 1, 1, 1]\n"
        "processes: [0, 1, 0, 1]\n",
-       "virtual.yaml:6:12: processes: interleaved schedules run in one process for now"},
+       "virtual.yaml:6:12: processes: 4 entries for 2 stages (one process per stage)"},
       {"stages: 2\nvirtual_stages: 2\nschedule: interleaved\nbalance: [1, 1, 1, 1]\n"
        "devices: [cpu, cpu, cpu]\n",
        "virtual.yaml:6:10: devices: 3 devices for 2 stages"},

@@ -2,8 +2,8 @@
  * makespan with hand-offs on the local or the remote link, the ring all-reduce's time, buckets
  * and the share hidden before the last backward ends, the bytes per link, and the memory a
  * process adds for the inputs it receives. Costs, speeds and links are exact binary fractions,
- * so every figure is exact. And the planner's assignment of stages to processes, against every
- * other on small cases. */
+ * so every figure is exact. Interleaved chunks over two processes, worked by hand. And the
+ * planner's assignment of stages to processes, against every other on small cases. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -197,7 +197,80 @@ static void balance(void) {
   CHECK(bad == 0, "balance: %d of 400 random assignments not the best (or not a layout)", bad);
 }
 
+/* Interleaved over processes: K = 2 devices x V = 2 chunks of one unit each (forward 1,
+ * backward 2, 100 parameters, 1000 bytes across every cut), M = 2, a device a process: process
+ * 0 holds chunks 0 and 2, process 1 chunks 1 and 3, so all three chunk boundaries cross
+ * processes. With free links the step is the one-process simulation's; each hand-off on the
+ * local link (0.25 s + 1000 / 1000 B/s) lengthens it. */
+static void interleaved(void) {
+  static double f[4] = {1, 1, 1, 1}, b[4] = {2, 2, 2, 2};
+  static int64_t params[4] = {100, 100, 100, 100}, act[4] = {64, 64, 64, 64}, out[4] = {0};
+  static int64_t cut[5] = {0, 1000, 1000, 1000, 0};
+  gp_unit_costs c = {.n = 4,
+                     .micro_batch = 1,
+                     .fwd = f,
+                     .bwd = b,
+                     .fwd_flops = f,
+                     .bwd_flops = b,
+                     .params = params,
+                     .act_bytes = act,
+                     .out_bytes = out,
+                     .cut_bytes = cut};
+  gp_partition_req r = {.stages = 4,
+                        .micro = 2,
+                        .schedule = GP_SCHED_INTERLEAVED,
+                        .remat = GP_REMAT_NEVER,
+                        .chunks = 2};
+  static gp_partition p;
+  static gp_layout l;
+  int first[5] = {0, 1, 2, 3, 4};
+  if (gp_partition_evaluate(&c, &r, first, &p) != GP_OK ||
+      gp_layout_make(2, 0, 1, 2, NULL, &l) != GP_OK) {
+    CHECK(0, "interleaved: setup [%s]", gp_error_message());
+    return;
+  }
+  gp_layout_interleave(&l, 2);
+  CHECK(gp_layout_local(&l, 0) && !gp_layout_local(&l, 1) && gp_layout_local(&l, 2) &&
+            gp_layout_owner(&l, 3) == 1 && gp_layout_held(&l, 1) == 2,
+        "interleaved layout: chunk c on position c mod 2");
+  gp_dist_req q = {.c = &c,
+                   .seconds_per_cost = 1,
+                   .r = &r,
+                   .p = &p,
+                   .l = &l,
+                   .procs_per_host = 2,
+                   .local = {1e30, 0, ""},
+                   .remote = {1e30, 0, ""}};
+  static gp_dist_pred e;
+  CHECK(gp_dist_predict(&q, &e) == GP_OK, "interleaved predict [%s]", gp_error_message());
+  CHECK(e.pipeline_s == p.makespan, "free links: %g, one process %g", e.pipeline_s, p.makespan);
+  CHECK(e.proc[0].params == 200 && e.proc[1].params == 200, "params %g %g", e.proc[0].params,
+        e.proc[1].params);
+  /* sends: process 0 chunk 0 -> 1 and 2 -> 3, process 1 chunk 1 -> 2 (back to device 0) */
+  CHECK(e.proc[0].send_bytes == 2000 && e.proc[1].send_bytes == 1000, "send bytes %g %g",
+        e.proc[0].send_bytes, e.proc[1].send_bytes);
+  /* M micro-batches forward and back over each boundary */
+  CHECK(e.bytes_local == 3 * 2 * 2 * 1000.0 && e.bytes_remote == 0, "bytes %g %g", e.bytes_local,
+        e.bytes_remote);
+  /* received inputs kept for the backward: chunk 2 (min(M, K V - 2) = 2 in flight) on process
+   * 0, chunks 1 (2) and 3 (1) on process 1 */
+  CHECK(e.proc[0].mem_handoff == 2000 && e.proc[1].mem_handoff == 3000, "hand-off memory %g %g",
+        e.proc[0].mem_handoff, e.proc[1].mem_handoff);
+  const double free_s = e.pipeline_s;
+  q.local = (gp_link){1000, 0.25, ""};
+  CHECK(gp_dist_predict(&q, &e) == GP_OK, "interleaved predict");
+  CHECK(e.proc[0].send_s == 2 * 1.25 && e.proc[1].send_s == 1.25, "send time %g %g",
+        e.proc[0].send_s, e.proc[1].send_s);
+  /* at least the critical path's three forward and three backward hand-offs */
+  /* device 0 runs F(c0, m0..1) F(c2, m0..1) B(c2, m0..1) B(c0, m0..1), device 1 F(c1, m0..1)
+   * F(c3, m0) B(c3, m0) F(c3, m1) B(c3, m1) B(c1, m0..1): free, B(c0, m1) ends at 15; with
+   * the hand-offs F(c3, m0) starts at 6.75, B(c3, m1) ends at 12.75, B(c2, m1) at 16,
+   * B(c1, m1) at 19.25, B(c0, m1) runs [20.5, 22.5] */
+  CHECK(free_s == 15 && e.pipeline_s == 22.5, "local hand-offs: %g, free %g", e.pipeline_s, free_s);
+}
+
 int main(void) {
+  interleaved();
   handoffs();
   allreduce();
   devices();
