@@ -173,7 +173,8 @@ cnn=$srcdir/models/fashion-cnn.yaml
 ref cnn "$cnn" "${q[@]}" --micro-batches 2
 same cnn 2 cnn-r2 "$cnn" "${q[@]}" --replicas 2 --micro-batches 1
 
-# schedule auto across processes leaves interleaved out (it runs in one process for now): at
+# schedule auto across processes leaves interleaved out (it does not simulate the hand-offs
+# between processes yet; --schedule interleaved runs there): at
 # K = 2, M = 6 on FLOPs one process takes interleaved V=2 (tests/cli/train_split.sh)
 "${mpi[@]}" -np 2 "$train" "$cnn" --data synthetic --batch-size 36 --threads 1 --stages 2 \
   --micro-batches 6 --by flops --steps 1 >"$tmp/auto.log" 2>&1 &&
