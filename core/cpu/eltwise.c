@@ -1,5 +1,5 @@
-/* CPU element-wise operations: activations, dropout, axpby, strided copies. Loops are kept
- * free of calls and branches where the compiler can vectorize them. */
+/* CPU element-wise operations: activations, dropout, axpby, products, strided copies. Loops are
+ * kept free of calls and branches where the compiler can vectorize them. */
 #include <math.h>
 #include <string.h>
 
@@ -46,6 +46,18 @@ static inline gp_v4f gelu_tanh_grad(gp_v4f v, gp_v4f dy) {
   return dy * (s + 2.0f * v * du * (s * r));
 }
 
+/* SiLU as PyTorch computes it: x / (1 + e^-x); e^-x overflows to +inf below x = -88.7,
+ * giving -0 (PyTorch's value there too). */
+static inline gp_v4f silu(gp_v4f v) {
+  return v / (1.0f + gp_v4f_exp(-v));
+}
+
+/* dy s (1 + x (1 - s)), s = sigmoid(x): PyTorch's silu_backward, operation for operation. */
+static inline gp_v4f silu_grad(gp_v4f v, gp_v4f dy) {
+  gp_v4f s = 1.0f / (1.0f + gp_v4f_exp(-v));
+  return dy * s * (1.0f + v * (1.0f - s));
+}
+
 /* y = f(x) and y = f(x, g), four floats at a time, the last few as a vector padded with
  * zeros: every element goes through the same code. Inlined with f. */
 static inline void map4(int64_t n, const float *x, float *y, gp_v4f (*f)(gp_v4f)) {
@@ -79,6 +91,9 @@ static gp_status act_forward(gp_activation act, int64_t n, const float *x, float
   case GP_ACTIVATION_GELU_TANH:
     map4(n, x, y, gelu_tanh);
     return GP_OK;
+  case GP_ACTIVATION_SILU:
+    map4(n, x, y, silu);
+    return GP_OK;
   case GP_ACTIVATION_TANH:
     for (int64_t i = 0; i < n; i++)
       y[i] = tanhf(x[i]);
@@ -101,7 +116,7 @@ static gp_status act_forward(gp_activation act, int64_t n, const float *x, float
   return GP_ERR(GP_ERR_RUNTIME, "unknown activation %d", (int)act);
 }
 
-/* relu and both gelus read x; tanh and sigmoid read y (the forward output). */
+/* relu, both gelus and silu read x; tanh and sigmoid read y (the forward output). */
 static gp_status act_backward(gp_activation act, int64_t n, const float *restrict x,
                               const float *restrict y, const float *restrict dy,
                               float *restrict dx) {
@@ -119,6 +134,9 @@ static gp_status act_backward(gp_activation act, int64_t n, const float *restric
     return GP_OK;
   case GP_ACTIVATION_GELU_TANH:
     map4_2(n, x, dy, dx, gelu_tanh_grad);
+    return GP_OK;
+  case GP_ACTIVATION_SILU:
+    map4_2(n, x, dy, dx, silu_grad);
     return GP_OK;
   case GP_ACTIVATION_TANH:
     for (int64_t i = 0; i < n; i++)
@@ -272,6 +290,21 @@ static gp_status axpby_part(void *ctx, int64_t lo, int64_t hi, int worker) {
 gp_status gp_cpu_axpby(gp_backend *be, int64_t n, float a, const float *x, float b, float *y) {
   ew_args e = {.a = a, .b = b, .x = x, .out = y};
   return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN, axpby_part, &e);
+}
+
+static gp_status mul_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const ew_args *e = ctx;
+  const float *a = e->x + lo, *b = e->y + lo;
+  float *y = e->out + lo; /* may be a or b: no restrict */
+  for (int64_t i = 0; i < hi - lo; i++)
+    y[i] = a[i] * b[i];
+  return GP_OK;
+}
+
+gp_status gp_cpu_mul(gp_backend *be, int64_t n, const float *a, const float *b, float *y) {
+  ew_args e = {.x = a, .y = b, .out = y};
+  return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN, mul_part, &e);
 }
 
 gp_status gp_cpu_copy2d(gp_backend *be, int64_t rows, int64_t cols, const float *src,
