@@ -187,6 +187,9 @@ gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t k
                                   const float *dy, float *dx);
 gp_status gp_cpu_axpby(gp_backend *be, int64_t n, float a, const float *x, float b, float *y);
 gp_status gp_cpu_mul(gp_backend *be, int64_t n, const float *a, const float *b, float *y);
+/* 0: SiLU keeps to its 4-lane loops even where the CPU has AVX2 (tests compare the two; the
+ * bits must not differ); 1 (the default): the 8-lane ones where it can. */
+void gp_cpu_silu_avx2_set(int on);
 gp_status gp_cpu_copy2d(gp_backend *be, int64_t rows, int64_t cols, const float *src,
                         int64_t src_ld, float *dst, int64_t dst_ld);
 
