@@ -56,6 +56,7 @@ typedef enum gp_activation {
   GP_ACTIVATION_TANH,
   GP_ACTIVATION_SIGMOID,
   GP_ACTIVATION_GELU_TANH,
+  GP_ACTIVATION_SILU, /* x sigmoid(x) (SwiGLU's gate); its backward reads x */
   GP_ACTIVATION_COUNT
 } gp_activation;
 
@@ -206,6 +207,14 @@ struct gp_backend {
                                   const float *rstd, float *dx, float *dgamma,
                                   float *dbeta); /* dx = (NULL: skip), dgamma/dbeta += */
 
+  /* ---- RMS norm over the last dim of [rows, cols] (Llama's, in f32): y = (x rstd) w,
+   * rstd = 1 / sqrt(mean(x^2) + eps) per row, kept in rstd for the backward ---- */
+  gp_status (*rmsnorm_forward)(gp_backend *be, int64_t rows, int64_t cols, float eps,
+                               const float *x, const float *w, float *y, float *rstd);
+  gp_status (*rmsnorm_backward)(gp_backend *be, int64_t rows, int64_t cols, const float *x,
+                                const float *dy, const float *w, const float *rstd, float *dx,
+                                float *dw); /* dx = (NULL: skip), dw += (NULL: skip) */
+
   /* ---- element-wise ---- */
   gp_status (*act_forward)(gp_backend *be, gp_activation act, int64_t n, const float *x, float *y);
   gp_status (*act_backward)(gp_backend *be, gp_activation act, int64_t n, const float *x,
@@ -220,6 +229,8 @@ struct gp_backend {
                                 const float *dy, float *dx);
   gp_status (*axpby)(gp_backend *be, int64_t n, float a, const float *x, float b,
                      float *y); /* y = a x + b y (b == 0: y is not read) */
+  /* y = a * b element-wise (gates); y may be a or b */
+  gp_status (*mul)(gp_backend *be, int64_t n, const float *a, const float *b, float *y);
   /* 2-D strided copy: rows x cols floats; dst[r*dst_ld + j] = src[r*src_ld + j] */
   gp_status (*copy2d)(gp_backend *be, int64_t rows, int64_t cols, const float *src, int64_t src_ld,
                       float *dst, int64_t dst_ld);

@@ -67,6 +67,12 @@ void gp_param_init_host(const gp_layer *l, int i, uint64_t seed, float *host) {
     for (int64_t j = 0; j < n; j++)
       host[j] = gp_rng_normal(&r);
     break;
+  case GP_INIT_NORMAL_STD: {
+    float sd = (float)p->std;
+    for (int64_t j = 0; j < n; j++)
+      host[j] = gp_rng_normal(&r) * sd;
+    break;
+  }
   case GP_INIT_XAVIER_UNIFORM: {
     float a = (float)sqrt(6.0 / (fan + (double)n / fan));
     for (int64_t j = 0; j < n; j++)

@@ -33,6 +33,8 @@ typedef enum gp_init {
   /* N(0, 1/fan_in): an embedding scaled by sqrt(dim) starts at unit size (fairseq's and
    * tensor2tensor's Transformer embeddings, std dim^-0.5) */
   GP_INIT_NORMAL_FAN_IN,
+  /* N(0, std^2), std from gp_param_desc.std (init: normal; GPT-2's and Llama's 0.02) */
+  GP_INIT_NORMAL_STD,
 } gp_init;
 
 typedef struct gp_param_desc {
@@ -40,6 +42,7 @@ typedef struct gp_param_desc {
   gp_shape shape; /* full parameter shape */
   gp_init init;
   int64_t fan_in;
+  double std;    /* GP_INIT_NORMAL_STD's standard deviation */
   int trainable; /* 0: a buffer (running statistics): saved and loaded, never optimized */
   /* 1: row zero_row of the first dimension starts at 0 whatever the init (an embedding's
    * padding_idx, as PyTorch) */

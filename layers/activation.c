@@ -1,4 +1,4 @@
-/* The activation layers relu, gelu, tanh and sigmoid: one element-wise backend op each,
+/* The activation layers relu, gelu, silu, tanh and sigmoid: one element-wise backend op each,
  * sharing everything else (they differ only in which gp_activation they run). */
 #include "layers/layers.h"
 
@@ -34,6 +34,9 @@ static gp_status sigmoid_configure(gp_layer *l, gp_cfg *cfg) {
 static gp_status gelu_configure(gp_layer *l, gp_cfg *cfg) {
   return act_configure(l, cfg, GP_ACTIVATION_GELU);
 }
+static gp_status silu_configure(gp_layer *l, gp_cfg *cfg) {
+  return act_configure(l, cfg, GP_ACTIVATION_SILU);
+}
 
 static gp_status act_shape(gp_layer *l) {
   l->n_params = 0;
@@ -45,7 +48,10 @@ static gp_status act_shape(gp_layer *l) {
 static void act_cost(const gp_layer *l, gp_cost *c) {
   const act_conf *k = l->conf;
   double n = (double)gp_layers_numel(&l->out_shape);
-  double per = k->act == GP_ACTIVATION_RELU ? 1.0 : k->act == GP_ACTIVATION_SIGMOID ? 4.0 : 8.0;
+  double per = k->act == GP_ACTIVATION_RELU      ? 1.0
+               : k->act == GP_ACTIVATION_SIGMOID ? 4.0
+               : k->act == GP_ACTIVATION_SILU    ? 5.0 /* sigmoid's, times x */
+                                                 : 8.0;
   c->fwd_flops = n * per;
   c->bwd_flops = n * (per + 2.0);
   c->params = 0;
@@ -89,10 +95,12 @@ static gp_status act_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in
   }
 
 /* In place where the backward reads nothing x alone holds: ReLU's mask x > 0 is y > 0,
- * tanh's and sigmoid's derivatives are of y. GELU's backward needs x itself. */
+ * tanh's and sigmoid's derivatives are of y. GELU's and SiLU's backward need x itself. */
 ACT_TYPE(gp_layer_relu, "relu", "max(x, 0), element-wise", relu_configure, 1, .n_settings = 0);
 ACT_TYPE(gp_layer_gelu, "gelu", "x * Phi(x), element-wise, Phi the standard normal CDF",
          gelu_configure, 0, GP_LAYER_SETTINGS(gelu_settings));
+ACT_TYPE(gp_layer_silu, "silu", "x * sigmoid(x), element-wise (SiLU, swish; Llama's SwiGLU gate)",
+         silu_configure, 0, .n_settings = 0, .backward_ignores_out = 1);
 ACT_TYPE(gp_layer_tanh, "tanh", "tanh(x), element-wise", tanh_configure, 1, .n_settings = 0);
 ACT_TYPE(gp_layer_sigmoid, "sigmoid", "1 / (1 + exp(-x)), element-wise", sigmoid_configure, 1,
          .n_settings = 0);

@@ -6,10 +6,15 @@
 
 #include "layers/layers.h"
 
+static const char *const embedding_inits[] = {"default", "normal", NULL};
+
 typedef struct embedding_conf {
   int64_t vocab, dim;
   int64_t padding_idx; /* -1: none (after resolving a negative index as PyTorch does) */
   int scale;
+  int normal; /* init: normal */
+  double std;
+  int has_std;
   int64_t padding_written; /* padding_idx as written, when has_padding */
   int has_padding;
 } embedding_conf;
@@ -38,11 +43,24 @@ static const gp_setting embedding_settings[] = {
      GP_SETTING_BOOL_AT(embedding_conf, scale),
      .idflt = 0,
      .doc = "multiply the output by sqrt(dim) (Vaswani et al.); the weight starts N(0, 1/dim)"},
+    {.key = "init",
+     GP_SETTING_CHOICE_AT(embedding_conf, normal),
+     .choices = embedding_inits,
+     .idflt = 0,
+     .doc = "weight init: `default` N(0, 1) (PyTorch's), N(0, 1/dim) with `scale`; `normal` "
+            "N(0, std^2) (GPT-2's, Llama's)"},
+    {.key = "std",
+     GP_SETTING_FLOAT_AT(embedding_conf, std),
+     GP_SETTING_HAS_AT(embedding_conf, has_std),
+     .range = GP_RANGE_POSITIVE,
+     .dflt_doc = "0.02",
+     .doc = "the standard deviation of `init: normal` (only with it)"},
 };
 
 static gp_status embedding_configure(gp_layer *l, gp_cfg *cfg) {
   embedding_conf *k = l->conf;
   GP_TRY(gp_layers_configure(l, cfg));
+  GP_TRY(gp_layers_init_std(cfg, k->normal, k->has_std, &k->std));
   k->padding_idx = -1;
   if (k->has_padding) {
     const int64_t p = k->padding_written;
@@ -74,8 +92,11 @@ static gp_status embedding_shape(gp_layer *l) {
   gp_shape ws = gp_shape_of(2, wd);
   /* scaled by sqrt(dim): N(0, 1/dim), so that the scaled vectors are of unit size like the
    * positions added to them (fairseq); else PyTorch's N(0, 1) */
-  GP_TRY(gp_layers_add_param(l, "weight", &ws, k->scale ? GP_INIT_NORMAL_FAN_IN : GP_INIT_NORMAL,
-                             k->dim, 1));
+  const gp_init wi = k->normal  ? GP_INIT_NORMAL_STD
+                     : k->scale ? GP_INIT_NORMAL_FAN_IN
+                                : GP_INIT_NORMAL;
+  GP_TRY(gp_layers_add_param(l, "weight", &ws, wi, k->dim, 1));
+  l->pdesc[0].std = k->std;
   if (k->padding_idx >= 0) {
     l->pdesc[0].has_zero_row = 1;
     l->pdesc[0].zero_row = k->padding_idx;

@@ -52,6 +52,9 @@ extern const gp_layer_type gp_layer_slice;
 extern const gp_layer_type gp_layer_embedding;
 extern const gp_layer_type gp_layer_positional;
 extern const gp_layer_type gp_layer_attention;
+extern const gp_layer_type gp_layer_rmsnorm;
+extern const gp_layer_type gp_layer_silu;
+extern const gp_layer_type gp_layer_mul;
 
 /* Largest value a size-like setting (channels, kernel, ...) may take: far beyond any real
  * model, small enough that products of a few of them cannot overflow int64. */
@@ -59,6 +62,11 @@ extern const gp_layer_type gp_layer_attention;
 
 /* The weight inits of linear and conv2d: default (PyTorch's), he. */
 extern const char *const gp_layers_inits[];
+
+/* The standard deviation of an `init: normal` (GPT-2's and Llama's 0.02 unless `std` is
+ * given); a `std` given without `init: normal` is an error located at it. */
+#define GP_LAYERS_INIT_STD 0.02
+gp_status gp_layers_init_std(gp_cfg *cfg, int normal, int has_std, double *std);
 
 /* A configure for a type whose settings need no check beyond their table's: reads
  * l->type->settings into l->conf. Other configures call it first, then check the rest. */

@@ -2,9 +2,14 @@
  * one GEMM over all rows of the micro-batch. weight [out, in], bias [out] (PyTorch). */
 #include "layers/layers.h"
 
+enum { LINEAR_INIT_DEFAULT, LINEAR_INIT_HE, LINEAR_INIT_NORMAL };
+static const char *const linear_inits[] = {"default", "he", "normal", NULL};
+
 typedef struct linear_conf {
   int64_t out_features;
-  int bias, he;
+  int bias, init;
+  double std;
+  int has_std;
 } linear_conf;
 
 static const gp_setting linear_settings[] = {
@@ -16,11 +21,24 @@ static const gp_setting linear_settings[] = {
      .doc = "output features (rows of the weight)"},
     {.key = "bias", GP_SETTING_BOOL_AT(linear_conf, bias), .idflt = 1, .doc = "add a bias"},
     {.key = "init",
-     GP_SETTING_CHOICE_AT(linear_conf, he),
-     .choices = gp_layers_inits,
-     .idflt = 0,
-     .doc = "weight init: `default` U(-b, b), b = 1/sqrt(in) (PyTorch's); `he` N(0, 2/in)"},
+     GP_SETTING_CHOICE_AT(linear_conf, init),
+     .choices = linear_inits,
+     .idflt = LINEAR_INIT_DEFAULT,
+     .doc = "weight init: `default` U(-b, b), b = 1/sqrt(in) (PyTorch's); `he` N(0, 2/in); "
+            "`normal` N(0, std^2) with a zero bias (GPT-2's, Llama's)"},
+    {.key = "std",
+     GP_SETTING_FLOAT_AT(linear_conf, std),
+     GP_SETTING_HAS_AT(linear_conf, has_std),
+     .range = GP_RANGE_POSITIVE,
+     .dflt_doc = "0.02",
+     .doc = "the standard deviation of `init: normal` (only with it)"},
 };
+
+static gp_status linear_configure(gp_layer *l, gp_cfg *cfg) {
+  linear_conf *k = l->conf;
+  GP_TRY(gp_layers_configure(l, cfg));
+  return gp_layers_init_std(cfg, k->init == LINEAR_INIT_NORMAL, k->has_std, &k->std);
+}
 
 static gp_status linear_shape(gp_layer *l) {
   const linear_conf *k = l->conf;
@@ -37,11 +55,15 @@ static gp_status linear_shape(gp_layer *l) {
   GP_TRY(gp_layers_set_out(l, &y));
   int64_t wd[2] = {k->out_features, in};
   gp_shape ws = gp_shape_of(2, wd), bs = gp_shape_of(1, &k->out_features);
-  GP_TRY(gp_layers_add_param(l, "weight", &ws,
-                             k->he ? GP_INIT_KAIMING_NORMAL : GP_INIT_UNIFORM_FAN_IN, in, 1));
+  const gp_init wi = k->init == LINEAR_INIT_HE       ? GP_INIT_KAIMING_NORMAL
+                     : k->init == LINEAR_INIT_NORMAL ? GP_INIT_NORMAL_STD
+                                                     : GP_INIT_UNIFORM_FAN_IN;
+  GP_TRY(gp_layers_add_param(l, "weight", &ws, wi, in, 1));
+  l->pdesc[0].std = k->std;
   if (k->bias)
-    GP_TRY(
-        gp_layers_add_param(l, "bias", &bs, k->he ? GP_INIT_ZEROS : GP_INIT_UNIFORM_FAN_IN, in, 1));
+    GP_TRY(gp_layers_add_param(
+        l, "bias", &bs, k->init == LINEAR_INIT_DEFAULT ? GP_INIT_UNIFORM_FAN_IN : GP_INIT_ZEROS, in,
+        1));
   return GP_OK;
 }
 
@@ -102,7 +124,7 @@ const gp_layer_type gp_layer_linear = {
     .max_inputs = 1,
     .conf_size = sizeof(linear_conf),
     GP_LAYER_SETTINGS(linear_settings),
-    .configure = gp_layers_configure,
+    .configure = linear_configure,
     .shape = linear_shape,
     .cost = linear_cost,
     .forward = linear_forward,

@@ -11,6 +11,12 @@ gp_status gp_layers_configure(gp_layer *l, gp_cfg *cfg) {
   return gp_settings_read(cfg, l->type->settings, l->type->n_settings, l->conf);
 }
 
+gp_status gp_layers_init_std(gp_cfg *cfg, int normal, int has_std, double *std) {
+  if (has_std && !normal) return gp_cfg_error(cfg, "std", "std: applies only with init: normal");
+  if (!has_std) *std = GP_LAYERS_INIT_STD;
+  return GP_OK;
+}
+
 const char *gp_layers_shape_str(const gp_shape *s, char *buf) {
   return gp_shape_str(s, buf, GP_LAYER_SHAPE_STR);
 }

@@ -351,11 +351,14 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->batchnorm_stats_apply = gp_cpu_batchnorm_stats_apply;
   be->layernorm_forward = gp_cpu_layernorm_forward;
   be->layernorm_backward = gp_cpu_layernorm_backward;
+  be->rmsnorm_forward = gp_cpu_rmsnorm_forward;
+  be->rmsnorm_backward = gp_cpu_rmsnorm_backward;
   be->act_forward = gp_cpu_act_forward;
   be->act_backward = gp_cpu_act_backward;
   be->dropout_forward = gp_cpu_dropout_forward;
   be->dropout_backward = gp_cpu_dropout_backward;
   be->axpby = gp_cpu_axpby;
+  be->mul = gp_cpu_mul;
   be->copy2d = gp_cpu_copy2d;
   be->embedding_forward = gp_cpu_embedding_forward;
   be->embedding_backward = gp_cpu_embedding_backward;

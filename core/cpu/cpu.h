@@ -1,6 +1,6 @@
 /* Private to the CPU backend: the operation functions that core/cpu/backend.c puts in the
- * table, one group per file (gemm_conv.c, pool.c, norm.c, eltwise.c, seq.c, loss.c, optim.c; bf16.c
- * for GP_PREC_BF16). */
+ * table, one group per file (gemm_conv.c, pool.c, norm.c, rmsnorm.c, eltwise.c, seq.c, loss.c,
+ * optim.c; bf16.c for GP_PREC_BF16). */
 #ifndef GP_CPU_H
 #define GP_CPU_H
 
@@ -169,6 +169,13 @@ gp_status gp_cpu_layernorm_backward(gp_backend *be, int64_t rows, int64_t cols, 
                                     const float *dy, const float *gamma, const float *mean,
                                     const float *rstd, float *dx, float *dgamma, float *dbeta);
 
+/* rmsnorm.c */
+gp_status gp_cpu_rmsnorm_forward(gp_backend *be, int64_t rows, int64_t cols, float eps,
+                                 const float *x, const float *w, float *y, float *rstd);
+gp_status gp_cpu_rmsnorm_backward(gp_backend *be, int64_t rows, int64_t cols, const float *x,
+                                  const float *dy, const float *w, const float *rstd, float *dx,
+                                  float *dw);
+
 /* eltwise.c */
 gp_status gp_cpu_act_forward(gp_backend *be, gp_activation act, int64_t n, const float *x,
                              float *y);
@@ -179,6 +186,10 @@ gp_status gp_cpu_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t ke
 gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t key, uint64_t offset,
                                   const float *dy, float *dx);
 gp_status gp_cpu_axpby(gp_backend *be, int64_t n, float a, const float *x, float b, float *y);
+gp_status gp_cpu_mul(gp_backend *be, int64_t n, const float *a, const float *b, float *y);
+/* 0: SiLU keeps to its 4-lane loops even where the CPU has AVX2 (tests compare the two; the
+ * bits must not differ); 1 (the default): the 8-lane ones where it can. */
+void gp_cpu_silu_avx2_set(int on);
 gp_status gp_cpu_copy2d(gp_backend *be, int64_t rows, int64_t cols, const float *src,
                         int64_t src_ld, float *dst, int64_t dst_ld);
 

@@ -371,6 +371,7 @@ static gp_status cuda_init(gp_backend *be) {
   be->dropout_forward = gp_cuda_dropout_forward;
   be->dropout_backward = gp_cuda_dropout_backward;
   be->axpby = gp_cuda_axpby;
+  be->mul = gp_cuda_mul;
   be->copy2d = gp_cuda_copy2d;
   be->sum = gp_cuda_sum;
   be->count_correct = gp_cuda_count_correct;
@@ -379,7 +380,7 @@ static gp_status cuda_init(gp_backend *be) {
   be->adamw_update = gp_cuda_adamw_update;
   be->rmsprop_update = gp_cuda_rmsprop_update;
 
-  // conv2d, pool2d, batchnorm, layernorm, embedding, attention softmax, softmax backward,
+  // conv2d, pool2d, batchnorm, layernorm, rmsnorm, embedding, attention softmax, softmax backward,
   // softmax cross-entropy: dnn.cu.
   st->dnn_installed = 1; // release even after a failed install (it frees what it made)
   GP_TRY(gp_cuda_dnn_install(be));

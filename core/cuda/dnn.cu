@@ -755,6 +755,7 @@ gp_status gp_cuda_dnn_install(gp_backend *be) {
   gp_dnn_install_conv(be);
   gp_dnn_install_pool(be);
   gp_dnn_install_norm(be);
+  gp_dnn_install_rmsnorm(be);
   gp_dnn_install_seq(be);
   return GP_OK;
 }

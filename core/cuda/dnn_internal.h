@@ -1,6 +1,6 @@
 /* Private to the dnn family of the CUDA backend (dnn.cu, dnn_pool.cu, dnn_norm.cu,
- * dnn_seq.cu): the state behind gp_cuda_impl.dnn_state, launch geometry, the private
- * workspace, the device flags that input checks report through, and block reductions. */
+ * dnn_rmsnorm.cu, dnn_seq.cu): the state behind gp_cuda_impl.dnn_state, launch geometry, the
+ * private workspace, the device flags that input checks report through, and block reductions. */
 #ifndef GP_CUDA_DNN_INTERNAL_H
 #define GP_CUDA_DNN_INTERNAL_H
 
@@ -48,6 +48,7 @@ gp_status gp_dnn_fetch(gp_backend *be, void *host, const void *dev, size_t bytes
 void gp_dnn_install_conv(gp_backend *be);
 void gp_dnn_install_pool(gp_backend *be);
 void gp_dnn_install_norm(gp_backend *be);
+void gp_dnn_install_rmsnorm(gp_backend *be); /* dnn_rmsnorm.cu */
 void gp_dnn_install_seq(gp_backend *be);
 void gp_dnn_conv_release(gp_dnn_state *st);
 

@@ -1,4 +1,5 @@
-// CUDA element-wise ops: activations, dropout, axpby, strided copies and the optimizer updates.
+// CUDA element-wise ops: activations, dropout, axpby, products, strided copies and the
+// optimizer updates.
 // Each kernel is a grid-stride loop with 64-bit indices; formulas follow core/cpu (eltwise.c,
 // optim.c) operation for operation. Where the CPU does plain float arithmetic, the kernels
 // use the _rn intrinsics so nvcc does not contract a*b+c into an FMA: the results then match
@@ -46,6 +47,8 @@ template <int ACT> __device__ __forceinline__ float act_f(float v) {
     return v * gelu_tanh_s(v);
   case GP_ACTIVATION_TANH:
     return tanhf(v);
+  case GP_ACTIVATION_SILU: // x / (1 + e^-x): the CPU's and PyTorch's form
+    return v / (1.0f + expf(-v));
   default: // GP_ACTIVATION_SIGMOID: two forms so exp never overflows into inf/inf
     if (v >= 0.0f) return 1.0f / (1.0f + expf(-v));
     float z = expf(v);
@@ -57,7 +60,7 @@ template <int ACT> __global__ void act_forward_k(int64_t n, const float *x, floa
   GRID_LOOP(i, n) y[i] = act_f<ACT>(x[i]);
 }
 
-// relu and both gelus read x; tanh and sigmoid read y (x may be NULL for them).
+// relu, both gelus and silu read x; tanh and sigmoid read y (x may be NULL for them).
 template <int ACT>
 __global__ void act_backward_k(int64_t n, const float *x, const float *y, const float *dy,
                                float *dx) {
@@ -77,6 +80,10 @@ __global__ void act_backward_k(int64_t n, const float *x, const float *y, const 
       float s = 1.0f / (1.0f + expf(-2.0f * u)), r = 1.0f / (1.0f + expf(2.0f * u));
       float du = GELU_TANH_C * (1.0f + 3.0f * GELU_TANH_A * v * v);
       d = g * (s + 2.0f * v * du * (s * r));
+    } else if (ACT == GP_ACTIVATION_SILU) {
+      // dy s (1 + x (1 - s)): the CPU's form, rounded as it rounds
+      float v = x[i], s = 1.0f / (1.0f + expf(-v));
+      d = mul(mul(g, s), add(1.0f, mul(v, sub(1.0f, s))));
     } else if (ACT == GP_ACTIVATION_TANH) {
       d = mul(g, sub(1.0f, mul(y[i], y[i])));
     } else {
@@ -113,6 +120,10 @@ __global__ void axpby_k(int64_t n, int mode, float a, const float *x, float b, f
     float ax = mul(a, x[i]);
     y[i] = mode == 0 ? ax : mode == 1 ? add(y[i], ax) : add(ax, mul(b, y[i]));
   }
+}
+
+__global__ void mul_k(int64_t n, const float *a, const float *b, float *y) {
+  GRID_LOOP(i, n) y[i] = mul(a[i], b[i]);
 }
 
 __global__ void copy2d_k(int64_t rows, int64_t cols, const float *src, int64_t src_ld, float *dst,
@@ -201,6 +212,9 @@ gp_status gp_cuda_act_forward(gp_backend *be, gp_activation act, int64_t n, cons
   case GP_ACTIVATION_TANH:
     act_forward_k<GP_ACTIVATION_TANH><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
     break;
+  case GP_ACTIVATION_SILU:
+    act_forward_k<GP_ACTIVATION_SILU><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
+    break;
   default:
     act_forward_k<GP_ACTIVATION_SIGMOID><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y);
     break;
@@ -229,6 +243,9 @@ gp_status gp_cuda_act_backward(gp_backend *be, gp_activation act, int64_t n, con
     break;
   case GP_ACTIVATION_TANH:
     act_backward_k<GP_ACTIVATION_TANH><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
+    break;
+  case GP_ACTIVATION_SILU:
+    act_backward_k<GP_ACTIVATION_SILU><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
     break;
   default:
     act_backward_k<GP_ACTIVATION_SIGMOID><<<nb, GP_CUDA_BLOCK, 0, st>>>(n, x, y, dy, dx);
@@ -273,6 +290,14 @@ gp_status gp_cuda_axpby(gp_backend *be, int64_t n, float a, const float *x, floa
   const int mode = b == 0.0f ? 0 : b == 1.0f ? 1 : 2;
   axpby_k<<<gp_cuda_blocks(be, n), GP_CUDA_BLOCK, 0, stream_of(be)>>>(n, mode, a, x, b, y);
   GP_CUDA_LAUNCHED("axpby kernel");
+  return GP_OK;
+}
+
+gp_status gp_cuda_mul(gp_backend *be, int64_t n, const float *a, const float *b, float *y) {
+  if (n <= 0) return GP_OK;
+  GP_TRY(gp_cuda_use(be));
+  mul_k<<<gp_cuda_blocks(be, n), GP_CUDA_BLOCK, 0, stream_of(be)>>>(n, a, b, y);
+  GP_CUDA_LAUNCHED("mul kernel");
   return GP_OK;
 }
 

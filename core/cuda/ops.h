@@ -27,6 +27,7 @@ gp_status gp_cuda_dropout_forward(gp_backend *be, int64_t n, float p, uint64_t k
 gp_status gp_cuda_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t key,
                                    uint64_t offset, const float *dy, float *dx);
 gp_status gp_cuda_axpby(gp_backend *be, int64_t n, float a, const float *x, float b, float *y);
+gp_status gp_cuda_mul(gp_backend *be, int64_t n, const float *a, const float *b, float *y);
 gp_status gp_cuda_copy2d(gp_backend *be, int64_t rows, int64_t cols, const float *src,
                          int64_t src_ld, float *dst, int64_t dst_ld);
 /* C = beta * C over an m x n row-major block (beta == 0: C = 0, not read); gemm with k = 0. */

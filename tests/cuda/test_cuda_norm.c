@@ -1,7 +1,7 @@
-/* The CUDA backend's batch and layer norms against the CPU backend on random inputs: forward
- * in training and evaluation, statistics accumulated over micro-batches and pooled, every
- * backward (dx, dgamma, dbeta, alone and together, accumulating from random values); and a
- * norm's backward in a layer's halves (dx, then dgamma and dbeta) gives one call's bytes.
+/* The CUDA backend's batch, layer and RMS norms against the CPU backend on random inputs:
+ * forward in training and evaluation, statistics accumulated over micro-batches and pooled,
+ * every backward (dx, dgamma, dbeta, alone and together, accumulating from random values); and
+ * a norm's backward in a layer's halves (dx, then dgamma and dbeta) gives one call's bytes.
  * Exits 77 (skipped) without a CUDA device. */
 #include <math.h>
 #include <stdio.h>
@@ -246,12 +246,86 @@ static void test_ln(cc_ctx *c) {
   test_ln_one(c, 300, 20, 540); /* many rows: several row ranges for dgamma */
 }
 
+/* ---- RMS norm ---- */
+
+static void test_rms_one(cc_ctx *c, int64_t rows, int64_t cols, uint64_t seed) {
+  char what[96], msg[160];
+  snprintf(what, sizeof what, "rmsnorm [%lld, %lld]", (long long)rows, (long long)cols);
+  const int64_t nx = rows * cols;
+  const float eps = 1e-6f;
+  float *hx = normal(nx, seed, 1.5f, 0.5f), *hdy = normal(nx, seed + 1, 1.0f, 0.0f);
+  float *hw = normal(cols, seed + 2, 0.5f, 1.0f), *hdw = normal(cols, seed + 3, 1.0f, 0.0f);
+  cc_pair x, dy, w, y, rstd, dx, dw;
+  mk(c, &x, (size_t)nx * 4, hx);
+  mk(c, &dy, (size_t)nx * 4, hdy);
+  mk(c, &w, (size_t)cols * 4, hw);
+  mk(c, &y, (size_t)nx * 4, NULL);
+  mk(c, &rstd, (size_t)rows * 4, NULL);
+  mk(c, &dx, (size_t)nx * 4, NULL);
+  mk(c, &dw, (size_t)cols * 4, hdw);
+  BOTH(c, be->rmsnorm_forward(be, rows, cols, eps, F(x), F(w), F(y), F(rstd)));
+  snprintf(msg, sizeof msg, "%s y", what);
+  cmp(&y, msg, nx, TOL_NORM);
+  snprintf(msg, sizeof msg, "%s rstd", what);
+  cmp(&rstd, msg, rows, TOL_NORM);
+  float *hr = xmalloc((size_t)rows * 4);
+  CHECK(cc_buf_download(&rstd.cpu, hr, (size_t)rows * 4) == GP_OK, "download");
+  CHECK(cc_pair_upload(&rstd, hr) == GP_OK, "upload");
+  BOTH(c, be->rmsnorm_backward(be, rows, cols, F(x), F(dy), F(w), F(rstd), F(dx), F(dw)));
+  snprintf(msg, sizeof msg, "%s dx", what);
+  cmp(&dx, msg, nx, TOL_NORM);
+  snprintf(msg, sizeof msg, "%s dw (+=)", what);
+  cmp(&dw, msg, cols, TOL_NORM);
+  /* The layer's halves: dx alone (B), then dw alone (W), give one call's bytes. */
+  size_t bytes = (size_t)(nx + cols) * 4;
+  float *want = xmalloc(bytes), *got = xmalloc(bytes);
+  for (int side = 0; side < 2; side++) {
+    gp_backend *be = side ? c->gpu : c->cpu;
+    cc_buf *bx = side ? &dx.gpu : &dx.cpu, *bw = side ? &dw.gpu : &dw.cpu;
+    const float *px = side ? GPUF(x) : CPUF(x), *pdy = side ? GPUF(dy) : CPUF(dy);
+    const float *pw = side ? GPUF(w) : CPUF(w), *pr = side ? GPUF(rstd) : CPUF(rstd);
+    float *out[2] = {want, got};
+    for (int split = 0; split < 2; split++) {
+      gp_status st = cc_buf_upload(bw, hdw, (size_t)cols * 4);
+      float *ddx = (float *)bx->p, *ddw = (float *)bw->p;
+      if (st == GP_OK && !split)
+        st = be->rmsnorm_backward(be, rows, cols, px, pdy, pw, pr, ddx, ddw);
+      if (st == GP_OK && split)
+        st = be->rmsnorm_backward(be, rows, cols, px, pdy, pw, pr, ddx, NULL);
+      if (st == GP_OK && split)
+        st = be->rmsnorm_backward(be, rows, cols, px, pdy, pw, pr, NULL, ddw);
+      if (st == GP_OK) st = cc_buf_download(bx, out[split], (size_t)nx * 4);
+      if (st == GP_OK) st = cc_buf_download(bw, out[split] + nx, (size_t)cols * 4);
+      CHECK(st == GP_OK, "%s halves on %s: %s", what, be->name, gp_error_message());
+    }
+    CHECK(memcmp(want, got, bytes) == 0, "%s on %s: dx alone, then dw alone, differ from one call",
+          what, be->name);
+  }
+  free(want);
+  free(got);
+  cc_pair *all[] = {&x, &dy, &w, &y, &rstd, &dx, &dw};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    cc_pair_free(all[i]);
+  float *hs[] = {hx, hdy, hw, hdw, hr};
+  for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
+    free(hs[i]);
+}
+
+static void test_rms(cc_ctx *c) {
+  test_rms_one(c, 7, 33, 600);
+  test_rms_one(c, 64, 256, 610); /* Llama-like rows */
+  test_rms_one(c, 3, 1, 620);
+  test_rms_one(c, 5, 2500, 630); /* a wide row: 512 threads */
+  test_rms_one(c, 300, 20, 640); /* many rows: several row ranges for dw */
+}
+
 int main(void) {
   cc_ctx c;
   int r = cc_open(&c);
   if (r != 0) return r;
   test_bn(&c);
   test_ln(&c);
+  test_rms(&c);
   cc_close(&c);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;

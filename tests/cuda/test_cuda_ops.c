@@ -201,7 +201,8 @@ static void test_gemm(cc_ctx *c) {
 }
 
 static void test_act(cc_ctx *c) {
-  static const char *names[GP_ACTIVATION_COUNT] = {"relu", "gelu", "tanh", "sigmoid", "gelu_tanh"};
+  static const char *names[GP_ACTIVATION_COUNT] = {"relu",    "gelu",      "tanh",
+                                                   "sigmoid", "gelu_tanh", "silu"};
   for (int act = 0; act < GP_ACTIVATION_COUNT; act++)
     for (int64_t si = 0; si < NSIZES; si++) {
       const int64_t n = sizes[si];
@@ -314,6 +315,38 @@ static void test_axpby(cc_ctx *c) {
       free(hx);
       free(hy);
     }
+}
+
+/* y = a * b, and in place over a and over b (the mul layer's gradients). */
+static void test_mul(cc_ctx *c) {
+  for (int64_t si = 0; si < NSIZES; si++) {
+    const int64_t n = sizes[si];
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *ha = host_floats(n), *hb = host_floats(n);
+    cc_fill_normal(ha, n, 51, 1.0f);
+    add_specials(ha, n);
+    cc_fill_normal(hb, n, 52, 2.0f);
+    cc_pair a, b, y;
+    pair(c, bytes, ha, &a);
+    pair(c, bytes, hb, &b);
+    pair(c, bytes, NULL, &y);
+    char what[64];
+    snprintf(what, sizeof what, "mul n=%lld", (long long)n);
+    CHECK(both_ok(c->cpu->mul(c->cpu, n, CPUF(a), CPUF(b), CPUF(y)),
+                  c->gpu->mul(c->gpu, n, GPUF(a), GPUF(b), GPUF(y)), what) &&
+              cc_pair_compare(&y, what, n, TOL_ELEMENTWISE),
+          "%s", what);
+    snprintf(what, sizeof what, "mul y == b n=%lld", (long long)n);
+    CHECK(both_ok(c->cpu->mul(c->cpu, n, CPUF(a), CPUF(b), CPUF(b)),
+                  c->gpu->mul(c->gpu, n, GPUF(a), GPUF(b), GPUF(b)), what) &&
+              cc_pair_compare(&b, what, n, TOL_ELEMENTWISE),
+          "%s", what);
+    cc_pair_free(&a);
+    cc_pair_free(&b);
+    cc_pair_free(&y);
+    free(ha);
+    free(hb);
+  }
 }
 
 static void test_bias(cc_ctx *c) {
@@ -600,6 +633,7 @@ int main(void) {
   test_act(&c);
   test_dropout(&c);
   test_axpby(&c);
+  test_mul(&c);
   test_bias(&c);
   test_sums(&c);
   test_count_correct(&c);

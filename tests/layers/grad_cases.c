@@ -112,6 +112,16 @@ const grad_case lt_grad_cases[] = {
     /* T = 5 > max_len: allowed with positions; rows of the weight sum several tokens */
     {"positional learned positions", "{type: positional, kind: learned, max_len: 4}", 2,
      {S2(5, 3), S1(5)}, 3, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR, "fi", 4},
+    /* Llama's layers: 19 features leave a tail after the 8-float vector loops */
+    {"rmsnorm", "{type: rmsnorm}", 1, {S2(3, 6)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_NORM},
+    {"rmsnorm eps 3d tail", "{type: rmsnorm, eps: 0.01}", 1, {S3(2, 2, 19)}, 2, FILL_UNIFORM, 0, 0,
+     LT_TOL_FD_NORM},
+    {"silu", "{type: silu}", 1, {S2(3, 4)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH},
+    /* 15 floats: 8 on the AVX2 loop where the CPU has it, 7 on the 4-lane one */
+    {"silu tail", "{type: silu}", 1, {S2(3, 5)}, 1, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH},
+    {"mul", "{type: mul}", 2, {S2(3, 5), S2(3, 5)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"linear init normal", "{type: linear, out_features: 3, init: normal, std: 0.5}", 1, {S1(4)},
+     2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
 };
 /* clang-format on */
 
@@ -122,7 +132,8 @@ const int lt_n_grad_cases = (int)(sizeof lt_grad_cases / sizeof lt_grad_cases[0]
 const char *const lt_grad_types[] = {
     "conv2d", "linear", "batchnorm", "layernorm", "relu", "gelu", "tanh", "sigmoid", "maxpool",
     "avgpool", "global_avgpool", "flatten", "dropout", "add", "concat", "identity", "pad",
-    "softmax_cross_entropy", "embedding", "positional", "attention", NULL,
+    "softmax_cross_entropy", "embedding", "positional", "attention", "rmsnorm", "silu", "mul",
+    NULL,
 };
 /* clang-format on */
 

@@ -408,6 +408,31 @@ def main():
                          p["bias"], tr, 0.1, 1e-5),
                      {"weight": w, "bias": b}, {"running_mean": rm, "running_var": rv}, training)
 
+    # ---- Llama's layers (appended, with their own seed so the cases above keep theirs) ----
+    torch.manual_seed(20261129)
+
+    def llama_rmsnorm(weight, eps):
+        """transformers' LlamaRMSNorm.forward, written out (transformers is not needed)."""
+        def fn(hidden_states):
+            input_dtype = hidden_states.dtype
+            hidden_states = hidden_states.to(torch.float32)
+            variance = hidden_states.pow(2).mean(-1, keepdim=True)
+            hidden_states = hidden_states * torch.rsqrt(variance + eps)
+            return weight * hidden_states.to(input_dtype)
+        return fn
+
+    w = torch.nn.Parameter(torch.rand(16) + 0.5)
+    run_case(out_dir, "rmsnorm", "{type: rmsnorm}", [x(2, 3, 16) * 2 + 0.5],
+             llama_rmsnorm(w, 1e-6), {"weight": w})
+    # 19 features: a tail after the 8-float loops; rows of small values, where eps matters
+    w = torch.nn.Parameter(torch.rand(19) + 0.5)
+    run_case(out_dir, "rmsnorm_eps_tail", "{type: rmsnorm, eps: 1.0e-2}", [x(3, 19) * 0.1],
+             llama_rmsnorm(w, 1e-2), {"weight": w})
+    a = x(2, 3, 13) * 4
+    a[0, 0, 0], a[0, 0, 1], a[1, 2, 3] = -100.0, 100.0, -90.0  # where e^-x overflows
+    run_case(out_dir, "silu", "{type: silu}", [a], F.silu)
+    run_case(out_dir, "mul", "{type: mul}", [x(2, 3, 5), x(2, 3, 5)], torch.mul)
+
 
 if __name__ == "__main__":
     main()

@@ -61,12 +61,16 @@ static int check_cost(const lt_layer *t, const char *name) {
 
 /* Initial values follow PyTorch's defaults: conv and linear U(-b, b) with b = 1/sqrt(fan_in)
  * where fan_in = weight elements / output channels; norms weight 1, bias 0; running mean 0
- * and variance 1. */
+ * and variance 1; init: normal's weight within 6 std of 0 and its bias 0. */
 static int check_init(const lt_layer *t, const char *name) {
   const char *ty = t->l.type->name;
   int w = lt_param_index(t, "weight"), ok = 1;
-  int is_norm = strcmp(ty, "batchnorm") == 0 || strcmp(ty, "layernorm") == 0;
+  int is_norm =
+      strcmp(ty, "batchnorm") == 0 || strcmp(ty, "layernorm") == 0 || strcmp(ty, "rmsnorm") == 0;
   int is_fan = strcmp(ty, "conv2d") == 0 || strcmp(ty, "linear") == 0;
+  /* init: normal (GPT-2's, Llama's): weight N(0, std^2), bias 0 */
+  int is_std = is_fan && w >= 0 && t->l.pdesc[w].init == GP_INIT_NORMAL_STD;
+  if (is_std) is_fan = 0;
   for (int i = 0; i < t->l.n_params; i++) {
     const gp_param_desc *p = &t->l.pdesc[i];
     const float *v = t->b.param[i];
@@ -74,7 +78,8 @@ static int check_init(const lt_layer *t, const char *name) {
     double want = -1, lo = 0, hi = 0, vmax = 0;
     if (strcmp(p->name, "running_var") == 0 || (is_norm && strcmp(p->name, "weight") == 0))
       want = 1;
-    else if (strcmp(p->name, "running_mean") == 0 || (is_norm && strcmp(p->name, "bias") == 0))
+    else if (strcmp(p->name, "running_mean") == 0 ||
+             ((is_norm || is_std) && strcmp(p->name, "bias") == 0))
       want = 0;
     for (int64_t j = 0; j < n; j++) {
       if (want >= 0 && v[j] != want) {
@@ -84,6 +89,10 @@ static int check_init(const lt_layer *t, const char *name) {
         break;
       }
       vmax = fmax(vmax, fabs(v[j]));
+    }
+    if (is_std && i == w && (vmax > 6.0 * p->std || vmax == 0.0)) {
+      SAY("  FAIL %s: %s of N(0, %g^2) has max |value| %g\n", name, p->name, p->std, vmax);
+      ok = 0;
     }
     if (!is_fan || w < 0) continue;
     int64_t fan = lt_param_numel(t, w) / t->l.pdesc[w].shape.d[0];

@@ -20,7 +20,8 @@
 static const char *const all_types[] = {
     "conv2d", "linear", "batchnorm", "layernorm", "relu", "gelu", "tanh", "sigmoid", "maxpool",
     "avgpool", "global_avgpool", "flatten", "add", "concat", "identity", "pad",
-    "softmax_cross_entropy", "embedding", "positional", "attention", NULL,
+    "softmax_cross_entropy", "embedding", "positional", "attention", "rmsnorm", "silu", "mul",
+    NULL,
 };
 /* clang-format on */
 

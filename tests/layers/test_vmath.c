@@ -3,8 +3,9 @@
  * others), its underflow, overflow, NaN and -inf; erf within 5e-7 absolute, odd, and
  * +-1 in the tails; and a scalar gives the bits of the same value inside a vector. Then the
  * CPU kernels built on them against double references at sizes with and without a partial
- * vector: softmax cross-entropy (with label smoothing), GELU forward and backward, and
- * count_correct's argmax (first maximum, NaN, infinity), and pooling's vector paths. */
+ * vector: softmax cross-entropy (with label smoothing), GELU forward and backward, SiLU's AVX2
+ * loops against its 4-lane ones, and count_correct's argmax (first maximum, NaN, infinity), and
+ * pooling's vector paths. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "core/cpu/cpu.h"
 #include "core/cpu/vmath.h"
 #include "tests/support/check.h"
 
@@ -266,6 +268,54 @@ static void check_pool(gp_backend *be, int64_t h, int64_t w, int64_t k, int64_t 
   free(am);
 }
 
+/* SiLU's 8-lane AVX2 loops (core/cpu/eltwise.c) give the bits of its 4-lane ones, forward
+ * and backward, over values from -110 to 110 (exp's clamps and overflow among them) and NaN,
+ * +-inf; and both are within 1e-6 relative (plus 1e-30) of x / (1 + e^-x) and its derivative
+ * in double. */
+static void check_silu(gp_backend *be, int64_t n) {
+  float *x = malloc((size_t)n * 4), *dy = malloc((size_t)n * 4), *out[2][2];
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 2; j++)
+      out[k][j] = malloc((size_t)n * 4);
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = (float)(-110.0 + 220.0 * (double)((i * 7919) % n) / (double)n);
+    dy[i] = (float)(0.5 + (double)(i % 5) * 0.25);
+  }
+  if (n > 10) x[3] = NAN, x[5] = INFINITY, x[9] = -INFINITY, x[10] = -88.5f;
+  int ok = 1;
+  for (int wide = 0; wide < 2; wide++) {
+    gp_cpu_silu_avx2_set(wide);
+    ok &= be->act_forward(be, GP_ACTIVATION_SILU, n, x, out[wide][0]) == GP_OK;
+    ok &= be->act_backward(be, GP_ACTIVATION_SILU, n, x, NULL, dy, out[wide][1]) == GP_OK;
+  }
+  gp_cpu_silu_avx2_set(1);
+  CHECK(ok, "silu n=%lld runs", (long long)n);
+  CHECK(memcmp(out[0][0], out[1][0], (size_t)n * 4) == 0 &&
+            memcmp(out[0][1], out[1][1], (size_t)n * 4) == 0,
+        "silu n=%lld: the AVX2 loops give the 4-lane loops' bits", (long long)n);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double v = x[i], s = 1.0 / (1.0 + exp(-v)), y = v * s;
+    double g = dy[i] * s * (1.0 + v * (1.0 - s));
+    if (isnan(v)) {
+      bad += !isnan(out[0][0][i]);
+      continue;
+    }
+    if (isinf(v)) continue; /* inf / inf and 0 * inf: NaN, as PyTorch */
+    /* the derivative's terms cancel near x = -1.28: relative to their size, not the sum's */
+    double gs = dy[i] * s * (1.0 + fabs(v * (1.0 - s)));
+    bad += fabs(out[0][0][i] - y) > 1e-6 * fabs(y) + 1e-30;
+    bad += fabs(out[0][1][i] - g) > 1e-6 * gs + 1e-30;
+  }
+  CHECK(bad == 0, "silu n=%lld: %lld values off x / (1 + e^-x) and its derivative", (long long)n,
+        (long long)bad);
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 2; j++)
+      free(out[k][j]);
+  free(x);
+  free(dy);
+}
+
 int main(void) {
   for (int64_t i = -87 * 4096; i <= 88 * 4096; i++)
     check_exp((float)i / 4096.0f);
@@ -326,6 +376,8 @@ int main(void) {
     check_gelu(be, t ? GP_ACTIVATION_GELU_TANH : GP_ACTIVATION_GELU, 3);
     check_gelu(be, t ? GP_ACTIVATION_GELU_TANH : GP_ACTIVATION_GELU, 100003);
   }
+  check_silu(be, 13);
+  check_silu(be, 100003);
   for (int64_t w = 2; w <= 21; w++) {
     check_pool(be, w % 3 ? 6 : 7, w, 2, 2, 0, 0);
     if (w >= 3) check_pool(be, 5 + w % 2, w, 3, 1, 1, (int)(w % 2));

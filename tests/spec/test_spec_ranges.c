@@ -25,8 +25,8 @@ static const refused cases[] = {
     {"unknown key of a layer without settings", H BEFORE("{type: relu, qqqq: 1}") LOSS,
      "t.yaml:2:29: unknown key 'qqqq' for relu (its keys: name, from, repeat, type)"},
     {"unknown key of linear", H "layers: [{type: linear, out_features: 3, zzzz: 1}]\n" LOSS,
-     "t.yaml:2:48: unknown key 'zzzz' for linear (its keys: out_features, bias, init, name, from, "
-     "repeat, type)"},
+     "t.yaml:2:48: unknown key 'zzzz' for linear (its keys: out_features, bias, init, std, name, "
+     "from, repeat, type)"},
     {"a near key is still suggested", H "layers: [{type: linear, out_features: 3, bais: 1}]\n" LOSS,
      "t.yaml:2:48: unknown key 'bais' for linear; did you mean 'bias'?"},
     {"unknown optimizer key", H LIN LOSS "train: {optimizer: {type: sgd, zzzz: 1}}\n",
