@@ -31,6 +31,10 @@ typedef struct gp_partition {
   /* re-materialization per stage: activation slots (of gp_partition_in_flight) that drop,
    * remat auto's choice under the memory limit; and the micro-batches of M that recompute */
   int drop[GP_MAX_DEVICES], recomputed[GP_MAX_DEVICES];
+  /* remat auto: the other slots that drop their cheap layers' activations alone (selective
+   * re-materialization, gp_stage_remat_set), and the bytes those layers keep a micro-batch */
+  int sel[GP_MAX_DEVICES], sel_micro[GP_MAX_DEVICES]; /* (and the micro-batches they hold) */
+  double cheap_bytes[GP_MAX_DEVICES];
   double max_time, spread; /* slowest stage, slowest - fastest */
   double imbalance;        /* max / mean stage time */
   double bubble;           /* simulated with core/schedule/schedule.h */
