@@ -168,7 +168,7 @@ void tr_report_memory(run *r, const gp_plan *plan) {
   printf("memory: peak %.2f MiB (%zu bytes)", (double)sum / mib, sum);
   if (k > 1) printf(", the sum of %d stages: %s MiB", k, per);
   if (r->mem_limit) printf("; limit %.2f MiB per stage", (double)r->mem_limit / mib);
-  char choice[GP_MAX_DEVICES * 96];
+  char choice[GP_MAX_DEVICES * 128];
   remat_choice(plan, choice, sizeof choice);
   printf("%s\n", choice);
 }
