@@ -49,9 +49,10 @@ void gp_pass_free(gp_pass *p);
 #define GP_REMAT_CHEAP_FLOPS_PER_BYTE 4.0
 /* Selective re-materialization's layers among nodes [first, end) (flag[i] for those i, the
  * others left alone): the cheap ones (their forward FLOPs per byte they keep under
- * GP_REMAT_CHEAP_FLOPS_PER_BYTE; never a loss), less any that writes over its input in
- * place (gp_node_in_place) where the producer is not flagged: dropping it would save nothing,
- * and so an in-place pair is always flagged alike and the forward's aliasing does not change.
+ * GP_REMAT_CHEAP_FLOPS_PER_BYTE; never the loss), except that a node writing over its input
+ * in place (gp_node_in_place) is flagged as its producer is (dropping it alone would save
+ * nothing): an in-place pair is always flagged alike, so the forward's aliasing never changes
+ * and a recompute never writes over a kept tensor nor a kept one lives in the scratch.
  * Returns the bytes per sample they keep (outputs, less in-place ones, and saved state); *flops,
  * when given, their forward FLOPs per sample. */
 int64_t gp_stage_remat_set(const gp_model *m, const int *reader, int first, int end,

@@ -554,8 +554,8 @@ gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_
   int *reader = malloc(sizeof(int) * (size_t)(m->n_inputs + m->n_nodes));
   gp_status s = GP_OK;
   if (!out->fwd || !out->bwd || !out->fwd_flops || !out->bwd_flops || !out->params ||
-      !out->act_bytes || !out->out_bytes || !out->grad_bytes || !out->wkeep_bytes || !out->cut_bytes || !last ||
-      !reader || !out->cheap_bytes || !out->cheap_share || !flag) {
+      !out->act_bytes || !out->out_bytes || !out->grad_bytes || !out->wkeep_bytes ||
+      !out->cut_bytes || !last || !reader || !out->cheap_bytes || !out->cheap_share || !flag) {
     s = GP_ERR(GP_ERR_NOMEM, "out of host memory for the costs of %d units", n);
     goto done;
   }

@@ -51,8 +51,9 @@ typedef struct gp_plan {
 gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out);
 /* remat auto's choice for p's split (gp_plan_make calls it): each stage's fewest dropping
  * slots whose estimate fits ps->mem_limit (else a CUDA device's memory; on the CPU without a
- * limit, none drop), slots dropping their cheap layers' activations alone first. GP_ERR_USAGE in one line when a stage does not fit even with every slot
- * dropping, saying how many stages would. */
+ * limit, none drop), slots dropping their cheap layers' activations alone first. GP_ERR_USAGE in
+ * one line when a stage does not fit even with every slot dropping, saying how many stages would.
+ */
 gp_status gp_plan_choose_remat(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *p);
 /* The micro-batches of stage s that recompute under p's re-materialization. */
 int gp_plan_recomputed(const gp_plan *p, int s);
