@@ -104,11 +104,12 @@ static void plan_for(gp_schedule_kind sched, size_t limit, gp_plan *plan) {
   gp_model_free(mo);
 }
 
-static void train(gp_schedule_kind sched, gp_remat remat, size_t limit, run_out *o) {
+/* copies: stages hand tensors by copies, not in place (gp_pipeline_opts.channels) */
+static void train_by(gp_schedule_kind sched, gp_remat remat, size_t limit, int copies, run_out *o) {
   gp_model *mo = load(sched, remat, limit);
   gp_plan plan;
   gp_trainer t;
-  gp_pipeline_opts po = {.cores = 1, .channels = GP_CHAN_AUTO};
+  gp_pipeline_opts po = {.cores = 1, .channels = copies ? GP_CHAN_FORCE_COPY : GP_CHAN_AUTO};
   if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
   if (gp_trainer_init(&t, mo, &plan, &po, 42) != GP_OK) gp_t_die("init");
   int64_t per = gp_shape_numel(&mo->inputs[0].shape);
@@ -135,6 +136,10 @@ static void train(gp_schedule_kind sched, gp_remat remat, size_t limit, run_out 
   free(y);
   gp_trainer_free(&t);
   gp_model_free(mo);
+}
+
+static void train(gp_schedule_kind sched, gp_remat remat, size_t limit, run_out *o) {
+  train_by(sched, remat, limit, 0, o);
 }
 
 /* Bit for bit: the losses, the weights and the running statistics. */
@@ -209,6 +214,9 @@ static void model(void) {
     check(got.peak0 < want.peak0, "gpipe selective: stage 0's measured peak below remat never's");
     printf("%s gpipe selective at %zu: stage 0 peak %zu bytes against %zu\n",
            text == res ? "res" : "ln", pure, got.peak0, want.peak0);
+    free_out(&got);
+    train_by(GP_SCHED_GPIPE, GP_REMAT_AUTO, pure, 1, &got);
+    check(same(&got, &want), "gpipe selective, hand-offs by copies: bit for bit remat never");
     free_out(&got);
   }
   if (mixed) {
