@@ -22,8 +22,9 @@ typedef struct gp_bench_run {
   int naive, one; /* indices of its references: (K, 1, gpipe, never) and (1, 1, gpipe, never) */
   char balance[GP_PLAN_BALANCE_LEN]; /* any K's, whole */
   char devices[GP_MAX_DEVICES][16];
-  int recomputed[GP_MAX_DEVICES]; /* per stage: micro-batches re-materialized (remat auto's choice)
-                                   */
+  /* per stage: micro-batches re-materialized (remat auto's choice), and those recomputing their
+   * cheap layers alone (selective) */
+  int recomputed[GP_MAX_DEVICES], selective[GP_MAX_DEVICES];
   int cores_used; /* min(C, K * max(1, C / K)), or K x T with --threads-per-stage; under W
                      processes, W times that of a process's ceil(K / P) stages */
   int gpus_used;  /* distinct CUDA devices of its stages (its utilization is against them) */

@@ -465,6 +465,9 @@ static void json_run(FILE *f, const gp_bench *b, const gp_bench_run *r) {
   fprintf(f, "], \"recomputed_micro_batches\": [");
   for (int s = 0; s < r->k; s++)
     fprintf(f, "%s%d", s ? ", " : "", r->recomputed[s]);
+  fprintf(f, "], \"selective_micro_batches\": [");
+  for (int s = 0; s < r->k; s++)
+    fprintf(f, "%s%d", s ? ", " : "", r->selective[s]);
   fprintf(f, "], \"cores_used\": %d,\n   \"fits\": %s, \"memory_error\": ", r->cores_used,
           r->over_limit ? "false" : "true");
   if (r->over_limit)

@@ -379,6 +379,7 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
   for (int s = 0; s < r->k; s++) {
     memcpy(out->devices[s], plan.st[s].device, sizeof out->devices[s]);
     out->recomputed[s] = gp_plan_recomputed(&plan, s);
+    out->selective[s] = gp_plan_selective(&plan, s);
   }
   gp_dist *dist; /* NULL in one process */
   GP_TRY(gp_bench_dist_layout(c, r, gp_plan_chunks(&plan), &dist));

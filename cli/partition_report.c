@@ -2,12 +2,14 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
 #include "cli/partition.h"
 #include "core/decimal.h"
 #include "core/io/json.h"
+#include "core/exec/pass.h"
 #include "core/plan/choose.h"
 #include "core/plan/plan.h"
 
@@ -28,6 +30,33 @@ static stage_sums sums(const gp_unit_costs *c, const gp_partition *p, int s) {
     r.bwd += c->bwd[u];
   }
   return r;
+}
+
+/* Selective re-materialization's layers in units [a, b): "37 layers (batchnorm, relu, add)". */
+static void sel_layers(const gp_model *m, int a, int b, char *buf, size_t n) {
+  int *reader = malloc(sizeof(int) * (size_t)(m->n_inputs + m->n_nodes));
+  unsigned char *flag = calloc((size_t)m->n_nodes + 1, 1);
+  snprintf(buf, n, "?");
+  if (reader && flag) {
+    gp_model_readers(m, reader);
+    int first = m->unit_first[a], end = m->unit_first[b], count = 0;
+    gp_stage_remat_set(m, reader, first, end, flag, NULL);
+    char names[160] = "";
+    size_t k = 0;
+    for (int i = first; i < end; i++) {
+      if (!flag[i]) continue;
+      count++;
+      const char *t = m->nodes[i].layer.type->name;
+      int seen = 0;
+      for (int j = first; j < i; j++)
+        seen |= flag[j] && m->nodes[j].layer.type->name == t;
+      if (!seen && k < sizeof names)
+        k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", k ? ", " : "", t);
+    }
+    snprintf(buf, n, "%d layers (%s)", count, names);
+  }
+  free(reader);
+  free(flag);
 }
 
 static double total_time(const gp_partition *p) {
@@ -119,7 +148,7 @@ void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_u
     if ((int)strlen(names[s]) > w) w = (int)strlen(names[s]);
   }
   double tt = total_time(p);
-  printf("%s  %-*s  count     params   GFLOPs  time %%  memory MiB  recompute  "
+  printf("%s  %-*s  count     params   GFLOPs  time %%  memory MiB      recompute  "
          "sends/micro-batch\n",
          q->chunks > 1 ? "chunk  stage" : "stage", w, "units");
   for (int s = 0; s < p->stages; s++) {
@@ -127,12 +156,24 @@ void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_u
     char out[32] = "-", on[16] = ""; /* interleaved: the stage (device) that holds the chunk */
     if (s < p->stages - 1)
       gp_args_bytes_str((double)c->cut_bytes[p->first[s + 1]], 1, out, sizeof out);
-    char rc[24]; /* the micro-batches whose backward re-runs the forward */
-    snprintf(rc, sizeof rc, "%d of %d", p->recomputed[s], q->micro);
+    char rc[40]; /* the micro-batches whose backward re-runs the forward (or its cheap layers) */
+    if (p->sel_micro[s])
+      snprintf(rc, sizeof rc, "%d+%ds of %d", p->recomputed[s], p->sel_micro[s], q->micro);
+    else
+      snprintf(rc, sizeof rc, "%d of %d", p->recomputed[s], q->micro);
     if (q->chunks > 1) snprintf(on, sizeof on, "%5d  ", s % devs);
-    printf("%5d  %s%-*s  %5d  %9" PRId64 "  %7.3f  %6.1f  %10.1f  %9s  %s\n", s, on, w, names[s],
+    printf("%5d  %s%-*s  %5d  %9" PRId64 "  %7.3f  %6.1f  %10.1f  %13s  %s\n", s, on, w, names[s],
            p->first[s + 1] - p->first[s], r.params, r.flops / 1e9,
            tt > 0 ? 100 * p->time[s] / tt : 0.0, p->memory[s] / 1048576.0, rc, out);
+  }
+  for (int s = 0, shown = 0; s < p->stages; s++) {
+    if (!p->sel_micro[s]) continue;
+    char what[256];
+    sel_layers(m, p->first[s], p->first[s + 1], what, sizeof what);
+    printf("%s %s %d: %ds: %d micro-batches drop and recompute their cheap layers' activations "
+           "alone (selective): %s, %.1f MiB a micro-batch\n",
+           shown++ ? "          " : "\nremat     ", q->chunks > 1 ? "chunk" : "stage", s,
+           p->sel_micro[s], p->sel_micro[s], what, p->cheap_bytes[s] / 1048576.0);
   }
   printf("\nimbalance   %.3f (slowest %s / mean %s time)\n", p->imbalance,
          q->chunks > 1 ? "chunk" : "stage", q->chunks > 1 ? "chunk" : "stage");
@@ -226,6 +267,8 @@ void gp_part_print_json(const gp_model *m, const gp_part_request *q, const gp_un
     json_num(q->has_limit ? q->mem_limit[s] : NAN);
     printf(", \"recomputed_micro_batches\": %d, \"dropping_slots\": %d", p->recomputed[s],
            p->drop[s]);
+    printf(", \"selective_micro_batches\": %d, \"selective_slots\": %d", p->sel_micro[s],
+           p->sel[s]);
     printf(", \"boundary_bytes\": %" PRId64 "}",
            s < p->stages - 1 ? c->cut_bytes[p->first[s + 1]] : (int64_t)0);
   }

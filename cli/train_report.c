@@ -135,9 +135,16 @@ static void remat_choice(const gp_plan *plan, char *buf, size_t n) {
   if (plan->remat != GP_REMAT_AUTO) return;
   size_t k = (size_t)snprintf(buf, n, "; remat auto:");
   for (int s = 0; s < plan->stages && k < n; s++) {
-    int rc = gp_plan_recomputed(plan, s);
-    char what[64] = "none";
-    if (rc) snprintf(what, sizeof what, "recomputes %d of %d micro-batches", rc, plan->micro);
+    int rc = gp_plan_recomputed(plan, s), sc = gp_plan_selective(plan, s);
+    char what[128] = "none";
+    if (rc && sc)
+      snprintf(what, sizeof what, "recomputes %d of %d micro-batches, %d more their cheap layers",
+               rc, plan->micro, sc);
+    else if (rc)
+      snprintf(what, sizeof what, "recomputes %d of %d micro-batches", rc, plan->micro);
+    else if (sc)
+      snprintf(what, sizeof what, "recomputes the cheap layers of %d of %d micro-batches", sc,
+               plan->micro);
     k += (size_t)snprintf(buf + k, n - k, "%s stage %d %s (estimated %.2f MiB)", s ? "," : "", s,
                           what, plan->mem_est[s] / 1048576.0);
   }
@@ -161,7 +168,7 @@ void tr_report_memory(run *r, const gp_plan *plan) {
   printf("memory: peak %.2f MiB (%zu bytes)", (double)sum / mib, sum);
   if (k > 1) printf(", the sum of %d stages: %s MiB", k, per);
   if (r->mem_limit) printf("; limit %.2f MiB per stage", (double)r->mem_limit / mib);
-  char choice[GP_MAX_DEVICES * 96];
+  char choice[GP_MAX_DEVICES * 128];
   remat_choice(plan, choice, sizeof choice);
   printf("%s\n", choice);
 }

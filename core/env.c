@@ -40,6 +40,9 @@ static const env_setting settings[GP_ENV_COUNT] = {
     [GP_ENV_NCCL] = {"GP_NCCL", 0, 1, NULL,
                      "0: GPU stages in different processes hand tensors and sum gradients "
                      "through MPI (staged in page-locked host memory) instead of NCCL"},
+    [GP_ENV_REMAT_SELECTIVE] = {"GP_REMAT_SELECTIVE", 0, 1, NULL,
+                                "0: remat auto drops whole micro-batches alone, never the cheap "
+                                "layers' activations first"},
 };
 
 /* variables gpipe's scripts and tests set, which the programs do not read */

@@ -120,6 +120,11 @@ typedef struct stage {
   gp_arena scratch;     /* forwards whose activations are dropped (re-materialization) */
   gp_mem_meter meter;
   gp_pass *pass; /* M passes */
+  /* remat auto's selective slots (plan remat_drop, remat_sel): micro-batch m drops the
+   * activations of the nodes flagged in remat (gp_stage_remat_set; NULL: none) where
+   * remat_drop <= m % slots < remat_drop + remat_sel */
+  unsigned char *remat;
+  int remat_drop, remat_sel;
   /* the list defers W (zero-bubble): a backward runs the input half alone and the slot stays
    * held until its W, which adds the weight gradients and frees it */
   int split;

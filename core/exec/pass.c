@@ -94,12 +94,39 @@ int gp_node_hands_both(const gp_model *m, int i, int first) {
   return last_other_reader(m, n->in[hi], i) < 0 && last_other_reader(m, n->in[lo], i) <= prod[hi];
 }
 
+int64_t gp_stage_remat_set(const gp_model *m, const int *reader, int first, int end,
+                           unsigned char *flag, double *flops) {
+  int64_t bytes = 0;
+  double f = 0;
+  for (int i = first; i < end; i++) {
+    const gp_node *n = &m->nodes[i];
+    gp_cost c;
+    memset(&c, 0, sizeof c);
+    n->layer.type->cost(&n->layer, &c);
+    int place = gp_node_in_place(m, reader, i, first);
+    int64_t keeps = (place ? 0 : c.out_bytes) + c.saved_bytes;
+    flag[i] = !n->layer.type->is_loss && i != m->n_nodes - 1 && c.out_bytes > 0 &&
+              c.fwd_flops < GP_REMAT_CHEAP_FLOPS_PER_BYTE * (double)(c.out_bytes + c.saved_bytes);
+    /* in place, the producer is in [first, i) (gp_node_in_place): flagged alike, as one */
+    if (place) flag[i] = flag[n->in[0] - m->n_inputs];
+    if (!flag[i]) continue;
+    bytes += keeps;
+    f += c.fwd_flops;
+  }
+  if (flops) *flops = f;
+  return bytes;
+}
+
 gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
   const gp_model *m = p->m;
   gp_tensor in[GP_MAX_INPUTS];
+  gp_arena *own = e->arena;
   for (int i = p->first; i < p->end; i++) {
     const gp_node *n = &m->nodes[i];
     const gp_layer *l = &n->layer;
+    int flagged = p->remat && p->remat[i];
+    if (p->remat_only && !flagged) continue;
+    gp_arena *ar = flagged && p->remat_arena ? p->remat_arena : own;
     for (int j = 0; j < n->n_in; j++) {
       in[j] = p->val[n->in[j]];
       if (!in[j].data)
@@ -112,12 +139,14 @@ gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
       p->val[t] = in[0];
       p->val[t].shape = s;
     } else {
-      GP_TRY(gp_arena_tensor(e->arena, l->out_dtype, &s, &p->val[t]));
+      GP_TRY(gp_arena_tensor(ar, l->out_dtype, &s, &p->val[t]));
     }
     p->saved[i] = NULL;
     e->bind = e->binds ? &e->binds[i - e->bind_first] : NULL;
     if (e->on_layer) e->on_layer(e, i, 0, 0);
+    e->arena = ar; /* (its saved state too) */
     gp_status st = l->type->forward(l, e, in, &p->val[t], &p->saved[i]);
+    e->arena = own;
     if (st != GP_OK) return node_error(m, i, "forward", st);
     if (e->on_layer) e->on_layer(e, i, 0, 1);
   }

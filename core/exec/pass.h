@@ -16,6 +16,13 @@ typedef struct gp_pass {
   int *reader;     /* same: the one node reading the tensor in the model, or -1 (none, several) */
   unsigned char *both; /* n_nodes entries: gp_node_hands_both for the pass's nodes */
   void **saved;        /* n_nodes entries */
+  /* Selective re-materialization (gp_stage_remat_set): where remat is set, the forward puts
+   * the outputs and saved state of the nodes flagged in it (n_nodes entries) in remat_arena,
+   * not e->arena, so they go when that arena is reset; remat_only: the forward runs the
+   * flagged nodes alone (the re-materializing forward before the backward). */
+  const unsigned char *remat;
+  gp_arena *remat_arena;
+  int remat_only;
 } gp_pass;
 
 gp_status gp_pass_init(gp_pass *p, const gp_model *m, int first, int end, int64_t batch);
@@ -36,6 +43,20 @@ int gp_node_in_place(const gp_model *m, const int *reader, int i, int first);
  * another stage counts as made before the pass (its gradient is read when the pass ends). */
 int gp_node_hands_both(const gp_model *m, int i, int first);
 void gp_pass_free(gp_pass *p);
+/* Recompute FLOPs per byte saved below which a node counts as cheap to re-materialize
+ * (element-wise activations and dropout, norms, adds, small pools: about 0.1 to 2.5 against
+ * convolutions' and attention's hundreds). */
+#define GP_REMAT_CHEAP_FLOPS_PER_BYTE 4.0
+/* Selective re-materialization's layers among nodes [first, end) (flag[i] for those i, the
+ * others left alone): the cheap ones (their forward FLOPs per byte they keep under
+ * GP_REMAT_CHEAP_FLOPS_PER_BYTE; never the loss), except that a node writing over its input
+ * in place (gp_node_in_place) is flagged as its producer is (dropping it alone would save
+ * nothing): an in-place pair is always flagged alike, so the forward's aliasing never changes
+ * and a recompute never writes over a kept tensor nor a kept one lives in the scratch.
+ * Returns the bytes per sample they keep (outputs, less in-place ones, and saved state); *flops,
+ * when given, their forward FLOPs per sample. */
+int64_t gp_stage_remat_set(const gp_model *m, const int *reader, int first, int end,
+                           unsigned char *flag, double *flops);
 /* Forward of nodes [first, end). Inputs of the range (model inputs, tensors of earlier
  * nodes) must be set in p->val first. */
 gp_status gp_pass_forward(gp_pass *p, gp_exec *e);

@@ -252,6 +252,11 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
     st->slot_arena[m].meter = &st->meter;
     GP_TRY(gp_pass_init(&st->pass[m], pl->m, st->first, st->end, 0));
   }
+  if (st->remat_sel > 0) {
+    if (!(st->remat = calloc((size_t)pl->m->n_nodes, 1)))
+      return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
+    gp_stage_remat_set(pl->m, st->pass[0].reader, st->first, st->end, st->remat, NULL);
+  }
   return GP_OK;
 }
 
@@ -575,6 +580,10 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
     pl->st[i].index = i;
     pl->st[i].first = plan->st[i].first_node;
     pl->st[i].end = plan->st[i].end_node;
+    if (plan->remat == GP_REMAT_AUTO) {
+      pl->st[i].remat_drop = plan->remat_drop[i];
+      pl->st[i].remat_sel = plan->remat_sel[i];
+    }
     pthread_cond_init(&pl->st[i].arrived, NULL);
   }
   if (s == GP_OK) s = find_boundaries(pl);
@@ -661,6 +670,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
     gp_params_free(&st->params);
     free(st->slot_arena);
     free(st->pass);
+    free(st->remat);
     free(st->box);
     free(st->in);
     free(st->out);

@@ -215,6 +215,7 @@ static gp_status gather_inputs(stage *st, int m, gp_pass *p, gp_arena *keep) {
  * queue's mark ev_fwd[m] is recorded before any is posted: what consumers wait for. */
 static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int copy,
                               int want_grads) {
+  const int n_in = st->pl->m->n_inputs;
   if (!st->n_out) return GP_OK;
   void **grad_to = st->grad_to;
   for (int o = 0; o < st->n_out; o++) {
@@ -224,7 +225,9 @@ static gp_status send_outputs(stage *st, int m, gp_pass *p, gp_arena *keep, int 
     int first_use = 1;
     for (int q = 0; q < o; q++)
       first_use &= st->out[q].t != eo->t;
-    if (copy && first_use) { /* the activations are about to be dropped: keep this one */
+    /* the activations (or the selective layers') are about to be dropped: keep this one */
+    int dropped = copy || (p->remat && eo->t >= n_in && p->remat[eo->t - n_in]);
+    if (dropped && first_use) {
       gp_tensor kept;
       GP_TRY(gp_arena_tensor(keep, v.dtype, &v.shape, &kept));
       GP_TRY(st->be->copy(st->be, kept.data, v.data, bytes));
@@ -262,12 +265,24 @@ static gp_status timed_pass(stage *st, gp_action_kind kind, int m, gp_pass *p, g
   return gp_pl_record(st, kind, m, t0, t1, busy_s(st->pl) - c0, 0);
 }
 
+/* Whether micro-batch m of a training step drops its selective layers' activations alone
+ * (not when the whole micro-batch recomputes). */
+static int selective(const stage *st, int m, int whole) {
+  int r = m % st->pl->sched.slots[st->index];
+  return st->remat && !whole && r >= st->remat_drop && r < st->remat_drop + st->remat_sel;
+}
+
 static gp_status do_forward(stage *st, int m, int drop, int training) {
   gp_pipeline *pl = st->pl;
   int slot = training ? m % pl->sched.slots[st->index] : m;
   gp_pass *p = &st->pass[slot];
   gp_arena *keep = &st->slot_arena[slot];
   pass_clear(p, pl->off[m + 1] - pl->off[m]);
+  /* selective: the flagged layers' outputs go to the scratch, reset once the forward is done */
+  int sel = training && selective(st, m, drop);
+  p->remat = sel ? st->remat : NULL;
+  p->remat_arena = sel ? &st->scratch : NULL;
+  p->remat_only = 0;
   GP_TRY(gather_inputs(st, m, p, keep));
   gp_exec e = exec_for(st, p, m, training, 0, drop ? &st->scratch : keep);
   GP_TRY(timed_pass(st, GP_A_FORWARD, m, p, &e, training));
@@ -287,16 +302,20 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   st->acc.counted += e.counted;
   GP_TRY(send_outputs(st, m, p, keep, drop, training));
   if (!training && pl->pred && st->index == pl->k - 1) GP_TRY(predict_micro(st, m));
-  if (drop) {
+  if (drop || sel) {
     GP_TRY(gp_arena_reset(&st->scratch)); /* only dropped forwards use it */
     for (int i = st->first; i < st->end; i++) {
       int t = pl->m->n_inputs + i;
       int sent = 0;
       for (int o = 0; o < st->n_out; o++)
         sent |= st->out[o].t == t;
+      if (sel && !st->remat[i]) continue;
+      if (sel) p->saved[i] = NULL; /* (it was in the scratch too) */
       if (!sent) memset(&p->val[t], 0, sizeof p->val[t]);
     }
   }
+  p->remat = NULL;
+  p->remat_arena = NULL;
   return GP_OK;
 }
 
@@ -360,6 +379,14 @@ static gp_status do_backward(stage *st, int m, int recompute) {
   if (recompute) {
     gp_exec e = exec_for(st, p, m, 1, 1, work);
     GP_TRY(timed_pass(st, GP_A_RECOMPUTE, m, p, &e, 1));
+  } else if (selective(st, m, 0)) { /* the flagged layers alone, from what the slot kept */
+    gp_exec e = exec_for(st, p, m, 1, 1, work);
+    p->remat = st->remat;
+    p->remat_only = 1;
+    gp_status r = timed_pass(st, GP_A_RECOMPUTE, m, p, &e, 1);
+    p->remat = NULL;
+    p->remat_only = 0;
+    GP_TRY(r);
   }
   GP_TRY(wait_for(st, &st->box[m].grads, st->n_grads_expected, "the gradient", m));
   /* sum the gradients that later stages wrote for this stage's outputs, once their writes

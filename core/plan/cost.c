@@ -42,6 +42,8 @@ void gp_unit_costs_free(gp_unit_costs *c) {
   free(c->out_bytes);
   free(c->grad_bytes);
   free(c->wkeep_bytes);
+  free(c->cheap_bytes);
+  free(c->cheap_share);
   free(c->cut_bytes);
   free(c->scratch);
   memset(c, 0, sizeof *c);
@@ -80,9 +82,12 @@ void gp_node_cost(const gp_model *m, int i, gp_cost *c) {
 }
 
 static void analytic(const gp_model *m, int64_t mb, const int *last, const int *reader,
-                     gp_unit_costs *c) {
+                     unsigned char *flag, gp_unit_costs *c) {
   int n = m->n_units;
   for (int u = 0; u < n; u++) {
+    double cf = 0;
+    c->cheap_bytes[u] =
+        gp_stage_remat_set(m, reader, m->unit_first[u], m->unit_first[u + 1], flag, &cf) * mb;
     double f = 0, b = 0;
     int64_t p = 0, act = 0, grad = 0, wkeep = 0;
     for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) {
@@ -113,6 +118,7 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, const int *
     c->bwd_flops[u] = b * (double)mb;
     c->params[u] = p;
     c->act_bytes[u] = act * mb;
+    c->cheap_share[u] = f > 0 ? cf / f : 0.0;
     c->grad_bytes[u] = grad * mb;
     c->wkeep_bytes[u] = wkeep * mb;
     int lastnode = m->unit_first[u + 1] - 1;
@@ -541,18 +547,21 @@ gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_
   out->grad_bytes = calloc(un, sizeof(int64_t));
   out->wkeep_bytes = calloc(un, sizeof(int64_t));
   out->cut_bytes = calloc(un + 1, sizeof(int64_t));
+  out->cheap_bytes = calloc(un, sizeof(int64_t));
+  out->cheap_share = calloc(un, sizeof(double));
+  unsigned char *flag = calloc((size_t)m->n_nodes + 1, 1);
   int *last = malloc(sizeof(int) * (size_t)(m->n_inputs + m->n_nodes));
   int *reader = malloc(sizeof(int) * (size_t)(m->n_inputs + m->n_nodes));
   gp_status s = GP_OK;
   if (!out->fwd || !out->bwd || !out->fwd_flops || !out->bwd_flops || !out->params ||
-      !out->act_bytes || !out->out_bytes || !out->grad_bytes || !out->wkeep_bytes || !out->cut_bytes || !last ||
-      !reader) {
+      !out->act_bytes || !out->out_bytes || !out->grad_bytes || !out->wkeep_bytes ||
+      !out->cut_bytes || !last || !reader || !out->cheap_bytes || !out->cheap_share || !flag) {
     s = GP_ERR(GP_ERR_NOMEM, "out of host memory for the costs of %d units", n);
     goto done;
   }
   last_readers(m, last);
   gp_model_readers(m, reader);
-  analytic(m, micro_batch, last, reader, out);
+  analytic(m, micro_batch, last, reader, flag, out);
   for (int u = 0; u < n; u++) {
     out->fwd[u] = by == GP_COST_FLOPS ? out->fwd_flops[u] : (double)out->params[u];
     out->bwd[u] = by == GP_COST_FLOPS ? out->bwd_flops[u] : 0.0;
@@ -563,6 +572,7 @@ gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_
 done:
   free(last);
   free(reader);
+  free(flag);
   if (s != GP_OK) gp_unit_costs_free(out);
   return s;
 }

@@ -24,6 +24,10 @@ typedef struct gp_unit_costs {
    * node with parameters and what its B keeps (gp_cost.w_bytes); B's other gradients and its
    * temporaries are freed at its end (gp_exec.temp) */
   int64_t *wkeep_bytes;
+  /* selective re-materialization (gp_stage_remat_set over the unit): the bytes of act_bytes
+   * its cheap layers keep, and their share of the unit's forward FLOPs (NULL: none) */
+  int64_t *cheap_bytes;
+  double *cheap_share;
   /* n + 1 entries: bytes of every tensor made before unit c and read at or after it (the
    * labels and other model inputs read later included): what a cut before unit c sends per
    * micro-batch. cut_bytes[0] = the model inputs' bytes, cut_bytes[n] = 0. */

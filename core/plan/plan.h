@@ -28,6 +28,11 @@ typedef struct gp_plan {
    * peak bytes with that choice; 0 under the fixed modes */
   int remat_drop[GP_MAX_DEVICES];
   double mem_est[GP_MAX_DEVICES];
+  /* and the slots after those that drop their cheap layers' activations alone (selective:
+   * micro-batch m where remat_drop <= m % slots < remat_drop + remat_sel; the layers are
+   * gp_stage_remat_set's), with the bytes those layers keep a micro-batch */
+  int remat_sel[GP_MAX_DEVICES];
+  double remat_cheap[GP_MAX_DEVICES];
   int64_t batch; /* gp_plan_read: the batch_size the file was made for; 0 where it records none */
   /* across processes: each stage's process (interleaved: each device's, gp_plan_devices
    * entries), by position in its replica (gp_layout_make's procs_of); n_procs: the positions, 0
@@ -46,11 +51,14 @@ typedef struct gp_plan {
 gp_status gp_plan_make(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *out);
 /* remat auto's choice for p's split (gp_plan_make calls it): each stage's fewest dropping
  * slots whose estimate fits ps->mem_limit (else a CUDA device's memory; on the CPU without a
- * limit, none drop). GP_ERR_USAGE in one line when a stage does not fit even with every slot
- * dropping, saying how many stages would. */
+ * limit, none drop), slots dropping their cheap layers' activations alone first. GP_ERR_USAGE in
+ * one line when a stage does not fit even with every slot dropping, saying how many stages would.
+ */
 gp_status gp_plan_choose_remat(const gp_model *m, const gp_pipeline_spec *ps, gp_plan *p);
 /* The micro-batches of stage s that recompute under p's re-materialization. */
 int gp_plan_recomputed(const gp_plan *p, int s);
+/* Those that recompute their cheap layers alone (remat auto's selective slots). */
+int gp_plan_selective(const gp_plan *p, int s);
 /* The same, the automatic split balancing c (gp_split_costs: measured times, say); c NULL: the
  * analytic FLOPs, as gp_plan_make. */
 struct gp_unit_costs;

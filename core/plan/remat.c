@@ -1,6 +1,7 @@
-/* Re-materialization chosen per stage (remat auto): after the split, each stage drops the
- * activations of as few of its in-flight micro-batches as make its estimated memory fit the
- * limit (--memory-limit, else a CUDA device's memory; none on the CPU without a limit). */
+/* Re-materialization chosen per stage (remat auto): after the split, each stage drops as
+ * little as makes its estimated memory fit the limit (--memory-limit, else a CUDA device's
+ * memory; none on the CPU without a limit): the cheap layers' activations of the fewest
+ * in-flight micro-batches first (selective), then whole micro-batches' (solve.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,8 @@ gp_status gp_plan_choose_remat(const gp_model *m, const gp_pipeline_spec *ps, gp
   int K = p->stages;
   memset(p->remat_drop, 0, sizeof p->remat_drop);
   memset(p->mem_est, 0, sizeof p->mem_est);
+  memset(p->remat_sel, 0, sizeof p->remat_sel);
+  memset(p->remat_cheap, 0, sizeof p->remat_cheap);
   if (p->remat != GP_REMAT_AUTO) return GP_OK;
   int64_t micro = (m->train.batch_size + p->micro - 1) / p->micro;
   double lim[GP_MAX_DEVICES];
@@ -57,6 +60,8 @@ gp_status gp_plan_choose_remat(const gp_model *m, const gp_pipeline_spec *ps, gp
   for (int s = 0; st == GP_OK && s < K; s++) {
     p->remat_drop[s] = part.drop[s];
     p->mem_est[s] = part.memory[s];
+    p->remat_sel[s] = part.sel[s];
+    p->remat_cheap[s] = part.cheap_bytes[s];
     /* a stage with one micro-batch in flight has nothing to choose: gp_pipeline_check_fit and
      * the backend say what does not fit */
     if (lim[s] <= 0 || part.memory[s] <= lim[s] || in_flight_of(p, s) <= 1) continue;
@@ -91,4 +96,12 @@ int gp_plan_recomputed(const gp_plan *p, int s) {
     return P > 1 ? gp_partition_dropped_micro(p->micro, P, p->remat_drop[s]) : 0;
   if (!gp_partition_remats(&r, p->stages, s)) return 0;
   return p->remat == GP_REMAT_ALWAYS ? p->micro : p->micro - 1;
+}
+
+int gp_plan_selective(const gp_plan *p, int s) {
+  if (p->remat != GP_REMAT_AUTO || p->remat_sel[s] < 1) return 0;
+  gp_partition_req r = {.stages = p->stages, .micro = p->micro, .schedule = p->schedule};
+  int P = gp_partition_in_flight(&r, p->stages, s), d = p->remat_drop[s];
+  return gp_partition_dropped_micro(p->micro, P, d + p->remat_sel[s]) -
+         gp_partition_dropped_micro(p->micro, P, d);
 }

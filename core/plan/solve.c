@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/arena.h"
+#include "core/env.h"
 #include "core/schedule/schedule.h"
 
 /* Splits whose slowest stage is within this of the optimum count as optimal (summation order
@@ -60,6 +61,8 @@ typedef struct sums {
   double grad; /* input gradients one micro-batch's backward allocates */
   double wkeep; /* what B leaves for W (gp_unit_costs.wkeep_bytes) */
   double big;  /* the working set: the largest unit's measured scratch, else its activations */
+  double cheap; /* of act: what the cheap layers keep (selective re-materialization) */
+  double cf;    /* their forward's share of f */
 } sums;
 
 /* W's share of a unit's backward, where a schedule splits it: half where the unit has parameters
@@ -77,6 +80,8 @@ static void sums_add(sums *z, const gp_unit_costs *c, int u) {
   z->act += (double)c->act_bytes[u];
   if (c->grad_bytes) z->grad += (double)c->grad_bytes[u];
   if (c->wkeep_bytes) z->wkeep += (double)c->wkeep_bytes[u];
+  if (c->cheap_bytes) z->cheap += (double)c->cheap_bytes[u];
+  if (c->cheap_share) z->cf += c->fwd[u] * c->cheap_share[u];
   double w = c->scratch ? (double)c->scratch[u] : (double)c->act_bytes[u];
   if (w > z->big) z->big = w;
 }
@@ -92,10 +97,20 @@ int gp_partition_dropped_micro(int micro, int slots, int drop) {
   return micro / slots * drop + (micro % slots < drop ? micro % slots : drop);
 }
 
+/* Remat auto's choice for a stage of P slots, as one number L = d (P + 1) + sel: d slots
+ * drop all their activations (whole: keeping the stage input) and sel others drop their cheap
+ * layers' (selective: they recompute those alone, from what the slot keeps). 0: none. */
+static int level_drop(int P, int L) {
+  return L / (P + 1);
+}
+static int level_sel(int P, int L) {
+  return L % (P + 1);
+}
+
 /* The activation slots (of the in_flight ones) of stage s that drop their activations: the
- * fixed modes' (except_last counted as all but one), or remat auto's choice `d`. */
+ * fixed modes' (except_last counted as all but one), or remat auto's choice at level `d`. */
 static int drops_of(const gp_partition_req *r, int K, int s, int d) {
-  if (r->remat == GP_REMAT_AUTO) return d;
+  if (r->remat == GP_REMAT_AUTO) return level_drop(gp_partition_in_flight(r, K, s), d);
   if (!gp_partition_remats(r, K, s)) return 0;
   int P = gp_partition_in_flight(r, K, s);
   return r->remat == GP_REMAT_ALWAYS ? P : P - 1;
@@ -105,11 +120,15 @@ static int drops_of(const gp_partition_req *r, int K, int s, int d) {
  * the M micro-batches; it is counted as a full recompute (the difference is 1/M of it). Under
  * auto, the share of the M micro-batches that the d dropping slots hold recomputes. */
 static double compute_time(const ctx *x, const sums *z, int K, int s, int d) {
-  double rf = gp_partition_remats(x->r, K, s) ? 1.0 : 0.0;
-  if (x->r->remat == GP_REMAT_AUTO && d > 0)
-    rf = gp_partition_dropped_micro(x->r->micro, (int)in_flight(x->r, K, s), d) /
-         (double)x->r->micro;
-  double comp = z->f + z->b + rf * z->f;
+  double rf = gp_partition_remats(x->r, K, s) ? 1.0 : 0.0, rs = 0.0;
+  if (x->r->remat == GP_REMAT_AUTO && d > 0) {
+    int P = (int)in_flight(x->r, K, s), whole = level_drop(P, d), sel = level_sel(P, d);
+    int M = x->r->micro;
+    rf = gp_partition_dropped_micro(M, P, whole) / (double)M;
+    rs = (gp_partition_dropped_micro(M, P, whole + sel) - gp_partition_dropped_micro(M, P, whole)) /
+         (double)M;
+  }
+  double comp = z->f + z->b + rf * z->f + rs * z->cf;
   return comp / speed_of(x->r, s);
 }
 
@@ -135,8 +154,11 @@ static double stage_time(const ctx *x, const sums *z, int K, int s, int a, int b
 static double act_and_grad(const gp_partition_req *r, int K, int s, const sums *z, int d) {
   if (defers_w(r)) return in_flight(r, K, s) * (z->act + z->wkeep) + z->grad;
   if (r->remat == GP_REMAT_AUTO) {
-    double P = in_flight(r, K, s);
-    return (d > 0 ? P - d + 1 : P) * z->act + z->grad;
+    /* selective slots keep all but the cheap layers' activations; the scratch re-materializes
+     * one micro-batch's (all of them where a slot drops all) */
+    int P = (int)in_flight(r, K, s), whole = level_drop(P, d), sel = level_sel(P, d);
+    double redo = whole > 0 ? z->act : sel > 0 ? z->cheap : 0.0;
+    return (P - whole - sel) * z->act + sel * (z->act - z->cheap) + redo + z->grad;
   }
   if (!gp_partition_remats(r, K, s)) return in_flight(r, K, s) * z->act + z->grad;
   return (r->remat == GP_REMAT_EXCEPT_LAST && r->micro > 1 ? 2 : 1) * z->act + z->grad;
@@ -151,7 +173,7 @@ static double act_and_grad(const gp_partition_req *r, int K, int s, const sums *
 static double mem_floor(const ctx *x, const sums *z, int K, int s) {
   double w = 4.0 * z->p * (2.0 + x->r->optim_slots);
   int P = (int)in_flight(x->r, K, s);
-  return w + act_and_grad(x->r, K, s, z, P > 1 ? P : 0) + z->big;
+  return w + act_and_grad(x->r, K, s, z, P > 1 ? P * (P + 1) : 0) + z->big;
 }
 
 /* Stage [a, b) with d dropping slots (drops_of): each micro-batch in flight holds a buffer for
@@ -168,28 +190,34 @@ static double stage_mem(const ctx *x, const sums *z, int K, int s, int a, int b,
   /* a list that defers W: the gradient of the stage's input, handed on at B, stays in the
    * slot until W frees it */
   if (defers_w(x->r) && a > 0) m += fl * (double)x->c->cut_bytes[a];
-  if (x->r->remat == GP_REMAT_AUTO)
-    m += d * ((double)x->c->cut_bytes[a] + out);
-  else if (gp_partition_remats(x->r, K, s))
+  if (x->r->remat == GP_REMAT_AUTO) { /* a selective slot's outputs may be cheap: a copy */
+    int P = (int)fl;
+    m += level_drop(P, d) * ((double)x->c->cut_bytes[a] + out) + level_sel(P, d) * out;
+  } else if (gp_partition_remats(x->r, K, s))
     m += fl * ((double)x->c->cut_bytes[a] + out);
   return m + fl * out;
 }
 
-/* Remat auto's choice for stage [a, b) under limit lim: the fewest dropping slots whose
- * estimate fits (none without a limit, and none where one micro-batch at most is in flight:
- * dropping the only one saves nothing); where none fits, or when `least`, the d of the
- * smallest estimate. 0 for the fixed modes (drops_of gives theirs). */
+/* Remat auto's choice for stage [a, b) under limit lim, as a level (level_drop): the first
+ * whose estimate fits, so the fewest slots drop their cheap layers' activations first and
+ * whole slots drop only when every slot dropping those is not enough (none without a limit,
+ * and none where one micro-batch at most is in flight: dropping the only one saves nothing;
+ * no selective level where the stage has no cheap layers or W is deferred: W would read what
+ * was recomputed, so the slot holds it anyway); where none fits, or when `least`, the level of
+ * the smallest estimate. 0 for the fixed modes (drops_of gives theirs). */
 static int choose_drops(const ctx *x, const sums *z, int K, int s, int a, int b, double lim,
                         int least) {
   int P = (int)in_flight(x->r, K, s);
   if (x->r->remat != GP_REMAT_AUTO || P <= 1 || (!least && lim <= 0)) return 0;
-  int best = 0;
+  int best = 0, sel = z->cheap > 0 && !defers_w(x->r) && gp_env_get(GP_ENV_REMAT_SELECTIVE, 1);
   double best_mem = stage_mem(x, z, K, s, a, b, 0);
   if (!least && best_mem <= lim) return 0;
-  for (int d = 2; d <= P; d++) {
-    double m = stage_mem(x, z, K, s, a, b, d);
-    if (!least && m <= lim) return d;
-    if (m < best_mem) best = d, best_mem = m;
+  /* selective slots 1..P, then whole ones 2..P (one saves nothing), the rest selective */
+  for (int i = sel ? 1 : P + 2; i <= 2 * P; i++) {
+    int L = i <= P ? i : (i - P) * (P + 1) + (sel ? 2 * P - i : 0);
+    double m = stage_mem(x, z, K, s, a, b, L);
+    if (!least && m <= lim) return L;
+    if (m < best_mem) best = L, best_mem = m;
   }
   return best;
 }
@@ -393,8 +421,13 @@ static gp_status predict(const ctx *x, const int *first, gp_partition *out) {
     double sp = speed_of(r, s);
     double send =
         s < K - 1 && r->bytes_per_s > 0 ? (double)c->cut_bytes[first[s + 1]] / r->bytes_per_s : 0.0;
+    /* selective recompute runs before the backward: its share of the micro-batches' */
+    int P = (int)in_flight(r, K, s);
+    double rs = (gp_partition_dropped_micro(M, P, out->drop[s] + out->sel[s]) -
+                 gp_partition_dropped_micro(M, P, out->drop[s])) /
+                (double)M;
     cost[s] = (gp_stage_cost){.fwd = z.f / sp,
-                              .bwd = z.b / sp,
+                              .bwd = (z.b + rs * z.cf) / sp,
                               .send = send,
                               .act_bytes = z.act,
                               .input_bytes = (double)c->cut_bytes[first[s]],
@@ -443,10 +476,16 @@ gp_status gp_partition_evaluate(const gp_unit_costs *c, const gp_partition_req *
     int d = choose_drops(&x, &z, K, s, a, b, limit_of(r, s), 0);
     out->first[s] = a;
     out->drop[s] = drops_of(r, K, s, d);
-    out->recomputed[s] = !gp_partition_remats(r, K, s)
-                             ? gp_partition_dropped_micro(r->micro, (int)in_flight(r, K, s), d)
-                         : r->remat == GP_REMAT_ALWAYS ? r->micro
-                                                       : r->micro - 1;
+    out->sel[s] = r->remat == GP_REMAT_AUTO ? level_sel((int)in_flight(r, K, s), d) : 0;
+    out->sel_micro[s] =
+        gp_partition_dropped_micro(r->micro, (int)in_flight(r, K, s), out->drop[s] + out->sel[s]) -
+        gp_partition_dropped_micro(r->micro, (int)in_flight(r, K, s), out->drop[s]);
+    out->cheap_bytes[s] = z.cheap;
+    out->recomputed[s] =
+        !gp_partition_remats(r, K, s)
+            ? gp_partition_dropped_micro(r->micro, (int)in_flight(r, K, s), out->drop[s])
+        : r->remat == GP_REMAT_ALWAYS ? r->micro
+                                      : r->micro - 1;
     out->time[s] = stage_time(&x, &z, K, s, a, b, d);
     out->memory[s] = stage_mem(&x, &z, K, s, a, b, d);
     lo = fmin(lo, out->time[s]);

@@ -31,6 +31,10 @@ typedef struct gp_partition {
   /* re-materialization per stage: activation slots (of gp_partition_in_flight) that drop,
    * remat auto's choice under the memory limit; and the micro-batches of M that recompute */
   int drop[GP_MAX_DEVICES], recomputed[GP_MAX_DEVICES];
+  /* remat auto: the other slots that drop their cheap layers' activations alone (selective
+   * re-materialization, gp_stage_remat_set), and the bytes those layers keep a micro-batch */
+  int sel[GP_MAX_DEVICES], sel_micro[GP_MAX_DEVICES]; /* (and the micro-batches they hold) */
+  double cheap_bytes[GP_MAX_DEVICES];
   double max_time, spread; /* slowest stage, slowest - fastest */
   double imbalance;        /* max / mean stage time */
   double bubble;           /* simulated with core/schedule/schedule.h */
@@ -62,10 +66,10 @@ int gp_partition_remats(const gp_partition_req *r, int K, int s);
 /* Of micro-batches 0..micro-1, those that `drop` of `slots` activation slots hold (m with
  * m % slots < drop, as gp_schedule_build_drops marks them). */
 int gp_partition_dropped_micro(int micro, int slots, int drop);
-/* Remat auto's choice for stage s = units [a, b) of r->stages under r's memory limit: the
- * fewest of its in-flight micro-batches that drop their activations for its estimate to fit
- * (0 without a limit or with one in flight at most; all when none fits); the fixed modes'
- * count otherwise. */
+/* Remat auto's choice for stage s = units [a, b) of r->stages under r's memory limit: of its
+ * in-flight micro-batches, those that drop all their activations for its estimate to fit
+ * (0 without a limit or with one in flight at most, or where dropping the cheap layers' alone
+ * fits: gp_partition's sel; all when none fits); the fixed modes' count otherwise. */
 int gp_partition_choose_drops(const gp_unit_costs *c, const gp_partition_req *r, int s, int a,
                               int b);
 

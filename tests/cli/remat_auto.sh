@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# --remat auto, the default: each stage recomputes only what its memory limit makes it drop.
-# gpipe-partition shows each stage's choice and estimate, gpipe-train's memory line says what
+# --remat auto, the default: each stage recomputes only what its memory limit makes it drop,
+# its cheap layers' activations first (selective; GP_REMAT_SELECTIVE=0: whole micro-batches
+# alone). gpipe-partition shows each stage's choice and estimate, gpipe-train's memory line says what
 # was chosen, and a limit that even dropping everything cannot meet is refused in one line
 # saying what would fit.
 set -u
@@ -30,28 +31,48 @@ import json, sys
 a, n, w = (json.load(open(f))["partition"] for f in sys.argv[1:])
 lim = 300 * 2**20
 assert w[0]["memory_bytes"] < lim < n[0]["memory_bytes"], (w[0], n[0])
-assert 0 < a[0]["recomputed_micro_batches"] < 8, a[0]
+assert 0 < a[0]["selective_micro_batches"], a[0]
+assert a[0]["recomputed_micro_batches"] + a[0]["selective_micro_batches"] <= 8, a[0]
+assert a[0]["recomputed_micro_batches"] < 8, a[0]
 assert a[0]["memory_bytes"] <= lim, a[0]
+assert a[1]["selective_micro_batches"] == 0, a[1]
 assert a[1]["recomputed_micro_batches"] == 0 and a[1]["memory_bytes"] == n[1]["memory_bytes"], a[1]
 assert all(s["recomputed_micro_batches"] == 8 for s in w), w
 PY
+GP_REMAT_SELECTIVE=0 "$part" "$resnet" "${A[@]}" --remat auto --memory-limit 300MiB --json \
+  >"$tmp/whole.json" 2>"$tmp/err" || bad "gpipe-partition, whole: $(cat "$tmp/err")"
+python3 - "$tmp/whole.json" "$tmp/auto.json" <<'PY' && ok || bad "partition's whole-only choice"
+import json, sys
+w, a = (json.load(open(f))["partition"] for f in sys.argv[1:])
+assert 0 < w[0]["recomputed_micro_batches"] < 8 and w[0]["selective_micro_batches"] == 0, w[0]
+assert w[0]["memory_bytes"] <= 300 * 2**20, w[0]
+# selective drops fewer whole micro-batches than whole drops alone
+assert a[0]["recomputed_micro_batches"] < w[0]["recomputed_micro_batches"], (a[0], w[0])
+PY
 "$part" "$resnet" "${A[@]}" --remat auto --memory-limit 300MiB >"$tmp/table" 2>&1
-grep -q "memory MiB  recompute" "$tmp/table" && grep -Eq "^ +0 .* [1-7] of 8 " "$tmp/table" &&
-  grep -Eq "^ +1 .* 0 of 8 " "$tmp/table" && ok || bad "the table's recompute column: $(cat "$tmp/table")"
+grep -Eq "memory MiB +recompute" "$tmp/table" && grep -Eq "^ +0 .* [0-7]\+[1-8]s of 8 " "$tmp/table" &&
+  grep -Eq "^ +1 .* 0 of 8 " "$tmp/table" &&
+  grep -Eq "^remat +stage 0: [1-8]s: .*\(selective\): [0-9]+ layers \(batchnorm, relu, add" "$tmp/table" &&
+  ok || bad "the table's recompute column: $(cat "$tmp/table")"
 
 # ---- gpipe-train: the memory line says what was chosen, and the run stays in its limit
 if "$train" "$cnn" --data synthetic --steps 1 --batch-size 64 --threads 1 --stages 2 \
      --micro-batches 4 --schedule gpipe --remat auto --balance 3,4 --memory-limit 28MiB \
      >"$tmp/out" 2>&1 &&
-   grep -Eq "^memory: .*; remat auto: stage 0 recomputes [1-3] of 4 micro-batches \(estimated [0-9.]+ MiB\), stage 1 none" "$tmp/out"
+   grep -Eq "^memory: .*; remat auto: stage 0 recomputes the cheap layers of [1-4] of 4 micro-batches \(estimated [0-9.]+ MiB\), stage 1 none" "$tmp/out"
 then ok; else bad "gpipe-train's memory line: $(cat "$tmp/out")"; fi
+if GP_REMAT_SELECTIVE=0 "$train" "$cnn" --data synthetic --steps 1 --batch-size 64 --threads 1 \
+     --stages 2 --micro-batches 4 --schedule gpipe --remat auto --balance 3,4 --memory-limit 28MiB \
+     >"$tmp/out" 2>&1 &&
+   grep -Eq "^memory: .*; remat auto: stage 0 recomputes [1-3] of 4 micro-batches \(estimated [0-9.]+ MiB\), stage 1 none" "$tmp/out"
+then ok; else bad "gpipe-train's memory line, whole: $(cat "$tmp/out")"; fi
 
 # ---- a plan file keeps remat: auto; the run that reads it chooses under its own limit
 if "$part" "$cnn" --stages 2 --micro-batches 4 --batch-size 64 --schedule gpipe --remat auto --balance 3,4 \
      -o "$tmp/plan.yaml" >/dev/null 2>"$tmp/err" && grep -qx "remat: auto" "$tmp/plan.yaml" &&
    "$train" "$cnn" --data synthetic --steps 1 --batch-size 64 --threads 1 \
      --partition "$tmp/plan.yaml" --memory-limit 28MiB >"$tmp/out" 2>&1 &&
-   grep -Eq "^memory: .*; remat auto: stage 0 recomputes [1-3] of 4 micro-batches" "$tmp/out"
+   grep -Eq "^memory: .*; remat auto: stage 0 recomputes the cheap layers of [1-4] of 4 micro-batches" "$tmp/out"
 then ok; else bad "a plan with remat: auto: $(cat "$tmp/err" "$tmp/plan.yaml" "$tmp/out")"; fi
 
 # ---- a limit nothing fits: one line, exit 2, saying what would
