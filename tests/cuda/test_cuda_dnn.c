@@ -471,8 +471,8 @@ static void test_attn(cc_ctx *c) {
 static void test_rope_one(cc_ctx *c, int64_t rows, int64_t heads, int64_t dh, int64_t ld,
                           double theta, uint64_t seed) {
   char what[128];
-  snprintf(what, sizeof what, "rope rows %lld heads %lld dh %lld ld %lld theta %g",
-           (long long)rows, (long long)heads, (long long)dh, (long long)ld, theta);
+  snprintf(what, sizeof what, "rope rows %lld heads %lld dh %lld ld %lld theta %g", (long long)rows,
+           (long long)heads, (long long)dh, (long long)ld, theta);
   const int64_t n = rows * ld;
   float *hx = normal(n, seed, 1.0f, 0.0f);
   int32_t *hp = ints(rows, seed + 1, 0, 4000);
@@ -507,7 +507,7 @@ static void test_rope_one(cc_ctx *c, int64_t rows, int64_t heads, int64_t dh, in
 
 static void test_rope(cc_ctx *c) {
   test_rope_one(c, 37, 3, 8, 3 * 8 + 8, 10000.0, 790); /* [Q (2 heads) K (1)] then V */
-  test_rope_one(c, 1024, 10, 32, 384, 500000.0, 791); /* llama-like: 8 + 2 heads of 32 */
+  test_rope_one(c, 1024, 10, 32, 384, 500000.0, 791);  /* llama-like: 8 + 2 heads of 32 */
   test_rope_one(c, 5, 1, 2, 2, 1.5, 792);
   /* a bad position: GP_ERR_DATA naming it and its token, as on the CPU */
   int32_t hp[3] = {0, 1, -2};
