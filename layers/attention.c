@@ -100,8 +100,8 @@ static const gp_setting attention_settings[] = {
      GP_SETTING_CHOICE_AT(attention_conf, segments),
      .choices = (const char *const[]){"padding", "segments", NULL},
      .idflt = 0,
-     .doc = "the i32 inputs after the f32 ones: `padding`, a key-padding mask; `segments`, the "
-            "segment ids of packed rows"},
+     .doc = "without `inputs:`, the i32 inputs after the f32 ones: `padding`, a key-padding mask; "
+            "`segments`, the segment ids of packed rows"},
     {.key = "dropout",
      GP_SETTING_FLOAT_AT(attention_conf, dropout),
      .fdflt = 0,
