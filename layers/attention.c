@@ -164,6 +164,8 @@ static gp_status attention_configure(gp_layer *l, gp_cfg *cfg) {
     return gp_cfg_error(cfg, "inputs", "inputs: %s",
                         k->rope ? "rope needs the positions: name one input pos"
                                 : "pos is read only with rope: {theta: ...}");
+  if (k->n_roles && k->segments && !seen[R_SEGMENTS])
+    return gp_cfg_error(cfg, "mask", "mask: segments, but inputs: names no segments");
   if (k->n_roles && seen[R_SEGMENTS]) k->segments = 1;
   return GP_OK;
 }

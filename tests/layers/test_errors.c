@@ -141,6 +141,8 @@ static const err_case cases[] = {
     {"attention inputs mask f32 of the wrong length",
      "{type: attention, heads: 2, inputs: [query, memory, mask]}", 3, 0,
      {S2(4, 12), S2(6, 12), S1(4)}, {"input 3 (mask)", "[6]", "got f32 [4]"}, NULL},
+    {"attention inputs without the segments mask: says", "type: attention\nheads: 2\nmask: segments\ninputs: [query]\n",
+     1, 0, {S2(4, 12)}, {"test.yaml:3:7:", "mask: segments", "names no segments"}, NULL},
     {"positional T > max_len", "{type: positional, max_len: 4}", 1, 0, {S2(5, 8)},
      {"[5, 8]", "T = 5", "max_len 4"}, NULL},
     {"positional on a vector", "{type: positional, max_len: 4}", 1, 0, {S1(8)},
