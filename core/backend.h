@@ -248,6 +248,13 @@ struct gp_backend {
   /* probs = masked softmax of scores (see gp_attn_softmax_desc); probs may be scores. */
   gp_status (*attn_softmax_forward)(gp_backend *be, const gp_attn_softmax_desc *d,
                                     const float *scores, float *probs);
+  /* Rotary position embedding in place, Hugging Face Llama's layout (rotate_half): row r of x
+   * (row stride ld) holds `heads` heads of dh (even) values side by side, and in each head the
+   * pair (i, i + dh/2) turns by the angle pos[r] * theta^(-2i/dh), computed in f32 as
+   * transformers' LlamaRotaryEmbedding does. inverse turns back (the transpose: gradients).
+   * A position outside [0, 2^24] (where f32 stops holding every integer) is GP_ERR_DATA. */
+  gp_status (*rope)(gp_backend *be, int64_t rows, int64_t heads, int64_t dh, int64_t ld,
+                    double theta, const int32_t *pos, int inverse, float *x);
   /* dx = y * (dy - sum_j y_j dy_j) per row of [rows, cols], y a softmax output; dx may be dy. */
   gp_status (*softmax_backward)(gp_backend *be, int64_t rows, int64_t cols, const float *y,
                                 const float *dy, float *dx);

@@ -364,6 +364,7 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->embedding_backward = gp_cpu_embedding_backward;
   be->attn_softmax_forward = gp_cpu_attn_softmax_forward;
   be->softmax_backward = gp_cpu_softmax_backward;
+  be->rope = gp_cpu_rope;
   be->softmax_xent_forward = gp_cpu_softmax_xent_forward;
   be->softmax_xent_backward = gp_cpu_softmax_xent_backward;
   be->sum = gp_cpu_sum;

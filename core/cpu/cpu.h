@@ -213,6 +213,8 @@ gp_status gp_cpu_embedding_backward(gp_backend *be, int64_t n, int64_t dim, int6
                                     float *dtable);
 gp_status gp_cpu_attn_softmax_forward(gp_backend *be, const gp_attn_softmax_desc *d,
                                       const float *scores, float *probs);
+gp_status gp_cpu_rope(gp_backend *be, int64_t rows, int64_t heads, int64_t dh, int64_t ld,
+                      double theta, const int32_t *pos, int inverse, float *x);
 gp_status gp_cpu_softmax_backward(gp_backend *be, int64_t rows, int64_t cols, const float *y,
                                   const float *dy, float *dx);
 

@@ -1,6 +1,6 @@
 /* CPU operations of sequence models: embedding lookups (a gather by int32 ids and its
  * scatter-add) and the masked softmax of attention scores (causal, key padding, segment ids
- * of packed rows) with its backward. */
+ * of packed rows) with its backward, and rotary position embedding. */
 #include <math.h>
 #include <string.h>
 
@@ -183,4 +183,59 @@ gp_status gp_cpu_softmax_backward(gp_backend *be, int64_t rows, int64_t cols, co
                                   const float *dy, float *dx) {
   attn_args a = {.cols = cols, .x = y, .g = dy, .out = dx};
   return gp_cpu_parallel_for(be, rows, gp_cpu_row_grain(cols), softmax_backward_part, &a);
+}
+
+/* ---- rotary position embedding ---- */
+
+#define ROPE_INV_MAX 512 /* pairs a head whose inverse frequencies are computed once a call */
+
+typedef struct rope_args {
+  int64_t heads, dh, ld;
+  float theta;
+  const float *inv; /* [dh / 2], or NULL: computed per row */
+  const int32_t *pos;
+  int inverse;
+  float *x;
+} rope_args;
+
+static gp_status rope_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const rope_args *a = ctx;
+  const int64_t half = a->dh / 2;
+  for (int64_t r = lo; r < hi; r++) {
+    float *row = a->x + r * a->ld;
+    const float p = (float)a->pos[r];
+    for (int64_t i = 0; i < half; i++) {
+      /* f32 throughout, as transformers: inv_freq = 1 / theta^(2i/dh), angle = pos * inv_freq */
+      const float inv = a->inv ? a->inv[i] : 1.0f / powf(a->theta, (float)(2 * i) / (float)a->dh);
+      const float ang = p * inv, c = cosf(ang), s = a->inverse ? -sinf(ang) : sinf(ang);
+      for (int64_t h = 0; h < a->heads; h++) {
+        float *u = row + h * a->dh + i, *w = u + half;
+        const float x1 = *u, x2 = *w;
+        *u = x1 * c - x2 * s;
+        *w = x2 * c + x1 * s;
+      }
+    }
+  }
+  return GP_OK;
+}
+
+gp_status gp_cpu_rope(gp_backend *be, int64_t rows, int64_t heads, int64_t dh, int64_t ld,
+                      double theta, const int32_t *pos, int inverse, float *x) {
+  if (dh % 2)
+    return GP_ERR(GP_ERR_RUNTIME, "rope: the head size %lld is odd: its halves cannot pair",
+                  (long long)dh);
+  for (int64_t r = 0; r < rows; r++)
+    if (pos[r] < 0 || pos[r] > (1 << 24))
+      return GP_ERR(GP_ERR_DATA,
+                    "rope: position %d of token %lld of the micro-batch is outside [0, 16777216] "
+                    "(f32 holds every integer only up to 2^24)",
+                    (int)pos[r], (long long)r);
+  /* powf once a call, not rows x dh/2 times */
+  float inv[ROPE_INV_MAX];
+  const int64_t half = dh / 2;
+  for (int64_t i = 0; i < half && half <= ROPE_INV_MAX; i++)
+    inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)dh);
+  rope_args a = {heads, dh, ld, (float)theta, half <= ROPE_INV_MAX ? inv : NULL, pos, inverse, x};
+  return gp_cpu_parallel_for(be, rows, gp_cpu_row_grain(heads * dh), rope_part, &a);
 }

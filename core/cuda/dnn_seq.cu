@@ -1,6 +1,6 @@
 // Sequence and loss ops on the CUDA backend: embedding lookups and their gradient, the masked
-// softmax of attention scores with its backward, and softmax cross-entropy; the CPU
-// reference is core/cpu/seq.c and core/cpu/loss.c.
+// softmax of attention scores with its backward, rotary position embedding, and softmax
+// cross-entropy; the CPU reference is core/cpu/seq.c and core/cpu/loss.c.
 //
 // Input checks (ids, labels, masks, segment ids) run on the device and report the first bad
 // position through a flag read back before anything is written, so the errors name the same
@@ -465,7 +465,49 @@ static gp_status xent_backward(gp_backend *be, int64_t n, int64_t k, float smoot
   return GP_OK;
 }
 
+/* ---- rotary position embedding ---- */
+
+// One thread per (row, head, pair); the angle in f32 as the CPU's (and transformers') is, with
+// the library's powf, cosf and sinf (within an ulp or two of the host's, not bit for bit).
+__global__ void rope_kernel(int64_t rows, int64_t heads, int64_t dh, int64_t ld, float theta,
+                            const int32_t *__restrict__ pos, float sgn, float *__restrict__ x) {
+  const int64_t half = dh / 2, total = rows * heads * half;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = e % half, h = (e / half) % heads, r = e / (half * heads);
+    const float inv = __fdiv_rn(1.0f, powf(theta, __fdiv_rn((float)(2 * i), (float)dh)));
+    const float ang = __fmul_rn((float)pos[r], inv), c = cosf(ang), s = sgn * sinf(ang);
+    float *u = x + r * ld + h * dh + i, *w = u + half;
+    const float x1 = *u, x2 = *w;
+    *u = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+    *w = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+  }
+}
+
+static gp_status rope(gp_backend *be, int64_t rows, int64_t heads, int64_t dh, int64_t ld,
+                      double theta, const int32_t *pos, int inverse, float *x) {
+  GP_TRY(gp_cuda_use(be));
+  if (dh % 2)
+    return GP_ERR(GP_ERR_RUNTIME, "rope: the head size %lld is odd: its halves cannot pair",
+                  (long long)dh);
+  int64_t at;
+  int32_t p = 0;
+  GP_TRY(first_out_of_range(be, rows, (1 << 24) + 1, pos, &at, &p));
+  if (at >= 0)
+    return GP_ERR(GP_ERR_DATA,
+                  "rope: position %d of token %lld of the micro-batch is outside [0, 16777216] "
+                  "(f32 holds every integer only up to 2^24)",
+                  (int)p, (long long)at);
+  const int64_t n = rows * heads * (dh / 2);
+  if (n <= 0) return GP_OK;
+  rope_kernel<<<gp_dnn_blocks(be, n, GP_DNN_BLOCK), GP_DNN_BLOCK, 0, gp_cuda_of(be)->stream>>>(
+      rows, heads, dh, ld, (float)theta, pos, inverse ? -1.0f : 1.0f, x);
+  GP_CUDA_LAUNCHED("rope_kernel");
+  return GP_OK;
+}
+
 void gp_dnn_install_seq(gp_backend *be) {
+  be->rope = rope;
   be->embedding_forward = emb_forward;
   be->embedding_backward = emb_backward;
   be->attn_softmax_forward = attn_forward;

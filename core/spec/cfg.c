@@ -431,6 +431,28 @@ gp_status gp_cfg_str(gp_cfg *c, const char *key, const char *dflt, const char **
   return GP_OK;
 }
 
+/* Item i of e, one of choices: its index in *out, or an error at the item. */
+static gp_status choice_item(gp_cfg *c, entry *e, int i, const char *key,
+                             const char *const *choices, int *out) {
+  int n = 0;
+  for (; choices[n]; n++)
+    if (strcmp(choices[n], e->items[i]) == 0) {
+      *out = n;
+      return GP_OK;
+    }
+  char list[256] = "";
+  for (int j = 0; j < n; j++) {
+    strncat(list, j ? ", " : "", sizeof list - strlen(list) - 1);
+    strncat(list, choices[j], sizeof list - strlen(list) - 1);
+  }
+  const char *near = gp_nearest(e->items[i], choices, n);
+  if (near)
+    return at_error(c, e->line[i], e->col[i], "%s: unknown value '%s'; did you mean '%s'?", key,
+                    e->items[i], near);
+  return at_error(c, e->line[i], e->col[i], "%s: unknown value '%s' (one of: %s)", key, e->items[i],
+                  list);
+}
+
 gp_status gp_cfg_choice(gp_cfg *c, const char *key, const char *const *choices, int dflt,
                         int *out) {
   entry *e = lookup(c, key);
@@ -439,23 +461,21 @@ gp_status gp_cfg_choice(gp_cfg *c, const char *key, const char *const *choices, 
     return GP_OK;
   }
   GP_TRY(scalar_of(c, e, key));
-  int n = 0;
-  for (; choices[n]; n++)
-    if (strcmp(choices[n], e->items[0]) == 0) {
-      *out = n;
-      return GP_OK;
-    }
-  char list[256] = "";
-  for (int i = 0; i < n; i++) {
-    strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-    strncat(list, choices[i], sizeof list - strlen(list) - 1);
-  }
-  const char *near = gp_nearest(e->items[0], choices, n);
-  if (near)
-    return at_error(c, e->line[0], e->col[0], "%s: unknown value '%s'; did you mean '%s'?", key,
-                    e->items[0], near);
-  return at_error(c, e->line[0], e->col[0], "%s: unknown value '%s' (one of: %s)", key, e->items[0],
-                  list);
+  return choice_item(c, e, 0, key, choices, out);
+}
+
+gp_status gp_cfg_choices(gp_cfg *c, const char *key, const char *const *choices, int max_n,
+                         int *out, int *n_out) {
+  entry *e = lookup(c, key);
+  *n_out = 0;
+  if (!e) return GP_OK;
+  if (e->n > max_n)
+    return at_error(c, e->kline, e->kcol, "%s: expected at most %d values, got %d", key, max_n,
+                    e->n);
+  for (int i = 0; i < e->n; i++)
+    GP_TRY(choice_item(c, e, i, key, choices, &out[i]));
+  *n_out = e->n;
+  return GP_OK;
 }
 
 gp_status gp_cfg_ints(gp_cfg *c, const char *key, int n, const int64_t *dflt, int64_t min,
@@ -624,6 +644,22 @@ gp_status gp_cfg_parse(const char *text, const char *file, gp_cfg **out) {
         n++;
       }
       if (s == GP_OK) s = gp_cfg_add_list(c, key, n, items, il, ic, l, col);
+    } else if (v->type == YAML_MAPPING_NODE) { /* one level, as key.sub (the spec loader's) */
+      for (yaml_node_pair_t *sp = v->data.mapping.pairs.start;
+           s == GP_OK && sp < v->data.mapping.pairs.top; sp++) {
+        yaml_node_t *sk = yaml_document_get_node(&doc, sp->key);
+        yaml_node_t *sv = yaml_document_get_node(&doc, sp->value);
+        const char *subkey = "";
+        char sub[160];
+        if ((s = node_text(&doc, sk, &subkey)) != GP_OK) break;
+        snprintf(sub, sizeof sub, "%s.%s", key, subkey);
+        if (sv->type != YAML_SCALAR_NODE)
+          s = GP_ERR(GP_ERR_SPEC, "%s:%d:%d: %s: expected a scalar", file,
+                     (int)sv->start_mark.line + 1, (int)sv->start_mark.column + 1, sub);
+        else
+          s = gp_cfg_add_scalar(c, sub, (const char *)sv->data.scalar.value,
+                                (int)sv->start_mark.line + 1, (int)sv->start_mark.column + 1);
+      }
     } else {
       s = GP_ERR(GP_ERR_SPEC, "%s:%d:%d: %s: expected a scalar or a list", file, l, col, key);
     }

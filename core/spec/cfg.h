@@ -81,6 +81,10 @@ gp_status gp_cfg_bool(gp_cfg *c, const char *key, int dflt, int *out);
 gp_status gp_cfg_str(gp_cfg *c, const char *key, const char *dflt, const char **out);
 /* One of choices (NULL-terminated); *out is its index. A wrong value suggests the nearest. */
 gp_status gp_cfg_choice(gp_cfg *c, const char *key, const char *const *choices, int dflt, int *out);
+/* A value or a list of up to max_n values, each one of choices (their indices in out); *n_out
+ * = how many were given (0 if absent). */
+gp_status gp_cfg_choices(gp_cfg *c, const char *key, const char *const *choices, int max_n,
+                         int *out, int *n_out);
 /* An int or a list of exactly n ints: "kernel: 3" -> {3, 3}; "kernel: [1, 7]" -> {1, 7}.
  * dflt may be NULL when the key is required. */
 gp_status gp_cfg_ints(gp_cfg *c, const char *key, int n, const int64_t *dflt, int64_t min,

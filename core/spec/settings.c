@@ -50,6 +50,9 @@ gp_status gp_settings_read(gp_cfg *cfg, const gp_setting *set, int n, void *conf
     case GP_SETTING_CHOICE:
       GP_TRY(gp_cfg_choice(cfg, s->key, s->choices, (int)s->idflt, v));
       break;
+    case GP_SETTING_CHOICES:
+      GP_TRY(gp_cfg_choices(cfg, s->key, s->choices, s->n, v, (int *)(void *)(base + s->count_at)));
+      break;
     default:
       return GP_ERR(GP_ERR_RUNTIME, "setting '%s': unknown kind %d", s->key, (int)s->kind);
     }
@@ -71,8 +74,9 @@ const char *gp_setting_type_str(const gp_setting *s, char *buf, size_t n) {
   case GP_SETTING_BOOL:
     snprintf(buf, n, "bool");
     break;
-  case GP_SETTING_CHOICE: {
-    size_t at = (size_t)snprintf(buf, n, "one of:");
+  case GP_SETTING_CHOICE:
+  case GP_SETTING_CHOICES: {
+    size_t at = (size_t)snprintf(buf, n, s->kind == GP_SETTING_CHOICE ? "one of:" : "a list of:");
     for (int i = 0; s->choices && s->choices[i] && at < n; i++)
       at += (size_t)snprintf(buf + at, n - at, "%s %s", i ? "," : "", s->choices[i]);
     break;

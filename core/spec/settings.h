@@ -10,11 +10,13 @@
 #include "core/spec/cfg.h"
 
 typedef enum gp_setting_kind {
-  GP_SETTING_INT,    /* int64_t in [min, max] */
-  GP_SETTING_INTS,   /* int64_t[n]: one integer for all n, or a list of n, each in [min, max] */
-  GP_SETTING_FLOAT,  /* double in range (float32 at its open bounds, as gp_range_holds) */
-  GP_SETTING_BOOL,   /* int, 0 or 1 */
-  GP_SETTING_CHOICE, /* int: the index of the value in choices */
+  GP_SETTING_INT,     /* int64_t in [min, max] */
+  GP_SETTING_INTS,    /* int64_t[n]: one integer for all n, or a list of n, each in [min, max] */
+  GP_SETTING_FLOAT,   /* double in range (float32 at its open bounds, as gp_range_holds) */
+  GP_SETTING_BOOL,    /* int, 0 or 1 */
+  GP_SETTING_CHOICE,  /* int: the index of the value in choices */
+  GP_SETTING_CHOICES, /* int[n]: a list of up to n values of choices, their indices; the count
+                       * at count_at */
   GP_SETTING_KIND_COUNT
 } gp_setting_kind;
 
@@ -35,7 +37,8 @@ typedef struct gp_setting {
   int64_t idflt;              /* INT, INTS (every value), BOOL, CHOICE (an index in choices) */
   gp_range range;             /* FLOAT */
   double fdflt;               /* FLOAT */
-  const char *const *choices; /* CHOICE: NULL-terminated */
+  const char *const *choices; /* CHOICE, CHOICES: NULL-terminated */
+  size_t count_at;            /* CHOICES: the int that gets how many were given (0: absent) */
   const char *same_as;        /* INTS: absent takes the values of this earlier INTS setting */
   const char *dflt_doc;       /* the default in words where no value in range is it */
   const char *doc;            /* one line */
@@ -54,6 +57,10 @@ typedef struct gp_setting {
 #define GP_SETTING_FLOAT_AT(T, f) .kind = GP_SETTING_FLOAT, GP_SETTING_AT_(T, f, double)
 #define GP_SETTING_BOOL_AT(T, f) .kind = GP_SETTING_BOOL, GP_SETTING_AT_(T, f, int)
 #define GP_SETTING_CHOICE_AT(T, f) .kind = GP_SETTING_CHOICE, GP_SETTING_AT_(T, f, int)
+#define GP_SETTING_CHOICES_AT(T, f, count)                                                         \
+  .kind = GP_SETTING_CHOICES, GP_SETTING_AT_(T, f, int *),                                         \
+  .n = (int)(sizeof(((T *)0)->f) / sizeof(int)),                                                   \
+  .count_at = offsetof(T, count) + 0 * sizeof(_Generic(((T *)0)->count, int : 1))
 #define GP_SETTING_HAS_AT(T, f)                                                                    \
   .optional = 1, .has_at = offsetof(T, f) + 0 * sizeof(_Generic(((T *)0)->f, int : 1))
 

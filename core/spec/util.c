@@ -246,10 +246,19 @@ gp_status gp_sp_cfg_of(gp_sp_ctx *c, const gp_ynode *map, const char *const *ski
       s = gp_cfg_add_scalar(cfg, p->key, v->s, v->line, v->col);
       continue;
     }
-    if (v->kind == GP_Y_MAP) {
-      s = gp_sp_err(c, v->line, v->col, "%s: expected a value or a list of values, got a mapping",
-                    p->key);
-      break;
+    if (v->kind == GP_Y_MAP) { /* one level, as key.sub (attention's rope: {theta: ...}) */
+      for (int j = 0; j < v->n && s == GP_OK; j++) {
+        const gp_ynode *sv = v->pairs[j].val;
+        char sub[160];
+        snprintf(sub, sizeof sub, "%s.%s", p->key, v->pairs[j].key);
+        if ((s = gp_sp_count_read(c, sv)) != GP_OK) break;
+        if (sv->kind != GP_Y_SCALAR)
+          s = gp_sp_err(c, sv->line, sv->col, "%s: expected a value, got %s", sub,
+                        gp_sp_kind_name(sv));
+        else
+          s = gp_cfg_add_scalar(cfg, sub, sv->s, sv->line, sv->col);
+      }
+      continue;
     }
     free(items);
     free(il);

@@ -36,6 +36,8 @@ static int failures, passes;
 #define TOL_NORM 1e-10
 /* CUDA's expf differs from glibc's by an ulp or two; sums in double: ~1e-14. */
 #define TOL_SOFTMAX 1e-10
+/* rope: CUDA's powf, cosf and sinf against glibc's, an ulp or two of each angle's: ~1e-13. */
+#define TOL_ROPE 1e-10
 
 #include "tests/cuda/dnn_check.h"
 
@@ -461,6 +463,67 @@ static void test_attn(cc_ctx *c) {
   free(hs);
 }
 
+/* ---- rotary position embedding ---- */
+
+/* Rows of `heads` heads of dh, at row stride ld (the columns past heads * dh, as V's in the
+ * attention layer's [Q K V] rows, must stay untouched), positions restarting per packed
+ * sentence and up to 4000 (angles far from 0); forward, then back. */
+static void test_rope_one(cc_ctx *c, int64_t rows, int64_t heads, int64_t dh, int64_t ld,
+                          double theta, uint64_t seed) {
+  char what[128];
+  snprintf(what, sizeof what, "rope rows %lld heads %lld dh %lld ld %lld theta %g", (long long)rows,
+           (long long)heads, (long long)dh, (long long)ld, theta);
+  const int64_t n = rows * ld;
+  float *hx = normal(n, seed, 1.0f, 0.0f);
+  int32_t *hp = ints(rows, seed + 1, 0, 4000);
+  for (int64_t r = 0; r < rows; r++)
+    if (r % 7 < 3) hp[r] = (int32_t)(r % 7); /* packed sentences starting again at 0 */
+  cc_pair x, pos;
+  mk(c, &x, (size_t)n * 4, hx);
+  mk(c, &pos, (size_t)rows * 4, hp);
+  BOTH(c, be->rope(be, rows, heads, dh, ld, theta, I(pos), 0, F(x)));
+  cmp(&x, what, n, TOL_ROPE);
+  char msg[160];
+  snprintf(msg, sizeof msg, "%s: turned back", what);
+  BOTH(c, be->rope(be, rows, heads, dh, ld, theta, I(pos), 1, F(x)));
+  cmp(&x, msg, n, TOL_ROPE);
+  float *back = xmalloc((size_t)n * 4);
+  CHECK(cc_buf_download(&x.cpu, back, (size_t)n * 4) == GP_OK, "download");
+  double worst = 0;
+  int untouched = 1;
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs((double)back[i] - (double)hx[i]);
+    worst = e > worst ? e : worst;
+    if (i % ld >= heads * dh) untouched &= back[i] == hx[i];
+  }
+  CHECK(worst < 1e-5 && untouched, "%s: the turn back is off by %g, columns past the heads %s",
+        what, worst, untouched ? "untouched" : "changed");
+  cc_pair_free(&x);
+  cc_pair_free(&pos);
+  free(hx);
+  free(hp);
+  free(back);
+}
+
+static void test_rope(cc_ctx *c) {
+  test_rope_one(c, 37, 3, 8, 3 * 8 + 8, 10000.0, 790); /* [Q (2 heads) K (1)] then V */
+  test_rope_one(c, 1024, 10, 32, 384, 500000.0, 791);  /* llama-like: 8 + 2 heads of 32 */
+  test_rope_one(c, 5, 1, 2, 2, 1.5, 792);
+  /* a bad position: GP_ERR_DATA naming it and its token, as on the CPU */
+  int32_t hp[3] = {0, 1, -2};
+  float hx[6] = {1, 2, 3, 4, 5, 6};
+  cc_pair x, pos;
+  mk(c, &x, sizeof hx, hx);
+  mk(c, &pos, sizeof hp, hp);
+  for (int side_ = 0; side_ < 2; side_++) {
+    gp_backend *be = side_ ? c->gpu : c->cpu;
+    expect_error(be->rope(be, 3, 1, 2, 2, 10000.0, I(pos), 0, F(x)), GP_ERR_DATA,
+                 "position -2 of token 2", side_ ? "cuda rope position" : "cpu rope position");
+  }
+  cc_pair_free(&x);
+  cc_pair_free(&pos);
+}
+
 /* ---- softmax cross-entropy ---- */
 
 static void test_xent_one(cc_ctx *c, int64_t n, int64_t k, float smoothing, int specials,
@@ -607,6 +670,7 @@ int main(void) {
   test_pool(&c);
   test_emb(&c);
   test_attn(&c);
+  test_rope(&c);
   test_xent(&c);
   cc_close(&c);
   printf("%d passed, %d failed\n", passes, failures);

@@ -107,6 +107,22 @@ const grad_case lt_grad_cases[] = {
      {S2(5, 6), S1(5)}, 3, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fs"},
     {"attention cross segments h2", "{type: attention, heads: 2, mask: segments}", 4,
      {S2(4, 6), S2(5, 6), S1(4), S1(5)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "ffss"},
+    /* Llama's: rope (positions 'p', restarting as in packed rows) and grouped-query heads */
+    {"attention gqa h4 kv2", "{type: attention, heads: 4, kv_heads: 2}", 1, {S2(5, 8)}, 2,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH},
+    {"attention mqa causal cross", "{type: attention, heads: 3, kv_heads: 1, causal: true}", 2,
+     {S2(4, 6), S2(5, 6)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH},
+    {"attention rope h2", "{type: attention, heads: 2, rope: {theta: 10000}}", 2,
+     {S2(5, 8), S1(5)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fp"},
+    {"attention rope gqa causal no bias",
+     "{type: attention, heads: 4, kv_heads: 2, bias: false, causal: true, rope: {theta: 500}}", 2,
+     {S2(6, 8), S1(6)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fp"},
+    {"attention rope bias segments", "{type: attention, heads: 2, kv_heads: 1, rope: {theta: 100}, mask: segments}",
+     3, {S2(5, 8), S1(5), S1(5)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fsp"},
+    {"attention named inputs", "{type: attention, heads: 4, kv_heads: 2, causal: true, rope: {theta: 10000}, inputs: [query, pos, segments]}",
+     3, {S2(5, 8), S1(5), S1(5)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fps"},
+    {"attention named cross mask", "{type: attention, heads: 2, kv_heads: 1, inputs: [query, mask, memory]}",
+     3, {S2(4, 6), S1(5), S2(5, 6)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "fmf"},
     {"positional sinusoidal positions", "{type: positional, max_len: 7}", 2, {S2(5, 6), S1(5)}, 2,
      FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR, "fi", 7},
     /* T = 5 > max_len: allowed with positions; rows of the weight sum several tokens */
@@ -214,6 +230,13 @@ void lt_fill_case(lt_layer *t, const grad_case *c, uint64_t seed) {
       for (int64_t j = 0; j < n; j++) {
         int64_t b = j / per, k = j % per;
         GP_I32P(&t->in[i])[j] = k >= per - b % 2 ? 0 : k < (per + 1) / 2 ? 1 : 2;
+      }
+      continue;
+    }
+    if (kind == 'p') { /* positions of 's': restarting at each sentence, from 7 b in sample b */
+      for (int64_t j = 0; j < n; j++) {
+        int64_t b = j / per, k = j % per, half = (per + 1) / 2;
+        GP_I32P(&t->in[i])[j] = (int32_t)(7 * b + (k < half ? k : k - half));
       }
       continue;
     }

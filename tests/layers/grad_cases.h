@@ -22,7 +22,8 @@ typedef struct grad_case {
   /* Per input (NULL: all 'f'): 'f' f32 data; 'i' I32 ids in [0, ids_k); 'm' I32 key-padding
    * mask (1 token, 0 pad; key 0 always a token); 'z' the same with sample 0 all padding;
    * 'g' an F32 0/1 mask, which gets no finite differences: its gradient must be exactly 0;
-   * 's' I32 segment ids of a packed row (two sentences, odd samples end with a pad). */
+   * 's' I32 segment ids of a packed row (two sentences, odd samples end with a pad); 'p' I32
+   * positions of those sentences, each restarting (from 7 b in sample b). */
   const char *kinds;
   int ids_k;
 } grad_case;

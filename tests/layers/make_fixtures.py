@@ -216,6 +216,81 @@ def attention_case(out_dir, name, config, n, tq, dim, heads, bias=True, tk=None,
     run_case(out_dir, name, config, inputs, fn, params)
 
 
+def llama_rotary(pos, dh, theta):
+    """cos, sin [n, T, dh] as transformers' LlamaRotaryEmbedding (default rope type, scaling
+    1): inv_freq = 1 / theta^(arange(0, dh, 2) / dh), angles pos * inv_freq in float32, the
+    half repeated (rotate_half pairs i with i + dh/2)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dh, 2, dtype=torch.int64).float() / dh))
+    freqs = (inv_freq[None, :, None].float() @ pos[:, None, :].float()).transpose(1, 2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def llama_attention_case(out_dir, name, config, n, t, dim, heads, kv_heads, theta, bias=False,
+                         packed=False, named=False):
+    """transformers' LlamaAttention (eager: q/k/v_proj, rotary embedding, repeat_kv, causal
+    softmax, o_proj) written out, gpipe's in_proj_weight being q_proj, k_proj and v_proj
+    stacked. packed: rows of several sentences, positions restarting at each, the last token
+    of the last sample padding (segment 0: its output is out_proj.bias alone); inputs [x, seg,
+    pos], else [x, pos] (named: the same with inputs: [query, pos])."""
+    dh = dim // heads
+    grp = heads // kv_heads
+    nq = (heads + 2 * kv_heads) * dh
+    w_in = torch.nn.Parameter(torch.randn(nq, dim) / math.sqrt(dim))
+    w_out = torch.nn.Parameter(torch.randn(dim, dim) / math.sqrt(dim))
+    params = {"in_proj_weight": w_in}
+    if bias:
+        b_in = torch.nn.Parameter(torch.randn(nq) * 0.5)
+        b_out = torch.nn.Parameter(torch.randn(dim) * 0.5)
+        params["in_proj_bias"] = b_in
+    params["out_proj.weight"] = w_out
+    if bias:
+        params["out_proj.bias"] = b_out
+    x = torch.randn(n, t, dim)
+    if packed:
+        seg = torch.ones(n, t, dtype=torch.int32)
+        pos = torch.zeros(n, t, dtype=torch.int32)
+        for b in range(n):
+            cut = 2 + b  # sentence 1 [0, cut), 2 [cut, t)
+            seg[b, cut:] = 2
+            pos[b, :cut] = torch.arange(cut)
+            pos[b, cut:] = torch.arange(t - cut)
+        seg[-1, -1] = 0
+        inputs = [x, seg, pos]
+    else:
+        pos = (torch.arange(t) + 3 * torch.arange(n)[:, None]).to(torch.int32)  # offsets too
+        inputs = [x, pos]
+
+    def fn(*xs):
+        h = xs[0]
+        p = xs[-1].long()
+        proj = F.linear(h, w_in, b_in if bias else None)
+        q = proj[..., : heads * dh].view(n, t, heads, dh).transpose(1, 2)
+        k = proj[..., heads * dh: (heads + kv_heads) * dh].view(n, t, kv_heads, dh).transpose(1, 2)
+        v = proj[..., (heads + kv_heads) * dh:].view(n, t, kv_heads, dh).transpose(1, 2)
+        cos, sin = llama_rotary(p, dh, theta)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k[:, :, None].expand(n, kv_heads, grp, t, dh).reshape(n, heads, t, dh)  # repeat_kv
+        v = v[:, :, None].expand(n, kv_heads, grp, t, dh).reshape(n, heads, t, dh)
+        keep = torch.tril(torch.ones(t, t, dtype=torch.bool))[None, None]
+        if packed:
+            sg = xs[1]
+            keep = keep & ((sg[:, :, None] == sg[:, None, :]) & (sg[:, None, :] != 0))[:, None]
+        sc = (q @ k.transpose(2, 3)) / math.sqrt(dh)
+        pr = torch.softmax(sc.masked_fill(~keep, torch.finfo(sc.dtype).min), dim=-1) * keep
+        ctx = (pr @ v).transpose(1, 2).reshape(n, t, dim)
+        return F.linear(ctx, w_out, b_out if bias else None)
+
+    run_case(out_dir, name, config, inputs, fn, params)
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "layers")
@@ -432,6 +507,19 @@ def main():
     a[0, 0, 0], a[0, 0, 1], a[1, 2, 3] = -100.0, 100.0, -90.0  # where e^-x overflows
     run_case(out_dir, "silu", "{type: silu}", [a], F.silu)
     run_case(out_dir, "mul", "{type: mul}", [x(2, 3, 5), x(2, 3, 5)], torch.mul)
+    # ---- Llama attention (appended): rotary positions and grouped-query heads ----
+    torch.manual_seed(20261129)
+    llama_attention_case(out_dir, "attention_llama_gqa_rope",
+                         "{type: attention, heads: 4, kv_heads: 2, bias: false, causal: true, "
+                         "rope: {theta: 10000}}", 2, 7, 32, 4, 2, 10000.0)
+    llama_attention_case(out_dir, "attention_llama_mqa_rope_packed",
+                         "{type: attention, heads: 4, kv_heads: 1, bias: false, causal: true, "
+                         "mask: segments, rope: {theta: 500000}}", 3, 8, 32, 4, 1, 500000.0,
+                         packed=True)
+    llama_attention_case(out_dir, "attention_llama_gqa_rope_bias_named",
+                         "{type: attention, heads: 6, kv_heads: 3, causal: true, "
+                         "rope: {theta: 1000}, inputs: [query, pos]}", 2, 6, 48, 6, 3, 1000.0,
+                         bias=True, named=True)
 
 
 if __name__ == "__main__":

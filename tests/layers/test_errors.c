@@ -14,6 +14,7 @@ typedef struct err_case {
   gp_shape in[GP_MAX_INPUTS];
   const char *needles[5]; /* all must appear in the message */
   const char *forbid;     /* must not appear (NULL: nothing) */
+  const char *i32;        /* per input, 'i': that input is I32 (NULL: all f32) */
 } err_case;
 
 /* One case per line reads better than one field per line. */
@@ -101,6 +102,47 @@ static const err_case cases[] = {
      {"test.yaml:1:", "unknown key 'casual'", "did you mean 'causal'?"}, NULL},
     {"attention without heads", "{type: attention, dim: 12}", 1, 0, {S2(4, 12)},
      {"test.yaml:1:", "heads"}, NULL},
+    {"attention heads not a multiple of kv_heads", "type: attention\nheads: 4\nkv_heads: 3\n", 1,
+     0, {S2(4, 12)}, {"test.yaml:3:11:", "kv_heads", "4 heads", "3 kv_heads"}, NULL},
+    {"attention kv_heads 0", "type: attention\nheads: 4\nkv_heads: 0\n", 1, 0, {S2(4, 12)},
+     {"test.yaml:3:11:", "kv_heads"}, NULL},
+    {"attention rope theta 0", "type: attention\nheads: 2\nrope: {theta: 0}\n", 2, 0,
+     {S2(4, 12), S1(4)}, {"test.yaml:3:15:", "rope.theta", "> 0"}, NULL, "fi"},
+    {"attention rope key typo", "type: attention\nheads: 2\nrope: {thta: 10}\n", 2, 0,
+     {S2(4, 12), S1(4)}, {"test.yaml:3:", "rope.thta", "did you mean 'rope.theta'?"}, NULL, "fi"},
+    {"attention rope without positions", "{type: attention, heads: 2, rope: {theta: 10000}}", 1, 0,
+     {S2(4, 12)}, {"rope", "positions", "i32 [4]"}, NULL},
+    {"attention rope positions f32", "{type: attention, heads: 2, rope: {theta: 10000}}", 2, 0,
+     {S2(4, 12), S1(4)}, {"positions", "i32 [4]", "got f32 [4]"}, NULL},
+    {"attention rope odd head size", "{type: attention, heads: 4, rope: {theta: 10000}}", 2, 0,
+     {S2(4, 12), S1(4)}, {"rope", "head size 3", "odd"}, NULL, "fi"},
+    {"attention rope on cross-attention", "{type: attention, heads: 2, rope: {theta: 10000}}", 3, 0,
+     {S2(4, 12), S2(5, 12), S1(4)}, {"rope", "self-attention"}, NULL, "ffi"},
+    {"attention inputs typo", "type: attention\nheads: 2\ninputs: [query, poss]\n", 2, 0,
+     {S2(4, 12), S1(4)}, {"test.yaml:3:17:", "'poss'", "did you mean 'pos'?"}, NULL, "fi"},
+    {"attention inputs query not first", "type: attention\nheads: 2\ninputs: [mask, query]\n", 2,
+     0, {S2(4, 12), S1(4)}, {"test.yaml:3:10:", "query"}, NULL, "fi"},
+    {"attention inputs named twice", "type: attention\nheads: 2\ninputs: [query, mask, mask]\n", 3,
+     0, {S2(4, 12), S1(4), S1(4)}, {"test.yaml:3:23:", "'mask' is named twice"}, NULL, "fii"},
+    {"attention inputs count", "{type: attention, heads: 2, inputs: [query, mask]}", 3, 0,
+     {S2(4, 12), S1(4), S1(4)}, {"inputs: names 2 inputs", "from: gives 3"}, NULL, "fii"},
+    {"attention inputs pos without rope", "{type: attention, heads: 2, inputs: [query, pos]}", 2, 0,
+     {S2(4, 12), S1(4)}, {"pos", "rope"}, NULL, "fi"},
+    {"attention inputs rope without pos", "{type: attention, heads: 2, rope: {theta: 9}, inputs: [query]}",
+     1, 0, {S2(4, 12)}, {"rope", "pos"}, NULL},
+    {"attention inputs mask and segments", "{type: attention, heads: 2, inputs: [query, mask, segments]}",
+     3, 0, {S2(4, 12), S1(4), S1(4)}, {"mask", "segment"}, NULL, "fii"},
+    {"attention inputs cross segments without key_segments",
+     "{type: attention, heads: 2, inputs: [query, memory, segments]}", 3, 0,
+     {S2(4, 12), S2(5, 12), S1(4)}, {"key_segments"}, NULL, "ffi"},
+    {"attention inputs segments of the wrong length",
+     "{type: attention, heads: 2, inputs: [query, segments]}", 2, 0, {S2(4, 12), S1(5)},
+     {"input 2 (segments)", "i32 [4]", "[5]"}, NULL, "fi"},
+    {"attention inputs mask f32 of the wrong length",
+     "{type: attention, heads: 2, inputs: [query, memory, mask]}", 3, 0,
+     {S2(4, 12), S2(6, 12), S1(4)}, {"input 3 (mask)", "[6]", "got f32 [4]"}, NULL},
+    {"attention inputs without the segments mask: says", "type: attention\nheads: 2\nmask: segments\ninputs: [query]\n",
+     1, 0, {S2(4, 12)}, {"test.yaml:3:7:", "mask: segments", "names no segments"}, NULL},
     {"positional T > max_len", "{type: positional, max_len: 4}", 1, 0, {S2(5, 8)},
      {"[5, 8]", "T = 5", "max_len 4"}, NULL},
     {"positional on a vector", "{type: positional, max_len: 4}", 1, 0, {S1(8)},
@@ -164,6 +206,8 @@ static int run_case(const err_case *c) {
     dt[i] = GP_F32;
   /* a loss case: labels are I32 unless the case is about that */
   if (strstr(c->yaml, "softmax_cross_entropy") && !c->labels_f32) dt[1] = GP_I32;
+  for (int i = 0; c->i32 && c->i32[i]; i++)
+    if (c->i32[i] == 'i') dt[i] = GP_I32;
   gp_error_clear();
   gp_status s = lt_layer_configure(&t, c->yaml, c->n_in, c->in, dt);
   const char *msg = gp_error_message();

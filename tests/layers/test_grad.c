@@ -139,7 +139,7 @@ static int run_case(gp_backend *be, const grad_case *c, const gp_layer_type *typ
   gp_dtype dt[4] = {GP_F32, GP_F32, GP_F32, GP_F32};
   if (c->labels_k) dt[c->n_in - 1] = GP_I32;
   for (int i = 0; i < c->n_in; i++)
-    if (strchr("imzs", lt_kind_of(c, i))) dt[i] = GP_I32;
+    if (strchr("imzsp", lt_kind_of(c, i))) dt[i] = GP_I32;
   int is_loss = c->labels_k > 0;
   gp_status s = lt_layer_build_as(&t, type, be, c->yaml, c->n_in, c->in, dt, c->batch);
   if (s == GP_ERR_UNSUPPORTED) {

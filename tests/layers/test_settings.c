@@ -33,6 +33,8 @@ static size_t kind_size(const gp_setting *s) {
   case GP_SETTING_BOOL:
   case GP_SETTING_CHOICE:
     return sizeof(int);
+  case GP_SETTING_CHOICES:
+    return (size_t)s->n * sizeof(int);
   default:
     return 0;
   }
@@ -84,6 +86,10 @@ static void check_table(const gp_layer_type *t) {
     if (s->kind == GP_SETTING_CHOICE &&
         (n_choices(s) < 2 || s->idflt < 0 || s->idflt >= n_choices(s)))
       FAIL("%s.%s: %d choices, default %lld", t->name, k, n_choices(s), (long long)s->idflt);
+    if (s->kind == GP_SETTING_CHOICES &&
+        (n_choices(s) < 2 || s->n < 1 || s->count_at + sizeof(int) > t->conf_size))
+      FAIL("%s.%s: %d choices, up to %d values, count at %zu", t->name, k, n_choices(s), s->n,
+           s->count_at);
     if (s->same_as) {
       int found = 0;
       for (int j = 0; j < i; j++)
@@ -165,6 +171,10 @@ static void check_reads(const gp_layer_type *t) {
     case GP_SETTING_FLOAT:
       memcpy(&dv, v, sizeof dv);
       same = dv == st->fdflt;
+      break;
+    case GP_SETTING_CHOICES: /* absent: none given */
+      memcpy(&bv, conf + st->count_at, sizeof bv);
+      same = bv == 0;
       break;
     default:
       memcpy(&bv, v, sizeof bv);

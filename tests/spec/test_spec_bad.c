@@ -35,6 +35,15 @@ static const bad cases[] = {
      GP_ERR_SPEC,
      {"t.yaml:4:5: ", "the output of 'r' (relu) is never used"}},
     /* ---- YAML ---- */
+    /* ---- a setting written as a mapping is read one level deep, as key.sub ---- */
+    {"a list inside a setting's mapping",
+     H "layers: [{type: attention, heads: 2, rope: {theta: [1, 2]}}]\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:2:52: ", "rope.theta: expected a value, got a list"}},
+    {"a mapping two levels deep",
+     H "layers: [{type: attention, heads: 2, rope: {theta: {x: 1}}}]\n" LOSS,
+     GP_ERR_SPEC,
+     {"t.yaml:2:52: ", "rope.theta: expected a value, got a mapping"}},
     {"syntax error", H "layers: [\n", GP_ERR_SPEC, {"t.yaml:3:1: ", "YAML syntax error"}},
     {"syntax error: bad indentation",
      H "layers:\n  - {type: relu}\n bad: 1\n",

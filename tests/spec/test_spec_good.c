@@ -467,6 +467,39 @@ static void test_multi_input(void) {
   gp_model_free(m);
 }
 
+/* A one-level mapping value is the settings key.sub (attention's rope: {theta: ...}), read
+ * inside a block with a parameter substituted, and inputs: names from:'s inputs. */
+static const char *const rope_yaml =
+    "inputs: {x: [6, 32], pos: {shape: [6], dtype: i32}, label: {shape: [6], dtype: i32}}\n"
+    "blocks:\n"
+    "  dec:\n"
+    "    params: {theta: 10000}\n"
+    "    inputs: [h, p]\n"
+    "    layers:\n"
+    "      - {type: attention, heads: 4, kv_heads: 1, bias: false, causal: true,\n"
+    "         rope: {theta: $theta}, from: [p, h], inputs: [pos, query], name: att}\n"
+    "layers:\n"
+    "  - {block: dec, from: [x, pos], name: d}\n"
+    "  - {type: linear, out_features: 5}\n"
+    "loss: {type: softmax_cross_entropy}\n";
+
+static void test_nested_setting(void) {
+  /* the query first: a from: that puts it second is refused at its item */
+  static const char *const parts[] = {"t.yaml:8:56: ", "inputs: the first input is the query"};
+  gp_t_load_fails("inputs: query second", rope_yaml, NULL, 0, GP_ERR_SPEC, parts, 2);
+  gp_override ov[] = {{"blocks.dec.layers.0.from.0", "h"},
+                      {"blocks.dec.layers.0.from.1", "p"},
+                      {"blocks.dec.layers.0.inputs.0", "query"},
+                      {"blocks.dec.layers.0.inputs.1", "pos"},
+                      {"blocks.dec.params.theta", "500000"}};
+  gp_model *m = gp_t_load("rope: {theta: $theta}, kv_heads 1, named inputs", rope_yaml, ov, 5);
+  if (!m) return;
+  /* in_proj_weight [(4 + 2) 8, 32] and out_proj.weight [32, 32], then the linear's 32 5 + 5 */
+  CHECK(m->n_params == 48 * 32 + 32 * 32 + 32 * 5 + 5, "n_params %lld", (long long)m->n_params);
+  CHECK(input_of(m, "d.att", 0) == 0 && input_of(m, "d.att", 1) == 1, "from: [h, p]");
+  gp_model_free(m);
+}
+
 static const char *const anchors_yaml =
     "inputs: {x: [1, 8, 8], label: {shape: [], dtype: i32}}\n"
     "blocks:\n"
@@ -626,6 +659,7 @@ int main(int argc, char **argv) {
   test_blocks();
   test_residual();
   test_multi_input();
+  test_nested_setting();
   test_anchors();
   test_overrides();
   return gp_t_finish("spec good files");
