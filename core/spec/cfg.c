@@ -534,6 +534,13 @@ gp_status gp_cfg_check_unknown(gp_cfg *c, const char *what, const char *const *s
     for (int j = 0; structural && structural[j]; j++)
       if (strcmp(structural[j], e->key) == 0) skip = 1;
     if (skip) continue;
+    /* a mapping under a key that takes a value (key.sub, as the parser reads one level) */
+    const char *dot = strchr(e->key, '.');
+    for (int j = 0; dot && j < c->n_asked; j++)
+      if (strlen(c->asked[j]) == (size_t)(dot - e->key) &&
+          strncmp(c->asked[j], e->key, (size_t)(dot - e->key)) == 0)
+        return at_error(c, e->kline, e->kcol, "%s: expected a scalar or a list, not a mapping",
+                        c->asked[j]);
     const char *near = gp_nearest(e->key, c->asked, c->n_asked);
     if (near)
       return at_error(c, e->kline, e->kcol, "unknown key '%s' for %s; did you mean '%s'?", e->key,

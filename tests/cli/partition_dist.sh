@@ -234,7 +234,7 @@ badfile() { # name, contents, expected line
 badfile typo 'hosts: 2\nprocs_per_hots: 4\n' \
   "2:17: unknown key 'procs_per_hots' for a cluster file; did you mean 'procs_per_host'?"
 badfile word 'hosts: 2\nlink_local: [fast, 3]\n' "2:14: link_local: expected a number, got 'fast'"
-badfile nested 'link_local: {bw: 3}\n' "1:13: link_local: expected a scalar or a list"
+badfile nested 'link_local: {bw: 3}\n' "1:18: link_local: expected a scalar or a list, not a mapping"
 badfile zero 'hosts: 2\nlink_remote: [0, 3]\n' \
   "2:15: link_remote: bandwidth 0 GB/s is out of range (0, 100000]"
 badfile hosts 'hosts: 0\n' "1:8: hosts: 0 is out of range [1, 4096]"
