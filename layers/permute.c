@@ -26,7 +26,7 @@ static gp_status permute_shape(gp_layer *l) {
   l->n_params = 0;
   GP_TRY(gp_layers_check_f32(l));
   if (k->count != x->ndim)
-    return GP_ERR(GP_ERR_SPEC, "permute: %d axes for input %s of %d", k->count,
+    return GP_ERR(GP_ERR_SPEC, "permute: %d axes given for input %s of %d axes", k->count,
                   gp_layers_shape_str(x, b1), x->ndim);
   int seen[GP_MAX_DIMS] = {0};
   gp_shape y = *x;
