@@ -99,8 +99,83 @@ typedef struct gn_args {
   float *y, *mean, *rstd, *dx, *dw, *db;
 } gn_args;
 
-/* Rows are (sample, group): cg * inner contiguous floats. Sums in double: a group of a U-Net's
- * early level holds 10^5 values and more. */
+/* Sums over a group: 8 float lanes within chunks of GN_CHUNK values (vectors: strict IEEE
+ * order keeps the compiler from splitting one accumulator), the chunks in double: a group of a
+ * U-Net's first level holds 10^5 values and more. Double accumulators in the loops ran
+ * 4.7x PyTorch's time. */
+#define GN_CHUNK 2048
+
+typedef float v4f __attribute__((vector_size(16)));
+
+static inline v4f load4(const float *p) {
+  v4f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static inline float lanes8(v4f lo, v4f hi) {
+  return ((lo[0] + lo[1]) + (lo[2] + lo[3])) + ((hi[0] + hi[1]) + (hi[2] + hi[3]));
+}
+
+/* sum(x - shift) and sum((x - shift)^2) */
+static void gn_moments(const float *restrict x, int64_t n, float shift, double *s1, double *s2) {
+  double t1 = 0.0, t2 = 0.0;
+  const v4f sh = {shift, shift, shift, shift};
+  for (int64_t c0 = 0; c0 < n; c0 += GN_CHUNK) {
+    const int64_t c1 = c0 + GN_CHUNK < n ? c0 + GN_CHUNK : n;
+    v4f a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0};
+    float r1 = 0.0f, r2 = 0.0f;
+    int64_t k = c0;
+    for (; k + 8 <= c1; k += 8) {
+      const v4f d0 = load4(x + k) - sh, d1 = load4(x + k + 4) - sh;
+      a1 += d0;
+      b1 += d1;
+      a2 += d0 * d0;
+      b2 += d1 * d1;
+    }
+    for (; k < c1; k++) {
+      const float d = x[k] - shift;
+      r1 += d;
+      r2 += d * d;
+    }
+    t1 += (double)lanes8(a1, b1) + (double)r1;
+    t2 += (double)lanes8(a2, b2) + (double)r2;
+  }
+  *s1 = t1;
+  *s2 = t2;
+}
+
+/* adds sum(dy w) to *sg and sum(dy w xhat) to *sgx, xhat = (x - mean) rs */
+static void gn_dsums(const float *restrict x, const float *restrict dy, int64_t n, float w,
+                     float mean, float rs, double *sg, double *sgx) {
+  double t1 = 0.0, t2 = 0.0;
+  const v4f vw = {w, w, w, w}, vm = {mean, mean, mean, mean}, vr = {rs, rs, rs, rs};
+  for (int64_t c0 = 0; c0 < n; c0 += GN_CHUNK) {
+    const int64_t c1 = c0 + GN_CHUNK < n ? c0 + GN_CHUNK : n;
+    v4f a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0};
+    float r1 = 0.0f, r2 = 0.0f;
+    int64_t k = c0;
+    for (; k + 8 <= c1; k += 8) {
+      const v4f g0 = load4(dy + k) * vw, g1 = load4(dy + k + 4) * vw;
+      a1 += g0;
+      b1 += g1;
+      a2 += g0 * ((load4(x + k) - vm) * vr);
+      b2 += g1 * ((load4(x + k + 4) - vm) * vr);
+    }
+    for (; k < c1; k++) {
+      const float g = dy[k] * w;
+      r1 += g;
+      r2 += g * ((x[k] - mean) * rs);
+    }
+    t1 += (double)lanes8(a1, b1) + (double)r1;
+    t2 += (double)lanes8(a2, b2) + (double)r2;
+  }
+  *sg += t1;
+  *sgx += t2;
+}
+
+/* Rows are (sample, group): cg * inner contiguous floats. The variance is taken about the
+ * row's first value, then corrected (no cancellation for data far from 0, one pass fewer). */
 static gp_status gn_fwd_part(void *ctx, int64_t lo, int64_t hi, int worker) {
   (void)worker;
   const gn_args *a = ctx;
@@ -108,15 +183,13 @@ static gp_status gn_fwd_part(void *ctx, int64_t lo, int64_t hi, int worker) {
   for (int64_t r = lo; r < hi; r++) {
     const float *restrict x = a->x + r * len;
     float *restrict y = a->y + r * len;
-    double s = 0.0, q = 0.0;
-    for (int64_t k = 0; k < len; k++)
-      s += x[k];
-    const float mean = (float)(s / (double)len);
-    for (int64_t k = 0; k < len; k++) {
-      const double d = (double)(x[k] - mean);
-      q += d * d;
-    }
-    const float rs = (float)(1.0 / sqrt(q / (double)len + (double)a->eps));
+    double s1, s2;
+    gn_moments(x, len, 0.0f, &s1, &s2);
+    const float mean = (float)(s1 / (double)len);
+    gn_moments(x, len, mean, &s1, &s2);
+    const double dm = s1 / (double)len; /* the float mean's own error */
+    const double var = s2 / (double)len - dm * dm;
+    const float rs = (float)(1.0 / sqrt((var > 0.0 ? var : 0.0) + (double)a->eps));
     const int64_t ch0 = (r % a->groups) * a->cg;
     for (int64_t ci = 0; ci < a->cg; ci++) {
       const float w = a->w[ch0 + ci] * rs, b = a->b[ch0 + ci];
@@ -142,20 +215,14 @@ static gp_status gn_dx_part(void *ctx, int64_t lo, int64_t hi, int worker) {
     const float mean = a->mean_in[r], rs = a->rstd_in[r];
     const int64_t ch0 = (r % a->groups) * a->cg;
     double sg = 0.0, sgx = 0.0;
-    for (int64_t ci = 0; ci < a->cg; ci++) {
-      const float w = a->w[ch0 + ci];
-      const float *xc = x + ci * a->inner, *gc = dy + ci * a->inner;
-      for (int64_t k = 0; k < a->inner; k++) {
-        const float g = gc[k] * w;
-        sg += g;
-        sgx += g * ((xc[k] - mean) * rs);
-      }
-    }
+    for (int64_t ci = 0; ci < a->cg; ci++)
+      gn_dsums(x + ci * a->inner, dy + ci * a->inner, a->inner, a->w[ch0 + ci], mean, rs, &sg,
+               &sgx);
     const float mg = (float)(sg / (double)len), mgx = (float)(sgx / (double)len);
     for (int64_t ci = 0; ci < a->cg; ci++) {
       const float w = a->w[ch0 + ci];
-      const float *xc = x + ci * a->inner, *gc = dy + ci * a->inner;
-      float *dc = dx + ci * a->inner;
+      const float *restrict xc = x + ci * a->inner, *restrict gc = dy + ci * a->inner;
+      float *restrict dc = dx + ci * a->inner;
       for (int64_t k = 0; k < a->inner; k++)
         dc[k] = rs * (gc[k] * w - mg - (xc[k] - mean) * rs * mgx);
     }
@@ -168,15 +235,10 @@ static gp_status gn_dw_part(void *ctx, int64_t lo, int64_t hi, int worker) {
   (void)worker;
   const gn_args *a = ctx;
   for (int64_t ch = lo; ch < hi; ch++) {
-    double sw = 0.0, sb = 0.0;
+    double sb = 0.0, sw = 0.0;
     for (int64_t i = 0; i < a->n; i++) {
-      const int64_t r = i * a->groups + ch / a->cg;
-      const float mean = a->mean_in[r], rs = a->rstd_in[r];
-      const float *xc = a->x + (i * a->c + ch) * a->inner, *gc = a->dy + (i * a->c + ch) * a->inner;
-      for (int64_t k = 0; k < a->inner; k++) {
-        sw += gc[k] * ((xc[k] - mean) * rs);
-        sb += gc[k];
-      }
+      const int64_t r = i * a->groups + ch / a->cg, at = (i * a->c + ch) * a->inner;
+      gn_dsums(a->x + at, a->dy + at, a->inner, 1.0f, a->mean_in[r], a->rstd_in[r], &sb, &sw);
     }
     if (a->dw) a->dw[ch] += (float)sw;
     if (a->db) a->db[ch] += (float)sb;
@@ -243,23 +305,27 @@ typedef struct el_args {
   float *out;
 } el_args;
 
+/* Locals and one loop per kind: a store through out could alias the struct's fields, and a
+ * switch inside the loop kept the compiler from vectorizing (l1 ran 2x PyTorch's time). */
 static gp_status el_fwd_part(void *ctx, int64_t lo, int64_t hi, int worker) {
   (void)worker;
   const el_args *a = ctx;
-  for (int64_t i = lo; i < hi; i++) {
-    const float p = a->p[i], t = a->t[i], d = p - t;
-    switch (a->kind) {
-    case GP_ELTLOSS_MSE:
-      a->out[i] = d * d;
-      break;
-    case GP_ELTLOSS_L1:
-      a->out[i] = fabsf(d);
-      break;
-    /* max(p, 0) - p t + log(1 + exp(-|p|)): no overflow for any p */
-    case GP_ELTLOSS_BCE_LOGITS:
-      a->out[i] = fmaxf(p, 0.0f) - p * t + log1pf(expf(-fabsf(p)));
-      break;
-    }
+  const float *restrict p = a->p, *restrict t = a->t;
+  float *restrict out = a->out;
+  switch (a->kind) {
+  case GP_ELTLOSS_MSE:
+    for (int64_t i = lo; i < hi; i++)
+      out[i] = (p[i] - t[i]) * (p[i] - t[i]);
+    break;
+  case GP_ELTLOSS_L1:
+    for (int64_t i = lo; i < hi; i++)
+      out[i] = fabsf(p[i] - t[i]);
+    break;
+  /* max(p, 0) - p t + log(1 + exp(-|p|)): no overflow for any p */
+  case GP_ELTLOSS_BCE_LOGITS:
+    for (int64_t i = lo; i < hi; i++)
+      out[i] = fmaxf(p[i], 0.0f) - p[i] * t[i] + log1pf(expf(-fabsf(p[i])));
+    break;
   }
   return GP_OK;
 }
@@ -267,19 +333,24 @@ static gp_status el_fwd_part(void *ctx, int64_t lo, int64_t hi, int worker) {
 static gp_status el_bwd_part(void *ctx, int64_t lo, int64_t hi, int worker) {
   (void)worker;
   const el_args *a = ctx;
-  for (int64_t i = lo; i < hi; i++) {
-    const float p = a->p[i], t = a->t[i], d = p - t;
-    switch (a->kind) {
-    case GP_ELTLOSS_MSE:
-      a->out[i] = a->scale * (2.0f * d);
-      break;
-    case GP_ELTLOSS_L1:
-      a->out[i] = d > 0.0f ? a->scale : d < 0.0f ? -a->scale : 0.0f;
-      break;
-    case GP_ELTLOSS_BCE_LOGITS:
-      a->out[i] = a->scale * (1.0f / (1.0f + expf(-p)) - t);
-      break;
+  const float *restrict p = a->p, *restrict t = a->t;
+  float *restrict out = a->out;
+  const float scale = a->scale;
+  switch (a->kind) {
+  case GP_ELTLOSS_MSE:
+    for (int64_t i = lo; i < hi; i++)
+      out[i] = scale * (2.0f * (p[i] - t[i]));
+    break;
+  case GP_ELTLOSS_L1: /* sign(p - t), 0 where equal */
+    for (int64_t i = lo; i < hi; i++) {
+      const float d = p[i] - t[i];
+      out[i] = scale * ((float)(d > 0.0f) - (float)(d < 0.0f));
     }
+    break;
+  case GP_ELTLOSS_BCE_LOGITS:
+    for (int64_t i = lo; i < hi; i++)
+      out[i] = scale * (1.0f / (1.0f + expf(-p[i])) - t[i]);
+    break;
   }
   return GP_OK;
 }
