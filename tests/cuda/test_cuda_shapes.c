@@ -69,8 +69,8 @@ static void test_permute(cc_ctx *c) {
 static void test_gn_one(cc_ctx *c, int64_t n, int64_t ch, int64_t inner, int64_t groups,
                         uint64_t seed) {
   char what[96], msg[160];
-  snprintf(what, sizeof what, "groupnorm [%lld, %lld, %lld] in %lld", (long long)n,
-           (long long)ch, (long long)inner, (long long)groups);
+  snprintf(what, sizeof what, "groupnorm [%lld, %lld, %lld] in %lld", (long long)n, (long long)ch,
+           (long long)inner, (long long)groups);
   const int64_t nx = n * ch * inner, ng = n * groups;
   const float eps = 1e-5f;
   float *hx = normal(nx, seed, 1.5f, 0.5f), *hdy = normal(nx, seed + 1, 1.0f, 0.0f);
@@ -123,8 +123,7 @@ static void test_gn_one(cc_ctx *c, int64_t n, int64_t ch, int64_t inner, int64_t
       if (st == GP_OK && !split)
         st = be->groupnorm_backward(be, n, ch, inner, groups, px, pdy, pw, pm, pr, ddx, ddw, ddb);
       if (st == GP_OK && split)
-        st = be->groupnorm_backward(be, n, ch, inner, groups, px, pdy, pw, pm, pr, ddx, NULL,
-                                    NULL);
+        st = be->groupnorm_backward(be, n, ch, inner, groups, px, pdy, pw, pm, pr, ddx, NULL, NULL);
       if (st == GP_OK && split)
         st = be->groupnorm_backward(be, n, ch, inner, groups, px, pdy, pw, pm, pr, NULL, ddw, ddb);
       if (st == GP_OK) st = cc_buf_download(bx, out[split], (size_t)nx * 4);
