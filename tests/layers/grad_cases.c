@@ -140,6 +140,9 @@ const grad_case lt_grad_cases[] = {
      2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
     /* U-Net and Llama shapes: reshape, permute, group norm; the losses of f32 targets ('t':
      * clear of l1's kink) */
+    /* per-pixel segmentation: [C, H, W] logits against [H, W] labels */
+    {"softmax_cross_entropy axis 0", "{type: softmax_cross_entropy, axis: 0}", 2,
+     {S3(4, 3, 2), S2(3, 2)}, 2, FILL_UNIFORM, 4, 0, LT_TOL_FD_SMOOTH},
     {"reshape -1", "{type: reshape, shape: [3, -1]}", 1, {S3(2, 3, 4)}, 2, FILL_UNIFORM, 0, 0,
      LT_TOL_FD_LINEAR},
     {"permute chw to hwc", "{type: permute, axes: [1, 2, 0]}", 1, {S3(3, 4, 5)}, 2, FILL_UNIFORM,

@@ -559,6 +559,18 @@ def main():
     a[0, 0, 0, 0], a[1, 2, 3, 3] = 40.0, -40.0  # where e^-x or e^x overflows a naive form
     eltloss_case(out_dir, "bce_with_logits", "{type: bce_with_logits}", a,
                  torch.rand(2, 3, 4, 4), F.binary_cross_entropy_with_logits)
+    # per-pixel segmentation: [C, H, W] logits, [H, W] labels (PyTorch's class axis 1 of N, C, ...)
+    z = torch.randn(2, 5, 3, 4, requires_grad=True)
+    lab = torch.randint(0, 5, (2, 3, 4), dtype=torch.int64)
+    lab[0, 1, 2] = -100  # ignored
+    per = F.cross_entropy(z, lab, reduction="none")
+    mean = F.cross_entropy(z, lab)
+    mean.backward()
+    write_safetensors(os.path.join(out_dir, "softmax_cross_entropy_axis0.safetensors"),
+                      {"x0": z.detach(), "x1": lab.to(torch.int32), "y": per.detach(),
+                       "loss": mean.detach().reshape(1), "dx0": z.grad},
+                      {"config": "{type: softmax_cross_entropy, axis: 0}", "training": "true",
+                       "backward": "true", "loss": "true", "torch": torch.__version__})
 
 
 if __name__ == "__main__":

@@ -171,6 +171,11 @@ static const err_case cases[] = {
     {"mul of one input", "{type: mul}", 1, 0, {S2(4, 8)}, {"mul", "2"}, NULL},
     {"mul of three inputs", "{type: mul}", 3, 0, {S1(8), S1(8), S1(8)}, {"mul", "3"}, NULL},
     /* ---- reshape, permute, groupnorm, the losses of f32 targets ---- */
+    {"softmax_cross_entropy axis 0, labels of another shape",
+     "{type: softmax_cross_entropy, axis: 0}", 2, 0, {S3(5, 4, 4), S2(4, 5)},
+     {"axis 0", "[5, 4, 4]", "[4, 5]"}, NULL},
+    {"softmax_cross_entropy axis outside", "{type: softmax_cross_entropy, axis: 3}", 2, 0,
+     {S3(5, 4, 4), S2(4, 4)}, {"axis 3", "[5, 4, 4]"}, NULL},
     {"reshape to another size", "{type: reshape, shape: [5, -1]}", 1, 0, {S3(3, 4, 4)},
      {"reshape", "[3, 4, 4]", "48", "[5, -1]"}, NULL},
     {"reshape without -1, wrong size", "{type: reshape, shape: [4, 4]}", 1, 0, {S2(3, 4)},
