@@ -60,6 +60,10 @@ typedef enum gp_activation {
   GP_ACTIVATION_COUNT
 } gp_activation;
 
+/* The element-wise losses of f32 targets (layers/eltloss.c): (p - t)^2, |p - t|, and binary
+ * cross-entropy of logits p against probabilities t (PyTorch's BCEWithLogitsLoss). */
+typedef enum gp_eltloss { GP_ELTLOSS_MSE, GP_ELTLOSS_L1, GP_ELTLOSS_BCE_LOGITS } gp_eltloss;
+
 /* The softmax of attention scores [batch, heads, tq, tk] over the last dim, with masked keys
  * left out: key j of query i is masked when causal and j > i, or when the key-padding mask of
  * its sample (keep_f32 or keep_i32, [batch, tk], at most one set) is 0 there (1 = attend; any
@@ -214,6 +218,17 @@ struct gp_backend {
   gp_status (*rmsnorm_backward)(gp_backend *be, int64_t rows, int64_t cols, const float *x,
                                 const float *dy, const float *w, const float *rstd, float *dx,
                                 float *dw); /* dx = (NULL: skip), dw += (NULL: skip) */
+  /* Group norm of x [n, c, inner] over groups of c / groups channels (torch.nn.GroupNorm):
+   * y = (x - mean) rstd w[ch] + b[ch]; mean and rstd [n * groups] are kept for backward. */
+  gp_status (*groupnorm_forward)(gp_backend *be, int64_t n, int64_t c, int64_t inner,
+                                 int64_t groups, float eps, const float *x, const float *w,
+                                 const float *b, float *y, float *mean, float *rstd);
+  /* dx = (NULL: not wanted); dw += sum of dy xhat and db += sum of dy per channel (NULL: not
+   * wanted). */
+  gp_status (*groupnorm_backward)(gp_backend *be, int64_t n, int64_t c, int64_t inner,
+                                  int64_t groups, const float *x, const float *dy, const float *w,
+                                  const float *mean, const float *rstd, float *dx, float *dw,
+                                  float *db);
 
   /* ---- element-wise ---- */
   gp_status (*act_forward)(gp_backend *be, gp_activation act, int64_t n, const float *x, float *y);
@@ -234,6 +249,10 @@ struct gp_backend {
   /* 2-D strided copy: rows x cols floats; dst[r*dst_ld + j] = src[r*src_ld + j] */
   gp_status (*copy2d)(gp_backend *be, int64_t rows, int64_t cols, const float *src, int64_t src_ld,
                       float *dst, int64_t dst_ld);
+  /* y = x with its axes permuted (torch.permute(...).contiguous()): x is dims[0..ndim), ndim
+   * at most GP_MAX_DIMS + 1 (the batch included); y's axis j is x's axis perm[j]. */
+  gp_status (*permute)(gp_backend *be, int ndim, const int64_t *dims, const int *perm,
+                       const float *x, float *y);
 
   /* ---- sequences: embeddings and attention ---- */
   /* y[i, :] = scale * table[ids[i], :] for i < n (table [vocab, dim]); an id outside
@@ -269,6 +288,12 @@ struct gp_backend {
   gp_status (*softmax_xent_backward)(gp_backend *be, int64_t n, int64_t k, float smoothing,
                                      float scale, const float *probs, const int32_t *labels,
                                      float *dlogits);
+  /* loss[i] = f(p[i], t[i]) of the element-wise loss kind, for i < n */
+  gp_status (*eltloss_forward)(gp_backend *be, gp_eltloss kind, int64_t n, const float *p,
+                               const float *t, float *loss);
+  /* dp[i] = scale * df/dp(p[i], t[i]) (l1: sign(p - t), 0 where equal, as PyTorch) */
+  gp_status (*eltloss_backward)(gp_backend *be, gp_eltloss kind, int64_t n, float scale,
+                                const float *p, const float *t, float *dp);
   /* host results: sum of x; count of rows whose argmax equals the label (a label outside
    * [0, k), as an ignored target's, never counts) */
   gp_status (*sum)(gp_backend *be, int64_t n, const float *x, double *host_out);

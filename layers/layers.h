@@ -55,6 +55,12 @@ extern const gp_layer_type gp_layer_attention;
 extern const gp_layer_type gp_layer_rmsnorm;
 extern const gp_layer_type gp_layer_silu;
 extern const gp_layer_type gp_layer_mul;
+extern const gp_layer_type gp_layer_reshape;
+extern const gp_layer_type gp_layer_permute;
+extern const gp_layer_type gp_layer_groupnorm;
+extern const gp_layer_type gp_layer_mse;
+extern const gp_layer_type gp_layer_l1;
+extern const gp_layer_type gp_layer_bce_with_logits;
 
 /* Largest value a size-like setting (channels, kernel, ...) may take: far beyond any real
  * model, small enough that products of a few of them cannot overflow int64. */

@@ -11,6 +11,8 @@
 typedef struct xent_conf {
   double smoothing;
   int64_t ignore_index;
+  int64_t axis; /* as written */
+  int ax;       /* resolved by shape(); the class axis of the per-sample logits */
 } xent_conf;
 
 static const gp_setting xent_settings[] = {
@@ -27,18 +29,36 @@ static const gp_setting xent_settings[] = {
      .min = INT32_MIN,
      .max = -1,
      .doc = "a label with this value adds no loss, no gradient and no count"},
+    {.key = "axis",
+     GP_SETTING_INT_AT(xent_conf, axis),
+     .idflt = -1,
+     .min = -GP_MAX_DIMS,
+     .max = GP_MAX_DIMS - 1,
+     .doc = "the class axis of the per-sample logits (0: [C, H, W] logits against [H, W] labels, "
+            "per pixel); negative counts from the end"},
 };
 
 static gp_status xent_shape(gp_layer *l) {
   char b1[GP_LAYER_SHAPE_STR], b2[GP_LAYER_SHAPE_STR];
+  xent_conf *k = l->conf;
   const gp_shape *z = &l->in_shape[0], *y = &l->in_shape[1];
   l->n_params = 0;
   if (l->n_in != 2)
     return GP_ERR(GP_ERR_SPEC, "softmax_cross_entropy takes 2 inputs (logits, labels), got %d",
                   l->n_in);
+  const int64_t ax = k->axis < 0 ? k->axis + z->ndim : k->axis;
+  if (ax < 0 || ax >= z->ndim)
+    return GP_ERR(GP_ERR_SPEC, "softmax_cross_entropy: axis %lld is outside the logits' shape %s",
+                  (long long)k->axis, gp_layers_shape_str(z, b1));
+  k->ax = (int)ax;
   int lead_ok = z->ndim >= 1 && y->ndim == z->ndim - 1;
   for (int i = 0; lead_ok && i < y->ndim; i++)
-    lead_ok = y->d[i] == z->d[i];
+    lead_ok = y->d[i] == z->d[i + (i >= k->ax)];
+  if (k->ax != z->ndim - 1 && !lead_ok)
+    return GP_ERR(GP_ERR_SPEC,
+                  "softmax_cross_entropy along axis %d expects labels of the logits' shape "
+                  "without that axis, got logits %s and labels %s",
+                  k->ax, gp_layers_shape_str(z, b1), gp_layers_shape_str(y, b2));
   if (!lead_ok)
     return GP_ERR(GP_ERR_SPEC,
                   "softmax_cross_entropy expects logits [..., K] and labels of their leading "
@@ -55,12 +75,17 @@ static gp_status xent_shape(gp_layer *l) {
 }
 
 static void xent_cost(const gp_layer *l, gp_cost *c) {
-  double k = (double)l->in_shape[0].d[l->in_shape[0].ndim - 1];
+  const xent_conf *kc = l->conf;
+  double k = (double)l->in_shape[0].d[kc->ax];
   double rows = (double)gp_shape_numel(&l->in_shape[1]);
   c->fwd_flops = 6.0 * k * rows;
   c->bwd_flops = 2.0 * k * rows;
   c->params = 0;
   c->saved_bytes = (int64_t)(k * rows) * 4 + (int64_t)rows * 4; /* probabilities, labels */
+  if (kc->ax != l->in_shape[0].ndim - 1) { /* the logits moved, kept till backward */
+    c->fwd_flops += k * rows;
+    c->saved_bytes += (int64_t)(k * rows) * 4;
+  }
   c->out_bytes = (int64_t)rows * 4;
 }
 
@@ -123,6 +148,32 @@ static gp_status zero_ignored(gp_backend *be, const rows *r, int64_t n, int64_t 
   return GP_OK;
 }
 
+/* A class axis other than the last: the logits' runtime shape and the order that moves the
+ * axis last (inverse: back), for the backend's permute. */
+static void class_last(const xent_conf *k, const gp_shape *z, int inverse, gp_shape *dims,
+                       int *perm) {
+  const int nd = z->ndim, a = 1 + k->ax; /* the batch is axis 0 */
+  int fwd[GP_MAX_DIMS + 1], j = 0;
+  for (int i = 0; i < nd; i++)
+    if (i != a) fwd[j++] = i;
+  fwd[j] = a;
+  *dims = *z;
+  if (!inverse) {
+    for (int i = 0; i < nd; i++)
+      perm[i] = fwd[i];
+    return;
+  }
+  for (int i = 0; i < nd; i++) { /* dims of the moved tensor; perm its inverse */
+    dims->d[i] = z->d[fwd[i]];
+    perm[fwd[i]] = i;
+  }
+}
+
+static int moved(const gp_layer *l) {
+  const xent_conf *k = l->conf;
+  return k->ax != l->in_shape[0].ndim - 1;
+}
+
 /* Saved for backward: [probabilities of every row | the labels, class 0 where ignored], in the
  * arena. One softmax over all rows, the logits read where they are (an ignored row's loss and
  * gradient are then zeroed): the backend's calls stay one per pass, whatever the padding.
@@ -131,11 +182,19 @@ static gp_status xent_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in
                               void **saved) {
   const xent_conf *k = l->conf;
   gp_backend *be = e->be;
-  int64_t n = gp_shape_numel(&in[1].shape), nk = in[0].shape.d[in[0].shape.ndim - 1];
+  int64_t n = gp_shape_numel(&in[1].shape), nk = in[0].shape.d[1 + k->ax];
+  float *z = GP_F32P(&in[0]);
+  if (moved(l)) { /* the classes last, in a temporary of this pass */
+    gp_shape dims;
+    int perm[GP_MAX_DIMS + 1];
+    class_last(k, &in[0].shape, 0, &dims, perm);
+    GP_TRY(gp_arena_alloc(e->arena, (size_t)(n * nk) * sizeof(float), (void **)&z));
+    GP_TRY(be->permute(be, dims.ndim, dims.d, perm, GP_F32P(&in[0]), z));
+  }
   rows r = {0};
   gp_status s = rows_find(e, &in[1], n, (int32_t)k->ignore_index, &r);
   int64_t kept = r.kept;
-  float *probs = NULL, *z = GP_F32P(&in[0]), *loss = GP_F32P(out);
+  float *probs = NULL, *loss = GP_F32P(out);
   const int32_t *y = GP_I32P(&in[1]);
   if (s == GP_OK)
     s = gp_arena_alloc(e->arena, (size_t)(n * nk + n) * sizeof(float) + 4, (void **)&probs);
@@ -169,7 +228,7 @@ static gp_status xent_backward(const gp_layer *l, gp_exec *e, const gp_tensor *i
   (void)dout; /* the loss is the end of the graph: its gradient is 1 / loss_count */
   const xent_conf *k = l->conf;
   gp_backend *be = e->be;
-  int64_t n = gp_shape_numel(&in[1].shape), nk = in[0].shape.d[in[0].shape.ndim - 1];
+  int64_t n = gp_shape_numel(&in[1].shape), nk = in[0].shape.d[1 + k->ax];
   if (!din[0].data) return GP_OK;
   if (!saved)
     return GP_ERR(GP_ERR_RUNTIME, "softmax_cross_entropy %s: backward without its forward",
@@ -180,10 +239,18 @@ static gp_status xent_backward(const gp_layer *l, gp_exec *e, const gp_tensor *i
   const float *probs = saved;
   const int32_t *y = (const int32_t *)(probs + n * nk);
   const float scale = (float)(1.0 / (double)loss_count(e, kept));
+  float *dz = GP_F32P(&din[0]);
+  gp_arena *tmp = e->temp ? e->temp : e->arena;
+  if (s == GP_OK && moved(l)) s = gp_arena_alloc(tmp, (size_t)(n * nk) * sizeof(float), (void **)&dz);
   if (s == GP_OK && kept)
-    s = be->softmax_xent_backward(be, n, nk, (float)k->smoothing, scale, probs, y,
-                                  GP_F32P(&din[0]));
-  if (s == GP_OK && kept < n) s = zero_ignored(be, &r, n, nk, GP_F32P(&din[0]));
+    s = be->softmax_xent_backward(be, n, nk, (float)k->smoothing, scale, probs, y, dz);
+  if (s == GP_OK && kept < n) s = zero_ignored(be, &r, n, nk, dz);
+  if (s == GP_OK && moved(l)) { /* the classes back where the logits have them */
+    gp_shape dims;
+    int perm[GP_MAX_DIMS + 1];
+    class_last(k, &in[0].shape, 1, &dims, perm);
+    s = be->permute(be, dims.ndim, dims.d, perm, dz, GP_F32P(&din[0]));
+  }
   rows_free(&r);
   return s;
 }

@@ -370,6 +370,7 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->sum = gp_cpu_sum;
   be->count_correct = gp_cpu_count_correct;
   be->sumsq = gp_cpu_sumsq;
+  gp_cpu_install_shapes(be);
 
   be->sgd_update = gp_cpu_sgd_update;
   be->adamw_update = gp_cpu_adamw_update;

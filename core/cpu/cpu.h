@@ -169,6 +169,9 @@ gp_status gp_cpu_layernorm_backward(gp_backend *be, int64_t rows, int64_t cols, 
                                     const float *dy, const float *gamma, const float *mean,
                                     const float *rstd, float *dx, float *dgamma, float *dbeta);
 
+/* shapes.c: permute, group norm, the element-wise losses */
+void gp_cpu_install_shapes(gp_backend *be);
+
 /* rmsnorm.c */
 gp_status gp_cpu_rmsnorm_forward(gp_backend *be, int64_t rows, int64_t cols, float eps,
                                  const float *x, const float *w, float *y, float *rstd);

@@ -385,7 +385,9 @@ static gp_status split(gp_pipeline *pl, int64_t batch, int training) {
 }
 
 int64_t gp_batch_targets(const gp_model *m, const gp_batch *b) {
-  if (m->label_input < 0 || !b->in[m->label_input]) return b->n;
+  /* f32 targets (mse, l1, bce_with_logits): the loss is averaged over the samples' elements */
+  if (m->label_input < 0 || !b->in[m->label_input] || m->inputs[m->label_input].dtype != GP_I32)
+    return b->n;
   const int32_t *y = b->in[m->label_input];
   int64_t n = b->n * gp_shape_numel(&m->inputs[m->label_input].shape), c = 0;
   for (int64_t i = 0; i < n; i++)

@@ -1,6 +1,7 @@
 /* The one reader of settings tables (core/spec/settings.h) and their text for the docs. */
 #include "core/spec/settings.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -10,6 +11,25 @@ static const gp_setting *find_setting(const gp_setting *set, int n, const char *
   for (int i = 0; i < n; i++)
     if (strcmp(set[i].key, key) == 0) return &set[i];
   return NULL;
+}
+
+/* A list of up to s->n integers in [min, max], read as numbers (exact up to 2^53), each
+ * refused where it is not whole. */
+static gp_status read_int_list(gp_cfg *cfg, const gp_setting *s, int64_t *out, int *count) {
+  double v[16];
+  const gp_range any = GP_RANGE_ANY;
+  if (s->n < 1 || s->n > 16)
+    return GP_ERR(GP_ERR_RUNTIME, "setting '%s': a bad table entry", s->key);
+  GP_TRY(gp_cfg_floats_in(cfg, s->key, s->n, any, v, count));
+  for (int j = 0; j < *count; j++) {
+    if (v[j] != floor(v[j]) || v[j] < (double)s->min || v[j] > (double)s->max) {
+      char r[64];
+      gp_int_range_str(s->min, s->max, r, sizeof r);
+      return gp_cfg_error_item(cfg, s->key, j, "%s: %g is not an integer in %s", s->key, v[j], r);
+    }
+    out[j] = (int64_t)v[j];
+  }
+  return GP_OK;
 }
 
 gp_status gp_settings_read(gp_cfg *cfg, const gp_setting *set, int n, void *conf) {
@@ -53,6 +73,9 @@ gp_status gp_settings_read(gp_cfg *cfg, const gp_setting *set, int n, void *conf
     case GP_SETTING_CHOICES:
       GP_TRY(gp_cfg_choices(cfg, s->key, s->choices, s->n, v, (int *)(void *)(base + s->count_at)));
       break;
+    case GP_SETTING_INT_LIST:
+      GP_TRY(read_int_list(cfg, s, v, (int *)(void *)(base + s->count_at)));
+      break;
     default:
       return GP_ERR(GP_ERR_RUNTIME, "setting '%s': unknown kind %d", s->key, (int)s->kind);
     }
@@ -67,6 +90,9 @@ const char *gp_setting_type_str(const gp_setting *s, char *buf, size_t n) {
     break;
   case GP_SETTING_INTS:
     snprintf(buf, n, "%d ints: [a, b] or one for all", s->n);
+    break;
+  case GP_SETTING_INT_LIST:
+    snprintf(buf, n, "a list of 1 to %d ints", s->n);
     break;
   case GP_SETTING_FLOAT:
     snprintf(buf, n, "number");
@@ -123,7 +149,7 @@ const char *gp_setting_default_str(const gp_setting *s, char *buf, size_t n) {
 
 const char *gp_setting_range_str(const gp_setting *s, char *buf, size_t n) {
   buf[0] = 0;
-  if (s->kind == GP_SETTING_INT || s->kind == GP_SETTING_INTS)
+  if (s->kind == GP_SETTING_INT || s->kind == GP_SETTING_INTS || s->kind == GP_SETTING_INT_LIST)
     gp_int_range_str(s->min, s->max, buf, n);
   else if (s->kind == GP_SETTING_FLOAT)
     gp_range_str(s->range, buf, n);

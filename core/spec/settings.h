@@ -10,13 +10,15 @@
 #include "core/spec/cfg.h"
 
 typedef enum gp_setting_kind {
-  GP_SETTING_INT,     /* int64_t in [min, max] */
-  GP_SETTING_INTS,    /* int64_t[n]: one integer for all n, or a list of n, each in [min, max] */
-  GP_SETTING_FLOAT,   /* double in range (float32 at its open bounds, as gp_range_holds) */
-  GP_SETTING_BOOL,    /* int, 0 or 1 */
-  GP_SETTING_CHOICE,  /* int: the index of the value in choices */
-  GP_SETTING_CHOICES, /* int[n]: a list of up to n values of choices, their indices; the count
-                       * at count_at */
+  GP_SETTING_INT,      /* int64_t in [min, max] */
+  GP_SETTING_INTS,     /* int64_t[n]: one integer for all n, or a list of n, each in [min, max] */
+  GP_SETTING_FLOAT,    /* double in range (float32 at its open bounds, as gp_range_holds) */
+  GP_SETTING_BOOL,     /* int, 0 or 1 */
+  GP_SETTING_CHOICE,   /* int: the index of the value in choices */
+  GP_SETTING_CHOICES,  /* int[n]: a list of up to n values of choices, their indices; the count
+                        * at count_at */
+  GP_SETTING_INT_LIST, /* int64_t[n]: a list of 1 to n integers, each in [min, max]; the count
+                        * at count_at (a shape, an order of axes) */
   GP_SETTING_KIND_COUNT
 } gp_setting_kind;
 
@@ -60,6 +62,10 @@ typedef struct gp_setting {
 #define GP_SETTING_CHOICES_AT(T, f, count)                                                         \
   .kind = GP_SETTING_CHOICES, GP_SETTING_AT_(T, f, int *),                                         \
   .n = (int)(sizeof(((T *)0)->f) / sizeof(int)),                                                   \
+  .count_at = offsetof(T, count) + 0 * sizeof(_Generic(((T *)0)->count, int : 1))
+#define GP_SETTING_INT_LIST_AT(T, f, count)                                                        \
+  .kind = GP_SETTING_INT_LIST, GP_SETTING_AT_(T, f, int64_t *),                                    \
+  .n = (int)(sizeof(((T *)0)->f) / sizeof(int64_t)),                                               \
   .count_at = offsetof(T, count) + 0 * sizeof(_Generic(((T *)0)->count, int : 1))
 #define GP_SETTING_HAS_AT(T, f)                                                                    \
   .optional = 1, .has_at = offsetof(T, f) + 0 * sizeof(_Generic(((T *)0)->f, int : 1))

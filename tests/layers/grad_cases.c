@@ -138,6 +138,25 @@ const grad_case lt_grad_cases[] = {
     {"mul", "{type: mul}", 2, {S2(3, 5), S2(3, 5)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
     {"linear init normal", "{type: linear, out_features: 3, init: normal, std: 0.5}", 1, {S1(4)},
      2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    /* U-Net and Llama shapes: reshape, permute, group norm; the losses of f32 targets ('t':
+     * clear of l1's kink) */
+    /* per-pixel segmentation: [C, H, W] logits against [H, W] labels */
+    {"softmax_cross_entropy axis 0", "{type: softmax_cross_entropy, axis: 0}", 2,
+     {S3(4, 3, 2), S2(3, 2)}, 2, FILL_UNIFORM, 4, 0, LT_TOL_FD_SMOOTH},
+    {"reshape -1", "{type: reshape, shape: [3, -1]}", 1, {S3(2, 3, 4)}, 2, FILL_UNIFORM, 0, 0,
+     LT_TOL_FD_LINEAR},
+    {"permute chw to hwc", "{type: permute, axes: [1, 2, 0]}", 1, {S3(3, 4, 5)}, 2, FILL_UNIFORM,
+     0, 0, LT_TOL_FD_LINEAR},
+    {"permute heads", "{type: permute, axes: [1, 0, -1]}", 1, {S3(3, 2, 4)}, 2, FILL_UNIFORM, 0, 0,
+     LT_TOL_FD_LINEAR},
+    {"groupnorm", "{type: groupnorm, groups: 2}", 1, {S3(4, 3, 3)}, 2, FILL_UNIFORM, 0, 0,
+     LT_TOL_FD_NORM},
+    {"groupnorm 1 group eps 2d", "{type: groupnorm, groups: 1, eps: 0.01}", 1, {S2(3, 5)}, 2,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_NORM},
+    {"mse", "{type: mse}", 2, {S2(3, 4), S2(3, 4)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_SMOOTH, "ft"},
+    {"l1", "{type: l1}", 2, {S2(3, 4), S2(3, 4)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR, "ft"},
+    {"bce_with_logits", "{type: bce_with_logits}", 2, {S3(2, 3, 2), S3(2, 3, 2)}, 2, FILL_UNIFORM,
+     0, 0, LT_TOL_FD_SMOOTH, "ft"},
 };
 /* clang-format on */
 
@@ -149,7 +168,7 @@ const char *const lt_grad_types[] = {
     "conv2d", "linear", "batchnorm", "layernorm", "relu", "gelu", "tanh", "sigmoid", "maxpool",
     "avgpool", "global_avgpool", "flatten", "dropout", "add", "concat", "identity", "pad",
     "softmax_cross_entropy", "embedding", "positional", "attention", "rmsnorm", "silu", "mul",
-    NULL,
+    "reshape", "permute", "groupnorm", "mse", "l1", "bce_with_logits", NULL,
 };
 /* clang-format on */
 
@@ -257,6 +276,12 @@ void lt_fill_case(lt_layer *t, const grad_case *c, uint64_t seed) {
       continue;
     }
     float *x = GP_F32P(&t->in[i]);
+    if (kind == 't') { /* input 0 moved 0.1 to 1 away, up or down */
+      lt_fill_away_from_zero(seed + (uint64_t)i, x, n, 0.1f, 1.0f);
+      for (int64_t j = 0; j < n; j++)
+        x[j] += GP_F32P(&t->in[0])[j];
+      continue;
+    }
     if (c->fill == FILL_AWAY)
       lt_fill_away_from_zero(seed + (uint64_t)i, x, n, 0.1f, 1.0f);
     else if (c->fill == FILL_DISTINCT)

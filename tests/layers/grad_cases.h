@@ -23,7 +23,8 @@ typedef struct grad_case {
    * mask (1 token, 0 pad; key 0 always a token); 'z' the same with sample 0 all padding;
    * 'g' an F32 0/1 mask, which gets no finite differences: its gradient must be exactly 0;
    * 's' I32 segment ids of a packed row (two sentences, odd samples end with a pad); 'p' I32
-   * positions of those sentences, each restarting (from 7 b in sample b). */
+   * positions of those sentences, each restarting (from 7 b in sample b); 't' an F32 target:
+   * input 0's values each moved 0.1 to 1 up or down. */
   const char *kinds;
   int ids_k;
 } grad_case;

@@ -141,6 +141,21 @@ def loss_case(out_dir, name, config, n, k, smoothing):
     write_safetensors(os.path.join(out_dir, name + ".safetensors"), t, meta)
 
 
+def eltloss_case(out_dir, name, config, pred, target, fn):
+    """A loss of f32 targets: fn(pred, target, reduction) as F.mse_loss; the mean's gradient
+    with respect to both inputs."""
+    p = pred.clone().requires_grad_(True)
+    t = target.clone().requires_grad_(True)
+    per = fn(p, t, reduction="none")
+    mean = fn(p, t, reduction="mean")
+    mean.backward()
+    ts = {"x0": pred, "x1": target, "y": per.detach(), "loss": mean.detach().reshape(1),
+          "dx0": p.grad, "dx1": t.grad}
+    meta = {"config": config, "training": "true", "backward": "true", "loss": "true",
+            "torch": torch.__version__}
+    write_safetensors(os.path.join(out_dir, name + ".safetensors"), ts, meta)
+
+
 def conv_case(out_dir, name, config, c, h, w, k, kernel, stride=1, padding=0, dilation=1,
               groups=1, bias=True, n=2):
     conv = torch.nn.Conv2d(c, k, kernel, stride=stride, padding=padding, dilation=dilation,
@@ -520,6 +535,42 @@ def main():
                          "{type: attention, heads: 6, kv_heads: 3, causal: true, "
                          "rope: {theta: 1000}, inputs: [query, pos]}", 2, 6, 48, 6, 3, 1000.0,
                          bias=True, named=True)
+
+    # ---- U-Net and shape layers, losses of f32 targets (appended, with their own seed) ----
+    torch.manual_seed(20261130)
+    run_case(out_dir, "reshape", "{type: reshape, shape: [6, -1, 5]}", [x(2, 4, 6, 5)],
+             lambda a: a.reshape(a.shape[0], 6, -1, 5))
+    # [C, H, W] to [H, W, C] (channels last), and [T, H, D] to [H, T, D] (heads first)
+    run_case(out_dir, "permute_chw_hwc", "{type: permute, axes: [1, 2, 0]}", [x(2, 3, 4, 5)],
+             lambda a: a.permute(0, 2, 3, 1).contiguous())
+    run_case(out_dir, "permute_heads", "{type: permute, axes: [1, 0, -1]}", [x(2, 5, 2, 4)],
+             lambda a: a.permute(0, 2, 1, 3).contiguous())
+    w, b = torch.nn.Parameter(torch.rand(8) + 0.5), torch.nn.Parameter(torch.randn(8))
+    run_case(out_dir, "groupnorm", "{type: groupnorm, groups: 4}", [x(2, 8, 5, 5) * 2 + 1],
+             lambda a: F.group_norm(a, 4, w, b, 1e-5), {"weight": w, "bias": b})
+    w, b = torch.nn.Parameter(torch.rand(6) + 0.5), torch.nn.Parameter(torch.randn(6))
+    run_case(out_dir, "groupnorm_eps_1d", "{type: groupnorm, groups: 3, eps: 1.0e-3}",
+             [x(3, 6, 7) * 0.1], lambda a: F.group_norm(a, 3, w, b, 1e-3),
+             {"weight": w, "bias": b})
+    a = x(3, 4, 5)
+    eltloss_case(out_dir, "mse", "{type: mse}", a, a + torch.randn(3, 4, 5), F.mse_loss)
+    eltloss_case(out_dir, "l1", "{type: l1}", a, a + torch.rand(3, 4, 5) * 2 - 1, F.l1_loss)
+    a = x(2, 3, 4, 4) * 3
+    a[0, 0, 0, 0], a[1, 2, 3, 3] = 40.0, -40.0  # where e^-x or e^x overflows a naive form
+    eltloss_case(out_dir, "bce_with_logits", "{type: bce_with_logits}", a,
+                 torch.rand(2, 3, 4, 4), F.binary_cross_entropy_with_logits)
+    # per-pixel segmentation: [C, H, W] logits, [H, W] labels (PyTorch's class axis 1 of N, C, ...)
+    z = torch.randn(2, 5, 3, 4, requires_grad=True)
+    lab = torch.randint(0, 5, (2, 3, 4), dtype=torch.int64)
+    lab[0, 1, 2] = -100  # ignored
+    per = F.cross_entropy(z, lab, reduction="none")
+    mean = F.cross_entropy(z, lab)
+    mean.backward()
+    write_safetensors(os.path.join(out_dir, "softmax_cross_entropy_axis0.safetensors"),
+                      {"x0": z.detach(), "x1": lab.to(torch.int32), "y": per.detach(),
+                       "loss": mean.detach().reshape(1), "dx0": z.grad},
+                      {"config": "{type: softmax_cross_entropy, axis: 0}", "training": "true",
+                       "backward": "true", "loss": "true", "torch": torch.__version__})
 
 
 if __name__ == "__main__":

@@ -112,12 +112,21 @@ static int check_init(const lt_layer *t, const char *name) {
  * nothing (no loss either) in a recompute one, which sees the same micro-batch again. */
 static int check_loss_counts(const lt_layer *t, const grad_case *c, int recompute) {
   if (!c->labels_k) return 1;
-  int64_t n = t->batch, k = gp_shape_numel(&t->in[0].shape) / n, correct = 0;
+  /* one label per position: the classes along `axis:` (stride post), the last by default */
+  const gp_shape *zs = &t->l.in_shape[0];
+  const char *ax = strstr(c->yaml, "axis:");
+  int axis = ax ? atoi(ax + 5) : -1;
+  if (axis < 0) axis += zs->ndim;
+  int64_t n = gp_shape_numel(&t->in[1].shape), k = gp_shape_numel(&t->in[0].shape) / n, post = 1,
+          correct = 0;
+  for (int d = axis + 1; d < zs->ndim; d++)
+    post *= zs->d[d];
   const float *z = GP_F32P(&t->in[0]);
   for (int64_t i = 0; i < n; i++) {
+    const int64_t base = (i / post) * k * post + i % post;
     int64_t best = 0;
     for (int64_t j = 1; j < k; j++)
-      if (z[i * k + j] > z[i * k + best]) best = j;
+      if (z[base + j * post] > z[base + best * post]) best = j;
     correct += best == GP_I32P(&t->in[1])[i];
   }
   int64_t want_counted = recompute ? 0 : n, want_correct = recompute ? 0 : correct;
@@ -154,6 +163,7 @@ static int run_case(gp_backend *be, const grad_case *c, const gp_layer_type *typ
     fails++;
     goto done;
   }
+  is_loss |= t.l.type->is_loss; /* a loss of f32 targets (mse) takes no labels */
   fails += !check_cost(&t, c->name);
   fails += !check_init(&t, c->name);
   lt_fill_case(&t, c, seed);

@@ -27,6 +27,7 @@ static size_t kind_size(const gp_setting *s) {
   case GP_SETTING_INT:
     return sizeof(int64_t);
   case GP_SETTING_INTS:
+  case GP_SETTING_INT_LIST:
     return (size_t)s->n * sizeof(int64_t);
   case GP_SETTING_FLOAT:
     return sizeof(double);
@@ -173,6 +174,7 @@ static void check_reads(const gp_layer_type *t) {
       same = dv == st->fdflt;
       break;
     case GP_SETTING_CHOICES: /* absent: none given */
+    case GP_SETTING_INT_LIST:
       memcpy(&bv, conf + st->count_at, sizeof bv);
       same = bv == 0;
       break;

@@ -134,7 +134,7 @@ fail_status:
 /* Each half against central differences: B's din in the f32 inputs, W's (from zero) in the
  * trainable parameters. */
 static int fd_halves(lt_layer *t, const grad_case *c, const grads *split, double *worst) {
-  int fails = 0, is_loss = c->labels_k > 0;
+  int fails = 0, is_loss = c->labels_k > 0 || t->l.type->is_loss;
   char what[160];
   gp_status s = GP_OK;
   for (int i = 0; i < t->l.n_in && s == GP_OK; i++) {
@@ -188,7 +188,7 @@ static int run_case(gp_backend *be, const grad_case *c, const gp_layer_type *typ
   }
   lt_fill_case(&t, c, seed);
   int64_t ny = gp_shape_numel(&t.out.shape);
-  if (c->labels_k)
+  if (c->labels_k || t.l.type->is_loss)
     for (int64_t i = 0; i < ny; i++)
       GP_F32P(&t.dout)[i] = 1.0f;
   else

@@ -21,7 +21,7 @@ static const char *const all_types[] = {
     "conv2d", "linear", "batchnorm", "layernorm", "relu", "gelu", "tanh", "sigmoid", "maxpool",
     "avgpool", "global_avgpool", "flatten", "add", "concat", "identity", "pad",
     "softmax_cross_entropy", "embedding", "positional", "attention", "rmsnorm", "silu", "mul",
-    NULL,
+    "reshape", "permute", "groupnorm", "mse", "l1", "bce_with_logits", NULL,
 };
 /* clang-format on */
 
@@ -204,6 +204,14 @@ static int run_fixture(gp_backend *be, fixture *fx, int perturb, char *type_out,
   const char *bw = gp_st_meta(fx->f, "backward");
   int do_backward = !(bw && strcmp(bw, "false") == 0);
 
+  /* the loss averages over the labels that count, as the pipeline's gp_batch_targets: one a
+   * sample, or one a position (per-pixel labels) */
+  if (is_loss && n_in == 2 && dtypes[1] == GP_I32) {
+    int64_t kept = 0, nl = gp_shape_numel(&t.in[1].shape);
+    for (int64_t j = 0; j < nl; j++)
+      kept += GP_I32P(&t.in[1])[j] >= 0;
+    t.e.loss_count = kept;
+  }
   if (lt_forward(&t) != GP_OK) goto fail_status;
   fails += !check(fx, "y", GP_F32P(&t.out), &t.out.shape, LT_TOL_TORCH_FWD, &worst);
   if (is_loss) {
