@@ -169,6 +169,12 @@ gp_status gp_cpu_layernorm_backward(gp_backend *be, int64_t rows, int64_t cols, 
                                     const float *dy, const float *gamma, const float *mean,
                                     const float *rstd, float *dx, float *dgamma, float *dbeta);
 
+/* resize.c */
+gp_status gp_cpu_resize2d_forward(gp_backend *be, const gp_resize2d_desc *d, const float *x,
+                                  float *y);
+gp_status gp_cpu_resize2d_backward(gp_backend *be, const gp_resize2d_desc *d, const float *dy,
+                                   float *dx);
+
 /* rmsnorm.c */
 gp_status gp_cpu_rmsnorm_forward(gp_backend *be, int64_t rows, int64_t cols, float eps,
                                  const float *x, const float *w, float *y, float *rstd);

@@ -757,6 +757,7 @@ gp_status gp_cuda_dnn_install(gp_backend *be) {
   gp_dnn_install_norm(be);
   gp_dnn_install_rmsnorm(be);
   gp_dnn_install_seq(be);
+  gp_dnn_install_resize(be);
   return GP_OK;
 }
 

@@ -138,6 +138,27 @@ const grad_case lt_grad_cases[] = {
     {"mul", "{type: mul}", 2, {S2(3, 5), S2(3, 5)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
     {"linear init normal", "{type: linear, out_features: 3, init: normal, std: 0.5}", 1, {S1(4)},
      2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    /* U-Net decoders' upsampling: conv_transpose2d is conv2d's data gradient */
+    {"conv_transpose2d k2 s2", "{type: conv_transpose2d, out_channels: 3, kernel: 2, stride: 2}", 1,
+     {S3(2, 3, 4)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"conv_transpose2d s2 p1 op1", "{type: conv_transpose2d, out_channels: 2, kernel: 3, stride: 2, padding: 1, output_padding: 1}",
+     1, {S3(2, 4, 3)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"conv_transpose2d groups 2 no bias", "{type: conv_transpose2d, out_channels: 4, kernel: 3, groups: 2, bias: false}",
+     1, {S3(4, 3, 3)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"conv_transpose2d dilation 2 rect", "{type: conv_transpose2d, out_channels: 2, kernel: [2, 3], stride: [1, 2], dilation: 2, padding: [1, 0], output_padding: [0, 1]}",
+     1, {S3(3, 4, 3)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"upsample nearest x2", "{type: upsample, scale_factor: 2}", 1, {S3(2, 3, 4)}, 2, FILL_UNIFORM,
+     0, 0, LT_TOL_FD_LINEAR},
+    {"upsample nearest size 5x7", "{type: upsample, size: [5, 7]}", 1, {S3(2, 3, 4)}, 2,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"upsample bilinear x2", "{type: upsample, mode: bilinear, scale_factor: 2}", 1, {S3(2, 3, 4)},
+     2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"upsample bilinear size 7x5", "{type: upsample, mode: bilinear, size: [7, 5]}", 1,
+     {S3(2, 3, 4)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"upsample bilinear align_corners 1.5", "{type: upsample, mode: bilinear, scale_factor: 1.5, align_corners: true}",
+     1, {S3(2, 3, 4)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"upsample bilinear align_corners size", "{type: upsample, mode: bilinear, size: [8, 3], align_corners: true}",
+     1, {S3(2, 3, 4)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
 };
 /* clang-format on */
 
@@ -149,7 +170,7 @@ const char *const lt_grad_types[] = {
     "conv2d", "linear", "batchnorm", "layernorm", "relu", "gelu", "tanh", "sigmoid", "maxpool",
     "avgpool", "global_avgpool", "flatten", "dropout", "add", "concat", "identity", "pad",
     "softmax_cross_entropy", "embedding", "positional", "attention", "rmsnorm", "silu", "mul",
-    NULL,
+    "conv_transpose2d", "upsample", NULL,
 };
 /* clang-format on */
 
