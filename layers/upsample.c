@@ -26,6 +26,7 @@ static const gp_setting upsample_settings[] = {
      GP_SETTING_FLOAT_AT(upsample_conf, scale),
      GP_SETTING_HAS_AT(upsample_conf, has_scale),
      .range = GP_RANGE_POSITIVE,
+     .dflt_doc = "2 without `size`",
      .doc = "multiplier of height and width (output floor(H scale_factor)); this or `size`"},
     {.key = "size",
      GP_SETTING_INTS_AT(upsample_conf, size),
@@ -45,8 +46,8 @@ static gp_status upsample_configure(gp_layer *l, gp_cfg *cfg) {
   GP_TRY(gp_layers_configure(l, cfg));
   if (k->has_scale && k->has_size)
     return gp_cfg_error(cfg, "size", "upsample: give size or scale_factor, not both");
-  if (!k->has_scale && !k->has_size)
-    return gp_cfg_error(cfg, NULL, "upsample: needs size or scale_factor");
+  if (!k->has_scale && !k->has_size)  /* nn.Upsample refuses; a default keeps x2 short */
+    k->scale = 2.0, k->has_scale = 1; /* the U-Net's doubling */
   if (k->has_align && !k->bilinear)
     return gp_cfg_error(cfg, "align_corners",
                         "upsample: align_corners is for mode bilinear only (as PyTorch)");

@@ -147,7 +147,7 @@ const grad_case lt_grad_cases[] = {
      1, {S3(4, 3, 3)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
     {"conv_transpose2d dilation 2 rect", "{type: conv_transpose2d, out_channels: 2, kernel: [2, 3], stride: [1, 2], dilation: 2, padding: [1, 0], output_padding: [0, 1]}",
      1, {S3(3, 4, 3)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
-    {"upsample nearest x2", "{type: upsample, scale_factor: 2}", 1, {S3(2, 3, 4)}, 2, FILL_UNIFORM,
+    {"upsample nearest default x2", "{type: upsample}", 1, {S3(2, 3, 4)}, 2, FILL_UNIFORM,
      0, 0, LT_TOL_FD_LINEAR},
     {"upsample nearest size 5x7", "{type: upsample, size: [5, 7]}", 1, {S3(2, 3, 4)}, 2,
      FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},

@@ -194,8 +194,6 @@ static const err_case cases[] = {
      {S1(10)}, {"[10]", "[C, H, W]"}, NULL},
     {"upsample size and scale_factor", "type: upsample\nscale_factor: 2\nsize: [4, 4]\n", 1, 0,
      {S3(2, 2, 2)}, {"test.yaml:3:7:", "size or scale_factor, not both"}, NULL},
-    {"upsample neither size nor scale_factor", "type: upsample\nmode: bilinear\n", 1, 0,
-     {S3(2, 2, 2)}, {"test.yaml:1:", "needs size or scale_factor"}, NULL},
     {"upsample align_corners with nearest", "type: upsample\nscale_factor: 2\nalign_corners: true\n",
      1, 0, {S3(2, 2, 2)}, {"test.yaml:3:16:", "bilinear only"}, NULL},
     {"upsample bad mode", "type: upsample\nmode: bilinaer\nscale_factor: 2\n", 1, 0, {S3(2, 2, 2)},
