@@ -15,7 +15,7 @@ static const gp_layer_type *const types[] = {
     &gp_layer_pad2d,          &gp_layer_slice,     &gp_layer_embedding,
     &gp_layer_positional,     &gp_layer_attention, &gp_layer_rmsnorm,
     &gp_layer_silu,           &gp_layer_mul,       &gp_layer_conv_transpose2d,
-    &gp_layer_upsample,
+    &gp_layer_upsample,       &gp_layer_conv1d,
 };
 
 #define N_TYPES (sizeof types / sizeof types[0])

@@ -2,7 +2,8 @@
  * nearest and bilinear, align_corners both ways, scale factors and sizes, integer and not),
  * forward and backward; and the convolutions conv_transpose2d runs on, at its descriptors
  * (the convolution from its output's shape to its input's: output_padding leaves rows no
- * window reaches), every direction. Exits 77 (skipped) without a CUDA device. */
+ * window reaches), every direction; and conv1d's ([C, 1, L] images). Exits 77 (skipped) without a
+ * CUDA device. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,12 +117,59 @@ static void test_convt(cc_ctx *c) {
   test_convt_one(c, 2, 6, 4, 3, 6, 3, 2, 0, 1, 2, 3, 120);  /* groups, dilation */
 }
 
+/* conv1d's convolution: a [c, 1, len] image under a [1, kernel] window. */
+static void test_conv1d_one(cc_ctx *c, int64_t n, int64_t ci, int64_t len, int64_t k, int64_t kw,
+                            int64_t s, int64_t p, int64_t dil, int64_t g, uint64_t seed) {
+  const int64_t ol = (len + 2 * p - dil * (kw - 1) - 1) / s + 1;
+  gp_conv2d_desc d = {n, ci, 1, len, k, 1, ol, 1, kw, 1, s, 0, p, 1, dil, g};
+  char what[160];
+  snprintf(what, sizeof what, "conv1d %lldx%lldx%lld -> %lldx%lld k%lld s%lld p%lld d%lld g%lld",
+           (long long)n, (long long)ci, (long long)len, (long long)k, (long long)ol, (long long)kw,
+           (long long)s, (long long)p, (long long)dil, (long long)g);
+  const int64_t nx = n * ci * len, ny = n * k * ol, nw = k * (ci / g) * kw;
+  float *hx = normal(nx, seed, 1.0f, 0.0f), *hw = normal(nw, seed + 1, 0.3f, 0.0f);
+  float *hb = normal(k, seed + 2, 1.0f, 0.0f), *hdy = normal(ny, seed + 3, 1.0f, 0.0f);
+  float *hdw = normal(nw, seed + 4, 1.0f, 0.0f), *hdb = normal(k, seed + 5, 1.0f, 0.0f);
+  cc_pair x, wt, b, y, dy, dx, dw, db;
+  mk(c, &x, (size_t)nx * 4, hx);
+  mk(c, &wt, (size_t)nw * 4, hw);
+  mk(c, &b, (size_t)k * 4, hb);
+  mk(c, &y, (size_t)ny * 4, NULL);
+  mk(c, &dy, (size_t)ny * 4, hdy);
+  mk(c, &dx, (size_t)nx * 4, NULL);
+  mk(c, &dw, (size_t)nw * 4, hdw);
+  mk(c, &db, (size_t)k * 4, hdb);
+  char msg[240];
+  BOTH(c, be->conv2d_forward(be, &d, F(x), F(wt), F(b), F(y)));
+  snprintf(msg, sizeof msg, "%s forward", what);
+  cmp(&y, msg, ny, TOL_CONV);
+  BOTH(c, be->conv2d_backward_data(be, &d, F(dy), F(wt), F(dx)));
+  snprintf(msg, sizeof msg, "%s input gradient", what);
+  cmp(&dx, msg, nx, TOL_CONV);
+  BOTH(c, be->conv2d_backward_filter(be, &d, F(x), F(dy), F(dw), F(db)));
+  snprintf(msg, sizeof msg, "%s weight gradient (+=)", what);
+  cmp(&dw, msg, nw, TOL_CONV);
+  snprintf(msg, sizeof msg, "%s bias gradient (+=)", what);
+  cmp(&db, msg, k, TOL_CONV);
+  cc_pair *all[] = {&x, &wt, &b, &y, &dy, &dx, &dw, &db};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    cc_pair_free(all[i]);
+  free(hx);
+  free(hw);
+  free(hb);
+  free(hdy);
+  free(hdw);
+  free(hdb);
+}
+
 int main(void) {
   cc_ctx c;
   int r = cc_open(&c);
   if (r != 0) return r;
   test_resize(&c);
   test_convt(&c);
+  test_conv1d_one(&c, 4, 16, 50, 8, 3, 1, 1, 1, 1, 200);
+  test_conv1d_one(&c, 2, 4, 11, 6, 3, 2, 2, 2, 2, 210);
   cc_close(&c);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;

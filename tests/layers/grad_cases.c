@@ -147,6 +147,12 @@ const grad_case lt_grad_cases[] = {
      1, {S3(4, 3, 3)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
     {"conv_transpose2d dilation 2 rect", "{type: conv_transpose2d, out_channels: 2, kernel: [2, 3], stride: [1, 2], dilation: 2, padding: [1, 0], output_padding: [0, 1]}",
      1, {S3(3, 4, 3)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"conv1d k3", "{type: conv1d, out_channels: 3, kernel: 3}", 1, {S2(2, 7)}, 2, FILL_UNIFORM, 0,
+     0, LT_TOL_FD_LINEAR},
+    {"conv1d stride 2 pad 2 dilation 2 groups 2", "{type: conv1d, out_channels: 4, kernel: 3, stride: 2, padding: 2, dilation: 2, groups: 2}",
+     1, {S2(4, 9)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"conv1d no bias", "{type: conv1d, out_channels: 2, kernel: 1, bias: false}", 1, {S2(3, 5)}, 2,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
     {"upsample nearest default x2", "{type: upsample}", 1, {S3(2, 3, 4)}, 2, FILL_UNIFORM,
      0, 0, LT_TOL_FD_LINEAR},
     {"upsample nearest size 5x7", "{type: upsample, size: [5, 7]}", 1, {S3(2, 3, 4)}, 2,
@@ -170,7 +176,7 @@ const char *const lt_grad_types[] = {
     "conv2d", "linear", "batchnorm", "layernorm", "relu", "gelu", "tanh", "sigmoid", "maxpool",
     "avgpool", "global_avgpool", "flatten", "dropout", "add", "concat", "identity", "pad",
     "softmax_cross_entropy", "embedding", "positional", "attention", "rmsnorm", "silu", "mul",
-    "conv_transpose2d", "upsample", NULL,
+    "conv_transpose2d", "upsample", "conv1d", NULL,
 };
 /* clang-format on */
 

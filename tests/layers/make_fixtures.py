@@ -565,6 +565,15 @@ def main():
     run_case(out_dir, "upsample_bilinear_align_size",
              "{type: upsample, mode: bilinear, size: [7, 3], align_corners: true}",
              [x(2, 3, 4, 5)], up(size=(7, 3), mode="bilinear", align_corners=True))
+    # conv1d (appended, with its own seed)
+    torch.manual_seed(20261131)
+    conv = torch.nn.Conv1d(4, 6, 3, stride=2, padding=2, dilation=2, groups=2)
+    run_case(out_dir, "conv1d_s2p2d2g2",
+             "{type: conv1d, out_channels: 6, kernel: 3, stride: 2, padding: 2, dilation: 2, "
+             "groups: 2}", [x(2, 4, 11)], conv, {"weight": conv.weight, "bias": conv.bias})
+    conv = torch.nn.Conv1d(5, 3, 4, bias=False)
+    run_case(out_dir, "conv1d_nobias", "{type: conv1d, out_channels: 3, kernel: 4, bias: false}",
+             [x(3, 5, 9)], conv, {"weight": conv.weight})
 
 
 if __name__ == "__main__":

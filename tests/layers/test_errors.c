@@ -202,6 +202,12 @@ static const err_case cases[] = {
      {"test.yaml:2:15:", "scale_factor"}, NULL},
     {"upsample scale to nothing", "{type: upsample, scale_factor: 0.25}", 1, 0, {S3(2, 2, 3)},
      {"[2, 2, 3]", "scale_factor 0.25", "height"}, NULL},
+    {"conv1d groups do not divide out_channels", "type: conv1d\nout_channels: 6\nkernel: 3\ngroups: 4\n",
+     1, 0, {S2(8, 8)}, {"test.yaml:4:9:", "out_channels 6", "groups 4"}, NULL},
+    {"conv1d kernel longer than input", "{type: conv1d, out_channels: 2, kernel: 7}", 1, 0,
+     {S2(3, 5)}, {"[3, 5]", "kernel 7"}, NULL},
+    {"conv1d on an image", "{type: conv1d, out_channels: 2, kernel: 3}", 1, 0, {S3(3, 5, 5)},
+     {"[3, 5, 5]", "[C, L]"}, NULL},
     {"upsample on a vector", "{type: upsample, scale_factor: 2}", 1, 0, {S1(10)}, {"[10]"}, NULL},
 };
 /* clang-format on */

@@ -21,7 +21,7 @@ static const char *const all_types[] = {
     "conv2d", "linear", "batchnorm", "layernorm", "relu", "gelu", "tanh", "sigmoid", "maxpool",
     "avgpool", "global_avgpool", "flatten", "add", "concat", "identity", "pad",
     "softmax_cross_entropy", "embedding", "positional", "attention", "rmsnorm", "silu", "mul",
-    "conv_transpose2d", "upsample",
+    "conv_transpose2d", "upsample", "conv1d",
     NULL,
 };
 /* clang-format on */
