@@ -40,11 +40,14 @@ static const bench_case cases[] = {
      14},
     {"bilinear_x2", "{type: upsample, mode: bilinear, scale_factor: 2}", 64, 14, 14},
     {"nearest_x2", "{type: upsample, scale_factor: 2}", 64, 14, 14},
+    /* h 0: a [C, L] input (L = w) */
+    {"conv1d_k3", "{type: conv1d, out_channels: 64, kernel: 3, padding: 1}", 64, 0, 196},
 };
 
 static int run(gp_backend *be, const bench_case *c, int reps) {
   lt_layer t;
   gp_shape in[1] = {{3, {c->c, c->h, c->w}}};
+  if (!c->h) in[0] = (gp_shape){2, {c->c, c->w}};
   gp_dtype dt[1] = {GP_F32};
   if (!lt_build_or_report(&t, be, c->yaml, 1, in, dt, BATCH)) return 1;
   lt_fill_uniform(11, t.in[0].data, gp_shape_numel(&t.in[0].shape), -3, 3);

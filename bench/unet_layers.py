@@ -2,7 +2,8 @@
 """A U-Net decoder's layers on the CPU against PyTorch's: forward + backward of
 conv_transpose2d (nn.ConvTranspose2d(64, 32, 2, stride=2), input, weight and bias gradients)
 from 7x7 to 14x14 and from 14x14 to 28x28, and upsample x2 of [32, 64, 14, 14] (F.interpolate,
-bilinear and nearest), batch 32 as a U-Net on 28x28 Fashion-MNIST, torch.set_num_threads(2)
+bilinear and nearest), and conv1d (nn.Conv1d(64, 64, 3, padding=1) over [32, 64, 196]: not a
+U-Net layer; a 14x14 map's pixels as a sequence), batch 32 as a U-Net on 28x28 Fashion-MNIST, torch.set_num_threads(2)
 against gpipe's CPU backend on 2 threads (bench-unet-layers). The two alternate, --rounds times, in one run, so a machine
 loaded by other work loads both alike; each side's time is the median over its rounds of the
 per-round medians, and its best single run (less sensitive to load). Prints both and
@@ -32,6 +33,7 @@ def torch_cases():
     u = lambda *s: (torch.rand(*s, generator=g) * 6 - 3)
     ct = torch.nn.ConvTranspose2d(64, 32, 2, stride=2)
     ps = list(ct.parameters())
+    c1 = torch.nn.Conv1d(64, 64, 3, padding=1)
     return {
         "convt_7to14": (ct, [u(BATCH, 64, 7, 7)], ps),
         "convt_14to28": (ct, [u(BATCH, 64, 14, 14)], ps),
@@ -39,6 +41,7 @@ def torch_cases():
                                                 align_corners=False), [u(BATCH, 64, 14, 14)], []),
         "nearest_x2": (lambda a: F.interpolate(a, scale_factor=2, mode="nearest"),
                        [u(BATCH, 64, 14, 14)], []),
+        "conv1d_k3": (c1, [u(BATCH, 64, 196)], list(c1.parameters())),
     }
 
 
