@@ -40,6 +40,16 @@ typedef struct gp_conv2d_desc {
   int64_t dh, dw, groups;         /* dilation, groups (groups == c == k: depthwise) */
 } gp_conv2d_desc;
 
+/* 2-D resizing of n planes h x w to oh x ow as PyTorch's F.interpolate (mode 'nearest' or
+ * 'bilinear'): src = floor(dst * scale) (nearest), src = scale (dst + 0.5) - 0.5 clamped at 0
+ * (bilinear), src = dst (in - 1) / (out - 1) (bilinear, align_corners), with scale = 1 /
+ * scale_factor where the user gave one (> 0 here) and in / out otherwise, all in f32. */
+typedef struct gp_resize2d_desc {
+  int64_t n, h, w, oh, ow;
+  int bilinear, align_corners;
+  double scale_h, scale_w; /* scale_factor, or 0: none given */
+} gp_resize2d_desc;
+
 typedef enum gp_pool { GP_POOL_MAX, GP_POOL_AVG } gp_pool;
 
 typedef struct gp_pool2d_desc {
@@ -171,6 +181,12 @@ struct gp_backend {
                               float *y, int32_t *argmax);
   gp_status (*pool2d_backward)(gp_backend *be, gp_pool kind, const gp_pool2d_desc *d,
                                const float *dy, const int32_t *argmax, float *dx); /* dx = */
+
+  /* ---- resizing (upsample); backward sums each input's share of dy, dx = ---- */
+  gp_status (*resize2d_forward)(gp_backend *be, const gp_resize2d_desc *d, const float *x,
+                                float *y);
+  gp_status (*resize2d_backward)(gp_backend *be, const gp_resize2d_desc *d, const float *dy,
+                                 float *dx);
 
   /* ---- per-channel bias over [n, c, inner] ---- */
   gp_status (*bias_add)(gp_backend *be, int64_t n, int64_t c, int64_t inner, const float *bias,
@@ -315,6 +331,7 @@ struct gp_backend {
  * with these before running an op. */
 gp_status gp_conv2d_desc_check(const gp_conv2d_desc *d);
 gp_status gp_pool2d_desc_check(const gp_pool2d_desc *d);
+gp_status gp_resize2d_desc_check(const gp_resize2d_desc *d);
 
 /* Creates a CPU backend instance using `threads` threads (>= 1). */
 gp_status gp_cpu_backend_create(int threads, gp_backend **out);

@@ -28,3 +28,11 @@ gp_status gp_pool2d_desc_check(const gp_pool2d_desc *d) {
                   (long long)d->h, (long long)d->w, (long long)d->oh, (long long)d->ow);
   return GP_OK;
 }
+
+gp_status gp_resize2d_desc_check(const gp_resize2d_desc *d) {
+  if (d->n < 0 || d->h <= 0 || d->w <= 0 || d->oh <= 0 || d->ow <= 0 || d->scale_h < 0 ||
+      d->scale_w < 0)
+    return GP_ERR(GP_ERR_RUNTIME, "resize2d: invalid descriptor (%lldx%lld -> %lldx%lld)",
+                  (long long)d->h, (long long)d->w, (long long)d->oh, (long long)d->ow);
+  return GP_OK;
+}

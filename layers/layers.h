@@ -61,6 +61,9 @@ extern const gp_layer_type gp_layer_groupnorm;
 extern const gp_layer_type gp_layer_mse;
 extern const gp_layer_type gp_layer_l1;
 extern const gp_layer_type gp_layer_bce_with_logits;
+extern const gp_layer_type gp_layer_conv_transpose2d;
+extern const gp_layer_type gp_layer_upsample;
+extern const gp_layer_type gp_layer_conv1d;
 
 /* Largest value a size-like setting (channels, kernel, ...) may take: far beyond any real
  * model, small enough that products of a few of them cannot overflow int64. */

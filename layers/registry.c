@@ -38,6 +38,9 @@ static const gp_layer_type *const types[] = {
     &gp_layer_mse,
     &gp_layer_l1,
     &gp_layer_bce_with_logits,
+    &gp_layer_conv_transpose2d,
+    &gp_layer_upsample,
+    &gp_layer_conv1d,
 };
 
 #define N_TYPES (sizeof types / sizeof types[0])

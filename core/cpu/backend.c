@@ -359,6 +359,8 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->dropout_backward = gp_cpu_dropout_backward;
   be->axpby = gp_cpu_axpby;
   be->mul = gp_cpu_mul;
+  be->resize2d_forward = gp_cpu_resize2d_forward;
+  be->resize2d_backward = gp_cpu_resize2d_backward;
   be->copy2d = gp_cpu_copy2d;
   be->embedding_forward = gp_cpu_embedding_forward;
   be->embedding_backward = gp_cpu_embedding_backward;

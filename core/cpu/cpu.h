@@ -171,6 +171,11 @@ gp_status gp_cpu_layernorm_backward(gp_backend *be, int64_t rows, int64_t cols, 
 
 /* shapes.c: permute, group norm, the element-wise losses */
 void gp_cpu_install_shapes(gp_backend *be);
+/* resize.c */
+gp_status gp_cpu_resize2d_forward(gp_backend *be, const gp_resize2d_desc *d, const float *x,
+                                  float *y);
+gp_status gp_cpu_resize2d_backward(gp_backend *be, const gp_resize2d_desc *d, const float *dy,
+                                   float *dx);
 
 /* rmsnorm.c */
 gp_status gp_cpu_rmsnorm_forward(gp_backend *be, int64_t rows, int64_t cols, float eps,

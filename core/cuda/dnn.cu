@@ -758,6 +758,7 @@ gp_status gp_cuda_dnn_install(gp_backend *be) {
   gp_dnn_install_rmsnorm(be);
   gp_dnn_install_seq(be);
   gp_dnn_install_shapes(be);
+  gp_dnn_install_resize(be);
   return GP_OK;
 }
 

@@ -51,6 +51,7 @@ void gp_dnn_install_norm(gp_backend *be);
 void gp_dnn_install_rmsnorm(gp_backend *be); /* dnn_rmsnorm.cu */
 void gp_dnn_install_seq(gp_backend *be);
 void gp_dnn_install_shapes(gp_backend *be); /* dnn_shapes.cu: permute, group norm, losses */
+void gp_dnn_install_resize(gp_backend *be); /* dnn_resize.cu */
 void gp_dnn_conv_release(gp_dnn_state *st);
 
 /* Per-channel sums over [n, c, inner] (dnn_norm.cu): dbias[j] += sum of dy over channel j,

@@ -157,6 +157,33 @@ const grad_case lt_grad_cases[] = {
     {"l1", "{type: l1}", 2, {S2(3, 4), S2(3, 4)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR, "ft"},
     {"bce_with_logits", "{type: bce_with_logits}", 2, {S3(2, 3, 2), S3(2, 3, 2)}, 2, FILL_UNIFORM,
      0, 0, LT_TOL_FD_SMOOTH, "ft"},
+    /* U-Net decoders' upsampling: conv_transpose2d is conv2d's data gradient */
+    {"conv_transpose2d k2 s2", "{type: conv_transpose2d, out_channels: 3, kernel: 2, stride: 2}", 1,
+     {S3(2, 3, 4)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"conv_transpose2d s2 p1 op1", "{type: conv_transpose2d, out_channels: 2, kernel: 3, stride: 2, padding: 1, output_padding: 1}",
+     1, {S3(2, 4, 3)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"conv_transpose2d groups 2 no bias", "{type: conv_transpose2d, out_channels: 4, kernel: 3, groups: 2, bias: false}",
+     1, {S3(4, 3, 3)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"conv_transpose2d dilation 2 rect", "{type: conv_transpose2d, out_channels: 2, kernel: [2, 3], stride: [1, 2], dilation: 2, padding: [1, 0], output_padding: [0, 1]}",
+     1, {S3(3, 4, 3)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"conv1d k3", "{type: conv1d, out_channels: 3, kernel: 3}", 1, {S2(2, 7)}, 2, FILL_UNIFORM, 0,
+     0, LT_TOL_FD_LINEAR},
+    {"conv1d stride 2 pad 2 dilation 2 groups 2", "{type: conv1d, out_channels: 4, kernel: 3, stride: 2, padding: 2, dilation: 2, groups: 2}",
+     1, {S2(4, 9)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"conv1d no bias", "{type: conv1d, out_channels: 2, kernel: 1, bias: false}", 1, {S2(3, 5)}, 2,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"upsample nearest default x2", "{type: upsample}", 1, {S3(2, 3, 4)}, 2, FILL_UNIFORM,
+     0, 0, LT_TOL_FD_LINEAR},
+    {"upsample nearest size 5x7", "{type: upsample, size: [5, 7]}", 1, {S3(2, 3, 4)}, 2,
+     FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"upsample bilinear x2", "{type: upsample, mode: bilinear, scale_factor: 2}", 1, {S3(2, 3, 4)},
+     2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"upsample bilinear size 7x5", "{type: upsample, mode: bilinear, size: [7, 5]}", 1,
+     {S3(2, 3, 4)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"upsample bilinear align_corners 1.5", "{type: upsample, mode: bilinear, scale_factor: 1.5, align_corners: true}",
+     1, {S3(2, 3, 4)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
+    {"upsample bilinear align_corners size", "{type: upsample, mode: bilinear, size: [8, 3], align_corners: true}",
+     1, {S3(2, 3, 4)}, 2, FILL_UNIFORM, 0, 0, LT_TOL_FD_LINEAR},
 };
 /* clang-format on */
 
@@ -168,7 +195,8 @@ const char *const lt_grad_types[] = {
     "conv2d", "linear", "batchnorm", "layernorm", "relu", "gelu", "tanh", "sigmoid", "maxpool",
     "avgpool", "global_avgpool", "flatten", "dropout", "add", "concat", "identity", "pad",
     "softmax_cross_entropy", "embedding", "positional", "attention", "rmsnorm", "silu", "mul",
-    "reshape", "permute", "groupnorm", "mse", "l1", "bce_with_logits", NULL,
+    "reshape", "permute", "groupnorm", "mse", "l1", "bce_with_logits", "conv_transpose2d", "upsample",
+    "conv1d", NULL,
 };
 /* clang-format on */
 

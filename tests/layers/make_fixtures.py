@@ -571,6 +571,59 @@ def main():
                        "loss": mean.detach().reshape(1), "dx0": z.grad},
                       {"config": "{type: softmax_cross_entropy, axis: 0}", "training": "true",
                        "backward": "true", "loss": "true", "torch": torch.__version__})
+    # ---- U-Net decoders' layers (appended, with their own seed) ----
+    torch.manual_seed(20261130)
+
+    def convt_case(name, config, c, h, w, k, kernel, n=2, bias=True, **kw):
+        conv = torch.nn.ConvTranspose2d(c, k, kernel, bias=bias, **kw)
+        params = {"weight": conv.weight}
+        if bias:
+            params["bias"] = conv.bias
+        run_case(out_dir, name, config, [x(n, c, h, w)], conv, params)
+
+    convt_case("conv_transpose2d_k2s2",
+               "{type: conv_transpose2d, out_channels: 4, kernel: 2, stride: 2}", 6, 4, 5, 4, 2,
+               stride=2)
+    convt_case("conv_transpose2d_s2p1op1",
+               "{type: conv_transpose2d, out_channels: 3, kernel: 3, stride: 2, padding: 1, "
+               "output_padding: 1}", 4, 5, 4, 3, 3, stride=2, padding=1, output_padding=1)
+    convt_case("conv_transpose2d_groups_dilation",
+               "{type: conv_transpose2d, out_channels: 6, kernel: [3, 2], stride: [2, 3], "
+               "dilation: [2, 1], groups: 3, output_padding: [1, 2], bias: false}", 6, 4, 3, 6,
+               (3, 2), stride=(2, 3), dilation=(2, 1), groups=3, output_padding=(1, 2),
+               bias=False)
+
+    def up(**kw):
+        return lambda a: F.interpolate(a, **kw)
+
+    run_case(out_dir, "upsample_nearest_x2", "{type: upsample, scale_factor: 2}", [x(2, 3, 4, 5)],
+             up(scale_factor=2, mode="nearest"))
+    run_case(out_dir, "upsample_nearest_size", "{type: upsample, size: [7, 11]}",
+             [x(2, 3, 4, 5)], up(size=(7, 11), mode="nearest"))
+    run_case(out_dir, "upsample_nearest_x1_5", "{type: upsample, scale_factor: 1.5}",
+             [x(2, 2, 5, 7)], up(scale_factor=1.5, mode="nearest"))
+    run_case(out_dir, "upsample_bilinear_x2", "{type: upsample, mode: bilinear, scale_factor: 2}",
+             [x(2, 3, 4, 5)], up(scale_factor=2, mode="bilinear", align_corners=False))
+    run_case(out_dir, "upsample_bilinear_size",
+             "{type: upsample, mode: bilinear, size: [9, 6]}", [x(2, 3, 4, 5)],
+             up(size=(9, 6), mode="bilinear", align_corners=False))
+    run_case(out_dir, "upsample_bilinear_x1_7", "{type: upsample, mode: bilinear, scale_factor: 1.7}",
+             [x(2, 2, 5, 7)], up(scale_factor=1.7, mode="bilinear", align_corners=False))
+    run_case(out_dir, "upsample_bilinear_align_x2",
+             "{type: upsample, mode: bilinear, scale_factor: 2, align_corners: true}",
+             [x(2, 3, 4, 5)], up(scale_factor=2, mode="bilinear", align_corners=True))
+    run_case(out_dir, "upsample_bilinear_align_size",
+             "{type: upsample, mode: bilinear, size: [7, 3], align_corners: true}",
+             [x(2, 3, 4, 5)], up(size=(7, 3), mode="bilinear", align_corners=True))
+    # conv1d (appended, with its own seed)
+    torch.manual_seed(20261131)
+    conv = torch.nn.Conv1d(4, 6, 3, stride=2, padding=2, dilation=2, groups=2)
+    run_case(out_dir, "conv1d_s2p2d2g2",
+             "{type: conv1d, out_channels: 6, kernel: 3, stride: 2, padding: 2, dilation: 2, "
+             "groups: 2}", [x(2, 4, 11)], conv, {"weight": conv.weight, "bias": conv.bias})
+    conv = torch.nn.Conv1d(5, 3, 4, bias=False)
+    run_case(out_dir, "conv1d_nobias", "{type: conv1d, out_channels: 3, kernel: 4, bias: false}",
+             [x(3, 5, 9)], conv, {"weight": conv.weight})
 
 
 if __name__ == "__main__":

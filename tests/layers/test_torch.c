@@ -21,7 +21,8 @@ static const char *const all_types[] = {
     "conv2d", "linear", "batchnorm", "layernorm", "relu", "gelu", "tanh", "sigmoid", "maxpool",
     "avgpool", "global_avgpool", "flatten", "add", "concat", "identity", "pad",
     "softmax_cross_entropy", "embedding", "positional", "attention", "rmsnorm", "silu", "mul",
-    "reshape", "permute", "groupnorm", "mse", "l1", "bce_with_logits", NULL,
+    "reshape", "permute", "groupnorm", "mse", "l1", "bce_with_logits", "conv_transpose2d", "upsample",
+    "conv1d", NULL,
 };
 /* clang-format on */
 
