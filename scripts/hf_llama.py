@@ -113,6 +113,9 @@ class Cfg:
         self.kv_heads = int(c.get("num_key_value_heads") or self.heads)
         self.eps = float(c.get("rms_norm_eps", 1e-6))
         self.tied = bool(c.get("tie_word_embeddings", False))
+        self.bos, self.eos = c.get("bos_token_id", 1), c.get("eos_token_id", 2)
+        if isinstance(self.eos, list):  # Llama 3 lists several; the first ends a sentence
+            self.eos = self.eos[0]
         act = c.get("hidden_act", "silu")
         if act != "silu":
             raise Refused(f"{path}: hidden_act: '{act}' is not 'silu' (SwiGLU)")
@@ -233,11 +236,20 @@ loss: {{type: softmax_cross_entropy, ignore_index: -100}}
 tied:
   embeddings: {{params: [embed_tokens.weight, lm_head.weight], enabled: {tied}}}
 
-# Token-id text in the LM data layout (docs/data.md); --set data.path=... for yours.
+# Token-id text (docs/data-translation.md): --set data.path=DIR --set data.target=LANG reads
+# DIR/{{train,valid,test}}.LANG.ids (the tokenizer's ids, one sentence a line) and DIR/spm.vocab
+# ({vocab} lines, one a piece); bos_id and eos_id are the config's.
 data:
   dataset: text
   path: bible
   target: es
+  bos_id: {bos}
+  eos_id: {eos}
+
+# Further training: a fine-tuning rate (--set train.optimizer.lr=... for another).
+train:
+  batch_size: 8
+  optimizer: {{type: adamw, lr: 1.0e-4}}
 
 pipeline: {{stages: 1, micro_batches: 1, devices: [cpu]}}
 """
@@ -256,7 +268,8 @@ def to_gpipe(hf_dir, model_path, weights_path, seq_len):
         f.write(MODEL.format(name=name, src=os.path.abspath(hf_dir), weights=weights_path,
                              T=seq_len, d=cfg.d, heads=cfg.heads, kv_heads=cfg.kv_heads,
                              ff=cfg.ff, theta=cfg.theta, eps=cfg.eps, vocab=cfg.vocab,
-                             layers=cfg.layers, tied="true" if cfg.tied else "false"))
+                             layers=cfg.layers, tied="true" if cfg.tied else "false",
+                             bos=cfg.bos, eos=cfg.eos))
 
 
 def to_hf(weights_path, config_path, out_dir):

@@ -5,7 +5,8 @@ gradients must equal transformers' within TOL (max |a - b| / max |b| per tensor)
 converter reads bf16 shards with an index and a transformers-4 config (top-level rope_theta)
 to the same model file and the bf16-rounded weights; refuses what it cannot represent in one
 line naming the key; and converts back to the checkpoint's tensors bit for bit (tied too).
-Usage: python3 llama_hf.py LLAMA_HF_DUMP SOURCE_ROOT"""
+The converted model file evaluates token-id text (--eval-only) and trains further.
+Usage: python3 llama_hf.py LLAMA_HF_DUMP SOURCE_ROOT GPIPE_TRAIN"""
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ import tempfile
 
 import numpy as np
 
-DUMP, ROOT = sys.argv[1], sys.argv[2]
+DUMP, ROOT, TRAIN = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import hf_llama  # noqa: E402
 
@@ -118,6 +119,29 @@ def main():
                   + r.stderr.strip())
             if r.returncode == 0:
                 compare(out, fx, cfg, f"K={k} M={m}")
+
+        # Token-id text (ids of the checkpoint's vocabulary, a vocabulary file of its size):
+        # --eval-only with the weights, then a few steps of further training.
+        tok = os.path.join(tmp, "tok")
+        os.makedirs(tok)
+        for split, n in (("train", 24), ("valid", 4), ("test", 4)):
+            with open(os.path.join(tok, split + ".x.ids"), "w") as f:
+                for i in range(n):
+                    f.write(" ".join(str(3 + (7 * i + 5 * j) % 98) for j in range(2 + i % 6)) + "\n")
+        with open(os.path.join(tok, "spm.vocab"), "w") as f:
+            f.write("".join(f"p{i}\t0\n" for i in range(cfg.vocab)))
+        data = ["--set", "data.path=" + tok, "--set", "data.target=x"]
+        r = run([TRAIN, model, "--load", w, "--eval-only"] + data)
+        last = [ln for ln in (r.stdout + r.stderr).split("\n") if ln.startswith("final:")]
+        check(r.returncode == 0 and len(last) == 1 and last[0].startswith("final: weights of")
+              and "test loss" in last[0], "--eval-only on token-id text: " + " ".join(last))
+        r = run([TRAIN, model, "--load", w, "--steps", "3", "--save",
+                 os.path.join(tmp, "w-more.safetensors")] + data)
+        last = (r.stdout + r.stderr).strip().split("\n")[-1]
+        moved = r.returncode == 0 and not np.array_equal(
+            hf_llama.read_safetensors(os.path.join(tmp, "w-more.safetensors"))["norm.weight"],
+            hf_llama.read_safetensors(w)["norm.weight"])
+        check(moved, "trains further (3 steps, the weights move): " + last)
 
         # bf16 shards and a transformers-4 config: the same model file, bf16-rounded weights.
         bf = os.path.join(tmp, "bf16")
