@@ -296,9 +296,9 @@ def to_hf(weights_path, config_path, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     write_safetensors(os.path.join(out_dir, "model.safetensors"), t)
     c = dict(cfg.raw)
-    c["torch_dtype"] = "float32"
-    if "dtype" in c:
-        c["dtype"] = "float32"
+    for key in ("torch_dtype", "dtype"):  # transformers 4's name, 5's
+        if key in c:
+            c[key] = "float32"
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
 
