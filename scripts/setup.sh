@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential pkg-config meson ninja-build libyaml-dev zlib1g-dev libopenblas-dev
           libjpeg62-turbo-dev openmpi-bin libopenmpi-dev
           sword-text-kjv sword-text-sparv libsword-utils sentencepiece
-          dataset-fashion-mnist python3)
+          dataset-fashion-mnist python3 python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
