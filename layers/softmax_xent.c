@@ -241,7 +241,8 @@ static gp_status xent_backward(const gp_layer *l, gp_exec *e, const gp_tensor *i
   const float scale = (float)(1.0 / (double)loss_count(e, kept));
   float *dz = GP_F32P(&din[0]);
   gp_arena *tmp = e->temp ? e->temp : e->arena;
-  if (s == GP_OK && moved(l)) s = gp_arena_alloc(tmp, (size_t)(n * nk) * sizeof(float), (void **)&dz);
+  if (s == GP_OK && moved(l))
+    s = gp_arena_alloc(tmp, (size_t)(n * nk) * sizeof(float), (void **)&dz);
   if (s == GP_OK && kept)
     s = be->softmax_xent_backward(be, n, nk, (float)k->smoothing, scale, probs, y, dz);
   if (s == GP_OK && kept < n) s = zero_ignored(be, &r, n, nk, dz);

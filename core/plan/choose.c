@@ -59,8 +59,9 @@ static gp_status interleaved(const gp_unit_costs *c, const gp_partition_req *r, 
   const int K = r->stages;
   if (r->across_procs) {
     /* it runs there, but its hand-offs between processes are not simulated here yet */
-    snprintf(why, n, "auto weighs interleaved in one process only (give --schedule "
-                     "interleaved to run it across processes)");
+    snprintf(why, n,
+             "auto weighs interleaved in one process only (give --schedule "
+             "interleaved to run it across processes)");
   } else if (first) {
     snprintf(why, n, "the split given is of %d stages; interleaved V=%d needs %d chunks", K, V,
              K * V);

@@ -54,13 +54,13 @@ static double in_flight(const gp_partition_req *r, int K, int s) {
 /* Sums over the units of a stage. Every caller accumulates them from the last unit down to the
  * first, so the DP and the evaluation of the split it returns get bit-identical times. */
 typedef struct sums {
-  double f, b; /* balancing weight, forward and backward */
-  double w;    /* the backward's weight half (W) where a schedule splits it */
-  double p;    /* trainable parameters */
-  double act;  /* activation bytes kept for backward */
-  double grad; /* input gradients one micro-batch's backward allocates */
+  double f, b;  /* balancing weight, forward and backward */
+  double w;     /* the backward's weight half (W) where a schedule splits it */
+  double p;     /* trainable parameters */
+  double act;   /* activation bytes kept for backward */
+  double grad;  /* input gradients one micro-batch's backward allocates */
   double wkeep; /* what B leaves for W (gp_unit_costs.wkeep_bytes) */
-  double big;  /* the working set: the largest unit's measured scratch, else its activations */
+  double big;   /* the working set: the largest unit's measured scratch, else its activations */
   double cheap; /* of act: what the cheap layers keep (selective re-materialization) */
   double cf;    /* their forward's share of f */
 } sums;

@@ -519,7 +519,8 @@ static const bad cases[] = {
     {"a layer that is not a loss as the loss",
      H "layers: [{type: linear, out_features: 3, name: a}]\nloss: {type: identity, from: a}\n",
      GP_ERR_SPEC,
-     {"t.yaml:3:14: ", "loss: 'identity' is not a loss (the losses: softmax_cross_entropy, mse, l1, bce_with_logits)"}},
+     {"t.yaml:3:14: ", "loss: 'identity' is not a loss (the losses: softmax_cross_entropy, mse, "
+                       "l1, bce_with_logits)"}},
     {"loss name clash",
      H "layers: [{type: linear, out_features: 3, name: loss}]\n" LOSS,
      GP_ERR_SPEC,

@@ -100,11 +100,13 @@ int main(void) {
     const run_out *both[2] = {&want, &got};
     for (int j = 0; j < 2; j++)
       CHECK(close_rel(both[j]->loss[0], both[j]->eval0),
-            "%s, %s: step 0's loss %.9g is not the mean over the batch's elements %.9g",
-            losses[i], j ? "K = 2, M = 4" : "K = 1, M = 1", both[j]->loss[0], both[j]->eval0);
+            "%s, %s: step 0's loss %.9g is not the mean over the batch's elements %.9g", losses[i],
+            j ? "K = 2, M = 4" : "K = 1, M = 1", both[j]->loss[0], both[j]->eval0);
     for (int s = 0; s < STEPS; s++)
-      CHECK(close_rel(got.loss[s], want.loss[s]), "%s: step %d loss %.9g with K = 2, M = 4, %.9g "
-            "with K = 1, M = 1", losses[i], s, got.loss[s], want.loss[s]);
+      CHECK(close_rel(got.loss[s], want.loss[s]),
+            "%s: step %d loss %.9g with K = 2, M = 4, %.9g "
+            "with K = 1, M = 1",
+            losses[i], s, got.loss[s], want.loss[s]);
     int64_t bad = got.n_w != want.n_w;
     for (int64_t j = 0; !bad && j < want.n_w; j++)
       bad += !close_rel(got.w[j], want.w[j]);
