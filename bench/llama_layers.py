@@ -13,15 +13,10 @@ PyTorch's time over ours (above 1: ours is faster).
 --threads 1 compares one thread each: on a machine others load, the second thread of either
 side often waits for a core, which the one-thread figures do not depend on.
 """
-import argparse
-import os
-import re
-import statistics
-import subprocess
-import time
-
 import torch
 import torch.nn.functional as F
+
+from torch_vs_gpipe import compare
 
 ROWS, TOKENS, WIDTH, FFN = 8, 128, 256, 688
 
@@ -47,54 +42,5 @@ def torch_cases():
     }
 
 
-def time_torch(fn, inputs, params, reps):
-    xs = [x.clone().requires_grad_(True) for x in inputs]
-    dy = torch.rand_like(fn(*xs)) * 2 - 1
-    ms = []
-    for r in range(-3, reps):
-        for t in xs + params:
-            t.grad = None
-        t0 = time.perf_counter()
-        fn(*xs).backward(dy)
-        if r >= 0:
-            ms.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ms), min(ms)
-
-
-def time_ours(exe, reps, threads):
-    out = subprocess.run([exe, "--threads", str(threads), "--reps", str(reps)], check=True,
-                         capture_output=True, text=True).stdout
-    return {m.group(1): (float(m.group(2)), float(m.group(3)))
-            for m in re.finditer(r"^(\S+)\s.*median ([0-9.]+) ms, best ([0-9.]+) ms", out, re.M)}
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--threads", type=int, default=2)
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    exe = os.path.join(a.build, "bench", "bench-llama-layers")
-    cases = torch_cases()
-    ours, theirs = {k: [] for k in cases}, {k: [] for k in cases}
-    for _ in range(a.rounds):
-        for k, v in time_ours(exe, a.reps, a.threads).items():
-            ours[k].append(v)
-        for k, (fn, xs, ps) in cases.items():
-            theirs[k].append(time_torch(fn, xs, ps, a.reps))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; gpipe CPU backend, "
-          f"{a.threads} threads; [{ROWS}, {TOKENS}, width {WIDTH} / FFN {FFN}]; {a.rounds} "
-          f"alternated rounds")
-    print(f"{'layer':8} {'median: gpipe ms':>16} {'torch ms':>9} {'torch/gpipe':>11}   "
-          f"{'best: gpipe ms':>14} {'torch ms':>9} {'torch/gpipe':>11}")
-    for k in cases:
-        o = statistics.median(m for m, _ in ours[k])
-        t = statistics.median(m for m, _ in theirs[k])
-        ob, tb = min(b for _, b in ours[k]), min(b for _, b in theirs[k])
-        print(f"{k:8} {o:16.3f} {t:9.3f} {t / o:10.2f}x   {ob:14.3f} {tb:9.3f} {tb / ob:10.2f}x")
-
-
 if __name__ == "__main__":
-    main()
+    compare("bench-llama-layers", torch_cases, f"[{ROWS}, {TOKENS}, width {WIDTH} / FFN {FFN}]")

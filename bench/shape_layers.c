@@ -8,22 +8,8 @@
  *   bench-shape-layers [--threads N] [--reps R]
  */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-#include "tests/layers/harness.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
+#include "bench/layer_bench.h"
 
 #define BATCH 8
 
@@ -45,63 +31,22 @@ static const bench_case cases[] = {
     {"bce", "{type: bce_with_logits}", 2, {3, {1, 64, 64}}},
 };
 
-static int run(gp_backend *be, const bench_case *c, int reps) {
-  lt_layer t;
+static int build(gp_backend *be, int i, lt_layer *t, const char **name, char *shape, size_t n) {
+  const bench_case *c = &cases[i];
   gp_shape in[2];
   gp_dtype dt[2] = {GP_F32, GP_F32};
-  for (int i = 0; i < c->n_in; i++)
-    in[i] = c->in;
-  if (!lt_build_or_report(&t, be, c->yaml, c->n_in, in, dt, BATCH)) return 1;
-  for (int i = 0; i < c->n_in; i++)
-    lt_fill_uniform(11 + (uint64_t)i, t.in[i].data, gp_shape_numel(&t.in[i].shape), -3, 3);
-  lt_fill_uniform(21, t.dout.data, gp_shape_numel(&t.dout.shape), -1, 1);
-  double *ms = malloc((size_t)reps * sizeof *ms);
-  gp_status s = GP_OK;
-  for (int r = -3; r < reps && s == GP_OK && ms; r++) {
-    double t0 = now();
-    s = lt_forward(&t);
-    if (s == GP_OK) s = lt_backward(&t);
-    if (r >= 0) ms[r] = (now() - t0) * 1e3;
-  }
-  if (s != GP_OK || !ms) {
-    printf("FAIL %s: %s\n", c->name, ms ? gp_error_message() : "out of memory");
-    free(ms);
-    lt_layer_free(&t);
-    return 1;
-  }
-  qsort(ms, (size_t)reps, sizeof *ms, cmp_double);
-  printf("%-13s [%d, %lld, %lld, %lld] forward+backward: median %.4f ms, best %.4f ms\n", c->name,
-         BATCH, (long long)c->in.d[0], (long long)c->in.d[1], (long long)c->in.d[2], ms[reps / 2],
-         ms[0]);
-  free(ms);
-  lt_layer_free(&t);
-  return 0;
+  for (int j = 0; j < c->n_in; j++)
+    in[j] = c->in;
+  *name = c->name;
+  snprintf(shape, n, "[%d, %lld, %lld, %lld]", BATCH, (long long)c->in.d[0], (long long)c->in.d[1],
+           (long long)c->in.d[2]);
+  if (!lt_build_or_report(t, be, c->yaml, c->n_in, in, dt, BATCH)) return 0;
+  for (int j = 0; j < c->n_in; j++)
+    lt_fill_uniform(11 + (uint64_t)j, t->in[j].data, gp_shape_numel(&t->in[j].shape), -3, 3);
+  lt_fill_uniform(21, t->dout.data, gp_shape_numel(&t->dout.shape), -1, 1);
+  return 1;
 }
 
 int main(int argc, char **argv) {
-  int threads = 2, reps = 30;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
-      threads = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
-      reps = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: %s [--threads N] [--reps R]\n", argv[0]);
-      return 2;
-    }
-  }
-  if (threads < 1 || reps < 1) {
-    fprintf(stderr, "%s: --threads and --reps take a positive number\n", argv[0]);
-    return 2;
-  }
-  gp_backend *be;
-  if (gp_cpu_backend_create(threads, &be) != GP_OK) {
-    fprintf(stderr, "cpu backend: %s\n", gp_error_message());
-    return 1;
-  }
-  int bad = 0;
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    bad += run(be, &cases[i], reps);
-  gp_backend_destroy(be);
-  return bad ? 1 : 0;
+  return lb_main(argc, argv, (int)(sizeof cases / sizeof cases[0]), build);
 }
