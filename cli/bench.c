@@ -280,7 +280,6 @@ static gp_status setup(gp_bench_ctx *c, const char *file) {
   b->reps = flags[F_REPS].given ? (int)flags[F_REPS].i : 1;
   b->cores = gp_cpu_cores();
   b->processes = c->dist.world;
-  m->pipeline.across_procs = c->dist.world > 1; /* auto leaves interleaved out there */
   /* the cores of a host are shared among its processes: no oversubscription by default */
   int share = b->cores / c->dist.local_size;
   b->threads = flags[F_THREADS].given ? (int)flags[F_THREADS].i : share > 1 ? share : 1;

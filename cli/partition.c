@@ -332,6 +332,12 @@ static gp_status run(const gp_model *m) {
             stale == 1 ? "" : "s", flags[F_OUT].s);
   gp_unit_costs c = {0};
   GP_TRY(unit_costs(m, &q, &c));
+  gp_status st = d.on ? gp_part_dist_rate(&q, &d) : GP_OK;
+  if (st != GP_OK) {
+    gp_unit_costs_free(&c);
+    return st;
+  }
+  const gp_link *lk = d.on ? gp_part_dist_link(&d) : NULL;
   gp_partition_req r = {.stages = q.stages,
                         .micro = q.micro,
                         .schedule = q.schedule,
@@ -341,12 +347,16 @@ static gp_status run(const gp_model *m) {
                         .bytes_per_s = 0, /* CPU stages hand over pointers */
                         .optim_slots = gp_optimizer_slots(&m->train),
                         .chunks = q.chunks,
-                        .across_procs = d.on};
+                        /* every schedule pays its hand-offs between processes alike, in
+                           the units of the costs it is weighed on (params have no time) */
+                        .procs = d.on ? d.layout.procs : 0,
+                        .link_latency_s = lk ? lk->latency_s : 0,
+                        .link_bytes_per_s = lk ? lk->bytes_per_s : 0,
+                        .seconds_per_cost = q.fixed || q.by != GP_COST_PARAMS ? d.spc : 0};
   gp_partition p;
   gp_sim_events ev = {0};
   double makespan = 0;
   gp_unit_costs tc = gp_part_time_costs(&q, &c);
-  gp_status st = GP_OK;
   gp_partition tried;
   if (q.schedule_auto) { /* the schedule first, on the costs the split is searched on */
     gp_schedule_choice ch;

@@ -63,7 +63,14 @@ typedef struct gp_part_dist {
 /* Reads the launch's flags (and --cluster), checks the layout (gp_layout_make) and the batch's
  * share per replica, and sets q's replicas and micro-batch size. Nothing when no flag given. */
 gp_status gp_part_dist_setup(const gp_part_dist_flags *f, gp_part_request *q, gp_part_dist *d);
-/* The predictions for the split p (tc: gp_part_time_costs; r: the partitioner's request). */
+/* d->spc, the seconds a unit of the time costs takes: 1 under --by time, else a device's FLOP
+ * rate (--device-tflops, the cluster file's, or measured here at q->threads). */
+gp_status gp_part_dist_rate(const gp_part_request *q, gp_part_dist *d);
+/* The link a replica's hand-offs cross: the remote one where its processes span two hosts in
+ * any replica, else the local one. */
+const gp_link *gp_part_dist_link(const gp_part_dist *d);
+/* The predictions for the split p (after gp_part_dist_rate) (tc: gp_part_time_costs; r: the
+ * partitioner's request). */
 gp_status gp_part_dist_predict(const gp_part_request *q, const gp_unit_costs *tc,
                                const gp_partition_req *r, const gp_partition *p, gp_part_dist *d);
 /* The launch, its assumptions, a row per process of one replica and the step time, all-reduce,

@@ -15,14 +15,6 @@
 #include "core/io/json.h"
 #include "core/plan/plan.h"
 
-/* What a link is assumed to be when nothing says: orders of magnitude, named as such. */
-static const gp_link local_default = {10e9, 2e-6,
-                                      "default: assumed shared memory between the processes of a "
-                                      "host, 10 GB/s, 2 us"};
-static const gp_link remote_default = {1.25e9, 50e-6,
-                                       "default: assumed 10 Gb/s Ethernet over TCP, 1.25 GB/s, "
-                                       "50 us"};
-
 /* A decimal from lo to hi: no sign, no space, nothing after it. */
 static int decimal(const char *s, double lo, double hi, double *out) {
   char *end;
@@ -94,8 +86,8 @@ gp_status gp_part_dist_setup(const gp_part_dist_flags *f, gp_part_request *q, gp
   GP_TRY(int_flag(f->pph, &cl->procs_per_host, cl->src_procs, sizeof cl->src_procs));
   if (f->local->given) GP_TRY(link_flag(f->local, &cl->local));
   if (f->remote->given) GP_TRY(link_flag(f->remote, &cl->remote));
-  link_fill(&cl->local, &local_default);
-  link_fill(&cl->remote, &remote_default);
+  link_fill(&cl->local, &gp_link_local_default);
+  link_fill(&cl->remote, &gp_link_remote_default);
   if (f->tflops->given) {
     double t = 0;
     if (!decimal(f->tflops->s, 1e-6, 1e6, &t) || t <= 0)
@@ -158,9 +150,8 @@ gp_status gp_part_dist_setup(const gp_part_dist_flags *f, gp_part_request *q, gp
   return GP_OK;
 }
 
-gp_status gp_part_dist_predict(const gp_part_request *q, const gp_unit_costs *tc,
-                               const gp_partition_req *r, const gp_partition *p, gp_part_dist *d) {
-  gp_cluster *cl = &d->cl;
+gp_status gp_part_dist_rate(const gp_part_request *q, gp_part_dist *d) {
+  const gp_cluster *cl = &d->cl;
   if (q->by == GP_COST_TIME) {
     d->spc = 1;
     snprintf(d->src_compute, sizeof d->src_compute, "measured here per unit (--by time)");
@@ -188,6 +179,19 @@ gp_status gp_part_dist_predict(const gp_part_request *q, const gp_unit_costs *tc
     snprintf(d->src_compute, sizeof d->src_compute,
              "%.1f GFLOP/s a device (measured here: fp32 GEMM 4096^3 on %s)", g, q->devices[0]);
   }
+  return GP_OK;
+}
+
+const gp_link *gp_part_dist_link(const gp_part_dist *d) {
+  const int P = d->layout.procs, pph = d->cl.procs_per_host;
+  for (int r = 0; P > 1 && pph > 0 && r < d->replicas; r++) /* ranks fill hosts in order */
+    if (r * P / pph != (r * P + P - 1) / pph) return &d->cl.remote;
+  return &d->cl.local;
+}
+
+gp_status gp_part_dist_predict(const gp_part_request *q, const gp_unit_costs *tc,
+                               const gp_partition_req *r, const gp_partition *p, gp_part_dist *d) {
+  gp_cluster *cl = &d->cl;
   /* a replica's processes take contiguous runs of its stages balanced by their times
    * (interleaved: of its devices, each the sum of its chunks) */
   int procs_of[GP_MAX_DEVICES];

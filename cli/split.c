@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/common.h"
+#include "cli/machine.h"
 
 const char *const gp_cli_by_names[] = {"flops", "params", "time", NULL};
 _Static_assert(GP_COST_TIME == 2, "--by names");
@@ -74,4 +75,11 @@ gp_status gp_cli_split_costs(const gp_cli_split *f, const gp_model *m, const gp_
              : out->by == GP_COST_FLOPS ? "FLOPs"
                                         : "parameters");
   return GP_OK;
+}
+
+double gp_cli_split_seconds_per_flop(const gp_pipeline_spec *ps, int threads) {
+  const char *dev = ps->n_devices > 0 ? ps->devices[0] : "cpu";
+  double g = strncmp(dev, "cuda", 4) == 0 ? gp_gpu_gemm_gflops(atoi(dev + 5), GP_PREC_FP32)
+                                          : gp_sgemm_gflops(threads);
+  return g > 0 ? 1 / (g * 1e9) : 0;
 }

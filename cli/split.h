@@ -31,4 +31,9 @@ gp_status gp_cli_split_by(const gp_cli_split *f, gp_cost_by *by);
 gp_status gp_cli_split_costs(const gp_cli_split *f, const gp_model *m, const gp_pipeline_spec *ps,
                              int threads, gp_unit_costs *out, char *note, size_t n);
 
+/* Seconds a FLOP takes on stage 0's device, for schedule auto's hand-offs between processes
+ * on FLOP costs: sgemm measured on `threads` CPU threads (about half a second), or a CUDA
+ * device's fp32 GEMM; 0 where it cannot be measured. */
+double gp_cli_split_seconds_per_flop(const gp_pipeline_spec *ps, int threads);
+
 #endif

@@ -8,6 +8,7 @@
 
 #include "cli/split.h"
 #include "cli/train.h"
+#include "core/plan/cluster.h"
 #include "core/plan/plan.h"
 #include "core/train/checkpoint.h"
 
@@ -68,7 +69,14 @@ gp_status tr_split(run *r, int threads, gp_plan *plan) {
   gp_model *m = r->m;
   gp_pipeline_spec ps = m->pipeline;
   const int k = ps.stages;
-  ps.across_procs = r->dist.world > 1; /* auto leaves interleaved out there */
+  /* across processes schedule auto charges every hand-off between them (interleaved's chunk
+   * boundaries too) on the assumed link: shared memory on one host, TCP across hosts */
+  const int R = ps.replicas > 1 ? ps.replicas : 1;
+  ps.across_procs = r->dist.world > 1 && r->dist.world % R == 0 ? r->dist.world / R : 0;
+  const gp_link *lk =
+      r->dist.local_size < r->dist.world ? &gp_link_remote_default : &gp_link_local_default;
+  ps.link_latency_s = lk->latency_s;
+  ps.link_bytes_per_s = lk->bytes_per_s;
   r->split_note[0] = 0;
   int taken = 0;
   if (tr_flags[F_RESUME].given) GP_TRY(resume_split(r, &ps, &taken));
@@ -83,15 +91,18 @@ gp_status tr_split(run *r, int threads, gp_plan *plan) {
                           tr_flags[F_QUIET].given || r->dist.rank != 0};
   /* each stage's share of this process's threads, as the pipeline gives them */
   const int here = tr_dist_stages_here(r, k), per = threads / here > 1 ? threads / here : 1;
-  /* [0]: 1 when rank 0 made the plan; [1], [2]: its schedule and re-materialization; then the
-   * balance */
-  static int buf[GP_MAX_DEVICES + 3];
+  /* [0]: 1 when rank 0 made the plan; [1], [2], [3]: its schedule, re-materialization and
+   * chunks a stage (schedule auto may choose interleaved's V); then the balance, a chunk an
+   * entry (sent whole: the others do not know V before) */
+  static int buf[GP_MAX_DEVICES + 4];
   memset(buf, 0, sizeof buf);
-  const int nb = k * (ps.virtual_stages > 1 ? ps.virtual_stages : 1); /* a balance: the chunks */
   gp_status s = GP_OK;
   if (r->dist.rank == 0) {
     gp_unit_costs c;
     s = gp_cli_split_costs(&f, m, &ps, per, &c, note, sizeof note);
+    /* FLOPs: the hand-offs' seconds weighed at this device's rate, measured once */
+    if (s == GP_OK && ps.across_procs > 1 && ps.schedule == GP_SCHED_AUTO && c.by == GP_COST_FLOPS)
+      ps.seconds_per_flop = gp_cli_split_seconds_per_flop(&ps, per);
     if (s == GP_OK) {
       s = gp_plan_make_from(m, &ps, &c, plan);
       gp_unit_costs_free(&c);
@@ -99,20 +110,24 @@ gp_status tr_split(run *r, int threads, gp_plan *plan) {
     buf[0] = s == GP_OK;
     buf[1] = (int)plan->schedule;
     buf[2] = (int)plan->remat;
-    for (int i = 0; s == GP_OK && i < nb; i++)
-      buf[3 + i] = plan->st[i].end_unit - plan->st[i].first_unit;
+    buf[3] = s == GP_OK ? gp_plan_chunks(plan) : 1;
+    for (int i = 0; s == GP_OK && i < plan->stages; i++)
+      buf[4 + i] = plan->st[i].end_unit - plan->st[i].first_unit;
   }
   if (!taken && !ps.n_balance) snprintf(r->split_note, sizeof r->split_note, "%s", note);
   if (r->dist.world == 1) return s;
   /* every process runs rank 0's plan: timings differ from process to process */
-  gp_status b = tr_dist_bcast(r, buf, sizeof(int) * (size_t)(nb + 3));
+  gp_status b = tr_dist_bcast(r, buf, sizeof buf);
   if (s != GP_OK || r->dist.rank == 0) return s;
   GP_TRY(b);
   if (!buf[0])
     return GP_ERR(GP_ERR_RUNTIME, "the automatic split failed on rank 0 (its error says why)");
+  if (buf[3] < 1 || (long long)k * buf[3] > GP_MAX_DEVICES)
+    return GP_ERR(GP_ERR_RUNTIME, "rank 0 sent %d chunks a stage", buf[3]);
   int given = ps.n_balance;
-  ps.n_balance = nb;
-  memcpy(ps.balance, buf + 3, sizeof(int) * (size_t)nb);
+  ps.virtual_stages = buf[3];
+  ps.n_balance = k * buf[3];
+  memcpy(ps.balance, buf + 4, sizeof(int) * (size_t)ps.n_balance);
   ps.schedule = (gp_schedule_kind)buf[1];
   ps.remat = (gp_remat)buf[2];
   if (!given) snprintf(r->split_note, sizeof r->split_note, "rank 0's, by --by");

@@ -1,5 +1,5 @@
 /* pipeline.schedule auto: every named schedule simulated on its split (interleaved at each V
- * it can take), the fastest that fits. */
+ * it can take), hand-offs between processes charged alike (solve.c), the fastest that fits. */
 #include "core/plan/choose.h"
 
 #include <math.h>
@@ -57,11 +57,11 @@ gp_status gp_partition_solve_devices(const gp_unit_costs *c, const gp_partition_
 static gp_status interleaved(const gp_unit_costs *c, const gp_partition_req *r, const int *first,
                              int V, gp_partition *p, char *why, size_t n) {
   const int K = r->stages;
-  if (r->across_procs) {
-    /* it runs there, but its hand-offs between processes are not simulated here yet */
+  if (r->procs > 1 && !gp_partition_charges_handoffs(r)) {
+    /* its K V - 1 hand-offs against the others' K - 1 cannot be weighed in these units */
     snprintf(why, n,
-             "auto weighs interleaved in one process only (give --schedule "
-             "interleaved to run it across processes)");
+             "interleaved across processes is weighed on unit times (--by time) or a device "
+             "rate, in which its hand-offs are charged");
   } else if (first) {
     snprintf(why, n, "the split given is of %d stages; interleaved V=%d needs %d chunks", K, V,
              K * V);

@@ -29,9 +29,10 @@ typedef struct gp_schedule_choice {
  * under always or except_last (what the request asked); first: a given split (K + 1 entries),
  * or NULL for the partitioner's split of each candidate. Interleaved runs only on its own
  * split (gp_partition_solve_devices: K V chunks, chunk c at speed r->speed[c % K], a device's
- * chunks within r->mem_limit[d] together), with M a multiple of K, and not under
- * r->across_procs. *out: the chosen candidate's partition (K V stages for interleaved). When
- * no candidate runs, the first candidate's error. */
+ * chunks within r->mem_limit[d] together), with M a multiple of K; across processes
+ * (r->procs > 1) only where the hand-offs are charged (gp_partition_charges_handoffs), every
+ * candidate's then costing its boundaries between processes. *out: the chosen candidate's partition
+ * (K V stages for interleaved). When no candidate runs, the first candidate's error. */
 gp_status gp_schedule_choose(const gp_unit_costs *c, const gp_partition_req *r, const int *first,
                              gp_schedule_choice *ch, gp_partition *out);
 

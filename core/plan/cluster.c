@@ -10,6 +10,11 @@
 #include "core/io/target.h"
 #include "core/spec/cfg.h"
 
+const gp_link gp_link_local_default = {
+    10e9, 2e-6, "default: assumed shared memory between the processes of a host, 10 GB/s, 2 us"};
+const gp_link gp_link_remote_default = {
+    1.25e9, 50e-6, "default: assumed 10 Gb/s Ethernet over TCP, 1.25 GB/s, 50 us"};
+
 /* A cluster file is a few lines; anything this large is some other file. */
 #define CLUSTER_MAX_BYTES (64 * 1024)
 

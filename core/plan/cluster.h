@@ -14,6 +14,11 @@ typedef struct gp_link {
   char source[200];   /* "--link-local", "cluster file c.yaml", "default: ..." */
 } gp_link;
 
+/* What a link is assumed to be when nothing says (orders of magnitude, named as such in
+ * `source`): shared memory between the processes of a host, 10 GB/s and 2 us; 10 Gb/s
+ * Ethernet over TCP between hosts, 1.25 GB/s and 50 us. */
+extern const gp_link gp_link_local_default, gp_link_remote_default;
+
 typedef struct gp_cluster {
   int hosts, procs_per_host, devices_per_host; /* 0: not said */
   double device_flops;                         /* FLOP/s each device sustains (0: not said) */

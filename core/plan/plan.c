@@ -3,6 +3,7 @@
 #include "core/plan/plan.h"
 
 #include "core/plan/choose.h"
+#include "core/plan/cluster.h"
 #include "core/plan/solve.h"
 
 #include <stdio.h>
@@ -36,7 +37,14 @@ static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, const 
   gp_partition_req req;
   gp_plan_partition_req(m, ps, &req);
   req.remat = out->remat; /* never for the zero-bubble lists (gp_plan_make) */
-  req.across_procs = ps->across_procs || ps->n_procs > 0;
+  /* across processes every candidate pays its hand-offs between them, in seconds: on measured
+   * times, or on FLOPs at a known rate (without one interleaved is left out) */
+  const int plan_procs = ps->across_procs > 1 && ps->n_procs > 0; /* a plan's processes: */
+  req.procs = plan_procs ? ps->n_procs : ps->across_procs;
+  req.proc_of = plan_procs ? ps->procs : NULL;
+  const int given_link = ps->link_bytes_per_s > 0;
+  req.link_latency_s = given_link ? ps->link_latency_s : gp_link_local_default.latency_s;
+  req.link_bytes_per_s = given_link ? ps->link_bytes_per_s : gp_link_local_default.bytes_per_s;
   /* remat auto: the split that is fastest with what fits recomputed (one stage has no choice:
    * gp_pipeline_check_fit names what does not fit); a limit a device (interleaved: its chunks
    * together) */
@@ -46,6 +54,9 @@ static gp_status auto_plan(const gp_model *m, const gp_pipeline_spec *ps, const 
     lim[s] = (double)ps->mem_limit, req.mem_limit = lim;
   gp_partition part;
   const gp_unit_costs *uc = c ? c : &own;
+  req.seconds_per_cost = uc->by == GP_COST_TIME    ? 1.0
+                         : uc->by == GP_COST_FLOPS ? ps->seconds_per_flop
+                                                   : 0.0;
   gp_status s;
   if (ps->schedule == GP_SCHED_AUTO) {
     gp_schedule_choice ch;

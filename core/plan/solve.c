@@ -346,6 +346,17 @@ static gp_status check_req(const gp_unit_costs *c, const gp_partition_req *r) {
   if (!isfinite(r->bytes_per_s) || r->bytes_per_s < 0)
     return GP_ERR(GP_ERR_USAGE, "partition: the transfer bandwidth must be >= 0, got %g",
                   r->bytes_per_s);
+  if (r->procs < 0 || !isfinite(r->link_latency_s) || r->link_latency_s < 0 ||
+      !isfinite(r->link_bytes_per_s) || r->link_bytes_per_s < 0 || !isfinite(r->seconds_per_cost) ||
+      r->seconds_per_cost < 0)
+    return GP_ERR(GP_ERR_USAGE,
+                  "partition: the link between processes needs latency, bandwidth and seconds "
+                  "per cost >= 0 (%d processes, %g s, %g bytes/s, %g s a unit)",
+                  r->procs, r->link_latency_s, r->link_bytes_per_s, r->seconds_per_cost);
+  for (int d = 0; r->proc_of && d < r->stages / (v > 1 ? v : 1); d++)
+    if (r->proc_of[d] < 0 || (d > 0 && r->proc_of[d] < r->proc_of[d - 1]))
+      return GP_ERR(GP_ERR_USAGE, "partition: device %d's process %d is out of order", d,
+                    r->proc_of[d]);
   if (!isfinite(r->optim_slots) || r->optim_slots < 0)
     return GP_ERR(GP_ERR_USAGE, "partition: optimizer slots must be >= 0, got %g", r->optim_slots);
   for (int s = 0; s < r->stages; s++) {
@@ -402,6 +413,36 @@ static gp_status makespan(gp_schedule_kind kind, gp_remat remat, int K, int M, i
   return GP_OK;
 }
 
+/* ---- hand-offs between processes ----------------------------------------------------- */
+
+static int proc_of_device(const gp_partition_req *r, int devs, int d) {
+  if (r->proc_of) return r->proc_of[d];
+  const int P = r->procs < devs ? r->procs : devs, q = devs / P, big = devs % P;
+  return d < big * (q + 1) ? d / (q + 1) : big + (d - big * (q + 1)) / q;
+}
+
+int gp_partition_crosses(const gp_partition_req *r, int s) {
+  const int K = r->stages, devs = r->chunks > 1 ? K / r->chunks : K;
+  if (r->procs < 2 || s < 0 || s + 1 >= K || devs < 1) return 0;
+  return proc_of_device(r, devs, s % devs) != proc_of_device(r, devs, (s + 1) % devs);
+}
+
+int gp_partition_charges_handoffs(const gp_partition_req *r) {
+  return r->procs > 1 && r->link_bytes_per_s > 0 && r->seconds_per_cost > 0;
+}
+
+/* What handing n micro-batches of `bytes` across the boundary after stage s costs (in the
+ * costs' unit): the in-process transfer (bytes_per_s), and where the boundary joins two
+ * processes one message on their link. The one place hand-offs are charged, every schedule's
+ * simulation alike: interleaved's K V - 1 chunk boundaries (each to another device) against
+ * the plain schedules' K - 1. */
+static double send_cost(const gp_partition_req *r, int s, double bytes, int n) {
+  double t = r->bytes_per_s > 0 ? n * bytes / r->bytes_per_s : 0.0;
+  if (gp_partition_charges_handoffs(r) && gp_partition_crosses(r, s))
+    t += (r->link_latency_s + n * bytes / r->link_bytes_per_s) / r->seconds_per_cost;
+  return t;
+}
+
 /* The predictions: the schedule simulated with this split's stage costs (the recompute is the
  * simulator's: fwd more before each re-materializing backward, run while the stage waits for
  * the gradient), against the same split with the whole mini-batch as one micro-batch, and
@@ -419,8 +460,8 @@ static gp_status predict(const ctx *x, const int *first, gp_partition *out) {
       sums_add(&all, c, u);
     }
     double sp = speed_of(r, s);
-    double send =
-        s < K - 1 && r->bytes_per_s > 0 ? (double)c->cut_bytes[first[s + 1]] / r->bytes_per_s : 0.0;
+    const double cut = s < K - 1 ? (double)c->cut_bytes[first[s + 1]] : 0.0;
+    double send = send_cost(r, s, cut, 1);
     /* selective recompute runs before the backward: its share of the micro-batches' */
     int P = (int)in_flight(r, K, s);
     double rs = (gp_partition_dropped_micro(M, P, out->drop[s] + out->sel[s]) -
@@ -435,7 +476,7 @@ static gp_status predict(const ctx *x, const int *first, gp_partition *out) {
                               .w_bytes = z.wkeep + (s > 0 ? (double)c->cut_bytes[first[s]] : 0)};
     naive[s] = (gp_stage_cost){.fwd = M * cost[s].fwd,
                                .bwd = M * cost[s].bwd,
-                               .send = M * cost[s].send,
+                               .send = send_cost(r, s, cut, M), /* one message */
                                .act_bytes = M * cost[s].act_bytes,
                                .input_bytes = M * cost[s].input_bytes};
   }

@@ -17,10 +17,23 @@ typedef struct gp_partition_req {
   /* interleaved: V >= 2 chunks a device, `stages` being the K V chunks (chunk v on device
    * v mod K, its speed and limit speed[v], mem_limit[v]); 0 or 1: a stage a device */
   int chunks;
-  /* the run spans processes: schedule auto leaves interleaved out (gp_schedule_choose), which
-   * runs in one process for now */
-  int across_procs;
+  /* Across processes: the K devices (a stage each, or interleaved chunk c's device c mod K)
+   * sit in `procs` processes of a replica, device d in proc_of[d] (NULL: contiguous runs as
+   * even as can be, the first K mod P taking one more, as gp_layout_make puts them). Every
+   * schedule's simulation charges each boundary between two processes link_latency_s + its
+   * bytes / link_bytes_per_s (each way), in the costs' unit at seconds_per_cost seconds a
+   * unit (1 for measured times). procs <= 1: one process, no hand-offs; seconds_per_cost 0:
+   * not known, so not charged (schedule auto then leaves interleaved out: gp_schedule_choose). */
+  int procs;
+  const int *proc_of;
+  double link_latency_s, link_bytes_per_s, seconds_per_cost;
 } gp_partition_req;
+
+/* Whether the boundary after stage s of r (interleaved: chunk s) joins two processes. */
+int gp_partition_crosses(const gp_partition_req *r, int s);
+/* Whether r's hand-offs between processes are charged: procs > 1 with the link and the costs'
+ * seconds known. */
+int gp_partition_charges_handoffs(const gp_partition_req *r);
 
 typedef struct gp_partition {
   int stages;

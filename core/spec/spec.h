@@ -160,8 +160,12 @@ typedef struct gp_pipeline_spec {
    * in the replica; n_procs: the positions (0: as even in stages as can be) */
   int n_procs;
   int procs[GP_MAX_DEVICES];
-  /* the run spans processes (mpirun; not in files): schedule auto leaves interleaved out */
+  /* across processes (mpirun; not in files): P, the processes a replica spans (0 or 1: one),
+   * and their link, which schedule auto charges every hand-off between two of them (0: the
+   * default for one host, gp_link_local_default), in seconds: FLOP costs at seconds_per_flop
+   * (0: not known, so interleaved is left out there) */
   int across_procs;
+  double link_latency_s, link_bytes_per_s, seconds_per_flop;
   /* "model.yaml:12:15: pipeline.checkpoint is now pipeline.remat" when the file used the old
    * name (the program tells the user); "" otherwise */
   char renamed[320];
