@@ -4,7 +4,7 @@
 # takes interleaved V=2 over 2 processes as it does in one, every chunk boundary a hand-off;
 # it trains to the weights of one process at K = 1 within 1e-5; a run checkpointed at step 3
 # resumes with the checkpoint's chunks bit for bit; gpipe-bench names the choice
-# auto:interleaved-v2; on parameters (no time to charge the hand-offs in) interleaved is left out.
+# auto:interleaved-v2 (at R = 2, no hand-offs between processes); on parameters (no time to charge the hand-offs in) interleaved is left out.
 set -u
 train=$1; bench=$2; srcdir=$3
 . "$srcdir/tests/mpi/common.sh"
@@ -44,18 +44,27 @@ chose half
 grep -q "$ipipe" "$tmp/resumed.log" && ok || bad "resumed: $(lines "$tmp/resumed.log")"
 close full resumed 0
 
-# gpipe-bench under mpirun: the run is named after the choice
-if "${mpi[@]}" -np 2 "$bench" "$cnn" --data synthetic --batch-size 36 --threads 1 --by flops \
-    "${k2[@]}" --steps 1 --warmup 1 --json >"$tmp/bench.json" 2>"$tmp/bench.err"; then
-  python3 - "$tmp/bench.json" <<'PY' && ok || bad "gpipe-bench: $(head -c 2000 "$tmp/bench.json")"
-import json, sys
-runs = json.load(open(sys.argv[1]))["runs"]
-assert [r["schedule"] for r in runs] == ["auto:interleaved-v2"], [r["schedule"] for r in runs]
+# gpipe-bench under mpirun, the run named after the choice: at R = 2 a process a replica (no
+# hand-offs between processes) its batch of 36 takes interleaved V=2 as one process does; over
+# 2 processes a replica it weighs the link it measured (loopback TCP here: any choice may win)
+bq=(--data synthetic --threads 1 --by flops "${k2[@]}" --steps 1 --warmup 1 --json)
+for lay in "r2 --replicas 2 --batch-size 72" "w2 --batch-size 36"; do
+  set -- $lay
+  name=$1; shift
+  if "${mpi[@]}" -np 2 "$bench" "$cnn" "${bq[@]}" "$@" >"$tmp/bench-$name.json" \
+      2>"$tmp/bench-$name.err"; then
+    python3 - "$tmp/bench-$name.json" "$name" <<'PY' && ok || bad "gpipe-bench $name: $(head -c 2000 "$tmp/bench-$name.json")"
+import json, re, sys
+runs = [r for r in json.load(open(sys.argv[1]))["runs"] if r["schedule"].startswith("auto")]
+names = [r["schedule"] for r in runs]  # (the baselines' runs left aside)
+want = "auto:interleaved-v2" if sys.argv[2] == "r2" else r"auto:(gpipe|1f1b|zb-h[12]|interleaved-v[234])"
+assert len(runs) == 1 and re.fullmatch(want, names[0]), names
 assert runs[0]["processes"] == 2 and runs[0]["samples_per_s"] > 0, runs[0]
 PY
-else
-  bad "gpipe-bench exited $?: $(tail -5 "$tmp/bench.err")"
-fi
+  else
+    bad "gpipe-bench $name exited $?: $(tail -5 "$tmp/bench-$name.err")"
+  fi
+done
 
 # on parameters the hand-offs have no time to be charged in: interleaved is left out
 run params "${mpi[@]}" -np 2 "$train" "$cnn" "${base[@]}" "${k2[@]}" --by params --steps 1
