@@ -1,9 +1,10 @@
 /* gpipe-bench across processes (mpirun, srun): each run's layout of K stages and R replicas over
- * the W processes, the links between them measured once, and a run's step times combined over
- * the processes. Every MPI call is behind core/dist/dist.h. */
+ * the W processes, the links between them measured once (schedule auto weighs them), and a
+ * run's step times combined over the processes. Every MPI call is behind core/dist/dist.h. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/bench_sweep.h"
 
@@ -30,7 +31,18 @@ gp_status gp_bench_dist_links(gp_bench_ctx *c) {
   /* a ring all-reduce moves 2 (W-1)/W of the bytes through each process: its bus bandwidth */
   const double W = d->world;
   b->allreduce_bytes_per_s = sum > 0 ? 2 * (W - 1) / W * (double)SUM_BYTES / sum : 0;
-  return GP_OK;
+  /* every process plans every run alike: schedule auto weighs FLOPs at rank 0's rates */
+  GP_TRY(gp_dist_bcast(d, &b->sgemm_per_core, sizeof b->sgemm_per_core, 0));
+  return gp_dist_bcast(d, &b->gpu_gemm, sizeof b->gpu_gemm, 0);
+}
+
+void gp_bench_dist_spec(const gp_bench_ctx *c, int procs, int per, gp_pipeline_spec *ps) {
+  const gp_bench *b = &c->b;
+  ps->across_procs = procs;
+  ps->link_latency_s = b->handoff_latency_s;
+  ps->link_bytes_per_s = b->handoff_bytes_per_s;
+  const double g = strncmp(ps->devices[0], "cuda", 4) ? b->sgemm_per_core * per : b->gpu_gemm;
+  ps->seconds_per_flop = g > 0 ? 1 / (g * 1e9) : 0;
 }
 
 int gp_bench_layout_fits(const gp_bench_ctx *c, int k, int replicas, char *why, size_t n) {

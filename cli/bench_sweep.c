@@ -66,18 +66,16 @@ typedef struct split_memo {
   int64_t micro;
   int threads;
   gp_unit_costs c;
-  double spf; /* FLOP costs across processes: rank 0's seconds a FLOP (0: none) */
 } split_memo;
 static split_memo memo[64];
 static int n_memo;
 
 static gp_status split_costs(const gp_bench_ctx *c, const gp_pipeline_spec *ps, int threads,
-                             const gp_unit_costs **out, double *spf) {
+                             const gp_unit_costs **out) {
   const int64_t micro = gp_split_micro_batch(c->m, ps);
   for (int i = 0; i < n_memo; i++)
     if (memo[i].micro == micro && memo[i].threads == threads) {
       *out = &memo[i].c;
-      *spf = memo[i].spf;
       return GP_OK;
     }
   if (n_memo == (int)(sizeof memo / sizeof memo[0]))
@@ -85,7 +83,6 @@ static gp_status split_costs(const gp_bench_ctx *c, const gp_pipeline_spec *ps, 
   split_memo *e = &memo[n_memo];
   e->micro = micro;
   e->threads = threads;
-  e->spf = 0;
   char how[160];
   gp_dist *d = (gp_dist *)&c->dist;
   int ok = 1;
@@ -105,15 +102,10 @@ static gp_status split_costs(const gp_bench_ctx *c, const gp_pipeline_spec *ps, 
     GP_TRY(gp_dist_bcast(d, e->c.fwd, sizeof(double) * (size_t)e->c.n, 0));
     GP_TRY(gp_dist_bcast(d, e->c.bwd, sizeof(double) * (size_t)e->c.n, 0));
     e->c.by = (gp_cost_by)by;
-    /* schedule auto weighs the hand-offs' seconds against FLOPs at rank 0's rate */
-    if (e->c.by == GP_COST_FLOPS && d->rank == 0)
-      e->spf = gp_cli_split_seconds_per_flop(ps, threads);
-    if (e->c.by == GP_COST_FLOPS) GP_TRY(gp_dist_bcast(d, &e->spf, sizeof e->spf, 0));
   }
   GP_TRY(s);
   n_memo++;
   *out = &e->c;
-  *spf = e->spf;
   return GP_OK;
 }
 
@@ -137,18 +129,15 @@ static gp_status run_plan(const gp_bench_ctx *c, const gp_bench_run *r, gp_plan 
   ps.n_devices = r->k;
   for (int s = 0; s < r->k; s++)
     memcpy(ps.devices[s], w->devices[w->n_dev == 1 ? 0 : s], sizeof ps.devices[s]);
+  /* each stage's threads as the run gives them (add_run's share) */
   const gp_bench *b = &c->b;
   const int W = b->processes > 1 ? b->processes : 1, P = W / r->replicas > 1 ? W / r->replicas : 1;
-  /* schedule auto charges every hand-off between processes on the link measured at the start */
-  ps.across_procs = P;
-  ps.link_latency_s = b->handoff_latency_s;
-  ps.link_bytes_per_s = b->handoff_bytes_per_s;
-  if (ps.n_balance || r->k == 1) return gp_plan_make(c->m, &ps, plan);
-  /* each stage's threads as the run gives them (add_run's share) */
   const int kl = (r->k + P - 1) / P;
   const int per = b->per_stage ? b->per_stage : b->threads / kl > 1 ? b->threads / kl : 1;
+  gp_bench_dist_spec(c, P, per, &ps);
+  if (ps.n_balance || r->k == 1) return gp_plan_make(c->m, &ps, plan);
   const gp_unit_costs *uc = NULL;
-  GP_TRY(split_costs(c, &ps, per, &uc, &ps.seconds_per_flop));
+  GP_TRY(split_costs(c, &ps, per, &uc));
   return gp_plan_make_from(c->m, &ps, uc, plan);
 }
 

@@ -59,6 +59,9 @@ gp_status gp_bench_dist_links(gp_bench_ctx *c);
 /* Run r's layout over the processes, made the runtime's (every process, the same runs in the
  * same order); NULL in one process: what gp_pipeline_opts.dist takes. */
 gp_status gp_bench_dist_layout(gp_bench_ctx *c, const gp_bench_run *r, int chunks, gp_dist **out);
+/* What schedule auto charges a run over P processes a replica (each stage on `per` threads):
+ * every hand-off between them on the link measured, FLOPs at rank 0's GEMM rate. */
+void gp_bench_dist_spec(const gp_bench_ctx *c, int procs, int per, gp_pipeline_spec *ps);
 /* Whether W processes can hold K stages as R replicas: GP_OK, or the one-line reason in buf. */
 int gp_bench_layout_fits(const gp_bench_ctx *c, int k, int replicas, char *why, size_t n);
 /* The step times and the stages' per-step sums of steps steps, combined over the processes:

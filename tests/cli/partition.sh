@@ -483,7 +483,8 @@ if "$train" "$cnn" --partition "$tmp/inter.yaml" --data synthetic --steps 1 --ba
   >"$tmp/o" 2>&1 && grep -q "^pipeline: 2 stages x 2 chunks " "$tmp/o"; then ok
 else bad "gpipe-train --partition of an interleaved plan: $(cat "$tmp/o")"; fi
 # schedule auto takes interleaved V=3 on the balanced CNN: the header, the plan and the memory
-# line are the chunks' (a stage's chunks against its limit together); not with a launch's flags
+# line are the chunks' (a stage's chunks against its limit together); with a launch's flags
+# too, every hand-off between processes charged (the default link), but not on a slow one
 auto2=(--stages 2 --micro-batches 4 --batch-size 16)
 if "$part" "$cnn" "${auto2[@]}" --memory-limit 1GiB -o "$tmp/iauto.yaml" >"$tmp/o" 2>"$tmp/err" &&
   grep -q "; 2 stages x 3 chunks, 4 micro-batches of 4 (batch 16); interleaved schedule, re-materialization never;" "$tmp/o" &&
@@ -491,9 +492,13 @@ if "$part" "$cnn" "${auto2[@]}" --memory-limit 1GiB -o "$tmp/iauto.yaml" >"$tmp/
   grep -q "^memory      every stage fits its limit (its chunks together); the fullest, stage [01], " "$tmp/o" &&
   grep -q "^virtual_stages: 3 " "$tmp/iauto.yaml" && grep -qx "schedule: interleaved" "$tmp/iauto.yaml"; then ok
 else bad "auto's interleaved: $(cat "$tmp/o" "$tmp/err" "$tmp/iauto.yaml")"; fi
-if "$part" "$cnn" "${auto2[@]}" --processes 2 >"$tmp/o" 2>"$tmp/err" &&
-  grep -q "^schedule    auto: [a-z0-9-]* (simulated step 1.00; .*; interleaved cannot run)$" "$tmp/o"; then ok
-else bad "auto across processes: $(cat "$tmp/o" "$tmp/err")"; fi
+w2=(--processes 2 --device-tflops 0.02)
+if "$part" "$cnn" "${auto2[@]}" "${w2[@]}" >"$tmp/o" 2>"$tmp/err" &&
+  grep -q "^schedule    auto: interleaved V=3 (simulated step 1.00; " "$tmp/o" &&
+  "$part" "$cnn" "${auto2[@]}" "${w2[@]}" --link-local 0.001,5000 >"$tmp/o2" 2>>"$tmp/err" &&
+  grep -q "^schedule    auto: [a-z0-9-]* (simulated step 1.00; .*; interleaved V=2 [0-9.]*, memory .*; interleaved V=4 [0-9.]*, memory [0-9.]*x)$" "$tmp/o2" &&
+  ! grep -q "^schedule    auto: interleaved" "$tmp/o2"; then ok
+else bad "auto across processes: $(cat "$tmp/o" "$tmp/o2" "$tmp/err")"; fi
 refuse() {
   local want=$1; shift
   "$part" "$mlp" "$@" >"$tmp/o" 2>"$tmp/err"; local rc=$?
