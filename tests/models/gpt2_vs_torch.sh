@@ -2,7 +2,8 @@
 # bench/gpt2_vs_torch.py --smoke: GPT-2's and transformer-lm's comparison with PyTorch at tiny
 # shapes on the CPU (gpipe-bench against a plain PyTorch model, eager and through
 # torch.compile's tracing), so that the GPU script's whole path runs in the suite: both sides
-# train, count the same parameters, and results.json and results.md hold every side. Needs a
+# train, count the same parameters, the batch search doubles the batch (--search-max 2: on the
+# CPU everything fits), and results.json and results.md hold every side. Needs a
 # python with torch: $GP_TORCH_PYTHON, /work/torchenv/bin/python or python3, the first that
 # imports it; skipped (77) without one.
 set -u
@@ -14,7 +15,8 @@ done
 [ -n "$py" ] || { echo "SKIP: no python with torch (set GP_TORCH_PYTHON)"; exit 77; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-if ! "$py" "$srcdir/bench/gpt2_vs_torch.py" --smoke --bin "$bindir" --out "$out" >"$out/log" 2>&1; then
+if ! "$py" "$srcdir/bench/gpt2_vs_torch.py" --smoke --search-batch --search-max 2 \
+    --bin "$bindir" --out "$out" >"$out/log" 2>&1; then
   echo "FAIL: bench/gpt2_vs_torch.py --smoke exited non-zero:"; tail -20 "$out/log"; exit 1
 fi
 "$py" - "$out" <<'PY'
@@ -39,6 +41,9 @@ for m in doc["models"]:
         bad.append(f"{m['model']}: {m['flops_per_token']} FLOPs a token, not {want}")
     if m["best"]["gpipe"]["peak_bytes"] is None or m["best"]["gpipe"]["peak_bytes"] <= 0:
         bad.append(f"{m['model']}: gpipe's peak memory {m['best']['gpipe']['peak_bytes']}")
+    lb, b = m.get("largest_batch") or {}, c["batch"]
+    if lb.get("gpipe") != 2 * b or lb.get("torch_eager") != 2 * b:  # on the CPU all fit
+        bad.append(f"{m['model']}: the batch search found {lb}, not {2 * b} on both sides")
     if f"| {m['model']} | gpipe" not in md:
         bad.append(f"{m['model']}: no gpipe row in results.md")
 if not doc["matmul_tflops"] > 0:
