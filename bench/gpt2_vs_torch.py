@@ -297,7 +297,7 @@ def search_batch(a, name, c, eager, torch, raw, shard):
     b = c["batch"]
     while b <= cap:
         try:  # out of GPU memory is "fits": false; anything else ends the search, said
-            if not gpipe_run(a, name, c, b, 1, 2, raw, f"search-{b}", shard)["fits"]:
+            if not gpipe_run(a, name, c, b, 1, 1, raw, f"search-{b}", shard)["fits"]:
                 break
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             got["gpipe_error"] = f"batch {b}: {e}"
@@ -306,7 +306,7 @@ def search_batch(a, name, c, eager, torch, raw, shard):
     b = c["batch"]
     while b <= cap:
         try:
-            eager.run(b, 1, 2)
+            eager.run(b, 1, 1)
         except torch.cuda.OutOfMemoryError:
             break
         finally:
@@ -498,19 +498,25 @@ def main():
     for m in a.models.split(","):
         if m not in MODELS:
             raise SystemExit(f"gpt2_vs_torch: unknown model '{m}' (known: {', '.join(MODELS)})")
+    for m in a.models.split(","):
         try:
             doc["models"].append(one_model(a, m, torch, dev, raw))
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             print(f"gpt2_vs_torch: {e}", file=sys.stderr)
             doc.setdefault("failed", {})[m] = str(e)
             status = 1
-    with open(os.path.join(a.out, "results.json"), "w") as f:
-        json.dump(doc, f, indent=1)
-    md = table(doc) if doc["models"] else "no model ran\n"
-    with open(os.path.join(a.out, "results.md"), "w") as f:
-        f.write(md)
+        md = write(a.out, doc)  # after each model: a run cut off by a timeout keeps the first
     print(md)
     return status
+
+
+def write(out, doc):
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    md = table(doc) if doc["models"] else "no model ran\n"
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(md)
+    return md
 
 
 if __name__ == "__main__":

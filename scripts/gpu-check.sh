@@ -30,8 +30,9 @@
 #   gpt2      issue 52's comparison: bench/gpt2_vs_torch.py, GPT-2 small (models/gpt2-small.yaml,
 #             on the pack's random token-id shard) and transformer-lm, gpipe-bench against
 #             PyTorch eager and torch.compile, alternated, one largest-batch search: tokens/s,
-#             MFU, peak memory into OUT/gpt2/ (results.md, results.json, raw/); about 6-10
-#             minutes on an H200 (GP_GPT2_ARGS adds options, e.g. "--precision bf16")
+#             MFU, peak memory into OUT/gpt2/ (results.md, results.json, raw/, written after
+#             each model); estimated 4-8 minutes on an H200, cut at 570 s (GP_GPT2_ARGS adds
+#             options, e.g. "--precision bf16" or "--rounds 2")
 #   mpi       issue 49's GPU side: tests/mpi/gpu.sh (GPU stages of several processes sharing
 #             cuda:0 against one process) through the MPI channel (GP_NCCL=0: staged in
 #             page-locked memory), then through NCCL with NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL
@@ -305,7 +306,7 @@ phase_gpt2() {
   local shard=()
   [ -f "$root/shard/gpt2/train.en.ids" ] && shard=(--shard "$root/shard/gpt2")
   # shellcheck disable=SC2086 # GP_GPT2_ARGS: more options, split on spaces
-  timeout 720 python3 bench/gpt2_vs_torch.py --out "$out/gpt2" --bin "$bin" --device cuda:0 \
+  timeout 570 python3 bench/gpt2_vs_torch.py --out "$out/gpt2" --bin "$bin" --device cuda:0 \
     --search-batch "${shard[@]}" ${GP_GPT2_ARGS:-} >"$logs/gpt2.log" 2>&1
   say "gpt2: rc=$? $(grep -m 3 -E '^gpt2_vs_torch: .*(TFLOP|differ|failed|Error|error)' "$logs/gpt2.log" | tr '\n' ' ')"
   sed -n '/^[|-]/p' "$out/gpt2/results.md" 2>/dev/null | tee -a "$summary"
