@@ -10,7 +10,8 @@ bad() { echo "FAIL: $*"; failed=$((failed+1)); }
 for f in "$srcdir"/models/*.yaml; do
   n=$((n+1))
   if out=$("$part" "$f" --stages 1 --json 2>&1); then
-    p=$(printf '%s' "$out" | python3 -c 'import json, sys; print(json.load(sys.stdin)["params"])' 2>&1)
+    p=$(printf '%s' "$out" |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["params"])' 2>&1)
     echo "ok   $(basename "$f"): $p parameters"
   else
     bad "$(basename "$f"): $out"
