@@ -2,7 +2,7 @@
 # Runs on a GPU machine what cannot run without one, from the pack scripts/gpu-pack.sh made
 # (carried as .gpu/), in phases, each logged; writes OUT/summary.txt and OUT/logs.tgz.
 # Usage: scripts/gpu-check.sh OUT PHASE...
-#   phases: info suite memcheck torch torchseq capacity graph timing trace cores scaling mpi
+#   phases: info suite memcheck torch torchseq capacity graph timing trace cores scaling gpt2 mpi
 #   info      nvidia-smi, the libraries the programs resolve
 #   suite     every tests/cuda binary (meson suite `cuda`)
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
@@ -27,6 +27,12 @@
 #   schedules issue 50's GPU point: gpipe-bench of resnet20-cifar and transformer-lm on cuda:0
 #             at K = 2 and 4, M = 8, remat never, for every schedule gpipe-bench names (and
 #             interleaved with V = 2): each one's measured bubble beside its simulated one
+#   gpt2      issue 52's comparison: bench/gpt2_vs_torch.py, GPT-2 small (models/gpt2-small.yaml,
+#             on the pack's random token-id shard) and transformer-lm, gpipe-bench against
+#             PyTorch eager and torch.compile, alternated, one largest-batch search: tokens/s,
+#             MFU, peak memory into OUT/gpt2/ (results.md, results.json, raw/, written after
+#             each model); estimated 4-8 minutes on an H200, cut at 570 s (GP_GPT2_ARGS adds
+#             options, e.g. "--precision bf16" or "--rounds 2")
 #   mpi       issue 49's GPU side: tests/mpi/gpu.sh (GPU stages of several processes sharing
 #             cuda:0 against one process) through the MPI channel (GP_NCCL=0: staged in
 #             page-locked memory), then through NCCL with NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL
@@ -296,6 +302,16 @@ for f in sorted(glob.glob(f"{sys.argv[1]}/sched-*.json")):
 PY
 }
 
+phase_gpt2() {
+  local shard=()
+  [ -f "$root/shard/gpt2/train.en.ids" ] && shard=(--shard "$root/shard/gpt2")
+  # shellcheck disable=SC2086 # GP_GPT2_ARGS: more options, split on spaces
+  timeout 570 python3 bench/gpt2_vs_torch.py --out "$out/gpt2" --bin "$bin" --device cuda:0 \
+    --search-batch "${shard[@]}" ${GP_GPT2_ARGS:-} >"$logs/gpt2.log" 2>&1
+  say "gpt2: rc=$? $(grep -m 3 -E '^gpt2_vs_torch: .*(TFLOP|differ|failed|Error|error)' "$logs/gpt2.log" | tr '\n' ' ')"
+  sed -n '/^[|-]/p' "$out/gpt2/results.md" 2>/dev/null | tee -a "$summary"
+}
+
 phase_mpi() {
   local nccl
   nccl=$(ldd "$bin/gpipe-train" | grep -o "libnccl[^ ]* => [^ ]*" | sed 's/.*=> //')
@@ -320,7 +336,7 @@ v = ctypes.c_int(); ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v)); pr
 
 for p in "$@"; do
   case "$p" in
-  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | mpi) "phase_$p" ;;
+  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | gpt2 | mpi) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done

@@ -5,7 +5,9 @@
 # runtime). CUDA's own libraries (cudart, cuBLAS, cuDNN, NCCL) are the GPU machine's. Where the
 # programs link MPI, Open MPI's runtime also goes along as Debian packages (ompi/: mpirun and
 # libmpi with what they load), from apt's cache or apt-get download: the GPU machine has no
-# network, and gpu-check.sh unpacks them there when it has no MPI of its own.
+# network, and gpu-check.sh unpacks them there when it has no MPI of its own. shard/gpt2/ is a
+# token-id shard of GPT-2's vocabulary (random ids: speed only) for gpu-check.sh's gpt2 phase;
+# the model file and bench/gpt2_vs_torch.py travel with the working tree.
 # scripts/gpu-check.sh unpacks and runs it there.
 # Usage: scripts/gpu-pack.sh [BUILD_DIR]   (default build-gpu)
 set -euo pipefail
@@ -54,6 +56,9 @@ if ldd "$build/cli/gpipe-train" | grep -q "libmpi\.so"; then
       "mpirun on the GPU machine then)"
   parts+=(ompi)
 fi
+python3 bench/gpt2_vs_torch.py --make-shard "$stage/shard/gpt2" --vocab 50304 --seq 1024 \
+  --lines 256
+parts+=(shard)
 mkdir -p .gpu
 tar -C "$stage" -czf .gpu/pack.tar.gz "${parts[@]}"
 echo "gpu-pack: .gpu/pack.tar.gz ($(du -h .gpu/pack.tar.gz | cut -f1)): $(ls "$stage/bin" | tr '\n' ' ')"
