@@ -113,6 +113,23 @@ static void noise_is_per_sample(const gp_model *mo) {
   gp_denoise_apply(&test, 4, 102, 1, x2, t1);
   CHECK(!memcmp(x1, x2, (size_t)numel * sizeof(float)),
         "the test split's noise changes between passes");
+  /* data.normalize: the noisy input is normalized, the target is not */
+  gp_data_spec spec = mo->data;
+  spec.n_norm = 1;
+  spec.mean[0] = 0.25f;
+  spec.std[0] = 0.5f;
+  gp_denoise norm;
+  gp_denoise_init(&norm, &spec, sh, 0, 7);
+  for (int64_t k = 0; k < numel; k++)
+    x1[k] = x2[k] = (float)(k % 7) / 7.0f;
+  memcpy(t, x1, (size_t)numel * sizeof(float));
+  gp_denoise_apply(&test, 5, 9, 1, x1, t1);
+  gp_denoise_apply(&norm, 5, 9, 1, x2, t1);
+  int64_t bad = memcmp(t1, t, (size_t)numel * sizeof(float)) != 0;
+  for (int64_t k = 0; k < numel; k++)
+    bad += fabsf(x2[k] * 0.5f + 0.25f - x1[k]) > 1e-6f;
+  CHECK(bad == 0, "with normalize mean 0.25, std 0.5: %lld of %lld elements (or the target) off",
+        (long long)bad, (long long)numel);
   free(x);
   free(t);
   free(x1);
