@@ -110,15 +110,16 @@ gp_status gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t 
   if (p->tty) {
     if (now - p->last_draw < 0.1 && step != total) return GP_OK;
     p->last_draw = now;
-    fprintf(
-        stderr,
-        "\r\033[Kstep %lld/%lld  epoch %lld  loss %.4f  acc %.3f  lr %.4g  %.0f samples/s  ETA %s",
-        (long long)step, (long long)total, (long long)epoch + 1, loss, acc, lr, samples_per_s, eta);
+    fprintf(stderr, "\r\033[Kstep %lld/%lld  epoch %lld  loss %.4f", (long long)step,
+            (long long)total, (long long)epoch + 1, loss);
+    if (!isnan(acc)) fprintf(stderr, "  acc %.3f", acc); /* NAN: f32 targets have none */
+    fprintf(stderr, "  lr %.4g  %.0f samples/s  ETA %s", lr, samples_per_s, eta);
     p->line_open = 1;
   } else if (print_line) {
-    fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f acc %.3f lr %.4g %.0f samples/s ETA %s\n",
-            (long long)step, (long long)total, (long long)epoch + 1, loss, acc, lr, samples_per_s,
-            eta);
+    fprintf(stderr, "step %lld/%lld epoch %lld loss %.4f", (long long)step, (long long)total,
+            (long long)epoch + 1, loss);
+    if (!isnan(acc)) fprintf(stderr, " acc %.3f", acc);
+    fprintf(stderr, " lr %.4g %.0f samples/s ETA %s\n", lr, samples_per_s, eta);
   }
   return GP_OK;
 }
@@ -140,6 +141,27 @@ gp_status gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double l
       stderr,
       "eval  step %lld  epoch %lld  test loss %.4f  test accuracy %.4f  (%lld samples, %.1f s)\n",
       (long long)step, (long long)epoch + 1, loss, acc, (long long)samples, seconds);
+  return GP_OK;
+}
+
+gp_status gp_progress_eval_psnr(gp_progress *p, int64_t step, int64_t epoch, double loss,
+                                double psnr, double input_psnr, int64_t samples, double seconds) {
+  if (p->log) {
+    char l[32], a[32], b[32];
+    fprintf(p->log,
+            "{\"event\": \"eval\", \"step\": %lld, \"epoch\": %lld, \"loss\": %s, "
+            "\"psnr\": %s, \"input_psnr\": %s, \"samples\": %lld, \"time_s\": %.3f}\n",
+            (long long)step, (long long)epoch + 1, jnum(l, loss), jnum(a, psnr),
+            jnum(b, input_psnr), (long long)samples, gp_progress_elapsed(p));
+    GP_TRY(log_flush(p));
+  }
+  if (p->quiet) return GP_OK;
+  clear_line(p);
+  fprintf(stderr,
+          "eval  step %lld  epoch %lld  test loss %.4f  test PSNR %.2f dB (noisy input %.2f dB, "
+          "%+.2f dB)  (%lld samples, %.1f s)\n",
+          (long long)step, (long long)epoch + 1, loss, psnr, input_psnr, psnr - input_psnr,
+          (long long)samples, seconds);
   return GP_OK;
 }
 

@@ -45,6 +45,10 @@ gp_status gp_progress_step(gp_progress *p, int64_t step, int64_t total, int64_t 
                            double acc, double lr, double samples_per_s, int print_line);
 gp_status gp_progress_eval(gp_progress *p, int64_t step, int64_t epoch, double loss, double acc,
                            int64_t samples, double seconds);
+/* A denoiser's evaluation: loss, and the PSNR (dB) of its output and of the noisy input
+ * against the clean images (NAN: not known, printed nan, logged null). */
+gp_status gp_progress_eval_psnr(gp_progress *p, int64_t step, int64_t epoch, double loss,
+                                double psnr, double input_psnr, int64_t samples, double seconds);
 /* A sequence model's evaluation on a split: loss, next-token accuracy, perplexity over
  * tokens (of the pairs that fit a row: left_out did not), and BLEU over sentences (bleu < 0:
  * none decoded). */

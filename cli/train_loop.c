@@ -122,8 +122,8 @@ static gp_status translate(run *r, int final, bleu_eval *out) {
 }
 
 /* An evaluation of the split evaluated during training (final 0) or of the final one
- * (final 1; for images they are the same test split): loss and accuracy, and for tokens
- * perplexity and, for translations, BLEU. */
+ * (final 1; for images they are the same test split): loss and accuracy (denoising: PSNR),
+ * and for tokens perplexity and, for translations, BLEU. */
 static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, int final, gp_metrics *ev) {
   gp_batch_source *src = final ? r->d.test : r->d.eval;
   gp_batch_source_stats st;
@@ -136,6 +136,9 @@ static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, int final, gp_
     GP_TRY(gp_progress_eval_seq(pg, r->t.step, epoch, st.split, ev->loss, ev->accuracy,
                                 ev->perplexity, ev->ppl_targets, st.left_out, be.bleu, be.sentences,
                                 gp_now() - t0));
+  else if (st.peak > 0)
+    GP_TRY(gp_progress_eval_psnr(pg, r->t.step, epoch, ev->loss, ev->psnr, ev->input_psnr,
+                                 ev->samples, gp_now() - t0));
   else
     GP_TRY(
         gp_progress_eval(pg, r->t.step, epoch, ev->loss, ev->accuracy, ev->samples, gp_now() - t0));

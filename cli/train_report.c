@@ -35,7 +35,10 @@ void tr_print_final(const run *r, const gp_progress *pg) {
   const gp_batch_source_stats *st = &r->last_st;
   char who[PATH_MAX + 64];
   tr_weights_name(r, who, sizeof who);
-  if (!st->tokens) {
+  if (!st->tokens && st->peak > 0) {
+    printf("final: %s  test loss %.4f  test PSNR %.2f dB  noisy input %.2f dB (%+.2f dB)", who,
+           ev->loss, ev->psnr, ev->input_psnr, ev->psnr - ev->input_psnr);
+  } else if (!st->tokens) {
     printf("final: %s  test loss %.4f  test accuracy %.4f", who, ev->loss, ev->accuracy);
   } else {
     char pp[32];

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/denoise.h"
+
 /* ---- an image loader as a batch source ---- */
 
 typedef struct loader_src {
@@ -17,6 +19,8 @@ typedef struct loader_src {
   float *x;
   int32_t *y;
   const char *split;
+  gp_denoise *dn; /* data.task: denoise (NULL: class labels); the clean targets in t */
+  float *t;
 } loader_src;
 
 static gp_status loader_next(void *ctx, gp_batch *b) {
@@ -27,11 +31,19 @@ static gp_status loader_next(void *ctx, gp_batch *b) {
   b->in[ls->xi] = ls->x;
   b->in[ls->yi] = ls->y;
   b->n = got;
+  if (ls->dn && got > 0) {
+    int64_t epoch, end; /* the batch is the samples before the position, in its epoch */
+    gp_loader_tell(ls->l, &epoch, &end);
+    gp_denoise_apply(ls->dn, epoch, end - got, got, ls->x, ls->t);
+    b->in[ls->yi] = ls->t;
+  }
   return GP_OK;
 }
 
 static gp_status loader_seek(void *ctx, int64_t epoch, int64_t index) {
-  return gp_loader_seek(((loader_src *)ctx)->l, epoch, index);
+  loader_src *ls = ctx;
+  if (ls->dn) ls->dn->sq_sum = 0.0, ls->dn->sq_n = 0; /* a pass's noise from here */
+  return gp_loader_seek(ls->l, epoch, index);
 }
 
 static void loader_tell(const void *ctx, int64_t *epoch, int64_t *index) {
@@ -53,10 +65,14 @@ static void loader_describe(const void *ctx, char *buf, size_t n) {
   char shape[96], count[64] = "streamed";
   gp_shape_str(&sh, shape, sizeof shape);
   if (samples >= 0) snprintf(count, sizeof count, "%" PRId64, samples);
-  snprintf(buf, n, "%s%s%s%s: %s %s samples of %s, %" PRId64 " class%s", name ? name : "synthetic",
+  char what[64];
+  if (ls->dn)
+    snprintf(what, sizeof what, "denoised (noise std %g)", (double)ls->dn->std);
+  else
+    snprintf(what, sizeof what, "%" PRId64 " class%s", classes, classes == 1 ? "" : "es");
+  snprintf(buf, n, "%s%s%s%s: %s %s samples of %s, %s", name ? name : "synthetic",
            where ? " (" : "", where ? where : "", where ? ")" : "", count,
-           strcmp(ls->split, "train") ? ls->split : "training", shape, classes,
-           classes == 1 ? "" : "es");
+           strcmp(ls->split, "train") ? ls->split : "training", shape, what);
 }
 
 static void loader_stats(const void *ctx, gp_batch_source_stats *out) {
@@ -70,12 +86,18 @@ static void loader_stats(const void *ctx, gp_batch_source_stats *out) {
   out->skipped = st.skipped;
   out->decoded = st.decoded;
   memcpy(out->first_skip, st.first_skip, sizeof out->first_skip);
+  if (ls->dn) {
+    out->peak = 1.0;
+    out->noisy_sq_sum = ls->dn->sq_sum;
+    out->noisy_elems = ls->dn->sq_n;
+  }
 }
 
 /* The images of the rows wanted; the labels (the loader's y) always whole. */
 static gp_status loader_want(void *ctx, const unsigned char *used, int replica, int replicas) {
   loader_src *ls = ctx;
-  return gp_loader_want(ls->l, used[ls->xi], replica, replicas);
+  /* denoising: the targets are the images too */
+  return gp_loader_want(ls->l, used[ls->xi] || (ls->dn && used[ls->yi]), replica, replicas);
 }
 
 static void loader_src_free(void *ctx) {
@@ -83,6 +105,8 @@ static void loader_src_free(void *ctx) {
   if (ls->own) gp_loader_free(ls->l);
   free(ls->x);
   free(ls->y);
+  free(ls->t);
+  free(ls->dn);
   free(ls);
 }
 
@@ -97,8 +121,10 @@ static const gp_batch_source_ops loader_ops = {
     .want = loader_want,
 };
 
-gp_status gp_loader_batch_source(gp_loader *l, const gp_model *m, int64_t batch, const char *split,
-                                 int own, gp_batch_source **out) {
+/* gp_loader_batch_source, denoising when dn (the loader's images on the 0..1 scale; a copy
+ * is taken) */
+static gp_status loader_source(gp_loader *l, const gp_model *m, int64_t batch, const char *split,
+                               int own, const gp_denoise *dn, gp_batch_source **out) {
   *out = NULL;
   loader_src *ls = calloc(1, sizeof *ls);
   if (!ls) {
@@ -111,11 +137,20 @@ gp_status gp_loader_batch_source(gp_loader *l, const gp_model *m, int64_t batch,
   gp_shape sample = gp_loader_sample_shape(l);
   ls->x = malloc((size_t)(batch * gp_shape_numel(&sample)) * sizeof(float));
   ls->y = malloc((size_t)batch * sizeof(int32_t));
-  if (!ls->x || !ls->y) {
+  if (dn) {
+    ls->t = malloc((size_t)(batch * gp_shape_numel(&sample)) * sizeof(float));
+    if ((ls->dn = malloc(sizeof *ls->dn))) *ls->dn = *dn;
+  }
+  if (!ls->x || !ls->y || (dn && (!ls->t || !ls->dn))) {
     loader_src_free(ls);
     return GP_ERR(GP_ERR_NOMEM, "out of host memory for a batch");
   }
   return gp_batch_source_new(&loader_ops, ls, m, out);
+}
+
+gp_status gp_loader_batch_source(gp_loader *l, const gp_model *m, int64_t batch, const char *split,
+                                 int own, gp_batch_source **out) {
+  return loader_source(l, m, batch, split, own, NULL, out);
 }
 
 /* ---- what the data must fit ---- */
@@ -153,7 +188,7 @@ static gp_status data_fits(const gp_model *m, const gp_model_input *xi, const gp
     return GP_ERR(GP_ERR_SPEC, "%s: the model's input is %s but the data gives %s", m->file,
                   gp_shape_str(&xi->shape, a, sizeof a), gp_shape_str(&ds, c, sizeof c));
   const gp_data_spec *d = &m->data;
-  if (gp_loader_classes(train) != classes) {
+  if (d->task == GP_TASK_CLASSIFY && gp_loader_classes(train) != classes) {
     char listed[1100] = ""; /* the list of classes, when one gave them (relative to data.path) */
     if (d->classes_file[0])
       snprintf(listed, sizeof listed, " (the classes listed in %s%s%s)",
@@ -174,10 +209,38 @@ static gp_status data_fits(const gp_model *m, const gp_model_input *xi, const gp
   return GP_OK;
 }
 
-/* An image split as a source (the loader goes with it, freed on failure too). */
+/* The targets the data gives must be the model's: class labels (i32) to classify, the clean
+ * image (f32, the input's shape) to denoise. */
+static gp_status task_fits(const gp_model *m, const gp_model_input *xi) {
+  const gp_model_input *y = &m->inputs[m->label_input];
+  char a[96], b[96];
+  gp_shape_str(&y->shape, a, sizeof a);
+  gp_shape_str(&xi->shape, b, sizeof b);
+  if (m->data.task == GP_TASK_DENOISE) {
+    if (y->dtype == GP_F32 && gp_shape_equal(&y->shape, &xi->shape)) return GP_OK;
+    return GP_ERR(GP_ERR_SPEC,
+                  "data.task: denoise makes the clean image (f32 %s) the target, but the model's "
+                  "target '%s' is %s %s",
+                  b, y->name, gp_dtype_spec_name(y->dtype), a);
+  }
+  if (y->dtype == GP_I32) return GP_OK;
+  return GP_ERR(GP_ERR_SPEC,
+                "data.task: classify (the default) gives class labels, but the model's target '%s' "
+                "is %s %s: give it i32 labels, or task: denoise for an image target",
+                y->name, gp_dtype_spec_name(y->dtype), a);
+}
+
+/* An image split as a source (the loader goes with it, freed on failure too); denoising for
+ * data.task: denoise, the loader's images then on the 0..1 scale. */
 static gp_status wrap(gp_data *d, int k, gp_loader *l, const gp_model *m, int64_t batch,
-                      const char *split, gp_batch_source **out) {
-  GP_TRY(gp_loader_batch_source(l, m, batch, split, 1, &d->own[k]));
+                      const char *split, uint64_t seed, gp_batch_source **out) {
+  gp_denoise dn;
+  if (m->data.task == GP_TASK_DENOISE) {
+    gp_shape sample = gp_loader_sample_shape(l);
+    gp_denoise_init(&dn, &m->data, &sample, k == 0, seed);
+  }
+  GP_TRY(loader_source(l, m, batch, split, 1, m->data.task == GP_TASK_DENOISE ? &dn : NULL,
+                       &d->own[k]));
   *out = d->own[k];
   return GP_OK;
 }
@@ -189,15 +252,16 @@ static gp_status open_images(const gp_model *m, const gp_data_opts *o, gp_data *
   if (o->synthetic || m->data.dataset == GP_DATA_SYNTHETIC) {
     int64_t per = o->synthetic_batches > 0 ? o->synthetic_batches : 16;
     GP_TRY(gp_data_input(m, "synthetic data", &xi));
+    GP_TRY(gp_data_error_at(m, task_fits(m, xi)));
     if (o->train) {
       GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * per, GP_SPLIT_TRAIN, o->seed,
                                       o->loader, &train));
-      GP_TRY(wrap(d, 0, train, m, b, "train", &d->train));
+      GP_TRY(wrap(d, 0, train, m, b, "train", o->seed, &d->train));
     }
     if (o->eval) {
       GP_TRY(gp_loader_open_synthetic(&xi->shape, classes, b * 2, GP_SPLIT_TEST, o->seed, o->loader,
                                       &test));
-      GP_TRY(wrap(d, 1, test, m, b, "test", &d->eval));
+      GP_TRY(wrap(d, 1, test, m, b, "test", o->seed, &d->eval));
     }
     d->test = d->eval;
     return GP_OK;
@@ -208,14 +272,16 @@ static gp_status open_images(const gp_model *m, const gp_data_opts *o, gp_data *
                   "not given); name one, or use --data synthetic",
                   m->file);
   GP_TRY(gp_data_input(m, "an image dataset", &xi));
+  GP_TRY(gp_data_error_at(m, task_fits(m, xi)));
+  gp_data_spec spec = m->data;
+  if (spec.task == GP_TASK_DENOISE) spec.n_norm = 0; /* normalized after the noise (denoise.h) */
   if (o->train) {
-    GP_TRY(
-        gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TRAIN, o->seed, o->loader, &train)));
-    GP_TRY(wrap(d, 0, train, m, b, "train", &d->train));
+    GP_TRY(gp_data_error_at(m, gp_loader_open(&spec, GP_SPLIT_TRAIN, o->seed, o->loader, &train)));
+    GP_TRY(wrap(d, 0, train, m, b, "train", o->seed, &d->train));
   }
   if (o->eval) {
-    GP_TRY(gp_data_error_at(m, gp_loader_open(&m->data, GP_SPLIT_TEST, o->seed, o->loader, &test)));
-    GP_TRY(wrap(d, 1, test, m, b, "test", &d->eval));
+    GP_TRY(gp_data_error_at(m, gp_loader_open(&spec, GP_SPLIT_TEST, o->seed, o->loader, &test)));
+    GP_TRY(wrap(d, 1, test, m, b, "test", o->seed, &d->eval));
   }
   d->test = d->eval;
   /* batch 0: any number, for a test split checked alone */

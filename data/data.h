@@ -32,8 +32,9 @@ typedef struct gp_data {
 
 /* Opens what m's data section names (or synthetic data): errors in user terms naming the
  * model file, the data section's place in it ("m.yaml:30:3: data.path: ..."), or the data
- * file; a model whose inputs the data cannot fill, data of another sample shape or class
- * count, or a training split of less than one batch are errors. */
+ * file; a model whose inputs the data cannot fill, a target of another kind than data.task's
+ * (i32 labels to classify, the image as f32 to denoise: data/denoise.h), data of another
+ * sample shape or class count, or a training split of less than one batch are errors. */
 gp_status gp_data_open(const gp_model *m, const gp_data_opts *o, gp_data *out);
 void gp_data_close(gp_data *d); /* accepts a zeroed struct */
 

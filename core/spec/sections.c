@@ -103,6 +103,8 @@ static gp_status section(gp_sp_ctx *c, const gp_ynode *parent, const char *key, 
  * so lr: 1e-50 is refused as 0 and momentum: 0.99999999999 as 1). */
 static const gp_range positive = GP_RANGE_POSITIVE, nonnegative = GP_RANGE_NONNEGATIVE,
                       below_one = GP_RANGE_BELOW_ONE, up_to_one = {0, 1, 1, 0};
+/* noise far above the images' 0..1 range leaves nothing to denoise */
+static const gp_range noise_range = {0, 10, 1, 0};
 
 /* A string setting copied into a fixed buffer (the cfg owns the parsed text). */
 static gp_status str_key(gp_cfg *cfg, const char *key, char *out, size_t n) {
@@ -205,6 +207,16 @@ static gp_status data_section(gp_sp_ctx *c, const gp_ynode *root, const gp_model
   if (s == GP_OK) s = gp_cfg_bool(cfg, "coarse_labels", 0, &d->coarse_labels);
   if (s == GP_OK && d->coarse_labels && ds != GP_DATA_CIFAR100)
     s = gp_cfg_error(cfg, "coarse_labels", "coarse_labels: only cifar100 has coarse labels");
+  static const char *const tasks[] = {"classify", "denoise", NULL};
+  if (s == GP_OK) s = gp_cfg_choice(cfg, "task", tasks, GP_TASK_CLASSIFY, &d->task);
+  if (s == GP_OK && d->task == GP_TASK_DENOISE && ds != GP_DATA_NONE && !in_memory &&
+      ds != GP_DATA_SYNTHETIC)
+    s = gp_cfg_error(cfg, "task",
+                     "task: denoise is for mnist, fashion-mnist, cifar10, cifar100 and synthetic "
+                     "images");
+  if (s == GP_OK && d->task != GP_TASK_DENOISE && gp_cfg_has(cfg, "noise_std"))
+    s = gp_cfg_error(cfg, "noise_std", "noise_std: only task: denoise has it");
+  if (s == GP_OK) s = gp_cfg_float_in(cfg, "noise_std", 0.5, noise_range, &d->noise_std);
   const char *workers = NULL; /* the documented default, "automatic", can be written: auto */
   if (s == GP_OK) s = gp_cfg_str(cfg, "workers", NULL, &workers);
   v = -1;

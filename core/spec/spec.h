@@ -52,6 +52,8 @@ typedef enum gp_dataset {
   GP_DATA_TEXT, /* one language's sentences, for a language model */
 } gp_dataset;
 
+enum { GP_TASK_CLASSIFY, GP_TASK_DENOISE };
+
 typedef struct gp_data_spec {
   gp_dataset dataset;
   char path[512];        /* directory of the files; "" = the dataset's default */
@@ -61,6 +63,11 @@ typedef struct gp_data_spec {
   int64_t train_limit;   /* 0 = all samples; else the first N (quick runs) */
   int64_t test_limit;
   int coarse_labels; /* CIFAR-100: the 20 superclasses instead of the 100 classes */
+  /* What an image dataset feeds: class labels (GP_TASK_CLASSIFY), or (GP_TASK_DENOISE) the
+   * clean image as an f32 target and the image plus Gaussian noise of noise_std (0..1 scale)
+   * as the input (data/data.c) */
+  int task;
+  double noise_std;
   /* Loading (data/loader.h): decode threads (-1 = automatic, 0 = on the caller's thread),
    * batches prepared ahead, a shuffle buffer for streamed shards (records), bad samples
    * tolerated (0 = the first one is an error). */

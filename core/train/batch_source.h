@@ -21,6 +21,11 @@ typedef struct gp_batch_source_stats {
   int64_t skipped;      /* bad samples replaced */
   int64_t decoded;      /* samples decoded (images; 0 where nothing is decoded) */
   char first_skip[512]; /* the first skipped sample's error */
+  /* denoising data (data.task: denoise): the peak of the targets' range (else 0), and the
+   * noisy inputs' squared error against the targets summed over the elements read since the
+   * last seek (a whole evaluation pass), for the noisy input's PSNR */
+  double peak, noisy_sq_sum;
+  int64_t noisy_elems;
 } gp_batch_source_stats;
 
 typedef struct gp_batch_source_ops {

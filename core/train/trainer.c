@@ -22,8 +22,15 @@ gp_status gp_trainer_init(gp_trainer *t, const gp_model *m, const gp_plan *plan,
     if (m->inputs[i].dtype != GP_F32 && m->inputs[i].dtype != GP_I32)
       return GP_ERR(GP_ERR_UNSUPPORTED, "%s: input '%s' is %s; inputs must be f32 or i32", m->file,
                     m->inputs[i].name, gp_dtype_spec_name(m->inputs[i].dtype));
-  if (m->label_input < 0 || m->inputs[m->label_input].dtype != GP_I32)
-    return GP_ERR(GP_ERR_SPEC, "%s: the model needs an i32 label input to be trained", m->file);
+  const char *loss = m->nodes[m->n_nodes - 1].layer.type->name;
+  const int f32_loss =
+      !strcmp(loss, "mse") || !strcmp(loss, "l1") || !strcmp(loss, "bce_with_logits");
+  if (m->label_input < 0 || (m->inputs[m->label_input].dtype != GP_I32 &&
+                             !(m->inputs[m->label_input].dtype == GP_F32 && f32_loss)))
+    return GP_ERR(GP_ERR_SPEC,
+                  "%s: the model needs an i32 label input, or an f32 target input with loss mse, "
+                  "l1 or bce_with_logits, to be trained",
+                  m->file);
   GP_TRY(gp_pipeline_check_fit(m, plan, o ? o->mem_limit : 0)); /* before any memory is taken */
   return gp_pipeline_create(m, plan, seed, o, &t->pl);
 }
@@ -45,6 +52,7 @@ gp_status gp_trainer_step(gp_trainer *t, const gp_batch *b, double lr, gp_metric
   if (out) {
     out->loss = r.loss_sum;
     out->accuracy = r.counted ? (double)r.correct / (double)r.counted : 0.0;
+    if (t->m->inputs[t->m->label_input].dtype == GP_F32) out->accuracy = NAN; /* regression */
     out->samples = b->n;
     out->targets = r.counted;
   }
@@ -117,5 +125,13 @@ gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_source *src, gp_metrics *o
   out->accuracy = r.counted ? (double)r.correct / (double)r.counted : 0.0;
   out->perplexity = st.tokens ? gp_perplexity(pr.nll_sum, pr.nll_count) : NAN;
   out->ppl_targets = pr.nll_count;
+  /* denoising: PSNR over the pass's pixels, 10 log10(peak^2 / MSE); the output's from the mse
+   * loss (the mean over every element), the noisy input's from the noise the source drew */
+  gp_batch_source_stats_get(src, &st);
+  const int mse = !strcmp(t->m->nodes[t->m->n_nodes - 1].layer.type->name, "mse");
+  out->psnr = out->input_psnr = NAN;
+  if (st.peak > 0 && mse && r.counted) out->psnr = 10.0 * log10(st.peak * st.peak / out->loss);
+  if (st.peak > 0 && st.noisy_elems)
+    out->input_psnr = 10.0 * log10(st.peak * st.peak * (double)st.noisy_elems / st.noisy_sq_sum);
   return GP_OK;
 }

@@ -10,13 +10,17 @@
 
 typedef struct gp_metrics {
   double loss;     /* mean over targets (samples, or tokens that are not ignored) */
-  double accuracy; /* fraction of the targets predicted correctly */
+  double accuracy; /* fraction of the targets predicted correctly (f32 targets: NAN in steps) */
   int64_t samples;
   int64_t targets;
   /* evaluations of a source whose targets are tokens (gp_batch_source_stats.tokens): exp of
    * the mean plain negative log-likelihood (no label smoothing) over ppl_targets; else NAN, 0 */
   double perplexity;
   int64_t ppl_targets;
+  /* evaluations of denoising data (gp_batch_source_stats.peak > 0): the PSNR in dB of the
+   * model's output (loss mse; else NAN) and of the noisy input against the clean targets, over
+   * the pass; else NAN */
+  double psnr, input_psnr;
 } gp_metrics;
 
 typedef struct gp_trainer {

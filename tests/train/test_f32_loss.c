@@ -63,8 +63,8 @@ static void train(const char *loss, int k, int m, run_out *o) {
   gp_trainer t;
   gp_pipeline_opts po = {.cores = 1};
   if (gp_plan_make(mo, &mo->pipeline, &plan) != GP_OK) gp_t_die("plan");
-  /* the pipeline without gp_trainer_init, which asks for i32 labels until the data path of f32
-   * targets comes (a trainer's fields, for stage_params_gather) */
+  /* the pipeline alone, without gp_trainer_init (a trainer's fields, for stage_params_gather);
+   * the trainer's own f32-target path is tests/train/test_unet.c's */
   memset(&t, 0, sizeof t);
   t.m = mo;
   t.plan = plan;
