@@ -70,16 +70,17 @@ __global__ void unpack_k(int64_t rows, int64_t cols, const uint16_t *__restrict_
   }
 }
 
-// Per sample: seq_q = tq, seq_kv = the count of leading 1s of its key mask; the sample is
-// flagged (slot 0) when the mask is not 1s then 0s with at least one 1, or holds another value.
+// Per sample: seq_q = tq, seq_kv = the count of leading 1s of its key mask (tk without one);
+// the sample is flagged (slot 0) when the mask is not 1s then 0s with at least one 1, or holds
+// another value.
 template <typename T>
 __global__ void lengths_k(int64_t batch, int64_t tq, int64_t tk, const T *__restrict__ keep,
                           int32_t *seq_q, int32_t *seq_kv, unsigned long long *flag) {
   for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < batch;
        b += (int64_t)gridDim.x * blockDim.x) {
-    const T *m = keep + b * tk;
-    int64_t len = 0;
-    while (len < tk && m[len] == (T)1)
+    const T *m = keep ? keep + b * tk : NULL;
+    int64_t len = m ? 0 : tk;
+    while (m && len < tk && m[len] == (T)1)
       len++;
     int bad = len == 0;
     for (int64_t j = len; j < tk && !bad; j++)
@@ -108,7 +109,8 @@ gp_status unpack(gp_backend *be, int64_t rows, int64_t cols, const void *src, fl
   return GP_OK;
 }
 
-// The key lengths of a padding mask into seq (seq_q then seq_kv, [batch] each); with check,
+// The key lengths of a padding mask (or full ones, without) into seq (seq_q then seq_kv,
+// [batch] each); with check,
 // *prefix says whether every sample's mask is 1s then 0s (this waits for the device).
 gp_status lengths(gp_backend *be, const gp_sdpa_desc *d, int32_t *seq, int check, int *prefix) {
   gp_dnn_state *st = gp_dnn_of(be);
@@ -116,7 +118,7 @@ gp_status lengths(gp_backend *be, const gp_sdpa_desc *d, int32_t *seq, int check
   const unsigned blocks = gp_dnn_blocks(be, d->batch, 64);
   unsigned long long *flag = check ? st->flags_dev : NULL;
   if (check) GP_TRY(gp_dnn_flags_reset(be, 1));
-  if (d->keep_f32)
+  if (!d->keep_i32)
     lengths_k<float>
         <<<blocks, 64, 0, s>>>(d->batch, d->tq, d->tk, d->keep_f32, seq, seq + d->batch, flag);
   else
@@ -127,6 +129,13 @@ gp_status lengths(gp_backend *be, const gp_sdpa_desc *d, int32_t *seq, int check
   GP_TRY(gp_dnn_flags_read(be, 1));
   *prefix = st->flags_host[0] == NO_FLAG;
   return GP_OK;
+}
+
+// cuDNN up to 9.15.0 computes the backward wrongly for key counts not a multiple of 128
+// without a padding mask (cudnn-frontend works around it so): the backward graph then takes
+// one, with every sample's full lengths.
+int bwd_needs_lengths(const gp_sdpa_shape *s) {
+  return !s->padding && s->tk % 128 && cudnnGetVersion() <= 91500;
 }
 
 gp_sdpa_shape shape_of(const gp_sdpa_desc *d) {
@@ -172,8 +181,11 @@ gp_status lookup(gp_backend *be, const gp_sdpa_desc *d, int need_bwd, sdpa_entry
   cudnnHandle_t h = gp_cuda_of(be)->dnn;
   if (!e->why && !e->fwd)
     GP_TRY(gp_sdpa_graph_make(h, &s, 0, be->nondeterministic, &e->fwd, &e->why));
-  if (!e->why && need_bwd && !e->bwd)
-    GP_TRY(gp_sdpa_graph_make(h, &s, 1, be->nondeterministic, &e->bwd, &e->why));
+  if (!e->why && need_bwd && !e->bwd) {
+    gp_sdpa_shape sb = s;
+    sb.padding = s.padding || bwd_needs_lengths(&s);
+    GP_TRY(gp_sdpa_graph_make(h, &sb, 1, be->nondeterministic, &e->bwd, &e->why));
+  }
   *out = e;
   return GP_OK;
 }
@@ -182,9 +194,9 @@ gp_status lookup(gp_backend *be, const gp_sdpa_desc *d, int need_bwd, sdpa_entry
 int unsupported(gp_backend *be, const gp_sdpa_desc *d) {
   char buf[96];
   const size_t v = cudnnGetVersion();
-  if (v < 90000) {
+  if (v < 90000 || v == 91000 || v == 91001) { // 9.10.0 and 9.10.1: cuDNN's known SDPA bugs
     snprintf(buf, sizeof buf, "%zu", v);
-    say_once(WHY_VERSION, "cuDNN %s is older than 9.0", buf);
+    say_once(WHY_VERSION, "cuDNN %s: the fused path needs 9.0 or newer, not 9.10.0 or 9.10.1", buf);
     return 1;
   }
   int major = 0, minor = 0;
@@ -337,8 +349,9 @@ gp_status sdpa_backward(gp_backend *be, const gp_sdpa_desc *d, const float *q, c
                   e->why ? e->why : "its forward was not taken");
   staging g;
   GP_TRY(stage(be, d, 1, gp_sdpa_graph_workspace(e->bwd), &g));
+  const int lens = e->s.padding || bwd_needs_lengths(&e->s);
+  if (lens) GP_TRY(lengths(be, d, g.seq, 0, NULL));
   if (e->s.padding) {
-    GP_TRY(lengths(be, d, g.seq, 0, NULL));
     // the engine may leave the rows of masked keys unwritten: their gradient is 0
     const size_t nk = (size_t)(d->batch * d->tk * d->kv_heads * d->dh) * 2;
     GP_CUDA_TRY(cudaMemsetAsync(g.dk, 0, nk, gp_cuda_of(be)->stream));
@@ -366,7 +379,7 @@ gp_status sdpa_backward(gp_backend *be, const gp_sdpa_desc *d, const float *q, c
   ptrs[GP_SDPA_DK] = g.dk;
   ptrs[GP_SDPA_DV] = g.dv;
   ptrs[GP_SDPA_SUM] = g.sum;
-  if (e->s.padding) {
+  if (lens) {
     ptrs[GP_SDPA_SEQ_Q] = g.seq;
     ptrs[GP_SDPA_SEQ_KV] = g.seq + d->batch;
   }
