@@ -248,11 +248,12 @@ void bshd(const gp_sdpa_shape *s, int64_t hh, int64_t n, int transposed, int64_t
   str[3] = transposed ? hh * s->d : 1;
 }
 
-// Q K^T, scaled and masked: the scores as the softmax sees them.
-D scores(bld *b, const gp_sdpa_shape *s, const common *c, D q, D kt) {
+// Q K^T, scaled and masked: the scores as the softmax sees them (the forward's matmul gives
+// padded positions 0, as cudnn-frontend's does; its backward's does not say).
+D scores(bld *b, const gp_sdpa_shape *s, const common *c, D q, D kt, bool fwd) {
   D raw = virt(b, CUDNN_DATA_FLOAT, c->sdim, c->sstr),
     x = virt(b, CUDNN_DATA_FLOAT, c->sdim, c->sstr);
-  mm(b, q, kt, raw, c->seq_q, c->seq_kv, NULL, s->padding);
+  mm(b, q, kt, raw, c->seq_q, c->seq_kv, NULL, fwd && s->padding);
   pw(b, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, raw, c->scale, NULL, x);
   if (s->padding) x = padding_mask(b, c, x);
   return x;
@@ -269,7 +270,7 @@ void forward(bld *b, const gp_sdpa_shape *s) {
   D kt = tensor(b, GP_SDPA_K, CUDNN_DATA_BFLOAT16, dim, str, false);
   bshd(s, s->hk, s->tk, 0, dim, str);
   D v = tensor(b, GP_SDPA_V, CUDNN_DATA_BFLOAT16, dim, str, false);
-  D x = scores(b, s, &c, q, kt);
+  D x = scores(b, s, &c, q, kt, true);
   if (s->causal) x = causal_mask(b, &c, x);
   // softmax, keeping log-sum-exp per row for the backward
   D mx = virt(b, CUDNN_DATA_FLOAT, c.rdim, c.rstr), z = virt(b, CUDNN_DATA_FLOAT, c.sdim, c.sstr),
@@ -326,7 +327,7 @@ void backward(bld *b, const gp_sdpa_shape *s, int version) {
   pw(b, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, rsum, unit, NULL, sum);
 
   // P again from the scores and the forward's log-sum-exp
-  D x = scores(b, s, &c, q, kt);
+  D x = scores(b, s, &c, q, kt, false);
   D z = virt(b, CUDNN_DATA_FLOAT, c.sdim, c.sstr);
   pw(b, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, x, c.stats, NULL, z);
   // cuDNN 9.0 to 9.9 want the padding applied again after the stats (cudnn-frontend does so)
