@@ -4,11 +4,11 @@
 # the [B, H, T, T] probabilities kept per layer): doubling from --start, then bisecting to
 # within an eighth. A trial is one gpipe-bench run of 2 steps (one warm-up); it fits when
 # gpipe-bench reports it did. Prints one line per mode and writes DIR/trials.tsv.
-# Usage: scripts/sdpa-memory.sh --out DIR [--bin DIR] [--device cuda:0] [--start 8]
+# Usage: scripts/sdpa-memory.sh --out DIR [--bin DIR] [--device cuda:0] [--start 16]
 #        [--max 2048] [--trial-timeout 180] [--model FILE]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-out="" bin="$root/build/cli" device=cuda:0 start=8 max=2048 tmo=180
+out="" bin="$root/build/cli" device=cuda:0 start=16 max=2048 tmo=180
 model="$root/bench/models/lm-fused.yaml"
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "sdpa-memory.sh: $1 needs a value" >&2; exit 2; }
@@ -58,7 +58,7 @@ for mode in 1 0; do
     continue
   fi
   [ "$hi" = 0 ] && { echo "sdpa-memory: GP_SDPA=$mode: fits up to --max $max"; continue; }
-  while [ $((hi - lo)) -gt $(((lo + 7) / 8)) ]; do
+  while [ $((hi - lo)) -gt $(((lo + 3) / 4)) ]; do
     b=$(((lo + hi) / 2))
     if trial $mode "$b"; then lo=$b; else hi=$b; fi
   done
