@@ -2,7 +2,7 @@
 # The largest batch that trains bench/models/lm-fused.yaml (GPT-2-small's shapes, T = 1024) in
 # bf16 on one GPU with cuDNN's fused attention (GP_SDPA=1) and with the plain path (GP_SDPA=0,
 # the [B, H, T, T] probabilities kept per layer): doubling from --start, then bisecting to
-# within an eighth. A trial is one gpipe-bench run of 2 steps (one warm-up); it fits when
+# within a quarter. A trial is one gpipe-bench run of 2 steps (one warm-up); it fits when
 # gpipe-bench reports it did. Prints one line per mode and writes DIR/trials.tsv.
 # Usage: scripts/sdpa-memory.sh --out DIR [--bin DIR] [--device cuda:0] [--start 16]
 #        [--max 2048] [--trial-timeout 180] [--model FILE]
