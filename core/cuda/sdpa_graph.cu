@@ -381,8 +381,9 @@ int acceptable(D cfg, int nondeterministic) {
 }
 
 // The first configuration of the heuristics (mode A, then the fallback list) whose plan
-// finalizes; NULL when none does.
-D first_plan(cudnnHandle_t h, D graph, int nondeterministic, size_t *workspace) {
+// finalizes; NULL when none does (*skipped: how many were left out as nondeterministic).
+D first_plan(cudnnHandle_t h, D graph, int nondeterministic, size_t *workspace, int *skipped) {
+  *skipped = 0;
   const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
   D plan = NULL;
   for (int m = 0; m < 2 && !plan; m++) {
@@ -409,7 +410,10 @@ D first_plan(cudnnHandle_t h, D graph, int nondeterministic, size_t *workspace) 
                                                cfgs) != CUDNN_STATUS_SUCCESS)
         got = 0;
       for (int64_t i = 0; i < got && !plan; i++) {
-        if (!acceptable(cfgs[i], nondeterministic)) continue;
+        if (!acceptable(cfgs[i], nondeterministic)) {
+          (*skipped)++;
+          continue;
+        }
         D p = NULL;
         int64_t ws = 0, n = 0;
         if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p) !=
@@ -462,9 +466,12 @@ gp_status gp_sdpa_graph_make(cudnnHandle_t h, const gp_sdpa_shape *s, int bwd, i
     gp_sdpa_graph_free(b);
     return GP_OK;
   }
-  b->plan = first_plan(h, b->graph, nondeterministic, &b->workspace);
+  int skipped = 0;
+  b->plan = first_plan(h, b->graph, nondeterministic, &b->workspace, &skipped);
   if (!b->plan) {
-    *why = "no engine of cuDNN's heuristics builds a plan for this graph";
+    *why = skipped ? "cuDNN's engines for this graph note themselves nondeterministic "
+                     "(--nondeterministic allows them)"
+                   : "no engine of cuDNN's heuristics builds a plan for this graph";
     gp_sdpa_graph_free(b);
     return GP_OK;
   }
