@@ -138,8 +138,9 @@ int bwd_needs_lengths(const gp_sdpa_shape *s) {
   return !s->padding && s->tk % 128 && cudnnGetVersion() <= 91500;
 }
 
-gp_sdpa_shape shape_of(const gp_sdpa_desc *d) {
+gp_sdpa_shape shape_of(const gp_backend *be, const gp_sdpa_desc *d) {
   gp_sdpa_shape s;
+  s.nondeterministic = be->nondeterministic != 0;
   s.b = d->batch;
   s.h = d->heads;
   s.hk = d->kv_heads;
@@ -153,7 +154,8 @@ gp_sdpa_shape shape_of(const gp_sdpa_desc *d) {
 
 int same(const gp_sdpa_shape *a, const gp_sdpa_shape *b) {
   return a->b == b->b && a->h == b->h && a->hk == b->hk && a->tq == b->tq && a->tk == b->tk &&
-         a->d == b->d && a->causal == b->causal && a->padding == b->padding;
+         a->d == b->d && a->causal == b->causal && a->padding == b->padding &&
+         a->nondeterministic == b->nondeterministic;
 }
 
 gp_sdpa_cache *cache_of(gp_backend *be) {
@@ -167,7 +169,7 @@ gp_status lookup(gp_backend *be, const gp_sdpa_desc *d, int need_bwd, sdpa_entry
   *out = NULL;
   gp_sdpa_cache *c = cache_of(be);
   if (!c) return GP_ERR(GP_ERR_NOMEM, "attention: out of host memory for the plan cache");
-  const gp_sdpa_shape s = shape_of(d);
+  const gp_sdpa_shape s = shape_of(be, d);
   sdpa_entry *e = c->head;
   while (e && !same(&e->s, &s))
     e = e->next;
@@ -179,12 +181,11 @@ gp_status lookup(gp_backend *be, const gp_sdpa_desc *d, int need_bwd, sdpa_entry
     c->head = e;
   }
   cudnnHandle_t h = gp_cuda_of(be)->dnn;
-  if (!e->why && !e->fwd)
-    GP_TRY(gp_sdpa_graph_make(h, &s, 0, be->nondeterministic, &e->fwd, &e->why));
+  if (!e->why && !e->fwd) GP_TRY(gp_sdpa_graph_make(h, &s, 0, &e->fwd, &e->why));
   if (!e->why && need_bwd && !e->bwd) {
     gp_sdpa_shape sb = s;
     sb.padding = s.padding || bwd_needs_lengths(&s);
-    GP_TRY(gp_sdpa_graph_make(h, &sb, 1, be->nondeterministic, &e->bwd, &e->why));
+    GP_TRY(gp_sdpa_graph_make(h, &sb, 1, &e->bwd, &e->why));
   }
   *out = e;
   return GP_OK;
@@ -237,14 +238,16 @@ gp_status check_desc(const gp_sdpa_desc *d) {
 
 // The bf16 copies and the rest of one call, in the private workspace.
 struct staging {
-  void *q, *k, *v, *o, *dout, *dq, *dk, *dv, *sum, *ws;
+  void *q, *k, *v, *o, *dout, *dq, *dk, *dv, *sum, *ws, *dq_acc;
   int32_t *seq;
 };
 
-gp_status stage(gp_backend *be, const gp_sdpa_desc *d, int bwd, size_t plan_ws, staging *g) {
+gp_status stage(gp_backend *be, const gp_sdpa_desc *d, const sdpa_entry *e, int bwd, staging *g) {
+  const int acc = bwd && e->s.nondeterministic;
+  const size_t plan_ws = gp_sdpa_graph_workspace(bwd ? e->bwd : e->fwd);
   const size_t nq = (size_t)(d->batch * d->tq * d->heads * d->dh) * 2,
                nk = (size_t)(d->batch * d->tk * d->kv_heads * d->dh) * 2;
-  const size_t sizes[11] = {up(nq),
+  const size_t sizes[12] = {up(nq),
                             up(nk),
                             up(nk),
                             up(nq),
@@ -254,14 +257,15 @@ gp_status stage(gp_backend *be, const gp_sdpa_desc *d, int bwd, size_t plan_ws, 
                             bwd ? up(nk) : 0,
                             bwd ? up((size_t)(d->batch * d->heads * d->tq) * 4) : 0,
                             up((size_t)d->batch * 8),
-                            up(plan_ws)};
+                            up(plan_ws),
+                            acc ? up(nq / 2 * 4) : 0};
   size_t total = 0;
-  for (int i = 0; i < 11; i++)
+  for (int i = 0; i < 12; i++)
     total += sizes[i];
   char *w = NULL;
   GP_TRY(gp_dnn_work(be, total, (void **)&w));
-  void *at[11];
-  for (int i = 0; i < 11; i++) {
+  void *at[12];
+  for (int i = 0; i < 12; i++) {
     at[i] = sizes[i] ? w : NULL;
     w += sizes[i];
   }
@@ -276,6 +280,7 @@ gp_status stage(gp_backend *be, const gp_sdpa_desc *d, int bwd, size_t plan_ws, 
   g->sum = at[8];
   g->seq = (int32_t *)at[9];
   g->ws = at[10];
+  g->dq_acc = at[11];
   return GP_OK;
 }
 
@@ -303,7 +308,7 @@ gp_status sdpa_forward(gp_backend *be, const gp_sdpa_desc *d, const float *q, co
     return GP_OK;
   }
   staging g;
-  GP_TRY(stage(be, d, 0, gp_sdpa_graph_workspace(e->fwd), &g));
+  GP_TRY(stage(be, d, e, 0, &g));
   if (e->s.padding) {
     int prefix = 0;
     GP_TRY(lengths(be, d, g.seq, 1, &prefix));
@@ -348,7 +353,7 @@ gp_status sdpa_backward(gp_backend *be, const gp_sdpa_desc *d, const float *q, c
     return GP_ERR(GP_ERR_RUNTIME, "sdpa_backward: no fused backward for this shape (%s)",
                   e->why ? e->why : "its forward was not taken");
   staging g;
-  GP_TRY(stage(be, d, 1, gp_sdpa_graph_workspace(e->bwd), &g));
+  GP_TRY(stage(be, d, e, 1, &g));
   const int lens = e->s.padding || bwd_needs_lengths(&e->s);
   if (lens) GP_TRY(lengths(be, d, g.seq, 0, NULL));
   if (e->s.padding) {
@@ -379,6 +384,10 @@ gp_status sdpa_backward(gp_backend *be, const gp_sdpa_desc *d, const float *q, c
   ptrs[GP_SDPA_DK] = g.dk;
   ptrs[GP_SDPA_DV] = g.dv;
   ptrs[GP_SDPA_SUM] = g.sum;
+  if (g.dq_acc) { // cuDNN before 9.6 adds into it without clearing it first
+    ptrs[GP_SDPA_DQ_ACCUM] = g.dq_acc;
+    GP_CUDA_TRY(cudaMemsetAsync(g.dq_acc, 0, (size_t)(rq * wq) * 4, gp_cuda_of(be)->stream));
+  }
   if (lens) {
     ptrs[GP_SDPA_SEQ_Q] = g.seq;
     ptrs[GP_SDPA_SEQ_KV] = g.seq + d->batch;

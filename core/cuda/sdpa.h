@@ -16,6 +16,7 @@
 typedef struct gp_sdpa_shape {
   int64_t b, h, hk, tq, tk, d;
   int causal, padding;
+  int nondeterministic; /* engines that note so may be used (the backend's flag) */
 } gp_sdpa_shape;
 
 /* The tensors a plan's variant pack binds, by unique id. SCALE and NEG_INF (and ONE) are
@@ -37,17 +38,19 @@ enum {
   GP_SDPA_DV,
   GP_SDPA_SUM,
   GP_SDPA_ONE,
-  GP_SDPA_UIDS = GP_SDPA_ONE /* the last one */
+  GP_SDPA_DQ_ACCUM, /* nondeterministic backward: f32 [b, h, tq, d] dQ sums, zeroed first */
+  GP_SDPA_UIDS = GP_SDPA_DQ_ACCUM /* the last one */
 };
 
 typedef struct gp_sdpa_graph gp_sdpa_graph;
 
 /* The forward (bwd 0) or backward graph of s and the plan of the first engine the heuristics
- * offer that cuDNN finalizes (deterministic engines only unless nondeterministic). *out is
+ * offer that cuDNN finalizes (deterministic engines only unless s->nondeterministic; with it,
+ * the backward sums dQ in an f32 buffer across key blocks, as cudnn-frontend's default). *out is
  * NULL and *why says what failed when cuDNN builds none (a static string); the status is an
  * error only for host memory. */
-gp_status gp_sdpa_graph_make(cudnnHandle_t h, const gp_sdpa_shape *s, int bwd, int nondeterministic,
-                             gp_sdpa_graph **out, const char **why);
+gp_status gp_sdpa_graph_make(cudnnHandle_t h, const gp_sdpa_shape *s, int bwd, gp_sdpa_graph **out,
+                             const char **why);
 /* The plan's workspace bytes. */
 size_t gp_sdpa_graph_workspace(const gp_sdpa_graph *g);
 /* Runs the plan: ptrs[uid] for uid 1..GP_SDPA_UIDS (those the graph does not use are not

@@ -11,7 +11,8 @@
 //             dS = P (dO V^T - sum) scale, dK = dS^T Q, dQ = dS K; with fewer key/value heads,
 //             dK and dV are reduced over each group of query heads.
 // The backward is the "dP workspace" variant (dQ written by its matmul directly), the one
-// cudnn-frontend takes for deterministic results on Hopper.
+// cudnn-frontend takes for deterministic results on Hopper; with --nondeterministic, its
+// default instead: dQ summed into an f32 buffer across key blocks, then converted.
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -298,7 +299,7 @@ void head_grad(bld *b, const gp_sdpa_shape *s, const common *c, D lhs, D rhs, D 
   red(b, CUDNN_REDUCE_TENSOR_ADD, full, out);
 }
 
-void backward(bld *b, const gp_sdpa_shape *s, int version) {
+void backward(bld *b, const gp_sdpa_shape *s, int version, int nondeterministic) {
   common c;
   common_tensors(b, s, &c);
   const int64_t one[4] = {1, 1, 1, 1};
@@ -356,7 +357,12 @@ void backward(bld *b, const gp_sdpa_shape *s, int version) {
   reshape(b, ds, dst);
   head_grad(b, s, &c, dst, q, dk);
   reshape(b, kt, kr);
-  mm(b, ds, kr, dq, c.seq_q, NULL, c.seq_kv, false);
+  if (!nondeterministic) return mm(b, ds, kr, dq, c.seq_q, NULL, c.seq_kv, false);
+  const int64_t ad[4] = {s->b, s->h, s->tq, s->d},
+                as[4] = {s->h * s->tq * s->d, s->tq * s->d, s->d, 1};
+  D acc = tensor(b, GP_SDPA_DQ_ACCUM, CUDNN_DATA_FLOAT, ad, as, false);
+  mm(b, ds, kr, acc, c.seq_q, NULL, c.seq_kv, false);
+  pw(b, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, acc, NULL, NULL, dq);
 }
 
 // Whether an engine may be used: with nondeterministic 0, none that notes itself so.
@@ -444,8 +450,9 @@ D first_plan(cudnnHandle_t h, D graph, int nondeterministic, size_t *workspace, 
 
 } // namespace
 
-gp_status gp_sdpa_graph_make(cudnnHandle_t h, const gp_sdpa_shape *s, int bwd, int nondeterministic,
-                             gp_sdpa_graph **out, const char **why) {
+gp_status gp_sdpa_graph_make(cudnnHandle_t h, const gp_sdpa_shape *s, int bwd, gp_sdpa_graph **out,
+                             const char **why) {
+  const int nondeterministic = s->nondeterministic;
   *out = NULL;
   *why = NULL;
   bld *b = (bld *)calloc(1, sizeof *b);
@@ -453,7 +460,7 @@ gp_status gp_sdpa_graph_make(cudnnHandle_t h, const gp_sdpa_shape *s, int bwd, i
   b->next_uid = 100;
   b->st = CUDNN_STATUS_SUCCESS;
   if (bwd)
-    backward(b, s, (int)cudnnGetVersion());
+    backward(b, s, (int)cudnnGetVersion(), nondeterministic);
   else
     forward(b, s);
   b->graph = make(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);

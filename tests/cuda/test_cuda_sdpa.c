@@ -4,7 +4,8 @@
  * masks (f32 and i32), grouped-query heads (8 query heads on 2 key/value heads), sequence
  * lengths that are not multiples of 64, head widths 64 and 128. Q, K and V are strided views
  * of one [rows, (H + 2 Hkv) D] block, as the layer's projections are. Compared: the context
- * and all three input gradients. Prints the cuDNN version; exits 77 without a CUDA device. */
+ * and all three input gradients, with the deterministic backward and (three of the shapes)
+ * the nondeterministic one. Prints the cuDNN version; exits 77 without a CUDA device. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,11 +140,13 @@ static void run_case(gp_backend *be, const attn_case *k) {
   const int64_t t = k->t, d = k->d, hd = k->h * d, ld = (k->h + 2 * k->hk) * d, rows = k->b * t,
                 nscore = k->b * k->h * t * t;
   char name[96];
-  snprintf(name, sizeof name, "b%lld h%lld/%lld t%lld d%lld%s%s", (long long)k->b, (long long)k->h,
-           (long long)k->hk, (long long)t, (long long)d, k->causal ? " causal" : "",
+  snprintf(name, sizeof name, "b%lld h%lld/%lld t%lld d%lld%s%s%s", (long long)k->b,
+           (long long)k->h, (long long)k->hk, (long long)t, (long long)d,
+           k->causal ? " causal" : "",
            k->mask == 1   ? " mask f32"
            : k->mask == 2 ? " mask i32"
-                          : "");
+                          : "",
+           be->nondeterministic ? " nondeterministic" : "");
   float *h_qkv = xmalloc((size_t)(rows * ld) * 4), *h_dctx = xmalloc((size_t)(rows * hd) * 4);
   float *h_keep = xmalloc((size_t)(k->b * t) * 4);
   int32_t *h_keep_i = xmalloc((size_t)(k->b * t) * 4);
@@ -239,6 +242,10 @@ int main(void) {
   }
   be->precision = GP_PREC_BF16;
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    run_case(be, &cases[i]);
+  /* --nondeterministic: the backward sums dQ in f32 across key blocks (another graph) */
+  be->nondeterministic = 1;
+  for (size_t i = 2; i < 5; i++)
     run_case(be, &cases[i]);
   cc_close(&c);
   printf("%d passed, %d failed\n", passes, failures);
