@@ -191,7 +191,8 @@ gp_status lookup(gp_backend *be, const gp_sdpa_desc *d, int need_bwd, sdpa_entry
   return GP_OK;
 }
 
-// What rules the fused path out before any shape is tried; NULL when nothing does.
+// 1 (and the reason said once) when something rules the fused path out before any shape is
+// tried: the loaded cuDNN, the device, the head width; 0 otherwise.
 int unsupported(gp_backend *be, const gp_sdpa_desc *d) {
   char buf[96];
   const size_t v = cudnnGetVersion();
