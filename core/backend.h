@@ -89,6 +89,20 @@ typedef struct gp_attn_softmax_desc {
   const int32_t *seg_q, *seg_k;
 } gp_attn_softmax_desc;
 
+/* Fused scaled-dot-product attention (flash attention: no [tq, tk] matrix in memory) of
+ * `batch` samples: query rows [batch * tq] with `heads` heads of dh values side by side (row
+ * stride ldq), key and value rows [batch * tk] with kv_heads heads (row stride ldkv; query head
+ * h reads key/value head h / (heads / kv_heads)). Scores are scaled by `scale` and masked as
+ * gp_attn_softmax_desc says (causal: key j > query i; a key-padding mask [batch, tk], f32 or
+ * i32, at most one). training: a backward will follow, so its plan must exist too. */
+typedef struct gp_sdpa_desc {
+  int64_t batch, heads, kv_heads, tq, tk, dh, ldq, ldkv;
+  float scale;
+  int causal, training;
+  const float *keep_f32;
+  const int32_t *keep_i32;
+} gp_sdpa_desc;
+
 typedef struct gp_sgd_hp {
   float lr, momentum, weight_decay;
   int nesterov;
@@ -290,6 +304,21 @@ struct gp_backend {
    * A position outside [0, 2^24] (where f32 stops holding every integer) is GP_ERR_DATA. */
   gp_status (*rope)(gp_backend *be, int64_t rows, int64_t heads, int64_t dh, int64_t ld,
                     double theta, const int32_t *pos, int inverse, float *x);
+  /* Fused attention in bf16 (cuDNN's flash attention; NULL where the backend has none): with
+   * Q, K, V rounded to bf16 as the bf16 GEMMs round their operands, o [batch * tq,
+   * heads * dh] = softmax(scale Q K^T, masked) V, rounded to bf16; lse [batch, heads, tq] the
+   * log-sum-exp of each masked score row, for the backward. *taken 0: this shape, mask or
+   * device is not one the fused path takes (nothing written; a line on stderr says why, once
+   * per reason): the caller runs the plain path. A mask is taken when each sample's is some
+   * 1s then 0s, at least one 1 (a right-padded row); checking it waits for the device. */
+  gp_status (*sdpa_forward)(gp_backend *be, const gp_sdpa_desc *d, const float *q, const float *k,
+                            const float *v, float *o, float *lse, int *taken);
+  /* Its backward after a forward that was taken (same desc): dq (row stride ldq), dk and dv
+   * (ldkv) are written (=), a key/value head's gradient summed over the query heads it serves,
+   * and rounded to bf16; dout is rounded to bf16 first, as GEMM operands are. */
+  gp_status (*sdpa_backward)(gp_backend *be, const gp_sdpa_desc *d, const float *q, const float *k,
+                             const float *v, const float *o, const float *lse, const float *dout,
+                             float *dq, float *dk, float *dv);
   /* dx = y * (dy - sum_j y_j dy_j) per row of [rows, cols], y a softmax output; dx may be dy. */
   gp_status (*softmax_backward)(gp_backend *be, int64_t rows, int64_t cols, const float *y,
                                 const float *dy, float *dx);

@@ -43,6 +43,9 @@ static const env_setting settings[GP_ENV_COUNT] = {
     [GP_ENV_REMAT_SELECTIVE] = {"GP_REMAT_SELECTIVE", 0, 1, NULL,
                                 "0: remat auto drops whole micro-batches alone, never the cheap "
                                 "layers' activations first"},
+    [GP_ENV_SDPA] = {"GP_SDPA", 0, 1, NULL,
+                     "0: bf16 attention on a GPU runs the plain path (score matrices in memory) "
+                     "instead of cuDNN's fused attention"},
 };
 
 /* variables gpipe's scripts and tests set, which the programs do not read */

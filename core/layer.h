@@ -59,6 +59,9 @@ typedef struct gp_cost {
   double bwd_data_flops;
   int64_t params;      /* trainable elements */
   int64_t saved_bytes; /* what forward keeps for backward beyond its input and output */
+  /* saved_bytes where the stage runs bf16 on a GPU with fused kernels (attention through
+   * cuDNN keeps a log-sum-exp per row instead of the T x T probabilities); 0: the same */
+  int64_t saved_bytes_fused;
   int64_t out_bytes;
   int64_t w_bytes; /* what B alone keeps for its W beyond dout (attention's d(projections)) */
 } gp_cost;

@@ -65,7 +65,8 @@ typedef struct geo {
 /* The projections of a micro-batch as strided views; what backward needs from forward. */
 typedef struct attn_saved {
   float *qkv;       /* self: [rows, 3d]; cross: q [rows_q, d] then kv [rows_k, 2d] */
-  float *p;         /* softmax probabilities [B, H, Tq, Tk], before dropout */
+  float *p;         /* softmax probabilities [B, H, Tq, Tk], before dropout; NULL when fused */
+  float *lse;       /* fused attention (sdpa_forward): log-sum-exp per [B, H, Tq] row, or NULL */
   float *ctx;       /* the heads' outputs side by side [rows_q, d] */
   int64_t ldq, ldk; /* row strides of Q and of K, V */
   float *q, *k, *v; /* views into qkv */
@@ -357,6 +358,9 @@ static void attention_cost(const gp_layer *l, gp_cost *c) {
   /* Q, K, V (Q and K rotated: rope keeps nothing more, backward turns its angles again from
    * the positions, an input), the probabilities and the context */
   c->saved_bytes = 4 * (g.tq * g.d + 2 * g.tk * g.dkv + g.h * g.tq * g.tk + g.tq * g.d);
+  /* fused (bf16 on a GPU, no dropout, no segments): a log-sum-exp per row for the T x T */
+  if (k->dropout == 0.0 && g.seg_q < 0)
+    c->saved_bytes_fused = c->saved_bytes - 4 * g.h * g.tq * (g.tk - 1);
   c->out_bytes = g.tq * g.d * 4;
   c->w_bytes = 4 * (g.tq * g.d + 2 * g.tk * g.dkv); /* d(projections), held from B to W */
 }
@@ -379,6 +383,44 @@ static uint64_t mask_offset(const geo *g, const gp_exec *e) {
   return (uint64_t)e->sample_offset * (uint64_t)(g->h * g->tq * g->tk);
 }
 
+/* The fused op's view of this micro-batch: the strided Q, K, V of s and the key-padding mask. */
+static void sdpa_desc(const geo *g, const attention_conf *k, const gp_exec *e, const gp_tensor *in,
+                      int64_t nb, const attn_saved *s, gp_sdpa_desc *sd) {
+  *sd = (gp_sdpa_desc){.batch = nb,
+                       .heads = g->h,
+                       .kv_heads = g->kvh,
+                       .tq = g->tq,
+                       .tk = g->tk,
+                       .dh = g->dh,
+                       .ldq = s->ldq,
+                       .ldkv = s->ldk,
+                       .scale = (float)(1.0 / sqrt((double)g->dh)),
+                       .causal = k->causal,
+                       .training = e->training};
+  if (g->mask >= 0 && in[g->mask].dtype == GP_I32) sd->keep_i32 = GP_I32P(&in[g->mask]);
+  if (g->mask >= 0 && in[g->mask].dtype != GP_I32) sd->keep_f32 = GP_F32P(&in[g->mask]);
+}
+
+/* The context through the backend's fused attention (s->lse set) where it has one and takes
+ * this call; dropout (its masks must come from the sample, as the plain path's) and packed
+ * segments stay on the plain path. */
+static gp_status try_fused_forward(const gp_layer *l, gp_exec *e, const geo *g, const gp_tensor *in,
+                                   attn_saved *s, int *fused) {
+  const attention_conf *k = l->conf;
+  gp_backend *be = e->be;
+  const int64_t nb = in[0].shape.d[0];
+  *fused = 0;
+  if (!be->sdpa_forward || be->precision != GP_PREC_BF16 || dropout_on(k, e) || g->seg_q >= 0)
+    return GP_OK;
+  gp_sdpa_desc sd;
+  sdpa_desc(g, k, e, in, nb, s, &sd);
+  float *lse;
+  GP_TRY(gp_arena_alloc(e->arena, (size_t)(nb * g->h * g->tq) * sizeof(float), (void **)&lse));
+  GP_TRY(be->sdpa_forward(be, &sd, s->q, s->k, s->v, s->ctx, lse, fused));
+  if (*fused) s->lse = lse;
+  return GP_OK;
+}
+
 static gp_status attention_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
                                    gp_tensor *out, void **saved) {
   const attention_conf *k = l->conf;
@@ -397,7 +439,6 @@ static gp_status attention_forward(const gp_layer *l, gp_exec *e, const gp_tenso
   s->dqkv = NULL;
   size_t nproj = (size_t)(g.cross ? rq * d + rk * 2 * dkv : rq * nq);
   GP_TRY(gp_arena_alloc(e->arena, nproj * sizeof(float), (void **)&s->qkv));
-  GP_TRY(gp_arena_alloc(e->arena, (size_t)nscore * sizeof(float), (void **)&s->p));
   GP_TRY(gp_arena_alloc(e->arena, (size_t)(rq * d) * sizeof(float), (void **)&s->ctx));
 
   /* Projections: one GEMM for Q, K and V together (self), or Q and then K, V (cross). */
@@ -427,7 +468,14 @@ static gp_status attention_forward(const gp_layer *l, gp_exec *e, const gp_tenso
     s->v = kv + dkv;
   }
 
+  /* bf16 on a GPU: cuDNN's fused attention where it takes the shape (core/backend.h) */
+  s->p = s->lse = NULL;
+  int fused = 0;
+  GP_TRY(try_fused_forward(l, e, &g, in, s, &fused));
+  if (fused) goto out_proj;
+
   /* Scores scaled by 1/sqrt(dh), the masked softmax over all (sample, head) rows at once. */
+  GP_TRY(gp_arena_alloc(e->arena, (size_t)nscore * sizeof(float), (void **)&s->p));
   const float scale = (float)(1.0 / sqrt((double)dh));
   for (int64_t b = 0; b < nb; b++)
     for (int64_t h = 0; h < H; h++)
@@ -461,6 +509,7 @@ static gp_status attention_forward(const gp_layer *l, gp_exec *e, const gp_tenso
       GP_TRY(be->gemm(be, 0, 0, tq, dh, tk, 1.0f, pd + (b * H + h) * tq * tk, tk,
                       s->v + b * tk * s->ldk + h / grp * dh, s->ldk, 0.0f,
                       s->ctx + b * tq * d + h * dh, d));
+out_proj:
   GP_TRY(be->gemm(be, 0, 1, rq, d, d, 1.0f, s->ctx, d, e->bind->param[w_out], d, 0.0f, GP_F32P(out),
                   d));
   if (b_out >= 0) GP_TRY(be->bias_add(be, rq, d, 1, e->bind->param[b_out], GP_F32P(out)));
@@ -557,7 +606,7 @@ static gp_status attention_backward(const gp_layer *l, gp_exec *e, const gp_tens
    * like s->qkv, dP, and for dropout the dropped probabilities (recomputed from the mask
    * function) and dP before dropout. B alone keeps d(projections) for its W in the arena. */
   size_t nproj = (size_t)(g.cross ? rq * d + rk * 2 * dkv : rq * nq);
-  size_t total = (size_t)(nbias + rq * d) + nproj + (size_t)nscore * (drop ? 3 : 1);
+  size_t total = (size_t)(nbias + rq * d) + nproj + (s->lse ? 0 : (size_t)nscore * (drop ? 3 : 1));
   float *gbias;
   GP_TRY(be->scratch(be, total * sizeof(float), (void **)&gbias));
   float *dctx = gbias + nbias, *dqkv = dctx + rq * d, *dp = dqkv + nproj;
@@ -574,6 +623,12 @@ static gp_status attention_backward(const gp_layer *l, gp_exec *e, const gp_tens
   /* Output projection. */
   if (wg) GP_TRY(out_proj_grads(l, e, &g, s, rq, dy, gbias));
   GP_TRY(be->gemm(be, 0, 0, rq, d, d, 1.0f, dy, d, e->bind->param[w_out], d, 0.0f, dctx, d));
+  if (s->lse) { /* the forward was fused: so is this */
+    gp_sdpa_desc sd;
+    sdpa_desc(&g, k, e, in, nb, s, &sd);
+    GP_TRY(be->sdpa_backward(be, &sd, s->q, s->k, s->v, s->ctx, s->lse, dctx, dq, dk, dv));
+    goto unrope;
+  }
 
   /* Through P V: dP (after dropout) and dV per head; a key/value head shared by grp query
    * heads sums their gradients, the first written (beta 0), the others added in head order. */
@@ -604,6 +659,7 @@ static gp_status attention_backward(const gp_layer *l, gp_exec *e, const gp_tens
                       s->ldk));
     }
   /* Back through rope: the gradients of the rotated Q and K turned back (self-attention only). */
+unrope:
   if (g.pos >= 0)
     GP_TRY(be->rope(be, rq, H + g.kvh, dh, nq, k->theta, GP_I32P(&in[g.pos]), 1, dqkv));
 

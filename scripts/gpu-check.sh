@@ -2,7 +2,8 @@
 # Runs on a GPU machine what cannot run without one, from the pack scripts/gpu-pack.sh made
 # (carried as .gpu/), in phases, each logged; writes OUT/summary.txt and OUT/logs.tgz.
 # Usage: scripts/gpu-check.sh OUT PHASE...
-#   phases: info suite memcheck torch torchseq capacity graph timing trace cores scaling gpt2 mpi
+#   phases: info suite memcheck torch torchseq capacity graph timing trace cores scaling gpt2
+#           sdpa memory mpi
 #   info      nvidia-smi, the libraries the programs resolve
 #   suite     every tests/cuda binary (meson suite `cuda`)
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
@@ -33,6 +34,11 @@
 #             MFU, peak memory into OUT/gpt2/ (results.md, results.json, raw/, written after
 #             each model); estimated 4-8 minutes on an H200, cut at 570 s (GP_GPT2_ARGS adds
 #             options, e.g. "--precision bf16" or "--rounds 2")
+#   sdpa      issue 52's fused attention: the cuDNN version the programs load, tests/cuda's
+#             test_cuda_sdpa (fused against plain, bf16), and bench/models/lm-fused.yaml (GPT-2
+#             small's shapes) trained a few steps with GP_SDPA=1 and 0, alternated: samples/s
+#             of each and whether the layer said it ran unfused
+#   memory    scripts/sdpa-memory.sh: lm-fused's largest batch with fused attention and without
 #   mpi       issue 49's GPU side: tests/mpi/gpu.sh (GPU stages of several processes sharing
 #             cuda:0 against one process) through the MPI channel (GP_NCCL=0: staged in
 #             page-locked memory), then through NCCL with NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL
@@ -312,6 +318,48 @@ phase_gpt2() {
   sed -n '/^[|-]/p' "$out/gpt2/results.md" 2>/dev/null | tee -a "$summary"
 }
 
+phase_sdpa() {
+  local lib
+  lib=$(ldd "$bin/test_cuda_sdpa" | grep -o "libcudnn\.so[^ ]* => [^ ]*" | sed 's/.*=> //')
+  say "sdpa: cuDNN $(python3 -c 'import ctypes, sys
+print(ctypes.CDLL(sys.argv[1]).cudnnGetVersion())' "$lib" 2>&1 | tail -1) ($lib)"
+  timeout 300 "$bin/test_cuda_sdpa" >"$logs/sdpa-test.log" 2>&1
+  local rc=$?
+  say "sdpa: test_cuda_sdpa rc=$rc: $(grep -E 'passed|skip' "$logs/sdpa-test.log" | tail -1)"
+  grep -m 20 -E "FAIL|unfused" "$logs/sdpa-test.log" | sed 's/^/sdpa: /' | tee -a "$summary"
+  local r g
+  for r in 1 2; do
+    for g in 1 0; do
+      GP_SDPA=$g timeout 200 "$bin/gpipe-bench" bench/models/lm-fused.yaml --data synthetic \
+        --stages 1 --micro-batches 1 --remat never --devices cuda:0 --precision bf16 \
+        --batch-size 8 --steps 10 --warmup 3 --json --quiet >"$logs/sdpa-lm-$g-$r.json" \
+        2>"$logs/sdpa-lm-$g-$r.err"
+      say "sdpa: lm-fused GP_SDPA=$g run $r rc=$?: $(grep -c unfused "$logs/sdpa-lm-$g-$r.err") 'unfused' lines $(grep -m 1 unfused "$logs/sdpa-lm-$g-$r.err")"
+    done
+  done
+  python3 - "$logs" <<'PY' | tee -a "$summary"
+import glob, json, sys
+best = {}
+for g in ("1", "0"):
+    for f in glob.glob(f"{sys.argv[1]}/sdpa-lm-{g}-*.json"):
+        try:
+            r = json.load(open(f))["runs"][0]
+            best[g] = max(best.get(g, 0), r.get("samples_per_s") or 0)
+        except Exception as e:
+            print(f"sdpa: {f}: {e}")
+if best.get("0"):
+    print(f"sdpa: lm-fused bf16 batch 8, samples/s fused {best.get('1', 0):.2f}, plain "
+          f"{best['0']:.2f}: {best.get('1', 0) / best['0']:.3f}x (best of 2, alternated)")
+PY
+}
+
+phase_memory() {
+  timeout 570 scripts/sdpa-memory.sh --out "$logs/memory" --bin "$bin" --device cuda:0 \
+    >"$logs/memory.log" 2>&1
+  say "memory: rc=$?"
+  grep "^sdpa-memory" "$logs/memory.log" | sed 's/^sdpa-memory/memory/' | tee -a "$summary"
+}
+
 phase_mpi() {
   local nccl
   nccl=$(ldd "$bin/gpipe-train" | grep -o "libnccl[^ ]* => [^ ]*" | sed 's/.*=> //')
@@ -336,7 +384,7 @@ v = ctypes.c_int(); ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v)); pr
 
 for p in "$@"; do
   case "$p" in
-  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | gpt2 | mpi) "phase_$p" ;;
+  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | gpt2 | sdpa | memory | mpi) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done

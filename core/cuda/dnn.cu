@@ -23,6 +23,7 @@
 #include "core/cuda/dnn_internal.h"
 
 #include "core/cuda/dnn.h"
+#include "core/cuda/sdpa.h"
 
 // The largest workspace an algorithm search offers cuDNN: algorithms that want more are
 // left out (the workspace only grows, so a greedy FFT plan would hold its memory for good).
@@ -759,6 +760,7 @@ gp_status gp_cuda_dnn_install(gp_backend *be) {
   gp_dnn_install_seq(be);
   gp_dnn_install_shapes(be);
   gp_dnn_install_resize(be);
+  gp_dnn_install_sdpa(be);
   return GP_OK;
 }
 
@@ -769,6 +771,7 @@ void gp_cuda_dnn_release(gp_backend *be) {
   if (!st) return;
   if (gp_cuda_use(be) == GP_OK && im->stream) cudaStreamSynchronize(im->stream);
   gp_dnn_conv_release(st);
+  gp_dnn_sdpa_release(be);
   if (st->work) gp_cuda_dev_free(be, st->work);
   if (st->flags_dev) gp_cuda_dev_free(be, st->flags_dev);
   if (st->flags_host) cudaFreeHost(st->flags_host);

@@ -12,6 +12,7 @@
 #define GP_DNN_BLOCK 256
 
 typedef struct gp_dnn_conv_cache gp_dnn_conv_cache; /* dnn.cu */
+typedef struct gp_sdpa_cache gp_sdpa_cache;         /* sdpa.cu: fused attention's plans */
 
 typedef struct gp_dnn_state {
   int sms;                          /* multiprocessors of the device, for grid sizes */
@@ -20,6 +21,7 @@ typedef struct gp_dnn_state {
   unsigned long long *flags_dev;    /* [GP_DNN_FLAGS] first bad positions, ULLONG_MAX = none */
   unsigned long long *flags_host;   /* pinned copy */
   gp_dnn_conv_cache *conv;          /* cuDNN descriptors and algorithms per convolution shape */
+  gp_sdpa_cache *sdpa;              /* fused attention's plans per shape (sdpa.cu) */
   int64_t conv_searches, conv_hits; /* algorithm choices made (searched, or another instance's
                                      * search of the shape taken over), and lookups that hit */
 } gp_dnn_state;
