@@ -65,11 +65,13 @@ static const char *const setting_flags[][2] = {
 /* Other trainers' flags for what a gpipe flag does: "--bf16" is answered with "--precision
  * bf16", not with the nearest name ("--pin"); {their flag, our flag, how to use ours}. */
 static const char *const flag_twins[][3] = {
-    {"bf16", "--precision", "--precision bf16"},
-    {"amp", "--precision", "--precision bf16 (bfloat16 GEMMs and convolutions)"},
-    {"fp16", "--precision", "--precision bf16 (gpipe's half precision is bfloat16)"},
-    {"half", "--precision", "--precision bf16 (gpipe's half precision is bfloat16)"},
-    {"mixed-precision", "--precision", "--precision bf16"},
+    {"bf16", "--precision",
+     "--precision bf16-mixed (bf16 activations; --precision bf16: bf16 GEMMs and convolutions "
+     "only)"},
+    {"amp", "--precision", "--precision bf16-mixed (autocast-style: bf16 activations and GEMMs)"},
+    {"fp16", "--precision", "--precision bf16-mixed (gpipe's half precision is bfloat16)"},
+    {"half", "--precision", "--precision bf16-mixed (gpipe's half precision is bfloat16)"},
+    {"mixed-precision", "--precision", "--precision bf16-mixed"},
     {"grad-accum", "--micro-batches", "--micro-batches M (gradients are summed over them)"},
     {"gradient-accumulation-steps", "--micro-batches",
      "--micro-batches M (gradients are summed over them)"},
@@ -344,14 +346,21 @@ gp_status gp_args_size(const char *flag, const char *text, size_t *out) {
                 flag, text);
 }
 
+static const char *const prec_names[] = {
+    [GP_PREC_FP32] = "fp32", [GP_PREC_BF16] = "bf16", [GP_PREC_BF16_MIXED] = "bf16-mixed"};
+
+const char *gp_args_precision_name(gp_precision p) {
+  return (unsigned)p < sizeof prec_names / sizeof prec_names[0] ? prec_names[p] : "?";
+}
+
 gp_status gp_args_precision(const char *flag, const char *text, gp_precision *out) {
-  static const char *const names[] = {[GP_PREC_FP32] = "fp32", [GP_PREC_BF16] = "bf16"};
-  for (int i = 0; i < 2; i++)
+  const char *const *names = prec_names;
+  for (int i = 0; i < (int)(sizeof prec_names / sizeof prec_names[0]); i++)
     if (strcmp(text, names[i]) == 0) {
       *out = (gp_precision)i;
       return GP_OK;
     }
-  return GP_ERR(GP_ERR_USAGE, "%s: unknown value '%s' (fp32 or bf16)", flag, text);
+  return GP_ERR(GP_ERR_USAGE, "%s: unknown value '%s' (fp32, bf16 or bf16-mixed)", flag, text);
 }
 
 gp_status gp_args_output_ok(const gp_flag *f, int renamed, int *stale) {

@@ -90,9 +90,12 @@ const char *gp_args_bytes_str(double bytes, int decimals, char *buf, size_t n);
 /* The same reading as a double (gpipe-partition's per-stage lists); 0 when it is not one. */
 int gp_args_bytes(const char *s, double *out);
 
-/* --precision: "fp32" or "bf16" (the arithmetic of GEMMs and convolutions, core/backend.h);
- * anything else is GP_ERR_USAGE naming the flag. */
+/* --precision: "fp32", "bf16" (the arithmetic of GEMMs and convolutions) or "bf16-mixed"
+ * (that and bf16 activations between layers; core/backend.h gp_precision); anything else is
+ * GP_ERR_USAGE naming the flag. */
 gp_status gp_args_precision(const char *flag, const char *text, gp_precision *out);
+/* The name --precision takes for p ("fp32", "bf16", "bf16-mixed"). */
+const char *gp_args_precision_name(gp_precision p);
 
 /* The values of a repeatable --set KEY.PATH=VALUE flag as model-file overrides (at most max);
  * keys are allocated: free them with gp_args_overrides_free. */

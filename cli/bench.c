@@ -108,8 +108,10 @@ static gp_flag flags[] = {
                   "memory of each stage's device (512MiB, 2GiB, 1.5GB, bytes): a run that needs "
                   "more is reported as not fitting",
                   0},
-    [F_PRECISION] = {"--precision", GP_FLAG_STR, "fp32|bf16",
-                     "arithmetic of GEMMs and convolutions (default fp32)", 0},
+    [F_PRECISION] =
+        {"--precision", GP_FLAG_STR, "fp32|bf16|bf16-mixed",
+         "arithmetic of GEMMs and convolutions (bf16-mixed: also bf16 activations; default fp32)",
+         0},
     [F_NONDET] = {"--nondeterministic", GP_FLAG_BOOL, NULL,
                   "let cuDNN pick algorithms that sum in a varying order (atomics) where faster; "
                   "results then differ between runs in the last bits",
@@ -298,7 +300,7 @@ static gp_status setup(gp_bench_ctx *c, const char *file) {
   b->mem_limit = c->mem_limit;
   if (flags[F_PRECISION].given)
     GP_TRY(gp_args_precision("--precision", flags[F_PRECISION].s, &c->precision));
-  b->precision = c->precision == GP_PREC_BF16 ? "bf16" : "fp32";
+  b->precision = gp_args_precision_name(c->precision);
   b->nondeterministic = flags[F_NONDET].given;
   c->stages_given = flags[F_STAGES].given;
   c->remat_given = flags[F_REMAT].given;

@@ -86,9 +86,10 @@ gp_flag tr_flags[] = {
     [F_MEMORY] = {"--memory-limit", GP_FLAG_STR, "SIZE",
                   "memory of each stage's device (512MiB, 2GiB, 1.5GB, bytes): more is an error",
                   0},
-    [F_PRECISION] = {"--precision", GP_FLAG_STR, "fp32|bf16",
+    [F_PRECISION] = {"--precision", GP_FLAG_STR, "fp32|bf16|bf16-mixed",
                      "arithmetic of GEMMs and convolutions (bf16: bfloat16 operands, f32 "
-                     "accumulation; default fp32)",
+                     "accumulation; bf16-mixed: also bf16 activations between layers; default "
+                     "fp32)",
                      0},
     [F_NONDET] = {"--nondeterministic", GP_FLAG_BOOL, NULL,
                   "let cuDNN pick algorithms that sum in a varying order (atomics) where faster; "

@@ -246,8 +246,7 @@ gp_status tr_train(run *r) {
                    "training %" PRId64 " step%s of batch %" PRId64 " (%s), %d CPU thread%s%s, "
                    "precision %s%s",
                    total, total == 1 ? "" : "s", b, epoch_size, threads, threads == 1 ? "" : "s",
-                   blas, r->precision == GP_PREC_BF16 ? "bf16" : "fp32",
-                   r->t.step ? ", resumed" : "");
+                   blas, gp_args_precision_name(r->precision), r->t.step ? ", resumed" : "");
   tr_note_pipeline(&pg, &plan, b, r->split_note);
   tr_note_stale_outputs(&pg);
   if (tr_ckpt_stale)
@@ -356,7 +355,7 @@ gp_status tr_eval_only(run *r) {
                    "evaluating the %s on the test split (no training), batch %" PRId64
                    ", %d CPU thread%s%s, precision %s",
                    who, b, threads, threads == 1 ? "" : "s", blas,
-                   r->precision == GP_PREC_BF16 ? "bf16" : "fp32");
+                   gp_args_precision_name(r->precision));
   tr_note_pipeline(&pg, &plan, b, r->split_note);
   tr_note_stale_outputs(&pg);
   gp_metrics ev = {0};

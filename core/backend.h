@@ -24,8 +24,13 @@ typedef struct gp_event gp_event; /* a point in an instance's queued work (backe
  * rounded to bfloat16 (cuDNN writes bf16 results from bf16 inputs), then the bias is added
  * (forward) or it is added to dw (filter) in f32; dbias sums the f32 dy. Everything else
  * (inputs and outputs in memory, master weights, norms, losses, optimizer state) stays f32.
- * The CPU backend emulates this exactly (core/cpu/bf16.c); docs/cuda.md has the CUDA side. */
-typedef enum gp_precision { GP_PREC_FP32, GP_PREC_BF16 } gp_precision;
+ * The CPU backend emulates this exactly (core/cpu/bf16.c); docs/cuda.md has the CUDA side.
+ * BF16_MIXED: the same GEMMs and convolutions, and the executor (core/exec/pass.c) rounds
+ * every activation and activation gradient between layers to bf16 with round_bf16 (values
+ * kept in f32 storage), as bf16 storage would; norms' statistics, losses, master weights,
+ * their gradients and optimizer state stay f32. A backend checks != GP_PREC_FP32 for its
+ * bf16 GEMMs and convolutions. */
+typedef enum gp_precision { GP_PREC_FP32, GP_PREC_BF16, GP_PREC_BF16_MIXED } gp_precision;
 
 /* An instance's queues: its ops run in order on COMPUTE; copy_peer may also use IN (copies
  * of other instances' tensors into this one's memory: activations) and OUT (copies from this
@@ -274,6 +279,9 @@ struct gp_backend {
                                 const float *dy, float *dx);
   gp_status (*axpby)(gp_backend *be, int64_t n, float a, const float *x, float b,
                      float *y); /* y = a x + b y (b == 0: y is not read) */
+  /* x[i] = x[i] rounded to bfloat16 (to nearest, ties to even; NaN kept, quieted; overflow
+   * gives Inf), in place in f32 storage: BF16_MIXED's activations (core/exec/pass.c) */
+  gp_status (*round_bf16)(gp_backend *be, int64_t n, float *x);
   /* y = a * b element-wise (gates); y may be a or b */
   gp_status (*mul)(gp_backend *be, int64_t n, const float *a, const float *b, float *y);
   /* 2-D strided copy: rows x cols floats; dst[r*dst_ld + j] = src[r*src_ld + j] */

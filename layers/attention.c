@@ -410,7 +410,7 @@ static gp_status try_fused_forward(const gp_layer *l, gp_exec *e, const geo *g, 
   gp_backend *be = e->be;
   const int64_t nb = in[0].shape.d[0];
   *fused = 0;
-  if (!be->sdpa_forward || be->precision != GP_PREC_BF16 || dropout_on(k, e) || g->seg_q >= 0)
+  if (!be->sdpa_forward || be->precision == GP_PREC_FP32 || dropout_on(k, e) || g->seg_q >= 0)
     return GP_OK;
   gp_sdpa_desc sd;
   sdpa_desc(g, k, e, in, nb, s, &sd);

@@ -212,7 +212,7 @@ static void sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, flo
 gp_status gp_cpu_gemm_serial(gp_backend *be, int worker, int trans_a, int trans_b, int64_t m,
                              int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                              const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-  if (be->precision == GP_PREC_BF16) /* then on copies of a and b rounded to bf16 (bf16.c) */
+  if (be->precision != GP_PREC_FP32) /* then on copies of a and b rounded to bf16 (bf16.c) */
     GP_TRY(gp_cpu_bf16_operands(be, worker, trans_a, trans_b, m, n, k, &a, &lda, &b, &ldb));
   gp_status st;
   if (gemm_prelude(&st, m, n, k, lda, ldb, beta, c, ldc))
@@ -254,7 +254,7 @@ static gp_status gemm_task(void *ctx, int64_t lo, int64_t hi, int worker) {
 gp_status gp_cpu_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float beta, float *c, int64_t ldc) {
-  if (be->precision == GP_PREC_BF16)
+  if (be->precision != GP_PREC_FP32)
     GP_TRY(gp_cpu_bf16_operands(be, gp_cpu_worker_index(), trans_a, trans_b, m, n, k, &a, &lda, &b,
                                 &ldb));
   gp_status st;
@@ -359,6 +359,7 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->dropout_backward = gp_cpu_dropout_backward;
   be->axpby = gp_cpu_axpby;
   be->mul = gp_cpu_mul;
+  be->round_bf16 = gp_cpu_round_bf16;
   be->resize2d_forward = gp_cpu_resize2d_forward;
   be->resize2d_backward = gp_cpu_resize2d_backward;
   be->copy2d = gp_cpu_copy2d;

@@ -1,4 +1,4 @@
-/* bfloat16 on the CPU backend (be->precision == GP_PREC_BF16): the rounding, and the GEMM and
+/* bfloat16 on the CPU backend (be->precision != GP_PREC_FP32): the rounding, and the GEMM and
  * convolution wrappers that make the f32 code compute what the CUDA backend computes on tensor
  * cores (operands rounded to bf16, f32 accumulation; convolution results rounded to bf16). */
 #include <stdint.h>
@@ -58,6 +58,17 @@ float gp_bf16_round(float f) {
 void gp_bf16_round_array(int64_t n, const float *x, float *y) {
   for (int64_t i = 0; i < n; i++)
     y[i] = bits_f32(round_bits(f32_bits(x[i])));
+}
+
+static gp_status round_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  float *x = ctx;
+  gp_bf16_round_array(hi - lo, x + lo, x + lo);
+  return GP_OK;
+}
+
+gp_status gp_cpu_round_bf16(gp_backend *be, int64_t n, float *x) {
+  return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN, round_part, x);
 }
 
 /* The buffers of be, made on first use. */

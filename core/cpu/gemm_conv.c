@@ -469,18 +469,19 @@ gp_status gp_cpu_conv2d_backward_filter_unrounded(gp_backend *be, const gp_conv2
 /* The table's entries: in bf16 mode the result is rounded too (bf16.c). */
 gp_status gp_cpu_conv2d_forward(gp_backend *be, const gp_conv2d_desc *d, const float *x,
                                 const float *w, const float *bias, float *y) {
-  if (be->precision == GP_PREC_BF16) return gp_cpu_bf16_conv2d_forward(be, d, x, w, bias, y);
+  if (be->precision != GP_PREC_FP32) return gp_cpu_bf16_conv2d_forward(be, d, x, w, bias, y);
   return gp_cpu_conv2d_forward_unrounded(be, d, x, w, bias, y);
 }
 
 gp_status gp_cpu_conv2d_backward_data(gp_backend *be, const gp_conv2d_desc *d, const float *dy,
                                       const float *w, float *dx) {
-  if (be->precision == GP_PREC_BF16) return gp_cpu_bf16_conv2d_backward_data(be, d, dy, w, dx);
+  if (be->precision != GP_PREC_FP32) return gp_cpu_bf16_conv2d_backward_data(be, d, dy, w, dx);
   return gp_cpu_conv2d_backward_data_unrounded(be, d, dy, w, dx);
 }
 
 gp_status gp_cpu_conv2d_backward_filter(gp_backend *be, const gp_conv2d_desc *d, const float *x,
                                         const float *dy, float *dw, float *dbias) {
+  /* BF16_MIXED: operands rounded (by the GEMMs), dw not rounded, so M changes nothing */
   if (be->precision == GP_PREC_BF16)
     return gp_cpu_bf16_conv2d_backward_filter(be, d, x, dy, dw, dbias);
   return gp_cpu_conv2d_backward_filter_unrounded(be, d, x, dy, dw, dbias);

@@ -285,7 +285,7 @@ gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx) 
   }
   gp_cpu_impl *im = be->impl;
   /* bf16 operand buffers are made here, before the workers look them up */
-  if (be->precision == GP_PREC_BF16) GP_TRY(gp_cpu_bf16_prepare(be));
+  if (be->precision != GP_PREC_FP32) GP_TRY(gp_cpu_bf16_prepare(be));
   if (!im->team) {
     gp_status s = team_start(be, &im->team);
     if (s != GP_OK) {

@@ -318,7 +318,7 @@ static gp_status cuda_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, 
                   "(%lld, %lld, %lld columns)",
                   (long long)lda, (long long)ldb, (long long)ldc, (long long)a_cols,
                   (long long)b_cols, (long long)n);
-  if (be->precision == GP_PREC_BF16) // bf16 operands, f32 accumulation and output (bf16.cu)
+  if (be->precision != GP_PREC_FP32) // bf16 operands, f32 accumulation and output (bf16.cu)
     return gp_cuda_bf16_gemm(be, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   GP_CUBLAS_TRY(cublasSgemm(gp_cuda_of(be)->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                             trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, b,
@@ -372,6 +372,7 @@ static gp_status cuda_init(gp_backend *be) {
   be->dropout_backward = gp_cuda_dropout_backward;
   be->axpby = gp_cuda_axpby;
   be->mul = gp_cuda_mul;
+  be->round_bf16 = gp_cuda_round_bf16;
   be->copy2d = gp_cuda_copy2d;
   be->sum = gp_cuda_sum;
   be->count_correct = gp_cuda_count_correct;

@@ -26,6 +26,12 @@ __device__ __forceinline__ float bf16_value(uint16_t h) {
   return __uint_as_float((uint32_t)h << 16);
 }
 
+// BF16_MIXED: f32 values rounded to bf16, kept in f32 storage (the CPU's gp_cpu_round_bf16;
+// y may be x: the activations, rounded in place; no memory saved yet).
+__global__ void round_f32_k(int64_t n, const float *x, float *y) {
+  GRID_LOOP(i, n) y[i] = bf16_value(bf16_bits(x[i]));
+}
+
 __global__ void round_k(int64_t n, const float *src, uint16_t *dst) {
   GRID_LOOP(i, n) dst[i] = bf16_bits(src[i]);
 }
@@ -69,6 +75,29 @@ gp_status to_bf16_2d(gp_backend *be, int64_t rows, int64_t cols, const float *sr
 }
 
 } // namespace
+
+gp_status gp_cuda_round_bf16(gp_backend *be, int64_t n, float *x) {
+  if (n <= 0) return GP_OK;
+  GP_TRY(gp_cuda_use(be));
+  round_f32_k<<<gp_cuda_blocks(be, n), GP_CUDA_BLOCK, 0, gp_cuda_of(be)->stream>>>(n, x, x);
+  GP_CUDA_LAUNCHED("bf16 round in place");
+  return GP_OK;
+}
+
+gp_status gp_cuda_bf16_rounded_f32(gp_backend *be, const float *in1, int64_t n1, const float *in2,
+                                   int64_t n2, float **r1, float **r2) {
+  const size_t s1 = round_up((size_t)n1 * sizeof(float));
+  void *ws = NULL;
+  GP_TRY(gp_cuda_workspace(be, s1 + round_up((size_t)n2 * sizeof(float)), &ws));
+  *r1 = (float *)ws;
+  *r2 = (float *)((char *)ws + s1);
+  cudaStream_t st = gp_cuda_of(be)->stream;
+  if (n1 > 0) round_f32_k<<<gp_cuda_blocks(be, n1), GP_CUDA_BLOCK, 0, st>>>(n1, in1, *r1);
+  GP_CUDA_LAUNCHED("bf16 round (f32 copy)");
+  if (n2 > 0) round_f32_k<<<gp_cuda_blocks(be, n2), GP_CUDA_BLOCK, 0, st>>>(n2, in2, *r2);
+  GP_CUDA_LAUNCHED("bf16 round (f32 copy)");
+  return GP_OK;
+}
 
 gp_status gp_cuda_bf16_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n,
                             int64_t k, float alpha, const float *a, int64_t lda, const float *b,

@@ -17,6 +17,15 @@ gp_status gp_cuda_bf16_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m,
                             int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                             int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* be->round_bf16: x[i] rounded to bf16 in place, in f32 storage, with the CPU's rounding
+ * (BF16_MIXED's activations: the CPU's values, bit for bit; no memory or bandwidth saved). */
+gp_status gp_cuda_round_bf16(gp_backend *be, int64_t n, float *x);
+
+/* BF16_MIXED's filter gradient: f32 copies of in1 (n1 values) and in2 (n2) rounded to bf16, in
+ * the instance's private workspace (as gp_cuda_bf16_operands; valid until its next use). */
+gp_status gp_cuda_bf16_rounded_f32(gp_backend *be, const float *in1, int64_t n1, const float *in2,
+                                   int64_t n2, float **r1, float **r2);
+
 /* For a convolution: bf16 copies of in1 (n1 values) and in2 (n2), and room for n_out bf16
  * results, in the instance's private workspace (gp_cuda_workspace: not the public scratch,
  * not the dnn family's workspace that cuDNN gets; valid until the next op that uses it). */

@@ -246,7 +246,7 @@ static gp_status entry_get(gp_backend *be, const gp_conv2d_desc *desc, conv_entr
   conv_key key;
   memset(&key, 0, sizeof key);
   key.d = *desc;
-  key.precision = be->precision;
+  key.precision = be->precision != GP_PREC_FP32 ? GP_PREC_BF16 : GP_PREC_FP32; // (mixed: same)
   key.nondeterministic = be->nondeterministic != 0;
   const conv_key *d = &key;
   gp_dnn_state *st = gp_dnn_of(be);
@@ -677,7 +677,7 @@ static gp_status conv_forward(gp_backend *be, const gp_conv2d_desc *d, const flo
   GP_TRY(gp_cuda_use(be));
   GP_TRY(check_desc(d));
   if (d->n == 0) return GP_OK;
-  if (be->precision == GP_PREC_BF16) return conv_forward_bf16(be, d, x, w, bias, y);
+  if (be->precision != GP_PREC_FP32) return conv_forward_bf16(be, d, x, w, bias, y);
   conv_entry *e;
   void *ws;
   GP_TRY(conv_prepare(be, d, DIR_FWD, x, w, NULL, y, &e, &ws));
@@ -698,7 +698,7 @@ static gp_status conv_backward_data(gp_backend *be, const gp_conv2d_desc *d, con
   GP_TRY(gp_cuda_use(be));
   GP_TRY(check_desc(d));
   if (d->n == 0) return GP_OK;
-  if (be->precision == GP_PREC_BF16) return conv_backward_data_bf16(be, d, dy, w, dx);
+  if (be->precision != GP_PREC_FP32) return conv_backward_data_bf16(be, d, dy, w, dx);
   conv_entry *e;
   void *ws;
   GP_TRY(conv_prepare(be, d, DIR_DATA, NULL, w, dy, dx, &e, &ws));
@@ -717,7 +717,21 @@ static gp_status conv_backward_filter(gp_backend *be, const gp_conv2d_desc *d, c
   GP_TRY(gp_cuda_use(be));
   GP_TRY(check_desc(d));
   if (d->n == 0) return GP_OK;
-  if (be->precision == GP_PREC_BF16) return conv_backward_filter_bf16(be, d, x, dy, dw, dbias);
+  // BF16_MIXED: dw not rounded (as a GEMM's C), so the micro-batches' filter gradients sum to
+  // the mini-batch's as in fp32 and M changes nothing (bf16 rounds each one's). The operands
+  // rounded to bf16 into f32 copies, then the fp32 path (FMA math, no TF32: products of bf16
+  // values are exact in f32), as the CPU. dbias first: it uses the copies' workspace.
+  if (be->precision == GP_PREC_BF16_MIXED) {
+    if (dbias) GP_TRY(gp_dnn_channel_sum(be, d->n, d->k, d->oh * d->ow, dy, dbias));
+    float *xr, *dyr;
+    GP_TRY(gp_cuda_bf16_rounded_f32(be, x, d->n * d->c * d->h * d->w, dy,
+                                    d->n * d->k * d->oh * d->ow, &xr, &dyr));
+    be->precision = GP_PREC_FP32; // (the fp32 path and its algorithm cache entry)
+    gp_status st = conv_backward_filter(be, d, xr, dyr, dw, NULL);
+    be->precision = GP_PREC_BF16_MIXED;
+    return st;
+  }
+  if (be->precision != GP_PREC_FP32) return conv_backward_filter_bf16(be, d, x, dy, dw, dbias);
   conv_entry *e;
   void *ws;
   GP_TRY(conv_prepare(be, d, DIR_FILTER, x, NULL, dy, NULL, &e, &ws));

@@ -295,7 +295,7 @@ gp_status sdpa_forward(gp_backend *be, const gp_sdpa_desc *d, const float *q, co
   *taken = 0;
   GP_TRY(gp_cuda_use(be));
   GP_TRY(check_desc(d));
-  if (be->precision != GP_PREC_BF16 || !gp_env_get(GP_ENV_SDPA, 1) || unsupported(be, d))
+  if (be->precision == GP_PREC_FP32 || !gp_env_get(GP_ENV_SDPA, 1) || unsupported(be, d))
     return GP_OK;
   sdpa_entry *e;
   GP_TRY(lookup(be, d, d->training, &e));

@@ -117,6 +117,17 @@ int64_t gp_stage_remat_set(const gp_model *m, const int *reader, int first, int 
   return bytes;
 }
 
+/* BF16_MIXED (core/backend.h): t rounded to bf16 in place when it is an f32 activation or an
+ * activation gradient. Called on the outputs of the nodes that depend on a trainable
+ * parameter, losses excepted (their values are the f32 loss), and on every input gradient a
+ * layer writes; what a layer keeps for its backward (norms' statistics, softmax probabilities)
+ * and integer tensors stay as they are. Per element, so K, M and the schedule change nothing. */
+static gp_status round_mixed(gp_exec *e, const gp_tensor *t) {
+  if (e->be->precision != GP_PREC_BF16_MIXED || t->dtype != GP_F32 || !t->data) return GP_OK;
+  int64_t n = gp_shape_numel(&t->shape);
+  return n > 0 ? e->be->round_bf16(e->be, n, GP_F32P(t)) : GP_OK;
+}
+
 gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
   const gp_model *m = p->m;
   gp_tensor in[GP_MAX_INPUTS];
@@ -147,6 +158,7 @@ gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
     e->arena = ar; /* (its saved state too) */
     gp_status st = l->type->forward(l, e, in, &p->val[t], &p->saved[i]);
     e->arena = own;
+    if (st == GP_OK && n->trains && !l->type->is_loss) st = round_mixed(e, &p->val[t]);
     if (st != GP_OK) return node_error(m, i, "forward", st);
     if (e->on_layer) e->on_layer(e, i, 0, 1);
   }
@@ -173,6 +185,8 @@ static gp_status backward_part(gp_pass *p, gp_exec *e, gp_grad_part part) {
     int t = m->n_inputs + i;
     int is_loss = (i == m->n_nodes - 1);
     if (!is_loss && !p->grad[t].data) continue; /* nothing downstream needs it */
+    /* several readers' gradients, each rounded, summed: rounded once more (bf16 storage) */
+    if (!is_loss && p->reader[t] < 0) GP_TRY(round_mixed(e, &p->grad[t]));
     /* B then W: no handing dout to both inputs of an add, where the later producer's W would
      * read its dout after the other input's readers had added into it (a copy instead: the
      * same bytes). */
@@ -221,6 +235,7 @@ static gp_status backward_part(gp_pass *p, gp_exec *e, gp_grad_part part) {
         gp_layer_backward_part(l, e, part, in, &p->val[t], &p->grad[t], din, p->saved[i]);
     if (st != GP_OK) return node_error(m, i, "backward", st);
     for (int j = 0; j < n->n_in; j++) {
+      GP_TRY(round_mixed(e, &din[j])); /* (fresh: the slot holds this contribution alone) */
       if (!din[j].data || fresh[j]) continue;
       GP_TRY(be->axpby(be, gp_shape_numel(&din[j].shape), 1.0f, GP_F32P(&din[j]), 1.0f,
                        GP_F32P(&p->grad[n->in[j]])));

@@ -54,7 +54,7 @@ for k in f32:
     assert rel(b16[k], k2[k]) <= 1e-5, (k, rel(b16[k], k2[k]))
 PY
 
-for bad in "fp16:unknown value 'fp16' \(fp32 or bf16\)" "BF16:unknown value 'BF16'" ":empty"; do
+for bad in "fp16:unknown value 'fp16' \(fp32, bf16 or bf16-mixed\)" "BF16:unknown value 'BF16'" ":empty"; do
   "$train" "$model" --data synthetic --steps 1 --precision "${bad%%:*}" >/dev/null 2>"$tmp/err"
   rc=$?
   [ $rc = 2 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && grep -qE -- "--precision: ${bad#*:}" "$tmp/err" ||
