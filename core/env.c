@@ -43,6 +43,9 @@ static const env_setting settings[GP_ENV_COUNT] = {
     [GP_ENV_REMAT_SELECTIVE] = {"GP_REMAT_SELECTIVE", 0, 1, NULL,
                                 "0: remat auto drops whole micro-batches alone, never the cheap "
                                 "layers' activations first"},
+    [GP_ENV_STEP_OVERLAP] = {"GP_STEP_OVERLAP", 0, 1, NULL,
+                             "0: every training step starts with every stage idle, none of "
+                             "the next step's forwards run early"},
 };
 
 /* variables gpipe's scripts and tests set, which the programs do not read */

@@ -20,6 +20,7 @@ typedef enum gp_env_key {
   GP_ENV_CUDNN_LOG,     /* 0 or 1: every cuDNN algorithm search's candidates on stderr */
   GP_ENV_NCCL,          /* 0 or 1: GPU stages of different processes use NCCL where built */
   GP_ENV_REMAT_SELECTIVE, /* 0 or 1: remat auto drops cheap layers' activations first */
+  GP_ENV_STEP_OVERLAP,    /* 0 or 1: stage 0 starts the next step's forwards early */
   GP_ENV_COUNT
 } gp_env_key;
 

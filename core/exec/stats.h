@@ -34,6 +34,7 @@ typedef struct gp_stage_stats {
    * for (the rest ran under the backward), and the bytes summed */
   double allreduce_s, allreduce_wait_s;
   int64_t allreduce_bytes, allreduce_steps;
+  int64_t early; /* stage 0: forwards of a next step run while the last one ended (overlap) */
 } gp_stage_stats;
 
 /* A stage's compute per training step in ms, and its measured bubble: the share of the steps'

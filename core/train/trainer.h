@@ -40,6 +40,11 @@ void gp_trainer_free(gp_trainer *t);
 
 /* One optimizer step on a host mini-batch (one buffer per model input, see gp_batch). */
 gp_status gp_trainer_step(gp_trainer *t, const gp_batch *b, double lr, gp_metrics *out);
+/* The same, told the next step's batch (NULL: none), so that steps may overlap
+ * (gp_pipeline_train_step_ahead: the next call must be the step of `next`, whose buffers stay
+ * valid and unchanged until it returns; gp_batch_keep makes such a copy). */
+gp_status gp_trainer_step_ahead(gp_trainer *t, const gp_batch *b, const gp_batch *next, double lr,
+                                gp_metrics *out);
 /* The batch of a model of one f32 input and labels: x (n x sample f32) feeds the input that
  * is not the labels, y (int32) the labels. GP_ERR_USAGE for other models. */
 gp_status gp_batch_xy(const gp_model *m, const float *x, const int32_t *y, int64_t n,
@@ -54,6 +59,9 @@ typedef struct gp_batch_buffers {
 gp_status gp_batch_buffers_alloc(const gp_model *m, int64_t cap, gp_batch_buffers *out);
 void gp_batch_buffers_free(gp_batch_buffers *b);
 gp_batch gp_batch_of(const gp_batch_buffers *b, int64_t n);
+/* A copy of b's inputs in buf (grown to fit b), as *out (its f32 targets, which no loss reads,
+ * still b's): a batch that outlives the source's next one, which may reuse its buffers. */
+gp_status gp_batch_keep(const gp_model *m, const gp_batch *b, gp_batch_buffers *buf, gp_batch *out);
 
 /* Loss and accuracy (and, for tokens, perplexity) over one pass of src from its start
  * (seeks it to (0, 0)), forward only. */
