@@ -176,6 +176,9 @@ struct gp_pipeline {
    * through the GPU stages' hand-offs and all-reduce, staged in page-locked host memory by
    * queued copies (plain copies on the CPU), so that their logic runs where no GPU is */
   int test_no_allreduce, test_nan_stage, test_staged;
+  /* GP_TEST_AHEAD_ALL=1: stage 0 runs all its early forwards (run_ahead), however soon the other
+   * stages are done, so that tests see the same overlap under any load */
+  int test_ahead_all;
   int nccl; /* GPU stages of different processes or replicas use NCCL (every process agreed) */
   gp_schedule sched; /* per stage (interleaved: per chunk, derived from dev_sched) */
   int k, micro;

@@ -589,6 +589,8 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   const char *ts = getenv("GP_TEST_STAGED");
   pl->test_no_allreduce = tv && strcmp(tv, "1") == 0;
   pl->test_staged = ts && strcmp(ts, "1") == 0;
+  const char *ta = getenv("GP_TEST_AHEAD_ALL");
+  pl->test_ahead_all = ta && strcmp(ta, "1") == 0;
   pl->test_nan_stage = tn && *tn ? atoi(tn) : -1;
   /* a contiguous run of stages, or (interleaved) its devices' chunks, a strided set */
   pl->n_local = gp_layout_held(&pl->lay, pl->lay.pos);

@@ -584,7 +584,9 @@ static gp_status run_ahead(stage *st) {
   st->step = pl->nx.step;
   gp_status r = GP_OK;
   for (int j = 0; j < pl->ahead_max; j++) {
-    if (atomic_load_explicit(&pl->tail_done, memory_order_acquire) >= pl->k - 1) break;
+    if (!pl->test_ahead_all &&
+        atomic_load_explicit(&pl->tail_done, memory_order_acquire) >= pl->k - 1)
+      break;
     st->rec.at = j;
     if ((r = do_forward(st, j, pl->sched.actions[st->index][j].recompute, 1)) != GP_OK) break;
     pl->ahead = j + 1;

@@ -118,6 +118,11 @@ void gp_pipeline_reset_stats(gp_pipeline *pl) {
 }
 
 gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double *out) {
+  return gp_bubble_sim_ahead(sc, ss, 0, out);
+}
+
+gp_status gp_bubble_sim_ahead(const gp_schedule *sc, const gp_stage_stats *ss, int ahead,
+                              double *out) {
   /* interleaved: a cost per chunk (virtual stage), ss[] being the chunks' stages */
   const int K = sc->stages * (sc->chunks > 1 ? sc->chunks : 1), M = sc->micro;
   gp_stage_cost cost[GP_MAX_DEVICES] = {{0}};
@@ -134,7 +139,7 @@ gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double 
                               .step = w[GP_A_STEP] / (double)ss[s].steps};
   }
   gp_sim_result r;
-  GP_TRY(gp_schedule_simulate(sc, cost, &r));
+  GP_TRY(gp_schedule_simulate_overlap(sc, cost, ahead, &r));
   *out = r.bubble;
   gp_sim_result_free(&r);
   return GP_OK;
@@ -144,7 +149,7 @@ gp_status gp_pipeline_bubble_sim(const gp_pipeline *pl, double *out) {
   gp_stage_stats ss[GP_MAX_DEVICES];
   for (int s = 0; s < pl->k; s++)
     gp_pipeline_stats(pl, s, &ss[s]);
-  return gp_bubble_sim(&pl->sched, ss, out);
+  return gp_bubble_sim_ahead(&pl->sched, ss, pl->ahead_max, out);
 }
 
 /* The step just run, replayed with each action's own time and instant hand-offs. A statistic:
@@ -160,6 +165,10 @@ void gp_pl_replay(gp_pipeline *pl) {
   if (gp_schedule_replay(&pl->sched, dur, rdur, &span, &busy) != GP_OK) pl->replay_lost = 1;
   pl->replay_span_s += span;
   pl->replay_busy_s += busy;
+}
+
+int gp_pipeline_overlap(const gp_pipeline *pl) {
+  return pl->ahead_max;
 }
 
 double gp_pipeline_bubble_replayed(const gp_pipeline *pl) {

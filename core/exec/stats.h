@@ -70,6 +70,14 @@ void gp_pipeline_reset_stats(gp_pipeline *pl);
  * latency, micro-batches of uneven speed, work of the step outside any action. NAN when a stage
  * timed no training step. */
 gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double *out);
+/* The same where consecutive steps overlap, stage 0 running up to `ahead` of the next step's
+ * forwards early (gp_schedule_simulate_overlap; 0: none). */
+gp_status gp_bubble_sim_ahead(const gp_schedule *sc, const gp_stage_stats *ss, int ahead,
+                              double *out);
+/* How many of the next step's forwards stage 0 may run early when told the next batch
+ * (gp_pipeline_train_step_ahead); 0: the steps never overlap (a barrier: clipping, tied
+ * weights, replicas, several processes, GPU stages, GP_STEP_OVERLAP=0). */
+int gp_pipeline_overlap(const gp_pipeline *pl);
 /* gp_bubble_sim of the pipeline's schedule and stages, since the last reset. */
 gp_status gp_pipeline_bubble_sim(const gp_pipeline *pl, double *out);
 /* The idle share of the training steps since the last reset, each replayed with every action
