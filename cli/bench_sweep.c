@@ -357,7 +357,7 @@ static gp_status stage_numbers(gp_bench_ctx *c, const gp_pipeline *pl, gp_bench_
     out->allreduce_bytes = bytes / steps;
   }
   /* the steps overlap where they can (each is told the next batch) */
-  GP_TRY(gp_bubble_sim_ahead(gp_pipeline_schedule(pl), all, gp_pipeline_overlap(pl),
+  GP_TRY(gp_bubble_sim_ahead(gp_pipeline_schedule(pl), all, out->m > 1 ? gp_pipeline_overlap(pl) : 0,
                              &out->bubble_sim));
   int whole = gp_pipeline_layout(pl)->procs == 1;
   out->bubble_replay = whole ? gp_pipeline_bubble_replayed(pl) : NAN;
@@ -409,7 +409,9 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
     s = gp_batch_source_want(c->data.train, used, lay->replica, lay->replicas);
   }
   /* each batch copied (the source may reuse its buffers), so that the next is at hand during a
-   * step: the steps may overlap (gp_trainer_step_ahead) */
+   * step: the steps may overlap (gp_trainer_step_ahead); not at M = 1, naive model parallelism,
+   * the speed-ups' reference */
+  const int ahead = r->m > 1;
   gp_batch_buffers keep[2] = {{{0}}};
   gp_batch sb, nb;
   if (s == GP_OK) s = gp_batch_source_next(c->data.train, &sb, NULL);
@@ -419,12 +421,16 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
       gp_pipeline_reset_stats(t.pl);
       ticks = gp_cpu_ticks_now(&busy0, &steal0);
     }
-    const int more = i + 1 < b->warmup + steps;
+    const int more = ahead && i + 1 < b->warmup + steps;
     if (more) s = gp_batch_source_next(c->data.train, &nb, NULL);
     if (s == GP_OK && more) s = gp_batch_keep(m, &nb, &keep[(i + 1) % 2], &nb);
     double t0 = gp_now();
     if (s == GP_OK) s = gp_trainer_step_ahead(&t, &sb, more ? &nb : NULL, m->train.lr, &mt);
     if (more) sb = nb;
+    if (!ahead && s == GP_OK && i + 1 < b->warmup + steps) {
+      s = gp_batch_source_next(c->data.train, &sb, NULL);
+      if (s == GP_OK) s = gp_batch_keep(m, &sb, &keep[0], &sb);
+    }
     /* a step's time ends when its work has run, not when it is queued (GPUs) */
     if (s == GP_OK) s = gp_pipeline_sync(t.pl);
     if (s == GP_OK && i >= b->warmup) {
