@@ -446,12 +446,7 @@ int gp_pl_overlap_max(const gp_pipeline *pl) {
     return 0;
   for (int s = 0; s < pl->k; s++)
     if (pl->st[s].be->device >= 0 || pl->st[s].rec.tm) return 0; /* CPU stages, host-timed */
-  int n = 0; /* stage 0's leading forwards, in order, each in a slot of its own */
-  const gp_schedule *sc = &pl->sched;
-  while (n < sc->n_actions[0] && n < sc->slots[0] && sc->actions[0][n].kind == GP_A_FORWARD &&
-         sc->actions[0][n].micro == n)
-    n++;
-  return n;
+  return gp_schedule_early_forwards(&pl->sched);
 }
 
 gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,

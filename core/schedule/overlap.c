@@ -11,6 +11,15 @@
  * step then repeats, and its period is what a long run measures per step. */
 #define STEPS 4
 
+int gp_schedule_early_forwards(const gp_schedule *s) {
+  int n = 0; /* stage 0's leading forwards, in order, each in a slot of its own */
+  if (s->stages < 2 || s->chunks > 1) return 0;
+  while (n < s->n_actions[0] && n < s->slots[0] && s->actions[0][n].kind == GP_A_FORWARD &&
+         s->actions[0][n].micro == n)
+    n++;
+  return n;
+}
+
 gp_status gp_schedule_simulate_overlap(const gp_schedule *s, const gp_stage_cost *cost, int ahead,
                                        gp_sim_result *out) {
   GP_TRY(gp_schedule_simulate(s, cost, out));

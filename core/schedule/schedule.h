@@ -109,6 +109,9 @@ void gp_sim_result_free(gp_sim_result *r);
  * update, while a later stage is still busy; makespan and bubble are the steady state's step
  * (its period; busy and memory as gp_schedule_simulate's). ahead 0, one stage or chunks: the
  * same as gp_schedule_simulate. */
+/* How many of the next step's forwards stage 0 can run early (its list's leading forwards, in
+ * micro-batch order, each in a slot of its own); 0 for one stage or chunks. */
+int gp_schedule_early_forwards(const gp_schedule *s);
 gp_status gp_schedule_simulate_overlap(const gp_schedule *s, const gp_stage_cost *cost, int ahead,
                                        gp_sim_result *out);
 
