@@ -357,8 +357,8 @@ static gp_status stage_numbers(gp_bench_ctx *c, const gp_pipeline *pl, gp_bench_
     out->allreduce_bytes = bytes / steps;
   }
   /* the steps overlap where they can (each is told the next batch) */
-  GP_TRY(gp_bubble_sim_ahead(gp_pipeline_schedule(pl), all, out->m > 1 ? gp_pipeline_overlap(pl) : 0,
-                             &out->bubble_sim));
+  GP_TRY(gp_bubble_sim_ahead(gp_pipeline_schedule(pl), all,
+                             out->m > 1 ? gp_pipeline_overlap(pl) : 0, &out->bubble_sim));
   int whole = gp_pipeline_layout(pl)->procs == 1;
   out->bubble_replay = whole ? gp_pipeline_bubble_replayed(pl) : NAN;
   out->bubble_slowest = whole ? gp_pipeline_bubble_bottleneck(pl) : NAN;
