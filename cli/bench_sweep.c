@@ -408,29 +408,21 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
     const gp_layout *lay = gp_pipeline_layout(t.pl);
     s = gp_batch_source_want(c->data.train, used, lay->replica, lay->replicas);
   }
-  /* each batch copied (the source may reuse its buffers), so that the next is at hand during a
-   * step: the steps may overlap (gp_trainer_step_ahead); not at M = 1, naive model parallelism,
-   * the speed-ups' reference */
-  const int ahead = r->m > 1;
+  /* the next batch at hand during a step (each kept: the source may reuse its buffers), so that
+   * the steps overlap (gp_trainer_step_ahead), but at M = 1, the speed-ups' naive reference */
   gp_batch_buffers keep[2] = {{{0}}};
   gp_batch sb, nb;
-  if (s == GP_OK) s = gp_batch_source_next(c->data.train, &sb, NULL);
-  if (s == GP_OK) s = gp_batch_keep(m, &sb, &keep[0], &sb);
+  if (s == GP_OK) s = gp_batch_next_kept(c->data.train, m, &keep[0], &sb);
   for (int i = 0; s == GP_OK && i < b->warmup + steps; i++) {
     if (i == b->warmup) {
       gp_pipeline_reset_stats(t.pl);
       ticks = gp_cpu_ticks_now(&busy0, &steal0);
     }
-    const int more = ahead && i + 1 < b->warmup + steps;
-    if (more) s = gp_batch_source_next(c->data.train, &nb, NULL);
-    if (s == GP_OK && more) s = gp_batch_keep(m, &nb, &keep[(i + 1) % 2], &nb);
+    const int more = i + 1 < b->warmup + steps;
+    if (more) s = gp_batch_next_kept(c->data.train, m, &keep[(i + 1) % 2], &nb);
     double t0 = gp_now();
-    if (s == GP_OK) s = gp_trainer_step_ahead(&t, &sb, more ? &nb : NULL, m->train.lr, &mt);
+    if (s == GP_OK) s = gp_trainer_step_ahead(&t, &sb, more && r->m > 1 ? &nb : NULL, m->train.lr, &mt);
     if (more) sb = nb;
-    if (!ahead && s == GP_OK && i + 1 < b->warmup + steps) {
-      s = gp_batch_source_next(c->data.train, &sb, NULL);
-      if (s == GP_OK) s = gp_batch_keep(m, &sb, &keep[0], &sb);
-    }
     /* a step's time ends when its work has run, not when it is queued (GPUs) */
     if (s == GP_OK) s = gp_pipeline_sync(t.pl);
     if (s == GP_OK && i >= b->warmup) {

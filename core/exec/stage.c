@@ -447,7 +447,9 @@ static gp_status do_weight(stage *st, int m) {
  * its gradients; and without clipping none is needed for the loss's NaN check, which the last
  * stage makes at each forward: a stage's step follows its last backward, which waits for the
  * last stage's last backward, which follows all its forwards; a failed one sends no gradient,
- * so no stage updates. (What the barrier costs: bench/schedules.sh.) */
+ * so no stage updates. Hence, without clipping, ties or replicas, nothing waits here for
+ * another stage, and stage 0 may go on with the next step's forwards (run_ahead). (What the
+ * barrier costs: bench/schedules.sh, docs/schedules.md.) */
 static gp_status do_step(stage *st) {
   gp_pipeline *pl = st->pl;
   const gp_model *m = pl->m;

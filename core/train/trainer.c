@@ -114,6 +114,13 @@ gp_status gp_batch_keep(const gp_model *m, const gp_batch *b, gp_batch_buffers *
   return GP_OK;
 }
 
+gp_status gp_batch_next_kept(gp_batch_source *src, const gp_model *m, gp_batch_buffers *buf,
+                             gp_batch *out) {
+  gp_batch b;
+  GP_TRY(gp_batch_source_next(src, &b, NULL));
+  return gp_batch_keep(m, &b, buf, out);
+}
+
 gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_source *src, gp_metrics *out) {
   gp_batch_source_stats st;
   gp_batch_source_stats_get(src, &st);

@@ -62,6 +62,9 @@ gp_batch gp_batch_of(const gp_batch_buffers *b, int64_t n);
 /* A copy of b's inputs in buf (grown to fit b), as *out (its f32 targets, which no loss reads,
  * still b's): a batch that outlives the source's next one, which may reuse its buffers. */
 gp_status gp_batch_keep(const gp_model *m, const gp_batch *b, gp_batch_buffers *buf, gp_batch *out);
+/* gp_batch_source_next, kept in buf (gp_batch_keep). */
+gp_status gp_batch_next_kept(gp_batch_source *src, const gp_model *m, gp_batch_buffers *buf,
+                             gp_batch *out);
 
 /* Loss and accuracy (and, for tokens, perplexity) over one pass of src from its start
  * (seeks it to (0, 0)), forward only. */
