@@ -356,9 +356,7 @@ static gp_status stage_numbers(gp_bench_ctx *c, const gp_pipeline *pl, gp_bench_
     out->allreduce_hidden = fmin(1, fmax(0, 1 - wait / ar));
     out->allreduce_bytes = bytes / steps;
   }
-  /* the steps overlap where they can (each is told the next batch) */
-  GP_TRY(gp_bubble_sim_ahead(gp_pipeline_schedule(pl), all,
-                             out->m > 1 ? gp_pipeline_overlap(pl) : 0, &out->bubble_sim));
+  GP_TRY(gp_bubble_sim(gp_pipeline_schedule(pl), all, &out->bubble_sim));
   int whole = gp_pipeline_layout(pl)->procs == 1;
   out->bubble_replay = whole ? gp_pipeline_bubble_replayed(pl) : NAN;
   out->bubble_slowest = whole ? gp_pipeline_bubble_bottleneck(pl) : NAN;
@@ -408,21 +406,15 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
     const gp_layout *lay = gp_pipeline_layout(t.pl);
     s = gp_batch_source_want(c->data.train, used, lay->replica, lay->replicas);
   }
-  /* the next batch at hand during a step (each kept: the source may reuse its buffers), so that
-   * the steps overlap (gp_trainer_step_ahead), but at M = 1, the speed-ups' naive reference */
-  gp_batch_buffers keep[2] = {{{0}}};
-  gp_batch sb, nb;
-  if (s == GP_OK) s = gp_batch_next_kept(c->data.train, m, &keep[0], &sb);
   for (int i = 0; s == GP_OK && i < b->warmup + steps; i++) {
     if (i == b->warmup) {
       gp_pipeline_reset_stats(t.pl);
       ticks = gp_cpu_ticks_now(&busy0, &steal0);
     }
-    const int more = i + 1 < b->warmup + steps;
-    if (more) s = gp_batch_next_kept(c->data.train, m, &keep[(i + 1) % 2], &nb);
+    /* the next batch too, so that the steps overlap; not at M = 1, the naive reference */
+    s = gp_trainer_fetch(&t, c->data.train, r->m > 1 && i + 1 < b->warmup + steps);
     double t0 = gp_now();
-    if (s == GP_OK) s = gp_trainer_step_ahead(&t, &sb, more && r->m > 1 ? &nb : NULL, m->train.lr, &mt);
-    if (more) sb = nb;
+    if (s == GP_OK) s = gp_trainer_step_fetched(&t, m->train.lr, &mt);
     /* a step's time ends when its work has run, not when it is queued (GPUs) */
     if (s == GP_OK) s = gp_pipeline_sync(t.pl);
     if (s == GP_OK && i >= b->warmup) {
@@ -456,8 +448,6 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
     _exit(gp_status_exit_code(s));
   }
   gp_trainer_free(&t);
-  gp_batch_buffers_free(&keep[0]);
-  gp_batch_buffers_free(&keep[1]);
   return s;
 }
 

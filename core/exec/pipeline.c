@@ -429,26 +429,6 @@ static gp_batch replica_share(const gp_pipeline *pl, const gp_batch *b, int64_t 
   return out;
 }
 
-/* Whether batch b is the one announced as the next (its forwards may have run early). */
-static int is_next(const gp_pipeline *pl, const gp_batch *b, int64_t step) {
-  if (b->n != pl->nx.batch || step != pl->nx.step) return 0;
-  for (int i = 0; i < pl->m->n_inputs; i++)
-    if (b->in[i] != pl->nx.in.in[i]) return 0;
-  return 1;
-}
-
-int gp_pl_overlap_max(const gp_pipeline *pl) {
-  /* the update of a stage needs the others' only through the clipping norm's sum, tied weights'
-   * gradient sums, or replicas (other processes): then the step is a barrier */
-  if (!gp_env_get(GP_ENV_STEP_OVERLAP, 1) || pl->dist || pl->chunks > 1 || pl->k < 2 ||
-      pl->m->train.clip_grad_norm > 0 || pl->tied.n_groups || pl->chan_policy != GP_CHAN_AUTO ||
-      pl->test_staged || pl->test_nan_stage >= 0)
-    return 0;
-  for (int s = 0; s < pl->k; s++)
-    if (pl->st[s].be->device >= 0 || pl->st[s].rec.tm) return 0; /* CPU stages, host-timed */
-  return gp_schedule_early_forwards(&pl->sched);
-}
-
 gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
                                  gp_step_result *out) {
   return gp_pipeline_train_step_ahead(pl, b, NULL, step, lr, out);
@@ -456,11 +436,7 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
 
 gp_status gp_pipeline_train_step_ahead(gp_pipeline *pl, const gp_batch *b, const gp_batch *next,
                                        int64_t step, double lr, gp_step_result *out) {
-  if (pl->ahead && !is_next(pl, b, step))
-    return GP_ERR(GP_ERR_USAGE,
-                  "internal: step %lld trains a batch other than the one announced "
-                  "as the next (whose forwards ran)",
-                  (long long)step + 1);
+  GP_TRY(gp_pl_announce(pl, b, next, step));
   int64_t base;
   gp_batch mine = replica_share(pl, b, &base);
   if (pl->lay.replicas > 1 && mine.n < pl->micro)
@@ -478,18 +454,6 @@ gp_status gp_pipeline_train_step_ahead(gp_pipeline *pl, const gp_batch *b, const
   if (pl->targets == 0) pl->targets = 1;
   pl->step = step;
   pl->lr = lr;
-  pl->nx.on = 0;
-  if (next && pl->ahead_max && next->n >= pl->micro) {
-    pl->nx.on = 1;
-    pl->nx.in = *next;
-    pl->nx.batch = next->n;
-    pl->nx.step = step + 1;
-    pl->nx.targets = gp_batch_targets(pl->m, next);
-    if (pl->nx.targets == 0) pl->nx.targets = 1;
-    const int64_t n = next->n, M = pl->micro;
-    for (int m = 0; m <= M; m++)
-      pl->nx.off[m] = (n / M) * m + (m < n % M ? m : n % M);
-  }
   double before[GP_MAX_DEVICES];
   for (int s = 0; s < pl->k; s++)
     before[s] = gp_pl_stage_busy(&pl->st[s]);

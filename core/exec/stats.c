@@ -118,11 +118,8 @@ void gp_pipeline_reset_stats(gp_pipeline *pl) {
 }
 
 gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double *out) {
-  return gp_bubble_sim_ahead(sc, ss, 0, out);
-}
-
-gp_status gp_bubble_sim_ahead(const gp_schedule *sc, const gp_stage_stats *ss, int ahead,
-                              double *out) {
+  /* steps that overlapped (stage 0 ran forwards early) are simulated overlapped */
+  const int ahead = ss[0].early > 0 ? gp_schedule_early_forwards(sc) : 0;
   /* interleaved: a cost per chunk (virtual stage), ss[] being the chunks' stages */
   const int K = sc->stages * (sc->chunks > 1 ? sc->chunks : 1), M = sc->micro;
   gp_stage_cost cost[GP_MAX_DEVICES] = {{0}};
@@ -149,7 +146,7 @@ gp_status gp_pipeline_bubble_sim(const gp_pipeline *pl, double *out) {
   gp_stage_stats ss[GP_MAX_DEVICES];
   for (int s = 0; s < pl->k; s++)
     gp_pipeline_stats(pl, s, &ss[s]);
-  return gp_bubble_sim_ahead(&pl->sched, ss, pl->ahead_max, out);
+  return gp_bubble_sim(&pl->sched, ss, out);
 }
 
 /* The step just run, replayed with each action's own time and instant hand-offs. A statistic:

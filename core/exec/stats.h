@@ -70,10 +70,8 @@ void gp_pipeline_reset_stats(gp_pipeline *pl);
  * latency, micro-batches of uneven speed, work of the step outside any action. NAN when a stage
  * timed no training step. */
 gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double *out);
-/* The same where consecutive steps overlap, stage 0 running up to `ahead` of the next step's
- * forwards early (gp_schedule_simulate_overlap; 0: none). */
-gp_status gp_bubble_sim_ahead(const gp_schedule *sc, const gp_stage_stats *ss, int ahead,
-                              double *out);
+/* (Where stage 0 ran forwards early, ss[0].early > 0, the steps overlapped: then the overlapped
+ * steady state, gp_schedule_simulate_overlap.) */
 /* How many of the next step's forwards stage 0 may run early when told the next batch
  * (gp_pipeline_train_step_ahead); 0: the steps never overlap (a barrier: clipping, tied
  * weights, replicas, several processes, GPU stages, GP_STEP_OVERLAP=0). */

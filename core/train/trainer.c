@@ -31,6 +31,8 @@ gp_status gp_trainer_init(gp_trainer *t, const gp_model *m, const gp_plan *plan,
 void gp_trainer_free(gp_trainer *t) {
   if (!t || !t->m) return;
   gp_pipeline_free(t->pl);
+  gp_batch_buffers_free(&t->keep[0]);
+  gp_batch_buffers_free(&t->keep[1]);
   memset(t, 0, sizeof *t);
 }
 
@@ -114,11 +116,24 @@ gp_status gp_batch_keep(const gp_model *m, const gp_batch *b, gp_batch_buffers *
   return GP_OK;
 }
 
-gp_status gp_batch_next_kept(gp_batch_source *src, const gp_model *m, gp_batch_buffers *buf,
-                             gp_batch *out) {
-  gp_batch b;
-  GP_TRY(gp_batch_source_next(src, &b, NULL));
-  return gp_batch_keep(m, &b, buf, out);
+gp_status gp_trainer_fetch(gp_trainer *t, gp_batch_source *src, int ahead) {
+  if (t->have_next) { /* fetched with the last step: in the other buffer */
+    t->cur = t->next;
+    t->flip ^= 1;
+  } else {
+    GP_TRY(gp_batch_source_next(src, &t->cur, NULL));
+    if (ahead) GP_TRY(gp_batch_keep(t->m, &t->cur, &t->keep[t->flip], &t->cur));
+  }
+  t->have_next = 0;
+  if (!ahead) return GP_OK;
+  GP_TRY(gp_batch_source_next(src, &t->next, NULL));
+  GP_TRY(gp_batch_keep(t->m, &t->next, &t->keep[t->flip ^ 1], &t->next));
+  t->have_next = 1;
+  return GP_OK;
+}
+
+gp_status gp_trainer_step_fetched(gp_trainer *t, double lr, gp_metrics *out) {
+  return gp_trainer_step_ahead(t, &t->cur, t->have_next ? &t->next : NULL, lr, out);
 }
 
 gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_source *src, gp_metrics *out) {

@@ -19,6 +19,13 @@ typedef struct gp_metrics {
   int64_t ppl_targets;
 } gp_metrics;
 
+/* Host buffers for mini-batches of up to cap samples of every model input, in the model's
+ * input order; gp_batch_buffers_free accepts a zeroed struct. */
+typedef struct gp_batch_buffers {
+  void *in[GP_MAX_MODEL_INPUTS];
+  int64_t cap;
+} gp_batch_buffers;
+
 typedef struct gp_trainer {
   const gp_model *m; /* read only */
   gp_plan plan;
@@ -31,6 +38,11 @@ typedef struct gp_trainer {
   /* the largest file weights and checkpoints are written as; above it, shards and an index
    * (core/io/shards.h). 0: GP_SHARD_BYTES_DEFAULT, 4 GiB */
   int64_t shard_bytes;
+  /* gp_trainer_fetch's batches: this step's and the next (have_next), kept in buffers of their
+   * own (flip: the one holding this step's) where the next is fetched */
+  gp_batch_buffers keep[2];
+  gp_batch cur, next;
+  int have_next, flip;
 } gp_trainer;
 
 /* Weights are initialized from seed (the same for every K and M). */
@@ -50,21 +62,17 @@ gp_status gp_trainer_step_ahead(gp_trainer *t, const gp_batch *b, const gp_batch
 gp_status gp_batch_xy(const gp_model *m, const float *x, const int32_t *y, int64_t n,
                       gp_batch *out);
 
-/* Host buffers for mini-batches of up to cap samples of every model input, in the model's
- * input order; gp_batch_buffers_free accepts a zeroed struct. */
-typedef struct gp_batch_buffers {
-  void *in[GP_MAX_MODEL_INPUTS];
-  int64_t cap;
-} gp_batch_buffers;
 gp_status gp_batch_buffers_alloc(const gp_model *m, int64_t cap, gp_batch_buffers *out);
 void gp_batch_buffers_free(gp_batch_buffers *b);
 gp_batch gp_batch_of(const gp_batch_buffers *b, int64_t n);
+/* The batch for the next gp_trainer_step_fetched from src, and, with `ahead`, the one after it
+ * too, so that the steps may overlap (gp_trainer_step_ahead); each kept where needed (the source
+ * may reuse its buffers). */
+gp_status gp_trainer_fetch(gp_trainer *t, gp_batch_source *src, int ahead);
+gp_status gp_trainer_step_fetched(gp_trainer *t, double lr, gp_metrics *out);
 /* A copy of b's inputs in buf (grown to fit b), as *out (its f32 targets, which no loss reads,
  * still b's): a batch that outlives the source's next one, which may reuse its buffers. */
 gp_status gp_batch_keep(const gp_model *m, const gp_batch *b, gp_batch_buffers *buf, gp_batch *out);
-/* gp_batch_source_next, kept in buf (gp_batch_keep). */
-gp_status gp_batch_next_kept(gp_batch_source *src, const gp_model *m, gp_batch_buffers *buf,
-                             gp_batch *out);
 
 /* Loss and accuracy (and, for tokens, perplexity) over one pass of src from its start
  * (seeks it to (0, 0)), forward only. */
