@@ -302,8 +302,7 @@ int gp_pl_overlap_max(const gp_pipeline *pl);
 /* At a training step's call (main thread): a batch other than the one announced, when the last
  * step ran its forwards early, is refused; then the next batch (NULL: unknown) is set up for
  * this step's early forwards, where the steps overlap. */
-gp_status gp_pl_announce(gp_pipeline *pl, const gp_batch *b, const gp_batch *next,
-                         int64_t step);
+gp_status gp_pl_announce(gp_pipeline *pl, const gp_batch *b, const gp_batch *next, int64_t step);
 
 /* stage.c: runs one command's actions on stage st (its worker thread). */
 gp_status gp_pl_run_command(stage *st, cmd_kind cmd);

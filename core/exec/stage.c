@@ -585,11 +585,11 @@ int gp_pl_overlap_max(const gp_pipeline *pl) {
   return gp_schedule_early_forwards(&pl->sched);
 }
 
-gp_status gp_pl_announce(gp_pipeline *pl, const gp_batch *b, const gp_batch *next,
-                         int64_t step) {
+gp_status gp_pl_announce(gp_pipeline *pl, const gp_batch *b, const gp_batch *next, int64_t step) {
   if (pl->ahead && !is_next(pl, b, step))
-    return GP_ERR(GP_ERR_USAGE, "internal: step %lld trains a batch other than the one announced "
-                                "as the next (whose forwards ran)",
+    return GP_ERR(GP_ERR_USAGE,
+                  "internal: step %lld trains a batch other than the one announced "
+                  "as the next (whose forwards ran)",
                   (long long)step + 1);
   pl->nx.on = 0;
   if (next && pl->ahead_max && next->n >= pl->micro) {
