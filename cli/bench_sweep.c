@@ -412,10 +412,10 @@ static gp_status measure(gp_bench_ctx *c, const gp_bench_run *r, int trace, gp_b
       gp_pipeline_reset_stats(t.pl);
       ticks = gp_cpu_ticks_now(&busy0, &steal0);
     }
-    gp_batch sb;
-    s = gp_batch_source_next(c->data.train, &sb, NULL);
+    /* the next batch too, so that the steps overlap; not at M = 1, the naive reference */
+    s = gp_trainer_fetch(&t, c->data.train, r->m > 1 && i + 1 < b->warmup + steps);
     double t0 = gp_now();
-    if (s == GP_OK) s = gp_trainer_step(&t, &sb, m->train.lr, &mt);
+    if (s == GP_OK) s = gp_trainer_step_fetched(&t, m->train.lr, &mt);
     /* a step's time ends when its work has run, not when it is queued (GPUs) */
     if (s == GP_OK) s = gp_pipeline_sync(t.pl);
     if (s == GP_OK && i >= b->warmup) {

@@ -30,6 +30,9 @@ static const env_setting settings[GP_ENV_COUNT] = {
                            "for the widest tiles to use"},
     [GP_ENV_PIPELINE_SPIN] = {"GP_PIPELINE_SPIN", 0, 1, NULL,
                               "0: a waiting stage sleeps at once instead of spinning first"},
+    [GP_ENV_STEP_OVERLAP] = {"GP_STEP_OVERLAP", 0, 1, NULL,
+                             "0: every training step starts with every stage idle, none of "
+                             "the next step's forwards run early"},
     [GP_ENV_DEVICE_TIMING] = {"GP_DEVICE_TIMING", 0, 1, NULL,
                               "0: GPU stages are timed by the host's launches, not on their "
                               "streams"},

@@ -15,6 +15,7 @@ typedef enum gp_env_key {
   GP_ENV_CPU_TAKEOVER,  /* 0 or 1: a finished CPU thread runs the pieces others have not started */
   GP_ENV_CPU_DIRECT,    /* 0, avx2 or avx512 (as 0, 1, 2): the CPU's direct convolution */
   GP_ENV_PIPELINE_SPIN, /* 0 or 1: a waiting stage spins first when it has a core of its own */
+  GP_ENV_STEP_OVERLAP,  /* 0 or 1: stage 0 starts the next step's forwards early */
   GP_ENV_DEVICE_TIMING, /* 0 or 1: GPU stages timed on their streams */
   GP_ENV_CUDNN_GRAPH,   /* 0 or 1: cuDNN's graph API beside its legacy convolutions */
   GP_ENV_CUDNN_LOG,     /* 0 or 1: every cuDNN algorithm search's candidates on stderr */

@@ -74,6 +74,7 @@ typedef struct stage_meter {
   trace_ev *lspan;
   int n_lspan, cap_lspan;
   int64_t steps;
+  int64_t early; /* forwards run ahead of their step (run_ahead) */
   trace_ev *ev;
   int64_t n_ev, cap_ev;
   double layer_t0; /* record_layer: when the current layer started */
@@ -143,6 +144,13 @@ typedef struct stage {
   uint64_t finished; /* the generation of the last command it finished (under pl->mu) */
   stage_meter rec;   /* statistics and trace */
   gp_step_result acc;
+  /* overlapped steps (pl->nx): the step its current action belongs to (the trace's), whether
+   * it runs the next step's forwards, and what those leave to their own step: their times by
+   * action index (for the replay) and their results */
+  int64_t step;
+  int ahead;
+  double *ahead_s;
+  gp_step_result ahead_acc;
   double nll_sum; /* gp_prediction's sums, on the stage that predicts */
   int64_t nll_count;
 } stage;
@@ -168,6 +176,9 @@ struct gp_pipeline {
    * through the GPU stages' hand-offs and all-reduce, staged in page-locked host memory by
    * queued copies (plain copies on the CPU), so that their logic runs where no GPU is */
   int test_no_allreduce, test_nan_stage, test_staged;
+  /* GP_TEST_AHEAD_ALL=1: stage 0 runs all its early forwards (run_ahead), however soon the other
+   * stages are done, so that tests see the same overlap under any load */
+  int test_ahead_all;
   int nccl; /* GPU stages of different processes or replicas use NCCL (every process agreed) */
   gp_schedule sched; /* per stage (interleaved: per chunk, derived from dev_sched) */
   int k, micro;
@@ -210,6 +221,20 @@ struct gp_pipeline {
   double lr;
   int64_t off[GP_MAX_MICRO_BATCHES + 1]; /* micro-batch m: samples [off[m], off[m+1]) */
   gp_prediction *pred;                   /* gp_pipeline_predict: what the last stage fills */
+  /* Consecutive steps overlap (stage.c, run_ahead): where no stage's update needs another's
+   * (no clipping norm, no ties, one process of CPU stages: gp_pl_overlap_max), stage 0, after
+   * its update, runs the next step's first forwards (at most ahead_max, its list's leading
+   * forwards) while the later stages finish this one. nx: that step's batch as the caller
+   * announced it (on: it did); ahead: how many ran (that step's command skips them);
+   * tail_done: stages other than 0 done with this command's actions (stage 0 stops then) */
+  int ahead_max, ahead;
+  struct {
+    int on;
+    gp_batch in;
+    int64_t batch, step, targets;
+    int64_t off[GP_MAX_MICRO_BATCHES + 1];
+  } nx;
+  _Atomic int tail_done;
   /* tied parameters: their copies and gradient sums */
   gp_tied tied;
   /* what the stages combine: tied gradients, the clipping norm, the step's results */
@@ -269,6 +294,15 @@ gp_status gp_pl_device_ready(stage *st);
 void gp_pl_device_done(stage *st);
 /* gp_pl_replay of the devices' lists, each action taking its chunk's time. */
 void gp_pl_replay_chunks(gp_pipeline *pl);
+
+/* How many of the next step's forwards stage 0 may run early (pl->ahead_max; 0: steps do not
+ * overlap). Once the pipeline is made. */
+int gp_pl_overlap_max(const gp_pipeline *pl);
+
+/* At a training step's call (main thread): a batch other than the one announced, when the last
+ * step ran its forwards early, is refused; then the next batch (NULL: unknown) is set up for
+ * this step's early forwards, where the steps overlap. */
+gp_status gp_pl_announce(gp_pipeline *pl, const gp_batch *b, const gp_batch *next, int64_t step);
 
 /* stage.c: runs one command's actions on stage st (its worker thread). */
 gp_status gp_pl_run_command(stage *st, cmd_kind cmd);

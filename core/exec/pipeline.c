@@ -231,7 +231,8 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
       st->ar.last_b = a;
   st->rec.act_s = calloc(acts, sizeof *st->rec.act_s);
   st->rec.rec_s = calloc(acts, sizeof *st->rec.rec_s);
-  if (!st->slot_arena || !st->pass || !st->box || !st->rec.act_s || !st->rec.rec_s)
+  st->ahead_s = calloc(acts, sizeof *st->ahead_s);
+  if (!st->slot_arena || !st->pass || !st->box || !st->rec.act_s || !st->rec.rec_s || !st->ahead_s)
     return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
   /* a device stage's actions are timed on its queue: at most three spans an action (a
    * backward's recompute, itself, its hand-off), two timers a span, and the reference */
@@ -334,9 +335,17 @@ static gp_status issue(gp_pipeline *pl, cmd_kind cmd) {
     pthread_mutex_unlock(&pl->mu);
     return GP_ERR(GP_ERR_RUNTIME, "the pipeline is stopped: %s", pl->fail_msg);
   }
+  /* the next step's forwards stage 0 ran early (run_ahead) sit in the later stages' mailboxes
+   * above this step's, which every one of them received */
+  const int ahead = cmd == CMD_TRAIN ? pl->ahead : 0;
+  atomic_store_explicit(&pl->tail_done, 0, memory_order_relaxed);
   for (int s = 0; s < pl->k; s++)
     for (int m = 0; gp_layout_local(&pl->lay, s) && m < pl->micro; m++) {
-      atomic_store_explicit(&pl->st[s].box[m].values, 0, memory_order_relaxed);
+      if (s > 0 && m < ahead)
+        atomic_fetch_sub_explicit(&pl->st[s].box[m].values, pl->st[s].n_wait_in,
+                                  memory_order_relaxed);
+      else
+        atomic_store_explicit(&pl->st[s].box[m].values, 0, memory_order_relaxed);
       atomic_store_explicit(&pl->st[s].box[m].grads, 0, memory_order_relaxed);
       atomic_store_explicit(&pl->st[s].box[m].released, 0, memory_order_relaxed);
     }
@@ -422,6 +431,12 @@ static gp_batch replica_share(const gp_pipeline *pl, const gp_batch *b, int64_t 
 
 gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
                                  gp_step_result *out) {
+  return gp_pipeline_train_step_ahead(pl, b, NULL, step, lr, out);
+}
+
+gp_status gp_pipeline_train_step_ahead(gp_pipeline *pl, const gp_batch *b, const gp_batch *next,
+                                       int64_t step, double lr, gp_step_result *out) {
+  GP_TRY(gp_pl_announce(pl, b, next, step));
   int64_t base;
   gp_batch mine = replica_share(pl, b, &base);
   if (pl->lay.replicas > 1 && mine.n < pl->micro)
@@ -443,7 +458,12 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
   for (int s = 0; s < pl->k; s++)
     before[s] = gp_pl_stage_busy(&pl->st[s]);
   double t0 = now_s();
-  GP_TRY(issue(pl, CMD_TRAIN));
+  gp_status rc = issue(pl, CMD_TRAIN);
+  if (rc != GP_OK) { /* what ran early is lost with the step */
+    pl->ahead = 0;
+    pl->nx.on = 0;
+    return rc;
+  }
   pl->span_s += now_s() - t0;
   double pace = 0, dev[GP_MAX_DEVICES] = {0}; /* the device that set the step's pace: the
                                                  busiest in it (its chunks' times together) */
@@ -463,6 +483,9 @@ gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t ste
 }
 
 gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *out) {
+  if (pl->ahead)
+    return GP_ERR(GP_ERR_USAGE, "internal: an evaluation between a step and the next one it "
+                                "announced (whose forwards ran)");
   int64_t base;
   gp_batch mine = replica_share(pl, b, &base);
   GP_TRY(split(pl, mine.n, 0));
@@ -525,6 +548,8 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   const char *ts = getenv("GP_TEST_STAGED");
   pl->test_no_allreduce = tv && strcmp(tv, "1") == 0;
   pl->test_staged = ts && strcmp(ts, "1") == 0;
+  const char *ta = getenv("GP_TEST_AHEAD_ALL");
+  pl->test_ahead_all = ta && strcmp(ta, "1") == 0;
   pl->test_nan_stage = tn && *tn ? atoi(tn) : -1;
   /* a contiguous run of stages, or (interleaved) its devices' chunks, a strided set */
   pl->n_local = gp_layout_held(&pl->lay, pl->lay.pos);
@@ -612,6 +637,7 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
       s = gp_coll_threads_init(&pl->coll, pl->k, &pl->mu, &pl->cv, &pl->failed, pl->watchdog_s,
                                &pl->tied);
   }
+  if (s == GP_OK) pl->ahead_max = gp_pl_overlap_max(pl);
   /* across processes, the clocks of the traces start together (within the barrier's skew) */
   if (s == GP_OK && pl->dist) s = gp_dist_barrier(pl->dist);
   pl->t_origin = now_s();
@@ -680,6 +706,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
     free(st->rec.ev);
     free(st->rec.act_s);
     free(st->rec.rec_s);
+    free(st->ahead_s);
     free(st->rec.span);
     free(st->rec.lspan);
     gp_backend_destroy(st->be);

@@ -71,6 +71,14 @@ void gp_pipeline_free(gp_pipeline *pl);
  * the gradients are summed over the replicas, the results are the global batch's. */
 gp_status gp_pipeline_train_step(gp_pipeline *pl, const gp_batch *b, int64_t step, double lr,
                                  gp_step_result *out);
+/* The same, told the batch of the next step (NULL: unknown): where no stage's update needs
+ * another's (no clip_grad_norm, no tied weights, one process of CPU stages, GP_STEP_OVERLAP not
+ * 0), stage 0 runs that step's first forwards while the later stages finish this one, so the
+ * steps overlap; the numbers are the same. The next call must then be the step `step + 1` of
+ * `next` (the same buffers, unchanged and valid until that call returns); an evaluation in
+ * between is refused. */
+gp_status gp_pipeline_train_step_ahead(gp_pipeline *pl, const gp_batch *b, const gp_batch *next,
+                                       int64_t step, double lr, gp_step_result *out);
 /* Forward only (evaluation mode) of a host batch; adds to out. */
 gp_status gp_pipeline_eval(gp_pipeline *pl, const gp_batch *b, gp_step_result *out);
 /* What gp_pipeline_predict reports beyond the loss: the argmax of the model's output (the

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/spin.h"
 #include "core/exec/internal.h"
 
@@ -122,20 +123,28 @@ static void on_layer_net(const gp_exec *e, int node, int backward, int end) {
 
 _Static_assert(GP_EXEC_MAX_HOST == GP_MAX_MODEL_INPUTS, "gp_exec's host copies");
 
+/* The micro-batches' offsets of the step the stage's action belongs to: the next step's while
+ * it runs that step's forwards early (run_ahead). */
+static const int64_t *offs(const stage *st) {
+  return st->ahead ? st->pl->nx.off : st->pl->off;
+}
+
 /* The exec of an action on micro-batch `micro` with pass p, whose model inputs' host copies
  * (the caller's batch) it lists. */
 static gp_exec exec_for(stage *st, const gp_pass *p, int micro, int training, int recompute,
                         gp_arena *arena) {
   gp_pipeline *pl = st->pl;
+  const int64_t *off = offs(st);
+  const gp_batch *in = st->ahead ? &pl->nx.in : &pl->in;
   gp_exec e = {.be = st->be,
                .arena = arena,
                .training = training,
                .recompute = recompute,
                .seed = pl->seed,
-               .step = pl->step,
+               .step = st->step,
                .micro = micro,
-               .sample_offset = pl->base + pl->off[micro], /* in the global batch */
-               .loss_count = training ? pl->targets : 1,
+               .sample_offset = pl->base + off[micro], /* in the global batch */
+               .loss_count = training ? (st->ahead ? pl->nx.targets : pl->targets) : 1,
                .on_layer = st->n_net || st->ar.on  ? on_layer_net
                            : pl->trace && training ? gp_pl_record_layer
                                                    : NULL,
@@ -148,7 +157,7 @@ static gp_exec exec_for(stage *st, const gp_pass *p, int micro, int training, in
     const gp_model_input *mi = &pl->m->inputs[t];
     size_t per = (size_t)gp_shape_numel(&mi->shape) * gp_dtype_size(mi->dtype);
     e.host_dev[e.n_host] = p->val[t].data;
-    e.host_src[e.n_host++] = (const char *)pl->in.in[t] + (size_t)pl->off[micro] * per;
+    e.host_src[e.n_host++] = (const char *)in->in[t] + (size_t)off[micro] * per;
   }
   return e;
 }
@@ -187,14 +196,14 @@ static gp_status gather_inputs(stage *st, int m, gp_pass *p, gp_arena *keep) {
   gp_pipeline *pl = st->pl;
   const gp_model *mo = pl->m;
   gp_backend *be = st->be;
-  int64_t n = pl->off[m + 1] - pl->off[m];
+  const int64_t *off = offs(st);
+  int64_t n = off[m + 1] - off[m];
   for (int q = 0; q < st->n_in; q++) {
     int t = st->in[q].t, queued = 0;
     if (st->in[q].producer >= 0) continue;
     const gp_model_input *mi = &mo->inputs[t];
     gp_shape sh = gp_shape_batch(n, &mi->shape);
-    GP_TRY(
-        gp_chan_input_get(st->in[q].ch, pl->off[m], n, &sh, mi->dtype, keep, &p->val[t], &queued));
+    GP_TRY(gp_chan_input_get(st->in[q].ch, off[m], n, &sh, mi->dtype, keep, &p->val[t], &queued));
     if (queued) GP_TRY(gp_chan_input_end(st->in[q].ch));
   }
   if (!st->n_wait_in) return GP_OK;
@@ -277,7 +286,7 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   int slot = training ? m % pl->sched.slots[st->index] : m;
   gp_pass *p = &st->pass[slot];
   gp_arena *keep = &st->slot_arena[slot];
-  pass_clear(p, pl->off[m + 1] - pl->off[m]);
+  pass_clear(p, offs(st)[m + 1] - offs(st)[m]);
   /* selective: the flagged layers' outputs go to the scratch, reset once the forward is done */
   int sel = training && selective(st, m, drop);
   p->remat = sel ? st->remat : NULL;
@@ -286,7 +295,7 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   GP_TRY(gather_inputs(st, m, p, keep));
   gp_exec e = exec_for(st, p, m, training, 0, drop ? &st->scratch : keep);
   GP_TRY(timed_pass(st, GP_A_FORWARD, m, p, &e, training));
-  if (training && st->index == pl->test_nan_stage && pl->step == 1 && m == 0) {
+  if (training && st->index == pl->test_nan_stage && st->step == 1 && m == 0) {
     for (int o = 0; o < st->n_out; o++) { /* what it hands on: NaN * y = NaN */
       const gp_tensor *v = &p->val[st->out[o].t];
       if (v->dtype == GP_F32)
@@ -296,7 +305,7 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   }
   if (training && !isfinite(e.loss_sum))
     return GP_ERR(GP_ERR_RUNTIME, "the loss is %s at step %lld (lower the learning rate?)",
-                  isnan(e.loss_sum) ? "NaN" : "infinite", (long long)pl->step + 1);
+                  isnan(e.loss_sum) ? "NaN" : "infinite", (long long)st->step + 1);
   st->acc.loss_sum += e.loss_sum;
   st->acc.correct += e.correct;
   st->acc.counted += e.counted;
@@ -439,7 +448,9 @@ static gp_status do_weight(stage *st, int m) {
  * its gradients; and without clipping none is needed for the loss's NaN check, which the last
  * stage makes at each forward: a stage's step follows its last backward, which waits for the
  * last stage's last backward, which follows all its forwards; a failed one sends no gradient,
- * so no stage updates. (What the barrier costs: bench/schedules.sh.) */
+ * so no stage updates. Hence, without clipping, ties or replicas, nothing waits here for
+ * another stage, and stage 0 may go on with the next step's forwards (run_ahead). (What the
+ * barrier costs: bench/schedules.sh, docs/schedules.md.) */
 static gp_status do_step(stage *st) {
   gp_pipeline *pl = st->pl;
   const gp_model *m = pl->m;
@@ -554,16 +565,102 @@ static gp_status run_device(stage *st) {
   return GP_OK;
 }
 
+/* Whether batch b is the one announced as the next (its forwards may have run early). */
+static int is_next(const gp_pipeline *pl, const gp_batch *b, int64_t step) {
+  if (b->n != pl->nx.batch || step != pl->nx.step) return 0;
+  for (int i = 0; i < pl->m->n_inputs; i++)
+    if (b->in[i] != pl->nx.in.in[i]) return 0;
+  return 1;
+}
+
+int gp_pl_overlap_max(const gp_pipeline *pl) {
+  /* the update of a stage needs the others' only through the clipping norm's sum, tied weights'
+   * gradient sums, or replicas (other processes): then the step is a barrier */
+  if (!gp_env_get(GP_ENV_STEP_OVERLAP, 1) || pl->dist || pl->chunks > 1 || pl->k < 2 ||
+      pl->m->train.clip_grad_norm > 0 || pl->tied.n_groups || pl->chan_policy != GP_CHAN_AUTO ||
+      pl->test_staged || pl->test_nan_stage >= 0)
+    return 0;
+  for (int s = 0; s < pl->k; s++)
+    if (pl->st[s].be->device >= 0 || pl->st[s].rec.tm) return 0; /* CPU stages, host-timed */
+  return gp_schedule_early_forwards(&pl->sched);
+}
+
+gp_status gp_pl_announce(gp_pipeline *pl, const gp_batch *b, const gp_batch *next, int64_t step) {
+  if (pl->ahead && !is_next(pl, b, step))
+    return GP_ERR(GP_ERR_USAGE,
+                  "internal: step %lld trains a batch other than the one announced "
+                  "as the next (whose forwards ran)",
+                  (long long)step + 1);
+  pl->nx.on = 0;
+  if (next && pl->ahead_max && next->n >= pl->micro) {
+    pl->nx.on = 1;
+    pl->nx.in = *next;
+    pl->nx.batch = next->n;
+    pl->nx.step = step + 1;
+    pl->nx.targets = gp_batch_targets(pl->m, next);
+    if (pl->nx.targets == 0) pl->nx.targets = 1;
+    const int64_t n = next->n, M = pl->micro;
+    for (int m = 0; m <= M; m++)
+      pl->nx.off[m] = (n / M) * m + (m < n % M ? m : n % M);
+  }
+  return GP_OK;
+}
+
+/* Stage 0, its step done: the next step's first forwards (pl->nx), each handed on as usual, so
+ * that they wait in the later stages' mailboxes across the commands' boundary and the next step
+ * starts with no stage idle for want of its first input (see gp_pl_overlap_max for when this
+ * is safe). At most its list's leading forwards, and none once every other stage is done with
+ * this step: the command ends no later for them than by one forward. They run on the weights
+ * just updated, with the next step's offsets, seed and batch, in their slots (which the next
+ * command leaves alone), exactly as that step would run them; their times and results are
+ * kept for it, their busy time counts where it is spent (this command's span). */
+static gp_status run_ahead(stage *st) {
+  gp_pipeline *pl = st->pl;
+  for (int q = 0; q < st->n_in; q++) /* (model inputs alone: stage 0 reads no other stage) */
+    GP_TRY(gp_chan_input_begin(st->in[q].ch, pl->nx.in.in[st->in[q].t], pl->nx.batch));
+  const int n = pl->sched.n_actions[st->index];
+  double *act = st->rec.act_s;
+  gp_step_result acc = st->acc;
+  memset(st->ahead_s, 0, sizeof *st->ahead_s * (size_t)n);
+  memset(&st->acc, 0, sizeof st->acc);
+  st->rec.act_s = st->ahead_s;
+  st->ahead = 1;
+  st->step = pl->nx.step;
+  gp_status r = GP_OK;
+  for (int j = 0; j < pl->ahead_max; j++) {
+    if (!pl->test_ahead_all &&
+        atomic_load_explicit(&pl->tail_done, memory_order_acquire) >= pl->k - 1)
+      break;
+    st->rec.at = j;
+    if ((r = do_forward(st, j, pl->sched.actions[st->index][j].recompute, 1)) != GP_OK) break;
+    pl->ahead = j + 1;
+    st->rec.early++;
+  }
+  st->ahead_acc = st->acc;
+  st->acc = acc;
+  st->rec.act_s = act;
+  st->ahead = 0;
+  st->step = pl->step;
+  for (int q = 0; q < st->n_in; q++)
+    GP_TRY(gp_chan_input_begin(st->in[q].ch, pl->in.in[st->in[q].t], pl->batch));
+  return r;
+}
+
 gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
   gp_pipeline *pl = st->pl;
+  /* stage 0, training: the forwards of this step the last command ran (run_ahead) */
+  const int skip = cmd == CMD_TRAIN && st->index == 0 ? pl->ahead : 0;
+  if (st->index == 0) pl->ahead = 0;
+  st->step = pl->step;
   memset(&st->acc, 0, sizeof st->acc);
+  if (skip) st->acc = st->ahead_acc;
   /* the likelihood goes on from the caller's sum, so it adds up in the order it always did */
   const int predicts =
       cmd == CMD_EVAL && pl->pred && st->index == pl->k - 1 && pl->lay.replica == 0;
   st->nll_sum = predicts ? pl->pred->nll_sum : 0;
   st->nll_count = predicts ? pl->pred->nll_count : 0;
   for (int m = 0; m < pl->micro; m++)
-    GP_TRY(gp_arena_reset(&st->slot_arena[m]));
+    if (m >= skip || cmd != CMD_TRAIN) GP_TRY(gp_arena_reset(&st->slot_arena[m]));
   GP_TRY(inputs_begin(st, cmd == CMD_TRAIN));
   if (cmd == CMD_EVAL) {
     /* No backward follows: the activations go to scratch and each slot keeps only the
@@ -579,8 +676,9 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
   const int n = s->n_actions[st->index];
   memset(st->rec.act_s, 0, sizeof *st->rec.act_s * (size_t)n);
   memset(st->rec.rec_s, 0, sizeof *st->rec.rec_s * (size_t)n);
+  if (skip) memcpy(st->rec.act_s, st->ahead_s, sizeof *st->rec.act_s * (size_t)skip);
   if (pl->chunks > 1) GP_TRY(run_device(st));
-  for (int a = 0; a < n; a++) {
+  for (int a = skip; a < n; a++) {
     const gp_action *ac = &s->actions[st->index][a];
     gp_status r = GP_OK;
     if (pl->chunks > 1 && ac->kind != GP_A_STEP) continue; /* run_device ran it */
@@ -606,6 +704,8 @@ gp_status gp_pl_run_command(stage *st, cmd_kind cmd) {
     }
     if (r != GP_OK) return gp_pl_fail(pl, r, st->index, ac->kind == GP_A_STEP ? -1 : ac->micro);
   }
+  if (st->index > 0) atomic_fetch_add_explicit(&pl->tail_done, 1, memory_order_release);
+  if (st->index == 0 && pl->nx.on) GP_TRY(run_ahead(st));
   GP_TRY(gp_pl_device_step_end(st));
   /* the hand-offs' buffers are the next command's: every send completed */
   if (st->n_net) GP_TRY(wait_net(st, NULL, -1, "the sends", -1));

@@ -17,8 +17,7 @@ static void account(stage *st, gp_action_kind k, int at, double d, double comput
 
 gp_status gp_pl_record(stage *st, gp_action_kind kind, int micro, double t0, double t1, double busy,
                        double waited) {
-  if (st->pl->trace)
-    gp_pl_trace_add(st, (trace_ev){kind, micro, -1, st->pl->step, t0, t1, busy, 0});
+  if (st->pl->trace) gp_pl_trace_add(st, (trace_ev){kind, micro, -1, st->step, t0, t1, busy, 0});
   if (!st->rec.tm) {
     account(st, kind, st->rec.at, t1 - t0 - waited, busy);
     return GP_OK;
@@ -76,7 +75,7 @@ gp_status gp_pl_device_step_end(stage *st) {
     if (d < 0) d = 0;
     account(st, sp->kind, sp->at, d, d);
     if (st->pl->trace)
-      gp_pl_trace_add(st, (trace_ev){sp->kind, sp->micro, -1, st->pl->step, st->rec.ref_host + a,
+      gp_pl_trace_add(st, (trace_ev){sp->kind, sp->micro, -1, st->step, st->rec.ref_host + a,
                                      st->rec.ref_host + b, d, 1});
   }
   return GP_OK;
@@ -94,6 +93,7 @@ void gp_pipeline_stats(const gp_pipeline *pl, int stage_i, gp_stage_stats *out) 
   out->fwd_s = st->rec.fwd_s;
   out->bwd_s = st->rec.bwd_s;
   out->steps = st->rec.steps;
+  out->early = st->rec.early;
   memcpy(out->wall_s, st->rec.wall_kind_s, sizeof out->wall_s);
   out->device_time = st->rec.tm != NULL;
   out->allreduce_s = st->ar.span_s;
@@ -111,13 +111,15 @@ void gp_pipeline_reset_stats(gp_pipeline *pl) {
     pl->st[i].rec.sent_bytes = 0;
     pl->st[i].rec.fwd_s = pl->st[i].rec.bwd_s = 0;
     memset(pl->st[i].rec.wall_kind_s, 0, sizeof pl->st[i].rec.wall_kind_s);
-    pl->st[i].rec.steps = 0;
+    pl->st[i].rec.steps = pl->st[i].rec.early = 0;
     pl->st[i].ar.span_s = pl->st[i].ar.wait_s = 0;
     pl->st[i].ar.bytes = pl->st[i].ar.steps = 0;
   }
 }
 
 gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double *out) {
+  /* steps that overlapped (stage 0 ran forwards early) are simulated overlapped */
+  const int ahead = ss[0].early > 0 ? gp_schedule_early_forwards(sc) : 0;
   /* interleaved: a cost per chunk (virtual stage), ss[] being the chunks' stages */
   const int K = sc->stages * (sc->chunks > 1 ? sc->chunks : 1), M = sc->micro;
   gp_stage_cost cost[GP_MAX_DEVICES] = {{0}};
@@ -134,7 +136,7 @@ gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double 
                               .step = w[GP_A_STEP] / (double)ss[s].steps};
   }
   gp_sim_result r;
-  GP_TRY(gp_schedule_simulate(sc, cost, &r));
+  GP_TRY(gp_schedule_simulate_overlap(sc, cost, ahead, &r));
   *out = r.bubble;
   gp_sim_result_free(&r);
   return GP_OK;
@@ -160,6 +162,10 @@ void gp_pl_replay(gp_pipeline *pl) {
   if (gp_schedule_replay(&pl->sched, dur, rdur, &span, &busy) != GP_OK) pl->replay_lost = 1;
   pl->replay_span_s += span;
   pl->replay_busy_s += busy;
+}
+
+int gp_pipeline_overlap(const gp_pipeline *pl) {
+  return pl->ahead_max;
 }
 
 double gp_pipeline_bubble_replayed(const gp_pipeline *pl) {

@@ -34,6 +34,7 @@ typedef struct gp_stage_stats {
    * for (the rest ran under the backward), and the bytes summed */
   double allreduce_s, allreduce_wait_s;
   int64_t allreduce_bytes, allreduce_steps;
+  int64_t early; /* stage 0: forwards of a next step run while the last one ended (overlap) */
 } gp_stage_stats;
 
 /* A stage's compute per training step in ms, and its measured bubble: the share of the steps'
@@ -69,6 +70,12 @@ void gp_pipeline_reset_stats(gp_pipeline *pl);
  * latency, micro-batches of uneven speed, work of the step outside any action. NAN when a stage
  * timed no training step. */
 gp_status gp_bubble_sim(const gp_schedule *sc, const gp_stage_stats *ss, double *out);
+/* (Where stage 0 ran forwards early, ss[0].early > 0, the steps overlapped: then the overlapped
+ * steady state, gp_schedule_simulate_overlap.) */
+/* How many of the next step's forwards stage 0 may run early when told the next batch
+ * (gp_pipeline_train_step_ahead); 0: the steps never overlap (a barrier: clipping, tied
+ * weights, replicas, several processes, GPU stages, GP_STEP_OVERLAP=0). */
+int gp_pipeline_overlap(const gp_pipeline *pl);
 /* gp_bubble_sim of the pipeline's schedule and stages, since the last reset. */
 gp_status gp_pipeline_bubble_sim(const gp_pipeline *pl, double *out);
 /* The idle share of the training steps since the last reset, each replayed with every action

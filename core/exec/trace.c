@@ -64,14 +64,14 @@ void gp_pl_record_layer(const gp_exec *e, int node, int backward, int end) {
              st->rec.lspan[st->rec.n_lspan].node == node &&
              st->be->event_record(st->be, GP_Q_COMPUTE, st->rec.ltm[2 * st->rec.n_lspan + 1]) ==
                  GP_OK)
-      st->rec.lspan[st->rec.n_lspan++] = (trace_ev){kind, e->micro, node, st->pl->step, 0, 0, 0, 1};
+      st->rec.lspan[st->rec.n_lspan++] = (trace_ev){kind, e->micro, node, st->step, 0, 0, 0, 1};
   }
   if (!end) {
     st->rec.layer_t0 = t;
     return;
   }
-  gp_pl_trace_add(st, (trace_ev){kind, e->micro, node, st->pl->step, st->rec.layer_t0, t,
-                                 t - st->rec.layer_t0, 0});
+  gp_pl_trace_add(
+      st, (trace_ev){kind, e->micro, node, st->step, st->rec.layer_t0, t, t - st->rec.layer_t0, 0});
 }
 
 /* The trace row of stage s's device spans. */

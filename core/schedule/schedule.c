@@ -337,6 +337,7 @@ typedef struct walk {
   const gp_sim_share *share;              /* stages sharing devices (NULL: a device each) */
   double **slot_free;                     /* per device of share: when each slot is free */
   unsigned char *turns; /* per stage: its device has fewer slots than stages (they take turns) */
+  const gp_walk_from *from; /* NULL: every stage starts free at 0 */
 } walk;
 
 /* Whether stage s's next action can run; if not, why (written to why). */
@@ -498,10 +499,12 @@ static int pick_first(const walk *w) {
 
 static gp_status walk_run(const gp_schedule *sc, const gp_stage_cost *cost,
                           const double *const *dur, const double *const *rdur,
-                          const gp_sim_share *share, gp_sim_events *ev, walk *w) {
+                          const gp_sim_share *share, gp_sim_events *ev, const gp_walk_from *from,
+                          walk *w) {
   size_t K = (size_t)sc->stages, cells = K * (size_t)chunks_of(sc) * (size_t)sc->micro;
   memset(w, 0, sizeof *w);
   w->sc = sc;
+  w->from = cost ? from : NULL;
   w->cost = cost;
   w->dur = dur;
   w->rdur = rdur;
@@ -539,6 +542,12 @@ static gp_status walk_run(const gp_schedule *sc, const gp_stage_cost *cost,
     }
   }
   if (!ok) return GP_ERR(GP_ERR_NOMEM, "schedule: out of memory for the dependency simulation");
+  if (w->from) { /* a step that starts where the last one left the stages (overlap.c) */
+    memcpy(w->free_at, w->from->free_at, K * sizeof *w->free_at);
+    for (int m = 0; m < w->from->pre; m++)
+      w->fdone[m] = 1, w->fend[m] = w->from->pre_end[m];
+    w->pos[0] = w->from->pre;
+  }
   if (w->share) {
     for (int s; (s = pick_first(w)) >= 0;)
       run_one(w, s);
@@ -580,7 +589,7 @@ static void walk_free(walk *w) {
 gp_status gp_schedule_validate(const gp_schedule *s) {
   GP_TRY(check_shape(s));
   walk w;
-  gp_status st = walk_run(s, NULL, NULL, NULL, NULL, NULL, &w);
+  gp_status st = walk_run(s, NULL, NULL, NULL, NULL, NULL, NULL, &w);
   walk_free(&w);
   return st;
 }
@@ -639,7 +648,7 @@ static gp_status simulate(const gp_schedule *s, const gp_stage_cost *cost,
                     c->wgt, c->bwd);
   }
   walk w;
-  gp_status st = walk_run(s, cost, NULL, NULL, share, events, &w);
+  gp_status st = walk_run(s, cost, NULL, NULL, share, events, NULL, &w);
   double *held =
       st == GP_OK ? malloc(sizeof(double) * (size_t)s->micro * (size_t)chunks_of(s)) : NULL;
   out->stage = st == GP_OK ? calloc((size_t)s->stages, sizeof *out->stage) : NULL;
@@ -709,6 +718,18 @@ gp_status gp_schedule_simulate_events(const gp_schedule *s, const gp_stage_cost 
   return gp_schedule_simulate_shared(s, cost, NULL, out, events);
 }
 
+gp_status gp_schedule_walk_from(const gp_schedule *s, const gp_stage_cost *cost,
+                                const gp_walk_from *from, double *end) {
+  walk w;
+  memset(&w, 0, sizeof w);
+  gp_status st = check_shape(s);
+  if (st == GP_OK) st = walk_run(s, cost, NULL, NULL, NULL, NULL, from, &w);
+  for (int k = 0; st == GP_OK && k < s->stages; k++)
+    end[k] = w.free_at[k];
+  walk_free(&w);
+  return st;
+}
+
 gp_status gp_schedule_replay(const gp_schedule *s, const double *const *dur,
                              const double *const *rdur, double *makespan, double *busy) {
   *makespan = *busy = 0;
@@ -721,7 +742,7 @@ gp_status gp_schedule_replay(const gp_schedule *s, const double *const *dur,
         return GP_ERR(GP_ERR_USAGE, "schedule: stage %d: action times must be finite and >= 0", k);
     }
   walk w;
-  gp_status st = walk_run(s, NULL, dur, rdur, NULL, NULL, &w);
+  gp_status st = walk_run(s, NULL, dur, rdur, NULL, NULL, NULL, &w);
   for (int k = 0; st == GP_OK && k < s->stages; k++) {
     *busy += w.busy[k];
     if (w.free_at[k] > *makespan) *makespan = w.free_at[k];

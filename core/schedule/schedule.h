@@ -104,6 +104,16 @@ typedef struct gp_sim_result {
  * backward runs its recompute when the stage is free, before its gradient arrives. */
 gp_status gp_schedule_simulate(const gp_schedule *s, const gp_stage_cost *cost, gp_sim_result *out);
 void gp_sim_result_free(gp_sim_result *r);
+/* gp_schedule_simulate of consecutive steps that overlap (the pipeline's, where no update needs
+ * another stage's): stage 0 runs up to `ahead` of the next step's first forwards after its
+ * update, while a later stage is still busy; makespan and bubble are the steady state's step
+ * (its period; busy and memory as gp_schedule_simulate's). ahead 0, one stage or chunks: the
+ * same as gp_schedule_simulate. */
+/* How many of the next step's forwards stage 0 can run early (its list's leading forwards, in
+ * micro-batch order, each in a slot of its own); 0 for one stage or chunks. */
+int gp_schedule_early_forwards(const gp_schedule *s);
+gp_status gp_schedule_simulate_overlap(const gp_schedule *s, const gp_stage_cost *cost, int ahead,
+                                       gp_sim_result *out);
 
 /* One timed action of the simulation (the optimizer step has no event). A backward with
  * recompute re-runs the forward first, in [rstart, rend), then waits for its gradient if it

@@ -38,12 +38,19 @@ gp_status gp_trainer_init(gp_trainer *t, const gp_model *m, const gp_plan *plan,
 void gp_trainer_free(gp_trainer *t) {
   if (!t || !t->m) return;
   gp_pipeline_free(t->pl);
+  gp_batch_buffers_free(&t->keep[0]);
+  gp_batch_buffers_free(&t->keep[1]);
   memset(t, 0, sizeof *t);
 }
 
 gp_status gp_trainer_step(gp_trainer *t, const gp_batch *b, double lr, gp_metrics *out) {
+  return gp_trainer_step_ahead(t, b, NULL, lr, out);
+}
+
+gp_status gp_trainer_step_ahead(gp_trainer *t, const gp_batch *b, const gp_batch *next, double lr,
+                                gp_metrics *out) {
   gp_step_result r;
-  gp_status s = gp_pipeline_train_step(t->pl, b, t->step, lr, &r);
+  gp_status s = gp_pipeline_train_step_ahead(t->pl, b, next, t->step, lr, &r);
   if (s == GP_OK && !isfinite(r.loss_sum))
     s = GP_ERR(GP_ERR_RUNTIME, "the loss is %s at step %" PRId64 " (lower the learning rate?)",
                isnan(r.loss_sum) ? "NaN" : "infinite", t->step + 1);
@@ -99,6 +106,42 @@ gp_batch gp_batch_of(const gp_batch_buffers *b, int64_t n) {
   for (int i = 0; i < GP_MAX_MODEL_INPUTS; i++)
     r.in[i] = b->in[i];
   return r;
+}
+
+gp_status gp_batch_keep(const gp_model *m, const gp_batch *b, gp_batch_buffers *buf,
+                        gp_batch *out) {
+  if (b->n > buf->cap) {
+    gp_batch_buffers_free(buf);
+    GP_TRY(gp_batch_buffers_alloc(m, b->n, buf));
+  }
+  *out = *b;
+  for (int i = 0; i < m->n_inputs; i++) {
+    if (!b->in[i]) continue;
+    size_t per = (size_t)gp_shape_numel(&m->inputs[i].shape) * gp_dtype_size(m->inputs[i].dtype);
+    memcpy(buf->in[i], b->in[i], (size_t)b->n * per);
+    out->in[i] = buf->in[i];
+  }
+  return GP_OK;
+}
+
+gp_status gp_trainer_fetch(gp_trainer *t, gp_batch_source *src, int ahead) {
+  if (t->have_next) { /* fetched with the last step: in the other buffer */
+    t->cur = t->next;
+    t->flip ^= 1;
+  } else {
+    GP_TRY(gp_batch_source_next(src, &t->cur, NULL));
+    if (ahead) GP_TRY(gp_batch_keep(t->m, &t->cur, &t->keep[t->flip], &t->cur));
+  }
+  t->have_next = 0;
+  if (!ahead) return GP_OK;
+  GP_TRY(gp_batch_source_next(src, &t->next, NULL));
+  GP_TRY(gp_batch_keep(t->m, &t->next, &t->keep[t->flip ^ 1], &t->next));
+  t->have_next = 1;
+  return GP_OK;
+}
+
+gp_status gp_trainer_step_fetched(gp_trainer *t, double lr, gp_metrics *out) {
+  return gp_trainer_step_ahead(t, &t->cur, t->have_next ? &t->next : NULL, lr, out);
 }
 
 gp_status gp_trainer_evaluate(gp_trainer *t, gp_batch_source *src, gp_metrics *out) {

@@ -23,6 +23,13 @@ typedef struct gp_metrics {
   double psnr, input_psnr;
 } gp_metrics;
 
+/* Host buffers for mini-batches of up to cap samples of every model input, in the model's
+ * input order; gp_batch_buffers_free accepts a zeroed struct. */
+typedef struct gp_batch_buffers {
+  void *in[GP_MAX_MODEL_INPUTS];
+  int64_t cap;
+} gp_batch_buffers;
+
 typedef struct gp_trainer {
   const gp_model *m; /* read only */
   gp_plan plan;
@@ -35,6 +42,11 @@ typedef struct gp_trainer {
   /* the largest file weights and checkpoints are written as; above it, shards and an index
    * (core/io/shards.h). 0: GP_SHARD_BYTES_DEFAULT, 4 GiB */
   int64_t shard_bytes;
+  /* gp_trainer_fetch's batches: this step's and the next (have_next), kept in buffers of their
+   * own (flip: the one holding this step's) where the next is fetched */
+  gp_batch_buffers keep[2];
+  gp_batch cur, next;
+  int have_next, flip;
 } gp_trainer;
 
 /* Weights are initialized from seed (the same for every K and M). */
@@ -44,20 +56,27 @@ void gp_trainer_free(gp_trainer *t);
 
 /* One optimizer step on a host mini-batch (one buffer per model input, see gp_batch). */
 gp_status gp_trainer_step(gp_trainer *t, const gp_batch *b, double lr, gp_metrics *out);
+/* The same, told the next step's batch (NULL: none), so that steps may overlap
+ * (gp_pipeline_train_step_ahead: the next call must be the step of `next`, whose buffers stay
+ * valid and unchanged until it returns; gp_batch_keep makes such a copy). */
+gp_status gp_trainer_step_ahead(gp_trainer *t, const gp_batch *b, const gp_batch *next, double lr,
+                                gp_metrics *out);
 /* The batch of a model of one f32 input and labels: x (n x sample f32) feeds the input that
  * is not the labels, y (int32) the labels. GP_ERR_USAGE for other models. */
 gp_status gp_batch_xy(const gp_model *m, const float *x, const int32_t *y, int64_t n,
                       gp_batch *out);
 
-/* Host buffers for mini-batches of up to cap samples of every model input, in the model's
- * input order; gp_batch_buffers_free accepts a zeroed struct. */
-typedef struct gp_batch_buffers {
-  void *in[GP_MAX_MODEL_INPUTS];
-  int64_t cap;
-} gp_batch_buffers;
 gp_status gp_batch_buffers_alloc(const gp_model *m, int64_t cap, gp_batch_buffers *out);
 void gp_batch_buffers_free(gp_batch_buffers *b);
 gp_batch gp_batch_of(const gp_batch_buffers *b, int64_t n);
+/* The batch for the next gp_trainer_step_fetched from src, and, with `ahead`, the one after it
+ * too, so that the steps may overlap (gp_trainer_step_ahead); each kept where needed (the source
+ * may reuse its buffers). */
+gp_status gp_trainer_fetch(gp_trainer *t, gp_batch_source *src, int ahead);
+gp_status gp_trainer_step_fetched(gp_trainer *t, double lr, gp_metrics *out);
+/* A copy of b's inputs in buf (grown to fit b), as *out (its f32 targets, which no loss reads,
+ * still b's): a batch that outlives the source's next one, which may reuse its buffers. */
+gp_status gp_batch_keep(const gp_model *m, const gp_batch *b, gp_batch_buffers *buf, gp_batch *out);
 
 /* Loss and accuracy (and, for tokens, perplexity) over one pass of src from its start
  * (seeks it to (0, 0)), forward only. */
