@@ -23,7 +23,6 @@
 #include "core/cuda/dnn_internal.h"
 
 #include "core/cuda/dnn.h"
-#include "core/cuda/sdpa.h"
 
 // The largest workspace an algorithm search offers cuDNN: algorithms that want more are
 // left out (the workspace only grows, so a greedy FFT plan would hold its memory for good).
@@ -717,13 +716,11 @@ static gp_status conv_backward_filter(gp_backend *be, const gp_conv2d_desc *d, c
   GP_TRY(gp_cuda_use(be));
   GP_TRY(check_desc(d));
   if (d->n == 0) return GP_OK;
-  // BF16_MIXED: dw not rounded (as a GEMM's C), so the micro-batches' filter gradients sum to
-  // the mini-batch's as in fp32 and M changes nothing (bf16 rounds each one's). The operands
-  // rounded to bf16 into f32 copies, then the fp32 path (FMA math, no TF32: products of bf16
-  // values are exact in f32), as the CPU. dbias first: it uses the copies' workspace.
+  // BF16_MIXED: dw, unrounded so M changes nothing, by the fp32 path on bf16-rounded f32 copies
+  // of the operands (exact products, as the CPU); dbias first: it uses the copies' workspace.
   if (be->precision == GP_PREC_BF16_MIXED) {
     if (dbias) GP_TRY(gp_dnn_channel_sum(be, d->n, d->k, d->oh * d->ow, dy, dbias));
-    float *xr, *dyr;
+    float *xr, *dyr; // (products of bf16 values are exact in f32: no TF32 needed)
     GP_TRY(gp_cuda_bf16_rounded_f32(be, x, d->n * d->c * d->h * d->w, dy,
                                     d->n * d->k * d->oh * d->ow, &xr, &dyr));
     be->precision = GP_PREC_FP32; // (the fp32 path and its algorithm cache entry)

@@ -54,6 +54,10 @@ void gp_dnn_install_rmsnorm(gp_backend *be); /* dnn_rmsnorm.cu */
 void gp_dnn_install_seq(gp_backend *be);
 void gp_dnn_install_shapes(gp_backend *be); /* dnn_shapes.cu: permute, group norm, losses */
 void gp_dnn_install_resize(gp_backend *be); /* dnn_resize.cu */
+/* sdpa.cu: fused attention's table entries (NULL where cuDNN is older than 9 at build time),
+ * and its shape cache's release from gp_cuda_dnn_release. */
+void gp_dnn_install_sdpa(gp_backend *be);
+void gp_dnn_sdpa_release(gp_backend *be);
 void gp_dnn_conv_release(gp_dnn_state *st);
 
 /* Per-channel sums over [n, c, inner] (dnn_norm.cu): dbias[j] += sum of dy over channel j,

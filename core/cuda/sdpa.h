@@ -59,9 +59,6 @@ gp_status gp_sdpa_graph_run(cudnnHandle_t h, gp_sdpa_graph *g, void *const ptrs[
                             void *ws);
 void gp_sdpa_graph_free(gp_sdpa_graph *g); /* NULL ok */
 
-/* sdpa.cu: the table entries (NULL where cuDNN is older than 9 at build time), and the shape
- * cache's release from gp_cuda_dnn_release. */
-void gp_dnn_install_sdpa(gp_backend *be);
-void gp_dnn_sdpa_release(gp_backend *be);
+/* gp_dnn_install_sdpa, gp_dnn_sdpa_release: core/cuda/dnn_internal.h */
 
 #endif
