@@ -369,6 +369,8 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->rope = gp_cpu_rope;
   be->softmax_xent_forward = gp_cpu_softmax_xent_forward;
   be->softmax_xent_backward = gp_cpu_softmax_xent_backward;
+  be->softmax_xent_axis_forward = gp_cpu_softmax_xent_axis_forward;
+  be->softmax_xent_axis_backward = gp_cpu_softmax_xent_axis_backward;
   be->sum = gp_cpu_sum;
   be->count_correct = gp_cpu_count_correct;
   be->sumsq = gp_cpu_sumsq;
