@@ -25,29 +25,42 @@ typedef struct perm_args {
   float *y;
 } perm_args;
 
+/* The odometer is set once per part, then stepped: a division per outer axis per unit cost
+ * more than copying a row of 64 floats (permute [64, 4, 64] -> [4, 64, 64] ran at 0.56x
+ * PyTorch's time). */
 static gp_status perm_part(void *ctx, int64_t lo, int64_t hi, int worker) {
   (void)worker;
   const perm_args *a = ctx;
+  int64_t idx[GP_MAX_DIMS + 1], xs = 0, ys = 0, o = lo / a->tiles, t = lo % a->tiles;
+  for (int j = a->n_outer - 1; j >= 0; j--) {
+    idx[j] = o % a->odim[j];
+    o /= a->odim[j];
+    xs += idx[j] * a->osrc[j];
+    ys += idx[j] * a->odst[j];
+  }
   for (int64_t u = lo; u < hi; u++) {
-    int64_t o = u / a->tiles, t = u % a->tiles, xs = 0, ys = 0;
-    for (int j = a->n_outer - 1; j >= 0; j--) {
-      const int64_t i = o % a->odim[j];
-      o /= a->odim[j];
-      xs += i * a->osrc[j];
-      ys += i * a->odst[j];
-    }
     const float *restrict x = a->x + xs;
     float *restrict y = a->y + ys;
     if (a->sl == 1) {
       memcpy(y, x, (size_t)a->dl * sizeof *y);
-      continue;
+    } else {
+      const int64_t i0 = t * PERM_TILE, i1 = i0 + PERM_TILE < a->da ? i0 + PERM_TILE : a->da;
+      for (int64_t l0 = 0; l0 < a->dl; l0 += PERM_TILE) {
+        const int64_t l1 = l0 + PERM_TILE < a->dl ? l0 + PERM_TILE : a->dl;
+        for (int64_t i = i0; i < i1; i++)
+          for (int64_t l = l0; l < l1; l++)
+            y[i * a->dst_a + l] = x[i + l * a->sl];
+      }
     }
-    const int64_t i0 = t * PERM_TILE, i1 = i0 + PERM_TILE < a->da ? i0 + PERM_TILE : a->da;
-    for (int64_t l0 = 0; l0 < a->dl; l0 += PERM_TILE) {
-      const int64_t l1 = l0 + PERM_TILE < a->dl ? l0 + PERM_TILE : a->dl;
-      for (int64_t i = i0; i < i1; i++)
-        for (int64_t l = l0; l < l1; l++)
-          y[i * a->dst_a + l] = x[i + l * a->sl];
+    if (++t < a->tiles) continue;
+    t = 0;
+    for (int j = a->n_outer - 1; j >= 0; j--) { /* the next outer index */
+      xs += a->osrc[j];
+      ys += a->odst[j];
+      if (++idx[j] < a->odim[j]) break;
+      idx[j] = 0;
+      xs -= a->odim[j] * a->osrc[j];
+      ys -= a->odim[j] * a->odst[j];
     }
   }
   return GP_OK;
