@@ -13,11 +13,12 @@
 
 #include "bench/layer_bench.h"
 
-enum { PLAIN, VIEW, LABELS };
+enum { PLAIN, VIEW, COPY, LABELS };
 
 typedef struct bench_case {
   const char *name, *yaml;
-  int n_in, how; /* VIEW: as the executor runs a view; LABELS: the second input is i32 classes */
+  int n_in, how; /* VIEW: as the executor runs a view; COPY: where it cannot (the forward copies;
+                  * the input gradient is still dout's); LABELS: the second input is i32 classes */
   int64_t batch;
   gp_shape in;
 } bench_case;
@@ -25,7 +26,7 @@ typedef struct bench_case {
 /* Names as bench/shape_layers.py's */
 static const bench_case cases[] = {
     {"reshape", "{type: reshape, shape: [32, -1]}", 1, VIEW, 64, {3, {32, 28, 28}}},
-    {"reshape_copy", "{type: reshape, shape: [32, -1]}", 1, PLAIN, 64, {3, {32, 28, 28}}},
+    {"reshape_copy", "{type: reshape, shape: [32, -1]}", 1, COPY, 64, {3, {32, 28, 28}}},
     {"permute_hwc", "{type: permute, axes: [1, 2, 0]}", 1, PLAIN, 64, {3, {32, 28, 28}}},
     {"permute_heads", "{type: permute, axes: [1, 0, 2]}", 1, PLAIN, 32, {3, {64, 4, 64}}},
     {"groupnorm_28", "{type: groupnorm, groups: 8}", 1, PLAIN, 64, {3, {32, 28, 28}}},
@@ -60,6 +61,7 @@ static int build(gp_backend *be, int i, lt_layer *t, const char **name, char *sh
   }
   lt_fill_uniform(21, t->dout.data, gp_shape_numel(&t->dout.shape), -1, 1);
   if (c->how == VIEW) lb_as_executor(t);
+  if (c->how == COPY) t->din[0].data = NULL; /* the executor hands dout on (grad_is_dout) */
   return 1;
 }
 
