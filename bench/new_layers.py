@@ -10,7 +10,9 @@ rounds), so a load that comes and goes hits both sides. Prints each side's media
 and PyTorch's time over ours (above 1: ours is faster). Needs `ninja -C build`.
 
     /work/torchenv/bin/python bench/new_layers.py [--build build] [--rounds 5] [--reps 30]
-        [--threads 2]
+        [--threads 2] [--cases NAME,NAME]
+
+--cases repeats a few (the lowest ratios of a run, say): each case, then PyTorch's, in turn.
 """
 import llama_layers
 import shape_layers

@@ -29,9 +29,9 @@ def time_torch(fn, inputs, params, reps):
     return statistics.median(ms), min(ms)
 
 
-def time_ours(exe, reps, threads):
-    out = subprocess.run([exe, "--threads", str(threads), "--reps", str(reps)], check=True,
-                         capture_output=True, text=True).stdout
+def time_ours(exe, reps, threads, case=None):
+    cmd = [exe, "--threads", str(threads), "--reps", str(reps)] + (["--case", case] if case else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return {m.group(1): (float(m.group(2)), float(m.group(3)))
             for m in re.finditer(r"^(\S+)\s.*median ([0-9.]+) ms, best ([0-9.]+) ms", out, re.M)}
 
@@ -50,14 +50,24 @@ def compare_all(programs, shapes):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cases", help="NAME,NAME,...: only these, each program run per case")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     load0 = os.getloadavg()[0]
     groups = [(os.path.join(a.build, "bench", prog), tc()) for prog, tc in programs]
+    if a.cases:
+        only = a.cases.split(",")
+        groups = [(exe, {k: v for k, v in cases.items() if k in only}) for exe, cases in groups]
+        groups = [(exe, cases) for exe, cases in groups if cases]
     ours = {k: [] for _, cases in groups for k in cases}
     theirs = {k: [] for k in ours}
     for _ in range(a.rounds):
         for exe, cases in groups:
+            if a.cases:  # a case, then PyTorch's, in turn
+                for k, (fn, xs, ps) in cases.items():
+                    ours[k].append(time_ours(exe, a.reps, a.threads, k)[k])
+                    theirs[k].append(time_torch(fn, xs, ps, a.reps))
+                continue
             for k, v in time_ours(exe, a.reps, a.threads).items():
                 ours[k].append(v)
             for k, (fn, xs, ps) in cases.items():
