@@ -161,6 +161,38 @@ static void check_xent_axis(gp_backend *be, int64_t outer, int64_t k, int64_t in
   free(y), free(raw), free(yr);
 }
 
+/* The backend's permute against index arithmetic, at sizes that take its 4 x 4 shuffle blocks
+ * and leave rows and columns outside them (9, 13, 7 and 37 are not multiples of 4). */
+static void check_permute(gp_backend *be) {
+  static const int64_t dims[4] = {2, 9, 37, 13};
+  static const int perms[][4] = {{0, 2, 3, 1}, {0, 3, 1, 2}, {0, 2, 1, 3}, {1, 3, 2, 0}};
+  const int64_t n = 2 * 9 * 37 * 13;
+  float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++)
+    x[i] = (float)i;
+  for (size_t q = 0; q < sizeof perms / sizeof perms[0]; q++) {
+    const int *pm = perms[q];
+    int64_t od[4], bad = 0;
+    for (int j = 0; j < 4; j++)
+      od[j] = dims[pm[j]];
+    int ok = be->permute(be, 4, dims, pm, x, y) == GP_OK;
+    for (int64_t a = 0; ok && a < od[0]; a++)
+      for (int64_t b = 0; b < od[1]; b++)
+        for (int64_t c = 0; c < od[2]; c++)
+          for (int64_t d = 0; d < od[3]; d++) {
+            int64_t idx[4] = {0}, o[4] = {a, b, c, d};
+            for (int j = 0; j < 4; j++)
+              idx[pm[j]] = o[j];
+            const int64_t src = ((idx[0] * dims[1] + idx[1]) * dims[2] + idx[2]) * dims[3] + idx[3];
+            bad += y[((a * od[1] + b) * od[2] + c) * od[3] + d] != x[src];
+          }
+    CHECK(ok && bad == 0, "permute (%d, %d, %d, %d): %lld elements misplaced", pm[0], pm[1], pm[2],
+          pm[3], (long long)bad);
+  }
+  free(x);
+  free(y);
+}
+
 static int64_t worst_log1p = 0;
 static float worst_log1p_at = 0.0f;
 
@@ -453,6 +485,7 @@ int main(void) {
     check_argmax(be, 53, ks[i]);
   }
   check_xent_neg_inf(be);
+  check_permute(be);
   static const int64_t axis_k[] = {1, 3, 10, 37}, axis_inner[] = {1, 5, 67, 130};
   for (size_t i = 0; i < 4; i++)
     for (size_t j = 0; j < 4; j++) {
