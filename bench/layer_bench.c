@@ -17,11 +17,22 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static int time_case(gp_backend *be, int i, int reps, lb_build_fn build) {
+void lb_as_executor(lt_layer *t) {
+  if (t->l.type->forward_in_place) t->out.data = t->in[0].data;
+  if (t->l.type->grad_is_dout)
+    for (int j = 0; j < t->l.n_in; j++)
+      t->din[j].data = NULL;
+}
+
+static int time_case(gp_backend *be, int i, int reps, const char *only, lb_build_fn build) {
   lt_layer t;
   const char *name = "?";
   char shape[96] = "";
   if (!build(be, i, &t, &name, shape, sizeof shape)) return 1;
+  if (only && strcmp(only, name) != 0) {
+    lt_layer_free(&t);
+    return 0;
+  }
   double *ms = malloc((size_t)reps * sizeof *ms);
   gp_status s = GP_OK;
   for (int r = -3; r < reps && s == GP_OK && ms; r++) {
@@ -45,13 +56,16 @@ static int time_case(gp_backend *be, int i, int reps, lb_build_fn build) {
 
 int lb_main(int argc, char **argv, int n, lb_build_fn build) {
   int threads = 2, reps = 30;
+  const char *only = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
       threads = atoi(argv[++i]);
     else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
       reps = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc)
+      only = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--threads N] [--reps R]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--threads N] [--reps R] [--case NAME]\n", argv[0]);
       return 2;
     }
   }
@@ -66,7 +80,7 @@ int lb_main(int argc, char **argv, int n, lb_build_fn build) {
   }
   int bad = 0;
   for (int i = 0; i < n; i++)
-    bad += time_case(be, i, reps, build);
+    bad += time_case(be, i, reps, only, build);
   gp_backend_destroy(be);
   return bad ? 1 : 0;
 }

@@ -15,7 +15,14 @@
 typedef int (*lb_build_fn)(gp_backend *be, int i, lt_layer *t, const char **name, char *shape,
                            size_t n);
 
-/* Parses [--threads N] [--reps R], then builds and times each of the n cases; 0 when all ran. */
+/* Runs t as the executor runs a view (gp_node_in_place, core/exec/pass.c): where the type
+ * says forward_in_place, its output is its input's memory, and where grad_is_dout, its input
+ * gradient is dout's (din NULL: nothing to write). For reshape, whose input's producer in a
+ * model is most often a layer whose backward ignores its output (conv2d, linear, add). */
+void lb_as_executor(lt_layer *t);
+
+/* Parses [--threads N] [--reps R] [--case NAME], then builds and times each of the n cases (or
+ * the one named); 0 when all ran. */
 int lb_main(int argc, char **argv, int n, lb_build_fn build);
 
 #endif

@@ -1,7 +1,7 @@
 /* The CPU time of a U-Net decoder's layers (conv_transpose2d, upsample), forward then the
  * whole backward, each built from its YAML as a model file would and run through the layer
  * interface (the test harness, tests/layers/harness.c) on a CPU backend of --threads threads,
- * at shapes of a U-Net on 28x28 Fashion-MNIST: batch 32, 64 channels at 7x7 and 14x14. Prints
+ * at shapes of a U-Net on 28x28 Fashion-MNIST: batch 64, 64 channels at 7x7 and 14x14. Prints
  * one line per case: the median and best milliseconds of --reps runs after 3 warm-up runs.
  * bench/unet_layers.py times PyTorch on the same shapes, alternating with this program, and
  * states the ratios.
@@ -12,7 +12,7 @@
 
 #include "bench/layer_bench.h"
 
-#define BATCH 32
+#define BATCH 64
 
 typedef struct bench_case {
   const char *name, *yaml;

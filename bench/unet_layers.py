@@ -3,7 +3,7 @@
 conv_transpose2d (nn.ConvTranspose2d(64, 32, 2, stride=2), input, weight and bias gradients)
 from 7x7 to 14x14 and from 14x14 to 28x28, and upsample x2 of [32, 64, 14, 14] (F.interpolate,
 bilinear and nearest), and conv1d (nn.Conv1d(64, 64, 3, padding=1) over [32, 64, 196]: not a
-U-Net layer; a 14x14 map's pixels as a sequence), batch 32 as a U-Net on 28x28 Fashion-MNIST, torch.set_num_threads(2)
+U-Net layer; a 14x14 map's pixels as a sequence), batch 64 as a U-Net on 28x28 Fashion-MNIST, torch.set_num_threads(2)
 against gpipe's CPU backend on 2 threads (bench-unet-layers). The two alternate, --rounds times, in one run, so a machine
 loaded by other work loads both alike; each side's time is the median over its rounds of the
 per-round medians, and its best single run (less sensitive to load). Prints both and
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from torch_vs_gpipe import compare
 
-BATCH = 32
+BATCH = 64
 
 
 def torch_cases():

@@ -341,6 +341,20 @@ struct gp_backend {
   gp_status (*softmax_xent_backward)(gp_backend *be, int64_t n, int64_t k, float smoothing,
                                      float scale, const float *probs, const int32_t *labels,
                                      float *dlogits);
+  /* Optional (NULL: the layer moves the classes last with permute and uses the two above):
+   * the same over logits [outer, k, inner] whose classes are the middle axis (a per-pixel
+   * loss over [C, H, W]), labels [outer, inner], a label of -1 ignored (loss 0, gradient 0).
+   * Forward keeps, for backward, e = exp(logit - the row's max) in probs [outer, k, inner] and
+   * 1 / sum(e) per row in inv [outer, inner], and counts the rows whose argmax (as
+   * count_correct) equals raw_labels' into *host_correct. */
+  gp_status (*softmax_xent_axis_forward)(gp_backend *be, int64_t outer, int64_t k, int64_t inner,
+                                         float smoothing, const float *logits,
+                                         const int32_t *labels, const int32_t *raw_labels,
+                                         float *probs, float *inv, float *loss,
+                                         int64_t *host_correct);
+  gp_status (*softmax_xent_axis_backward)(gp_backend *be, int64_t outer, int64_t k, int64_t inner,
+                                          float smoothing, float scale, const float *probs,
+                                          const float *inv, const int32_t *labels, float *dlogits);
   /* loss[i] = f(p[i], t[i]) of the element-wise loss kind, for i < n */
   gp_status (*eltloss_forward)(gp_backend *be, gp_eltloss kind, int64_t n, const float *p,
                                const float *t, float *loss);

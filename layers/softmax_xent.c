@@ -174,6 +174,72 @@ static int moved(const gp_layer *l) {
   return k->ax != l->in_shape[0].ndim - 1;
 }
 
+/* The axis ops' labels: a host copy with -1 where ignored (r->y), and the kept count; no runs
+ * (nothing is zeroed afterwards), in a loop the compiler vectorizes. */
+static gp_status labels_kept(const gp_exec *e, const gp_tensor *labels, int64_t n, int32_t ignore,
+                             rows *r) {
+  r->y = malloc((size_t)n * sizeof *r->y + 1);
+  r->run = NULL;
+  r->n_run = r->kept = 0;
+  if (!r->y) return GP_ERR(GP_ERR_NOMEM, "out of host memory for labels");
+  const void *host = gp_exec_host_copy(e, labels->data);
+  if (host)
+    memcpy(r->y, host, (size_t)n * sizeof *r->y);
+  else
+    GP_TRY(e->be->to_host(e->be, r->y, labels->data, (size_t)n * sizeof *r->y));
+  int64_t kept = 0;
+  int32_t *restrict y = r->y;
+  for (int64_t i = 0; i < n; i++) {
+    kept += y[i] != ignore;
+    y[i] = y[i] == ignore ? -1 : y[i];
+  }
+  r->kept = kept;
+  return GP_OK;
+}
+
+static void axis_dims(const gp_layer *l, const gp_shape *z, int64_t *outer, int64_t *inner) {
+  const xent_conf *k = l->conf;
+  *outer = *inner = 1;
+  for (int i = 0; i < z->ndim; i++)
+    if (i < 1 + k->ax)
+      *outer *= z->d[i];
+    else if (i > 1 + k->ax)
+      *inner *= z->d[i];
+}
+
+/* A middle class axis on a backend with the axis ops: the logits read where they are. Saved:
+ * [e^(z - max), [outer, k, inner] | 1 / sum per row | the labels, -1 where ignored]. */
+static gp_status axis_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
+                              void **saved) {
+  const xent_conf *k = l->conf;
+  gp_backend *be = e->be;
+  int64_t n = gp_shape_numel(&in[1].shape), nk = in[0].shape.d[1 + k->ax], outer, inner;
+  axis_dims(l, &in[0].shape, &outer, &inner);
+  rows r = {0};
+  float *probs = NULL;
+  int64_t correct = 0;
+  gp_status s = labels_kept(e, &in[1], n, (int32_t)k->ignore_index, &r);
+  const int64_t kept = r.kept;
+  if (s == GP_OK)
+    s = gp_arena_alloc(e->arena, (size_t)(n * nk + 2 * n) * sizeof(float) + 4, (void **)&probs);
+  int32_t *ysaved = probs ? (int32_t *)(probs + n * nk + n) : NULL;
+  if (s == GP_OK) s = be->from_host(be, ysaved, r.y, (size_t)n * sizeof *r.y);
+  if (s == GP_OK)
+    s = be->softmax_xent_axis_forward(be, outer, nk, inner, (float)k->smoothing, GP_F32P(&in[0]),
+                                      ysaved, GP_I32P(&in[1]), probs, probs + n * nk, GP_F32P(out),
+                                      &correct);
+  rows_free(&r);
+  GP_TRY(s);
+  *saved = probs;
+  if (e->recompute || kept == 0) return GP_OK;
+  double sum;
+  GP_TRY(be->sum(be, n, GP_F32P(out), &sum));
+  e->loss_sum += sum / (double)loss_count(e, kept);
+  e->correct += correct;
+  e->counted += kept;
+  return GP_OK;
+}
+
 /* Saved for backward: [probabilities of every row | the labels, class 0 where ignored], in the
  * arena. One softmax over all rows, the logits read where they are (an ignored row's loss and
  * gradient are then zeroed): the backend's calls stay one per pass, whatever the padding.
@@ -184,6 +250,7 @@ static gp_status xent_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in
   gp_backend *be = e->be;
   int64_t n = gp_shape_numel(&in[1].shape), nk = in[0].shape.d[1 + k->ax];
   float *z = GP_F32P(&in[0]);
+  if (moved(l) && be->softmax_xent_axis_forward) return axis_forward(l, e, in, out, saved);
   if (moved(l)) { /* the classes last, in a temporary of this pass */
     gp_shape dims;
     int perm[GP_MAX_DIMS + 1];
@@ -233,8 +300,22 @@ static gp_status xent_backward(const gp_layer *l, gp_exec *e, const gp_tensor *i
   if (!saved)
     return GP_ERR(GP_ERR_RUNTIME, "softmax_cross_entropy %s: backward without its forward",
                   l->path);
+  const int axis_op = moved(l) && be->softmax_xent_axis_backward;
   rows r = {0};
-  gp_status s = rows_find(e, &in[1], n, (int32_t)k->ignore_index, &r);
+  gp_status s = axis_op ? labels_kept(e, &in[1], n, (int32_t)k->ignore_index, &r)
+                        : rows_find(e, &in[1], n, (int32_t)k->ignore_index, &r);
+  if (axis_op) { /* the labels saved with -1 where ignored: nothing to zero afterwards */
+    int64_t outer, inner;
+    axis_dims(l, &in[0].shape, &outer, &inner);
+    const float *probs = saved;
+    const float scale = (float)(1.0 / (double)loss_count(e, r.kept));
+    if (s == GP_OK)
+      s = be->softmax_xent_axis_backward(be, outer, nk, inner, (float)k->smoothing, scale, probs,
+                                         probs + n * nk, (const int32_t *)(probs + n * nk + n),
+                                         GP_F32P(&din[0]));
+    rows_free(&r);
+    return s;
+  }
   const int64_t kept = r.kept;
   const float *probs = saved;
   const int32_t *y = (const int32_t *)(probs + n * nk);

@@ -33,6 +33,9 @@ import statistics
 import sys
 import time
 
+import torch_compare_layers as tcl
+from torch_compare_layers import SpecError
+
 # ---- the model file ------------------------------------------------------------------------
 
 ENTRY_KEYS = {"name", "from", "repeat", "type"}
@@ -82,6 +85,12 @@ SETTINGS = {
 }
 # Settings whose default is "none" rather than "required".
 OPTIONAL = {("maxpool", "stride"), ("avgpool", "stride"), ("embedding", "padding_idx")}
+# issue 51's layers and settings (scripts/torch_compare_layers.py)
+SETTINGS.update(tcl.SETTINGS)
+for _t, _more in tcl.MORE.items():
+    SETTINGS[_t].update(_more)
+SETTINGS.update({k: {} for k in tcl.F32_LOSSES})
+OPTIONAL |= tcl.OPTIONAL
 
 # The sequence inputs by name, as gpipe's data/seqfeed.c reads them: a language model has
 # tokens (+ seg and pos, or mask) and label; a translation model src and tgt_in with theirs.
@@ -91,10 +100,6 @@ SEQ_ROLES = {
     "src_seg": ("src", "seg"), "src_pos": ("src", "pos"), "tgt_in": ("tgt", "ids"),
     "tgt_mask": ("tgt", "mask"), "tgt_seg": ("tgt", "seg"), "tgt_pos": ("tgt", "pos"),
 }
-
-
-class SpecError(Exception):
-    pass
 
 
 def apply_set(doc, text):
@@ -307,8 +312,11 @@ def infer(node):
         if len(x) != 2 or int(c["dim"]) not in (0, d) or d % int(c["heads"]):
             raise SpecError(f"{node.path}: attention over {list(x)}")
         node.macs = 2 * tq * d * d + 2 * tk * d * d + 2 * tq * tk * d
-        node.params = 4 * d * d + (4 * d if c["bias"] else 0)
+        node.params = tcl.attention_params(c, d)
         return x
+    if t in tcl.SETTINGS:
+        out, node.macs, node.params = tcl.infer(node)
+        return out
     raise SpecError(f"{node.path}: no shape rule for {t}")
 
 
@@ -343,7 +351,8 @@ class Model:
                 raise SpecError(f"{path}: tied weights are not built by this script")
         elif len(xs) != 1 or self.input_dtypes[xs[0]] != "f32":
             raise SpecError(
-                f"{path}: this script takes models of one f32 input and i32 labels, or "
+                f"{path}: this script takes models of one f32 input and i32 labels (or an f32 "
+                f"target), or "
                 f"sequence models with gpipe's input names "
                 f"(inputs: {', '.join(self.input_names)})"
             )
@@ -409,9 +418,8 @@ class Model:
         if type_ == "softmax_cross_entropy":
             raise SpecError(f"{path}: softmax_cross_entropy is a loss, not a layer")
         n_in = len(ins)
-        lo, hi = {"add": (2, 99), "concat": (2, 99), "attention": (1, 4), "positional": (1, 2)}.get(
-            type_, (1, 1)
-        )
+        lo, hi = {"add": (2, 99), "concat": (2, 99), "attention": (1, 6), "positional": (1, 2),
+                  **tcl.INPUTS}.get(type_, (1, 1))
         if not lo <= n_in <= hi:
             raise SpecError(f"{path}: {type_} with {n_in} inputs")
         node.out_shape = infer(node)
@@ -450,9 +458,10 @@ class Model:
             raise SpecError(f"{self.file}: no loss")
         if isinstance(loss, str):
             loss = {"type": loss}
-        if loss.get("type") != "softmax_cross_entropy":
-            raise SpecError(f"loss type '{loss.get('type')}' is not supported by this script")
-        self.loss_conf = conf_of("softmax_cross_entropy", loss)
+        self.loss_type = loss.get("type")
+        if self.loss_type not in ("softmax_cross_entropy",) + tcl.F32_LOSSES:
+            raise SpecError(f"loss type '{self.loss_type}' is not supported by this script")
+        self.loss_conf = conf_of(self.loss_type, loss)
         frm = loss.get("from")
         if frm is not None:
             ins = [self.resolve(top, r) for r in frm]
@@ -461,6 +470,16 @@ class Model:
             last = ins[0]
         self.output = last
         logits, label = self.shapes[last], self.shapes[self.label_input]
+        if self.loss_type in tcl.F32_LOSSES:
+            if tuple(logits) != tuple(label) or self.input_dtypes[self.label_input] != "f32":
+                raise SpecError(f"loss: {self.loss_type} of {list(logits)} against a target "
+                                f"{list(label)} (f32 of the prediction's shape)")
+            self.classes = 0
+            return
+        ax = int(self.loss_conf.get("axis", -1))
+        ax = ax + len(logits) if ax < 0 else ax
+        if ax != len(logits) - 1:  # the class axis moved last, as layers/softmax_xent.c
+            logits = tuple(d for i, d in enumerate(logits) if i != ax) + (logits[ax],)
         if len(logits) != 1 + len(label) or tuple(logits[:-1]) != tuple(label):
             raise SpecError(
                 f"loss: logits of shape {list(logits)} and labels {list(label)}; expected "
@@ -623,6 +642,8 @@ def build_torch(model, inplace=True):
             out = g.call_module(node.path, (a[0],))
         elif t == "linear":
             m = nn.Linear(x[-1], int(c["out_features"]), bias=bool(c["bias"]))
+            if c["init"] == "normal":
+                tcl.init_normal(m, c)
             if c["init"] == "he":
                 nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
                 if m.bias is not None:
@@ -682,10 +703,24 @@ def build_torch(model, inplace=True):
             pad = c["padding_idx"]
             mods[node.path] = Embedding(int(c["num_embeddings"]), int(c["dim"]),
                                         None if pad is None else int(pad), bool(c["scale"]))
+            if c["init"] == "normal":
+                tcl.init_normal(mods[node.path], c)
             out = g.call_module(node.path, (a[0],))
         elif t == "positional":
             mods[node.path] = Positional(int(c["max_len"]), x[-1], c["kind"] == "learned")
             out = g.call_module(node.path, tuple(a))
+        elif t == "attention" and any(c.get(k) is not None for k in tcl.MORE["attention"]):
+            roles = tcl.attention_roles(c, len(a))
+            if roles is None:  # told apart by rank and count: [x] or [x, seg]; pos last
+                roles = {"query": 0}
+                if c["mask"] == "segments" and len(a) >= 2:
+                    roles["segments"] = 1
+                if c.get("rope") is not None:
+                    roles["pos"] = len(a) - 1
+            mods[node.path] = tcl.attention_module(node, roles)
+            out = g.call_module(node.path, tuple(a))
+        elif t in tcl.SETTINGS:
+            out = tcl.build(g, mods, node, a)
         elif t == "attention":
             if c["mask"] not in ("padding", "segments"):
                 raise SpecError(f"{node.path}: attention mask '{c['mask']}'")
@@ -878,7 +913,8 @@ def measure(args):
 
     opt, opt_kind, opt_hp = make_optimizer(model, net, args.optimizer_impl)
     lc = model.loss_conf
-    smoothing, ignore = float(lc["label_smoothing"]), int(lc["ignore_index"])
+    smoothing = float(lc.get("label_smoothing", 0.0))
+    ignore = int(lc.get("ignore_index", -100))
 
     # gpipe-bench's synthetic data: uniform [-1, 1) inputs and uniform labels, 4 batches'
     # worth, made before the timing. gpipe's step takes host buffers and copies them to the
@@ -893,8 +929,10 @@ def measure(args):
             host.append(seq_batch(model, batch, rnd, torch))
         else:
             xshape = (batch,) + model.shapes[model.data_inputs[0]]
-            host.append(([torch.rand(xshape, generator=g) * 2 - 1],
-                         torch.randint(0, model.classes, (batch,), generator=g)))
+            yshape = (batch,) + model.shapes[model.label_input]
+            y = (torch.rand(yshape, generator=g) if not model.classes else
+                 torch.randint(0, model.classes, yshape, generator=g))
+            host.append(([torch.rand(xshape, generator=g) * 2 - 1], y))
 
     def place(x):
         x = x.to(dev, non_blocking=True)
@@ -914,8 +952,7 @@ def measure(args):
             y = y.to(dev, non_blocking=True)
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=bf16):
             logits = net(*xs)
-            loss = F.cross_entropy(logits.reshape(-1, model.classes), y.reshape(-1),
-                                   ignore_index=ignore, label_smoothing=smoothing)
+            loss = tcl.loss(model.loss_type, lc, logits, y, model.classes, ignore, smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip > 0:

@@ -200,6 +200,9 @@ gp_status gp_cpu_mul(gp_backend *be, int64_t n, const float *a, const float *b, 
 /* 0: SiLU keeps to its 4-lane loops even where the CPU has AVX2 (tests compare the two; the
  * bits must not differ); 1 (the default): the 8-lane ones where it can. */
 void gp_cpu_silu_avx2_set(int on);
+/* x = e^x (vmath.h's exp, bit for bit; on 8 lanes where the CPU has AVX2 and silu's AVX2 loops
+ * are allowed), on the caller's thread. */
+void gp_cpu_exp_inplace(int64_t n, float *x);
 gp_status gp_cpu_copy2d(gp_backend *be, int64_t rows, int64_t cols, const float *src,
                         int64_t src_ld, float *dst, int64_t dst_ld);
 
@@ -211,6 +214,15 @@ gp_status gp_cpu_softmax_xent_backward(gp_backend *be, int64_t n, int64_t k, flo
                                        float scale, const float *probs, const int32_t *labels,
                                        float *dlogits);
 gp_status gp_cpu_sum(gp_backend *be, int64_t n, const float *x, double *host_out);
+gp_status gp_cpu_softmax_xent_axis_forward(gp_backend *be, int64_t outer, int64_t k, int64_t inner,
+                                           float smoothing, const float *logits,
+                                           const int32_t *labels, const int32_t *raw_labels,
+                                           float *probs, float *inv, float *loss,
+                                           int64_t *host_correct);
+gp_status gp_cpu_softmax_xent_axis_backward(gp_backend *be, int64_t outer, int64_t k, int64_t inner,
+                                            float smoothing, float scale, const float *probs,
+                                            const float *inv, const int32_t *labels,
+                                            float *dlogits);
 gp_status gp_cpu_count_correct(gp_backend *be, int64_t n, int64_t k, const float *logits,
                                const int32_t *labels, int64_t *host_out);
 gp_status gp_cpu_sumsq(gp_backend *be, int64_t n, const float *x, double *host_out);

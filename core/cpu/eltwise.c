@@ -113,6 +113,18 @@ __attribute__((target("avx2"))) static int64_t silu_x8(int64_t n, const float *x
   return i;
 }
 
+/* x = e^x over the 8-float blocks of [0, n); returns where they end. */
+__attribute__((target("avx2"))) static int64_t exp_x8(int64_t n, float *x) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    s8f v;
+    memcpy(&v, x + i, sizeof v);
+    v = s8f_exp(v);
+    memcpy(x + i, &v, sizeof v);
+  }
+  return i;
+}
+
 static int have_avx2(void) {
   static _Atomic int have = -1; /* the workers of a team may ask first together */
   if (have < 0) have = __builtin_cpu_supports("avx2");
@@ -128,6 +140,10 @@ void gp_cpu_silu_avx2_set(int on) {
 static int64_t silu_wide(int64_t n, const float *x, const float *g, float *y) {
   return silu_avx2_allowed && have_avx2() ? silu_x8(n, x, g, y) : 0;
 }
+
+static int64_t exp_wide(int64_t n, float *x) {
+  return silu_avx2_allowed && have_avx2() ? exp_x8(n, x) : 0;
+}
 #else
 void gp_cpu_silu_avx2_set(int on) {
   (void)on;
@@ -136,7 +152,18 @@ static int64_t silu_wide(int64_t n, const float *x, const float *g, float *y) {
   (void)n, (void)x, (void)g, (void)y;
   return 0;
 }
+static int64_t exp_wide(int64_t n, float *x) {
+  (void)n, (void)x;
+  return 0;
+}
 #endif
+
+void gp_cpu_exp_inplace(int64_t n, float *x) {
+  int64_t i = exp_wide(n, x);
+  for (; i + 4 <= n; i += 4)
+    gp_v4f_store(x + i, gp_v4f_exp(gp_v4f_load(x + i)));
+  if (i < n) gp_v4f_store_part(x + i, gp_v4f_exp(gp_v4f_load_part(x + i, n - i)), n - i);
+}
 
 /* y = f(x) and y = f(x, g), four floats at a time, the last few as a vector padded with
  * zeros: every element goes through the same code. Inlined with f. */

@@ -1,11 +1,11 @@
 /* core/cpu/vmath.h against libm in double: exp within 2 ulp of the correctly rounded value
  * over every float in [-87, 88] that is a multiple of 2^-12 (and a random sample of all the
  * others), its underflow, overflow, NaN and -inf; erf within 5e-7 absolute, odd, and
- * +-1 in the tails; and a scalar gives the bits of the same value inside a vector. Then the
- * CPU kernels built on them against double references at sizes with and without a partial
- * vector: softmax cross-entropy (with label smoothing), GELU forward and backward, SiLU's AVX2
- * loops against its 4-lane ones, and count_correct's argmax (first maximum, NaN, infinity), and
- * pooling's vector paths. */
+ * +-1 in the tails; log1p within 2 ulp on [0, +inf); and a scalar gives the bits of the same value
+ * inside a vector. Then the CPU kernels built on them against double references at sizes with and
+ * without a partial vector: softmax cross-entropy (with label smoothing; over a middle axis against
+ * rows), GELU forward and backward, SiLU's AVX2 loops against its 4-lane ones, and count_correct's
+ * argmax (first maximum, NaN, infinity), and pooling's vector paths. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -100,6 +100,108 @@ static void check_xent(gp_backend *be, int64_t n, int64_t k, float smoothing) {
   free(p);
   free(loss);
   free(y);
+}
+
+/* The middle-axis ops (softmax_xent_axis_*) against the row ops on the same logits moved
+ * classes-last: probabilities (e * inv), losses, the correct count (with a NaN logit and
+ * ignored labels, -1), and the gradient, with and without smoothing, at widths that leave a
+ * partial tile and a partial vector. */
+static void check_xent_axis(gp_backend *be, int64_t outer, int64_t k, int64_t inner,
+                            float smoothing) {
+  const int64_t n = outer * inner, nk = n * k;
+  float *z = malloc(sizeof(float) * (size_t)nk), *zr = malloc(sizeof(float) * (size_t)nk);
+  float *e = malloc(sizeof(float) * (size_t)nk), *pr = malloc(sizeof(float) * (size_t)nk);
+  float *d = malloc(sizeof(float) * (size_t)nk), *dr = malloc(sizeof(float) * (size_t)nk);
+  float *inv = malloc(sizeof(float) * (size_t)n), *loss = malloc(sizeof(float) * (size_t)n);
+  float *lossr = malloc(sizeof(float) * (size_t)n);
+  int32_t *y = malloc(sizeof(int32_t) * (size_t)n), *raw = malloc(sizeof(int32_t) * (size_t)n);
+  int32_t *yr = malloc(sizeof(int32_t) * (size_t)n);
+  for (int64_t i = 0; i < nk; i++)
+    z[i] = 30.0f * frand() - 15.0f;
+  if (nk > 7) z[7] = NAN; /* argmax: the first NaN */
+  for (int64_t i = 0; i < n; i++) {
+    raw[i] = (int32_t)(next32() % (uint32_t)k);
+    if (i % 5 == 3) raw[i] = -100; /* ignored */
+    y[i] = raw[i] < 0 ? -1 : raw[i];
+    yr[i] = raw[i] < 0 ? 0 : raw[i];
+  }
+  for (int64_t o = 0; o < outer; o++) /* [outer, k, inner] -> rows [outer * inner, k] */
+    for (int64_t j = 0; j < k; j++)
+      for (int64_t i = 0; i < inner; i++)
+        zr[((o * inner) + i) * k + j] = z[(o * k + j) * inner + i];
+  int64_t ok = -1, okr = -2;
+  const float scale = 0.01f;
+  int fine = be->softmax_xent_axis_forward(be, outer, k, inner, smoothing, z, y, raw, e, inv, loss,
+                                           &ok) == GP_OK &&
+             be->softmax_xent_axis_backward(be, outer, k, inner, smoothing, scale, e, inv, y, d) ==
+                 GP_OK &&
+             be->softmax_xent_forward(be, n, k, smoothing, zr, yr, pr, lossr) == GP_OK &&
+             be->softmax_xent_backward(be, n, k, smoothing, scale, pr, yr, dr) == GP_OK &&
+             be->count_correct(be, n, k, zr, raw, &okr) == GP_OK;
+  double wp = 0, wl = 0, wd = 0;
+  for (int64_t o = 0; fine && o < outer; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      const int64_t r = o * inner + i,
+                    nan_row = nk > 7 && r == (7 / (k * inner)) * inner + 7 % inner;
+      const int ignored = y[r] < 0;
+      const double want_loss = ignored ? 0.0 : lossr[r];
+      if (!nan_row) wl = fmax(wl, fabs(loss[r] - want_loss) / fmax(1.0, fabs(want_loss)));
+      for (int64_t j = 0; j < k && !nan_row; j++) {
+        const int64_t at = (o * k + j) * inner + i;
+        wp = fmax(wp, fabs((double)e[at] * inv[r] - pr[r * k + j]));
+        wd = fmax(wd, fabs(d[at] - (ignored ? 0.0f : dr[r * k + j])));
+      }
+    }
+  CHECK(fine && ok == okr && wp < 3e-7 && wl < 3e-7 && wd < 3e-7 * scale,
+        "xent axis [%lld, %lld, %lld] smoothing %g: correct %lld (rows: %lld); probabilities off "
+        "by %.3g, losses %.3g, gradients %.3g",
+        (long long)outer, (long long)k, (long long)inner, (double)smoothing, (long long)ok,
+        (long long)okr, wp, wl, wd);
+  free(z), free(zr), free(e), free(pr), free(d), free(dr), free(inv), free(loss), free(lossr);
+  free(y), free(raw), free(yr);
+}
+
+/* The backend's permute against index arithmetic, at sizes that take its 4 x 4 shuffle blocks
+ * and leave rows and columns outside them (9, 13, 7 and 37 are not multiples of 4). */
+static void check_permute(gp_backend *be) {
+  static const int64_t dims[4] = {2, 9, 37, 13};
+  static const int perms[][4] = {{0, 2, 3, 1}, {0, 3, 1, 2}, {0, 2, 1, 3}, {1, 3, 2, 0}};
+  const int64_t n = 2 * 9 * 37 * 13;
+  float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++)
+    x[i] = (float)i;
+  for (size_t q = 0; q < sizeof perms / sizeof perms[0]; q++) {
+    const int *pm = perms[q];
+    int64_t od[4], bad = 0;
+    for (int j = 0; j < 4; j++)
+      od[j] = dims[pm[j]];
+    int ok = be->permute(be, 4, dims, pm, x, y) == GP_OK;
+    for (int64_t a = 0; ok && a < od[0]; a++)
+      for (int64_t b = 0; b < od[1]; b++)
+        for (int64_t c = 0; c < od[2]; c++)
+          for (int64_t d = 0; d < od[3]; d++) {
+            int64_t idx[4] = {0}, o[4] = {a, b, c, d};
+            for (int j = 0; j < 4; j++)
+              idx[pm[j]] = o[j];
+            const int64_t src = ((idx[0] * dims[1] + idx[1]) * dims[2] + idx[2]) * dims[3] + idx[3];
+            bad += y[((a * od[1] + b) * od[2] + c) * od[3] + d] != x[src];
+          }
+    CHECK(ok && bad == 0, "permute (%d, %d, %d, %d): %lld elements misplaced", pm[0], pm[1], pm[2],
+          pm[3], (long long)bad);
+  }
+  free(x);
+  free(y);
+}
+
+static int64_t worst_log1p = 0;
+static float worst_log1p_at = 0.0f;
+
+static void check_log1p(float x) {
+  int64_t u = ulps(gp_log1pf(x), (float)log1p((double)x));
+  if (u > worst_log1p) {
+    worst_log1p = u;
+    worst_log1p_at = x;
+  }
 }
 
 /* A class with logit -inf: its probability is 0, its loss +inf; without smoothing every other
@@ -355,6 +457,17 @@ int main(void) {
   CHECK(gp_erff(INFINITY) == 1.0f && gp_erff(-INFINITY) == -1.0f, "infinities");
   CHECK(isnan(gp_erff(NAN)), "NaN");
 
+  /* log1p (bce_with_logits' softplus) on [0, +inf): every 61st float, then special values */
+  for (uint32_t b = 0; b < 0x7f800000u; b += 61) {
+    float x;
+    memcpy(&x, &b, sizeof x);
+    check_log1p(x);
+  }
+  printf("log1p: worst %lld ulp at %.9g\n", (long long)worst_log1p, (double)worst_log1p_at);
+  CHECK(worst_log1p <= 2, "log1p");
+  CHECK(gp_log1pf(0.0f) == 0.0f && isinf(gp_log1pf(INFINITY)) && isnan(gp_log1pf(NAN)),
+        "log1p of 0, +inf, NaN");
+
   /* every lane computes the same function: a scalar equals its value inside a vector */
   float xs[4] = {-3.25f, 0.5f, 17.0f, -0.001f};
   gp_v4f e = gp_v4f_exp(gp_v4f_load(xs)), r = gp_v4f_erf(gp_v4f_load(xs));
@@ -372,6 +485,13 @@ int main(void) {
     check_argmax(be, 53, ks[i]);
   }
   check_xent_neg_inf(be);
+  check_permute(be);
+  static const int64_t axis_k[] = {1, 3, 10, 37}, axis_inner[] = {1, 5, 67, 130};
+  for (size_t i = 0; i < 4; i++)
+    for (size_t j = 0; j < 4; j++) {
+      check_xent_axis(be, 3, axis_k[i], axis_inner[j], 0.0f);
+      check_xent_axis(be, 3, axis_k[i], axis_inner[j], 0.1f);
+    }
   for (int t = 0; t < 2; t++) {
     check_gelu(be, t ? GP_ACTIVATION_GELU_TANH : GP_ACTIVATION_GELU, 3);
     check_gelu(be, t ? GP_ACTIVATION_GELU_TANH : GP_ACTIVATION_GELU, 100003);
