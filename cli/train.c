@@ -116,12 +116,37 @@ gp_flag tr_flags[] = {
     [F_LIVENESS] = {"--liveness-timeout", GP_FLAG_INT, "SECONDS",
                     "under mpirun: a process not heard from this long ends the run (default 20)",
                     1},
+    [F_BEAM] = {"--beam", GP_FLAG_INT, "N",
+                "translation models: beam search with N beams (default 1: greedy)", 1, 1024},
+    [F_LENPEN] = {"--lenpen", GP_FLAG_STR, "A",
+                  "beam search: a finished hypothesis scores sum log p / length^A (fairseq's "
+                  "length penalty; default 1)",
+                  0},
+    [F_NO_KV_CACHE] = {"--no-kv-cache", GP_FLAG_BOOL, NULL,
+                       "decode by rerunning the whole model for every token (the reference the "
+                       "cache must equal)",
+                       0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
     {NULL},
 };
 
 int tr_ckpt_stale, tr_out_stale;
+
+gp_status tr_lenpen(double *out) {
+  double v = 1.0;
+  if (tr_flags[F_LENPEN].given) {
+    char *end;
+    v = strtod(tr_flags[F_LENPEN].s, &end);
+    if (end == tr_flags[F_LENPEN].s || *end || !isfinite(v))
+      return GP_ERR(GP_ERR_USAGE,
+                    "--lenpen %s: not a number (fairseq's length penalty: 1 "
+                    "divides by the length, 0 not at all)",
+                    tr_flags[F_LENPEN].s);
+  }
+  if (out) *out = v;
+  return GP_OK;
+}
 
 static run *the_run;  /* for tr_fail: errors across processes name the rank */
 static int voice = 1; /* this process speaks for the run: it checks and claims the outputs */
@@ -274,6 +299,10 @@ static gp_status apply_flags(gp_model *m) {
                     tr_flags[trains[i].flag].name, trains[i].why);
   if (tr_flags[F_RESUME].given && !tr_flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
+  GP_TRY(tr_lenpen(NULL));
+  if (tr_flags[F_BEAM].i > 1 && tr_flags[F_NO_KV_CACHE].given)
+    return GP_ERR(GP_ERR_USAGE, "--beam %lld searches with the cache; --no-kv-cache is greedy only",
+                  (long long)tr_flags[F_BEAM].i);
   if (tr_flags[F_CKPT_EVERY].given && !tr_flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--checkpoint-every needs --checkpoint-dir DIR");
   if (tr_flags[F_RESUME].given && tr_flags[F_LOAD].given)

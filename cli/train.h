@@ -49,6 +49,9 @@ enum {
   F_EVAL_ONLY,
   F_REPLICAS,
   F_LIVENESS,
+  F_BEAM,
+  F_LENPEN,
+  F_NO_KV_CACHE,
   F_HELP,
   F_VERSION,
   F_COUNT
@@ -57,6 +60,8 @@ enum {
 /* the flag table, F_COUNT entries and the NULL that ends it (a table of another length does
  * not compile against this declaration) */
 extern gp_flag tr_flags[F_COUNT + 1];
+/* --lenpen's value (1 when not given); a usage error when it is not a number */
+gp_status tr_lenpen(double *out);
 extern int tr_ckpt_stale; /* temporary checkpoints of killed runs removed from --checkpoint-dir */
 extern int tr_out_stale;  /* the same removed beside --save, --trace and --translations */
 
