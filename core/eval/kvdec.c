@@ -120,14 +120,14 @@ static void attn_dims(const gp_layer *l, const unsigned char *dyn, const gp_node
 }
 
 int64_t gp_kvdec_cache_bytes(const gp_model *m, const unsigned char step_in[GP_MAX_MODEL_INPUTS],
-                             int64_t rows) {
+                             int64_t rows, int first, int end) {
   int64_t cap = 0, bytes = 0;
   for (int i = 0; i < m->n_inputs; i++)
     if (step_in[i] && m->inputs[i].shape.ndim >= 1) cap = m->inputs[i].shape.d[0];
   unsigned char *dyn = calloc((size_t)(m->n_inputs + m->n_nodes), 1);
   if (!dyn) return 0;
   mark_dynamic(m, step_in, dyn);
-  for (int i = 0; i < m->n_nodes; i++) {
+  for (int i = first; i < end && i < m->n_nodes; i++) {
     const gp_node *nd = &m->nodes[i];
     if (!dyn[m->n_inputs + i] || !is_type(&nd->layer, "attention")) continue;
     int64_t dkv, tk;

@@ -22,11 +22,12 @@ gp_status gp_kvdec_create(gp_trainer *t, const unsigned char step_in[GP_MAX_MODE
                           int64_t rows, gp_kvdec **out);
 void gp_kvdec_free(gp_kvdec *d);
 
-/* Bytes of the caches of a batch of rows: every attention layer reached from the step inputs
- * (self-attention: keys and values of the maximum length; cross-attention: of its memory) and
- * the ids kept beside them (gpipe-partition counts them when decoding is part of the run). */
+/* Bytes of the caches of a batch of rows held by nodes [first, end): every attention layer
+ * reached from the step inputs (self-attention: keys and values of the maximum length;
+ * cross-attention: of its memory) and the ids kept beside them (gpipe-partition counts them
+ * when decoding is part of the run). */
 int64_t gp_kvdec_cache_bytes(const gp_model *m, const unsigned char step_in[GP_MAX_MODEL_INPUTS],
-                             int64_t rows);
+                             int64_t rows, int first, int end);
 
 /* Starts a batch of b->n rows: runs the once-a-batch nodes on b's inputs (the step inputs of b
  * are not read) and empties the caches. */
