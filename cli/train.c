@@ -117,7 +117,9 @@ gp_flag tr_flags[] = {
                     "under mpirun: a process not heard from this long ends the run (default 20)",
                     1},
     [F_BEAM] = {"--beam", GP_FLAG_INT, "N",
-                "translation models: beam search with N beams (default 1: greedy)", 1, 1024},
+                "translation models: beam search with N beams (default: greedy; --beam 1 searches, "
+                "giving greedy's translations)",
+                1, 1024},
     [F_LENPEN] = {"--lenpen", GP_FLAG_STR, "A",
                   "beam search: a finished hypothesis scores sum log p / length^A (fairseq's "
                   "length penalty; default 1)",
@@ -300,7 +302,7 @@ static gp_status apply_flags(gp_model *m) {
   if (tr_flags[F_RESUME].given && !tr_flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
   GP_TRY(tr_lenpen(NULL));
-  if (tr_flags[F_BEAM].i > 1 && tr_flags[F_NO_KV_CACHE].given)
+  if (tr_flags[F_BEAM].given && tr_flags[F_NO_KV_CACHE].given)
     return GP_ERR(GP_ERR_USAGE, "--beam %lld searches with the cache; --no-kv-cache is greedy only",
                   (long long)tr_flags[F_BEAM].i);
   if (tr_flags[F_CKPT_EVERY].given && !tr_flags[F_CKPT_DIR].given)

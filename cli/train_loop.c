@@ -108,7 +108,7 @@ static gp_status translate(run *r, int final, bleu_eval *out) {
   GP_TRY(gp_data_decode_set(&r->d, final, &set, &any));
   if (!any) return GP_OK;
   double t0 = gp_now();
-  set.beam = (int)(tr_flags[F_BEAM].given ? tr_flags[F_BEAM].i : 1);
+  set.beam = (int)(tr_flags[F_BEAM].given ? tr_flags[F_BEAM].i : 0);
   set.uncached = tr_flags[F_NO_KV_CACHE].given;
   if (tr_lenpen(&set.lenpen) != GP_OK) set.lenpen = 1.0; /* checked at the start */
   gp_decode_result res;
@@ -123,7 +123,7 @@ static gp_status translate(run *r, int final, bleu_eval *out) {
   out->sentences = res.sentences;
   snprintf(out->line, sizeof out->line, "%s", res.bleu_line);
   out->seconds = gp_now() - t0;
-  if (beam > 1)
+  if (beam >= 1)
     snprintf(out->how, sizeof out->how, "beam %d, lenpen %g", beam, lenpen);
   else
     snprintf(out->how, sizeof out->how, "greedy%s%s", res.uncached_why[0] ? ", uncached: " : "",

@@ -56,14 +56,14 @@ static void scratch_free(scratch *w) {
   free(w->ref);
 }
 
-static gp_status scratch_alloc(const gp_model *m, const gp_decode_set *s, int64_t beam,
+static gp_status scratch_alloc(const gp_model *m, const gp_decode_set *s, int64_t beam, int search,
                                scratch *w) {
   memset(w, 0, sizeof *w);
   w->beam = beam;
   GP_TRY(gp_batch_buffers_alloc(m, s->batch * beam, &w->buf));
   size_t bt = (size_t)(s->batch * s->T), b = (size_t)s->batch, bb = b * (size_t)beam;
   w->step_buf = malloc(5 * bb * sizeof *w->step_buf);
-  if (beam > 1) {
+  if (search) {
     w->btok = malloc(bb * (size_t)s->T * sizeof *w->btok);
     w->btok2 = malloc(bb * (size_t)s->T * sizeof *w->btok2);
     w->fin_tok = malloc(bb * (size_t)s->T * sizeof *w->fin_tok);
@@ -435,7 +435,7 @@ gp_status gp_decode_bleu(gp_trainer *t, gp_decode_set *s, gp_decode_result *out)
   memset(out, 0, sizeof *out);
   out->bleu = -1;
   if (s->beam < 0) return GP_ERR(GP_ERR_USAGE, "--beam %d: beams are 1 or more", s->beam);
-  const int64_t B = s->beam > 1 ? s->beam : 1;
+  const int64_t B = s->beam > 1 ? s->beam : 1; /* beam 1 searches too: it must equal greedy */
   unsigned char step_in[GP_MAX_MODEL_INPUTS] = {0};
   const int which[5] = {s->tgt_in, s->label, s->tgt_mask, s->tgt_seg, s->tgt_pos};
   for (int k = 0; k < 5; k++)
@@ -443,12 +443,12 @@ gp_status gp_decode_bleu(gp_trainer *t, gp_decode_set *s, gp_decode_result *out)
   const char *why =
       s->uncached ? "--no-kv-cache"
                   : gp_kvdec_unsupported(t, step_in, out->uncached_why, sizeof out->uncached_why);
-  if (why && B > 1)
+  if (why && s->beam >= 1)
     return GP_ERR(GP_ERR_USAGE, "--beam %d needs the decoding cache: %s", s->beam, why);
   if (why && why != out->uncached_why)
     snprintf(out->uncached_why, sizeof out->uncached_why, "%s", why);
   scratch w;
-  GP_TRY(scratch_alloc(t->m, s, B, &w));
+  GP_TRY(scratch_alloc(t->m, s, B, s->beam >= 1, &w));
   if (!why) {
     gp_status cs = gp_kvdec_create(t, step_in, s->batch * B, &w.kd);
     if (cs != GP_OK) {
@@ -467,9 +467,9 @@ gp_status gp_decode_bleu(gp_trainer *t, gp_decode_set *s, gp_decode_result *out)
     int end;
     st = gp_batch_source_next(s->rows, &b, &end);
     if (st != GP_OK || end) break;
-    st = !w.kd   ? decode_batch(t, s, &b, &w)
-         : B > 1 ? decode_batch_beam(t, s, &b, &w)
-                 : decode_batch_cached(t, s, &b, &w);
+    st = !w.kd          ? decode_batch(t, s, &b, &w)
+         : s->beam >= 1 ? decode_batch_beam(t, s, &b, &w)
+                        : decode_batch_cached(t, s, &b, &w);
     for (int64_t r = 0; st == GP_OK && r < b.n; r++) {
       int64_t p = w.sentence[r];
       st = detok(s, w.hyp + r * s->T, w.hyp_len[r], &out->text[p]);

@@ -24,9 +24,10 @@ typedef struct gp_decode_set {
   double len_a, len_b;       /* a sentence's limit: len_a * source words + len_b, 1 to T */
   const char *const *pieces; /* the vocabulary's pieces ("piece" of "piece<TAB>score") */
   int32_t vocab;
-  /* how to search (zero: greedy with the cache): beams (0 or 1: greedy), fairseq's length
-   * penalty (a finished hypothesis scores sum log p / len^lenpen, EOS counted in both), and
-   * uncached 1 to rerun the whole model for every token (the reference the cache must equal) */
+  /* how to search (zero: greedy with the cache): beams (0: greedy; 1 searches, equal to greedy),
+   * fairseq's length penalty (a finished hypothesis scores sum log p / len^lenpen, EOS counted in
+   * both), and uncached 1 to rerun the whole model for every token (the reference the cache must
+   * equal) */
   int beam;
   double lenpen;
   int uncached;

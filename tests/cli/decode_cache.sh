@@ -59,6 +59,7 @@ for r in cached cached2 beam1; do
   [ "$(bleu $r)" = "$b" ] || fail "$r: BLEU $(bleu $r), uncached $b"
 done
 grep -q "96 sentences, beam 4, lenpen 1" "$tmp/beam4.err" || fail "beam 4: $(cat "$tmp/beam4.err")"
+grep -q "96 sentences, beam 1, lenpen 1" "$tmp/beam1.err" || fail "beam 1 did not search: $(cat "$tmp/beam1.err")"
 [ "$(wc -l < "$tmp/beam4.txt")" = 96 ] || fail "beam 4 wrote $(wc -l < "$tmp/beam4.txt") lines"
 
 bad() { # expected message, flags...: one line on stderr, non-zero exit
@@ -69,7 +70,7 @@ bad() { # expected message, flags...: one line on stderr, non-zero exit
 }
 bad "--beam" --beam 0
 bad "--lenpen x: not a number" --lenpen x
-bad "--no-kv-cache is greedy only" --beam 2 --no-kv-cache
+bad "--no-kv-cache is greedy only" --beam 1 --no-kv-cache
 # a learned position table of 13 rows holds every sentence of the data (12 pieces and EOS or
 # BOS), but decoding may run to 1.5 x 12 + 10 pieces: its initial weights never stop early,
 # and the cached path refuses position 13 in one line (the uncached one, which feeds every
