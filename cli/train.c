@@ -128,6 +128,15 @@ gp_flag tr_flags[] = {
                        "decode by rerunning the whole model for every token (the reference the "
                        "cache must equal)",
                        0},
+    [F_GENERATE] = {"--generate", GP_FLAG_INT, "N",
+                    "language models: continue each line of --prompts by N ids (no training)", 1},
+    [F_PROMPTS] = {"--prompts", GP_FLAG_STR, "FILE", "--generate's prompts, token ids a line", 0},
+    [F_TEMPERATURE] = {"--temperature", GP_FLAG_STR, "T",
+                       "--generate: sample from softmax(logits / T); 0 (default): greedy", 0},
+    [F_TOP_K] = {"--top-k", GP_FLAG_INT, "K", "--generate: sample among the K likeliest ids", 1},
+    [F_TOP_P] = {"--top-p", GP_FLAG_STR, "P",
+                 "--generate: sample among the likeliest ids whose probability reaches P (0, 1]",
+                 0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
     {NULL},
@@ -411,7 +420,9 @@ int main(int argc, char **argv) {
     gp_dist_finalize(&r.dist);
     return gp_status_exit_code(f);
   }
-  if (s == GP_OK && tr_flags[F_EVAL_ONLY].given) {
+  if (s == GP_OK && tr_flags[F_GENERATE].given) {
+    s = tr_generate(&r);
+  } else if (s == GP_OK && tr_flags[F_EVAL_ONLY].given) {
     gp_interrupt_install("gpipe-train", "stopping the evaluation");
     s = tr_eval_only(&r);
   } else if (s == GP_OK) {

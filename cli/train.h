@@ -52,6 +52,11 @@ enum {
   F_BEAM,
   F_LENPEN,
   F_NO_KV_CACHE,
+  F_GENERATE,
+  F_PROMPTS,
+  F_TEMPERATURE,
+  F_TOP_K,
+  F_TOP_P,
   F_HELP,
   F_VERSION,
   F_COUNT
@@ -136,6 +141,9 @@ int tr_dist_fail(run *r, gp_status s, const char *hint);
 gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads);
 gp_status tr_train(run *r);
 gp_status tr_eval_only(run *r);
+
+/* train_generate.c: --generate N --prompts FILE (a language model continues token-id lines) */
+gp_status tr_generate(run *r);
 
 /* train_report.c */
 void tr_weights_name(const run *r, char *buf, size_t n);

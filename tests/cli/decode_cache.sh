@@ -3,7 +3,9 @@
 # (its translations are imperfect, so a wrong key, value or position shows) must translate the
 # test split with the cache exactly as the uncached path does (every token of every sentence),
 # on 1 stage and on 2; beam 1 must equal greedy; beam 4 runs and says so; a position table
-# shorter than the decoded rows and bad flags (--beam 0, --lenpen x) are one clear line.
+# shorter than the decoded rows and bad flags (--beam 0, --lenpen x) are one clear line. A
+# language model generates through 2 stages: greedy continues counting text, sampling repeats
+# with its seed, and --top-p 2, --temperature -1 and prompts past the positions are refused.
 set -u
 train=$1; srcdir=$2
 tmp=${KEEP_TMP:-$(mktemp -d)}; [ -n "${KEEP_TMP:-}" ] || trap 'rm -rf "$tmp"' EXIT; mkdir -p "$tmp"
@@ -79,4 +81,37 @@ ev=("$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --set data.bleu
     --batch-size 16 --threads 2 --eval-only --set blocks.embed.layers.1.kind=learned
     --set blocks.embed.params.max_len=13)
 bad "decoding position 13 is past the 13 positions that layer tgt_embed.pos's position embedding holds"
+
+# a language model on counting text (each id the previous + 1, 4..19 wrapping) continues its
+# prompts by counting, through 2 stages; sampling with a seed repeats; bad flags are one line
+for part in train:2000:4 valid:64:5 test:96:6; do
+  IFS=: read -r p n s <<< "$part"
+  awk -v n="$n" -v s="$s" 'BEGIN { for (i = 0; i < n; i++) {
+      s = (s * 1103515245 + 12345) % 2147483648; len = 2 + int(s / 65536) % 10;
+      s = (s * 1103515245 + 12345) % 2147483648; t = int(s / 65536) % 16; ids = "";
+      for (j = 0; j < len; j++) ids = ids (j ? " " : "") (4 + (t + j) % 16);
+      print ids } }' > "$d/$p.lm.ids"
+done
+lm=("$srcdir/models/transformer-lm.yaml" --set data.dataset=text --set data.path="$d"
+    --set data.target=lm --set layers.0.num_embeddings=20 --set layers.0.dim=32
+    --set layers.1.max_len=16 --set layers.2.p=0 --set blocks.layer.params.d=32
+    --set blocks.layer.params.heads=2 --set blocks.layer.params.ff=64 --set blocks.layer.params.p=0
+    --set layers.3.repeat=2 --set layers.5.out_features=20 --set inputs.tokens.shape.0=16
+    --set inputs.label.shape.0=16 --set inputs.seg.shape.0=16 --set inputs.pos.shape.0=16
+    --batch-size 16 --threads 2)
+"$train" "${lm[@]}" --steps 200 --set train.optimizer.lr=3e-3 --set train.schedule.warmup_steps=30 \
+  --save "$tmp/lm.safetensors" > "$tmp/lm.out" 2> "$tmp/lm.err" || { cat "$tmp/lm.err"; fail "training the LM"; }
+printf '4 5 6\n12 13\n17 18 19 4\n' > "$tmp/prompts.txt"
+gen0=("$train" "${lm[@]}" --load "$tmp/lm.safetensors" --prompts "$tmp/prompts.txt")
+gen=("${gen0[@]}" --generate 5)
+"${gen[@]}" --stages 2 > "$tmp/gen.txt" 2> "$tmp/gen.err" || { cat "$tmp/gen.err"; fail "--generate"; }
+[ "$(cat "$tmp/gen.txt")" = "$(printf '7 8 9 10 11\n14 15 16 17 18\n5 6 7 8 9')" ] ||
+  fail "greedy generation does not count on: $(cat "$tmp/gen.txt")"
+"${gen[@]}" --temperature 1 --top-k 3 --top-p 0.9 --seed 7 > "$tmp/s1.txt" 2>&1 || fail "sampling: $(cat "$tmp/s1.txt")"
+"${gen[@]}" --temperature 1 --top-k 3 --top-p 0.9 --seed 7 --stages 2 > "$tmp/s2.txt" 2>&1 || fail "sampling at 2 stages"
+cmp -s "$tmp/s1.txt" "$tmp/s2.txt" || fail "sampling with one seed differs: $(cat "$tmp/s1.txt") / $(cat "$tmp/s2.txt")"
+ev=("${gen0[@]}")
+bad "--top-p 2: want a number in (0, 1]" --generate 5 --top-p 2
+bad "--temperature -1: want a number" --generate 5 --temperature -1
+bad "--generate 14: prompt 3 of 4 ids and 14 more pass the model's 16 positions" --generate 14
 echo ok
