@@ -80,7 +80,8 @@ static gp_status scratch_alloc(const gp_model *m, const gp_decode_set *s, int64_
       return GP_ERR(GP_ERR_NOMEM, "out of memory for decoding");
     }
   }
-  w->argmax = malloc(bt * sizeof *w->argmax);
+  /* also the ids fed at a step, one a row: batch x beam */
+  w->argmax = malloc((bt > bb ? bt : bb) * sizeof *w->argmax);
   w->hyp = malloc(bt * sizeof *w->hyp);
   w->hyp_len = malloc(b * sizeof *w->hyp_len);
   w->max_len = malloc(b * sizeof *w->max_len);
