@@ -8,10 +8,12 @@
 #include "cli/args.h"
 #include "cli/partition.h"
 #include "core/decimal.h"
+#include "core/eval/kvdec.h"
 #include "core/io/json.h"
 #include "core/exec/pass.h"
 #include "core/plan/choose.h"
 #include "core/plan/plan.h"
+#include "data/seqfeed.h"
 
 const char *const gp_part_by_names[] = {"flops", "params", "time", NULL};
 const char *const gp_part_by_titles[] = {"estimated FLOPs", "parameters", "measured time"};
@@ -57,6 +59,29 @@ static void sel_layers(const gp_model *m, int a, int b, char *buf, size_t n) {
   }
   free(reader);
   free(flag);
+}
+
+/* A translation model's evaluation decodes with a cache (core/eval/kvdec.h): each stage adds
+ * its attention layers' keys and values for a batch of rows to what it holds. Counted on top of
+ * the training estimate (decoding runs after a step, with the weights and optimizer state still
+ * held and the activation arenas kept), so the sum bounds the stage's peak. */
+static void decode_cache(const gp_model *m, const gp_part_request *q, const gp_partition *p) {
+  gp_seq_layout L;
+  if (m->data.dataset != GP_DATA_TRANSLATION || gp_seq_layout_of(m, &L) != GP_OK) return;
+  unsigned char step_in[GP_MAX_MODEL_INPUTS] = {0};
+  const int roles[] = {GP_SEQ_TGT_IN, GP_SEQ_TGT_MASK, GP_SEQ_TGT_SEG, GP_SEQ_TGT_POS,
+                       GP_SEQ_LABEL};
+  for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
+    if (L.input[roles[i]] >= 0) step_in[L.input[roles[i]]] = 1;
+  printf("\ndecoding    the evaluation's cache of %" PRId64 " rows (beam N: N times) adds to "
+         "each stage's memory:",
+         q->batch);
+  for (int s = 0; s < p->stages; s++) {
+    int a = m->unit_first[p->first[s]], b = m->unit_first[p->first[s + 1]];
+    double c = (double)gp_kvdec_cache_bytes(m, step_in, q->batch, a, b);
+    printf(" %d: %.1f MiB (%.1f in all)", s, c / 1048576.0, (p->memory[s] + c) / 1048576.0);
+  }
+  printf("\n");
 }
 
 static double total_time(const gp_partition *p) {
@@ -175,6 +200,7 @@ void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_u
            shown++ ? "          " : "\nremat     ", q->chunks > 1 ? "chunk" : "stage", s,
            p->sel_micro[s], p->sel_micro[s], what, p->cheap_bytes[s] / 1048576.0);
   }
+  decode_cache(m, q, p);
   printf("\nimbalance   %.3f (slowest %s / mean %s time)\n", p->imbalance,
          q->chunks > 1 ? "chunk" : "stage", q->chunks > 1 ? "chunk" : "stage");
   if (q->schedule_auto && q->stages > 1) printf("schedule    auto: %s\n", q->chosen);

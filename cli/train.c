@@ -117,12 +117,48 @@ gp_flag tr_flags[] = {
     [F_LIVENESS] = {"--liveness-timeout", GP_FLAG_INT, "SECONDS",
                     "under mpirun: a process not heard from this long ends the run (default 20)",
                     1},
+    [F_BEAM] = {"--beam", GP_FLAG_INT, "N",
+                "translation models: beam search with N beams (default: greedy; --beam 1 searches, "
+                "giving greedy's translations)",
+                1, 1024},
+    [F_LENPEN] = {"--lenpen", GP_FLAG_STR, "A",
+                  "beam search: a finished hypothesis scores sum log p / length^A (fairseq's "
+                  "length penalty; default 1)",
+                  0},
+    [F_NO_KV_CACHE] = {"--no-kv-cache", GP_FLAG_BOOL, NULL,
+                       "decode by rerunning the whole model for every token (the reference the "
+                       "cache must equal)",
+                       0},
+    [F_GENERATE] = {"--generate", GP_FLAG_INT, "N",
+                    "language models: continue each line of --prompts by N ids (no training)", 1},
+    [F_PROMPTS] = {"--prompts", GP_FLAG_STR, "FILE", "--generate's prompts, token ids a line", 0},
+    [F_TEMPERATURE] = {"--temperature", GP_FLAG_STR, "T",
+                       "--generate: sample from softmax(logits / T); 0 (default): greedy", 0},
+    [F_TOP_K] = {"--top-k", GP_FLAG_INT, "K", "--generate: sample among the K likeliest ids", 1},
+    [F_TOP_P] = {"--top-p", GP_FLAG_STR, "P",
+                 "--generate: sample among the likeliest ids whose probability reaches P (0, 1]",
+                 0},
     [F_HELP] = {"--help", GP_FLAG_BOOL, NULL, "show this help", 0},
     [F_VERSION] = {"--version", GP_FLAG_BOOL, NULL, "show the version", 0},
     {NULL},
 };
 
 int tr_ckpt_stale, tr_out_stale;
+
+gp_status tr_lenpen(double *out) {
+  double v = 1.0;
+  if (tr_flags[F_LENPEN].given) {
+    char *end;
+    v = strtod(tr_flags[F_LENPEN].s, &end);
+    if (end == tr_flags[F_LENPEN].s || *end || !isfinite(v))
+      return GP_ERR(GP_ERR_USAGE,
+                    "--lenpen %s: not a number (fairseq's length penalty: 1 "
+                    "divides by the length, 0 not at all)",
+                    tr_flags[F_LENPEN].s);
+  }
+  if (out) *out = v;
+  return GP_OK;
+}
 
 static run *the_run;  /* for tr_fail: errors across processes name the rank */
 static int voice = 1; /* this process speaks for the run: it checks and claims the outputs */
@@ -275,6 +311,10 @@ static gp_status apply_flags(gp_model *m) {
                     tr_flags[trains[i].flag].name, trains[i].why);
   if (tr_flags[F_RESUME].given && !tr_flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--resume needs --checkpoint-dir DIR");
+  GP_TRY(tr_lenpen(NULL));
+  if (tr_flags[F_BEAM].given && tr_flags[F_NO_KV_CACHE].given)
+    return GP_ERR(GP_ERR_USAGE, "--beam %lld searches with the cache; --no-kv-cache is greedy only",
+                  (long long)tr_flags[F_BEAM].i);
   if (tr_flags[F_CKPT_EVERY].given && !tr_flags[F_CKPT_DIR].given)
     return GP_ERR(GP_ERR_USAGE, "--checkpoint-every needs --checkpoint-dir DIR");
   if (tr_flags[F_RESUME].given && tr_flags[F_LOAD].given)
@@ -381,7 +421,9 @@ int main(int argc, char **argv) {
     gp_dist_finalize(&r.dist);
     return gp_status_exit_code(f);
   }
-  if (s == GP_OK && tr_flags[F_EVAL_ONLY].given) {
+  if (s == GP_OK && tr_flags[F_GENERATE].given) {
+    s = tr_generate(&r);
+  } else if (s == GP_OK && tr_flags[F_EVAL_ONLY].given) {
     gp_interrupt_install("gpipe-train", "stopping the evaluation");
     s = tr_eval_only(&r);
   } else if (s == GP_OK) {

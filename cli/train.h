@@ -49,6 +49,14 @@ enum {
   F_EVAL_ONLY,
   F_REPLICAS,
   F_LIVENESS,
+  F_BEAM,
+  F_LENPEN,
+  F_NO_KV_CACHE,
+  F_GENERATE,
+  F_PROMPTS,
+  F_TEMPERATURE,
+  F_TOP_K,
+  F_TOP_P,
   F_HELP,
   F_VERSION,
   F_COUNT
@@ -57,6 +65,8 @@ enum {
 /* the flag table, F_COUNT entries and the NULL that ends it (a table of another length does
  * not compile against this declaration) */
 extern gp_flag tr_flags[F_COUNT + 1];
+/* --lenpen's value (1 when not given); a usage error when it is not a number */
+gp_status tr_lenpen(double *out);
 extern int tr_ckpt_stale; /* temporary checkpoints of killed runs removed from --checkpoint-dir */
 extern int tr_out_stale;  /* the same removed beside --save, --trace and --translations */
 
@@ -131,6 +141,9 @@ int tr_dist_fail(run *r, gp_status s, const char *hint);
 gp_status tr_make_trainer(run *r, gp_plan *plan, int *threads);
 gp_status tr_train(run *r);
 gp_status tr_eval_only(run *r);
+
+/* train_generate.c: --generate N --prompts FILE (a language model continues token-id lines) */
+gp_status tr_generate(run *r);
 
 /* train_report.c */
 void tr_weights_name(const run *r, char *buf, size_t n);

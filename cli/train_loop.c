@@ -95,6 +95,7 @@ typedef struct bleu_eval {
   int64_t sentences;
   char line[160]; /* sacreBLEU's verbose line */
   double seconds;
+  char how[240]; /* "greedy", "beam 4, lenpen 1", and why the cache was not used */
 } bleu_eval;
 
 /* Where the data decodes translations: greedy decoding of the evaluated split, scored by
@@ -107,8 +108,13 @@ static gp_status translate(run *r, int final, bleu_eval *out) {
   GP_TRY(gp_data_decode_set(&r->d, final, &set, &any));
   if (!any) return GP_OK;
   double t0 = gp_now();
+  set.beam = (int)(tr_flags[F_BEAM].given ? tr_flags[F_BEAM].i : 0);
+  set.uncached = tr_flags[F_NO_KV_CACHE].given;
+  if (tr_lenpen(&set.lenpen) != GP_OK) set.lenpen = 1.0; /* checked at the start */
   gp_decode_result res;
   gp_status s = gp_decode_bleu(&r->t, &set, &res);
+  const int beam = set.beam;
+  const double lenpen = set.lenpen;
   gp_decode_set_free(&set);
   GP_TRY(s);
   const gp_flag hyps = {.name = "--translations", .s = tr_flags[F_TRANSLATIONS].s};
@@ -117,6 +123,11 @@ static gp_status translate(run *r, int final, bleu_eval *out) {
   out->sentences = res.sentences;
   snprintf(out->line, sizeof out->line, "%s", res.bleu_line);
   out->seconds = gp_now() - t0;
+  if (beam >= 1)
+    snprintf(out->how, sizeof out->how, "beam %d, lenpen %g", beam, lenpen);
+  else
+    snprintf(out->how, sizeof out->how, "greedy%s%s", res.uncached_why[0] ? ", uncached: " : "",
+             res.uncached_why);
   gp_decode_result_free(&res);
   return s;
 }
@@ -144,8 +155,8 @@ static gp_status evaluate(run *r, gp_progress *pg, int64_t epoch, int final, gp_
         gp_progress_eval(pg, r->t.step, epoch, ev->loss, ev->accuracy, ev->samples, gp_now() - t0));
   GP_TRY(eval_finite(r, st.split, ev->loss));
   if (be.bleu >= 0)
-    gp_progress_note(pg, "  %s: %s (%lld sentence%s, greedy, %.1f s)", st.split, be.line,
-                     (long long)be.sentences, be.sentences == 1 ? "" : "s", be.seconds);
+    gp_progress_note(pg, "  %s: %s (%lld sentence%s, %s, %.1f s)", st.split, be.line,
+                     (long long)be.sentences, be.sentences == 1 ? "" : "s", be.how, be.seconds);
   r->last = *ev;
   r->last_st = st;
   r->last_bleu = be.bleu;

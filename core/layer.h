@@ -89,6 +89,20 @@ typedef struct gp_layer_bind {
   int64_t stats_count;         /* values per channel pooled in stats since the last step_end */
 } gp_layer_bind;
 
+/* One attention layer's state while decoding a batch one position a step: the layer (a copy
+ * whose queries are one position a row) appends its new key and value at position len
+ * (self-attention), or projects the memory once at the first step and keeps it (len = the
+ * memory's length). kv holds rows x cap positions of row_floats / cap floats each, allocated by
+ * the layer from arena at its first step; ids the segment ids (or key-padding flags) of the
+ * positions held, rows x cap. The decoder reorders rows (beam search) by whole rows. */
+typedef struct gp_kv_cache {
+  gp_arena *arena;
+  int64_t cap, len, rows;
+  int64_t row_floats, row_ids; /* floats of one row of kv, ids of one row of ids */
+  float *kv;
+  int32_t *ids;
+} gp_kv_cache;
+
 typedef struct gp_exec {
   gp_backend *be;
   gp_arena *arena; /* saved state lives here until the micro-batch's backward is done */
@@ -122,6 +136,9 @@ typedef struct gp_exec {
   /* B of a split backward: where the pass puts the gradients W will not read and its
    * temporaries, freed when B is done, so the slot keeps only what W reads (NULL: arena). */
   gp_arena *temp;
+  /* Incremental decoding (core/eval/kvdec.c): the running attention layer's keys and values
+   * kept across steps; NULL in training and evaluation, whose paths never read it. */
+  struct gp_kv_cache *cache;
 } gp_exec;
 
 /* Whether the running backward adds into the parameter gradients (not B alone). */

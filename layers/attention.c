@@ -30,86 +30,48 @@
  * is transposed or copied: head h of Q is columns [h dh, (h+1) dh) of the [T, 3 dim] block. */
 #include <math.h>
 
-#include "layers/layers.h"
+#include "layers/attention.h"
 
 /* What an input is (the names of `inputs:`). */
 enum role { R_QUERY, R_MEMORY, R_MASK, R_SEGMENTS, R_KEY_SEGMENTS, R_POS, R_COUNT };
 static const char *const role_names[] = {"query",        "memory", "mask", "segments",
                                          "key_segments", "pos",    NULL};
 
-typedef struct attention_conf {
-  int64_t heads, dim; /* dim 0: the input's */
-  int bias, causal;
-  int segments; /* mask: segments (1) or padding (0) */
-  double dropout;
-  int64_t kv_heads; /* 0: heads */
-  double theta;
-  int rope;                 /* rope.theta given */
-  int roles[GP_MAX_INPUTS]; /* inputs: what each input is (enum role), when n_roles > 0 */
-  int n_roles;
-} attention_conf;
-
-/* What the input shapes make of the layer. */
-typedef struct geo {
-  int cross;        /* keys and values from input kv */
-  int kv;           /* index of the keys/values input (cross), or -1 */
-  int mask;         /* index of the key-padding mask input, or -1 */
-  int seg_q, seg_k; /* indices of the segment id inputs (mask: segments), or -1 */
-  int pos;          /* index of the positions (rope), or -1 */
-  int n;            /* inputs other than the positions (rank-told roles count these) */
-  int64_t tq, tk, d, h, dh;
-  int64_t kvh, dkv; /* key/value heads, their width kvh * dh */
-  int64_t nqkv;     /* self-attention's projection width d + 2 dkv */
-} geo;
-
-/* The projections of a micro-batch as strided views; what backward needs from forward. */
-typedef struct attn_saved {
-  float *qkv;       /* self: [rows, 3d]; cross: q [rows_q, d] then kv [rows_k, 2d] */
-  float *p;         /* softmax probabilities [B, H, Tq, Tk], before dropout; NULL when fused */
-  float *lse;       /* fused attention (sdpa_forward): log-sum-exp per [B, H, Tq] row, or NULL */
-  float *ctx;       /* the heads' outputs side by side [rows_q, d] */
-  int64_t ldq, ldk; /* row strides of Q and of K, V */
-  float *q, *k, *v; /* views into qkv */
-  /* d(projections), laid out like qkv: kept by a backward's B (GP_GRAD_INPUT) for its W,
-   * NULL until then */
-  float *dqkv;
-} attn_saved;
-
 static const gp_setting attention_settings[] = {
     {.key = "heads",
-     GP_SETTING_INT_AT(attention_conf, heads),
+     GP_SETTING_INT_AT(gp_attn_conf, heads),
      .required = 1,
      .min = 1,
      .max = GP_LAYER_MAX_DIM,
      .doc = "number of heads; must divide dim"},
     {.key = "dim",
-     GP_SETTING_INT_AT(attention_conf, dim),
+     GP_SETTING_INT_AT(gp_attn_conf, dim),
      .idflt = 0,
      .min = 1,
      .max = GP_LAYER_MAX_DIM,
      .dflt_doc = "the input's",
      .doc = "model width; when given, it must equal the last dimension of the queries"},
     {.key = "bias",
-     GP_SETTING_BOOL_AT(attention_conf, bias),
+     GP_SETTING_BOOL_AT(gp_attn_conf, bias),
      .idflt = 1,
      .doc = "biases of the input and output projections"},
     {.key = "causal",
-     GP_SETTING_BOOL_AT(attention_conf, causal),
+     GP_SETTING_BOOL_AT(gp_attn_conf, causal),
      .idflt = 0,
      .doc = "query i may not attend to key j > i"},
     {.key = "mask",
-     GP_SETTING_CHOICE_AT(attention_conf, segments),
+     GP_SETTING_CHOICE_AT(gp_attn_conf, segments),
      .choices = (const char *const[]){"padding", "segments", NULL},
      .idflt = 0,
      .doc = "without `inputs:`, the i32 inputs after the f32 ones: `padding`, a key-padding mask; "
             "`segments`, the segment ids of packed rows"},
     {.key = "dropout",
-     GP_SETTING_FLOAT_AT(attention_conf, dropout),
+     GP_SETTING_FLOAT_AT(gp_attn_conf, dropout),
      .fdflt = 0,
      .range = GP_RANGE_BELOW_ONE,
      .doc = "dropout on the attention probabilities while training"},
     {.key = "kv_heads",
-     GP_SETTING_INT_AT(attention_conf, kv_heads),
+     GP_SETTING_INT_AT(gp_attn_conf, kv_heads),
      .idflt = 0,
      .min = 1,
      .max = GP_LAYER_MAX_DIM,
@@ -117,13 +79,13 @@ static const gp_setting attention_settings[] = {
      .doc = "key/value heads, each shared by heads / kv_heads query heads (grouped-query "
             "attention; 1: multi-query); heads must be a multiple of it"},
     {.key = "rope.theta",
-     GP_SETTING_FLOAT_AT(attention_conf, theta),
-     GP_SETTING_HAS_AT(attention_conf, rope),
+     GP_SETTING_FLOAT_AT(gp_attn_conf, theta),
+     GP_SETTING_HAS_AT(gp_attn_conf, rope),
      .range = GP_RANGE_POSITIVE,
      .doc = "written `rope: {theta: 10000}`: rotary position embedding of queries and keys "
             "(Llama's layout) with this base, positions from the `pos` input"},
     {.key = "inputs",
-     GP_SETTING_CHOICES_AT(attention_conf, roles, n_roles),
+     GP_SETTING_CHOICES_AT(gp_attn_conf, roles, n_roles),
      .choices = role_names,
      .dflt_doc = "told apart by rank and count",
      .doc = "what from:'s inputs are, in its order, query first: `[query, pos, segments]`; "
@@ -132,7 +94,7 @@ static const gp_setting attention_settings[] = {
 };
 
 static gp_status attention_configure(gp_layer *l, gp_cfg *cfg) {
-  attention_conf *k = l->conf;
+  gp_attn_conf *k = l->conf;
   GP_TRY(gp_layers_configure(l, cfg));
   if (k->dim && k->dim % k->heads)
     return gp_cfg_error(cfg, "heads", "heads: dim %lld is not divisible by %lld heads",
@@ -171,8 +133,8 @@ static gp_status attention_configure(gp_layer *l, gp_cfg *cfg) {
   return GP_OK;
 }
 
-static void geometry(const gp_layer *l, geo *g) {
-  const attention_conf *k = l->conf;
+void gp_attn_geometry(const gp_layer *l, gp_attn_geo *g) {
+  const gp_attn_conf *k = l->conf;
   int kv = -1;
   g->mask = g->seg_q = g->seg_k = g->pos = -1;
   if (k->n_roles) { /* named */
@@ -207,7 +169,7 @@ static void geometry(const gp_layer *l, geo *g) {
 
 /* mask: segments: [x, seg] or [q, mem, q_seg, k_seg], each seg I32 with one id per query or
  * per key (the keys/values input itself is checked with the padding form's). */
-static gp_status check_segment_inputs(const gp_layer *l, const geo *g) {
+static gp_status check_segment_inputs(const gp_layer *l, const gp_attn_geo *g) {
   char b1[GP_LAYER_SHAPE_STR];
   if (g->n != 2 && g->n != 4)
     return GP_ERR(GP_ERR_SPEC,
@@ -245,8 +207,8 @@ static gp_status check_segment_inputs(const gp_layer *l, const geo *g) {
 }
 
 /* inputs: named: as many as from: gives, each of its role's dtype and shape. */
-static gp_status check_named_inputs(const gp_layer *l, const geo *g) {
-  const attention_conf *k = l->conf;
+static gp_status check_named_inputs(const gp_layer *l, const gp_attn_geo *g) {
+  const gp_attn_conf *k = l->conf;
   char b1[GP_LAYER_SHAPE_STR];
   if (k->n_roles != l->n_in)
     return GP_ERR(GP_ERR_SPEC, "attention: inputs: names %d input%s, from: gives %d", k->n_roles,
@@ -266,15 +228,15 @@ static gp_status check_named_inputs(const gp_layer *l, const geo *g) {
 }
 
 static gp_status attention_shape(gp_layer *l) {
-  const attention_conf *k = l->conf;
+  const gp_attn_conf *k = l->conf;
   char b1[GP_LAYER_SHAPE_STR], b2[GP_LAYER_SHAPE_STR];
   const gp_shape *x = &l->in_shape[0];
   l->n_params = 0;
   if (x->ndim != 2 || l->in_dtype[0] != GP_F32)
     return GP_ERR(GP_ERR_SPEC, "attention expects f32 queries [T, dim], got %s %s",
                   gp_dtype_spec_name(l->in_dtype[0]), gp_layers_shape_str(x, b1));
-  geo g;
-  geometry(l, &g);
+  gp_attn_geo g;
+  gp_attn_geometry(l, &g);
   if (k->n_roles) GP_TRY(check_named_inputs(l, &g));
   if (k->segments && !k->n_roles) GP_TRY(check_segment_inputs(l, &g));
   if (!k->segments && g.n == 4)
@@ -340,9 +302,9 @@ static gp_status attention_shape(gp_layer *l) {
 }
 
 static void attention_cost(const gp_layer *l, gp_cost *c) {
-  const attention_conf *k = l->conf;
-  geo g;
-  geometry(l, &g);
+  const gp_attn_conf *k = l->conf;
+  gp_attn_geo g;
+  gp_attn_geometry(l, &g);
   double tq = (double)g.tq, tk = (double)g.tk, d = (double)g.d, h = (double)g.h;
   double dkv = (double)g.dkv;
   double proj = 2.0 * tq * d * d + 2.0 * tk * d * 2.0 * dkv + 2.0 * tq * d * d; /* q, kv, out */
@@ -366,26 +328,26 @@ static void attention_cost(const gp_layer *l, gp_cost *c) {
 }
 
 /* Which param index holds what (the biases are absent without bias). */
-static void param_ix(const gp_layer *l, int *w_in, int *b_in, int *w_out, int *b_out) {
-  const attention_conf *k = l->conf;
+void gp_attn_param_ix(const gp_layer *l, int *w_in, int *b_in, int *w_out, int *b_out) {
+  const gp_attn_conf *k = l->conf;
   *w_in = 0;
   *b_in = k->bias ? 1 : -1;
   *w_out = k->bias ? 2 : 1;
   *b_out = k->bias ? 3 : -1;
 }
 
-static int dropout_on(const attention_conf *k, const gp_exec *e) {
+static int dropout_on(const gp_attn_conf *k, const gp_exec *e) {
   return e->training && k->dropout > 0.0;
 }
 
 /* The mask counter of the first probability of this micro-batch, as dropout.c does it. */
-static uint64_t mask_offset(const geo *g, const gp_exec *e) {
+static uint64_t mask_offset(const gp_attn_geo *g, const gp_exec *e) {
   return (uint64_t)e->sample_offset * (uint64_t)(g->h * g->tq * g->tk);
 }
 
 /* The fused op's view of this micro-batch: the strided Q, K, V of s and the key-padding mask. */
-static void sdpa_desc(const geo *g, const attention_conf *k, const gp_exec *e, const gp_tensor *in,
-                      int64_t nb, const attn_saved *s, gp_sdpa_desc *sd) {
+static void sdpa_desc(const gp_attn_geo *g, const gp_attn_conf *k, const gp_exec *e,
+                      const gp_tensor *in, int64_t nb, const gp_attn_saved *s, gp_sdpa_desc *sd) {
   *sd = (gp_sdpa_desc){.batch = nb,
                        .heads = g->h,
                        .kv_heads = g->kvh,
@@ -404,9 +366,9 @@ static void sdpa_desc(const geo *g, const attention_conf *k, const gp_exec *e, c
 /* The context through the backend's fused attention (s->lse set) where it has one and takes
  * this call; dropout (its masks must come from the sample, as the plain path's) and packed
  * segments stay on the plain path. */
-static gp_status try_fused_forward(const gp_layer *l, gp_exec *e, const geo *g, const gp_tensor *in,
-                                   attn_saved *s, int *fused) {
-  const attention_conf *k = l->conf;
+static gp_status try_fused_forward(const gp_layer *l, gp_exec *e, const gp_attn_geo *g,
+                                   const gp_tensor *in, gp_attn_saved *s, int *fused) {
+  const gp_attn_conf *k = l->conf;
   gp_backend *be = e->be;
   const int64_t nb = in[0].shape.d[0];
   *fused = 0;
@@ -423,18 +385,19 @@ static gp_status try_fused_forward(const gp_layer *l, gp_exec *e, const geo *g, 
 
 static gp_status attention_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in,
                                    gp_tensor *out, void **saved) {
-  const attention_conf *k = l->conf;
+  const gp_attn_conf *k = l->conf;
+  if (e->cache) return gp_attn_forward_cached(l, e, in, out, saved);
   gp_backend *be = e->be;
-  geo g;
-  geometry(l, &g);
+  gp_attn_geo g;
+  gp_attn_geometry(l, &g);
   int w_in, b_in, w_out, b_out;
-  param_ix(l, &w_in, &b_in, &w_out, &b_out);
+  gp_attn_param_ix(l, &w_in, &b_in, &w_out, &b_out);
   const int64_t nb = in[0].shape.d[0], d = g.d, dh = g.dh, H = g.h, tq = g.tq, tk = g.tk;
   const int64_t rq = nb * tq, rk = nb * tk, nscore = nb * H * tq * tk, dkv = g.dkv, nq = g.nqkv;
   const int64_t grp = H / g.kvh; /* query heads per key/value head */
   const float *W = e->bind->param[w_in], *bw = b_in >= 0 ? e->bind->param[b_in] : NULL;
   const float *xq = GP_F32P(&in[0]);
-  attn_saved *s;
+  gp_attn_saved *s;
   GP_TRY(gp_arena_alloc(e->arena, sizeof *s, (void **)&s));
   s->dqkv = NULL;
   size_t nproj = (size_t)(g.cross ? rq * d + rk * 2 * dkv : rq * nq);
@@ -519,12 +482,12 @@ out_proj:
 
 /* The output projection's parameter gradients from dy and the saved context: weight +=, the
  * bias summed into gbias + nqkv (zeroed by the caller). */
-static gp_status out_proj_grads(const gp_layer *l, gp_exec *e, const geo *g, const attn_saved *s,
-                                int64_t rq, const float *dy, float *gbias) {
+static gp_status out_proj_grads(const gp_layer *l, gp_exec *e, const gp_attn_geo *g,
+                                const gp_attn_saved *s, int64_t rq, const float *dy, float *gbias) {
   gp_backend *be = e->be;
   const int64_t d = g->d;
   int w_in, b_in, w_out, b_out;
-  param_ix(l, &w_in, &b_in, &w_out, &b_out);
+  gp_attn_param_ix(l, &w_in, &b_in, &w_out, &b_out);
   GP_TRY(be->gemm(be, 1, 0, d, d, rq, 1.0f, dy, d, s->ctx, d, 1.0f, e->bind->grad[w_out], d));
   if (b_out >= 0) GP_TRY(be->bias_grad(be, rq, d, 1, dy, gbias + g->nqkv));
   return GP_OK;
@@ -532,14 +495,14 @@ static gp_status out_proj_grads(const gp_layer *l, gp_exec *e, const geo *g, con
 
 /* The input projections' parameter gradients from dqkv and the inputs, then the biases
  * summed in gbias added to theirs. */
-static gp_status in_proj_grads(const gp_layer *l, gp_exec *e, const geo *g, const attn_saved *s,
-                               const gp_tensor *in, int64_t rq, int64_t rk, const float *dqkv,
-                               float *gbias) {
-  const attention_conf *k = l->conf;
+static gp_status in_proj_grads(const gp_layer *l, gp_exec *e, const gp_attn_geo *g,
+                               const gp_attn_saved *s, const gp_tensor *in, int64_t rq, int64_t rk,
+                               const float *dqkv, float *gbias) {
+  const gp_attn_conf *k = l->conf;
   gp_backend *be = e->be;
   const int64_t d = g->d, dkv = g->dkv, nq = g->nqkv;
   int w_in, b_in, w_out, b_out;
-  param_ix(l, &w_in, &b_in, &w_out, &b_out);
+  gp_attn_param_ix(l, &w_in, &b_in, &w_out, &b_out);
   float *gw = e->bind->grad[w_in], *gb = b_in >= 0 ? gbias : NULL;
   const float *xq = GP_F32P(&in[0]);
   if (!g->cross) {
@@ -567,8 +530,8 @@ static gp_status in_proj_grads(const gp_layer *l, gp_exec *e, const geo *g, cons
 }
 
 /* W reads dy, the saved context, the inputs and the projection gradients B kept. */
-static gp_status attention_backward_weight(const gp_layer *l, gp_exec *e, const geo *g,
-                                           const attn_saved *s, const gp_tensor *in,
+static gp_status attention_backward_weight(const gp_layer *l, gp_exec *e, const gp_attn_geo *g,
+                                           const gp_attn_saved *s, const gp_tensor *in,
                                            const float *dy) {
   if (!s->dqkv)
     return GP_ERR(GP_ERR_RUNTIME, "attention %s: weight gradients before the input half", l->path);
@@ -576,7 +539,7 @@ static gp_status attention_backward_weight(const gp_layer *l, gp_exec *e, const 
   float *gbias;
   GP_TRY(e->be->scratch(e->be, (size_t)nbias * sizeof(float), (void **)&gbias));
   int w_in, b_in, w_out, b_out;
-  param_ix(l, &w_in, &b_in, &w_out, &b_out);
+  gp_attn_param_ix(l, &w_in, &b_in, &w_out, &b_out);
   if (b_in >= 0) GP_TRY(e->be->zero(e->be, gbias, (size_t)nbias * sizeof(float)));
   GP_TRY(out_proj_grads(l, e, g, s, rq, dy, gbias));
   return in_proj_grads(l, e, g, s, in, rq, rk, s->dqkv, gbias);
@@ -586,14 +549,14 @@ static gp_status attention_backward(const gp_layer *l, gp_exec *e, const gp_tens
                                     const gp_tensor *out, const gp_tensor *dout, gp_tensor *din,
                                     void *saved) {
   (void)out;
-  const attention_conf *k = l->conf;
+  const gp_attn_conf *k = l->conf;
   gp_backend *be = e->be;
-  attn_saved *s = saved;
+  gp_attn_saved *s = saved;
   if (!s) return GP_ERR(GP_ERR_RUNTIME, "attention %s: backward without its forward", l->path);
-  geo g;
-  geometry(l, &g);
+  gp_attn_geo g;
+  gp_attn_geometry(l, &g);
   int w_in, b_in, w_out, b_out;
-  param_ix(l, &w_in, &b_in, &w_out, &b_out);
+  gp_attn_param_ix(l, &w_in, &b_in, &w_out, &b_out);
   const int64_t nb = in[0].shape.d[0], d = g.d, dh = g.dh, H = g.h, tq = g.tq, tk = g.tk;
   const int64_t rq = nb * tq, rk = nb * tk, nscore = nb * H * tq * tk, dkv = g.dkv, nq = g.nqkv;
   const int64_t grp = H / g.kvh, nbias = nq + d;
@@ -689,7 +652,7 @@ const gp_layer_type gp_layer_attention = {
            "`nn.MultiheadAttention`; with `kv_heads` and `rope`, Llama's attention)",
     .min_inputs = 1,
     .max_inputs = 4,
-    .conf_size = sizeof(attention_conf),
+    .conf_size = sizeof(gp_attn_conf),
     GP_LAYER_SETTINGS(attention_settings),
     .configure = attention_configure,
     .shape = attention_shape,

@@ -24,6 +24,13 @@ typedef struct gp_decode_set {
   double len_a, len_b;       /* a sentence's limit: len_a * source words + len_b, 1 to T */
   const char *const *pieces; /* the vocabulary's pieces ("piece" of "piece<TAB>score") */
   int32_t vocab;
+  /* how to search (zero: greedy with the cache): beams (0: greedy; 1 searches, equal to greedy),
+   * fairseq's length penalty (a finished hypothesis scores sum log p / len^lenpen, EOS counted in
+   * both), and uncached 1 to rerun the whole model for every token (the reference the cache must
+   * equal) */
+  int beam;
+  double lenpen;
+  int uncached;
 } gp_decode_set;
 void gp_decode_set_free(gp_decode_set *s); /* frees rows; accepts a zeroed set */
 
@@ -33,11 +40,18 @@ typedef struct gp_decode_result {
   char bleu_line[160]; /* sacreBLEU's verbose line */
   char **text;         /* per sentence of the set, its translation; NULL where not decoded */
   int64_t n_text;
+  /* why the cache was not used ("" when it was): the model or stages have no cached form */
+  char uncached_why[200];
 } gp_decode_result;
 void gp_decode_result_free(gp_decode_result *r); /* accepts a zeroed result */
 
-/* Decodes every row of one pass of s->rows greedily with t's model and scores the
- * translations against the references. t->check is asked between decoding steps. */
+/* Decodes every row of one pass of s->rows (greedily, or by beam search: s->beam) with t's model
+ * and scores the translations against the references. t->check is asked between decoding steps. */
 gp_status gp_decode_bleu(gp_trainer *t, gp_decode_set *s, gp_decode_result *out);
+
+/* Beam search's choice among n candidate scores (sum of log-probabilities, EOS included) of
+ * lengths len (EOS included): the index of the best by fairseq's score / len^lenpen, the first
+ * on ties. */
+int64_t gp_decode_best(const double *score, const int64_t *len, int64_t n, double lenpen);
 
 #endif
