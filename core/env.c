@@ -49,6 +49,10 @@ static const env_setting settings[GP_ENV_COUNT] = {
     [GP_ENV_SDPA] = {"GP_SDPA", 0, 1, NULL,
                      "0: bf16 attention on a GPU runs the plain path (score matrices in memory) "
                      "instead of cuDNN's fused attention"},
+    [GP_ENV_SPLIT_GFLOPS] = {"GP_SPLIT_GFLOPS", 1, 10000000, NULL,
+                             "the device's GFLOP/s that schedule auto across processes weighs "
+                             "hand-offs against under --by flops, instead of an sgemm measured "
+                             "at the start (a plan that does not depend on the machine's load)"},
 };
 
 /* variables gpipe's scripts and tests set, which the programs do not read */
