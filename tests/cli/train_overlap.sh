@@ -63,29 +63,42 @@ GP_TEST_AHEAD_ALL=1 run ck 18 --eval-every 1000000 --checkpoint-dir "$tmp/ck" \
 [ "$(overlapped ck)" = "11 of 18" ] || fail "--checkpoint-every 3: '$(overlapped ck)', not 11 of 18"
 cmp -s "$tmp/off.safetensors" "$tmp/ck.safetensors" || fail "--checkpoint-every 3: other weights"
 
-# 2. checkpointed every 3 steps to step 7, resumed to 18: the weights of one run
+# 2. checkpointed every 3 steps (each after a step told no successor) and killed (SIGKILL: no
+#    checkpoint of its own), resumed to 40 steps: the weights of one run
 rm -rf "$tmp/ck"
-GP_TEST_AHEAD_ALL=1 run part 7 --eval-every 1000000 --checkpoint-dir "$tmp/ck" \
-  --checkpoint-every 3
-GP_TEST_AHEAD_ALL=1 run resumed 18 --eval-every 1000000 --checkpoint-dir "$tmp/ck" \
-  --checkpoint-every 3 --resume
-cmp -s "$tmp/off.safetensors" "$tmp/resumed.safetensors" ||
-  fail "checkpointed at 7 and resumed: other weights than one run's"
+set -m # else bash starts background runs with SIGINT ignored (3.)
+GP_TEST_AHEAD_ALL=1 "$train" "$cnn" "${common[@]}" --steps 1000000 --eval-every 1000000 \
+  --checkpoint-dir "$tmp/ck" --checkpoint-every 3 --log "$tmp/kill.jsonl" >/dev/null \
+  2>"$tmp/err" &
+pid=$!
+wait_steps() { # LOG N: until LOG holds N train events (60 s at most) while $pid runs
+  for i in $(seq 601); do
+    [ $i = 601 ] && fail "no $2 steps in 60 s"
+    kill -0 $pid 2>/dev/null || fail "the run ended before $2 steps: $(tail -3 "$tmp/err")"
+    n=$(grep -c '"event": "train"' "$1" 2>/dev/null)
+    [ "${n:-0}" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+}
+wait_steps "$tmp/kill.jsonl" 7
+kill -KILL $pid
+wait $pid 2>/dev/null
+GP_TEST_AHEAD_ALL=1 run killres 40 --eval-every 1000000 --checkpoint-dir "$tmp/ck" --resume
+k=$(python3 -c 'import json, sys
+print([e["step"] for e in map(json.loads, open(sys.argv[1])) if e["event"] == "resumed"][0])' \
+  "$tmp/killres.jsonl")
+[ $((k % 3)) = 0 ] && [ "$k" -ge 6 ] || fail "killed: resumed from step $k, not a checkpoint's"
+GP_STEP_OVERLAP=0 run one40 40 --eval-every 1000000
+cmp -s "$tmp/one40.safetensors" "$tmp/killres.safetensors" ||
+  fail "checkpointed every 3 steps, killed, resumed: other weights than one run's"
 
 # 3. SIGINT after a step told its successor (every step of this run but the last is): the
 #    checkpoint's data position is before the batch fetched ahead, so the resumed run trains it
 rm -rf "$tmp/ck"
-set -m # else bash starts the background run with SIGINT ignored
 GP_TEST_AHEAD_ALL=1 "$train" "$cnn" "${common[@]}" --steps 1000000 --eval-every 1000000 \
   --checkpoint-dir "$tmp/ck" --log "$tmp/int.jsonl" >/dev/null 2>"$tmp/err" &
 pid=$!
-for i in $(seq 601); do
-  [ $i = 601 ] && fail "no 5 steps in 60 s"
-  kill -0 $pid 2>/dev/null || fail "the run ended before 5 steps: $(tail -3 "$tmp/err")"
-  n=$(grep -c '"event": "train"' "$tmp/int.jsonl" 2>/dev/null)
-  [ "${n:-0}" -ge 5 ] && break
-  sleep 0.1
-done
+wait_steps "$tmp/int.jsonl" 5
 kill -INT $pid
 wait $pid; rc=$?
 set +m
@@ -99,4 +112,4 @@ GP_TEST_AHEAD_ALL=1 run intres $((n + 3)) --eval-every 1000000 --checkpoint-dir 
 GP_STEP_OVERLAP=0 run intone $((n + 3)) --eval-every 1000000
 cmp -s "$tmp/intres.safetensors" "$tmp/intone.safetensors" ||
   fail "interrupted at $n and resumed: other weights than one run's of $((n + 3)) steps"
-echo "ok: balanced-cnn overlapped $(overlapped bal1) by default; SIGINT at step $n resumed"
+echo "ok: balanced-cnn overlapped $(overlapped bal1) by default; killed, resumed from $k; SIGINT at $n, resumed"
