@@ -90,6 +90,9 @@ typedef struct run {
   int traced, saved;    /* --trace, --save written (the run's end) */
   int64_t loaded_step;  /* --load named a checkpoint: its step; else -1 */
   char split_note[160]; /* how the split was made (train_split.c), for the pipeline line */
+  /* the steps this run trained, and those during whose end stage 0 ran the next one's first
+   * forwards (the steps overlapped), for the pipeline line */
+  int64_t trained, overlapped;
 } run;
 
 /* train_dist.c: several processes */

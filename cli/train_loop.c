@@ -17,8 +17,14 @@
 #include "core/train/checkpoint.h"
 #include "core/train/fit.h"
 
-/* The training data's position: (epoch, next batch). */
+/* The training data's position: (epoch, next batch). A batch fetched ahead (the next step's,
+ * announced to the last one) is not trained yet: the position is the one before it. */
 static void data_tell(const run *r, int64_t *epoch, int64_t *index) {
+  if (r->have_trainer && r->t.have_next) {
+    *epoch = r->t.cur_epoch;
+    *index = r->t.cur_index;
+    return;
+  }
   gp_batch_source_tell(r->d.train, epoch, index);
 }
 
@@ -26,6 +32,25 @@ static void data_tell(const run *r, int64_t *epoch, int64_t *index) {
 static int eval_at(const gp_train_spec *ts, int64_t s, int64_t per_epoch) {
   if (ts->eval_every > 0) return s % ts->eval_every == 0;
   return per_epoch > 0 && s % per_epoch == 0;
+}
+
+/* Whether the loop checkpoints after step s (not the run's last: that one follows the final
+ * evaluations). */
+static int checkpoint_at(int64_t s, int64_t per_epoch, int64_t total) {
+  int epoch_end = per_epoch > 0 && s % per_epoch == 0;
+  return tr_flags[F_CKPT_DIR].given &&
+         (epoch_end || (tr_flags[F_CKPT_EVERY].given && s % tr_flags[F_CKPT_EVERY].i == 0)) &&
+         s != total;
+}
+
+/* Whether step s (1-based) is told the next step's batch, so that the steps may overlap
+ * (gp_trainer_step_ahead): only where the pipeline overlaps steps at all (one process, no
+ * barrier), and when nothing comes between s and s + 1, an evaluation or a checkpoint, which
+ * would have to come after the next step's early forwards. (A signal may still stop the run
+ * after s: the batch fetched ahead is then untrained, and data_tell the position before it.) */
+static int fetch_ahead(const run *r, int64_t s, int64_t per_epoch, int64_t total) {
+  return r->dist.world == 1 && gp_pipeline_overlap(r->t.pl) > 0 && s < total &&
+         !eval_at(&r->m->train, s, per_epoch) && !checkpoint_at(s, per_epoch, total);
 }
 
 /* eval_due: the evaluation after this step was cut short, and a resumed run does it first. */
@@ -291,27 +316,29 @@ gp_status tr_train(run *r) {
     if (r->dist.world > 1) GP_TRY(gp_dist_max(&r->dist, &stop, 1));
     if (stop) return stop_interrupted(r, &pg, total, NULL);
     int64_t epoch, idx;
-    gp_batch sb;
-    GP_TRY(gp_batch_source_next(r->d.train, &sb, NULL));
+    GP_TRY(gp_trainer_fetch(&r->t, r->d.train, fetch_ahead(r, r->t.step + 1, per_epoch, total)));
     data_tell(r, &epoch, &idx); /* the epoch this batch came from */
     if (idx == 0 && epoch > 0) epoch--;
     double lr = gp_lr_at(ts, r->t.step, total);
-    GP_TRY(gp_trainer_step(&r->t, &sb, lr, &tr));
+    gp_stage_stats s0 = {0}; /* stage 0's early forwards: whether the step overlapped */
+    const int told = r->t.have_next;
+    if (told) gp_pipeline_stats(r->t.pl, 0, &s0);
+    const int64_t early = s0.early;
+    GP_TRY(gp_trainer_step_fetched(&r->t, lr, &tr));
+    if (told) gp_pipeline_stats(r->t.pl, 0, &s0);
+    r->trained++;
+    r->overlapped += told && s0.early > early;
     tr_dist_note_share(r);
-    double shown = gp_rate_add(&rate, sb.n, gp_now());
+    double shown = gp_rate_add(&rate, r->t.cur.n, gp_now());
     int64_t s = r->t.step;
     GP_TRY(gp_progress_step(&pg, s, total, epoch, tr.loss, tr.accuracy, lr, shown,
                             s % every == 0 || s == total));
     evaluated_last = 0;
-    int epoch_end = per_epoch > 0 && s % per_epoch == 0;
     if (eval_at(ts, s, per_epoch)) {
       GP_TRY(evaluate_or_stop(r, &pg, epoch, &ev, total));
       evaluated_last = 1;
     }
-    if (tr_flags[F_CKPT_DIR].given &&
-        (epoch_end || (tr_flags[F_CKPT_EVERY].given && s % tr_flags[F_CKPT_EVERY].i == 0)) &&
-        s != total)
-      GP_TRY(checkpoint(r, &pg, 0));
+    if (checkpoint_at(s, per_epoch, total)) GP_TRY(checkpoint(r, &pg, 0));
   }
   int64_t epoch, idx;
   data_tell(r, &epoch, &idx);

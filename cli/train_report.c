@@ -125,10 +125,14 @@ void tr_report_pipeline(run *r) {
   char slowest[64] = "";
   if (isfinite(slow))
     snprintf(slowest, sizeof slowest, ", each step's busiest stage %.1f%%", 100 * slow);
+  char overlap[96] = ""; /* one process: how many steps stage 0 ran the next's forwards in */
+  if (r->dist.world == 1 && r->trained > 0)
+    snprintf(overlap, sizeof overlap, "; steps overlapped: %" PRId64 " of %" PRId64, r->overlapped,
+             r->trained);
   printf("pipeline: %s busy %s ms per step%s, %sidle %s of the steps%s (GPipe's bubble for K "
-         "= %d, M = %d: %.1f%%%s)\n",
+         "= %d, M = %d: %.1f%%%s)%s\n",
          v > 1 ? "chunks" : "stages", busy, on_gpu ? " (GPU time)" : "", v > 1 ? "stages " : "",
-         idle, slowest, devs, m, 100.0 * (devs - 1) / (double)(m + devs - 1), simmed);
+         idle, slowest, devs, m, 100.0 * (devs - 1) / (double)(m + devs - 1), simmed, overlap);
 }
 
 /* Remat auto's choice, as "; remat auto: stage 0 recomputes 6 of 8 micro-batches (estimated

@@ -128,13 +128,17 @@ gp_status gp_trainer_fetch(gp_trainer *t, gp_batch_source *src, int ahead) {
   if (t->have_next) { /* fetched with the last step: in the other buffer */
     t->cur = t->next;
     t->flip ^= 1;
+    t->cur_epoch = t->next_epoch;
+    t->cur_index = t->next_index;
   } else {
     GP_TRY(gp_batch_source_next(src, &t->cur, NULL));
+    gp_batch_source_tell(src, &t->cur_epoch, &t->cur_index);
     if (ahead) GP_TRY(gp_batch_keep(t->m, &t->cur, &t->keep[t->flip], &t->cur));
   }
   t->have_next = 0;
   if (!ahead) return GP_OK;
   GP_TRY(gp_batch_source_next(src, &t->next, NULL));
+  gp_batch_source_tell(src, &t->next_epoch, &t->next_index);
   GP_TRY(gp_batch_keep(t->m, &t->next, &t->keep[t->flip ^ 1], &t->next));
   t->have_next = 1;
   return GP_OK;

@@ -47,6 +47,9 @@ typedef struct gp_trainer {
   gp_batch_buffers keep[2];
   gp_batch cur, next;
   int have_next, flip;
+  /* the source's position (gp_batch_source_tell) after cur: while next, fetched, is not yet
+   * trained, where a run that stops goes on from */
+  int64_t cur_epoch, cur_index, next_epoch, next_index;
 } gp_trainer;
 
 /* Weights are initialized from seed (the same for every K and M). */
