@@ -185,8 +185,9 @@ static gp_status backward_part(gp_pass *p, gp_exec *e, gp_grad_part part) {
     int t = m->n_inputs + i;
     int is_loss = (i == m->n_nodes - 1);
     if (!is_loss && !p->grad[t].data) continue; /* nothing downstream needs it */
-    /* several readers' gradients, each rounded, summed: rounded once more (bf16 storage) */
-    if (!is_loss && p->reader[t] < 0) GP_TRY(round_mixed(e, &p->grad[t]));
+    /* several readers' gradients, each rounded, summed: rounded once more (bf16 storage; once,
+     * in B: W reads the same sum) */
+    if (!is_loss && p->reader[t] < 0 && part != GP_GRAD_WEIGHT) GP_TRY(round_mixed(e, &p->grad[t]));
     /* B then W: no handing dout to both inputs of an add, where the later producer's W would
      * read its dout after the other input's readers had added into it (a copy instead: the
      * same bytes). */
