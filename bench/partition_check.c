@@ -80,11 +80,14 @@ static gp_status candidates(gp_model *m, int k, int mb, int64_t micro, gp_cost_b
   static int split[MAXS][65];
   static piece pieces[MAXS * 64 + 1024];
   int ns = 0, np = 0;
-  for (int i = 0; i < k; i++)
+  /* interleaved: the plan's K V chunks, chunk c on device c mod K; a device's time is its
+   * chunks' together, and every chunk boundary moves */
+  const int nc = plan.stages;
+  for (int i = 0; i < nc; i++)
     split[0][i] = plan.st[i].first_unit;
-  split[0][k] = m->n_units;
+  split[0][nc] = m->n_units;
   ns = 1;
-  for (int b = 1; b < k; b++)
+  for (int b = 1; b < nc; b++)
     for (int d = -1; d <= 1; d += 2) {
       memcpy(split[ns], split[0], sizeof split[0]);
       split[ns][b] += d;
@@ -95,16 +98,16 @@ static gp_status candidates(gp_model *m, int k, int mb, int64_t micro, gp_cost_b
   req.schedule = plan.schedule; /* what the plan resolved auto to: the stages timed recompute */
   req.remat = plan.remat;       /* as the run would */
   for (int i = 0; i < ns; i++)
-    for (int st = 0; st < k; st++)
+    for (int st = 0; st < nc; st++)
       find_piece(pieces, &np, split[i][st], split[i][st + 1]);
   /* every unit alone too, timed beside the stages: whether unit times add up to a stage's */
   const int detail = getenv("GP_SPLIT_CHECK_STAGES") != NULL;
   for (int u = 0; detail && u < m->n_units; u++)
     find_piece(pieces, &np, u, u + 1);
-  printf("model %s: %d units, K=%d, M=%d, micro-batch %" PRId64 ", %d thread%s a stage, "
-         "%s schedule, re-materialization %s, split by %s\n",
-         m->name, m->n_units, k, mb, micro, threads, threads == 1 ? "" : "s",
-         gp_schedule_names()[plan.schedule], gp_remat_names()[plan.remat],
+  printf("model %s: %d units, K=%d (%d chunk%s), M=%d, micro-batch %" PRId64
+         ", %d thread%s a stage, %s schedule, re-materialization %s, split by %s\n",
+         m->name, m->n_units, k, nc, nc == 1 ? "" : "s", mb, micro, threads,
+         threads == 1 ? "" : "s", gp_schedule_names()[plan.schedule], gp_remat_names()[plan.remat],
          c.by == GP_COST_TIME    ? "measured time"
          : c.by == GP_COST_FLOPS ? "FLOPs"
                                  : "parameters");
@@ -120,11 +123,11 @@ static gp_status candidates(gp_model *m, int k, int mb, int64_t micro, gp_cost_b
   double best = INFINITY, mine = 0;
   printf("%-10s %-28s %14s %14s\n", "split", "balance", "slowest ms", "sum-of-units");
   for (int i = 0; i < ns && s == GP_OK; i++) {
-    double slow = 0, pred = 0;
+    double slow = 0, pred = 0, dev[64] = {0}, dpred[64] = {0};
     char bal[256] = "";
-    for (int st = 0; st < k; st++) {
+    for (int st = 0; st < nc; st++) {
       const piece *p = &pieces[find_piece(pieces, &np, split[i][st], split[i][st + 1])];
-      int remat = gp_partition_remats(&req, k, st);
+      int remat = nc == k && gp_partition_remats(&req, k, st); /* (interleaved: never) */
       double t = p->fwd * (1 + remat) + p->bwd, u = 0;
       for (int x = split[i][st]; x < split[i][st + 1]; x++)
         u += c.by == GP_COST_TIME ? c.fwd[x] * (1 + remat) + c.bwd[x] : 0;
@@ -136,8 +139,10 @@ static gp_status candidates(gp_model *m, int k, int mb, int64_t micro, gp_cost_b
                unit_sum(&c, split[i][st], split[i][st + 1], 1) * 1e3,
                fresh_sum(pieces, &np, split[i][st], split[i][st + 1], 0) * 1e3,
                fresh_sum(pieces, &np, split[i][st], split[i][st + 1], 1) * 1e3);
-      slow = fmax(slow, t);
-      pred = fmax(pred, u);
+      dev[st % k] += t;
+      dpred[st % k] += u;
+      slow = fmax(slow, dev[st % k]);
+      pred = fmax(pred, dpred[st % k]);
       size_t l = strlen(bal);
       snprintf(bal + l, sizeof bal - l, st ? ",%d" : "%d", split[i][st + 1] - split[i][st]);
     }
