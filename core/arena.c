@@ -108,3 +108,26 @@ gp_status gp_arena_reset(gp_arena *a) {
   a->used = 0;
   return GP_OK;
 }
+
+void gp_arena_get_mark(const gp_arena *a, gp_arena_mark *m) {
+  m->chunk = a->chunks;
+  m->small = a->small;
+  m->chunk_off = a->chunks ? a->chunks->off : 0;
+  m->small_off = a->small ? a->small->off : 0;
+  m->used = a->used;
+  m->grown = a->grown;
+}
+
+int gp_arena_mark_eq(const gp_arena_mark *x, const gp_arena_mark *y) {
+  return x->chunk == y->chunk && x->small == y->small && x->chunk_off == y->chunk_off &&
+         x->small_off == y->small_off && x->used == y->used && x->grown == y->grown;
+}
+
+void gp_arena_set_mark(gp_arena *a, const gp_arena_mark *m) {
+  if (a->chunks) a->chunks->off = m->chunk_off;
+  if (a->small) a->small->off = m->small_off;
+  if (m->used > a->used) meter_add(a, m->used - a->used);
+  a->used = m->used;
+  if (a->used > a->peak) a->peak = a->used;
+  a->grown = m->grown;
+}

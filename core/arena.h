@@ -41,4 +41,16 @@ gp_status gp_arena_tensor(gp_arena *a, gp_dtype dtype, const gp_shape *shape, gp
 /* Back to empty; if it had to grow, re-plans one chunk big enough for what was used. */
 gp_status gp_arena_reset(gp_arena *a);
 
+/* Where an arena's next allocation goes: a replayed CUDA graph (core/exec/graphs.c) checks that
+ * the arena is where it was when the graph was recorded, then moves it on to where the recorded
+ * allocations left it, without making them again. */
+typedef struct gp_arena_mark {
+  const void *chunk, *small;
+  size_t chunk_off, small_off, used, grown;
+} gp_arena_mark;
+void gp_arena_get_mark(const gp_arena *a, gp_arena_mark *m);
+int gp_arena_mark_eq(const gp_arena_mark *x, const gp_arena_mark *y);
+/* a, at a mark of the same chunks, to m (a later one: more used), peaks and meter counted. */
+void gp_arena_set_mark(gp_arena *a, const gp_arena_mark *m);
+
 #endif

@@ -17,6 +17,7 @@ extern "C" {
 
 typedef struct gp_backend gp_backend;
 typedef struct gp_event gp_event; /* a point in an instance's queued work (backend-private) */
+typedef struct gp_graph gp_graph; /* a recorded op sequence, replayable (backend-private) */
 
 /* The arithmetic of GEMMs and convolutions. BF16: their operands are rounded to bfloat16
  * (to nearest, ties to even; a NaN stays NaN, overflow gives Inf) and the (exact) products
@@ -375,6 +376,23 @@ struct gp_backend {
                             const float *g, float *m, float *v);
   gp_status (*rmsprop_update)(gp_backend *be, int64_t n, const gp_rmsprop_hp *hp, float *w,
                               const float *g, float *sq, float *buf);
+
+  /* ---- recorded op sequences (CUDA graphs; NULL where the backend has none, as the CPU) ----
+   * Between graph_begin and graph_end, ops queued on COMPUTE by this thread are recorded, not
+   * run; graph_end makes them a graph (*out) and graph_launch queues it on COMPUTE, with the
+   * pointers and arguments recorded. An op that cannot be recorded (see graph_counters) fails
+   * while recording, before anything it would do; graph_end with out NULL then ends the
+   * recording and discards it. */
+  gp_status (*graph_begin)(gp_backend *be);
+  gp_status (*graph_end)(gp_backend *be, gp_graph **out);
+  gp_status (*graph_launch)(gp_backend *be, gp_graph *g);
+  void (*graph_destroy)(gp_backend *be, gp_graph *g); /* NULL ok */
+  /* Counters since the instance was made: *unsafe, the ops that could not have been recorded
+   * (the host waited for the device, device memory was allocated or freed, or a kernel
+   * argument changes with each step: dropout's key), *why the latest one's reason; *frees, the
+   * frees of device memory: a graph may point at what was freed, so it is valid only while
+   * this is what it was when the graph was recorded. */
+  void (*graph_counters)(gp_backend *be, uint64_t *unsafe, uint64_t *frees, const char **why);
 };
 
 /* GP_ERR_RUNTIME naming what is wrong with a descriptor (sizes, groups, an output size that

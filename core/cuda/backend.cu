@@ -136,6 +136,7 @@ unsigned gp_cuda_blocks(gp_backend *be, int64_t n) {
 // cudaMalloc, with the device's memory or be->mem_limit running out reported as GP_ERR_FULL like
 // the CPU backend's limit, and counted in be->mem_used / mem_peak as the CPU backend counts.
 gp_status gp_cuda_dev_alloc(gp_backend *be, size_t bytes, void **out) {
+  GP_TRY(gp_cuda_unsafe(be, "device memory is allocated"));
   const size_t n = bytes < MIN_ALLOC ? MIN_ALLOC : bytes;
   if (be->mem_limit && (n > be->mem_limit || be->mem_used > be->mem_limit - n))
     return GP_ERR(GP_ERR_FULL,
@@ -164,6 +165,10 @@ gp_status gp_cuda_dev_alloc(gp_backend *be, size_t bytes, void **out) {
 
 cudaError_t gp_cuda_dev_free(gp_backend *be, void *p) {
   if (!p) return cudaSuccess;
+  gp_cuda_impl *im = gp_cuda_of(be);
+  im->frees++; // (graphs recorded before may point at it: graph_counters)
+  im->unsafe++;
+  im->why = "device memory is freed";
   be->mem_used -= mem_take(state_of(be), p);
   return cudaFree(p);
 }
@@ -214,6 +219,7 @@ static gp_status cuda_copy(gp_backend *be, void *dst, const void *src, size_t by
 static gp_status cuda_to_host(gp_backend *be, void *host, const void *src, size_t bytes) {
   if (!bytes) return GP_OK;
   GP_TRY(gp_cuda_use(be));
+  GP_TRY(gp_cuda_unsafe(be, "a copy to the host waits for the device"));
   cudaStream_t st = gp_cuda_of(be)->stream;
   GP_CUDA_TRY(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, st));
   GP_CUDA_TRY(cudaStreamSynchronize(st));
@@ -224,6 +230,7 @@ static gp_status cuda_to_host(gp_backend *be, void *host, const void *src, size_
 static gp_status cuda_from_host(gp_backend *be, void *dst, const void *host, size_t bytes) {
   if (!bytes) return GP_OK;
   GP_TRY(gp_cuda_use(be));
+  GP_TRY(gp_cuda_unsafe(be, "a copy from the host waits for the device"));
   cudaStream_t st = gp_cuda_of(be)->stream;
   GP_CUDA_TRY(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, st));
   GP_CUDA_TRY(cudaStreamSynchronize(st));
@@ -232,6 +239,7 @@ static gp_status cuda_from_host(gp_backend *be, void *dst, const void *host, siz
 
 static gp_status cuda_sync(gp_backend *be) {
   GP_TRY(gp_cuda_use(be));
+  GP_TRY(gp_cuda_unsafe(be, "the host waits for the device"));
   GP_CUDA_TRY(cudaStreamSynchronize(gp_cuda_of(be)->stream));
   return GP_OK;
 }
@@ -239,6 +247,7 @@ static gp_status cuda_sync(gp_backend *be) {
 // A grow-only device buffer: freed and reallocated larger (cudaFree waits for its users).
 static gp_status grow(gp_backend *be, void **buf, size_t *have, size_t bytes) {
   if (*buf && bytes <= *have) return GP_OK;
+  GP_TRY(gp_cuda_unsafe(be, "a work buffer grows"));
   if (*buf) {
     void *old = *buf;
     *buf = NULL;
@@ -279,6 +288,7 @@ static void cuda_destroy(gp_backend *be) {
     (void)cudaSetDevice(st->pub.device);
     if (st->pub.stream) (void)cudaStreamSynchronize(st->pub.stream);
     gp_cuda_order_release(be);
+    gp_cuda_graph_release(be);
     if (st->dnn_installed) gp_cuda_dnn_release(be);
     if (st->pub.dnn) (void)cudnnDestroy(st->pub.dnn);
     if (st->pub.blas) (void)cublasDestroy(st->pub.blas);
@@ -385,7 +395,7 @@ static gp_status cuda_init(gp_backend *be) {
   // softmax cross-entropy: dnn.cu.
   st->dnn_installed = 1; // release even after a failed install (it frees what it made)
   GP_TRY(gp_cuda_dnn_install(be));
-  return GP_OK;
+  return gp_cuda_graph_install(be);
 }
 
 extern "C" gp_status gp_cuda_backend_create_impl(int device, gp_backend **out) {

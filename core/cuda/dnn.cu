@@ -78,7 +78,7 @@ gp_status gp_dnn_work(gp_backend *be, size_t bytes, void **out) {
   gp_dnn_state *st = gp_dnn_of(be);
   if (bytes > st->work_bytes || !st->work) {
     // Earlier kernels may still read the old buffer.
-    GP_CUDA_TRY(cudaStreamSynchronize(gp_cuda_of(be)->stream));
+    GP_TRY(gp_cuda_wait(be, "the cuDNN work buffer grows"));
     if (st->work) GP_CUDA_TRY(gp_cuda_dev_free(be, st->work));
     st->work = NULL;
     st->work_bytes = 0;
@@ -102,14 +102,14 @@ gp_status gp_dnn_flags_read(gp_backend *be, int count) {
   GP_CUDA_TRY(cudaMemcpyAsync(st->flags_host, st->flags_dev,
                               (size_t)count * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                               s));
-  GP_CUDA_TRY(cudaStreamSynchronize(s));
+  GP_TRY(gp_cuda_wait(be, "a check of ids, labels or masks reads the device's flags"));
   return GP_OK;
 }
 
 gp_status gp_dnn_fetch(gp_backend *be, void *host, const void *dev, size_t bytes) {
   cudaStream_t s = gp_cuda_of(be)->stream;
   GP_CUDA_TRY(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, s));
-  GP_CUDA_TRY(cudaStreamSynchronize(s));
+  GP_TRY(gp_cuda_wait(be, "a value is read back to the host"));
   return GP_OK;
 }
 
@@ -495,7 +495,7 @@ static gp_status conv_search(gp_backend *be, conv_entry *e, int dir, const void 
   GP_TRY(gp_dnn_work(be, ws_al + dw_bytes, &buf));
   void *wsp = ws ? buf : NULL;
   // FindEx runs and times the algorithms itself: the inputs must be ready before it starts.
-  GP_CUDA_TRY(cudaStreamSynchronize(im->stream));
+  GP_TRY(gp_cuda_wait(be, "a convolution algorithm search times the device"));
   int got = 0, at = -1, algo = 0;
   size_t mem = 0;
   float legacy_ms = 0;

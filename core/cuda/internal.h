@@ -21,6 +21,11 @@ typedef struct gp_cuda_impl {
   void *scratch;        /* gp_backend.scratch: device memory, grown on demand */
   size_t scratch_bytes;
   void *dnn_state; /* owned by dnn.cu (descriptor and algorithm caches), freed by its release */
+  /* graph.cu: whether this instance's stream is being recorded, and gp_backend.graph_counters */
+  int recording;
+  unsigned long long unsafe, frees;
+  const char *why;
+  void *blas_ws; /* cuBLAS's workspace (cublasSetWorkspace) */
 } gp_cuda_impl;
 
 static inline gp_cuda_impl *gp_cuda_of(gp_backend *be) {
@@ -43,6 +48,25 @@ gp_status gp_cudnn_check(cudnnStatus_t e, const char *what, const char *file, in
 gp_status gp_cuda_dev_alloc(gp_backend *be, size_t bytes, void **out);
 cudaError_t gp_cuda_dev_free(gp_backend *be, void *p); /* NULL ok */
 
+/* Called before anything an op does that a CUDA graph cannot record (the host waits for the
+ * stream, memory is allocated or freed, a kernel argument changes with each step): counts it
+ * (graph_counters) and, while the stream is being recorded, fails with why, before the call
+ * that would have invalidated the recording (graph.cu). */
+static inline gp_status gp_cuda_unsafe(gp_backend *be, const char *why) {
+  gp_cuda_impl *im = (gp_cuda_impl *)be->impl;
+  im->unsafe++;
+  im->why = why;
+  if (im->recording) return GP_ERR(GP_ERR_RUNTIME, "not recordable in a CUDA graph: %s", why);
+  return GP_OK;
+}
+
+/* The host waits for the instance's stream, counted as gp_cuda_unsafe(why). */
+static inline gp_status gp_cuda_wait(gp_backend *be, const char *why) {
+  GP_TRY(gp_cuda_unsafe(be, why));
+  return gp_cuda_check(cudaStreamSynchronize(((gp_cuda_impl *)be->impl)->stream),
+                       "cudaStreamSynchronize", __FILE__, __LINE__);
+}
+
 /* Device scratch of at least bytes (valid until the next call on this instance). */
 gp_status gp_cuda_scratch(gp_backend *be, size_t bytes, void **out);
 
@@ -56,6 +80,11 @@ void gp_cuda_dnn_release(gp_backend *be);
 /* order.cu: creates the copy streams and fills the ordering ops (events, copy_peer, pinned
  * host memory, from_host_async); release syncs and destroys the copy streams. */
 gp_status gp_cuda_order_install(gp_backend *be);
+
+/* graph.cu: fills the graph ops and gives cuBLAS a workspace of its own (its default size), so
+ * that a recorded GEMM allocates nothing. */
+gp_status gp_cuda_graph_install(gp_backend *be);
+void gp_cuda_graph_release(gp_backend *be);
 void gp_cuda_order_release(gp_backend *be);
 
 /* Makes the instance's device current for the calling thread (a worker may run on another

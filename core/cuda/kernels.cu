@@ -267,6 +267,8 @@ static gp_status dropout(gp_backend *be, int64_t n, float p, uint64_t key, uint6
   GP_TRY(check_p(p));
   if (n <= 0) return GP_OK;
   GP_TRY(gp_cuda_use(be));
+  // a replayed graph would replay the recorded key, and the key changes with each step
+  GP_TRY(gp_cuda_unsafe(be, "dropout's mask key changes with each step"));
   const float scale = 1.0f / (1.0f - p);
   dropout_k<<<gp_cuda_blocks(be, n), GP_CUDA_BLOCK, 0, stream_of(be)>>>(n, p, scale, key, offset, x,
                                                                         y);

@@ -215,6 +215,7 @@ static gp_status sum_to_host(gp_backend *be, int64_t n, const float *x, double *
   GP_CUDA_LAUNCHED(SQ ? "sumsq kernel" : "sum kernel");
   sum_finish_k<<<1, GP_CUDA_BLOCK, 0, st>>>(nb, part, part + nb);
   GP_CUDA_LAUNCHED(SQ ? "sumsq finish kernel" : "sum finish kernel");
+  GP_TRY(gp_cuda_unsafe(be, "a sum is read back to the host"));
   double *host = (double *)gp_cuda_host_result(be);
   GP_CUDA_TRY(cudaMemcpyAsync(host, part + nb, sizeof(double), cudaMemcpyDeviceToHost, st));
   GP_CUDA_TRY(cudaStreamSynchronize(st));
@@ -248,6 +249,7 @@ gp_status gp_cuda_count_correct(gp_backend *be, int64_t n, int64_t k, const floa
   count_correct_k<<<gp_cuda_blocks(be, threads), GP_CUDA_BLOCK, 0, st>>>(n, k, logits, labels,
                                                                          count);
   GP_CUDA_LAUNCHED("count_correct kernel");
+  GP_TRY(gp_cuda_unsafe(be, "a count is read back to the host"));
   unsigned long long *host = (unsigned long long *)gp_cuda_host_result(be);
   GP_CUDA_TRY(cudaMemcpyAsync(host, count, sizeof *host, cudaMemcpyDeviceToHost, st));
   GP_CUDA_TRY(cudaStreamSynchronize(st));

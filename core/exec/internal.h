@@ -121,6 +121,7 @@ typedef struct stage {
   gp_arena scratch;     /* forwards whose activations are dropped (re-materialization) */
   gp_mem_meter meter;
   gp_pass *pass; /* M passes */
+  struct gp_graphs *graphs; /* the passes' CUDA graphs (core/exec/graphs.h), or NULL */
   /* remat auto's selective slots (plan remat_drop, remat_sel): micro-batch m drops the
    * activations of the nodes flagged in remat (gp_stage_remat_set; NULL: none) where
    * remat_drop <= m % slots < remat_drop + remat_sel */
@@ -200,6 +201,7 @@ struct gp_pipeline {
   gp_chan *chan; /* n_chan: every edge, node tensors and model inputs */
   int n_chan;
   int device_timing; /* 1: every stage (tests), 0: GPU stages, -1: none (GP_DEVICE_TIMING=0) */
+  void (*test_backend)(gp_backend *be); /* gp_pipeline_opts' */
   int spin; /* stages wait for their inputs by spinning first (each has cores of its own) */
   gp_precision precision;
   int nondeterministic;

@@ -2,6 +2,8 @@
  * several layers read (skip connections). */
 #include "core/exec/pass.h"
 
+#include "core/exec/graphs.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,11 +130,20 @@ static gp_status round_mixed(gp_exec *e, const gp_tensor *t) {
   return n > 0 ? e->be->round_bf16(e->be, n, GP_F32P(t)) : GP_OK;
 }
 
-gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
+/* Each loop below runs from node `from` and, with run (CUDA graphs), lets gp_graph_node run
+ * a recorded stretch of nodes at an iteration's start, or record or observe it. */
+static gp_status forward_from(gp_pass *p, gp_exec *e, int part, int from, gp_graph_run *run) {
+  (void)part;
   const gp_model *m = p->m;
   gp_tensor in[GP_MAX_INPUTS];
   gp_arena *own = e->arena;
-  for (int i = p->first; i < p->end; i++) {
+  for (int i = from; i < p->end; i++) {
+    int skip = 0;
+    if (run) GP_TRY(gp_graph_node(run, i, &skip));
+    if (skip) {
+      i += skip - 1;
+      continue;
+    }
     const gp_node *n = &m->nodes[i];
     const gp_layer *l = &n->layer;
     int flagged = p->remat && p->remat[i];
@@ -165,6 +176,10 @@ gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
   return GP_OK;
 }
 
+gp_status gp_pass_forward(gp_pass *p, gp_exec *e) {
+  return gp_graphs_pass(p, e, 0, GP_GRAD_BOTH, forward_from);
+}
+
 /* Whether tensor t's gradient may go to e->temp: B of a split backward, t made in the pass by
  * a node without parameters (its W reads no gradient; the stage's inputs' gradients are
  * handed on after B, from the slot). */
@@ -174,12 +189,19 @@ static int transient(const gp_pass *p, const gp_exec *e, int t) {
 }
 
 /* BOTH or B: the nodes in reverse order, handing gradients on. */
-static gp_status backward_part(gp_pass *p, gp_exec *e, gp_grad_part part) {
+static gp_status backward_from(gp_pass *p, gp_exec *e, int part_, int from, gp_graph_run *run) {
+  const gp_grad_part part = (gp_grad_part)part_;
   const gp_model *m = p->m;
   gp_backend *be = e->be;
   gp_tensor in[GP_MAX_INPUTS], din[GP_MAX_INPUTS];
   int fresh[GP_MAX_INPUTS];
-  for (int i = p->end - 1; i >= p->first; i--) {
+  for (int i = from; i >= p->first; i--) {
+    int skip = 0;
+    if (run) GP_TRY(gp_graph_node(run, i, &skip));
+    if (skip) {
+      i -= skip - 1;
+      continue;
+    }
     const gp_node *n = &m->nodes[i];
     const gp_layer *l = &n->layer;
     int t = m->n_inputs + i;
@@ -247,17 +269,24 @@ static gp_status backward_part(gp_pass *p, gp_exec *e, gp_grad_part part) {
 }
 
 gp_status gp_pass_backward(gp_pass *p, gp_exec *e) {
-  return backward_part(p, e, GP_GRAD_BOTH);
+  return gp_graphs_pass(p, e, 1, GP_GRAD_BOTH, backward_from);
 }
 
 gp_status gp_pass_backward_input(gp_pass *p, gp_exec *e) {
-  return backward_part(p, e, GP_GRAD_INPUT);
+  return gp_graphs_pass(p, e, 1, GP_GRAD_INPUT, backward_from);
 }
 
-gp_status gp_pass_backward_weight(gp_pass *p, gp_exec *e) {
+static gp_status weight_from(gp_pass *p, gp_exec *e, int part, int from, gp_graph_run *run) {
+  (void)part;
   const gp_model *m = p->m;
   gp_tensor in[GP_MAX_INPUTS];
-  for (int i = p->end - 1; i >= p->first; i--) {
+  for (int i = from; i >= p->first; i--) {
+    int skip = 0;
+    if (run) GP_TRY(gp_graph_node(run, i, &skip));
+    if (skip) {
+      i -= skip - 1;
+      continue;
+    }
     const gp_node *n = &m->nodes[i];
     const gp_layer *l = &n->layer;
     int t = m->n_inputs + i;
@@ -274,4 +303,8 @@ gp_status gp_pass_backward_weight(gp_pass *p, gp_exec *e) {
     if (e->on_layer) e->on_layer(e, i, 1, 1);
   }
   return GP_OK;
+}
+
+gp_status gp_pass_backward_weight(gp_pass *p, gp_exec *e) {
+  return gp_graphs_pass(p, e, 2, GP_GRAD_WEIGHT, weight_from);
 }

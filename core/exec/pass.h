@@ -23,6 +23,8 @@ typedef struct gp_pass {
   const unsigned char *remat;
   gp_arena *remat_arena;
   int remat_only;
+  /* The stage's CUDA graphs (core/exec/graphs.h), or NULL: every op launched as it comes. */
+  struct gp_graphs *graphs;
 } gp_pass;
 
 gp_status gp_pass_init(gp_pass *p, const gp_model *m, int first, int end, int64_t batch);

@@ -13,6 +13,7 @@
 #include "core/dist/dist.h"
 #include "core/dist/nccl.h"
 #include "core/env.h"
+#include "core/exec/graphs.h"
 #include "core/exec/internal.h"
 
 /* Wakes every waiter: the main thread, the barrier and each stage waiting for its inputs.
@@ -183,6 +184,7 @@ static gp_status stage_backend(gp_pipeline *pl, stage *st) {
   else
     s = gp_cpu_backend_create(pl->threads_per_stage, &st->be);
   GP_TRY(s);
+  if (pl->test_backend) pl->test_backend(st->be);
   st->be->precision = pl->precision;
   st->be->nondeterministic = pl->nondeterministic;
   st->be->mem_limit = pl->mem_limit;
@@ -253,6 +255,9 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
     st->slot_arena[m].meter = &st->meter;
     GP_TRY(gp_pass_init(&st->pass[m], pl->m, st->first, st->end, 0));
   }
+  GP_TRY(gp_graphs_init(pl->m, st->first, st->end, st->be, &st->graphs));
+  for (int m = 0; m < M; m++)
+    st->pass[m].graphs = st->graphs;
   if (st->remat_sel > 0) {
     if (!(st->remat = calloc((size_t)pl->m->n_nodes, 1)))
       return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
@@ -566,6 +571,7 @@ gp_status gp_pipeline_create(const gp_model *m, const gp_plan *plan, uint64_t se
   /* device timing: always on GPU stages (GP_DEVICE_TIMING=0 turns it off there, to compare:
    * host launch times, no wait at the step's end); on CPU stages when the tests ask */
   pl->device_timing = o && o->device_timing ? 1 : gp_env_get(GP_ENV_DEVICE_TIMING, 1) ? 0 : -1;
+  pl->test_backend = o ? o->test_backend : NULL;
   pl->precision = o ? o->precision : GP_PREC_FP32;
   pl->nondeterministic = o ? o->nondeterministic : 0;
   pl->mem_limit = o ? o->mem_limit : 0;
@@ -685,6 +691,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
     }
     if (st->be) {
       (void)st->be->sync(st->be); /* nothing queued may still use what is freed below */
+      gp_graphs_free(st->graphs);
       gp_arena_free(&st->scratch);
       events_free(st->be, pl->micro, st->ev_fwd);
       events_free(st->be, pl->micro, st->ev_grads);

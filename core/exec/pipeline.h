@@ -33,6 +33,9 @@ typedef struct gp_pipeline_opts {
   gp_chan_policy channels;
   int device_timing; /* tests: time CPU stages' actions by the backend's timers, as GPU stages
                         always are (see gp_stage_stats) */
+  /* tests: called on each stage's backend once made (tests/exec/test_graphs.c gives CPU
+   * backends recorded op sequences, to test core/exec/graphs.c without a GPU) */
+  void (*test_backend)(gp_backend *be);
   /* several processes (core/dist/dist.h; NULL: this one alone): this process runs the stages
    * its layout gives it, of its replica, on its share of every mini-batch */
   struct gp_dist *dist;
