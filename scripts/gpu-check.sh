@@ -3,7 +3,7 @@
 # (carried as .gpu/), in phases, each logged; writes OUT/summary.txt and OUT/logs.tgz.
 # Usage: scripts/gpu-check.sh OUT PHASE...
 #   phases: info suite memcheck torch torchseq capacity graph timing trace cores scaling gpt2
-#           sdpa memory mpi
+#           sdpa memory mpi cgraph
 #   info      nvidia-smi, the libraries the programs resolve
 #   suite     every tests/cuda binary (meson suite `cuda`)
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
@@ -44,6 +44,9 @@
 #             page-locked memory), then through NCCL with NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL
 #             before 2.30 refuses several ranks on one GPU: its line goes to the summary).
 #             Open MPI is the machine's, or the pack's Debian packages unpacked under /tmp
+#   cgraph    issue 52's CUDA graphs: gpipe-bench of gpt2-small and resnet20-cifar on cuda:0
+#             at K = 1, 2 and M = 1, 8 with GP_CUDA_GRAPHS=1 and 0, alternated twice: samples/s
+#             with graphs over without (test_cuda_graphs, in suite, checks they change nothing)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${1:?usage: scripts/gpu-check.sh OUT PHASE...}
@@ -94,6 +97,7 @@ phase_suite() {
     [ $rc = 0 ] || grep -m 15 FAIL "$logs/$name.log" | tee -a "$summary"
   done
   grep -h "on the device" "$logs/test_cuda_pipeline.log" | sed 's/^/suite: /' | tee -a "$summary"
+  grep -h "graphs recorded" "$logs/test_cuda_graphs.log" | sed 's/^/suite: /' | tee -a "$summary"
   # the convolutions again with cuDNN's legacy algorithms alone (meson's cuda_dnn_legacy)
   GP_CUDNN_GRAPH=0 timeout 300 "$bin/test_cuda_dnn" >"$logs/test_cuda_dnn_legacy.log" 2>&1
   rc=$?
@@ -382,9 +386,42 @@ v = ctypes.c_int(); ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v)); pr
   done
 }
 
+phase_cgraph() {
+  for r in 1 2; do
+    for g in 1 0; do
+      for m in gpt2-small resnet20-cifar; do
+        GP_CUDA_GRAPHS=$g timeout 150 "$bin/gpipe-bench" "models/$m.yaml" --stages 1,2 \
+          --micro-batches 1,8 --remat never --devices cuda:0 --steps 10 --warmup 3 --json \
+          --quiet >"$logs/cgraph-$m-$g-$r.json" 2>>"$logs/cgraph.log"
+        say "cgraph: $m GP_CUDA_GRAPHS=$g, repetition $r: rc=$?"
+      done
+    done
+  done
+  grep -m 10 "CUDA graphs" "$logs/cgraph.log" | sort -u | sed 's/^/cgraph: /' | tee -a "$summary"
+  python3 - "$logs" <<'PY' | tee -a "$summary"
+import glob, json, sys
+best = {}
+for f in glob.glob(f"{sys.argv[1]}/cgraph-*.json"):
+    m, g = f.rsplit("/", 1)[1].split("-")[1:-2], f.rsplit("-", 2)[1]
+    try:
+        runs = json.load(open(f))["runs"]
+    except Exception as e:
+        print(f"cgraph: {f}: {e}")
+        continue
+    for r in runs:
+        k = ("-".join(m), g, r["stages"], r["micro_batches"])
+        best[k] = max(best.get(k, 0), r["samples_per_s"] or 0)
+for (m, g, K, M), v in sorted(best.items()):
+    if g == "1":
+        o = best.get((m, "0", K, M), 0)
+        print(f"cgraph: {m} K={K} M={M}: {v:.0f} samples/s with graphs, {o:.0f} without: "
+              f"{v / o if o else float('nan'):.3f}x (best of 2)")
+PY
+}
+
 for p in "$@"; do
   case "$p" in
-  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | gpt2 | sdpa | memory | mpi) "phase_$p" ;;
+  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | gpt2 | sdpa | memory | mpi | cgraph) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done
