@@ -2,6 +2,7 @@
  * the host state the recorded run left, and when a graph is dropped (docs/cuda.md). */
 #include "core/exec/graphs.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,6 +248,21 @@ static gp_status find(gp_graphs *g, const key *k, entry **out) {
   return GP_OK;
 }
 
+/* Whether a line was printed for this layer type and reason (a static string) already in this
+ * process: one line each, not one per layer, stage and action. */
+static int told(const char *type, const char *why) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static const char *seen[64][2];
+  static int n;
+  int was = 0;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < n && !was; i++)
+    was = seen[i][0] == type && seen[i][1] == why;
+  if (!was && n < 64) seen[n][0] = type, seen[n][1] = why, n++;
+  pthread_mutex_unlock(&mu);
+  return was;
+}
+
 /* The end of eager iteration i: recordable next time when it waited for nothing. Once an
  * action has run twice, a layer that still cannot be recorded is named, once. */
 static void observe_end(gp_graph_run *r, int i) {
@@ -262,8 +278,9 @@ static void observe_end(gp_graph_run *r, int i) {
   if (clean || r->en->runs < 1 || g->told[k] || g->m->nodes[i].layer.type->is_loss) return;
   g->told[k] = 1;
   const gp_layer *l = &g->m->nodes[i].layer;
-  fprintf(stderr, "gpipe: CUDA graphs: layer '%s' (%s) runs outside them: %s\n", l->path,
-          l->type->name, g->fixed[k] ? g->fixed[k] : why);
+  if (told(l->type->name, g->fixed[k] ? g->fixed[k] : why)) return;
+  fprintf(stderr, "gpipe: CUDA graphs: layer '%s' (%s) runs outside them (as any %s for this "
+          "reason): %s\n", l->path, l->type->name, l->type->name, g->fixed[k] ? g->fixed[k] : why);
 }
 
 static gp_status begin_segment(gp_graph_run *r, int i) {
