@@ -29,19 +29,33 @@ int64_t gp_graphs_dropped(void) {
   return atomic_load(&n_dropped);
 }
 
-/* The pass's host state at a segment's start or end. */
-typedef struct snap {
+/* The pass's host state (the stage's part of it): tensors (by gp_graphs.ts), what each node
+ * saved and its batch-norm count (by node - first), the arenas' positions. */
+typedef struct full {
   gp_tensor *val, *grad;
   void **saved;
-  gp_layer_bind *bind; /* the stage's nodes' */
+  int64_t *count;
   gp_arena_mark ar[N_AR];
-} snap;
+} full;
 
-/* Iterations [start, start + len) of the loop (nodes, in its order), recorded as g. */
+/* What a recording changed in it. */
+typedef struct change {
+  int what, at; /* 0 val, 1 grad (at: index into ts), 2 saved, 3 count (at: node - first) */
+  gp_tensor t;
+  void *p;
+  int64_t c;
+} change;
+
+/* Iterations [start, start + len) of the loop (nodes, in its order), recorded as g: the
+ * pointers a replay must find (pre), and what the recorded run left (post). */
 typedef struct seg {
   int start, len;
   gp_graph *g;
-  snap pre, post;
+  void **pv, **pg, **ps;
+  int64_t *pc;
+  gp_arena_mark pre_ar[N_AR], post_ar[N_AR];
+  change *ch;
+  int n_ch;
 } seg;
 
 /* An action shape: what the recorded pointers and kernel arguments depend on besides the
@@ -68,7 +82,9 @@ struct gp_graphs {
   const gp_model *m;
   gp_backend *be;
   int first, end;
-  size_t nt;
+  int *ts, nts; /* the tensor ids the stage's pass touches: model inputs, its nodes' and their
+                   inputs' */
+  full at;      /* the state when the segment being recorded began */
   const char **fixed; /* per node: why it is never recorded, or NULL */
   unsigned char *told;
   entry *en;
@@ -109,7 +125,31 @@ gp_status gp_graphs_init(const gp_model *m, int first, int end, gp_backend *be, 
   g->be = be;
   g->first = first;
   g->end = end;
-  g->nt = (size_t)(m->n_inputs + m->n_nodes);
+  unsigned char *use = calloc((size_t)(m->n_inputs + m->n_nodes), 1);
+  g->ts = malloc((size_t)(m->n_inputs + m->n_nodes) * sizeof *g->ts);
+  g->at.saved = malloc((size_t)n * sizeof *g->at.saved);
+  g->at.count = malloc((size_t)n * sizeof *g->at.count);
+  if (!use || !g->ts || !g->at.saved || !g->at.count) {
+    free(use);
+    gp_graphs_free(g);
+    return GP_ERR(GP_ERR_NOMEM, "out of host memory for CUDA graphs");
+  }
+  for (int t = 0; t < m->n_inputs; t++)
+    use[t] = 1;
+  for (int i = first; i < end; i++) {
+    use[m->n_inputs + i] = 1;
+    for (int j = 0; j < m->nodes[i].n_in; j++)
+      use[m->nodes[i].in[j]] = 1;
+  }
+  for (int t = 0; t < m->n_inputs + m->n_nodes; t++)
+    if (use[t]) g->ts[g->nts++] = t;
+  free(use);
+  g->at.val = malloc((size_t)g->nts * sizeof *g->at.val);
+  g->at.grad = malloc((size_t)g->nts * sizeof *g->at.grad);
+  if (!g->at.val || !g->at.grad) {
+    gp_graphs_free(g);
+    return GP_ERR(GP_ERR_NOMEM, "out of host memory for CUDA graphs");
+  }
   for (int i = first; i < end; i++) {
     const gp_node *nd = &m->nodes[i];
     if (nd->layer.type->is_loss) g->fixed[i - first] = "a loss: its sum is read on the host";
@@ -125,19 +165,19 @@ gp_status gp_graphs_init(const gp_model *m, int first, int end, gp_backend *be, 
   return GP_OK;
 }
 
-static void snap_free(snap *s) {
-  free(s->val);
-  free(s->grad);
-  free(s->saved);
-  free(s->bind);
+static void seg_free(gp_backend *be, seg *s) {
+  be->graph_destroy(be, s->g);
+  free(s->pv);
+  free(s->pg);
+  free(s->ps);
+  free(s->pc);
+  free(s->ch);
+  memset(s, 0, sizeof *s);
 }
 
 static void drop(gp_graphs *g, entry *en) {
-  for (int i = 0; i < en->n_seg; i++) {
-    g->be->graph_destroy(g->be, en->seg[i].g);
-    snap_free(&en->seg[i].pre);
-    snap_free(&en->seg[i].post);
-  }
+  for (int i = 0; i < en->n_seg; i++)
+    seg_free(g->be, &en->seg[i]);
   en->n_seg = 0;
 }
 
@@ -149,72 +189,135 @@ void gp_graphs_free(gp_graphs *g) {
     free(g->en[i].clean);
   }
   free(g->en);
+  free(g->ts);
+  free(g->at.val);
+  free(g->at.grad);
+  free(g->at.saved);
+  free(g->at.count);
   free(g->fixed);
   free(g->told);
   free(g);
 }
 
-static gp_status snap_take(const gp_graph_run *r, snap *s) {
+static int64_t *count_of(const gp_graph_run *r, int k) {
+  return r->e->binds ? &r->e->binds[r->g->first + k - r->e->bind_first].stats_count : NULL;
+}
+
+static void full_take(const gp_graph_run *r, full *f) {
   const gp_graphs *g = r->g;
-  size_t nb = (size_t)(g->end - g->first);
-  if (!s->val) {
-    s->val = malloc(g->nt * sizeof *s->val);
-    s->grad = malloc(g->nt * sizeof *s->grad);
-    s->saved = malloc((size_t)g->m->n_nodes * sizeof *s->saved);
-    s->bind = malloc(nb * sizeof *s->bind);
-    if (!s->val || !s->grad || !s->saved || !s->bind)
-      return GP_ERR(GP_ERR_NOMEM, "out of host memory for a CUDA graph's state");
+  for (int j = 0; j < g->nts; j++) {
+    f->val[j] = r->p->val[g->ts[j]];
+    f->grad[j] = r->p->grad[g->ts[j]];
   }
-  memcpy(s->val, r->p->val, g->nt * sizeof *s->val);
-  memcpy(s->grad, r->p->grad, g->nt * sizeof *s->grad);
-  memcpy(s->saved, r->p->saved, (size_t)g->m->n_nodes * sizeof *s->saved);
-  if (r->e->binds)
-    memcpy(s->bind, r->e->binds + (g->first - r->e->bind_first), nb * sizeof *s->bind);
-  for (int k = 0; k < N_AR; k++)
-    if (r->ar[k]) gp_arena_get_mark(r->ar[k], &s->ar[k]);
+  for (int k = 0; k < g->end - g->first; k++) {
+    f->saved[k] = r->p->saved[g->first + k];
+    f->count[k] = count_of(r, k) ? *count_of(r, k) : 0;
+  }
+  for (int a = 0; a < N_AR; a++)
+    if (r->ar[a]) gp_arena_get_mark(r->ar[a], &f->ar[a]);
+}
+
+static void full_restore(const gp_graph_run *r, const full *f) {
+  const gp_graphs *g = r->g;
+  for (int j = 0; j < g->nts; j++) {
+    r->p->val[g->ts[j]] = f->val[j];
+    r->p->grad[g->ts[j]] = f->grad[j];
+  }
+  for (int k = 0; k < g->end - g->first; k++) {
+    r->p->saved[g->first + k] = f->saved[k];
+    if (count_of(r, k)) *count_of(r, k) = f->count[k];
+  }
+  for (int a = 0; a < N_AR; a++)
+    if (r->ar[a]) gp_arena_set_mark(r->ar[a], &f->ar[a]);
+}
+
+/* s's pre from the state at its start (g->at). */
+static gp_status seg_pre(gp_graphs *g, seg *s) {
+  size_t n = (size_t)(g->end - g->first);
+  s->pv = malloc((size_t)g->nts * sizeof *s->pv);
+  s->pg = malloc((size_t)g->nts * sizeof *s->pg);
+  s->ps = malloc(n * sizeof *s->ps);
+  s->pc = malloc(n * sizeof *s->pc);
+  if (!s->pv || !s->pg || !s->ps || !s->pc)
+    return GP_ERR(GP_ERR_NOMEM, "out of host memory for a CUDA graph's state");
+  for (int j = 0; j < g->nts; j++) {
+    s->pv[j] = g->at.val[j].data;
+    s->pg[j] = g->at.grad[j].data;
+  }
+  memcpy(s->ps, g->at.saved, n * sizeof *s->ps);
+  memcpy(s->pc, g->at.count, n * sizeof *s->pc);
+  memcpy(s->pre_ar, g->at.ar, sizeof s->pre_ar);
   return GP_OK;
 }
 
-static int tensor_eq(const gp_tensor *a, const gp_tensor *b) {
-  if (a->data != b->data || (a->data && (a->dtype != b->dtype || a->shape.ndim != b->shape.ndim)))
-    return 0;
-  for (int d = 0; a->data && d < a->shape.ndim; d++)
+static int tensor_same(const gp_tensor *a, const gp_tensor *b) {
+  if (a->data != b->data || a->dtype != b->dtype || a->shape.ndim != b->shape.ndim) return 0;
+  for (int d = 0; d < a->shape.ndim; d++)
     if (a->shape.d[d] != b->shape.d[d]) return 0;
   return 1;
 }
 
-/* Whether the pass is as it was at s: the recorded pointers are the ones it would use. */
-static int snap_eq(const gp_graph_run *r, const snap *s) {
+static gp_status put(seg *s, int *cap, change c) {
+  if (s->n_ch == *cap) {
+    *cap = *cap ? 2 * *cap : 16;
+    change *ch = realloc(s->ch, (size_t)*cap * sizeof *ch);
+    if (!ch) return GP_ERR(GP_ERR_NOMEM, "out of host memory for a CUDA graph's state");
+    s->ch = ch;
+  }
+  s->ch[s->n_ch++] = c;
+  return GP_OK;
+}
+
+/* s's post: what changed since its start (g->at), as the recorded run left it. */
+static gp_status seg_post(const gp_graph_run *r, seg *s) {
   const gp_graphs *g = r->g;
-  for (size_t t = 0; t < g->nt; t++)
-    if (!tensor_eq(&r->p->val[t], &s->val[t]) || !tensor_eq(&r->p->grad[t], &s->grad[t])) return 0;
-  if (memcmp(r->p->saved, s->saved, (size_t)g->m->n_nodes * sizeof *s->saved)) return 0;
-  if (r->e->binds)
-    for (int i = 0; i < g->end - g->first; i++) {
-      const gp_layer_bind *a = &r->e->binds[g->first - r->e->bind_first + i], *b = &s->bind[i];
-      if (memcmp(a->param, b->param, sizeof a->param) || memcmp(a->grad, b->grad, sizeof a->grad) ||
-          a->stats != b->stats || a->stats_count != b->stats_count)
-        return 0;
-    }
-  for (int k = 0; k < N_AR; k++) {
+  int cap = 0;
+  for (int j = 0; j < g->nts; j++) {
+    const gp_tensor *v = &r->p->val[g->ts[j]], *d = &r->p->grad[g->ts[j]];
+    if (!tensor_same(v, &g->at.val[j])) GP_TRY(put(s, &cap, (change){.what = 0, .at = j, .t = *v}));
+    if (!tensor_same(d, &g->at.grad[j])) GP_TRY(put(s, &cap, (change){.what = 1, .at = j, .t = *d}));
+  }
+  for (int k = 0; k < g->end - g->first; k++) {
+    if (r->p->saved[g->first + k] != g->at.saved[k])
+      GP_TRY(put(s, &cap, (change){.what = 2, .at = k, .p = r->p->saved[g->first + k]}));
+    if (count_of(r, k) && *count_of(r, k) != g->at.count[k])
+      GP_TRY(put(s, &cap, (change){.what = 3, .at = k, .c = *count_of(r, k)}));
+  }
+  for (int a = 0; a < N_AR; a++)
+    if (r->ar[a]) gp_arena_get_mark(r->ar[a], &s->post_ar[a]);
+  return GP_OK;
+}
+
+/* Whether the pass is as it was when s was recorded: the pointers it recorded are the ones it
+ * would use. (Shapes follow from the key.) */
+static int seg_matches(const gp_graph_run *r, const seg *s) {
+  const gp_graphs *g = r->g;
+  for (int j = 0; j < g->nts; j++)
+    if (r->p->val[g->ts[j]].data != s->pv[j] || r->p->grad[g->ts[j]].data != s->pg[j]) return 0;
+  for (int k = 0; k < g->end - g->first; k++)
+    if (r->p->saved[g->first + k] != s->ps[k] || (count_of(r, k) && *count_of(r, k) != s->pc[k]))
+      return 0;
+  for (int a = 0; a < N_AR; a++) {
     gp_arena_mark m;
-    if (!r->ar[k]) continue;
-    gp_arena_get_mark(r->ar[k], &m);
-    if (!gp_arena_mark_eq(&m, &s->ar[k])) return 0;
+    if (!r->ar[a]) continue;
+    gp_arena_get_mark(r->ar[a], &m);
+    if (!gp_arena_mark_eq(&m, &s->pre_ar[a])) return 0;
   }
   return 1;
 }
 
-static void snap_restore(const gp_graph_run *r, const snap *s) {
+/* The pass as the recorded run left it. */
+static void seg_apply(const gp_graph_run *r, const seg *s) {
   const gp_graphs *g = r->g;
-  memcpy(r->p->val, s->val, g->nt * sizeof *s->val);
-  memcpy(r->p->grad, s->grad, g->nt * sizeof *s->grad);
-  memcpy(r->p->saved, s->saved, (size_t)g->m->n_nodes * sizeof *s->saved);
-  if (r->e->binds)
-    memcpy(r->e->binds + (g->first - r->e->bind_first), s->bind,
-           (size_t)(g->end - g->first) * sizeof *s->bind);
-  for (int k = 0; k < N_AR; k++)
-    if (r->ar[k]) gp_arena_set_mark(r->ar[k], &s->ar[k]);
+  for (int i = 0; i < s->n_ch; i++) {
+    const change *c = &s->ch[i];
+    if (c->what == 0) r->p->val[g->ts[c->at]] = c->t;
+    if (c->what == 1) r->p->grad[g->ts[c->at]] = c->t;
+    if (c->what == 2) r->p->saved[g->first + c->at] = c->p;
+    if (c->what == 3) *count_of(r, c->at) = c->c;
+  }
+  for (int a = 0; a < N_AR; a++)
+    if (r->ar[a]) gp_arena_set_mark(r->ar[a], &s->post_ar[a]);
 }
 
 static int key_eq(const key *a, const key *b) {
@@ -297,7 +400,8 @@ static gp_status begin_segment(gp_graph_run *r, int i) {
   s->start = i;
   r->rec = s;
   r->ended = 0;
-  GP_TRY(snap_take(r, &s->pre));
+  full_take(r, &r->g->at);
+  GP_TRY(seg_pre(r->g, s));
   return r->g->be->graph_begin(r->g->be);
 }
 
@@ -307,7 +411,7 @@ static gp_status end_segment(gp_graph_run *r) {
   seg *s = r->rec;
   r->ended = 1;
   GP_TRY(be->graph_end(be, &s->g));
-  GP_TRY(snap_take(r, &s->post));
+  GP_TRY(seg_post(r, s));
   GP_TRY(be->graph_launch(be, s->g));
   atomic_fetch_add(&n_recorded, 1);
   atomic_fetch_add(&n_launched, 1);
@@ -331,9 +435,9 @@ gp_status gp_graph_node(gp_graph_run *r, int i, int *skip) {
     }
   } else if (r->mode == REPLAY && r->seg_at < en->n_seg && en->seg[r->seg_at].start == i) {
     seg *s = &en->seg[r->seg_at++];
-    if (snap_eq(r, &s->pre)) {
+    if (seg_matches(r, s)) {
       GP_TRY(r->g->be->graph_launch(r->g->be, s->g));
-      snap_restore(r, &s->post);
+      seg_apply(r, s);
       atomic_fetch_add(&n_launched, 1);
       *skip = s->len;
       return GP_OK;
@@ -422,12 +526,10 @@ gp_status gp_graphs_pass(gp_pass *p, gp_exec *e, int kind, int part, gp_graph_lo
     counters(g->be, NULL, &why);
     if (!r.ended) (void)g->be->graph_end(g->be, NULL);
     en->clean[r.cur - g->first] = 0;
-    snap_restore(&r, &s->pre);
+    full_restore(&r, &g->at);
     e->arena = r.ar[0];
     int restart = s->start;
-    g->be->graph_destroy(g->be, s->g);
-    snap_free(&s->pre);
-    snap_free(&s->post);
+    seg_free(g->be, s);
     en->n_seg--;
     r.rec = NULL;
     r.mode = OBSERVE;

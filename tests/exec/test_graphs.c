@@ -30,7 +30,7 @@ enum {
   OP_COPY,
   OP_ZERO,
   OP_LN_F,
-  OP_LN_B
+  OP_LN_B, OP_BN_F, OP_BN_ACC, OP_BN_B
 };
 
 typedef struct rec_op {
@@ -103,6 +103,15 @@ static gp_status run_op(gp_backend *be, const gp_backend *o, const rec_op *r) {
   case OP_LN_F:
     return o->layernorm_forward(be, i[0], i[1], r->f[0], p[0], p[1], p[2], (float *)p[3],
                                 (float *)p[4], (float *)p[5]);
+  case OP_BN_F:
+    return o->batchnorm_forward_train(be, i[0], i[1], i[2], r->f[0], p[0], p[1], p[2],
+                                      (float *)p[3], (float *)p[4], (float *)p[5]);
+  case OP_BN_ACC:
+    return o->batchnorm_stats_accumulate(be, i[0], i[1], i[2], r->f[0], p[0], p[1],
+                                         (float *)p[2]);
+  case OP_BN_B:
+    return o->batchnorm_backward(be, i[0], i[1], i[2], p[0], p[1], p[2], p[3], p[4],
+                                 (float *)p[5], (float *)p[6], (float *)p[7]);
   case OP_LN_B:
     return o->layernorm_backward(be, i[0], i[1], p[0], p[1], p[2], p[3], p[4], (float *)p[5],
                                  (float *)p[6], (float *)p[7]);
@@ -160,6 +169,21 @@ static gp_status m_ln_b(gp_backend *be, int64_t rows, int64_t cols, const float 
                         const float *g, const float *mean, const float *rstd, float *dx, float *dg,
                         float *db) {
   REC({OP_LN_B, {rows, cols}, {0}, {x, dy, g, mean, rstd, dx, dg, db}});
+}
+
+static gp_status m_bn_f(gp_backend *be, int64_t n, int64_t c, int64_t inner, float eps,
+                        const float *x, const float *g, const float *b, float *y, float *mean,
+                        float *invstd) {
+  REC({OP_BN_F, {n, c, inner}, {eps}, {x, g, b, y, mean, invstd}});
+}
+static gp_status m_bn_acc(gp_backend *be, int64_t c, int64_t before, int64_t count, float eps,
+                          const float *mean, const float *invstd, float *acc) {
+  REC({OP_BN_ACC, {c, before, count}, {eps}, {mean, invstd, acc}});
+}
+static gp_status m_bn_b(gp_backend *be, int64_t n, int64_t c, int64_t inner, const float *x,
+                        const float *dy, const float *g, const float *mean, const float *invstd,
+                        float *dx, float *dg, float *db) {
+  REC({OP_BN_B, {n, c, inner}, {0}, {x, dy, g, mean, invstd, dx, dg, db}});
 }
 
 /* What the CUDA backend counts (graph_counters), failing while recording. */
@@ -253,6 +277,9 @@ static void emulate(gp_backend *be) {
   be->zero = m_zero;
   be->layernorm_forward = m_ln_f;
   be->layernorm_backward = m_ln_b;
+  be->batchnorm_forward_train = m_bn_f;
+  be->batchnorm_stats_accumulate = m_bn_acc;
+  be->batchnorm_backward = m_bn_b;
   be->alloc = m_alloc;
   be->free = m_free;
   be->to_host = m_to_host;
@@ -271,6 +298,19 @@ static void emulate(gp_backend *be) {
 
 /* A residual block with a norm and GELU, optionally dropout, a linear head. */
 static const char *model_text(int dropout) {
+  if (dropout == 2) /* batch norm: its statistics' count is kept on the host */
+    return "name: g\n"
+           "inputs: {x: [12], label: {shape: [], dtype: i32}}\n"
+           "layers:\n"
+           "  - {type: linear, out_features: 16, name: a}\n"
+           "  - {type: batchnorm}\n"
+           "  - {type: gelu}\n"
+           "  - {type: linear, out_features: 16, name: b}\n"
+           "  - {type: add, from: [b, a]}\n"
+           "  - {type: batchnorm}\n"
+           "  - {type: linear, out_features: 5}\n"
+           "loss: {type: softmax_cross_entropy}\n"
+           "train: {optimizer: {type: adamw, lr: 0.01}}\n";
   return dropout ? "name: g\n"
                    "inputs: {x: [12], label: {shape: [], dtype: i32}}\n"
                    "layers:\n"
@@ -304,7 +344,7 @@ static const char *model_text(int dropout) {
 
 typedef struct cfg {
   const char *name;
-  int k, m, dropout;
+  int k, m, dropout; /* dropout 2: batch norm instead */
   gp_schedule_kind sched;
   gp_remat remat;
   const int64_t *batches; /* per step, 0-terminated */
@@ -315,8 +355,8 @@ typedef struct cfg {
 
 typedef struct run_out {
   double loss[MAX_STEPS];
-  float *w;
-  int64_t n_w;
+  float *w, *buf; /* parameters, buffers (batch norm's running statistics) */
+  int64_t n_w, n_buf;
   int steps;
 } run_out;
 
@@ -361,7 +401,10 @@ static int train(const cfg *c, int graphs, run_out *o) {
     o->steps = s + 1;
   }
   CHECK(ok, "%s with graphs %s: training", c->name, graphs ? "on" : "off");
-  if (ok) o->w = stage_params_gather(&t, 0, &o->n_w);
+  if (ok) {
+    o->w = stage_params_gather(&t, 0, &o->n_w);
+    o->buf = stage_params_gather(&t, 1, &o->n_buf);
+  }
   gp_trainer_free(&t);
   gp_model_free(mo);
   unsetenv("GP_CUDA_GRAPHS");
@@ -379,7 +422,8 @@ static void check(const cfg *c) {
   int64_t rec = gp_graphs_recorded() - rec0, launched = gp_graphs_launched() - launch0;
   int64_t dropped = gp_graphs_dropped() - drop0;
   int same = off.w && on.w && off.n_w == on.n_w && off.steps == on.steps &&
-             !memcmp(off.w, on.w, (size_t)off.n_w * sizeof *off.w) &&
+             !memcmp(off.w, on.w, (size_t)off.n_w * sizeof *off.w) && off.n_buf == on.n_buf &&
+             (!off.n_buf || !memcmp(off.buf, on.buf, (size_t)off.n_buf * sizeof *off.buf)) &&
              !memcmp(off.loss, on.loss, sizeof off.loss);
   printf("%s: %lld recorded, %lld launched (%lld replays), %lld dropped; weights and losses %s\n",
          c->name, (long long)rec, (long long)launched, (long long)(launched - rec),
@@ -389,6 +433,8 @@ static void check(const cfg *c) {
         c->name, (long long)rec, (long long)launched);
   free(off.w);
   free(on.w);
+  free(off.buf);
+  free(on.buf);
 }
 
 int main(void) {
@@ -402,6 +448,7 @@ int main(void) {
       {"K=2 M=4 dropout", 2, 4, 1, GP_SCHED_GPIPE, GP_REMAT_EXCEPT_LAST, six, 0},
       {"K=2 M=2 ZB-H1 (B and W)", 2, 2, 0, GP_SCHED_ZB_H1, GP_REMAT_NEVER, six, 0},
       {"changing batch", 2, 2, 0, GP_SCHED_GPIPE, GP_REMAT_NEVER, grow, 0},
+      {"batch norm, K=2 M=4", 2, 4, 2, GP_SCHED_1F1B, GP_REMAT_ALWAYS, six, 0},
       {"failed recordings", 2, 2, 0, GP_SCHED_1F1B, GP_REMAT_NEVER, six, 3},
   };
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
@@ -411,6 +458,7 @@ int main(void) {
   train(&cfgs[4], 1, &o);
   CHECK(gp_graphs_dropped() > d0, "changing batch: no graph was dropped (the case is not tested)");
   free(o.w);
+  free(o.buf);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }
