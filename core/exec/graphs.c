@@ -435,7 +435,9 @@ gp_status gp_graph_node(gp_graph_run *r, int i, int *skip) {
     }
   } else if (r->mode == REPLAY && r->seg_at < en->n_seg && en->seg[r->seg_at].start == i) {
     seg *s = &en->seg[r->seg_at++];
-    if (seg_matches(r, s)) {
+    uint64_t frees;
+    counters(r->g->be, &frees, NULL);
+    if (frees == en->frees && seg_matches(r, s)) { /* (an eager layer before it freed nothing) */
       GP_TRY(r->g->be->graph_launch(r->g->be, s->g));
       seg_apply(r, s);
       atomic_fetch_add(&n_launched, 1);
