@@ -2,14 +2,15 @@
  * backend has them (while recording, the ops the test models use are kept with their
  * arguments, not run; a launch runs them again with those arguments; the ops a CUDA graph
  * cannot record fail while recording and count otherwise). Training with them must give the
- * weights and losses of training without, bit for bit, across schedules, stages,
- * re-materialization, dropout, a changing batch (arenas re-planned: pointers move, memory is
- * freed) and a recording that fails; and the graphs must have been replayed. */
+ * weights, losses and later evaluations of training without, bit for bit, across schedules,
+ * stages, re-materialization, dropout, batch norm, a changing batch (arenas re-planned:
+ * pointers move, memory is freed) and recordings that fail; and graphs must be replayed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/exec/graphs.h"
+#include "core/exec/pipeline.h"
 #include "core/rng.h"
 #include "core/train/trainer.h"
 #include "tests/support/check.h"
@@ -355,6 +356,7 @@ typedef struct cfg {
 
 typedef struct run_out {
   double loss[MAX_STEPS];
+  double eval[4]; /* evaluation forwards after training (graphs of their own: training 0) */
   float *w, *buf; /* parameters, buffers (batch norm's running statistics) */
   int64_t n_w, n_buf;
   int steps;
@@ -400,6 +402,12 @@ static int train(const cfg *c, int graphs, run_out *o) {
     o->loss[s] = mt.loss;
     o->steps = s + 1;
   }
+  for (int v = 0; ok && v < 4; v++) {
+    gp_batch b = {.in = {x, y}, .n = 16};
+    gp_step_result res;
+    ok = gp_pipeline_eval(t.pl, &b, &res) == GP_OK;
+    o->eval[v] = res.loss_sum;
+  }
   CHECK(ok, "%s with graphs %s: training", c->name, graphs ? "on" : "off");
   if (ok) {
     o->w = stage_params_gather(&t, 0, &o->n_w);
@@ -424,11 +432,11 @@ static void check(const cfg *c) {
   int same = off.w && on.w && off.n_w == on.n_w && off.steps == on.steps &&
              !memcmp(off.w, on.w, (size_t)off.n_w * sizeof *off.w) && off.n_buf == on.n_buf &&
              (!off.n_buf || !memcmp(off.buf, on.buf, (size_t)off.n_buf * sizeof *off.buf)) &&
-             !memcmp(off.loss, on.loss, sizeof off.loss);
-  printf("%s: %lld recorded, %lld launched (%lld replays), %lld dropped; weights and losses %s\n",
+             !memcmp(off.loss, on.loss, sizeof off.loss) && !memcmp(off.eval, on.eval, sizeof off.eval);
+  printf("%s: %lld recorded, %lld launched (%lld replays), %lld dropped; weights, losses, evaluations %s\n",
          c->name, (long long)rec, (long long)launched, (long long)(launched - rec),
          (long long)dropped, same ? "the same" : "DIFFER");
-  CHECK(same, "%s: weights and losses with graphs differ from without", c->name);
+  CHECK(same, "%s: weights, losses or evaluations with graphs differ from without", c->name);
   CHECK(rec > 0 && launched > rec, "%s: graphs recorded %lld, launched %lld: none replayed",
         c->name, (long long)rec, (long long)launched);
   free(off.w);
