@@ -9,6 +9,7 @@
 
 #include "core/cuda/probe.h"
 #include "core/exec/graphs.h"
+#include "core/exec/pipeline.h"
 #include "core/rng.h"
 #include "core/train/trainer.h"
 #include "tests/support/check.h"
@@ -80,6 +81,7 @@ typedef struct cfg {
 
 typedef struct run_out {
   double loss[MAX_STEPS];
+  double eval[4]; /* evaluation forwards after training */
   float *w, *buf;
   int64_t n_w, n_buf;
 } run_out;
@@ -122,6 +124,12 @@ static int train(const cfg *c, int graphs, run_out *o) {
     ok = gp_t_step_xy(&t, x, y, c->batches[s], mo->train.lr, &mt) == GP_OK;
     o->loss[s] = mt.loss;
   }
+  for (int v = 0; ok && v < 4; v++) {
+    gp_batch b = {.in = {x, y}, .n = 16};
+    gp_step_result res;
+    ok = gp_pipeline_eval(t.pl, &b, &res) == GP_OK;
+    o->eval[v] = res.loss_sum;
+  }
   CHECK(ok, "%s with graphs %s: training", c->name, graphs ? "on" : "off");
   if (ok) {
     o->w = stage_params_gather(&t, 0, &o->n_w);
@@ -146,7 +154,7 @@ static void check(const cfg *c) {
   int same = off.w && on.w && off.n_w == on.n_w && off.n_buf == on.n_buf &&
              !memcmp(off.w, on.w, (size_t)off.n_w * sizeof *off.w) &&
              (!off.n_buf || !memcmp(off.buf, on.buf, (size_t)off.n_buf * sizeof *off.buf)) &&
-             !memcmp(off.loss, on.loss, sizeof off.loss);
+             !memcmp(off.loss, on.loss, sizeof off.loss) && !memcmp(off.eval, on.eval, sizeof off.eval);
   printf("%s: %lld graphs recorded, %lld launched (%lld replays); weights, statistics and losses "
          "%s\n",
          c->name, (long long)rec, (long long)launched, (long long)(launched - rec),
