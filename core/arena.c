@@ -24,6 +24,7 @@ void gp_arena_init(gp_arena *a, gp_backend *be, size_t limit) {
   a->used = a->peak = a->grown = 0;
   a->limit = limit;
   a->meter = NULL;
+  a->host = NULL;
 }
 
 static void meter_add(gp_arena *a, size_t n) {
@@ -46,8 +47,18 @@ static void free_chunks(gp_arena *a) {
   }
 }
 
+static void free_host(gp_arena *a) {
+  while (a->host) {
+    gp_arena_chunk *c = a->host;
+    a->host = c->next;
+    free(c->base);
+    free(c);
+  }
+}
+
 void gp_arena_free(gp_arena *a) {
   if (a && a->be) free_chunks(a);
+  if (a) free_host(a);
 }
 
 static gp_status add_chunk(gp_arena *a, size_t cap) {
@@ -87,6 +98,30 @@ gp_status gp_arena_alloc(gp_arena *a, size_t bytes, void **out) {
   return GP_OK;
 }
 
+static gp_status add_host(gp_arena *a, size_t cap) {
+  gp_arena_chunk *c = calloc(1, sizeof *c);
+  if (c) c->base = aligned_alloc(ALIGN, cap);
+  if (!c || !c->base) {
+    free(c);
+    return GP_ERR(GP_ERR_NOMEM, "out of host memory for an arena's host chunk");
+  }
+  c->cap = cap;
+  c->next = a->host;
+  a->host = c;
+  return GP_OK;
+}
+
+gp_status gp_arena_host_alloc(gp_arena *a, size_t bytes, void **out) {
+  if (a->be->device < 0) return gp_arena_alloc(a, bytes, out);
+  size_t need = (bytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+  if (need == 0) need = ALIGN;
+  if (!a->host || a->host->off + need > a->host->cap)
+    GP_TRY(add_host(a, need > SMALL_CHUNK / 16 ? need : SMALL_CHUNK / 16));
+  *out = a->host->base + a->host->off;
+  a->host->off += need;
+  return GP_OK;
+}
+
 gp_status gp_arena_tensor(gp_arena *a, gp_dtype dtype, const gp_shape *shape, gp_tensor *out) {
   out->shape = *shape;
   out->dtype = dtype;
@@ -94,7 +129,22 @@ gp_status gp_arena_tensor(gp_arena *a, gp_dtype dtype, const gp_shape *shape, gp
   return gp_arena_alloc(a, (size_t)gp_shape_numel(shape) * gp_dtype_size(dtype), &out->data);
 }
 
+/* The host chunks back to empty: one holding all they held if there were several. */
+static gp_status reset_host(gp_arena *a) {
+  if (!a->host) return GP_OK;
+  if (!a->host->next) {
+    a->host->off = 0;
+    return GP_OK;
+  }
+  size_t cap = 0;
+  for (gp_arena_chunk *c = a->host; c; c = c->next)
+    cap += c->off;
+  free_host(a);
+  return add_host(a, cap + ALIGN);
+}
+
 gp_status gp_arena_reset(gp_arena *a) {
+  GP_TRY(reset_host(a));
   meter_sub(a, a->used);
   if (a->chunks && a->chunks->next) {
     /* It grew: replace all chunks by one that holds the peak. */
@@ -116,11 +166,14 @@ void gp_arena_get_mark(const gp_arena *a, gp_arena_mark *m) {
   m->small_off = a->small ? a->small->off : 0;
   m->used = a->used;
   m->grown = a->grown;
+  m->host = a->host;
+  m->host_off = a->host ? a->host->off : 0;
 }
 
 int gp_arena_mark_eq(const gp_arena_mark *x, const gp_arena_mark *y) {
   return x->chunk == y->chunk && x->small == y->small && x->chunk_off == y->chunk_off &&
-         x->small_off == y->small_off && x->used == y->used && x->grown == y->grown;
+         x->small_off == y->small_off && x->used == y->used && x->grown == y->grown &&
+         x->host == y->host && x->host_off == y->host_off;
 }
 
 void gp_arena_set_mark(gp_arena *a, const gp_arena_mark *m) {
@@ -130,4 +183,5 @@ void gp_arena_set_mark(gp_arena *a, const gp_arena_mark *m) {
   a->used = m->used;
   if (a->used > a->peak) a->peak = a->used;
   a->grown = m->grown;
+  if (a->host) a->host->off = m->host_off;
 }

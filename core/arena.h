@@ -32,12 +32,18 @@ typedef struct gp_arena {
   size_t limit;           /* 0 = none; past it, alloc fails with GP_ERR_FULL */
   size_t grown;           /* bytes needed beyond the first chunk since the last full reset */
   gp_mem_meter *meter;    /* optional: also counts used bytes here */
+  gp_arena_chunk *host;   /* a device arena's host-side chunks (gp_arena_host_alloc), newest first */
 } gp_arena;
 
 void gp_arena_init(gp_arena *a, gp_backend *be, size_t limit);
 void gp_arena_free(gp_arena *a);
 gp_status gp_arena_alloc(gp_arena *a, size_t bytes, void **out); /* 64-byte aligned */
 gp_status gp_arena_tensor(gp_arena *a, gp_dtype dtype, const gp_shape *shape, gp_tensor *out);
+/* Memory the host reads and writes (a layer's struct of pointers kept for its backward), with
+ * the lifetime of the arena's own allocations: on the CPU the arena's memory itself; on a device,
+ * whose memory the host may not touch, host chunks beside it, reused in the same order at each
+ * reset, so a step gets the same addresses as the one before. */
+gp_status gp_arena_host_alloc(gp_arena *a, size_t bytes, void **out);
 /* Back to empty; if it had to grow, re-plans one chunk big enough for what was used. */
 gp_status gp_arena_reset(gp_arena *a);
 
@@ -47,6 +53,8 @@ gp_status gp_arena_reset(gp_arena *a);
 typedef struct gp_arena_mark {
   const void *chunk, *small;
   size_t chunk_off, small_off, used, grown;
+  const void *host;
+  size_t host_off;
 } gp_arena_mark;
 void gp_arena_get_mark(const gp_arena *a, gp_arena_mark *m);
 int gp_arena_mark_eq(const gp_arena_mark *x, const gp_arena_mark *y);

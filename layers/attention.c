@@ -398,7 +398,7 @@ static gp_status attention_forward(const gp_layer *l, gp_exec *e, const gp_tenso
   const float *W = e->bind->param[w_in], *bw = b_in >= 0 ? e->bind->param[b_in] : NULL;
   const float *xq = GP_F32P(&in[0]);
   gp_attn_saved *s;
-  GP_TRY(gp_arena_alloc(e->arena, sizeof *s, (void **)&s));
+  GP_TRY(gp_arena_host_alloc(e->arena, sizeof *s, (void **)&s)); /* host: a struct of pointers */
   s->dqkv = NULL;
   size_t nproj = (size_t)(g.cross ? rq * d + rk * 2 * dkv : rq * nq);
   GP_TRY(gp_arena_alloc(e->arena, nproj * sizeof(float), (void **)&s->qkv));
