@@ -53,6 +53,9 @@ static const env_setting settings[GP_ENV_COUNT] = {
                              "the device's GFLOP/s that schedule auto across processes weighs "
                              "hand-offs against under --by flops, instead of an sgemm measured "
                              "at the start (a plan that does not depend on the machine's load)"},
+    [GP_ENV_BF16_STORE] = {"GP_BF16_STORE", 0, 1, NULL,
+                           "0: --precision bf16-mixed keeps the activations a backward reads in "
+                           "f32 storage instead of 16 bits (the same values, twice the memory)"},
 };
 
 /* variables gpipe's scripts and tests set, which the programs do not read */
