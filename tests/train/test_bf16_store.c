@@ -4,11 +4,13 @@
  * values) on an MLP, a CNN with an in-place relu, a Llama block and a tiny transformer-lm (the
  * model file, --set smaller), at K = 1 and K = 2, M = 2 (GPipe, GPipe with re-materialization,
  * 1F1B, ZB-H1's deferred weight half) and selective re-materialization, with stage 0's measured
- * activation peak lower where the slots keep activations. argv[1]: models/transformer-lm.yaml. */
+ * activation peak lower where the slots keep activations; the planner's estimate lower too.
+ * argv[1]: models/transformer-lm.yaml. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/plan/cost.h"
 #include "core/rng.h"
 #include "core/train/trainer.h"
 #include "tests/support/check.h"
@@ -296,6 +298,32 @@ static void check_model(const char *name, const char *text) {
   }
 }
 
+/* The planner's activation bytes (gpipe-partition --precision bf16-mixed): lower in total, and
+ * in each unit by at most half (outputs are packed, saved state is not). */
+static void check_estimate(const char *name, const char *text) {
+  gp_model *mo = load(text);
+  gp_unit_costs f32, b16;
+  if (gp_unit_costs_compute(mo, BATCH, GP_COST_FLOPS, 1, NULL, &f32) != GP_OK ||
+      gp_unit_costs_compute(mo, BATCH, GP_COST_FLOPS, 1, NULL, &b16) != GP_OK ||
+      gp_unit_costs_bf16_store(mo, &b16) != GP_OK)
+    gp_t_die("costs");
+  int64_t a = 0, b = 0;
+  for (int u = 0; u < f32.n; u++) {
+    a += f32.act_bytes[u];
+    b += b16.act_bytes[u];
+    CHECK(b16.act_bytes[u] <= f32.act_bytes[u] && 2 * b16.act_bytes[u] >= f32.act_bytes[u],
+          "%s unit %d: %lld bytes in 16 bits against %lld", name, u, (long long)b16.act_bytes[u],
+          (long long)f32.act_bytes[u]);
+  }
+  printf("%s: planner's activation bytes %lld in 16 bits, %lld in f32 (%.2f)\n", name, (long long)b,
+         (long long)a, (double)b / (double)a);
+  CHECK(b < a, "%s: the estimate did not drop (%lld against %lld)", name, (long long)b,
+        (long long)a);
+  gp_unit_costs_free(&f32);
+  gp_unit_costs_free(&b16);
+  gp_model_free(mo);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: test_bf16_store models/transformer-lm.yaml\n");
@@ -308,6 +336,8 @@ int main(int argc, char **argv) {
   check_model("cnn", cnn);
   check_model("llama", llama);
   check_model("transformer-lm", NULL);
+  check_estimate("llama", llama);
+  check_estimate("transformer-lm", NULL);
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }
