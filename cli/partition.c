@@ -19,6 +19,7 @@
 #include "core/io/json.h"
 #include "core/backend.h"
 #include "core/decimal.h"
+#include "core/env.h"
 #include "core/spec/cfg.h"
 #include "core/spec/spec.h"
 #include "core/plan/solve.h"
@@ -40,6 +41,7 @@ enum {
   F_SPEEDS,
   F_BATCH,
   F_THREADS,
+  F_PRECISION,
   F_CACHE,
   F_TIMELINE,
   F_JSON,
@@ -82,6 +84,10 @@ static gp_flag flags[] = {
                    "CPU threads shared by the stages, for --by time (default: all cores); with "
                    "--processes: each process's (default: cores / processes a host)",
                    1, .max = 1024},
+    [F_PRECISION] = {"--precision", GP_FLAG_STR, "fp32|bf16|bf16-mixed",
+                     "memory as trained with this precision (bf16-mixed: activations kept in 16 "
+                     "bits; default fp32)",
+                     0},
     [F_CACHE] = {"--cache-dir", GP_FLAG_STR, "DIR",
                  "where --by time keeps measurements (default ~/.cache/gpipe)", 0},
     [F_TIMELINE] = {"--timeline", GP_FLAG_BOOL, NULL, "draw the simulated schedule", 0},
@@ -294,11 +300,19 @@ static const char *sh_path(const char *path, char *buf, size_t n) {
  * --cache-dir that cannot be used stays an error: the user asked for the cache there. */
 static gp_status unit_costs(const gp_model *m, const gp_part_request *q, gp_unit_costs *c) {
   const char *cache = q->cache_dir[0] ? q->cache_dir : NULL;
+  gp_precision prec = GP_PREC_FP32;
+  if (flags[F_PRECISION].given)
+    GP_TRY(gp_args_precision("--precision", flags[F_PRECISION].s, &prec));
   gp_status s = gp_unit_costs_compute(m, q->micro_batch, q->by, q->threads, cache, c);
-  if (s != GP_ERR_IO || !cache || flags[F_CACHE].given) return s;
-  fprintf(stderr, "gpipe-partition: not caching unit times: %s\n", gp_error_message());
-  gp_error_clear();
-  return gp_unit_costs_compute(m, q->micro_batch, q->by, q->threads, NULL, c);
+  if (s == GP_ERR_IO && cache && !flags[F_CACHE].given) {
+    fprintf(stderr, "gpipe-partition: not caching unit times: %s\n", gp_error_message());
+    gp_error_clear();
+    s = gp_unit_costs_compute(m, q->micro_batch, q->by, q->threads, NULL, c);
+  }
+  /* (GP_BF16_STORE=0 trains with f32 storage: the estimate follows) */
+  if (s == GP_OK && prec == GP_PREC_BF16_MIXED && gp_env_get(GP_ENV_BF16_STORE, 1))
+    s = gp_unit_costs_bf16_store(m, c);
+  return s;
 }
 
 static gp_status run(const gp_model *m) {

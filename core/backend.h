@@ -283,6 +283,10 @@ struct gp_backend {
   /* x[i] = x[i] rounded to bfloat16 (to nearest, ties to even; NaN kept, quieted; overflow
    * gives Inf), in place in f32 storage: BF16_MIXED's activations (core/exec/pass.c) */
   gp_status (*round_bf16)(gp_backend *be, int64_t n, float *x);
+  /* BF16_MIXED's stored activations (core/exec/bfstore.c): y[i] = the high 16 bits of x[i]
+   * (exact, x being on the bf16 grid as round_bf16 leaves it), and back (low half zero) */
+  gp_status (*pack_bf16)(gp_backend *be, int64_t n, const float *x, uint16_t *y);
+  gp_status (*unpack_bf16)(gp_backend *be, int64_t n, const uint16_t *x, float *y);
   /* y = a * b element-wise (gates); y may be a or b */
   gp_status (*mul)(gp_backend *be, int64_t n, const float *a, const float *b, float *y);
   /* 2-D strided copy: rows x cols floats; dst[r*dst_ld + j] = src[r*src_ld + j] */

@@ -56,6 +56,9 @@ static const env_setting settings[GP_ENV_COUNT] = {
     [GP_ENV_CUDA_GRAPHS] = {"GP_CUDA_GRAPHS", 0, 1, NULL,
                             "0: GPU stages launch every op of an action one by one instead of "
                             "replaying CUDA graphs of its layers"},
+    [GP_ENV_BF16_STORE] = {"GP_BF16_STORE", 0, 1, NULL,
+                           "0: --precision bf16-mixed keeps the activations a backward reads in "
+                           "f32 storage instead of 16 bits (the same values, twice the memory)"},
 };
 
 /* variables gpipe's scripts and tests set, which the programs do not read */

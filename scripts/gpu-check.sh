@@ -4,6 +4,7 @@
 # Usage: scripts/gpu-check.sh OUT PHASE...
 #   phases: info suite memcheck torch torchseq capacity graph timing trace cores scaling gpt2
 #           sdpa memory mpi cgraph
+#           sdpa memory bf16store mpi
 #   info      nvidia-smi, the libraries the programs resolve
 #   suite     every tests/cuda binary (meson suite `cuda`)
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
@@ -39,6 +40,10 @@
 #             small's shapes) trained a few steps with GP_SDPA=1 and 0, alternated: samples/s
 #             of each and whether the layer said it ran unfused
 #   memory    scripts/sdpa-memory.sh: lm-fused's largest batch with fused attention and without
+#   bf16store bf16-mixed's 16-bit activation storage: tests/cuda's test_cuda_bf16_store (pack and
+#             unpack against the CPU, training bit for bit GP_BF16_STORE=0's), then
+#             transformer-lm on cuda:0 (K = 1, M = 1 and 4, remat never) in fp32, bf16-mixed
+#             and bf16-mixed with GP_BF16_STORE=0: each one's peak activation bytes per stage
 #   mpi       issue 49's GPU side: tests/mpi/gpu.sh (GPU stages of several processes sharing
 #             cuda:0 against one process) through the MPI channel (GP_NCCL=0: staged in
 #             page-locked memory), then through NCCL with NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL
@@ -364,6 +369,25 @@ phase_memory() {
   grep "^sdpa-memory" "$logs/memory.log" | sed 's/^sdpa-memory/memory/' | tee -a "$summary"
 }
 
+phase_bf16store() {
+  timeout 120 "$bin/test_cuda_bf16_store" >"$logs/bf16store-test.log" 2>&1
+  say "bf16store: test_cuda_bf16_store rc=$?: $(grep -E 'passed|skip' "$logs/bf16store-test.log" | tail -1)"
+  grep -E "FAIL|peak" "$logs/bf16store-test.log" | sed 's/^/bf16store: /' | tee -a "$summary"
+  local run prec store
+  for run in fp32:1 bf16-mixed:1 bf16-mixed:0; do
+    prec=${run%:*} store=${run#*:}
+    GP_BF16_STORE=$store timeout 200 "$bin/gpipe-bench" models/transformer-lm.yaml \
+      --data synthetic --stages 1 --micro-batches 1,4 --remat never --schedule gpipe \
+      --devices cuda:0 --precision "$prec" --steps 3 --warmup 1 --json --quiet \
+      >"$logs/bf16store-$prec-$store.json" 2>"$logs/bf16store-$prec-$store.err"
+    say "bf16store: $prec GP_BF16_STORE=$store rc=$?: peak MiB per stage (M = 1; M = 4): $(python3 -c '
+import json, sys
+print("; ".join("/".join(f"{b / 2**20:.1f}" for b in r["peak_bytes"])
+                for r in json.load(open(sys.argv[1]))["runs"] if r.get("peak_bytes")))' \
+      "$logs/bf16store-$prec-$store.json" 2>&1 | tail -1)"
+  done
+}
+
 phase_mpi() {
   local nccl
   nccl=$(ldd "$bin/gpipe-train" | grep -o "libnccl[^ ]* => [^ ]*" | sed 's/.*=> //')
@@ -424,6 +448,7 @@ PY
 for p in "$@"; do
   case "$p" in
   info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | gpt2 | sdpa | memory | mpi | cgraph) "phase_$p" ;;
+  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | gpt2 | sdpa | memory | bf16store | mpi) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done

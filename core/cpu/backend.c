@@ -385,6 +385,8 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->axpby = gp_cpu_axpby;
   be->mul = gp_cpu_mul;
   be->round_bf16 = gp_cpu_round_bf16;
+  be->pack_bf16 = gp_cpu_pack_bf16;
+  be->unpack_bf16 = gp_cpu_unpack_bf16;
   be->resize2d_forward = gp_cpu_resize2d_forward;
   be->resize2d_backward = gp_cpu_resize2d_backward;
   be->copy2d = gp_cpu_copy2d;

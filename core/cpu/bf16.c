@@ -71,6 +71,44 @@ gp_status gp_cpu_round_bf16(gp_backend *be, int64_t n, float *x) {
   return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN, round_part, x);
 }
 
+/* BF16_MIXED's stored activations: the high half of each value's bits, and back. Truncation,
+ * not rounding: the values are on the bf16 grid (round_bf16 left the low half zero), so it is
+ * exact, NaN payloads included, as the CUDA kernels' same truncation. */
+typedef struct pack_ctx {
+  const void *x;
+  void *y;
+} pack_ctx;
+
+static gp_status pack_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const pack_ctx *c = ctx;
+  const float *x = c->x;
+  uint16_t *y = c->y;
+  for (int64_t i = lo; i < hi; i++)
+    y[i] = (uint16_t)(f32_bits(x[i]) >> 16);
+  return GP_OK;
+}
+
+static gp_status unpack_part(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const pack_ctx *c = ctx;
+  const uint16_t *x = c->x;
+  float *y = c->y;
+  for (int64_t i = lo; i < hi; i++)
+    y[i] = bits_f32((uint32_t)x[i] << 16);
+  return GP_OK;
+}
+
+gp_status gp_cpu_pack_bf16(gp_backend *be, int64_t n, const float *x, uint16_t *y) {
+  pack_ctx c = {x, y};
+  return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN, pack_part, &c);
+}
+
+gp_status gp_cpu_unpack_bf16(gp_backend *be, int64_t n, const uint16_t *x, float *y) {
+  pack_ctx c = {x, y};
+  return gp_cpu_parallel_for(be, n, GP_CPU_GRAIN, unpack_part, &c);
+}
+
 /* The buffers of be, made on first use. */
 void gp_cpu_bf16_release(gp_backend *be) {
   gp_cpu_impl *im = be->impl;

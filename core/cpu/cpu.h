@@ -114,6 +114,9 @@ float gp_bf16_round(float f); /* gp_bf16_to_f32(gp_bf16_from_f32(f)) */
 void gp_bf16_round_array(int64_t n, const float *x, float *y); /* y may be x */
 /* be->round_bf16: x rounded in place, over the instance's threads (BF16_MIXED activations). */
 gp_status gp_cpu_round_bf16(gp_backend *be, int64_t n, float *x);
+/* be->pack_bf16, be->unpack_bf16: the high halves of values on the bf16 grid, and back. */
+gp_status gp_cpu_pack_bf16(gp_backend *be, int64_t n, const float *x, uint16_t *y);
+gp_status gp_cpu_unpack_bf16(gp_backend *be, int64_t n, const uint16_t *x, float *y);
 /* Called first by gp_cpu_gemm in bf16 mode: replaces *a and *b (with their leading
  * dimensions) by packed copies rounded to bf16, kept in buffers of the instance (not its
  * scratch, which may hold the operands). Leaves them alone when the GEMM reads nothing or will

@@ -383,6 +383,8 @@ static gp_status cuda_init(gp_backend *be) {
   be->axpby = gp_cuda_axpby;
   be->mul = gp_cuda_mul;
   be->round_bf16 = gp_cuda_round_bf16;
+  be->pack_bf16 = gp_cuda_pack_bf16;
+  be->unpack_bf16 = gp_cuda_unpack_bf16;
   be->copy2d = gp_cuda_copy2d;
   be->sum = gp_cuda_sum;
   be->count_correct = gp_cuda_count_correct;

@@ -32,6 +32,15 @@ __global__ void round_f32_k(int64_t n, const float *x, float *y) {
   GRID_LOOP(i, n) y[i] = bf16_value(bf16_bits(x[i]));
 }
 
+// BF16_MIXED's stored activations: values already on the grid, so truncation is exact.
+__global__ void pack_k(int64_t n, const float *x, uint16_t *y) {
+  GRID_LOOP(i, n) y[i] = (uint16_t)(__float_as_uint(x[i]) >> 16);
+}
+
+__global__ void unpack_k(int64_t n, const uint16_t *x, float *y) {
+  GRID_LOOP(i, n) y[i] = bf16_value(x[i]);
+}
+
 __global__ void round_k(int64_t n, const float *src, uint16_t *dst) {
   GRID_LOOP(i, n) dst[i] = bf16_bits(src[i]);
 }
@@ -81,6 +90,22 @@ gp_status gp_cuda_round_bf16(gp_backend *be, int64_t n, float *x) {
   GP_TRY(gp_cuda_use(be));
   round_f32_k<<<gp_cuda_blocks(be, n), GP_CUDA_BLOCK, 0, gp_cuda_of(be)->stream>>>(n, x, x);
   GP_CUDA_LAUNCHED("bf16 round in place");
+  return GP_OK;
+}
+
+gp_status gp_cuda_pack_bf16(gp_backend *be, int64_t n, const float *x, uint16_t *y) {
+  if (n <= 0) return GP_OK;
+  GP_TRY(gp_cuda_use(be));
+  pack_k<<<gp_cuda_blocks(be, n), GP_CUDA_BLOCK, 0, gp_cuda_of(be)->stream>>>(n, x, y);
+  GP_CUDA_LAUNCHED("bf16 pack");
+  return GP_OK;
+}
+
+gp_status gp_cuda_unpack_bf16(gp_backend *be, int64_t n, const uint16_t *x, float *y) {
+  if (n <= 0) return GP_OK;
+  GP_TRY(gp_cuda_use(be));
+  unpack_k<<<gp_cuda_blocks(be, n), GP_CUDA_BLOCK, 0, gp_cuda_of(be)->stream>>>(n, x, y);
+  GP_CUDA_LAUNCHED("bf16 unpack");
   return GP_OK;
 }
 

@@ -20,6 +20,10 @@ gp_status gp_cuda_bf16_gemm(gp_backend *be, int trans_a, int trans_b, int64_t m,
 /* be->round_bf16: x[i] rounded to bf16 in place, in f32 storage, with the CPU's rounding
  * (BF16_MIXED's activations: the CPU's values, bit for bit; no memory or bandwidth saved). */
 gp_status gp_cuda_round_bf16(gp_backend *be, int64_t n, float *x);
+/* be->pack_bf16, be->unpack_bf16: BF16_MIXED's stored activations, the high halves of values
+ * on the bf16 grid (truncated, as the CPU's: exact there), and back. */
+gp_status gp_cuda_pack_bf16(gp_backend *be, int64_t n, const float *x, uint16_t *y);
+gp_status gp_cuda_unpack_bf16(gp_backend *be, int64_t n, const uint16_t *x, float *y);
 
 /* BF16_MIXED's filter gradient: f32 copies of in1 (n1 values) and in2 (n2) rounded to bf16, in
  * the instance's private workspace (as gp_cuda_bf16_operands; valid until its next use). */

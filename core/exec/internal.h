@@ -119,6 +119,10 @@ typedef struct stage {
   int have_opt;
   gp_arena *slot_arena; /* M arenas: one per micro-batch slot */
   gp_arena scratch;     /* forwards whose activations are dropped (re-materialization) */
+  /* BF16_MIXED in 16 bits (core/exec/bfstore.h; NULL: off): the nodes whose outputs the slots
+   * keep packed, and the arena one node's widened copies take in a backward */
+  unsigned char *pack;
+  gp_arena widen;
   gp_mem_meter meter;
   gp_pass *pass; /* M passes */
   struct gp_graphs *graphs; /* the passes' CUDA graphs (core/exec/graphs.h), or NULL */

@@ -3,6 +3,7 @@
 #include "core/exec/pass.h"
 
 #include "core/exec/graphs.h"
+#include "core/exec/bfstore.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -155,13 +156,14 @@ static gp_status forward_from(gp_pass *p, gp_exec *e, int part, int from, gp_gra
         return GP_ERR(GP_ERR_RUNTIME, "layer '%s': input %d is not available in this stage",
                       l->path, j + 1);
     }
+    GP_TRY(gp_bfstore_widen(p, e, i, in, NULL)); /* (what the slot keeps packed) */
     int t = m->n_inputs + i;
     gp_shape s = gp_shape_batch(p->batch, &l->out_shape);
     if (gp_node_in_place(m, p->reader, i, p->first)) {
       p->val[t] = in[0];
       p->val[t].shape = s;
     } else {
-      GP_TRY(gp_arena_tensor(ar, l->out_dtype, &s, &p->val[t]));
+      GP_TRY(gp_arena_tensor(gp_bfstore_out_arena(p, i, ar), l->out_dtype, &s, &p->val[t]));
     }
     p->saved[i] = NULL;
     e->bind = e->binds ? &e->binds[i - e->bind_first] : NULL;
@@ -170,7 +172,9 @@ static gp_status forward_from(gp_pass *p, gp_exec *e, int part, int from, gp_gra
     gp_status st = l->type->forward(l, e, in, &p->val[t], &p->saved[i]);
     e->arena = own;
     if (st == GP_OK && n->trains && !l->type->is_loss) st = round_mixed(e, &p->val[t]);
+    if (st == GP_OK) st = gp_bfstore_pack_node(p, e, i);
     if (st != GP_OK) return node_error(m, i, "forward", st);
+    GP_TRY(gp_bfstore_release(p));
     if (e->on_layer) e->on_layer(e, i, 0, 1);
   }
   return GP_OK;
@@ -254,8 +258,9 @@ static gp_status backward_from(gp_pass *p, gp_exec *e, int part_, int from, gp_g
     if (!any && (l->n_params == 0 || part == GP_GRAD_INPUT)) continue;
     e->bind = e->binds ? &e->binds[i - e->bind_first] : NULL;
     if (e->on_layer) e->on_layer(e, i, 1, 0);
-    gp_status st =
-        gp_layer_backward_part(l, e, part, in, &p->val[t], &p->grad[t], din, p->saved[i]);
+    gp_tensor out = p->val[t];
+    GP_TRY(gp_bfstore_widen(p, e, i, in, &out));
+    gp_status st = gp_layer_backward_part(l, e, part, in, &out, &p->grad[t], din, p->saved[i]);
     if (st != GP_OK) return node_error(m, i, "backward", st);
     for (int j = 0; j < n->n_in; j++) {
       GP_TRY(round_mixed(e, &din[j])); /* (fresh: the slot holds this contribution alone) */
@@ -263,6 +268,7 @@ static gp_status backward_from(gp_pass *p, gp_exec *e, int part_, int from, gp_g
       GP_TRY(be->axpby(be, gp_shape_numel(&din[j].shape), 1.0f, GP_F32P(&din[j]), 1.0f,
                        GP_F32P(&p->grad[n->in[j]])));
     }
+    GP_TRY(gp_bfstore_release(p));
     if (e->on_layer) e->on_layer(e, i, 1, 1);
   }
   return GP_OK;
@@ -295,11 +301,14 @@ static gp_status weight_from(gp_pass *p, gp_exec *e, int part, int from, gp_grap
     if (l->n_params == 0 || (i != m->n_nodes - 1 && !p->grad[t].data)) continue;
     for (int j = 0; j < n->n_in; j++)
       in[j] = p->val[n->in[j]];
+    gp_tensor out = p->val[t];
+    GP_TRY(gp_bfstore_widen(p, e, i, in, &out));
     e->bind = e->binds ? &e->binds[i - e->bind_first] : NULL;
     if (e->on_layer) e->on_layer(e, i, 1, 0);
-    gp_status st = gp_layer_backward_part(l, e, GP_GRAD_WEIGHT, in, &p->val[t], &p->grad[t], NULL,
-                                          p->saved[i]);
+    gp_status st =
+        gp_layer_backward_part(l, e, GP_GRAD_WEIGHT, in, &out, &p->grad[t], NULL, p->saved[i]);
     if (st != GP_OK) return node_error(m, i, "weight gradients", st);
+    GP_TRY(gp_bfstore_release(p));
     if (e->on_layer) e->on_layer(e, i, 1, 1);
   }
   return GP_OK;

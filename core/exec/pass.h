@@ -25,6 +25,11 @@ typedef struct gp_pass {
   int remat_only;
   /* The stage's CUDA graphs (core/exec/graphs.h), or NULL: every op launched as it comes. */
   struct gp_graphs *graphs;
+  /* BF16_MIXED's 16-bit storage (core/exec/bfstore.h): while pack is set (n_nodes entries), the
+   * forward keeps the flagged nodes' outputs packed in e->arena; widen (NULL: never packed)
+   * holds one node's f32 copies (its widened inputs, its output before packing) at a time. */
+  const unsigned char *pack;
+  gp_arena *widen;
 } gp_pass;
 
 gp_status gp_pass_init(gp_pass *p, const gp_model *m, int first, int end, int64_t batch);

@@ -14,6 +14,7 @@
 #include "core/dist/nccl.h"
 #include "core/env.h"
 #include "core/exec/graphs.h"
+#include "core/exec/bfstore.h"
 #include "core/exec/internal.h"
 
 /* Wakes every waiter: the main thread, the barrier and each stage waiting for its inputs.
@@ -263,7 +264,7 @@ static gp_status stage_init(gp_pipeline *pl, stage *st) {
       return GP_ERR(GP_ERR_NOMEM, "out of memory for stage %d", st->index);
     gp_stage_remat_set(pl->m, st->pass[0].reader, st->first, st->end, st->remat, NULL);
   }
-  return GP_OK;
+  return gp_bfstore_stage_init(st, M); /* what the slots keep for backward, in 16 bits */
 }
 
 /* Pins stage s to its share of the CPUs this process may use (the n-th allowed CPU, not CPU
@@ -693,6 +694,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
       (void)st->be->sync(st->be); /* nothing queued may still use what is freed below */
       gp_graphs_free(st->graphs);
       gp_arena_free(&st->scratch);
+      gp_arena_free(&st->widen);
       events_free(st->be, pl->micro, st->ev_fwd);
       events_free(st->be, pl->micro, st->ev_grads);
       events_free(st->be, pl->micro, st->ev_pull);
@@ -706,6 +708,7 @@ void gp_pipeline_free(gp_pipeline *pl) {
     free(st->slot_arena);
     free(st->pass);
     free(st->remat);
+    free(st->pack);
     free(st->box);
     free(st->in);
     free(st->out);

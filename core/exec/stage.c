@@ -292,6 +292,7 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   p->remat = sel ? st->remat : NULL;
   p->remat_arena = sel ? &st->scratch : NULL;
   p->remat_only = 0;
+  p->pack = training && !drop ? st->pack : NULL;
   GP_TRY(gather_inputs(st, m, p, keep));
   gp_exec e = exec_for(st, p, m, training, 0, drop ? &st->scratch : keep);
   GP_TRY(timed_pass(st, GP_A_FORWARD, m, p, &e, training));
@@ -325,6 +326,7 @@ static gp_status do_forward(stage *st, int m, int drop, int training) {
   }
   p->remat = NULL;
   p->remat_arena = NULL;
+  p->pack = NULL;
   return GP_OK;
 }
 

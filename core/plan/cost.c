@@ -15,6 +15,7 @@
 
 #include "core/io/target.h"
 #include "core/rng.h"
+#include "core/exec/bfstore.h"
 #include "core/exec/pass.h"
 #include "core/train/params.h"
 
@@ -575,4 +576,33 @@ done:
   free(flag);
   if (s != GP_OK) gp_unit_costs_free(out);
   return s;
+}
+
+gp_status gp_unit_costs_bf16_store(const gp_model *m, gp_unit_costs *c) {
+  int nt = m->n_inputs + m->n_nodes;
+  int *last = malloc(sizeof(int) * (size_t)nt), *reader = malloc(sizeof(int) * (size_t)nt);
+  int *sent = malloc(sizeof(int) * (size_t)(m->n_nodes + 1));
+  unsigned char *pack = calloc((size_t)m->n_nodes + 1, 1),
+                *cheap = calloc((size_t)m->n_nodes + 1, 1);
+  if (!last || !reader || !sent || !pack || !cheap) {
+    free(last), free(reader), free(sent), free(pack), free(cheap);
+    return GP_ERR(GP_ERR_NOMEM, "out of host memory for the costs of %d units", m->n_units);
+  }
+  last_readers(m, last);
+  gp_model_readers(m, reader);
+  for (int u = 0; u < m->n_units; u++) {
+    int first = m->unit_first[u], end = m->unit_first[u + 1], n_sent = 0;
+    for (int i = first; i < end; i++) /* a cut after this unit would hand these on, in f32 */
+      if (last[m->n_inputs + i] > u) sent[n_sent++] = m->n_inputs + i;
+    int64_t saved = gp_bfstore_set(m, reader, first, end, sent, n_sent, pack);
+    gp_stage_remat_set(m, reader, first, end, cheap, NULL);
+    int64_t cheap_saved = 0; /* a cheap layer's output dropped is then half as much */
+    for (int i = first; i < end; i++)
+      if (pack[i] && cheap[i] && !gp_node_in_place(m, reader, i, first))
+        cheap_saved += gp_shape_numel(&m->nodes[i].layer.out_shape) * 2;
+    c->act_bytes[u] -= saved * c->micro_batch;
+    if (c->cheap_bytes) c->cheap_bytes[u] -= cheap_saved * c->micro_batch;
+  }
+  free(last), free(reader), free(sent), free(pack), free(cheap);
+  return GP_OK;
 }

@@ -51,6 +51,10 @@ void gp_node_cost(const gp_model *m, int i, gp_cost *c);
 gp_status gp_unit_costs_compute(const gp_model *m, int64_t micro_batch, gp_cost_by by, int threads,
                                 const char *cache_dir, gp_unit_costs *out);
 void gp_unit_costs_free(gp_unit_costs *c);
+/* --precision bf16-mixed's 16-bit storage (core/exec/bfstore.h): act_bytes (and cheap_bytes)
+ * less half the outputs the slots keep packed, an output a later unit reads counted in f32 (a
+ * cut there hands it on unpacked). */
+gp_status gp_unit_costs_bf16_store(const gp_model *m, gp_unit_costs *c);
 /* Units [first_unit, end_unit) timed as one piece, as GP_COST_TIME times one unit (a stage
  * measured whole, against the sum of its units' times): forward and backward seconds, no cache. */
 gp_status gp_units_time(const gp_model *m, int first_unit, int end_unit, int64_t micro_batch,
