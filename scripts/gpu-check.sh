@@ -3,7 +3,7 @@
 # (carried as .gpu/), in phases, each logged; writes OUT/summary.txt and OUT/logs.tgz.
 # Usage: scripts/gpu-check.sh OUT PHASE...
 #   phases: info suite memcheck torch torchseq capacity graph timing trace cores scaling gpt2
-#           sdpa memory mpi
+#           sdpa memory mpi kvdec
 #   info      nvidia-smi, the libraries the programs resolve
 #   suite     every tests/cuda binary (meson suite `cuda`)
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
@@ -44,6 +44,10 @@
 #             page-locked memory), then through NCCL with NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL
 #             before 2.30 refuses several ranks on one GPU: its line goes to the summary).
 #             Open MPI is the machine's, or the pack's Debian packages unpacked under /tmp
+#   kvdec     issue 51's decoding with a cache on a GPU: tests/cuda's test_cuda_kvdec (also in
+#             suite), then tests/cli/decode_cache.sh with its evaluations and generation on
+#             cuda:0 (its training on the CPU): cached translations equal the uncached path's
+#             there, at K = 1 and 2, beam 1 equals greedy, beam 4 runs, generation counts on
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${1:?usage: scripts/gpu-check.sh OUT PHASE...}
@@ -382,9 +386,19 @@ v = ctypes.c_int(); ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v)); pr
   done
 }
 
+phase_kvdec() {
+  timeout 300 "$bin/test_cuda_kvdec" models >"$logs/kvdec-test.log" 2>&1
+  say "kvdec: test_cuda_kvdec rc=$?: $(grep -E 'passed|skip' "$logs/kvdec-test.log" | tail -1)"
+  grep -E "^(FAIL|translation|llama)" "$logs/kvdec-test.log" | head -20 | sed 's/^/kvdec: /' |
+    tee -a "$summary"
+  GP_DECODE_DEVICES=cuda:0 timeout 300 bash tests/cli/decode_cache.sh "$bin/gpipe-train" . \
+    >"$logs/kvdec-cli.log" 2>&1
+  say "kvdec: decode_cache.sh on cuda:0 rc=$?: $(tail -2 "$logs/kvdec-cli.log" | tr '\n' ' ')"
+}
+
 for p in "$@"; do
   case "$p" in
-  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | gpt2 | sdpa | memory | mpi) "phase_$p" ;;
+  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | gpt2 | sdpa | memory | mpi | kvdec) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done
