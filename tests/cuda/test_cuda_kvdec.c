@@ -5,8 +5,9 @@
  * steps) within a tolerance of the CPU's, greedy hypotheses equal to the CPU's and equal to
  * the uncached path's on the same stages. Exits 77 (skipped) without a GPU. Usage:
  * test_cuda_kvdec [MODELS_DIR] (default: models, as scripts/gpu-check.sh runs it).
- * GP_KVDEC_DEVICE=cpu puts cpu where cuda:0 would be and skips the ops: the test's own logic
- * checked on a machine without a GPU. */
+ * GP_KVDEC_DEVICE=cpu puts cpu where cuda:0 would be and checks the CPU's ops alone: cached
+ * against uncached decoding on the CPU (suite eval), and the test's own logic checked on a
+ * machine without a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,33 @@ static void test_ops(cc_ctx *c) {
   cc_pair_free(&pa);
   cc_pair_free(&pb);
   cc_pair_free(&pc);
+}
+
+/* The CPU's ops against plain loops: gather_rows picks the rows idx names (f32 or i32 bits
+ * alike) and leaves the gaps; each batched GEMM entry is the lone call's bits. */
+static void test_cpu_ops(gp_backend *be) {
+  int32_t src[4 * 3], dst[4 * 5], idx[4] = {3, 3, 0, 1};
+  for (int i = 0; i < 12; i++)
+    src[i] = 1000 + i;
+  for (int i = 0; i < 20; i++)
+    dst[i] = -1;
+  CHECK(be->gather_rows(be, 4, 2, idx, src, 3, dst, 5) == GP_OK, "gather_rows");
+  int ok = 1;
+  for (int r = 0; r < 4; r++)
+    for (int j = 0; j < 5; j++)
+      ok &= dst[r * 5 + j] == (j < 2 ? src[idx[r] * 3 + j] : -1);
+  CHECK(ok, "gather_rows: the rows are not the ones idx names, or the gaps were written");
+  enum { BATCH = 3, N = 5, K = 33 };
+  static float a[BATCH * K], b[N * K], c[BATCH * N], one[N];
+  cc_fill_uniform(a, BATCH * K, 4, -1, 1);
+  cc_fill_uniform(b, N * K, 5, -1, 1);
+  CHECK(be->gemm_strided_batched(be, 0, 1, 1, N, K, 0.25f, a, K, K, b, K, 0, 0.0f, c, N, N,
+                                 BATCH) == GP_OK,
+        "gemm_strided_batched");
+  for (int i = 0; i < BATCH; i++)
+    CHECK(be->gemm(be, 0, 1, 1, N, K, 0.25f, a + i * K, K, b, K, 0.0f, one, N) == GP_OK &&
+              !memcmp(one, c + i * N, sizeof one),
+          "batched entry %d: not the lone GEMM's bits", i);
 }
 
 /* ---- decoding ---- */
@@ -364,8 +392,14 @@ int main(int argc, char **argv) {
     cc_ctx c;
     int rc = cc_open(&c);
     if (rc) return rc;
+    test_cpu_ops(c.cpu);
     test_ops(&c);
     cc_close(&c);
+  } else {
+    gp_backend *cpu;
+    if (gp_cpu_backend_create(1, &cpu) != GP_OK) gp_t_die("a CPU backend");
+    test_cpu_ops(cpu);
+    gp_backend_destroy(cpu);
   }
   test_model(&nmt, dir, g);
   test_model(&llama, dir, g);
