@@ -48,7 +48,17 @@ static gp_status layout_of(const run *r, int stages, int chunks, gp_layout *lay)
 
 gp_status tr_dist_check(const run *r) {
   gp_layout lay;
-  return layout_of(r, r->m->pipeline.stages, 1, &lay);
+  GP_TRY(layout_of(r, r->m->pipeline.stages, 1, &lay));
+  /* the decoding cache (core/eval/kvdec.h) runs every stage in one process; greedy
+   * translation falls back to the uncached path, these two have none */
+  const int cached[] = {F_BEAM, F_GENERATE};
+  for (size_t i = 0; r->dist.world > 1 && i < sizeof cached / sizeof cached[0]; i++)
+    if (tr_flags[cached[i]].given)
+      return GP_ERR(GP_ERR_USAGE,
+                    "%s decodes with the key/value cache, which needs every stage in one process; "
+                    "this launch has %d: run it without mpirun",
+                    tr_flags[cached[i]].name, r->dist.world);
+  return GP_OK;
 }
 
 gp_status tr_dist_layout(run *r, gp_plan *plan) {

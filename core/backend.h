@@ -186,6 +186,14 @@ struct gp_backend {
   gp_status (*gemm)(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                     float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                     float beta, float *c, int64_t ldc);
+  /* batch GEMMs as gemm's, the i-th on a + i stride_a, b + i stride_b, c + i stride_c (a
+   * stride of 0 shares the operand); each gives the bits gemm gives it alone (decoding's
+   * per-head products: layers/attention_cached.c) */
+  gp_status (*gemm_strided_batched)(gp_backend *be, int trans_a, int trans_b, int64_t m, int64_t n,
+                                    int64_t k, float alpha, const float *a, int64_t lda,
+                                    int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b,
+                                    float beta, float *c, int64_t ldc, int64_t stride_c,
+                                    int64_t batch);
 
   /* ---- convolution; w is [k, c/groups, kh, kw]; bias [k] or NULL ---- */
   gp_status (*conv2d_forward)(gp_backend *be, const gp_conv2d_desc *d, const float *x,
@@ -292,6 +300,12 @@ struct gp_backend {
   /* 2-D strided copy: rows x cols floats; dst[r*dst_ld + j] = src[r*src_ld + j] */
   gp_status (*copy2d)(gp_backend *be, int64_t rows, int64_t cols, const float *src, int64_t src_ld,
                       float *dst, int64_t dst_ld);
+  /* Row gather of 4-byte values (f32 or i32, moved as bits): dst[r * dst_ld + j] =
+   * src[idx[r] * src_ld + j] for r < rows, j < cols; idx (int32, this backend's memory) NULL:
+   * idx[r] = r. The caller keeps idx in range (a device cannot report it without waiting);
+   * dst must not overlap src. Decoding's caches (core/eval/kvdec.c) move rows with it. */
+  gp_status (*gather_rows)(gp_backend *be, int64_t rows, int64_t cols, const int32_t *idx,
+                           const void *src, int64_t src_ld, void *dst, int64_t dst_ld);
   /* y = x with its axes permuted (torch.permute(...).contiguous()): x is dims[0..ndim), ndim
    * at most GP_MAX_DIMS + 1 (the batch included); y's axis j is x's axis perm[j]. */
   gp_status (*permute)(gp_backend *be, int ndim, const int64_t *dims, const int *perm,

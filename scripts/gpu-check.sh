@@ -3,8 +3,7 @@
 # (carried as .gpu/), in phases, each logged; writes OUT/summary.txt and OUT/logs.tgz.
 # Usage: scripts/gpu-check.sh OUT PHASE...
 #   phases: info suite memcheck torch torchseq capacity graph timing trace cores scaling gpt2
-#           sdpa memory mpi cgraph
-#           sdpa memory bf16store mpi
+#           sdpa memory mpi cgraph bf16store kvdec
 #   info      nvidia-smi, the libraries the programs resolve
 #   suite     every tests/cuda binary (meson suite `cuda`)
 #   memcheck  compute-sanitizer memcheck on a short 2-stage training run
@@ -52,6 +51,10 @@
 #   cgraph    issue 52's CUDA graphs: gpipe-bench of gpt2-small (batch 8) and resnet20-cifar on cuda:0
 #             at K = 1, 2 and M = 1, 8 with GP_CUDA_GRAPHS=1 and 0, alternated twice: samples/s
 #             with graphs over without (test_cuda_graphs, in suite, checks they change nothing)
+#   kvdec     issue 51's decoding with a cache on a GPU: tests/cuda's test_cuda_kvdec (also in
+#             suite), then tests/cli/decode_cache.sh with its evaluations and generation on
+#             cuda:0 (its training on the CPU): cached translations equal the uncached path's
+#             there, at K = 1 and 2, beam 1 equals greedy, beam 4 runs, generation counts on cuda:0
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 out=${1:?usage: scripts/gpu-check.sh OUT PHASE...}
@@ -445,10 +448,19 @@ for (m, g, K, M), v in sorted(best.items()):
 PY
 }
 
+phase_kvdec() {
+  timeout 300 "$bin/test_cuda_kvdec" models >"$logs/kvdec-test.log" 2>&1
+  say "kvdec: test_cuda_kvdec rc=$?: $(grep -E 'passed|skip' "$logs/kvdec-test.log" | tail -1)"
+  grep -E "^(FAIL|translation|llama)" "$logs/kvdec-test.log" | head -20 | sed 's/^/kvdec: /' |
+    tee -a "$summary"
+  GP_DECODE_DEVICES=cuda:0 timeout 300 bash tests/cli/decode_cache.sh "$bin/gpipe-train" . \
+    >"$logs/kvdec-cli.log" 2>&1
+  say "kvdec: decode_cache.sh on cuda:0 rc=$?: $(tail -2 "$logs/kvdec-cli.log" | tr '\n' ' ')"
+}
+
 for p in "$@"; do
   case "$p" in
-  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | gpt2 | sdpa | memory | mpi | cgraph) "phase_$p" ;;
-  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | gpt2 | sdpa | memory | bf16store | mpi) "phase_$p" ;;
+  info | suite | memcheck | torch | torchseq | capacity | graph | timing | trace | cores | scaling | schedules | gpt2 | sdpa | memory | mpi | cgraph | bf16store | kvdec) "phase_$p" ;;
   *) echo "unknown phase '$p'"; exit 2 ;;
   esac
 done

@@ -362,6 +362,7 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->event_query = cpu_event_query;
 
   be->gemm = gp_cpu_gemm;
+  be->gemm_strided_batched = gp_cpu_gemm_strided_batched;
   be->conv2d_forward = gp_cpu_conv2d_forward;
   be->conv2d_backward_data = gp_cpu_conv2d_backward_data;
   be->conv2d_backward_filter = gp_cpu_conv2d_backward_filter;
@@ -390,6 +391,7 @@ gp_status gp_cpu_backend_create(int threads, gp_backend **out) {
   be->resize2d_forward = gp_cpu_resize2d_forward;
   be->resize2d_backward = gp_cpu_resize2d_backward;
   be->copy2d = gp_cpu_copy2d;
+  be->gather_rows = gp_cpu_gather_rows;
   be->embedding_forward = gp_cpu_embedding_forward;
   be->embedding_backward = gp_cpu_embedding_backward;
   be->attn_softmax_forward = gp_cpu_attn_softmax_forward;

@@ -208,6 +208,14 @@ void gp_cpu_silu_avx2_set(int on);
 void gp_cpu_exp_inplace(int64_t n, float *x);
 gp_status gp_cpu_copy2d(gp_backend *be, int64_t rows, int64_t cols, const float *src,
                         int64_t src_ld, float *dst, int64_t dst_ld);
+/* kv.c: decoding with a cache */
+gp_status gp_cpu_gemm_strided_batched(gp_backend *be, int trans_a, int trans_b, int64_t m,
+                                      int64_t n, int64_t k, float alpha, const float *a,
+                                      int64_t lda, int64_t stride_a, const float *b, int64_t ldb,
+                                      int64_t stride_b, float beta, float *c, int64_t ldc,
+                                      int64_t stride_c, int64_t batch);
+gp_status gp_cpu_gather_rows(gp_backend *be, int64_t rows, int64_t cols, const int32_t *idx,
+                             const void *src, int64_t src_ld, void *dst, int64_t dst_ld);
 
 /* loss.c */
 gp_status gp_cpu_softmax_xent_forward(gp_backend *be, int64_t n, int64_t k, float smoothing,

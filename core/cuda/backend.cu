@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "core/cuda/bf16.h"
+#include "core/cuda/kv.h"
 #include "core/cuda/ops.h"
 
 namespace {
@@ -374,6 +375,7 @@ static gp_status cuda_init(gp_backend *be) {
   be->destroy = cuda_destroy;
 
   be->gemm = cuda_gemm;
+  be->gemm_strided_batched = gp_cuda_gemm_strided_batched; // kv.cu
   be->bias_add = gp_cuda_bias_add;
   be->bias_grad = gp_cuda_bias_grad;
   be->act_forward = gp_cuda_act_forward;
@@ -386,6 +388,7 @@ static gp_status cuda_init(gp_backend *be) {
   be->pack_bf16 = gp_cuda_pack_bf16;
   be->unpack_bf16 = gp_cuda_unpack_bf16;
   be->copy2d = gp_cuda_copy2d;
+  be->gather_rows = gp_cuda_gather_rows; // kv.cu
   be->sum = gp_cuda_sum;
   be->count_correct = gp_cuda_count_correct;
   be->sumsq = gp_cuda_sumsq;

@@ -1,6 +1,9 @@
 /* Incremental decoding (see kvdec.h). The step's layers are copies of the model's with the
  * step inputs' first axis set to 1 and every shape inferred again, so each layer runs as it
- * was written, on one position; only attention needs to know (gp_exec.cache). */
+ * was written, on one position; only attention needs to know (gp_exec.cache). Each node's
+ * output and caches live in its stage's memory (a GPU's on a CUDA stage); a value read by a
+ * stage of another device is copied there once a step (once a batch when it does not change),
+ * and the logits come back to the host once a step. */
 #include "core/eval/kvdec.h"
 
 #include <stdio.h>
@@ -21,10 +24,18 @@ struct gp_kvdec {
   gp_layer *layer;      /* per node: the step's copy (dynamic nodes) */
   gp_kv_cache *cache;   /* per node: attention's (dynamic attention nodes) */
   unsigned char *attn;  /* per node: a dynamic attention */
-  gp_backend **be;      /* per node: its stage's backend */
+  int *stage;           /* per node: its stage */
   gp_layer_bind **bind; /* per node: its stage's bindings */
-  gp_arena batch, step; /* once-a-batch outputs and caches; a step's outputs */
-  int arenas;
+  int n_stages;
+  gp_backend **sbe;        /* per stage: its backend */
+  gp_arena *batch;         /* per stage: once-a-batch outputs, caches and copies */
+  gp_arena *step;          /* per stage: a step's outputs and copies */
+  unsigned char *arena_on; /* per stage: its two arenas are initialized */
+  gp_backend **holder;     /* per tensor: the backend whose memory holds it; NULL: the host's */
+  gp_tensor *mir;          /* per tensor and stage: its copy in that stage's memory */
+  unsigned char *mir_ok;   /* ... made (for this batch, or this step when it changes) */
+  float *logits;           /* rows x width: the output read back from a device */
+  int32_t *from32;         /* rows: a reorder's rows as int32 */
 };
 
 static int is_type(const gp_layer *l, const char *name) {
@@ -52,6 +63,11 @@ static void mark_dynamic(const gp_model *m, const unsigned char *step_in, unsign
     for (int j = 0; j < nd->n_in; j++)
       if (dyn[nd->in[j]]) dyn[m->n_inputs + i] = 1;
   }
+}
+
+/* Host memory: the CPU backend's, and where the model inputs come from (NULL). */
+static int on_host(const gp_backend *be) {
+  return !be || be->device < 0;
 }
 
 /* The node's stage in this process, or -1. */
@@ -87,8 +103,9 @@ const char *gp_kvdec_unsupported(gp_trainer *t, const unsigned char step_in[GP_M
     int s = stage_of(t, i);
     if (s < 0) {
       why = "a stage runs in another process (decoding with a cache needs every stage here)";
-    } else if (strcmp(gp_pipeline_backend(t->pl, s)->name, "cpu")) {
-      why = "a stage is not on the CPU (the cache is the CPU backend's for now)";
+    } else if (!gp_pipeline_backend(t->pl, s)->gemm_strided_batched ||
+               !gp_pipeline_backend(t->pl, s)->gather_rows) {
+      why = "a stage's backend has no cached attention";
     } else if (dyn[m->n_inputs + i] && !l->type->is_loss && !position_wise(l)) {
       if (!is_type(l, "attention") || !dyn[nd->in[0]]) {
         snprintf(buf, n, "layer %s (%s) mixes positions and has no cached form", l->path,
@@ -140,17 +157,27 @@ int64_t gp_kvdec_cache_bytes(const gp_model *m, const unsigned char step_in[GP_M
 
 void gp_kvdec_free(gp_kvdec *d) {
   if (!d) return;
-  if (d->arenas) {
-    gp_arena_free(&d->batch);
-    gp_arena_free(&d->step);
-  }
+  for (int s = 0; s < d->n_stages && d->arena_on; s++)
+    if (d->arena_on[s]) {
+      gp_arena_free(&d->batch[s]);
+      gp_arena_free(&d->step[s]);
+    }
+  free(d->arena_on);
+  free(d->batch);
+  free(d->step);
+  free(d->sbe);
+  free(d->stage);
+  free(d->holder);
+  free(d->mir);
+  free(d->mir_ok);
+  free(d->logits);
+  free(d->from32);
   free(d->dyn);
   free(d->shape);
   free(d->val);
   free(d->layer);
   free(d->cache);
   free(d->attn);
-  free(d->be);
   free(d->bind);
   free(d);
 }
@@ -174,9 +201,20 @@ gp_status gp_kvdec_create(gp_trainer *t, const unsigned char step_in[GP_MAX_MODE
   d->layer = calloc((size_t)nn, sizeof *d->layer);
   d->cache = calloc((size_t)nn, sizeof *d->cache);
   d->attn = calloc((size_t)nn, 1);
-  d->be = calloc((size_t)nn, sizeof *d->be);
+  const int S = d->n_stages = gp_pipeline_stages(t->pl);
+  d->stage = calloc((size_t)nn, sizeof *d->stage);
   d->bind = calloc((size_t)nn, sizeof *d->bind);
-  if (!d->dyn || !d->shape || !d->val || !d->layer || !d->cache || !d->attn || !d->be || !d->bind) {
+  d->sbe = calloc((size_t)S, sizeof *d->sbe);
+  d->batch = calloc((size_t)S, sizeof *d->batch);
+  d->step = calloc((size_t)S, sizeof *d->step);
+  d->arena_on = calloc((size_t)S, 1);
+  d->holder = calloc((size_t)nt, sizeof *d->holder);
+  d->mir = calloc((size_t)nt * (size_t)S, sizeof *d->mir);
+  d->mir_ok = calloc((size_t)nt * (size_t)S, 1);
+  d->from32 = calloc((size_t)rows, sizeof *d->from32);
+  if (!d->dyn || !d->shape || !d->val || !d->layer || !d->cache || !d->attn || !d->stage ||
+      !d->bind || !d->sbe || !d->batch || !d->step || !d->arena_on || !d->holder || !d->mir ||
+      !d->mir_ok || !d->from32) {
     gp_kvdec_free(d);
     return GP_ERR(GP_ERR_NOMEM, "out of memory for decoding");
   }
@@ -193,8 +231,8 @@ gp_status gp_kvdec_create(gp_trainer *t, const unsigned char step_in[GP_MAX_MODE
   gp_status st = GP_OK;
   for (int i = 0; i < nn && st == GP_OK; i++) {
     const gp_node *nd = &m->nodes[i];
-    int s = stage_of(t, i);
-    d->be[i] = gp_pipeline_backend(t->pl, s);
+    int s = d->stage[i] = stage_of(t, i);
+    d->sbe[s] = gp_pipeline_backend(t->pl, s);
     d->bind[i] = gp_params_bind(gp_pipeline_params(t->pl, s), i);
     d->layer[i] = nd->layer;
     d->shape[m->n_inputs + i] = nd->layer.out_shape;
@@ -221,13 +259,21 @@ gp_status gp_kvdec_create(gp_trainer *t, const unsigned char step_in[GP_MAX_MODE
       d->pos_node = i;
     }
   }
+  const int64_t width = gp_shape_numel(&d->shape[m->n_inputs + m->output_node]);
+  if (st == GP_OK && !on_host(d->sbe[d->stage[m->output_node]])) {
+    d->logits = malloc((size_t)(rows * width) * sizeof *d->logits);
+    if (!d->logits) st = GP_ERR(GP_ERR_NOMEM, "out of memory for decoding");
+  }
   if (st != GP_OK) {
     gp_kvdec_free(d);
     return st;
   }
-  gp_arena_init(&d->batch, d->be[0], 0);
-  gp_arena_init(&d->step, d->be[0], 0);
-  d->arenas = 1;
+  for (int s = 0; s < S; s++)
+    if (d->sbe[s]) {
+      gp_arena_init(&d->batch[s], d->sbe[s], 0);
+      gp_arena_init(&d->step[s], d->sbe[s], 0);
+      d->arena_on[s] = 1;
+    }
   *out = d;
   return GP_OK;
 }
@@ -236,20 +282,60 @@ int64_t gp_kvdec_capacity(const gp_kvdec *d) {
   return d->max_pos;
 }
 
-/* Runs node i on the values at hand into ar. */
-static gp_status run_node(gp_kvdec *d, int i, gp_arena *ar, int cached) {
+/* Tensor x as stage s reads it: itself where it is in s's memory (all host memory is one),
+ * else a copy there, made once a batch (once a step when x changes each step) after its
+ * holder's queue has written it. */
+static gp_status view_on(gp_kvdec *d, int x, int s, gp_tensor *out) {
+  gp_backend *from = d->holder[x], *to = d->sbe[s];
+  const gp_tensor *v = &d->val[x];
+  *out = *v;
+  if (from == to || (on_host(from) && on_host(to))) return GP_OK;
+  gp_tensor *c = &d->mir[(size_t)x * (size_t)d->n_stages + (size_t)s];
+  unsigned char *ok = &d->mir_ok[(size_t)x * (size_t)d->n_stages + (size_t)s];
+  if (!*ok) {
+    if (!on_host(from)) GP_TRY(from->sync(from));
+    if (!on_host(from) && !on_host(to) && from->device == to->device) {
+      *c = *v; /* the same device's memory, written by now */
+    } else {
+      GP_TRY(gp_arena_tensor(d->dyn[x] ? &d->step[s] : &d->batch[s], v->dtype, &v->shape, c));
+      const size_t bytes = gp_tensor_bytes(v);
+      if (on_host(from))
+        GP_TRY(to->from_host(to, c->data, v->data, bytes));
+      else if (on_host(to))
+        GP_TRY(from->to_host(from, c->data, v->data, bytes));
+      else
+        GP_TRY(to->copy_peer(to, GP_Q_COMPUTE, c->data, to->device, v->data, from->device, bytes));
+    }
+    *ok = 1;
+  }
+  *out = *c;
+  return GP_OK;
+}
+
+/* Runs node i on the values at hand into its stage's batch or step arena. */
+static gp_status run_node(gp_kvdec *d, int i, int per_step, int cached) {
   const gp_model *m = d->m;
   const gp_node *nd = &m->nodes[i];
   const gp_layer *l = cached ? &d->layer[i] : &nd->layer;
+  const int sg = d->stage[i];
+  gp_arena *ar = per_step ? &d->step[sg] : &d->batch[sg];
+  gp_exec e;
+  memset(&e, 0, sizeof e);
   gp_tensor in[GP_MAX_INPUTS];
-  for (int j = 0; j < nd->n_in; j++)
-    in[j] = d->val[nd->in[j]];
+  for (int j = 0; j < nd->n_in; j++) {
+    GP_TRY(view_on(d, nd->in[j], sg, &in[j]));
+    /* a model input copied to a device: layers that check its values read the host's */
+    if (nd->in[j] < m->n_inputs && in[j].data != d->val[nd->in[j]].data &&
+        e.n_host < GP_EXEC_MAX_HOST) {
+      e.host_dev[e.n_host] = in[j].data;
+      e.host_src[e.n_host++] = d->val[nd->in[j]].data;
+    }
+  }
   gp_tensor *o = &d->val[m->n_inputs + i];
   gp_shape s = gp_shape_batch(d->n, &l->out_shape);
   GP_TRY(gp_arena_tensor(ar, l->out_dtype, &s, o));
-  gp_exec e;
-  memset(&e, 0, sizeof e);
-  e.be = d->be[i];
+  d->holder[m->n_inputs + i] = d->sbe[sg];
+  e.be = d->sbe[sg];
   e.arena = ar;
   e.seed = d->t->seed;
   e.step = d->t->step;
@@ -269,7 +355,9 @@ gp_status gp_kvdec_begin(gp_kvdec *d, const gp_batch *b) {
   if (b->n > d->rows || b->n < 1)
     return GP_ERR(GP_ERR_USAGE, "decoding: a batch of %lld rows (1 to %lld)", (long long)b->n,
                   (long long)d->rows);
-  GP_TRY(gp_arena_reset(&d->batch));
+  for (int s = 0; s < d->n_stages; s++)
+    if (d->arena_on[s]) GP_TRY(gp_arena_reset(&d->batch[s]));
+  memset(d->mir_ok, 0, (size_t)(m->n_inputs + m->n_nodes) * (size_t)d->n_stages);
   d->n = b->n;
   d->steps = 0;
   for (int i = 0; i < m->n_inputs; i++) {
@@ -277,13 +365,13 @@ gp_status gp_kvdec_begin(gp_kvdec *d, const gp_batch *b) {
     d->val[i].shape = gp_shape_batch(b->n, &m->inputs[i].shape);
     d->val[i].dtype = m->inputs[i].dtype;
     d->val[i].device = -1;
+    d->holder[i] = NULL;
   }
   for (int i = 0; i < m->n_nodes; i++) {
     memset(&d->cache[i], 0, sizeof d->cache[i]);
-    d->cache[i].arena = &d->batch;
+    d->cache[i].arena = &d->batch[d->stage[i]];
     d->cache[i].cap = d->cap;
-    if (!d->dyn[m->n_inputs + i] && !m->nodes[i].layer.type->is_loss)
-      GP_TRY(run_node(d, i, &d->batch, 0));
+    if (!d->dyn[m->n_inputs + i] && !m->nodes[i].layer.type->is_loss) GP_TRY(run_node(d, i, 0, 0));
   }
   return GP_OK;
 }
@@ -301,35 +389,62 @@ gp_status gp_kvdec_step(gp_kvdec *d, const void *const in[GP_MAX_MODEL_INPUTS],
                   (long long)d->steps, (long long)d->max_pos);
   }
   d->steps++;
-  GP_TRY(gp_arena_reset(&d->step));
+  for (int s = 0; s < d->n_stages; s++)
+    if (d->arena_on[s]) GP_TRY(gp_arena_reset(&d->step[s]));
+  for (int x = 0; x < m->n_inputs + m->n_nodes; x++)
+    if (d->dyn[x]) memset(&d->mir_ok[(size_t)x * (size_t)d->n_stages], 0, (size_t)d->n_stages);
   for (int i = 0; i < m->n_inputs; i++)
     if (d->step_in[i]) {
       d->val[i].data = (void *)in[i];
       d->val[i].shape = gp_shape_batch(d->n, &d->shape[i]);
     }
   for (int i = 0; i <= m->output_node; i++)
-    if (d->dyn[m->n_inputs + i] && !m->nodes[i].layer.type->is_loss)
-      GP_TRY(run_node(d, i, &d->step, 1));
+    if (d->dyn[m->n_inputs + i] && !m->nodes[i].layer.type->is_loss) GP_TRY(run_node(d, i, 1, 1));
+  /* every queue done with the step: two instances on one GPU share values without copies,
+   * and the next step rewrites its arena where another may still be reading */
+  for (int s = 0; s < d->n_stages; s++)
+    if (d->arena_on[s] && !on_host(d->sbe[s])) GP_TRY(d->sbe[s]->sync(d->sbe[s]));
   const gp_tensor *o = &d->val[m->n_inputs + m->output_node];
-  *logits = GP_F32P(o);
+  gp_backend *be = d->holder[m->n_inputs + m->output_node];
   *width = gp_shape_numel(&d->shape[m->n_inputs + m->output_node]);
+  *logits = GP_F32P(o);
+  if (!on_host(be)) { /* the token choice is the host's: one copy a step */
+    GP_TRY(be->to_host(be, d->logits, o->data, (size_t)(d->n * *width) * sizeof(float)));
+    *logits = d->logits;
+  }
   return GP_OK;
 }
 
 gp_status gp_kvdec_reorder(gp_kvdec *d, const int64_t *from) {
-  for (int i = 0; i < d->m->n_nodes; i++) {
-    gp_kv_cache *c = &d->cache[i];
-    if (!d->attn[i] || !c->kv) continue;
-    const int64_t rf = c->row_floats, ri = c->row_ids;
-    float *tmp;
-    int32_t *tid;
-    GP_TRY(gp_arena_alloc(&d->step, (size_t)(d->n * rf) * sizeof(float), (void **)&tmp));
-    GP_TRY(gp_arena_alloc(&d->step, (size_t)(d->n * ri) * sizeof(int32_t), (void **)&tid));
-    memcpy(tmp, c->kv, (size_t)(d->n * rf) * sizeof(float));
-    memcpy(tid, c->ids, (size_t)(d->n * ri) * sizeof(int32_t));
-    for (int64_t r = 0; r < d->n; r++) {
-      memcpy(c->kv + r * rf, tmp + from[r] * rf, (size_t)rf * sizeof(float));
-      memcpy(c->ids + r * ri, tid + from[r] * ri, (size_t)ri * sizeof(int32_t));
+  for (int64_t r = 0; r < d->n; r++) {
+    if (from[r] < 0 || from[r] >= d->n)
+      return GP_ERR(GP_ERR_RUNTIME, "decoding: row %lld continues row %lld of %lld", (long long)r,
+                    (long long)from[r], (long long)d->n);
+    d->from32[r] = (int32_t)from[r];
+  }
+  for (int s = 0; s < d->n_stages; s++) {
+    const int32_t *idx = NULL; /* from32 in stage s's memory, once the stage has a cache */
+    for (int i = 0; i < d->m->n_nodes; i++) {
+      gp_kv_cache *c = &d->cache[i];
+      if (!d->attn[i] || !c->kv || d->stage[i] != s) continue;
+      gp_backend *be = d->sbe[s];
+      gp_arena *ar = &d->step[s];
+      if (!idx && on_host(be)) {
+        idx = d->from32;
+      } else if (!idx) {
+        int32_t *dev;
+        GP_TRY(gp_arena_alloc(ar, (size_t)d->n * sizeof *dev, (void **)&dev));
+        GP_TRY(be->from_host(be, dev, d->from32, (size_t)d->n * sizeof *dev));
+        idx = dev;
+      }
+      const int64_t rf = c->row_floats, ri = c->row_ids;
+      void *tmp, *tid;
+      GP_TRY(gp_arena_alloc(ar, (size_t)(d->n * rf) * sizeof(float), &tmp));
+      GP_TRY(gp_arena_alloc(ar, (size_t)(d->n * ri) * sizeof(int32_t), &tid));
+      GP_TRY(be->copy(be, tmp, c->kv, (size_t)(d->n * rf) * sizeof(float)));
+      GP_TRY(be->copy(be, tid, c->ids, (size_t)(d->n * ri) * sizeof(int32_t)));
+      GP_TRY(be->gather_rows(be, d->n, rf, idx, tmp, rf, c->kv, rf));
+      GP_TRY(be->gather_rows(be, d->n, ri, idx, tid, ri, c->ids, ri));
     }
   }
   return GP_OK;

@@ -1,8 +1,9 @@
 /* Incremental decoding through a trainer's stages: the nodes that read only the inputs given
  * once per batch (a translation model's source side: the encoder) run once, and the others run
  * one position a row per step, each attention layer keeping its keys and values
- * (gp_kv_cache), so a step costs one position, not the whole row. CPU stages in this process
- * only; gp_kvdec_unsupported says why not elsewhere (callers then use the uncached path). */
+ * (gp_kv_cache), so a step costs one position, not the whole row. Stages on any backend (CPU,
+ * CUDA, some of each: the caches in each stage's memory) but all in this process;
+ * gp_kvdec_unsupported says why not elsewhere (callers then use the uncached path). */
 #ifndef GP_EVAL_KVDEC_H
 #define GP_EVAL_KVDEC_H
 
@@ -33,8 +34,9 @@ int64_t gp_kvdec_cache_bytes(const gp_model *m, const unsigned char step_in[GP_M
  * are not read) and empties the caches. */
 gp_status gp_kvdec_begin(gp_kvdec *d, const gp_batch *b);
 
-/* One position a row: in[i] holds b->n values of each step input i (others ignored). *logits:
- * the model output of the position, n x *width floats, valid until the next call. */
+/* One position a row: in[i] holds b->n values of each step input i (host memory; others
+ * ignored). *logits: the model output of the position, n x *width floats in host memory (read
+ * back once a step from a device), valid until the next call. */
 gp_status gp_kvdec_step(gp_kvdec *d, const void *const in[GP_MAX_MODEL_INPUTS],
                         const float **logits, int64_t *width);
 

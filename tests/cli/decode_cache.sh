@@ -6,8 +6,11 @@
 # shorter than the decoded rows and bad flags (--beam 0, --lenpen x) are one clear line. A
 # language model generates through 2 stages: greedy continues counting text, sampling repeats
 # with its seed, and --top-p 2, --temperature -1 and prompts past the positions are refused.
+# GP_DECODE_DEVICES=cuda:0 decodes and generates there (training stays on the CPU):
+# scripts/gpu-check.sh's kvdec phase.
 set -u
 train=$1; srcdir=$2
+dev=(${GP_DECODE_DEVICES:+--devices "$GP_DECODE_DEVICES"})
 tmp=${KEEP_TMP:-$(mktemp -d)}; [ -n "${KEEP_TMP:-}" ] || trap 'rm -rf "$tmp"' EXIT; mkdir -p "$tmp"
 fail() { echo "FAIL: $*"; exit 1; }
 d=$tmp/corpus; mkdir -p "$d"
@@ -39,7 +42,7 @@ for i in src src_seg src_pos tgt_in tgt_seg tgt_pos label; do small+=(--set inpu
 "$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --steps 150 --batch-size 16 --threads 2 \
   --save "$tmp/w.safetensors" > "$tmp/out" 2> "$tmp/err" || { cat "$tmp/err"; fail "training"; }
 ev=("$train" "$srcdir/models/transformer-nmt.yaml" "${small[@]}" --set data.bleu_samples=0
-    --batch-size 16 --threads 2 --eval-only --load "$tmp/w.safetensors")
+    --batch-size 16 --threads 2 --eval-only --load "$tmp/w.safetensors" "${dev[@]}")
 run() { # name, flags...: translations to $tmp/NAME.txt, output to $tmp/NAME.out
   local name=$1; shift
   "${ev[@]}" "$@" --translations "$tmp/$name.txt" > "$tmp/$name.out" 2> "$tmp/$name.err" ||
@@ -102,7 +105,7 @@ lm=("$srcdir/models/transformer-lm.yaml" --set data.dataset=text --set data.path
 "$train" "${lm[@]}" --steps 200 --set train.optimizer.lr=3e-3 --set train.schedule.warmup_steps=30 \
   --save "$tmp/lm.safetensors" > "$tmp/lm.out" 2> "$tmp/lm.err" || { cat "$tmp/lm.err"; fail "training the LM"; }
 printf '4 5 6\n12 13\n17 18 19 4\n' > "$tmp/prompts.txt"
-gen0=("$train" "${lm[@]}" --load "$tmp/lm.safetensors" --prompts "$tmp/prompts.txt")
+gen0=("$train" "${lm[@]}" --load "$tmp/lm.safetensors" --prompts "$tmp/prompts.txt" "${dev[@]}")
 gen=("${gen0[@]}" --generate 5)
 "${gen[@]}" --stages 2 > "$tmp/gen.txt" 2> "$tmp/gen.err" || { cat "$tmp/gen.err"; fail "--generate"; }
 [ "$(cat "$tmp/gen.txt")" = "$(printf '7 8 9 10 11\n14 15 16 17 18\n5 6 7 8 9')" ] ||
