@@ -38,24 +38,23 @@
 
 #define MSG_MAX 512
 /* A thread with nothing to do (a helper between calls, the caller while pieces are in flight)
- * pauses SPIN times (100 us of CPU on the 2-core EPYC VM: 24 ns a pause), then, while the
- * process's CPU teams have no more threads than it has cores, yields its core in a loop for as
- * long as the latest call took (at most GP_CPU_AWAKE_US, AWAKE_US_DEFAULT), and only then
- * sleeps. The ops of a stage come back to back, but a helper that finished its pieces waits out
- * the caller's last one (a piece of silu [32, 64, 688] is ~0.15 ms) and the serial code between
- * calls: with the pauses alone the helper slept before 41-46 of silu's 46 calls and 131-230 of
- * conv_transpose2d's 230 (2 threads, a loaded machine), and each call then had to wake it while
- * the caller took the pieces. A yielding thread hands its core to any other runnable thread of
- * the process there (the caller, where the kernel put both on one core) and stays runnable,
- * where the load balancer can move it to an idle core; a sleeping one it cannot. Waiting no
- * longer than the latest call wastes at most as much CPU as the call used: a fixed 2 ms cost
- * balanced-cnn's 4-sample micro-batches half their speed beside other processes (the spinning
- * helper took its process's CPU share from the caller), while short ops need little waiting.
- * With more team threads than cores (two 2-thread stages on 2 cores) the waiting threads took
- * turns with the working ones (0.23x at K = 2, M = 32, 4 threads): there the pauses alone remain,
- * as libgomp cuts its spin when its threads outnumber the cores. */
+ * pauses SPIN times (100 us of CPU on the 2-core EPYC VM: 24 ns a pause), then sleeps. With
+ * GP_CPU_AWAKE_US set (AWAKE_US_DEFAULT is 0: off), while the process's CPU teams have no more
+ * threads than it has cores, it first yields its core in a loop for as long as the latest call
+ * took (at most that many microseconds), until it loses its core. Why: a helper that finished
+ * its pieces waits out the caller's last one (a piece of silu [32, 64, 688] is ~0.15 ms) and the
+ * serial code between calls; with the pauses alone it slept before 41-46 of silu's 46 calls and
+ * 131-230 of conv_transpose2d's 230 (2 threads, load 15), and each call had to wake it while the
+ * caller took the pieces; a yielding thread stays runnable, where the load balancer can move it
+ * off the caller's core. Why off: on the 2-core VM beside other engineers' builds (load 13-20)
+ * it cost balanced-cnn's 4-sample micro-batches 0.48-0.80x (paired medians of four alternated
+ * runs: the spinning helper takes its process's CPU share from the caller), and whether it helps
+ * on a quiet host is not measured yet (bench/results/2026-11-29-layer-speed.md). With more team
+ * threads than cores (two 2-thread stages on 2 cores) the yields ran 0.23x as fast: there the
+ * pauses alone, as libgomp cuts its spin when its threads outnumber the cores. */
 #define SPIN 4096
-#define AWAKE_US_DEFAULT 2000
+#define AWAKE_US_DEFAULT 0
+#define PREEMPTED_NS 50000
 
 /* Threads of the process's live CPU teams, callers included, against gp_cpu_cores(). */
 static _Atomic int team_threads;
@@ -107,19 +106,27 @@ static int64_t now_ns(void) {
   return (int64_t)q.tv_sec * 1000000000 + q.tv_nsec;
 }
 
-/* Round `round` of an idle wait whose clock started at *since (0 until a round reads it):
- * SPIN pauses, then yields while the teams' threads fit the cores; 0 when it is time to sleep:
- * after the pauses where they do not fit, else once the yields have lasted as long as the
- * latest call, or t->awake_ns if less. */
-static int stay_awake(const struct gp_cpu_team *t, int round, int64_t *since) {
+/* The clock of an idle wait: when its yields began, and the last round's time (0: not yet). */
+typedef struct wait_clock {
+  int64_t since, prev;
+} wait_clock;
+
+/* Round `round` of an idle wait: SPIN pauses, then yields while the teams' threads fit the
+ * cores; 0 when it is time to sleep: after the pauses where they do not fit, else once the
+ * yields have lasted as long as the latest call (t->awake_ns at most), or as soon as a round
+ * took over PREEMPTED_NS (the thread lost its core: something else wants it). */
+static int stay_awake(const struct gp_cpu_team *t, int round, wait_clock *w) {
   if (round < SPIN) {
     gp_cpu_relax();
     return 1;
   }
-  if (atomic_load_explicit(&team_threads, memory_order_relaxed) > t->cores) return 0;
+  if (t->awake_ns == 0 || atomic_load_explicit(&team_threads, memory_order_relaxed) > t->cores)
+    return 0;
   const int64_t now = now_ns(), last = atomic_load_explicit(&t->last_ns, memory_order_relaxed);
-  if (*since == 0) *since = now;
-  if (now - *since >= (last < t->awake_ns ? last : t->awake_ns)) return 0;
+  if (w->since == 0) w->since = w->prev = now;
+  if (now - w->prev > PREEMPTED_NS || now - w->since >= (last < t->awake_ns ? last : t->awake_ns))
+    return 0;
+  w->prev = now;
   sched_yield();
   return 1;
 }
@@ -222,8 +229,8 @@ typedef struct helper_arg {
 
 /* Whether a call after the one counted `seen` was published (0 when quitting). */
 static int next_call(struct gp_cpu_team *t, uint64_t seen) {
-  int64_t since = 0;
-  for (int i = 0; stay_awake(t, i, &since); i++) {
+  wait_clock w = {0, 0};
+  for (int i = 0; stay_awake(t, i, &w); i++) {
     if (atomic_load_explicit(&t->seq, memory_order_relaxed) != seen) return 1;
     if (atomic_load_explicit(&t->quit, memory_order_relaxed)) return 0;
   }
@@ -358,22 +365,22 @@ gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx) 
   t->err_share = INT64_MAX;
   t->err = GP_OK;
   atomic_store_explicit(&t->left, pieces, memory_order_relaxed);
-  const int64_t t0 = now_ns();
+  const int64_t t0 = t->awake_ns ? now_ns() : 0;
   publish(t, &c);
   pthread_mutex_lock(&t->mu); /* wakes the helpers that went to sleep */
   pthread_cond_broadcast(&t->go);
   pthread_mutex_unlock(&t->mu);
   work(t, &c, 0);
-  int64_t since = 0;
+  wait_clock w = {0, 0};
   for (int i = 0; atomic_load_explicit(&t->left, memory_order_acquire) > 0; i++)
-    if (!stay_awake(t, i, &since)) break;
+    if (!stay_awake(t, i, &w)) break;
   if (atomic_load_explicit(&t->left, memory_order_acquire) > 0) {
     pthread_mutex_lock(&t->mu);
     while (atomic_load_explicit(&t->left, memory_order_acquire) > 0)
       pthread_cond_wait(&t->done, &t->mu);
     pthread_mutex_unlock(&t->mu);
   }
-  atomic_store_explicit(&t->last_ns, now_ns() - t0, memory_order_relaxed);
+  if (t->awake_ns) atomic_store_explicit(&t->last_ns, now_ns() - t0, memory_order_relaxed);
   if (t->err != GP_OK) return gp_error_set(t->err, __FILE__, __LINE__, "%s", t->msg);
   return GP_OK;
 }
