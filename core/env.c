@@ -25,9 +25,6 @@ static const env_setting settings[GP_ENV_COUNT] = {
     [GP_ENV_CPU_TAKEOVER] = {"GP_CPU_TAKEOVER", 0, 1, NULL,
                              "0: a CPU thread that has finished waits instead of taking over "
                              "pieces others have not started"},
-    [GP_ENV_CPU_AWAKE_US] = {"GP_CPU_AWAKE_US", 0, 1000000, NULL,
-                             "the most microseconds a CPU thread with nothing to do yields its "
-                             "core (as long as the latest op took) before it sleeps; 0: off"},
     [GP_ENV_CPU_DIRECT] = {"GP_CPU_DIRECT", 0, 0, direct_levels,
                            "the CPU's direct convolution: 0 for im2col and GEMM, avx2 or avx512 "
                            "for the widest tiles to use"},

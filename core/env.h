@@ -13,7 +13,6 @@ extern "C" {
 typedef enum gp_env_key {
   GP_ENV_CPU_PIECES,    /* 1-64: pieces of each CPU thread's share of an op (1: whole shares) */
   GP_ENV_CPU_TAKEOVER,  /* 0 or 1: a finished CPU thread runs the pieces others have not started */
-  GP_ENV_CPU_AWAKE_US,  /* 0-1000000: microseconds an idle CPU thread may wait awake */
   GP_ENV_CPU_DIRECT,    /* 0, avx2 or avx512 (as 0, 1, 2): the CPU's direct convolution */
   GP_ENV_PIPELINE_SPIN, /* 0 or 1: a waiting stage spins first when it has a core of its own */
   GP_ENV_STEP_OVERLAP,  /* 0 or 1: stage 0 starts the next step's forwards early */

@@ -26,38 +26,22 @@
  * past them all. A helper holding a stale description asks for numbers its share's counter
  * has passed, so it gets nothing. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/cpu/cpu.h"
 #include "core/env.h"
 #include "core/spin.h"
 
 #define MSG_MAX 512
-/* A thread with nothing to do (a helper between calls, the caller while pieces are in flight)
- * pauses SPIN times (100 us of CPU on the 2-core EPYC VM: 24 ns a pause), then sleeps. With
- * GP_CPU_AWAKE_US set (AWAKE_US_DEFAULT is 0: off), while the process's CPU teams have no more
- * threads than it has cores, it first yields its core in a loop for as long as the latest call
- * took (at most that many microseconds), until it loses its core. Why: a helper that finished
- * its pieces waits out the caller's last one (a piece of silu [32, 64, 688] is ~0.15 ms) and the
- * serial code between calls; with the pauses alone it slept before 41-46 of silu's 46 calls and
- * 131-230 of conv_transpose2d's 230 (2 threads, load 15), and each call had to wake it while the
- * caller took the pieces; a yielding thread stays runnable, where the load balancer can move it
- * off the caller's core. Why off: on the 2-core VM beside other engineers' builds (load 13-20)
- * it cost balanced-cnn's 4-sample micro-batches 0.48-0.80x (paired medians of four alternated
- * runs: the spinning helper takes its process's CPU share from the caller), and whether it helps
- * on a quiet host is not measured yet (bench/results/2026-11-29-layer-speed.md). With more team
- * threads than cores (two 2-thread stages on 2 cores) the yields ran 0.23x as fast: there the
- * pauses alone, as libgomp cuts its spin when its threads outnumber the cores. */
+/* Waits spin this many pauses before sleeping: the ops of a stage come back to back, and a
+ * sleeping thread takes ~15 us to wake (measured on the 2-core VM), as long as a micro-batch's
+ * whole convolution at small sizes. On the 2-core EPYC VM a pause is 24 ns, so this is 100 us
+ * of CPU; waiting longer (yielding the core for up to 2 ms) was tried on 2026-11-30 and cost
+ * 4-sample micro-batches 0.5-0.8x beside other processes without making the layer benchmarks'
+ * second thread less bimodal (bench/results/2026-11-29-layer-speed.md). */
 #define SPIN 4096
-#define AWAKE_US_DEFAULT 0
-#define PREEMPTED_NS 50000
-
-/* Threads of the process's live CPU teams, callers included, against gp_cpu_cores(). */
-static _Atomic int team_threads;
 
 /* The number of the next unclaimed piece of a worker's share, on a cache line of its own. */
 typedef struct counter {
@@ -80,9 +64,6 @@ struct gp_cpu_team {
   _Atomic int quit;
   int takeover;         /* 0 with GP_CPU_TAKEOVER=0: each share waits for its worker (to compare) */
   int pieces;           /* the most pieces a share is cut into (gp_cpu_pieces()) */
-  int64_t awake_ns;     /* the most an idle thread yields before sleeping (GP_CPU_AWAKE_US) */
-  _Atomic int64_t last_ns; /* how long the latest call took, publication to return */
-  int workers, cores;      /* its threads, counted in team_threads while it lives; gp_cpu_cores() */
   _Atomic uint64_t seq; /* odd while a call's fields are written; helpers wait for it to move */
   _Atomic(gp_cpu_task) fn;
   _Atomic(void *) ctx;
@@ -99,37 +80,6 @@ struct gp_cpu_team {
 /* The worker index of this thread while it runs a task, -1 outside: a nested call runs
  * inline on the same worker (its per-worker buffers stay its own). */
 static _Thread_local int current_worker = -1;
-
-static int64_t now_ns(void) {
-  struct timespec q;
-  clock_gettime(CLOCK_MONOTONIC, &q);
-  return (int64_t)q.tv_sec * 1000000000 + q.tv_nsec;
-}
-
-/* The clock of an idle wait: when its yields began, and the last round's time (0: not yet). */
-typedef struct wait_clock {
-  int64_t since, prev;
-} wait_clock;
-
-/* Round `round` of an idle wait: SPIN pauses, then yields while the teams' threads fit the
- * cores; 0 when it is time to sleep: after the pauses where they do not fit, else once the
- * yields have lasted as long as the latest call (t->awake_ns at most), or as soon as a round
- * took over PREEMPTED_NS (the thread lost its core: something else wants it). */
-static int stay_awake(const struct gp_cpu_team *t, int round, wait_clock *w) {
-  if (round < SPIN) {
-    gp_cpu_relax();
-    return 1;
-  }
-  if (t->awake_ns == 0 || atomic_load_explicit(&team_threads, memory_order_relaxed) > t->cores)
-    return 0;
-  const int64_t now = now_ns(), last = atomic_load_explicit(&t->last_ns, memory_order_relaxed);
-  if (w->since == 0) w->since = w->prev = now;
-  if (now - w->prev > PREEMPTED_NS || now - w->since >= (last < t->awake_ns ? last : t->awake_ns))
-    return 0;
-  w->prev = now;
-  sched_yield();
-  return 1;
-}
 
 /* The sequence lock without fences (ThreadSanitizer has none): the fields are stored with
  * release after the odd count, so a reader that loads (acquire) any field of a newer call
@@ -229,10 +179,10 @@ typedef struct helper_arg {
 
 /* Whether a call after the one counted `seen` was published (0 when quitting). */
 static int next_call(struct gp_cpu_team *t, uint64_t seen) {
-  wait_clock w = {0, 0};
-  for (int i = 0; stay_awake(t, i, &w); i++) {
+  for (int i = 0; i < SPIN; i++) {
     if (atomic_load_explicit(&t->seq, memory_order_relaxed) != seen) return 1;
     if (atomic_load_explicit(&t->quit, memory_order_relaxed)) return 0;
+    gp_cpu_relax();
   }
   pthread_mutex_lock(&t->mu);
   int more;
@@ -278,10 +228,6 @@ static gp_status team_start(gp_backend *be, struct gp_cpu_team **out) {
     atomic_init(&t->next[w].next, 0);
   t->takeover = gp_env_get(GP_ENV_CPU_TAKEOVER, 1);
   t->pieces = gp_cpu_pieces();
-  t->awake_ns = (int64_t)gp_env_get(GP_ENV_CPU_AWAKE_US, AWAKE_US_DEFAULT) * 1000;
-  t->workers = workers;
-  t->cores = gp_cpu_cores();
-  atomic_fetch_add(&team_threads, workers);
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->go, NULL);
   pthread_cond_init(&t->done, NULL);
@@ -310,7 +256,6 @@ void gp_cpu_team_release(gp_backend *be) {
   pthread_mutex_unlock(&t->mu);
   for (int w = 1; w <= t->helpers; w++)
     pthread_join(t->th[w], NULL);
-  atomic_fetch_sub(&team_threads, t->workers);
   pthread_mutex_destroy(&t->mu);
   pthread_cond_destroy(&t->go);
   pthread_cond_destroy(&t->done);
@@ -365,22 +310,19 @@ gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx) 
   t->err_share = INT64_MAX;
   t->err = GP_OK;
   atomic_store_explicit(&t->left, pieces, memory_order_relaxed);
-  const int64_t t0 = t->awake_ns ? now_ns() : 0;
   publish(t, &c);
   pthread_mutex_lock(&t->mu); /* wakes the helpers that went to sleep */
   pthread_cond_broadcast(&t->go);
   pthread_mutex_unlock(&t->mu);
   work(t, &c, 0);
-  wait_clock w = {0, 0};
-  for (int i = 0; atomic_load_explicit(&t->left, memory_order_acquire) > 0; i++)
-    if (!stay_awake(t, i, &w)) break;
+  for (int i = 0; i < SPIN && atomic_load_explicit(&t->left, memory_order_acquire) > 0; i++)
+    gp_cpu_relax();
   if (atomic_load_explicit(&t->left, memory_order_acquire) > 0) {
     pthread_mutex_lock(&t->mu);
     while (atomic_load_explicit(&t->left, memory_order_acquire) > 0)
       pthread_cond_wait(&t->done, &t->mu);
     pthread_mutex_unlock(&t->mu);
   }
-  if (t->awake_ns) atomic_store_explicit(&t->last_ns, now_ns() - t0, memory_order_relaxed);
   if (t->err != GP_OK) return gp_error_set(t->err, __FILE__, __LINE__, "%s", t->msg);
   return GP_OK;
 }

@@ -12,7 +12,7 @@ static void clear(void) {
   const char *names[] = {"GP_CPU_PIECES",    "GP_CPU_TAKEOVER",  "GP_CPU_DIRECT",
                          "GP_PIPELINE_SPIN", "GP_DEVICE_TIMING", "GP_CUDNN_GRAPH",
                          "GP_CUDNN_LOG",     "GP_CPU_PEICES",    "GP_UNRELATED",
-                         "GP_SCALING_STEPS", "GP_NCCL",          "GP_CPU_AWAKE_US"};
+                         "GP_SCALING_STEPS", "GP_NCCL"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     unsetenv(names[i]);
 }
@@ -62,9 +62,6 @@ int main(void) {
   check_one("GP_CPU_PIECES", "0", "GP_CPU_PIECES=0: expected a whole number from 1 to 64 (");
   check_one("GP_CPU_TAKEOVER", "0", NULL);
   check_one("GP_CPU_TAKEOVER", "no", "GP_CPU_TAKEOVER=no: expected 0 or 1 (");
-  check_one("GP_CPU_AWAKE_US", "0", NULL);
-  check_one("GP_CPU_AWAKE_US", "2ms",
-            "GP_CPU_AWAKE_US=2ms: expected a whole number from 0 to 1000000 (");
   check_one("GP_CPU_DIRECT", "avx512", NULL);
   check_one("GP_CPU_DIRECT", "sse", "GP_CPU_DIRECT=sse: expected 0, avx2 or avx512 (");
   check_one("GP_PIPELINE_SPIN", "1\n2", "GP_PIPELINE_SPIN=1\\n2: expected 0 or 1");
