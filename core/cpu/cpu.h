@@ -200,9 +200,14 @@ gp_status gp_cpu_dropout_backward(gp_backend *be, int64_t n, float p, uint64_t k
                                   const float *dy, float *dx);
 gp_status gp_cpu_axpby(gp_backend *be, int64_t n, float a, const float *x, float b, float *y);
 gp_status gp_cpu_mul(gp_backend *be, int64_t n, const float *a, const float *b, float *y);
-/* 0: SiLU keeps to its 4-lane loops even where the CPU has AVX2 (tests compare the two; the
- * bits must not differ); 1 (the default): the 8-lane ones where it can. */
+/* 0: SiLU (and bce_with_logits) keeps to its 4-lane loops even where the CPU has AVX2 (tests
+ * compare the two; the bits must not differ); 1 (the default): the 8-lane ones where it can. */
 void gp_cpu_silu_avx2_set(int on);
+/* bce_with_logits' loss (grad 0) or gradient times scale (grad 1) over the 8-float blocks of
+ * [0, n) on AVX2, the bits of shapes.c's 4-lane loops; returns where the blocks end (0 without
+ * AVX2 or while gp_cpu_silu_avx2_set(0) holds). */
+int64_t gp_cpu_bce_wide(int64_t n, const float *p, const float *t, float scale, int grad,
+                        float *out);
 /* x = e^x (vmath.h's exp, bit for bit; on 8 lanes where the CPU has AVX2 and silu's AVX2 loops
  * are allowed), on the caller's thread. */
 void gp_cpu_exp_inplace(int64_t n, float *x);

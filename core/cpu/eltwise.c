@@ -125,6 +125,55 @@ __attribute__((target("avx2"))) static int64_t exp_x8(int64_t n, float *x) {
   return i;
 }
 
+/* vmath.h's log1p on 8 lanes, operation for operation (the same bits as gp_v4f_log1p). */
+__attribute__((target("avx2"))) static inline s8f s8f_log1p(s8f u) {
+  const s8f zero = {0}, x = u + 1.0f;
+  const s8i xi = (s8i)x;
+  s8i e = ((xi >> 23) & 0xff) - 126;
+  s8f m = (s8f)((xi & 0x007fffff) | 0x3f000000);
+  const s8i small = m < 0.707106781186547524f;
+  e = e - (small & 1);
+  m = s8f_select(small, m + m, m) - 1.0f;
+  const s8f fe = __builtin_convertvector(e, s8f), z = m * m;
+  s8f y = zero + 7.0376836292e-2f;
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  y = y + fe * -2.12194440e-4f;
+  y = y - 0.5f * z;
+  s8f l = (m + y) + fe * 0.693359375f;
+  const s8f d = x - 1.0f;
+  l = s8f_select(d == 0.0f, u, l * (u / d));
+  return s8f_select(x == __builtin_inff(), x, l);
+}
+
+/* bce_with_logits' loss (grad 0) or its gradient times scale over the 8-float blocks of
+ * [0, n), as shapes.c's 4-lane bce_v4 and bce_grad_v4 compute them; returns where they end. */
+__attribute__((target("avx2"))) static int64_t bce_x8(int64_t n, const float *p, const float *t,
+                                                      float scale, int grad, float *out) {
+  const s8f zero = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    s8f v, w;
+    memcpy(&v, p + i, sizeof v);
+    memcpy(&w, t + i, sizeof w);
+    if (grad) {
+      v = scale * (1.0f / (1.0f + s8f_exp(-v)) - w);
+    } else {
+      const s8f av = s8f_select(v < zero, -v, v);
+      v = (s8f_select(v > zero, v, zero) - v * w) + s8f_log1p(s8f_exp(-av));
+    }
+    memcpy(out + i, &v, sizeof v);
+  }
+  return i;
+}
+
 static int have_avx2(void) {
   static _Atomic int have = -1; /* the workers of a team may ask first together */
   if (have < 0) have = __builtin_cpu_supports("avx2");
@@ -144,6 +193,11 @@ static int64_t silu_wide(int64_t n, const float *x, const float *g, float *y) {
 static int64_t exp_wide(int64_t n, float *x) {
   return silu_avx2_allowed && have_avx2() ? exp_x8(n, x) : 0;
 }
+
+int64_t gp_cpu_bce_wide(int64_t n, const float *p, const float *t, float scale, int grad,
+                        float *out) {
+  return silu_avx2_allowed && have_avx2() ? bce_x8(n, p, t, scale, grad, out) : 0;
+}
 #else
 void gp_cpu_silu_avx2_set(int on) {
   (void)on;
@@ -154,6 +208,11 @@ static int64_t silu_wide(int64_t n, const float *x, const float *g, float *y) {
 }
 static int64_t exp_wide(int64_t n, float *x) {
   (void)n, (void)x;
+  return 0;
+}
+int64_t gp_cpu_bce_wide(int64_t n, const float *p, const float *t, float scale, int grad,
+                        float *out) {
+  (void)n, (void)p, (void)t, (void)scale, (void)grad, (void)out;
   return 0;
 }
 #endif

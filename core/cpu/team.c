@@ -35,9 +35,12 @@
 #include "core/spin.h"
 
 #define MSG_MAX 512
-/* Waits spin this many pauses (tens of microseconds) before sleeping: the ops of a stage come
- * back to back, and a sleeping thread takes ~15 us to wake (measured on the 2-core VM), as
- * long as a micro-batch's whole convolution at small sizes. */
+/* Waits spin this many pauses before sleeping: the ops of a stage come back to back, and a
+ * sleeping thread takes ~15 us to wake (measured on the 2-core VM), as long as a micro-batch's
+ * whole convolution at small sizes. On the 2-core EPYC VM a pause is 24 ns, so this is 100 us
+ * of CPU; waiting longer (yielding the core for up to 2 ms) was tried on 2026-11-30 and cost
+ * 4-sample micro-batches 0.5-0.8x beside other processes without making the layer benchmarks'
+ * second thread less bimodal (bench/results/2026-11-29-layer-speed.md). */
 #define SPIN 4096
 
 /* The number of the next unclaimed piece of a worker's share, on a cache line of its own. */

@@ -5,7 +5,7 @@
  * share whose worker has not started is run by another (on one CPU the caller takes over the
  * helpers' shares instead of waiting for them to be scheduled; GP_CPU_TAKEOVER=0 turns that
  * off, for comparisons); and the pieces of a share whose worker stalls in its first piece are
- * run by the others. The suite runs under ThreadSanitizer. */
+ * run by the others; and an idle helper goes to sleep. The suite runs under ThreadSanitizer. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/backend.h"
 #include "core/cpu/cpu.h"
@@ -262,6 +264,53 @@ static void test_stall(void) {
   gp_backend_destroy(be);
 }
 
+/* The helper's thread id, as the task saw it, for its state under /proc. */
+static _Atomic long helper_tid;
+
+static gp_status tid_task(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)ctx, (void)lo, (void)hi;
+  if (worker == 1) atomic_store(&helper_tid, (long)syscall(SYS_gettid));
+  return GP_OK;
+}
+
+/* Thread tid's scheduler state: 'R' running or runnable (spinning too), 'S' asleep; '?'. */
+static char state_of(long tid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f) fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* "tid (name) S ..." */
+  return p && p[1] == ' ' ? p[2] : '?';
+}
+
+/* A helper with nothing to do goes to sleep: it must not hold a core forever. */
+static void test_idle_sleeps(void) {
+  gp_backend *be = NULL;
+  CHECK(gp_cpu_backend_create(2, &be) == GP_OK, "backend of 2 threads");
+  if (!be) return;
+  atomic_store(&helper_tid, 0);
+  int ok = 1;
+  for (int i = 0; i < 2000 && ok && !atomic_load(&helper_tid); i++)
+    ok = gp_cpu_parallel(be, 8, tid_task, NULL) == GP_OK;
+  CHECK(ok, "calls until the helper takes a piece");
+  const long tid = atomic_load(&helper_tid);
+  if (!tid || state_of(tid) == '?') {
+    printf("skip idle sleep: the helper took no piece, or no /proc\n");
+    gp_backend_destroy(be);
+    return;
+  }
+  char st = '?'; /* a loaded machine may take a while to give the helper its core */
+  for (int i = 0; i < 200 && st != 'S'; i++) {
+    struct timespec ms10 = {0, 10 * 1000 * 1000};
+    nanosleep(&ms10, NULL);
+    st = state_of(tid);
+  }
+  CHECK(st == 'S', "the helper sleeps within 2 s with nothing to do (state %c)", st);
+  gp_backend_destroy(be);
+}
+
 int main(void) {
   test_shares();
   test_nested();
@@ -269,6 +318,7 @@ int main(void) {
   test_take_over(1);
   test_take_over(0);
   test_stall();
+  test_idle_sleeps();
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }

@@ -418,6 +418,55 @@ static void check_silu(gp_backend *be, int64_t n) {
   free(dy);
 }
 
+/* bce_with_logits' 8-lane AVX2 loops (core/cpu/eltwise.c) give the bits of its 4-lane ones
+ * (core/cpu/shapes.c), loss and gradient, over logits from -110 to 110 and NaN, +-inf, with
+ * targets in [0, 1]; and both are within 1e-6 relative (plus 1e-30) of
+ * max(p, 0) - p t + log(1 + e^-|p|) and scale (sigmoid(p) - t) in double. */
+static void check_bce(gp_backend *be, int64_t n) {
+  float *p = malloc((size_t)n * 4), *t = malloc((size_t)n * 4), *out[2][2];
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 2; j++)
+      out[k][j] = malloc((size_t)n * 4);
+  for (int64_t i = 0; i < n; i++) {
+    p[i] = (float)(-110.0 + 220.0 * (double)((i * 7919) % n) / (double)n);
+    t[i] = (float)((double)(i % 9) / 8.0);
+  }
+  if (n > 10) p[3] = NAN, p[5] = INFINITY, p[9] = -INFINITY, p[10] = -88.5f;
+  const float scale = 1.0f / (float)n;
+  int ok = 1;
+  for (int wide = 0; wide < 2; wide++) {
+    gp_cpu_silu_avx2_set(wide);
+    ok &= be->eltloss_forward(be, GP_ELTLOSS_BCE_LOGITS, n, p, t, out[wide][0]) == GP_OK;
+    ok &= be->eltloss_backward(be, GP_ELTLOSS_BCE_LOGITS, n, scale, p, t, out[wide][1]) == GP_OK;
+  }
+  gp_cpu_silu_avx2_set(1);
+  CHECK(ok, "bce_with_logits n=%lld runs", (long long)n);
+  CHECK(memcmp(out[0][0], out[1][0], (size_t)n * 4) == 0 &&
+            memcmp(out[0][1], out[1][1], (size_t)n * 4) == 0,
+        "bce_with_logits n=%lld: the AVX2 loops give the 4-lane loops' bits", (long long)n);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double v = p[i], w = t[i];
+    if (isnan(v)) {
+      bad += !isnan(out[1][0][i]) + !isnan(out[1][1][i]);
+      continue;
+    }
+    if (isinf(v)) continue; /* inf - inf in the loss: NaN, as PyTorch's */
+    double l = (v > 0 ? v : 0) - v * w + log1p(exp(-fabs(v)));
+    double g = scale * (1.0 / (1.0 + exp(-v)) - w);
+    double lm = (v > 0 ? v : 0) + fabs(v * w) + log1p(exp(-fabs(v))); /* the terms' size */
+    bad += fabs(out[1][0][i] - l) > 1e-6 * lm + 1e-30;
+    bad += fabs(out[1][1][i] - g) > 1e-6 * scale * (1.0 + w) + 1e-30;
+  }
+  CHECK(bad == 0, "bce_with_logits n=%lld: %lld values off the loss and its gradient in double",
+        (long long)n, (long long)bad);
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; j < 2; j++)
+      free(out[k][j]);
+  free(p);
+  free(t);
+}
+
 int main(void) {
   for (int64_t i = -87 * 4096; i <= 88 * 4096; i++)
     check_exp((float)i / 4096.0f);
@@ -498,6 +547,8 @@ int main(void) {
   }
   check_silu(be, 13);
   check_silu(be, 100003);
+  check_bce(be, 13);
+  check_bce(be, 100003);
   for (int64_t w = 2; w <= 21; w++) {
     check_pool(be, w % 3 ? 6 : 7, w, 2, 2, 0, 0);
     if (w >= 3) check_pool(be, 5 + w % 2, w, 3, 1, 1, (int)(w % 2));
