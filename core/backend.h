@@ -352,11 +352,12 @@ struct gp_backend {
 
   /* ---- loss ---- */
   /* logits [n, k], labels int32 [n]. probs = softmax(logits) (kept for backward);
-   * loss[i] = cross-entropy of sample i against (1 - s) onehot + s / k. */
+   * loss[i] = cross-entropy of sample i against (1 - s) onehot + s / k. probs may be logits
+   * (the loss keeping them over its input: gp_layer_type.saves_over_input). */
   gp_status (*softmax_xent_forward)(gp_backend *be, int64_t n, int64_t k, float smoothing,
                                     const float *logits, const int32_t *labels, float *probs,
                                     float *loss);
-  /* dlogits = scale * (probs - target) */
+  /* dlogits = scale * (probs - target); dlogits may be probs */
   gp_status (*softmax_xent_backward)(gp_backend *be, int64_t n, int64_t k, float smoothing,
                                      float scale, const float *probs, const int32_t *labels,
                                      float *dlogits);

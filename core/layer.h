@@ -64,6 +64,9 @@ typedef struct gp_cost {
   int64_t saved_bytes_fused;
   int64_t out_bytes;
   int64_t w_bytes; /* what B alone keeps for its W beyond dout (attention's d(projections)) */
+  /* of saved_bytes, what forward keeps over its input where gp_node_over_input allows
+   * (gp_layer_type.saves_over_input): the loss's probabilities over the logits */
+  int64_t over_input_bytes;
 } gp_cost;
 
 typedef struct gp_layer gp_layer;
@@ -108,6 +111,7 @@ typedef struct gp_exec {
   gp_arena *arena; /* saved state lives here until the micro-batch's backward is done */
   int training;    /* 0: evaluation (batchnorm uses running statistics, dropout is off) */
   int recompute;   /* 1: a re-materializing forward: must not touch running statistics */
+  int over_input;  /* 1: this forward may write over in[0] (gp_layer_type.saves_over_input) */
   uint64_t seed;   /* run seed; dropout key = hash(seed, step, layer path), counter = the
                       element's index in the mini-batch (so masks do not depend on M) */
   int64_t step;
@@ -194,6 +198,12 @@ typedef struct gp_layer_type {
   int forward_in_place;
   /* 1: backward never reads `out` (a consumer may overwrite it in place). */
   int backward_ignores_out;
+  /* 1: where the executor sets gp_exec.over_input, forward may keep its saved state in in[0]'s
+   * memory, writing over it, and then returns *saved = in[0].data; the executor then hands that
+   * memory to backward as din[0] (written in place from the state). The loss keeps its
+   * probabilities over the logits and writes their gradient there: one [n, k] buffer, not
+   * three (llm.c's fused classifier). A forward may decline (its saved state elsewhere). */
+  int saves_over_input;
   /* 1: a loss (the model file's `loss:`, which takes only these; `layers:` takes the others). */
   int is_loss;
   /* Optional: floats of non-persistent accumulator state at the bind's stats (batchnorm). */

@@ -85,6 +85,8 @@ static void xent_cost(const gp_layer *l, gp_cost *c) {
   if (kc->ax != l->in_shape[0].ndim - 1) { /* the logits moved, kept till backward */
     c->fwd_flops += k * rows;
     c->saved_bytes += (int64_t)(k * rows) * 4;
+  } else { /* the probabilities over the logits where allowed */
+    c->over_input_bytes = (int64_t)(k * rows) * 4;
   }
   c->out_bytes = (int64_t)rows * 4;
 }
@@ -240,10 +242,25 @@ static gp_status axis_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in
   return GP_OK;
 }
 
+/* The labels for the backend's ops, class 0 where ignored: the labels as given where none is
+ * ignored, else a copy of r->y in `ar`. */
+static gp_status labels_dev(gp_backend *be, gp_arena *ar, const gp_tensor *labels, const rows *r,
+                            int64_t n, const int32_t **y) {
+  *y = GP_I32P(labels);
+  if (r->kept == n) return GP_OK;
+  int32_t *c;
+  GP_TRY(gp_arena_alloc(ar, (size_t)n * sizeof *c + 4, (void **)&c));
+  *y = c;
+  return be->from_host(be, c, r->y, (size_t)n * sizeof *c);
+}
+
 /* Saved for backward: [probabilities of every row | the labels, class 0 where ignored], in the
- * arena. One softmax over all rows, the logits read where they are (an ignored row's loss and
- * gradient are then zeroed): the backend's calls stay one per pass, whatever the padding.
- * count_correct reads the labels as given (an ignored label is negative: never the argmax). */
+ * arena; or, where the executor allows (e->over_input, the classes last), the probabilities over
+ * the logits and nothing else (*saved = the logits' memory; backward reads the labels again and
+ * writes the gradient there). One softmax over all rows, the logits read where they are (an
+ * ignored row's loss and gradient are then zeroed): the backend's calls stay one per pass,
+ * whatever the padding. count_correct reads the logits before the softmax may write over them,
+ * and the labels as given (an ignored label is negative: never the argmax). */
 static gp_status xent_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
                               void **saved) {
   const xent_conf *k = l->conf;
@@ -258,30 +275,35 @@ static gp_status xent_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in
     GP_TRY(gp_arena_alloc(e->arena, (size_t)(n * nk) * sizeof(float), (void **)&z));
     GP_TRY(be->permute(be, dims.ndim, dims.d, perm, GP_F32P(&in[0]), z));
   }
+  const int over = e->over_input && !moved(l);
   rows r = {0};
   gp_status s = rows_find(e, &in[1], n, (int32_t)k->ignore_index, &r);
-  int64_t kept = r.kept;
-  float *probs = NULL, *loss = GP_F32P(out);
-  const int32_t *y = GP_I32P(&in[1]);
-  if (s == GP_OK)
+  int64_t kept = r.kept, correct = 0;
+  float *probs = over ? z : NULL, *loss = GP_F32P(out);
+  const int32_t *y = GP_I32P(&in[1]), *ydev = NULL;
+  /* A re-materializing forward must not count the micro-batch twice. */
+  const int counts = !e->recompute && kept > 0;
+  if (s == GP_OK && counts) s = be->count_correct(be, n, nk, z, y, &correct);
+  if (s == GP_OK && over && kept)
+    s = labels_dev(be, e->arena, &in[1], &r, n, &ydev);
+  else if (s == GP_OK && !over) {
     s = gp_arena_alloc(e->arena, (size_t)(n * nk + n) * sizeof(float) + 4, (void **)&probs);
-  int32_t *ysaved = probs ? (int32_t *)(probs + n * nk) : NULL;
-  if (s == GP_OK && kept == n && n)
-    s = be->copy(be, ysaved, y, (size_t)n * sizeof *y);
-  else if (s == GP_OK && kept)
-    s = be->from_host(be, ysaved, r.y, (size_t)n * sizeof *y);
+    int32_t *ysaved = probs ? (int32_t *)(probs + n * nk) : NULL;
+    ydev = ysaved;
+    if (s == GP_OK && kept == n && n)
+      s = be->copy(be, ysaved, y, (size_t)n * sizeof *y);
+    else if (s == GP_OK && kept)
+      s = be->from_host(be, ysaved, r.y, (size_t)n * sizeof *y);
+  }
   if (s == GP_OK && kept)
-    s = be->softmax_xent_forward(be, n, nk, (float)k->smoothing, z, ysaved, probs, loss);
+    s = be->softmax_xent_forward(be, n, nk, (float)k->smoothing, z, ydev, probs, loss);
   if (s == GP_OK && kept < n) s = zero_ignored(be, &r, n, 1, loss);
   rows_free(&r);
   GP_TRY(s);
   *saved = probs;
-  /* A re-materializing forward must not count the micro-batch twice. */
-  if (e->recompute || kept == 0) return GP_OK;
+  if (!counts) return GP_OK;
   double sum;
-  int64_t correct;
   GP_TRY(be->sum(be, n, loss, &sum));
-  GP_TRY(be->count_correct(be, n, nk, z, y, &correct));
   e->loss_sum += sum / (double)loss_count(e, kept);
   e->correct += correct;
   e->counted += kept;
@@ -322,6 +344,13 @@ static gp_status xent_backward(const gp_layer *l, gp_exec *e, const gp_tensor *i
   const float scale = (float)(1.0 / (double)loss_count(e, kept));
   float *dz = GP_F32P(&din[0]);
   gp_arena *tmp = e->temp ? e->temp : e->arena;
+  /* over the logits: din[0] is that memory (the executor hands it), written in place */
+  if (s == GP_OK && saved == in[0].data && kept) s = labels_dev(be, tmp, &in[1], &r, n, &y);
+  if (s == GP_OK && saved == in[0].data && dz != saved)
+    s = GP_ERR(GP_ERR_RUNTIME,
+               "softmax_cross_entropy %s: its state is over the logits, but the "
+               "input gradient is elsewhere",
+               l->path);
   if (s == GP_OK && moved(l))
     s = gp_arena_alloc(tmp, (size_t)(n * nk) * sizeof(float), (void **)&dz);
   if (s == GP_OK && kept)
@@ -348,6 +377,7 @@ const gp_layer_type gp_layer_softmax_cross_entropy = {
     GP_LAYER_SETTINGS(xent_settings),
     .configure = gp_layers_configure,
     .shape = xent_shape,
+    .saves_over_input = 1,
     .cost = xent_cost,
     .forward = xent_forward,
     .backward = xent_backward,

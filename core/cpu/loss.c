@@ -46,9 +46,11 @@ static float row_max(const float *z, int64_t k) {
 
 /* One row: probs = softmax(z), and its loss from log-sum-exp (exact even where a probability
  * underflows to 0). Sums in double, four lanes in a fixed order, so a row's result depends on
- * the row alone, not on how rows are split over threads. */
-static void xent_row(int64_t k, float smoothing, const float *restrict z, int32_t label,
-                     float *restrict p, float *loss) {
+ * the row alone, not on how rows are split over threads. p may be z (the loss keeping its
+ * probabilities over the logits): each element is read before it is written, z[label] first. */
+static void xent_row(int64_t k, float smoothing, const float *z, int32_t label, float *p,
+                     float *loss) {
+  const float zl = z[label];
   const float mx = row_max(z, k);
   const int smoothed = smoothing != 0.0f; /* sz is read only then */
   gp_v2d se0 = {0}, se1 = {0}, sz0 = {0}, sz1 = {0};
@@ -73,7 +75,7 @@ static void xent_row(int64_t k, float smoothing, const float *restrict z, int32_
   for (j = 0; j < k; j++)
     p[j] *= inv;
   double lse = log(se);
-  double nll = -((double)z[label] - mx - lse);
+  double nll = -((double)zl - mx - lse);
   double smooth = -(sz / (double)k - lse);
   /* Without smoothing the loss is nll alone: a -inf logit elsewhere in the row makes smooth
    * infinite, and 0 * inf would be NaN. */
@@ -107,10 +109,13 @@ static gp_status xent_backward_part(void *ctx, int64_t lo, int64_t hi, int worke
   (void)worker;
   const xent_args *a = ctx;
   const float off = a->smoothing / (float)a->k, on = 1.0f - a->smoothing, scale = a->scale;
-  for (int64_t i = lo; i < hi; i++) {
-    const float *restrict p = a->probs + i * a->k;
-    float *restrict d = a->out + i * a->k;
-    for (int64_t j = 0; j < a->k; j++)
+  for (int64_t i = lo; i < hi; i++) { /* d may be p: each element read before it is written */
+    const float *p = a->probs + i * a->k;
+    float *d = a->out + i * a->k;
+    int64_t j = 0;
+    for (; j + 4 <= a->k; j += 4)
+      gp_v4f_store(d + j, scale * (gp_v4f_load(p + j) - off));
+    for (; j < a->k; j++)
       d[j] = scale * (p[j] - off);
     d[a->labels[i]] -= scale * on;
   }

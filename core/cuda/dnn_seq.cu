@@ -440,9 +440,10 @@ static gp_status xent_forward(gp_backend *be, int64_t n, int64_t k, float smooth
 }
 
 // dlogits = scale * (probs - target), target = (1 - s) onehot + s / k, rounded as the CPU.
+// d may be probs (the loss's gradient over its probabilities): each element is read and written
+// by one thread, so neither is __restrict__.
 __global__ void xent_bwd_kernel(int64_t n, int64_t k, float off, float on, float scale,
-                                const float *__restrict__ probs, const int32_t *__restrict__ labels,
-                                float *__restrict__ d) {
+                                const float *probs, const int32_t *__restrict__ labels, float *d) {
   const int64_t total = n * k;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < total;
        e += (int64_t)gridDim.x * blockDim.x) {

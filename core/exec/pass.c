@@ -73,6 +73,15 @@ int gp_node_in_place(const gp_model *m, const int *reader, int i, int first) {
          gp_shape_numel(&prod->out_shape) == gp_shape_numel(&n->layer.out_shape);
 }
 
+int gp_node_over_input(const gp_model *m, const int *reader, int i, int first) {
+  const gp_node *n = &m->nodes[i];
+  if (!n->layer.type->saves_over_input) return 0;
+  int src = n->in[0];
+  if (src < m->n_inputs + first || reader[src] != i) return 0;
+  const gp_layer *prod = &m->nodes[src - m->n_inputs].layer;
+  return prod->type->backward_ignores_out && prod->out_dtype == GP_F32;
+}
+
 /* The highest index of a node other than `skip` that reads tensor t, or -1. */
 static int last_other_reader(const gp_model *m, int t, int skip) {
   for (int i = m->n_nodes - 1; i >= 0; i--)
@@ -112,6 +121,9 @@ int64_t gp_stage_remat_set(const gp_model *m, const int *reader, int first, int 
               c.fwd_flops < GP_REMAT_CHEAP_FLOPS_PER_BYTE * (double)(c.out_bytes + c.saved_bytes);
     /* in place, the producer is in [first, i) (gp_node_in_place): flagged alike, as one */
     if (place) flag[i] = flag[n->in[0] - m->n_inputs];
+    /* a dropped input: the loss keeps its state apart, as without over_input */
+    if (gp_node_over_input(m, reader, i, first) && flag[n->in[0] - m->n_inputs])
+      bytes -= c.over_input_bytes;
     if (!flag[i]) continue;
     bytes += keeps;
     f += c.fwd_flops;
@@ -169,8 +181,12 @@ static gp_status forward_from(gp_pass *p, gp_exec *e, int part, int from, gp_gra
     e->bind = e->binds ? &e->binds[i - e->bind_first] : NULL;
     if (e->on_layer) e->on_layer(e, i, 0, 0);
     e->arena = ar; /* (its saved state too) */
+    /* training only: an evaluation's predictions read the logits after the loss */
+    e->over_input = e->training && gp_node_over_input(m, p->reader, i, p->first) &&
+                    !(p->remat && p->remat[n->in[0] - m->n_inputs]);
     gp_status st = l->type->forward(l, e, in, &p->val[t], &p->saved[i]);
     e->arena = own;
+    e->over_input = 0;
     if (st == GP_OK && n->trains && !l->type->is_loss) st = round_mixed(e, &p->val[t]);
     if (st == GP_OK) st = gp_bfstore_pack_node(p, e, i);
     if (st != GP_OK) return node_error(m, i, "forward", st);
@@ -233,6 +249,14 @@ static gp_status backward_from(gp_pass *p, gp_exec *e, int part_, int from, gp_g
       din[j].dtype = GP_F32;
       din[j].device = in[j].device;
       any = 1;
+      if (j == 0 && l->type->saves_over_input && p->saved[i] && p->saved[i] == in[0].data &&
+          !p->grad[src].data) { /* its state is over the input: the gradient goes there too */
+        p->grad[src] = din[0];
+        p->grad[src].data = in[0].data;
+        din[0] = p->grad[src];
+        fresh[0] = 1;
+        continue;
+      }
       /* (not a transient dout to a gradient W reads: it would be freed before W) */
       if (!p->grad[src].data && !repeated && l->type->grad_is_dout && (!shared || both) &&
           !is_loss && (!transient(p, e, t) || transient(p, e, src))) {

@@ -41,6 +41,12 @@ void gp_model_readers(const gp_model *m, int *reader);
  * model input, not another stage's), node i is its only reader in the whole model (no later
  * layer, no other stage, not the loss sees it) and its producer's backward does not read it. */
 int gp_node_in_place(const gp_model *m, const int *reader, int i, int first);
+/* Whether node i, in a pass that starts at node `first`, may keep its saved state over its
+ * first input and take that memory back as the input's gradient (saves_over_input, the loss):
+ * as gp_node_in_place, but for the output, which is the node's own (the loss per target). Not
+ * where selective re-materialization drops the input's producer (gp_stage_remat_set): the
+ * input is then recomputed into fresh memory before the backward reads it. */
+int gp_node_over_input(const gp_model *m, const int *reader, int i, int first);
 /* Whether node i (add of two tensors, in a pass that starts at node `first`) hands dout's
  * memory to both inputs' gradients, not only the first's. The two gradients then share a
  * buffer until both producers' backwards have read it, so nothing may write into it before:
@@ -60,8 +66,9 @@ void gp_pass_free(gp_pass *p);
  * in place (gp_node_in_place) is flagged as its producer is (dropping it alone would save
  * nothing): an in-place pair is always flagged alike, so the forward's aliasing never changes
  * and a recompute never writes over a kept tensor nor a kept one lives in the scratch.
- * Returns the bytes per sample they keep (outputs, less in-place ones, and saved state); *flops,
- * when given, their forward FLOPs per sample. */
+ * Returns the bytes per sample they keep (outputs, less in-place ones, and saved state), less
+ * what a loss over its flagged input then keeps apart (gp_node_over_input); *flops, when given,
+ * their forward FLOPs per sample. */
 int64_t gp_stage_remat_set(const gp_model *m, const int *reader, int first, int end,
                            unsigned char *flag, double *flops);
 /* Forward of nodes [first, end). Inputs of the range (model inputs, tensors of earlier

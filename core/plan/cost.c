@@ -82,6 +82,13 @@ void gp_node_cost(const gp_model *m, int i, gp_cost *c) {
   c->bwd_data_flops = 0.0;
 }
 
+/* gp_cost.over_input_bytes of node i */
+static int64_t loss_over_bytes(const gp_model *m, int i) {
+  gp_cost c;
+  gp_node_cost(m, i, &c);
+  return c.over_input_bytes;
+}
+
 static void analytic(const gp_model *m, int64_t mb, const int *last, const int *reader,
                      unsigned char *flag, gp_unit_costs *c) {
   int n = m->n_units;
@@ -96,6 +103,11 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, const int *
        * added to it), less the one (or two) add, identity or flatten hands dout to */
       int handed =
           m->nodes[i].layer.type->grad_is_dout ? 1 + gp_node_hands_both(m, i, m->unit_first[u]) : 0;
+      gp_cost k;
+      gp_node_cost(m, i, &k);
+      /* a loss over its logits keeps its probabilities and their gradient there */
+      const int over = k.over_input_bytes > 0 && gp_node_over_input(m, reader, i, m->unit_first[u]);
+      handed += over;
       for (int j = 0; j < m->nodes[i].n_in; j++) {
         int t = m->nodes[i].in[j];
         if (t < m->n_inputs || !m->nodes[t - m->n_inputs].trains) continue;
@@ -105,15 +117,19 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, const int *
         }
         grad += tensor_bytes(m, t);
       }
-      gp_cost k;
-      gp_node_cost(m, i, &k);
       f += k.fwd_flops;
       b += k.bwd_flops;
       p += k.params;
-      if (m->nodes[i].layer.n_params > 0) wkeep += tensor_bytes(m, m->n_inputs + i) + k.w_bytes;
+      /* (an output whose gradient the loss writes over it holds it already) */
+      int r = reader[m->n_inputs + i];
+      int over_out =
+          r >= 0 && gp_node_over_input(m, reader, r, m->unit_first[u]) && loss_over_bytes(m, r) > 0;
+      if (m->nodes[i].layer.n_params > 0)
+        wkeep += (over_out ? 0 : tensor_bytes(m, m->n_inputs + i)) + k.w_bytes;
       /* a layer that writes over its input (in-place ReLU) adds no output, where its producer
        * is in the unit (across a cut it may not: counted) */
-      act += (gp_node_in_place(m, reader, i, m->unit_first[u]) ? 0 : k.out_bytes) + k.saved_bytes;
+      act += (gp_node_in_place(m, reader, i, m->unit_first[u]) ? 0 : k.out_bytes) + k.saved_bytes -
+             (over ? k.over_input_bytes : 0);
     }
     c->fwd_flops[u] = f * (double)mb;
     c->bwd_flops[u] = b * (double)mb;

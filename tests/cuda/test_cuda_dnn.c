@@ -526,6 +526,41 @@ static void test_rope(cc_ctx *c) {
 
 /* ---- softmax cross-entropy ---- */
 
+/* 1 when the GPU sides of a and b hold the same n floats (NaN where the other has NaN). */
+static int same_on_gpu(const cc_pair *a, const cc_pair *b, int64_t n) {
+  float *ha = xmalloc((size_t)n * 4), *hb = xmalloc((size_t)n * 4);
+  int ok = cc_buf_download(&a->gpu, ha, (size_t)n * 4) == GP_OK &&
+           cc_buf_download(&b->gpu, hb, (size_t)n * 4) == GP_OK;
+  for (int64_t i = 0; ok && i < n; i++)
+    ok = ha[i] == hb[i] || (isnan(ha[i]) && isnan(hb[i]));
+  free(ha), free(hb);
+  return ok;
+}
+
+/* The loss keeps its probabilities over the logits and writes their gradient over them
+ * (gp_layer_type.saves_over_input): the ops with probs = logits and dlogits = probs give on
+ * each backend what they give apart (p, loss, d: the separate buffers' results). */
+static void test_xent_over(cc_ctx *c, const char *what, int64_t n, int64_t k, float smoothing,
+                           const float *hz, const float *hp, cc_pair *lab, const cc_pair *p,
+                           const cc_pair *loss, const cc_pair *d) {
+  char msg[200];
+  cc_pair zz, l2;
+  mk(c, &zz, (size_t)(n * k) * 4, hz);
+  mk(c, &l2, (size_t)n * 4, NULL);
+  BOTH(c, be->softmax_xent_forward(be, n, k, smoothing, F(zz), I(*lab), F(zz), F(l2)));
+  snprintf(msg, sizeof msg, "%s, probs over the logits", what);
+  cmp(&zz, msg, n * k, TOL_SOFTMAX);
+  CHECK(same_on_gpu(&zz, p, n * k) && same_on_gpu(&l2, loss, n), "%s: as apart on cuda", msg);
+  CHECK(cc_pair_upload(&zz, hp) == GP_OK, "upload");
+  const float scale = 1.0f / (float)n;
+  BOTH(c, be->softmax_xent_backward(be, n, k, smoothing, scale, F(zz), I(*lab), F(zz)));
+  snprintf(msg, sizeof msg, "%s, dlogits over the probabilities", what);
+  cmp(&zz, msg, n * k, TOL_EXACT);
+  CHECK(same_on_gpu(&zz, d, n * k), "%s: as apart on cuda", msg);
+  cc_pair_free(&zz);
+  cc_pair_free(&l2);
+}
+
 static void test_xent_one(cc_ctx *c, int64_t n, int64_t k, float smoothing, int specials,
                           uint64_t seed) {
   char what[128];
@@ -559,6 +594,7 @@ static void test_xent_one(cc_ctx *c, int64_t n, int64_t k, float smoothing, int 
   BOTH(c, be->softmax_xent_backward(be, n, k, smoothing, scale, F(p), I(lab), F(d)));
   snprintf(msg, sizeof msg, "%s dlogits", what);
   cmp(&d, msg, n * k, TOL_EXACT);
+  test_xent_over(c, what, n, k, smoothing, hz, hp, &lab, &p, &loss, &d);
   cc_pair *all[] = {&z, &lab, &p, &loss, &d};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     cc_pair_free(all[i]);

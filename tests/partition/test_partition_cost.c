@@ -78,7 +78,13 @@ static void analytic(void) {
     b[u] += i == 0 ? k.bwd_flops - k.bwd_data_flops : k.bwd_flops;
     p[u] += k.params;
     act[u] += k.out_bytes + k.saved_bytes;
+    /* the loss keeps its probabilities over the logits, which its unit makes */
+    if (i == m->n_nodes - 1) act[u] -= k.over_input_bytes;
   }
+  CHECK(act[4] == 4 * 5 + 4 + 4,
+        "unit 4 by hand: %lld bytes kept, want the logits, the loss "
+        "and its label",
+        (long long)act[4]);
   for (int u = 0; u < 5; u++) {
     CHECK(fabs(c.fwd_flops[u] - mb * f[u]) <= 1e-9 * mb * f[u] && c.fwd[u] == c.fwd_flops[u],
           "unit %d fwd flops %g, want %g", u, c.fwd_flops[u], mb * f[u]);
@@ -102,14 +108,14 @@ static void analytic(void) {
   /* the input gradients each unit's backward allocates, per sample: none for x; tanh's of a
    * and dropout's of tanh 48 each; b's of the block 48; add hands dout to b and allocates a's
    * 48 (seen from its unit both inputs come from before the pass, so not to both); the last
-   * linear's of the sum 48 and the loss's of the logits 20 */
-  static const int64_t grad[5] = {0, 96, 48, 48, 68};
+   * linear's of the sum 48 (the loss writes the logits' over them) */
+  static const int64_t grad[5] = {0, 96, 48, 48, 48};
   for (int u = 0; u < 5; u++)
     CHECK(c.grad_bytes[u] == mb * grad[u], "unit %d gradient bytes %lld, want %lld", u,
           (long long)c.grad_bytes[u], (long long)(mb * grad[u]));
   /* what B leaves for W, per sample: the output gradients of the nodes with parameters, a's
-   * and b's 48 and the last linear's logits' 20 */
-  static const int64_t wkeep[5] = {48, 0, 48, 0, 20};
+   * and b's 48 (the last linear's is over its logits, kept already) */
+  static const int64_t wkeep[5] = {48, 0, 48, 0, 0};
   for (int u = 0; u < 5; u++)
     CHECK(c.wkeep_bytes[u] == mb * wkeep[u], "unit %d bytes kept for W %lld, want %lld", u,
           (long long)c.wkeep_bytes[u], (long long)(mb * wkeep[u]));

@@ -7,7 +7,8 @@
  * executor shares are checked too: tanh and sigmoid write over an input read by them alone
  * (not over the model's input), and add hands dout's memory to its first input's gradient,
  * and to its second's too where nothing adds into one of the two before the other's producer
- * has read it (a ResNet skip: 'res'), not where something would ('res2': tanh 'u').
+ * has read it (a ResNet skip: 'res'), not where something would ('res2': tanh 'u'); the loss
+ * keeps its probabilities over the logits and writes their gradient there.
  * The backward in halves (gp_pass_backward_input, then _weight) must give the combined
  * backward's parameter gradients byte for byte, onto zeroed and onto non-zero gradients, B
  * alone must leave them, and B must not share res's gradient (W reads c's dout later). */
@@ -68,7 +69,7 @@ static void check_sharing(const gp_model *m, const gp_pass *p) {
   int a = tensor_of(m, "a"), t = tensor_of(m, "t"), twice = tensor_of(m, "twice");
   int s = tensor_of(m, "s"), pre = tensor_of(m, "pre"), b = tensor_of(m, "b");
   int r = tensor_of(m, "r"), cv = tensor_of(m, "c"), res = tensor_of(m, "res");
-  int ev = tensor_of(m, "e"), res2 = tensor_of(m, "res2");
+  int ev = tensor_of(m, "e"), res2 = tensor_of(m, "res2"), fc = tensor_of(m, "fc");
   struct {
     int ok;
     const char *what;
@@ -84,6 +85,9 @@ static void check_sharing(const gp_model *m, const gp_pass *p) {
       {g[ev].data == g[res2].data, "add 'res2' hands its dout to e's gradient"},
       {g[res].data != g[res2].data,
        "add 'res2' keeps res's gradient apart (tanh 'u' adds to it before conv 'e' reads its)"},
+      {p->saved[m->n_nodes - 1] == v[fc].data && g[fc].data == v[fc].data,
+       "the loss keeps its probabilities over linear 'fc''s logits and writes their gradient "
+       "there"},
   };
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
     if (!c[i].ok) printf("FAIL: %s\n", c[i].what), shared_checks++;

@@ -4,7 +4,8 @@
  * beyond that. Tested: the planner's choices as the limit tightens (selective before whole,
  * none where one micro-batch is in flight), the estimate within the limit, the measured
  * activation peak below remat never's, and training bit for bit remat never's at the same K, M
- * and schedule (forwards are deterministic; batch-norm running statistics included). */
+ * and schedule (forwards are deterministic; batch-norm running statistics included), also
+ * where the loss's stage drops the logits' producer (the loss then keeps its state apart). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,6 +223,25 @@ static void model(void) {
   if (mixed) {
     train(GP_SCHED_GPIPE, GP_REMAT_AUTO, mixed, &got);
     check(same(&got, &want), "gpipe whole and selective: bit for bit remat never");
+    free_out(&got);
+  }
+  /* the loss's stage selective: in res its logits' producer (linear 4 -> 5) is cheap, so
+   * dropped, and the loss keeps its probabilities apart there (gp_node_over_input), over
+   * the logits elsewhere */
+  size_t last = 0;
+  for (double f = 0.99; f > 0.05 && !last; f -= 0.01) {
+    size_t lim = (size_t)(never * f);
+    gp_model *mo = load(GP_SCHED_GPIPE, GP_REMAT_AUTO, lim);
+    gp_status st = gp_plan_make(mo, &mo->pipeline, &plan);
+    gp_model_free(mo);
+    gp_error_clear();
+    if (st != GP_OK) break;
+    if (plan.remat_sel[1] > 0 && plan.remat_sel[1] < 8) last = lim;
+  }
+  if (text == res) check(last > 0, "a limit where the loss's stage drops its cheap layers");
+  if (last) {
+    train(GP_SCHED_GPIPE, GP_REMAT_AUTO, last, &got);
+    check(same(&got, &want), "gpipe, the loss's stage selective: bit for bit remat never");
     free_out(&got);
   }
   free_out(&want);
