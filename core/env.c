@@ -53,6 +53,9 @@ static const env_setting settings[GP_ENV_COUNT] = {
                              "the device's GFLOP/s that schedule auto across processes weighs "
                              "hand-offs against under --by flops, instead of an sgemm measured "
                              "at the start (a plan that does not depend on the machine's load)"},
+    [GP_ENV_FUSE] = {"GP_FUSE", 0, 1, NULL,
+                     "0: no layer fusion (linear + activation, add + norm run as separate "
+                     "layers; on the CPU the same numbers)"},
 };
 
 /* variables gpipe's scripts and tests set, which the programs do not read */

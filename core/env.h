@@ -23,6 +23,7 @@ typedef enum gp_env_key {
   GP_ENV_REMAT_SELECTIVE, /* 0 or 1: remat auto drops cheap layers' activations first */
   GP_ENV_SDPA,            /* 0 or 1: bf16 attention on a GPU through cuDNN's fused kernels */
   GP_ENV_SPLIT_GFLOPS,    /* GFLOP/s: the device rate auto's hand-off charge assumes (--by flops) */
+  GP_ENV_FUSE,            /* 0 or 1: the fusion pass over the loaded graph (core/spec/fuse.c) */
   GP_ENV_COUNT
 } gp_env_key;
 

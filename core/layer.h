@@ -200,6 +200,17 @@ typedef struct gp_layer_type {
   int64_t (*stats_floats)(const gp_layer *l);
   /* Optional: once per mini-batch after all backwards (apply deferred running stats). */
   gp_status (*step_end)(const gp_layer *l, gp_layer_bind *b, gp_backend *be);
+  /* Fusion (core/spec/fuse.c, core/fused.c), optional. activation: an element-wise
+   * activation's gp_activation. forward_act: forward, then activation act on its output, in
+   * one backend op where the backend has one (pre gets the forward's output, out act(pre));
+   * *taken 0: nothing run, the caller composes. forward_sum: forward of in[0] + in[1], the
+   * sum written to sum (round_sum: rounded to bf16 first, bf16-mixed's activation), in one
+   * backend op where the backend has one; *taken 0 as forward_act. */
+  gp_activation (*activation)(const gp_layer *l);
+  gp_status (*forward_act)(const gp_layer *l, gp_exec *e, gp_activation act, const gp_tensor *in,
+                           gp_tensor *pre, gp_tensor *out, int *taken);
+  gp_status (*forward_sum)(const gp_layer *l, gp_exec *e, int round_sum, const gp_tensor *in,
+                           gp_tensor *sum, gp_tensor *out, void **saved, int *taken);
 } gp_layer_type;
 
 struct gp_layer {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "core/cuda/bf16.h"
+#include "core/cuda/fused.h"
 #include "core/cuda/ops.h"
 
 namespace {
@@ -385,6 +386,7 @@ static gp_status cuda_init(gp_backend *be) {
   // softmax cross-entropy: dnn.cu.
   st->dnn_installed = 1; // release even after a failed install (it frees what it made)
   GP_TRY(gp_cuda_dnn_install(be));
+  gp_cuda_fused_install(be); // cuBLASLt epilogues, add + norm kernels (lt.cu, fused.cu)
   return GP_OK;
 }
 
