@@ -46,8 +46,8 @@ static gp_status fused_shape(gp_layer *l) {
 }
 
 /* The parts' costs added up: the producer's output is no longer a node's output but what the
- * node keeps for its backward (unless the reader overwrites it), and B keeps its gradient for
- * the producer's W. */
+ * node keeps for its backward (unless the reader overwrites it), and its gradient is the
+ * node's own. */
 static void fused_cost(const gp_layer *l, gp_cost *c) {
   const fused_conf *f = conf_of(l);
   const gp_layer *a = &f->part[0], *b = &f->part[1];
@@ -68,7 +68,12 @@ static void fused_cost(const gp_layer *l, gp_cost *c) {
     c->saved_bytes_fused = (ca.saved_bytes_fused ? ca.saved_bytes_fused : ca.saved_bytes) +
                            (cb.saved_bytes_fused ? cb.saved_bytes_fused : cb.saved_bytes) + mid;
   c->out_bytes = cb.out_bytes;
-  c->w_bytes = ca.w_bytes + cb.w_bytes + (a->n_params ? ca.out_bytes : 0);
+  /* (B keeps the producer's output gradient for its W, as the unfused pass keeps the
+   * producer's dout: the planner counts the node's dout, the same size) */
+  c->w_bytes = ca.w_bytes + cb.w_bytes;
+  /* (add + norm: the norm writes the sum's gradient into the first input's) */
+  c->inner_grad_bytes = ca.inner_grad_bytes + cb.inner_grad_bytes +
+                        (f->a_trains && f->kind != GP_FUSE_ADD_NORM ? ca.out_bytes : 0);
 }
 
 static gp_status fused_forward(const gp_layer *l, gp_exec *e, const gp_tensor *in, gp_tensor *out,
@@ -118,9 +123,15 @@ static gp_status fused_backward(const gp_layer *l, gp_exec *e, const gp_tensor *
           gp_layer_backward_part(a, e, GP_GRAD_WEIGHT, in, &s->mid, &s->dmid, NULL, s->saved[0]));
     return GP_OK;
   }
-  gp_tensor dm;
+  gp_tensor dm, adin[GP_MAX_INPUTS];
   memset(&dm, 0, sizeof dm);
-  if (f->a_trains) {
+  memcpy(adin, din, sizeof(gp_tensor) * (size_t)a->n_in);
+  if (f->a_trains && f->kind == GP_FUSE_ADD_NORM && din[0].data) {
+    /* the add hands its dout to its inputs: the norm writes it into the first input's
+     * gradient, and the add copies it to the others (no buffer of its own, as unfused) */
+    dm = din[0];
+    adin[0].data = NULL;
+  } else if (f->a_trains) {
     /* kept for the producer's W unless it has none (then B's temporaries, as the pass's) */
     gp_arena *ar = e->temp && a->n_params == 0 ? e->temp : e->arena;
     GP_TRY(gp_arena_tensor(ar, GP_F32, &s->mid.shape, &dm));
@@ -132,9 +143,9 @@ static gp_status fused_backward(const gp_layer *l, gp_exec *e, const gp_tensor *
   s->dmid = dm;
   int any = 0;
   for (int j = 0; j < a->n_in; j++)
-    any |= din[j].data != NULL;
+    any |= adin[j].data != NULL;
   if (!any && (a->n_params == 0 || part == GP_GRAD_INPUT)) return GP_OK;
-  return gp_layer_backward_part(a, e, part, in, &s->mid, &dm, din, s->saved[0]);
+  return gp_layer_backward_part(a, e, part, in, &s->mid, &dm, adin, s->saved[0]);
 }
 
 #define FUSED_TYPE(var, nm, what, ignores_out)                                                     \

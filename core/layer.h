@@ -64,6 +64,9 @@ typedef struct gp_cost {
   int64_t saved_bytes_fused;
   int64_t out_bytes;
   int64_t w_bytes; /* what B alone keeps for its W beyond dout (attention's d(projections)) */
+  /* gradients of its own inner tensors a backward allocates (a fused node's, core/fused.c),
+   * beside those of its inputs that the planner counts */
+  int64_t inner_grad_bytes;
 } gp_cost;
 
 typedef struct gp_layer gp_layer;

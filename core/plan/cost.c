@@ -106,6 +106,7 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, const int *
       }
       gp_cost k;
       gp_node_cost(m, i, &k);
+      grad += k.inner_grad_bytes;
       f += k.fwd_flops;
       b += k.bwd_flops;
       p += k.params;
