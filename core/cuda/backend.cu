@@ -282,6 +282,7 @@ static void cuda_destroy(gp_backend *be) {
     gp_cuda_order_release(be);
     if (st->dnn_installed) gp_cuda_dnn_release(be);
     if (st->pub.dnn) (void)cudnnDestroy(st->pub.dnn);
+    gp_cuda_lt_release(be);
     if (st->pub.blas) (void)cublasDestroy(st->pub.blas);
     if (st->pub.scratch) (void)gp_cuda_dev_free(be, st->pub.scratch);
     if (st->ws) (void)gp_cuda_dev_free(be, st->ws);

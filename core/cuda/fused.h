@@ -11,6 +11,9 @@ gp_status gp_cuda_lt_linear_act(gp_backend *be, gp_activation act, int64_t rows,
                                 int64_t k, const float *x, const float *w, const float *bias,
                                 float *pre, float *z, int *taken);
 
+/* Frees the instance's cuBLASLt handle, if lt.cu made one (destroy). */
+void gp_cuda_lt_release(gp_backend *be);
+
 /* Fills the fusion ops of the table (fused.cu; after gp_cuda_dnn_install: it uses its launch
  * geometry). */
 void gp_cuda_fused_install(gp_backend *be);

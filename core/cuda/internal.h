@@ -21,6 +21,7 @@ typedef struct gp_cuda_impl {
   void *scratch;        /* gp_backend.scratch: device memory, grown on demand */
   size_t scratch_bytes;
   void *dnn_state; /* owned by dnn.cu (descriptor and algorithm caches), freed by its release */
+  void *lt; /* cublasLtHandle_t of lt.cu, made at its first use, freed by gp_cuda_lt_release */
 } gp_cuda_impl;
 
 static inline gp_cuda_impl *gp_cuda_of(gp_backend *be) {

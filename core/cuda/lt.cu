@@ -41,6 +41,12 @@ uint32_t alignment(const void *p) {
 
 } // namespace
 
+void gp_cuda_lt_release(gp_backend *be) {
+  gp_cuda_impl *c = gp_cuda_of(be);
+  if (c && c->lt) (void)cublasLtDestroy((cublasLtHandle_t)c->lt);
+  if (c) c->lt = nullptr;
+}
+
 gp_status gp_cuda_lt_linear_act(gp_backend *be, gp_activation act, int64_t rows, int64_t n,
                                 int64_t k, const float *x, const float *w, const float *bias,
                                 float *pre, float *z, int *taken) {
@@ -109,8 +115,12 @@ gp_status gp_cuda_lt_linear_act(gp_backend *be, gp_activation act, int64_t rows,
       c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
   GP_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(
       c.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-  // A cuBLAS handle is a cuBLASLt handle (cuBLAS's documentation: "a simple cast").
-  cublasLtHandle_t lt = (cublasLtHandle_t)gp_cuda_of(be)->blas;
+  if (!gp_cuda_of(be)->lt) { // the instance's own (a cuBLASLt handle has no stream or device)
+    cublasLtHandle_t h = nullptr;
+    GP_CUBLAS_TRY(cublasLtCreate(&h));
+    gp_cuda_of(be)->lt = h;
+  }
+  cublasLtHandle_t lt = (cublasLtHandle_t)gp_cuda_of(be)->lt;
   cublasLtMatmulHeuristicResult_t heur;
   int found = 0;
   if (cublasLtMatmulAlgoGetHeuristic(lt, c.op, c.a, c.b, c.d, c.d, c.pref, 1, &heur, &found) !=
