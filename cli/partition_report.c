@@ -154,9 +154,11 @@ void gp_part_print_table(const gp_model *m, const gp_part_request *q, const gp_u
   const int devs = q->stages / q->chunks; /* interleaved: the rows are chunks */
   char chunks[48] = "";
   if (q->chunks > 1) snprintf(chunks, sizeof chunks, " x %d chunks", q->chunks);
-  printf("model %s: %d unit%s, %.3fM parameters; %d stage%s%s, %d micro-batch%s of %s"
+  char fused[48] = ""; /* layer pairs run as one node (GP_FUSE=0: none) */
+  if (m->n_fused) snprintf(fused, sizeof fused, " (%d fused)", m->n_fused);
+  printf("model %s: %d unit%s%s, %.3fM parameters; %d stage%s%s, %d micro-batch%s of %s"
          " (batch %" PRId64 "%s); %s schedule, re-materialization %s; %s %s\n\n",
-         m->name, m->n_units, m->n_units == 1 ? "" : "s", (double)m->n_params / 1e6, devs,
+         m->name, m->n_units, m->n_units == 1 ? "" : "s", fused, (double)m->n_params / 1e6, devs,
          devs == 1 ? "" : "s", chunks, q->micro, q->micro == 1 ? "" : "es", size, q->batch, share,
          gp_schedule_names()[q->schedule], gp_remat_names()[q->remat],
          q->fixed ? "split given by --balance, predicted from" : "balanced by",

@@ -210,9 +210,11 @@ void tr_note_pipeline(gp_progress *pg, const gp_plan *plan, int64_t batch, const
 /* The run's first lines: the model, and a sequence model's data. */
 void tr_note_model(const run *r, gp_progress *pg) {
   const gp_model *m = r->m;
-  gp_progress_note(pg, "model %s: %d unit%s, %d layer%s, %.3fM parameters (%" PRId64 ")", m->name,
+  char fused[48] = ""; /* (GP_FUSE=0: none) */
+  if (m->n_fused) snprintf(fused, sizeof fused, " (%d fused)", m->n_fused);
+  gp_progress_note(pg, "model %s: %d unit%s, %d layer%s%s, %.3fM parameters (%" PRId64 ")", m->name,
                    m->n_units, m->n_units == 1 ? "" : "s", m->n_nodes, m->n_nodes == 1 ? "" : "s",
-                   (double)m->n_params / 1e6, m->n_params);
+                   fused, (double)m->n_params / 1e6, m->n_params);
   char desc[512] = "";
   if (r->d.train) gp_batch_source_describe(r->d.train, desc, sizeof desc);
   if (desc[0]) gp_progress_note(pg, "data %s", desc);

@@ -274,6 +274,27 @@ struct gp_backend {
                                   const float *mean, const float *rstd, float *dx, float *dw,
                                   float *db);
 
+  /* ---- fusion (core/fused.c); optional: NULL where a backend has none (the CPU: the fused
+   * node then runs the ops above, the unfused layers' bits) ---- */
+  /* pre = x w^T + bias (bias [n] or NULL) and z = act(pre) for x [rows, k], w [n, k], in one
+   * GEMM with the bias and the activation in its epilogue (cuBLASLt), at be->precision's GEMM
+   * arithmetic (bf16: operands rounded, f32 accumulation and output). ReLU only with pre == z
+   * (in place: z alone is written). *taken 0: this act or shape is not one it takes (nothing
+   * written). */
+  gp_status (*linear_act_forward)(gp_backend *be, gp_activation act, int64_t rows, int64_t n,
+                                  int64_t k, const float *x, const float *w, const float *bias,
+                                  float *pre, float *z, int *taken);
+  /* s = a + b (round_sum: then rounded to bf16) and y = the layer norm of s, as
+   * layernorm_forward (mean, rstd kept), in one kernel */
+  gp_status (*add_layernorm_forward)(gp_backend *be, int64_t rows, int64_t cols, float eps,
+                                     int round_sum, const float *a, const float *b,
+                                     const float *gamma, const float *beta, float *s, float *y,
+                                     float *mean, float *rstd);
+  /* the same with the RMS norm of s, as rmsnorm_forward */
+  gp_status (*add_rmsnorm_forward)(gp_backend *be, int64_t rows, int64_t cols, float eps,
+                                   int round_sum, const float *a, const float *b, const float *w,
+                                   float *s, float *y, float *rstd);
+
   /* ---- element-wise ---- */
   gp_status (*act_forward)(gp_backend *be, gp_activation act, int64_t n, const float *x, float *y);
   gp_status (*act_backward)(gp_backend *be, gp_activation act, int64_t n, const float *x,

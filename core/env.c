@@ -59,6 +59,9 @@ static const env_setting settings[GP_ENV_COUNT] = {
     [GP_ENV_BF16_STORE] = {"GP_BF16_STORE", 0, 1, NULL,
                            "0: --precision bf16-mixed keeps the activations a backward reads in "
                            "f32 storage instead of 16 bits (the same values, twice the memory)"},
+    [GP_ENV_FUSE] = {"GP_FUSE", 0, 1, NULL,
+                     "0: no layer fusion (linear + activation, add + norm run as separate "
+                     "layers; on the CPU the same numbers)"},
 };
 
 /* variables gpipe's scripts and tests set, which the programs do not read */

@@ -25,6 +25,7 @@ typedef enum gp_env_key {
   GP_ENV_SPLIT_GFLOPS,    /* GFLOP/s: the device rate auto's hand-off charge assumes (--by flops) */
   GP_ENV_CUDA_GRAPHS,     /* 0 or 1: GPU stages record their actions' layers as CUDA graphs */
   GP_ENV_BF16_STORE,      /* 0 or 1: bf16-mixed keeps activations for backward in 16 bits */
+  GP_ENV_FUSE,            /* 0 or 1: the fusion pass over the loaded graph (core/spec/fuse.c) */
   GP_ENV_COUNT
 } gp_env_key;
 

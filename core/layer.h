@@ -67,6 +67,9 @@ typedef struct gp_cost {
   /* of saved_bytes, what forward keeps over its input where gp_node_over_input allows
    * (gp_layer_type.saves_over_input): the loss's probabilities over the logits */
   int64_t over_input_bytes;
+  /* gradients of its own inner tensors a backward allocates (a fused node's, core/fused.c),
+   * beside those of its inputs that the planner counts */
+  int64_t inner_grad_bytes;
 } gp_cost;
 
 typedef struct gp_layer gp_layer;
@@ -210,6 +213,17 @@ typedef struct gp_layer_type {
   int64_t (*stats_floats)(const gp_layer *l);
   /* Optional: once per mini-batch after all backwards (apply deferred running stats). */
   gp_status (*step_end)(const gp_layer *l, gp_layer_bind *b, gp_backend *be);
+  /* Fusion (core/spec/fuse.c, core/fused.c), optional. activation: an element-wise
+   * activation's gp_activation. forward_act: forward, then activation act on its output, in
+   * one backend op where the backend has one (pre gets the forward's output, out act(pre));
+   * *taken 0: nothing run, the caller composes. forward_sum: forward of in[0] + in[1], the
+   * sum written to sum (round_sum: rounded to bf16 first, bf16-mixed's activation), in one
+   * backend op where the backend has one; *taken 0 as forward_act. */
+  gp_activation (*activation)(const gp_layer *l);
+  gp_status (*forward_act)(const gp_layer *l, gp_exec *e, gp_activation act, const gp_tensor *in,
+                           gp_tensor *pre, gp_tensor *out, int *taken);
+  gp_status (*forward_sum)(const gp_layer *l, gp_exec *e, int round_sum, const gp_tensor *in,
+                           gp_tensor *sum, gp_tensor *out, void **saved, int *taken);
 } gp_layer_type;
 
 struct gp_layer {

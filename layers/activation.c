@@ -78,6 +78,10 @@ static gp_status act_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in
                              GP_F32P(&din[0]));
 }
 
+static gp_activation act_kind(const gp_layer *l) {
+  return ((const act_conf *)l->conf)->act;
+}
+
 #define ACT_TYPE(var, nm, what, conf_fn, in_place, ...)                                            \
   const gp_layer_type var = {                                                                      \
       .name = (nm),                                                                                \
@@ -92,6 +96,7 @@ static gp_status act_backward(const gp_layer *l, gp_exec *e, const gp_tensor *in
       .forward = act_forward,                                                                      \
       .backward = act_backward,                                                                    \
       .forward_in_place = (in_place),                                                              \
+      .activation = act_kind,                                                                      \
   }
 
 /* In place where the backward reads nothing x alone holds: ReLU's mask x > 0 is y > 0,

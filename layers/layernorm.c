@@ -70,6 +70,24 @@ static gp_status layernorm_backward(const gp_layer *l, gp_exec *e, const gp_tens
                                    w ? e->bind->grad[0] : NULL, w ? e->bind->grad[1] : NULL);
 }
 
+/* The residual add before it and the norm in one kernel, where the backend has one. */
+static gp_status layernorm_forward_sum(const gp_layer *l, gp_exec *e, int round_sum,
+                                       const gp_tensor *in, gp_tensor *sum, gp_tensor *out,
+                                       void **saved, int *taken) {
+  const layernorm_conf *k = l->conf;
+  *taken = 0;
+  if (!e->be->add_layernorm_forward) return GP_OK;
+  int64_t rows = gp_layers_rows(&in[0]), cols = in[0].shape.d[in[0].shape.ndim - 1];
+  float *st;
+  GP_TRY(gp_arena_alloc(e->arena, (size_t)(2 * rows) * sizeof(float), (void **)&st));
+  GP_TRY(e->be->add_layernorm_forward(e->be, rows, cols, (float)k->eps, round_sum, GP_F32P(&in[0]),
+                                      GP_F32P(&in[1]), e->bind->param[0], e->bind->param[1],
+                                      GP_F32P(sum), GP_F32P(out), st, st + rows));
+  *saved = st;
+  *taken = 1;
+  return GP_OK;
+}
+
 const gp_layer_type gp_layer_layernorm = {
     .name = "layernorm",
     .doc = "normalization over the last dimension with an affine weight and bias (PyTorch's "
@@ -83,4 +101,5 @@ const gp_layer_type gp_layer_layernorm = {
     .cost = layernorm_cost,
     .forward = layernorm_forward,
     .backward = layernorm_backward,
+    .forward_sum = layernorm_forward_sum,
 };

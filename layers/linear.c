@@ -117,6 +117,21 @@ static gp_status linear_backward(const gp_layer *l, gp_exec *e, const gp_tensor 
   return GP_OK;
 }
 
+/* Forward and an activation as one GEMM with its epilogue, where the backend has one
+ * (core/fused.c composes otherwise). */
+static gp_status linear_forward_act(const gp_layer *l, gp_exec *e, gp_activation act,
+                                    const gp_tensor *in, gp_tensor *pre, gp_tensor *out,
+                                    int *taken) {
+  const linear_conf *k = l->conf;
+  gp_backend *be = e->be;
+  *taken = 0;
+  if (!be->linear_act_forward) return GP_OK;
+  int64_t rows = gp_layers_rows(&in[0]), nin = in[0].shape.d[in[0].shape.ndim - 1];
+  return be->linear_act_forward(be, act, rows, k->out_features, nin, GP_F32P(&in[0]),
+                                e->bind->param[0], k->bias ? e->bind->param[1] : NULL, GP_F32P(pre),
+                                GP_F32P(out), taken);
+}
+
 const gp_layer_type gp_layer_linear = {
     .name = "linear",
     .doc = "y = x W^T + b over the last dimension: `[..., in]` to `[..., out_features]`",
@@ -130,4 +145,5 @@ const gp_layer_type gp_layer_linear = {
     .forward = linear_forward,
     .backward = linear_backward,
     .backward_ignores_out = 1,
+    .forward_act = linear_forward_act,
 };

@@ -67,6 +67,24 @@ static gp_status rmsnorm_backward(const gp_layer *l, gp_exec *e, const gp_tensor
                                  e->bind->param[0], rstd, dx, dw);
 }
 
+/* The residual add before it and the norm in one kernel, where the backend has one. */
+static gp_status rmsnorm_forward_sum(const gp_layer *l, gp_exec *e, int round_sum,
+                                     const gp_tensor *in, gp_tensor *sum, gp_tensor *out,
+                                     void **saved, int *taken) {
+  const rmsnorm_conf *k = l->conf;
+  *taken = 0;
+  if (!e->be->add_rmsnorm_forward) return GP_OK;
+  int64_t rows = gp_layers_rows(&in[0]), cols = in[0].shape.d[in[0].shape.ndim - 1];
+  float *rstd;
+  GP_TRY(gp_arena_alloc(e->arena, (size_t)rows * sizeof(float), (void **)&rstd));
+  GP_TRY(e->be->add_rmsnorm_forward(e->be, rows, cols, (float)k->eps, round_sum, GP_F32P(&in[0]),
+                                    GP_F32P(&in[1]), e->bind->param[0], GP_F32P(sum), GP_F32P(out),
+                                    rstd));
+  *saved = rstd;
+  *taken = 1;
+  return GP_OK;
+}
+
 const gp_layer_type gp_layer_rmsnorm = {
     .name = "rmsnorm",
     .doc = "root-mean-square normalization over the last dimension with a per-feature weight "
@@ -81,4 +99,5 @@ const gp_layer_type gp_layer_rmsnorm = {
     .forward = rmsnorm_forward,
     .backward = rmsnorm_backward,
     .backward_ignores_out = 1,
+    .forward_sum = rmsnorm_forward_sum,
 };

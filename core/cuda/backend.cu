@@ -8,6 +8,7 @@
 
 #include "core/cuda/bf16.h"
 #include "core/cuda/kv.h"
+#include "core/cuda/fused.h"
 #include "core/cuda/ops.h"
 
 namespace {
@@ -292,6 +293,7 @@ static void cuda_destroy(gp_backend *be) {
     gp_cuda_graph_release(be);
     if (st->dnn_installed) gp_cuda_dnn_release(be);
     if (st->pub.dnn) (void)cudnnDestroy(st->pub.dnn);
+    gp_cuda_lt_release(be);
     if (st->pub.blas) (void)cublasDestroy(st->pub.blas);
     if (st->pub.scratch) (void)gp_cuda_dev_free(be, st->pub.scratch);
     if (st->ws) (void)gp_cuda_dev_free(be, st->ws);
@@ -400,6 +402,7 @@ static gp_status cuda_init(gp_backend *be) {
   // softmax cross-entropy: dnn.cu.
   st->dnn_installed = 1; // release even after a failed install (it frees what it made)
   GP_TRY(gp_cuda_dnn_install(be));
+  gp_cuda_fused_install(be); // cuBLASLt epilogues, add + norm kernels (lt.cu, fused.cu)
   return gp_cuda_graph_install(be);
 }
 

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fused.h"
+
 struct gp_kvdec {
   gp_trainer *t;
   const gp_model *m;
@@ -45,6 +47,8 @@ static int is_type(const gp_layer *l, const char *name) {
 /* Layers that compute each position from that position alone, so one position a step gives
  * what the whole row gives there. */
 static int position_wise(const gp_layer *l) {
+  if (gp_fused_part(l, 0))
+    return position_wise(gp_fused_part(l, 0)) && position_wise(gp_fused_part(l, 1));
   static const char *const ok[] = {"embedding", "dropout", "add",     "mul",  "linear",
                                    "layernorm", "rmsnorm", "relu",    "gelu", "tanh",
                                    "sigmoid",   "silu",    "identity"};

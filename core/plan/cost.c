@@ -117,6 +117,7 @@ static void analytic(const gp_model *m, int64_t mb, const int *last, const int *
         }
         grad += tensor_bytes(m, t);
       }
+      grad += k.inner_grad_bytes;
       f += k.fwd_flops;
       b += k.bwd_flops;
       p += k.params;

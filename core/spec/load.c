@@ -165,6 +165,7 @@ static gp_status load(const char *text, size_t len, const char *file, const gp_o
   for (int i = 0; i < n_ov && s == GP_OK; i++)
     s = gp_sp_override(&c, &root, &ov[i]);
   if (s == GP_OK) s = interpret(&c, root, m);
+  if (s == GP_OK) s = gp_model_fuse(m);
   if (s == GP_ERR_SPEC) s = name_the_set(&c, s);
   gp_sp_tree_free(&c);
   gp_sp_map_free(&c.block_ix);

@@ -207,6 +207,7 @@ typedef struct gp_model {
   char **unit_names; /* "0", "stem", "cells.3" */
   int output_node;   /* the node whose output feeds the loss (the logits) */
   int64_t n_params;  /* trainable elements; a tied group counts once */
+  int n_fused;       /* node pairs the fusion pass made one (core/spec/fuse.c) */
   int n_tied;        /* enabled tied groups (disabled ones are checked, then dropped) */
   gp_tied_group *tied;
   gp_data_spec data;
@@ -227,6 +228,10 @@ gp_status gp_model_load(const char *file, const gp_override *ov, int n_ov, gp_mo
 gp_status gp_model_load_string(const char *text, const char *file_name, const gp_override *ov,
                                int n_ov, gp_model **out);
 void gp_model_free(gp_model *m);
+/* The fusion pass (core/spec/fuse.c), which gp_model_load runs last: adjacent node pairs of
+ * one unit (linear + relu/gelu, add + layernorm/rmsnorm) become one node each, m->n_fused of
+ * them; GP_FUSE=0: none. Node and tensor ids after them shift down. */
+gp_status gp_model_fuse(gp_model *m);
 /* Tensor id of node i's output. */
 int gp_model_tensor_of_node(const gp_model *m, int node);
 /* The enabled tied group that parameter `param` of node `node` belongs to, or -1; *member
