@@ -24,6 +24,10 @@ int64_t gp_bfstore_set(const gp_model *m, const int *reader, int first, int end,
         n->trains && !n->layer.type->is_loss && n->layer.out_dtype == GP_F32 && i != m->n_nodes - 1;
     for (int o = 0; o < n_sent; o++)
       if (sent[o] == m->n_inputs + i) flag[i] = 0;
+    /* logits a loss keeps its probabilities over (gp_node_over_input) stay f32: they are its
+     * state and then its input gradient, not a copy to widen */
+    int r = reader[m->n_inputs + i];
+    if (r >= 0 && r < end && gp_node_over_input(m, reader, r, first)) flag[i] = 0;
   }
   /* an in-place chain is one storage: packed when every member may be (back, then forth) */
   for (int i = end - 1; i >= first; i--)
