@@ -26,6 +26,7 @@
  * past them all. A helper holding a stale description asks for numbers its share's counter
  * has passed, so it gets nothing. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,7 @@ typedef struct call {
   void *ctx;
   int64_t n, base;
   int active;
+  int cpu; /* the caller's core when it published the call, or -1 */
 } call;
 
 struct gp_cpu_team {
@@ -69,6 +71,7 @@ struct gp_cpu_team {
   _Atomic(void *) ctx;
   _Atomic int64_t n, base;
   _Atomic int active;
+  _Atomic int cpu;
   _Atomic int64_t left; /* pieces of the call not finished */
   counter *next;        /* per worker */
   /* the failing piece with the lowest number, written under mu */
@@ -93,6 +96,7 @@ static void publish(struct gp_cpu_team *t, const call *c) {
   atomic_store_explicit(&t->n, c->n, rel);
   atomic_store_explicit(&t->base, c->base, rel);
   atomic_store_explicit(&t->active, c->active, rel);
+  atomic_store_explicit(&t->cpu, c->cpu, rel);
   atomic_store_explicit(&t->seq, s + 2, rel);
 }
 
@@ -110,6 +114,7 @@ static uint64_t snapshot(struct gp_cpu_team *t, call *c) {
     c->n = atomic_load_explicit(&t->n, acq);
     c->base = atomic_load_explicit(&t->base, acq);
     c->active = atomic_load_explicit(&t->active, acq);
+    c->cpu = atomic_load_explicit(&t->cpu, acq);
     if (atomic_load_explicit(&t->seq, memory_order_relaxed) == s) return s;
   }
 }
@@ -193,6 +198,24 @@ static int next_call(struct gp_cpu_team *t, uint64_t seen) {
   return more;
 }
 
+/* A helper on the core of the caller that published c moves to another core it may run on.
+ * Both threads wait by spinning, and Linux did not part two busy threads of one core for tens
+ * of milliseconds (its balancer leaves a thread that ran within the last 0.5 ms where it is):
+ * a layer benchmark's process then ran every op at one thread's speed on a quiet 2-core VM (10
+ * processes of 12 for silu; bench/results/2026-11-29-layer-speed.md). Leaving the caller's
+ * core out of the affinity mask moves the helper at once; the mask is put back at once, which
+ * moves nothing, so pinned stages and neighbours keep their say. */
+static void leave_callers_core(const call *c) {
+  if (c->cpu < 0 || sched_getcpu() != c->cpu) return;
+  cpu_set_t mask, other;
+  if (pthread_getaffinity_np(pthread_self(), sizeof mask, &mask) != 0 || CPU_COUNT(&mask) < 2)
+    return;
+  other = mask;
+  CPU_CLR(c->cpu, &other);
+  if (pthread_setaffinity_np(pthread_self(), sizeof other, &other) == 0)
+    (void)pthread_setaffinity_np(pthread_self(), sizeof mask, &mask);
+}
+
 static void *helper(void *arg) {
   helper_arg a = *(helper_arg *)arg;
   free(arg);
@@ -201,7 +224,10 @@ static void *helper(void *arg) {
   while (next_call(t, seen)) {
     call c;
     seen = snapshot(t, &c);
-    if (a.w < c.active) work(t, &c, a.w);
+    if (a.w < c.active) {
+      leave_callers_core(&c);
+      work(t, &c, a.w);
+    }
   }
   return NULL;
 }
@@ -300,7 +326,7 @@ gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx) 
   /* The previous call is over: every piece it had is claimed and done. */
   call c = {fn, ctx, n,
             atomic_load_explicit(&t->base, memory_order_relaxed) + (int64_t)be->threads * t->pieces,
-            active};
+            active, sched_getcpu()};
   int64_t pieces = 0;
   for (int v = 0; v < active; v++) {
     int64_t a, len;

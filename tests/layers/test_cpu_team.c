@@ -5,7 +5,7 @@
  * share whose worker has not started is run by another (on one CPU the caller takes over the
  * helpers' shares instead of waiting for them to be scheduled; GP_CPU_TAKEOVER=0 turns that
  * off, for comparisons); and the pieces of a share whose worker stalls in its first piece are
- * run by the others; and an idle helper goes to sleep. The suite runs under ThreadSanitizer. */
+ * run by the others; an idle helper goes to sleep; and a helper on the caller's core moves off it. The suite runs under ThreadSanitizer. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -288,6 +288,7 @@ static char state_of(long tid) {
 /* A helper with nothing to do goes to sleep: it must not hold a core forever. */
 static void test_idle_sleeps(void) {
   gp_backend *be = NULL;
+  setenv("GP_CPU_TAKEOVER", "0", 1); /* the helper runs its share: the caller cannot take it */
   CHECK(gp_cpu_backend_create(2, &be) == GP_OK, "backend of 2 threads");
   if (!be) return;
   atomic_store(&helper_tid, 0);
@@ -299,6 +300,7 @@ static void test_idle_sleeps(void) {
   if (!tid || state_of(tid) == '?') {
     printf("skip idle sleep: the helper took no piece, or no /proc\n");
     gp_backend_destroy(be);
+    unsetenv("GP_CPU_TAKEOVER");
     return;
   }
   char st = '?'; /* a loaded machine may take a while to give the helper its core */
@@ -309,6 +311,59 @@ static void test_idle_sleeps(void) {
   }
   CHECK(st == 'S', "the helper sleeps within 2 s with nothing to do (state %c)", st);
   gp_backend_destroy(be);
+  unsetenv("GP_CPU_TAKEOVER");
+}
+
+/* A helper on the caller's core moves off it (core/cpu/team.c leave_callers_core): the caller
+ * is pinned to one core, the helper (free to run on two) is pulled onto it by its own first
+ * piece, and its pieces of the next calls must run elsewhere. Shares are not taken over
+ * (GP_CPU_TAKEOVER=0), so the helper runs its own. */
+static cpu_set_t team_mask;
+static _Atomic int pull_to = -1, helper_cpu = -1;
+
+static gp_status where_task(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)ctx, (void)lo, (void)hi;
+  if (worker != 1) return GP_OK;
+  int to = atomic_exchange(&pull_to, -1);
+  if (to >= 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(to, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one); /* moves it there now */
+    pthread_setaffinity_np(pthread_self(), sizeof team_mask, &team_mask); /* stays there */
+  }
+  atomic_store(&helper_cpu, sched_getcpu());
+  return GP_OK;
+}
+
+static void test_leaves_callers_core(void) {
+  cpu_set_t one;
+  if (sched_getaffinity(0, sizeof team_mask, &team_mask) != 0 || CPU_COUNT(&team_mask) < 2) {
+    printf("skip leaving the caller's core: fewer than 2 CPUs\n");
+    return;
+  }
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &team_mask))
+    cpu++;
+  setenv("GP_CPU_TAKEOVER", "0", 1);
+  gp_backend *be = NULL;
+  CHECK(gp_cpu_backend_create(2, &be) == GP_OK, "backend of 2 threads");
+  CHECK(gp_cpu_parallel(be, 2, where_task, NULL) == GP_OK, "a first call starts the helper");
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  CHECK(sched_setaffinity(0, sizeof one, &one) == 0, "the caller pinned to CPU %d", cpu);
+  int on_caller = 0;
+  for (int rep = 0; rep < 20; rep++) {
+    atomic_store(&pull_to, cpu);
+    CHECK(gp_cpu_parallel(be, 2, where_task, NULL) == GP_OK, "a call that pulls the helper");
+    CHECK(gp_cpu_parallel(be, 2, where_task, NULL) == GP_OK, "the call after it");
+    on_caller += atomic_load(&helper_cpu) == cpu;
+  }
+  CHECK(on_caller == 0, "the helper ran on the caller's core in %d of 20 calls after being pulled "
+        "there", on_caller);
+  gp_backend_destroy(be);
+  unsetenv("GP_CPU_TAKEOVER");
+  sched_setaffinity(0, sizeof team_mask, &team_mask);
 }
 
 int main(void) {
@@ -319,6 +374,7 @@ int main(void) {
   test_take_over(0);
   test_stall();
   test_idle_sleeps();
+  test_leaves_callers_core();
   printf("%d passed, %d failed\n", passes, failures);
   return failures ? 1 : 0;
 }
