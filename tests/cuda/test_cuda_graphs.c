@@ -126,7 +126,7 @@ static int train(const cfg *c, int graphs, run_out *o) {
   }
   for (int v = 0; ok && v < 4; v++) {
     gp_batch b = {.in = {x, y}, .n = 16};
-    gp_step_result res;
+    gp_step_result res = {0}; /* gp_pipeline_eval adds to it */
     ok = gp_pipeline_eval(t.pl, &b, &res) == GP_OK;
     o->eval[v] = res.loss_sum;
   }

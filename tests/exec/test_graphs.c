@@ -31,7 +31,7 @@ enum {
   OP_COPY,
   OP_ZERO,
   OP_LN_F,
-  OP_LN_B, OP_BN_F, OP_BN_ACC, OP_BN_B
+  OP_LN_B, OP_BN_F, OP_BN_ACC, OP_BN_B, OP_BN_E
 };
 
 typedef struct rec_op {
@@ -107,6 +107,9 @@ static gp_status run_op(gp_backend *be, const gp_backend *o, const rec_op *r) {
   case OP_BN_F:
     return o->batchnorm_forward_train(be, i[0], i[1], i[2], r->f[0], p[0], p[1], p[2],
                                       (float *)p[3], (float *)p[4], (float *)p[5]);
+  case OP_BN_E:
+    return o->batchnorm_forward_eval(be, i[0], i[1], i[2], r->f[0], p[0], p[1], p[2], p[3], p[4],
+                                     (float *)p[5]);
   case OP_BN_ACC:
     return o->batchnorm_stats_accumulate(be, i[0], i[1], i[2], r->f[0], p[0], p[1],
                                          (float *)p[2]);
@@ -176,6 +179,13 @@ static gp_status m_bn_f(gp_backend *be, int64_t n, int64_t c, int64_t inner, flo
                         const float *x, const float *g, const float *b, float *y, float *mean,
                         float *invstd) {
   REC({OP_BN_F, {n, c, inner}, {eps}, {x, g, b, y, mean, invstd}});
+}
+/* evaluation's (running statistics): recorded too, or an evaluation's graph would run it
+ * eagerly ahead of the recorded ops it reads */
+static gp_status m_bn_e(gp_backend *be, int64_t n, int64_t c, int64_t inner, float eps,
+                        const float *x, const float *g, const float *b, const float *rm,
+                        const float *rv, float *y) {
+  REC({OP_BN_E, {n, c, inner}, {eps}, {x, g, b, rm, rv, y}});
 }
 static gp_status m_bn_acc(gp_backend *be, int64_t c, int64_t before, int64_t count, float eps,
                           const float *mean, const float *invstd, float *acc) {
@@ -280,6 +290,7 @@ static void emulate(gp_backend *be) {
   be->layernorm_backward = m_ln_b;
   be->batchnorm_forward_train = m_bn_f;
   be->batchnorm_stats_accumulate = m_bn_acc;
+  be->batchnorm_forward_eval = m_bn_e;
   be->batchnorm_backward = m_bn_b;
   be->alloc = m_alloc;
   be->free = m_free;
@@ -404,7 +415,7 @@ static int train(const cfg *c, int graphs, run_out *o) {
   }
   for (int v = 0; ok && v < 4; v++) {
     gp_batch b = {.in = {x, y}, .n = 16};
-    gp_step_result res;
+    gp_step_result res = {0}; /* gp_pipeline_eval adds to it */
     ok = gp_pipeline_eval(t.pl, &b, &res) == GP_OK;
     o->eval[v] = res.loss_sum;
   }
