@@ -32,7 +32,7 @@ typedef struct gp_arena {
   size_t limit;           /* 0 = none; past it, alloc fails with GP_ERR_FULL */
   size_t grown;           /* bytes needed beyond the first chunk since the last full reset */
   gp_mem_meter *meter;    /* optional: also counts used bytes here */
-  gp_arena_chunk *host;   /* a device arena's host-side chunks (gp_arena_host_alloc), newest first */
+  gp_arena_chunk *host; /* a device arena's host-side chunks (gp_arena_host_alloc), newest first */
 } gp_arena;
 
 void gp_arena_init(gp_arena *a, gp_backend *be, size_t limit);

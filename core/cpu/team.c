@@ -324,9 +324,12 @@ gp_status gp_cpu_parallel(gp_backend *be, int64_t n, gp_cpu_task fn, void *ctx) 
   }
   struct gp_cpu_team *t = im->team;
   /* The previous call is over: every piece it had is claimed and done. */
-  call c = {fn, ctx, n,
+  call c = {fn,
+            ctx,
+            n,
             atomic_load_explicit(&t->base, memory_order_relaxed) + (int64_t)be->threads * t->pieces,
-            active, sched_getcpu()};
+            active,
+            sched_getcpu()};
   int64_t pieces = 0;
   for (int v = 0; v < active; v++) {
     int64_t a, len;

@@ -26,7 +26,7 @@ typedef struct gp_cuda_impl {
   unsigned long long unsafe, frees;
   const char *why;
   void *blas_ws; /* cuBLAS's workspace (cublasSetWorkspace) */
-  void *lt; /* cublasLtHandle_t of lt.cu, made at its first use, freed by gp_cuda_lt_release */
+  void *lt;      /* cublasLtHandle_t of lt.cu, made at its first use, freed by gp_cuda_lt_release */
 } gp_cuda_impl;
 
 static inline gp_cuda_impl *gp_cuda_of(gp_backend *be) {

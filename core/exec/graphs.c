@@ -82,9 +82,9 @@ struct gp_graphs {
   const gp_model *m;
   gp_backend *be;
   int first, end;
-  int *ts, nts; /* the tensor ids the stage's pass touches: model inputs, its nodes' and their
-                   inputs' */
-  full at;      /* the state when the segment being recorded began */
+  int *ts, nts;       /* the tensor ids the stage's pass touches: model inputs, its nodes' and their
+                         inputs' */
+  full at;            /* the state when the segment being recorded began */
   const char **fixed; /* per node: why it is never recorded, or NULL */
   unsigned char *told;
   entry *en;
@@ -275,7 +275,8 @@ static gp_status seg_post(const gp_graph_run *r, seg *s) {
   for (int j = 0; j < g->nts; j++) {
     const gp_tensor *v = &r->p->val[g->ts[j]], *d = &r->p->grad[g->ts[j]];
     if (!tensor_same(v, &g->at.val[j])) GP_TRY(put(s, &cap, (change){.what = 0, .at = j, .t = *v}));
-    if (!tensor_same(d, &g->at.grad[j])) GP_TRY(put(s, &cap, (change){.what = 1, .at = j, .t = *d}));
+    if (!tensor_same(d, &g->at.grad[j]))
+      GP_TRY(put(s, &cap, (change){.what = 1, .at = j, .t = *d}));
   }
   for (int k = 0; k < g->end - g->first; k++) {
     if (r->p->saved[g->first + k] != g->at.saved[k])
@@ -382,8 +383,10 @@ static void observe_end(gp_graph_run *r, int i) {
   g->told[k] = 1;
   const gp_layer *l = &g->m->nodes[i].layer;
   if (told(l->type->name, g->fixed[k] ? g->fixed[k] : why)) return;
-  fprintf(stderr, "gpipe: CUDA graphs: layer '%s' (%s) runs outside them (as any %s for this "
-          "reason): %s\n", l->path, l->type->name, l->type->name, g->fixed[k] ? g->fixed[k] : why);
+  fprintf(stderr,
+          "gpipe: CUDA graphs: layer '%s' (%s) runs outside them (as any %s for this "
+          "reason): %s\n",
+          l->path, l->type->name, l->type->name, g->fixed[k] ? g->fixed[k] : why);
 }
 
 static gp_status begin_segment(gp_graph_run *r, int i) {

@@ -124,7 +124,7 @@ typedef struct stage {
   unsigned char *pack;
   gp_arena widen;
   gp_mem_meter meter;
-  gp_pass *pass; /* M passes */
+  gp_pass *pass;            /* M passes */
   struct gp_graphs *graphs; /* the passes' CUDA graphs (core/exec/graphs.h), or NULL */
   /* remat auto's selective slots (plan remat_drop, remat_sel): micro-batch m drops the
    * activations of the nodes flagged in remat (gp_stage_remat_set; NULL: none) where
