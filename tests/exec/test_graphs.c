@@ -5,6 +5,7 @@
  * weights, losses and later evaluations of training without, bit for bit, across schedules,
  * stages, re-materialization, dropout, batch norm, a changing batch (arenas re-planned:
  * pointers move, memory is freed) and recordings that fail; and graphs must be replayed. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +57,8 @@ typedef struct mock {
 } mock;
 static mock mocks[MAX_BE];
 static int n_mocks;
-static int fail_recordings; /* this many recordings fail at their first axpby (then the rest) */
+/* this many recordings fail at their first axpby (then the rest); stages' threads count it down */
+static _Atomic int fail_recordings;
 
 static mock *of(gp_backend *be) {
   for (int i = 0; i < n_mocks; i++)
@@ -153,10 +155,10 @@ static gp_status m_act_b(gp_backend *be, gp_activation act, int64_t n, const flo
 }
 static gp_status m_axpby(gp_backend *be, int64_t n, float a, const float *x, float b, float *y) {
   mock *s = of(be);
-  if (s->cur && fail_recordings > 0) {
-    fail_recordings--;
-    return unsafe(s, "the test fails this recording");
-  }
+  int left = s->cur ? atomic_load(&fail_recordings) : 0;
+  while (left > 0 && !atomic_compare_exchange_weak(&fail_recordings, &left, left - 1))
+    ;
+  if (left > 0) return unsafe(s, "the test fails this recording");
   REC({OP_AXPBY, {n}, {a, b}, {x, y}});
 }
 static gp_status m_copy(gp_backend *be, void *dst, const void *src, size_t bytes) {
@@ -376,7 +378,7 @@ typedef struct run_out {
 static int train(const cfg *c, int graphs, run_out *o) {
   memset(o, 0, sizeof *o);
   n_mocks = 0;
-  fail_recordings = graphs ? c->fail : 0;
+  atomic_store(&fail_recordings, graphs ? c->fail : 0);
   setenv("GP_CUDA_GRAPHS", graphs ? "1" : "0", 1);
   gp_model *mo;
   gp_plan plan;
