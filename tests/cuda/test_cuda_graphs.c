@@ -154,7 +154,8 @@ static void check(const cfg *c) {
   int same = off.w && on.w && off.n_w == on.n_w && off.n_buf == on.n_buf &&
              !memcmp(off.w, on.w, (size_t)off.n_w * sizeof *off.w) &&
              (!off.n_buf || !memcmp(off.buf, on.buf, (size_t)off.n_buf * sizeof *off.buf)) &&
-             !memcmp(off.loss, on.loss, sizeof off.loss) && !memcmp(off.eval, on.eval, sizeof off.eval);
+             !memcmp(off.loss, on.loss, sizeof off.loss) &&
+             !memcmp(off.eval, on.eval, sizeof off.eval);
   printf("%s: %lld graphs recorded, %lld launched (%lld replays); weights, statistics and losses "
          "%s\n",
          c->name, (long long)rec, (long long)launched, (long long)(launched - rec),

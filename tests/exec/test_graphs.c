@@ -32,7 +32,11 @@ enum {
   OP_COPY,
   OP_ZERO,
   OP_LN_F,
-  OP_LN_B, OP_BN_F, OP_BN_ACC, OP_BN_B, OP_BN_E
+  OP_LN_B,
+  OP_BN_F,
+  OP_BN_ACC,
+  OP_BN_B,
+  OP_BN_E
 };
 
 typedef struct rec_op {
@@ -113,11 +117,10 @@ static gp_status run_op(gp_backend *be, const gp_backend *o, const rec_op *r) {
     return o->batchnorm_forward_eval(be, i[0], i[1], i[2], r->f[0], p[0], p[1], p[2], p[3], p[4],
                                      (float *)p[5]);
   case OP_BN_ACC:
-    return o->batchnorm_stats_accumulate(be, i[0], i[1], i[2], r->f[0], p[0], p[1],
-                                         (float *)p[2]);
+    return o->batchnorm_stats_accumulate(be, i[0], i[1], i[2], r->f[0], p[0], p[1], (float *)p[2]);
   case OP_BN_B:
-    return o->batchnorm_backward(be, i[0], i[1], i[2], p[0], p[1], p[2], p[3], p[4],
-                                 (float *)p[5], (float *)p[6], (float *)p[7]);
+    return o->batchnorm_backward(be, i[0], i[1], i[2], p[0], p[1], p[2], p[3], p[4], (float *)p[5],
+                                 (float *)p[6], (float *)p[7]);
   case OP_LN_B:
     return o->layernorm_backward(be, i[0], i[1], p[0], p[1], p[2], p[3], p[4], (float *)p[5],
                                  (float *)p[6], (float *)p[7]);
@@ -445,8 +448,10 @@ static void check(const cfg *c) {
   int same = off.w && on.w && off.n_w == on.n_w && off.steps == on.steps &&
              !memcmp(off.w, on.w, (size_t)off.n_w * sizeof *off.w) && off.n_buf == on.n_buf &&
              (!off.n_buf || !memcmp(off.buf, on.buf, (size_t)off.n_buf * sizeof *off.buf)) &&
-             !memcmp(off.loss, on.loss, sizeof off.loss) && !memcmp(off.eval, on.eval, sizeof off.eval);
-  printf("%s: %lld recorded, %lld launched (%lld replays), %lld dropped; weights, losses, evaluations %s\n",
+             !memcmp(off.loss, on.loss, sizeof off.loss) &&
+             !memcmp(off.eval, on.eval, sizeof off.eval);
+  printf("%s: %lld recorded, %lld launched (%lld replays), %lld dropped; weights, losses, "
+         "evaluations %s\n",
          c->name, (long long)rec, (long long)launched, (long long)(launched - rec),
          (long long)dropped, same ? "the same" : "DIFFER");
   CHECK(same, "%s: weights, losses or evaluations with graphs differ from without", c->name);

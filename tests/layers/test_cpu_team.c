@@ -5,7 +5,8 @@
  * share whose worker has not started is run by another (on one CPU the caller takes over the
  * helpers' shares instead of waiting for them to be scheduled; GP_CPU_TAKEOVER=0 turns that
  * off, for comparisons); and the pieces of a share whose worker stalls in its first piece are
- * run by the others; an idle helper goes to sleep; and a helper on the caller's core moves off it. The suite runs under ThreadSanitizer. */
+ * run by the others; an idle helper goes to sleep; and a helper on the caller's core moves off it.
+ * The suite runs under ThreadSanitizer. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -329,7 +330,7 @@ static gp_status where_task(void *ctx, int64_t lo, int64_t hi, int worker) {
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(to, &one);
-    pthread_setaffinity_np(pthread_self(), sizeof one, &one); /* moves it there now */
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);             /* moves it there now */
     pthread_setaffinity_np(pthread_self(), sizeof team_mask, &team_mask); /* stays there */
   }
   atomic_store(&helper_cpu, sched_getcpu());
@@ -359,8 +360,10 @@ static void test_leaves_callers_core(void) {
     CHECK(gp_cpu_parallel(be, 2, where_task, NULL) == GP_OK, "the call after it");
     on_caller += atomic_load(&helper_cpu) == cpu;
   }
-  CHECK(on_caller == 0, "the helper ran on the caller's core in %d of 20 calls after being pulled "
-        "there", on_caller);
+  CHECK(on_caller == 0,
+        "the helper ran on the caller's core in %d of 20 calls after being pulled "
+        "there",
+        on_caller);
   gp_backend_destroy(be);
   unsetenv("GP_CPU_TAKEOVER");
   sched_setaffinity(0, sizeof team_mask, &team_mask);
